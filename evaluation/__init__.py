@@ -1,0 +1,1 @@
+"""Tabulations, protected-versus-true comparisons, experiments and reports."""

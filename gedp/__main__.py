@@ -1,0 +1,5 @@
+"""``python -m gedp`` runs the command line."""
+
+from gedp.cli import main
+
+main()

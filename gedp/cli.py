@@ -1,0 +1,236 @@
+"""The gedp command line: run, protect, tabulate, interval.
+
+Input errors (bad data, bad config, over-budget plans) print one line and exit with status 2,
+leaving no output behind; a solver that fails to reach an optimum exits with status 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from evaluation.compare import compare_tabulations, error_summary
+from evaluation.tabulate import qcew_level, tabulate
+from gedp.config import Config, load_config
+from gedp.pipeline import PROTECTED_FILE, Release, check_output_directory, make_rng, protect, total_steps, write_release
+from measure.neighbors import interval_table, make_psi
+from postprocess.wls import SolverError
+from synth.default_state import N_ESTABLISHMENTS, STATE_NAME, generate_default_state
+from synth.io import read_microdata, write_microdata
+from synth.schema import CONFIDENTIAL, InputError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Gaussian Establishment DP: protected, consistent establishment microdata with stated error.",
+)
+console = Console()
+errors = Console(stderr=True)
+
+#: Seed of the embedded default state (the data; the noise has its own --seed).
+DEFAULT_STATE_SEED = 2016
+#: Tabulations whose accuracy `gedp run` reports (its input is synthetic, so truth may be shown).
+ACCURACY_CHECKS = {
+    "state total": ["state"],
+    "county": ["state", "county"],
+    "state x NAICS-5": ["state", "naics5"],
+    "county x NAICS-5": ["state", "county", "naics5"],
+    "county x NAICS-6 (unmeasured)": ["state", "county", "naics"],
+}
+
+
+@contextmanager
+def reported_errors():
+    """Turn input errors into one line on stderr and exit status 2 (solver failures: status 1)."""
+    try:
+        yield
+    except InputError as err:
+        errors.print(f"[bold red]error:[/] {err}", highlight=False)
+        raise typer.Exit(2) from None
+    except SolverError as err:
+        errors.print(f"[bold red]solver error:[/] {err}", highlight=False)
+        raise typer.Exit(1) from None
+
+
+@contextmanager
+def progress_steps(total: int):
+    """A progress bar on stderr; yields the callback that advances it by one named step."""
+    with Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=errors, transient=True,
+    ) as progress:
+        task = progress.add_task("measuring", total=total)
+
+        def advance(description: str) -> None:
+            progress.update(task, advance=1, description=description)
+
+        yield advance
+
+
+def _load(config_name: str, workflow: Optional[str]) -> Config:
+    config = load_config(config_name)
+    if workflow is not None:
+        try:
+            plan = dataclasses.replace(config.plan, workflow=workflow)
+        except ValueError as err:
+            raise InputError(f"--workflow: {err}") from None
+        config = dataclasses.replace(config, plan=plan)
+    return config
+
+
+def _release(microdata: pd.DataFrame, config: Config, seed: Optional[int]) -> Release:
+    rng, rng_description = make_rng(seed)
+    with progress_steps(total_steps(config)) as advance:
+        return protect(microdata, config, rng=rng, rng_description=rng_description, on_step=advance)
+
+
+def _print_release_summary(release: Release, out: Path, seconds: float) -> None:
+    manifest = release.manifest
+    console.print(f"[bold]Release written to[/] {out}")
+    console.print(
+        f"  {manifest['establishments']:,} establishments, workflow {manifest['workflow']}, "
+        f"psi {manifest['psi']['name']}, zeta {manifest['zeta']}"
+    )
+    per_attribute = {}
+    for entry in manifest["ledger"]:
+        per_attribute.setdefault(entry["attribute"], []).append(entry["mu"])
+    spent = ", ".join(f"{a} {np.sqrt(np.sum(np.square(m))):.3f}" for a, m in per_attribute.items())
+    console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent})")
+    solvers = ", ".join(f"{a} {r['status']} in {r['seconds']:.1f}s" for a, r in manifest["solver"].items())
+    console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
+    console.print(f"  run time {seconds:.1f}s")
+
+
+@app.command()
+def run(
+    out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
+    config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
+    seed: Annotated[Optional[int], typer.Option(help="Noise seed (default: OS entropy, not reproducible).")] = None,
+    workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
+    establishments: Annotated[int, typer.Option(help="Size of the embedded default state.")] = N_ESTABLISHMENTS,
+) -> None:
+    """Protect the embedded default (synthetic) state and report accuracy against its known truth."""
+    start = time.perf_counter()
+    with reported_errors():
+        cfg = _load(config, workflow)
+        check_output_directory(out.resolve())
+        if establishments < 1:
+            raise InputError(f"--establishments ({establishments}) must be >= 1")
+        truth = generate_default_state(establishments, rng=np.random.default_rng(DEFAULT_STATE_SEED))
+        truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in cfg.plan.attributes])
+        release = _release(truth, cfg, seed)
+        accuracy = {}
+        for label, by in ACCURACY_CHECKS.items():
+            accuracy[label] = {
+                attribute: error_summary(compare_tabulations(truth, release.protected, by, attribute))
+                for attribute in cfg.plan.attributes
+            }
+        written = write_release(release, out, extra_files={"accuracy.json": accuracy})
+    _print_release_summary(release, written, time.perf_counter() - start)
+    console.print(f"  input: {STATE_NAME}, synthetic (seed {DEFAULT_STATE_SEED}), so accuracy can be shown:")
+    table = Table("tabulation", "groups", *cfg.plan.attributes, title="median relative error |x~ - x| / (x + 1)")
+    for label, by_attribute in accuracy.items():
+        first = next(iter(by_attribute.values()))
+        table.add_row(label, f"{first['groups']:,}", *[f"{s['median_relative']:.2%}" for s in by_attribute.values()])
+    console.print(table)
+
+
+@app.command(name="protect")
+def protect_command(
+    input: Annotated[Path, typer.Argument(help="Establishment microdata (.csv or .parquet).")],
+    config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
+    out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
+    seed: Annotated[Optional[int], typer.Option(help="Noise seed (default: OS entropy, not reproducible).")] = None,
+    workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
+) -> None:
+    """Protect confidential establishment microdata: write protected microdata, tables and manifest."""
+    start = time.perf_counter()
+    with reported_errors():
+        cfg = _load(config, workflow)
+        check_output_directory(out.resolve())
+        microdata = read_microdata(input, cfg.plan.attributes)
+        release = _release(microdata, cfg, seed)
+        written = write_release(release, out)
+    _print_release_summary(release, written, time.perf_counter() - start)
+
+
+def _read_for_tabulation(source: Path) -> pd.DataFrame:
+    path = source / PROTECTED_FILE if source.is_dir() else source
+    return read_microdata(path, attributes=None)
+
+
+@app.command(name="tabulate")
+def tabulate_command(
+    microdata: Annotated[Path, typer.Argument(help="A release directory or a microdata file.")],
+    by: Annotated[str, typer.Option(help="Public columns, comma-separated ('' or 'total' for the total).")] = "",
+    agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (51-58, 71-78) instead of --by.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the table here (.csv or .parquet).")] = None,
+) -> None:
+    """Tabulate microdata by any public columns, or at a QCEW aggregation level."""
+    with reported_errors():
+        data = _read_for_tabulation(microdata)
+        columns = [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",")]
+        try:
+            table = qcew_level(data, agglvl) if agglvl is not None else tabulate(data, columns)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        if out is not None:
+            if out.suffix.lower() not in (".csv", ".parquet"):
+                raise InputError(f"--out '{out}': use a .csv or .parquet file name")
+            write_microdata(table, out)
+            summary = {"source": str(microdata), "by": columns, "agglvl": agglvl, "rows": len(table), "table": str(out)}
+            out.with_name(out.name + ".json").write_text(json.dumps(summary, indent=2) + "\n")
+    if out is None:
+        shown = Table(*table.columns)
+        for row in table.head(25).itertuples(index=False):
+            shown.add_row(*[f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row])
+        console.print(shown)
+    console.print(f"{len(table):,} rows" + (f" written to {out}" if out is not None else ""))
+
+
+@app.command()
+def interval(
+    values: Annotated[list[float], typer.Argument(help="Values x to show I(x) for.")],
+    psi: Annotated[str, typer.Option(help="sqrt, log, linear or sqrt-linear.")] = "sqrt",
+    gamma: Annotated[float, typer.Option(help="Distance parameter gamma (1 for sqrt-linear).")] = 0.5,
+    a: Annotated[Optional[float], typer.Option(help="Offset a of sqrt(x + a) or log(x + a).")] = None,
+    d: Annotated[Optional[float], typer.Option(help="Person-level bound d of linear and sqrt-linear.")] = None,
+    gamma_sqrt: Annotated[Optional[float], typer.Option(help="gamma of the sqrt part of sqrt-linear.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Print the uncertainty interval I(x) of each value: how far x is hidden for this psi and gamma."""
+    with reported_errors():
+        params = {k: v for k, v in {"a": a, "d": d, "gamma_sqrt": gamma_sqrt}.items() if v is not None}
+        try:
+            neighbor = make_psi(psi, **params)
+            rows = interval_table(neighbor, gamma, np.array(values))
+        except ValueError as err:
+            raise InputError(str(err)) from None
+    if as_json:
+        print(json.dumps({"psi": neighbor.params(), "gamma": gamma, "intervals": rows}, indent=2))
+        return
+    table = Table("x", "lower", "upper", "below x", "above x", title=f"Uncertainty intervals, psi {psi}, gamma {gamma}")
+    for row in rows:
+        table.add_row(*(f"{row[k]:,.4g}" for k in ("x", "lower", "upper")), f"-{row['below_pct']:.1f}%", f"+{row['above_pct']:.1f}%")
+    console.print(table)
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

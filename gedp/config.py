@@ -1,0 +1,142 @@
+"""Typed loading of YAML release configs: every key checked, unknown keys refused."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import configs
+from measure.neighbors import make_psi
+from measure.queries import IDENTITY
+from measure.workflows import MeasurementPlan, QueryPlan
+from postprocess.wls import SOLVERS, VARIANCE_MODES
+from synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, InputError
+
+TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "attributes", "queries"}
+REQUIRED_KEYS = {"attributes", "queries"}
+ATTRIBUTE_KEYS = {"gamma"}
+QUERY_KEYS = {"by", "mu"}
+GROUPABLE = set(PUBLIC) | set(CARRIED)
+
+
+class ConfigError(InputError):
+    """A config file that cannot be used (reported in one line, exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """A checked release configuration."""
+
+    plan: MeasurementPlan
+    variance_mode: str
+    solver: str
+    source: str
+    raw: dict[str, Any]
+
+
+def _keys(mapping: Any, allowed: set[str], where: str, required: set[str] = frozenset()) -> dict:
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{where} must be a mapping, got {type(mapping).__name__}")
+    unknown = sorted(str(k) for k in mapping if k not in allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(mapping))
+    if missing:
+        raise ConfigError(f"{where}: missing key '{missing[0]}'")
+    return mapping
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _query_by(value: Any, where: str) -> tuple[str, ...]:
+    if value == "identity":
+        return IDENTITY
+    if value == "total" or value == []:
+        return ()
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",")]
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise ConfigError(f"{where} must be 'identity', 'total' or a list of public columns, got {value!r}")
+    unknown = [c for c in value if c not in GROUPABLE or c == "estab_id"]
+    if unknown:
+        raise ConfigError(f"{where}: '{unknown[0]}' is not a public column to group by")
+    return tuple(value)
+
+
+def parse_config(raw: Any, source: str = "<config>") -> Config:
+    """Check a config mapping and build the measurement plan from it."""
+    where = f"config {source}"
+    raw = _keys(raw, TOP_KEYS, where, REQUIRED_KEYS)
+    attributes = _keys(raw["attributes"], set(CONFIDENTIAL), f"{where}: attributes")
+    if not attributes:
+        raise ConfigError(f"{where}: attributes is empty")
+    gammas = {}
+    for name, spec in attributes.items():
+        spec = _keys(spec, ATTRIBUTE_KEYS, f"{where}: attributes.{name}", ATTRIBUTE_KEYS)
+        gammas[name] = _number(spec["gamma"], f"{where}: attributes.{name}.gamma")
+    if not isinstance(raw["queries"], list) or not raw["queries"]:
+        raise ConfigError(f"{where}: queries must be a non-empty list")
+    queries = []
+    for index, entry in enumerate(raw["queries"], start=1):
+        at = f"{where}: queries[{index}]"
+        entry = _keys(entry, QUERY_KEYS, at, QUERY_KEYS)
+        mus = _keys(entry["mu"], set(gammas), f"{at}.mu")
+        queries.append(
+            QueryPlan(
+                by=_query_by(entry["by"], f"{at}.by"),
+                mu={a: _number(mu, f"{at}.mu.{a}") for a, mu in mus.items()},
+            )
+        )
+    psi_spec = raw.get("psi", {"name": "sqrt"})
+    if not isinstance(psi_spec, dict) or "name" not in psi_spec:
+        raise ConfigError(f"{where}: psi must be a mapping with a 'name', got {psi_spec!r}")
+    variance_mode = raw.get("variance", "estimated")
+    solver = raw.get("solver", "osqp")
+    if variance_mode != "estimated":
+        raise ConfigError(
+            f"{where}: variance '{variance_mode}' needs confidential true variances; a release uses 'estimated'"
+            f" (modes {', '.join(VARIANCE_MODES)} exist for ablation studies)"
+        )
+    if solver not in SOLVERS:
+        raise ConfigError(f"{where}: solver '{solver}' is unknown (choose one of {', '.join(SOLVERS)})")
+    try:
+        psi = make_psi(psi_spec["name"], **{k: _number(v, f"{where}: psi.{k}") for k, v in psi_spec.items() if k != "name"})
+        plan = MeasurementPlan(
+            psi=psi,
+            gammas=gammas,
+            queries=tuple(queries),
+            workflow=raw.get("workflow", "pnc"),
+            zeta=_number(raw.get("zeta", 0.01), f"{where}: zeta"),
+            cap=None if raw.get("mu_cap") is None else _number(raw["mu_cap"], f"{where}: mu_cap"),
+        )
+        plan.budget()  # a plan over its cap is refused here, before any data is read
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    return Config(plan=plan, variance_mode=variance_mode, solver=solver, source=source, raw=raw)
+
+
+def load_config(name_or_path: str | Path) -> Config:
+    """Load a config from a YAML file, or a shipped one by name ('baseline', 'uniform', 'employment')."""
+    path = Path(name_or_path)
+    if not path.is_file() and path.suffix == "" and str(name_or_path) in configs.available():
+        path = configs.path(str(name_or_path))
+    if not path.is_file():
+        raise ConfigError(
+            f"config '{name_or_path}' is neither a file nor a shipped config ({', '.join(configs.available())})"
+        )
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConfigError(f"config {path}: not valid YAML ({first})") from None
+    return parse_config(raw, str(path))

@@ -1,0 +1,192 @@
+"""The release pipeline: validated microdata -> measurements -> protected microdata -> release directory.
+
+No mathematics lives here; this module wires synth, measure, postprocess and evaluation and writes
+the release atomically (a temporary directory renamed into place only when complete).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from evaluation.tabulate import qcew_tables
+from gedp.config import Config
+from measure.workflows import Measurements, count_steps, measure
+from postprocess.wls import WLSResult, protect_attribute
+from synth.schema import InputError, public_columns
+
+PROTECTED_FILE = "protected.parquet"
+MEASUREMENTS_FILE = "measurements.parquet"
+TABLES_FILE = "qcew_tables.csv"
+MANIFEST_FILE = "manifest.json"
+VERSIONED_PACKAGES = ("gedp", "numpy", "scipy", "pandas", "pyarrow", "cvxpy", "osqp", "clarabel")
+
+
+@dataclass
+class Release:
+    """Everything a release publishes, in memory."""
+
+    protected: pd.DataFrame
+    measurements: Measurements
+    solver_results: dict[str, WLSResult]
+    tables: pd.DataFrame
+    manifest: dict
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def make_rng(seed: int | None) -> tuple[np.random.Generator, dict]:
+    """The release's generator and how the manifest describes it (the OS-entropy seed is not kept)."""
+    if seed is None:
+        return np.random.default_rng(np.random.SeedSequence()), {"kind": "os-entropy", "bit_generator": "PCG64"}
+    if seed < 0:
+        raise InputError(f"seed ({seed}) must be >= 0")
+    return np.random.default_rng(seed), {"kind": "seed", "seed": seed, "bit_generator": "PCG64"}
+
+
+def total_steps(config: Config) -> int:
+    """Progress steps of ``protect``: one per mechanism call and one per attribute solved, plus tables."""
+    return count_steps(config.plan) + len(config.plan.attributes) + 1
+
+
+def measurements_frame(measurements: Measurements) -> pd.DataFrame:
+    """All noisy answers in one long table: query, attribute, mechanism, group keys and the numbers."""
+    parts = []
+    for answer in measurements.answers:
+        part = answer.keys.reset_index(drop=True).copy()
+        part.insert(0, "query", answer.query.name)
+        part.insert(1, "attribute", answer.query.attribute)
+        part.insert(2, "mechanism", answer.mechanism)
+        part.insert(3, "mu", answer.mu)
+        part.insert(4, "variance_kind", answer.variance_kind)
+        part["released"] = answer.released
+        part["estimate"] = answer.estimate
+        part["variance"] = answer.variance
+        part["sd"] = answer.sd
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for package in VERSIONED_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def protect(
+    microdata: pd.DataFrame,
+    config: Config,
+    *,
+    rng: np.random.Generator,
+    rng_description: dict,
+    on_step: Callable[[str], None] | None = None,
+) -> Release:
+    """Measure validated microdata with the config's plan and postprocess it into a release."""
+    step = on_step or (lambda description: None)
+    plan = config.plan
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    measurements = measure(microdata, plan, rng=rng, on_step=step)
+    timings["measure_seconds"] = time.perf_counter() - start
+
+    public = microdata[public_columns(microdata)]
+    protected = public.copy()
+    solver_results = {}
+    for attribute in plan.attributes:
+        result = protect_attribute(
+            measurements.for_attribute(attribute), public, variance_mode=config.variance_mode, solver=config.solver
+        )
+        solver_results[attribute] = result
+        protected[attribute] = result.values
+        step(f"postprocess {attribute}")
+    timings["postprocess_seconds"] = time.perf_counter() - start - timings["measure_seconds"]
+
+    tables = qcew_tables(protected)
+    step("QCEW tables")
+    timings["protect_seconds"] = time.perf_counter() - start
+
+    mu_by_query: dict[str, dict[str, float]] = {}
+    for entry in measurements.budget.ledger:
+        mu_by_query.setdefault(entry["query"], {})[entry["attribute"]] = entry["mu"]
+    manifest = {
+        "gedp_version": _versions()["gedp"],
+        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "config_file": config.source,
+        "config": config.raw,
+        "establishments": int(len(microdata)),
+        "states": sorted(microdata["state"].unique().tolist()),
+        "workflow": plan.workflow,
+        "psi": plan.psi.params(),
+        "gammas": dict(plan.gammas),
+        "zeta": plan.zeta,
+        "tau": measurements.tau,
+        "mu_total": measurements.budget.spent,
+        "mu_planned_total": measurements.budget.total,
+        "mu_cap": plan.cap,
+        "mu": mu_by_query,
+        "ledger": measurements.budget.ledger,
+        "rng": rng_description,
+        "variance_mode": config.variance_mode,
+        "solver": {attribute: result.report() for attribute, result in solver_results.items()},
+        "versions": _versions(),
+        "timings": timings,
+        "files": {
+            "protected_microdata": PROTECTED_FILE,
+            "measurements": MEASUREMENTS_FILE,
+            "qcew_tables": TABLES_FILE,
+        },
+    }
+    return Release(protected, measurements, solver_results, tables, manifest, timings)
+
+
+def check_output_directory(out: Path) -> None:
+    """Refuse an output path that exists and is not an earlier release (checked before any work)."""
+    if out.exists() and not (out.is_dir() and (out / MANIFEST_FILE).is_file()):
+        raise InputError(f"output '{out}' exists and is not a gedp release; choose another --out")
+
+
+def write_release(release: Release, out: str | Path, extra_files: dict[str, dict] | None = None) -> Path:
+    """Write the release completely into a temporary directory, then move it into place.
+
+    An earlier release at ``out`` is replaced only after the new one is complete; on any error the
+    temporary directory is removed and ``out`` is left as it was.
+    """
+    out = Path(out).resolve()
+    check_output_directory(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        start = time.perf_counter()
+        release.protected.to_parquet(staging / PROTECTED_FILE, index=False)
+        measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE, index=False)
+        release.tables.to_csv(staging / TABLES_FILE, index=False)
+        for name, content in (extra_files or {}).items():
+            (staging / name).write_text(json.dumps(content, indent=2, default=float) + "\n")
+        release.manifest["timings"]["write_seconds"] = time.perf_counter() - start
+        (staging / MANIFEST_FILE).write_text(json.dumps(release.manifest, indent=2, default=float) + "\n")
+        if out.exists():
+            retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:8]}"
+            os.replace(out, retired)
+            os.replace(staging, out)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out

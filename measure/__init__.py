@@ -1,0 +1,1 @@
+"""Privacy: neighbor functions, budget plans, group-by queries and the noise mechanisms."""

@@ -1,0 +1,43 @@
+"""The noisy answer: what measurement hands to postprocessing (and what a release publishes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from measure.queries import Query
+
+
+@dataclass(frozen=True, eq=False)
+class NoisyAnswer:
+    """Released answers of one query on one attribute; every field is public.
+
+    Attributes:
+        query: the group-by spec and attribute.
+        keys: one row of public group keys per answer (no columns for the total).
+        released: what the mechanism released (omega on the psi scale for the psi-mechanism; the
+            noisy clipped sum for pnc).
+        estimate: unbiased-scale estimate of each group total.
+        variance: variance of ``estimate``: exact (public) for pnc, estimated from released values
+            for the psi-mechanism.
+        variance_kind: "exact" or "estimated".
+        mechanism: "psi" or "pnc".
+        mu: the GDP parameter this answer spent.
+        sd: standard deviation of the noise added on the released scale, per group.
+    """
+
+    query: Query
+    keys: pd.DataFrame
+    released: np.ndarray
+    estimate: np.ndarray
+    variance: np.ndarray
+    variance_kind: Literal["exact", "estimated"]
+    mechanism: str
+    mu: float
+    sd: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.estimate)

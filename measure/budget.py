@@ -1,0 +1,79 @@
+"""The mu-GDP budget plan: per query and attribute, composed as sqrt(sum mu^2), with a ledger."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+class BudgetError(ValueError):
+    """A budget plan or charge that would break the privacy guarantee."""
+
+
+def compose(mus: Iterable[float]) -> float:
+    """Total mu of fully adaptive composition of mu-GDP mechanisms: sqrt(sum of mu_k^2)."""
+    return math.sqrt(math.fsum(mu * mu for mu in mus))
+
+
+def check_mu(mu: float, what: str = "mu") -> None:
+    if not (math.isfinite(mu) and mu > 0):
+        raise BudgetError(f"{what} ({mu}) must be a finite number > 0")
+
+
+@dataclass
+class BudgetPlan:
+    """Planned mu per (query, attribute); refuses a plan over ``cap`` before any noise is drawn.
+
+    Every mechanism calls :meth:`spend` for the (query, attribute) it answers; the ledger records
+    each charge with what has been spent and what remains of the plan (and of the cap).
+    """
+
+    planned: Mapping[tuple[str, str], float]
+    cap: float | None = None
+    ledger: list[dict] = field(default_factory=list)
+    _spent: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.planned:
+            raise BudgetError("the budget plan has no queries")
+        for (query, attribute), mu in self.planned.items():
+            check_mu(mu, f"mu of query '{query}' on '{attribute}'")
+        if self.cap is not None:
+            check_mu(self.cap, "mu cap")
+            if self.total > self.cap * (1 + 1e-12):
+                raise BudgetError(
+                    f"planned total mu ({self.total:.4f}) exceeds the cap ({self.cap:.4f}); nothing was measured"
+                )
+
+    @property
+    def total(self) -> float:
+        """Total planned mu."""
+        return compose(self.planned.values())
+
+    @property
+    def spent(self) -> float:
+        """Total mu spent so far."""
+        return compose(self._spent.values())
+
+    def spend(self, query: str, attribute: str) -> float:
+        """Charge the planned mu of (query, attribute) once and return it."""
+        key = (query, attribute)
+        if key not in self.planned:
+            raise BudgetError(f"query '{query}' on '{attribute}' is not in the budget plan")
+        if key in self._spent:
+            raise BudgetError(f"query '{query}' on '{attribute}' was already answered; its budget is spent")
+        mu = self.planned[key]
+        self._spent[key] = mu
+        spent = self.spent
+        self.ledger.append(
+            {
+                "query": query,
+                "attribute": attribute,
+                "mu": mu,
+                "spent_total": spent,
+                "remaining_of_plan": math.sqrt(max(self.total**2 - spent**2, 0.0)),
+                "remaining_of_cap": None if self.cap is None else math.sqrt(max(self.cap**2 - spent**2, 0.0)),
+            }
+        )
+        return mu

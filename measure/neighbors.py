@@ -1,0 +1,237 @@
+"""Neighbor functions psi and uncertainty intervals (SPEC section 3).
+
+A neighbor function psi is strictly increasing, continuous and concave with psi(exp(x)) convex.
+Records are psi-close when |psi(x) - psi(x')| <= gamma for every confidential attribute, so gamma
+sets how far apart two values must be before the mechanism may tell them apart: the uncertainty
+interval I(x) = [psi^-1(max(psi(0), psi(x) - gamma)), psi^-1(psi(x) + gamma)].
+
+Each class also carries the closed forms the psi-mechanism needs on its scale: the unbiased
+estimate of a total from omega = psi(x) + N(0, sd^2), the true variance of that estimate, and the
+releasable variance computed at the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from synth.schema import InputError
+
+
+class NeighborFunction(ABC):
+    """psi: [0, inf) -> R with its inverse; ``inverse`` clamps arguments below psi(0) to 0."""
+
+    name: str
+
+    @abstractmethod
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """psi(x)."""
+
+    @abstractmethod
+    def _inverse(self, y: np.ndarray) -> np.ndarray:
+        """psi^-1(y) for y >= psi(0)."""
+
+    @property
+    def at_zero(self) -> float:
+        """psi(0) (-inf for log with a = 0)."""
+        with np.errstate(divide="ignore"):
+            return float(self(np.zeros(1))[0])
+
+    def inverse(self, y: np.ndarray) -> np.ndarray:
+        """psi^-1(max(y, psi(0))): 0 wherever y is below psi(0)."""
+        y = np.asarray(y, dtype=float)
+        return self._inverse(np.maximum(y, self.at_zero))
+
+    def interval(self, x: np.ndarray, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+        """Uncertainty interval I(x): the values psi-close to x for distance gamma."""
+        check_gamma(gamma)
+        p = self(np.asarray(x, dtype=float))
+        return self.inverse(p - gamma), self.inverse(p + gamma)
+
+    def check_domain(self, values: np.ndarray, what: str) -> None:
+        """Refuse values where psi is not finite (only log with a = 0 has such values: x = 0)."""
+
+    def params(self) -> dict[str, Any]:
+        """Parameters as recorded in a manifest."""
+        return {"name": self.name, **{k: v for k, v in self.__dict__.items()}}
+
+    # --- closed forms of the psi-mechanism on this scale ------------------------------------
+    def unbiased_estimate(self, omega: np.ndarray, sd: float) -> np.ndarray:
+        """x~ with E[x~] = x when omega = psi(x) + N(0, sd^2)."""
+        raise NotImplementedError(f"psi '{self.name}' has no closed-form unbiased estimate")
+
+    def estimate_variance(self, x: np.ndarray, sd: float) -> np.ndarray:
+        """Var(x~) at true total x."""
+        raise NotImplementedError(f"psi '{self.name}' has no closed-form variance")
+
+    def releasable_variance(self, estimate: np.ndarray, sd: float) -> np.ndarray:
+        """The variance formula evaluated at the estimate x~ (a function of released values only)."""
+        return self.estimate_variance(estimate, sd)
+
+
+def check_gamma(gamma: float) -> None:
+    if not (math.isfinite(gamma) and gamma >= 0):
+        raise ValueError(f"gamma ({gamma}) must be a finite number >= 0")
+
+
+def _check_offset(a: float) -> None:
+    if not (math.isfinite(a) and a >= 0):
+        raise ValueError(f"a ({a}) must be a finite number >= 0")
+
+
+@dataclass(frozen=True)
+class SqrtPsi(NeighborFunction):
+    """psi(x) = sqrt(x + a): absolute uncertainty grows like sqrt(x), relative uncertainty shrinks."""
+
+    a: float = 0.0
+    name = "sqrt"
+
+    def __post_init__(self) -> None:
+        _check_offset(self.a)
+
+    def __call__(self, x):
+        return np.sqrt(np.asarray(x, dtype=float) + self.a)
+
+    def _inverse(self, y):
+        return np.maximum(y * y - self.a, 0.0)
+
+    def unbiased_estimate(self, omega, sd):
+        # E[omega^2] = (x + a) + sd^2.
+        return np.asarray(omega, dtype=float) ** 2 - sd**2 - self.a
+
+    def estimate_variance(self, x, sd):
+        # Var((m + Z)^2) = 4 m^2 sd^2 + 2 sd^4 with m^2 = x + a.
+        return 2 * sd**2 * (2 * (np.asarray(x, dtype=float) + self.a) + sd**2)
+
+    def releasable_variance(self, estimate, sd):
+        # Floor x~ + a at 0 inside the formula so the variance is >= 2 sd^4 > 0.
+        shifted = np.maximum(np.asarray(estimate, dtype=float) + self.a, 0.0)
+        return 2 * sd**2 * (2 * shifted + sd**2)
+
+
+@dataclass(frozen=True)
+class LogPsi(NeighborFunction):
+    """psi(x) = log(x + a): multiplicative uncertainty (a = 0 needs every value > 0)."""
+
+    a: float = 0.0
+    name = "log"
+
+    def __post_init__(self) -> None:
+        _check_offset(self.a)
+
+    def __call__(self, x):
+        with np.errstate(divide="ignore"):
+            return np.log(np.asarray(x, dtype=float) + self.a)
+
+    def _inverse(self, y):
+        return np.maximum(np.exp(y) - self.a, 0.0)
+
+    def check_domain(self, values, what):
+        if self.a == 0 and np.any(np.asarray(values) <= 0):
+            count = int(np.sum(np.asarray(values) <= 0))
+            raise InputError(
+                f"psi log with a = 0 needs every value > 0, but {count} {what} are 0; use a > 0 (e.g. a = 1)"
+            )
+
+    def unbiased_estimate(self, omega, sd):
+        # E[exp(omega)] = (x + a) exp(sd^2 / 2).
+        return np.exp(np.asarray(omega, dtype=float) - sd**2 / 2) - self.a
+
+    def estimate_variance(self, x, sd):
+        return (np.asarray(x, dtype=float) + self.a) ** 2 * math.expm1(sd**2)
+
+
+@dataclass(frozen=True)
+class LinearPsi(NeighborFunction):
+    """psi(x) = x / d: person-level DP, d = one person's largest possible contribution."""
+
+    d: float = 1.0
+    name = "linear"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.d) and self.d > 0):
+            raise ValueError(f"d ({self.d}) must be a finite number > 0")
+
+    def __call__(self, x):
+        return np.asarray(x, dtype=float) / self.d
+
+    def _inverse(self, y):
+        return np.maximum(y * self.d, 0.0)
+
+    def unbiased_estimate(self, omega, sd):
+        return np.asarray(omega, dtype=float) * self.d
+
+    def estimate_variance(self, x, sd):
+        return np.full(np.shape(x), (self.d * sd) ** 2)
+
+
+@dataclass(frozen=True)
+class SqrtLinearPsi(NeighborFunction):
+    """Combined psi* protecting establishments (sqrt, distance gamma_sqrt) and people (linear, d).
+
+    gamma* = 1 and psi*'(x) = min(1 / (2 gamma sqrt(x)), 1 / d), so psi*(x) = x / d for
+    x <= d^2 / (4 gamma^2) and sqrt(x) / gamma - d / (4 gamma^2) beyond (SPEC section 3).
+    Use it with gamma = 1.
+    """
+
+    gamma_sqrt: float = 0.5
+    d: float = 1.0
+    name = "sqrt-linear"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.gamma_sqrt) and self.gamma_sqrt > 0):
+            raise ValueError(f"gamma_sqrt ({self.gamma_sqrt}) must be a finite number > 0")
+        if not (math.isfinite(self.d) and self.d > 0):
+            raise ValueError(f"d ({self.d}) must be a finite number > 0")
+
+    @property
+    def knot(self) -> float:
+        return self.d**2 / (4 * self.gamma_sqrt**2)
+
+    def __call__(self, x):
+        x = np.asarray(x, dtype=float)
+        g = self.gamma_sqrt
+        return np.where(x <= self.knot, x / self.d, np.sqrt(x) / g - self.d / (4 * g * g))
+
+    def _inverse(self, y):
+        g = self.gamma_sqrt
+        y = np.asarray(y, dtype=float)
+        at_knot = self.knot / self.d
+        return np.where(y <= at_knot, np.maximum(y * self.d, 0.0), (g * (y + self.d / (4 * g * g))) ** 2)
+
+
+NEIGHBOR_FUNCTIONS = {"sqrt": SqrtPsi, "log": LogPsi, "linear": LinearPsi, "sqrt-linear": SqrtLinearPsi}
+
+
+def make_psi(name: str, **params: float) -> NeighborFunction:
+    """Build a neighbor function by name (sqrt, log, linear, sqrt-linear) and parameters."""
+    try:
+        cls = NEIGHBOR_FUNCTIONS[name]
+    except KeyError:
+        raise ValueError(f"psi '{name}' is unknown; choose one of {', '.join(NEIGHBOR_FUNCTIONS)}") from None
+    try:
+        return cls(**params)
+    except TypeError:
+        raise ValueError(f"psi '{name}' takes parameters {list(cls.__dataclass_fields__)}, got {sorted(params)}") from None
+
+
+def interval_table(psi: NeighborFunction, gamma: float, values: np.ndarray) -> list[dict[str, float]]:
+    """Rows x, lower, upper, relative half-widths: the table a policy maker reads to choose gamma."""
+    values = np.asarray(values, dtype=float)
+    lower, upper = psi.interval(values, gamma)
+    rows = []
+    for x, lo, hi in zip(values, lower, upper):
+        rows.append(
+            {
+                "x": float(x),
+                "lower": float(lo),
+                "upper": float(hi),
+                "below_pct": float(100 * (x - lo) / x) if x > 0 else float("nan"),
+                "above_pct": float(100 * (hi - x) / x) if x > 0 else float("nan"),
+            }
+        )
+    return rows

@@ -1,0 +1,154 @@
+"""Measurement workflows: the identity query by the psi-mechanism, then the group-by queries by pnc
+(workflow "pnc") or by the psi-mechanism as well (workflow "psi")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from measure.answers import NoisyAnswer
+from measure.budget import BudgetPlan
+from measure.mechanisms import pnc_mechanism, pnc_tau, pnc_upper_bounds, psi_mechanism
+from measure.neighbors import NeighborFunction, check_gamma
+from measure.queries import IDENTITY, group_establishments, query_name
+
+WORKFLOWS = ("pnc", "psi")
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """One group-by query and its mu per attribute (attributes absent here are not measured by it)."""
+
+    by: tuple[str, ...]
+    mu: Mapping[str, float]
+
+    @property
+    def name(self) -> str:
+        return query_name(self.by)
+
+
+@dataclass(frozen=True)
+class MeasurementPlan:
+    """What to measure and how: psi, gamma per attribute, queries with budgets, workflow, zeta, cap."""
+
+    psi: NeighborFunction
+    gammas: Mapping[str, float]
+    queries: tuple[QueryPlan, ...]
+    workflow: Literal["pnc", "psi"] = "pnc"
+    zeta: float = 0.01
+    cap: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.workflow not in WORKFLOWS:
+            raise ValueError(f"workflow '{self.workflow}' is unknown; choose one of {', '.join(WORKFLOWS)}")
+        for attribute, gamma in self.gammas.items():
+            check_gamma(gamma)
+        names = [q.name for q in self.queries]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"query {repeated[0]} appears more than once in the plan")
+        for q in self.queries:
+            unknown = sorted(set(q.mu) - set(self.gammas))
+            if unknown:
+                raise ValueError(f"query {q.name} has a budget for '{unknown[0]}', which has no gamma")
+        if self.workflow == "pnc":
+            identity = self.identity_plan
+            lacking = [a for a in self.attributes if identity is None or a not in identity.mu]
+            if lacking:
+                raise ValueError(
+                    f"workflow pnc needs the identity query for every attribute; '{lacking[0]}' has none"
+                )
+        if not 0 < self.zeta < 1:
+            raise ValueError(f"zeta ({self.zeta}) must be in (0, 1)")
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """Attributes measured by at least one query."""
+        return tuple(a for a in self.gammas if any(a in q.mu for q in self.queries))
+
+    @property
+    def identity_plan(self) -> QueryPlan | None:
+        return next((q for q in self.queries if q.by == IDENTITY), None)
+
+    def budget(self) -> BudgetPlan:
+        """A fresh budget plan (checked against the cap) for one run of this plan."""
+        planned = {(q.name, a): mu for q in self.queries for a, mu in q.mu.items()}
+        return BudgetPlan(planned, cap=self.cap)
+
+
+@dataclass
+class Measurements:
+    """All noisy answers of one run, with the budget ledger and the public pnc quantities."""
+
+    answers: list[NoisyAnswer]
+    budget: BudgetPlan
+    tau: float | None = None
+    upper_bounds: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def for_attribute(self, attribute: str) -> list[NoisyAnswer]:
+        return [a for a in self.answers if a.query.attribute == attribute]
+
+
+def count_steps(plan: MeasurementPlan) -> int:
+    """Number of mechanism calls of ``measure`` (for progress display)."""
+    return sum(len(q.mu) for q in plan.queries)
+
+
+def measure(
+    microdata: pd.DataFrame,
+    plan: MeasurementPlan,
+    *,
+    rng: np.random.Generator,
+    on_step: Callable[[str], None] | None = None,
+) -> Measurements:
+    """Answer every query of ``plan`` on validated microdata with the plan's workflow.
+
+    The budget plan is checked against its cap before any noise is drawn. In workflow "pnc" all
+    identity answers come first; tau counts one upper bound per establishment and measured
+    attribute; every other query is answered by pnc with clip levels from those identity answers.
+    """
+    budget = plan.budget()
+    step = on_step or (lambda description: None)
+    groupings = {q.by: group_establishments(microdata, q.by) for q in plan.queries}
+    answers: list[NoisyAnswer] = []
+    identity = plan.identity_plan
+    identity_answers: dict[str, NoisyAnswer] = {}
+    if identity is not None:
+        for attribute in identity.mu:
+            answer = psi_mechanism(
+                microdata[attribute].to_numpy(),
+                groupings[IDENTITY],
+                attribute=attribute,
+                psi=plan.psi,
+                gamma=plan.gammas[attribute],
+                mu=budget.spend(identity.name, attribute),
+                rng=rng,
+            )
+            identity_answers[attribute] = answer
+            answers.append(answer)
+            step(f"identity on {attribute}")
+
+    tau = None
+    upper_bounds: dict[str, np.ndarray] = {}
+    if plan.workflow == "pnc":
+        tau = pnc_tau(plan.zeta, len(plan.attributes) * len(microdata))
+        upper_bounds = {a: pnc_upper_bounds(identity_answers[a], plan.psi, tau=tau) for a in plan.attributes}
+
+    for q in plan.queries:
+        if q.by == IDENTITY:
+            continue
+        for attribute in q.mu:
+            common = dict(attribute=attribute, psi=plan.psi, gamma=plan.gammas[attribute],
+                          mu=budget.spend(q.name, attribute), rng=rng)
+            values = microdata[attribute].to_numpy()
+            if plan.workflow == "pnc":
+                answer = pnc_mechanism(values, groupings[q.by], upper_bounds[attribute], **common)
+            else:
+                answer = psi_mechanism(values, groupings[q.by], **common)
+            answers.append(answer)
+            step(f"{q.name} on {attribute}")
+    return Measurements(answers=answers, budget=budget, tau=tau, upper_bounds=upper_bounds)

@@ -1,0 +1,1 @@
+"""Noisy answers -> consistent, nonnegative protected microdata (weighted least squares)."""

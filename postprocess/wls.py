@@ -1,0 +1,193 @@
+"""Inverse-variance weighted least squares with nonnegativity: noisy answers -> microdata (SPEC 5).
+
+Per confidential attribute, with one variable per establishment,
+
+    x^ = argmin_{x >= 0} sum_i (q_i(x) - a_i)^2 / v_i,
+
+where each query row q_i sums the establishments of one group. This module reads only public
+attributes and noisy answers, never confidential values.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import cvxpy as cp
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from measure.answers import NoisyAnswer
+from measure.queries import group_establishments
+
+VARIANCE_MODES = ("estimated", "exact", "hybrid")
+SOLVERS = {"osqp": cp.OSQP, "clarabel": cp.CLARABEL}
+#: Solver settings tight enough that KKT residuals stay far below one unit of the attribute.
+SOLVER_OPTIONS = {
+    "osqp": dict(eps_abs=1e-9, eps_rel=1e-9, max_iter=400_000, polish=True),
+    "clarabel": dict(),
+}
+#: A negative value this small (relative to the answers' scale) is solver round-off, set to 0.
+ROUNDOFF = 1e-6
+
+
+class SolverError(RuntimeError):
+    """The solver did not report an optimal solution."""
+
+
+@dataclass(frozen=True, eq=False)
+class LinearSystem:
+    """Stacked query rows ``matrix`` (groups x establishments), answers ``b`` and variances ``v``."""
+
+    matrix: sp.csr_matrix
+    b: np.ndarray
+    v: np.ndarray
+
+
+@dataclass(frozen=True)
+class WLSResult:
+    """Protected values of one attribute and how the solver got them."""
+
+    values: np.ndarray
+    solver: str
+    status: str
+    objective: float
+    kkt_residual: float
+    seconds: float
+    fixed_zero: int
+    clipped_negative: float
+
+    def report(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "values"}
+
+
+def answer_variances(
+    answer: NoisyAnswer, mode: str, exact_variances: Mapping[str, np.ndarray] | None
+) -> np.ndarray:
+    """The variances postprocessing weights ``answer`` by, under a variance mode.
+
+    ``estimated`` uses the released variances (the only private choice); ``exact`` replaces every
+    psi-mechanism variance by its true value and ``hybrid`` all but the identity query's. True
+    values come from ``exact_variances`` keyed by query name: confidential, ablation studies only.
+    """
+    if mode not in VARIANCE_MODES:
+        raise ValueError(f"variance mode '{mode}' is unknown; choose one of {', '.join(VARIANCE_MODES)}")
+    use_exact = answer.variance_kind == "estimated" and (
+        mode == "exact" or (mode == "hybrid" and not answer.query.is_identity)
+    )
+    if not use_exact:
+        return answer.variance
+    if exact_variances is None or answer.query.name not in exact_variances:
+        raise ValueError(f"variance mode '{mode}' needs the true variances of query {answer.query.name}")
+    return np.asarray(exact_variances[answer.query.name], dtype=float)
+
+
+def build_system(
+    answers: Sequence[NoisyAnswer],
+    public: pd.DataFrame,
+    variances: Sequence[np.ndarray],
+) -> LinearSystem:
+    """Stack the answers of one attribute into sparse query rows over the establishments of ``public``."""
+    n = len(public)
+    blocks, b, v = [], [], []
+    for answer, variance in zip(answers, variances):
+        grouping = group_establishments(public, answer.query.by)
+        if grouping.n_groups != len(answer) or not grouping.keys.equals(answer.keys.reset_index(drop=True)):
+            raise ValueError(
+                f"answers of query {answer.query.name} do not match the groups of the public data "
+                f"({len(answer)} answers, {grouping.n_groups} groups)"
+            )
+        blocks.append(
+            sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n))
+        )
+        b.append(answer.estimate)
+        v.append(variance)
+    return LinearSystem(sp.vstack(blocks, format="csr"), np.concatenate(b), np.concatenate(v))
+
+
+def kkt_residual(system: LinearSystem, x: np.ndarray) -> float:
+    """max_j |min(x_j, g_j / H_jj)|: the KKT residual of x >= 0 in units of the attribute.
+
+    g is the objective's gradient and H_jj its curvature along x_j, so g_j / H_jj is the Newton step
+    on x_j; at the optimum every x_j > 0 has g_j = 0 and every x_j = 0 has g_j >= 0.
+    """
+    a, w = system.matrix, 1.0 / system.v
+    gradient = 2 * (a.T @ (w * (a @ x - system.b)))
+    curvature = 2 * (a.multiply(a).T @ w)
+    step = np.divide(gradient, curvature, out=np.zeros_like(gradient), where=curvature > 0)
+    return float(np.max(np.abs(np.minimum(x, step)), initial=0.0))
+
+
+def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
+    """Solve min_{x >= 0} sum (A x - b)^2 / v with cvxpy; zero-variance rows fix their groups at 0.
+
+    A zero variance only arises for pnc groups whose clip level is 0 (so the exact answer is 0):
+    with x >= 0 that pins every establishment of the group at 0, which is imposed directly.
+
+    Raises:
+        SolverError: the solver's status is not optimal.
+    """
+    if solver not in SOLVERS:
+        raise ValueError(f"solver '{solver}' is unknown; choose one of {', '.join(SOLVERS)}")
+    start = time.perf_counter()
+    a, b, v = system.matrix, system.b, system.v
+    exact_rows = v <= 0
+    if np.any(b[exact_rows] != 0):
+        raise ValueError("an answer with variance 0 is not 0; zero variance is only valid for empty clipped sums")
+    fixed = np.zeros(a.shape[1], dtype=bool)
+    if exact_rows.any():
+        fixed[a[exact_rows].indices] = True
+    free = np.flatnonzero(~fixed)
+    keep = ~exact_rows
+    a_free, b_free, v_free = a[keep][:, free], b[keep], v[keep]
+
+    # Rescale x = c z with c^2 ~ typical variance, so weights are of order 1 (solver numerics only).
+    scale = float(np.sqrt(np.median(v_free))) if len(v_free) else 1.0
+    weight_sqrt = scale / np.sqrt(v_free)
+    z = cp.Variable(len(free), nonneg=True)
+    residual = cp.multiply(weight_sqrt, a_free @ z - b_free / scale)
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(residual)))
+    try:
+        problem.solve(solver=SOLVERS[solver], **SOLVER_OPTIONS[solver])
+    except cp.error.SolverError as err:
+        raise SolverError(f"{solver} failed: {err}") from None
+    if problem.status != cp.OPTIMAL:
+        raise SolverError(f"{solver} stopped with status '{problem.status}', not optimal")
+
+    values = np.zeros(a.shape[1])
+    values[free] = scale * z.value
+    clipped = float(max(0.0, -values.min(initial=0.0)))
+    if clipped > ROUNDOFF * max(scale, 1.0):
+        raise SolverError(f"{solver} returned a value of {-clipped:.3g}, below 0 beyond round-off")
+    values = np.maximum(values, 0.0)
+    objective = float(np.sum((a @ values - b)[keep] ** 2 / v[keep]))
+    return WLSResult(
+        values=values,
+        solver=solver,
+        status=str(problem.status),
+        objective=objective,
+        kkt_residual=kkt_residual(LinearSystem(a[keep], b[keep], v[keep]), values),
+        seconds=time.perf_counter() - start,
+        fixed_zero=int(fixed.sum()),
+        clipped_negative=clipped,
+    )
+
+
+def protect_attribute(
+    answers: Sequence[NoisyAnswer],
+    public: pd.DataFrame,
+    *,
+    variance_mode: str = "estimated",
+    exact_variances: Mapping[str, np.ndarray] | None = None,
+    solver: str = "osqp",
+) -> WLSResult:
+    """Protected establishment values of one attribute from all its noisy answers."""
+    if not answers:
+        raise ValueError("no answers to postprocess")
+    attributes = {answer.query.attribute for answer in answers}
+    if len(attributes) > 1:
+        raise ValueError(f"answers of several attributes ({', '.join(sorted(attributes))}) given together")
+    variances = [answer_variances(answer, variance_mode, exact_variances) for answer in answers]
+    return solve_wls(build_system(answers, public, variances), solver=solver)

@@ -1,0 +1,67 @@
+"""NAICS and geography hierarchy of the QCEW: sectors, supersectors, domains, aggregation levels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: Two-digit NAICS prefixes that BLS publishes as one sector.
+MERGED_SECTORS = {
+    "31": "31-33", "32": "31-33", "33": "31-33",
+    "44": "44-45", "45": "44-45",
+    "48": "48-49", "49": "48-49",
+}
+
+#: BLS supersector of every private NAICS sector.
+SUPERSECTOR_OF_SECTOR = {
+    "11": "1011", "21": "1011",
+    "23": "1012",
+    "31-33": "1013",
+    "22": "1021", "42": "1021", "44-45": "1021", "48-49": "1021",
+    "51": "1022",
+    "52": "1023", "53": "1023",
+    "54": "1024", "55": "1024", "56": "1024",
+    "61": "1025", "62": "1025",
+    "71": "1026", "72": "1026",
+    "81": "1027",
+    "99": "1029",
+}
+
+#: Goods-producing supersectors form domain 101; every other supersector is in 102.
+GOODS_SUPERSECTORS = frozenset({"1011", "1012", "1013"})
+
+#: Industry column tabulated at each QCEW aggregation level (state 51-58; county 71-78 = state + 20).
+INDUSTRY_OF_STATE_LEVEL = {
+    51: None, 52: "domain", 53: "supersector", 54: "sector",
+    55: "naics3", 56: "naics4", 57: "naics5", 58: "naics",
+}
+STATE_LEVELS = tuple(INDUSTRY_OF_STATE_LEVEL)
+COUNTY_LEVELS = tuple(level + 20 for level in STATE_LEVELS)
+#: The industry code BLS writes for "all industries".
+ALL_INDUSTRIES = "10"
+
+
+def derive_industry_codes(naics: pd.Series) -> pd.DataFrame:
+    """Every coarser industry code of six-digit NAICS codes.
+
+    Returns columns naics5, naics4, naics3, sector, supersector and domain, aligned with ``naics``.
+    Sectors outside SUPERSECTOR_OF_SECTOR map to missing supersector and domain (the caller validates).
+    """
+    codes = naics.astype(str)
+    out = pd.DataFrame(
+        {"naics5": codes.str[:5], "naics4": codes.str[:4], "naics3": codes.str[:3]}, index=naics.index
+    )
+    # Map on the few distinct prefixes, not on every row.
+    prefixes = codes.str[:2].astype("category")
+    sector_of_category = [MERGED_SECTORS.get(c, c) for c in prefixes.cat.categories]
+    sector = pd.Series(
+        pd.Series(sector_of_category, dtype=object).to_numpy()[prefixes.cat.codes.to_numpy()],
+        index=naics.index,
+    )
+    out["sector"] = sector.astype(str)
+    out["supersector"] = sector.map(SUPERSECTOR_OF_SECTOR)
+    goods = out["supersector"].isin(GOODS_SUPERSECTORS)
+    out["domain"] = pd.Series(np.where(goods, "101", "102"), index=naics.index).where(
+        out["supersector"].notna()
+    )
+    return out
