@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from evaluation.compare import compare_tabulations, error_summary
 from evaluation.tabulate import qcew_level, tabulate
 from gedp.config import Config, load_config
 from gedp.pipeline import PROTECTED_FILE, Release, check_output_directory, make_rng, protect, total_steps, write_release
+from measure.budget import compose
 from measure.neighbors import interval_table, make_psi
 from postprocess.wls import SolverError
 from synth.default_state import N_ESTABLISHMENTS, STATE_NAME, generate_default_state
@@ -57,10 +57,10 @@ def reported_errors():
     try:
         yield
     except InputError as err:
-        errors.print(f"[bold red]error:[/] {err}", highlight=False)
+        typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     except SolverError as err:
-        errors.print(f"[bold red]solver error:[/] {err}", highlight=False)
+        typer.echo(f"solver error: {err}", err=True)
         raise typer.Exit(1) from None
 
 
@@ -106,7 +106,7 @@ def _print_release_summary(release: Release, out: Path, seconds: float) -> None:
     per_attribute = {}
     for entry in manifest["ledger"]:
         per_attribute.setdefault(entry["attribute"], []).append(entry["mu"])
-    spent = ", ".join(f"{a} {np.sqrt(np.sum(np.square(m))):.3f}" for a, m in per_attribute.items())
+    spent = ", ".join(f"{a} {compose(m):.3f}" for a, m in per_attribute.items())
     console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent})")
     solvers = ", ".join(f"{a} {r['status']} in {r['seconds']:.1f}s" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
@@ -193,10 +193,7 @@ def tabulate_command(
             summary = {"source": str(microdata), "by": columns, "agglvl": agglvl, "rows": len(table), "table": str(out)}
             out.with_name(out.name + ".json").write_text(json.dumps(summary, indent=2) + "\n")
     if out is None:
-        shown = Table(*table.columns)
-        for row in table.head(25).itertuples(index=False):
-            shown.add_row(*[f"{v:,.1f}" if isinstance(v, float) else str(v) for v in row])
-        console.print(shown)
+        typer.echo(table.head(25).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     console.print(f"{len(table):,} rows" + (f" written to {out}" if out is not None else ""))
 
 
@@ -223,8 +220,13 @@ def interval(
         return
     table = Table("x", "lower", "upper", "below x", "above x", title=f"Uncertainty intervals, psi {psi}, gamma {gamma}")
     for row in rows:
-        table.add_row(*(f"{row[k]:,.4g}" for k in ("x", "lower", "upper")), f"-{row['below_pct']:.1f}%", f"+{row['above_pct']:.1f}%")
+        table.add_row(*(_readable(row[k]) for k in ("x", "lower", "upper")), f"-{row['below_pct']:.1f}%", f"+{row['above_pct']:.1f}%")
     console.print(table)
+
+
+def _readable(value: float) -> str:
+    """36,000 rather than 3.6e+04; four significant digits below 1,000."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def main() -> None:

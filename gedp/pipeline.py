@@ -13,7 +13,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -42,7 +42,6 @@ class Release:
     solver_results: dict[str, WLSResult]
     tables: pd.DataFrame
     manifest: dict
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 def make_rng(seed: int | None) -> tuple[np.random.Generator, dict]:
@@ -150,7 +149,7 @@ def protect(
             "qcew_tables": TABLES_FILE,
         },
     }
-    return Release(protected, measurements, solver_results, tables, manifest, timings)
+    return Release(protected, measurements, solver_results, tables, manifest)
 
 
 def check_output_directory(out: Path) -> None:

@@ -26,10 +26,10 @@ VARIANCE_MODES = ("estimated", "exact", "hybrid")
 SOLVERS = {"osqp": cp.OSQP, "clarabel": cp.CLARABEL}
 #: Solver settings tight enough that KKT residuals stay far below one unit of the attribute.
 SOLVER_OPTIONS = {
-    "osqp": dict(eps_abs=1e-9, eps_rel=1e-9, max_iter=400_000, polish=True),
-    "clarabel": dict(),
+    "osqp": dict(eps_abs=1e-9, eps_rel=1e-9, max_iter=400_000, polishing=True),
+    "clarabel": dict(tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10),
 }
-#: A negative value this small (relative to the answers' scale) is solver round-off, set to 0.
+#: A value within this of 0 (relative to the answers' scale) is solver round-off and set to 0.
 ROUNDOFF = 1e-6
 
 
@@ -161,7 +161,7 @@ def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
     clipped = float(max(0.0, -values.min(initial=0.0)))
     if clipped > ROUNDOFF * max(scale, 1.0):
         raise SolverError(f"{solver} returned a value of {-clipped:.3g}, below 0 beyond round-off")
-    values = np.maximum(values, 0.0)
+    values[values < ROUNDOFF * max(scale, 1.0)] = 0.0  # interior-point solvers stop just above 0
     objective = float(np.sum((a @ values - b)[keep] ** 2 / v[keep]))
     return WLSResult(
         values=values,

@@ -34,6 +34,7 @@ def _refuse(column: str, bad: np.ndarray, frame: pd.DataFrame, rule: str) -> Non
         return
     first = int(np.flatnonzero(bad)[0])
     example = frame[column].iloc[first]
+    example = example.item() if isinstance(example, np.generic) else example
     where = f"row {first + 1}"
     if "estab_id" in frame.columns and column != "estab_id":
         where += f" (estab_id {frame['estab_id'].iloc[first]})"

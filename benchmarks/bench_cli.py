@@ -1,0 +1,78 @@
+"""Whole-process time and peak memory of `gedp run` and `gedp protect` on the embedded default state.
+
+Each command runs in a fresh process (as a user runs it); peak memory is the child's maximum resident
+set size. Results are appended to benchmarks/RESULTS.md with a description of the machine.
+
+    python benchmarks/bench_cli.py [--repeat 3] [--sizes 25000,100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from synth.default_state import generate_default_state
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+
+
+def gedp_command() -> list[str]:
+    found = shutil.which("gedp")
+    return [found] if found else [sys.executable, "-m", "gedp"]
+
+
+def machine() -> str:
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB, Python {platform.python_version()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", default="25000", help="establishment counts for `gedp protect`")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cases = [("gedp run (default state, baseline)", [*gedp_command(), "run", "--seed", "1", "--out", "run"])]
+        for size in (int(s) for s in args.sizes.split(",")):
+            source = work / f"state-{size}.parquet"
+            generate_default_state(size, rng=np.random.default_rng(1)).to_parquet(source)
+            cases.append((f"gedp protect {size:,} establishments, baseline",
+                          [*gedp_command(), "protect", str(source), "--seed", "1", "--out", f"protect-{size}"]))
+        for label, command in cases:
+            # RUSAGE_CHILDREN is a high-water mark over all children: measure each case in its own process.
+            probe = [sys.executable, "-c",
+                     "import resource, subprocess, sys, time; t = time.perf_counter(); "
+                     "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+                     "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)",
+                     *command]
+            runs = []
+            for _ in range(args.repeat):
+                out = subprocess.run(probe, cwd=work, check=True, capture_output=True, text=True).stdout.split()
+                runs.append((float(out[0]), float(out[1])))
+            seconds = sorted(r[0] for r in runs)
+            rows.append((label, seconds[len(seconds) // 2], seconds[0], max(r[1] for r in runs)))
+            print(f"{label}: median {rows[-1][1]:.1f}s, best {rows[-1][2]:.1f}s, peak {rows[-1][3]:.0f} MiB", flush=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"\n## {stamp}: whole-process CLI ({args.repeat} runs each)\n", f"Machine: {machine()}\n",
+             "| command | median s | best s | peak memory MiB |", "|---|---|---|---|"]
+    lines += [f"| {label} | {median:.1f} | {best:.1f} | {peak:.0f} |" for label, median, best, peak in rows]
+    if not RESULTS.exists():
+        RESULTS.write_text("# Benchmark results\n\nAppended by the scripts in this folder; newest last.\n")
+    with RESULTS.open("a") as handle:
+        handle.write("\n".join(lines) + "\n")
+    print(f"recorded in {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

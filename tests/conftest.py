@@ -1,0 +1,26 @@
+"""Shared fixtures: small synthetic states and the path of the shared public QCEW data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from synth.default_state import generate_default_state
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def small_state():
+    """A 1,500-establishment default state (fixed seed): fast enough for end-to-end solves."""
+    return generate_default_state(1_500, rng=np.random.default_rng(7))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data, or a skip with the reason when it is absent (a user's machine)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared QCEW data not found at {SHARED_DATA} (present in CI only)")
+    return SHARED_DATA

@@ -1,0 +1,68 @@
+"""Composition arithmetic, the shipped plans' totals, the ledger, and refusal before any noise."""
+
+import math
+
+import numpy as np
+import pytest
+
+from gedp.config import load_config
+from measure.budget import BudgetError, BudgetPlan, compose
+from measure.workflows import measure
+
+
+def test_compose_is_root_sum_of_squares():
+    assert compose([0.3, 0.4]) == pytest.approx(0.5)
+    assert compose([1.0] * 9) == pytest.approx(3.0)
+    assert compose([]) == 0.0
+
+
+@pytest.mark.parametrize(
+    "name, per_attribute",
+    [
+        # SPEC section 6: per month / wage budgets of identity, state, NAICS-5, county, county x NAICS-5
+        ("baseline", [[0.70, 0.20, 0.60, 0.60, 0.70]] * 3 + [[0.15, 0.10, 0.15, 0.15, 0.15]]),
+        ("uniform", [[0.611, 0.179, 0.525, 0.525, 0.611]] * 4),
+        ("employment", [[0.7, 0.2, 0.6, 0.6, 0.7]] * 3),
+    ],
+)
+def test_shipped_plans_total_what_the_spec_says(name, per_attribute):
+    expected = math.sqrt(sum(mu * mu for row in per_attribute for mu in row))
+    plan = load_config(name).plan
+    assert plan.budget().total == pytest.approx(expected, rel=1e-12)
+    assert round(expected, 2) == {"baseline": 2.31, "uniform": 2.31, "employment": 2.28}[name]
+
+
+def test_ledger_records_every_charge_and_refuses_double_spending():
+    plan = BudgetPlan({("identity", "m1emp"): 0.6, ("total", "m1emp"): 0.8}, cap=1.5)
+    assert plan.spend("identity", "m1emp") == 0.6
+    plan.spend("total", "m1emp")
+    assert [e["query"] for e in plan.ledger] == ["identity", "total"]
+    assert plan.ledger[-1]["spent_total"] == pytest.approx(1.0)
+    assert plan.ledger[0]["remaining_of_plan"] == pytest.approx(0.8)
+    assert plan.ledger[-1]["remaining_of_cap"] == pytest.approx(math.sqrt(1.5**2 - 1.0))
+    with pytest.raises(BudgetError, match="already answered"):
+        plan.spend("total", "m1emp")
+    with pytest.raises(BudgetError, match="not in the budget plan"):
+        plan.spend("county", "m1emp")
+
+
+def test_over_cap_plan_is_refused_before_any_noise_is_drawn(small_state):
+    plan = load_config("baseline").plan
+    import dataclasses
+
+    over = dataclasses.replace(plan, cap=2.0)
+    rng = np.random.default_rng(3)
+    state_before = rng.bit_generator.state
+    with pytest.raises(BudgetError, match=r"planned total mu \(2.3065\) exceeds the cap \(2.0000\); nothing was measured"):
+        measure(small_state, over, rng=rng)
+    assert rng.bit_generator.state == state_before
+
+
+@pytest.mark.parametrize("planned, message", [
+    ({}, "has no queries"),
+    ({("total", "wage"): -0.1}, r"mu of query 'total' on 'wage' \(-0.1\) must be a finite number > 0"),
+    ({("total", "wage"): float("nan")}, "must be a finite number > 0"),
+])
+def test_invalid_plans_are_refused(planned, message):
+    with pytest.raises(BudgetError, match=message):
+        BudgetPlan(planned)

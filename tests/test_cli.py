@@ -1,0 +1,207 @@
+"""The command line end to end: releases, their manifest, bad input, tabulate and interval."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import configs
+from evaluation.tabulate import tabulate
+from gedp.cli import app
+from synth.schema import CONFIDENTIAL
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def planned_total(config_path) -> float:
+    """sqrt(sum of planned mu^2), read straight from the YAML file."""
+    raw = yaml.safe_load(open(config_path))
+    return math.sqrt(sum(mu * mu for query in raw["queries"] for mu in query["mu"].values()))
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "release"
+    result = invoke("run", "--establishments", 2_000, "--seed", 1, "--out", out)
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_run_writes_a_complete_release(release):
+    out, output = release
+    assert sorted(p.name for p in out.iterdir()) == [
+        "accuracy.json", "manifest.json", "measurements.parquet", "protected.parquet", "qcew_tables.csv"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["mu_total"] == pytest.approx(planned_total(configs.path("baseline")), rel=1e-12)
+    assert manifest["mu"]["identity"] == {"m1emp": 0.7, "m2emp": 0.7, "m3emp": 0.7, "wage": 0.15}
+    assert manifest["mu"]["state,county,naics5"]["wage"] == 0.15
+    assert manifest["psi"] == {"name": "sqrt", "a": 0.0}
+    assert manifest["gammas"] == {"m1emp": 0.5, "m2emp": 0.5, "m3emp": 0.5, "wage": 50.0}
+    assert manifest["zeta"] == 0.01 and manifest["rng"] == {"kind": "seed", "seed": 1, "bit_generator": "PCG64"}
+    assert {r["status"] for r in manifest["solver"].values()} == {"optimal"}
+    assert set(manifest["versions"]) >= {"gedp", "numpy", "cvxpy", "osqp"}
+    assert {"measure_seconds", "postprocess_seconds", "write_seconds"} <= set(manifest["timings"])
+    assert f"total mu = {manifest['mu_total']:.4f}" in output and "run time" in output
+
+
+def test_release_tabulations_are_nonnegative_and_consistent(release):
+    out, _ = release
+    protected = pd.read_parquet(out / "protected.parquet")
+    assert len(protected) == 2_000 and protected["estab_id"].is_unique
+    assert (protected[list(CONFIDENTIAL)] >= 0).all().all()
+    tables = pd.read_csv(out / "qcew_tables.csv", dtype={"area_fips": str, "industry_code": str})
+    for level in (51, 71, 74, 78):
+        published = tables[tables["agglvl_code"] == level]
+        assert (published[["month1_emplvl", "total_qtrly_wages"]] >= 0).all().all()
+        np.testing.assert_allclose(published["month1_emplvl"].sum(), protected["m1emp"].sum(), rtol=1e-9)
+    county = tables[tables["agglvl_code"] == 71].set_index("area_fips")["total_qtrly_wages"]
+    by_hand = protected.groupby("county")["wage"].sum()
+    np.testing.assert_allclose(county.to_numpy(), by_hand.to_numpy(), rtol=1e-12)
+
+
+def test_release_measurements_hold_every_answer(release):
+    out, _ = release
+    measurements = pd.read_parquet(out / "measurements.parquet")
+    protected = pd.read_parquet(out / "protected.parquet")
+    counts = measurements.groupby(["query", "attribute"]).size()
+    assert counts[("identity", "wage")] == 2_000
+    assert counts[("state,county", "m1emp")] == protected["county"].nunique()
+    assert set(measurements["mechanism"]) == {"psi", "pnc"}
+    pnc = measurements[measurements["mechanism"] == "pnc"]
+    np.testing.assert_allclose(pnc["variance"], pnc["sd"] ** 2)
+
+
+def test_rerun_replaces_an_earlier_release(release, tmp_path):
+    out = tmp_path / "again"
+    shutil.copytree(release[0], out)
+    (out / "stale.txt").write_text("from an earlier release")
+    assert invoke("run", "--establishments", 500, "--seed", 2, "--out", out, "--config", "employment").exit_code == 0
+    assert not (out / "stale.txt").exists()
+    assert json.loads((out / "manifest.json").read_text())["establishments"] == 500
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_protect_with_the_psi_workflow(tmp_path, small_state):
+    source = tmp_path / "in.csv"
+    small_state.to_csv(source, index=False)
+    out = tmp_path / "release"
+    result = invoke("protect", source, "--config", "employment", "--workflow", "psi", "--out", out, "--seed", 4)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["workflow"] == "psi" and manifest["tau"] is None
+    assert manifest["mu_total"] == pytest.approx(planned_total(configs.path("employment")))
+    assert set(pd.read_parquet(out / "measurements.parquet")["mechanism"]) == {"psi"}
+    assert "wage" not in pd.read_parquet(out / "protected.parquet").columns
+
+
+def bad_inputs(small_state):
+    frame = small_state[["estab_id", "state", "county", "naics", *CONFIDENTIAL]].head(50).copy()
+    negative = frame.copy()
+    negative.loc[[3, 9], "m2emp"] = -5
+    infinite = frame.copy()
+    infinite.loc[7, "wage"] = np.inf
+    duplicate = frame.copy()
+    duplicate.loc[10, "estab_id"] = duplicate.loc[2, "estab_id"]
+    naics = frame.copy()
+    naics.loc[4, "naics"] = "54151"
+    county = frame.copy()
+    county.loc[5, "county"] = "07"
+    return {
+        "negative": (negative, "column 'm2emp': 2 rows are negative"),
+        "not finite": (infinite, "column 'wage': 1 row are missing, not numbers, or not finite"),
+        "missing column": (frame.drop(columns=["m3emp"]), "missing column 'm3emp'"),
+        "duplicate id": (duplicate, "column 'estab_id': 1 row repeat an earlier estab_id"),
+        "naics": (naics, "column 'naics': 1 row are not 6-digit codes; e.g. row 5"),
+        "county": (county, "column 'county': 1 row are not 3-digit codes; e.g. row 6"),
+        "zero establishments": (frame.head(0), "no data rows"),
+    }
+
+
+def test_bad_microdata_exits_2_with_one_line_and_writes_nothing(tmp_path, small_state):
+    for name, (frame, message) in bad_inputs(small_state).items():
+        source = tmp_path / f"{name}.csv"
+        frame.to_csv(source, index=False)
+        out = tmp_path / f"out-{name}"
+        result = invoke("protect", source, "--out", out, "--seed", 1)
+        assert result.exit_code == 2, name
+        assert message in result.output, (name, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+        assert "Traceback" not in result.output
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{n}.csv" for n in bad_inputs(small_state))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda raw: raw.update(zeta_typo=0.1), "unknown key 'zeta_typo'"),
+    (lambda raw: raw["attributes"]["m1emp"].update(gama=0.5), "attributes.m1emp: unknown key 'gama'"),
+    (lambda raw: raw["queries"][0].update(mu={"m1emp": "lots"}), "queries[1].mu.m1emp must be a finite number"),
+    (lambda raw: raw["queries"][1].update(by=["county", "zipcode"]), "'zipcode' is not a public column"),
+    (lambda raw: raw.update(mu_cap=1.0), "planned total mu (2.3065) exceeds the cap (1.0000)"),
+    (lambda raw: raw.update(variance="exact"), "variance 'exact' needs confidential true variances"),
+    (lambda raw: raw.update(psi={"name": "cube"}), "psi 'cube' is unknown"),
+    (lambda raw: raw["queries"].pop(0), "workflow pnc needs the identity query"),
+])
+def test_bad_config_exits_2_before_reading_data(tmp_path, edit, message):
+    raw = yaml.safe_load(configs.path("baseline").read_text())
+    edit(raw)
+    config = tmp_path / "plan.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "out"
+    result = invoke("run", "--config", config, "--out", out, "--establishments", 100)
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not out.exists()
+
+
+def test_output_that_is_not_a_release_is_never_overwritten(tmp_path):
+    out = tmp_path / "documents"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    result = invoke("run", "--out", out, "--establishments", 100)
+    assert result.exit_code == 2 and "is not a gedp release" in result.output
+    assert (out / "thesis.tex").read_text() == "precious"
+
+
+def test_tabulate_a_release(release, tmp_path):
+    out, _ = release
+    table_path = tmp_path / "county_naics3.csv"
+    result = invoke("tabulate", out, "--by", "county,naics3", "--out", table_path)
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(table_path, dtype={"county": str, "naics3": str})
+    expected = tabulate(pd.read_parquet(out / "protected.parquet"), ["county", "naics3"])
+    np.testing.assert_allclose(table["m1emp"], expected["m1emp"])
+    assert json.loads(table_path.with_name(table_path.name + ".json").read_text())["rows"] == len(expected)
+    qcew = invoke("tabulate", out, "--agglvl", 74)
+    assert qcew.exit_code == 0 and "44-45" in qcew.output
+    assert invoke("tabulate", out, "--by", "zipcode").exit_code == 2
+
+
+def test_interval_table_and_json():
+    result = invoke("interval", "--psi", "sqrt", "--gamma", 0.5, 36, 36000)
+    assert result.exit_code == 0 and "30.25" in result.output and "42.25" in result.output
+    rows = json.loads(invoke("interval", "--psi", "log", "--gamma", 0.1, "--a", 1, "--json", 99).output)["intervals"]
+    assert rows[0]["upper"] == pytest.approx(100 * math.exp(0.1) - 1)
+    assert invoke("interval", "--psi", "sqrt", "--gamma", -1, 3).exit_code == 2
+
+
+def test_installed_command_runs_from_any_directory(tmp_path):
+    """The console script (or python -m gedp) finds its shipped configs outside the source tree."""
+    command = [shutil.which("gedp")] if shutil.which("gedp") else [sys.executable, "-m", "gedp"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([*command, "run", "--establishments", "300", "--seed", "3", "--config", "uniform"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "gedp-release" / "manifest.json").read_text())
+    assert manifest["mu_total"] == pytest.approx(planned_total(configs.path("uniform")))

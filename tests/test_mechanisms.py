@@ -1,0 +1,192 @@
+"""psi-mechanism and pnc against their definitions, by simulation and brute force.
+
+Statistical tests use fixed seeds. Each KS or z test rejects at p < 1e-3 (false-failure rate 0.1%
+per check under the null) and is paired with a power check: the same test rejects the wrong noise
+sd (x0.7, x1.3), the wrong bias correction, or the wrong tau.
+"""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from measure.mechanisms import (
+    pnc_mechanism,
+    pnc_mu,
+    pnc_sensitivity,
+    pnc_tau,
+    pnc_upper_bounds,
+    psi_confidence_interval,
+    psi_mechanism,
+    psi_mechanism_mu,
+)
+from measure.neighbors import LinearPsi, LogPsi, SqrtPsi
+from measure.queries import IDENTITY, Grouping, group_establishments
+
+ALPHA = 1e-3
+
+
+def identity_grouping(n: int) -> Grouping:
+    import pandas as pd
+
+    return group_establishments(pd.DataFrame({"estab_id": [f"E{i}" for i in range(n)]}), IDENTITY)
+
+
+def ks_pvalue(noise: np.ndarray, sd: float) -> float:
+    return stats.kstest(noise / sd, "norm").pvalue
+
+
+@pytest.mark.parametrize("psi, gamma, mu", [(SqrtPsi(), 0.5, 0.7), (LogPsi(a=1), 0.1, 1.0), (LinearPsi(3.0), 1.0, 0.4)])
+def test_psi_mechanism_noise_matches_its_privacy_cost(psi, gamma, mu):
+    n = 20_000
+    values = np.random.default_rng(1).gamma(0.5, 200, size=n)
+    answer = psi_mechanism(values, identity_grouping(n), attribute="m1emp", psi=psi, gamma=gamma, mu=mu,
+                           rng=np.random.default_rng(2))
+    noise = answer.released - psi(values)
+    sd = gamma / mu
+    assert psi_mechanism_mu(gamma, answer.sd[0]) == pytest.approx(mu)
+    assert ks_pvalue(noise, sd) > ALPHA
+    assert ks_pvalue(noise, 0.7 * sd) < ALPHA  # power: a wrong sd is caught
+    assert ks_pvalue(noise, 1.3 * sd) < ALPHA
+
+
+def test_psi_mechanism_on_groups_noises_the_group_sum():
+    import pandas as pd
+
+    public = pd.DataFrame({"county": np.repeat(["001", "002", "003"], [3, 1, 2])})
+    grouping = group_establishments(public, ("county",))
+    values = np.array([1.0, 2, 3, 10, 4, 5])
+    answer = psi_mechanism(values, grouping, attribute="wage", psi=SqrtPsi(), gamma=0.5, mu=1e9,
+                           rng=np.random.default_rng(0))
+    np.testing.assert_allclose(answer.released, np.sqrt([6.0, 10.0, 9.0]), atol=1e-6)
+    assert list(answer.keys["county"]) == ["001", "002", "003"]
+
+
+def _repeated_answers(psi, x, sd, n, seed):
+    """n independent psi-mechanism answers of the same total x (identity query of n copies)."""
+    return psi_mechanism(np.full(n, float(x)), identity_grouping(n), attribute="m1emp", psi=psi,
+                         gamma=sd, mu=1.0, rng=np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("psi, sd", [(SqrtPsi(), 0.714), (SqrtPsi(a=2), 0.714), (LogPsi(a=1), 0.1), (LogPsi(), 0.3)])
+@pytest.mark.parametrize("x", [0.5, 10.0, 1000.0])
+def test_estimates_are_unbiased_and_variances_exact(psi, sd, x):
+    n = 200_000
+    answer = _repeated_answers(psi, x, sd, n, seed=int(x * 10) + 3)
+    error = answer.estimate - x
+    standard_error = error.std(ddof=1) / np.sqrt(n)
+    assert abs(error.mean()) < 4 * standard_error
+    # power: the estimate without the bias correction is rejected
+    naive = psi.inverse(answer.released) - x
+    assert abs(naive.mean()) > 4 * naive.std(ddof=1) / np.sqrt(n)
+
+    # the variance formula against the sample variance, with the sample's own standard error
+    true_variance = psi.estimate_variance(x, sd)
+    centered = answer.estimate - answer.estimate.mean()
+    variance_se = np.sqrt((np.mean(centered**4) - np.var(centered) ** 2) / n)
+    assert abs(np.var(centered) - true_variance) < 4 * variance_se
+    for wrong in (0.7, 1.3):
+        assert abs(np.var(centered) - wrong * true_variance) > 4 * variance_se
+
+
+def test_sqrt_releasable_variance_is_unbiased_for_large_totals_and_positive_always():
+    sd, x, n = 0.714, 1000.0, 200_000
+    answer = _repeated_answers(SqrtPsi(), x, sd, n, seed=5)
+    v = SqrtPsi().estimate_variance(x, sd)
+    assert abs(answer.variance.mean() - v) < 4 * answer.variance.std(ddof=1) / np.sqrt(n)
+    small = _repeated_answers(SqrtPsi(), 0.0, sd, 10_000, seed=6)
+    assert np.all(small.variance >= 2 * sd**4 - 1e-12)
+
+
+def test_psi_confidence_interval_covers_95_percent():
+    n, sd, x = 40_000, 0.714, 36.0
+    answer = _repeated_answers(SqrtPsi(), x, sd, n, seed=8)
+    lower, upper = psi_confidence_interval(answer, SqrtPsi())
+    covered = np.mean((lower <= x) & (x <= upper))
+    assert abs(covered - 0.95) < 4 * np.sqrt(0.95 * 0.05 / n)
+
+
+def test_tau_makes_all_bounds_hold_with_probability_one_minus_zeta():
+    for zeta, m in [(0.01, 1), (0.01, 100_000), (0.2, 37)]:
+        tau = pnc_tau(zeta, m)
+        assert stats.norm.cdf(tau) ** m == pytest.approx(1 - zeta, rel=1e-9)
+
+
+@pytest.mark.parametrize("psi, gamma, mu", [(SqrtPsi(), 0.5, 0.7), (LogPsi(a=1), 0.1, 0.5)])
+def test_pnc_upper_bounds_cover_all_values_in_1_minus_zeta_of_runs(psi, gamma, mu):
+    """Coverage of all kc * n bounds per run is >= 1 - zeta (one-sided z test at 1e-3)."""
+    zeta, runs, n, kc = 0.1, 4_000, 50, 2
+    values = np.random.default_rng(11).gamma(0.7, 30, size=n * kc)
+    all_values = np.tile(values, runs)
+    identity = psi_mechanism(all_values, identity_grouping(len(all_values)), attribute="m1emp", psi=psi,
+                             gamma=gamma, mu=mu, rng=np.random.default_rng(12))
+
+    def coverage(tau):
+        upper = pnc_upper_bounds(identity, psi, tau=tau)
+        return np.mean(np.all((upper >= all_values).reshape(runs, n * kc), axis=1))
+
+    threshold = stats.norm.ppf(ALPHA) * np.sqrt(zeta * (1 - zeta) / runs)
+    assert coverage(pnc_tau(zeta, kc * n)) - (1 - zeta) > threshold
+    # power: a tau that forgets the kc attributes covers only (1 - zeta)^kc of the runs
+    assert coverage(pnc_tau(zeta, n)) - (1 - zeta) < threshold
+
+
+@pytest.mark.parametrize("psi, gamma", [(SqrtPsi(), 0.5), (SqrtPsi(a=1), 0.5), (LogPsi(a=1), 0.1), (LinearPsi(5.0), 1.0)])
+@pytest.mark.parametrize("clip", [0.1, 1.0, 7.5, 100.0, 5000.0])
+def test_pnc_sensitivity_equals_brute_force_maximum(psi, gamma, clip):
+    """max over psi-close x, x' on a grid of |min(x, u*) - min(x', u*)| equals Delta(u*)."""
+    grid = np.linspace(0.0, 3.0 * clip + 10.0, 3001)
+    grid = np.union1d(grid, [clip])
+    close = np.abs(psi(grid)[:, None] - psi(grid)[None, :]) <= gamma + 1e-12
+    clipped = np.minimum(grid, clip)
+    brute = np.max(np.where(close, np.abs(clipped[:, None] - clipped[None, :]), 0.0))
+    delta = pnc_sensitivity(np.array([clip]), psi, gamma)[0]
+    step = grid[1] - grid[0]
+    assert brute <= delta + 1e-9
+    assert brute >= delta - 2 * step
+
+
+def test_pnc_noise_matches_its_privacy_cost_and_clips_at_the_group_maximum():
+    import pandas as pd
+
+    rng = np.random.default_rng(21)
+    n_groups, per_group = 2_000, 5
+    public = pd.DataFrame({"county": np.repeat([f"{g:05d}" for g in range(n_groups)], per_group)})
+    grouping = group_establishments(public, ("county",))
+    values = rng.gamma(0.8, 20, size=n_groups * per_group)
+    upper = values * rng.uniform(0.8, 3.0, size=values.size)  # some values exceed their group's clip
+    psi, gamma, mu = SqrtPsi(), 0.5, 0.6
+    answer = pnc_mechanism(values, grouping, upper, attribute="m1emp", psi=psi, gamma=gamma, mu=mu,
+                           rng=np.random.default_rng(22))
+
+    clip = pd.Series(upper).groupby(grouping.codes).max().to_numpy()
+    clipped_sum = pd.Series(np.minimum(values, clip[grouping.codes])).groupby(grouping.codes).sum().to_numpy()
+    delta = clip - np.maximum(np.sqrt(clip) - gamma, 0.0) ** 2
+    np.testing.assert_allclose(answer.sd, delta / mu)
+    np.testing.assert_allclose(answer.variance, (delta / mu) ** 2)
+    np.testing.assert_allclose(pnc_mu(delta, answer.sd), mu)
+    standardized = (answer.released - clipped_sum) / answer.sd
+    assert stats.kstest(standardized, "norm").pvalue > ALPHA
+    assert stats.kstest(standardized / 0.7, "norm").pvalue < ALPHA
+    assert stats.kstest(standardized / 1.3, "norm").pvalue < ALPHA
+    assert answer.variance_kind == "exact" and answer.mechanism == "pnc"
+
+
+def test_pnc_group_with_zero_clip_is_released_exactly_as_zero():
+    import pandas as pd
+
+    grouping = group_establishments(pd.DataFrame({"county": ["001", "001", "002"]}), ("county",))
+    answer = pnc_mechanism(np.array([0.0, 0.0, 4.0]), grouping, np.array([0.0, 0.0, 9.0]), attribute="m1emp",
+                           psi=SqrtPsi(), gamma=0.5, mu=1.0, rng=np.random.default_rng(0))
+    assert answer.released[0] == 0.0 and answer.variance[0] == 0.0
+    assert answer.variance[1] > 0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: pnc_tau(0.0, 10), r"zeta \(0.0\) must be in \(0, 1\)"),
+    (lambda: pnc_tau(0.1, 0), r"n_bounds \(0\) must be >= 1"),
+    (lambda: psi_mechanism(np.ones(2), identity_grouping(2), attribute="m1emp", psi=SqrtPsi(), gamma=0.5, mu=0.0,
+                           rng=np.random.default_rng(0)), r"mu \(0.0\) must be a finite number > 0"),
+])
+def test_invalid_mechanism_parameters_are_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

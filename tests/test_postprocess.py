@@ -1,0 +1,119 @@
+"""Weighted least squares with nonnegativity: KKT, agreement with an independent solver, modes."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import lsq_linear
+
+from gedp.config import load_config
+from measure.mechanisms import psi_exact_variance
+from measure.queries import group_establishments
+from measure.workflows import measure
+from postprocess.wls import LinearSystem, answer_variances, build_system, kkt_residual, protect_attribute, solve_wls
+
+
+def random_system(seed: int, n: int = 300, zero_share: float = 0.4) -> LinearSystem:
+    """Nested queries (identity, total, 7 counties, 40 county x industry cells) with many zeros."""
+    rng = np.random.default_rng(seed)
+    public = pd.DataFrame({
+        "estab_id": [f"E{i}" for i in range(n)],
+        "county": rng.choice([f"{c:03d}" for c in range(7)], n),
+        "naics": rng.choice([f"{c:06d}" for c in range(6)], n),
+    })
+    truth = np.where(rng.random(n) < zero_share, 0.0, rng.gamma(0.6, 40, n))
+    rows, b, v = [], [], []
+    for by in (("estab_id",), (), ("county",), ("county", "naics")):
+        grouping = group_establishments(public, by)
+        rows.append(sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n)))
+        variance = rng.uniform(1, 50, grouping.n_groups) * (1 + grouping.sum(truth) / 10)
+        b.append(grouping.sum(truth) + rng.normal(0, np.sqrt(variance)))
+        v.append(variance)
+    return LinearSystem(sp.vstack(rows, format="csr"), np.concatenate(b), np.concatenate(v))
+
+
+def reference_solution(system: LinearSystem) -> np.ndarray:
+    """Independent solver: scipy's bounded least squares on the whitened system."""
+    w = 1 / np.sqrt(system.v)
+    result = lsq_linear(sp.diags(w) @ system.matrix, w * system.b, bounds=(0, np.inf), tol=1e-14,
+                        lsmr_tol="auto", max_iter=5000)
+    return result.x
+
+
+def objective(system: LinearSystem, x: np.ndarray) -> float:
+    return float(np.sum((system.matrix @ x - system.b) ** 2 / system.v))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("solver", ["osqp", "clarabel"])
+def test_solution_satisfies_kkt_and_matches_an_independent_solver(seed, solver):
+    system = random_system(seed)
+    result = solve_wls(system, solver=solver)
+    reference = reference_solution(system)
+    assert result.status == "optimal"
+    assert np.all(result.values >= 0)
+    binding = reference < 1e-8
+    assert binding.sum() > 10  # nonnegativity binds on this instance
+    assert np.all(result.values[binding] == 0)
+    assert result.objective == pytest.approx(objective(system, reference), rel=1e-6)
+    assert result.objective <= objective(system, reference) * (1 + 1e-6)
+    assert result.kkt_residual < 1e-3
+    assert kkt_residual(system, result.values) == pytest.approx(result.kkt_residual)
+
+
+def test_kkt_residual_detects_a_non_optimal_point():
+    system = random_system(4)
+    optimum = solve_wls(system).values
+    assert kkt_residual(system, optimum * 1.05 + 0.5) > 100 * kkt_residual(system, optimum)
+
+
+def test_osqp_and_clarabel_agree_on_a_release(small_state):
+    plan = load_config("baseline").plan
+    measurements = measure(small_state, plan, rng=np.random.default_rng(5))
+    public = small_state.drop(columns=["m1emp", "m2emp", "m3emp", "wage"])
+    for attribute in ("m1emp", "wage"):
+        answers = measurements.for_attribute(attribute)
+        osqp = protect_attribute(answers, public, solver="osqp")
+        clarabel = protect_attribute(answers, public, solver="clarabel")
+        assert osqp.objective == pytest.approx(clarabel.objective, rel=1e-6)
+        scale = np.sqrt(np.median(answers[0].variance))
+        np.testing.assert_allclose(osqp.values, clarabel.values, atol=1e-3 * scale)
+
+
+def test_zero_variance_groups_pin_their_establishments_at_zero():
+    system = random_system(6, n=60)
+    matrix = sp.vstack([system.matrix, sp.csr_matrix(([1.0, 1.0], ([0, 0], [3, 17])), shape=(1, 60))], format="csr")
+    pinned = LinearSystem(matrix, np.append(system.b, 0.0), np.append(system.v, 0.0))
+    result = solve_wls(pinned)
+    assert result.values[3] == 0 and result.values[17] == 0 and result.fixed_zero == 2
+    bad = LinearSystem(matrix, np.append(system.b, 5.0), np.append(system.v, 0.0))
+    with pytest.raises(ValueError, match="variance 0 is not 0"):
+        solve_wls(bad)
+
+
+def test_variance_modes_choose_released_or_true_variances(small_state):
+    plan = load_config("employment").plan
+    measurements = measure(small_state, dataclasses.replace(plan, workflow="psi"), rng=np.random.default_rng(8))
+    answers = measurements.for_attribute("m1emp")
+    exact = {}
+    for answer in answers:
+        totals = group_establishments(small_state, answer.query.by).sum(small_state["m1emp"].to_numpy())
+        exact[answer.query.name] = psi_exact_variance(answer, plan.psi, totals)
+    identity, county = answers[0], answers[3]
+    assert answer_variances(identity, "estimated", None) is identity.variance
+    np.testing.assert_array_equal(answer_variances(identity, "exact", exact), exact["identity"])
+    assert answer_variances(identity, "hybrid", exact) is identity.variance
+    np.testing.assert_array_equal(answer_variances(county, "hybrid", exact), exact[county.query.name])
+    with pytest.raises(ValueError, match="needs the true variances of query identity"):
+        answer_variances(identity, "exact", None)
+    with pytest.raises(ValueError, match="variance mode 'oracle' is unknown"):
+        answer_variances(identity, "oracle", None)
+
+
+def test_answers_that_do_not_match_the_public_data_are_refused(small_state):
+    measurements = measure(small_state, load_config("employment").plan, rng=np.random.default_rng(9))
+    answers = measurements.for_attribute("m1emp")
+    with pytest.raises(ValueError, match="do not match the groups of the public data"):
+        build_system(answers, small_state.iloc[:-1], [a.variance for a in answers])

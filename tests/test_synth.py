@@ -1,0 +1,119 @@
+"""Schema validation, industry derivation, readers, the month-2 rule and the default state."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from synth.default_state import generate_default_state
+from synth.hierarchy import derive_industry_codes
+from synth.io import read_microdata
+from synth.rules import month2_employment
+from synth.schema import InputError, validate_microdata
+
+
+def records(**overrides) -> pd.DataFrame:
+    frame = pd.DataFrame({
+        "estab_id": ["A", "B", "C"],
+        "state": ["44", "44", "44"],
+        "county": ["001", "007", "007"],
+        "naics": ["311811", "445110", "722511"],
+        "m1emp": [3.0, 10.0, 0.0],
+        "m2emp": [3.0, 11.0, 0.0],
+        "m3emp": [4.0, 12.0, 0.0],
+        "wage": [30_000.0, 90_000.0, 0.0],
+    })
+    for column, values in overrides.items():
+        frame[column] = values
+    return frame
+
+
+def test_industry_codes_follow_the_bls_hierarchy():
+    codes = derive_industry_codes(pd.Series(["311811", "326199", "445110", "484110", "541512", "111421", "999999"]))
+    assert list(codes["sector"]) == ["31-33", "31-33", "44-45", "48-49", "54", "11", "99"]
+    assert list(codes["supersector"]) == ["1013", "1013", "1021", "1021", "1024", "1011", "1029"]
+    assert list(codes["domain"]) == ["101", "101", "102", "102", "102", "101", "102"]
+    assert list(codes["naics3"]) == ["311", "326", "445", "484", "541", "111", "999"]
+    assert codes["naics5"].iloc[0] == "31181" and codes["naics4"].iloc[0] == "3118"
+
+
+def test_valid_records_get_canonical_columns():
+    out = validate_microdata(records(county=[1, 7, 7]))  # integer FIPS are zero-padded
+    assert list(out["county"]) == ["001", "007", "007"]
+    assert list(out["own"]) == ["5", "5", "5"]
+    assert out["m1emp"].dtype == np.float64
+    assert {"naics5", "sector", "supersector", "domain"} <= set(out.columns)
+
+
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        (records().iloc[:0], "zero establishments"),
+        (records().drop(columns=["wage"]), "missing column 'wage'"),
+        (records(estab_id=["A", "B", "A"]), r"column 'estab_id': 1 row repeat an earlier estab_id; e.g. row 3: 'A'"),
+        (records(m1emp=[3.0, -1.0, -2.0]), r"column 'm1emp': 2 rows are negative .* e.g. row 2 \(estab_id B\): -1.0"),
+        (records(wage=[1.0, np.inf, 2.0]), r"column 'wage': 1 row are missing, not numbers, or not finite; e.g. row 2"),
+        (records(m2emp=[1.0, np.nan, 2.0]), "column 'm2emp': 1 row are missing"),
+        (records(m3emp=["1", "x", "2"]), r"column 'm3emp': 1 row are missing, not numbers, or not finite; e.g. row 2 \(estab_id B\): 'x'"),
+        (records(naics=["31181", "445110", "7225111"]), r"column 'naics': 2 rows are not 6-digit codes; e.g. row 1 \(estab_id A\): '31181'"),
+        (records(county=["1", "007", "007"]), r"column 'county': 1 row are not 3-digit codes"),
+        (records(state=["44", "4a", "44"]), r"column 'state': 1 row are not 2-digit codes"),
+        (records(naics=["921110", "445110", "722511"]), r"column 'naics': 1 row are in no private NAICS sector"),
+    ],
+)
+def test_bad_input_is_refused_with_column_count_and_example(frame, message):
+    with pytest.raises(InputError, match=message):
+        validate_microdata(frame)
+
+
+def test_csv_reader_keeps_leading_zeros_and_reports_unreadable_files(tmp_path):
+    path = tmp_path / "in.csv"
+    records().to_csv(path, index=False)
+    assert list(read_microdata(path)["county"]) == ["001", "007", "007"]
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(InputError, match="is empty"):
+        read_microdata(tmp_path / "empty.csv")
+    (tmp_path / "latin.csv").write_bytes("estab_id,state\n\xe9t\xe9,44\n".encode("latin-1"))
+    with pytest.raises(InputError, match="cannot be read"):
+        read_microdata(tmp_path / "latin.csv")
+    with pytest.raises(InputError, match="does not exist"):
+        read_microdata(tmp_path / "nope.parquet")
+    with pytest.raises(InputError, match="unknown type '.xlsx'"):
+        (tmp_path / "a.xlsx").write_text("x")
+        read_microdata(tmp_path / "a.xlsx")
+
+
+def test_parquet_round_trip(tmp_path):
+    path = tmp_path / "in.parquet"
+    validate_microdata(records()).to_parquet(path)
+    pd.testing.assert_frame_equal(read_microdata(path), validate_microdata(records()))
+
+
+def test_month2_rule():
+    rng = np.random.default_rng(0)
+    m1 = np.array([0.0, 0.0, 5.0, 10.0, 100.0])
+    m3 = np.array([0.0, 4.0, 0.0, 10.0, 100.0])
+    m2 = month2_employment(m1, m3, rng=rng)
+    assert m2[0] == 0  # m1 = m3 = 0
+    assert m2[3] == 10 and m2[4] == 100  # no change: sigma = 0
+    # m2 <= 0 becomes 0 when m1 or m3 is 0, else 1: force it with a huge eta
+    many = 20_000
+    draw = month2_employment(np.full(many, 1.0), np.full(many, 3.0), eta=50.0, rng=rng)
+    assert draw.min() == 1.0
+    draw = month2_employment(np.full(many, 0.0), np.full(many, 3.0), eta=50.0, rng=rng)
+    assert draw.min() == 0.0 and np.all(draw == np.rint(draw))
+    # the mean is the midpoint and the variance 2 eta |m3 - m1| / (m3 + m1) (no clamping at these sizes)
+    draw = month2_employment(np.full(many, 100.0), np.full(many, 300.0), eta=0.5, rng=rng)
+    assert abs(draw.mean() - 200.0) < 4 * np.sqrt((0.5 + 1 / 12) / many)
+    assert draw.var() == pytest.approx(0.5 + 1 / 12, rel=0.05)  # + rounding variance 1/12
+
+
+def test_default_state_is_realistic_and_reproducible():
+    state = generate_default_state(rng=np.random.default_rng(2016))
+    again = generate_default_state(rng=np.random.default_rng(2016))
+    pd.testing.assert_frame_equal(state, again)
+    assert len(state) == 25_000 and state["county"].nunique() == 5
+    employment = state["m1emp"]
+    assert employment.mean() > 2 * employment.median()  # heavy-tailed
+    assert employment.max() > 100 * employment.median()
+    assert np.corrcoef(employment, state["wage"])[0, 1] > 0.8  # wages are driven by employment
+    assert state["sector"].nunique() == 20
