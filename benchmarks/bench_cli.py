@@ -1,9 +1,12 @@
-"""Whole-process time and peak memory of `gedp run` and `gedp protect` on the embedded default state.
+"""Whole-process time and peak memory of `gedp run`, `gedp protect` and `gedp synth`.
+
+`gedp protect` runs on the large profile rescaled to each of --sizes; `gedp synth --from-qcew` runs on
+the shared New Jersey file (252k establishments) when ../shared/data is present.
 
 Each command runs in a fresh process (as a user runs it); peak memory is the child's maximum resident
 set size. Results are appended to benchmarks/RESULTS.md with a description of the machine.
 
-    python benchmarks/bench_cli.py [--repeat 3] [--sizes 25000,100000]
+    python benchmarks/bench_cli.py [--repeat 3] [--sizes 35796,100000]
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.default_state import generate_default_state
+from synth.profiles import generate_profile, load_profile
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
@@ -38,15 +41,20 @@ def machine() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--sizes", default="25000", help="establishment counts for `gedp protect`")
+    parser.add_argument("--sizes", default="35796", help="establishment counts for `gedp protect`")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        cases = [("gedp run (default state, baseline)", [*gedp_command(), "run", "--seed", "1", "--out", "run"])]
+        cases = [("gedp run (small profile, 35,796 establishments, baseline)",
+                  [*gedp_command(), "run", "--seed", "1", "--out", "run"])]
+        new_jersey = Path(__file__).resolve().parents[2] / "shared" / "data" / "qcew_2016q1_34.csv"
+        if new_jersey.is_file():
+            cases.append(("gedp synth --from-qcew New Jersey (251,987 establishments)",
+                          [*gedp_command(), "synth", "--from-qcew", str(new_jersey), "--out", "nj.parquet"]))
         for size in (int(s) for s in args.sizes.split(",")):
             source = work / f"state-{size}.parquet"
-            generate_default_state(size, rng=np.random.default_rng(1)).to_parquet(source)
+            generate_profile(load_profile("large"), n_establishments=size, rng=np.random.default_rng(1)).to_parquet(source)
             cases.append((f"gedp protect {size:,} establishments, baseline",
                           [*gedp_command(), "protect", str(source), "--seed", "1", "--out", f"protect-{size}"]))
         for label, command in cases:

@@ -7,15 +7,9 @@ from collections.abc import Sequence
 import pandas as pd
 
 from synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
+from synth.qcew import QCEW_VALUE_COLUMNS
 from synth.schema import CONFIDENTIAL
 
-#: BLS open-data column of each confidential attribute.
-QCEW_VALUE_COLUMNS = {
-    "m1emp": "month1_emplvl",
-    "m2emp": "month2_emplvl",
-    "m3emp": "month3_emplvl",
-    "wage": "total_qtrly_wages",
-}
 QCEW_COLUMNS = (
     "area_fips", "own_code", "industry_code", "agglvl_code", "year", "qtr", "qtrly_estabs",
     *QCEW_VALUE_COLUMNS.values(),

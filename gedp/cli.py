@@ -27,8 +27,11 @@ from gedp.pipeline import PROTECTED_FILE, Release, check_output_directory, make_
 from measure.budget import compose
 from measure.neighbors import interval_table, make_psi
 from postprocess.wls import SolverError
-from synth.default_state import N_ESTABLISHMENTS, STATE_NAME, generate_default_state
+from synth.establishments import WITHIN_CELL_MODES, synthesize_state
 from synth.io import read_microdata, write_microdata
+from synth.profiles import DEFAULT_PROFILE, available_profiles, fit_profile, generate_profile, load_profile
+from synth.qcew import read_qcew
+from synth.validate import validation_report
 from synth.schema import CONFIDENTIAL, InputError
 
 app = typer.Typer(
@@ -39,7 +42,7 @@ app = typer.Typer(
 console = Console()
 errors = Console(stderr=True)
 
-#: Seed of the embedded default state (the data; the noise has its own --seed).
+#: Seed of the synthetic input of `gedp run` (the data; the noise has its own --seed).
 DEFAULT_STATE_SEED = 2016
 #: Tabulations whose accuracy `gedp run` reports (its input is synthetic, so truth may be shown).
 ACCURACY_CHECKS = {
@@ -119,16 +122,16 @@ def run(
     config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
     seed: Annotated[Optional[int], typer.Option(help="Noise seed (default: OS entropy, not reproducible).")] = None,
     workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
-    establishments: Annotated[int, typer.Option(help="Size of the embedded default state.")] = N_ESTABLISHMENTS,
+    profile: Annotated[str, typer.Option(help=f"Built-in state profile ({', '.join(available_profiles())}).")] = DEFAULT_PROFILE,
+    establishments: Annotated[Optional[int], typer.Option(help="Rescale the profile to this many establishments.")] = None,
 ) -> None:
-    """Protect the embedded default (synthetic) state and report accuracy against its known truth."""
+    """Protect a synthetic state (the small profile by default) and report accuracy against its truth."""
     start = time.perf_counter()
     with reported_errors():
         cfg = _load(config, workflow)
         check_output_directory(out.resolve())
-        if establishments < 1:
-            raise InputError(f"--establishments ({establishments}) must be >= 1")
-        truth = generate_default_state(establishments, rng=np.random.default_rng(DEFAULT_STATE_SEED))
+        spec = load_profile(profile)
+        truth = generate_profile(spec, n_establishments=establishments, rng=np.random.default_rng(DEFAULT_STATE_SEED))
         truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in cfg.plan.attributes])
         release = _release(truth, cfg, seed)
         accuracy = {}
@@ -139,12 +142,84 @@ def run(
             }
         written = write_release(release, out, extra_files={"accuracy.json": accuracy})
     _print_release_summary(release, written, time.perf_counter() - start)
-    console.print(f"  input: {STATE_NAME}, synthetic (seed {DEFAULT_STATE_SEED}), so accuracy can be shown:")
+    console.print(f"  input: synthetic profile '{spec['name']}' (seed {DEFAULT_STATE_SEED}), so accuracy can be shown:")
     table = Table("tabulation", "groups", *cfg.plan.attributes, title="median relative error |x~ - x| / (x + 1)")
     for label, by_attribute in accuracy.items():
         first = next(iter(by_attribute.values()))
         table.add_row(label, f"{first['groups']:,}", *[f"{s['median_relative']:.2%}" for s in by_attribute.values()])
     console.print(table)
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Write a file through a temporary name in the same folder, renamed only when complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.stem}.partial{path.suffix}")  # same suffix: same format
+    try:
+        write(staging)
+        staging.replace(path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+
+
+def _print_validation(report: dict) -> None:
+    table = Table("agglvl", "cells", "published", "suppressed", "max |synthetic - published|",
+                  "median estabs", "median m1emp", "median wages", title="synthetic versus published cells")
+    for level, row in report["levels"].items():
+        per_cell = row["per_cell"]
+        table.add_row(level, f"{row['cells']:,}", f"{row['published']:,}", f"{row['suppressed']:,}",
+                      f"{max(row['max_abs_difference'].values()):g}", f"{per_cell['establishments']['median']:g}",
+                      f"{per_cell['employment_m1']['median']:g}", f"{per_cell['wages']['median']:,.0f}")
+    console.print(table)
+    share = report["top1_share_m1emp_cells_5plus"]
+    console.print(f"  largest establishment's share of its cell's employment (cells with 5+): median {share['median']:.2f}, "
+                  f"p90 {share['p90']:.2f} over {share['cells']:,} cells")
+    verdict = "[green]every published cell reproduced exactly[/]" if report["exact"] else "[red]NOT exact[/]"
+    console.print(f"  {report['establishments']:,} establishments; {verdict}; negative values: {report['negative_values']}")
+
+
+@app.command()
+def synth(
+    out: Annotated[Path, typer.Option(help="Microdata file to write (.parquet or .csv).")],
+    profile: Annotated[Optional[str], typer.Option(help=f"Built-in profile ({', '.join(available_profiles())}) or profile JSON.")] = None,
+    from_qcew: Annotated[Optional[Path], typer.Option(help="BLS QCEW by-area open-data CSV of one state and quarter.")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed of the synthesis.")] = 1,
+    within_cell: Annotated[str, typer.Option(help="Within-cell sizes: realistic (skewed) or paper (source rule).")] = "realistic",
+    establishments: Annotated[Optional[int], typer.Option(help="With --profile: rescale to this many establishments.")] = None,
+    fit_profile_to: Annotated[Optional[Path], typer.Option("--fit-profile", help="With --from-qcew: also write a profile JSON.")] = None,
+) -> None:
+    """Write a synthetic state: from a built-in profile, or fitted to a published QCEW file."""
+    start = time.perf_counter()
+    with reported_errors():
+        if (profile is None) == (from_qcew is None):
+            raise InputError("give exactly one of --profile NAME and --from-qcew FILE")
+        if out.suffix.lower() not in (".parquet", ".csv"):
+            raise InputError(f"--out '{out}': use a .parquet or .csv file name")
+        if within_cell not in WITHIN_CELL_MODES:
+            raise InputError(f"--within-cell '{within_cell}': choose one of {', '.join(WITHIN_CELL_MODES)}")
+        rng = np.random.default_rng(seed)
+        if profile is not None:
+            spec = load_profile(profile)
+            microdata = generate_profile(spec, n_establishments=establishments, rng=rng)
+            summary = {"profile": spec["name"], "description": spec["description"], "seed": seed,
+                       "establishments": len(microdata), "counties": int(microdata["county"].nunique()),
+                       "totals": {a: float(microdata[a].sum()) for a in CONFIDENTIAL}}
+        else:
+            published = read_qcew(from_qcew)
+            microdata = synthesize_state(published, mode=within_cell, rng=rng)
+            summary = {"source": str(from_qcew), "within_cell": within_cell, "seed": seed,
+                       **validation_report(microdata, published)}
+        summary["seconds"] = time.perf_counter() - start
+        _write_atomically(out, lambda path: write_microdata(microdata, path))
+        sidecar = out.with_name(out.stem + (".validation.json" if from_qcew else ".summary.json"))
+        _write_atomically(sidecar, lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+        if fit_profile_to is not None and from_qcew is not None:
+            fitted = fit_profile(published, microdata, name=fit_profile_to.stem,
+                                 description=f"Fitted to {from_qcew.name} (gedp synth --from-qcew, {within_cell}, seed {seed})")
+            _write_atomically(fit_profile_to, lambda path: path.write_text(json.dumps(fitted, indent=1) + "\n"))
+    if from_qcew is not None:
+        _print_validation(summary)
+    console.print(f"Wrote {len(microdata):,} establishments to {out} and {sidecar.name} in {summary['seconds']:.1f}s")
 
 
 @app.command(name="protect")

@@ -7,15 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from synth.default_state import generate_default_state
+from synth.profiles import generate_profile, load_profile
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
 def small_state():
-    """A 1,500-establishment default state (fixed seed): fast enough for end-to-end solves."""
-    return generate_default_state(1_500, rng=np.random.default_rng(7))
+    """The small profile rescaled to 1,500 establishments (fixed seed): fast end-to-end solves."""
+    return generate_profile(load_profile("small"), n_establishments=1_500, rng=np.random.default_rng(7))
 
 
 @pytest.fixture(scope="session")

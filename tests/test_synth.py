@@ -3,8 +3,9 @@
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
-from synth.default_state import generate_default_state
+from synth.profiles import generate_profile, load_profile
 from synth.hierarchy import derive_industry_codes
 from synth.io import read_microdata
 from synth.rules import month2_employment
@@ -107,13 +108,59 @@ def test_month2_rule():
     assert draw.var() == pytest.approx(0.5 + 1 / 12, rel=0.05)  # + rounding variance 1/12
 
 
-def test_default_state_is_realistic_and_reproducible():
-    state = generate_default_state(rng=np.random.default_rng(2016))
-    again = generate_default_state(rng=np.random.default_rng(2016))
-    pd.testing.assert_frame_equal(state, again)
-    assert len(state) == 25_000 and state["county"].nunique() == 5
+def test_small_profile_is_realistic_and_reproducible():
+    profile = load_profile("small")
+    state = generate_profile(profile, rng=np.random.default_rng(2016))
+    pd.testing.assert_frame_equal(state, generate_profile(profile, rng=np.random.default_rng(2016)))
+    assert len(state) == 35_796 and state["county"].nunique() == 6 and "999" in set(state["county"])
+    counts = state.groupby(["county", "sector"]).size()
+    expected = {(c, s): n for c, sectors in profile["county_sector_establishments"].items() for s, n in sectors.items()}
+    assert counts.to_dict() == expected
     employment = state["m1emp"]
     assert employment.mean() > 2 * employment.median()  # heavy-tailed
     assert employment.max() > 100 * employment.median()
-    assert np.corrcoef(employment, state["wage"])[0, 1] > 0.8  # wages are driven by employment
+    assert stats.spearmanr(employment, state["wage"])[0] > 0.7  # wages rise with employment
     assert state["sector"].nunique() == 20
+
+
+def test_profile_wages_per_employee_follow_the_profile():
+    """Per sector, the mean log wage per employee is the profile's log-normal location, within 4 SE."""
+    profile = load_profile("large")
+    state = generate_profile(profile, rng=np.random.default_rng(4))
+    average = state[["m1emp", "m2emp", "m3emp"]].mean(axis=1)
+    paid = state[average > 0]
+    log_wage = np.log(paid["wage"] / average[average > 0])
+    for sector, values in log_wage.groupby(paid["sector"]):
+        if len(values) < 2_000:
+            continue
+        spec = profile["sectors"][sector]
+        # whole-dollar rounding of quarterly wages is negligible at these sizes
+        assert abs(values.mean() - spec["log_wage_per_employee_mean"]) < 4 * values.std() / np.sqrt(len(values)), sector
+        sd = spec["log_wage_per_employee_sd"]
+        assert abs(values.std() - sd) < 4 * sd / np.sqrt(2 * len(values)), sector
+
+
+def test_profile_keeps_each_sectors_mean_employment():
+    """Per sector, mean month-1 employment of employed establishments = the profile's, within 4 SE."""
+    profile = load_profile("large")
+    state = generate_profile(profile, rng=np.random.default_rng(3))
+    employed = state[state["m1emp"] > 0]
+    checked = 0
+    for sector, group in employed.groupby("sector"):
+        if len(group) < 2_000:
+            continue
+        target = profile["sectors"][sector]["mean_employment"]
+        standard_error = group["m1emp"].std() / np.sqrt(len(group))
+        # rounding to whole employees (at least 1) shifts the mean by a fraction of an employee
+        assert abs(group["m1emp"].mean() - target) < 4 * standard_error + 0.5, sector
+        checked += 1
+    assert checked >= 10
+
+
+def test_profile_rescaled_to_any_size():
+    state = generate_profile(load_profile("small"), n_establishments=1_234, rng=np.random.default_rng(0))
+    assert len(state) == 1_234 and state["estab_id"].is_unique
+    with pytest.raises(InputError, match=r"number of establishments \(0\) must be >= 1"):
+        generate_profile(load_profile("small"), n_establishments=0, rng=np.random.default_rng(0))
+    with pytest.raises(InputError, match="profile 'texas' is neither a file nor shipped"):
+        load_profile("texas")

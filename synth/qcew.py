@@ -1,0 +1,306 @@
+"""Published QCEW aggregates (BLS open-data by-area layout) and the cell fit that fills suppression.
+
+A state's private QCEW file publishes, at every aggregation level (state 51-58, county 71-78), the
+establishment count of every cell and, unless the cell is suppressed (disclosure code "N"), its
+monthly employment and wages. The finest cells are county x NAICS-6 (level 78).
+
+``fit_cells`` finds whole-number values for every suppressed finest cell such that every published
+cell at every level is reproduced exactly, nothing is negative, and suppressed cells are close to
+a plausible target (establishment count x the industry's average size among suppressed cells):
+
+1. a quadratic program (cvxpy) gives the closest fractional fit under all published totals;
+2. a linear program (HiGHS) rounds it: each cell goes to the floor or ceiling of its fractional
+   value and every total stays exact. Every published total is a sum over a group in one of two
+   laminar families (industry hierarchy within each county; industry hierarchy statewide), so the
+   constraint matrix is totally unimodular and the box [floor, ceil] around the fractional fit has
+   an integral vertex solution: the rounding always exists.
+
+If the published file is inconsistent (a cell whose published parts exceed it, counts that do not
+add up), the reader refuses it with the offending cell named; nothing is fitted or written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import cvxpy as cp
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
+from synth.schema import CONFIDENTIAL, InputError, validate_microdata
+
+#: BLS open-data column of each confidential attribute.
+QCEW_VALUE_COLUMNS = {
+    "m1emp": "month1_emplvl",
+    "m2emp": "month2_emplvl",
+    "m3emp": "month3_emplvl",
+    "wage": "total_qtrly_wages",
+}
+REQUIRED_COLUMNS = (
+    "area_fips", "own_code", "industry_code", "agglvl_code", "year", "qtr", "disclosure_code",
+    "qtrly_estabs_count", *QCEW_VALUE_COLUMNS.values(),
+)
+PRIVATE = "5"
+FINEST_LEVEL = 78
+#: Order in which attributes are fitted: month 2's target is the midpoint of the fitted months 1 and 3.
+FIT_ORDER = ("m1emp", "m3emp", "wage", "m2emp")
+
+
+@dataclass(frozen=True, eq=False)
+class PublishedState:
+    """One state's published private QCEW cells for one quarter.
+
+    Attributes:
+        state, year, qtr: the state FIPS code and the quarter.
+        aggregates: one row per published row (levels 51-58, 71-78): ``agglvl``, ``county`` ("" at
+            state levels), ``industry``, ``estabs``, ``suppressed`` and the attribute values.
+        cells: the finest cells (county x NAICS-6): ``county``, ``naics``, ``estabs`` and derived
+            industry codes, in the order of ``aggregates``' level-78 rows.
+        membership: sparse (aggregates x cells) 0/1 matrix: which finest cells make up each row.
+    """
+
+    state: str
+    year: int
+    qtr: int
+    aggregates: pd.DataFrame
+    cells: pd.DataFrame
+    membership: sp.csr_matrix
+
+
+def _industry_key(level: int) -> str | None:
+    return INDUSTRY_OF_STATE_LEVEL[level - 20 if level in COUNTY_LEVELS else level]
+
+
+def read_qcew(path: str | Path) -> PublishedState:
+    """Read and check a BLS QCEW by-area open-data CSV for one state and one quarter.
+
+    Raises:
+        InputError: unreadable file, missing columns, no private rows, several quarters or states,
+            or published cells that are inconsistent with their parts.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"QCEW file '{path}' does not exist")
+    try:
+        raw = pd.read_csv(path, dtype={"area_fips": str, "industry_code": str, "disclosure_code": str, "own_code": str})
+    except pd.errors.EmptyDataError:
+        raise InputError(f"QCEW file '{path}' is empty") from None
+    except (UnicodeDecodeError, pd.errors.ParserError, ValueError) as err:
+        raise InputError(f"QCEW file '{path}' cannot be read: {str(err).strip().splitlines()[0]}") from None
+    return published_state(raw, str(path))
+
+
+def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedState:
+    """Check QCEW rows (BLS layout) and index them by finest cell; see ``read_qcew``."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        raise InputError(f"{source}: missing column{'s' if len(missing) > 1 else ''} {', '.join(repr(c) for c in missing)}")
+    levels = (*STATE_LEVELS, *COUNTY_LEVELS)
+    private = raw[(raw["own_code"].astype(str).str.strip() == PRIVATE) & raw["agglvl_code"].isin(levels)]
+    if private.empty:
+        raise InputError(f"{source}: no private-ownership rows (own_code 5 at aggregation levels 51-58, 71-78)")
+    quarters = sorted({(int(y), int(q)) for y, q in zip(private["year"], private["qtr"])})
+    if len(quarters) > 1:
+        shown = ", ".join(f"{y} Q{q}" for y, q in quarters)
+        raise InputError(f"{source}: rows of {len(quarters)} quarters ({shown}); give one state and quarter per file")
+    fips = private["area_fips"].astype(str).str.strip()
+    bad_fips = ~fips.str.fullmatch(r"\d{5}")
+    if bad_fips.any():
+        raise InputError(f"{source}: {int(bad_fips.sum())} rows have an area_fips that is not 5 digits; e.g. {fips[bad_fips].iloc[0]!r}")
+    states = sorted(fips.str[:2].unique())
+    if len(states) > 1:
+        raise InputError(f"{source}: rows of {len(states)} states ({', '.join(states)}); give one state per file")
+    numbers = ["qtrly_estabs_count", *QCEW_VALUE_COLUMNS.values()]
+    values = private[numbers].apply(pd.to_numeric, errors="coerce")
+    bad = values.isna() | (values < 0)
+    if bad.any().any():
+        column = bad.any().idxmax()
+        raise InputError(f"column '{column}': {int(bad[column].sum())} private rows are not numbers >= 0")
+
+    aggregates = pd.DataFrame({
+        "agglvl": private["agglvl_code"].astype(int).to_numpy(),
+        "county": np.where(private["agglvl_code"].isin(COUNTY_LEVELS), fips.str[2:], ""),
+        "industry": private["industry_code"].astype(str).str.strip().to_numpy(),
+        "estabs": values["qtrly_estabs_count"].astype(np.int64).to_numpy(),
+        "suppressed": (private["disclosure_code"].fillna("").astype(str).str.strip() == "N").to_numpy(),
+    })
+    for attribute, column in QCEW_VALUE_COLUMNS.items():
+        aggregates[attribute] = values[column].to_numpy(dtype=float)
+    duplicated = aggregates.duplicated(["agglvl", "county", "industry"])
+    if duplicated.any():
+        row = aggregates[duplicated].iloc[0]
+        raise InputError(f"{source}: cell agglvl {row.agglvl} county {row.county or '-'} industry {row.industry} appears twice")
+    aggregates = aggregates.sort_values(["agglvl", "county", "industry"], ignore_index=True)
+
+    finest = aggregates[aggregates["agglvl"] == FINEST_LEVEL]
+    if finest.empty:
+        raise InputError(f"{source}: no county x NAICS-6 rows (aggregation level 78)")
+    cells = validate_microdata(
+        pd.DataFrame({"estab_id": np.arange(len(finest)), "state": states[0], "county": finest["county"].to_numpy(),
+                      "naics": finest["industry"].to_numpy()}),
+        attributes=(),
+    ).drop(columns=["estab_id", "own"])
+    cells["estabs"] = finest["estabs"].to_numpy()
+    membership = _membership(aggregates, cells, source)
+    published = PublishedState(states[0], quarters[0][0], quarters[0][1], aggregates, cells, membership)
+    _check_consistency(published, source)
+    return published
+
+
+def _describe(row: pd.Series) -> str:
+    where = f"county {row['county']}" if row["county"] else "statewide"
+    return f"agglvl {row['agglvl']} {where} industry {row['industry']}"
+
+
+def _membership(aggregates: pd.DataFrame, cells: pd.DataFrame, source: str) -> sp.csr_matrix:
+    """0/1 matrix of which finest cells each published row sums (rows in ``aggregates`` order)."""
+    rows, columns = [], []
+    cell_index = np.arange(len(cells))
+    for level, group in aggregates.groupby("agglvl", sort=False):
+        industry = _industry_key(level)
+        keys = pd.DataFrame({
+            "county": cells["county"] if level in COUNTY_LEVELS else "",
+            "industry": cells[industry] if industry else "10",
+        }, index=cells.index)
+        lookup = pd.Series(group.index.to_numpy(), index=pd.MultiIndex.from_frame(group[["county", "industry"]]))
+        position = lookup.reindex(pd.MultiIndex.from_frame(keys)).to_numpy()
+        orphan = np.isnan(position.astype(float)) & (cells["estabs"].to_numpy() > 0)
+        if orphan.any():
+            cell = cells[orphan].iloc[0]
+            raise InputError(
+                f"{source}: county {cell['county']} NAICS {cell['naics']} has establishments but no row at agglvl {level}"
+            )
+        found = ~np.isnan(position.astype(float))
+        rows.append(position[found].astype(np.int64))
+        columns.append(cell_index[found])
+    rows, columns = np.concatenate(rows), np.concatenate(columns)
+    return sp.csr_matrix((np.ones(len(rows)), (rows, columns)), shape=(len(aggregates), len(cells)))
+
+
+def _check_consistency(published: PublishedState, source: str) -> None:
+    """Counts add up at every level; no published cell is exceeded by its published parts."""
+    aggregates, membership = published.aggregates, published.membership
+    counts = membership @ published.cells["estabs"].to_numpy()
+    wrong = counts != aggregates["estabs"].to_numpy()
+    if wrong.any():
+        i = int(np.flatnonzero(wrong)[0])
+        raise InputError(
+            f"{source}: cell {_describe(aggregates.iloc[i])} has {aggregates['estabs'].iloc[i]} establishments "
+            f"but its county x NAICS-6 cells have {int(counts[i])}"
+        )
+    # Children at the next finer level of the same geography, and county cells within state cells.
+    levels = aggregates["agglvl"].to_numpy()
+    for attribute in CONFIDENTIAL:
+        value = aggregates[attribute].to_numpy()
+        published_value = np.where(aggregates["suppressed"], 0.0, value)
+        for parent_level in (*STATE_LEVELS, *COUNTY_LEVELS):
+            for child_level in (parent_level + 1, parent_level + 20):
+                if child_level not in levels or child_level in (59, 79) or (parent_level in COUNTY_LEVELS and child_level > 78):
+                    continue
+                parents = np.flatnonzero((levels == parent_level) & ~aggregates["suppressed"].to_numpy())
+                children = np.flatnonzero(levels == child_level)
+                # parent_of_child[c] = the parent row containing child c's cells.
+                overlap = membership[parents] @ membership[children].T
+                parent_row, child_row = overlap.nonzero()
+                parts = np.bincount(parent_row, weights=published_value[children][child_row], minlength=len(parents))
+                exceeded = parts > value[parents] + 1e-6
+                if exceeded.any():
+                    i = parents[int(np.flatnonzero(exceeded)[0])]
+                    raise InputError(
+                        f"{source}: published cell {_describe(aggregates.iloc[i])} has {attribute} "
+                        f"{value[i]:,.0f} but its published parts at agglvl {child_level} add up to "
+                        f"{parts[np.flatnonzero(exceeded)[0]]:,.0f}"
+                    )
+
+
+def _targets(published: PublishedState, attribute: str, known: np.ndarray, unknown_mask: np.ndarray) -> np.ndarray:
+    """Target of each suppressed cell: its establishments x the average size among suppressed
+    establishments of its finest published statewide industry (the remainder average)."""
+    aggregates, membership = published.aggregates, published.membership
+    estabs = published.cells["estabs"].to_numpy(dtype=float)
+    statewide = np.flatnonzero(aggregates["agglvl"].isin(STATE_LEVELS).to_numpy() & ~aggregates["suppressed"].to_numpy())
+    block = membership[statewide]
+    remainder_value = aggregates[attribute].to_numpy()[statewide] - block @ known
+    remainder_estabs = block @ (estabs * unknown_mask)
+    usable = remainder_estabs > 0
+    average = np.divide(np.maximum(remainder_value, 0.0), remainder_estabs, out=np.zeros(len(statewide)), where=usable)
+    # Finer statewide levels overwrite coarser ones: take the finest usable ancestor of each cell.
+    per_cell = np.zeros(len(estabs))
+    level_of = aggregates["agglvl"].to_numpy()[statewide]
+    for level in STATE_LEVELS:
+        rows = np.flatnonzero((level_of == level) & usable)
+        if len(rows):
+            covered = block[rows].T @ np.ones(len(rows)) > 0
+            per_cell[covered] = (block[rows].T @ average[rows])[covered]
+    return estabs * per_cell
+
+
+def fit_cells(published: PublishedState, *, solver: str = "CLARABEL") -> pd.DataFrame:
+    """Whole-number values of every finest cell that reproduce every published cell exactly.
+
+    Returns ``published.cells`` with the four attributes filled in (published values kept as is).
+
+    Raises:
+        InputError: no nonnegative fit reproduces the published totals (an inconsistent file).
+    """
+    cells = published.cells.copy()
+    finest = published.aggregates[published.aggregates["agglvl"] == FINEST_LEVEL]
+    empty = cells["estabs"].to_numpy() == 0
+    for attribute in FIT_ORDER:
+        value = finest[attribute].to_numpy(dtype=float)
+        unknown_mask = finest["suppressed"].to_numpy() & ~empty
+        known = np.where(unknown_mask, 0.0, value)
+        if attribute == "m2emp":
+            target = (cells["m1emp"].to_numpy() + cells["m3emp"].to_numpy()) / 2
+        else:
+            target = _targets(published, attribute, known, unknown_mask)
+        fitted = known.copy()
+        if unknown_mask.any():
+            fitted[unknown_mask] = _fit_suppressed(published, attribute, known, unknown_mask, target[unknown_mask], solver)
+        cells[attribute] = fitted
+    return cells
+
+
+def _fit_suppressed(published, attribute, known, unknown_mask, target, solver) -> np.ndarray:
+    aggregates = published.aggregates
+    rows = np.flatnonzero(~aggregates["suppressed"].to_numpy())
+    block = published.membership[rows]
+    right = aggregates[attribute].to_numpy()[rows] - block @ known
+    matrix = block[:, np.flatnonzero(unknown_mask)].tocsr()
+    involved = np.diff(matrix.indptr) > 0
+    if np.any(np.abs(right[~involved]) > 1e-6):
+        i = rows[np.flatnonzero(~involved & (np.abs(right) > 1e-6))[0]]
+        raise InputError(f"published cell {_describe(aggregates.iloc[i])} does not equal the sum of its published parts ({attribute})")
+    matrix, right = matrix[involved], np.rint(right[involved])
+
+    scale = max(1.0, float(np.median(target[target > 0])) if np.any(target > 0) else 1.0)
+    x = cp.Variable(matrix.shape[1], nonneg=True)
+    weight = 1.0 / np.sqrt(np.maximum(target / scale, 1e-3))
+    problem = cp.Problem(cp.Minimize(cp.sum_squares(cp.multiply(weight, x - target / scale))), [matrix @ x == right / scale])
+    try:
+        problem.solve(solver=solver)
+    except cp.error.SolverError:
+        problem.status = "solver_error"
+    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or x.value is None:
+        raise InputError(f"the published {attribute} totals are inconsistent: no nonnegative fit reproduces them ({problem.status})")
+    fractional = np.maximum(x.value * scale, 0.0)
+
+    # Controlled rounding: floor or ceiling of each cell, every published total exact (TU matrix).
+    low = np.floor(fractional + 1e-7)
+    high = np.maximum(np.ceil(fractional - 1e-7), low)
+    remainder = fractional - low
+    result = linprog(1.0 - 2.0 * remainder, A_eq=matrix, b_eq=right, bounds=np.column_stack([low, high]), method="highs-ds")
+    if result.status != 0:
+        # The fractional fit was within solver tolerance only: widen the box by one unit each way.
+        result = linprog(np.zeros(len(low)), A_eq=matrix, b_eq=right,
+                         bounds=np.column_stack([np.maximum(low - 1, 0), high + 1]), method="highs-ds")
+    if result.status != 0:
+        raise InputError(f"the published {attribute} totals are inconsistent: no whole-number fit reproduces them")
+    whole = np.rint(result.x) + 0.0  # no negative zeros
+    if np.max(np.abs(result.x - whole)) > 1e-6 or np.any(matrix @ whole != right):
+        raise RuntimeError(f"controlled rounding of {attribute} did not reach an integral solution")
+    return whole

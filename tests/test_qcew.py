@@ -1,0 +1,169 @@
+"""Synthetic states fitted to published QCEW aggregates: exactness, realism, bad files, profiles."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from evaluation.tabulate import qcew_tables
+from gedp.cli import app
+from synth.establishments import synthesize_state, top_share
+from synth.profiles import fit_profile, load_profile
+from synth.qcew import QCEW_VALUE_COLUMNS, read_qcew
+from synth.schema import CONFIDENTIAL, InputError
+from synth.validate import validation_report
+
+runner = CliRunner()
+
+
+def published_layout(microdata: pd.DataFrame) -> pd.DataFrame:
+    """What an agency publishes from microdata: every level in BLS layout, small cells suppressed.
+
+    Cells with fewer than 3 establishments at county levels 75-78 are suppressed (values published
+    as 0, disclosure code N), and so is every NAICS-6 cell of the state's largest NAICS-5 industry.
+    """
+    table = qcew_tables(microdata).rename(columns={"qtrly_estabs": "qtrly_estabs_count"})
+    table["own_code"] = table["own_code"].astype(str)
+    largest = microdata.groupby("naics5")["m1emp"].sum().idxmax()
+    suppressed = ((table["agglvl_code"] >= 75) & (table["qtrly_estabs_count"] < 3)) | (
+        (table["agglvl_code"] == 58) & table["industry_code"].str.startswith(largest))
+    table["disclosure_code"] = np.where(suppressed, "N", "")
+    table.loc[suppressed, list(QCEW_VALUE_COLUMNS.values())] = 0
+    return table
+
+
+@pytest.fixture(scope="module")
+def agency_file(tmp_path_factory, small_state):
+    path = tmp_path_factory.mktemp("qcew") / "published.csv"
+    published_layout(small_state).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["realistic", "paper"])
+def test_synthetic_state_reproduces_every_published_cell(agency_file, small_state, mode):
+    published = read_qcew(agency_file)
+    assert published.aggregates["suppressed"].sum() > 100
+    microdata = synthesize_state(published, mode=mode, rng=np.random.default_rng(0))
+    report = validation_report(microdata, published)
+    assert report["exact"] and report["negative_values"] == 0
+    assert set(report["levels"]) == {str(level) for level in (*range(51, 59), *range(71, 79))}
+    # independent check: tabulate again and compare with the file itself
+    again = published_layout(microdata).set_index(["area_fips", "agglvl_code", "industry_code"])
+    original = pd.read_csv(agency_file, dtype={"area_fips": str, "industry_code": str, "disclosure_code": str})
+    original = original.set_index(["area_fips", "agglvl_code", "industry_code"])
+    shown = original["disclosure_code"].fillna("") != "N"
+    for column in ("qtrly_estabs_count", *QCEW_VALUE_COLUMNS.values()):
+        np.testing.assert_array_equal(again.loc[original.index[shown], column], original.loc[shown, column])
+    cells = microdata.groupby(["county", "naics"]).size()
+    assert cells.to_dict() == small_state.groupby(["county", "naics"]).size().to_dict()
+    for attribute in CONFIDENTIAL:
+        assert np.all(microdata[attribute] == np.round(microdata[attribute]))
+
+
+def test_suppressed_cells_are_imputed_from_counts_and_industry_size(agency_file, small_state):
+    """Imputed county x NAICS-6 cells track the truth better than a uniform spread would."""
+    published = read_qcew(agency_file)
+    microdata = synthesize_state(published, rng=np.random.default_rng(1))
+    finest = published.aggregates[published.aggregates["agglvl"] == 78]
+    hidden = finest[finest["suppressed"]].set_index(["county", "industry"]).index
+    truth = small_state.groupby(["county", "naics"])["m1emp"].sum().reindex(hidden)
+    imputed = microdata.groupby(["county", "naics"])["m1emp"].sum().reindex(hidden)
+    estabs = small_state.groupby(["county", "naics"]).size().reindex(hidden)
+    uniform = estabs * truth.sum() / estabs.sum()
+    assert np.abs(imputed - truth).sum() < np.abs(uniform - truth).sum()
+
+
+def bad_variants(agency_file):
+    good = pd.read_csv(agency_file, dtype={"area_fips": str, "industry_code": str, "disclosure_code": str})
+    shown = good["disclosure_code"].fillna("") != "N"
+    exceeding = good.copy()
+    child = exceeding.index[(exceeding["agglvl_code"] == 78) & shown & (exceeding["month1_emplvl"] > 0)][0]
+    exceeding.loc[child, "month1_emplvl"] += 10**6
+    mixed = good.copy()
+    mixed.loc[mixed.index[:5], "year"] = 2015
+    return {
+        "missing": (good.drop(columns=["month2_emplvl"]), "missing column 'month2_emplvl'"),
+        "exceeding": (exceeding, "but its published parts at agglvl 78 add up to"),
+        "mixed": (mixed, "rows of 2 quarters (2015 Q1, 2016 Q1)"),
+        "no private": (good.assign(own_code="1"), "no private-ownership rows"),
+        "counts": (good.assign(qtrly_estabs_count=np.where(good["agglvl_code"] == 51, 5, good["qtrly_estabs_count"])),
+                   "has 5 establishments but its county x NAICS-6 cells have"),
+    }
+
+
+def test_bad_published_files_are_refused_with_nothing_written(agency_file, tmp_path):
+    for name, (frame, message) in bad_variants(agency_file).items():
+        path = tmp_path / f"{name}.csv"
+        frame.to_csv(path, index=False)
+        with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            read_qcew(path)
+        out = tmp_path / f"{name}.parquet"
+        result = runner.invoke(app, ["synth", "--from-qcew", str(path), "--out", str(out)])
+        assert result.exit_code == 2 and message in result.output, (name, result.output)
+        assert not out.exists() and not list(tmp_path.glob(f"*{name}*.json"))
+
+
+def test_synth_command_from_a_published_file(agency_file, tmp_path):
+    out = tmp_path / "state.parquet"
+    result = runner.invoke(app, ["synth", "--from-qcew", str(agency_file), "--out", str(out), "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    assert "every published cell reproduced exactly" in result.output
+    report = json.loads((tmp_path / "state.validation.json").read_text())
+    assert report["exact"] and report["seed"] == 3
+    assert all(max(level["max_abs_difference"].values()) == 0 for level in report["levels"].values())
+    assert len(pd.read_parquet(out)) == report["establishments"]
+
+
+def test_synth_command_from_a_profile(tmp_path):
+    out = tmp_path / "small.csv"
+    result = runner.invoke(app, ["synth", "--profile", "small", "--out", str(out), "--establishments", "900"])
+    assert result.exit_code == 0, result.output
+    assert len(pd.read_csv(out)) == 900
+    assert json.loads((tmp_path / "small.summary.json").read_text())["profile"] == "small"
+    both = runner.invoke(app, ["synth", "--profile", "small", "--from-qcew", "x.csv", "--out", str(out)])
+    assert both.exit_code == 2 and "exactly one of --profile" in both.output
+
+
+# --- the real published files (../shared/data) ------------------------------------------------
+STATES = {"44": ("qcew_2016q1_44.csv", "small", 35_796), "34": ("qcew_2016q1_34.csv", "large", 251_987)}
+
+
+@pytest.fixture(scope="module", params=sorted(STATES))
+def real_state(request, shared_data):
+    file_name, profile, establishments = STATES[request.param]
+    published = read_qcew(shared_data / file_name)
+    return published, profile, establishments
+
+
+@pytest.mark.shared_data
+def test_real_states_are_reproduced_exactly_at_every_level(real_state):
+    published, _, establishments = real_state
+    realistic = synthesize_state(published, mode="realistic", rng=np.random.default_rng(1))
+    paper = synthesize_state(published, mode="paper", rng=np.random.default_rng(1))
+    for microdata in (realistic, paper):
+        report = validation_report(microdata, published)
+        assert report["exact"] and report["negative_values"] == 0
+        assert report["establishments"] == establishments
+        for level in report["levels"].values():
+            assert max(level["max_abs_difference"].values()) == 0 and level["max_abs_difference_estabs"] == 0
+    # realistic sizes give dominant establishments; the source rule gives near-equal ones: the median
+    # largest-establishment share of cells with 5+ establishments is at least 10 points higher
+    assert top_share(realistic)["median"] > top_share(paper)["median"] + 0.10
+
+
+@pytest.mark.shared_data
+def test_shipped_profiles_hold_the_published_counts(real_state):
+    published, profile_name, establishments = real_state
+    profile = load_profile(profile_name)
+    sectors = published.aggregates.query("agglvl == 74 and estabs > 0")
+    expected = {(c, s): n for c, s, n in zip(sectors["county"], sectors["industry"], sectors["estabs"])}
+    shipped = {(c, s): n for c, row in profile["county_sector_establishments"].items() for s, n in row.items()}
+    assert shipped == expected and profile["establishments"] == establishments
+    # a refit reproduces the shipped parameters (solver vertices may differ slightly by platform)
+    refit = fit_profile(published, synthesize_state(published, rng=np.random.default_rng(1)), name="x", description="")
+    for sector, spec in profile["sectors"].items():
+        assert refit["sectors"][sector]["industries"] == spec["industries"]
+        for key in ("log_employment_mean", "log_employment_sd", "log_wage_per_employee_mean", "zero_share"):
+            assert refit["sectors"][sector][key] == pytest.approx(spec[key], abs=0.05), (sector, key)
