@@ -99,7 +99,7 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
     if not isinstance(psi_spec, dict) or "name" not in psi_spec:
         raise ConfigError(f"{where}: psi must be a mapping with a 'name', got {psi_spec!r}")
     variance_mode = raw.get("variance", "estimated")
-    solver = raw.get("solver", "osqp")
+    solver = raw.get("solver", "auto")
     if variance_mode != "estimated":
         raise ConfigError(
             f"{where}: variance '{variance_mode}' needs confidential true variances; a release uses 'estimated'"

@@ -21,9 +21,12 @@ import scipy.sparse as sp
 
 from measure.answers import NoisyAnswer
 from measure.queries import group_establishments
+from postprocess.structured import NotNested, solve_structured_wls
 
 VARIANCE_MODES = ("estimated", "exact", "hybrid")
-SOLVERS = {"osqp": cp.OSQP, "clarabel": cp.CLARABEL}
+#: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.
+CVXPY_SOLVERS = {"osqp": cp.OSQP, "clarabel": cp.CLARABEL}
+SOLVERS = ("auto", "structured", *CVXPY_SOLVERS)
 #: Solver settings tight enough that KKT residuals stay far below one unit of the attribute.
 SOLVER_OPTIONS = {
     "osqp": dict(eps_abs=1e-9, eps_rel=1e-9, max_iter=400_000, polishing=True),
@@ -58,6 +61,7 @@ class WLSResult:
     seconds: float
     fixed_zero: int
     clipped_negative: float
+    iterations: int | None = None
 
     def report(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "values"}
@@ -120,28 +124,59 @@ def kkt_residual(system: LinearSystem, x: np.ndarray) -> float:
     return float(np.max(np.abs(np.minimum(x, step)), initial=0.0))
 
 
-def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
-    """Solve min_{x >= 0} sum (A x - b)^2 / v with cvxpy; zero-variance rows fix their groups at 0.
+def _pinned_rows(system: LinearSystem) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of zero variance and the establishments they pin at 0.
 
     A zero variance only arises for pnc groups whose clip level is 0 (so the exact answer is 0):
     with x >= 0 that pins every establishment of the group at 0, which is imposed directly.
+    """
+    exact_rows = system.v <= 0
+    if np.any(system.b[exact_rows] != 0):
+        raise ValueError("an answer with variance 0 is not 0; zero variance is only valid for empty clipped sums")
+    fixed = np.zeros(system.matrix.shape[1], dtype=bool)
+    if exact_rows.any():
+        fixed[system.matrix[exact_rows].indices] = True
+    return exact_rows, fixed
+
+
+def _result(system: LinearSystem, values: np.ndarray, *, solver: str, status: str, start: float,
+            iterations: int | None = None) -> WLSResult:
+    """Check a solution (round-off below 0 only), set round-off to 0, and measure it."""
+    exact_rows, fixed = _pinned_rows(system)
+    keep = ~exact_rows
+    scale = float(np.sqrt(np.median(system.v[keep]))) if keep.any() else 1.0
+    clipped = float(max(0.0, -values.min(initial=0.0)))
+    if clipped > ROUNDOFF * max(scale, 1.0):
+        raise SolverError(f"{solver} returned a value of {-clipped:.3g}, below 0 beyond round-off")
+    values = values.copy()
+    values[values < ROUNDOFF * max(scale, 1.0)] = 0.0  # interior-point solvers stop just above 0
+    kept = LinearSystem(system.matrix[keep], system.b[keep], system.v[keep])
+    return WLSResult(
+        values=values,
+        solver=solver,
+        status=status,
+        objective=float(np.sum((kept.matrix @ values - kept.b) ** 2 / kept.v)),
+        kkt_residual=kkt_residual(kept, values),
+        seconds=time.perf_counter() - start,
+        fixed_zero=int(fixed.sum()),
+        clipped_negative=clipped,
+        iterations=iterations,
+    )
+
+
+def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
+    """Solve min_{x >= 0} sum (A x - b)^2 / v with cvxpy; zero-variance rows fix their groups at 0.
 
     Raises:
         SolverError: the solver's status is not optimal.
     """
-    if solver not in SOLVERS:
-        raise ValueError(f"solver '{solver}' is unknown; choose one of {', '.join(SOLVERS)}")
+    if solver not in CVXPY_SOLVERS:
+        raise ValueError(f"solver '{solver}' is not a cvxpy solver; choose one of {', '.join(CVXPY_SOLVERS)}")
     start = time.perf_counter()
-    a, b, v = system.matrix, system.b, system.v
-    exact_rows = v <= 0
-    if np.any(b[exact_rows] != 0):
-        raise ValueError("an answer with variance 0 is not 0; zero variance is only valid for empty clipped sums")
-    fixed = np.zeros(a.shape[1], dtype=bool)
-    if exact_rows.any():
-        fixed[a[exact_rows].indices] = True
+    exact_rows, fixed = _pinned_rows(system)
     free = np.flatnonzero(~fixed)
     keep = ~exact_rows
-    a_free, b_free, v_free = a[keep][:, free], b[keep], v[keep]
+    a_free, b_free, v_free = system.matrix[keep][:, free], system.b[keep], system.v[keep]
 
     # Rescale x = c z with c^2 ~ typical variance, so weights are of order 1 (solver numerics only).
     scale = float(np.sqrt(np.median(v_free))) if len(v_free) else 1.0
@@ -150,29 +185,27 @@ def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
     residual = cp.multiply(weight_sqrt, a_free @ z - b_free / scale)
     problem = cp.Problem(cp.Minimize(cp.sum_squares(residual)))
     try:
-        problem.solve(solver=SOLVERS[solver], **SOLVER_OPTIONS[solver])
+        problem.solve(solver=CVXPY_SOLVERS[solver], **SOLVER_OPTIONS[solver])
     except cp.error.SolverError as err:
         raise SolverError(f"{solver} failed: {err}") from None
     if problem.status != cp.OPTIMAL:
         raise SolverError(f"{solver} stopped with status '{problem.status}', not optimal")
-
-    values = np.zeros(a.shape[1])
+    values = np.zeros(system.matrix.shape[1])
     values[free] = scale * z.value
-    clipped = float(max(0.0, -values.min(initial=0.0)))
-    if clipped > ROUNDOFF * max(scale, 1.0):
-        raise SolverError(f"{solver} returned a value of {-clipped:.3g}, below 0 beyond round-off")
-    values[values < ROUNDOFF * max(scale, 1.0)] = 0.0  # interior-point solvers stop just above 0
-    objective = float(np.sum((a @ values - b)[keep] ** 2 / v[keep]))
-    return WLSResult(
-        values=values,
-        solver=solver,
-        status=str(problem.status),
-        objective=objective,
-        kkt_residual=kkt_residual(LinearSystem(a[keep], b[keep], v[keep]), values),
-        seconds=time.perf_counter() - start,
-        fixed_zero=int(fixed.sum()),
-        clipped_negative=clipped,
-    )
+    return _result(system, values, solver=solver, status=str(problem.status), start=start)
+
+
+def solve_structured(system: LinearSystem, identity_rows: np.ndarray, cell_codes: np.ndarray) -> WLSResult:
+    """Exact structured solve (see postprocess.structured): identity rows and nested group rows."""
+    start = time.perf_counter()
+    establishment = system.matrix[identity_rows].indices  # one establishment per identity row, in row order
+    a = np.empty(system.matrix.shape[1])
+    v = np.empty(system.matrix.shape[1])
+    a[establishment], v[establishment] = system.b[identity_rows], system.v[identity_rows]
+    groups = ~np.isin(np.arange(system.matrix.shape[0]), identity_rows)
+    values, iterations, _ = solve_structured_wls(
+        a, v, cell_codes, system.matrix[groups], system.b[groups], system.v[groups])
+    return _result(system, values, solver="structured", status="optimal", start=start, iterations=iterations)
 
 
 def protect_attribute(
@@ -181,13 +214,33 @@ def protect_attribute(
     *,
     variance_mode: str = "estimated",
     exact_variances: Mapping[str, np.ndarray] | None = None,
-    solver: str = "osqp",
+    solver: str = "auto",
 ) -> WLSResult:
-    """Protected establishment values of one attribute from all its noisy answers."""
+    """Protected establishment values of one attribute from all its noisy answers.
+
+    ``solver="auto"`` uses the exact structured solver when the answers include the identity query
+    (every group-by query is then nested in the cells of all query columns) and cvxpy with OSQP
+    otherwise; "structured", "osqp" and "clarabel" force a solver.
+    """
+    if solver not in SOLVERS:
+        raise ValueError(f"solver '{solver}' is unknown; choose one of {', '.join(SOLVERS)}")
     if not answers:
         raise ValueError("no answers to postprocess")
     attributes = {answer.query.attribute for answer in answers}
     if len(attributes) > 1:
         raise ValueError(f"answers of several attributes ({', '.join(sorted(attributes))}) given together")
     variances = [answer_variances(answer, variance_mode, exact_variances) for answer in answers]
-    return solve_wls(build_system(answers, public, variances), solver=solver)
+    system = build_system(answers, public, variances)
+    identity = [i for i, answer in enumerate(answers) if answer.query.is_identity]
+    if solver in ("auto", "structured") and len(identity) == 1:
+        offsets = np.cumsum([0, *[len(answer) for answer in answers]])
+        identity_rows = np.arange(offsets[identity[0]], offsets[identity[0] + 1])
+        columns = list(dict.fromkeys(c for answer in answers if not answer.query.is_identity for c in answer.query.by))
+        try:
+            return solve_structured(system, identity_rows, group_establishments(public, columns).codes)
+        except NotNested:
+            if solver == "structured":
+                raise
+    elif solver == "structured":
+        raise ValueError("the structured solver needs exactly one identity answer per attribute")
+    return solve_wls(system, solver="osqp" if solver in ("auto", "structured") else solver)

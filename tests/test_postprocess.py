@@ -12,7 +12,15 @@ from gedp.config import load_config
 from measure.mechanisms import psi_exact_variance
 from measure.queries import group_establishments
 from measure.workflows import measure
-from postprocess.wls import LinearSystem, answer_variances, build_system, kkt_residual, protect_attribute, solve_wls
+from postprocess.wls import (
+    LinearSystem,
+    answer_variances,
+    build_system,
+    kkt_residual,
+    protect_attribute,
+    solve_structured,
+    solve_wls,
+)
 
 
 def random_system(seed: int, n: int = 300, zero_share: float = 0.4) -> LinearSystem:
@@ -35,10 +43,10 @@ def random_system(seed: int, n: int = 300, zero_share: float = 0.4) -> LinearSys
 
 
 def reference_solution(system: LinearSystem) -> np.ndarray:
-    """Independent solver: scipy's bounded least squares on the whitened system."""
+    """Independent solver: scipy's bounded-variable least squares (active set) on the whitened system."""
     w = 1 / np.sqrt(system.v)
-    result = lsq_linear(sp.diags(w) @ system.matrix, w * system.b, bounds=(0, np.inf), tol=1e-14,
-                        lsmr_tol="auto", max_iter=5000)
+    result = lsq_linear((sp.diags(w) @ system.matrix).toarray(), w * system.b, bounds=(0, np.inf), method="bvls",
+                        tol=1e-13, max_iter=10_000)
     return result.x
 
 
@@ -117,3 +125,84 @@ def test_answers_that_do_not_match_the_public_data_are_refused(small_state):
     answers = measurements.for_attribute("m1emp")
     with pytest.raises(ValueError, match="do not match the groups of the public data"):
         build_system(answers, small_state.iloc[:-1], [a.variance for a in answers])
+
+
+# --- the exact structured solver ---------------------------------------------------------------
+def nested_instance(seed: int, n: int = 400, zero_share: float = 0.5):
+    """Identity + total + county + naics + county x naics answers over n establishments."""
+    rng = np.random.default_rng(seed)
+    public = pd.DataFrame({
+        "estab_id": [f"E{i}" for i in range(n)],
+        "county": rng.choice([f"{c:03d}" for c in range(5)], n),
+        "naics": rng.choice([f"{c:06d}" for c in range(9)], n),
+    })
+    truth = np.where(rng.random(n) < zero_share, 0.0, rng.gamma(0.6, 40, n))
+    rows, b, v = [], [], []
+    for by in (("estab_id",), (), ("county",), ("naics",), ("county", "naics")):
+        grouping = group_establishments(public, by)
+        rows.append(sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n)))
+        variance = rng.uniform(1, 30, grouping.n_groups) * (1 + grouping.sum(truth) / 20)
+        b.append(grouping.sum(truth) + rng.normal(0, np.sqrt(variance)))
+        v.append(variance)
+    system = LinearSystem(sp.vstack(rows, format="csr"), np.concatenate(b), np.concatenate(v))
+    return system, group_establishments(public, ("county", "naics")).codes, public
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_structured_solver_reaches_the_reference_optimum(seed):
+    system, cells, _ = nested_instance(seed, zero_share=0.3 + 0.1 * seed)
+    structured = solve_structured(system, np.arange(400), cells)
+    reference = solve_wls(system, solver="clarabel")
+    independent = reference_solution(system)
+    assert structured.status == "optimal" and structured.solver == "structured"
+    assert structured.objective == pytest.approx(reference.objective, rel=1e-6)
+    assert structured.objective <= objective(system, independent) * (1 + 1e-9)
+    assert np.sum(structured.values == 0) > 40  # many establishments at the bound
+    assert structured.kkt_residual < 1e-6
+    # strong convexity (the identity rows): sum (x - x*)^2 / v <= f(x) - f(x*) for any feasible x
+    identity_v = system.v[:400]
+    for other in (independent, reference.values):
+        distance = np.sum((other - structured.values) ** 2 / identity_v)
+        assert distance <= objective(system, other) - structured.objective + 1e-9 * structured.objective
+
+
+def test_structured_solver_with_negative_estimates_everywhere_terminates():
+    """Adversarial: most identity answers negative, so most establishments start infeasible."""
+    system, cells, _ = nested_instance(11, zero_share=0.9)
+    shifted = LinearSystem(system.matrix, system.b - np.where(np.arange(len(system.b)) < 400, 30.0, 0.0), system.v)
+    structured = solve_structured(shifted, np.arange(400), cells)
+    assert structured.objective == pytest.approx(objective(shifted, reference_solution(shifted)), rel=1e-6)
+    assert structured.kkt_residual < 1e-6
+
+
+def test_auto_uses_the_structured_solver_and_falls_back_when_groups_split_cells(small_state):
+    plan = load_config("baseline").plan
+    measurements = measure(small_state, plan, rng=np.random.default_rng(12))
+    public = small_state.drop(columns=["m1emp", "m2emp", "m3emp", "wage"])
+    answers = measurements.for_attribute("m1emp")
+    auto = protect_attribute(answers, public)
+    assert auto.solver == "structured" and auto.iterations >= 1
+    assert auto.objective == pytest.approx(protect_attribute(answers, public, solver="osqp").objective, rel=1e-6)
+    # without the identity query there is no per-establishment term: cvxpy is used
+    assert protect_attribute(answers[1:], public).solver == "osqp"
+    with pytest.raises(ValueError, match="needs exactly one identity answer"):
+        protect_attribute(answers[1:], public, solver="structured")
+
+
+def test_cell_to_group_matrix_refuses_groups_that_split_cells():
+    from postprocess.structured import NotNested, cell_to_group_matrix
+
+    groups = sp.csr_matrix(np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0]]))
+    with pytest.raises(NotNested):
+        cell_to_group_matrix(groups, np.array([0, 0, 1, 1]), 2)
+    nested = cell_to_group_matrix(groups[:1], np.array([0, 0, 1, 1]), 2)
+    np.testing.assert_array_equal(nested.toarray(), [[1.0, 0.0]])
+
+
+def test_structured_solver_pins_zero_variance_groups():
+    system, cells, _ = nested_instance(13, n=200)
+    n_rows = system.matrix.shape[0]
+    last = system.matrix[n_rows - 1]  # a county x naics cell: pin it as an empty clipped sum
+    pinned = LinearSystem(system.matrix, np.append(system.b[:-1], 0.0), np.append(system.v[:-1], 0.0))
+    result = solve_structured(pinned, np.arange(200), cells)
+    assert np.all(result.values[last.indices] == 0) and result.fixed_zero == last.nnz
