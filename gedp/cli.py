@@ -23,7 +23,20 @@ from rich.table import Table
 from evaluation.compare import compare_tabulations, error_summary
 from evaluation.tabulate import qcew_level, tabulate
 from gedp.config import Config, load_config
-from gedp.pipeline import PROTECTED_FILE, Release, check_output_directory, make_rng, protect, total_steps, write_release
+from evaluation.e1_employment import run_e1
+from evaluation.e2_wages import run_e2
+from evaluation.e3_bias import E3Setup, run_e3
+from evaluation.e4_analytic import run_e4
+from gedp.pipeline import (
+    PROTECTED_FILE,
+    Release,
+    check_output_directory,
+    make_rng,
+    protect,
+    staged_directory,
+    total_steps,
+    write_release,
+)
 from measure.budget import compose
 from measure.neighbors import interval_table, make_psi
 from postprocess.wls import SolverError
@@ -297,6 +310,74 @@ def interval(
     for row in rows:
         table.add_row(*(_readable(row[k]) for k in ("x", "lower", "upper")), f"-{row['below_pct']:.1f}%", f"+{row['above_pct']:.1f}%")
     console.print(table)
+
+
+EXPERIMENTS = ("e1", "e2", "e3", "e4")
+
+
+def _experiment_data(data: Optional[Path], profile: str) -> tuple[pd.DataFrame, str]:
+    if data is not None:
+        return read_microdata(data), f"file {data.name}"
+    spec = load_profile(profile)
+    return generate_profile(spec, rng=np.random.default_rng(DEFAULT_STATE_SEED)), f"synthetic profile '{spec['name']}'"
+
+
+@app.command()
+def evaluate(
+    name: Annotated[str, typer.Argument(help="Experiment: e1 (employment), e2 (wages), e3 (bias), e4 (analytic).")],
+    out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
+    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34 by default).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2) instead of a profile.")] = None,
+    profile: Annotated[str, typer.Option(help="Built-in profile for e1 and e2.")] = DEFAULT_PROFILE,
+    config: Annotated[Optional[str], typer.Option(help="e1: plan (default employment).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
+    trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
+    counties: Annotated[int, typer.Option(help="e3: counties.")] = E3Setup.counties,
+    per_county: Annotated[int, typer.Option(help="e3: establishments per county.")] = E3Setup.per_county,
+    employees: Annotated[float, typer.Option(help="e3: employees per establishment.")] = E3Setup.employees,
+    gamma_sqrt: Annotated[float, typer.Option(help="e3: gamma of psi = sqrt.")] = E3Setup.gamma_sqrt,
+    gamma_log: Annotated[float, typer.Option(help="e3: gamma of psi = log.")] = E3Setup.gamma_log,
+    mu: Annotated[float, typer.Option(help="e3: mu of each query.")] = E3Setup.mu,
+) -> None:
+    """Run an experiment of SPEC section 6 and write its report, summary and plots."""
+    start = time.perf_counter()
+    with reported_errors():
+        if name not in EXPERIMENTS:
+            raise InputError(f"experiment '{name}' is unknown; choose one of {', '.join(EXPERIMENTS)}")
+        if replications is not None and replications < 1:
+            raise InputError(f"--replications ({replications}) must be >= 1")
+        if trials < 2:
+            raise InputError(f"--trials ({trials}) must be >= 2")
+        try:
+            setup = E3Setup(counties=counties, per_county=per_county, employees=employees, gamma_sqrt=gamma_sqrt,
+                            gamma_log=gamma_log, mu=mu, trials=trials)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        plans = {}
+        if name == "e1":
+            plans["e1"] = load_config(config or "employment").plan
+        elif name == "e2":
+            plans = {"baseline": load_config("baseline").plan, "uniform": load_config("uniform").plan}
+        with staged_directory(out, marker="summary.json") as staging:
+            if name in ("e1", "e2"):
+                truth, label = _experiment_data(data, profile)
+                with errors.status(f"running {name} on {len(truth):,} establishments"):
+                    if name == "e1":
+                        attributes = plans["e1"].attributes
+                        truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in attributes])
+                        summary = run_e1(staging, truth, plans["e1"], replications=replications or 1, seed=seed,
+                                         data_label=label)
+                    else:
+                        summary = run_e2(staging, truth, plans, replications=replications or 34, seed=seed,
+                                         data_label=label)
+            elif name == "e3":
+                with errors.status(f"running e3: {trials:,} trials"):
+                    summary = run_e3(staging, setup, seed=seed)
+            else:
+                with errors.status(f"running e4: {trials:,} trials per row"):
+                    summary = run_e4(staging, trials=trials, seed=seed)
+    console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
+                  f"{len(summary['figures'])} plots) in {time.perf_counter() - start:.0f}s")
 
 
 def _readable(value: float) -> str:

@@ -12,7 +12,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -23,7 +24,7 @@ import pandas as pd
 from evaluation.tabulate import qcew_tables
 from gedp.config import Config
 from measure.workflows import Measurements, count_steps, measure
-from postprocess.wls import WLSResult, protect_attribute
+from postprocess.wls import WLSResult, protect_microdata
 from synth.schema import InputError, public_columns
 
 PROTECTED_FILE = "protected.parquet"
@@ -102,16 +103,13 @@ def protect(
     measurements = measure(microdata, plan, rng=rng, on_step=step)
     timings["measure_seconds"] = time.perf_counter() - start
 
-    public = microdata[public_columns(microdata)]
-    protected = public.copy()
-    solver_results = {}
-    for attribute in plan.attributes:
-        result = protect_attribute(
-            measurements.for_attribute(attribute), public, variance_mode=config.variance_mode, solver=config.solver
-        )
-        solver_results[attribute] = result
-        protected[attribute] = result.values
-        step(f"postprocess {attribute}")
+    protected, solver_results = protect_microdata(
+        {attribute: measurements.for_attribute(attribute) for attribute in plan.attributes},
+        microdata[public_columns(microdata)],
+        variance_mode=config.variance_mode,
+        solver=config.solver,
+        on_step=step,
+    )
     timings["postprocess_seconds"] = time.perf_counter() - start - timings["measure_seconds"]
 
     tables = qcew_tables(protected)
@@ -152,32 +150,28 @@ def protect(
     return Release(protected, measurements, solver_results, tables, manifest)
 
 
-def check_output_directory(out: Path) -> None:
-    """Refuse an output path that exists and is not an earlier release (checked before any work)."""
-    if out.exists() and not (out.is_dir() and (out / MANIFEST_FILE).is_file()):
-        raise InputError(f"output '{out}' exists and is not a gedp release; choose another --out")
+def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
+    """Refuse an output path that exists and is not an earlier output of the same kind (its marker
+    file is present): checked before any work."""
+    if out.exists() and not (out.is_dir() and (out / marker).is_file()):
+        raise InputError(f"output '{out}' exists and is not a gedp {'release' if marker == MANIFEST_FILE else 'output'}"
+                         "; choose another --out")
 
 
-def write_release(release: Release, out: str | Path, extra_files: dict[str, dict] | None = None) -> Path:
-    """Write the release completely into a temporary directory, then move it into place.
+@contextmanager
+def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[Path]:
+    """Yield a temporary directory beside ``out``; when the block completes, it replaces ``out``.
 
-    An earlier release at ``out`` is replaced only after the new one is complete; on any error the
+    An earlier output at ``out`` is replaced only after the new one is complete; on any error the
     temporary directory is removed and ``out`` is left as it was.
     """
     out = Path(out).resolve()
-    check_output_directory(out)
+    check_output_directory(out, marker)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        start = time.perf_counter()
-        release.protected.to_parquet(staging / PROTECTED_FILE, index=False)
-        measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE, index=False)
-        release.tables.to_csv(staging / TABLES_FILE, index=False)
-        for name, content in (extra_files or {}).items():
-            (staging / name).write_text(json.dumps(content, indent=2, default=float) + "\n")
-        release.manifest["timings"]["write_seconds"] = time.perf_counter() - start
-        (staging / MANIFEST_FILE).write_text(json.dumps(release.manifest, indent=2, default=float) + "\n")
+        yield staging
         if out.exists():
             retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:8]}"
             os.replace(out, retired)
@@ -188,4 +182,17 @@ def write_release(release: Release, out: str | Path, extra_files: dict[str, dict
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return out
+
+
+def write_release(release: Release, out: str | Path, extra_files: dict[str, dict] | None = None) -> Path:
+    """Write the release completely into a temporary directory, then move it into place."""
+    with staged_directory(out) as staging:
+        start = time.perf_counter()
+        release.protected.to_parquet(staging / PROTECTED_FILE, index=False)
+        measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE, index=False)
+        release.tables.to_csv(staging / TABLES_FILE, index=False)
+        for name, content in (extra_files or {}).items():
+            (staging / name).write_text(json.dumps(content, indent=2, default=float) + "\n")
+        release.manifest["timings"]["write_seconds"] = time.perf_counter() - start
+        (staging / MANIFEST_FILE).write_text(json.dumps(release.manifest, indent=2, default=float) + "\n")
+    return Path(out).resolve()

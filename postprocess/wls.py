@@ -11,7 +11,7 @@ attributes and noisy answers, never confidential values.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import cvxpy as cp
@@ -244,3 +244,26 @@ def protect_attribute(
     elif solver == "structured":
         raise ValueError("the structured solver needs exactly one identity answer per attribute")
     return solve_wls(system, solver="osqp" if solver in ("auto", "structured") else solver)
+
+
+def protect_microdata(
+    measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
+    public: pd.DataFrame,
+    *,
+    variance_mode: str = "estimated",
+    exact_variances: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    solver: str = "auto",
+    on_step: Callable[[str], None] | None = None,
+) -> tuple[pd.DataFrame, dict[str, WLSResult]]:
+    """Protected microdata: the public columns plus every attribute's postprocessed values."""
+    protected = public.copy()
+    results = {}
+    for attribute, answers in measurements_by_attribute.items():
+        results[attribute] = protect_attribute(
+            answers, public, variance_mode=variance_mode, solver=solver,
+            exact_variances=None if exact_variances is None else exact_variances[attribute],
+        )
+        protected[attribute] = results[attribute].values
+        if on_step is not None:
+            on_step(f"postprocess {attribute}")
+    return protected, results
