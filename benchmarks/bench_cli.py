@@ -1,4 +1,4 @@
-"""Whole-process time and peak memory of `gedp run`, `gedp protect` and `gedp synth`.
+"""Whole-process time and peak memory of `gedp run`, `gedp protect`, `gedp tabulate --moe` and `gedp synth`.
 
 `gedp protect` runs on the large profile rescaled to each of --sizes; `gedp synth --from-qcew` runs on
 the shared New Jersey file (252k establishments) when ../shared/data is present.
@@ -57,6 +57,9 @@ def main() -> None:
             generate_profile(load_profile("large"), n_establishments=size, rng=np.random.default_rng(1)).to_parquet(source)
             cases.append((f"gedp protect {size:,} establishments, baseline",
                           [*gedp_command(), "protect", str(source), "--seed", "1", "--out", f"protect-{size}"]))
+            cases.append((f"gedp tabulate --moe, every county x NAICS-6 cell, {size:,} establishments",
+                          [*gedp_command(), "tabulate", f"protect-{size}", "--by", "state,county,naics", "--moe",
+                           "--out", f"moe-{size}.csv"]))
         for label, command in cases:
             # RUSAGE_CHILDREN is a high-water mark over all children: measure each case in its own process.
             probe = [sys.executable, "-c",

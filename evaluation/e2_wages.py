@@ -99,7 +99,7 @@ def _write(out, truth, plans, combos, group_error, state_error, detail_relative,
     report.section("Median over groups of the mean absolute error")
     report.table(["plan/workflow", "attribute", *LEVELS, "state total", "median rel. error county x NAICS-5"], summary_rows)
 
-    figure, axes = plt.subplots(len(ATTRIBUTES), len(LEVELS), figsize=(15, 8))
+    figure, axes = plt.subplots(len(ATTRIBUTES), len(LEVELS), figsize=(15, 8), layout="constrained")
     for row, attribute in enumerate(ATTRIBUTES):
         for column, level in enumerate(LEVELS):
             ax = axes[row, column]

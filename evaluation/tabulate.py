@@ -35,14 +35,21 @@ def tabulate(microdata: pd.DataFrame, by: Sequence[str], attributes: Sequence[st
     return table.reset_index()
 
 
-def qcew_level(microdata: pd.DataFrame, agglvl: int) -> pd.DataFrame:
-    """One QCEW aggregation level (51-58 state, 71-78 county) in BLS open-data layout."""
+def qcew_keys(microdata: pd.DataFrame, agglvl: int) -> list[str]:
+    """The public columns whose groups are the cells of a QCEW aggregation level."""
     county = agglvl in COUNTY_LEVELS
     if agglvl not in STATE_LEVELS and not county:
         raise ValueError(f"aggregation level ({agglvl}) must be one of 51-58 or 71-78")
     industry = INDUSTRY_OF_STATE_LEVEL[agglvl - 20 if county else agglvl]
     carried = [c for c in ("year", "qtr") if c in microdata.columns]
-    by = ["state", *(["county"] if county else []), "own", *([industry] if industry else []), *carried]
+    return ["state", *(["county"] if county else []), "own", *([industry] if industry else []), *carried]
+
+
+def qcew_level(microdata: pd.DataFrame, agglvl: int) -> pd.DataFrame:
+    """One QCEW aggregation level (51-58 state, 71-78 county) in BLS open-data layout."""
+    by = qcew_keys(microdata, agglvl)
+    county = agglvl in COUNTY_LEVELS
+    industry = INDUSTRY_OF_STATE_LEVEL[agglvl - 20 if county else agglvl]
     table = tabulate(microdata, by, list(QCEW_VALUE_COLUMNS))
     out = pd.DataFrame(
         {

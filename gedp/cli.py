@@ -19,33 +19,45 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from scipy import stats
 
 from evaluation.compare import compare_tabulations, error_summary
-from evaluation.tabulate import qcew_level, tabulate
-from gedp.config import Config, load_config
+from evaluation.coverage import run_coverage
 from evaluation.e1_employment import run_e1
 from evaluation.e2_wages import run_e2
 from evaluation.e3_bias import E3Setup, run_e3
 from evaluation.e4_analytic import run_e4
+from evaluation.tabulate import qcew_keys, qcew_level, tabulate
+from gedp.config import Config, load_config
 from gedp.pipeline import (
+    MANIFEST_FILE,
     PROTECTED_FILE,
     Release,
     check_output_directory,
     make_rng,
     protect,
+    read_release,
     staged_directory,
     total_steps,
     write_release,
 )
 from measure.budget import compose
 from measure.neighbors import interval_table, make_psi
+from measure.queries import group_establishments
+from postprocess.moe import answers_variances
 from postprocess.wls import SolverError
 from synth.establishments import WITHIN_CELL_MODES, synthesize_state
 from synth.io import read_microdata, write_microdata
-from synth.profiles import DEFAULT_PROFILE, available_profiles, fit_profile, generate_profile, load_profile
-from synth.qcew import read_qcew
+from synth.profiles import (
+    DEFAULT_PROFILE,
+    available_profiles,
+    fit_profile,
+    generate_profile,
+    load_profile,
+)
+from synth.qcew import QCEW_VALUE_COLUMNS, read_qcew
+from synth.schema import CONFIDENTIAL, InputError, public_columns
 from synth.validate import validation_report
-from synth.schema import CONFIDENTIAL, InputError
 
 app = typer.Typer(
     add_completion=False,
@@ -259,30 +271,79 @@ def _read_for_tabulation(source: Path) -> pd.DataFrame:
     return read_microdata(path, attributes=None)
 
 
+TABLE_FORMATS = ("csv", "parquet", "qcew")
+
+
 @app.command(name="tabulate")
 def tabulate_command(
     microdata: Annotated[Path, typer.Argument(help="A release directory or a microdata file.")],
     by: Annotated[str, typer.Option(help="Public columns, comma-separated ('' or 'total' for the total).")] = "",
     agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (51-58, 71-78) instead of --by.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write the table here (.csv or .parquet).")] = None,
+    where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter, e.g. \"sector == '31-33'\".")] = None,
+    moe: Annotated[bool, typer.Option("--moe", help="Add margins of error (needs a release directory).")] = False,
+    level: Annotated[float, typer.Option(help="Confidence level of the margins of error.")] = 0.95,
+    table_format: Annotated[Optional[str], typer.Option("--format", help="csv, parquet or qcew (BLS layout CSV, with --agglvl); default from --out.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the table here.")] = None,
 ) -> None:
-    """Tabulate microdata by any public columns, or at a QCEW aggregation level."""
+    """Tabulate microdata by any public columns or a QCEW level, optionally with margins of error.
+
+    Margins of error come from the release's weighted least squares covariance: no new privacy
+    budget is spent and no confidential data is read.
+    """
     with reported_errors():
+        if moe and not (microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()):
+            raise InputError("--moe needs a release directory (it reads the release's measurements)")
+        if not 0 < level < 1:
+            raise InputError(f"--level ({level}) must be between 0 and 1")
+        if table_format is None and out is not None:
+            table_format = out.suffix.lower().lstrip(".")
+        if table_format is not None and table_format not in TABLE_FORMATS:
+            raise InputError(f"--format '{table_format}': choose one of {', '.join(TABLE_FORMATS)}")
+        if table_format == "qcew" and agglvl is None:
+            raise InputError("--format qcew needs --agglvl (a QCEW aggregation level)")
         data = _read_for_tabulation(microdata)
+        keep = np.ones(len(data), dtype=bool)
+        if where:
+            try:
+                keep = np.asarray(data.eval(where), dtype=bool)
+            except Exception as err:  # pandas raises many types for a bad expression
+                raise InputError(f"--where '{where}': {str(err).splitlines()[0]}") from None
+            if keep.shape != (len(data),):
+                raise InputError(f"--where '{where}' is not a filter of establishments")
+        selected = data[keep]
+        if selected.empty:
+            raise InputError("no establishments to tabulate" + (f" match --where '{where}'" if where else ""))
         columns = [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",")]
         try:
-            table = qcew_level(data, agglvl) if agglvl is not None else tabulate(data, columns)
+            keys = qcew_keys(selected, agglvl) if agglvl is not None else columns
+            table = qcew_level(selected, agglvl) if agglvl is not None else tabulate(selected, keys)
         except ValueError as err:
             raise InputError(str(err)) from None
+        if moe:
+            _add_margins(table, microdata, keep, keys, level, qcew=agglvl is not None)
         if out is not None:
-            if out.suffix.lower() not in (".csv", ".parquet"):
-                raise InputError(f"--out '{out}': use a .csv or .parquet file name")
-            write_microdata(table, out)
-            summary = {"source": str(microdata), "by": columns, "agglvl": agglvl, "rows": len(table), "table": str(out)}
+            write_table = table.to_parquet if table_format == "parquet" else table.to_csv
+            _write_atomically(out, lambda path: write_table(path, index=False))
+            summary = {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where, "moe_level": level if moe else None,
+                       "rows": len(table), "table": str(out)}
             out.with_name(out.name + ".json").write_text(json.dumps(summary, indent=2) + "\n")
     if out is None:
         typer.echo(table.head(25).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    console.print(f"{len(table):,} rows" + (f" written to {out}" if out is not None else ""))
+    console.print(f"{len(table):,} rows" + (f" written to {out}" if out is not None else "")
+                  + (f"; margins of error at {level:.0%}" if moe else ""))
+
+
+def _add_margins(table: pd.DataFrame, release: Path, keep: np.ndarray, keys: list[str], level: float, *, qcew: bool) -> None:
+    """Columns ``<value>_moe``: z * sd of each cell from the release's least squares covariance."""
+    protected, answers = read_release(release)
+    public = protected[public_columns(protected)]
+    tab_codes = np.full(len(protected), -1, dtype=np.int64)
+    tab_codes[keep] = group_establishments(protected[keep], keys).codes
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    for attribute, attribute_answers in answers.items():
+        variances = answers_variances(attribute_answers, public, tab_codes, len(table))
+        column = QCEW_VALUE_COLUMNS[attribute] if qcew else attribute
+        table[f"{column}_moe"] = z * np.sqrt(variances)
 
 
 @app.command()
@@ -312,7 +373,7 @@ def interval(
     console.print(table)
 
 
-EXPERIMENTS = ("e1", "e2", "e3", "e4")
+EXPERIMENTS = ("e1", "e2", "e3", "e4", "coverage")
 
 
 def _experiment_data(data: Optional[Path], profile: str) -> tuple[pd.DataFrame, str]:
@@ -324,12 +385,12 @@ def _experiment_data(data: Optional[Path], profile: str) -> tuple[pd.DataFrame, 
 
 @app.command()
 def evaluate(
-    name: Annotated[str, typer.Argument(help="Experiment: e1 (employment), e2 (wages), e3 (bias), e4 (analytic).")],
+    name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), coverage (margins of error).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
-    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34 by default).")] = None,
+    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, coverage: 40 by default).")] = None,
     data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2) instead of a profile.")] = None,
     profile: Annotated[str, typer.Option(help="Built-in profile for e1 and e2.")] = DEFAULT_PROFILE,
-    config: Annotated[Optional[str], typer.Option(help="e1: plan (default employment).")] = None,
+    config: Annotated[Optional[str], typer.Option(help="e1 and coverage: plan (default employment, baseline).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
     counties: Annotated[int, typer.Option(help="e3: counties.")] = E3Setup.counties,
@@ -358,8 +419,10 @@ def evaluate(
             plans["e1"] = load_config(config or "employment").plan
         elif name == "e2":
             plans = {"baseline": load_config("baseline").plan, "uniform": load_config("uniform").plan}
+        elif name == "coverage":
+            plans["coverage"] = load_config(config or "baseline").plan
         with staged_directory(out, marker="summary.json") as staging:
-            if name in ("e1", "e2"):
+            if name in ("e1", "e2", "coverage"):
                 truth, label = _experiment_data(data, profile)
                 with errors.status(f"running {name} on {len(truth):,} establishments"):
                     if name == "e1":
@@ -367,9 +430,12 @@ def evaluate(
                         truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in attributes])
                         summary = run_e1(staging, truth, plans["e1"], replications=replications or 1, seed=seed,
                                          data_label=label)
-                    else:
+                    elif name == "e2":
                         summary = run_e2(staging, truth, plans, replications=replications or 34, seed=seed,
                                          data_label=label)
+                    else:
+                        summary = run_coverage(staging, truth, plans["coverage"], replications=replications or 40,
+                                               seed=seed, data_label=label)
             elif name == "e3":
                 with errors.status(f"running e3: {trials:,} trials"):
                     summary = run_e3(staging, setup, seed=seed)

@@ -23,6 +23,8 @@ import pandas as pd
 
 from evaluation.tabulate import qcew_tables
 from gedp.config import Config
+from measure.answers import NoisyAnswer
+from measure.queries import IDENTITY, Query
 from measure.workflows import Measurements, count_steps, measure
 from postprocess.wls import WLSResult, protect_microdata
 from synth.schema import InputError, public_columns
@@ -196,3 +198,30 @@ def write_release(release: Release, out: str | Path, extra_files: dict[str, dict
         release.manifest["timings"]["write_seconds"] = time.perf_counter() - start
         (staging / MANIFEST_FILE).write_text(json.dumps(release.manifest, indent=2, default=float) + "\n")
     return Path(out).resolve()
+
+
+def parse_query_name(name: str) -> tuple[str, ...]:
+    """Inverse of measure.queries.query_name."""
+    if name == "identity":
+        return IDENTITY
+    return () if name == "total" else tuple(name.split(","))
+
+
+def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[NoisyAnswer]]]:
+    """A release's protected microdata and its noisy answers by attribute (all public)."""
+    release = Path(release)
+    if not (release / MANIFEST_FILE).is_file():
+        raise InputError(f"'{release}' is not a gedp release (no {MANIFEST_FILE})")
+    protected = pd.read_parquet(release / PROTECTED_FILE)
+    frame = pd.read_parquet(release / MEASUREMENTS_FILE)
+    answers: dict[str, list[NoisyAnswer]] = {}
+    for (name, attribute), rows in frame.groupby(["query", "attribute"], sort=False):
+        by = parse_query_name(name)
+        keys = rows[list(by)].reset_index(drop=True) if by else pd.DataFrame(index=range(1))
+        answers.setdefault(attribute, []).append(NoisyAnswer(
+            query=Query(by, attribute), keys=keys, released=rows["released"].to_numpy(),
+            estimate=rows["estimate"].to_numpy(), variance=rows["variance"].to_numpy(),
+            variance_kind=rows["variance_kind"].iloc[0], mechanism=rows["mechanism"].iloc[0],
+            mu=float(rows["mu"].iloc[0]), sd=rows["sd"].to_numpy(),
+        ))
+    return protected, answers

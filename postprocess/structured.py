@@ -82,20 +82,13 @@ def solve_nested(
     mu = c.T @ (b / w)
     free = np.ones(len(a), dtype=bool) if fixed_zero is None else ~fixed_zero
     movable = free.copy()
-    single = np.diff(c.indptr) == 1
-    # Single-cell groups: diagonal E of C' W C; the other groups keep the Woodbury step.
-    diagonal = np.bincount(c[single].indices, weights=1.0 / w[single], minlength=n_cells)
-    c_multi, w_multi = c[~single], w[~single]
     scale = max(float(np.max(np.abs(a), initial=0.0)), 1.0)
     best_infeasible, tries = np.inf, FULL_EXCHANGE_TRIES
 
     for iteration in range(1, MAX_ITERATIONS + 1):
         s = np.bincount(cell_codes[free], weights=v[free], minlength=n_cells)
         q = np.bincount(cell_codes[free], weights=(a + v * mu[cell_codes])[free], minlength=n_cells)
-        # (I + S E + S C' W C) t = q  ->  (I + S' C' W C) t = q' with S' = S / (1 + S E), q' = q / (1 + S E)
-        shrink = 1.0 / (1.0 + s * diagonal)
-        s_folded, q_folded = s * shrink, q * shrink
-        t = q_folded - s_folded * (c_multi.T @ _solve_groups(c_multi, w_multi, s_folded, c_multi @ q_folded))
+        t = CellOperator(c, w, s).solve(q)
         lam = c.T @ ((b - c @ t) / w)
         x = np.where(free, a + v * lam[cell_codes], 0.0)
         gradient = np.where(free, 0.0, -a / v - lam[cell_codes])
@@ -117,14 +110,55 @@ def solve_nested(
     raise RuntimeError(f"block principal pivoting did not finish in {MAX_ITERATIONS} iterations")
 
 
-def _solve_groups(c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """Solve (W^-1 + C S C') z = right for the multi-cell groups."""
+class CellOperator:
+    """Solves (I + S C' W C) t = p at the cell level for fixed cell variances S (may be inf).
+
+    Groups that are single cells contribute a diagonal E to C' W C and are folded in first:
+    (I + S' C_m' W_m C_m) t = p' with S' = S / (1 + S E) and p' = p / (1 + S E); the multi-cell
+    groups C_m then take one Woodbury step through G = W_m^-1 + C_m S' C_m', factorized once.
+    With S = inf (no identity answers), S' = 1/E and ``inverse_m`` gives M^-1 p, M = C' W C.
+    """
+
+    def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray):
+        self.c, self.w = c, w
+        single = np.diff(c.indptr) == 1
+        diagonal = np.bincount(c[single].indices, weights=1.0 / w[single], minlength=c.shape[1])
+        self.c_multi, self.w_multi = c[~single], w[~single]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.shrink = np.where(np.isinf(s), 0.0, 1.0 / (1.0 + s * diagonal))
+            self.s_folded = np.where(np.isinf(s), 1.0 / diagonal, s * self.shrink)
+        if np.any(~np.isfinite(self.s_folded)):
+            raise NotNested("a cell without identity answers is in no single-cell group: its total is not estimable")
+        self._solve_groups = _group_solver(self.c_multi, self.w_multi, self.s_folded)
+
+    def _woodbury(self, folded: np.ndarray) -> np.ndarray:
+        s_folded = self.s_folded if folded.ndim == 1 else self.s_folded[:, None]
+        return folded - s_folded * (self.c_multi.T @ self._solve_groups(self.c_multi @ folded))
+
+    def solve(self, p: np.ndarray) -> np.ndarray:
+        """t = (I + S M)^-1 p for a vector or a (cells x k) matrix p."""
+        return self._woodbury(p * (self.shrink if p.ndim == 1 else self.shrink[:, None]))
+
+    def inverse_m(self, p: np.ndarray) -> np.ndarray:
+        """M^-1 p, valid where S = inf (M = C' W C positive definite on those cells)."""
+        return self._woodbury(p * (self.s_folded if p.ndim == 1 else self.s_folded[:, None]))
+
+    def apply_m(self, t: np.ndarray) -> np.ndarray:
+        """M t = C' W C t."""
+        weights = 1.0 / self.w if t.ndim == 1 else 1.0 / self.w[:, None]
+        return self.c.T @ (weights * (self.c @ t))
+
+
+def _group_solver(c: sp.csr_matrix, w: np.ndarray, s: np.ndarray):
+    """A function solving (W^-1 + C S C') z = right for the multi-cell groups (factorized once)."""
     if c.shape[0] == 0:
-        return np.zeros(0)
+        return lambda right: np.zeros((0, *right.shape[1:]))
     g = sp.diags(w) + c @ sp.diags(s) @ c.T
     if c.shape[0] <= DENSE_GROUPS:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(g.toarray()), right)
-    return splu(g.tocsc(), permc_spec="MMD_AT_PLUS_A").solve(right)
+        factor = scipy.linalg.cho_factor(g.toarray())
+        return lambda right: scipy.linalg.cho_solve(factor, right)
+    lu = splu(g.tocsc(), permc_spec="MMD_AT_PLUS_A")
+    return lu.solve
 
 
 def solve_structured_wls(

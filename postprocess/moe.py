@@ -1,0 +1,102 @@
+"""Margins of error of tabulations of protected microdata (SPEC section 5, last paragraph).
+
+The weighted least squares estimate x^ has covariance H^-1, H = A' W A, for the measured queries A
+and weights W = diag(1 / variance) of the release; a tabulation c'x^ has variance c' H^-1 c. The
+bounds x >= 0 are ignored, as SPEC section 5 says: where nonnegativity binds (tiny cells), the
+interval is approximate, and the coverage study measures how well it holds.
+
+With identity answers (variances v_j), H = D + B' M B with D = diag(1 / v), B the establishments ->
+cells map and M = C' W C; Woodbury gives, for a tabulation T with p_c = sum of v_j over j in T and c,
+
+    Var(T) = sum_{j in T} v_j - p' M (I + S M)^-1 p,    S = diag(cell sums of v),
+
+computed for all tabulation cells at once with the same cell operator as the structured solver.
+Without identity answers, only unions of measured cells are estimable: Var(T) = 1_T' M^-1 1_T.
+No dense inverse is formed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from measure.answers import NoisyAnswer
+from measure.queries import group_establishments
+from postprocess.structured import CellOperator, cell_to_group_matrix
+from postprocess.wls import LinearSystem, build_system
+
+#: Tabulation cells handled per block (bounds memory to cells x CHUNK floats).
+CHUNK = 1_000
+
+
+def tabulation_variances(
+    system: LinearSystem,
+    identity_rows: np.ndarray | None,
+    cell_codes: np.ndarray,
+    tab_codes: np.ndarray,
+    n_tab: int,
+) -> np.ndarray:
+    """Variance of every tabulation cell total (NaN where not estimable).
+
+    Args:
+        system: the release's query rows over establishments, answers and variances.
+        identity_rows: rows of the identity answers (None when the plan has none).
+        cell_codes: each establishment's cell of the grouping by all measured columns.
+        tab_codes: each establishment's tabulation cell (0..n_tab-1; -1 for none).
+    """
+    n = system.matrix.shape[1]
+    n_cells = int(cell_codes.max()) + 1
+    rows = np.ones(system.matrix.shape[0], dtype=bool)
+    v = np.full(n, np.inf)
+    if identity_rows is not None:
+        rows[identity_rows] = False
+        v[system.matrix[identity_rows].indices] = system.v[identity_rows]
+    pinned = rows & (system.v <= 0)
+    if pinned.any():  # empty clipped sums: these establishments are known to be 0
+        v[system.matrix[pinned].indices] = 0.0
+        rows &= ~pinned
+    c = cell_to_group_matrix(system.matrix[rows], cell_codes, n_cells)
+    w = system.v[rows]
+    inside = tab_codes >= 0
+
+    if identity_rows is not None:
+        operator = CellOperator(c, w, np.bincount(cell_codes, weights=v, minlength=n_cells))
+        base = np.bincount(tab_codes[inside], weights=v[inside], minlength=n_tab)
+        weights = v
+    else:
+        operator = CellOperator(c, w, np.full(n_cells, np.inf))
+        base = np.zeros(n_tab)
+        weights = 1.0 / np.bincount(cell_codes, minlength=n_cells)[cell_codes]
+    # P[c, T]: identity variances of T's establishments in cell c (without identity: the share of
+    # cell c inside T, 1 for a whole cell).
+    p = sp.csr_matrix((weights[inside], (cell_codes[inside], tab_codes[inside])), shape=(n_cells, n_tab)).tocsc()
+    variances = np.empty(n_tab)
+    for start in range(0, n_tab, CHUNK):
+        block = p[:, start:start + CHUNK].toarray()
+        if identity_rows is not None:
+            quadratic = np.sum(block * operator.apply_m(operator.solve(block)), axis=0)
+            variances[start:start + CHUNK] = base[start:start + CHUNK] - quadratic
+        else:
+            variances[start:start + CHUNK] = np.sum(block * operator.inverse_m(block), axis=0)
+    if identity_rows is None:
+        # Only unions of whole cells are estimable without identity answers.
+        entries = p.tocoo()
+        partial = np.abs(entries.data - 1.0) > 1e-9
+        variances[np.bincount(entries.col[partial], minlength=n_tab) > 0] = np.nan
+    return np.maximum(variances, 0.0, where=~np.isnan(variances), out=variances)
+
+
+def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray, n_tab: int) -> np.ndarray:
+    """Variances of tabulation cells from a release's answers of one attribute (their own
+    variances: estimated for the psi-mechanism, exact for pnc) over its public microdata."""
+    system = build_system(answers, public, [answer.variance for answer in answers])
+    offsets = np.cumsum([0, *[len(answer) for answer in answers]])
+    identity = [i for i, answer in enumerate(answers) if answer.query.is_identity]
+    identity_rows = np.arange(offsets[identity[0]], offsets[identity[0] + 1]) if identity else None
+    columns = list(dict.fromkeys(c for answer in answers if not answer.query.is_identity for c in answer.query.by))
+    if not columns:  # identity only: every establishment is its own cell
+        columns = ["estab_id"]
+    return tabulation_variances(system, identity_rows, group_establishments(public, columns).codes, tab_codes, n_tab)

@@ -1,0 +1,125 @@
+"""Margins of error: against dense covariance, measured cells, precision bound, coverage, CLI."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from evaluation.coverage import run_coverage
+from gedp.cli import app
+from gedp.config import load_config
+from measure.queries import group_establishments
+from measure.workflows import MeasurementPlan, QueryPlan, measure
+from postprocess.moe import answers_variances, tabulation_variances
+from postprocess.wls import LinearSystem
+from test_postprocess import nested_instance
+
+runner = CliRunner()
+
+
+def dense_variances(system, codes, n_groups):
+    """c' (A' W A)^+ c by a dense pseudo-inverse: the independent reference."""
+    matrix = system.matrix.toarray()
+    covariance = np.linalg.pinv(matrix.T @ (matrix / system.v[:, None]))
+    return np.array([covariance[np.ix_(codes == k, codes == k)].sum() for k in range(n_groups)])
+
+
+@pytest.mark.parametrize("by", [("county",), ("naics",), ("county", "naics"), (), ("estab_id",)])
+def test_variances_equal_the_dense_covariance(by):
+    system, cells, public = nested_instance(3, n=120)
+    grouping = group_establishments(public, by)
+    variances = tabulation_variances(system, np.arange(120), cells, grouping.codes, grouping.n_groups)
+    np.testing.assert_allclose(variances, dense_variances(system, grouping.codes, grouping.n_groups), rtol=1e-9)
+
+
+def test_without_identity_only_unions_of_measured_cells_are_estimable():
+    system, cells, public = nested_instance(4, n=120)
+    rows = np.arange(120, system.matrix.shape[0])
+    groups_only = LinearSystem(system.matrix[rows], system.b[rows], system.v[rows])
+    for by in (("county",), ("county", "naics")):
+        grouping = group_establishments(public, by)
+        variances = tabulation_variances(groups_only, None, cells, grouping.codes, grouping.n_groups)
+        np.testing.assert_allclose(variances, dense_variances(groups_only, grouping.codes, grouping.n_groups), rtol=1e-9)
+    single = group_establishments(public, ("estab_id",))
+    variances = tabulation_variances(groups_only, None, cells, single.codes, single.n_groups)
+    alone = np.bincount(cells)[cells] == 1
+    assert np.all(np.isnan(variances[~alone])) and np.all(np.isfinite(variances[alone]))
+
+
+def test_a_measured_cell_that_no_other_query_overlaps_has_its_measured_variance(small_state):
+    plan = MeasurementPlan(psi=load_config("baseline").plan.psi, gammas={"m1emp": 0.5},
+                           queries=(QueryPlan(("state", "county"), {"m1emp": 0.8}),), workflow="psi")
+    answer = measure(small_state, plan, rng=np.random.default_rng(1)).answers[0]
+    grouping = group_establishments(small_state, ("state", "county"))
+    variances = answers_variances([answer], small_state, grouping.codes, grouping.n_groups)
+    np.testing.assert_allclose(variances, answer.variance, rtol=1e-12)
+
+
+def test_tabulations_of_pnc_measured_cells_are_at_least_as_precise(small_state):
+    measurements = measure(small_state, load_config("baseline").plan, rng=np.random.default_rng(2))
+    for attribute in ("m1emp", "wage"):
+        answers = measurements.for_attribute(attribute)
+        for answer in answers[1:]:
+            grouping = group_establishments(small_state, answer.query.by)
+            variances = answers_variances(answers, small_state, grouping.codes, grouping.n_groups)
+            assert answer.mechanism == "pnc"
+            assert np.all(variances <= answer.variance * (1 + 1e-9)), answer.query.name
+            assert np.all(variances > 0)
+
+
+def test_coverage_of_large_cells_is_nominal(tmp_path):
+    """95% intervals of cells with 100+ employees cover within 4 binomial SE of 0.95 (cells of one
+    release share noise, so the SE is a guide; 8 releases of the small profile)."""
+    from synth.profiles import generate_profile, load_profile
+
+    truth = generate_profile(load_profile("small"), rng=np.random.default_rng(2016))
+    summary = run_coverage(tmp_path, truth, load_config("baseline").plan, replications=8, seed=3, data_label="test")
+    for level in ("county x NAICS-5 (measured)", "county x NAICS-6 (not measured)"):
+        for band in ("[100, 1k)", "[1k, inf)"):
+            cell = summary["coverage"]["m1emp"][level][band]
+            se = np.sqrt(0.95 * 0.05 / cell["cells"])
+            assert abs(cell["coverage_95"] - 0.95) < 4 * se, (level, band, cell)
+    assert (tmp_path / "coverage.png").is_file() and "## Findings" in (tmp_path / "report.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    out = tmp_path_factory.mktemp("moe") / "release"
+    assert runner.invoke(app, ["run", "--establishments", "2000", "--seed", "5", "--out", str(out)]).exit_code == 0
+    return out
+
+
+def test_tabulate_with_margins_of_error(release, tmp_path):
+    out = tmp_path / "t.csv"
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county,naics3", "--moe", "--level", "0.9",
+                                 "--where", "domain == '102'", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out, dtype={"county": str, "naics3": str})
+    assert {"m1emp_moe", "wage_moe"} <= set(table.columns) and (table["m1emp_moe"] > 0).all()
+    assert not table["naics3"].str.startswith(("23", "31", "32", "33", "11", "21")).any()
+    wider = runner.invoke(app, ["tabulate", str(release), "--by", "county,naics3", "--moe", "--level", "0.99",
+                                "--where", "domain == '102'", "--out", str(tmp_path / "w.csv")])
+    assert wider.exit_code == 0
+    ratio = pd.read_csv(tmp_path / "w.csv")["m1emp_moe"] / table["m1emp_moe"]
+    np.testing.assert_allclose(ratio, 2.5758293 / 1.6448536, rtol=1e-6)
+    qcew = runner.invoke(app, ["tabulate", str(release), "--agglvl", "75", "--moe", "--format", "qcew",
+                               "--out", str(tmp_path / "q.csv")])
+    assert qcew.exit_code == 0 and "month1_emplvl_moe" in pd.read_csv(tmp_path / "q.csv").columns
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--moe", "--level", "1.5"], "--level (1.5) must be between 0 and 1"),
+    (["--format", "qcew"], "--format qcew needs --agglvl"),
+    (["--where", "zipcode == 3"], "--where 'zipcode == 3'"),
+    (["--where", "sector == 'nope'"], "no establishments to tabulate match"),
+])
+def test_tabulate_refuses_bad_requests(release, arguments, message):
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county", *arguments])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_margins_need_a_release(release, tmp_path):
+    result = runner.invoke(app, ["tabulate", str(release / "protected.parquet"), "--by", "county", "--moe"])
+    assert result.exit_code == 2 and "--moe needs a release directory" in result.output
