@@ -376,9 +376,15 @@ def interval(
 EXPERIMENTS = ("e1", "e2", "e3", "e4", "coverage")
 
 
-def _experiment_data(data: Optional[Path], profile: str) -> tuple[pd.DataFrame, str]:
+def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: str, seed: int) -> tuple[pd.DataFrame, str]:
+    if data is not None and from_qcew is not None:
+        raise InputError("give at most one of --data and --from-qcew")
     if data is not None:
         return read_microdata(data), f"file {data.name}"
+    if from_qcew is not None:
+        published = read_qcew(from_qcew)
+        microdata = synthesize_state(published, rng=np.random.default_rng(seed))
+        return microdata, f"synthetic state fitted to {from_qcew.name} (realistic within-cell sizes, seed {seed})"
     spec = load_profile(profile)
     return generate_profile(spec, rng=np.random.default_rng(DEFAULT_STATE_SEED)), f"synthetic profile '{spec['name']}'"
 
@@ -388,7 +394,8 @@ def evaluate(
     name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), coverage (margins of error).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
     replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, coverage: 40 by default).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2) instead of a profile.")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, coverage) instead of a profile.")] = None,
+    from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized from it.")] = None,
     profile: Annotated[str, typer.Option(help="Built-in profile for e1 and e2.")] = DEFAULT_PROFILE,
     config: Annotated[Optional[str], typer.Option(help="e1 and coverage: plan (default employment, baseline).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
@@ -423,7 +430,7 @@ def evaluate(
             plans["coverage"] = load_config(config or "baseline").plan
         with staged_directory(out, marker="summary.json") as staging:
             if name in ("e1", "e2", "coverage"):
-                truth, label = _experiment_data(data, profile)
+                truth, label = _experiment_data(data, from_qcew, profile, seed)
                 with errors.status(f"running {name} on {len(truth):,} establishments"):
                     if name == "e1":
                         attributes = plans["e1"].attributes

@@ -205,3 +205,14 @@ def test_installed_command_runs_from_any_directory(tmp_path):
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "gedp-release" / "manifest.json").read_text())
     assert manifest["mu_total"] == pytest.approx(planned_total(configs.path("uniform")))
+
+
+def test_the_readme_first_command_runs_the_full_small_profile(tmp_path, monkeypatch):
+    """`gedp run` with no options: the small profile, the baseline plan, ./gedp-release."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "gedp-release" / "manifest.json").read_text())
+    assert manifest["establishments"] == 35_796 and manifest["rng"]["kind"] == "os-entropy"
+    assert {r["solver"] for r in manifest["solver"].values()} == {"structured"}
+    assert "synthetic profile 'small'" in result.output

@@ -133,3 +133,12 @@ def test_evaluate_command_validates_and_writes_atomically(tmp_path):
     assert result.exit_code == 2 and (occupied / "notes.txt").read_text() == "keep"
     done = runner.invoke(app, ["evaluate", "e4", "--out", str(tmp_path / "e4"), "--trials", "2000"])
     assert done.exit_code == 0 and (tmp_path / "e4" / "report.md").is_file()
+
+
+@pytest.mark.shared_data
+def test_e1_on_the_shared_rhode_island_file(tmp_path, shared_data):
+    result = CliRunner().invoke(app, ["evaluate", "e1", "--out", str(tmp_path / "e1"),
+                                      "--from-qcew", str(shared_data / "qcew_2016q1_44.csv")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "e1" / "report.md").read_text()
+    assert "fitted to qcew_2016q1_44.csv" in text and "35,796 establishments" in text

@@ -1,6 +1,5 @@
 """Margins of error: against dense covariance, measured cells, precision bound, coverage, CLI."""
 
-import dataclasses
 
 import numpy as np
 import pandas as pd
