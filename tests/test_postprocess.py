@@ -23,23 +23,34 @@ from postprocess.wls import (
 )
 
 
-def random_system(seed: int, n: int = 300, zero_share: float = 0.4) -> LinearSystem:
-    """Nested queries (identity, total, 7 counties, 40 county x industry cells) with many zeros."""
+def nested_instance(seed: int, n: int = 400, zero_share: float = 0.5, *, counties: int = 5, industries: int = 9,
+                    queries=(("estab_id",), (), ("county",), ("naics",), ("county", "naics")), noise: float = 30.0):
+    """Noisy answers of nested queries over n establishments, many of them 0.
+
+    Returns the stacked system, each establishment's county x naics cell and the public data.
+    """
     rng = np.random.default_rng(seed)
     public = pd.DataFrame({
         "estab_id": [f"E{i}" for i in range(n)],
-        "county": rng.choice([f"{c:03d}" for c in range(7)], n),
-        "naics": rng.choice([f"{c:06d}" for c in range(6)], n),
+        "county": rng.choice([f"{c:03d}" for c in range(counties)], n),
+        "naics": rng.choice([f"{c:06d}" for c in range(industries)], n),
     })
     truth = np.where(rng.random(n) < zero_share, 0.0, rng.gamma(0.6, 40, n))
     rows, b, v = [], [], []
-    for by in (("estab_id",), (), ("county",), ("county", "naics")):
+    for by in queries:
         grouping = group_establishments(public, by)
         rows.append(sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n)))
-        variance = rng.uniform(1, 50, grouping.n_groups) * (1 + grouping.sum(truth) / 10)
+        variance = rng.uniform(1, noise, grouping.n_groups) * (1 + grouping.sum(truth) / 20)
         b.append(grouping.sum(truth) + rng.normal(0, np.sqrt(variance)))
         v.append(variance)
-    return LinearSystem(sp.vstack(rows, format="csr"), np.concatenate(b), np.concatenate(v))
+    system = LinearSystem(sp.vstack(rows, format="csr"), np.concatenate(b), np.concatenate(v))
+    return system, group_establishments(public, ("county", "naics")).codes, public
+
+
+def random_system(seed: int, n: int = 300, zero_share: float = 0.4) -> LinearSystem:
+    """Identity, total, 7 counties and the county x industry cells, with many zeros."""
+    return nested_instance(seed, n, zero_share, counties=7, industries=6, noise=50.0,
+                           queries=(("estab_id",), (), ("county",), ("county", "naics")))[0]
 
 
 def reference_solution(system: LinearSystem) -> np.ndarray:
@@ -128,26 +139,6 @@ def test_answers_that_do_not_match_the_public_data_are_refused(small_state):
 
 
 # --- the exact structured solver ---------------------------------------------------------------
-def nested_instance(seed: int, n: int = 400, zero_share: float = 0.5):
-    """Identity + total + county + naics + county x naics answers over n establishments."""
-    rng = np.random.default_rng(seed)
-    public = pd.DataFrame({
-        "estab_id": [f"E{i}" for i in range(n)],
-        "county": rng.choice([f"{c:03d}" for c in range(5)], n),
-        "naics": rng.choice([f"{c:06d}" for c in range(9)], n),
-    })
-    truth = np.where(rng.random(n) < zero_share, 0.0, rng.gamma(0.6, 40, n))
-    rows, b, v = [], [], []
-    for by in (("estab_id",), (), ("county",), ("naics",), ("county", "naics")):
-        grouping = group_establishments(public, by)
-        rows.append(sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n)))
-        variance = rng.uniform(1, 30, grouping.n_groups) * (1 + grouping.sum(truth) / 20)
-        b.append(grouping.sum(truth) + rng.normal(0, np.sqrt(variance)))
-        v.append(variance)
-    system = LinearSystem(sp.vstack(rows, format="csr"), np.concatenate(b), np.concatenate(v))
-    return system, group_establishments(public, ("county", "naics")).codes, public
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_structured_solver_reaches_the_reference_optimum(seed):
     system, cells, _ = nested_instance(seed, zero_share=0.3 + 0.1 * seed)
