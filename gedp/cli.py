@@ -29,6 +29,7 @@ from evaluation.e3_bias import E3Setup, run_e3
 from evaluation.e4_analytic import run_e4
 from evaluation.tabulate import qcew_keys, qcew_level, tabulate
 from gedp.config import Config, load_config
+from gedp.engine import input_states, protect_input
 from gedp.pipeline import (
     MANIFEST_FILE,
     PROTECTED_FILE,
@@ -124,16 +125,17 @@ def _release(microdata: pd.DataFrame, config: Config, seed: Optional[int]) -> Re
         return protect(microdata, config, rng=rng, rng_description=rng_description, on_step=advance)
 
 
-def _print_release_summary(release: Release, out: Path, seconds: float) -> None:
-    manifest = release.manifest
+def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
+    states = manifest["states"]
     console.print(f"[bold]Release written to[/] {out}")
     console.print(
-        f"  {manifest['establishments']:,} establishments, workflow {manifest['workflow']}, "
-        f"psi {manifest['psi']['name']}, zeta {manifest['zeta']}"
+        f"  {manifest['establishments']:,} establishments in {len(states)} state{'s' if len(states) > 1 else ''}, "
+        f"workflow {manifest['workflow']}, psi {manifest['psi']['name']}, zeta {manifest['zeta']}"
     )
-    per_attribute = {}
-    for entry in manifest["ledger"]:
-        per_attribute.setdefault(entry["attribute"], []).append(entry["mu"])
+    per_attribute: dict[str, list[float]] = {}
+    for by_attribute in manifest["mu"].values():
+        for attribute, mu in by_attribute.items():
+            per_attribute.setdefault(attribute, []).append(mu)
     spent = ", ".join(f"{a} {compose(m):.3f}" for a, m in per_attribute.items())
     console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent})")
     solvers = ", ".join(f"{a} {r['status']} in {r['seconds']:.1f}s" for a, r in manifest["solver"].items())
@@ -166,7 +168,7 @@ def run(
                 for attribute in cfg.plan.attributes
             }
         written = write_release(release, out, extra_files={"accuracy.json": accuracy})
-    _print_release_summary(release, written, time.perf_counter() - start)
+    _print_release_summary(release.manifest, written, time.perf_counter() - start)
     console.print(f"  input: synthetic profile '{spec['name']}' (seed {DEFAULT_STATE_SEED}), so accuracy can be shown:")
     table = Table("tabulation", "groups", *cfg.plan.attributes, title="median relative error |x~ - x| / (x + 1)")
     for label, by_attribute in accuracy.items():
@@ -249,21 +251,25 @@ def synth(
 
 @app.command(name="protect")
 def protect_command(
-    input: Annotated[Path, typer.Argument(help="Establishment microdata (.csv or .parquet).")],
+    input: Annotated[Path, typer.Argument(help="Establishment microdata: .csv, .parquet, or a folder of Parquet parts.")],
     config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
     seed: Annotated[Optional[int], typer.Option(help="Noise seed (default: OS entropy, not reproducible).")] = None,
     workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
+    engine: Annotated[str, typer.Option(help="local, or dask: one task per state on a dask.distributed cluster.")] = "local",
+    scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
+                                                          "(default: a local cluster of 2 workers).")] = None,
 ) -> None:
-    """Protect confidential establishment microdata: write protected microdata, tables and manifest."""
+    """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
     start = time.perf_counter()
     with reported_errors():
         cfg = _load(config, workflow)
         check_output_directory(out.resolve())
-        microdata = read_microdata(input, cfg.plan.attributes)
-        release = _release(microdata, cfg, seed)
-        written = write_release(release, out)
-    _print_release_summary(release, written, time.perf_counter() - start)
+        states = input_states(input)
+        with progress_steps(len(states)) as advance:
+            manifest = protect_input(input, cfg, out, seed=seed, engine=engine, scheduler=scheduler,
+                                     on_state=lambda state: advance(f"state {state} done"))
+    _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
 
 
 def _read_for_tabulation(source: Path) -> pd.DataFrame:

@@ -79,7 +79,8 @@ def measurements_frame(measurements: Measurements) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _versions() -> dict[str, str]:
+def versions() -> dict[str, str]:
+    """Versions of gedp and the packages its numbers depend on."""
     versions = {}
     for package in VERSIONED_PACKAGES:
         try:
@@ -122,7 +123,7 @@ def protect(
     for entry in measurements.budget.ledger:
         mu_by_query.setdefault(entry["query"], {})[entry["attribute"]] = entry["mu"]
     manifest = {
-        "gedp_version": _versions()["gedp"],
+        "gedp_version": versions()["gedp"],
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "config_file": config.source,
         "config": config.raw,
@@ -132,7 +133,7 @@ def protect(
         "psi": plan.psi.params(),
         "gammas": dict(plan.gammas),
         "zeta": plan.zeta,
-        "tau": measurements.tau,
+        "tau": {state: measurements.tau for state in sorted(microdata["state"].unique())},
         "mu_total": measurements.budget.spent,
         "mu_planned_total": measurements.budget.total,
         "mu_cap": plan.cap,
@@ -141,7 +142,7 @@ def protect(
         "rng": rng_description,
         "variance_mode": config.variance_mode,
         "solver": {attribute: result.report() for attribute, result in solver_results.items()},
-        "versions": _versions(),
+        "versions": versions(),
         "timings": timings,
         "files": {
             "protected_microdata": PROTECTED_FILE,
@@ -190,8 +191,12 @@ def write_release(release: Release, out: str | Path, extra_files: dict[str, dict
     """Write the release completely into a temporary directory, then move it into place."""
     with staged_directory(out) as staging:
         start = time.perf_counter()
-        release.protected.to_parquet(staging / PROTECTED_FILE, index=False)
-        measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE, index=False)
+        # Same layout as a state-by-state release: a folder of Parquet parts per file.
+        part = f"part-{'-'.join(release.manifest['states'])}.parquet"
+        (staging / PROTECTED_FILE).mkdir()
+        (staging / MEASUREMENTS_FILE).mkdir()
+        release.protected.to_parquet(staging / PROTECTED_FILE / part, index=False)
+        measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE / part, index=False)
         release.tables.to_csv(staging / TABLES_FILE, index=False)
         for name, content in (extra_files or {}).items():
             (staging / name).write_text(json.dumps(content, indent=2, default=float) + "\n")

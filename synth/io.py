@@ -14,7 +14,8 @@ TEXT_COLUMNS = ("estab_id", *CODE_WIDTHS, "own")
 
 
 def read_microdata(path: str | Path, attributes: Sequence[str] | None = CONFIDENTIAL) -> pd.DataFrame:
-    """Read and validate establishment microdata from ``.csv`` or ``.parquet``.
+    """Read and validate establishment microdata from ``.csv`` or ``.parquet`` (a file, or a folder
+    of Parquet parts such as a release's ``protected.parquet``).
 
     ``attributes=None`` takes whichever confidential attributes the file has (protected microdata
     may carry a subset); at least one is required.
@@ -23,7 +24,7 @@ def read_microdata(path: str | Path, attributes: Sequence[str] | None = CONFIDEN
         InputError: the file is missing, unreadable, of an unknown type, or fails validation.
     """
     path = Path(path)
-    if not path.is_file():
+    if not (path.is_file() or (path.is_dir() and path.suffix.lower() == ".parquet")):
         raise InputError(f"input file '{path}' does not exist")
     suffix = path.suffix.lower()
     try:

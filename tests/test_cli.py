@@ -100,7 +100,7 @@ def test_protect_with_the_psi_workflow(tmp_path, small_state):
     result = invoke("protect", source, "--config", "employment", "--workflow", "psi", "--out", out, "--seed", 4)
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["workflow"] == "psi" and manifest["tau"] is None
+    assert manifest["workflow"] == "psi" and manifest["tau"] == {small_state["state"].iloc[0]: None}
     assert manifest["mu_total"] == pytest.approx(planned_total(configs.path("employment")))
     assert set(pd.read_parquet(out / "measurements.parquet")["mechanism"]) == {"psi"}
     assert "wage" not in pd.read_parquet(out / "protected.parquet").columns
