@@ -96,7 +96,7 @@ def solve_nested(
         infeasible = movable & ((free & (x < -1e-9 * scale)) | (~free & (gradient * v < -1e-9 * scale)))
         count = int(infeasible.sum())
         if count == 0:
-            return np.maximum(x, 0.0), iteration
+            return np.maximum(_refine(x, free, a, v, cell_codes, c, b, w), 0.0), iteration
         if count < best_infeasible:
             best_infeasible, tries = count, FULL_EXCHANGE_TRIES
             flip = infeasible
@@ -108,6 +108,20 @@ def solve_nested(
             flip[np.flatnonzero(infeasible)[-1]] = True
         free = free ^ flip
     raise RuntimeError(f"block principal pivoting did not finish in {MAX_ITERATIONS} iterations")
+
+
+def _refine(x, free, a, v, cell_codes, c, b, w) -> np.ndarray:
+    """One step of iterative refinement on the final free set: solve H_FF d = -g_F with the same
+    operator (answers a' = -g v, group answers 0) to remove the round-off of the first solve."""
+    n_cells = c.shape[1]
+    lam = c.T @ ((b - c @ np.bincount(cell_codes, weights=x, minlength=n_cells)) / w)
+    gradient = np.where(free, (x - a) / v - lam[cell_codes], 0.0)
+    correction_a = -gradient * v
+    s = np.bincount(cell_codes[free], weights=v[free], minlength=n_cells)
+    q = np.bincount(cell_codes[free], weights=correction_a[free], minlength=n_cells)
+    t = CellOperator(c, w, s).solve(q)
+    lam_correction = c.T @ (-(c @ t) / w)
+    return x + np.where(free, correction_a + v * lam_correction[cell_codes], 0.0)
 
 
 class CellOperator:
