@@ -10,6 +10,7 @@ loaded), protected, written as one part of each output, and dropped.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import Callable
@@ -101,6 +102,7 @@ def protect_one_state(path: str, state: str, config: Config, entropy: int, stagi
         "tau": manifest["tau"][state],
         "mu_total": manifest["mu_total"],
         "solver": manifest["solver"],
+        "ledger": manifest["ledger"],
         "timings": {**manifest["timings"], "state_seconds": time.perf_counter() - start},
     }
 
@@ -183,6 +185,7 @@ def _manifest(config: Config, pieces: list[dict], seed, engine, scheduler, secon
     mu_by_query = {q.name: dict(q.mu) for q in plan.queries}
     return {
         "gedp_version": versions()["gedp"],
+        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "config_file": config.source,
         "config": config.raw,
         "establishments": sum(piece["establishments"] for piece in pieces),
@@ -195,6 +198,7 @@ def _manifest(config: Config, pieces: list[dict], seed, engine, scheduler, secon
         "mu_total": budget.total,
         "mu_cap": plan.cap,
         "mu": mu_by_query,
+        "ledger": {piece["state"]: piece["ledger"] for piece in pieces},
         "composition": "parallel across states (every query includes state); each state spends mu_total",
         "rng": ({"kind": "seed", "seed": seed} if seed is not None else {"kind": "os-entropy"})
         | {"bit_generator": "PCG64", "per_state": "SeedSequence([seed, int(state)])"},
