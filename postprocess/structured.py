@@ -33,6 +33,8 @@ from scipy.sparse.linalg import splu
 #: Backup rule: full exchanges allowed without progress before single pivots take over.
 FULL_EXCHANGE_TRIES = 3
 MAX_ITERATIONS = 10_000
+#: Iterative refinement steps after the last pivot (each removes most of the remaining round-off).
+REFINEMENT_STEPS = 1
 #: Up to this many multi-cell groups, G is factorized densely (Cholesky); beyond, sparse LU.
 DENSE_GROUPS = 4_000
 
@@ -82,21 +84,26 @@ def solve_nested(
     mu = c.T @ (b / w)
     free = np.ones(len(a), dtype=bool) if fixed_zero is None else ~fixed_zero
     movable = free.copy()
-    scale = max(float(np.max(np.abs(a), initial=0.0)), 1.0)
+    tolerance = 1e-12 * max(float(np.max(np.abs(a), initial=0.0)), 1.0)
+    a_shifted = a + v * mu[cell_codes]  # per free establishment: a_j + v_j mu_c (fixed across pivots)
     best_infeasible, tries = np.inf, FULL_EXCHANGE_TRIES
+    # Cell sums over the free establishments, updated from the flipped ones only after the first pass.
+    s = np.bincount(cell_codes, weights=np.where(free, v, 0.0), minlength=n_cells)
+    q = np.bincount(cell_codes, weights=np.where(free, a_shifted, 0.0), minlength=n_cells)
 
     for iteration in range(1, MAX_ITERATIONS + 1):
-        s = np.bincount(cell_codes[free], weights=v[free], minlength=n_cells)
-        q = np.bincount(cell_codes[free], weights=(a + v * mu[cell_codes])[free], minlength=n_cells)
         t = CellOperator(c, w, s).solve(q)
         lam = c.T @ ((b - c @ t) / w)
-        x = np.where(free, a + v * lam[cell_codes], 0.0)
-        gradient = np.where(free, 0.0, -a / v - lam[cell_codes])
-        # Tolerances: round-off of the solve, in units of x and of the scaled gradient.
-        infeasible = movable & ((free & (x < -1e-9 * scale)) | (~free & (gradient * v < -1e-9 * scale)))
-        count = int(infeasible.sum())
+        # Unconstrained value a_j + v_j lambda_c: the free x_j, and minus v_j times the gradient of a
+        # fixed one, so a free value < 0 or a fixed one > 0 breaks the KKT conditions.
+        unconstrained = a + v * lam[cell_codes]
+        infeasible = movable & np.where(free, unconstrained < -tolerance, unconstrained > tolerance)
+        count = int(np.count_nonzero(infeasible))
         if count == 0:
-            return np.maximum(_refine(x, free, a, v, cell_codes, c, b, w), 0.0), iteration
+            x = np.where(free, unconstrained, 0.0)
+            for _ in range(REFINEMENT_STEPS):
+                x = _refine(x, free, s, a, v, cell_codes, c, b, w)
+            return np.maximum(x, 0.0), iteration
         if count < best_infeasible:
             best_infeasible, tries = count, FULL_EXCHANGE_TRIES
             flip = infeasible
@@ -106,19 +113,22 @@ def solve_nested(
         else:  # backup rule: exchange only the last infeasible variable
             flip = np.zeros_like(infeasible)
             flip[np.flatnonzero(infeasible)[-1]] = True
+        flipped = np.flatnonzero(flip)
+        sign = np.where(free[flipped], -1.0, 1.0)  # free -> fixed removes, fixed -> free adds
+        s += np.bincount(cell_codes[flipped], weights=sign * v[flipped], minlength=n_cells)
+        q += np.bincount(cell_codes[flipped], weights=sign * a_shifted[flipped], minlength=n_cells)
         free = free ^ flip
     raise RuntimeError(f"block principal pivoting did not finish in {MAX_ITERATIONS} iterations")
 
 
-def _refine(x, free, a, v, cell_codes, c, b, w) -> np.ndarray:
+def _refine(x, free, s, a, v, cell_codes, c, b, w) -> np.ndarray:
     """One step of iterative refinement on the final free set: solve H_FF d = -g_F with the same
     operator (answers a' = -g v, group answers 0) to remove the round-off of the first solve."""
     n_cells = c.shape[1]
     lam = c.T @ ((b - c @ np.bincount(cell_codes, weights=x, minlength=n_cells)) / w)
     gradient = np.where(free, (x - a) / v - lam[cell_codes], 0.0)
     correction_a = -gradient * v
-    s = np.bincount(cell_codes[free], weights=v[free], minlength=n_cells)
-    q = np.bincount(cell_codes[free], weights=correction_a[free], minlength=n_cells)
+    q = np.bincount(cell_codes, weights=correction_a, minlength=n_cells)  # correction_a is 0 where fixed
     t = CellOperator(c, w, s).solve(q)
     lam_correction = c.T @ (-(c @ t) / w)
     return x + np.where(free, correction_a + v * lam_correction[cell_codes], 0.0)
