@@ -413,7 +413,7 @@ def evaluate(
     gamma_log: Annotated[float, typer.Option(help="e3: gamma of psi = log.")] = E3Setup.gamma_log,
     mu: Annotated[float, typer.Option(help="e3: mu of each query.")] = E3Setup.mu,
 ) -> None:
-    """Run an experiment of SPEC section 6 and write its report, summary and plots."""
+    """Run an evaluation experiment (e1-e4, coverage) and write its report, summary and plots."""
     start = time.perf_counter()
     with reported_errors():
         if name not in EXPERIMENTS:
