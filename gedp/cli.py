@@ -119,8 +119,8 @@ def _load(config_name: str, workflow: Optional[str]) -> Config:
     return config
 
 
-def _release(microdata: pd.DataFrame, config: Config, seed: Optional[int]) -> Release:
-    rng, rng_description = make_rng(seed)
+def _release(microdata: pd.DataFrame, config: Config, seed: Optional[int], rng_kind: Optional[str]) -> Release:
+    rng, rng_description = make_rng(seed, rng_kind)
     with progress_steps(total_steps(config)) as advance:
         return protect(microdata, config, rng=rng, rng_description=rng_description, on_step=advance)
 
@@ -147,7 +147,8 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
 def run(
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
     config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
-    seed: Annotated[Optional[int], typer.Option(help="Noise seed (default: OS entropy, not reproducible).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream (experiments).")] = None,
+    rng: Annotated[Optional[str], typer.Option(help="secure (ChaCha20 keyed from the OS; the default without --seed) or pcg64.")] = None,
     workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
     profile: Annotated[str, typer.Option(help=f"Built-in state profile ({', '.join(available_profiles())}).")] = DEFAULT_PROFILE,
     establishments: Annotated[Optional[int], typer.Option(help="Rescale the profile to this many establishments.")] = None,
@@ -160,7 +161,7 @@ def run(
         spec = load_profile(profile)
         truth = generate_profile(spec, n_establishments=establishments, rng=np.random.default_rng(DEFAULT_STATE_SEED))
         truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in cfg.plan.attributes])
-        release = _release(truth, cfg, seed)
+        release = _release(truth, cfg, seed, rng)
         accuracy = {}
         for label, by in ACCURACY_CHECKS.items():
             accuracy[label] = {
@@ -254,7 +255,8 @@ def protect_command(
     input: Annotated[Path, typer.Argument(help="Establishment microdata: .csv, .parquet, or a folder of Parquet parts.")],
     config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
-    seed: Annotated[Optional[int], typer.Option(help="Noise seed (default: OS entropy, not reproducible).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream (experiments).")] = None,
+    rng: Annotated[Optional[str], typer.Option(help="secure (ChaCha20 keyed from the OS; the default without --seed) or pcg64.")] = None,
     workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
     engine: Annotated[str, typer.Option(help="local, or dask: one task per state on a dask.distributed cluster.")] = "local",
     scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
@@ -267,7 +269,7 @@ def protect_command(
         check_output_directory(out.resolve())
         states = input_states(input)
         with progress_steps(len(states)) as advance:
-            manifest = protect_input(input, cfg, out, seed=seed, engine=engine, scheduler=scheduler,
+            manifest = protect_input(input, cfg, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
                                      on_state=lambda state: advance(f"state {state} done"))
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
 

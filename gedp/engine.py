@@ -26,8 +26,10 @@ from gedp.pipeline import (
     MEASUREMENTS_FILE,
     PROTECTED_FILE,
     TABLES_FILE,
+    make_rng,
     measurements_frame,
     protect,
+    secure_generator,
     staged_directory,
     versions,
 )
@@ -86,11 +88,15 @@ def check_state_by_state(config: Config) -> None:
             )
 
 
-def protect_one_state(path: str, state: str, config: Config, entropy: int, staging: str) -> dict:
-    """Protect one state and write its parts into the staging release; returns its manifest entry."""
+def protect_one_state(path: str, state: str, config: Config, entropy: int | None, staging: str) -> dict:
+    """Protect one state and write its parts into the staging release; returns its manifest entry.
+
+    ``entropy=None`` draws the state's noise from its own secure generator (ChaCha20, OS key).
+    """
     start = time.perf_counter()
     microdata = read_state(path, state, config.plan.attributes)
-    release = protect(microdata, config, rng=state_rng(entropy, state), rng_description={})
+    rng = secure_generator() if entropy is None else state_rng(entropy, state)
+    release = protect(microdata, config, rng=rng, rng_description={})
     staging = Path(staging)
     release.protected.to_parquet(staging / PROTECTED_FILE / f"part-{state}.parquet", index=False)
     measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE / f"part-{state}.parquet", index=False)
@@ -113,6 +119,7 @@ def protect_input(
     out: str | Path,
     *,
     seed: int | None,
+    rng: str | None = None,
     engine: str = "local",
     scheduler: str | None = None,
     on_state: Callable[[str], None] | None = None,
@@ -120,13 +127,15 @@ def protect_input(
     """Protect every state of ``path`` into the release directory ``out``; returns the manifest."""
     if engine not in ENGINES:
         raise InputError(f"engine '{engine}' is unknown; choose one of {', '.join(ENGINES)}")
-    if seed is not None and seed < 0:
-        raise InputError(f"seed ({seed}) must be >= 0")
+    _, rng_description = make_rng(seed, rng)  # checks --seed and --rng together
     start = time.perf_counter()
     states = input_states(path)
     if len(states) > 1:
         check_state_by_state(config)
-    entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
+    if rng_description["kind"] == "secure":
+        entropy = None
+    else:
+        entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     with staged_directory(out) as staging:
         (staging / PROTECTED_FILE).mkdir()
         (staging / MEASUREMENTS_FILE).mkdir()
@@ -145,7 +154,7 @@ def protect_input(
                 lines = part.read_text().splitlines(keepends=True)
                 tables.writelines(lines if index == 0 else lines[1:])
                 part.unlink()
-        manifest = _manifest(config, pieces, seed, engine, scheduler, time.perf_counter() - start)
+        manifest = _manifest(config, pieces, rng_description, engine, scheduler, time.perf_counter() - start)
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
     return manifest
 
@@ -168,7 +177,7 @@ def _run_on_dask(states, arguments, scheduler, on_state) -> list[dict]:
             cluster.close()
 
 
-def _manifest(config: Config, pieces: list[dict], seed, engine, scheduler, seconds: float) -> dict:
+def _manifest(config: Config, pieces: list[dict], rng_description: dict, engine, scheduler, seconds: float) -> dict:
     plan = config.plan
     solver = {}
     for attribute in plan.attributes:
@@ -200,8 +209,8 @@ def _manifest(config: Config, pieces: list[dict], seed, engine, scheduler, secon
         "mu": mu_by_query,
         "ledger": {piece["state"]: piece["ledger"] for piece in pieces},
         "composition": "parallel across states (every query includes state); each state spends mu_total",
-        "rng": ({"kind": "seed", "seed": seed} if seed is not None else {"kind": "os-entropy"})
-        | {"bit_generator": "PCG64", "per_state": "SeedSequence([seed, int(state)])"},
+        "rng": rng_description | {"per_state": "its own secure generator" if rng_description["kind"] == "secure"
+                                  else "SeedSequence([seed or OS entropy, int(state)])"},
         "engine": engine if scheduler is None else f"{engine} ({scheduler})",
         "variance_mode": config.variance_mode,
         "solver": solver,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import secrets
 import shutil
 import time
 import uuid
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from randomgen import ChaCha
 
 from evaluation.tabulate import qcew_tables
 from gedp.config import Config
@@ -47,12 +49,32 @@ class Release:
     manifest: dict
 
 
-def make_rng(seed: int | None) -> tuple[np.random.Generator, dict]:
-    """The release's generator and how the manifest describes it (the OS-entropy seed is not kept)."""
+RNG_KINDS = ("secure", "pcg64")
+SECURE_DESCRIPTION = {"kind": "secure", "bit_generator": "ChaCha20 (randomgen), 256-bit seed from the OS (secrets)"}
+
+
+def secure_generator() -> np.random.Generator:
+    """A cryptographically secure generator: ChaCha20 keyed with 256 bits of OS entropy."""
+    return np.random.Generator(ChaCha(seed=secrets.randbits(256), rounds=20))
+
+
+def make_rng(seed: int | None, kind: str | None = None) -> tuple[np.random.Generator, dict]:
+    """The release's generator and how the manifest describes it.
+
+    Without a seed, releases use the secure generator (the key is never recorded); a seed gives the
+    reproducible PCG64 stream meant for experiments.
+    """
+    kind = kind or ("pcg64" if seed is not None else "secure")
+    if kind not in RNG_KINDS:
+        raise InputError(f"--rng '{kind}' is unknown; choose one of {', '.join(RNG_KINDS)}")
+    if seed is not None and seed < 0:
+        raise InputError(f"seed ({seed}) must be >= 0")
+    if kind == "secure":
+        if seed is not None:
+            raise InputError("--rng secure draws its key from the operating system and takes no --seed")
+        return secure_generator(), dict(SECURE_DESCRIPTION)
     if seed is None:
         return np.random.default_rng(np.random.SeedSequence()), {"kind": "os-entropy", "bit_generator": "PCG64"}
-    if seed < 0:
-        raise InputError(f"seed ({seed}) must be >= 0")
     return np.random.default_rng(seed), {"kind": "seed", "seed": seed, "bit_generator": "PCG64"}
 
 

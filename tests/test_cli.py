@@ -213,6 +213,6 @@ def test_the_readme_first_command_runs_the_full_small_profile(tmp_path, monkeypa
     result = invoke("run")
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "gedp-release" / "manifest.json").read_text())
-    assert manifest["establishments"] == 35_796 and manifest["rng"]["kind"] == "os-entropy"
+    assert manifest["establishments"] == 35_796 and manifest["rng"]["kind"] == "secure"
     assert {r["solver"] for r in manifest["solver"].values()} == {"structured"}
     assert "synthetic profile 'small'" in result.output
