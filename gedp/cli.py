@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,6 +30,7 @@ from evaluation.e4_analytic import run_e4
 from evaluation.tabulate import qcew_keys, qcew_level, tabulate
 from gedp.config import Config, load_config
 from gedp.engine import input_states, protect_input
+from gedp.ledger import reserve
 from gedp.pipeline import (
     MANIFEST_FILE,
     PROTECTED_FILE,
@@ -261,6 +262,10 @@ def protect_command(
     engine: Annotated[str, typer.Option(help="local, or dask: one task per state on a dask.distributed cluster.")] = "local",
     scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
                                                           "(default: a local cluster of 2 workers).")] = None,
+    ledger: Annotated[Optional[Path], typer.Option(help="Lifetime budget ledger: compose with earlier releases "
+                                                       "of the same data and refuse what exceeds its cap.")] = None,
+    lifetime_cap: Annotated[Optional[float], typer.Option(help="With --ledger: the dataset's lifetime mu cap "
+                                                               "(needed the first time).")] = None,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
     start = time.perf_counter()
@@ -268,10 +273,22 @@ def protect_command(
         cfg = _load(config, workflow)
         check_output_directory(out.resolve())
         states = input_states(input)
-        with progress_steps(len(states)) as advance:
-            manifest = protect_input(input, cfg, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
-                                     on_state=lambda state: advance(f"state {state} done"))
+        if lifetime_cap is not None and ledger is None:
+            raise InputError("--lifetime-cap goes with --ledger FILE")
+        with ExitStack() as stack:
+            reservation = None
+            if ledger is not None:
+                reservation = stack.enter_context(
+                    reserve(ledger, input, cfg.plan.budget().total, lifetime_cap, cfg.source))
+            with progress_steps(len(states)) as advance:
+                manifest = protect_input(input, cfg, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
+                                         on_state=lambda state: advance(f"state {state} done"),
+                                         lifetime=None if reservation is None else reservation.summary())
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
+    if manifest.get("lifetime"):
+        life = manifest["lifetime"]
+        console.print(f"  lifetime budget of this dataset: mu {life['spent_after']:.4f} of {life['lifetime_cap']:.4f} "
+                      f"spent (ledger {life['ledger']})")
 
 
 def _read_for_tabulation(source: Path) -> pd.DataFrame:

@@ -123,6 +123,7 @@ def protect_input(
     engine: str = "local",
     scheduler: str | None = None,
     on_state: Callable[[str], None] | None = None,
+    lifetime: dict | None = None,
 ) -> dict:
     """Protect every state of ``path`` into the release directory ``out``; returns the manifest."""
     if engine not in ENGINES:
@@ -155,6 +156,8 @@ def protect_input(
                 tables.writelines(lines if index == 0 else lines[1:])
                 part.unlink()
         manifest = _manifest(config, pieces, rng_description, engine, scheduler, time.perf_counter() - start)
+        if lifetime is not None:
+            manifest["lifetime"] = lifetime
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
     return manifest
 
