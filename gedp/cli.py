@@ -89,11 +89,20 @@ def reported_errors():
     try:
         yield
     except InputError as err:
-        typer.echo(f"error: {err}", err=True)
+        typer.echo(f"error: {_one_line(err)}", err=True)
         raise typer.Exit(2) from None
     except SolverError as err:
-        typer.echo(f"solver error: {err}", err=True)
+        typer.echo(f"solver error: {_one_line(err)}", err=True)
         raise typer.Exit(1) from None
+
+
+#: Characters that end a line (str.splitlines): escaped in error messages, which stay on one line.
+LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def _one_line(err: Exception) -> str:
+    """The message on one line: line breaks from user text (keys, values) shown escaped."""
+    return "".join(c.encode("unicode_escape").decode() if c in LINE_BREAKS else c for c in str(err))
 
 
 @contextmanager
@@ -101,7 +110,7 @@ def progress_steps(total: int):
     """A progress bar on stderr; yields the callback that advances it by one named step."""
     with Progress(
         TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=errors, transient=True,
+        TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
     ) as progress:
         task = progress.add_task("measuring", total=total)
 
@@ -385,6 +394,9 @@ def interval(
 ) -> None:
     """Print the uncertainty interval I(x) of each value: how far x is hidden for this psi and gamma."""
     with reported_errors():
+        bad = [v for v in values if not (np.isfinite(v) and v >= 0)]
+        if bad:
+            raise InputError(f"values must be finite numbers >= 0; got {bad[0]}")
         params = {k: v for k, v in {"a": a, "d": d, "gamma_sqrt": gamma_sqrt}.items() if v is not None}
         try:
             neighbor = make_psi(psi, **params)
@@ -396,7 +408,9 @@ def interval(
         return
     table = Table("x", "lower", "upper", "below x", "above x", title=f"Uncertainty intervals, psi {psi}, gamma {gamma}")
     for row in rows:
-        table.add_row(*(_readable(row[k]) for k in ("x", "lower", "upper")), f"-{row['below_pct']:.1f}%", f"+{row['above_pct']:.1f}%")
+        below, above = (f"{sign}{row[k]:.1f}%" if np.isfinite(row[k]) else "–"
+                        for sign, k in (("-", "below_pct"), ("+", "above_pct")))
+        table.add_row(*(_readable(row[k]) for k in ("x", "lower", "upper")), below, above)
     console.print(table)
 
 

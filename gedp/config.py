@@ -27,6 +27,23 @@ class ConfigError(InputError):
     """A config file that cannot be used (reported in one line, exit status 2)."""
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML without duplicate keys (PyYAML would silently keep the last one)."""
+
+
+def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(f"duplicate key '{key}' at line {key_node.start_mark.line + 1}")
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
 @dataclass(frozen=True)
 class Config:
     """A checked release configuration."""
@@ -135,7 +152,9 @@ def load_config(name_or_path: str | Path) -> Config:
             f"config '{name_or_path}' is neither a file nor a shipped config ({', '.join(configs.available())})"
         )
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    except ConfigError as err:
+        raise ConfigError(f"config {path}: {err}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(f"config {path}: not valid YAML ({first})") from None

@@ -34,7 +34,7 @@ from gedp.pipeline import (
     versions,
 )
 from synth.io import read_microdata
-from synth.schema import InputError, validate_microdata
+from synth.schema import InputError, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
 
@@ -55,10 +55,9 @@ def input_states(path: str | Path) -> list[str]:
             column = pd.read_csv(path, usecols=["state"], dtype=str)["state"]
     except (KeyError, ValueError) as err:
         raise InputError(f"input '{path}': cannot read its 'state' column ({str(err).splitlines()[0]})") from None
-    states = column.astype(str).str.strip().str.zfill(2).unique()
-    if len(states) == 0:
+    if len(column) == 0:
         raise InputError(f"input '{path}' has zero establishments (no data rows)")
-    return sorted(states)
+    return sorted(normalize_code(pd.DataFrame({"state": column}), "state", 2).unique())
 
 
 def read_state(path: str | Path, state: str, attributes) -> pd.DataFrame:

@@ -99,6 +99,13 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
     if missing:
         raise InputError(f"{source}: missing column{'s' if len(missing) > 1 else ''} {', '.join(repr(c) for c in missing)}")
+    for column in ("agglvl_code", "year", "qtr"):
+        numbers = pd.to_numeric(raw[column], errors="coerce")
+        bad = numbers.isna() | (numbers != numbers.round())
+        if bad.any():
+            raise InputError(f"{source}: column '{column}': {int(bad.sum())} rows are missing or not whole numbers; "
+                             f"e.g. row {int(np.flatnonzero(bad.to_numpy())[0]) + 2}: {raw[column][bad].iloc[0]!r}")
+        raw = raw.assign(**{column: numbers.astype("int64")})
     levels = (*STATE_LEVELS, *COUNTY_LEVELS)
     private = raw[(raw["own_code"].astype(str).str.strip() == PRIVATE) & raw["agglvl_code"].isin(levels)]
     if private.empty:

@@ -17,6 +17,9 @@ CODE_WIDTHS = {"state": 2, "county": 3, "naics": 6}
 PRIVATE_OWN = "5"
 #: Public columns derived from ``naics``.
 DERIVED = ("naics5", "naics4", "naics3", "sector", "supersector", "domain")
+#: Largest confidential value accepted: far above any establishment's quarterly wages, far below
+#: where the squares in the variance formulas would overflow.
+MAX_VALUE = 1e13
 #: QCEW extras carried through unchanged when present.
 CARRIED = ("year", "qtr")
 #: Every public column of validated microdata, in output order.
@@ -42,7 +45,7 @@ def _refuse(column: str, bad: np.ndarray, frame: pd.DataFrame, rule: str) -> Non
     raise InputError(f"column '{column}': {count} {noun} {rule}; e.g. {where}: {example!r}")
 
 
-def _normalize_code(frame: pd.DataFrame, column: str, width: int) -> pd.Series:
+def normalize_code(frame: pd.DataFrame, column: str, width: int) -> pd.Series:
     """Codes as strings of exactly ``width`` digits; whole numbers are zero-padded (FIPS stored as int)."""
     raw = frame[column]
     if pd.api.types.is_integer_dtype(raw):
@@ -59,6 +62,7 @@ def _numeric_nonnegative(frame: pd.DataFrame, column: str) -> np.ndarray:
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
     _refuse(column, ~np.isfinite(values), frame, "are missing, not numbers, or not finite")
     _refuse(column, values < 0, frame, "are negative (confidential values must be >= 0)")
+    _refuse(column, values > MAX_VALUE, frame, f"exceed {MAX_VALUE:.0e} (implausible for one establishment)")
     return values
 
 
@@ -89,7 +93,7 @@ def validate_microdata(frame: pd.DataFrame, attributes: Sequence[str] = CONFIDEN
 
     out = pd.DataFrame({"estab_id": ids})
     for column, width in CODE_WIDTHS.items():
-        out[column] = _normalize_code(frame, column, width)
+        out[column] = normalize_code(frame, column, width)
     if "own" in frame.columns:
         own = frame["own"].astype("string").str.strip()
         _refuse("own", ~own.str.fullmatch(r"\d").fillna(False).to_numpy(dtype=bool), frame, "are not 1-digit ownership codes")

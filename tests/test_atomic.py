@@ -1,0 +1,88 @@
+"""Atomic releases: an interrupted run leaves nothing, or the previous release untouched."""
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import gedp.engine
+import gedp.pipeline
+from gedp.cli import app
+from synth.profiles import generate_profile, load_profile
+
+runner = CliRunner()
+
+
+def snapshot(folder):
+    """Every file under a release with its SHA-256 (the release's exact content)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def earlier_release(tmp_path, small_state):
+    source = tmp_path / "in.parquet"
+    small_state.to_parquet(source)
+    out = tmp_path / "release"
+    assert runner.invoke(app, ["protect", str(source), "--out", str(out), "--seed", "1"]).exit_code == 0
+    return source, out, snapshot(out)
+
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("stage", ["protect", "measurements_frame", "_manifest", "os.replace"])
+def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, monkeypatch, stage):
+    source, out, before = earlier_release
+    if stage == "os.replace":
+        monkeypatch.setattr(gedp.pipeline.os, "replace", interrupt)
+    else:
+        monkeypatch.setattr(gedp.engine, stage, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        gedp.engine.protect_input(source, gedp.cli.load_config("baseline"), out, seed=2)
+    monkeypatch.undo()
+    assert snapshot(out) == before
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []  # staging removed
+
+
+def test_interruption_of_a_first_release_leaves_nothing(tmp_path, small_state, monkeypatch):
+    source = tmp_path / "in.parquet"
+    small_state.to_parquet(source)
+    monkeypatch.setattr(gedp.engine, "_manifest", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        gedp.engine.protect_input(source, gedp.cli.load_config("baseline"), tmp_path / "new", seed=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+
+
+def test_killed_process_leaves_the_earlier_release_untouched(tmp_path):
+    """SIGKILL (no cleanup possible) at several moments of a run: the release folder is either the
+    earlier release, byte for byte, or, once the run has finished, the new one."""
+    source = tmp_path / "in.parquet"
+    generate_profile(load_profile("large"), n_establishments=150_000, rng=np.random.default_rng(1)).to_parquet(source)
+    command = [shutil.which("gedp")] if shutil.which("gedp") else [sys.executable, "-m", "gedp"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = tmp_path / "release"
+    subprocess.run([*command, "protect", str(source), "--out", str(out), "--seed", "1"], check=True, env=env,
+                   capture_output=True)
+    before = snapshot(out)
+    for delay in (0.5, 1.5, 3.0):
+        run = subprocess.Popen([*command, "protect", str(source), "--out", str(out), "--seed", "9"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        finished = run.poll() is not None
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        if finished:  # the run completed: its release is the reference from now on
+            before = snapshot(out)
+        else:
+            assert snapshot(out) == before, f"killed after {delay}s"
+    # a killed run may leave its hidden staging folder, never a half-written release
+    assert all(p.name.startswith(".release.partial-") for p in tmp_path.iterdir() if p.name.startswith("."))

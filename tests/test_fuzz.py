@@ -1,0 +1,197 @@
+"""Hostile and malformed input on every command: a clear one-line error, exit status 2, nothing
+written, no traceback (property-based, hypothesis)."""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import configs
+from gedp.cli import app
+
+runner = CliRunner()
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+BAD_NUMBERS = st.sampled_from([np.nan, np.inf, -np.inf, -5.0, 1e300, "abc", "", "1,5", True])
+COLUMNS = ["estab_id", "state", "county", "naics", "m1emp", "m2emp", "m3emp", "wage"]
+
+
+def assert_clean_outcome(result, out):
+    """Success with a release, or exit 2 with one line, no traceback and nothing written."""
+    assert result.exit_code in (0, 2), (result.exit_code, result.output, result.exception)
+    assert "Traceback" not in result.output
+    if result.exit_code == 2:
+        assert result.output.startswith("error:") and len(result.output.strip().splitlines()) == 1, result.output
+        assert not out.exists()
+    else:
+        assert (out / "manifest.json").is_file()
+
+
+@pytest.fixture(scope="module")
+def valid_rows(small_state):
+    return small_state[COLUMNS].head(25).reset_index(drop=True)
+
+
+@st.composite
+def broken_microdata(draw, rows):
+    frame = rows.copy().astype(object)
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["drop", "number", "code", "duplicate", "extra"]))
+        row = draw(st.integers(0, len(frame) - 1))
+        if kind == "drop" and len(frame.columns) > 1:
+            frame = frame.drop(columns=[draw(st.sampled_from(list(frame.columns)))])
+        elif kind == "number":
+            numeric = [c for c in ("m1emp", "m2emp", "m3emp", "wage") if c in frame.columns]
+            if numeric:
+                frame.loc[row, draw(st.sampled_from(numeric))] = draw(BAD_NUMBERS)
+        elif kind == "code":
+            codes = [c for c in ("state", "county", "naics", "estab_id") if c in frame.columns]
+            if codes:
+                frame.loc[row, draw(st.sampled_from(codes))] = draw(st.text(max_size=8))
+        elif kind == "duplicate" and "estab_id" in frame.columns:
+            frame.loc[row, "estab_id"] = frame.loc[0, "estab_id"]
+        else:
+            frame[draw(st.text(min_size=1, max_size=6))] = draw(st.integers())
+    text = frame.to_csv(index=False)
+    ending = draw(st.sampled_from(["whole", "truncated", "latin-1", "empty"]))
+    if ending == "truncated":
+        return text[: draw(st.integers(0, len(text)))].encode()
+    if ending == "latin-1":
+        return (text + "Ézé,\xff\n").encode("latin-1", errors="replace")
+    return b"" if ending == "empty" else text.encode()
+
+
+@FUZZ
+@given(data=st.data())
+def test_protect_survives_broken_microdata(valid_rows, tmp_path, data):
+    case = Path(tempfile.mkdtemp(dir=tmp_path))
+    source = case / "in.csv"
+    source.write_bytes(data.draw(broken_microdata(valid_rows)))
+    out = case / "release"
+    result = runner.invoke(app, ["protect", str(source), "--config", "employment", "--out", str(out), "--seed", "1"])
+    assert_clean_outcome(result, out)
+    shutil.rmtree(case)
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.floats(allow_nan=True, allow_infinity=True),
+                   st.text(max_size=5), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@st.composite
+def broken_config(draw):
+    raw = yaml.safe_load(configs.path("baseline").read_text())
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["top", "attribute", "query", "delete", "add"]))
+        if kind == "top":
+            raw[draw(st.sampled_from(sorted(raw)))] = draw(VALUES)
+        elif kind == "attribute" and isinstance(raw.get("attributes"), dict) and raw["attributes"]:
+            raw["attributes"][draw(st.sampled_from(sorted(raw["attributes"])))] = {"gamma": draw(VALUES)}
+        elif kind == "query" and isinstance(raw.get("queries"), list) and raw["queries"]:
+            query = raw["queries"][draw(st.integers(0, len(raw["queries"]) - 1))]
+            if isinstance(query, dict):
+                query[draw(st.sampled_from(["by", "mu"]))] = draw(VALUES)
+        elif kind == "delete" and raw:
+            raw.pop(draw(st.sampled_from(sorted(raw))))
+        else:
+            raw[draw(st.text(min_size=1, max_size=5))] = draw(VALUES)
+    text = yaml.safe_dump(raw, allow_unicode=True)
+    return draw(st.sampled_from([text, text[: len(text) // 2], "\t: [", "- 1\n- 2\n", ""]))
+
+
+@FUZZ
+@given(data=st.data())
+def test_run_survives_broken_configs(tmp_path, data):
+    case = Path(tempfile.mkdtemp(dir=tmp_path))
+    config = case / "plan.yaml"
+    config.write_text(data.draw(broken_config()))
+    out = case / "release"
+    result = runner.invoke(app, ["run", "--config", str(config), "--establishments", "60", "--seed", "2", "--out", str(out)])
+    assert_clean_outcome(result, out)
+    shutil.rmtree(case)
+
+
+@FUZZ
+@given(by=st.text(max_size=20), where=st.one_of(st.none(), st.text(max_size=20)))
+def test_tabulate_survives_odd_requests(released, by, where):
+    arguments = ["tabulate", str(released), "--by", by, *(["--where", where] if where is not None else [])]
+    result = runner.invoke(app, arguments)
+    assert result.exit_code in (0, 2), (result.output, result.exception)
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fuzz") / "release"
+    assert runner.invoke(app, ["run", "--establishments", "300", "--seed", "1", "--out", str(out)]).exit_code == 0
+    return out
+
+
+def test_huge_values_are_refused(valid_rows, tmp_path):
+    frame = valid_rows.copy()
+    frame.loc[3, "wage"] = 5e14
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    result = runner.invoke(app, ["protect", str(tmp_path / "in.csv"), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "column 'wage': 1 row exceed 1e+13" in result.output
+
+
+def test_duplicate_config_keys_are_refused(tmp_path):
+    text = configs.path("baseline").read_text().replace("zeta: 0.01", "zeta: 0.01\nzeta: 0.5")
+    (tmp_path / "plan.yaml").write_text(text)
+    result = runner.invoke(app, ["run", "--config", str(tmp_path / "plan.yaml"), "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "duplicate key 'zeta' at line" in result.output
+
+
+@pytest.fixture(scope="module")
+def published_file(tmp_path_factory, small_state):
+    from test_qcew import published_layout
+
+    path = tmp_path_factory.mktemp("qcew") / "published.csv"
+    published_layout(small_state).to_csv(path, index=False)
+    return path
+
+
+@FUZZ
+@given(data=st.data())
+def test_synth_survives_broken_qcew_files(published_file, tmp_path, data):
+    lines = published_file.read_text().splitlines()
+    kind = data.draw(st.sampled_from(["truncate", "cell", "drop", "shuffle-header"]))
+    if kind == "truncate":
+        text = "\n".join(lines)[: data.draw(st.integers(0, sum(map(len, lines))))]
+    elif kind == "cell":
+        row = data.draw(st.integers(1, len(lines) - 1))
+        cells = lines[row].split(",")
+        cells[data.draw(st.integers(0, len(cells) - 1))] = data.draw(st.sampled_from(["", "-3", "x", "1e300", "N"]))
+        lines[row] = ",".join(cells)
+        text = "\n".join(lines)
+    elif kind == "drop":
+        text = "\n".join(lines[:1] + [line for i, line in enumerate(lines[1:]) if i % data.draw(st.integers(2, 9))])
+    else:
+        header = lines[0].split(",")
+        lines[0] = ",".join(data.draw(st.permutations(header))[:-1] + ["extra"])
+        text = "\n".join(lines)
+    case = Path(tempfile.mkdtemp(dir=tmp_path))
+    source = case / "qcew.csv"
+    source.write_text(text)
+    out = case / "state.parquet"
+    result = runner.invoke(app, ["synth", "--from-qcew", str(source), "--out", str(out)])
+    assert result.exit_code in (0, 2), (result.output, result.exception)
+    assert "Traceback" not in result.output
+    if result.exit_code == 2:
+        assert result.output.startswith("error:") and not out.exists()
+    shutil.rmtree(case)
+
+
+@FUZZ
+@given(values=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=4),
+       gamma=st.floats(allow_nan=True, allow_infinity=True), psi=st.sampled_from(["sqrt", "log", "linear", "x"]))
+def test_interval_survives_any_numbers(values, gamma, psi):
+    result = runner.invoke(app, ["interval", "--psi", psi, "--gamma", str(gamma), "--", *map(str, values)])
+    assert result.exit_code in (0, 2), (result.output, result.exception)
+    assert "Traceback" not in result.output and "nan" not in result.output.lower()
+    if not all(np.isfinite(v) and v >= 0 for v in values):
+        assert result.exit_code == 2
