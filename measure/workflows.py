@@ -17,6 +17,8 @@ from measure.neighbors import NeighborFunction, check_gamma
 from measure.queries import IDENTITY, group_establishments, query_name
 
 WORKFLOWS = ("pnc", "psi")
+#: Largest noise sd on the psi scale a plan may ask for (beyond it variances overflow double precision).
+MAX_NOISE_SD = 1e6
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,16 @@ class MeasurementPlan:
             raise ValueError(f"workflow '{self.workflow}' is unknown; choose one of {', '.join(WORKFLOWS)}")
         for attribute, gamma in self.gammas.items():
             check_gamma(gamma)
+            if gamma == 0:
+                raise ValueError(f"gamma of {attribute} (0) must be > 0: gamma 0 adds no noise and would "
+                                 "release exact confidential values")
+        for q in self.queries:
+            for attribute, mu in q.mu.items():
+                if attribute in self.gammas and mu > 0 and self.gammas[attribute] / mu > MAX_NOISE_SD:
+                    raise ValueError(
+                        f"query {q.name} on {attribute}: noise sd gamma / mu ({self.gammas[attribute] / mu:.3g}) "
+                        f"exceeds {MAX_NOISE_SD:.0e}; such noise hides everything and overflows the variances"
+                    )
         names = [q.name for q in self.queries]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
