@@ -144,26 +144,24 @@ def test_huge_values_are_refused(valid_rows, tmp_path):
     assert result.exit_code == 2 and "column 'wage': 1 row exceed 1e+13" in result.output
 
 
-def test_zero_gamma_is_refused_because_it_releases_exact_values(tmp_path):
-    text = configs.path("baseline").read_text().replace("m1emp: {gamma: 0.5}", "m1emp: {gamma: 0}")
-    (tmp_path / "plan.yaml").write_text(text)
+def run_with_baseline_edited(tmp_path, old, new):
+    """`gedp run` with the baseline config after replacing ``old`` by ``new`` in its text."""
+    (tmp_path / "plan.yaml").write_text(configs.path("baseline").read_text().replace(old, new))
     result = runner.invoke(app, ["run", "--config", str(tmp_path / "plan.yaml"), "--out", str(tmp_path / "r")])
-    assert result.exit_code == 2 and "gamma of m1emp (0) must be > 0" in result.output
-    assert not (tmp_path / "r").exists()
+    assert result.exit_code == 2 and not (tmp_path / "r").exists()
+    return result.output
+
+
+def test_zero_gamma_is_refused_because_it_releases_exact_values(tmp_path):
+    assert "gamma of m1emp (0) must be > 0" in run_with_baseline_edited(tmp_path, "m1emp: {gamma: 0.5}", "m1emp: {gamma: 0}")
 
 
 def test_absurd_noise_is_refused(tmp_path):
-    text = configs.path("baseline").read_text().replace("m1emp: {gamma: 0.5}", "m1emp: {gamma: 1.0e+76}")
-    (tmp_path / "plan.yaml").write_text(text)
-    result = runner.invoke(app, ["run", "--config", str(tmp_path / "plan.yaml"), "--out", str(tmp_path / "r")])
-    assert result.exit_code == 2 and "noise sd gamma / mu" in result.output
+    assert "noise sd gamma / mu" in run_with_baseline_edited(tmp_path, "m1emp: {gamma: 0.5}", "m1emp: {gamma: 1.0e+76}")
 
 
 def test_duplicate_config_keys_are_refused(tmp_path):
-    text = configs.path("baseline").read_text().replace("zeta: 0.01", "zeta: 0.01\nzeta: 0.5")
-    (tmp_path / "plan.yaml").write_text(text)
-    result = runner.invoke(app, ["run", "--config", str(tmp_path / "plan.yaml"), "--out", str(tmp_path / "r")])
-    assert result.exit_code == 2 and "duplicate key 'zeta' at line" in result.output
+    assert "duplicate key 'zeta' at line" in run_with_baseline_edited(tmp_path, "zeta: 0.01", "zeta: 0.01\nzeta: 0.5")
 
 
 @pytest.fixture(scope="module")
