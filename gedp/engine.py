@@ -27,11 +27,11 @@ from gedp.pipeline import (
     PROTECTED_FILE,
     TABLES_FILE,
     make_rng,
-    measurements_frame,
     protect,
     secure_generator,
     staged_directory,
     versions,
+    write_parts,
 )
 from synth.io import read_microdata
 from synth.schema import InputError, normalize_code, validate_microdata
@@ -97,9 +97,7 @@ def protect_one_state(path: str, state: str, config: Config, entropy: int | None
     rng = secure_generator() if entropy is None else state_rng(entropy, state)
     release = protect(microdata, config, rng=rng, rng_description={})
     staging = Path(staging)
-    release.protected.to_parquet(staging / PROTECTED_FILE / f"part-{state}.parquet", index=False)
-    measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE / f"part-{state}.parquet", index=False)
-    release.tables.to_csv(staging / f".{TABLES_FILE}.part-{state}", index=False)
+    write_parts(release, staging, state, staging / f".{TABLES_FILE}.part-{state}")
     manifest = release.manifest
     return {
         "state": state,
@@ -137,8 +135,6 @@ def protect_input(
     else:
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     with staged_directory(out) as staging:
-        (staging / PROTECTED_FILE).mkdir()
-        (staging / MEASUREMENTS_FILE).mkdir()
         arguments = (str(path), config, entropy, str(staging))
         if engine == "local":
             pieces = []

@@ -209,17 +209,22 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[P
         raise
 
 
+def write_parts(release: Release, staging: Path, part: str, tables: Path) -> None:
+    """Write one part of each output of a release: protected microdata and measurements as
+    Parquet files ``part-<part>.parquet`` in their folders, and the QCEW tables as CSV at ``tables``."""
+    for folder in (PROTECTED_FILE, MEASUREMENTS_FILE):
+        (staging / folder).mkdir(exist_ok=True)
+    release.protected.to_parquet(staging / PROTECTED_FILE / f"part-{part}.parquet", index=False)
+    measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE / f"part-{part}.parquet", index=False)
+    release.tables.to_csv(tables, index=False)
+
+
 def write_release(release: Release, out: str | Path, extra_files: dict[str, dict] | None = None) -> Path:
     """Write the release completely into a temporary directory, then move it into place."""
     with staged_directory(out) as staging:
         start = time.perf_counter()
         # Same layout as a state-by-state release: a folder of Parquet parts per file.
-        part = f"part-{'-'.join(release.manifest['states'])}.parquet"
-        (staging / PROTECTED_FILE).mkdir()
-        (staging / MEASUREMENTS_FILE).mkdir()
-        release.protected.to_parquet(staging / PROTECTED_FILE / part, index=False)
-        measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE / part, index=False)
-        release.tables.to_csv(staging / TABLES_FILE, index=False)
+        write_parts(release, staging, "-".join(release.manifest["states"]), staging / TABLES_FILE)
         for name, content in (extra_files or {}).items():
             (staging / name).write_text(json.dumps(content, indent=2, default=float) + "\n")
         release.manifest["timings"]["write_seconds"] = time.perf_counter() - start

@@ -24,3 +24,17 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared QCEW data not found at {SHARED_DATA} (present in CI only)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def small_release(tmp_path_factory):
+    """`gedp run` on 2,000 establishments (seed 1): the release directory and what the command printed.
+    Tests read it and copy it; none may change it."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+
+    out = tmp_path_factory.mktemp("run") / "release"
+    result = CliRunner().invoke(app, ["run", "--establishments", "2000", "--seed", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, result.output

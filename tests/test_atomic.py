@@ -39,7 +39,7 @@ def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("stage", ["protect", "measurements_frame", "_manifest", "os.replace"])
+@pytest.mark.parametrize("stage", ["protect", "write_parts", "_manifest", "os.replace"])
 def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, monkeypatch, stage):
     source, out, before = earlier_release
     if stage == "os.replace":

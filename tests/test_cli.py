@@ -31,12 +31,9 @@ def planned_total(config_path) -> float:
     return math.sqrt(sum(mu * mu for query in raw["queries"] for mu in query["mu"].values()))
 
 
-@pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    out = tmp_path_factory.mktemp("run") / "release"
-    result = invoke("run", "--establishments", 2_000, "--seed", 1, "--out", out)
-    assert result.exit_code == 0, result.output
-    return out, result.output
+@pytest.fixture
+def release(small_release):
+    return small_release
 
 
 def test_run_writes_a_complete_release(release):

@@ -130,10 +130,8 @@ def test_tabulate_survives_odd_requests(released, by, where):
 
 
 @pytest.fixture(scope="module")
-def released(tmp_path_factory):
-    out = tmp_path_factory.mktemp("fuzz") / "release"
-    assert runner.invoke(app, ["run", "--establishments", "300", "--seed", "1", "--out", str(out)]).exit_code == 0
-    return out
+def released(small_release):
+    return small_release[0]
 
 
 def test_huge_values_are_refused(valid_rows, tmp_path):

@@ -83,11 +83,9 @@ def test_coverage_of_large_cells_is_nominal(tmp_path):
     assert (tmp_path / "coverage.png").is_file() and "## Findings" in (tmp_path / "report.md").read_text()
 
 
-@pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    out = tmp_path_factory.mktemp("moe") / "release"
-    assert runner.invoke(app, ["run", "--establishments", "2000", "--seed", "5", "--out", str(out)]).exit_code == 0
-    return out
+@pytest.fixture
+def release(small_release):
+    return small_release[0]
 
 
 def test_tabulate_with_margins_of_error(release, tmp_path):
