@@ -48,6 +48,8 @@ class Report:
 
 
 def _cell(value: object) -> str:
+    if isinstance(value, float) and value != value:
+        return "n/a"
     if isinstance(value, float):
         if value == 0 or 1e-3 <= abs(value) < 1e6:
             return f"{value:,.4g}"

@@ -27,6 +27,8 @@ from evaluation.e1_employment import run_e1
 from evaluation.e2_wages import run_e2
 from evaluation.e3_bias import E3Setup, run_e3
 from evaluation.e4_analytic import run_e4
+from evaluation.e5_earlier import E5Setup, run_e5
+from evaluation.suppression_report import write_suppression
 from evaluation.tabulate import qcew_keys, qcew_level, tabulate
 from gedp.config import Config, load_config
 from gedp.engine import input_states, protect_input
@@ -47,6 +49,7 @@ from measure.audit import ALPHA as AUDIT_ALPHA
 from measure.audit import run_audit
 from measure.budget import compose
 from measure.neighbors import interval_table, make_psi
+from measure.suppression import SuppressionRule, suppress
 from measure.queries import group_establishments
 from postprocess.moe import answers_variances
 from postprocess.wls import SolverError
@@ -59,7 +62,7 @@ from synth.profiles import (
     generate_profile,
     load_profile,
 )
-from synth.qcew import QCEW_VALUE_COLUMNS, read_qcew
+from synth.qcew import QCEW_VALUE_COLUMNS, PublishedState, read_qcew
 from synth.schema import CONFIDENTIAL, InputError, public_columns
 from synth.validate import validation_report
 
@@ -105,19 +108,40 @@ def _one_line(err: Exception) -> str:
     return "".join(c.encode("unicode_escape").decode() if c in LINE_BREAKS else c for c in str(err))
 
 
+def _progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
+    )
+
+
 @contextmanager
 def progress_steps(total: int):
     """A progress bar on stderr; yields the callback that advances it by one named step."""
-    with Progress(
-        TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
-    ) as progress:
+    with _progress_bar() as progress:
         task = progress.add_task("measuring", total=total)
 
         def advance(description: str) -> None:
             progress.update(task, advance=1, description=description)
 
         yield advance
+
+
+@contextmanager
+def progress_counts(description: str):
+    """A progress bar on stderr; yields callbacks ``(done, total)`` for the bar and ``(message)``,
+    which prints a line above it and names the next phase."""
+    with _progress_bar() as progress:
+        task = progress.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        def say(message: str) -> None:
+            progress.console.print(f"  {message}")
+            progress.update(task, completed=0, total=None, description=description)
+
+        yield update, say
 
 
 def _load(config_name: str, workflow: Optional[str]) -> Config:
@@ -414,31 +438,36 @@ def interval(
     console.print(table)
 
 
-EXPERIMENTS = ("e1", "e2", "e3", "e4", "coverage")
+EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "coverage")
 
 
-def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: str, seed: int) -> tuple[pd.DataFrame, str]:
+def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: str,
+                     seed: int) -> tuple[pd.DataFrame, str, Optional[PublishedState]]:
+    """The microdata of an experiment, its description, and the published QCEW it was fitted to (if any)."""
     if data is not None and from_qcew is not None:
         raise InputError("give at most one of --data and --from-qcew")
     if data is not None:
-        return read_microdata(data), f"file {data.name}"
+        return read_microdata(data), f"file {data.name}", None
     if from_qcew is not None:
         published = read_qcew(from_qcew)
         microdata = synthesize_state(published, rng=np.random.default_rng(seed))
-        return microdata, f"synthetic state fitted to {from_qcew.name} (realistic within-cell sizes, seed {seed})"
+        return (microdata, f"synthetic state fitted to {from_qcew.name} (realistic within-cell sizes, seed {seed})",
+                published)
     spec = load_profile(profile)
-    return generate_profile(spec, rng=np.random.default_rng(DEFAULT_STATE_SEED)), f"synthetic profile '{spec['name']}'"
+    return (generate_profile(spec, rng=np.random.default_rng(DEFAULT_STATE_SEED)), f"synthetic profile '{spec['name']}'",
+            None)
 
 
 @app.command()
 def evaluate(
-    name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), coverage (margins of error).")],
+    name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), e5 (earlier "
+                                             "mechanisms, noise infusion, cell suppression), coverage (margins of error).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
-    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, coverage: 40 by default).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, coverage) instead of a profile.")] = None,
+    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, coverage: 40 by default).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, coverage) instead of a profile.")] = None,
     from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized from it.")] = None,
-    profile: Annotated[str, typer.Option(help="Built-in profile for e1 and e2.")] = DEFAULT_PROFILE,
-    config: Annotated[Optional[str], typer.Option(help="e1 and coverage: plan (default employment, baseline).")] = None,
+    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5 and coverage.")] = DEFAULT_PROFILE,
+    config: Annotated[Optional[str], typer.Option(help="e1, e5 and coverage: plan (default employment, employment, baseline).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
     counties: Annotated[int, typer.Option(help="e3: counties.")] = E3Setup.counties,
@@ -448,7 +477,7 @@ def evaluate(
     gamma_log: Annotated[float, typer.Option(help="e3: gamma of psi = log.")] = E3Setup.gamma_log,
     mu: Annotated[float, typer.Option(help="e3: mu of each query.")] = E3Setup.mu,
 ) -> None:
-    """Run an evaluation experiment (e1-e4, coverage) and write its report, summary and plots."""
+    """Run an evaluation experiment (e1-e5, coverage) and write its report, summary and plots."""
     start = time.perf_counter()
     with reported_errors():
         if name not in EXPERIMENTS:
@@ -467,11 +496,21 @@ def evaluate(
             plans["e1"] = load_config(config or "employment").plan
         elif name == "e2":
             plans = {"baseline": load_config("baseline").plan, "uniform": load_config("uniform").plan}
+        elif name == "e5":
+            plans["e5"] = load_config(config or "employment").plan
+            if E5Setup.attribute not in plans["e5"].attributes:
+                raise InputError(f"e5 compares on {E5Setup.attribute}; the plan of --config does not measure it")
         elif name == "coverage":
             plans["coverage"] = load_config(config or "baseline").plan
         with staged_directory(out, marker="summary.json") as staging:
-            if name in ("e1", "e2", "coverage"):
-                truth, label = _experiment_data(data, from_qcew, profile, seed)
+            if name == "e5":
+                truth, label, _ = _experiment_data(data, from_qcew, profile, seed)
+                with progress_steps(len(E5Setup.budget_factors) * 2 + 2) as advance:
+                    summary = run_e5(staging, truth, plans["e5"], E5Setup(), replications=replications or 20,
+                                     gedp_replications=min(replications or 20, 5), seed=seed, data_label=label,
+                                     on_step=advance)
+            elif name in ("e1", "e2", "coverage"):
+                truth, label, _ = _experiment_data(data, from_qcew, profile, seed)
                 with errors.status(f"running {name} on {len(truth):,} establishments"):
                     if name == "e1":
                         attributes = plans["e1"].attributes
@@ -492,6 +531,55 @@ def evaluate(
                     summary = run_e4(staging, trials=trials, seed=seed)
     console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
                   f"{len(summary['figures'])} plots) in {time.perf_counter() - start:.0f}s")
+
+
+@app.command(name="suppress")
+def suppress_command(
+    out: Annotated[Path, typer.Option(help="Folder for cells.csv, the audit, shares, report.md and the plot.")],
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (.csv, .parquet or a folder of parts).")] = None,
+    from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: suppress a state synthesized from it "
+                                                         "and compare with the published suppression.")] = None,
+    profile: Annotated[str, typer.Option(help="Built-in profile when neither --data nor --from-qcew is given.")] = DEFAULT_PROFILE,
+    p: Annotated[float, typer.Option("--p", help="p of the p% rule.")] = SuppressionRule.p,
+    min_estabs: Annotated[int, typer.Option(help="Cells with fewer establishments are suppressed.")] = SuppressionRule.min_estabs,
+    attributes: Annotated[str, typer.Option(help="Attributes the rule and the audit cover, comma-separated.")] = ",".join(SuppressionRule.attributes),
+    audit: Annotated[bool, typer.Option("--audit/--no-audit", help="LP audit of every primary cell, with repair.")] = True,
+    seed: Annotated[int, typer.Option(help="Seed of the synthesis with --from-qcew.")] = 1,
+) -> None:
+    """Cell suppression as the QCEW runs it: p% rule and minimum count, secondary suppression over the
+    industry and geography hierarchies, and an LP audit of what the published cells still reveal."""
+    start = time.perf_counter()
+    with reported_errors():
+        try:
+            rule = SuppressionRule(p=p, min_estabs=min_estabs,
+                                   attributes=tuple(a.strip() for a in attributes.split(",") if a.strip()))
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        microdata, label, published = _experiment_data(data, from_qcew, profile, seed)
+        missing = [a for a in rule.attributes if a not in microdata.columns]
+        if missing:
+            raise InputError(f"--attributes: the microdata has no column {', '.join(missing)}")
+        published_shares = None
+        if published is not None:
+            published_shares = published.aggregates.groupby("agglvl")["suppressed"].mean()
+        with staged_directory(out, marker="summary.json") as staging:
+            with progress_counts("auditing intervals") as (update, say):
+                result = suppress(microdata, rule, audit=audit, on_round=say, progress=update)
+            summary = write_suppression(staging, microdata, result, data_label=label, published_shares=published_shares)
+    table = Table("agglvl", "cells", "withheld", f"withheld {rule.attributes[0]}", "before audit repair",
+                  *(["withheld by BLS"] if published_shares is not None else []), title="cell suppression")
+    for row in summary["shares"]:
+        table.add_row(str(row["agglvl"]), f"{row['cells']:,}", f"{row['suppressed_share']:.1%}",
+                      f"{row[f'{rule.attributes[0]}_share']:.1%}", f"{row['before_repair_share']:.1%}",
+                      *([f"{row['published_share']:.1%}"] if published_shares is not None else []))
+    console.print(table)
+    audited = ("no audit" if summary["failing_cells"] is None else
+               f"audit: {summary['audited_intervals']:,} intervals, {summary['failing_cells']} cells failing after "
+               f"{summary['repair_rounds']} repair round(s)")
+    console.print(f"[bold]suppression[/] written to {out.resolve()}: {summary['suppressed']:,} of {summary['cells']:,} "
+                  f"cells withheld ({summary['primary']:,} primary); {audited}; {time.perf_counter() - start:.0f}s")
+    if summary["failing_cells"]:
+        raise typer.Exit(1)
 
 
 AUDITED = ("psi", "pnc", "gaussian")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -85,6 +85,15 @@ class MeasurementPlan:
     @property
     def identity_plan(self) -> QueryPlan | None:
         return next((q for q in self.queries if q.by == IDENTITY), None)
+
+    def restrict(self, attributes: tuple[str, ...]) -> MeasurementPlan:
+        """The same plan measuring only ``attributes`` (queries left without any are dropped)."""
+        unknown = [a for a in attributes if a not in self.attributes]
+        if unknown:
+            raise ValueError(f"the plan does not measure '{unknown[0]}'")
+        queries = tuple(QueryPlan(q.by, {a: mu for a, mu in q.mu.items() if a in attributes}) for q in self.queries)
+        return replace(self, gammas={a: self.gammas[a] for a in attributes},
+                       queries=tuple(q for q in queries if q.mu))
 
     def budget(self) -> BudgetPlan:
         """A fresh budget plan (checked against the cap) for one run of this plan."""

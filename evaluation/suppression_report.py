@@ -1,0 +1,109 @@
+"""Cell suppression run as an agency would: the published table, the audit, shares per level, and
+(when the data was fitted to a published QCEW file) the real suppression shares next to ours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from evaluation.report import Report
+from evaluation.tabulate import qcew_tables
+from measure.suppression import SuppressionResult, suppression_shares
+from synth.qcew import QCEW_VALUE_COLUMNS
+
+PUBLISHED_FILE = "cells.csv"
+AUDIT_FILE = "audit_confidential.csv"
+SHARES_FILE = "shares.csv"
+
+
+def published_table(microdata: pd.DataFrame, result: SuppressionResult) -> pd.DataFrame:
+    """Every QCEW cell in BLS layout as the agency would publish it: suppressed cells get
+    disclosure_code "N" and zero employment and wages; establishment counts stay published."""
+    table = qcew_tables(microdata)
+    cells = result.table.cells
+    status = pd.DataFrame({
+        "area_fips": cells["state"] + cells["county"], "own_code": cells["own"], "industry_code": cells["industry"],
+        "agglvl_code": cells["agglvl"], "suppressed": result.suppressed,
+    })
+    table = table.merge(status, on=["area_fips", "own_code", "industry_code", "agglvl_code"], how="left",
+                        validate="one_to_one")
+    hidden = table.pop("suppressed").fillna(False).to_numpy(dtype=bool)
+    table.insert(6, "disclosure_code", np.where(hidden, "N", ""))
+    for column in QCEW_VALUE_COLUMNS.values():
+        if column in table:
+            table[column] = table[column].astype(float).where(~hidden, 0.0)
+    return table
+
+
+def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionResult, *, data_label: str,
+                      published_shares: pd.Series | None = None) -> dict:
+    """cells.csv (public), audit_confidential.csv, shares.csv, report.md, summary.json and a plot."""
+    published_table(microdata, result).to_csv(out / PUBLISHED_FILE, index=False)
+    if result.audit is not None:
+        audit = result.audit.intervals.merge(result.table.cells[["state", "county", "agglvl", "industry", "estabs"]],
+                                             left_on="cell", right_index=True)
+        audit.drop(columns="cell").to_csv(out / AUDIT_FILE, index=False)
+    shares = suppression_shares(result)
+    if published_shares is not None:
+        shares["published_share"] = shares["agglvl"].map(published_shares)
+    shares.to_csv(out / SHARES_FILE, index=False)
+
+    rule = result.rule
+    report = Report(out, "Cell suppression")
+    failures = None if result.audit is None else result.audit.failures
+    report.section(
+        "Setup",
+        f"Data: {data_label}, {len(microdata):,} establishments, {len(result.table.cells):,} cells at QCEW levels "
+        f"51-58 and 71-78. Primary suppression: p% rule with p = {rule.p:g} on {', '.join(rule.attributes)} and "
+        f"fewer than {rule.min_estabs} establishments. Secondary suppression: until no additive relation (industry "
+        "hierarchy in every area, state = sum of counties at every industry level) has exactly one suppressed "
+        "cell. " + ("Audit: for every primary cell and attribute, the interval of values consistent with the "
+                    "published cells and nonnegativity (HiGHS LPs); a cell fails when the interval is a point or "
+                    "reaches less than (p/100) x1 - (T - x1 - x2) beyond the true value on either side, and failures "
+                    f"are repaired by suppressing a published cell that pins the interval. {result.repair_rounds} "
+                    f"repair round(s); {0 if failures is None else failures['cell'].nunique()} cells still fail."
+                    if result.audit is not None else "No audit was run."),
+        "\n".join(f"- {line}" for line in result.log),
+    )
+    columns = ["agglvl", "cells", "withheld cells", f"withheld {rule.attributes[0]}", "withheld before audit repair"]
+    if published_shares is not None:
+        columns.append("withheld by BLS")
+    report.section("Shares withheld per aggregation level",
+                   "Before audit repair: primary and secondary suppression only, the pattern a rule-based system "
+                   "without an LP audit would publish.")
+    report.table(columns, [[int(r.agglvl), int(r.cells), float(r.suppressed_share),
+                            float(getattr(r, f"{rule.attributes[0]}_share")), float(r.before_repair_share),
+                            *([float(r.published_share)] if published_shares is not None else [])]
+                           for r in shares.itertuples()])
+    figure, ax = plt.subplots(figsize=(10, 3.8))
+    positions = np.arange(len(shares))
+    width = 0.4 if published_shares is not None else 0.8
+    ax.bar(positions - (width / 2 if published_shares is not None else 0), shares["suppressed_share"], width,
+           label="this suppression (audited)")
+    ax.scatter(positions - (width / 2 if published_shares is not None else 0), shares["before_repair_share"],
+               marker="_", s=200, color="black", zorder=3, label="before audit repair")
+    if published_shares is not None:
+        ax.bar(positions + width / 2, shares["published_share"], width, label="published by BLS")
+    ax.set_xticks(positions, shares["agglvl"].astype(str))
+    ax.set_xlabel("aggregation level (51-58 state, 71-78 county; total to NAICS-6)")
+    ax.set_ylabel("share of cells withheld")
+    ax.legend()
+    report.figure(figure, "suppression_shares.png", "Share of cells withheld per aggregation level")
+    finest = shares.set_index("agglvl")
+    summary = {
+        "command": "suppress", "data": data_label, "establishments": len(microdata),
+        "rule": {"p": rule.p, "min_estabs": rule.min_estabs, "attributes": list(rule.attributes)},
+        "cells": len(result.table.cells), "primary": int(result.primary.sum()), "suppressed": int(result.suppressed.sum()),
+        "repair_rounds": result.repair_rounds,
+        "audited_intervals": None if result.audit is None else len(result.audit.intervals),
+        "failing_cells": None if failures is None else int(failures["cell"].nunique()),
+        "shares": shares.to_dict(orient="records"),
+        "county_naics6_share": float(finest.loc[78, "suppressed_share"]) if 78 in finest.index else None,
+    }
+    if published_shares is not None and 78 in finest.index:
+        summary["published_county_naics6_share"] = float(finest.loc[78, "published_share"])
+    report.write(summary)
+    return summary

@@ -1,0 +1,430 @@
+"""Cell suppression as the QCEW runs it today, with an audit of what the published cells still reveal.
+
+SPEC section 4 (cell suppression). The cells are the QCEW aggregation levels 51-58 (state) and 71-78
+(county) of every ownership in the microdata. Additive relations link them in two hierarchies:
+
+* industry: in every area, a cell equals the sum of its children one industry level down
+  (total -> domain -> supersector -> sector -> NAICS-3 -> ... -> NAICS-6);
+* geography: at every industry level, a state cell equals the sum of its county cells.
+
+Steps: primary suppression (p% rule and a minimum establishment count), secondary suppression (no
+relation may have exactly one suppressed cell, complements chosen to cover the protection the rule
+asks for), and an audit by linear programming: for every primary cell, the interval of values
+consistent with the published cells and nonnegativity. A cell whose interval is narrower than its
+required protection is reported and, in ``suppress``, repaired by suppressing more cells.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import highspy
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from measure.queries import group_establishments
+from synth.hierarchy import (
+    ALL_INDUSTRIES,
+    COUNTY_LEVELS,
+    INDUSTRY_OF_STATE_LEVEL,
+    STATE_LEVELS,
+)
+
+#: Values are rescaled so that the largest cell is at most this before the LPs (HiGHS tolerances are absolute).
+LP_SCALE = 1e6
+#: An interval narrower than this (in rescaled units) is an exact disclosure.
+EXACT_WIDTH = 1e-6
+#: Shortfalls of protection below this (rescaled units) are solver noise, not findings.
+PROTECTION_TOLERANCE = 1e-6
+
+
+class AuditError(RuntimeError):
+    """An audit LP ended in a status other than optimal or unbounded."""
+
+
+@dataclass(frozen=True)
+class SuppressionRule:
+    """Primary suppression: the p% rule on each attribute and a minimum establishment count.
+
+    A cell is sensitive when, for some attribute, (T - x1 - x2) < (p / 100) x1 (x1 >= x2 the two
+    largest contributions, T the total), or when it has fewer than ``min_estabs`` establishments.
+    """
+
+    p: float = 10.0
+    min_estabs: int = 3
+    attributes: tuple[str, ...] = ("m1emp", "wage")
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.p) and 0 < self.p < 100):
+            raise ValueError(f"p ({self.p}) must be a percentage in (0, 100)")
+        if isinstance(self.min_estabs, bool) or not isinstance(self.min_estabs, int) or self.min_estabs < 1:
+            raise ValueError(f"min_estabs ({self.min_estabs}) must be a whole number >= 1")
+        if not self.attributes or len(set(self.attributes)) != len(self.attributes):
+            raise ValueError(f"attributes ({', '.join(self.attributes) or 'none'}) must be one or more distinct names")
+
+
+@dataclass(frozen=True, eq=False)
+class CellTable:
+    """Every QCEW cell of the microdata, the additive relations between them, and the rule's inputs.
+
+    Attributes:
+        cells: one row per cell: ``state``, ``own``, ``county`` ("000" at state levels), ``agglvl``,
+            ``industry`` ("10" for all industries), ``estabs``, each attribute's total, and its two
+            largest contributions ``x1_<attribute>`` and ``x2_<attribute>``.
+        relations: sparse (relations x cells), +1 for the parent cell and -1 for each child, so every
+            row times the cell totals is 0.
+    """
+
+    cells: pd.DataFrame
+    relations: sp.csr_matrix
+
+
+def _level_keys(level: int) -> list[str]:
+    county = level in COUNTY_LEVELS
+    industry = INDUSTRY_OF_STATE_LEVEL[level - 20 if county else level]
+    return ["state", "own", *(["county"] if county else []), *([industry] if industry else [])]
+
+
+def _top_two(values: np.ndarray, codes: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """The largest and second-largest value of every group (0 when a group has one member)."""
+    order = np.lexsort((-values, codes))
+    sorted_codes, sorted_values = codes[order], values[order]
+    first = np.searchsorted(sorted_codes, np.arange(n_groups))
+    size = np.bincount(codes, minlength=n_groups)
+    second = np.minimum(first + 1, len(values) - 1)
+    return sorted_values[first], np.where(size >= 2, sorted_values[second], 0.0)
+
+
+def build_cells(microdata: pd.DataFrame, attributes: Sequence[str]) -> CellTable:
+    """The cells of QCEW levels 51-58 and 71-78 with totals, top-two contributions and relations."""
+    missing = [a for a in attributes if a not in microdata.columns]
+    if missing:
+        raise ValueError(f"cell suppression: the microdata has no column {', '.join(missing)}")
+    frames, codes, offset = [], {}, 0
+    for level in (*STATE_LEVELS, *COUNTY_LEVELS):
+        keys = _level_keys(level)
+        grouping = group_establishments(microdata, keys)
+        county = level in COUNTY_LEVELS
+        industry = keys[-1] if len(keys) > 2 + county else None
+        frame = pd.DataFrame({
+            "state": grouping.keys["state"].to_numpy(),
+            "own": grouping.keys["own"].to_numpy(),
+            "county": grouping.keys["county"].to_numpy() if county else "000",
+            "agglvl": level,
+            "industry": grouping.keys[industry].to_numpy() if industry else ALL_INDUSTRIES,
+            "estabs": np.bincount(grouping.codes, minlength=grouping.n_groups),
+        })
+        for attribute in attributes:
+            values = microdata[attribute].to_numpy(dtype=float)
+            frame[attribute] = grouping.sum(values)
+            frame[f"x1_{attribute}"], frame[f"x2_{attribute}"] = _top_two(values, grouping.codes, grouping.n_groups)
+        frames.append(frame)
+        codes[level] = offset + grouping.codes
+        offset += grouping.n_groups
+    cells = pd.concat(frames, ignore_index=True)
+
+    parents, children = [], []
+    for level in STATE_LEVELS:
+        parents.append(codes[level])  # geography: state cell = sum of its county cells
+        children.append(codes[level + 20])
+    for level in (*STATE_LEVELS[1:], *COUNTY_LEVELS[1:]):
+        parents.append(codes[level - 1])  # industry: cell = sum of its children one level down
+        children.append(codes[level])
+    kinds = np.repeat([0, 1], [len(STATE_LEVELS), len(STATE_LEVELS[1:]) + len(COUNTY_LEVELS[1:])])
+    kind = np.concatenate([np.full(len(p), k) for p, k in zip(parents, kinds)])
+    parent, child = np.concatenate(parents), np.concatenate(children)
+    pairs = np.unique(np.stack([kind, parent, child], axis=1), axis=0)
+    relation_keys, relation = np.unique(pairs[:, :2], axis=0, return_inverse=True)
+    relation = relation.ravel()
+    n_relations = len(relation_keys)
+    rows = np.concatenate([np.arange(n_relations), relation])
+    columns = np.concatenate([relation_keys[:, 1], pairs[:, 2]])
+    signs = np.concatenate([np.ones(n_relations), -np.ones(len(pairs))])
+    relations = sp.csr_matrix((signs, (rows, columns)), shape=(n_relations, len(cells)))
+    return CellTable(cells, relations)
+
+
+def primary_suppression(table: CellTable, rule: SuppressionRule) -> tuple[np.ndarray, np.ndarray]:
+    """Sensitive cells, and the protection each needs per attribute (cells x attributes).
+
+    The protection a p%-rule cell needs on each side is (p / 100) x1 - (T - x1 - x2): the interval an
+    outsider can derive must reach that far beyond the true total, or the second-largest contributor
+    could estimate the largest within p%. Count-rule cells need the same amount (0 if all values are 0).
+    """
+    cells = table.cells
+    sensitive = cells["estabs"].to_numpy() < rule.min_estabs
+    need = np.zeros((len(cells), len(rule.attributes)))
+    for i, attribute in enumerate(rule.attributes):
+        x1 = cells[f"x1_{attribute}"].to_numpy()
+        rest = np.maximum(cells[attribute].to_numpy() - x1 - cells[f"x2_{attribute}"].to_numpy(), 0.0)
+        sensitive |= rest < rule.p / 100 * x1
+        need[:, i] = np.maximum(rule.p / 100 * x1 - rest, 0.0)
+    need[~sensitive] = 0.0
+    return sensitive, need
+
+
+def _complements(table: CellTable, suppressed: np.ndarray, need: np.ndarray, attributes: Sequence[str],
+                 relations: np.ndarray, protected: np.ndarray) -> np.ndarray:
+    """One published cell per relation in ``relations``, to be suppressed alongside ``protected``.
+
+    Among the relation's published cells, the one with the smallest first-attribute value that is
+    positive and at least the protected cell's need in every attribute; if there is none, the largest.
+    """
+    block = table.relations[relations].tocoo()
+    keep = ~suppressed[block.col]
+    row, candidate = block.row[keep], block.col[keep]
+    values = table.cells[list(attributes)].to_numpy()
+    cost = values[candidate, 0]
+    adequate = (values[candidate] >= need[protected[row]]).all(axis=1) & (cost > 0)
+    # Adequate cells first, by increasing cost; otherwise the largest cell.
+    order = np.lexsort((np.where(adequate, cost, -cost), ~adequate, row))
+    first = np.unique(row[order], return_index=True)[1]
+    return candidate[order][first]
+
+
+def secondary_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray,
+                          attributes: Sequence[str]) -> np.ndarray:
+    """Suppress complements until no relation has exactly one suppressed cell (so none is recomputable
+    from one relation of published cells)."""
+    suppressed = suppressed.copy()
+    membership = abs(table.relations)
+    while True:
+        counts = membership @ suppressed.astype(float)
+        singles = np.flatnonzero(counts == 1)
+        if singles.size == 0:
+            return suppressed
+        block = membership[singles].tocoo()
+        alone = block.col[suppressed[block.col]]
+        protected = np.empty(singles.size, dtype=np.int64)
+        protected[block.row[suppressed[block.col]]] = alone
+        picks = _complements(table, suppressed, need, attributes, singles, protected)
+        suppressed[picks] = True
+
+
+@dataclass(frozen=True, eq=False)
+class AuditResult:
+    """Intervals of the audited cells: one row per (cell, attribute) with ``cell``, ``attribute``,
+    ``true``, ``lower``, ``upper``, ``need``, ``exact`` (width ~ 0) and ``under_protected``.
+
+    ``binding`` maps each failing cell to the published cells whose publication pins its interval
+    (suppressing any of them widens it): the candidates for repair.
+    """
+
+    intervals: pd.DataFrame
+    binding: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> pd.DataFrame:
+        return self.intervals[self.intervals["exact"] | self.intervals["under_protected"]]
+
+
+def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray, attributes: Sequence[str],
+                      cells: np.ndarray | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> AuditResult:
+    """For each audited cell (default: every suppressed cell), the interval [lower, upper] of its value
+    over all nonnegative tables that agree with the published cells: two HiGHS LPs per cell and
+    attribute, one model per connected block of suppressed cells.
+
+    A cell is an exact disclosure when the interval has (almost) no width, and under-protected when it
+    reaches less than the cell's need above or below the true value. ``progress(done, total)`` is
+    called after each block with the number of intervals computed.
+    """
+    suppressed = np.asarray(suppressed, dtype=bool)
+    cells = np.flatnonzero(suppressed) if cells is None else np.asarray(cells, dtype=np.int64)
+    if not suppressed[cells].all():
+        raise ValueError("only suppressed cells can be audited")
+    hidden, shown = np.flatnonzero(suppressed), np.flatnonzero(~suppressed)
+    position = np.full(len(suppressed), -1)
+    position[hidden] = np.arange(hidden.size)
+    relations = table.relations.tocsc()
+    on_hidden = relations[:, hidden].tocsr()
+    active = np.flatnonzero(np.diff(on_hidden.indptr) > 0)
+    system = on_hidden[active]  # relations that involve a suppressed cell, over suppressed cells
+    on_shown = relations[:, shown].tocsr()[active]
+    _, block = connected_components(system.T @ system, directed=False)
+    targets_all = position[cells]
+    rows, binding = [], {}
+    total = cells.size * len(attributes)
+    for a, attribute in enumerate(attributes):
+        values = table.cells[attribute].to_numpy(dtype=float)
+        scale = max(1.0, float(np.abs(values).max()) / LP_SCALE)
+        rhs = -(on_shown @ values[shown]) / scale
+        for b in np.unique(block[targets_all]):
+            columns = np.flatnonzero(block == b)
+            targets = targets_all[block[targets_all] == b]
+            sub_rows = np.flatnonzero(np.diff(system[:, columns].tocsr().indptr) > 0)
+            true, required = values[hidden[targets]] / scale, need[hidden[targets], a] / scale
+            lower, upper, duals = _interval_lps(system[sub_rows][:, columns].tocsc(), rhs[sub_rows],
+                                                np.searchsorted(columns, targets), true, required)
+            for i, y in duals:
+                # A published cell p made free moves by x_p - v_p >= -v_p: it helps when a_p^T y > 0
+                # (p grows), or when a_p^T y < 0 and v_p > 0 (p shrinks).
+                pull = on_shown[sub_rows].T @ y
+                pinned = shown[(pull > PROTECTION_TOLERANCE) | ((pull < -PROTECTION_TOLERANCE) & (values[shown] > 0))]
+                cell = int(hidden[targets[i]])
+                binding[cell] = np.union1d(binding.get(cell, np.empty(0, dtype=np.int64)), pinned)
+            for target, low, high in zip(targets, lower, upper):
+                cell = hidden[target]
+                rows.append((cell, attribute, values[cell], low * scale, high * scale, need[cell, a], scale))
+            if progress:
+                progress(len(rows), total)
+    frame = pd.DataFrame(rows, columns=["cell", "attribute", "true", "lower", "upper", "need", "scale"])
+    frame["exact"], frame["under_protected"] = _verdicts(frame["true"], frame["lower"], frame["upper"],
+                                                         frame["need"], frame["scale"])
+    return AuditResult(frame.drop(columns="scale").sort_values(["cell", "attribute"], ignore_index=True), binding)
+
+
+def _verdicts(true, lower, upper, need, scale):
+    """(exact disclosure, under-protected) for intervals in units where ``scale`` is one LP unit."""
+    exact = (upper - lower) <= EXACT_WIDTH * scale
+    slack = PROTECTION_TOLERANCE * scale
+    return exact, exact | (upper - true < need - slack) | (true - lower < need - slack)
+
+
+def _interval_lps(matrix: sp.csc_matrix, rhs: np.ndarray, targets: np.ndarray, true: np.ndarray,
+                  need: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
+    """min and max of each target variable subject to matrix x = rhs, x >= 0 (one block).
+
+    One HiGHS model; only the objective changes between solves, so each starts from the previous
+    optimal basis. Both bounds are minimizations (of x and of -x), so HiGHS's row duals y satisfy
+    reduced cost = c - A^T y >= 0 (the caller uses them to find the published cells that pin a bound).
+    The duals of every failing side are returned with the index of its target.
+    """
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("presolve", "off")  # presolve would discard the warm basis between solves
+    # After an objective change the previous basis is still primal feasible: primal simplex goes on
+    # from it (3x faster here than the default dual simplex, which starts over).
+    h.setOptionValue("simplex_strategy", 4)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = matrix.shape[1], matrix.shape[0]
+    lp.col_cost_ = np.zeros(matrix.shape[1])
+    lp.col_lower_ = np.zeros(matrix.shape[1])
+    lp.col_upper_ = np.full(matrix.shape[1], highspy.kHighsInf)
+    lp.row_lower_ = lp.row_upper_ = rhs
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = matrix.indptr, matrix.indices, matrix.data
+    h.passModel(lp)
+    bounds = np.empty((2, targets.size))
+    duals = []
+    for i, column in enumerate(targets):
+        for side, sign in ((0, 1.0), (1, -1.0)):
+            h.changeColCost(int(column), sign)
+            h.run()
+            status = h.getModelStatus()
+            if status == highspy.HighsModelStatus.kOptimal:
+                bounds[side, i] = sign * h.getInfo().objective_function_value
+            elif status == highspy.HighsModelStatus.kUnbounded and side == 1:
+                bounds[side, i] = math.inf
+            else:
+                raise AuditError(f"audit LP ended with status {h.modelStatusToString(status)}")
+            gap = (true[i] - bounds[0, i]) if side == 0 else (bounds[1, i] - true[i])
+            exact = side == 1 and bounds[1, i] - bounds[0, i] <= EXACT_WIDTH
+            if status == highspy.HighsModelStatus.kOptimal and (gap < need[i] - PROTECTION_TOLERANCE or exact):
+                duals.append((i, np.asarray(h.getSolution().row_dual)))
+        h.changeColCost(int(column), 0.0)
+    return bounds[0], bounds[1], duals
+
+
+@dataclass(frozen=True, eq=False)
+class SuppressionResult:
+    """Which cells are published, why the others are not, and what the audit found.
+
+    ``before_repair`` is the pattern after primary and secondary suppression, before the audit's repairs.
+    """
+
+    rule: SuppressionRule
+    table: CellTable
+    primary: np.ndarray
+    suppressed: np.ndarray
+    before_repair: np.ndarray
+    audit: AuditResult | None
+    repair_rounds: int
+    log: list[str] = field(default_factory=list)
+
+    def published_cells(self) -> pd.DataFrame:
+        """The cells with a ``status``: published, primary or secondary suppression."""
+        cells = self.table.cells[["state", "own", "county", "agglvl", "industry", "estabs", *self.rule.attributes]].copy()
+        cells["status"] = np.where(self.primary, "primary", np.where(self.suppressed, "secondary", "published"))
+        return cells
+
+
+def suppress(microdata: pd.DataFrame, rule: SuppressionRule = SuppressionRule(), *, audit: bool = True,
+             max_rounds: int = 20, on_round: Callable[[str], None] | None = None,
+             progress: Callable[[int, int], None] | None = None) -> SuppressionResult:
+    """Primary and secondary suppression of the QCEW cells of ``microdata``; with ``audit``, LP intervals
+    of every primary cell, and repair rounds that suppress more cells until no primary is exactly
+    disclosed or under-protected (or ``max_rounds`` is reached; remaining failures are reported)."""
+    table = build_cells(microdata, rule.attributes)
+    primary, need = primary_suppression(table, rule)
+    suppressed = secondary_suppression(table, primary, need, rule.attributes)
+    log = [f"primary {int(primary.sum()):,} of {len(primary):,} cells; after secondary {int(suppressed.sum()):,}"]
+    if on_round:
+        on_round(log[-1])
+    if not audit:
+        return SuppressionResult(rule, table, primary, suppressed, suppressed, None, 0, log)
+    before_repair = suppressed
+    audited = np.flatnonzero(primary)
+    result = audit_suppression(table, suppressed, need, rule.attributes, cells=audited, progress=progress)
+    rounds = 0
+    while rounds < max_rounds and not result.failures.empty:
+        rounds += 1
+        failing = np.unique(result.failures["cell"].to_numpy())
+        suppressed = _repair(table, suppressed, need, rule.attributes, result)
+        suppressed = secondary_suppression(table, suppressed, need, rule.attributes)
+        # More suppression only widens intervals, so cells that passed keep passing: re-audit the failing.
+        result = audit_suppression(table, suppressed, need, rule.attributes, cells=failing, progress=progress)
+        log.append(f"repair round {rounds}: {failing.size:,} cells under-protected; now {int(suppressed.sum()):,} "
+                   f"suppressed, {result.failures['cell'].nunique():,} still failing")
+        if on_round:
+            on_round(log[-1])
+    if rounds:  # the final intervals of every primary, on the final pattern
+        if on_round:
+            on_round("final audit of every primary cell")
+        result = audit_suppression(table, suppressed, need, rule.attributes, cells=audited, progress=progress)
+    return SuppressionResult(rule, table, primary, suppressed, before_repair, result, rounds, log)
+
+
+def _repair(table: CellTable, suppressed: np.ndarray, need: np.ndarray, attributes: Sequence[str],
+            audit: AuditResult) -> np.ndarray:
+    """Suppress, for each failing cell, one of the published cells that pin its interval: the smallest
+    that covers its need; if none does, the smallest with positive values (a later round adds more),
+    and the largest as a last resort. Small complements keep high-level cells published."""
+    values = table.cells[list(attributes)].to_numpy()
+    out = suppressed.copy()
+    for cell, candidates in audit.binding.items():
+        candidates = candidates[~out[candidates]]
+        if candidates.size == 0:
+            continue
+        cost = values[candidates, 0]
+        adequate = (values[candidates] >= need[cell]).all(axis=1) & (cost > 0)
+        positive = (values[candidates] > 0).all(axis=1)
+        for usable in (adequate, positive):
+            if usable.any():
+                out[candidates[usable][np.argmin(cost[usable])]] = True
+                break
+        else:
+            out[candidates[np.argmax(cost)]] = True
+    return out
+
+
+def suppression_shares(result: SuppressionResult, attribute: str | None = None) -> pd.DataFrame:
+    """Per aggregation level: cells, share of cells suppressed, share of ``attribute`` (default the rule's
+    first) in suppressed cells, and the share of cells suppressed before the audit's repairs."""
+    attribute = attribute or result.rule.attributes[0]
+    cells = result.table.cells
+    frame = pd.DataFrame({"agglvl": cells["agglvl"], "suppressed": result.suppressed,
+                          "before_repair": result.before_repair, "value": cells[attribute],
+                          "hidden_value": np.where(result.suppressed, cells[attribute], 0.0)})
+    grouped = frame.groupby("agglvl")
+    shares = pd.DataFrame({
+        "cells": grouped.size(),
+        "suppressed_share": grouped["suppressed"].mean(),
+        f"{attribute}_share": grouped["hidden_value"].sum() / grouped["value"].sum().replace(0, np.nan),
+        "before_repair_share": grouped["before_repair"].mean(),
+    })
+    return shares.reset_index()
