@@ -1,12 +1,14 @@
-"""Whole-process time and peak memory of `gedp run`, `gedp protect`, `gedp tabulate --moe` and `gedp synth`.
+"""Whole-process time and peak memory of `gedp run`, `gedp protect`, `gedp tabulate --moe`, `gedp synth`,
+`gedp suppress` and `gedp evaluate e5`.
 
-`gedp protect` runs on the large profile rescaled to each of --sizes; `gedp synth --from-qcew` runs on
-the shared New Jersey file (252k establishments) when ../shared/data is present.
+`gedp protect` runs on the large profile rescaled to each of --sizes; `gedp synth --from-qcew` and
+`gedp suppress --from-qcew` run on the shared Rhode Island and New Jersey files when ../shared/data is
+present. `--only TEXT` keeps the cases whose label contains TEXT.
 
 Each command runs in a fresh process (as a user runs it); peak memory is the child's maximum resident
 set size. Results are appended to benchmarks/RESULTS.md with a description of the machine.
 
-    python benchmarks/bench_cli.py [--repeat 3] [--sizes 35796,100000]
+    python benchmarks/bench_cli.py [--repeat 3] [--sizes 35796,100000] [--only suppress]
 """
 
 from __future__ import annotations
@@ -42,16 +44,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default="35796", help="establishment counts for `gedp protect`")
+    parser.add_argument("--only", default="", help="run only the cases whose label contains this text")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cases = [("gedp run (small profile, 35,796 establishments, baseline)",
                   [*gedp_command(), "run", "--seed", "1", "--out", "run"])]
-        new_jersey = Path(__file__).resolve().parents[2] / "shared" / "data" / "qcew_2016q1_34.csv"
+        cases.append(("gedp evaluate e5 (small profile, 20 replications)",
+                      [*gedp_command(), "evaluate", "e5", "--out", "e5"]))
+        shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+        new_jersey = shared / "qcew_2016q1_34.csv"
         if new_jersey.is_file():
             cases.append(("gedp synth --from-qcew New Jersey (251,987 establishments)",
                           [*gedp_command(), "synth", "--from-qcew", str(new_jersey), "--out", "nj.parquet"]))
+            for name, state in (("Rhode Island", "44"), ("New Jersey", "34")):
+                cases.append((f"gedp suppress --from-qcew {name} (synthesis, suppression, LP audit)",
+                              [*gedp_command(), "suppress", "--from-qcew", str(shared / f"qcew_2016q1_{state}.csv"),
+                               "--out", f"suppress-{state}"]))
         for size in (int(s) for s in args.sizes.split(",")):
             source = work / f"state-{size}.parquet"
             generate_profile(load_profile("large"), n_establishments=size, rng=np.random.default_rng(1)).to_parquet(source)
@@ -60,6 +70,7 @@ def main() -> None:
             cases.append((f"gedp tabulate --moe, every county x NAICS-6 cell, {size:,} establishments",
                           [*gedp_command(), "tabulate", f"protect-{size}", "--by", "state,county,naics", "--moe",
                            "--out", f"moe-{size}.csv"]))
+        cases = [(label, command) for label, command in cases if args.only in label]
         for label, command in cases:
             # RUSAGE_CHILDREN is a high-water mark over all children: measure each case in its own process.
             probe = [sys.executable, "-c",

@@ -74,9 +74,9 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
     report.section("Shares withheld per aggregation level",
                    "Before audit repair: primary and secondary suppression only, the pattern a rule-based system "
                    "without an LP audit would publish.")
-    report.table(columns, [[int(r.agglvl), int(r.cells), float(r.suppressed_share),
-                            float(getattr(r, f"{rule.attributes[0]}_share")), float(r.before_repair_share),
-                            *([float(r.published_share)] if published_shares is not None else [])]
+    report.table(columns, [[int(r.agglvl), f"{int(r.cells):,}", f"{r.suppressed_share:.1%}",
+                            f"{getattr(r, f'{rule.attributes[0]}_share'):.1%}", f"{r.before_repair_share:.1%}",
+                            *([f"{r.published_share:.1%}"] if published_shares is not None else [])]
                            for r in shares.itertuples()])
     figure, ax = plt.subplots(figsize=(10, 3.8))
     positions = np.arange(len(shares))

@@ -141,3 +141,13 @@ def test_suppress_command_compares_with_the_published_shares(tmp_path, shared_da
     summary = json.loads((out / "summary.json").read_text())
     assert summary["published_county_naics6_share"] == pytest.approx(0.644, abs=5e-4)
     assert "withheld by BLS" in (out / "report.md").read_text()
+
+
+def test_evaluate_e5_refuses_data_without_its_columns(tmp_path, small_file):
+    _, state = small_file
+    source = tmp_path / "no-wage.parquet"
+    state.drop(columns=["wage"]).to_parquet(source)
+    out = tmp_path / "e5"
+    result = runner.invoke(app, ["evaluate", "e5", "--out", str(out), "--data", str(source)])
+    assert result.exit_code == 2 and "missing column 'wage'" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
