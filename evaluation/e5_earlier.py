@@ -25,6 +25,7 @@ from evaluation.replicate import child_streams, protected_copy, scaled_plan
 from evaluation.report import Report
 from evaluation.tabulate import tabulate
 from measure.earlier import (
+    check_infusion,
     check_log_laplace,
     check_smooth_gamma,
     check_smooth_laplace,
@@ -70,6 +71,15 @@ class E5Setup:
     attribute: str = "m1emp"
     budget_factors: tuple[float, ...] = (0.5, 1.0, 2.0)
     rule: SuppressionRule = SuppressionRule()
+
+    def __post_init__(self) -> None:
+        check_infusion(self.infusion_s, self.infusion_t)
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta ({self.delta}) must be in (0, 1)")
+        for name in ("eps", "alphas", "thetas", "budget_factors"):
+            values = getattr(self, name)
+            if not values or not all(math.isfinite(v) and v > 0 for v in values):
+                raise ValueError(f"{name} ({', '.join(map(str, values)) or 'none'}) must be finite numbers > 0")
 
 
 @dataclass(frozen=True)

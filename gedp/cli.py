@@ -476,6 +476,9 @@ def evaluate(
     gamma_sqrt: Annotated[float, typer.Option(help="e3: gamma of psi = sqrt.")] = E3Setup.gamma_sqrt,
     gamma_log: Annotated[float, typer.Option(help="e3: gamma of psi = log.")] = E3Setup.gamma_log,
     mu: Annotated[float, typer.Option(help="e3: mu of each query.")] = E3Setup.mu,
+    infusion_s: Annotated[float, typer.Option(help="e5: smallest distortion |f - 1| of noise infusion.")] = E5Setup.infusion_s,
+    infusion_t: Annotated[float, typer.Option(help="e5: largest distortion |f - 1| of noise infusion.")] = E5Setup.infusion_t,
+    delta: Annotated[float, typer.Option(help="e5: delta of Smooth Laplace.")] = E5Setup.delta,
 ) -> None:
     """Run an evaluation experiment (e1-e5, coverage) and write its report, summary and plots."""
     start = time.perf_counter()
@@ -489,6 +492,7 @@ def evaluate(
         try:
             setup = E3Setup(counties=counties, per_county=per_county, employees=employees, gamma_sqrt=gamma_sqrt,
                             gamma_log=gamma_log, mu=mu, trials=trials)
+            e5_setup = E5Setup(infusion_s=infusion_s, infusion_t=infusion_t, delta=delta)
         except ValueError as err:
             raise InputError(str(err)) from None
         plans = {}
@@ -505,8 +509,8 @@ def evaluate(
         with staged_directory(out, marker="summary.json") as staging:
             if name == "e5":
                 truth, label, _ = _experiment_data(data, from_qcew, profile, seed)
-                with progress_steps(len(E5Setup.budget_factors) * 2 + 2) as advance:
-                    summary = run_e5(staging, truth, plans["e5"], E5Setup(), replications=replications or 20,
+                with progress_steps(len(e5_setup.budget_factors) * 2 + 2) as advance:
+                    summary = run_e5(staging, truth, plans["e5"], e5_setup, replications=replications or 20,
                                      gedp_replications=min(replications or 20, 5), seed=seed, data_label=label,
                                      on_step=advance)
             elif name in ("e1", "e2", "coverage"):
@@ -559,6 +563,10 @@ def suppress_command(
         missing = [a for a in rule.attributes if a not in microdata.columns]
         if missing:
             raise InputError(f"--attributes: the microdata has no column {', '.join(missing)}")
+        carried = [c for c in ("year", "qtr") if c in microdata.columns]
+        if carried and len(microdata[carried].drop_duplicates()) > 1:
+            raise InputError(f"the microdata holds {len(microdata[carried].drop_duplicates())} quarters; "
+                             "suppress one quarter at a time")
         published_shares = None
         if published is not None:
             published_shares = published.aggregates.groupby("agglvl")["suppressed"].mean()

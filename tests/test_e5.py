@@ -151,3 +151,26 @@ def test_evaluate_e5_refuses_data_without_its_columns(tmp_path, small_file):
     result = runner.invoke(app, ["evaluate", "e5", "--out", str(out), "--data", str(source)])
     assert result.exit_code == 2 and "missing column 'wage'" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--infusion-s", "0.2", "--infusion-t", "0.1"], "noise infusion needs 0 <= s < t < 1"),
+    (["--delta", "1.5"], "delta (1.5) must be in (0, 1)"),
+])
+def test_evaluate_e5_refuses_bad_parameters(tmp_path, small_file, args, message):
+    out = tmp_path / "e5"
+    result = runner.invoke(app, ["evaluate", "e5", "--out", str(out), "--data", str(small_file[0]), *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert not out.exists()
+
+
+def test_suppress_command_refuses_two_quarters(tmp_path, small_file):
+    _, state = small_file
+    two = pd.concat([state.assign(year=2016, qtr=1), state.assign(year=2016, qtr=2,
+                                                                   estab_id=state["estab_id"] + "-q2")])
+    source = tmp_path / "two.parquet"
+    two.to_parquet(source)
+    out = tmp_path / "supp"
+    result = runner.invoke(app, ["suppress", "--out", str(out), "--data", str(source)])
+    assert result.exit_code == 2 and "holds 2 quarters" in result.output, result.output
+    assert not out.exists()
