@@ -26,15 +26,16 @@ BAD_NUMBERS = st.sampled_from([np.nan, np.inf, -np.inf, -5.0, 1e300, "abc", "", 
 COLUMNS = ["estab_id", "state", "county", "naics", "m1emp", "m2emp", "m3emp", "wage"]
 
 
-def assert_clean_outcome(result, out):
-    """Success with a release, or exit 2 with one line, no traceback and nothing written."""
+def assert_clean_outcome(result, out, marker="manifest.json"):
+    """Success with a complete output (``marker`` written), or exit 2 with one line, no traceback and
+    nothing written."""
     assert result.exit_code in (0, 2), (result.exit_code, result.output, result.exception)
     assert "Traceback" not in result.output
     if result.exit_code == 2:
         assert result.output.startswith("error:") and len(result.output.strip().splitlines()) == 1, result.output
         assert not out.exists()
     else:
-        assert (out / "manifest.json").is_file()
+        assert (out / marker).is_file()
 
 
 @pytest.fixture(scope="module")
@@ -213,3 +214,29 @@ def test_interval_survives_any_numbers(values, gamma, psi):
         assert result.exit_code == 2
     elif result.exit_code == 0:
         assert "nan" not in result.output.lower()
+
+
+@FUZZ
+@given(p=st.floats(allow_nan=True, allow_infinity=True), min_estabs=st.integers(-3, 10**6),
+       attributes=st.one_of(st.text(max_size=15), st.sampled_from(["m1emp", "wage,m1emp", "m1emp,m1emp", ","])))
+def test_suppress_survives_odd_options(valid_rows, tmp_path, p, min_estabs, attributes):
+    case = Path(tempfile.mkdtemp(dir=tmp_path))
+    source = case / "data.csv"
+    valid_rows.to_csv(source, index=False)
+    out = case / "out"
+    result = runner.invoke(app, ["suppress", "--out", str(out), "--data", str(source), "--p", str(p),
+                                 "--min-estabs", str(min_estabs), "--attributes", attributes])
+    assert_clean_outcome(result, out, marker="cells.csv")
+    shutil.rmtree(case)
+
+
+@FUZZ
+@given(data=st.data())
+def test_suppress_survives_broken_microdata(valid_rows, tmp_path, data):
+    case = Path(tempfile.mkdtemp(dir=tmp_path))
+    source = case / "data.csv"
+    source.write_bytes(data.draw(broken_microdata(valid_rows)))
+    out = case / "out"
+    result = runner.invoke(app, ["suppress", "--out", str(out), "--data", str(source), "--no-audit"])
+    assert_clean_outcome(result, out, marker="cells.csv")
+    shutil.rmtree(case)
