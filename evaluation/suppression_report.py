@@ -60,11 +60,13 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
         f"51-58 and 71-78. Primary suppression: p% rule with p = {rule.p:g} on {', '.join(rule.attributes)} and "
         f"fewer than {rule.min_estabs} establishments. Secondary suppression: until no additive relation (industry "
         "hierarchy in every area, state = sum of counties at every industry level) has exactly one suppressed "
-        "cell. " + ("Audit: for every primary cell and attribute, the interval of values consistent with the "
-                    "published cells and nonnegativity (HiGHS LPs); a cell fails when the interval is a point or "
-                    "reaches less than (p/100) x1 - (T - x1 - x2) beyond the true value on either side, and failures "
-                    f"are repaired by suppressing a published cell that pins the interval. {result.repair_rounds} "
-                    f"repair round(s); {0 if failures is None else failures['cell'].nunique()} cells still fail."
+        "cell. " + ("Audit: for every suppressed cell and attribute, the interval of values consistent with the "
+                    "published cells and nonnegativity (HiGHS LPs); a primary cell fails when the interval is a "
+                    "point or reaches less than (p/100) x1 - (T - x1 - x2) beyond the true value on either side, and "
+                    "failures are repaired by suppressing a published cell that pins the interval. "
+                    f"{result.repair_rounds} repair round(s); {failures['cell'].nunique()} primary cells still fail. "
+                    f"{result.audit.determined_secondaries} secondary cells are determined exactly by the published "
+                    "ones (harmless: they are not sensitive, and the primaries' intervals account for it)."
                     if result.audit is not None else "No audit was run."),
         "\n".join(f"- {line}" for line in result.log),
     )
@@ -100,6 +102,7 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
         "repair_rounds": result.repair_rounds,
         "audited_intervals": None if result.audit is None else len(result.audit.intervals),
         "failing_cells": None if failures is None else int(failures["cell"].nunique()),
+        "determined_secondary_cells": None if result.audit is None else result.audit.determined_secondaries,
         "shares": shares.to_dict(orient="records"),
         "county_naics6_share": float(finest.loc[78, "suppressed_share"]) if 78 in finest.index else None,
     }

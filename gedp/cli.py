@@ -582,7 +582,7 @@ def suppress_command(
                       *([f"{row['published_share']:.1%}"] if published_shares is not None else []))
     console.print(table)
     audited = ("no audit" if summary["failing_cells"] is None else
-               f"audit: {summary['audited_intervals']:,} intervals, {summary['failing_cells']} cells failing after "
+               f"audit: {summary['audited_intervals']:,} intervals, {summary['failing_cells']} primary cells failing after "
                f"{summary['repair_rounds']} repair round(s)")
     console.print(f"[bold]suppression[/] written to {out.resolve()}: {summary['suppressed']:,} of {summary['cells']:,} "
                   f"cells withheld ({summary['primary']:,} primary); {audited}; {time.perf_counter() - start:.0f}s")

@@ -208,7 +208,8 @@ def secondary_suppression(table: CellTable, suppressed: np.ndarray, need: np.nda
 @dataclass(frozen=True, eq=False)
 class AuditResult:
     """Intervals of the audited cells: one row per (cell, attribute) with ``cell``, ``attribute``,
-    ``true``, ``lower``, ``upper``, ``need``, ``exact`` (width ~ 0) and ``under_protected``.
+    ``sensitive`` (a primary cell, whose disclosure is a failure), ``true``, ``lower``, ``upper``,
+    ``need``, ``exact`` (width ~ 0) and ``under_protected``.
 
     ``binding`` maps each failing cell to the published cells whose publication pins its interval
     (suppressing any of them widens it): the candidates for repair.
@@ -219,18 +220,28 @@ class AuditResult:
 
     @property
     def failures(self) -> pd.DataFrame:
-        return self.intervals[self.intervals["exact"] | self.intervals["under_protected"]]
+        """Sensitive cells that are exactly disclosed or under-protected."""
+        iv = self.intervals
+        return iv[iv["sensitive"] & (iv["exact"] | iv["under_protected"])]
+
+    @property
+    def determined_secondaries(self) -> int:
+        """Secondary cells whose value the published cells determine exactly (no harm to a sensitive
+        cell, since the audit of the sensitive cells already accounts for it; reported for information)."""
+        iv = self.intervals
+        return int(iv.loc[~iv["sensitive"] & iv["exact"], "cell"].nunique())
 
 
 def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray, attributes: Sequence[str],
-                      cells: np.ndarray | None = None,
+                      cells: np.ndarray | None = None, sensitive: np.ndarray | None = None,
                       progress: Callable[[int, int], None] | None = None) -> AuditResult:
     """For each audited cell (default: every suppressed cell), the interval [lower, upper] of its value
     over all nonnegative tables that agree with the published cells: two HiGHS LPs per cell and
     attribute, one model per connected block of suppressed cells.
 
     A cell is an exact disclosure when the interval has (almost) no width, and under-protected when it
-    reaches less than the cell's need above or below the true value. ``progress(done, total)`` is
+    reaches less than the cell's need above or below the true value; only ``sensitive`` cells (a mask
+    over the table; default: every audited cell) count as failures. ``progress(done, total)`` is
     called after each block with the number of intervals computed.
     """
     suppressed = np.asarray(suppressed, dtype=bool)
@@ -247,6 +258,7 @@ def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray
     on_shown = relations[:, shown].tocsr()[active]
     _, block = connected_components(system.T @ system, directed=False)
     targets_all = position[cells]
+    flagged = np.ones(len(suppressed), dtype=bool) if sensitive is None else np.asarray(sensitive, dtype=bool)
     rows, binding = [], {}
     total = cells.size * len(attributes)
     for a, attribute in enumerate(attributes):
@@ -259,7 +271,8 @@ def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray
             sub_rows = np.flatnonzero(np.diff(system[:, columns].tocsr().indptr) > 0)
             true, required = values[hidden[targets]] / scale, need[hidden[targets], a] / scale
             lower, upper, duals = _interval_lps(system[sub_rows][:, columns].tocsc(), rhs[sub_rows],
-                                                np.searchsorted(columns, targets), true, required)
+                                                np.searchsorted(columns, targets), true, required,
+                                                flagged[hidden[targets]])
             for i, y in duals:
                 # A published cell p made free moves by x_p - v_p >= -v_p: it helps when a_p^T y > 0
                 # (p grows), or when a_p^T y < 0 and v_p > 0 (p shrinks).
@@ -275,6 +288,7 @@ def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray
     frame = pd.DataFrame(rows, columns=["cell", "attribute", "true", "lower", "upper", "need", "scale"])
     frame["exact"], frame["under_protected"] = _verdicts(frame["true"], frame["lower"], frame["upper"],
                                                          frame["need"], frame["scale"])
+    frame.insert(2, "sensitive", True if sensitive is None else np.asarray(sensitive, dtype=bool)[frame["cell"]])
     return AuditResult(frame.drop(columns="scale").sort_values(["cell", "attribute"], ignore_index=True), binding)
 
 
@@ -286,13 +300,13 @@ def _verdicts(true, lower, upper, need, scale):
 
 
 def _interval_lps(matrix: sp.csc_matrix, rhs: np.ndarray, targets: np.ndarray, true: np.ndarray,
-                  need: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
+                  need: np.ndarray, sensitive: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
     """min and max of each target variable subject to matrix x = rhs, x >= 0 (one block).
 
     One HiGHS model; only the objective changes between solves, so each starts from the previous
     optimal basis. Both bounds are minimizations (of x and of -x), so HiGHS's row duals y satisfy
     reduced cost = c - A^T y >= 0 (the caller uses them to find the published cells that pin a bound).
-    The duals of every failing side are returned with the index of its target.
+    The duals of every failing side of a sensitive target are returned with the target's index.
     """
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
@@ -324,7 +338,8 @@ def _interval_lps(matrix: sp.csc_matrix, rhs: np.ndarray, targets: np.ndarray, t
                 raise AuditError(f"audit LP ended with status {h.modelStatusToString(status)}")
             gap = (true[i] - bounds[0, i]) if side == 0 else (bounds[1, i] - true[i])
             exact = side == 1 and bounds[1, i] - bounds[0, i] <= EXACT_WIDTH
-            if status == highspy.HighsModelStatus.kOptimal and (gap < need[i] - PROTECTION_TOLERANCE or exact):
+            failing = gap < need[i] - PROTECTION_TOLERANCE or exact
+            if sensitive[i] and status == highspy.HighsModelStatus.kOptimal and failing:
                 duals.append((i, np.asarray(h.getSolution().row_dual)))
         h.changeColCost(int(column), 0.0)
     return bounds[0], bounds[1], duals
@@ -357,7 +372,7 @@ def suppress(microdata: pd.DataFrame, rule: SuppressionRule = SuppressionRule(),
              max_rounds: int = 20, on_round: Callable[[str], None] | None = None,
              progress: Callable[[int, int], None] | None = None) -> SuppressionResult:
     """Primary and secondary suppression of the QCEW cells of ``microdata``; with ``audit``, LP intervals
-    of every primary cell, and repair rounds that suppress more cells until no primary is exactly
+    of every suppressed cell, and repair rounds that suppress more cells until no primary is exactly
     disclosed or under-protected (or ``max_rounds`` is reached; remaining failures are reported)."""
     table = build_cells(microdata, rule.attributes)
     primary, need = primary_suppression(table, rule)
@@ -368,8 +383,7 @@ def suppress(microdata: pd.DataFrame, rule: SuppressionRule = SuppressionRule(),
     if not audit:
         return SuppressionResult(rule, table, primary, suppressed, suppressed, None, 0, log)
     before_repair = suppressed
-    audited = np.flatnonzero(primary)
-    result = audit_suppression(table, suppressed, need, rule.attributes, cells=audited, progress=progress)
+    result = audit_suppression(table, suppressed, need, rule.attributes, sensitive=primary, progress=progress)
     rounds = 0
     while rounds < max_rounds and not result.failures.empty:
         rounds += 1
@@ -377,15 +391,16 @@ def suppress(microdata: pd.DataFrame, rule: SuppressionRule = SuppressionRule(),
         suppressed = _repair(table, suppressed, need, rule.attributes, result)
         suppressed = secondary_suppression(table, suppressed, need, rule.attributes)
         # More suppression only widens intervals, so cells that passed keep passing: re-audit the failing.
-        result = audit_suppression(table, suppressed, need, rule.attributes, cells=failing, progress=progress)
+        result = audit_suppression(table, suppressed, need, rule.attributes, cells=failing, sensitive=primary,
+                                   progress=progress)
         log.append(f"repair round {rounds}: {failing.size:,} cells under-protected; now {int(suppressed.sum()):,} "
                    f"suppressed, {result.failures['cell'].nunique():,} still failing")
         if on_round:
             on_round(log[-1])
-    if rounds:  # the final intervals of every primary, on the final pattern
+    if rounds:  # the final intervals of every suppressed cell, on the final pattern
         if on_round:
-            on_round("final audit of every primary cell")
-        result = audit_suppression(table, suppressed, need, rule.attributes, cells=audited, progress=progress)
+            on_round("final audit of every suppressed cell")
+        result = audit_suppression(table, suppressed, need, rule.attributes, sensitive=primary, progress=progress)
     return SuppressionResult(rule, table, primary, suppressed, before_repair, result, rounds, log)
 
 

@@ -141,6 +141,9 @@ def test_audit_flags_an_under_suppressed_table(five):
     row = flagged[(flagged["cell"] == alone) & (flagged["attribute"] == "m1emp")].iloc[0]
     assert row["exact"] and row["lower"] == pytest.approx(70) and row["upper"] == pytest.approx(70)
     assert set(audit.binding) >= {alone}  # the published cells that pin it are named for repair
+    # the same intervals for cells declared not sensitive: reported as determined, not as failures
+    relaxed = audit_suppression(table, primary, need, RULE.attributes, sensitive=np.zeros(len(primary), dtype=bool))
+    assert relaxed.failures.empty and relaxed.determined_secondaries == flagged.loc[flagged["exact"], "cell"].nunique()
 
 
 def test_suppress_repairs_until_the_audit_is_clean(tiny_suppressed):
@@ -148,8 +151,10 @@ def test_suppress_repairs_until_the_audit_is_clean(tiny_suppressed):
     assert result.audit is not None and result.audit.failures.empty
     assert result.repair_rounds >= 1 and result.suppressed.sum() > result.before_repair.sum()
     assert not np.any(result.before_repair & ~result.suppressed)  # repairs only add cells
-    assert set(result.audit.intervals["cell"]) == set(np.flatnonzero(result.primary))
-    intervals = result.audit.intervals
+    assert set(result.audit.intervals["cell"]) == set(np.flatnonzero(result.suppressed))
+    every = result.audit.intervals
+    assert (every["sensitive"] == result.primary[every["cell"]]).all()
+    intervals = every[every["sensitive"]]
     assert ((intervals["upper"] - intervals["true"] >= intervals["need"] - 1e-3)
             & (intervals["true"] - intervals["lower"] >= intervals["need"] - 1e-3)).all()
     counts = abs(result.table.relations) @ result.suppressed.astype(float)
