@@ -17,7 +17,10 @@ required protection is reported and, in ``suppress``, repaired by suppressing mo
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import highspy
@@ -40,6 +43,8 @@ LP_SCALE = 1e6
 EXACT_WIDTH = 1e-6
 #: Shortfalls of protection below this (rescaled units) are solver noise, not findings.
 PROTECTION_TOLERANCE = 1e-6
+#: Audits with fewer intervals run in this process (starting worker processes costs about a second).
+PARALLEL_MIN_INTERVALS = 5_000
 
 
 class AuditError(RuntimeError):
@@ -234,7 +239,7 @@ class AuditResult:
 
 def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray, attributes: Sequence[str],
                       cells: np.ndarray | None = None, sensitive: np.ndarray | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> AuditResult:
+                      progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> AuditResult:
     """For each audited cell (default: every suppressed cell), the interval [lower, upper] of its value
     over all nonnegative tables that agree with the published cells: two HiGHS LPs per cell and
     attribute, one model per connected block of suppressed cells.
@@ -242,7 +247,8 @@ def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray
     A cell is an exact disclosure when the interval has (almost) no width, and under-protected when it
     reaches less than the cell's need above or below the true value; only ``sensitive`` cells (a mask
     over the table; default: every audited cell) count as failures. ``progress(done, total)`` is
-    called after each block with the number of intervals computed.
+    called after each block with the number of intervals computed. Large audits run on ``workers``
+    processes (default: one per core).
     """
     suppressed = np.asarray(suppressed, dtype=bool)
     cells = np.flatnonzero(suppressed) if cells is None else np.asarray(cells, dtype=np.int64)
@@ -259,8 +265,7 @@ def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray
     _, block = connected_components(system.T @ system, directed=False)
     targets_all = position[cells]
     flagged = np.ones(len(suppressed), dtype=bool) if sensitive is None else np.asarray(sensitive, dtype=bool)
-    rows, binding = [], {}
-    total = cells.size * len(attributes)
+    contexts, jobs = [], []
     for a, attribute in enumerate(attributes):
         values = table.cells[attribute].to_numpy(dtype=float)
         scale = max(1.0, float(np.abs(values).max()) / LP_SCALE)
@@ -269,27 +274,48 @@ def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray
             columns = np.flatnonzero(block == b)
             targets = targets_all[block[targets_all] == b]
             sub_rows = np.flatnonzero(np.diff(system[:, columns].tocsr().indptr) > 0)
-            true, required = values[hidden[targets]] / scale, need[hidden[targets], a] / scale
-            lower, upper, duals = _interval_lps(system[sub_rows][:, columns].tocsc(), rhs[sub_rows],
-                                                np.searchsorted(columns, targets), true, required,
-                                                flagged[hidden[targets]])
-            for i, y in duals:
-                # A published cell p made free moves by x_p - v_p >= -v_p: it helps when a_p^T y > 0
-                # (p grows), or when a_p^T y < 0 and v_p > 0 (p shrinks).
-                pull = on_shown[sub_rows].T @ y
-                pinned = shown[(pull > PROTECTION_TOLERANCE) | ((pull < -PROTECTION_TOLERANCE) & (values[shown] > 0))]
-                cell = int(hidden[targets[i]])
-                binding[cell] = np.union1d(binding.get(cell, np.empty(0, dtype=np.int64)), pinned)
-            for target, low, high in zip(targets, lower, upper):
-                cell = hidden[target]
-                rows.append((cell, attribute, values[cell], low * scale, high * scale, need[cell, a], scale))
-            if progress:
-                progress(len(rows), total)
+            contexts.append((a, attribute, values, scale, sub_rows, targets))
+            jobs.append((system[sub_rows][:, columns].tocsc(), rhs[sub_rows], np.searchsorted(columns, targets),
+                         values[hidden[targets]] / scale, need[hidden[targets], a] / scale, flagged[hidden[targets]]))
+    rows, binding = [], {}
+    total = cells.size * len(attributes)
+    for (a, attribute, values, scale, sub_rows, targets), (lower, upper, duals) in zip(contexts, _solve(jobs, workers)):
+        for i, y in duals:
+            # A published cell p made free moves by x_p - v_p >= -v_p: it helps when a_p^T y > 0
+            # (p grows), or when a_p^T y < 0 and v_p > 0 (p shrinks).
+            pull = on_shown[sub_rows].T @ y
+            pinned = shown[(pull > PROTECTION_TOLERANCE) | ((pull < -PROTECTION_TOLERANCE) & (values[shown] > 0))]
+            cell = int(hidden[targets[i]])
+            binding[cell] = np.union1d(binding.get(cell, np.empty(0, dtype=np.int64)), pinned)
+        for target, low, high in zip(targets, lower, upper):
+            cell = hidden[target]
+            rows.append((cell, attribute, values[cell], low * scale, high * scale, need[cell, a], scale))
+        if progress:
+            progress(len(rows), total)
     frame = pd.DataFrame(rows, columns=["cell", "attribute", "true", "lower", "upper", "need", "scale"])
     frame["exact"], frame["under_protected"] = _verdicts(frame["true"], frame["lower"], frame["upper"],
                                                          frame["need"], frame["scale"])
     frame.insert(2, "sensitive", True if sensitive is None else np.asarray(sensitive, dtype=bool)[frame["cell"]])
     return AuditResult(frame.drop(columns="scale").sort_values(["cell", "attribute"], ignore_index=True), binding)
+
+
+def _solve(jobs: list[tuple], workers: int | None):
+    """``_interval_lps`` of every job, yielded in order. With more than one worker and enough intervals,
+    the jobs run in worker processes, largest first. Each job is solved the same way wherever it runs,
+    so the results do not depend on the number of workers."""
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    # fork: the workers inherit the loaded modules and never re-run the caller's script (spawn and
+    # forkserver would, in a script without a __main__ guard). Where there is no fork, run here.
+    can_fork = "fork" in multiprocessing.get_all_start_methods()
+    if workers <= 1 or not can_fork or sum(len(job[2]) for job in jobs) < PARALLEL_MIN_INTERVALS:
+        for job in jobs:
+            yield _interval_lps(*job)
+        return
+    work = [len(job[2]) * job[0].shape[1] for job in jobs]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
+        for i in range(len(jobs)):
+            yield futures[i].result()
 
 
 def _verdicts(true, lower, upper, need, scale):

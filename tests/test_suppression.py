@@ -208,3 +208,19 @@ def test_suppression_realism_on_rhode_island(shared_data):
     state = synthesize_state(published, rng=np.random.default_rng(1))
     shares = suppression_shares(suppress(state, RULE, audit=False)).set_index("agglvl")["suppressed_share"]
     assert abs(shares[78] - real[78]) < 0.10
+
+
+def test_audit_on_worker_processes_equals_the_serial_audit(tiny_suppressed, monkeypatch):
+    import measure.suppression as suppression
+
+    result = tiny_suppressed
+    _, need = primary_suppression(result.table, RULE)
+    # the pattern before repair has failures, so the repair candidates are compared too
+    serial = audit_suppression(result.table, result.before_repair, need, RULE.attributes, sensitive=result.primary,
+                               workers=1)
+    monkeypatch.setattr(suppression, "PARALLEL_MIN_INTERVALS", 0)
+    parallel = audit_suppression(result.table, result.before_repair, need, RULE.attributes,
+                                 sensitive=result.primary, workers=2)
+    pd.testing.assert_frame_equal(serial.intervals, parallel.intervals)
+    assert serial.binding and serial.binding.keys() == parallel.binding.keys()
+    assert all(np.array_equal(serial.binding[c], parallel.binding[c]) for c in serial.binding)
