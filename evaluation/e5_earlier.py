@@ -51,6 +51,7 @@ TABULATIONS = {
 AGGLVL = {"county x sector": 74, "county x NAICS-3": 75, "state x sector": 54, "state x NAICS-3": 55}
 STRATA = (("0-100", 0.0, 100.0), ("100-10k", 100.0, 1e4), ("10k-100k", 1e4, 1e5), ("100k+", 1e5, math.inf))
 ALPHA_MECHANISMS = ("log-laplace", "smooth-laplace", "smooth-gamma")
+MECHANISMS = (*ALPHA_MECHANISMS, "truncated-laplace")
 #: The alpha and theta at which the report's tables and line plots show every eps.
 SHOWN_ALPHA = 0.1
 SHOWN_THETA = 100.0
@@ -88,6 +89,11 @@ class Setting:
     eps: float
     alpha: float | None = None
     theta: float | None = None
+
+    @property
+    def shown(self) -> bool:
+        """Whether the report's table and line plot show this setting (alpha SHOWN_ALPHA, theta SHOWN_THETA)."""
+        return self.alpha == SHOWN_ALPHA if self.alpha is not None else self.theta == SHOWN_THETA
 
     @property
     def label(self) -> str:
@@ -153,6 +159,10 @@ class ErrorAccumulator:
 
     def spearman_means(self) -> dict[str, float]:
         return {name: float(np.mean(values)) for name, values in self.spearman.items()}
+
+    def spearman_mean(self) -> float:
+        """Spearman correlation averaged over tabulations and replications."""
+        return float(np.mean(list(self.spearman_means().values())))
 
 
 def run_e5(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, setup: E5Setup, *, replications: int,
@@ -242,14 +252,13 @@ def _write(out, truth, setup, grid, infusion, grid_errors, gedp_errors, gedp_mu,
         "summary.json and the heatmaps.",
     )
     table_rows = []
-    for mechanism in (*ALPHA_MECHANISMS, "truncated-laplace"):
+    for mechanism in MECHANISMS:
         for eps in setup.eps:
-            match = [s for s in grid if s.mechanism == mechanism and s.eps == eps
-                     and (s.alpha == SHOWN_ALPHA if s.alpha is not None else s.theta == SHOWN_THETA)]
+            match = [s for s in grid if s.mechanism == mechanism and s.eps == eps and s.shown]
             if match:
                 ratios = rows[match[0]]
-                spearman = np.mean(list(grid_errors[match[0]].spearman_means().values()))
-                table_rows.append([mechanism, f"{eps:g}", *(ratios[k] for k in strata), float(spearman)])
+                table_rows.append([mechanism, f"{eps:g}", *(ratios[k] for k in strata),
+                                   grid_errors[match[0]].spearman_mean()])
             else:
                 table_rows.append([mechanism, f"{eps:g}", *("-" for _ in strata), "-"])
     report.table(["mechanism", "eps", *(f"ratio {k}" for k in strata), "Spearman"], table_rows)
@@ -266,7 +275,7 @@ def _write(out, truth, setup, grid, infusion, grid_errors, gedp_errors, gedp_mu,
     )
     report.table(["workflow and total mu", "eps at delta 1e-6", *(f"ratio {k}" for k in strata), "Spearman"],
                  [[label, epsilon_of[label], *(gedp_rows[label][k] for k in strata),
-                   float(np.mean(list(gedp_errors[label].spearman_means().values())))] for label in gedp_rows])
+                   gedp_errors[label].spearman_mean()] for label in gedp_rows])
 
     report.section(
         "Cell suppression on the same tabulations",
@@ -314,10 +323,9 @@ def _write(out, truth, setup, grid, infusion, grid_errors, gedp_errors, gedp_mu,
 
 
 def _plot_heatmaps(report, setup, grid, rows, strata) -> None:
-    mechanisms = (*ALPHA_MECHANISMS, "truncated-laplace")
-    figure, axes = plt.subplots(len(mechanisms), len(strata), figsize=(3.2 * len(strata), 2.6 * len(mechanisms)),
+    figure, axes = plt.subplots(len(MECHANISMS), len(strata), figsize=(3.2 * len(strata), 2.6 * len(MECHANISMS)),
                                 layout="constrained", squeeze=False)
-    for r, mechanism in enumerate(mechanisms):
+    for r, mechanism in enumerate(MECHANISMS):
         columns = setup.thetas if mechanism == "truncated-laplace" else setup.alphas
         for c, stratum in enumerate(strata):
             grid_values = np.full((len(setup.eps), len(columns)), np.nan)
@@ -339,20 +347,18 @@ def _plot_heatmaps(report, setup, grid, rows, strata) -> None:
 
 def _plot_lines(report, setup, grid, rows, grid_errors, gedp_rows, gedp_errors, epsilon_of, strata) -> None:
     figure, axes = plt.subplots(1, len(strata) + 1, figsize=(4 * (len(strata) + 1), 3.6), layout="constrained")
-    for mechanism in (*ALPHA_MECHANISMS, "truncated-laplace"):
-        shown = [s for s in grid if s.mechanism == mechanism
-                 and (s.alpha == SHOWN_ALPHA if s.alpha is not None else s.theta == SHOWN_THETA)]
+    for mechanism in MECHANISMS:
+        shown = [s for s in grid if s.mechanism == mechanism and s.shown]
         eps = [s.eps for s in shown]
         for ax, stratum in zip(axes, strata):
             ax.plot(eps, [rows[s][stratum] for s in shown], marker="o", ms=3, label=mechanism)
-        axes[-1].plot(eps, [np.mean(list(grid_errors[s].spearman_means().values())) for s in shown], marker="o",
-                      ms=3, label=mechanism)
+        axes[-1].plot(eps, [grid_errors[s].spearman_mean() for s in shown], marker="o", ms=3, label=mechanism)
     for label in gedp_rows:
         marker = "*" if " pnc " in label else "P"
         for ax, stratum in zip(axes, strata):
             ax.scatter([epsilon_of[label]], [gedp_rows[label][stratum]], marker=marker, s=60, color="black")
-        axes[-1].scatter([epsilon_of[label]], [np.mean(list(gedp_errors[label].spearman_means().values()))],
-                         marker=marker, s=60, color="black")
+        axes[-1].scatter([epsilon_of[label]], [gedp_errors[label].spearman_mean()], marker=marker, s=60,
+                         color="black")
     for ax, stratum in zip(axes, strata):
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xscale("log")

@@ -49,8 +49,8 @@ from measure.audit import ALPHA as AUDIT_ALPHA
 from measure.audit import run_audit
 from measure.budget import compose
 from measure.neighbors import interval_table, make_psi
-from measure.suppression import SuppressionRule, suppress
 from measure.queries import group_establishments
+from measure.suppression import SuppressionRule, check_microdata, suppress
 from postprocess.moe import answers_variances
 from postprocess.wls import SolverError
 from synth.establishments import WITHIN_CELL_MODES, synthesize_state
@@ -547,7 +547,7 @@ def suppress_command(
     p: Annotated[float, typer.Option("--p", help="p of the p% rule.")] = SuppressionRule.p,
     min_estabs: Annotated[int, typer.Option(help="Cells with fewer establishments are suppressed.")] = SuppressionRule.min_estabs,
     attributes: Annotated[str, typer.Option(help="Attributes the rule and the audit cover, comma-separated.")] = ",".join(SuppressionRule.attributes),
-    audit: Annotated[bool, typer.Option("--audit/--no-audit", help="LP audit of every primary cell, with repair.")] = True,
+    audit: Annotated[bool, typer.Option("--audit/--no-audit", help="LP audit of every suppressed cell, with repair of failing primaries.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the synthesis with --from-qcew.")] = 1,
 ) -> None:
     """Cell suppression as the QCEW runs it: p% rule and minimum count, secondary suppression over the
@@ -560,13 +560,10 @@ def suppress_command(
         except ValueError as err:
             raise InputError(str(err)) from None
         microdata, label, published = _experiment_data(data, from_qcew, profile, seed)
-        missing = [a for a in rule.attributes if a not in microdata.columns]
-        if missing:
-            raise InputError(f"--attributes: the microdata has no column {', '.join(missing)}")
-        carried = [c for c in ("year", "qtr") if c in microdata.columns]
-        if carried and len(microdata[carried].drop_duplicates()) > 1:
-            raise InputError(f"the microdata holds {len(microdata[carried].drop_duplicates())} quarters; "
-                             "suppress one quarter at a time")
+        try:
+            check_microdata(microdata, rule.attributes)
+        except ValueError as err:
+            raise InputError(str(err)) from None
         published_shares = None
         if published is not None:
             published_shares = published.aggregates.groupby("agglvl")["suppressed"].mean()

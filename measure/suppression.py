@@ -104,11 +104,20 @@ def _top_two(values: np.ndarray, codes: np.ndarray, n_groups: int) -> tuple[np.n
     return sorted_values[first], np.where(size >= 2, sorted_values[second], 0.0)
 
 
-def build_cells(microdata: pd.DataFrame, attributes: Sequence[str]) -> CellTable:
-    """The cells of QCEW levels 51-58 and 71-78 with totals, top-two contributions and relations."""
+def check_microdata(microdata: pd.DataFrame, attributes: Sequence[str]) -> None:
+    """Cell suppression needs the attributes it covers and one quarter (cells do not key on the quarter)."""
     missing = [a for a in attributes if a not in microdata.columns]
     if missing:
         raise ValueError(f"cell suppression: the microdata has no column {', '.join(missing)}")
+    carried = [c for c in ("year", "qtr") if c in microdata.columns]
+    quarters = len(microdata[carried].drop_duplicates()) if carried else 1
+    if quarters > 1:
+        raise ValueError(f"cell suppression: the microdata holds {quarters} quarters; suppress one quarter at a time")
+
+
+def build_cells(microdata: pd.DataFrame, attributes: Sequence[str]) -> CellTable:
+    """The cells of QCEW levels 51-58 and 71-78 with totals, top-two contributions and relations."""
+    check_microdata(microdata, attributes)
     frames, codes, offset = [], {}, 0
     for level in (*STATE_LEVELS, *COUNTY_LEVELS):
         keys = _level_keys(level)
