@@ -174,7 +174,7 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
             per_attribute.setdefault(attribute, []).append(mu)
     spent = ", ".join(f"{a} {compose(m):.3f}" for a, m in per_attribute.items())
     console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent})")
-    solvers = ", ".join(f"{a} {r['status']} in {r['seconds']:.1f}s" for a, r in manifest["solver"].items())
+    solvers = ", ".join(f"{a} {r['status']}" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
     console.print(f"  run time {seconds:.1f}s")
 
@@ -291,8 +291,13 @@ def protect_command(
     input: Annotated[Path, typer.Argument(help="Establishment microdata: .csv, .parquet, or a folder of Parquet parts.")],
     config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
-    seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream (experiments).")] = None,
-    rng: Annotated[Optional[str], typer.Option(help="secure (ChaCha20 keyed from the OS; the default without --seed) or pcg64.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream; needs "
+                                                     "--not-for-publication.")] = None,
+    rng: Annotated[Optional[str], typer.Option(help="secure (ChaCha20 keyed from the OS; the default) or pcg64 "
+                                                    "(needs --not-for-publication).")] = None,
+    not_for_publication: Annotated[bool, typer.Option("--not-for-publication",
+                                                      help="Allow --seed / --rng pcg64: the release is marked "
+                                                           "\"publishable\": false and no ledger records it.")] = False,
     workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
     engine: Annotated[str, typer.Option(help="local, or dask: one task per state on a dask.distributed cluster.")] = "local",
     scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
@@ -305,6 +310,9 @@ def protect_command(
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
     start = time.perf_counter()
     with reported_errors():
+        if (seed is not None or rng == "pcg64") and not not_for_publication:
+            raise InputError("a seeded or pcg64 release can be replayed: whoever learns or guesses the seed subtracts "
+                             "the noise; add --not-for-publication for a test release, or drop --seed/--rng")
         cfg = _load(config, workflow)
         check_output_directory(out.resolve())
         states = input_states(input)

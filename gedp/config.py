@@ -54,6 +54,13 @@ class Config:
     source: str
     raw: dict[str, Any]
 
+    @property
+    def name(self) -> str:
+        """The shipped config's name, or "custom": never a path (a manifest holds no paths)."""
+        source = Path(self.source)
+        shipped = configs.DIRECTORY / f"{source.stem}.yaml"
+        return source.stem if source.suffix == ".yaml" and shipped.is_file() and source.resolve() == shipped.resolve() else "custom"
+
 
 def _keys(mapping: Any, allowed: set[str], where: str, required: set[str] = frozenset()) -> dict:
     if not isinstance(mapping, dict):

@@ -2,17 +2,19 @@
 
 Every group-by query of the plan includes ``state``, so each establishment is measured only by its
 own state's mechanisms and the states compose in parallel: the release spends the plan's mu once.
-Each state's noise comes from a generator derived from the seed and the state code, so the
-``local`` and ``dask`` engines give the same release. Only one state's working set is in memory at
+Each state's noise comes from its own secure generator, or, in a release not for publication,
+from a generator derived from the seed and the state code, so the ``local`` and ``dask`` engines
+give the same release. zeta is split among the states so the whole release keeps 1 - zeta. Only one state's working set is in memory at
 a time per worker: a state is read from the input (Parquet: with a filter, so only its rows are
 loaded), protected, written as one part of each output, and dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
-import time
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from gedp.pipeline import (
     MEASUREMENTS_FILE,
     PROTECTED_FILE,
     TABLES_FILE,
+    is_publishable,
     make_rng,
     protect,
     secure_generator,
@@ -74,8 +77,15 @@ def read_state(path: str | Path, state: str, attributes) -> pd.DataFrame:
 
 
 def state_rng(entropy: int, state: str) -> np.random.Generator:
-    """The generator of one state's noise: derived from the run's entropy and the state code."""
-    return np.random.default_rng(np.random.SeedSequence([entropy, int(state)]))
+    """The generator of one state's noise: derived from the run's entropy and the exact state code
+    (its ASCII bytes, so two different codes never share a stream)."""
+    return np.random.default_rng(np.random.SeedSequence([entropy, *state.encode("ascii")]))
+
+
+def state_zeta(zeta: float, states: int) -> float:
+    """Each state's zeta so that all states' bounds hold together with probability 1 - zeta:
+    1 - (1 - zeta)^(1 / states), computed without cancellation."""
+    return -math.expm1(math.log1p(-zeta) / states)
 
 
 def check_state_by_state(config: Config) -> None:
@@ -87,15 +97,17 @@ def check_state_by_state(config: Config) -> None:
             )
 
 
-def protect_one_state(path: str, state: str, config: Config, entropy: int | None, staging: str) -> dict:
+def protect_one_state(path: str, state: str, config: Config, entropy: int | None, staging: str,
+                      states: int = 1) -> dict:
     """Protect one state and write its parts into the staging release; returns its manifest entry.
 
     ``entropy=None`` draws the state's noise from its own secure generator (ChaCha20, OS key).
+    ``states`` is the number of states of the release, among which zeta is split.
     """
-    start = time.perf_counter()
     microdata = read_state(path, state, config.plan.attributes)
     rng = secure_generator() if entropy is None else state_rng(entropy, state)
-    release = protect(microdata, config, rng=rng, rng_description={})
+    plan = dataclasses.replace(config.plan, zeta=state_zeta(config.plan.zeta, states))
+    release = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, rng_description={})
     staging = Path(staging)
     write_parts(release, staging, state, staging / f".{TABLES_FILE}.part-{state}")
     manifest = release.manifest
@@ -103,10 +115,12 @@ def protect_one_state(path: str, state: str, config: Config, entropy: int | None
         "state": state,
         "establishments": manifest["establishments"],
         "tau": manifest["tau"][state],
+        "zeta": plan.zeta,
         "mu_total": manifest["mu_total"],
+        "mu": manifest["mu"],
+        "grid": manifest["grid"],
         "solver": manifest["solver"],
         "ledger": manifest["ledger"],
-        "timings": {**manifest["timings"], "state_seconds": time.perf_counter() - start},
     }
 
 
@@ -126,7 +140,6 @@ def protect_input(
     if engine not in ENGINES:
         raise InputError(f"engine '{engine}' is unknown; choose one of {', '.join(ENGINES)}")
     _, rng_description = make_rng(seed, rng)  # checks --seed and --rng together
-    start = time.perf_counter()
     states = input_states(path)
     if len(states) > 1:
         check_state_by_state(config)
@@ -135,7 +148,7 @@ def protect_input(
     else:
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     with staged_directory(out) as staging:
-        arguments = (str(path), config, entropy, str(staging))
+        arguments = (str(path), config, entropy, str(staging), len(states))
         if engine == "local":
             pieces = []
             for state in states:
@@ -150,7 +163,7 @@ def protect_input(
                 lines = part.read_text().splitlines(keepends=True)
                 tables.writelines(lines if index == 0 else lines[1:])
                 part.unlink()
-        manifest = _manifest(config, pieces, rng_description, engine, scheduler, time.perf_counter() - start)
+        manifest = _manifest(config, pieces, rng_description, engine, scheduler)
         if lifetime is not None:
             manifest["lifetime"] = lifetime
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
@@ -175,7 +188,7 @@ def _run_on_dask(states, arguments, scheduler, on_state) -> list[dict]:
             cluster.close()
 
 
-def _manifest(config: Config, pieces: list[dict], rng_description: dict, engine, scheduler, seconds: float) -> dict:
+def _manifest(config: Config, pieces: list[dict], rng_description: dict, engine, scheduler) -> dict:
     plan = config.plan
     solver = {}
     for attribute in plan.attributes:
@@ -184,16 +197,22 @@ def _manifest(config: Config, pieces: list[dict], rng_description: dict, engine,
         solver[attribute] = {
             "solver": ",".join(sorted({r["solver"] for r in reports})),
             "status": statuses.pop() if len(statuses) == 1 else "mixed: " + ",".join(sorted(statuses)),
-            "seconds": sum(r["seconds"] for r in reports),
             "kkt_residual": max(r["kkt_residual"] for r in reports),
             "iterations": max((r["iterations"] or 0) for r in reports),
         }
-    budget = plan.budget()
-    mu_by_query = {q.name: dict(q.mu) for q in plan.queries}
+    # Parallel composition: each state's records are measured by its own mechanisms only, so the
+    # release spends the largest of the states' charges (each composed from what its noise cost).
+    mu_by_query: dict[str, dict[str, float]] = {}
+    for piece in pieces:
+        for query, by_attribute in piece["mu"].items():
+            for attribute, mu in by_attribute.items():
+                current = mu_by_query.setdefault(query, {}).get(attribute, 0.0)
+                mu_by_query[query][attribute] = max(current, mu)
     return {
         "gedp_version": versions()["gedp"],
-        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "config_file": config.source,
+        "created_date": dt.datetime.now(dt.timezone.utc).date().isoformat(),
+        "publishable": is_publishable(rng_description),
+        "config_name": config.name,
         "config": config.raw,
         "establishments": sum(piece["establishments"] for piece in pieces),
         "states": [piece["state"] for piece in pieces],
@@ -201,19 +220,21 @@ def _manifest(config: Config, pieces: list[dict], rng_description: dict, engine,
         "psi": plan.psi.params(),
         "gammas": dict(plan.gammas),
         "zeta": plan.zeta,
+        "zeta_per_state": pieces[0]["zeta"],
         "tau": {piece["state"]: piece["tau"] for piece in pieces},
-        "mu_total": budget.total,
+        "mu_total": max(piece["mu_total"] for piece in pieces),
+        "mu_planned_total": plan.budget().total,
         "mu_cap": plan.cap,
         "mu": mu_by_query,
+        "grid": pieces[0]["grid"],
         "ledger": {piece["state"]: piece["ledger"] for piece in pieces},
         "composition": "parallel across states (every query includes state); each state spends mu_total",
         "rng": rng_description | {"per_state": "its own secure generator" if rng_description["kind"] == "secure"
-                                  else "SeedSequence([seed or OS entropy, int(state)])"},
+                                  else "SeedSequence([seed or OS entropy, *ASCII bytes of the state code])"},
         "engine": engine if scheduler is None else f"{engine} ({scheduler})",
         "variance_mode": config.variance_mode,
         "solver": solver,
         "per_state": {piece["state"]: piece for piece in pieces},
         "versions": versions(),
-        "timings": {"protect_seconds": seconds},
         "files": {"protected_microdata": PROTECTED_FILE, "measurements": MEASUREMENTS_FILE, "qcew_tables": TABLES_FILE},
     }

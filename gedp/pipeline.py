@@ -50,19 +50,37 @@ class Release:
 
 
 RNG_KINDS = ("secure", "pcg64")
-SECURE_DESCRIPTION = {"kind": "secure", "bit_generator": "ChaCha20 (randomgen), 256-bit seed from the OS (secrets)"}
+SECURE_DESCRIPTION = {"kind": "secure", "bit_generator": "ChaCha20 (randomgen), 256-bit key from the OS (secrets)"}
+#: Columns a release's rows are sorted by: public keys only, whatever the input order.
+RELEASE_ORDER = ("state", "county", "naics", "estab_id")
 
 
 def secure_generator() -> np.random.Generator:
-    """A cryptographically secure generator: ChaCha20 keyed with 256 bits of OS entropy."""
-    return np.random.Generator(ChaCha(seed=secrets.randbits(256), rounds=20))
+    """A cryptographically secure generator: ChaCha20 with a 256-bit key drawn from the OS.
+
+    The key is set directly (``key=``), not through a SeedSequence, whose 128-bit pool would cap
+    its entropy at 128 bits.
+    """
+    return np.random.Generator(ChaCha(key=secrets.randbits(256), rounds=20))
+
+
+def is_publishable(rng_description: dict) -> bool:
+    """Only noise from the secure generator may be published: a seeded or PCG64 stream can be
+    replayed or predicted, and replaying it subtracts the noise."""
+    return rng_description.get("kind") == "secure"
+
+
+def release_order(microdata: pd.DataFrame) -> pd.DataFrame:
+    """Rows sorted by public keys (state, county, naics, estab_id) so that no output keeps the
+    input's order, which may follow confidential values."""
+    return microdata.sort_values(list(RELEASE_ORDER), kind="stable", ignore_index=True)
 
 
 def make_rng(seed: int | None, kind: str | None = None) -> tuple[np.random.Generator, dict]:
     """The release's generator and how the manifest describes it.
 
     Without a seed, releases use the secure generator (the key is never recorded); a seed gives the
-    reproducible PCG64 stream meant for experiments.
+    reproducible PCG64 stream meant for experiments and for releases marked not for publication.
     """
     kind = kind or ("pcg64" if seed is not None else "secure")
     if kind not in RNG_KINDS:
@@ -97,6 +115,7 @@ def measurements_frame(measurements: Measurements) -> pd.DataFrame:
         part["estimate"] = answer.estimate
         part["variance"] = answer.variance
         part["sd"] = answer.sd
+        part["grid"] = answer.grid
         parts.append(part)
     return pd.concat(parts, ignore_index=True)
 
@@ -120,13 +139,16 @@ def protect(
     rng_description: dict,
     on_step: Callable[[str], None] | None = None,
 ) -> Release:
-    """Measure validated microdata with the config's plan and postprocess it into a release."""
+    """Measure validated microdata with the config's plan and postprocess it into a release.
+
+    Rows are put in release order (public keys) first, so every output is in that order.
+    """
     step = on_step or (lambda description: None)
     plan = config.plan
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
+    microdata = release_order(microdata)
     measurements = measure(microdata, plan, rng=rng, on_step=step)
-    timings["measure_seconds"] = time.perf_counter() - start
+    if not measurements.budget.complete:
+        raise RuntimeError("a planned query was not charged")  # a bug, not an input error
 
     protected, solver_results = protect_microdata(
         {attribute: measurements.for_attribute(attribute) for attribute in plan.attributes},
@@ -135,19 +157,21 @@ def protect(
         solver=config.solver,
         on_step=step,
     )
-    timings["postprocess_seconds"] = time.perf_counter() - start - timings["measure_seconds"]
 
     tables = qcew_tables(protected)
     step("QCEW tables")
-    timings["protect_seconds"] = time.perf_counter() - start
 
     mu_by_query: dict[str, dict[str, float]] = {}
     for entry in measurements.budget.ledger:
         mu_by_query.setdefault(entry["query"], {})[entry["attribute"]] = entry["mu"]
+    grids: dict[str, dict[str, float]] = {}
+    for answer in measurements.answers:
+        grids.setdefault(answer.query.name, {})[answer.query.attribute] = answer.grid
     manifest = {
         "gedp_version": versions()["gedp"],
-        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "config_file": config.source,
+        "created_date": dt.datetime.now(dt.timezone.utc).date().isoformat(),
+        "publishable": is_publishable(rng_description),
+        "config_name": config.name,
         "config": config.raw,
         "establishments": int(len(microdata)),
         "states": sorted(microdata["state"].unique().tolist()),
@@ -160,12 +184,12 @@ def protect(
         "mu_planned_total": measurements.budget.total,
         "mu_cap": plan.cap,
         "mu": mu_by_query,
+        "grid": grids,
         "ledger": measurements.budget.ledger,
         "rng": rng_description,
         "variance_mode": config.variance_mode,
         "solver": {attribute: result.report() for attribute, result in solver_results.items()},
         "versions": versions(),
-        "timings": timings,
         "files": {
             "protected_microdata": PROTECTED_FILE,
             "measurements": MEASUREMENTS_FILE,
@@ -222,12 +246,10 @@ def write_parts(release: Release, staging: Path, part: str, tables: Path) -> Non
 def write_release(release: Release, out: str | Path, extra_files: dict[str, dict] | None = None) -> Path:
     """Write the release completely into a temporary directory, then move it into place."""
     with staged_directory(out) as staging:
-        start = time.perf_counter()
         # Same layout as a state-by-state release: a folder of Parquet parts per file.
         write_parts(release, staging, "-".join(release.manifest["states"]), staging / TABLES_FILE)
         for name, content in (extra_files or {}).items():
             (staging / name).write_text(json.dumps(content, indent=2, default=float) + "\n")
-        release.manifest["timings"]["write_seconds"] = time.perf_counter() - start
         (staging / MANIFEST_FILE).write_text(json.dumps(release.manifest, indent=2, default=float) + "\n")
     return Path(out).resolve()
 
@@ -255,5 +277,6 @@ def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[Nois
             estimate=rows["estimate"].to_numpy(), variance=rows["variance"].to_numpy(),
             variance_kind=rows["variance_kind"].iloc[0], mechanism=rows["mechanism"].iloc[0],
             mu=float(rows["mu"].iloc[0]), sd=rows["sd"].to_numpy(),
+            grid=float(rows["grid"].iloc[0]) if "grid" in rows else 0.0,
         ))
     return protected, answers

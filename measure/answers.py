@@ -26,7 +26,10 @@ class NoisyAnswer:
         variance_kind: "exact" or "estimated".
         mechanism: "psi" or "pnc".
         mu: the GDP parameter this answer spent.
-        sd: standard deviation of the noise added on the released scale, per group.
+        sd: standard deviation of the noise added on the released scale, per group (the
+            rounded draw's, sqrt(s^2 + grid^2 / 12)).
+        grid: the public grid step every released value is a multiple of (0: not gridded, e.g.
+            answers simulated by an experiment).
     """
 
     query: Query
@@ -38,6 +41,7 @@ class NoisyAnswer:
     mechanism: str
     mu: float
     sd: np.ndarray
+    grid: float = 0.0
 
     def __len__(self) -> int:
         return len(self.estimate)

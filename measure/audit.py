@@ -7,6 +7,11 @@ rate on D1 and true positive rate on D2 with Clopper-Pearson bounds. mu-GDP impl
 TPR <= Phi(Phi^-1(FPR) + mu), so mu_low = Phi^-1(TPR lower bound) - Phi^-1(FPR upper bound) is a
 lower bound on the privacy loss, holding with probability at least 1 - alpha. An audit passes when
 mu_low <= the claimed mu; a mechanism whose noise is too small is caught (the power check).
+
+One case attacks the released bytes rather than the values: the low-bit distinguisher
+(``measure.grid.low_bits_flag``) flags released floats below 16 whose bits reach below 2^-47,
+which a float64 sum psi(x) + z shows only when x = 0. Its broken variant releases that float64
+sum instead of the gridded value, and the audit catches it.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from measure.grid import low_bits_flag
 from measure.mechanisms import pnc_mechanism, pnc_sensitivity, psi_mechanism
 from measure.neighbors import SqrtPsi
 from measure.queries import Grouping
 
-ALPHA = 0.001  # per case; five cases give a family-wise false-failure rate <= 0.5%
+ALPHA = 0.001  # per case; six cases give a family-wise false-failure rate <= 0.6%
 
 
 def estab_gaussian(values: np.ndarray, *, sensitivity: float, mu: float, rng: np.random.Generator) -> np.ndarray:
@@ -119,6 +125,21 @@ def audit_cases(mu: float, *, noise_factor: float = 1.0) -> dict[str, Callable[[
             return d1.released, d2.released
         return run
 
+    def low_bits_case(trials, rng):
+        # Wages: gamma 50, so x = 0 and x = 2,500 (sqrt 50) are psi-neighbors. The statistic is the
+        # flag itself (0 or 1), larger under x = 0; D1 is x = 2,500.
+        wage_psi, wage_gamma = SqrtPsi(), 50.0
+        grouping = _grouping(("estab_id",), np.arange(trials))
+        outputs = []
+        for x in (2_500.0, 0.0):
+            if noise_factor == 1.0:
+                released = psi_mechanism(np.full(trials, x), grouping, attribute="wage", psi=wage_psi,
+                                         gamma=wage_gamma, mu=mu, rng=rng).released
+            else:  # the float64 sum psi(x) + z that gedp released before its grid
+                released = wage_psi(np.full(trials, x)) + rng.normal(0.0, wage_gamma / mu, size=trials)
+            outputs.append(low_bits_flag(released).astype(float))
+        return tuple(outputs)
+
     def gaussian_case(run_sensitivity: float):
         def run(trials, rng):
             # A psi-scale query of one record: q = psi(x); neighbors move it by gamma = the sensitivity.
@@ -134,6 +155,7 @@ def audit_cases(mu: float, *, noise_factor: float = 1.0) -> dict[str, Callable[[
         "pnc / group dominated by one establishment": pnc_case(5_000.0, 4),
         "pnc / group of small establishments": pnc_case(12.0, 20),
         "gaussian / psi-scale query": gaussian_case(gamma),
+        "psi / low bits of released floats (wage, x = 0 vs 2,500)": low_bits_case,
     }
 
 

@@ -72,6 +72,18 @@ class NeighborFunction(ABC):
         """The variance formula evaluated at the estimate x~ (a function of released values only)."""
         return self.estimate_variance(estimate, sd)
 
+    # --- what the release grid needs (SPEC section 8) ---------------------------------------
+    def clip_sensitivity(self, clip: np.ndarray, gamma: float) -> np.ndarray:
+        """Delta = u - psi^-1(max(psi(0), psi(u) - gamma)): how far a value clipped at u can move
+        between psi-close records. Generic form; subclasses give a form without cancellation."""
+        clip = np.asarray(clip, dtype=float)
+        return clip - self.inverse(self(clip) - gamma)
+
+    def float_error(self, upper_total: np.ndarray) -> np.ndarray:
+        """A bound on |fl(psi(fl(S))) - psi(S)| for any true total 0 <= S <= upper_total, when fl(S)
+        is S correctly rounded (math.fsum) and psi is evaluated in float64 (within one ulp)."""
+        raise NotImplementedError(f"psi '{self.name}' has no float error bound")
+
 
 def check_gamma(gamma: float) -> None:
     if not (math.isfinite(gamma) and gamma >= 0):
@@ -112,6 +124,17 @@ class SqrtPsi(NeighborFunction):
         shifted = np.maximum(np.asarray(estimate, dtype=float) + self.a, 0.0)
         return 2 * sd**2 * (2 * shifted + sd**2)
 
+    def clip_sensitivity(self, clip, gamma):
+        # u - (sqrt(u + a) - gamma)^2 + a = 2 gamma sqrt(u + a) - gamma^2 while the lower end of
+        # I(u) is above 0, else u itself: no difference of two close square roots.
+        clip = np.asarray(clip, dtype=float)
+        root = np.sqrt(clip + self.a)
+        return np.where(root - gamma >= math.sqrt(self.a), 2 * gamma * root - gamma * gamma, clip)
+
+    def float_error(self, upper_total):
+        # Rounding S to fl(S) moves sqrt(S + a) by <= 2^-54 sqrt(S + a); sqrt is correctly rounded.
+        return 2.0**-52 * np.sqrt(np.asarray(upper_total, dtype=float) + self.a) + 2.0**-1000
+
 
 @dataclass(frozen=True)
 class LogPsi(NeighborFunction):
@@ -142,7 +165,19 @@ class LogPsi(NeighborFunction):
         return np.exp(np.asarray(omega, dtype=float) - sd**2 / 2) - self.a
 
     def estimate_variance(self, x, sd):
-        return (np.asarray(x, dtype=float) + self.a) ** 2 * math.expm1(sd**2)
+        return (np.asarray(x, dtype=float) + self.a) ** 2 * np.expm1(np.asarray(sd, dtype=float) ** 2)
+
+    def clip_sensitivity(self, clip, gamma):
+        # u - ((u + a) e^-gamma - a) = (u + a)(1 - e^-gamma) while the lower end is >= 0, else u.
+        clip = np.asarray(clip, dtype=float)
+        width = (clip + self.a) * -math.expm1(-gamma)
+        return np.where((clip + self.a) * math.exp(-gamma) >= self.a, width, clip)
+
+    def float_error(self, upper_total):
+        # Rounding S moves log(S + a) by <= 2^-53; log itself is within one ulp of |log| <= 745
+        # (the smallest positive double is 2^-1074) or of log(upper + a).
+        logs = np.maximum(np.abs(np.log(np.asarray(upper_total, dtype=float) + self.a + 1.0)), 745.0)
+        return 2.0**-52 * (logs + 1.0)
 
 
 @dataclass(frozen=True)
@@ -166,7 +201,15 @@ class LinearPsi(NeighborFunction):
         return np.asarray(omega, dtype=float) * self.d
 
     def estimate_variance(self, x, sd):
-        return np.full(np.shape(x), (self.d * sd) ** 2)
+        return np.broadcast_to((self.d * np.asarray(sd, dtype=float)) ** 2, np.shape(x)).copy()
+
+    def clip_sensitivity(self, clip, gamma):
+        clip = np.asarray(clip, dtype=float)
+        return np.minimum(gamma * self.d, clip)
+
+    def float_error(self, upper_total):
+        # fl(S) and the division each err by at most 2^-53 relative.
+        return 2.0**-52 * np.asarray(upper_total, dtype=float) / self.d + 2.0**-1000
 
 
 @dataclass(frozen=True)

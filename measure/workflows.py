@@ -149,6 +149,7 @@ def measure(
                 mu=budget.spend(identity.name, attribute),
                 rng=rng,
             )
+            budget.charge(identity.name, attribute, answer.mu)
             identity_answers[attribute] = answer
             answers.append(answer)
             step(f"identity on {attribute}")
@@ -170,6 +171,7 @@ def measure(
                 answer = pnc_mechanism(values, groupings[q.by], upper_bounds[attribute], **common)
             else:
                 answer = psi_mechanism(values, groupings[q.by], **common)
+            budget.charge(q.name, attribute, answer.mu)
             answers.append(answer)
             step(f"{q.name} on {attribute}")
     return Measurements(answers=answers, budget=budget, tau=tau, upper_bounds=upper_bounds)

@@ -34,6 +34,8 @@ SOLVER_OPTIONS = {
 }
 #: A value within this of 0 (relative to the answers' scale) is solver round-off and set to 0.
 ROUNDOFF = 1e-6
+#: A solution is accepted only when its KKT residual is below this, relative to the answers' scale.
+KKT_TOLERANCE = 1e-4
 
 
 class SolverError(RuntimeError):
@@ -64,7 +66,8 @@ class WLSResult:
     iterations: int | None = None
 
     def report(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "values"}
+        """What a manifest records: no values, and no timing."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("values", "seconds")}
 
 
 def answer_variances(
@@ -111,17 +114,21 @@ def build_system(
     return LinearSystem(sp.vstack(blocks, format="csr"), np.concatenate(b), np.concatenate(v))
 
 
-def kkt_residual(system: LinearSystem, x: np.ndarray) -> float:
+def kkt_residual(system: LinearSystem, x: np.ndarray, pinned: np.ndarray | None = None) -> float:
     """max_j |min(x_j, g_j / H_jj)|: the KKT residual of x >= 0 in units of the attribute.
 
     g is the objective's gradient and H_jj its curvature along x_j, so g_j / H_jj is the Newton step
-    on x_j; at the optimum every x_j > 0 has g_j = 0 and every x_j = 0 has g_j >= 0.
+    on x_j; at the optimum every x_j > 0 has g_j = 0 and every x_j = 0 has g_j >= 0. Establishments
+    ``pinned`` at 0 by an exact answer are not free variables and are left out.
     """
     a, w = system.matrix, 1.0 / system.v
     gradient = 2 * (a.T @ (w * (a @ x - system.b)))
     curvature = 2 * (a.multiply(a).T @ w)
     step = np.divide(gradient, curvature, out=np.zeros_like(gradient), where=curvature > 0)
-    return float(np.max(np.abs(np.minimum(x, step)), initial=0.0))
+    residual = np.abs(np.minimum(x, step))
+    if pinned is not None:
+        residual = residual[~pinned]
+    return float(np.max(residual, initial=0.0))
 
 
 def _pinned_rows(system: LinearSystem) -> tuple[np.ndarray, np.ndarray]:
@@ -151,12 +158,19 @@ def _result(system: LinearSystem, values: np.ndarray, *, solver: str, status: st
     values = values.copy()
     values[values < ROUNDOFF * max(scale, 1.0)] = 0.0  # interior-point solvers stop just above 0
     kept = LinearSystem(system.matrix[keep], system.b[keep], system.v[keep])
+    objective = float(np.sum((kept.matrix @ values - kept.b) ** 2 / kept.v))
+    residual = kkt_residual(kept, values, pinned=fixed)
+    if not (np.all(np.isfinite(values)) and np.isfinite(objective)):
+        raise SolverError(f"{solver} returned a non-finite solution or objective")
+    if not residual <= KKT_TOLERANCE * max(scale, 1.0):
+        raise SolverError(f"{solver} stopped at KKT residual {residual:.3g}, above the tolerance "
+                          f"{KKT_TOLERANCE * max(scale, 1.0):.3g}: not optimal")
     return WLSResult(
         values=values,
         solver=solver,
         status=status,
-        objective=float(np.sum((kept.matrix @ values - kept.b) ** 2 / kept.v)),
-        kkt_residual=kkt_residual(kept, values),
+        objective=objective,
+        kkt_residual=residual,
         seconds=time.perf_counter() - start,
         fixed_zero=int(fixed.sum()),
         clipped_negative=clipped,
@@ -203,8 +217,12 @@ def solve_structured(system: LinearSystem, identity_rows: np.ndarray, cell_codes
     v = np.empty(system.matrix.shape[1])
     a[establishment], v[establishment] = system.b[identity_rows], system.v[identity_rows]
     groups = ~np.isin(np.arange(system.matrix.shape[0]), identity_rows)
-    values, iterations, _ = solve_structured_wls(
-        a, v, cell_codes, system.matrix[groups], system.b[groups], system.v[groups])
+    try:
+        values, iterations, _ = solve_structured_wls(
+            a, v, cell_codes, system.matrix[groups], system.b[groups], system.v[groups])
+    except RuntimeError as err:  # pivoting did not converge
+        raise SolverError(f"structured solver: {err}") from None
+    # "optimal" only once _result has checked the KKT conditions.
     return _result(system, values, solver="structured", status="optimal", start=start, iterations=iterations)
 
 
@@ -219,8 +237,9 @@ def protect_attribute(
     """Protected establishment values of one attribute from all its noisy answers.
 
     ``solver="auto"`` uses the exact structured solver when the answers include the identity query
-    (every group-by query is then nested in the cells of all query columns) and cvxpy with OSQP
-    otherwise; "structured", "osqp" and "clarabel" force a solver.
+    (every group-by query is then nested in the cells of all query columns) and cvxpy with Clarabel
+    otherwise (OSQP reports some log-scale problems infeasible that Clarabel solves); "structured",
+    "osqp" and "clarabel" force a solver.
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver '{solver}' is unknown; choose one of {', '.join(SOLVERS)}")
@@ -243,7 +262,7 @@ def protect_attribute(
                 raise
     elif solver == "structured":
         raise ValueError("the structured solver needs exactly one identity answer per attribute")
-    return solve_wls(system, solver="osqp" if solver in ("auto", "structured") else solver)
+    return solve_wls(system, solver="clarabel" if solver in ("auto", "structured") else solver)
 
 
 def protect_microdata(

@@ -31,7 +31,7 @@ def earlier_release(tmp_path, small_state):
     source = tmp_path / "in.parquet"
     small_state.to_parquet(source)
     out = tmp_path / "release"
-    assert runner.invoke(app, ["protect", str(source), "--out", str(out), "--seed", "1"]).exit_code == 0
+    assert runner.invoke(app, ["protect", str(source), "--out", str(out), "--seed", "1", "--not-for-publication"]).exit_code == 0
     return source, out, snapshot(out)
 
 
@@ -70,11 +70,11 @@ def test_killed_process_leaves_the_earlier_release_untouched(tmp_path):
     command = [shutil.which("gedp")] if shutil.which("gedp") else [sys.executable, "-m", "gedp"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = tmp_path / "release"
-    subprocess.run([*command, "protect", str(source), "--out", str(out), "--seed", "1"], check=True, env=env,
+    subprocess.run([*command, "protect", str(source), "--out", str(out), "--seed", "1", "--not-for-publication"], check=True, env=env,
                    capture_output=True)
     before = snapshot(out)
     for delay in (0.5, 1.5, 3.0):
-        run = subprocess.Popen([*command, "protect", str(source), "--out", str(out), "--seed", "9"], env=env,
+        run = subprocess.Popen([*command, "protect", str(source), "--out", str(out), "--seed", "9", "--not-for-publication"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)
         finished = run.poll() is not None

@@ -35,7 +35,8 @@ def test_shipped_plans_total_what_the_spec_says(name, per_attribute):
 def test_ledger_records_every_charge_and_refuses_double_spending():
     plan = BudgetPlan({("identity", "m1emp"): 0.6, ("total", "m1emp"): 0.8}, cap=1.5)
     assert plan.spend("identity", "m1emp") == 0.6
-    plan.spend("total", "m1emp")
+    plan.charge("identity", "m1emp", 0.6)
+    plan.charge("total", "m1emp", plan.spend("total", "m1emp"))
     assert [e["query"] for e in plan.ledger] == ["identity", "total"]
     assert plan.ledger[-1]["spent_total"] == pytest.approx(1.0)
     assert plan.ledger[0]["remaining_of_plan"] == pytest.approx(0.8)
@@ -66,3 +67,37 @@ def test_over_cap_plan_is_refused_before_any_noise_is_drawn(small_state):
 def test_invalid_plans_are_refused(planned, message):
     with pytest.raises(BudgetError, match=message):
         BudgetPlan(planned)
+
+
+def test_spent_is_composed_from_charges_not_from_the_plan():
+    plan = BudgetPlan({("identity", "m1emp"): 0.6, ("total", "m1emp"): 0.8})
+    plan.charge("identity", "m1emp", plan.spend("identity", "m1emp") / 2)  # a mechanism that drew more noise
+    plan.spend("total", "m1emp")
+    assert plan.spent == pytest.approx(0.3) and not plan.complete
+    plan.charge("total", "m1emp", 0.8)
+    assert plan.spent == pytest.approx(math.hypot(0.3, 0.8)) and plan.complete
+
+
+def test_a_charge_above_its_plan_is_refused():
+    plan = BudgetPlan({("total", "m1emp"): 0.8})
+    with pytest.raises(BudgetError, match="was not reserved"):
+        plan.charge("total", "m1emp", 0.8)
+    plan.spend("total", "m1emp")
+    with pytest.raises(BudgetError, match=r"charged mu 0.81, more than its plan 0.8; nothing is released"):
+        plan.charge("total", "m1emp", 0.81)
+
+
+def test_measure_refuses_a_mechanism_that_draws_less_noise_than_it_charges_for(small_state, monkeypatch):
+    """A mechanism whose privacy map gives more than the plan (e.g. its noise sd halved) stops the run."""
+    import dataclasses
+
+    import measure.mechanisms as mechanisms
+    import measure.workflows as workflows
+
+    def half_noise(values, grouping, *, mu, **kwargs):
+        return mechanisms.psi_mechanism(values, grouping, mu=2 * mu, **kwargs)
+
+    monkeypatch.setattr(workflows, "psi_mechanism", half_noise)
+    plan = load_config("employment").plan
+    with pytest.raises(BudgetError, match="more than its plan"):
+        measure(small_state, dataclasses.replace(plan), rng=np.random.default_rng(0))

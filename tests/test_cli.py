@@ -49,7 +49,11 @@ def test_run_writes_a_complete_release(release):
     assert manifest["zeta"] == 0.01 and manifest["rng"] == {"kind": "seed", "seed": 1, "bit_generator": "PCG64"}
     assert {r["status"] for r in manifest["solver"].values()} == {"optimal"}
     assert set(manifest["versions"]) >= {"gedp", "numpy", "cvxpy", "osqp"}
-    assert {"measure_seconds", "postprocess_seconds", "write_seconds"} <= set(manifest["timings"])
+    # nothing whose value depends on the confidential data beyond the mechanisms' outputs (SPEC 8):
+    # no timings, no solver seconds, no paths, no clock time finer than the date
+    text = json.dumps(manifest)
+    assert "timings" not in manifest and "seconds" not in text and str(out.parent) not in text
+    assert manifest["publishable"] is False and len(manifest["created_date"]) == 10
     assert f"total mu = {manifest['mu_total']:.4f}" in output and "run time" in output
 
 
@@ -94,7 +98,7 @@ def test_protect_with_the_psi_workflow(tmp_path, small_state):
     source = tmp_path / "in.csv"
     small_state.to_csv(source, index=False)
     out = tmp_path / "release"
-    result = invoke("protect", source, "--config", "employment", "--workflow", "psi", "--out", out, "--seed", 4)
+    result = invoke("protect", source, "--config", "employment", "--workflow", "psi", "--out", out, "--seed", 4, "--not-for-publication")
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["workflow"] == "psi" and manifest["tau"] == {small_state["state"].iloc[0]: None}
@@ -131,7 +135,7 @@ def test_bad_microdata_exits_2_with_one_line_and_writes_nothing(tmp_path, small_
         source = tmp_path / f"{name}.csv"
         frame.to_csv(source, index=False)
         out = tmp_path / f"out-{name}"
-        result = invoke("protect", source, "--out", out, "--seed", 1)
+        result = invoke("protect", source, "--out", out, "--seed", 1, "--not-for-publication")
         assert result.exit_code == 2, name
         assert message in result.output, (name, result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output

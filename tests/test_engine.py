@@ -35,7 +35,7 @@ def two_states(tmp_path_factory):
 
 
 def protect(source, out, *extra):
-    result = runner.invoke(app, ["protect", str(source), "--out", str(out), "--seed", "7", *map(str, extra)])
+    result = runner.invoke(app, ["protect", str(source), "--out", str(out), "--seed", "7", "--not-for-publication", *map(str, extra)])
     assert result.exit_code == 0, result.output
     return json.loads((out / "manifest.json").read_text()), pd.read_parquet(out / "protected.parquet")
 
@@ -56,10 +56,15 @@ def test_states_are_protected_separately_and_compose_in_parallel(two_states, tmp
     assert set(manifest["per_state"]) == {"09", "44"} and all(v > 4 for v in manifest["tau"].values())
     tables = pd.read_csv(tmp_path / "both" / "qcew_tables.csv", dtype={"area_fips": str})
     assert set(tables.loc[tables["agglvl_code"] == 51, "area_fips"]) == {"09000", "44000"}
-    # a state's noise depends only on the seed and its code: protecting it alone gives the same values
-    _, alone = protect(two_states / "alone.parquet", tmp_path / "alone")
-    both = protected[protected["state"] == "44"].set_index("estab_id").sort_index()
-    np.testing.assert_array_equal(both["wage"].to_numpy(), alone.set_index("estab_id").sort_index()["wage"].to_numpy())
+    # zeta is split so that both states' bounds hold together with probability 1 - zeta
+    assert (1 - manifest["zeta_per_state"]) ** 2 == pytest.approx(1 - manifest["zeta"], rel=1e-14)
+    # a state's noise depends only on the seed and its code: protecting it alone gives the same
+    # psi answers (the pnc answers differ only through the wider zeta share of a lone state)
+    alone_manifest, _ = protect(two_states / "alone.parquet", tmp_path / "alone")
+    assert alone_manifest["zeta_per_state"] == manifest["zeta"]
+    psi_answers = [pd.read_parquet(out / "measurements.parquet").query("query == 'identity' and state == '44'")
+                   .sort_values(["attribute", "estab_id"])["released"].to_numpy() for out in (tmp_path / "both", tmp_path / "alone")]
+    np.testing.assert_array_equal(*psi_answers)
     # CSV input: the same release
     _, from_csv = protect(two_states / "states.csv", tmp_path / "csv")
     np.testing.assert_array_equal(np.sort(from_csv["m1emp"].to_numpy()), np.sort(protected["m1emp"].to_numpy()))

@@ -73,7 +73,7 @@ def broken_microdata(draw, rows):
 
 
 MICRODATA_COMMANDS = {
-    "protect": (lambda source, out: ["protect", source, "--config", "employment", "--out", out, "--seed", "1"],
+    "protect": (lambda source, out: ["protect", source, "--config", "employment", "--out", out, "--seed", "1", "--not-for-publication"],
                 "manifest.json"),
     "suppress": (lambda source, out: ["suppress", "--out", out, "--data", source, "--no-audit"], "cells.csv"),
 }

@@ -19,6 +19,7 @@ from measure.mechanisms import (
     psi_mechanism,
     psi_mechanism_mu,
 )
+from measure.grid import VALUE_GRID, psi_grid
 from measure.neighbors import LinearPsi, LogPsi, SqrtPsi
 from measure.queries import IDENTITY, Grouping, group_establishments
 
@@ -42,8 +43,10 @@ def test_psi_mechanism_noise_matches_its_privacy_cost(psi, gamma, mu):
     answer = psi_mechanism(values, identity_grouping(n), attribute="m1emp", psi=psi, gamma=gamma, mu=mu,
                            rng=np.random.default_rng(2))
     noise = answer.released - psi(values)
-    sd = gamma / mu
-    assert psi_mechanism_mu(gamma, answer.sd[0]) == pytest.approx(mu)
+    # The charge (the privacy map applied to the drawn noise) matches the plan, and the noise
+    # actually drawn has the sd that charge implies for the stated sensitivity gamma + one grid step.
+    assert answer.mu == pytest.approx(mu, rel=1e-12) and answer.mu <= mu * (1 + 1e-12)
+    sd = (gamma + psi_grid(gamma)) / answer.mu
     assert ks_pvalue(noise, sd) > ALPHA
     assert ks_pvalue(noise, 0.7 * sd) < ALPHA  # power: a wrong sd is caught
     assert ks_pvalue(noise, 1.3 * sd) < ALPHA
@@ -57,7 +60,9 @@ def test_psi_mechanism_on_groups_noises_the_group_sum():
     values = np.array([1.0, 2, 3, 10, 4, 5])
     answer = psi_mechanism(values, grouping, attribute="wage", psi=SqrtPsi(), gamma=0.5, mu=1e9,
                            rng=np.random.default_rng(0))
-    np.testing.assert_allclose(answer.released, np.sqrt([6.0, 10.0, 9.0]), atol=1e-6)
+    # Within one grid step of psi(group sum): the draw is rounded to the grid, and so is psi.
+    np.testing.assert_allclose(answer.released, np.sqrt([6.0, 10.0, 9.0]), rtol=0, atol=psi_grid(0.5))
+    assert np.all(np.mod(answer.released, psi_grid(0.5)) == 0)
     assert list(answer.keys["county"]) == ["001", "002", "003"]
 
 
@@ -80,7 +85,7 @@ def test_estimates_are_unbiased_and_variances_exact(psi, sd, x):
     assert abs(naive.mean()) > 4 * naive.std(ddof=1) / np.sqrt(n)
 
     # the variance formula against the sample variance, with the sample's own standard error
-    true_variance = psi.estimate_variance(x, sd)
+    true_variance = psi.estimate_variance(x, answer.sd[0])
     centered = answer.estimate - answer.estimate.mean()
     variance_se = np.sqrt((np.mean(centered**4) - np.var(centered) ** 2) / n)
     assert abs(np.var(centered) - true_variance) < 4 * variance_se
@@ -91,7 +96,7 @@ def test_estimates_are_unbiased_and_variances_exact(psi, sd, x):
 def test_sqrt_releasable_variance_is_unbiased_for_large_totals_and_positive_always():
     sd, x, n = 0.714, 1000.0, 200_000
     answer = _repeated_answers(SqrtPsi(), x, sd, n, seed=5)
-    v = SqrtPsi().estimate_variance(x, sd)
+    v = SqrtPsi().estimate_variance(x, answer.sd[0])  # the sd of the (rounded) noise drawn
     assert abs(answer.variance.mean() - v) < 4 * answer.variance.std(ddof=1) / np.sqrt(n)
     small = _repeated_answers(SqrtPsi(), 0.0, sd, 10_000, seed=6)
     assert np.all(small.variance >= 2 * sd**4 - 1e-12)
@@ -161,9 +166,13 @@ def test_pnc_noise_matches_its_privacy_cost_and_clips_at_the_group_maximum():
     clip = pd.Series(upper).groupby(grouping.codes).max().to_numpy()
     clipped_sum = pd.Series(np.minimum(values, clip[grouping.codes])).groupby(grouping.codes).sum().to_numpy()
     delta = clip - np.maximum(np.sqrt(clip) - gamma, 0.0) ** 2
-    np.testing.assert_allclose(answer.sd, delta / mu)
-    np.testing.assert_allclose(answer.variance, (delta / mu) ** 2)
-    np.testing.assert_allclose(pnc_mu(delta, answer.sd), mu)
+    # Released sensitivity: Delta_g plus one grid step (the clipped values are rounded to the grid).
+    sd = (delta + VALUE_GRID) / mu
+    np.testing.assert_allclose(answer.sd, np.sqrt(sd**2 + VALUE_GRID**2 / 12), rtol=1e-9)
+    np.testing.assert_allclose(answer.variance, answer.sd**2)
+    assert answer.mu == pytest.approx(mu, rel=1e-9) and answer.mu <= mu * (1 + 1e-12)
+    assert pnc_mu(delta + VALUE_GRID, answer.sd) <= mu
+    assert np.all(np.mod(answer.released, VALUE_GRID) == 0)
     standardized = (answer.released - clipped_sum) / answer.sd
     assert stats.kstest(standardized, "norm").pvalue > ALPHA
     assert stats.kstest(standardized / 0.7, "norm").pvalue < ALPHA

@@ -60,5 +60,5 @@ def test_state_by_state_release_records_the_secure_generator(tmp_path, small_sta
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert manifest["rng"]["kind"] == "secure" and "seed" not in manifest["rng"]
-    refused = runner.invoke(app, ["protect", str(source), "--seed", "3", "--rng", "secure", "--out", str(tmp_path / "s")])
+    refused = runner.invoke(app, ["protect", str(source), "--seed", "3", "--rng", "secure", "--not-for-publication", "--out", str(tmp_path / "s")])
     assert refused.exit_code == 2 and "takes no --seed" in refused.output and not (tmp_path / "s").exists()
