@@ -45,10 +45,17 @@ def gaussian_mu(sensitivity: np.ndarray | float, sd: np.ndarray | float) -> floa
 
 
 def exact_group_sums(values: np.ndarray, grouping: Grouping) -> np.ndarray:
-    """Group totals correctly rounded (math.fsum per group); identity groups need no sum."""
+    """Group totals correctly rounded; identity groups need no sum.
+
+    Whole numbers whose absolute total is below 2^53 (employees, dollars) are summed exactly by
+    np.bincount: every partial sum is a whole number below 2^53, hence a float64. Otherwise each
+    group is summed with math.fsum.
+    """
     values = np.asarray(values, dtype=float)
     if grouping.by == IDENTITY:
         return values
+    if np.all(values == np.rint(values)) and math.fsum(np.abs(values)) < 2.0**53:
+        return np.bincount(grouping.codes, weights=values, minlength=grouping.n_groups)
     order = np.argsort(grouping.codes, kind="stable")
     bounds = np.searchsorted(grouping.codes[order], np.arange(grouping.n_groups + 1))
     ordered = values[order]

@@ -6,10 +6,12 @@ sd (x0.7, x1.3), the wrong bias correction, or the wrong tau.
 """
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
 from measure.mechanisms import (
+    exact_group_sums,
     pnc_mechanism,
     pnc_mu,
     pnc_sensitivity,
@@ -199,3 +201,17 @@ def test_pnc_group_with_zero_clip_is_released_exactly_as_zero():
 def test_invalid_mechanism_parameters_are_refused(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_group_sums_are_correctly_rounded(whole):
+    """Both paths (whole numbers by bincount, others by fsum) against exact rational arithmetic."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(4)
+    values = rng.lognormal(8, 3, 5_000)
+    values = np.rint(values) if whole else values * (1 + 1e-9 * rng.standard_normal(5_000))
+    codes = rng.integers(0, 40, 5_000)
+    grouping = Grouping(("state", "county"), codes, pd.DataFrame(index=range(40)))
+    exact = [float(sum((Fraction(v) for v in values[codes == g]), Fraction(0))) for g in range(40)]
+    np.testing.assert_array_equal(exact_group_sums(values, grouping), exact)
