@@ -2,7 +2,9 @@
 up to a national-size multi-state input. Results are appended to benchmarks/RESULTS.md.
 
     python benchmarks/bench_scale.py [--solver-sizes 25000,251987,1400000,9400000]
-        [--cvxpy-max 251987] [--protect-sizes 1400000] [--national-states 37]
+        [--cvxpy-max 251987] [--protect-sizes 1400000] [--national-states 37] [--label TEXT]
+
+`gedp protect` runs as an agency runs it: secure generator, release for publication.
 
 Inputs are synthetic: the `large` profile (New Jersey-like) rescaled to each size; the national
 input is 37 states of the large profile (about 254,000 establishments each, 9.4 million in all),
@@ -107,7 +109,7 @@ def protect_rows(sizes: list[int], national_states: int, work: Path) -> list[str
                  "import resource, subprocess, sys, time; t = time.perf_counter(); "
                  "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
                  "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)",
-                 *command, "protect", str(path), "--seed", "1", "--out", str(work / f"release-{path.stem}")]
+                 *command, "protect", str(path), "--out", str(work / f"release-{path.stem}")]
         seconds, peak = map(float, subprocess.run(probe, check=True, capture_output=True, text=True).stdout.split())
         line = f"| gedp protect, {label}, baseline | {seconds:.1f} | {peak:,.0f} |"
         print(line, flush=True)
@@ -123,6 +125,7 @@ def main() -> None:
                         help="largest size also solved with OSQP (at the project's 1e-9 tolerances it is slow)")
     parser.add_argument("--protect-sizes", default="1400000")
     parser.add_argument("--national-states", type=int, default=37)
+    parser.add_argument("--label", default="", help="added to the heading, e.g. the commit measured")
     args = parser.parse_args()
     sizes = [int(s) for s in args.solver_sizes.split(",") if s]
     solver = solver_rows(sizes, {"clarabel": args.cvxpy_max, "osqp": args.osqp_max})
@@ -131,7 +134,8 @@ def main() -> None:
     from bench_cli import machine
 
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"\n## {stamp}: solver and scale (one attribute for the solver; four for protect)\n",
+    label = f" ({args.label})" if args.label else ""
+    lines = [f"\n## {stamp}: solver and scale (one attribute for the solver; four for protect){label}\n",
              f"Machine: {machine()}\n",
              "Solver alone on month-1 employment, baseline plan (pnc): the pivoting on the nested inputs (best of 3); "
              "setup = stacking the query rows and the cells x groups matrix; floor = one np.bincount over the "
