@@ -176,7 +176,8 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
     console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent})")
     solvers = ", ".join(f"{a} {r['status']}" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
-    console.print(f"  run time {seconds:.1f}s")
+    # whole seconds only: finer timings could reflect confidential values (e.g. a slower exact sum)
+    console.print(f"  run time about {max(1, round(seconds))} s")
 
 
 @app.command()

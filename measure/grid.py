@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from synth.schema import InputError
+
 #: The psi-scale grid step is 2^(floor(log2 gamma) - PSI_GRID_BITS): at most gamma / 2^12, so
 #: rounding widens the psi-mechanism's sensitivity by at most 0.025%.
 PSI_GRID_BITS = 12
@@ -36,6 +38,19 @@ def psi_grid(gamma: float) -> float:
     if not (math.isfinite(gamma) and gamma > 0):
         raise ValueError(f"gamma ({gamma}) must be a finite number > 0")
     return 2.0 ** (math.floor(math.log2(gamma)) - PSI_GRID_BITS)
+
+
+def check_grid_range(largest: float, sd: np.ndarray | float, grid: float, what: str) -> None:
+    """Refuse, before any data is read, a query whose values or noise could leave the int64 range.
+
+    ``largest`` bounds |statistic| from public quantities only (group sizes, MAX_VALUE, clip levels
+    computed from released answers), so whether this fails says nothing about the data. Values and
+    draws (up to 64 sd, probability below 1e-800) each stay below 2^61 grid steps, their sum below 2^62.
+    """
+    top = max(float(largest), 64.0 * float(np.max(sd, initial=0.0))) / grid
+    if not top < MAX_GRID_UNITS / 2:
+        raise InputError(f"{what}: the psi or gamma settings allow values beyond the release grid's range "
+                         f"(up to {top:.3g} grid steps of {grid:g}); use a larger gamma or another psi")
 
 
 def to_grid(values: np.ndarray, grid: float, what: str) -> np.ndarray:

@@ -23,7 +23,15 @@ from scipy import stats
 
 from measure.answers import NoisyAnswer
 from measure.budget import check_mu
-from measure.grid import VALUE_GRID, from_grid, psi_grid, rounded_gaussian, rounded_noise_sd, to_grid
+from measure.grid import (
+    VALUE_GRID,
+    check_grid_range,
+    from_grid,
+    psi_grid,
+    rounded_gaussian,
+    rounded_noise_sd,
+    to_grid,
+)
 from measure.neighbors import NeighborFunction, check_gamma
 from measure.queries import IDENTITY, Grouping, Query, query_name
 from synth.schema import MAX_VALUE
@@ -63,12 +71,15 @@ def exact_group_sums(values: np.ndarray, grouping: Grouping) -> np.ndarray:
 
 
 # --- psi-mechanism --------------------------------------------------------------------------
+def largest_total(grouping: Grouping) -> float:
+    """A public bound on every group total: (largest group size) x MAX_VALUE."""
+    return float(np.bincount(grouping.codes).max(initial=1)) * MAX_VALUE
+
+
 def psi_sensitivity(psi: NeighborFunction, gamma: float, grouping: Grouping) -> float:
     """Sensitivity of the gridded psi answers: gamma, one grid step, and twice the float error of
-    psi(group total) for totals up to (group size) x MAX_VALUE (group sizes are public)."""
-    sizes = np.bincount(grouping.codes, minlength=grouping.n_groups)
-    largest = float(sizes.max(initial=1)) * MAX_VALUE
-    return gamma + psi_grid(gamma) + 2 * float(psi.float_error(largest))
+    psi(group total) for totals up to ``largest_total`` (group sizes are public)."""
+    return gamma + psi_grid(gamma) + 2 * float(psi.float_error(largest_total(grouping)))
 
 
 def psi_mechanism_sd(gamma: float, mu: float, sensitivity: float | None = None) -> float:
@@ -108,6 +119,8 @@ def psi_mechanism(
     sd = psi_mechanism_sd(gamma, mu, sensitivity)
     grid = psi_grid(gamma)
     query = Query(grouping.by, attribute)
+    lowest = max(psi.at_zero, -745.0)  # log with a = 0: totals are >= 2^-1074
+    check_grid_range(max(-lowest, float(psi(largest_total(grouping)))), sd, grid, f"query {query.name} on {attribute}")
     totals = exact_group_sums(values, grouping)
     psi.check_domain(totals, f"group totals of query {query.name} on {attribute}")
     units = to_grid(psi(totals), grid, f"psi of query {query.name} on {attribute}")
@@ -223,6 +236,8 @@ def pnc_mechanism(
     sensitivity = pnc_released_sensitivity(clip, psi, gamma)
     sd = sensitivity / mu
     what = f"clipped sums of query {query_name(grouping.by)} on {attribute}"
+    sizes = np.bincount(grouping.codes, minlength=grouping.n_groups)
+    check_grid_range(float(np.max(sizes * clip, initial=0.0)), sd, VALUE_GRID, what)
     clipped = to_grid(np.minimum(values, clip[grouping.codes]), VALUE_GRID, what)
     units = np.zeros(grouping.n_groups, dtype=np.int64)
     np.add.at(units, grouping.codes, clipped)

@@ -203,3 +203,23 @@ def test_a_solution_that_is_not_optimal_is_refused(monkeypatch, small_state):
     monkeypatch.setattr(wls, "solve_structured_wls", diverging)
     with pytest.raises(SolverError, match="structured solver: pivoting"):
         protect_attribute(answers, public, solver="structured")
+
+
+def test_values_beyond_the_grid_range_are_refused_from_public_bounds_only(tmp_path):
+    """Attacker review F3/F4: int64 group sums wrapped (1,000 wages of 1e13 released -8e15), and a
+    total too large for the psi grid ended in a traceback that depended on the data. The check now
+    runs on public bounds (group sizes, MAX_VALUE, clip levels) before any value is gridded."""
+    from measure.grid import MAX_GRID_UNITS, VALUE_GRID
+    from measure.mechanisms import pnc_mechanism
+    from measure.queries import Grouping
+    from synth.schema import InputError
+
+    rng = np.random.default_rng(0)
+    grouping = Grouping(("state",), np.zeros(1_000, dtype=np.int64), pd.DataFrame(index=range(1)))
+    clip = np.full(1_000, 1e13)
+    for values in (np.full(1_000, 1e13), np.zeros(1_000)):  # the refusal does not depend on the values
+        with pytest.raises(InputError, match="beyond the release grid's range"):
+            pnc_mechanism(values, grouping, clip, attribute="wage", psi=SqrtPsi(), gamma=50, mu=0.15, rng=rng)
+    fits = np.full(1_000, MAX_GRID_UNITS / 4 * VALUE_GRID / 1_000)
+    answer = pnc_mechanism(fits, grouping, fits, attribute="wage", psi=SqrtPsi(), gamma=50, mu=0.15, rng=rng)
+    assert answer.released[0] == pytest.approx(fits.sum(), rel=1e-6)
