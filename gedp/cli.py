@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,7 +19,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 from scipy import stats
 
 from evaluation.compare import compare_tabulations, error_summary
@@ -31,8 +32,8 @@ from evaluation.e5_earlier import E5Setup, run_e5
 from evaluation.suppression_report import write_suppression
 from evaluation.tabulate import qcew_keys, qcew_level, tabulate
 from gedp.config import Config, load_config
-from gedp.engine import input_states, protect_input
-from gedp.ledger import reserve
+from gedp.engine import check_request, input_digest, input_states, protect_input
+from gedp.ledger import PENDING, check_cap, check_dataset_id, clear, commit, read_ledger, reserve, spent
 from gedp.pipeline import (
     MANIFEST_FILE,
     PROTECTED_FILE,
@@ -304,9 +305,11 @@ def protect_command(
     scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
                                                           "(default: a local cluster of 2 workers).")] = None,
     ledger: Annotated[Optional[Path], typer.Option(help="Lifetime budget ledger: compose with earlier releases "
-                                                       "of the same data and refuse what exceeds its cap.")] = None,
+                                                       "of the same records and refuse what exceeds their cap.")] = None,
     lifetime_cap: Annotated[Optional[float], typer.Option(help="With --ledger: the dataset's lifetime mu cap "
                                                                "(needed the first time).")] = None,
+    dataset_id: Annotated[Optional[str], typer.Option(help="With --ledger: name the dataset; records released "
+                                                           "under a name share its budget (e.g. revised data).")] = None,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
     start = time.perf_counter()
@@ -314,25 +317,90 @@ def protect_command(
         if (seed is not None or rng == "pcg64") and not not_for_publication:
             raise InputError("a seeded or pcg64 release can be replayed: whoever learns or guesses the seed subtracts "
                              "the noise; add --not-for-publication for a test release, or drop --seed/--rng")
+        if ledger is None and (lifetime_cap is not None or dataset_id is not None):
+            raise InputError("--lifetime-cap and --dataset-id go with --ledger FILE")
+        if ledger is not None and not_for_publication:
+            raise InputError("--ledger records releases for publication only: a --not-for-publication release "
+                             "spends no lifetime budget; drop --ledger")
+        if lifetime_cap is not None:
+            check_cap(lifetime_cap)
+        if dataset_id is not None:
+            check_dataset_id(dataset_id)
         cfg = _load(config, workflow)
         check_output_directory(out.resolve())
         states = input_states(input)
-        if lifetime_cap is not None and ledger is None:
-            raise InputError("--lifetime-cap goes with --ledger FILE")
-        with ExitStack() as stack:
-            reservation = None
-            if ledger is not None:
-                reservation = stack.enter_context(
-                    reserve(ledger, input, cfg.plan.budget().total, lifetime_cap, cfg.source))
+        check_request(cfg, states, seed=seed, rng=rng, engine=engine)
+        reservation = None
+        if ledger is not None:
+            with progress_steps(len(states)) as advance:
+                digest = input_digest(input, states, cfg.plan.attributes,
+                                      on_state=lambda state: advance(f"ledger: state {state} read"))
+            reservation = reserve(ledger, digest, cfg.plan.budget().total, cap=lifetime_cap, dataset_id=dataset_id,
+                                  config=cfg.name)
+        try:
             with progress_steps(len(states)) as advance:
                 manifest = protect_input(input, cfg, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
                                          on_state=lambda state: advance(f"state {state} done"),
-                                         lifetime=None if reservation is None else reservation.summary())
+                                         lifetime=None if reservation is None else reservation.summary(),
+                                         before_publish=None if reservation is None else lambda: commit(reservation))
+        except (InputError, SolverError) as err:
+            if reservation is None:
+                raise
+            raise type(err)(f"{err}; {reservation.pending_note()}") from None
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
-    if manifest.get("lifetime"):
-        life = manifest["lifetime"]
-        console.print(f"  lifetime budget of this dataset: mu {life['spent_after']:.4f} of {life['lifetime_cap']:.4f} "
-                      f"spent (ledger {life['ledger']})")
+    if reservation is not None:
+        console.print(f"  lifetime budget of this dataset: mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
+                      f"spent (release {reservation.release_id} committed in the ledger)")
+
+
+ledger_app = typer.Typer(no_args_is_help=True, help="Inspect the lifetime budget ledger and clear pending releases.")
+app.add_typer(ledger_app, name="ledger")
+
+
+def _dataset_name(dataset: dict) -> str:
+    """A dataset's id, or the start of its records' digest in brackets (the ledger is the agency's own)."""
+    return dataset["dataset_id"] or f"({dataset['digests'][0][:8]})"
+
+
+@ledger_app.command(name="show")
+def ledger_show(
+    ledger: Annotated[Path, typer.Option(help="The lifetime budget ledger.")],
+) -> None:
+    """Print every dataset of a ledger (cap, spending) and its releases with their status."""
+    with reported_errors():
+        book = read_ledger(ledger)
+    datasets = Table("dataset", "lifetime cap", "spent", "left", "releases", "pending", title=f"ledger {ledger}")
+    releases = Table(Column("dataset", overflow="fold"), *(Column(c, no_wrap=True) for c in ("release", "status", "mu",
+                     "date (UTC)")), Column("config", overflow="fold"), title="releases")
+    for dataset in book["datasets"]:
+        name = _dataset_name(dataset)
+        used = spent(dataset)
+        pending = sum(r["status"] == PENDING for r in dataset["releases"])
+        datasets.add_row(name, f"{dataset['lifetime_cap']:.4f}", f"{used:.4f}",
+                         f"{math.sqrt(max(dataset['lifetime_cap'] ** 2 - used ** 2, 0.0)):.4f}",
+                         str(len(dataset["releases"])), f"[red]{pending}[/]" if pending else "0")
+        for r in dataset["releases"]:
+            status = f"[red]{r['status']}[/]" if r["status"] == PENDING else r["status"]
+            releases.add_row(name, r["id"], status, f"{r['mu']:.4f}", r["date_utc"][:16].replace("T", " "), r["config"])
+    console.print(datasets)
+    console.print(releases)
+    console.print("spent composes as sqrt(sum of mu^2); left is the largest mu one more release may spend. A pending "
+                  "release counts until it is committed or cleared (gedp ledger clear).")
+
+
+@ledger_app.command(name="clear")
+def ledger_clear(
+    ledger: Annotated[Path, typer.Option(help="The lifetime budget ledger.")],
+    release: Annotated[str, typer.Option(help="Id of the pending release to remove (see gedp ledger show).")],
+) -> None:
+    """Remove a pending release, whose run failed or was killed before it was published: its mu stops
+    counting. Clear only a release you know was not published; committed releases cannot be cleared."""
+    with reported_errors():
+        dataset, entry = clear(ledger, release)
+    name = _dataset_name(dataset)
+    console.print(f"Cleared pending release {entry['id']} (mu {entry['mu']:.4f}, reserved {entry['date_utc']}) of "
+                  f"dataset {name}: it no longer counts; the dataset has spent mu {spent(dataset):.4f} of "
+                  f"{dataset['lifetime_cap']:.4f}.")
 
 
 def _read_for_tabulation(source: Path) -> pd.DataFrame:

@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 
 from gedp.config import Config
+from gedp.ledger import dataset_digest, records_digest
 from gedp.pipeline import (
     MANIFEST_FILE,
     MEASUREMENTS_FILE,
@@ -37,7 +38,7 @@ from gedp.pipeline import (
     write_parts,
 )
 from synth.io import read_microdata
-from synth.schema import InputError, normalize_code, validate_microdata
+from synth.schema import CONFIDENTIAL, InputError, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
 
@@ -63,6 +64,34 @@ def input_states(path: str | Path) -> list[str]:
     return sorted(normalize_code(pd.DataFrame({"state": column}), "state", 2).unique())
 
 
+def input_attributes(path: str | Path, attributes) -> list[str]:
+    """``attributes`` and every other confidential attribute the input has (read from its header or
+    Parquet schema): the columns that identify its records in the lifetime ledger."""
+    path = Path(path)
+    try:
+        if _is_parquet(path):
+            columns = ds.dataset(path, format="parquet").schema.names
+        else:
+            columns = pd.read_csv(path, nrows=0, encoding="utf-8").columns
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise InputError(f"input '{path}': cannot read its columns ({type(err).__name__})") from None
+    return [c for c in CONFIDENTIAL if c in attributes or c in columns]
+
+
+def input_digest(path: str | Path, states: list[str], attributes,
+                 on_state: Callable[[str], None] | None = None) -> str:
+    """SHA-256 of the input's validated records (gedp.ledger.records_digest), read one state at a
+    time: ``attributes`` and every other confidential column present, whatever the files' names,
+    format or order."""
+    columns = input_attributes(path, attributes)
+    digests = {}
+    for state in states:
+        digests[state] = records_digest(read_state(path, state, columns))
+        if on_state is not None:
+            on_state(state)
+    return dataset_digest(digests)
+
+
 def read_state(path: str | Path, state: str, attributes) -> pd.DataFrame:
     """Validated microdata of one state (Parquet inputs are filtered while reading)."""
     path = Path(path)
@@ -86,6 +115,17 @@ def state_zeta(zeta: float, states: int) -> float:
     """Each state's zeta so that all states' bounds hold together with probability 1 - zeta:
     1 - (1 - zeta)^(1 / states), computed without cancellation."""
     return -math.expm1(math.log1p(-zeta) / states)
+
+
+def check_request(config: Config, states: list[str], *, seed: int | None, rng: str | None, engine: str) -> dict:
+    """Refuse a bad engine, seed and generator, or a plan that spans states, before anything is
+    read or reserved; returns how the manifest describes the generator."""
+    if engine not in ENGINES:
+        raise InputError(f"engine '{engine}' is unknown; choose one of {', '.join(ENGINES)}")
+    _, rng_description = make_rng(seed, rng)  # checks --seed and --rng together
+    if len(states) > 1:
+        check_state_by_state(config)
+    return rng_description
 
 
 def check_state_by_state(config: Config) -> None:
@@ -135,19 +175,20 @@ def protect_input(
     scheduler: str | None = None,
     on_state: Callable[[str], None] | None = None,
     lifetime: dict | None = None,
+    before_publish: Callable[[], None] | None = None,
 ) -> dict:
-    """Protect every state of ``path`` into the release directory ``out``; returns the manifest."""
-    if engine not in ENGINES:
-        raise InputError(f"engine '{engine}' is unknown; choose one of {', '.join(ENGINES)}")
-    _, rng_description = make_rng(seed, rng)  # checks --seed and --rng together
+    """Protect every state of ``path`` into the release directory ``out``; returns the manifest.
+
+    ``lifetime`` is the manifest's lifetime-budget section; ``before_publish`` runs when the release
+    is complete in its staging directory, before it is moved into place (the ledger's commit).
+    """
     states = input_states(path)
-    if len(states) > 1:
-        check_state_by_state(config)
+    rng_description = check_request(config, states, seed=seed, rng=rng, engine=engine)
     if rng_description["kind"] == "secure":
         entropy = None
     else:
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
-    with staged_directory(out) as staging:
+    with staged_directory(out, before_publish=before_publish) as staging:
         arguments = (str(path), config, entropy, str(staging), len(states))
         if engine == "local":
             pieces = []

@@ -208,11 +208,14 @@ def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
 
 
 @contextmanager
-def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[Path]:
+def staged_directory(out: str | Path, marker: str = MANIFEST_FILE,
+                     before_publish: Callable[[], None] | None = None) -> Iterator[Path]:
     """Yield a temporary directory beside ``out``; when the block completes, it replaces ``out``.
 
     An earlier output at ``out`` is replaced only after the new one is complete; on any error the
-    temporary directory is removed and ``out`` is left as it was.
+    temporary directory is removed and ``out`` is left as it was. ``before_publish`` runs when the
+    output is complete, just before it is moved into place (e.g. to record a release in the
+    lifetime ledger); if it raises, nothing is moved.
     """
     out = Path(out).resolve()
     check_output_directory(out, marker)
@@ -221,6 +224,8 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[P
     staging.mkdir()
     try:
         yield staging
+        if before_publish is not None:
+            before_publish()
         if out.exists():
             retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:8]}"
             os.replace(out, retired)
