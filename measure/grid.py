@@ -22,6 +22,8 @@ import math
 
 import numpy as np
 
+from synth.schema import InputError
+
 #: The psi-scale grid step is 2^(floor(log2 gamma) - PSI_GRID_BITS): at most gamma / 2^12, so
 #: rounding widens the psi-mechanism's sensitivity by at most 0.025%.
 PSI_GRID_BITS = 12
@@ -42,7 +44,8 @@ def to_grid(values: np.ndarray, grid: float, what: str) -> np.ndarray:
     """round(values / grid) as int64 (grid is a power of two, so the division is exact)."""
     scaled = np.asarray(values, dtype=float) / grid
     if not np.all(np.abs(scaled) < MAX_GRID_UNITS):
-        raise ValueError(f"{what}: a value is too large for the release grid {grid:g} (or not finite)")
+        raise InputError(f"{what}: a value does not fit the release grid {grid:g} (at most 2^62 steps); "
+                         "the plan's gamma, psi or noise is too extreme for these data")
     return np.rint(scaled).astype(np.int64)
 
 

@@ -102,7 +102,7 @@ def psi_mechanism(
     grid = psi_grid(gamma)
     query = Query(grouping.by, attribute)
     totals = exact_group_sums(values, grouping)
-    psi.check_domain(totals, f"group totals of query {query.name} on {attribute}")
+    psi.check_domain(totals, f"query {query.name} on {attribute}")
     units = to_grid(psi(totals), grid, f"psi of query {query.name} on {attribute}")
     omega = from_grid(units + rounded_gaussian(sd, grid, grouping.n_groups, rng), grid)
     noise_sd = float(rounded_noise_sd(sd, grid))

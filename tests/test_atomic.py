@@ -2,11 +2,11 @@
 
 import hashlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,7 +67,8 @@ def test_killed_process_leaves_the_earlier_release_untouched(tmp_path):
     earlier release, byte for byte, or, once the run has finished, the new one."""
     source = tmp_path / "in.parquet"
     generate_profile(load_profile("large"), n_establishments=150_000, rng=np.random.default_rng(1)).to_parquet(source)
-    command = [shutil.which("gedp")] if shutil.which("gedp") else [sys.executable, "-m", "gedp"]
+    script = Path(sys.executable).with_name("gedp")  # this interpreter's console script, not another install on PATH
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "gedp"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = tmp_path / "release"
     subprocess.run([*command, "protect", str(source), "--out", str(out), "--seed", "1", "--not-for-publication"], check=True, env=env,
