@@ -66,7 +66,7 @@ def main() -> None:
             source = work / f"state-{size}.parquet"
             generate_profile(load_profile("large"), n_establishments=size, rng=np.random.default_rng(1)).to_parquet(source)
             cases.append((f"gedp protect {size:,} establishments, baseline",
-                          [*gedp_command(), "protect", str(source), "--seed", "1", "--out", f"protect-{size}"]))
+                          [*gedp_command(), "protect", str(source), "--out", f"protect-{size}"]))
             cases.append((f"gedp tabulate --moe, every county x NAICS-6 cell, {size:,} establishments",
                           [*gedp_command(), "tabulate", f"protect-{size}", "--by", "state,county,naics", "--moe",
                            "--out", f"moe-{size}.csv"]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +40,7 @@ from gedp.pipeline import (
     PROTECTED_FILE,
     Release,
     check_output_directory,
+    check_output_path,
     make_rng,
     protect,
     read_release,
@@ -66,6 +68,11 @@ from synth.profiles import (
 from synth.qcew import QCEW_VALUE_COLUMNS, PublishedState, read_qcew
 from synth.schema import CONFIDENTIAL, InputError, public_columns
 from synth.validate import validation_report
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_errors
 
 app = typer.Typer(
     add_completion=False,
@@ -217,12 +224,19 @@ def run(
 
 
 def _write_atomically(path: Path, write) -> None:
-    """Write a file through a temporary name in the same folder, renamed only when complete."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write a file through a temporary name in the same folder, renamed only when complete; a path
+    that cannot be a file (a folder, a parent that is not a folder, a name too long) is refused."""
+    check_output_path(path.resolve())
+    if path.is_dir():
+        raise InputError(f"output '{path}' is a folder; give a file name")
     staging = path.with_name(f".{path.stem}.partial{path.suffix}")  # same suffix: same format
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write(staging)
         staging.replace(path)
+    except OSError as err:
+        staging.unlink(missing_ok=True)
+        raise InputError(f"output '{path}' cannot be written ({err.strerror or type(err).__name__})") from None
     except BaseException:
         staging.unlink(missing_ok=True)
         raise
@@ -261,6 +275,7 @@ def synth(
             raise InputError("give exactly one of --profile NAME and --from-qcew FILE")
         if out.suffix.lower() not in (".parquet", ".csv"):
             raise InputError(f"--out '{out}': use a .parquet or .csv file name")
+        check_output_path(out.resolve())
         if within_cell not in WITHIN_CELL_MODES:
             raise InputError(f"--within-cell '{within_cell}': choose one of {', '.join(WITHIN_CELL_MODES)}")
         rng = np.random.default_rng(seed)
@@ -328,21 +343,22 @@ def protect_command(
             check_dataset_id(dataset_id)
         cfg = _load(config, workflow)
         check_output_directory(out.resolve())
-        states = input_states(input)
-        check_request(cfg, states, seed=seed, rng=rng, engine=engine)
+        inputs = input_states(input)
+        check_request(cfg, list(inputs.codes), seed=seed, rng=rng, engine=engine)
         reservation = None
         if ledger is not None:
-            with progress_steps(len(states)) as advance:
-                digest = input_digest(input, states, cfg.plan.attributes,
+            with progress_steps(len(inputs.codes)) as advance:
+                digest = input_digest(input, inputs, cfg.plan.attributes,
                                       on_state=lambda state: advance(f"ledger: state {state} read"))
             reservation = reserve(ledger, digest, cfg.plan.budget().total, cap=lifetime_cap, dataset_id=dataset_id,
                                   config=cfg.name)
         try:
-            with progress_steps(len(states)) as advance:
+            with progress_steps(len(inputs.codes)) as advance:
                 manifest = protect_input(input, cfg, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
                                          on_state=lambda state: advance(f"state {state} done"),
                                          lifetime=None if reservation is None else reservation.summary(),
-                                         before_publish=None if reservation is None else lambda: commit(reservation))
+                                         before_publish=None if reservation is None else lambda: commit(reservation),
+                                         inputs=inputs)
         except (InputError, SolverError) as err:
             if reservation is None:
                 raise
@@ -463,7 +479,8 @@ def tabulate_command(
             _write_atomically(out, lambda path: write_table(path, index=False))
             summary = {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where, "moe_level": level if moe else None,
                        "rows": len(table), "table": str(out)}
-            out.with_name(out.name + ".json").write_text(json.dumps(summary, indent=2) + "\n")
+            _write_atomically(out.with_name(out.name + ".json"),
+                              lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
     if out is None:
         typer.echo(table.head(25).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     console.print(f"{len(table):,} rows" + (f" written to {out}" if out is not None else "")
@@ -694,7 +711,8 @@ def audit(
     console.print(table)
     console.print(f"lower bounds hold with probability >= {1 - AUDIT_ALPHA:.3f} each (Clopper-Pearson)")
     if out is not None:
-        out.write_text(json.dumps([r.row() for r in results], indent=2) + "\n")
+        with reported_errors():
+            _write_atomically(out, lambda path: path.write_text(json.dumps([r.row() for r in results], indent=2) + "\n"))
     if not all(r.passed for r in results):
         raise typer.Exit(1)
 
@@ -705,8 +723,19 @@ def _readable(value: float) -> str:
 
 
 def main() -> None:
-    """Console entry point."""
-    app()
+    """Console entry point: usage errors (a bad option value, an unknown command), too, end in one
+    line ``error: ...`` and exit status 2."""
+    try:
+        code = app(standalone_mode=False)
+    except click_errors.NoArgsIsHelpError:
+        app(["--help"])
+    except click_errors.ClickException as err:
+        typer.echo(f"error: {_one_line(Exception(err.format_message()))}", err=True)
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from measure.neighbors import make_psi
 from measure.queries import IDENTITY
 from measure.workflows import MeasurementPlan, QueryPlan
 from postprocess.wls import SOLVERS, VARIANCE_MODES
-from synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, InputError
+from synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, InputError, shown
 
 TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "attributes", "queries"}
 REQUIRED_KEYS = {"attributes", "queries"}
@@ -27,16 +27,42 @@ class ConfigError(InputError):
     """A config file that cannot be used (reported in one line, exit status 2)."""
 
 
+#: Limits of a config file: configs are a few dozen lines, so anything far larger is refused
+#: before it is parsed.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_DEPTH = 20
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """YAML without duplicate keys (PyYAML would silently keep the last one)."""
+    """Safe YAML without aliases (an alias bomb expands exponentially), nesting deeper than
+    MAX_DEPTH (deep nesting exhausts the recursion), duplicate keys (PyYAML would silently keep the
+    last) or keys other than text."""
+
+    depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(f"YAML aliases (*{event.anchor[:40]} at line {line}) are not allowed in configs")
+        if self.depth >= MAX_DEPTH:
+            raise ConfigError(f"line {line} is nested more than {MAX_DEPTH} levels deep")
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        line = key_node.start_mark.line + 1
+        if not isinstance(key, str):
+            raise ConfigError(f"a key at line {line} is a {type(key).__name__}; keys must be plain text")
         if key in seen:
-            raise ConfigError(f"duplicate key '{key}' at line {key_node.start_mark.line + 1}")
+            raise ConfigError(f"duplicate key {shown(key)} at line {line}")
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -67,7 +93,7 @@ def _keys(mapping: Any, allowed: set[str], where: str, required: set[str] = froz
         raise ConfigError(f"{where} must be a mapping, got {type(mapping).__name__}")
     unknown = sorted(str(k) for k in mapping if k not in allowed)
     if unknown:
-        raise ConfigError(f"{where}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+        raise ConfigError(f"{where}: unknown key {shown(unknown[0])} (allowed: {', '.join(sorted(allowed))})")
     missing = sorted(required - set(mapping))
     if missing:
         raise ConfigError(f"{where}: missing key '{missing[0]}'")
@@ -75,9 +101,14 @@ def _keys(mapping: Any, allowed: set[str], where: str, required: set[str] = froz
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{where} must be a finite number, got {value!r}")
-    return float(value)
+    """A finite number (its range is checked where it is used: the plan, psi, the budget)."""
+    try:
+        number = math.nan if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+    except OverflowError:  # a 400-digit int
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"{where} must be a finite number, got {shown(value)}")
+    return number
 
 
 def _query_by(value: Any, where: str) -> tuple[str, ...]:
@@ -88,15 +119,16 @@ def _query_by(value: Any, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",")]
     if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-        raise ConfigError(f"{where} must be 'identity', 'total' or a list of public columns, got {value!r}")
+        raise ConfigError(f"{where} must be 'identity', 'total' or a list of public columns, got {shown(value)}")
     unknown = [c for c in value if c not in GROUPABLE or c == "estab_id"]
     if unknown:
-        raise ConfigError(f"{where}: '{unknown[0]}' is not a public column to group by")
+        raise ConfigError(f"{where}: {shown(unknown[0])} is not a public column to group by")
     return tuple(value)
 
 
 def parse_config(raw: Any, source: str = "<config>") -> Config:
-    """Check a config mapping and build the measurement plan from it."""
+    """Check a config mapping and build the measurement plan from it (ranges are checked by the
+    plan, psi and budget objects; their errors are reported with the config's name)."""
     where = f"config {source}"
     raw = _keys(raw, TOP_KEYS, where, REQUIRED_KEYS)
     attributes = _keys(raw["attributes"], set(CONFIDENTIAL), f"{where}: attributes")
@@ -113,37 +145,35 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
         at = f"{where}: queries[{index}]"
         entry = _keys(entry, QUERY_KEYS, at, QUERY_KEYS)
         mus = _keys(entry["mu"], set(gammas), f"{at}.mu")
-        queries.append(
-            QueryPlan(
-                by=_query_by(entry["by"], f"{at}.by"),
-                mu={a: _number(mu, f"{at}.mu.{a}") for a, mu in mus.items()},
-            )
-        )
+        by = _query_by(entry["by"], f"{at}.by")
+        mu = {a: _number(mu, f"{at}.mu.{a}") for a, mu in mus.items()}
+        try:
+            queries.append(QueryPlan(by=by, mu=mu))
+        except ValueError as err:
+            raise ConfigError(f"{at}.by: {err}") from None
     psi_spec = raw.get("psi", {"name": "sqrt"})
     if not isinstance(psi_spec, dict) or "name" not in psi_spec:
-        raise ConfigError(f"{where}: psi must be a mapping with a 'name', got {psi_spec!r}")
+        raise ConfigError(f"{where}: psi must be a mapping with a 'name', got {shown(psi_spec)}")
     variance_mode = raw.get("variance", "estimated")
     solver = raw.get("solver", "auto")
     if variance_mode != "estimated":
         raise ConfigError(
-            f"{where}: variance '{variance_mode}' needs confidential true variances; a release uses 'estimated'"
+            f"{where}: variance {shown(variance_mode)} needs confidential true variances; a release uses 'estimated'"
             f" (modes {', '.join(VARIANCE_MODES)} exist for ablation studies)"
         )
-    if solver not in SOLVERS:
-        raise ConfigError(f"{where}: solver '{solver}' is unknown (choose one of {', '.join(SOLVERS)})")
+    if not isinstance(solver, str) or solver not in SOLVERS:
+        raise ConfigError(f"{where}: solver {shown(solver)} is unknown (choose one of {', '.join(SOLVERS)})")
+    params = {k: _number(v, f"{where}: psi.{k}") for k, v in psi_spec.items() if k != "name"}
+    zeta = _number(raw.get("zeta", 0.01), f"{where}: zeta")
+    cap = None if raw.get("mu_cap") is None else _number(raw["mu_cap"], f"{where}: mu_cap")
     try:
-        psi = make_psi(psi_spec["name"], **{k: _number(v, f"{where}: psi.{k}") for k, v in psi_spec.items() if k != "name"})
-        plan = MeasurementPlan(
-            psi=psi,
-            gammas=gammas,
-            queries=tuple(queries),
-            workflow=raw.get("workflow", "pnc"),
-            zeta=_number(raw.get("zeta", 0.01), f"{where}: zeta"),
-            cap=None if raw.get("mu_cap") is None else _number(raw["mu_cap"], f"{where}: mu_cap"),
-        )
+        psi = make_psi(psi_spec["name"], **params)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    try:
+        plan = MeasurementPlan(psi=psi, gammas=gammas, queries=tuple(queries), workflow=raw.get("workflow", "pnc"),
+                               zeta=zeta, cap=cap)
         plan.budget()  # a plan over its cap is refused here, before any data is read
-    except ConfigError:
-        raise
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
     return Config(plan=plan, variance_mode=variance_mode, solver=solver, source=source, raw=raw)
@@ -158,6 +188,8 @@ def load_config(name_or_path: str | Path) -> Config:
         raise ConfigError(
             f"config '{name_or_path}' is neither a file nor a shipped config ({', '.join(configs.available())})"
         )
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config {path} is larger than {MAX_CONFIG_BYTES >> 20} MB; a config is a few dozen lines")
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
     except ConfigError as err:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import math
+import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-import pyarrow.dataset as ds
 
 from gedp.config import Config
 from gedp.ledger import dataset_digest, records_digest
@@ -37,84 +37,71 @@ from gedp.pipeline import (
     versions,
     write_parts,
 )
-from synth.io import read_microdata
-from synth.schema import CONFIDENTIAL, InputError, normalize_code, validate_microdata
+from postprocess.wls import SolverError
+from synth.io import input_columns, read_columns
+from synth.schema import CONFIDENTIAL, InputError, estab_ids, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
 
 
-def _is_parquet(path: Path) -> bool:
-    return path.is_dir() or path.suffix.lower() in (".parquet", ".pq")
+class InputStates(NamedTuple):
+    """What is read of an input before any noise: each state code with the stored values that
+    normalize to it (e.g. " 44" and "44"), and the number of rows."""
+
+    codes: dict[str, list]
+    rows: int
 
 
-def input_states(path: str | Path) -> list[str]:
-    """The state codes of an input, reading only its ``state`` column."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"input '{path}' does not exist")
-    try:
-        if _is_parquet(path):
-            column = ds.dataset(path, format="parquet").to_table(columns=["state"]).column("state").to_pandas()
-        else:
-            column = pd.read_csv(path, usecols=["state"], dtype=str)["state"]
-    except (KeyError, ValueError) as err:
-        raise InputError(f"input '{path}': cannot read its 'state' column ({str(err).splitlines()[0]})") from None
-    if len(column) == 0:
+def input_states(path: str | Path) -> InputStates:
+    """The state codes of an input, reading only its ``state`` and ``estab_id`` columns; estab_id is
+    checked here to be unique across the whole input (every state and every Parquet part)."""
+    frame = read_columns(path, ["state", "estab_id"])
+    if len(frame) == 0:
         raise InputError(f"input '{path}' has zero establishments (no data rows)")
-    return sorted(normalize_code(pd.DataFrame({"state": column}), "state", 2).unique())
+    estab_ids(frame)
+    distinct = pd.DataFrame({"state": pd.unique(frame["state"])})  # normalized once per stored value
+    try:
+        normalized = normalize_code(distinct, "state", 2)
+    except InputError:
+        normalize_code(frame, "state", 2)  # names the first offending row of the input
+        raise
+    codes: dict[str, list] = {}
+    for code, stored in zip(normalized, distinct["state"].tolist()):
+        codes.setdefault(code, []).append(stored)
+    return InputStates(dict(sorted(codes.items())), len(frame))
 
 
 def input_attributes(path: str | Path, attributes) -> list[str]:
     """``attributes`` and every other confidential attribute the input has (read from its header or
     Parquet schema): the columns that identify its records in the lifetime ledger."""
-    path = Path(path)
-    try:
-        if _is_parquet(path):
-            columns = ds.dataset(path, format="parquet").schema.names
-        else:
-            columns = pd.read_csv(path, nrows=0, encoding="utf-8").columns
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise InputError(f"input '{path}': cannot read its columns ({type(err).__name__})") from None
+    columns = input_columns(Path(path))
     return [c for c in CONFIDENTIAL if c in attributes or c in columns]
 
 
-def input_digest(path: str | Path, states: list[str], attributes,
+def input_digest(path: str | Path, inputs: InputStates, attributes,
                  on_state: Callable[[str], None] | None = None) -> str:
     """SHA-256 of the input's validated records (gedp.ledger.records_digest), read one state at a
     time: ``attributes`` and every other confidential column present, whatever the files' names,
     format or order."""
     columns = input_attributes(path, attributes)
     digests = {}
-    for state in states:
-        digests[state] = records_digest(read_state(path, state, columns))
+    for state, stored in inputs.codes.items():
+        digests[state] = records_digest(read_state(path, state, columns, stored))
         if on_state is not None:
             on_state(state)
     return dataset_digest(digests)
 
 
-def read_state(path: str | Path, state: str, attributes) -> pd.DataFrame:
-    """Validated microdata of one state (Parquet inputs are filtered while reading)."""
-    path = Path(path)
-    if not _is_parquet(path):
-        frame = read_microdata(path, attributes)
-        return frame[frame["state"] == state].reset_index(drop=True)
-    dataset = ds.dataset(path, format="parquet")
-    field = ds.field("state")
-    kind = dataset.schema.field("state").type
-    wanted = int(state) if str(kind).startswith(("int", "uint")) else state
-    return validate_microdata(dataset.to_table(filter=field == wanted).to_pandas(), attributes)
+def read_state(path: str | Path, state: str, attributes, stored: list) -> pd.DataFrame:
+    """Validated microdata of one state: the rows whose stored code is one of ``stored`` (the values
+    that normalize to ``state``; Parquet inputs are filtered while reading)."""
+    return validate_microdata(read_columns(path, where=("state", stored)), attributes)
 
 
 def state_rng(entropy: int, state: str) -> np.random.Generator:
     """The generator of one state's noise: derived from the run's entropy and the exact state code
     (its ASCII bytes, so two different codes never share a stream)."""
     return np.random.default_rng(np.random.SeedSequence([entropy, *state.encode("ascii")]))
-
-
-def state_zeta(zeta: float, states: int) -> float:
-    """Each state's zeta so that all states' bounds hold together with probability 1 - zeta:
-    1 - (1 - zeta)^(1 / states), computed without cancellation."""
-    return -math.expm1(math.log1p(-zeta) / states)
 
 
 def check_request(config: Config, states: list[str], *, seed: int | None, rng: str | None, engine: str) -> dict:
@@ -137,16 +124,17 @@ def check_state_by_state(config: Config) -> None:
             )
 
 
-def protect_one_state(path: str, state: str, config: Config, entropy: int | None, staging: str,
+def protect_one_state(path: str, state: str, stored: list, config: Config, entropy: int | None, staging: str,
                       states: int = 1) -> dict:
     """Protect one state and write its parts into the staging release; returns its manifest entry.
 
-    ``entropy=None`` draws the state's noise from its own secure generator (ChaCha20, OS key).
-    ``states`` is the number of states of the release, among which zeta is split.
+    ``stored`` are the input's values of the state code; ``entropy=None`` draws the state's noise
+    from its own secure generator (ChaCha20, OS key). ``states`` is the number of states of the
+    release, among which zeta is split.
     """
-    microdata = read_state(path, state, config.plan.attributes)
+    microdata = read_state(path, state, config.plan.attributes, stored)
     rng = secure_generator() if entropy is None else state_rng(entropy, state)
-    plan = dataclasses.replace(config.plan, zeta=state_zeta(config.plan.zeta, states))
+    plan = dataclasses.replace(config.plan, states=states)
     release = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, rng_description={})
     staging = Path(staging)
     write_parts(release, staging, state, staging / f".{TABLES_FILE}.part-{state}")
@@ -155,7 +143,7 @@ def protect_one_state(path: str, state: str, config: Config, entropy: int | None
         "state": state,
         "establishments": manifest["establishments"],
         "tau": manifest["tau"][state],
-        "zeta": plan.zeta,
+        "zeta": plan.zeta_per_state,
         "mu_total": manifest["mu_total"],
         "mu": manifest["mu"],
         "grid": manifest["grid"],
@@ -176,28 +164,36 @@ def protect_input(
     on_state: Callable[[str], None] | None = None,
     lifetime: dict | None = None,
     before_publish: Callable[[], None] | None = None,
+    inputs: InputStates | None = None,
 ) -> dict:
     """Protect every state of ``path`` into the release directory ``out``; returns the manifest.
 
     ``lifetime`` is the manifest's lifetime-budget section; ``before_publish`` runs when the release
     is complete in its staging directory, before it is moved into place (the ledger's commit).
+    ``inputs`` is ``input_states(path)`` when the caller has read it already.
     """
-    states = input_states(path)
+    inputs = inputs or input_states(path)
+    states = list(inputs.codes)
     rng_description = check_request(config, states, seed=seed, rng=rng, engine=engine)
     if rng_description["kind"] == "secure":
         entropy = None
     else:
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     with staged_directory(out, before_publish=before_publish) as staging:
-        arguments = (str(path), config, entropy, str(staging), len(states))
+        arguments = {state: (str(path), state, stored, config, entropy, str(staging), len(states))
+                     for state, stored in inputs.codes.items()}
         if engine == "local":
             pieces = []
             for state in states:
-                pieces.append(protect_one_state(arguments[0], state, *arguments[1:]))
+                pieces.append(protect_one_state(*arguments[state]))
                 if on_state is not None:
                     on_state(state)
         else:
-            pieces = _run_on_dask(states, arguments, scheduler, on_state)
+            pieces = _run_on_dask(arguments, scheduler, on_state)
+        protected = sum(piece["establishments"] for piece in pieces)
+        if protected != inputs.rows:
+            raise InputError(f"{protected} establishments were read state by state, but the input has {inputs.rows} "
+                             "rows; was it changed while gedp read it?")
         with (staging / TABLES_FILE).open("w") as tables:
             for index, state in enumerate(states):
                 part = staging / f".{TABLES_FILE}.part-{state}"
@@ -211,22 +207,35 @@ def protect_input(
     return manifest
 
 
-def _run_on_dask(states, arguments, scheduler, on_state) -> list[dict]:
+def _protect_or_refuse(*arguments) -> dict | Exception:
+    """``protect_one_state`` on a worker, returning an input or solver error instead of raising it,
+    so that no worker logs a traceback (nor the message) and the client reports it in one line."""
+    try:
+        return protect_one_state(*arguments)
+    except (InputError, SolverError) as err:
+        return err
+
+
+def _run_on_dask(arguments: dict[str, tuple], scheduler, on_state) -> list[dict]:
     from dask.distributed import Client, LocalCluster, as_completed
 
     cluster = None if scheduler else LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                                   dashboard_address=None)
+                                                   dashboard_address=None, silence_logs=logging.CRITICAL)
     try:
         with Client(scheduler or cluster) as client:
-            futures = [client.submit(protect_one_state, arguments[0], state, *arguments[1:], key=f"gedp-state-{state}",
-                                     pure=False) for state in states]
+            futures = [client.submit(_protect_or_refuse, *task, key=f"gedp-state-{state}", pure=False)
+                       for state, task in arguments.items()]
             for future in as_completed(futures):
                 if on_state is not None:
                     on_state(future.key.removeprefix("gedp-state-"))
-            return client.gather(futures)
+            pieces = client.gather(futures)
     finally:
         if cluster is not None:
             cluster.close()
+    refused = next((piece for piece in pieces if isinstance(piece, Exception)), None)
+    if refused is not None:
+        raise refused
+    return pieces
 
 
 def _manifest(config: Config, pieces: list[dict], rng_description: dict, engine, scheduler) -> dict:

@@ -11,7 +11,7 @@ import json
 import os
 import secrets
 import shutil
-import time
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,12 +29,23 @@ from measure.answers import NoisyAnswer
 from measure.queries import IDENTITY, Query
 from measure.workflows import Measurements, count_steps, measure
 from postprocess.wls import WLSResult, protect_microdata
-from synth.schema import InputError, public_columns
+from synth.schema import InputError, public_columns, shown
 
 PROTECTED_FILE = "protected.parquet"
 MEASUREMENTS_FILE = "measurements.parquet"
 TABLES_FILE = "qcew_tables.csv"
 MANIFEST_FILE = "manifest.json"
+ACCURACY_FILE = "accuracy.json"
+#: What an output folder may hold for gedp to replace it: a release's files (its Parquet outputs
+#: may be folders of parts), identified by a manifest with gedp's keys; a report's files and the
+#: plots its summary.json names.
+RELEASE_FILES = frozenset({MANIFEST_FILE, PROTECTED_FILE, MEASUREMENTS_FILE, TABLES_FILE, ACCURACY_FILE})
+PART_FOLDERS = (PROTECTED_FILE, MEASUREMENTS_FILE)
+MANIFEST_KEYS = frozenset({"gedp_version", "mu_total", "files"})
+REPORT_FILES = frozenset({"summary.json", "report.md"})
+MAX_MARKER_BYTES = 64 << 20
+#: Longest output name, in bytes: a file name holds 255, and staging adds ".partial-" and 8 hex digits.
+MAX_NAME_BYTES = 200
 VERSIONED_PACKAGES = ("gedp", "numpy", "scipy", "pandas", "pyarrow", "cvxpy", "osqp", "clarabel")
 
 
@@ -199,12 +210,75 @@ def protect(
     return Release(protected, measurements, solver_results, tables, manifest)
 
 
+def check_output_path(out: Path) -> None:
+    """Refuse an output path that cannot be created: a name longer than MAX_NAME_BYTES (room for
+    the staging suffix within the 255 bytes of a file name) or a parent that is not a folder."""
+    size = len(os.fsencode(out.name))
+    if size > MAX_NAME_BYTES:
+        raise InputError(f"output name is {size} bytes long; use at most {MAX_NAME_BYTES}")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"output '{out}' cannot be created: '{parent.name}' is not a folder")
+
+
+def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
+    """The names gedp writes in an output folder of ``marker``'s kind, or None when ``marker`` is
+    not gedp's: a regular JSON file holding an object with gedp's keys (a release's manifest; a
+    report's summary, whose "figures" name its plots)."""
+    try:
+        info = (out / marker).lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MARKER_BYTES:
+            return None
+        content = json.loads((out / marker).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(content, dict):
+        return None
+    if marker == MANIFEST_FILE:
+        return RELEASE_FILES if MANIFEST_KEYS <= content.keys() else None
+    from evaluation.suppression_report import AUDIT_FILE, PUBLISHED_FILE, SHARES_FILE  # imported late: matplotlib
+
+    figures = content.get("figures")
+    if not (isinstance(figures, list) and all(isinstance(f, str) and f.endswith(".png") for f in figures)):
+        return None
+    return REPORT_FILES | {PUBLISHED_FILE, AUDIT_FILE, SHARES_FILE, *figures}
+
+
+def _is_gedp_entry(entry: os.DirEntry, names: frozenset[str]) -> bool:
+    """A regular file gedp writes, or one of a release's folders holding only Parquet parts."""
+    if entry.name not in names:
+        return False
+    if entry.is_file(follow_symlinks=False):
+        return True
+    return (entry.name in PART_FOLDERS and entry.is_dir(follow_symlinks=False)
+            and all(part.is_file(follow_symlinks=False) and part.name.startswith("part-")
+                    and part.name.endswith(".parquet") for part in os.scandir(entry.path)))
+
+
 def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
-    """Refuse an output path that exists and is not an earlier output of the same kind (its marker
-    file is present): checked before any work."""
-    if out.exists() and not (out.is_dir() and (out / marker).is_file()):
-        raise InputError(f"output '{out}' exists and is not a gedp {'release' if marker == MANIFEST_FILE else 'output'}"
-                         "; choose another --out")
+    """Refuse, before any work, an output folder that gedp cannot create or must not replace.
+
+    An existing ``out`` is replaced only when it is an empty folder or verifiably an earlier output
+    of the same kind: its ``marker`` (manifest.json of a release, summary.json of a report) is gedp's
+    and every entry is a file gedp writes there. Anything else is left untouched.
+    """
+    kind = "release" if marker == MANIFEST_FILE else "output"
+    check_output_path(out)
+    if not os.path.lexists(out):
+        return
+    if not out.is_dir():
+        raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
+    entries = list(os.scandir(out))
+    if not entries:
+        return
+    names = _gedp_names(out, marker)
+    if names is None:
+        raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
+    foreign = next((entry.name for entry in entries if not _is_gedp_entry(entry, names)), None)
+    if foreign is not None:
+        raise InputError(f"output '{out}': {shown(foreign)} is not part of a gedp {kind}; choose another --out")
 
 
 @contextmanager
@@ -219,9 +293,12 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE,
     """
     out = Path(out).resolve()
     check_output_directory(out, marker)
-    out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+    except OSError as err:
+        raise InputError(f"output '{out}' cannot be created ({err.strerror or type(err).__name__})") from None
     try:
         yield staging
         if before_publish is not None:

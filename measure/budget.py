@@ -16,9 +16,15 @@ def compose(mus: Iterable[float]) -> float:
     return math.sqrt(math.fsum(mu * mu for mu in mus))
 
 
-def check_mu(mu: float, what: str = "mu") -> None:
-    if not (math.isfinite(mu) and mu > 0):
-        raise BudgetError(f"{what} ({mu}) must be a finite number > 0")
+#: Largest mu a plan may give a query or its cap: far beyond any meaningful privacy (mu 100 hides nothing).
+MAX_MU = 100.0
+
+
+def check_mu(mu: float, what: str = "mu", largest: float = math.inf) -> None:
+    """Refuse a mu that is not a finite number in (0, largest]."""
+    if not (math.isfinite(mu) and 0 < mu <= largest):
+        bound = f" and <= {largest:g}" if math.isfinite(largest) else ""
+        raise BudgetError(f"{what} ({mu}) must be a finite number > 0{bound}")
 
 
 @dataclass
@@ -42,9 +48,9 @@ class BudgetPlan:
         if not self.planned:
             raise BudgetError("the budget plan has no queries")
         for (query, attribute), mu in self.planned.items():
-            check_mu(mu, f"mu of query '{query}' on '{attribute}'")
+            check_mu(mu, f"mu of query '{query}' on '{attribute}'", MAX_MU)
         if self.cap is not None:
-            check_mu(self.cap, "mu cap")
+            check_mu(self.cap, "mu cap", MAX_MU)
             if self.total > self.cap * (1 + 1e-12):
                 raise BudgetError(
                     f"planned total mu ({self.total:.4f}) exceeds the cap ({self.cap:.4f}); nothing was measured"

@@ -57,7 +57,8 @@ def to_grid(values: np.ndarray, grid: float, what: str) -> np.ndarray:
     """round(values / grid) as int64 (grid is a power of two, so the division is exact)."""
     scaled = np.asarray(values, dtype=float) / grid
     if not np.all(np.abs(scaled) < MAX_GRID_UNITS):
-        raise ValueError(f"{what}: a value is too large for the release grid {grid:g} (or not finite)")
+        raise InputError(f"{what}: a value does not fit the release grid {grid:g} (at most 2^62 steps); "
+                         "the plan's gamma, psi or noise is too extreme for these data")
     return np.rint(scaled).astype(np.int64)
 
 

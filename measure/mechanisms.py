@@ -122,7 +122,7 @@ def psi_mechanism(
     lowest = max(psi.at_zero, -745.0)  # log with a = 0: totals are >= 2^-1074
     check_grid_range(max(-lowest, float(psi(largest_total(grouping)))), sd, grid, f"query {query.name} on {attribute}")
     totals = exact_group_sums(values, grouping)
-    psi.check_domain(totals, f"group totals of query {query.name} on {attribute}")
+    psi.check_domain(totals, f"query {query.name} on {attribute}")
     units = to_grid(psi(totals), grid, f"psi of query {query.name} on {attribute}")
     omega = from_grid(units + rounded_gaussian(sd, grid, grouping.n_groups, rng), grid)
     noise_sd = float(rounded_noise_sd(sd, grid))

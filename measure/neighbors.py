@@ -19,13 +19,19 @@ from typing import Any
 
 import numpy as np
 
-from synth.schema import InputError
+from synth.schema import MAX_VALUE, InputError, shown
 
 
 class NeighborFunction(ABC):
-    """psi: [0, inf) -> R with its inverse; ``inverse`` clamps arguments below psi(0) to 0."""
+    """psi: [0, inf) -> R with its inverse; ``inverse`` clamps arguments below psi(0) to 0.
+
+    ``releasable``: whether releases may use it (it has an unbiased estimate and a float error
+    bound); ``max_noise_sd``: the largest psi-scale noise sd its estimates and variances stand.
+    """
 
     name: str
+    releasable = True
+    max_noise_sd = math.inf
 
     @abstractmethod
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -91,8 +97,13 @@ def check_gamma(gamma: float) -> None:
 
 
 def _check_offset(a: float) -> None:
-    if not (math.isfinite(a) and a >= 0):
-        raise ValueError(f"a ({a}) must be a finite number >= 0")
+    if not (math.isfinite(a) and 0 <= a <= MAX_VALUE):
+        raise ValueError(f"psi parameter a ({a}) must be a finite number >= 0 and <= {MAX_VALUE:g}")
+
+
+def _check_scale(name: str, value: float) -> None:
+    if not (math.isfinite(value) and 0 < value <= MAX_VALUE):
+        raise ValueError(f"psi parameter {name} ({value}) must be a finite number > 0 and <= {MAX_VALUE:g}")
 
 
 @dataclass(frozen=True)
@@ -138,10 +149,15 @@ class SqrtPsi(NeighborFunction):
 
 @dataclass(frozen=True)
 class LogPsi(NeighborFunction):
-    """psi(x) = log(x + a): multiplicative uncertainty (a = 0 needs every value > 0)."""
+    """psi(x) = log(x + a): multiplicative uncertainty (a = 0 needs every value > 0).
+
+    Its estimate exp(omega - sd^2 / 2) and variance (x + a)^2 expm1(sd^2) overflow for large sd, so
+    the noise sd is at most 10 (noise of a factor e^10 per standard deviation: far past any use).
+    """
 
     a: float = 0.0
     name = "log"
+    max_noise_sd = 10.0
 
     def __post_init__(self) -> None:
         _check_offset(self.a)
@@ -154,11 +170,10 @@ class LogPsi(NeighborFunction):
         return np.maximum(np.exp(y) - self.a, 0.0)
 
     def check_domain(self, values, what):
+        # Which and how many values are 0 is confidential: the message says only that one is.
         if self.a == 0 and np.any(np.asarray(values) <= 0):
-            count = int(np.sum(np.asarray(values) <= 0))
-            raise InputError(
-                f"psi log with a = 0 needs every value > 0, but {count} {what} are 0; use a > 0 (e.g. a = 1)"
-            )
+            raise InputError(f"psi log with a = 0 needs every value > 0, but a total of {what} is 0; use a > 0 "
+                             "(e.g. a = 1)")
 
     def unbiased_estimate(self, omega, sd):
         # E[exp(omega)] = (x + a) exp(sd^2 / 2).
@@ -188,8 +203,7 @@ class LinearPsi(NeighborFunction):
     name = "linear"
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.d) and self.d > 0):
-            raise ValueError(f"d ({self.d}) must be a finite number > 0")
+        _check_scale("d", self.d)
 
     def __call__(self, x):
         return np.asarray(x, dtype=float) / self.d
@@ -224,12 +238,12 @@ class SqrtLinearPsi(NeighborFunction):
     gamma_sqrt: float = 0.5
     d: float = 1.0
     name = "sqrt-linear"
+    releasable = False  # no unbiased estimate or float error bound yet
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.gamma_sqrt) and self.gamma_sqrt > 0):
             raise ValueError(f"gamma_sqrt ({self.gamma_sqrt}) must be a finite number > 0")
-        if not (math.isfinite(self.d) and self.d > 0):
-            raise ValueError(f"d ({self.d}) must be a finite number > 0")
+        _check_scale("d", self.d)
 
     @property
     def knot(self) -> float:
@@ -252,10 +266,9 @@ NEIGHBOR_FUNCTIONS = {"sqrt": SqrtPsi, "log": LogPsi, "linear": LinearPsi, "sqrt
 
 def make_psi(name: str, **params: float) -> NeighborFunction:
     """Build a neighbor function by name (sqrt, log, linear, sqrt-linear) and parameters."""
-    try:
-        cls = NEIGHBOR_FUNCTIONS[name]
-    except KeyError:
-        raise ValueError(f"psi '{name}' is unknown; choose one of {', '.join(NEIGHBOR_FUNCTIONS)}") from None
+    if not isinstance(name, str) or name not in NEIGHBOR_FUNCTIONS:
+        raise ValueError(f"psi {shown(name)} is unknown; choose one of {', '.join(NEIGHBOR_FUNCTIONS)}")
+    cls = NEIGHBOR_FUNCTIONS[name]
     try:
         return cls(**params)
     except TypeError:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from synth.schema import InputError
+
 IDENTITY = ("estab_id",)
 
 
@@ -66,7 +68,7 @@ def group_establishments(public: pd.DataFrame, by: Sequence[str]) -> Grouping:
     by = tuple(by)
     missing = [c for c in by if c not in public.columns]
     if missing:
-        raise ValueError(f"query by {query_name(by)}: unknown column(s) {', '.join(missing)}")
+        raise InputError(f"query {query_name(by)} groups by '{missing[0]}', which the input has no column of")
     n = len(public)
     if not by:
         return Grouping(by, np.zeros(n, dtype=np.int64), pd.DataFrame(index=range(1)))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -15,10 +16,18 @@ from measure.budget import BudgetPlan
 from measure.mechanisms import pnc_mechanism, pnc_tau, pnc_upper_bounds, psi_mechanism
 from measure.neighbors import NeighborFunction, check_gamma
 from measure.queries import IDENTITY, group_establishments, query_name
+from synth.schema import shown
 
 WORKFLOWS = ("pnc", "psi")
-#: Largest noise sd on the psi scale a plan may ask for (beyond it variances overflow double precision).
+#: Largest noise sd on the psi scale a plan may ask for (beyond it variances overflow double precision);
+#: a psi may allow less (``NeighborFunction.max_noise_sd``).
 MAX_NOISE_SD = 1e6
+#: Smallest gamma: the psi-mechanism's release grid is about gamma / 2^12, and psi of a total must
+#: stay within 2^62 grid steps (at gamma 1e-6 the grid is 2^-32: sqrt of totals up to 1e18).
+MIN_GAMMA = 1e-6
+#: zeta, the probability that some pnc upper bound fails, must lie in [MIN_ZETA, MAX_ZETA]: below,
+#: tau is not finite in double precision; above, the bounds say little.
+MIN_ZETA, MAX_ZETA = 1e-12, 0.5
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,11 @@ class QueryPlan:
     by: tuple[str, ...]
     mu: Mapping[str, float]
 
+    def __post_init__(self) -> None:
+        repeated = next((c for i, c in enumerate(self.by) if c in self.by[:i]), None)
+        if repeated is not None:
+            raise ValueError(f"column '{repeated}' appears twice in query {self.name}")
+
     @property
     def name(self) -> str:
         return query_name(self.by)
@@ -35,7 +49,11 @@ class QueryPlan:
 
 @dataclass(frozen=True)
 class MeasurementPlan:
-    """What to measure and how: psi, gamma per attribute, queries with budgets, workflow, zeta, cap."""
+    """What to measure and how: psi, gamma per attribute, queries with budgets, workflow, zeta, cap.
+
+    ``states`` is the number of states of a release measured state by state: each state's pnc
+    bounds then hold with probability (1 - zeta)^(1 / states), so all of them hold with 1 - zeta.
+    """
 
     psi: NeighborFunction
     gammas: Mapping[str, float]
@@ -43,21 +61,27 @@ class MeasurementPlan:
     workflow: Literal["pnc", "psi"] = "pnc"
     zeta: float = 0.01
     cap: float | None = None
+    states: int = 1
 
     def __post_init__(self) -> None:
         if self.workflow not in WORKFLOWS:
-            raise ValueError(f"workflow '{self.workflow}' is unknown; choose one of {', '.join(WORKFLOWS)}")
+            raise ValueError(f"workflow {shown(self.workflow)} is unknown; choose one of {', '.join(WORKFLOWS)}")
+        if not self.psi.releasable:
+            raise ValueError(f"psi {self.psi.name} has no releasable unbiased estimate yet; use sqrt, log or linear")
         for attribute, gamma in self.gammas.items():
             check_gamma(gamma)
-            if gamma == 0:
-                raise ValueError(f"gamma of {attribute} (0) must be > 0: gamma 0 adds no noise and would "
-                                 "release exact confidential values")
+            if not gamma >= MIN_GAMMA:
+                raise ValueError(f"gamma of {attribute} ({gamma}) must be >= {MIN_GAMMA:g}: gamma 0 adds no noise "
+                                 "and would release exact confidential values, and a smaller gamma's release grid "
+                                 "cannot hold psi of large totals")
+        largest_sd = min(MAX_NOISE_SD, self.psi.max_noise_sd)
         for q in self.queries:
             for attribute, mu in q.mu.items():
-                if attribute in self.gammas and mu > 0 and self.gammas[attribute] / mu > MAX_NOISE_SD:
+                if attribute in self.gammas and mu > 0 and self.gammas[attribute] / mu > largest_sd:
                     raise ValueError(
                         f"query {q.name} on {attribute}: noise sd gamma / mu ({self.gammas[attribute] / mu:.3g}) "
-                        f"exceeds {MAX_NOISE_SD:.0e}; such noise hides everything and overflows the variances"
+                        f"exceeds {largest_sd:g}, the most psi {self.psi.name} allows; beyond it the noise hides "
+                        "everything and the estimates or variances overflow"
                     )
         names = [q.name for q in self.queries]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -74,8 +98,15 @@ class MeasurementPlan:
                 raise ValueError(
                     f"workflow pnc needs the identity query for every attribute; '{lacking[0]}' has none"
                 )
-        if not 0 < self.zeta < 1:
-            raise ValueError(f"zeta ({self.zeta}) must be in (0, 1)")
+        if not MIN_ZETA <= self.zeta <= MAX_ZETA:
+            raise ValueError(f"zeta ({self.zeta}) must be in [{MIN_ZETA:g}, {MAX_ZETA:g}]")
+        if isinstance(self.states, bool) or not isinstance(self.states, int) or self.states < 1:
+            raise ValueError(f"states ({self.states}) must be a whole number >= 1")
+
+    @property
+    def zeta_per_state(self) -> float:
+        """Each state's zeta, 1 - (1 - zeta)^(1 / states), computed without cancellation."""
+        return -math.expm1(math.log1p(-self.zeta) / self.states)
 
     @property
     def attributes(self) -> tuple[str, ...]:
@@ -157,7 +188,7 @@ def measure(
     tau = None
     upper_bounds: dict[str, np.ndarray] = {}
     if plan.workflow == "pnc":
-        tau = pnc_tau(plan.zeta, len(plan.attributes) * len(microdata))
+        tau = pnc_tau(plan.zeta_per_state, len(plan.attributes) * len(microdata))
         upper_bounds = {a: pnc_upper_bounds(identity_answers[a], plan.psi, tau=tau) for a in plan.attributes}
 
     for q in plan.queries:

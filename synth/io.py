@@ -2,15 +2,108 @@
 
 from __future__ import annotations
 
+import csv
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.dataset as ds
 
-from synth.schema import CODE_WIDTHS, CONFIDENTIAL, InputError, validate_microdata
+from synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
-#: Columns read as text from CSV so that leading zeros of codes survive.
-TEXT_COLUMNS = ("estab_id", *CODE_WIDTHS, "own")
+#: Columns read as text from CSV so that leading zeros of codes survive (and year/qtr are checked as text).
+TEXT_COLUMNS = ("estab_id", *CODE_WIDTHS, "own", *CARRIED)
+PARQUET_SUFFIXES = (".parquet", ".pq")
+#: Longest CSV header read: a header is a few dozen names, and reading stops here on a file without lines.
+MAX_HEADER_CHARACTERS = 1 << 16
+#: What a path is when it is neither a regular file nor a folder (never opened: a FIFO blocks, a
+#: device never ends).
+_KINDS = {stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
+          stat.S_ISSOCK: "a socket"}
+
+
+def _regular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS.items() if test(mode)), "not a file")
+        raise InputError(f"input '{path}' is not a regular file ({kind})")
+
+
+def check_input_path(path: str | Path) -> Path:
+    """Refuse, without opening it, an input that is not a regular ``.csv`` or Parquet file or a
+    ``.parquet`` folder whose entries are all regular files or folders of them (hidden names, which
+    Parquet readers skip, aside)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        raise InputError(f"input file '{path}' does not exist") from None
+    suffix = path.suffix.lower()
+    if stat.S_ISDIR(mode):
+        if suffix != ".parquet":
+            raise InputError(f"input '{path}' is a folder; give a file, or a folder of Parquet parts named *.parquet")
+        for folder, names, files in os.walk(path):
+            names[:] = [n for n in names if not n.startswith((".", "_"))]
+            for name in files:
+                if not name.startswith((".", "_")):
+                    entry = Path(folder) / name
+                    try:
+                        _regular(entry, entry.stat().st_mode)
+                    except OSError as err:
+                        raise InputError(f"input '{entry}' cannot be read ({err.strerror})") from None
+        return path
+    _regular(path, mode)
+    if suffix != ".csv" and suffix not in PARQUET_SUFFIXES:
+        raise InputError(f"input file '{path}': unknown type '{suffix}' (use .csv or .parquet)")
+    return path
+
+
+def is_parquet(path: Path) -> bool:
+    """Whether a checked input is Parquet (a file or a folder of parts) rather than CSV."""
+    return path.suffix.lower() in PARQUET_SUFFIXES
+
+
+def input_columns(path: Path) -> list[str]:
+    """The column names of a checked input as stored (pandas would rename a repeated CSV column)."""
+    if is_parquet(path):
+        return list(ds.dataset(path, format="parquet").schema.names)
+    with path.open(newline="", encoding="utf-8-sig") as file:  # -sig: a byte order mark, as pandas drops it
+        header = file.readline(MAX_HEADER_CHARACTERS)
+    if len(header) == MAX_HEADER_CHARACTERS:
+        raise InputError(f"input file '{path}': the header line is longer than {MAX_HEADER_CHARACTERS:,} characters")
+    return next(csv.reader([header]), [])
+
+
+def read_columns(path: str | Path, columns: Sequence[str] | None = None,
+                 where: tuple[str, Sequence] | None = None) -> pd.DataFrame:
+    """Read ``columns`` (all when None) of microdata as stored, CSV codes as text; with ``where =
+    (column, values)`` only the rows whose column holds one of the values (Parquet: filtered while reading).
+
+    Raises:
+        InputError: the path is not a regular input (``check_input_path``), a column is named twice
+            or a required one is missing, or the file cannot be read.
+    """
+    path = check_input_path(path)
+    try:
+        names = input_columns(path)
+        if not names:
+            raise InputError(f"input file '{path}' is empty")
+        check_columns(names, attributes=())
+        if is_parquet(path):
+            filters = None if where is None else [(where[0], "in", list(where[1]))]
+            return pd.read_parquet(path, columns=None if columns is None else list(columns), filters=filters)
+        frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, encoding="utf-8", usecols=columns)
+        return frame if where is None else frame[frame[where[0]].isin(where[1])].reset_index(drop=True)
+    except InputError:
+        raise
+    except pd.errors.EmptyDataError:
+        raise InputError(f"input file '{path}' is empty") from None
+    except UnicodeDecodeError:
+        raise InputError(f"input file '{path}' cannot be read: it is not UTF-8 text") from None
+    except (pd.errors.ParserError, csv.Error, OSError, ValueError, KeyError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"input file '{path}' cannot be read: {first_line}") from None
 
 
 def read_microdata(path: str | Path, attributes: Sequence[str] | None = CONFIDENTIAL) -> pd.DataFrame:
@@ -21,26 +114,10 @@ def read_microdata(path: str | Path, attributes: Sequence[str] | None = CONFIDEN
     may carry a subset); at least one is required.
 
     Raises:
-        InputError: the file is missing, unreadable, of an unknown type, or fails validation.
+        InputError: the file is missing, not a regular file, unreadable, of an unknown type, or fails
+            validation.
     """
-    path = Path(path)
-    if not (path.is_file() or (path.is_dir() and path.suffix.lower() == ".parquet")):
-        raise InputError(f"input file '{path}' does not exist")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".csv":
-            frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, encoding="utf-8")
-        elif suffix in (".parquet", ".pq"):
-            frame = pd.read_parquet(path)
-        else:
-            raise InputError(f"input file '{path}': unknown type '{suffix}' (use .csv or .parquet)")
-    except InputError:
-        raise
-    except pd.errors.EmptyDataError:
-        raise InputError(f"input file '{path}' is empty") from None
-    except (UnicodeDecodeError, pd.errors.ParserError, OSError, ValueError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"input file '{path}' cannot be read: {first_line}") from None
+    frame = read_columns(path)
     if attributes is None:
         attributes = [c for c in CONFIDENTIAL if c in frame.columns]
         if not attributes:

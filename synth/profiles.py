@@ -22,6 +22,8 @@ from synth.schema import InputError, validate_microdata
 
 PROFILE_DIRECTORY = Path(__file__).with_name("profiles")
 DEFAULT_PROFILE = "small"
+#: Most establishments a profile is rescaled to: twice the US private sector (about 11 million).
+MAX_ESTABLISHMENTS = 20_000_000
 #: Industries kept per sector in a profile (the rest of the sector is spread over them).
 TOP_INDUSTRIES = 25
 
@@ -39,7 +41,7 @@ def load_profile(name_or_path: str | Path) -> dict:
         raise InputError(f"profile '{name_or_path}' is neither a file nor shipped ({', '.join(available_profiles())})")
     try:
         return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InputError(f"profile {path} is not valid JSON: {err}") from None
 
 
@@ -105,8 +107,9 @@ def generate_profile(
              for sector, count in sectors.items()]
     counts = np.array([c for _, _, c in cells], dtype=float)
     if n_establishments is not None:
-        if n_establishments < 1:
-            raise InputError(f"number of establishments ({n_establishments}) must be >= 1")
+        if not 1 <= n_establishments <= MAX_ESTABLISHMENTS:
+            raise InputError(f"number of establishments ({n_establishments}) must be >= 1 and "
+                             f"<= {MAX_ESTABLISHMENTS:,}")
         counts = split_integer(np.zeros(len(counts), dtype=np.int64), np.array([n_establishments]),
                                proportional_shares(np.zeros(len(counts), dtype=np.int64), counts))
     counts = counts.astype(np.int64)

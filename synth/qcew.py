@@ -115,7 +115,7 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
         shown = ", ".join(f"{y} Q{q}" for y, q in quarters)
         raise InputError(f"{source}: rows of {len(quarters)} quarters ({shown}); give one state and quarter per file")
     fips = private["area_fips"].astype(str).str.strip()
-    bad_fips = ~fips.str.fullmatch(r"\d{5}")
+    bad_fips = ~fips.str.fullmatch("[0-9]{5}")
     if bad_fips.any():
         raise InputError(f"{source}: {int(bad_fips.sum())} rows have an area_fips that is not 5 digits; e.g. {fips[bad_fips].iloc[0]!r}")
     states = sorted(fips.str[:2].unique())

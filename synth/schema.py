@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from synth.hierarchy import derive_industry_codes
 
@@ -20,92 +22,137 @@ DERIVED = ("naics5", "naics4", "naics3", "sector", "supersector", "domain")
 #: Largest confidential value accepted: far above any establishment's quarterly wages, far below
 #: where the squares in the variance formulas would overflow.
 MAX_VALUE = 1e13
-#: QCEW extras carried through unchanged when present.
-CARRIED = ("year", "qtr")
+#: Optional QCEW columns carried through as whole numbers: the smallest and largest value, and the rule.
+CARRIED = {"year": (1900, 2100, "values must be years 1900-2100"), "qtr": (1, 4, "values must be quarters 1-4")}
 #: Every public column of validated microdata, in output order.
 PUBLIC = ("estab_id", "state", "county", "own", "naics", *DERIVED)
+#: Longest text shown of a value in a message (a key, a config value, an estab_id).
+SHOWN_CHARACTERS = 40
 
 
 class InputError(ValueError):
     """Input data or configuration that the tool refuses (reported in one line, exit status 2)."""
 
 
+def shown(value: object) -> str:
+    """repr(value) cut to SHOWN_CHARACTERS, so that no message grows with its input."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARACTERS else text[: SHOWN_CHARACTERS - 3] + "..."
+
+
 def _refuse(column: str, bad: np.ndarray, frame: pd.DataFrame, rule: str) -> None:
-    """Raise an InputError naming the column, the count of offending rows and one example."""
-    count = int(bad.sum())
-    if count == 0:
+    """Raise an InputError naming the column, the rule and the first offending row (its number and
+    estab_id): never a value or a count, which may be confidential."""
+    if not bad.any():
         return
-    first = int(np.flatnonzero(bad)[0])
-    example = frame[column].iloc[first]
-    example = example.item() if isinstance(example, np.generic) else example
+    first = int(np.argmax(bad))
     where = f"row {first + 1}"
-    if "estab_id" in frame.columns and column != "estab_id":
-        where += f" (estab_id {frame['estab_id'].iloc[first]})"
-    noun = "row" if count == 1 else "rows"
-    raise InputError(f"column '{column}': {count} {noun} {rule}; e.g. {where}: {example!r}")
+    if "estab_id" in frame.columns:
+        where += f" (estab_id {str(frame['estab_id'].iloc[first])[:SHOWN_CHARACTERS]})"
+    raise InputError(f"column '{column}': {rule}; first at {where}")
 
 
 def normalize_code(frame: pd.DataFrame, column: str, width: int) -> pd.Series:
-    """Codes as strings of exactly ``width`` digits; whole numbers are zero-padded (FIPS stored as int)."""
+    """Codes as strings of exactly ``width`` ASCII digits; text is stripped of surrounding blanks and
+    whole numbers are zero-padded (FIPS stored as int). The one normalization of codes in gedp."""
     raw = frame[column]
     if pd.api.types.is_integer_dtype(raw):
         text = raw.astype("int64").astype(str).str.zfill(width)
         text = text.where(raw >= 0, raw.astype(str))
     else:
         text = raw.astype("string").str.strip()
-    malformed = ~text.str.fullmatch(rf"\d{{{width}}}").fillna(False).to_numpy(dtype=bool)
-    _refuse(column, malformed, frame, f"are not {width}-digit codes")
+    malformed = ~text.str.fullmatch(f"[0-9]{{{width}}}").fillna(False).to_numpy(dtype=bool)
+    _refuse(column, malformed, frame, f"codes must be {width} ASCII digit{'s' if width > 1 else ''}")
     return text.astype(str)
+
+
+def whole_numbers(frame: pd.DataFrame, column: str, low: int, high: int, rule: str) -> np.ndarray:
+    """Whole numbers in [low, high] as int64: numbers, or text of ASCII digits (blanks stripped)."""
+    raw = frame[column]
+    if pd.api.types.is_numeric_dtype(raw) and not pd.api.types.is_bool_dtype(raw):
+        values = raw.to_numpy(dtype=float, na_value=np.nan)
+    else:
+        text = raw.astype("string").str.strip()
+        digits = text.where(text.str.fullmatch("[0-9]{1,9}").fillna(False))
+        values = pd.to_numeric(digits, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        good = (values >= low) & (values <= high) & (values == np.floor(values))
+    _refuse(column, ~good, frame, rule)
+    return values.astype(np.int64)
 
 
 def _numeric_nonnegative(frame: pd.DataFrame, column: str) -> np.ndarray:
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    _refuse(column, ~np.isfinite(values), frame, "are missing, not numbers, or not finite")
-    _refuse(column, values < 0, frame, "are negative (confidential values must be >= 0)")
-    _refuse(column, values > MAX_VALUE, frame, f"exceed {MAX_VALUE:.0e} (implausible for one establishment)")
+    _refuse(column, ~np.isfinite(values), frame, "values must be finite numbers")
+    _refuse(column, values < 0, frame, "values must be >= 0")
+    _refuse(column, values > MAX_VALUE, frame, f"values must be <= {MAX_VALUE:.0e}")
     return values
+
+
+def required_columns(attributes: Sequence[str]) -> list[str]:
+    """The columns microdata must have to measure ``attributes``."""
+    return ["estab_id", *CODE_WIDTHS, *attributes]
+
+
+def check_columns(columns: Sequence[object], attributes: Sequence[str]) -> None:
+    """Refuse a column name given twice (a reader would keep one silently) or a required one missing."""
+    names = [str(c) for c in columns]
+    repeated = next((c for i, c in enumerate(names) if c in names[:i]), None)
+    if repeated is not None:
+        raise InputError(f"column {shown(repeated)} appears more than once")
+    required = required_columns(attributes)
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise InputError(
+            f"missing column{'s' if len(missing) > 1 else ''} {', '.join(repr(c) for c in missing)}; "
+            f"required: {', '.join(required)}"
+        )
+
+
+def estab_ids(frame: pd.DataFrame) -> pd.Series:
+    """The estab_id column as text, refused if one is missing or repeats an earlier one."""
+    ids = frame["estab_id"]
+    _refuse("estab_id", ids.isna().to_numpy(), frame.drop(columns="estab_id"), "values must not be missing")
+    ids = ids.astype(str)
+    if _any_repeat(ids):
+        _refuse("estab_id", ids.duplicated(keep="first").to_numpy(), frame.assign(estab_id=ids),
+                "values must be unique")
+    return ids
+
+
+def _any_repeat(texts: pd.Series) -> bool:
+    """Whether a text repeats: sorted in Arrow and neighbours compared, which takes a few seconds and
+    a fraction of the memory of a hash table for the millions of ids of a national input."""
+    values = pa.array(texts)  # no copy for pandas' Arrow-backed text
+    ordered = pc.take(values, pc.sort_indices(values))
+    return len(ordered) > 1 and pc.any(pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))).as_py()
 
 
 def validate_microdata(frame: pd.DataFrame, attributes: Sequence[str] = CONFIDENTIAL) -> pd.DataFrame:
     """Check establishment microdata and return it in canonical form.
 
     Canonical form: the public columns of ``PUBLIC`` as strings (derived industry codes added), the
-    requested confidential ``attributes`` as float64, and ``year``/``qtr`` when present.
+    requested confidential ``attributes`` as float64, and ``year``/``qtr`` as int64 when present.
 
     Raises:
-        InputError: no rows, a missing column, duplicate or missing ``estab_id``, a malformed code, an
-            unknown NAICS sector, or a confidential value that is not a finite number >= 0.
+        InputError: no rows, a missing or repeated column, a missing or repeated ``estab_id``, a
+            malformed code, year or quarter, an unknown NAICS sector, or a confidential value that is
+            not a finite number in [0, MAX_VALUE].
     """
     if len(frame) == 0:
         raise InputError("input has zero establishments (no data rows)")
-    required = ["estab_id", *CODE_WIDTHS, *attributes]
-    missing = [c for c in required if c not in frame.columns]
-    if missing:
-        raise InputError(
-            f"missing column{'s' if len(missing) > 1 else ''} {', '.join(repr(c) for c in missing)}; "
-            f"required: {', '.join(required)}"
-        )
+    check_columns(frame.columns, attributes)
     frame = frame.reset_index(drop=True)
-    ids = frame["estab_id"]
-    _refuse("estab_id", ids.isna().to_numpy(), frame, "are missing")
-    ids = ids.astype(str)
-    _refuse("estab_id", ids.duplicated(keep="first").to_numpy(), frame.assign(estab_id=ids), "repeat an earlier estab_id")
-
-    out = pd.DataFrame({"estab_id": ids})
+    out = pd.DataFrame({"estab_id": estab_ids(frame)})
     for column, width in CODE_WIDTHS.items():
         out[column] = normalize_code(frame, column, width)
-    if "own" in frame.columns:
-        own = frame["own"].astype("string").str.strip()
-        _refuse("own", ~own.str.fullmatch(r"\d").fillna(False).to_numpy(dtype=bool), frame, "are not 1-digit ownership codes")
-        out["own"] = own.astype(str)
-    else:
-        out["own"] = PRIVATE_OWN
+    out["own"] = normalize_code(frame, "own", 1) if "own" in frame.columns else PRIVATE_OWN
     industry = derive_industry_codes(out["naics"])
-    _refuse("naics", industry["supersector"].isna().to_numpy(), out, "are in no private NAICS sector")
+    _refuse("naics", industry["supersector"].isna().to_numpy(), out, "codes must be in a private NAICS sector")
     out = pd.concat([out, industry], axis=1)
-    for column in CARRIED:
+    for column, (low, high, rule) in CARRIED.items():
         if column in frame.columns:
-            out[column] = frame[column].to_numpy()
+            out[column] = whole_numbers(frame, column, low, high, rule)
     for column in attributes:
         out[column] = _numeric_nonnegative(frame, column)
     return out

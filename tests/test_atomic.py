@@ -1,14 +1,16 @@
 """Atomic releases: an interrupted run leaves nothing, or the previous release untouched."""
 
 import hashlib
+import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -67,7 +69,8 @@ def test_killed_process_leaves_the_earlier_release_untouched(tmp_path):
     earlier release, byte for byte, or, once the run has finished, the new one."""
     source = tmp_path / "in.parquet"
     generate_profile(load_profile("large"), n_establishments=150_000, rng=np.random.default_rng(1)).to_parquet(source)
-    command = [shutil.which("gedp")] if shutil.which("gedp") else [sys.executable, "-m", "gedp"]
+    script = Path(sys.executable).with_name("gedp")  # this interpreter's console script, not another install on PATH
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "gedp"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = tmp_path / "release"
     subprocess.run([*command, "protect", str(source), "--out", str(out), "--seed", "1", "--not-for-publication"], check=True, env=env,
@@ -77,12 +80,13 @@ def test_killed_process_leaves_the_earlier_release_untouched(tmp_path):
         run = subprocess.Popen([*command, "protect", str(source), "--out", str(out), "--seed", "9", "--not-for-publication"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)
-        finished = run.poll() is not None
         run.send_signal(signal.SIGKILL)
         run.wait()
-        if finished:  # the run completed: its release is the reference from now on
-            before = snapshot(out)
-        else:
-            assert snapshot(out) == before, f"killed after {delay}s"
+        now = snapshot(out)
+        if now != before:  # the run had moved its release into place (its last step) before the kill
+            assert json.loads((out / "manifest.json").read_text())["establishments"] == 150_000, f"killed after {delay}s"
+            assert len(pd.read_parquet(out / "protected.parquet")) == 150_000
+            assert set(now) == set(before), f"killed after {delay}s: not the files of a complete release"
+            before = now
     # a killed run may leave its hidden staging folder, never a half-written release
     assert all(p.name.startswith(".release.partial-") for p in tmp_path.iterdir() if p.name.startswith("."))

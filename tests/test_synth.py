@@ -50,18 +50,20 @@ def test_valid_records_get_canonical_columns():
     [
         (records().iloc[:0], "zero establishments"),
         (records().drop(columns=["wage"]), "missing column 'wage'"),
-        (records(estab_id=["A", "B", "A"]), r"column 'estab_id': 1 row repeat an earlier estab_id; e.g. row 3: 'A'"),
-        (records(m1emp=[3.0, -1.0, -2.0]), r"column 'm1emp': 2 rows are negative .* e.g. row 2 \(estab_id B\): -1.0"),
-        (records(wage=[1.0, np.inf, 2.0]), r"column 'wage': 1 row are missing, not numbers, or not finite; e.g. row 2"),
-        (records(m2emp=[1.0, np.nan, 2.0]), "column 'm2emp': 1 row are missing"),
-        (records(m3emp=["1", "x", "2"]), r"column 'm3emp': 1 row are missing, not numbers, or not finite; e.g. row 2 \(estab_id B\): 'x'"),
-        (records(naics=["31181", "445110", "7225111"]), r"column 'naics': 2 rows are not 6-digit codes; e.g. row 1 \(estab_id A\): '31181'"),
-        (records(county=["1", "007", "007"]), r"column 'county': 1 row are not 3-digit codes"),
-        (records(state=["44", "4a", "44"]), r"column 'state': 1 row are not 2-digit codes"),
-        (records(naics=["921110", "445110", "722511"]), r"column 'naics': 1 row are in no private NAICS sector"),
+        (records(estab_id=["A", "B", "A"]), r"column 'estab_id': values must be unique; first at row 3 \(estab_id A\)$"),
+        (records(estab_id=["A", None, "C"]), r"column 'estab_id': values must not be missing; first at row 2$"),
+        (records(m1emp=[3.0, -1.0, -2.0]), r"column 'm1emp': values must be >= 0; first at row 2 \(estab_id B\)$"),
+        (records(wage=[1.0, np.inf, 2.0]), r"column 'wage': values must be finite numbers; first at row 2 \(estab_id B\)$"),
+        (records(m2emp=[1.0, np.nan, 2.0]), "column 'm2emp': values must be finite numbers; first at row 2"),
+        (records(m3emp=["1", "x", "2"]), r"column 'm3emp': values must be finite numbers; first at row 2 \(estab_id B\)$"),
+        (records(naics=["31181", "445110", "7225111"]), r"column 'naics': codes must be 6 ASCII digits; first at row 1 \(estab_id A\)$"),
+        (records(county=["1", "007", "007"]), r"column 'county': codes must be 3 ASCII digits"),
+        (records(state=["44", "4a", "44"]), r"column 'state': codes must be 2 ASCII digits"),
+        (records(naics=["921110", "445110", "722511"]), r"column 'naics': codes must be in a private NAICS sector"),
     ],
 )
-def test_bad_input_is_refused_with_column_count_and_example(frame, message):
+def test_bad_input_is_refused_with_column_rule_and_first_row(frame, message):
+    """The message names the column, the rule and the first offending row, never a value or a count."""
     with pytest.raises(InputError, match=message):
         validate_microdata(frame)
 
