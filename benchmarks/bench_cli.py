@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.profiles import generate_profile, load_profile
+from gedp.synth.profiles import generate_profile, load_profile
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 

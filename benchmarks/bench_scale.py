@@ -26,12 +26,12 @@ from types import SimpleNamespace
 import numpy as np
 
 from gedp.config import load_config
-from measure.queries import group_establishments
-from measure.workflows import measure
-from postprocess.structured import cell_to_group_matrix, solve_nested
-from postprocess.wls import build_system, kkt_residual, solve_wls
-from synth.profiles import generate_profile, load_profile
-from synth.schema import public_columns
+from gedp.measure.queries import group_establishments
+from gedp.measure.workflows import measure
+from gedp.postprocess.structured import cell_to_group_matrix, solve_nested
+from gedp.postprocess.wls import build_system, kkt_residual, solve_wls
+from gedp.synth.profiles import generate_profile, load_profile
+from gedp.synth.schema import public_columns
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 #: FIPS codes of the national input's states (37 states of ~254k establishments = 9.4M).

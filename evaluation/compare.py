@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from evaluation.tabulate import tabulate
+from gedp.evaluation.tabulate import tabulate
 
 
 def compare_tabulations(

@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from evaluation.replicate import child_streams
-from evaluation.report import Report
-from measure.queries import group_establishments
-from measure.workflows import MeasurementPlan, measure
-from postprocess.moe import answers_variances
-from postprocess.wls import protect_microdata
-from synth.schema import public_columns
+from gedp.evaluation.replicate import child_streams
+from gedp.evaluation.report import Report
+from gedp.measure.queries import group_establishments
+from gedp.measure.workflows import MeasurementPlan, measure
+from gedp.postprocess.moe import answers_variances
+from gedp.postprocess.wls import protect_microdata
+from gedp.synth.schema import public_columns
 
 LEVELS = {
     "county": ["state", "county"],

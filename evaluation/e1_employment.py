@@ -9,10 +9,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from evaluation.compare import compare_tabulations, error_summary
-from evaluation.replicate import child_streams, protected_copy
-from evaluation.report import Report, scatter_with_band
-from measure.workflows import MeasurementPlan
+from gedp.evaluation.compare import compare_tabulations, error_summary
+from gedp.evaluation.replicate import child_streams, protected_copy
+from gedp.evaluation.report import Report, scatter_with_band
+from gedp.measure.workflows import MeasurementPlan
 
 LEVELS = {
     "state total": ["state"],

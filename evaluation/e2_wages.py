@@ -10,10 +10,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from evaluation.compare import compare_tabulations
-from evaluation.replicate import child_streams, protected_copy, scaled_plan
-from evaluation.report import Report
-from measure.workflows import MeasurementPlan
+from gedp.evaluation.compare import compare_tabulations
+from gedp.evaluation.replicate import child_streams, protected_copy, scaled_plan
+from gedp.evaluation.report import Report
+from gedp.measure.workflows import MeasurementPlan
 
 LEVELS = {"county": ["state", "county"], "NAICS-3 (not measured)": ["state", "naics3"], "NAICS-5": ["state", "naics5"]}
 ATTRIBUTES = ("m1emp", "wage")

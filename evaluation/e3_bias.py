@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import matplotlib.pyplot as plt
 
-from evaluation.report import Report
-from measure.neighbors import LogPsi, NeighborFunction, SqrtPsi
-from postprocess.wls import VARIANCE_MODES
+from gedp.evaluation.report import Report
+from gedp.measure.neighbors import LogPsi, NeighborFunction, SqrtPsi
+from gedp.postprocess.wls import VARIANCE_MODES
 
 QUERIES = ("identity", "county", "total")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from evaluation.report import Report
+from gedp.evaluation.report import Report
 
 NS = (1, 2, 5, 10, 50)
 TAUS = (0.5, 2.0, 10.0)

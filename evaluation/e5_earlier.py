@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from evaluation.replicate import child_streams, protected_copy, scaled_plan
-from evaluation.report import Report
-from evaluation.tabulate import tabulate
-from measure.earlier import (
+from gedp.evaluation.replicate import child_streams, protected_copy, scaled_plan
+from gedp.evaluation.report import Report
+from gedp.evaluation.tabulate import tabulate
+from gedp.measure.earlier import (
     check_infusion,
     check_log_laplace,
     check_smooth_gamma,
@@ -37,9 +37,9 @@ from measure.earlier import (
     smooth_laplace,
     truncated_laplace,
 )
-from measure.queries import Grouping, group_establishments
-from measure.suppression import SuppressionRule, suppress, suppression_shares
-from measure.workflows import MeasurementPlan
+from gedp.measure.queries import Grouping, group_establishments
+from gedp.measure.suppression import SuppressionRule, suppress, suppression_shares
+from gedp.measure.workflows import MeasurementPlan
 
 TABULATIONS = {
     "county x sector": ("state", "county", "sector"),

@@ -8,9 +8,9 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from measure.workflows import MeasurementPlan, QueryPlan, measure
-from postprocess.wls import protect_microdata
-from synth.schema import public_columns
+from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
+from gedp.postprocess.wls import protect_microdata
+from gedp.synth.schema import public_columns
 
 
 def child_streams(seed: int, count: int) -> list[np.random.Generator]:

@@ -9,10 +9,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from evaluation.report import Report
-from evaluation.tabulate import qcew_tables
-from measure.suppression import SuppressionResult, suppression_shares
-from synth.qcew import QCEW_VALUE_COLUMNS
+from gedp.evaluation.report import Report
+from gedp.evaluation.tabulate import qcew_tables
+from gedp.measure.suppression import SuppressionResult, suppression_shares
+from gedp.synth.qcew import QCEW_VALUE_COLUMNS
 
 PUBLISHED_FILE = "cells.csv"
 AUDIT_FILE = "audit_confidential.csv"

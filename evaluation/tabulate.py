@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
-from synth.qcew import QCEW_VALUE_COLUMNS
-from synth.schema import CONFIDENTIAL
+from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
+from gedp.synth.qcew import QCEW_VALUE_COLUMNS
+from gedp.synth.schema import CONFIDENTIAL
 
 QCEW_COLUMNS = (
     "area_fips", "own_code", "industry_code", "agglvl_code", "year", "qtr", "qtrly_estabs",

@@ -1,8 +1,21 @@
-"""gedp: Gaussian Establishment DP for QCEW-style establishment statistics (command line and pipeline)."""
+"""gedp: Gaussian Establishment DP for QCEW-style establishment statistics.
+
+Subpackages: gedp.synth (inputs and synthetic states), gedp.measure (mechanisms and budgets),
+gedp.postprocess (least squares and margins of error), gedp.evaluation (experiments), gedp.configs
+(shipped budget plans).
+"""
 
 from importlib import metadata
+from pathlib import Path
 
 try:
     __version__ = metadata.version("gedp")
 except metadata.PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0+unknown"
+
+# In the repository the subpackages are the top-level stage folders (synth/, measure/, ...), which
+# pyproject's package-dir installs as gedp.synth, gedp.measure, ...; when gedp is imported from the
+# repository itself (its folder shadows an installed copy), find them there too.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "measure" / "mechanisms.py").is_file():
+    __path__.append(str(_CHECKOUT))

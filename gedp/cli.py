@@ -23,15 +23,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 from scipy import stats
 
-from evaluation.compare import compare_tabulations, error_summary
-from evaluation.coverage import run_coverage
-from evaluation.e1_employment import run_e1
-from evaluation.e2_wages import run_e2
-from evaluation.e3_bias import E3Setup, run_e3
-from evaluation.e4_analytic import run_e4
-from evaluation.e5_earlier import E5Setup, run_e5
-from evaluation.suppression_report import write_suppression
-from evaluation.tabulate import qcew_keys, qcew_level, tabulate
+from gedp.evaluation.compare import compare_tabulations, error_summary
+from gedp.evaluation.coverage import run_coverage
+from gedp.evaluation.e1_employment import run_e1
+from gedp.evaluation.e2_wages import run_e2
+from gedp.evaluation.e3_bias import E3Setup, run_e3
+from gedp.evaluation.e4_analytic import run_e4
+from gedp.evaluation.e5_earlier import E5Setup, run_e5
+from gedp.evaluation.suppression_report import write_suppression
+from gedp.evaluation.tabulate import qcew_keys, qcew_level, tabulate
 from gedp.config import Config, load_config
 from gedp.engine import check_request, input_digest, input_states, protect_input
 from gedp.ledger import PENDING, check_cap, check_dataset_id, clear, commit, read_ledger, reserve, spent
@@ -48,26 +48,26 @@ from gedp.pipeline import (
     total_steps,
     write_release,
 )
-from measure.audit import ALPHA as AUDIT_ALPHA
-from measure.audit import run_audit
-from measure.budget import compose
-from measure.neighbors import interval_table, make_psi
-from measure.queries import group_establishments
-from measure.suppression import SuppressionRule, check_microdata, suppress
-from postprocess.moe import answers_variances
-from postprocess.wls import SolverError
-from synth.establishments import WITHIN_CELL_MODES, synthesize_state
-from synth.io import read_microdata, write_microdata
-from synth.profiles import (
+from gedp.measure.audit import ALPHA as AUDIT_ALPHA
+from gedp.measure.audit import run_audit
+from gedp.measure.budget import compose
+from gedp.measure.neighbors import interval_table, make_psi
+from gedp.measure.queries import group_establishments
+from gedp.measure.suppression import SuppressionRule, check_microdata, suppress
+from gedp.postprocess.moe import answers_variances
+from gedp.postprocess.wls import SolverError
+from gedp.synth.establishments import WITHIN_CELL_MODES, synthesize_state
+from gedp.synth.io import read_microdata, write_microdata
+from gedp.synth.profiles import (
     DEFAULT_PROFILE,
     available_profiles,
     fit_profile,
     generate_profile,
     load_profile,
 )
-from synth.qcew import QCEW_VALUE_COLUMNS, PublishedState, read_qcew
-from synth.schema import CONFIDENTIAL, InputError, public_columns
-from synth.validate import validation_report
+from gedp.synth.qcew import QCEW_VALUE_COLUMNS, PublishedState, read_qcew
+from gedp.synth.schema import CONFIDENTIAL, InputError, public_columns
+from gedp.synth.validate import validation_report
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors

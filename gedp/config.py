@@ -9,12 +9,12 @@ from typing import Any
 
 import yaml
 
-import configs
-from measure.neighbors import make_psi
-from measure.queries import IDENTITY
-from measure.workflows import MeasurementPlan, QueryPlan
-from postprocess.wls import SOLVERS, VARIANCE_MODES
-from synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, InputError, shown
+from gedp import configs
+from gedp.measure.neighbors import make_psi
+from gedp.measure.queries import IDENTITY
+from gedp.measure.workflows import MeasurementPlan, QueryPlan
+from gedp.postprocess.wls import SOLVERS, VARIANCE_MODES
+from gedp.synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, InputError, shown
 
 TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "attributes", "queries"}
 REQUIRED_KEYS = {"attributes", "queries"}

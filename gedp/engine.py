@@ -37,9 +37,9 @@ from gedp.pipeline import (
     versions,
     write_parts,
 )
-from postprocess.wls import SolverError
-from synth.io import input_columns, read_columns
-from synth.schema import CONFIDENTIAL, InputError, estab_ids, normalize_code, validate_microdata
+from gedp.postprocess.wls import SolverError
+from gedp.synth.io import input_columns, read_columns
+from gedp.synth.schema import CONFIDENTIAL, InputError, estab_ids, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
 

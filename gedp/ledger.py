@@ -40,8 +40,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from measure.budget import compose
-from synth.schema import CONFIDENTIAL, DERIVED, InputError
+from gedp.measure.budget import compose
+from gedp.synth.schema import CONFIDENTIAL, DERIVED, InputError
 
 LEDGER_VERSION = 2
 #: Version tag of the canonical encoding hashed by :func:`records_digest` (part of every digest).

@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 from randomgen import ChaCha
 
-from evaluation.tabulate import qcew_tables
+from gedp.evaluation.tabulate import qcew_tables
 from gedp.config import Config
-from measure.answers import NoisyAnswer
-from measure.queries import IDENTITY, Query
-from measure.workflows import Measurements, count_steps, measure
-from postprocess.wls import WLSResult, protect_microdata
-from synth.schema import InputError, public_columns, shown
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.queries import IDENTITY, Query
+from gedp.measure.workflows import Measurements, count_steps, measure
+from gedp.postprocess.wls import WLSResult, protect_microdata
+from gedp.synth.schema import InputError, public_columns, shown
 
 PROTECTED_FILE = "protected.parquet"
 MEASUREMENTS_FILE = "measurements.parquet"
@@ -238,7 +238,7 @@ def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
         return None
     if marker == MANIFEST_FILE:
         return RELEASE_FILES if MANIFEST_KEYS <= content.keys() else None
-    from evaluation.suppression_report import AUDIT_FILE, PUBLISHED_FILE, SHARES_FILE  # imported late: matplotlib
+    from gedp.evaluation.suppression_report import AUDIT_FILE, PUBLISHED_FILE, SHARES_FILE  # imported late: matplotlib
 
     figures = content.get("figures")
     if not (isinstance(figures, list) and all(isinstance(f, str) and f.endswith(".png") for f in figures)):

@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from measure.queries import Query
+from gedp.measure.queries import Query
 
 
 @dataclass(frozen=True, eq=False)

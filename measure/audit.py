@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from measure.grid import low_bits_flag
-from measure.mechanisms import pnc_mechanism, pnc_sensitivity, psi_mechanism
-from measure.neighbors import SqrtPsi
-from measure.queries import Grouping
+from gedp.measure.grid import low_bits_flag
+from gedp.measure.mechanisms import pnc_mechanism, pnc_sensitivity, psi_mechanism
+from gedp.measure.neighbors import SqrtPsi
+from gedp.measure.queries import Grouping
 
 ALPHA = 0.001  # per case; six cases give a family-wise false-failure rate <= 0.6%
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from measure.queries import Grouping, Query
+from gedp.measure.queries import Grouping, Query
 
 #: Cells with a true value in (0, SMALL_CELL) are redrawn by noise infusion (the QWI small-cell rule).
 SMALL_CELL = 2.5

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from synth.schema import InputError
+from gedp.synth.schema import InputError
 
 #: The psi-scale grid step is 2^(floor(log2 gamma) - PSI_GRID_BITS): at most gamma / 2^12, so
 #: rounding widens the psi-mechanism's sensitivity by at most 0.025%.

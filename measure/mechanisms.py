@@ -21,9 +21,9 @@ import math
 import numpy as np
 from scipy import stats
 
-from measure.answers import NoisyAnswer
-from measure.budget import check_mu
-from measure.grid import (
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.budget import check_mu
+from gedp.measure.grid import (
     VALUE_GRID,
     check_grid_range,
     from_grid,
@@ -32,9 +32,9 @@ from measure.grid import (
     rounded_noise_sd,
     to_grid,
 )
-from measure.neighbors import NeighborFunction, check_gamma
-from measure.queries import IDENTITY, Grouping, Query, query_name
-from synth.schema import MAX_VALUE
+from gedp.measure.neighbors import NeighborFunction, check_gamma
+from gedp.measure.queries import IDENTITY, Grouping, Query, query_name
+from gedp.synth.schema import MAX_VALUE
 
 Z95 = float(stats.norm.ppf(0.975))
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from synth.schema import MAX_VALUE, InputError, shown
+from gedp.synth.schema import MAX_VALUE, InputError, shown
 
 
 class NeighborFunction(ABC):

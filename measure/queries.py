@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from synth.schema import InputError
+from gedp.synth.schema import InputError
 
 IDENTITY = ("estab_id",)
 

@@ -29,8 +29,8 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from measure.queries import group_establishments
-from synth.hierarchy import (
+from gedp.measure.queries import group_establishments
+from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
     COUNTY_LEVELS,
     INDUSTRY_OF_STATE_LEVEL,

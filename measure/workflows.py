@@ -11,12 +11,12 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from measure.answers import NoisyAnswer
-from measure.budget import BudgetPlan
-from measure.mechanisms import pnc_mechanism, pnc_tau, pnc_upper_bounds, psi_mechanism
-from measure.neighbors import NeighborFunction, check_gamma
-from measure.queries import IDENTITY, group_establishments, query_name
-from synth.schema import shown
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.budget import BudgetPlan
+from gedp.measure.mechanisms import pnc_mechanism, pnc_tau, pnc_upper_bounds, psi_mechanism
+from gedp.measure.neighbors import NeighborFunction, check_gamma
+from gedp.measure.queries import IDENTITY, group_establishments, query_name
+from gedp.synth.schema import shown
 
 WORKFLOWS = ("pnc", "psi")
 #: Largest noise sd on the psi scale a plan may ask for (beyond it variances overflow double precision);

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from measure.answers import NoisyAnswer
-from measure.queries import group_establishments
-from postprocess.structured import CellOperator, cell_to_group_matrix
-from postprocess.wls import LinearSystem, build_system
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.queries import group_establishments
+from gedp.postprocess.structured import CellOperator, cell_to_group_matrix
+from gedp.postprocess.wls import LinearSystem, build_system
 
 #: Tabulation cells handled per block (bounds memory to cells x CHUNK floats).
 CHUNK = 1_000

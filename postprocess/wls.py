@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from measure.answers import NoisyAnswer
-from measure.queries import group_establishments
-from postprocess.structured import NotNested, solve_structured_wls
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.queries import group_establishments
+from gedp.postprocess.structured import NotNested, solve_structured_wls
 
 VARIANCE_MODES = ("estimated", "exact", "hybrid")
 #: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.

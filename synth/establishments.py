@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from synth.qcew import PublishedState, fit_cells
-from synth.rules import (
+from gedp.synth.qcew import PublishedState, fit_cells
+from gedp.synth.rules import (
     dirichlet_shares,
     gamma_concentrations,
     month2_employment,
@@ -14,7 +14,7 @@ from synth.rules import (
     skewed_weights,
     split_integer,
 )
-from synth.schema import validate_microdata
+from gedp.synth.schema import validate_microdata
 
 WITHIN_CELL_MODES = ("realistic", "paper")
 #: log-sd of month-to-month and wage-per-employee variation around an establishment's size weight.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.dataset as ds
 
-from synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
+from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
 #: Columns read as text from CSV so that leading zeros of codes survive (and year/qtr are checked as text).
 TEXT_COLUMNS = ("estab_id", *CODE_WIDTHS, "own", *CARRIED)

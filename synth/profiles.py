@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from synth.qcew import PublishedState
-from synth.rules import month2_employment, proportional_shares, split_integer
-from synth.schema import InputError, validate_microdata
+from gedp.synth.qcew import PublishedState
+from gedp.synth.rules import month2_employment, proportional_shares, split_integer
+from gedp.synth.schema import InputError, validate_microdata
 
 PROFILE_DIRECTORY = Path(__file__).with_name("profiles")
 DEFAULT_PROFILE = "small"

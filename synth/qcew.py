@@ -30,8 +30,8 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
-from synth.schema import CONFIDENTIAL, InputError, validate_microdata
+from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
+from gedp.synth.schema import CONFIDENTIAL, InputError, validate_microdata
 
 #: BLS open-data column of each confidential attribute.
 QCEW_VALUE_COLUMNS = {

@@ -9,7 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from synth.hierarchy import derive_industry_codes
+from gedp.synth.hierarchy import derive_industry_codes
 
 #: Confidential numeric attributes, all >= 0.
 CONFIDENTIAL = ("m1emp", "m2emp", "m3emp", "wage")

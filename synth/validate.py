@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from synth.establishments import top_share
-from synth.qcew import PublishedState
-from synth.schema import CONFIDENTIAL
+from gedp.synth.establishments import top_share
+from gedp.synth.qcew import PublishedState
+from gedp.synth.schema import CONFIDENTIAL
 
 
 def _stats(values: np.ndarray) -> dict[str, float]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from synth.profiles import generate_profile, load_profile
+from gedp.synth.profiles import generate_profile, load_profile
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

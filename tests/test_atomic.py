@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import gedp.engine
 import gedp.pipeline
 from gedp.cli import app
-from synth.profiles import generate_profile, load_profile
+from gedp.synth.profiles import generate_profile, load_profile
 
 runner = CliRunner()
 

@@ -6,7 +6,7 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from gedp.cli import app
-from measure.audit import clopper_pearson, estab_gaussian, mu_lower_bound, run_audit
+from gedp.measure.audit import clopper_pearson, estab_gaussian, mu_lower_bound, run_audit
 
 
 def test_clopper_pearson_matches_the_beta_quantiles():

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from gedp.config import load_config
-from measure.budget import BudgetError, BudgetPlan, compose
-from measure.workflows import measure
+from gedp.measure.budget import BudgetError, BudgetPlan, compose
+from gedp.measure.workflows import measure
 
 
 def test_compose_is_root_sum_of_squares():
@@ -91,8 +91,8 @@ def test_measure_refuses_a_mechanism_that_draws_less_noise_than_it_charges_for(s
     """A mechanism whose privacy map gives more than the plan (e.g. its noise sd halved) stops the run."""
     import dataclasses
 
-    import measure.mechanisms as mechanisms
-    import measure.workflows as workflows
+    import gedp.measure.mechanisms as mechanisms
+    import gedp.measure.workflows as workflows
 
     def half_noise(values, grouping, *, mu, **kwargs):
         return mechanisms.psi_mechanism(values, grouping, mu=2 * mu, **kwargs)

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import configs
-from evaluation.tabulate import tabulate
+from gedp import configs
+from gedp.evaluation.tabulate import tabulate
 from gedp.cli import app
-from synth.schema import CONFIDENTIAL
+from gedp.synth.schema import CONFIDENTIAL
 
 runner = CliRunner()
 

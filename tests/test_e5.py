@@ -10,7 +10,7 @@ import pytest
 from scipy import integrate, stats
 from typer.testing import CliRunner
 
-from evaluation.e5_earlier import (
+from gedp.evaluation.e5_earlier import (
     STRATA,
     E5Setup,
     ErrorAccumulator,
@@ -18,7 +18,7 @@ from evaluation.e5_earlier import (
     settings,
 )
 from gedp.cli import app
-from measure.earlier import (
+from gedp.measure.earlier import (
     check_log_laplace,
     check_smooth_gamma,
     check_smooth_laplace,
@@ -71,7 +71,7 @@ def test_error_accumulator_strata_and_spearman():
 
 @pytest.fixture(scope="module")
 def small_file(tmp_path_factory):
-    from synth.profiles import generate_profile, load_profile
+    from gedp.synth.profiles import generate_profile, load_profile
 
     state = generate_profile(load_profile("small"), n_establishments=400, rng=np.random.default_rng(3))
     path = tmp_path_factory.mktemp("e5") / "state.parquet"

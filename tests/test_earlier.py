@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import integrate, stats
 
-from measure.earlier import (
+from gedp.measure.earlier import (
     check_log_laplace,
     check_smooth_gamma,
     check_smooth_laplace,
@@ -28,7 +28,7 @@ from measure.earlier import (
     smooth_sensitivity,
     truncated_laplace,
 )
-from measure.queries import group_establishments
+from gedp.measure.queries import group_establishments
 
 P = 1e-3
 

@@ -8,10 +8,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import configs
+from gedp import configs
 from gedp.cli import app
 from gedp.engine import input_states, read_state
-from synth.profiles import generate_profile, load_profile
+from gedp.synth.profiles import generate_profile, load_profile
 
 runner = CliRunner()
 

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from evaluation.e1_employment import LEVELS as E1_LEVELS
-from evaluation.e1_employment import run_e1
-from evaluation.e2_wages import run_e2
-from evaluation.e3_bias import E3Setup, QUERIES, run_e3, simulate, tree_wls
-from evaluation.e4_analytic import estimated_variance, run_e4
+from gedp.evaluation.e1_employment import LEVELS as E1_LEVELS
+from gedp.evaluation.e1_employment import run_e1
+from gedp.evaluation.e2_wages import run_e2
+from gedp.evaluation.e3_bias import E3Setup, QUERIES, run_e3, simulate, tree_wls
+from gedp.evaluation.e4_analytic import estimated_variance, run_e4
 from gedp.cli import app
 from gedp.config import load_config
-from measure.neighbors import LogPsi, SqrtPsi
+from gedp.measure.neighbors import LogPsi, SqrtPsi
 
 
 def assert_complete_report(folder, sections):

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import configs
+from gedp import configs
 from gedp.cli import app
 
 runner = CliRunner()

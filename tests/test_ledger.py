@@ -214,7 +214,7 @@ def test_a_failed_commit_publishes_nothing_and_the_release_stays_pending(source,
 
 def test_a_run_that_fails_after_its_reservation_leaves_it_pending(source, tmp_path, monkeypatch):
     """The release is pending in the ledger before any noise is drawn; a failure leaves it pending."""
-    from postprocess.wls import SolverError
+    from gedp.postprocess.wls import SolverError
 
     ledger = tmp_path / "ledger.json"
     seen = []

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from measure.mechanisms import (
+from gedp.measure.mechanisms import (
     exact_group_sums,
     pnc_mechanism,
     pnc_mu,
@@ -21,9 +21,9 @@ from measure.mechanisms import (
     psi_mechanism,
     psi_mechanism_mu,
 )
-from measure.grid import VALUE_GRID, psi_grid
-from measure.neighbors import LinearPsi, LogPsi, SqrtPsi
-from measure.queries import IDENTITY, Grouping, group_establishments
+from gedp.measure.grid import VALUE_GRID, psi_grid
+from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtPsi
+from gedp.measure.queries import IDENTITY, Grouping, group_establishments
 
 ALPHA = 1e-3
 

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from evaluation.coverage import run_coverage
+from gedp.evaluation.coverage import run_coverage
 from gedp.cli import app
 from gedp.config import load_config
-from measure.queries import group_establishments
-from measure.workflows import MeasurementPlan, QueryPlan, measure
-from postprocess.moe import answers_variances, tabulation_variances
-from postprocess.wls import LinearSystem
+from gedp.measure.queries import group_establishments
+from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
+from gedp.postprocess.moe import answers_variances, tabulation_variances
+from gedp.postprocess.wls import LinearSystem
 from test_postprocess import nested_instance
 
 runner = CliRunner()
@@ -71,7 +71,7 @@ def test_tabulations_of_pnc_measured_cells_are_at_least_as_precise(small_state):
 def test_coverage_of_large_cells_is_nominal(tmp_path):
     """95% intervals of cells with 100+ employees cover within 4 binomial SE of 0.95 (cells of one
     release share noise, so the SE is a guide; 8 releases of the small profile)."""
-    from synth.profiles import generate_profile, load_profile
+    from gedp.synth.profiles import generate_profile, load_profile
 
     truth = generate_profile(load_profile("small"), rng=np.random.default_rng(2016))
     summary = run_coverage(tmp_path, truth, load_config("baseline").plan, replications=8, seed=3, data_label="test")

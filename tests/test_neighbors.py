@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from measure.neighbors import LinearPsi, LogPsi, SqrtLinearPsi, SqrtPsi, interval_table, make_psi
-from synth.schema import InputError
+from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtLinearPsi, SqrtPsi, interval_table, make_psi
+from gedp.synth.schema import InputError
 
 VALUES = np.array([0.0, 0.1, 3.0, 36.0, 360.0, 36_000.0])
 

@@ -9,10 +9,10 @@ import scipy.sparse as sp
 from scipy.optimize import lsq_linear
 
 from gedp.config import load_config
-from measure.mechanisms import psi_exact_variance
-from measure.queries import group_establishments
-from measure.workflows import measure
-from postprocess.wls import (
+from gedp.measure.mechanisms import psi_exact_variance
+from gedp.measure.queries import group_establishments
+from gedp.measure.workflows import measure
+from gedp.postprocess.wls import (
     LinearSystem,
     answer_variances,
     build_system,
@@ -181,7 +181,7 @@ def test_auto_uses_the_structured_solver_and_falls_back_when_groups_split_cells(
 
 
 def test_cell_to_group_matrix_refuses_groups_that_split_cells():
-    from postprocess.structured import NotNested, cell_to_group_matrix
+    from gedp.postprocess.structured import NotNested, cell_to_group_matrix
 
     groups = sp.csr_matrix(np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0]]))
     with pytest.raises(NotNested):

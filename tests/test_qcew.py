@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from evaluation.tabulate import qcew_tables
+from gedp.evaluation.tabulate import qcew_tables
 from gedp.cli import app
-from synth.establishments import synthesize_state, top_share
-from synth.profiles import fit_profile, load_profile
-from synth.qcew import QCEW_VALUE_COLUMNS, read_qcew
-from synth.schema import CONFIDENTIAL, InputError
-from synth.validate import validation_report
+from gedp.synth.establishments import synthesize_state, top_share
+from gedp.synth.profiles import fit_profile, load_profile
+from gedp.synth.qcew import QCEW_VALUE_COLUMNS, read_qcew
+from gedp.synth.schema import CONFIDENTIAL, InputError
+from gedp.synth.validate import validation_report
 
 runner = CliRunner()
 

@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from gedp.cli import app
 from gedp.pipeline import make_rng
-from measure.mechanisms import psi_mechanism
-from measure.neighbors import SqrtPsi
-from measure.queries import IDENTITY, group_establishments
-from synth.schema import InputError
+from gedp.measure.mechanisms import psi_mechanism
+from gedp.measure.neighbors import SqrtPsi
+from gedp.measure.queries import IDENTITY, group_establishments
+from gedp.synth.schema import InputError
 
 runner = CliRunner()
 

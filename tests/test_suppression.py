@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy.optimize import linprog
 
-from evaluation.tabulate import qcew_level
-from measure.suppression import (
+from gedp.evaluation.tabulate import qcew_level
+from gedp.measure.suppression import (
     SuppressionRule,
     audit_suppression,
     build_cells,
@@ -20,8 +20,8 @@ from measure.suppression import (
     suppress,
     suppression_shares,
 )
-from synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
-from synth.schema import validate_microdata
+from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
+from gedp.synth.schema import validate_microdata
 
 RULE = SuppressionRule(p=10, min_estabs=3, attributes=("m1emp", "wage"))
 
@@ -45,7 +45,7 @@ def five():
 @pytest.fixture(scope="module")
 def tiny_state():
     """300 establishments of the small profile: most cells are sensitive, so the audit has work."""
-    from synth.profiles import generate_profile, load_profile
+    from gedp.synth.profiles import generate_profile, load_profile
 
     return generate_profile(load_profile("small"), n_establishments=300, rng=np.random.default_rng(7))
 
@@ -199,8 +199,8 @@ def test_suppression_realism_on_rhode_island(shared_data):
     """Realism check of generator and suppression together: on a state fitted to the published Rhode
     Island file, primary + secondary suppression (p 10%, fewer than 3 establishments) withholds a share
     of county x NAICS-6 cells within 10 percentage points of what BLS withheld (64.4%)."""
-    from synth.establishments import synthesize_state
-    from synth.qcew import read_qcew
+    from gedp.synth.establishments import synthesize_state
+    from gedp.synth.qcew import read_qcew
 
     published = read_qcew(shared_data / "qcew_2016q1_44.csv")
     real = published.aggregates.groupby("agglvl")["suppressed"].mean()
@@ -211,7 +211,7 @@ def test_suppression_realism_on_rhode_island(shared_data):
 
 
 def test_audit_on_worker_processes_equals_the_serial_audit(tiny_suppressed, monkeypatch):
-    import measure.suppression as suppression
+    import gedp.measure.suppression as suppression
 
     result = tiny_suppressed
     _, need = primary_suppression(result.table, RULE)

@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from synth.profiles import generate_profile, load_profile
-from synth.hierarchy import derive_industry_codes
-from synth.io import read_microdata
-from synth.rules import month2_employment
-from synth.schema import InputError, validate_microdata
+from gedp.synth.profiles import generate_profile, load_profile
+from gedp.synth.hierarchy import derive_industry_codes
+from gedp.synth.io import read_microdata
+from gedp.synth.rules import month2_employment
+from gedp.synth.schema import InputError, validate_microdata
 
 
 def records(**overrides) -> pd.DataFrame:

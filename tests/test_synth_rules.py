@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synth.rules import dirichlet_shares, gamma_concentrations, proportional_shares, skewed_weights, split_integer
+from gedp.synth.rules import dirichlet_shares, gamma_concentrations, proportional_shares, skewed_weights, split_integer
 
 
 def test_gamma_concentrations_have_shape_10_scale_200():

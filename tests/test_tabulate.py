@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evaluation.compare import compare_tabulations, error_summary
-from evaluation.tabulate import QCEW_COLUMNS, qcew_level, qcew_tables, tabulate
-from synth.schema import validate_microdata
+from gedp.evaluation.compare import compare_tabulations, error_summary
+from gedp.evaluation.tabulate import QCEW_COLUMNS, qcew_level, qcew_tables, tabulate
+from gedp.synth.schema import validate_microdata
 
 HAND = validate_microdata(pd.DataFrame({
     "estab_id": ["a", "b", "c", "d"],

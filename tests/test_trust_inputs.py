@@ -19,12 +19,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-import configs
+from gedp import configs
 from gedp.cli import app
 from gedp.config import load_config
-from measure.neighbors import LogPsi
-from synth.profiles import generate_profile, load_profile
-from synth.schema import InputError, validate_microdata
+from gedp.measure.neighbors import LogPsi
+from gedp.synth.profiles import generate_profile, load_profile
+from gedp.synth.schema import InputError, validate_microdata
 
 runner = CliRunner()
 COLUMNS = ["estab_id", "state", "county", "naics", "m1emp", "m2emp", "m3emp", "wage"]
@@ -198,7 +198,7 @@ def test_arabic_indic_state_is_not_a_second_state(rows, tmp_path):
 
 
 def test_published_area_codes_must_be_ascii_digits():
-    from synth.qcew import published_state
+    from gedp.synth.qcew import published_state
 
     raw = pd.DataFrame({"area_fips": ["\u0664\u0664000"], "own_code": ["5"], "industry_code": ["10"],
                         "agglvl_code": [51], "year": [2024], "qtr": [1], "disclosure_code": [""],

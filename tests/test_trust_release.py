@@ -14,16 +14,16 @@ import yaml
 from scipy import stats
 from typer.testing import CliRunner
 
-import configs
+from gedp import configs
 from gedp.cli import app
 from gedp.config import load_config
 from gedp.pipeline import make_rng
-from measure.grid import low_bits_flag, psi_grid
-from measure.mechanisms import pnc_sensitivity
-from measure.neighbors import LinearPsi, LogPsi, SqrtPsi
-from measure.workflows import measure
-from postprocess import structured, wls
-from postprocess.wls import SolverError, protect_attribute
+from gedp.measure.grid import low_bits_flag, psi_grid
+from gedp.measure.mechanisms import pnc_sensitivity
+from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtPsi
+from gedp.measure.workflows import measure
+from gedp.postprocess import structured, wls
+from gedp.postprocess.wls import SolverError, protect_attribute
 
 runner = CliRunner()
 CONFIDENTIAL = ["m1emp", "m2emp", "m3emp", "wage"]
@@ -209,10 +209,10 @@ def test_values_beyond_the_grid_range_are_refused_from_public_bounds_only(tmp_pa
     """Attacker review F3/F4: int64 group sums wrapped (1,000 wages of 1e13 released -8e15), and a
     total too large for the psi grid ended in a traceback that depended on the data. The check now
     runs on public bounds (group sizes, MAX_VALUE, clip levels) before any value is gridded."""
-    from measure.grid import MAX_GRID_UNITS, VALUE_GRID
-    from measure.mechanisms import pnc_mechanism
-    from measure.queries import Grouping
-    from synth.schema import InputError
+    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID
+    from gedp.measure.mechanisms import pnc_mechanism
+    from gedp.measure.queries import Grouping
+    from gedp.synth.schema import InputError
 
     rng = np.random.default_rng(0)
     grouping = Grouping(("state",), np.zeros(1_000, dtype=np.int64), pd.DataFrame(index=range(1)))

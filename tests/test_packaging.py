@@ -1,0 +1,48 @@
+"""The wheel installs one import name, gedp, and works where a user's own modules shadow generic names."""
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(out), str(ROOT)], check=True, capture_output=True, cwd=out)
+    [built] = out.glob("gedp-*.whl")
+    return built
+
+
+def test_the_wheel_installs_only_the_gedp_namespace(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"gedp"}, top
+    for sub in ("synth", "measure", "postprocess", "evaluation", "configs"):
+        assert f"gedp/{sub}/__init__.py" in names
+    assert "gedp/configs/baseline.yaml" in names and "gedp/synth/profiles/small.json" in names
+    assert "gedp/py.typed" in names
+
+
+def test_installed_gedp_ignores_a_users_own_evaluation_module(wheel, tmp_path):
+    """Before: `python3 -m gedp interval 36` in a folder holding evaluation.py failed (ModuleNotFoundError)."""
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", str(wheel)],
+                   check=True, capture_output=True)
+    work = tmp_path / "project"
+    work.mkdir()
+    for name in ("evaluation", "measure", "synth", "configs", "postprocess"):
+        (work / f"{name}.py").write_text("raise ImportError('the user module was imported')\n")
+    done = subprocess.run([str(python), "-m", "gedp", "interval", "36"], cwd=work, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    located = subprocess.run([str(python), "-c", "import gedp.measure; print(gedp.measure.__file__)"], cwd=work,
+                             capture_output=True, text=True, check=True).stdout
+    assert str(env_dir) in located
