@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 import pandas as pd
 
+from gedp.measure.answers import NoisyAnswer
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
 from gedp.synth.schema import CONFIDENTIAL
@@ -33,6 +36,46 @@ def tabulate(microdata: pd.DataFrame, by: Sequence[str], attributes: Sequence[st
     table = grouped[attributes].sum()
     table.insert(0, "estabs", grouped.size())
     return table.reset_index()
+
+
+def select(microdata: pd.DataFrame, where: str | None) -> np.ndarray:
+    """Which establishments match ``where`` (a pandas expression on columns; all when None)."""
+    if not where:
+        return np.ones(len(microdata), dtype=bool)
+    try:
+        keep = np.asarray(microdata.eval(where), dtype=bool)
+    except Exception as err:  # pandas raises many types for a bad expression
+        raise ValueError(f"where '{where}': {str(err).splitlines()[0]}") from None
+    if keep.shape != (len(microdata),):
+        raise ValueError(f"where '{where}' is not a filter of establishments")
+    return keep
+
+
+def tabulation_with_margins(microdata: pd.DataFrame, by: Sequence[str], *, where: str | None = None,
+                            answers: Mapping[str, Sequence[NoisyAnswer]] | None = None,
+                            level: float = 0.95) -> pd.DataFrame:
+    """``tabulate`` over the establishments matching ``where``; with the release's noisy ``answers``
+    by attribute, adds ``<attribute>_moe`` = z * sd of each cell from the least-squares covariance."""
+    from scipy import stats
+
+    from gedp.measure.queries import group_establishments
+    from gedp.postprocess.moe import answers_variances
+    from gedp.synth.schema import public_columns
+
+    if not 0 < level < 1:
+        raise ValueError(f"level ({level}) must be between 0 and 1")
+    keep = select(microdata, where)
+    if not keep.any():
+        raise ValueError("no establishments to tabulate" + (f" match where '{where}'" if where else ""))
+    table = tabulate(microdata[keep], list(by))
+    if answers is not None:
+        public = microdata[public_columns(microdata)]
+        codes = np.full(len(microdata), -1, dtype=np.int64)
+        codes[keep] = group_establishments(microdata[keep], list(by)).codes
+        z = float(stats.norm.ppf(0.5 + level / 2))
+        for attribute, attribute_answers in answers.items():
+            table[f"{attribute}_moe"] = z * np.sqrt(answers_variances(attribute_answers, public, codes, len(table)))
+    return table
 
 
 def qcew_keys(microdata: pd.DataFrame, agglvl: int) -> list[str]:

@@ -19,3 +19,15 @@ except metadata.PackageNotFoundError:  # running from a source tree without inst
 _CHECKOUT = Path(__file__).resolve().parent.parent
 if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "measure" / "mechanisms.py").is_file():
     __path__.append(str(_CHECKOUT))
+
+#: The public API (gedp.api), imported on first use so that `gedp --help` starts fast.
+_API = ("Release", "interval", "load", "protect", "read_release", "synthesize")
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from gedp import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'gedp' has no attribute {name!r}")

@@ -6,7 +6,6 @@ leaving no output behind; a solver that fails to reach an optimum exits with sta
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sys
@@ -33,20 +32,18 @@ from gedp.evaluation.e5_earlier import E5Setup, run_e5
 from gedp.evaluation.suppression_report import write_suppression
 from gedp.evaluation.tabulate import qcew_keys, qcew_level, tabulate
 from gedp.config import Config, load_config
+from gedp.errors import AuditError, GedpError
 from gedp.engine import check_request, input_digest, input_states, protect_input
 from gedp.ledger import PENDING, check_cap, check_dataset_id, clear, commit, read_ledger, reserve, spent
 from gedp.pipeline import (
     MANIFEST_FILE,
+    ACCURACY_FILE,
     PROTECTED_FILE,
-    Release,
     check_output_directory,
     check_output_path,
-    make_rng,
-    protect,
+    check_publication,
     read_release,
     staged_directory,
-    total_steps,
-    write_release,
 )
 from gedp.measure.audit import ALPHA as AUDIT_ALPHA
 from gedp.measure.audit import run_audit
@@ -96,15 +93,17 @@ ACCURACY_CHECKS = {
 
 @contextmanager
 def reported_errors():
-    """Turn input errors into one line on stderr and exit status 2 (solver failures: status 1)."""
+    """Turn every gedp error into one line on stderr: exit status 1 when the computation failed
+    (solver, audit LP), 2 when an input, config, budget or path was refused (gedp.errors)."""
     try:
         yield
-    except InputError as err:
+    except (SolverError, AuditError) as err:
+        kind = "solver" if isinstance(err, SolverError) else "audit"
+        typer.echo(f"{kind} error: {_one_line(err)}", err=True)
+        raise typer.Exit(1) from None
+    except GedpError as err:
         typer.echo(f"error: {_one_line(err)}", err=True)
         raise typer.Exit(2) from None
-    except SolverError as err:
-        typer.echo(f"solver error: {_one_line(err)}", err=True)
-        raise typer.Exit(1) from None
 
 
 #: Characters that end a line (str.splitlines): escaped in error messages, which stay on one line.
@@ -154,19 +153,7 @@ def progress_counts(description: str):
 
 def _load(config_name: str, workflow: Optional[str]) -> Config:
     config = load_config(config_name)
-    if workflow is not None:
-        try:
-            plan = dataclasses.replace(config.plan, workflow=workflow)
-        except ValueError as err:
-            raise InputError(f"--workflow: {err}") from None
-        config = dataclasses.replace(config, plan=plan)
-    return config
-
-
-def _release(microdata: pd.DataFrame, config: Config, seed: Optional[int], rng_kind: Optional[str]) -> Release:
-    rng, rng_description = make_rng(seed, rng_kind)
-    with progress_steps(total_steps(config)) as advance:
-        return protect(microdata, config, rng=rng, rng_description=rng_description, on_step=advance)
+    return config if workflow is None else config.with_workflow(workflow)
 
 
 def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
@@ -188,6 +175,14 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
     console.print(f"  run time about {max(1, round(seconds))} s")
 
 
+def _accuracy(truth: pd.DataFrame, release: Path, config: Config) -> dict:
+    """Error summaries of the release's tabulations against the synthetic truth (``gedp run`` only)."""
+    protected = pd.read_parquet(release / PROTECTED_FILE)
+    return {label: {attribute: error_summary(compare_tabulations(truth, protected, by, attribute))
+                    for attribute in config.plan.attributes}
+            for label, by in ACCURACY_CHECKS.items()}
+
+
 @app.command()
 def run(
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
@@ -206,15 +201,13 @@ def run(
         spec = load_profile(profile)
         truth = generate_profile(spec, n_establishments=establishments, rng=np.random.default_rng(DEFAULT_STATE_SEED))
         truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in cfg.plan.attributes])
-        release = _release(truth, cfg, seed, rng)
-        accuracy = {}
-        for label, by in ACCURACY_CHECKS.items():
-            accuracy[label] = {
-                attribute: error_summary(compare_tabulations(truth, release.protected, by, attribute))
-                for attribute in cfg.plan.attributes
-            }
-        written = write_release(release, out, extra_files={"accuracy.json": accuracy})
-    _print_release_summary(release.manifest, written, time.perf_counter() - start)
+        with progress_steps(1) as advance:
+            manifest = protect_input(truth, cfg, out, seed=seed, rng=rng,
+                                     on_state=lambda state: advance(f"state {state} done"),
+                                     extra_files=lambda staging: {ACCURACY_FILE: _accuracy(truth, staging, cfg)})
+        written = out.resolve()
+    _print_release_summary(manifest, written, time.perf_counter() - start)
+    accuracy = json.loads((written / ACCURACY_FILE).read_text())
     console.print(f"  input: synthetic profile '{spec['name']}' (seed {DEFAULT_STATE_SEED}), so accuracy can be shown:")
     table = Table("tabulation", "groups", *cfg.plan.attributes, title="median relative error |x~ - x| / (x + 1)")
     for label, by_attribute in accuracy.items():
@@ -329,9 +322,7 @@ def protect_command(
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
     start = time.perf_counter()
     with reported_errors():
-        if (seed is not None or rng == "pcg64") and not not_for_publication:
-            raise InputError("a seeded or pcg64 release can be replayed: whoever learns or guesses the seed subtracts "
-                             "the noise; add --not-for-publication for a test release, or drop --seed/--rng")
+        check_publication(seed, rng, not_for_publication)
         if ledger is None and (lifetime_cap is not None or dataset_id is not None):
             raise InputError("--lifetime-cap and --dataset-id go with --ledger FILE")
         if ledger is not None and not_for_publication:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +11,12 @@ from typing import Any
 import yaml
 
 from gedp import configs
+from gedp.errors import ConfigError
 from gedp.measure.neighbors import make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
 from gedp.postprocess.wls import SOLVERS, VARIANCE_MODES
-from gedp.synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, InputError, shown
+from gedp.synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, shown
 
 TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "attributes", "queries"}
 REQUIRED_KEYS = {"attributes", "queries"}
@@ -23,8 +25,6 @@ QUERY_KEYS = {"by", "mu"}
 GROUPABLE = set(PUBLIC) | set(CARRIED)
 
 
-class ConfigError(InputError):
-    """A config file that cannot be used (reported in one line, exit status 2)."""
 
 
 #: Limits of a config file: configs are a few dozen lines, so anything far larger is refused
@@ -86,6 +86,14 @@ class Config:
         source = Path(self.source)
         shipped = configs.DIRECTORY / f"{source.stem}.yaml"
         return source.stem if source.suffix == ".yaml" and shipped.is_file() and source.resolve() == shipped.resolve() else "custom"
+
+    def with_workflow(self, workflow: str) -> Config:
+        """The same config measured with another workflow (pnc or psi)."""
+        try:
+            plan = dataclasses.replace(self.plan, workflow=workflow)
+        except ValueError as err:
+            raise ConfigError(f"workflow: {err}") from None
+        return dataclasses.replace(self, plan=plan)
 
 
 def _keys(mapping: Any, allowed: set[str], where: str, required: set[str] = frozenset()) -> dict:

@@ -39,7 +39,7 @@ from gedp.pipeline import (
 )
 from gedp.postprocess.wls import SolverError
 from gedp.synth.io import input_columns, read_columns
-from gedp.synth.schema import CONFIDENTIAL, InputError, estab_ids, normalize_code, validate_microdata
+from gedp.synth.schema import CONFIDENTIAL, InputError, check_columns, estab_ids, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
 
@@ -52,12 +52,34 @@ class InputStates(NamedTuple):
     rows: int
 
 
-def input_states(path: str | Path) -> InputStates:
+#: An input: a CSV or Parquet file, a folder of Parquet parts, or microdata already in memory.
+Source = str | Path | pd.DataFrame
+
+
+def read_source(source: Source, columns: list[str] | None = None,
+                where: tuple[str, list] | None = None) -> pd.DataFrame:
+    """``columns`` of an input as stored (all when None), only the rows whose ``where[0]`` holds one
+    of ``where[1]``: files through ``synth.io.read_columns``, DataFrames in memory."""
+    if not isinstance(source, pd.DataFrame):
+        return read_columns(source, columns, where)
+    check_columns([str(c) for c in source.columns], attributes=())
+    frame = source if columns is None else source[columns]
+    if where is not None:
+        frame = frame[frame[where[0]].isin(where[1])]
+    return frame.reset_index(drop=True)
+
+
+def source_name(source: Source) -> str:
+    """How messages name an input: its path, or "the microdata" for a DataFrame."""
+    return "the microdata" if isinstance(source, pd.DataFrame) else f"'{source}'"
+
+
+def input_states(source: Source) -> InputStates:
     """The state codes of an input, reading only its ``state`` and ``estab_id`` columns; estab_id is
     checked here to be unique across the whole input (every state and every Parquet part)."""
-    frame = read_columns(path, ["state", "estab_id"])
+    frame = read_source(source, ["state", "estab_id"])
     if len(frame) == 0:
-        raise InputError(f"input '{path}' has zero establishments (no data rows)")
+        raise InputError(f"input {source_name(source)} has zero establishments (no data rows)")
     estab_ids(frame)
     distinct = pd.DataFrame({"state": pd.unique(frame["state"])})  # normalized once per stored value
     try:
@@ -92,10 +114,10 @@ def input_digest(path: str | Path, inputs: InputStates, attributes,
     return dataset_digest(digests)
 
 
-def read_state(path: str | Path, state: str, attributes, stored: list) -> pd.DataFrame:
+def read_state(source: Source, state: str, attributes, stored: list) -> pd.DataFrame:
     """Validated microdata of one state: the rows whose stored code is one of ``stored`` (the values
     that normalize to ``state``; Parquet inputs are filtered while reading)."""
-    return validate_microdata(read_columns(path, where=("state", stored)), attributes)
+    return validate_microdata(read_source(source, where=("state", stored)), attributes)
 
 
 def state_rng(entropy: int, state: str) -> np.random.Generator:
@@ -124,7 +146,7 @@ def check_state_by_state(config: Config) -> None:
             )
 
 
-def protect_one_state(path: str, state: str, stored: list, config: Config, entropy: int | None, staging: str,
+def protect_one_state(path: Source, state: str, stored: list, config: Config, entropy: int | None, staging: str,
                       states: int = 1) -> dict:
     """Protect one state and write its parts into the staging release; returns its manifest entry.
 
@@ -153,7 +175,7 @@ def protect_one_state(path: str, state: str, stored: list, config: Config, entro
 
 
 def protect_input(
-    path: str | Path,
+    path: Source,
     config: Config,
     out: str | Path,
     *,
@@ -165,8 +187,11 @@ def protect_input(
     lifetime: dict | None = None,
     before_publish: Callable[[], None] | None = None,
     inputs: InputStates | None = None,
+    extra_files: Callable[[Path], dict[str, dict]] | None = None,
 ) -> dict:
-    """Protect every state of ``path`` into the release directory ``out``; returns the manifest.
+    """Protect every state of ``path`` (a file, a Parquet folder or a DataFrame) into the release
+    directory ``out``; returns the manifest. ``extra_files(staging)`` gives more JSON files to write,
+    computed from the staged release (``gedp run``'s accuracy against a synthetic truth).
 
     ``lifetime`` is the manifest's lifetime-budget section; ``before_publish`` runs when the release
     is complete in its staging directory, before it is moved into place (the ledger's commit).
@@ -180,7 +205,7 @@ def protect_input(
     else:
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     with staged_directory(out, before_publish=before_publish) as staging:
-        arguments = {state: (str(path), state, stored, config, entropy, str(staging), len(states))
+        arguments = {state: (_state_source(path, stored), state, stored, config, entropy, str(staging), len(states))
                      for state, stored in inputs.codes.items()}
         if engine == "local":
             pieces = []
@@ -203,8 +228,16 @@ def protect_input(
         manifest = _manifest(config, pieces, rng_description, engine, scheduler)
         if lifetime is not None:
             manifest["lifetime"] = lifetime
+        for name, content in (extra_files(staging) if extra_files else {}).items():
+            (staging / name).write_text(json.dumps(content, indent=2) + "\n")
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
     return manifest
+
+
+def _state_source(source: Source, stored: list) -> Source:
+    """What a state's task reads: the input's path, or only that state's rows of an in-memory input
+    (so a dask task ships one state, not the whole frame)."""
+    return read_source(source, where=("state", stored)) if isinstance(source, pd.DataFrame) else str(source)
 
 
 def _protect_or_refuse(*arguments) -> dict | Exception:

@@ -81,6 +81,13 @@ def is_publishable(rng_description: dict) -> bool:
     return rng_description.get("kind") == "secure"
 
 
+def check_publication(seed: int | None, rng: str | None, not_for_publication: bool) -> None:
+    """Refuse replayable noise (a seed, or PCG64) unless the release is marked not for publication."""
+    if (seed is not None or rng == "pcg64") and not not_for_publication:
+        raise InputError("a seeded or pcg64 release can be replayed: whoever learns or guesses the seed subtracts "
+                         "the noise; add --not-for-publication for a test release, or drop --seed/--rng")
+
+
 def release_order(microdata: pd.DataFrame) -> pd.DataFrame:
     """Rows sorted by public keys (state, county, naics, estab_id) so that no output keeps the
     input's order, which may follow confidential values."""
@@ -323,17 +330,6 @@ def write_parts(release: Release, staging: Path, part: str, tables: Path) -> Non
     release.protected.to_parquet(staging / PROTECTED_FILE / f"part-{part}.parquet", index=False)
     measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE / f"part-{part}.parquet", index=False)
     release.tables.to_csv(tables, index=False)
-
-
-def write_release(release: Release, out: str | Path, extra_files: dict[str, dict] | None = None) -> Path:
-    """Write the release completely into a temporary directory, then move it into place."""
-    with staged_directory(out) as staging:
-        # Same layout as a state-by-state release: a folder of Parquet parts per file.
-        write_parts(release, staging, "-".join(release.manifest["states"]), staging / TABLES_FILE)
-        for name, content in (extra_files or {}).items():
-            (staging / name).write_text(json.dumps(content, indent=2, default=float) + "\n")
-        (staging / MANIFEST_FILE).write_text(json.dumps(release.manifest, indent=2, default=float) + "\n")
-    return Path(out).resolve()
 
 
 def parse_query_name(name: str) -> tuple[str, ...]:

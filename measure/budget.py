@@ -6,9 +6,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-
-class BudgetError(ValueError):
-    """A budget plan or charge that would break the privacy guarantee."""
+from gedp.errors import BudgetError
 
 
 def compose(mus: Iterable[float]) -> float:

@@ -29,6 +29,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from gedp.errors import AuditError
 from gedp.measure.queries import group_establishments
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
@@ -47,8 +48,6 @@ PROTECTION_TOLERANCE = 1e-6
 PARALLEL_MIN_INTERVALS = 5_000
 
 
-class AuditError(RuntimeError):
-    """An audit LP ended in a status other than optimal or unbounded."""
 
 
 @dataclass(frozen=True)

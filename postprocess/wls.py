@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from gedp.errors import SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.structured import NotNested, solve_structured_wls
@@ -36,10 +37,6 @@ SOLVER_OPTIONS = {
 ROUNDOFF = 1e-6
 #: A solution is accepted only when its KKT residual is below this, relative to the answers' scale.
 KKT_TOLERANCE = 1e-4
-
-
-class SolverError(RuntimeError):
-    """The solver did not report an optimal solution."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gedp.errors import InputError
 from gedp.synth.hierarchy import derive_industry_codes
 
 #: Confidential numeric attributes, all >= 0.
@@ -30,8 +31,6 @@ PUBLIC = ("estab_id", "state", "county", "own", "naics", *DERIVED)
 SHOWN_CHARACTERS = 40
 
 
-class InputError(ValueError):
-    """Input data or configuration that the tool refuses (reported in one line, exit status 2)."""
 
 
 def shown(value: object) -> str:

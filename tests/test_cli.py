@@ -47,7 +47,7 @@ def test_run_writes_a_complete_release(release):
     assert manifest["mu"]["state,county,naics5"]["wage"] == 0.15
     assert manifest["psi"] == {"name": "sqrt", "a": 0.0}
     assert manifest["gammas"] == {"m1emp": 0.5, "m2emp": 0.5, "m3emp": 0.5, "wage": 50.0}
-    assert manifest["zeta"] == 0.01 and manifest["rng"] == {"kind": "seed", "seed": 1, "bit_generator": "PCG64"}
+    assert manifest["zeta"] == 0.01 and manifest["rng"]["kind"] == "seed" and manifest["rng"]["seed"] == 1
     assert {r["status"] for r in manifest["solver"].values()} == {"optimal"}
     assert set(manifest["versions"]) >= {"gedp", "numpy", "cvxpy", "osqp"}
     # nothing whose value depends on the confidential data beyond the mechanisms' outputs (SPEC 8):

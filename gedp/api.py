@@ -1,0 +1,164 @@
+"""gedp as a Python library: synthesize a state, protect microdata, tabulate with margins of error,
+write and read releases. The command line is a thin layer over the same functions.
+
+    import gedp
+    micro = gedp.synthesize(profile="small", seed=1)
+    release = gedp.protect(micro, config="baseline")
+    release.tabulate(by=["county", "naics3"], moe=True, level=0.95)
+    release.write("release/")
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gedp.config import Config, load_config, parse_config
+from gedp.engine import Source, protect_input
+from gedp.errors import InputError
+from gedp.pipeline import (
+    MANIFEST_FILE,
+    MEASUREMENTS_FILE,
+    PROTECTED_FILE,
+    TABLES_FILE,
+    check_output_directory,
+    check_publication,
+    read_release as _read_answers,
+    staged_directory,
+)
+
+__all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize"]
+
+
+def load(config: str | Path | Mapping[str, Any] | Config = "baseline", workflow: str | None = None) -> Config:
+    """A config from a shipped name ("baseline"), a YAML path, a mapping with the YAML's keys, or a
+    Config; ``workflow`` ("pnc" or "psi") overrides the config's."""
+    if isinstance(config, Config):
+        loaded = config
+    elif isinstance(config, Mapping):
+        loaded = parse_config(dict(config), source="<dict>")
+    else:
+        loaded = load_config(config)
+    return loaded if workflow is None else loaded.with_workflow(workflow)
+
+
+def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, establishments: int | None = None,
+               seed: int = 1) -> pd.DataFrame:
+    """Synthetic establishment microdata: a shipped (or JSON) state profile, or a state fitted to a
+    BLS QCEW file so that its tabulations reproduce every published cell."""
+    rng = np.random.default_rng(seed)
+    if from_qcew is not None:
+        from gedp.synth.establishments import synthesize_state
+        from gedp.synth.qcew import read_qcew
+
+        if establishments is not None:
+            raise InputError("establishments goes with profile, not from_qcew (the QCEW file fixes the count)")
+        return synthesize_state(read_qcew(from_qcew), rng=rng)
+    from gedp.synth.profiles import generate_profile, load_profile
+
+    return generate_profile(load_profile(profile), n_establishments=establishments, rng=rng)
+
+
+def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = "baseline", *,
+            workflow: str | None = None, seed: int | None = None, not_for_publication: bool = False,
+            engine: str = "local", scheduler: str | None = None) -> Release:
+    """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
+    parts) state by state; returns the release, held in a temporary folder until ``write``.
+
+    Noise comes from the secure generator; ``seed`` gives a replayable stream and needs
+    ``not_for_publication=True`` (the release then says ``"publishable": false``).
+    """
+    check_publication(seed, None, not_for_publication)
+    loaded = load(config, workflow)
+    holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
+    folder = Path(holder.name) / "release"
+    protect_input(microdata, loaded, folder, seed=seed, engine=engine, scheduler=scheduler)
+    return Release(folder, holder)
+
+
+def read_release(path: str | Path) -> Release:
+    """A release directory written by ``gedp protect``, ``gedp run`` or ``Release.write``."""
+    path = Path(path)
+    if not (path / MANIFEST_FILE).is_file():
+        raise InputError(f"'{path}' is not a gedp release (no {MANIFEST_FILE})")
+    return Release(path)
+
+
+class Release:
+    """A release: protected microdata, noisy measurements, QCEW tables and manifest (all public)."""
+
+    def __init__(self, folder: Path, holder: tempfile.TemporaryDirectory | None = None) -> None:
+        self.folder = folder
+        self._holder = holder  # keeps a temporary release alive as long as this object
+        self._microdata: pd.DataFrame | None = None
+
+    def __repr__(self) -> str:
+        m = self.manifest
+        return (f"<gedp.Release: {m['establishments']:,} establishments, states {', '.join(m['states'])}, "
+                f"mu_total {m['mu_total']:.4f}, publishable {m['publishable']}>")
+
+    @property
+    def manifest(self) -> dict:
+        import json
+
+        return json.loads((self.folder / MANIFEST_FILE).read_text())
+
+    @property
+    def microdata(self) -> pd.DataFrame:
+        """The protected microdata (public columns and protected attributes)."""
+        if self._microdata is None:
+            self._microdata = pd.read_parquet(self.folder / PROTECTED_FILE)
+        return self._microdata
+
+    @property
+    def measurements(self) -> pd.DataFrame:
+        """Every noisy answer: query, attribute, mechanism, mu, keys, released, estimate, variance, sd, grid."""
+        return pd.read_parquet(self.folder / MEASUREMENTS_FILE)
+
+    @property
+    def qcew_tables(self) -> pd.DataFrame:
+        """QCEW aggregation levels 51-58 and 71-78 in BLS layout, tabulated from the protected microdata."""
+        return pd.read_csv(self.folder / TABLES_FILE, dtype={"area_fips": str, "industry_code": str, "own_code": str})
+
+    def tabulate(self, by: str | Sequence[str] = "total", *, moe: bool = False, level: float = 0.95,
+                 where: str | None = None) -> pd.DataFrame:
+        """Totals of the protected attributes by public columns (``"total"`` or [] for the grand
+        total), optionally only over establishments matching ``where`` (a pandas query on public
+        columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
+        from the release's least-squares covariance (no privacy budget spent)."""
+        from gedp.evaluation.tabulate import tabulation_with_margins
+
+        keys = [] if by in ("total", "", None) else [by] if isinstance(by, str) else list(by)
+        answers = _read_answers(self.folder)[1] if moe else None
+        try:
+            return tabulation_with_margins(self.microdata, keys, where=where, answers=answers, level=level)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+
+    def write(self, out: str | Path) -> Path:
+        """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release)."""
+        out = Path(out).resolve()
+        check_output_directory(out)
+        with staged_directory(out) as staging:
+            for entry in self.folder.iterdir():
+                target = staging / entry.name
+                (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, target)
+        return out
+
+
+def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: float = 0.5,
+             **params: float) -> pd.DataFrame:
+    """The uncertainty interval I(x) of each value for this psi and gamma: x, lower, upper, and the
+    distances below and above x in percent."""
+    from gedp.measure.neighbors import interval_table, make_psi
+
+    values = np.asarray(values, dtype=float)
+    if not np.all(np.isfinite(values) & (values >= 0)):
+        raise InputError("values must be finite numbers >= 0")
+    return pd.DataFrame(interval_table(make_psi(psi, **params), gamma, values))

@@ -1,0 +1,32 @@
+"""gedp's errors: one base, GedpError, for everything a user can cause.
+
+The command line turns a GedpError into one line on stderr: exit status 1 for a SolverError or an
+AuditError (the computation failed), 2 for everything else (the input, config, budget or output path
+was refused). Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class GedpError(Exception):
+    """Base of every error gedp reports to its user."""
+
+
+class InputError(GedpError, ValueError):
+    """Input data, configuration or output path that gedp refuses (exit status 2)."""
+
+
+class ConfigError(InputError):
+    """A config file that cannot be used (exit status 2)."""
+
+
+class BudgetError(InputError):
+    """A budget plan or charge that would break the privacy guarantee (exit status 2)."""
+
+
+class SolverError(GedpError, RuntimeError):
+    """The least-squares postprocessing did not reach a verified optimum (exit status 1)."""
+
+
+class AuditError(GedpError, RuntimeError):
+    """A cell-suppression audit LP ended in a status other than optimal or unbounded (exit status 1)."""

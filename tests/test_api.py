@@ -1,0 +1,100 @@
+"""The Python API (gedp.api): the README's example, run as written, and its contracts."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gedp
+from gedp import errors
+from gedp.errors import GedpError, InputError
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_example() -> str:
+    """The README's Python example (the block under "## Python API")."""
+    section = README.read_text().split("## Python API", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+
+
+def test_the_readme_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(readme_example(), "README.md", "exec"), namespace)
+    release, table = namespace["release"], namespace["by_county"]
+    assert isinstance(release, gedp.Release) and (tmp_path / "release" / "manifest.json").is_file()
+    assert {"m1emp_moe", "wage_moe"} <= set(table.columns) and (table["m1emp_moe"] > 0).all()
+    again = gedp.read_release(tmp_path / "release")
+    pd.testing.assert_frame_equal(again.microdata, release.microdata)
+
+
+@pytest.fixture(scope="module")
+def release():
+    micro = gedp.synthesize(profile="small", establishments=3_000, seed=2)
+    return micro, gedp.protect(micro, config="employment")
+
+
+def test_protect_gives_a_publishable_release_of_every_establishment(release):
+    micro, protected = release
+    assert protected.manifest["publishable"] is True and protected.manifest["config_name"] == "employment"
+    assert sorted(protected.microdata["estab_id"]) == sorted(micro["estab_id"])
+    assert (protected.microdata[["m1emp", "m2emp", "m3emp"]] >= 0).all().all()
+    assert "wage" not in protected.microdata  # employment measures employment only
+
+
+def test_tabulations_add_up_and_margins_are_the_covariance(release):
+    micro, protected = release
+    total = protected.tabulate("total")
+    by_county = protected.tabulate(by=["county"])
+    assert total["m1emp"].iloc[0] == pytest.approx(by_county["m1emp"].sum(), rel=1e-12)
+    assert int(total["estabs"].iloc[0]) == len(micro)
+    wide = protected.tabulate(by=["county"], moe=True, level=0.95)
+    narrow = protected.tabulate(by=["county"], moe=True, level=0.5)
+    from scipy import stats
+    ratio = stats.norm.ppf(0.975) / stats.norm.ppf(0.75)
+    np.testing.assert_allclose(wide["m1emp_moe"], ratio * narrow["m1emp_moe"], rtol=1e-12)
+    selected = protected.tabulate(by=["county"], where="sector == '44-45'")
+    assert selected["estabs"].sum() == (protected.microdata["sector"] == "44-45").sum()
+
+
+def test_configs_come_as_names_paths_or_mappings(release, tmp_path):
+    import yaml
+
+    from gedp import configs
+
+    raw = yaml.safe_load(configs.path("employment").read_text())
+    assert gedp.load(raw).plan.budget().total == pytest.approx(gedp.load("employment").plan.budget().total)
+    assert gedp.load(configs.path("employment"), workflow="psi").plan.workflow == "psi"
+    with pytest.raises(InputError):
+        gedp.load({"attributes": {}})
+
+
+def test_seeds_need_not_for_publication(release):
+    micro, _ = release
+    with pytest.raises(InputError, match="not-for-publication"):
+        gedp.protect(micro, config="employment", seed=3)
+    test = gedp.protect(micro, config="employment", seed=3, not_for_publication=True)
+    again = gedp.protect(micro, config="employment", seed=3, not_for_publication=True)
+    assert test.manifest["publishable"] is False
+    pd.testing.assert_frame_equal(test.microdata, again.microdata)
+
+
+def test_interval_matches_the_closed_form():
+    table = gedp.interval([3, 36, 360], psi="sqrt", gamma=0.5)
+    np.testing.assert_allclose(table["upper"], (np.sqrt([3, 36, 360]) + 0.5) ** 2)
+    np.testing.assert_allclose(table["lower"], (np.sqrt([3, 36, 360]) - 0.5) ** 2)
+
+
+def test_every_user_facing_error_derives_from_one_base():
+    from gedp.config import ConfigError
+    from gedp.measure.budget import BudgetError
+    from gedp.measure.suppression import AuditError
+    from gedp.postprocess.wls import SolverError
+    from gedp.synth.schema import InputError as SchemaInputError
+
+    for error in (ConfigError, BudgetError, AuditError, SolverError, SchemaInputError):
+        assert issubclass(error, GedpError) and error.__module__ == errors.__name__
+    assert SchemaInputError is InputError
