@@ -22,8 +22,8 @@ import pandas as pd
 from gedp.config import Config, load_config, parse_config
 from gedp.engine import Source, protect_input
 from gedp.errors import InputError
+from gedp.manifest import Manifest, read_manifest
 from gedp.pipeline import (
-    MANIFEST_FILE,
     MEASUREMENTS_FILE,
     PROTECTED_FILE,
     TABLES_FILE,
@@ -84,10 +84,8 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
 
 def read_release(path: str | Path) -> Release:
     """A release directory written by ``gedp protect``, ``gedp run`` or ``Release.write``."""
-    path = Path(path)
-    if not (path / MANIFEST_FILE).is_file():
-        raise InputError(f"'{path}' is not a gedp release (no {MANIFEST_FILE})")
-    return Release(path)
+    read_manifest(path)
+    return Release(Path(path))
 
 
 class Release:
@@ -104,10 +102,8 @@ class Release:
                 f"mu_total {m['mu_total']:.4f}, publishable {m['publishable']}>")
 
     @property
-    def manifest(self) -> dict:
-        import json
-
-        return json.loads((self.folder / MANIFEST_FILE).read_text())
+    def manifest(self) -> Manifest:
+        return read_manifest(self.folder)
 
     @property
     def microdata(self) -> pd.DataFrame:

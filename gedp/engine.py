@@ -12,7 +12,6 @@ loaded), protected, written as one part of each output, and dropped.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import logging
 from collections.abc import Callable
@@ -24,17 +23,14 @@ import pandas as pd
 
 from gedp.config import Config
 from gedp.ledger import dataset_digest, records_digest
+from gedp.manifest import release_manifest
 from gedp.pipeline import (
     MANIFEST_FILE,
-    MEASUREMENTS_FILE,
-    PROTECTED_FILE,
     TABLES_FILE,
-    is_publishable,
     make_rng,
     protect,
     secure_generator,
     staged_directory,
-    versions,
     write_parts,
 )
 from gedp.postprocess.wls import SolverError
@@ -225,7 +221,7 @@ def protect_input(
                 lines = part.read_text().splitlines(keepends=True)
                 tables.writelines(lines if index == 0 else lines[1:])
                 part.unlink()
-        manifest = _manifest(config, pieces, rng_description, engine, scheduler)
+        manifest = release_manifest(config, pieces, rng_description, engine, scheduler)
         if lifetime is not None:
             manifest["lifetime"] = lifetime
         for name, content in (extra_files(staging) if extra_files else {}).items():
@@ -269,55 +265,3 @@ def _run_on_dask(arguments: dict[str, tuple], scheduler, on_state) -> list[dict]
     if refused is not None:
         raise refused
     return pieces
-
-
-def _manifest(config: Config, pieces: list[dict], rng_description: dict, engine, scheduler) -> dict:
-    plan = config.plan
-    solver = {}
-    for attribute in plan.attributes:
-        reports = [piece["solver"][attribute] for piece in pieces]
-        statuses = {r["status"] for r in reports}
-        solver[attribute] = {
-            "solver": ",".join(sorted({r["solver"] for r in reports})),
-            "status": statuses.pop() if len(statuses) == 1 else "mixed: " + ",".join(sorted(statuses)),
-            "kkt_residual": max(r["kkt_residual"] for r in reports),
-            "iterations": max((r["iterations"] or 0) for r in reports),
-        }
-    # Parallel composition: each state's records are measured by its own mechanisms only, so the
-    # release spends the largest of the states' charges (each composed from what its noise cost).
-    mu_by_query: dict[str, dict[str, float]] = {}
-    for piece in pieces:
-        for query, by_attribute in piece["mu"].items():
-            for attribute, mu in by_attribute.items():
-                current = mu_by_query.setdefault(query, {}).get(attribute, 0.0)
-                mu_by_query[query][attribute] = max(current, mu)
-    return {
-        "gedp_version": versions()["gedp"],
-        "created_date": dt.datetime.now(dt.timezone.utc).date().isoformat(),
-        "publishable": is_publishable(rng_description),
-        "config_name": config.name,
-        "config": config.raw,
-        "establishments": sum(piece["establishments"] for piece in pieces),
-        "states": [piece["state"] for piece in pieces],
-        "workflow": plan.workflow,
-        "psi": plan.psi.params(),
-        "gammas": dict(plan.gammas),
-        "zeta": plan.zeta,
-        "zeta_per_state": pieces[0]["zeta"],
-        "tau": {piece["state"]: piece["tau"] for piece in pieces},
-        "mu_total": max(piece["mu_total"] for piece in pieces),
-        "mu_planned_total": plan.budget().total,
-        "mu_cap": plan.cap,
-        "mu": mu_by_query,
-        "grid": pieces[0]["grid"],
-        "ledger": {piece["state"]: piece["ledger"] for piece in pieces},
-        "composition": "parallel across states (every query includes state); each state spends mu_total",
-        "rng": rng_description | {"per_state": "its own secure generator" if rng_description["kind"] == "secure"
-                                  else "SeedSequence([seed or OS entropy, *ASCII bytes of the state code])"},
-        "engine": engine if scheduler is None else f"{engine} ({scheduler})",
-        "variance_mode": config.variance_mode,
-        "solver": solver,
-        "per_state": {piece["state"]: piece for piece in pieces},
-        "versions": versions(),
-        "files": {"protected_microdata": PROTECTED_FILE, "measurements": MEASUREMENTS_FILE, "qcew_tables": TABLES_FILE},
-    }

@@ -98,3 +98,21 @@ def test_every_user_facing_error_derives_from_one_base():
     for error in (ConfigError, BudgetError, AuditError, SolverError, SchemaInputError):
         assert issubclass(error, GedpError) and error.__module__ == errors.__name__
     assert SchemaInputError is InputError
+
+
+def test_run_and_protect_write_one_manifest_schema(small_release, tmp_path):
+    """Before: gedp run and gedp protect built manifest.json in two places with different schemas."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+    from gedp.manifest import Manifest, read_manifest
+
+    run_dir, _ = small_release
+    source = tmp_path / "in.parquet"
+    gedp.read_release(run_dir).microdata.to_parquet(source)  # any microdata will do
+    result = CliRunner().invoke(app, ["protect", str(source), "--out", str(tmp_path / "p")])
+    assert result.exit_code == 0, result.output
+    run, protect = read_manifest(run_dir), read_manifest(tmp_path / "p")
+    assert run.keys() == protect.keys() and set(run) <= set(Manifest.__annotations__)
+    assert isinstance(run["ledger"], dict) and isinstance(protect["ledger"], dict)
+    assert run["mu_total"] <= run["mu_planned_total"] * (1 + 1e-9)
