@@ -24,9 +24,8 @@ import pandas as pd
 import scipy.sparse as sp
 
 from gedp.measure.answers import NoisyAnswer
-from gedp.measure.queries import group_establishments
-from gedp.postprocess.structured import CellOperator, cell_to_group_matrix
-from gedp.postprocess.wls import LinearSystem, build_system
+from gedp.postprocess.structured import CellOperator, cell_to_group_matrix, pinned_at_zero
+from gedp.postprocess.wls import LinearSystem, build_system, system_structure
 
 #: Tabulation cells handled per block (bounds memory to cells x CHUNK floats).
 CHUNK = 1_000
@@ -54,10 +53,9 @@ def tabulation_variances(
     if identity_rows is not None:
         rows[identity_rows] = False
         v[system.matrix[identity_rows].indices] = system.v[identity_rows]
-    pinned = rows & (system.v <= 0)
-    if pinned.any():  # empty clipped sums: these establishments are known to be 0
-        v[system.matrix[pinned].indices] = 0.0
-        rows &= ~pinned
+    exact, fixed = pinned_at_zero(system.matrix, system.b, system.v)
+    v[fixed] = 0.0  # empty clipped sums: these establishments are known to be 0
+    rows &= ~exact
     c = cell_to_group_matrix(system.matrix[rows], cell_codes, n_cells)
     w = system.v[rows]
     inside = tab_codes >= 0
@@ -93,10 +91,5 @@ def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_
     """Variances of tabulation cells from a release's answers of one attribute (their own
     variances: estimated for the psi-mechanism, exact for pnc) over its public microdata."""
     system = build_system(answers, public, [answer.variance for answer in answers])
-    offsets = np.cumsum([0, *[len(answer) for answer in answers]])
-    identity = [i for i, answer in enumerate(answers) if answer.query.is_identity]
-    identity_rows = np.arange(offsets[identity[0]], offsets[identity[0] + 1]) if identity else None
-    columns = list(dict.fromkeys(c for answer in answers if not answer.query.is_identity for c in answer.query.by))
-    if not columns:  # identity only: every establishment is its own cell
-        columns = ["estab_id"]
-    return tabulation_variances(system, identity_rows, group_establishments(public, columns).codes, tab_codes, n_tab)
+    identity_rows, cell_codes = system_structure(answers, public)
+    return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab)

@@ -185,6 +185,22 @@ def _group_solver(c: sp.csr_matrix, w: np.ndarray, s: np.ndarray):
     return lu.solve
 
 
+def pinned_at_zero(rows: sp.csr_matrix, answers: np.ndarray, variances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of zero variance and the establishments they pin at 0.
+
+    A zero variance only arises for pnc groups whose clip level is 0 (the exact answer is then 0):
+    with x >= 0 that pins every establishment of the group at 0, which every solver and the
+    margins of error impose directly.
+    """
+    exact = variances <= 0
+    if np.any(answers[exact] != 0):
+        raise ValueError("an answer with variance 0 is not 0; zero variance is only valid for empty clipped sums")
+    fixed = np.zeros(rows.shape[1], dtype=bool)
+    if exact.any():
+        fixed[rows[exact].indices] = True
+    return exact, fixed
+
+
 def solve_structured_wls(
     a: np.ndarray,
     v: np.ndarray,
@@ -196,12 +212,7 @@ def solve_structured_wls(
     """Structured solve from group rows over establishments; zero-variance groups pin their
     establishments at 0. Returns the values, the iterations and the seconds taken."""
     start = time.perf_counter()
-    exact = w <= 0
-    if np.any(b[exact] != 0):
-        raise ValueError("an answer with variance 0 is not 0; zero variance is only valid for empty clipped sums")
-    fixed = np.zeros(len(a), dtype=bool)
-    if exact.any():
-        fixed[groups[exact].indices] = True
+    exact, fixed = pinned_at_zero(groups, b, w)
     n_cells = int(cell_codes.max()) + 1 if len(cell_codes) else 0
     c = cell_to_group_matrix(groups[~exact], cell_codes, n_cells)
     values, iterations = solve_nested(a, v, cell_codes, c, b[~exact], w[~exact], fixed_zero=fixed)

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from gedp.errors import SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import group_establishments
-from gedp.postprocess.structured import NotNested, solve_structured_wls
+from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls
 
 VARIANCE_MODES = ("estimated", "exact", "hybrid")
 #: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.
@@ -111,6 +111,17 @@ def build_system(
     return LinearSystem(sp.vstack(blocks, format="csr"), np.concatenate(b), np.concatenate(v))
 
 
+def system_structure(answers: Sequence[NoisyAnswer], public: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray]:
+    """The rows of the (one) identity answer in ``build_system``'s stacking (None without exactly
+    one), and each establishment's cell of the grouping by every group-by column (its own cell when
+    there is none): what the structured solver and the margins of error work on."""
+    identity = [i for i, answer in enumerate(answers) if answer.query.is_identity]
+    offsets = np.cumsum([0, *[len(answer) for answer in answers]])
+    rows = np.arange(offsets[identity[0]], offsets[identity[0] + 1]) if len(identity) == 1 else None
+    columns = list(dict.fromkeys(c for answer in answers if not answer.query.is_identity for c in answer.query.by))
+    return rows, group_establishments(public, columns or ["estab_id"]).codes
+
+
 def kkt_residual(system: LinearSystem, x: np.ndarray, pinned: np.ndarray | None = None) -> float:
     """max_j |min(x_j, g_j / H_jj)|: the KKT residual of x >= 0 in units of the attribute.
 
@@ -128,25 +139,10 @@ def kkt_residual(system: LinearSystem, x: np.ndarray, pinned: np.ndarray | None 
     return float(np.max(residual, initial=0.0))
 
 
-def _pinned_rows(system: LinearSystem) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of zero variance and the establishments they pin at 0.
-
-    A zero variance only arises for pnc groups whose clip level is 0 (so the exact answer is 0):
-    with x >= 0 that pins every establishment of the group at 0, which is imposed directly.
-    """
-    exact_rows = system.v <= 0
-    if np.any(system.b[exact_rows] != 0):
-        raise ValueError("an answer with variance 0 is not 0; zero variance is only valid for empty clipped sums")
-    fixed = np.zeros(system.matrix.shape[1], dtype=bool)
-    if exact_rows.any():
-        fixed[system.matrix[exact_rows].indices] = True
-    return exact_rows, fixed
-
-
 def _result(system: LinearSystem, values: np.ndarray, *, solver: str, status: str, start: float,
             iterations: int | None = None) -> WLSResult:
     """Check a solution (round-off below 0 only), set round-off to 0, and measure it."""
-    exact_rows, fixed = _pinned_rows(system)
+    exact_rows, fixed = pinned_at_zero(system.matrix, system.b, system.v)
     keep = ~exact_rows
     scale = float(np.sqrt(np.median(system.v[keep]))) if keep.any() else 1.0
     clipped = float(max(0.0, -values.min(initial=0.0)))
@@ -184,7 +180,7 @@ def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
     if solver not in CVXPY_SOLVERS:
         raise ValueError(f"solver '{solver}' is not a cvxpy solver; choose one of {', '.join(CVXPY_SOLVERS)}")
     start = time.perf_counter()
-    exact_rows, fixed = _pinned_rows(system)
+    exact_rows, fixed = pinned_at_zero(system.matrix, system.b, system.v)
     free = np.flatnonzero(~fixed)
     keep = ~exact_rows
     a_free, b_free, v_free = system.matrix[keep][:, free], system.b[keep], system.v[keep]
@@ -247,13 +243,10 @@ def protect_attribute(
         raise ValueError(f"answers of several attributes ({', '.join(sorted(attributes))}) given together")
     variances = [answer_variances(answer, variance_mode, exact_variances) for answer in answers]
     system = build_system(answers, public, variances)
-    identity = [i for i, answer in enumerate(answers) if answer.query.is_identity]
-    if solver in ("auto", "structured") and len(identity) == 1:
-        offsets = np.cumsum([0, *[len(answer) for answer in answers]])
-        identity_rows = np.arange(offsets[identity[0]], offsets[identity[0] + 1])
-        columns = list(dict.fromkeys(c for answer in answers if not answer.query.is_identity for c in answer.query.by))
+    identity_rows, cell_codes = system_structure(answers, public)
+    if solver in ("auto", "structured") and identity_rows is not None:
         try:
-            return solve_structured(system, identity_rows, group_establishments(public, columns).codes)
+            return solve_structured(system, identity_rows, cell_codes)
         except NotNested:
             if solver == "structured":
                 raise
