@@ -41,7 +41,7 @@ def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("stage", ["protect", "write_parts", "_manifest", "os.replace"])
+@pytest.mark.parametrize("stage", ["protect", "write_parts", "release_manifest", "os.replace"])
 def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, monkeypatch, stage):
     source, out, before = earlier_release
     if stage == "os.replace":
@@ -58,7 +58,7 @@ def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, mo
 def test_interruption_of_a_first_release_leaves_nothing(tmp_path, small_state, monkeypatch):
     source = tmp_path / "in.parquet"
     small_state.to_parquet(source)
-    monkeypatch.setattr(gedp.engine, "_manifest", interrupt)
+    monkeypatch.setattr(gedp.engine, "release_manifest", interrupt)
     with pytest.raises(KeyboardInterrupt):
         gedp.engine.protect_input(source, gedp.cli.load_config("baseline"), tmp_path / "new", seed=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
