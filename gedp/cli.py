@@ -30,7 +30,7 @@ from gedp.evaluation.e3_bias import E3Setup, run_e3
 from gedp.evaluation.e4_analytic import run_e4
 from gedp.evaluation.e5_earlier import E5Setup, run_e5
 from gedp.evaluation.suppression_report import write_suppression
-from gedp.evaluation.tabulate import qcew_keys, qcew_level, tabulate
+from gedp.evaluation.tabulate import qcew_keys, qcew_level, select, tabulate
 from gedp.config import Config, load_config
 from gedp.errors import AuditError, GedpError
 from gedp.engine import check_request, input_digest, input_states, protect_input
@@ -446,14 +446,10 @@ def tabulate_command(
         if table_format == "qcew" and agglvl is None:
             raise InputError("--format qcew needs --agglvl (a QCEW aggregation level)")
         data = _read_for_tabulation(microdata)
-        keep = np.ones(len(data), dtype=bool)
-        if where:
-            try:
-                keep = np.asarray(data.eval(where), dtype=bool)
-            except Exception as err:  # pandas raises many types for a bad expression
-                raise InputError(f"--where '{where}': {str(err).splitlines()[0]}") from None
-            if keep.shape != (len(data),):
-                raise InputError(f"--where '{where}' is not a filter of establishments")
+        try:
+            keep = select(data, where)
+        except ValueError as err:
+            raise InputError(f"--{err}") from None
         selected = data[keep]
         if selected.empty:
             raise InputError("no establishments to tabulate" + (f" match --where '{where}'" if where else ""))
