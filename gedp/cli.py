@@ -254,6 +254,9 @@ def _print_validation(report: dict) -> None:
     share = report["top1_share_m1emp_cells_5plus"]
     console.print(f"  largest establishment's share of its cell's employment (cells with 5+): median {share['median']:.2f}, "
                   f"p90 {share['p90']:.2f} over {share['cells']:,} cells")
+    if report["rounded_to_whole_numbers"]:
+        console.print(f"  fractional published values of {', '.join(report['rounded_to_whole_numbers'])} were rounded to "
+                      f"whole numbers (controlled rounding: every total still the sum of its parts)")
     verdict = "[green]every published cell reproduced exactly[/]" if report["exact"] else "[red]NOT exact[/]"
     console.print(f"  {report['establishments']:,} establishments; {verdict}; negative values: {report['negative_values']}")
 
@@ -262,7 +265,8 @@ def _print_validation(report: dict) -> None:
 def synth(
     out: Annotated[Path, typer.Option(help="Microdata file to write (.parquet or .csv).")],
     profile: Annotated[Optional[str], typer.Option(help=f"Built-in profile ({', '.join(available_profiles())}) or profile JSON.")] = None,
-    from_qcew: Annotated[Optional[Path], typer.Option(help="BLS QCEW by-area open-data CSV of one state and quarter.")] = None,
+    from_qcew: Annotated[Optional[Path], typer.Option(help="BLS QCEW by-area CSV of one state and quarter, or a folder of "
+                                                           "per-area CSVs (statewide and county files).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed of the synthesis.")] = 1,
     within_cell: Annotated[str, typer.Option(help="Within-cell sizes: realistic (skewed) or paper (source rule).")] = "realistic",
     establishments: Annotated[Optional[int], typer.Option(help="With --profile: rescale to this many establishments.")] = None,
