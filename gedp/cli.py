@@ -64,7 +64,7 @@ from gedp.synth.profiles import (
     load_profile,
 )
 from gedp.synth.qcew import PublishedState, read_qcew
-from gedp.synth.schema import CONFIDENTIAL, InputError
+from gedp.synth.schema import CONFIDENTIAL, InputError, count
 from gedp.synth.validate import validation_report
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -221,12 +221,18 @@ def run(
     console.print(table)
 
 
-def _write_atomically(path: Path, write) -> None:
-    """Write a file through a temporary name in the same folder, renamed only when complete; a path
-    that cannot be a file (a folder, a parent that is not a folder, a name too long) is refused."""
+def _check_output_file(path: Path) -> None:
+    """Refuse a path that cannot become a file: a folder, a parent that is not a folder, a name too
+    long, a parent that cannot be created."""
     check_output_path(path.resolve())
     if path.is_dir():
         raise InputError(f"output '{path}' is a folder; give a file name")
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Write a file through a temporary name in the same folder, renamed only when complete; a path
+    that cannot be a file (a folder, a parent that is not a folder, a name too long) is refused."""
+    _check_output_file(path)
     staging = path.with_name(f".{path.stem}.partial{path.suffix}")  # same suffix: same format
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -426,10 +432,6 @@ TABLE_FORMATS = ("csv", "parquet", "qcew")
 SHOWN_ROWS = 25
 
 
-def _rows(n: int) -> str:
-    return f"{n:,} row{'' if n == 1 else 's'}"
-
-
 def _table_format(table_format: Optional[str], out: Optional[Path], agglvl: Optional[int]) -> str:
     """The output format: --format, else from the --out name; refused when it cannot be told."""
     if out is not None and out.is_dir():
@@ -501,14 +503,14 @@ def tabulate_command(
                               lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
     margins = f"; margins of error at {level:.0%}" if moe else ""
     if out is not None:
-        console.print(f"{_rows(len(table))} written to {out}{margins}")
+        console.print(f"{count(len(table), 'row')} written to {out}{margins}")
     elif not sys.stdout.isatty():
         table.to_csv(sys.stdout, index=False)
-        errors.print(f"{_rows(len(table))} written as CSV to standard output{margins}")
+        errors.print(f"{count(len(table), 'row')} written as CSV to standard output{margins}")
     else:
         typer.echo(table.head(SHOWN_ROWS).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
         shown = f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)" if len(table) > SHOWN_ROWS else ""
-        console.print(f"{_rows(len(table))}{shown}{margins}")
+        console.print(f"{count(len(table), 'row')}{shown}{margins}")
 
 
 @app.command()
@@ -639,7 +641,7 @@ def evaluate(
                 with errors.status(f"running e4: {trials:,} trials per row"):
                     summary = run_e4(staging, trials=trials, seed=seed)
     console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
-                  f"{len(summary['figures'])} plots) in {time.perf_counter() - start:.0f}s")
+                  f"{count(len(summary['figures']), 'plot')}) in {time.perf_counter() - start:.0f}s")
 
 
 @app.command(name="suppress")
@@ -712,6 +714,8 @@ def audit(
             raise InputError(f"mechanism '{mechanism}' is unknown; choose one of {', '.join(AUDITED)} or all")
         if not (mu > 0 and trials >= 1_000):
             raise InputError(f"--mu ({mu}) must be > 0 and --trials ({trials}) >= 1000")
+        if out is not None:  # refused before the audit runs, not after
+            _check_output_file(out)
         with errors.status(f"auditing {', '.join(chosen)}: {trials:,} runs per dataset"):
             results = run_audit(mu, trials=trials, seed=seed, noise_factor=0.5 if broken else 1.0, mechanisms=chosen)
     table = Table("mechanism", "case", "claimed mu", "audited lower bound", "trials", "verdict",

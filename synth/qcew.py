@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
-from gedp.synth.schema import CONFIDENTIAL, InputError, validate_microdata
+from gedp.synth.schema import CONFIDENTIAL, InputError, count, validate_microdata
 
 #: BLS open-data column of each confidential attribute.
 QCEW_VALUE_COLUMNS = {
@@ -143,7 +143,7 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
         numbers = pd.to_numeric(raw[column], errors="coerce")
         bad = numbers.isna() | (numbers != numbers.round())
         if bad.any():
-            raise InputError(f"{source}: column '{column}': {int(bad.sum())} rows are missing or not whole numbers; "
+            raise InputError(f"{source}: column '{column}' is missing or not a whole number in {count(int(bad.sum()), 'row')}; "
                              f"e.g. row {int(np.flatnonzero(bad.to_numpy())[0]) + 2}: {raw[column][bad].iloc[0]!r}")
         raw = raw.assign(**{column: numbers.astype("int64")})
     levels = (*STATE_LEVELS, *COUNTY_LEVELS)
@@ -157,7 +157,8 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     fips = private["area_fips"].astype(str).str.strip()
     bad_fips = ~fips.str.fullmatch("[0-9]{5}")
     if bad_fips.any():
-        raise InputError(f"{source}: {int(bad_fips.sum())} rows have an area_fips that is not 5 digits; e.g. {fips[bad_fips].iloc[0]!r}")
+        raise InputError(f"{source}: {count(int(bad_fips.sum()), 'row')} with an area_fips that is not 5 digits; "
+                         f"e.g. {fips[bad_fips].iloc[0]!r}")
     states = sorted(fips.str[:2].unique())
     if len(states) > 1:
         raise InputError(f"{source}: rows of {len(states)} states ({', '.join(states)}); give one state per file")
@@ -166,7 +167,7 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     bad = values.isna() | (values < 0)
     if bad.any().any():
         column = bad.any().idxmax()
-        raise InputError(f"column '{column}': {int(bad[column].sum())} private rows are not numbers >= 0")
+        raise InputError(f"{source}: column '{column}' is not a number >= 0 in {count(int(bad[column].sum()), 'private row')}")
 
     aggregates = pd.DataFrame({
         "agglvl": private["agglvl_code"].astype(int).to_numpy(),
