@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from gedp.evaluation.tabulate import tabulate
+from gedp.evaluation.tabulate import group_keys, tabulate
 
 
 def compare_tabulations(
@@ -19,7 +19,7 @@ def compare_tabulations(
     """
     true_table = tabulate(truth, by, [attribute]).rename(columns={attribute: "true"})
     protected_table = tabulate(protected, by, [attribute]).rename(columns={attribute: "protected"})
-    keys = list(by)
+    keys = group_keys(truth, by)
     if keys:
         table = true_table.merge(protected_table[[*keys, "protected"]], on=keys, how="outer", validate="one_to_one")
     else:

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from gedp.evaluation.report import Report
+from gedp.synth.schema import count
 
 NS = (1, 2, 5, 10, 50)
 TAUS = (0.5, 2.0, 10.0)
@@ -118,7 +119,7 @@ def run_e4(out: Path, *, trials: int, seed: int) -> dict:
     report.section(
         "Findings",
         ("Every row agrees with its formula within 4 standard errors" if not disagreeing else
-         f"**{len(disagreeing)} rows disagree with their formulas**: " + "; ".join(disagreeing))
+         f"**Disagreeing with the formulas ({count(len(disagreeing), 'row')})**: " + "; ".join(disagreeing))
         + f" (largest |z| = {abs(worst['z']):.2f}). Estimated variances inflate the MSE by the factor "
         "n (3 + tau) / (1 + n (2 + tau)), which approaches (3 + tau) / (2 + tau) > 1 for large n: the cost does not "
         "vanish with more measurements. Data-dependent variances bias the estimate downward, most for few "

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-
 import pandas as pd
 
 from gedp.measure.answers import NoisyAnswer
+from gedp.postprocess.moe import margins_of_error
+
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
-from gedp.synth.schema import CONFIDENTIAL
+from gedp.synth.schema import CONFIDENTIAL, public_columns
 
 QCEW_COLUMNS = (
     "area_fips", "own_code", "industry_code", "agglvl_code", "year", "qtr", "qtrly_estabs",
@@ -19,62 +22,102 @@ QCEW_COLUMNS = (
 )
 
 
-def tabulate(microdata: pd.DataFrame, by: Sequence[str], attributes: Sequence[str] | None = None) -> pd.DataFrame:
-    """Sum the attributes by the public columns ``by`` (() gives the total), with establishment counts.
+class SelectionWarning(UserWarning):
+    """A selection on noisy (protected) values: margins of error assume one on public columns only."""
 
-    Returns one row per non-empty group, sorted by the keys, with ``by``, ``estabs`` and the sums.
+
+def group_keys(microdata: pd.DataFrame, by: str | Sequence[str]) -> list[str]:
+    """The public columns a tabulation groups by.
+
+    ``by`` is a list of columns or a comma-separated string ("" or "total": the total). County codes
+    repeat across states, so a county key always carries the state (added before it).
+
+    Raises:
+        ValueError: a confidential attribute or a column the microdata do not have.
     """
-    attributes = [a for a in (attributes or CONFIDENTIAL) if a in microdata.columns]
-    unknown = [c for c in by if c not in microdata.columns]
+    if isinstance(by, str):
+        by = [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",") if c.strip()]
+    keys = list(dict.fromkeys(by))
+    attributes = [c for c in keys if c in CONFIDENTIAL]
+    if attributes:
+        raise ValueError(f"cannot tabulate by {', '.join(attributes)}: confidential attributes are summed, not "
+                         f"grouped by; group by public columns ({', '.join(public_columns(microdata))})")
+    unknown = [c for c in keys if c not in microdata.columns]
     if unknown:
         raise ValueError(f"cannot tabulate by {', '.join(unknown)}: no such column")
-    if not by:
-        sums = microdata[attributes].sum().to_frame().T
-        sums.insert(0, "estabs", len(microdata))
-        return sums
-    grouped = microdata.groupby(list(by), sort=True, observed=True)
-    table = grouped[attributes].sum()
-    table.insert(0, "estabs", grouped.size())
-    return table.reset_index()
+    if "county" in keys and "state" not in keys:
+        keys.insert(keys.index("county"), "state")
+    return keys
 
 
 def select(microdata: pd.DataFrame, where: str | None) -> np.ndarray:
-    """Which establishments match ``where`` (a pandas expression on columns; all when None)."""
-    if not where:
+    """Which establishments a filter expression (pandas ``DataFrame.eval``) keeps; all for None."""
+    if where is None:
         return np.ones(len(microdata), dtype=bool)
     try:
         keep = np.asarray(microdata.eval(where), dtype=bool)
     except Exception as err:  # pandas raises many types for a bad expression
-        raise ValueError(f"where '{where}': {str(err).splitlines()[0]}") from None
+        raise ValueError(f"where {where!r}: {(str(err).strip() or type(err).__name__).splitlines()[0]}") from None
     if keep.shape != (len(microdata),):
-        raise ValueError(f"where '{where}' is not a filter of establishments")
+        raise ValueError(f"where {where!r} is not a filter of establishments")
     return keep
 
 
-def tabulation_with_margins(microdata: pd.DataFrame, by: Sequence[str], *, where: str | None = None,
-                            answers: Mapping[str, Sequence[NoisyAnswer]] | None = None,
-                            level: float = 0.95) -> pd.DataFrame:
-    """``tabulate`` over the establishments matching ``where``; with the release's noisy ``answers``
-    by attribute, adds ``<attribute>_moe`` = z * sd of each cell from the least-squares covariance."""
-    from scipy import stats
+def tabulate(
+    microdata: pd.DataFrame,
+    by: str | Sequence[str],
+    attributes: Sequence[str] | None = None,
+    *,
+    where: str | None = None,
+    moe: bool = False,
+    level: float = 0.95,
+    answers: Mapping[str, Sequence[NoisyAnswer]] | None = None,
+) -> pd.DataFrame:
+    """Sum the attributes by public columns (see ``group_keys``), with establishment counts.
 
-    from gedp.measure.queries import group_establishments
-    from gedp.postprocess.moe import answers_variances
-    from gedp.synth.schema import public_columns
+    Args:
+        microdata: validated microdata; with ``moe``, a release's whole protected microdata.
+        by: the group-by columns; () or "total" gives the total.
+        attributes: the sums (default: every confidential attribute present).
+        where: keep only establishments matching this expression, e.g. "sector == '31-33'". A
+            filter on protected values (e.g. "m1emp > 100") warns (SelectionWarning) with ``moe``:
+            the margins treat the selection as fixed, as if it were made on public columns.
+        moe: add ``<attribute>_moe``, the half-width of the interval at ``level`` from the release's
+            least squares covariance (no new privacy budget; needs ``answers``).
+        answers: the release's noisy answers by attribute (``gedp.pipeline.read_release``).
 
-    if not 0 < level < 1:
+    Returns one row per non-empty group, sorted by the keys, with the keys, ``estabs`` and the sums.
+
+    Raises:
+        ValueError: a bad key, filter, level, an empty selection, or ``moe`` without answers.
+    """
+    keys = group_keys(microdata, by)
+    attributes = [a for a in (attributes or CONFIDENTIAL) if a in microdata.columns]
+    if moe and answers is None:
+        raise ValueError("margins of error need the release's answers (a release directory)")
+    if moe and not 0 < level < 1:
         raise ValueError(f"level ({level}) must be between 0 and 1")
     keep = select(microdata, where)
     if not keep.any():
-        raise ValueError("no establishments to tabulate" + (f" match where '{where}'" if where else ""))
-    table = tabulate(microdata[keep], list(by))
-    if answers is not None:
-        public = microdata[public_columns(microdata)]
-        codes = np.full(len(microdata), -1, dtype=np.int64)
-        codes[keep] = group_establishments(microdata[keep], list(by)).codes
-        z = float(stats.norm.ppf(0.5 + level / 2))
-        for attribute, attribute_answers in answers.items():
-            table[f"{attribute}_moe"] = z * np.sqrt(answers_variances(attribute_answers, public, codes, len(table)))
+        raise ValueError("no establishments to tabulate" + (f" match where {where!r}" if where is not None else ""))
+    selected = microdata if keep.all() else microdata[keep]
+    if not keys:
+        table = selected[attributes].sum().to_frame().T
+        table.insert(0, "estabs", len(selected))
+    else:
+        grouped = selected.groupby(keys, sort=True, observed=True)
+        table = grouped[attributes].sum()
+        table.insert(0, "estabs", grouped.size())
+        table = table.reset_index()
+    if moe:
+        noisy = [a for a in CONFIDENTIAL if where is not None and re.search(rf"\b{a}\b", where)]
+        if noisy:
+            warnings.warn(f"where selects on protected values ({', '.join(noisy)}): the margins of error treat "
+                          f"the selection as fixed, as for a selection on public columns only", SelectionWarning,
+                          stacklevel=2)
+        for attribute, margin in margins_of_error(microdata, answers, keep, keys, len(table), level).items():
+            if attribute in attributes:
+                table[f"{attribute}_moe"] = margin
     return table
 
 
@@ -88,12 +131,13 @@ def qcew_keys(microdata: pd.DataFrame, agglvl: int) -> list[str]:
     return ["state", *(["county"] if county else []), "own", *([industry] if industry else []), *carried]
 
 
-def qcew_level(microdata: pd.DataFrame, agglvl: int) -> pd.DataFrame:
-    """One QCEW aggregation level (51-58 state, 71-78 county) in BLS open-data layout."""
+def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
+    """One QCEW aggregation level (51-58 state, 71-78 county) in BLS open-data layout; ``options``
+    (where, moe, level, answers) as for ``tabulate``, margins named ``<BLS column>_moe``."""
     by = qcew_keys(microdata, agglvl)
     county = agglvl in COUNTY_LEVELS
     industry = INDUSTRY_OF_STATE_LEVEL[agglvl - 20 if county else agglvl]
-    table = tabulate(microdata, by, list(QCEW_VALUE_COLUMNS))
+    table = tabulate(microdata, by, list(QCEW_VALUE_COLUMNS), **options)
     out = pd.DataFrame(
         {
             "area_fips": table["state"] + (table["county"] if county else "000"),
@@ -107,6 +151,9 @@ def qcew_level(microdata: pd.DataFrame, agglvl: int) -> pd.DataFrame:
     )
     for attribute, column in QCEW_VALUE_COLUMNS.items():
         out[column] = table[attribute] if attribute in table else pd.NA
+    for attribute, column in QCEW_VALUE_COLUMNS.items():
+        if f"{attribute}_moe" in table:
+            out[f"{column}_moe"] = table[f"{attribute}_moe"]
     return out
 
 

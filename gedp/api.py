@@ -128,12 +128,11 @@ class Release:
         total), optionally only over establishments matching ``where`` (a pandas query on public
         columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
         from the release's least-squares covariance (no privacy budget spent)."""
-        from gedp.evaluation.tabulate import tabulation_with_margins
+        from gedp.evaluation.tabulate import tabulate
 
-        keys = [] if by in ("total", "", None) else [by] if isinstance(by, str) else list(by)
         answers = _read_answers(self.folder)[1] if moe else None
         try:
-            return tabulation_with_margins(self.microdata, keys, where=where, answers=answers, level=level)
+            return tabulate(self.microdata, by, where=where, moe=moe, level=level, answers=answers)
         except ValueError as err:
             raise InputError(str(err)) from None
 

@@ -10,6 +10,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -20,7 +21,6 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
-from scipy import stats
 
 from gedp.evaluation.compare import compare_tabulations, error_summary
 from gedp.evaluation.coverage import run_coverage
@@ -30,7 +30,7 @@ from gedp.evaluation.e3_bias import E3Setup, run_e3
 from gedp.evaluation.e4_analytic import run_e4
 from gedp.evaluation.e5_earlier import E5Setup, run_e5
 from gedp.evaluation.suppression_report import write_suppression
-from gedp.evaluation.tabulate import qcew_keys, qcew_level, select, tabulate
+from gedp.evaluation.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
 from gedp.config import Config, load_config
 from gedp.errors import AuditError, GedpError
 from gedp.engine import check_request, input_digest, input_states, protect_input
@@ -49,9 +49,7 @@ from gedp.measure.audit import ALPHA as AUDIT_ALPHA
 from gedp.measure.audit import run_audit
 from gedp.measure.budget import compose
 from gedp.measure.neighbors import interval_table, make_psi
-from gedp.measure.queries import group_establishments
 from gedp.measure.suppression import SuppressionRule, check_microdata, suppress
-from gedp.postprocess.moe import answers_variances
 from gedp.postprocess.wls import SolverError
 from gedp.synth.establishments import WITHIN_CELL_MODES, synthesize_state
 from gedp.synth.io import read_microdata, write_microdata
@@ -62,8 +60,8 @@ from gedp.synth.profiles import (
     generate_profile,
     load_profile,
 )
-from gedp.synth.qcew import QCEW_VALUE_COLUMNS, PublishedState, read_qcew
-from gedp.synth.schema import CONFIDENTIAL, InputError, public_columns
+from gedp.synth.qcew import PublishedState, read_qcew
+from gedp.synth.schema import CONFIDENTIAL, InputError, count
 from gedp.synth.validate import validation_report
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -216,12 +214,18 @@ def run(
     console.print(table)
 
 
-def _write_atomically(path: Path, write) -> None:
-    """Write a file through a temporary name in the same folder, renamed only when complete; a path
-    that cannot be a file (a folder, a parent that is not a folder, a name too long) is refused."""
+def _check_output_file(path: Path) -> None:
+    """Refuse a path that cannot become a file: a folder, a parent that is not a folder, a name too
+    long, a parent that cannot be created."""
     check_output_path(path.resolve())
     if path.is_dir():
         raise InputError(f"output '{path}' is a folder; give a file name")
+
+
+def _write_atomically(path: Path, write) -> None:
+    """Write a file through a temporary name in the same folder, renamed only when complete; a path
+    that cannot be a file (a folder, a parent that is not a folder, a name too long) is refused."""
+    _check_output_file(path)
     staging = path.with_name(f".{path.stem}.partial{path.suffix}")  # same suffix: same format
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -247,6 +251,9 @@ def _print_validation(report: dict) -> None:
     share = report["top1_share_m1emp_cells_5plus"]
     console.print(f"  largest establishment's share of its cell's employment (cells with 5+): median {share['median']:.2f}, "
                   f"p90 {share['p90']:.2f} over {share['cells']:,} cells")
+    if report["rounded_to_whole_numbers"]:
+        console.print(f"  fractional published values of {', '.join(report['rounded_to_whole_numbers'])} were rounded to "
+                      f"whole numbers (controlled rounding: every total still the sum of its parts)")
     verdict = "[green]every published cell reproduced exactly[/]" if report["exact"] else "[red]NOT exact[/]"
     console.print(f"  {report['establishments']:,} establishments; {verdict}; negative values: {report['negative_values']}")
 
@@ -255,7 +262,8 @@ def _print_validation(report: dict) -> None:
 def synth(
     out: Annotated[Path, typer.Option(help="Microdata file to write (.parquet or .csv).")],
     profile: Annotated[Optional[str], typer.Option(help=f"Built-in profile ({', '.join(available_profiles())}) or profile JSON.")] = None,
-    from_qcew: Annotated[Optional[Path], typer.Option(help="BLS QCEW by-area open-data CSV of one state and quarter.")] = None,
+    from_qcew: Annotated[Optional[Path], typer.Option(help="BLS QCEW by-area CSV of one state and quarter, or a folder of "
+                                                           "per-area CSVs (statewide and county files).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed of the synthesis.")] = 1,
     within_cell: Annotated[str, typer.Option(help="Within-cell sizes: realistic (skewed) or paper (source rule).")] = "realistic",
     establishments: Annotated[Optional[int], typer.Option(help="With --profile: rescale to this many establishments.")] = None,
@@ -410,24 +418,42 @@ def ledger_clear(
                   f"{dataset['lifetime_cap']:.4f}.")
 
 
-def _read_for_tabulation(source: Path) -> pd.DataFrame:
-    path = source / PROTECTED_FILE if source.is_dir() else source
-    return read_microdata(path, attributes=None)
-
-
 TABLE_FORMATS = ("csv", "parquet", "qcew")
+#: Rows shown on a terminal; a pipe or --out gets the whole table as CSV.
+SHOWN_ROWS = 25
+
+
+def _table_format(table_format: Optional[str], out: Optional[Path], agglvl: Optional[int]) -> str:
+    """The output format: --format, else from the --out name; refused when it cannot be told."""
+    if out is not None and out.is_dir():
+        raise InputError(f"--out '{out}' is a folder; give a file name, e.g. {out / 'tabulation.csv'}")
+    if table_format is None and out is not None:
+        table_format = out.suffix.lower().lstrip(".")
+        if table_format not in TABLE_FORMATS:
+            raise InputError(f"--out '{out}': the name does not tell the format; end it in .csv or .parquet, "
+                             f"or give --format ({', '.join(TABLE_FORMATS)})")
+    table_format = table_format or "csv"
+    if table_format not in TABLE_FORMATS:
+        raise InputError(f"--format '{table_format}': choose one of {', '.join(TABLE_FORMATS)}")
+    if table_format == "qcew" and agglvl is None:
+        raise InputError("--format qcew needs --agglvl (a QCEW aggregation level)")
+    if table_format == "parquet" and out is None:
+        raise InputError("--format parquet needs --out FILE")
+    return table_format
 
 
 @app.command(name="tabulate")
 def tabulate_command(
     microdata: Annotated[Path, typer.Argument(help="A release directory or a microdata file.")],
-    by: Annotated[str, typer.Option(help="Public columns, comma-separated ('' or 'total' for the total).")] = "",
+    by: Annotated[Optional[str], typer.Option(help="Public columns, comma-separated ('total' for the total); "
+                                                   "county keys always carry the state.")] = None,
     agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (51-58, 71-78) instead of --by.")] = None,
     where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter, e.g. \"sector == '31-33'\".")] = None,
     moe: Annotated[bool, typer.Option("--moe", help="Add margins of error (needs a release directory).")] = False,
     level: Annotated[float, typer.Option(help="Confidence level of the margins of error.")] = 0.95,
     table_format: Annotated[Optional[str], typer.Option("--format", help="csv, parquet or qcew (BLS layout CSV, with --agglvl); default from --out.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Write the table here.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the table to this file (without it: CSV on stdout when "
+                                                     "piped, the first rows on a terminal).")] = None,
 ) -> None:
     """Tabulate microdata by any public columns or a QCEW level, optionally with margins of error.
 
@@ -435,32 +461,30 @@ def tabulate_command(
     budget is spent and no confidential data is read.
     """
     with reported_errors():
-        if moe and not (microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()):
+        release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
+        if moe and not release:
             raise InputError("--moe needs a release directory (it reads the release's measurements)")
+        if agglvl is not None and by is not None:
+            raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
         if not 0 < level < 1:
             raise InputError(f"--level ({level}) must be between 0 and 1")
-        if table_format is None and out is not None:
-            table_format = out.suffix.lower().lstrip(".")
-        if table_format is not None and table_format not in TABLE_FORMATS:
-            raise InputError(f"--format '{table_format}': choose one of {', '.join(TABLE_FORMATS)}")
-        if table_format == "qcew" and agglvl is None:
-            raise InputError("--format qcew needs --agglvl (a QCEW aggregation level)")
-        data = _read_for_tabulation(microdata)
+        table_format = _table_format(table_format, out, agglvl)
+        data = read_microdata(microdata / PROTECTED_FILE if release else microdata, attributes=None)
+        options = {"where": where or None, "moe": moe, "level": level,
+                   "answers": read_release(microdata)[1] if moe else None}
         try:
-            keep = select(data, where)
-        except ValueError as err:
-            raise InputError(f"--{err}") from None
-        selected = data[keep]
-        if selected.empty:
-            raise InputError("no establishments to tabulate" + (f" match --where '{where}'" if where else ""))
-        columns = [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",")]
-        try:
-            keys = qcew_keys(selected, agglvl) if agglvl is not None else columns
-            table = qcew_level(selected, agglvl) if agglvl is not None else tabulate(selected, keys)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", SelectionWarning)
+                if agglvl is not None:
+                    keys = qcew_keys(data, agglvl)
+                    table = qcew_level(data, agglvl, **options)
+                else:
+                    keys = group_keys(data, by or "total")
+                    table = tabulate(data, keys, **options)
         except ValueError as err:
             raise InputError(str(err)) from None
-        if moe:
-            _add_margins(table, microdata, keep, keys, level, qcew=agglvl is not None)
+        for warning in caught:
+            typer.echo(f"warning: {warning.message}", err=True)
         if out is not None:
             write_table = table.to_parquet if table_format == "parquet" else table.to_csv
             _write_atomically(out, lambda path: write_table(path, index=False))
@@ -468,23 +492,16 @@ def tabulate_command(
                        "rows": len(table), "table": str(out)}
             _write_atomically(out.with_name(out.name + ".json"),
                               lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
-    if out is None:
-        typer.echo(table.head(25).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-    console.print(f"{len(table):,} rows" + (f" written to {out}" if out is not None else "")
-                  + (f"; margins of error at {level:.0%}" if moe else ""))
-
-
-def _add_margins(table: pd.DataFrame, release: Path, keep: np.ndarray, keys: list[str], level: float, *, qcew: bool) -> None:
-    """Columns ``<value>_moe``: z * sd of each cell from the release's least squares covariance."""
-    protected, answers = read_release(release)
-    public = protected[public_columns(protected)]
-    tab_codes = np.full(len(protected), -1, dtype=np.int64)
-    tab_codes[keep] = group_establishments(protected[keep], keys).codes
-    z = float(stats.norm.ppf(0.5 + level / 2))
-    for attribute, attribute_answers in answers.items():
-        variances = answers_variances(attribute_answers, public, tab_codes, len(table))
-        column = QCEW_VALUE_COLUMNS[attribute] if qcew else attribute
-        table[f"{column}_moe"] = z * np.sqrt(variances)
+    margins = f"; margins of error at {level:.0%}" if moe else ""
+    if out is not None:
+        console.print(f"{count(len(table), 'row')} written to {out}{margins}")
+    elif not sys.stdout.isatty():
+        table.to_csv(sys.stdout, index=False)
+        errors.print(f"{count(len(table), 'row')} written as CSV to standard output{margins}")
+    else:
+        typer.echo(table.head(SHOWN_ROWS).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+        shown = f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)" if len(table) > SHOWN_ROWS else ""
+        console.print(f"{count(len(table), 'row')}{shown}{margins}")
 
 
 @app.command()
@@ -615,7 +632,7 @@ def evaluate(
                 with errors.status(f"running e4: {trials:,} trials per row"):
                     summary = run_e4(staging, trials=trials, seed=seed)
     console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
-                  f"{len(summary['figures'])} plots) in {time.perf_counter() - start:.0f}s")
+                  f"{count(len(summary['figures']), 'plot')}) in {time.perf_counter() - start:.0f}s")
 
 
 @app.command(name="suppress")
@@ -688,6 +705,8 @@ def audit(
             raise InputError(f"mechanism '{mechanism}' is unknown; choose one of {', '.join(AUDITED)} or all")
         if not (mu > 0 and trials >= 1_000):
             raise InputError(f"--mu ({mu}) must be > 0 and --trials ({trials}) >= 1000")
+        if out is not None:  # refused before the audit runs, not after
+            _check_output_file(out)
         with errors.status(f"auditing {', '.join(chosen)}: {trials:,} runs per dataset"):
             results = run_audit(mu, trials=trials, seed=seed, noise_factor=0.5 if broken else 1.0, mechanisms=chosen)
     table = Table("mechanism", "case", "claimed mu", "audited lower bound", "trials", "verdict",

@@ -17,7 +17,8 @@ No dense inverse is formed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,7 @@ import scipy.sparse as sp
 from gedp.measure.answers import NoisyAnswer
 from gedp.postprocess.structured import CellOperator, cell_to_group_matrix, pinned_at_zero
 from gedp.postprocess.wls import LinearSystem, build_system, system_structure
+from gedp.synth.schema import public_columns
 
 #: Tabulation cells handled per block (bounds memory to cells x CHUNK floats).
 CHUNK = 1_000
@@ -93,3 +95,17 @@ def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_
     system = build_system(answers, public, [answer.variance for answer in answers])
     identity_rows, cell_codes = system_structure(answers, public)
     return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab)
+
+
+def margins_of_error(protected: pd.DataFrame, answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray,
+                     keys: Sequence[str], n_tab: int, level: float) -> dict[str, np.ndarray]:
+    """Half-widths z * sd, at confidence ``level``, of every cell of a tabulation of a release's
+    protected microdata by ``keys`` (cells in sorted key order) over the establishments ``keep``,
+    per attribute of ``answers``."""
+    public = protected[public_columns(protected)]
+    tab_codes = np.full(len(protected), -1, dtype=np.int64)
+    # the same groups, in the same order, as the tabulation's sorted group-by
+    tab_codes[keep] = public[keep].groupby(list(keys), sort=True, observed=True).ngroup().to_numpy() if keys else 0
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return {attribute: z * np.sqrt(answers_variances(attribute_answers, public, tab_codes, n_tab))
+            for attribute, attribute_answers in answers.items()}

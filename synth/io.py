@@ -67,7 +67,14 @@ def is_parquet(path: Path) -> bool:
 def input_columns(path: Path) -> list[str]:
     """The column names of a checked input as stored (pandas would rename a repeated CSV column)."""
     if is_parquet(path):
-        return list(ds.dataset(path, format="parquet").schema.names)
+        dataset = ds.dataset(path, format="parquet")
+        names = list(dataset.schema.names)  # the first part's
+        for fragment in dataset.get_fragments():  # footers only: every part has the same columns
+            missing = [c for c in names if c not in fragment.physical_schema.names]
+            if missing:
+                raise InputError(f"input '{path}': part '{Path(fragment.path).relative_to(path)}' has no column "
+                                 f"{missing[0]!r}; every part needs the same columns")
+        return names
     with path.open(newline="", encoding="utf-8-sig") as file:  # -sig: a byte order mark, as pandas drops it
         header = file.readline(MAX_HEADER_CHARACTERS)
     if len(header) == MAX_HEADER_CHARACTERS:

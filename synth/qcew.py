@@ -15,12 +15,21 @@ a plausible target (establishment count x the industry's average size among supp
    constraint matrix is totally unimodular and the box [floor, ceil] around the fractional fit has
    an integral vertex solution: the rounding always exists.
 
+Suppressed cells without a published statewide ancestor (a file of county rows only) take their
+target from their finest published county industry. The program is solved in units of a typical
+cell (wage totals reach 1e9 dollars). If it has no optimum, a linear program either finds a
+nonnegative fit (numerical trouble: its point is rounded instead) or shows there is none and names
+the published cell the closest fit misses.
+
 If the published file is inconsistent (a cell whose published parts exceed it, counts that do not
 add up), the reader refuses it with the offending cell named; nothing is fitted or written.
+Fractional published values (gedp's own protected qcew_tables.csv) are rounded on reading, each
+cell to its floor or ceiling with every total still the sum of its parts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,10 +37,10 @@ import cvxpy as cp
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.optimize import linprog
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
-from gedp.synth.schema import CONFIDENTIAL, InputError, validate_microdata
+from gedp.synth.schema import CONFIDENTIAL, InputError, count, validate_microdata
 
 #: BLS open-data column of each confidential attribute.
 QCEW_VALUE_COLUMNS = {
@@ -40,10 +49,16 @@ QCEW_VALUE_COLUMNS = {
     "m3emp": "month3_emplvl",
     "wage": "total_qtrly_wages",
 }
+#: Establishment counts: BLS's current layout (and gedp's qcew_tables.csv) says ``qtrly_estabs``;
+#: older by-area files say ``qtrly_estabs_count``. Read as the current name.
+ESTABS_COLUMN = "qtrly_estabs"
+ESTABS_ALIASES = ("qtrly_estabs_count",)
 REQUIRED_COLUMNS = (
-    "area_fips", "own_code", "industry_code", "agglvl_code", "year", "qtr", "disclosure_code",
-    "qtrly_estabs_count", *QCEW_VALUE_COLUMNS.values(),
+    "area_fips", "own_code", "industry_code", "agglvl_code", "year", "qtr", ESTABS_COLUMN,
+    *QCEW_VALUE_COLUMNS.values(),
 )
+#: Optional: without it nothing is suppressed (gedp's own qcew_tables.csv has no suppression).
+DISCLOSURE_COLUMN = "disclosure_code"
 PRIVATE = "5"
 FINEST_LEVEL = 78
 #: Order in which attributes are fitted: month 2's target is the midpoint of the fitted months 1 and 3.
@@ -61,6 +76,8 @@ class PublishedState:
         cells: the finest cells (county x NAICS-6): ``county``, ``naics``, ``estabs`` and derived
             industry codes, in the order of ``aggregates``' level-78 rows.
         membership: sparse (aggregates x cells) 0/1 matrix: which finest cells make up each row.
+        rounded: attributes whose published values were fractional (e.g. gedp's own protected
+            tables) and were rounded to whole numbers by controlled rounding on reading.
     """
 
     state: str
@@ -69,6 +86,7 @@ class PublishedState:
     aggregates: pd.DataFrame
     cells: pd.DataFrame
     membership: sp.csr_matrix
+    rounded: tuple[str, ...] = ()
 
 
 def _industry_key(level: int) -> str | None:
@@ -76,34 +94,56 @@ def _industry_key(level: int) -> str | None:
 
 
 def read_qcew(path: str | Path) -> PublishedState:
-    """Read and check a BLS QCEW by-area open-data CSV for one state and one quarter.
+    """Read and check BLS QCEW by-area open-data CSV for one state and one quarter: one file, or a
+    folder of per-area files (e.g. the statewide file and every county file), read as one.
 
     Raises:
         InputError: unreadable file, missing columns, no private rows, several quarters or states,
             or published cells that are inconsistent with their parts.
     """
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        files = sorted(f for f in path.glob("*.csv") if not f.name.startswith("."))
+        if not files:
+            raise InputError(f"QCEW folder '{path}' holds no .csv files")
+        raw = pd.concat([_read_csv(f) for f in files], ignore_index=True)
+    elif path.is_file():
+        raw = _read_csv(path)
+    else:
         raise InputError(f"QCEW file '{path}' does not exist")
+    return published_state(raw, str(path))
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
     try:
-        raw = pd.read_csv(path, dtype={"area_fips": str, "industry_code": str, "disclosure_code": str, "own_code": str})
+        raw = pd.read_csv(path, dtype={"area_fips": str, "industry_code": str, DISCLOSURE_COLUMN: str, "own_code": str})
     except pd.errors.EmptyDataError:
         raise InputError(f"QCEW file '{path}' is empty") from None
     except (UnicodeDecodeError, pd.errors.ParserError, ValueError) as err:
         raise InputError(f"QCEW file '{path}' cannot be read: {str(err).strip().splitlines()[0]}") from None
-    return published_state(raw, str(path))
+    return _checked_columns(raw, str(path))
+
+
+def _checked_columns(raw: pd.DataFrame, source: str) -> pd.DataFrame:
+    """The rows with the column names of the current BLS layout; refused when a column is missing."""
+    aliases = [a for a in ESTABS_ALIASES if a in raw.columns]
+    if ESTABS_COLUMN not in raw.columns and aliases:
+        raw = raw.rename(columns={aliases[0]: ESTABS_COLUMN})
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        shown = ", ".join(repr(c) + (f" (or {ESTABS_ALIASES[0]!r})" if c == ESTABS_COLUMN else "") for c in missing)
+        raise InputError(f"{source}: missing column{'s' if len(missing) > 1 else ''} {shown}")
+    return raw
 
 
 def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedState:
     """Check QCEW rows (BLS layout) and index them by finest cell; see ``read_qcew``."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
-    if missing:
-        raise InputError(f"{source}: missing column{'s' if len(missing) > 1 else ''} {', '.join(repr(c) for c in missing)}")
+    raw = _checked_columns(raw, source)
     for column in ("agglvl_code", "year", "qtr"):
         numbers = pd.to_numeric(raw[column], errors="coerce")
         bad = numbers.isna() | (numbers != numbers.round())
         if bad.any():
-            raise InputError(f"{source}: column '{column}': {int(bad.sum())} rows are missing or not whole numbers; "
+            raise InputError(f"{source}: column '{column}' is missing or not a whole number in {count(int(bad.sum()), 'row')}; "
                              f"e.g. row {int(np.flatnonzero(bad.to_numpy())[0]) + 2}: {raw[column][bad].iloc[0]!r}")
         raw = raw.assign(**{column: numbers.astype("int64")})
     levels = (*STATE_LEVELS, *COUNTY_LEVELS)
@@ -117,23 +157,25 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     fips = private["area_fips"].astype(str).str.strip()
     bad_fips = ~fips.str.fullmatch("[0-9]{5}")
     if bad_fips.any():
-        raise InputError(f"{source}: {int(bad_fips.sum())} rows have an area_fips that is not 5 digits; e.g. {fips[bad_fips].iloc[0]!r}")
+        raise InputError(f"{source}: {count(int(bad_fips.sum()), 'row')} with an area_fips that is not 5 digits; "
+                         f"e.g. {fips[bad_fips].iloc[0]!r}")
     states = sorted(fips.str[:2].unique())
     if len(states) > 1:
         raise InputError(f"{source}: rows of {len(states)} states ({', '.join(states)}); give one state per file")
-    numbers = ["qtrly_estabs_count", *QCEW_VALUE_COLUMNS.values()]
+    numbers = [ESTABS_COLUMN, *QCEW_VALUE_COLUMNS.values()]
     values = private[numbers].apply(pd.to_numeric, errors="coerce")
     bad = values.isna() | (values < 0)
     if bad.any().any():
         column = bad.any().idxmax()
-        raise InputError(f"column '{column}': {int(bad[column].sum())} private rows are not numbers >= 0")
+        raise InputError(f"{source}: column '{column}' is not a number >= 0 in {count(int(bad[column].sum()), 'private row')}")
 
     aggregates = pd.DataFrame({
         "agglvl": private["agglvl_code"].astype(int).to_numpy(),
         "county": np.where(private["agglvl_code"].isin(COUNTY_LEVELS), fips.str[2:], ""),
         "industry": private["industry_code"].astype(str).str.strip().to_numpy(),
-        "estabs": values["qtrly_estabs_count"].astype(np.int64).to_numpy(),
-        "suppressed": (private["disclosure_code"].fillna("").astype(str).str.strip() == "N").to_numpy(),
+        "estabs": values[ESTABS_COLUMN].astype(np.int64).to_numpy(),
+        "suppressed": (private[DISCLOSURE_COLUMN].fillna("").astype(str).str.strip() == "N").to_numpy()
+        if DISCLOSURE_COLUMN in private else np.zeros(len(private), dtype=bool),
     })
     for attribute, column in QCEW_VALUE_COLUMNS.items():
         aggregates[attribute] = values[column].to_numpy(dtype=float)
@@ -155,7 +197,38 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     membership = _membership(aggregates, cells, source)
     published = PublishedState(states[0], quarters[0][0], quarters[0][1], aggregates, cells, membership)
     _check_consistency(published, source)
-    return published
+    return _whole_numbers(published, source)
+
+
+def _whole_numbers(published: PublishedState, source: str) -> PublishedState:
+    """Published values rounded to whole numbers where they are fractional (BLS publishes whole
+    employees and dollars; gedp's protected tables are fractional): controlled rounding moves each
+    published cell to its floor or ceiling and keeps every published total equal to the sum of its
+    parts. The two laminar families of totals make the constraint matrix totally unimodular, so the
+    linear program's vertex is whole-numbered (checked)."""
+    aggregates, membership = published.aggregates, published.membership
+    shown = ~aggregates["suppressed"].to_numpy()
+    finest = aggregates["agglvl"].to_numpy() == FINEST_LEVEL
+    rounded = []
+    for attribute in CONFIDENTIAL:
+        value = aggregates[attribute].to_numpy()
+        if np.all(value[shown] == np.round(value[shown])):
+            continue
+        low, high = np.floor(value + 1e-7), np.maximum(np.ceil(value - 1e-7), np.floor(value + 1e-7))
+        # One variable per finest cell (membership columns are the level-78 rows in order).
+        cell_low = np.where(shown[finest], low[finest], 0.0)
+        cell_high = np.where(shown[finest], high[finest], np.inf)
+        totals = np.flatnonzero(shown & ~finest)
+        remainder = np.where(shown[finest], value[finest] - low[finest], 0.5)
+        result = milp(1.0 - 2.0 * remainder, integrality=np.ones(len(cell_low)), bounds=Bounds(cell_low, cell_high),
+                      constraints=LinearConstraint(membership[totals], low[totals], high[totals]))
+        if result.status != 0:
+            raise InputError(f"{source}: the fractional published {attribute} values cannot be rounded to whole "
+                             f"numbers that keep every total equal to the sum of its parts")
+        whole = np.rint(result.x)
+        aggregates.loc[shown, attribute] = (membership @ whole)[shown]
+        rounded.append(attribute)
+    return dataclasses.replace(published, rounded=tuple(rounded)) if rounded else published
 
 
 def _describe(row: pd.Series) -> str:
@@ -226,23 +299,26 @@ def _check_consistency(published: PublishedState, source: str) -> None:
 
 def _targets(published: PublishedState, attribute: str, known: np.ndarray, unknown_mask: np.ndarray) -> np.ndarray:
     """Target of each suppressed cell: its establishments x the average size among suppressed
-    establishments of its finest published statewide industry (the remainder average)."""
+    establishments of its finest published statewide industry (the remainder average). A cell with
+    no such statewide row (a file of county rows only) takes the remainder average of its finest
+    published industry within its county."""
     aggregates, membership = published.aggregates, published.membership
     estabs = published.cells["estabs"].to_numpy(dtype=float)
-    statewide = np.flatnonzero(aggregates["agglvl"].isin(STATE_LEVELS).to_numpy() & ~aggregates["suppressed"].to_numpy())
-    block = membership[statewide]
-    remainder_value = aggregates[attribute].to_numpy()[statewide] - block @ known
+    rows = np.flatnonzero(~aggregates["suppressed"].to_numpy())
+    block = membership[rows]
+    remainder_value = aggregates[attribute].to_numpy()[rows] - block @ known
     remainder_estabs = block @ (estabs * unknown_mask)
     usable = remainder_estabs > 0
-    average = np.divide(np.maximum(remainder_value, 0.0), remainder_estabs, out=np.zeros(len(statewide)), where=usable)
-    # Finer statewide levels overwrite coarser ones: take the finest usable ancestor of each cell.
+    average = np.divide(np.maximum(remainder_value, 0.0), remainder_estabs, out=np.zeros(len(rows)), where=usable)
+    # Later levels overwrite earlier ones: county levels, then statewide ones, each coarse to fine,
+    # so a cell takes its finest usable statewide ancestor, else its finest usable county one.
     per_cell = np.zeros(len(estabs))
-    level_of = aggregates["agglvl"].to_numpy()[statewide]
-    for level in STATE_LEVELS:
-        rows = np.flatnonzero((level_of == level) & usable)
-        if len(rows):
-            covered = block[rows].T @ np.ones(len(rows)) > 0
-            per_cell[covered] = (block[rows].T @ average[rows])[covered]
+    level_of = aggregates["agglvl"].to_numpy()[rows]
+    for level in (*COUNTY_LEVELS, *STATE_LEVELS):
+        at_level = np.flatnonzero((level_of == level) & usable)
+        if len(at_level):
+            covered = block[at_level].T @ np.ones(len(at_level)) > 0
+            per_cell[covered] = (block[at_level].T @ average[at_level])[covered]
     return estabs * per_cell
 
 
@@ -252,7 +328,8 @@ def fit_cells(published: PublishedState, *, solver: str = "CLARABEL") -> pd.Data
     Returns ``published.cells`` with the four attributes filled in (published values kept as is).
 
     Raises:
-        InputError: no nonnegative fit reproduces the published totals (an inconsistent file).
+        InputError: no nonnegative fit reproduces the published totals (an inconsistent file); the
+            message names a published cell that cannot be reproduced.
     """
     cells = published.cells.copy()
     finest = published.aggregates[published.aggregates["agglvl"] == FINEST_LEVEL]
@@ -272,6 +349,27 @@ def fit_cells(published: PublishedState, *, solver: str = "CLARABEL") -> pd.Data
     return cells
 
 
+def _feasible_point(totals: pd.DataFrame, attribute: str, matrix: sp.csr_matrix, right: np.ndarray) -> np.ndarray:
+    """A nonnegative solution of ``matrix @ x == right`` by a linear program (HiGHS), used when the
+    quadratic program fails; when there is none, the published cell (a row of ``totals``) that the
+    least-violation solution misses most is named."""
+    n, m = matrix.shape[1], matrix.shape[0]
+    identity = sp.identity(m, format="csr")
+    elastic = linprog(np.concatenate([np.zeros(n), np.ones(2 * m)]), A_eq=sp.hstack([matrix, identity, -identity]),
+                      b_eq=right, bounds=(0, None), method="highs")
+    if elastic.status != 0:
+        raise InputError(f"the published {attribute} totals could not be fitted ({elastic.message})")
+    violation = elastic.x[n:n + m] + elastic.x[n + m:]
+    if violation.max() > 0.5:
+        i = int(np.argmax(violation))
+        raise InputError(
+            f"published cell {_describe(totals.iloc[i])} ({attribute} {totals[attribute].iloc[i]:,.0f}) cannot be "
+            f"reproduced: no nonnegative values of the suppressed county x NAICS-6 cells fit it together with the "
+            f"other published cells (the closest fit misses it by {violation[i]:,.0f})"
+        )
+    return elastic.x[:n]
+
+
 def _fit_suppressed(published, attribute, known, unknown_mask, target, solver) -> np.ndarray:
     aggregates = published.aggregates
     rows = np.flatnonzero(~aggregates["suppressed"].to_numpy())
@@ -284,17 +382,21 @@ def _fit_suppressed(published, attribute, known, unknown_mask, target, solver) -
         raise InputError(f"published cell {_describe(aggregates.iloc[i])} does not equal the sum of its published parts ({attribute})")
     matrix, right = matrix[involved], np.rint(right[involved])
 
-    scale = max(1.0, float(np.median(target[target > 0])) if np.any(target > 0) else 1.0)
+    # Solve in units of a typical cell (wage totals reach 1e9 dollars): the median target, or without
+    # targets the median published remainder per suppressed cell.
+    typical = target[target > 0] if np.any(target > 0) else (right / np.diff(matrix.indptr))[right > 0]
+    scale = max(1.0, float(np.median(typical))) if len(typical) else 1.0
     x = cp.Variable(matrix.shape[1], nonneg=True)
     weight = 1.0 / np.sqrt(np.maximum(target / scale, 1e-3))
     problem = cp.Problem(cp.Minimize(cp.sum_squares(cp.multiply(weight, x - target / scale))), [matrix @ x == right / scale])
     try:
         problem.solve(solver=solver)
+        solved = problem.status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) and x.value is not None
     except cp.error.SolverError:
-        problem.status = "solver_error"
-    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or x.value is None:
-        raise InputError(f"the published {attribute} totals are inconsistent: no nonnegative fit reproduces them ({problem.status})")
-    fractional = np.maximum(x.value * scale, 0.0)
+        solved = False
+    # Without an optimum (an inconsistent file, or numerical trouble), a linear program decides which.
+    fractional = (np.maximum(x.value * scale, 0.0) if solved
+                  else _feasible_point(aggregates.iloc[rows[involved]], attribute, matrix, right))
 
     # Controlled rounding: floor or ceiling of each cell, every published total exact (TU matrix).
     low = np.floor(fractional + 1e-7)

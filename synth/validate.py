@@ -17,7 +17,8 @@ def _stats(values: np.ndarray) -> dict[str, float]:
 
 def validation_report(microdata: pd.DataFrame, published: PublishedState) -> dict:
     """Per aggregation level: cells published / suppressed, the largest difference between synthetic
-    and published values over published cells (0 when the fit is exact), and the distribution of
+    and published values over published cells (0 when the fit is exact; fractional published values
+    are compared as rounded on reading, see ``rounded_to_whole_numbers``), and the distribution of
     establishments, employment (month 1) and wages per cell of the synthetic data."""
     cells = published.cells[["county", "naics"]]
     grouped = microdata.groupby(["county", "naics"], observed=True)
@@ -50,6 +51,7 @@ def validation_report(microdata: pd.DataFrame, published: PublishedState) -> dic
         "qtr": published.qtr,
         "establishments": int(len(microdata)),
         "exact": bool(exact and unexpected == 0),
+        "rounded_to_whole_numbers": list(published.rounded),
         "cells_outside_published": unexpected,
         "negative_values": int((microdata[list(CONFIDENTIAL)] < 0).to_numpy().sum()),
         "top1_share_m1emp_cells_5plus": top_share(microdata),

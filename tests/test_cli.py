@@ -1,5 +1,6 @@
 """The command line end to end: releases, their manifest, bad input, tabulate and interval."""
 
+import io
 import json
 import math
 import os
@@ -17,7 +18,7 @@ from typer.testing import CliRunner
 from gedp import configs
 from gedp.evaluation.tabulate import tabulate
 from gedp.cli import app
-from gedp.synth.schema import CONFIDENTIAL
+from gedp.synth.schema import CONFIDENTIAL, InputError
 
 runner = CliRunner()
 
@@ -218,3 +219,51 @@ def test_the_readme_first_command_runs_the_full_small_profile(tmp_path, monkeypa
     assert manifest["establishments"] == 35_796 and manifest["rng"]["kind"] == "secure"
     assert {r["solver"] for r in manifest["solver"].values()} == {"structured"}
     assert "synthetic profile 'small'" in result.output
+
+
+@pytest.mark.parametrize("name", ["nofolder", "afile/audit.json"])
+def test_audit_output_is_checked_before_the_audit_runs(tmp_path, monkeypatch, name):
+    import gedp.cli
+
+    (tmp_path / "afile").write_text("a file")
+    (tmp_path / "nofolder").mkdir()
+    monkeypatch.setattr(gedp.cli, "run_audit", lambda *a, **k: pytest.fail("the audit ran before --out was checked"))
+    result = invoke("audit", "--mechanism", "psi", "--trials", 1000, "--out", tmp_path / name)
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert result.output.startswith(f"error: output '{tmp_path / name}'")
+
+
+def test_counts_of_one_are_singular(tmp_path, monkeypatch):
+    import gedp.cli
+
+    def one_plot(staging, trials, seed):
+        (staging / "summary.json").write_text(json.dumps({"figures": ["a.png"]}))
+        return {"figures": ["a.png"]}
+
+    monkeypatch.setattr(gedp.cli, "run_e4", one_plot)
+    result = invoke("evaluate", "e4", "--out", tmp_path / "e4")
+    assert result.exit_code == 0 and "(report.md, summary.json, 1 plot) in" in " ".join(result.output.split())
+    from gedp.synth.qcew import published_state
+
+    raw = pd.DataFrame({"area_fips": ["44000"], "own_code": ["5"], "industry_code": ["10"], "agglvl_code": [51],
+                        "year": ["2016.5"], "qtr": [1], "qtrly_estabs": [1], "month1_emplvl": [1], "month2_emplvl": [1],
+                        "month3_emplvl": [1], "total_qtrly_wages": [1]})
+    with pytest.raises(InputError, match="column 'year' is missing or not a whole number in 1 row; e.g. row 2"):
+        published_state(raw)
+
+
+def test_a_parquet_part_without_a_column_is_named(small_state, tmp_path):
+    """Not pandas' or Arrow's words: the part and the column, in one line; a folder of parts (not a
+    release) is tabulated as microdata."""
+    folder = tmp_path / "parts.parquet"
+    folder.mkdir()
+    small_state.iloc[:700].to_parquet(folder / "a.parquet", index=False)
+    small_state.iloc[700:].to_parquet(folder / "b.parquet", index=False)
+    result = invoke("tabulate", folder, "--by", "county")
+    assert result.exit_code == 0 and len(pd.read_csv(io.StringIO(result.stdout))) == small_state["county"].nunique()
+    small_state.iloc[700:].drop(columns=["state"]).to_parquet(folder / "b.parquet", index=False)
+    message = f"error: input '{folder}': part 'b.parquet' has no column 'state'; every part needs the same columns\n"
+    for command in (["tabulate", folder, "--by", "county"], ["protect", folder, "--out", tmp_path / "release"]):
+        result = invoke(*command)
+        assert result.exit_code == 2 and result.output == message, result.output
+    assert not (tmp_path / "release").exists()

@@ -1,5 +1,6 @@
 """Margins of error: against dense covariance, measured cells, precision bound, coverage, CLI."""
 
+import io
 
 import numpy as np
 import pandas as pd
@@ -9,6 +10,7 @@ from typer.testing import CliRunner
 from gedp.evaluation.coverage import run_coverage
 from gedp.cli import app
 from gedp.config import load_config
+from gedp.evaluation.tabulate import tabulate
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
 from gedp.postprocess.moe import answers_variances, tabulation_variances
@@ -109,7 +111,7 @@ def test_tabulate_with_margins_of_error(release, tmp_path):
 @pytest.mark.parametrize("arguments, message", [
     (["--moe", "--level", "1.5"], "--level (1.5) must be between 0 and 1"),
     (["--format", "qcew"], "--format qcew needs --agglvl"),
-    (["--where", "zipcode == 3"], "--where 'zipcode == 3'"),
+    (["--where", "zipcode == 3"], "where 'zipcode == 3': name 'zipcode' is not defined"),
     (["--where", "sector == 'nope'"], "no establishments to tabulate match"),
 ])
 def test_tabulate_refuses_bad_requests(release, arguments, message):
@@ -120,3 +122,49 @@ def test_tabulate_refuses_bad_requests(release, arguments, message):
 def test_margins_need_a_release(release, tmp_path):
     result = runner.invoke(app, ["tabulate", str(release / "protected.parquet"), "--by", "county", "--moe"])
     assert result.exit_code == 2 and "--moe needs a release directory" in result.output
+
+
+# --- the tabulate command as a new user meets it (issue 15) -------------------------------------------
+
+def test_tabulate_pipes_csv_when_stdout_is_not_a_terminal(release):
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county,naics3"])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(io.StringIO(result.stdout), dtype={"state": str, "county": str, "naics3": str})
+    expected = tabulate(pd.read_parquet(release / "protected.parquet"), ["county", "naics3"])
+    assert len(table) == len(expected) > 25 and list(table.columns[:3]) == ["state", "county", "naics3"]
+    np.testing.assert_allclose(table["wage"], expected["wage"])
+    assert f"{len(expected):,} rows written as CSV to standard output" in result.stderr
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--by", "m1emp"], "cannot tabulate by m1emp: confidential attributes are summed, not grouped by; "
+                        "group by public columns (estab_id, state, county"),
+    (["--agglvl", "74", "--by", "county"], "give --by or --agglvl, not both"),
+    (["--by", "county", "--out", "{tmp}"], "--out '{tmp}' is a folder; give a file name, e.g. {tmp}/tabulation.csv"),
+    (["--by", "county", "--out", "{tmp}/table"], "--out '{tmp}/table': the name does not tell the format; end it in "
+                                                 ".csv or .parquet, or give --format (csv, parquet, qcew)"),
+])
+def test_tabulate_refuses_unclear_requests_in_one_line(release, tmp_path, arguments, message):
+    arguments = [a.format(tmp=tmp_path) for a in arguments]
+    result = runner.invoke(app, ["tabulate", str(release), *arguments])
+    lines = result.output.splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message.format(tmp=tmp_path)}"), \
+        result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_selecting_on_protected_values_warns_about_the_margins(release, tmp_path):
+    out = tmp_path / "t.csv"
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--where", "m1emp > 10", "--moe",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("warning: where selects on protected values (m1emp): the margins of error treat "
+                                    "the selection as fixed, as for a selection on public columns only\n")
+    public = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--where", "sector == '23'", "--moe",
+                                 "--out", str(out)])
+    assert public.exit_code == 0 and "warning" not in public.output
+
+
+def test_one_row_is_one_row(release, tmp_path):
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "total", "--out", str(tmp_path / "t.csv")])
+    assert result.exit_code == 0 and f"1 row written to {tmp_path / 't.csv'}" in " ".join(result.output.split())

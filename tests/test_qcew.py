@@ -2,6 +2,8 @@
 
 import json
 
+import cvxpy as cp
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,7 +13,8 @@ from gedp.evaluation.tabulate import qcew_tables
 from gedp.cli import app
 from gedp.synth.establishments import synthesize_state, top_share
 from gedp.synth.profiles import fit_profile, load_profile
-from gedp.synth.qcew import QCEW_VALUE_COLUMNS, read_qcew
+from gedp.synth.hierarchy import derive_industry_codes
+from gedp.synth.qcew import QCEW_VALUE_COLUMNS, fit_cells, published_state, read_qcew
 from gedp.synth.schema import CONFIDENTIAL, InputError
 from gedp.synth.validate import validation_report
 
@@ -167,3 +170,122 @@ def test_shipped_profiles_hold_the_published_counts(real_state):
         assert refit["sectors"][sector]["industries"] == spec["industries"]
         for key in ("log_employment_mean", "log_employment_sd", "log_wage_per_employee_mean", "zero_share"):
             assert refit["sectors"][sector][key] == pytest.approx(spec[key], abs=0.05), (sector, key)
+
+
+# --- layouts, county-only files, folders of per-area files, gedp's own tables (issue 15) -------------
+
+def test_synth_reads_its_own_release_tables_back(small_release, tmp_path):
+    """qcew_tables.csv of a release (current BLS name qtrly_estabs, fractional protected values, no
+    disclosure codes) is a valid --from-qcew input; its values are rounded to whole numbers so that
+    every total stays the sum of its parts."""
+    release, _ = small_release
+    out = tmp_path / "again.parquet"
+    result = runner.invoke(app, ["synth", "--from-qcew", str(release / "qcew_tables.csv"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "rounded to whole numbers" in " ".join(result.output.split())
+    report = json.loads((tmp_path / "again.validation.json").read_text())
+    assert report["exact"] and report["rounded_to_whole_numbers"] == list(CONFIDENTIAL)
+    tables = pd.read_csv(release / "qcew_tables.csv", dtype={"area_fips": str, "industry_code": str})
+    again = qcew_tables(pd.read_parquet(out))
+    assert again["qtrly_estabs"].tolist() == tables["qtrly_estabs"].tolist()
+    for column in QCEW_VALUE_COLUMNS.values():  # controlled rounding: each cell to its floor or ceiling
+        assert np.all(np.abs(again[column] - tables[column]) < 1)
+
+
+def test_current_and_older_estabs_column_names_read_alike(agency_file):
+    older = pd.read_csv(agency_file, dtype=str)
+    current = published_state(older.rename(columns={"qtrly_estabs_count": "qtrly_estabs"}))
+    pd.testing.assert_frame_equal(current.aggregates, read_qcew(agency_file).aggregates)
+    with pytest.raises(InputError, match=r"missing column 'qtrly_estabs' \(or 'qtrly_estabs_count'\)"):
+        published_state(older.drop(columns=["qtrly_estabs_count"]))
+
+
+def per_area_files(frame: pd.DataFrame, folder):
+    """One CSV per area in the current BLS layout, as the open-data API serves them."""
+    folder.mkdir()
+    frame = frame.rename(columns={"qtrly_estabs_count": "qtrly_estabs"})
+    for area, rows in frame.groupby("area_fips"):
+        rows.to_csv(folder / f"{area}.csv", index=False)
+    return folder
+
+
+def test_a_folder_of_per_area_files_is_one_state(agency_file, tmp_path):
+    folder = per_area_files(pd.read_csv(agency_file, dtype=str), tmp_path / "areas")
+    assert len(list(folder.glob("*.csv"))) > 2
+    pd.testing.assert_frame_equal(read_qcew(folder).aggregates, read_qcew(agency_file).aggregates)
+    out = tmp_path / "state.parquet"
+    result = runner.invoke(app, ["synth", "--from-qcew", str(folder), "--out", str(out)])
+    assert result.exit_code == 0 and "every published cell reproduced exactly" in result.output, result.output
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["synth", "--from-qcew", str(tmp_path / "empty"), "--out", str(out)])
+    assert result.exit_code == 2 and "holds no .csv files" in result.output
+
+
+def county_rows_only(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[~frame["area_fips"].astype(str).str.endswith("000")].reset_index(drop=True)
+
+
+def test_a_file_of_county_rows_only_is_fitted_exactly(agency_file):
+    """Without statewide rows, targets come from the county rows; wages in the billions (x 1,000 here)
+    are fitted in units of a typical cell."""
+    frame = county_rows_only(pd.read_csv(agency_file, dtype={"area_fips": str, "industry_code": str}))
+    frame["total_qtrly_wages"] *= 1000
+    published = published_state(frame)
+    assert published.aggregates["agglvl"].min() == 71 and published.aggregates["suppressed"].sum() > 100
+    report = validation_report(synthesize_state(published, rng=np.random.default_rng(0)), published)
+    assert report["exact"] and report["negative_values"] == 0
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("state", sorted(STATES))
+def test_real_states_without_statewide_rows_are_fitted_exactly(shared_data, state):
+    file_name, _, establishments = STATES[state]
+    frame = pd.read_csv(shared_data / file_name, dtype={"area_fips": str, "industry_code": str, "disclosure_code": str})
+    published = published_state(county_rows_only(frame))
+    report = validation_report(synthesize_state(published, rng=np.random.default_rng(1)), published)
+    assert report["exact"] and report["establishments"] == establishments
+
+
+def test_a_file_no_fit_can_reproduce_names_a_cell(agency_file):
+    """Statewide rows of one NAICS-6 industry and all its ancestors raised by 10^6: every published
+    cell still covers its published parts, but the county totals cannot add up to the state's."""
+    frame = pd.read_csv(agency_file, dtype={"area_fips": str, "industry_code": str})
+    shown = frame["disclosure_code"].fillna("") != "N"
+    statewide = frame["agglvl_code"] < 60
+    codes = derive_industry_codes(frame["industry_code"].where(frame["agglvl_code"].isin([58, 78]), "111111"))
+    suppressed_cells = set(frame["industry_code"][(frame["agglvl_code"] == 78) & ~shown])
+    candidates = frame[(frame["agglvl_code"] == 58) & shown & frame["industry_code"].isin(suppressed_cells)]
+    for code in candidates["industry_code"]:
+        ancestors = codes.loc[candidates.index[candidates["industry_code"] == code][0]]
+        lineage = {"10", ancestors["domain"], ancestors["supersector"], ancestors["sector"], code[:3], code[:4], code[:5], code}
+        rows = statewide & frame["industry_code"].isin(lineage)
+        if rows.sum() == 8 and shown[rows].all():
+            break
+    frame.loc[rows, "month1_emplvl"] += 10**6
+    with pytest.raises(InputError, match=r"published cell agglvl \d\d .* \(m1emp [\d,]+\) cannot be reproduced: .* "
+                                         r"misses it by 1,000,000"):
+        fit_cells(published_state(frame))
+
+
+def test_the_fit_without_targets_is_scaled(agency_file, monkeypatch):
+    """Where no published row gives a target (all 0), the fit still works in units of a typical cell:
+    unscaled, wage totals of 1e9 made the solver fail on a consistent file."""
+    import gedp.synth.qcew as qcew
+
+    frame = county_rows_only(pd.read_csv(agency_file, dtype={"area_fips": str, "industry_code": str}))
+    frame["total_qtrly_wages"] *= 1000
+    published = published_state(frame)
+    monkeypatch.setattr(qcew, "_targets", lambda published, attribute, known, unknown: np.zeros(len(known)))
+    monkeypatch.setattr(qcew, "_feasible_point", lambda *args: pytest.fail("the quadratic program failed"))
+    report = validation_report(synthesize_state(published, rng=np.random.default_rng(0)), published)
+    assert report["exact"] and report["negative_values"] == 0
+
+
+def test_a_failed_quadratic_program_falls_back_to_a_feasible_point(agency_file, monkeypatch):
+    def fail(self, *args, **kwargs):
+        raise cp.error.SolverError("numerical trouble")
+
+    monkeypatch.setattr(cp.Problem, "solve", fail)
+    published = read_qcew(agency_file)
+    report = validation_report(synthesize_state(published, rng=np.random.default_rng(0)), published)
+    assert report["exact"] and report["negative_values"] == 0

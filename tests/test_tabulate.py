@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from gedp.evaluation.compare import compare_tabulations, error_summary
-from gedp.evaluation.tabulate import QCEW_COLUMNS, qcew_level, qcew_tables, tabulate
+from gedp.evaluation.tabulate import QCEW_COLUMNS, group_keys, qcew_level, qcew_tables, tabulate
 from gedp.synth.schema import validate_microdata
 
 HAND = validate_microdata(pd.DataFrame({
@@ -65,3 +65,29 @@ def test_comparison_metrics_by_hand():
     assert summary["signed_mean"] == -1.0 and summary["mean_absolute"] == 2.0
     assert summary["signed_q1"] == -2.0 and summary["signed_q3"] == 0.0
     assert summary["median_relative"] == pytest.approx((1 / 4 + 3 / 13) / 2)
+
+
+# --- requests a new user makes (issue 15) ------------------------------------------------------------
+
+def test_confidential_attributes_are_not_group_keys():
+    with pytest.raises(ValueError, match="cannot tabulate by m1emp: confidential attributes are summed, not grouped by"):
+        tabulate(HAND, ["county", "m1emp"])
+    assert group_keys(HAND, "county, naics3") == ["state", "county", "naics3"]
+    assert group_keys(HAND, "total") == [] and group_keys(HAND, ()) == []
+
+
+def test_county_keys_carry_the_state():
+    """County 001 of state 44 and county 001 of state 34 are different counties."""
+    two_states = validate_microdata(pd.concat([HAND.assign(estab_id=HAND["estab_id"] + "-nj", state="34"), HAND]))
+    by_county = tabulate(two_states, ["county"])
+    assert by_county[["state", "county"]].values.tolist() == [["34", "001"], ["34", "007"], ["44", "001"], ["44", "007"]]
+    assert by_county["m1emp"].tolist() == [3.0, 12.0, 3.0, 12.0]
+
+
+def test_where_selects_establishments():
+    table = tabulate(HAND, "county", where="sector == '31-33'")
+    assert table["estabs"].tolist() == [1, 1] and table["m1emp"].tolist() == [1.0, 4.0]
+    with pytest.raises(ValueError, match="no establishments to tabulate match where"):
+        tabulate(HAND, "county", where="sector == '11'")
+    with pytest.raises(ValueError, match="margins of error need the release's answers"):
+        tabulate(HAND, "county", moe=True)
