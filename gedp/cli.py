@@ -6,6 +6,7 @@ leaving no output behind; a solver that fails to reach an optimum exits with sta
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
@@ -13,56 +14,25 @@ import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import numpy as np
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
+from typer.core import TyperOption
 
-from gedp.evaluation.compare import compare_tabulations, error_summary
-from gedp.evaluation.coverage import run_coverage
-from gedp.evaluation.e1_employment import run_e1
-from gedp.evaluation.e2_wages import run_e2
-from gedp.evaluation.e3_bias import E3Setup, run_e3
-from gedp.evaluation.e4_analytic import run_e4
-from gedp.evaluation.e5_earlier import E5Setup, run_e5
-from gedp.evaluation.suppression_report import write_suppression
-from gedp.evaluation.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
-from gedp.config import Config, load_config
-from gedp.errors import AuditError, GedpError
-from gedp.engine import check_request, input_digest, input_states, protect_input
-from gedp.ledger import PENDING, check_cap, check_dataset_id, clear, commit, read_ledger, reserve, spent
-from gedp.pipeline import (
-    MANIFEST_FILE,
-    ACCURACY_FILE,
-    PROTECTED_FILE,
-    check_output_directory,
-    check_output_path,
-    check_publication,
-    read_release,
-    staged_directory,
-)
-from gedp.measure.audit import ALPHA as AUDIT_ALPHA
-from gedp.measure.audit import run_audit
-from gedp.measure.budget import compose
-from gedp.measure.neighbors import interval_table, make_psi
-from gedp.measure.suppression import SuppressionRule, check_microdata, suppress
-from gedp.postprocess.wls import SolverError
-from gedp.synth.establishments import WITHIN_CELL_MODES, synthesize_state
-from gedp.synth.io import read_microdata, write_microdata
-from gedp.synth.profiles import (
-    DEFAULT_PROFILE,
-    available_profiles,
-    fit_profile,
-    generate_profile,
-    load_profile,
-)
-from gedp.synth.qcew import PublishedState, read_qcew
-from gedp.synth.schema import CONFIDENTIAL, InputError, count
-from gedp.synth.validate import validation_report
+import gedp
+from gedp.errors import AuditError, GedpError, InputError, SolverError
+
+# `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
+# matplotlib and the stage packages (which import them) are imported inside the commands that use
+# them. tests/test_cli.py times both and checks that importing gedp.cli loads none of them.
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gedp.config import Config
+    from gedp.synth.qcew import PublishedState
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -74,8 +44,62 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Gaussian Establishment DP: protected, consistent establishment microdata with stated error.",
 )
-console = Console()
-errors = Console(stderr=True)
+#: Width of output that is not on a terminal: wide enough that no table is cut to fit.
+UNWRAPPED_WIDTH = 10_000
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A terminal wraps to its width; a pipe, file or log gets every line whole (rich would wrap it
+    at 80 columns and split log lines): soft wrapping, and tables as wide as their content."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, soft_wrap=True, width=UNWRAPPED_WIDTH)
+
+
+console = _console()
+errors = _console(stderr=True)
+
+
+def _flag_type(option: TyperOption, ctx) -> Optional[str]:
+    """No type column for flags: typer 0.29 labels every flag (--help, --moe, ...) ``<bool>``,
+    though a flag takes no value; options that take one keep their type."""
+    return None if option.is_flag else _option_type(option, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gedp {gedp.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print gedp's version and exit.")] = False,
+) -> None:
+    pass
+
+#: Option defaults of commands whose implementations are imported only when they run (written out
+#: so that `gedp --help` imports none of them; tests/test_cli.py checks each against its source:
+#: gedp.synth.profiles.DEFAULT_PROFILE, E3Setup, E5Setup and SuppressionRule).
+DEFAULT_PROFILE = "small"
+E3_DEFAULTS = {"counties": 100, "per_county": 2, "employees": 10.0, "gamma_sqrt": 0.5, "gamma_log": 0.1, "mu": 1.0}
+E5_DEFAULTS = {"infusion_s": 0.05, "infusion_t": 0.15, "delta": 1e-3}
+SUPPRESSION_DEFAULTS = {"p": 10.0, "min_estabs": 3, "attributes": ("m1emp", "wage")}
+
+
+def available_profiles() -> list[str]:
+    """Names of the built-in profiles (the JSON files of gedp.synth's profiles folder), found
+    without importing gedp.synth."""
+    spec = importlib.util.find_spec("gedp.synth")
+    folders = spec.submodule_search_locations if spec is not None else None
+    return sorted({p.stem for folder in folders or () for p in (Path(folder) / "profiles").glob("*.json")})
+
 
 #: Seed of the synthetic input of `gedp run` (the data; the noise has its own --seed).
 DEFAULT_STATE_SEED = 2016
@@ -150,11 +174,15 @@ def progress_counts(description: str):
 
 
 def _load(config_name: str, workflow: Optional[str]) -> Config:
+    from gedp.config import load_config
+
     config = load_config(config_name)
     return config if workflow is None else config.with_workflow(workflow)
 
 
 def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
+    from gedp.measure.budget import compose
+
     states = manifest["states"]
     console.print(f"[bold]Release written to[/] {out}")
     console.print(
@@ -175,6 +203,11 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
 
 def _accuracy(truth: pd.DataFrame, release: Path, config: Config) -> dict:
     """Error summaries of the release's tabulations against the synthetic truth (``gedp run`` only)."""
+    import pandas as pd
+
+    from gedp.evaluation.compare import compare_tabulations, error_summary
+    from gedp.pipeline import PROTECTED_FILE
+
     protected = pd.read_parquet(release / PROTECTED_FILE)
     return {label: {attribute: error_summary(compare_tabulations(truth, protected, by, attribute))
                     for attribute in config.plan.attributes}
@@ -192,6 +225,13 @@ def run(
     establishments: Annotated[Optional[int], typer.Option(help="Rescale the profile to this many establishments.")] = None,
 ) -> None:
     """Protect a synthetic state (the small profile by default) and report accuracy against its truth."""
+    import numpy as np
+
+    from gedp.engine import protect_input
+    from gedp.pipeline import ACCURACY_FILE, check_output_directory
+    from gedp.synth.profiles import generate_profile, load_profile
+    from gedp.synth.schema import CONFIDENTIAL
+
     start = time.perf_counter()
     with reported_errors():
         cfg = _load(config, workflow)
@@ -217,6 +257,8 @@ def run(
 def _check_output_file(path: Path) -> None:
     """Refuse a path that cannot become a file: a folder, a parent that is not a folder, a name too
     long, a parent that cannot be created."""
+    from gedp.pipeline import check_output_path
+
     check_output_path(path.resolve())
     if path.is_dir():
         raise InputError(f"output '{path}' is a folder; give a file name")
@@ -270,6 +312,16 @@ def synth(
     fit_profile_to: Annotated[Optional[Path], typer.Option("--fit-profile", help="With --from-qcew: also write a profile JSON.")] = None,
 ) -> None:
     """Write a synthetic state: from a built-in profile, or fitted to a published QCEW file."""
+    import numpy as np
+
+    from gedp.pipeline import check_output_path
+    from gedp.synth.establishments import WITHIN_CELL_MODES, synthesize_state
+    from gedp.synth.io import write_microdata
+    from gedp.synth.profiles import fit_profile, generate_profile, load_profile
+    from gedp.synth.qcew import read_qcew
+    from gedp.synth.schema import CONFIDENTIAL
+    from gedp.synth.validate import validation_report
+
     start = time.perf_counter()
     with reported_errors():
         if (profile is None) == (from_qcew is None):
@@ -328,6 +380,10 @@ def protect_command(
                                                            "under a name share its budget (e.g. revised data).")] = None,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
+    from gedp.engine import check_request, input_digest, input_states, protect_input
+    from gedp.ledger import check_cap, check_dataset_id, commit, reserve
+    from gedp.pipeline import check_output_directory, check_publication
+
     start = time.perf_counter()
     with reported_errors():
         check_publication(seed, rng, not_for_publication)
@@ -382,6 +438,8 @@ def ledger_show(
     ledger: Annotated[Path, typer.Option(help="The lifetime budget ledger.")],
 ) -> None:
     """Print every dataset of a ledger (cap, spending) and its releases with their status."""
+    from gedp.ledger import PENDING, read_ledger, spent
+
     with reported_errors():
         book = read_ledger(ledger)
     datasets = Table("dataset", "lifetime cap", "spent", "left", "releases", "pending", title=f"ledger {ledger}")
@@ -408,8 +466,11 @@ def ledger_clear(
     ledger: Annotated[Path, typer.Option(help="The lifetime budget ledger.")],
     release: Annotated[str, typer.Option(help="Id of the pending release to remove (see gedp ledger show).")],
 ) -> None:
-    """Remove a pending release, whose run failed or was killed before it was published: its mu stops
-    counting. Clear only a release you know was not published; committed releases cannot be cleared."""
+    """Remove a pending release (a run that failed or was killed before publishing): its mu stops counting.
+
+    Clear only a release you know was not published; committed releases cannot be cleared."""
+    from gedp.ledger import clear, spent
+
     with reported_errors():
         dataset, entry = clear(ledger, release)
     name = _dataset_name(dataset)
@@ -460,6 +521,11 @@ def tabulate_command(
     Margins of error come from the release's weighted least squares covariance: no new privacy
     budget is spent and no confidential data is read.
     """
+    from gedp.evaluation.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
+    from gedp.pipeline import MANIFEST_FILE, PROTECTED_FILE, read_release
+    from gedp.synth.io import read_microdata
+    from gedp.synth.schema import count
+
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
         if moe and not release:
@@ -515,6 +581,10 @@ def interval(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Print the uncertainty interval I(x) of each value: how far x is hidden for this psi and gamma."""
+    import numpy as np
+
+    from gedp.measure.neighbors import interval_table, make_psi
+
     with reported_errors():
         bad = [v for v in values if not (np.isfinite(v) and v >= 0)]
         if bad:
@@ -542,6 +612,13 @@ EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "coverage")
 def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: str,
                      seed: int) -> tuple[pd.DataFrame, str, Optional[PublishedState]]:
     """The microdata of an experiment, its description, and the published QCEW it was fitted to (if any)."""
+    import numpy as np
+
+    from gedp.synth.establishments import synthesize_state
+    from gedp.synth.io import read_microdata
+    from gedp.synth.profiles import generate_profile, load_profile
+    from gedp.synth.qcew import read_qcew
+
     if data is not None and from_qcew is not None:
         raise InputError("give at most one of --data and --from-qcew")
     if data is not None:
@@ -568,17 +645,27 @@ def evaluate(
     config: Annotated[Optional[str], typer.Option(help="e1, e5 and coverage: plan (default employment, employment, baseline).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
-    counties: Annotated[int, typer.Option(help="e3: counties.")] = E3Setup.counties,
-    per_county: Annotated[int, typer.Option(help="e3: establishments per county.")] = E3Setup.per_county,
-    employees: Annotated[float, typer.Option(help="e3: employees per establishment.")] = E3Setup.employees,
-    gamma_sqrt: Annotated[float, typer.Option(help="e3: gamma of psi = sqrt.")] = E3Setup.gamma_sqrt,
-    gamma_log: Annotated[float, typer.Option(help="e3: gamma of psi = log.")] = E3Setup.gamma_log,
-    mu: Annotated[float, typer.Option(help="e3: mu of each query.")] = E3Setup.mu,
-    infusion_s: Annotated[float, typer.Option(help="e5: smallest distortion |f - 1| of noise infusion.")] = E5Setup.infusion_s,
-    infusion_t: Annotated[float, typer.Option(help="e5: largest distortion |f - 1| of noise infusion.")] = E5Setup.infusion_t,
-    delta: Annotated[float, typer.Option(help="e5: delta of Smooth Laplace.")] = E5Setup.delta,
+    counties: Annotated[int, typer.Option(help="e3: counties.")] = E3_DEFAULTS["counties"],
+    per_county: Annotated[int, typer.Option(help="e3: establishments per county.")] = E3_DEFAULTS["per_county"],
+    employees: Annotated[float, typer.Option(help="e3: employees per establishment.")] = E3_DEFAULTS["employees"],
+    gamma_sqrt: Annotated[float, typer.Option(help="e3: gamma of psi = sqrt.")] = E3_DEFAULTS["gamma_sqrt"],
+    gamma_log: Annotated[float, typer.Option(help="e3: gamma of psi = log.")] = E3_DEFAULTS["gamma_log"],
+    mu: Annotated[float, typer.Option(help="e3: mu of each query.")] = E3_DEFAULTS["mu"],
+    infusion_s: Annotated[float, typer.Option(help="e5: smallest distortion |f - 1| of noise infusion.")] = E5_DEFAULTS["infusion_s"],
+    infusion_t: Annotated[float, typer.Option(help="e5: largest distortion |f - 1| of noise infusion.")] = E5_DEFAULTS["infusion_t"],
+    delta: Annotated[float, typer.Option(help="e5: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
 ) -> None:
     """Run an evaluation experiment (e1-e5, coverage) and write its report, summary and plots."""
+    from gedp.config import load_config
+    from gedp.evaluation.coverage import run_coverage
+    from gedp.evaluation.e1_employment import run_e1
+    from gedp.evaluation.e2_wages import run_e2
+    from gedp.evaluation.e3_bias import E3Setup, run_e3
+    from gedp.evaluation.e4_analytic import run_e4
+    from gedp.evaluation.e5_earlier import E5Setup, run_e5
+    from gedp.pipeline import staged_directory
+    from gedp.synth.schema import CONFIDENTIAL, count
+
     start = time.perf_counter()
     with reported_errors():
         if name not in EXPERIMENTS:
@@ -642,14 +729,20 @@ def suppress_command(
     from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: suppress a state synthesized from it "
                                                          "and compare with the published suppression.")] = None,
     profile: Annotated[str, typer.Option(help="Built-in profile when neither --data nor --from-qcew is given.")] = DEFAULT_PROFILE,
-    p: Annotated[float, typer.Option("--p", help="p of the p% rule.")] = SuppressionRule.p,
-    min_estabs: Annotated[int, typer.Option(help="Cells with fewer establishments are suppressed.")] = SuppressionRule.min_estabs,
-    attributes: Annotated[str, typer.Option(help="Attributes the rule and the audit cover, comma-separated.")] = ",".join(SuppressionRule.attributes),
+    p: Annotated[float, typer.Option("--p", help="p of the p% rule.")] = SUPPRESSION_DEFAULTS["p"],
+    min_estabs: Annotated[int, typer.Option(help="Cells with fewer establishments are suppressed.")] = SUPPRESSION_DEFAULTS["min_estabs"],
+    attributes: Annotated[str, typer.Option(help="Attributes the rule and the audit cover, comma-separated.")] = ",".join(SUPPRESSION_DEFAULTS["attributes"]),
     audit: Annotated[bool, typer.Option("--audit/--no-audit", help="LP audit of every suppressed cell, with repair of failing primaries.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the synthesis with --from-qcew.")] = 1,
 ) -> None:
-    """Cell suppression as the QCEW runs it: p% rule and minimum count, secondary suppression over the
-    industry and geography hierarchies, and an LP audit of what the published cells still reveal."""
+    """Cell suppression as the QCEW runs it, audited: what the published cells still reveal.
+
+    The p% rule and a minimum count mark sensitive cells; secondary suppression over the industry
+    and geography hierarchies protects them; an LP audit checks every suppressed cell."""
+    from gedp.evaluation.suppression_report import write_suppression
+    from gedp.measure.suppression import SuppressionRule, check_microdata, suppress
+    from gedp.pipeline import staged_directory
+
     start = time.perf_counter()
     with reported_errors():
         try:
@@ -697,8 +790,13 @@ def audit(
     broken: Annotated[bool, typer.Option("--broken", help="Audit a deliberately broken variant (noise sd halved).")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Also write the table as JSON here.")] = None,
 ) -> None:
-    """Empirical privacy audit: a high-confidence lower bound on the mu each mechanism achieves on
-    worst-case psi-neighbor pairs; it passes when the bound does not exceed the claimed mu."""
+    """Empirical privacy audit: does each mechanism leak more than the mu it claims?
+
+    Computes a high-confidence lower bound on the mu each mechanism achieves on worst-case
+    psi-neighbor pairs; it passes when the bound does not exceed the claimed mu."""
+    from gedp.measure.audit import ALPHA as AUDIT_ALPHA
+    from gedp.measure.audit import run_audit
+
     with reported_errors():
         chosen = AUDITED if mechanism == "all" else (mechanism,)
         if any(m not in AUDITED for m in chosen):

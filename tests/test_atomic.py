@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+import gedp.config
 import gedp.engine
 import gedp.pipeline
 from gedp.cli import app
@@ -49,7 +50,7 @@ def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, mo
     else:
         monkeypatch.setattr(gedp.engine, stage, interrupt)
     with pytest.raises(KeyboardInterrupt):
-        gedp.engine.protect_input(source, gedp.cli.load_config("baseline"), out, seed=2)
+        gedp.engine.protect_input(source, gedp.config.load_config("baseline"), out, seed=2)
     monkeypatch.undo()
     assert snapshot(out) == before
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []  # staging removed
@@ -60,7 +61,7 @@ def test_interruption_of_a_first_release_leaves_nothing(tmp_path, small_state, m
     small_state.to_parquet(source)
     monkeypatch.setattr(gedp.engine, "release_manifest", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        gedp.engine.protect_input(source, gedp.cli.load_config("baseline"), tmp_path / "new", seed=1)
+        gedp.engine.protect_input(source, gedp.config.load_config("baseline"), tmp_path / "new", seed=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
 

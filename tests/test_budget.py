@@ -16,20 +16,30 @@ def test_compose_is_root_sum_of_squares():
     assert compose([]) == 0.0
 
 
-@pytest.mark.parametrize(
-    "name, per_attribute",
-    [
-        # SPEC section 6: per month / wage budgets of identity, state, NAICS-5, county, county x NAICS-5
-        ("baseline", [[0.70, 0.20, 0.60, 0.60, 0.70]] * 3 + [[0.15, 0.10, 0.15, 0.15, 0.15]]),
-        ("uniform", [[0.611, 0.179, 0.525, 0.525, 0.611]] * 4),
-        ("employment", [[0.7, 0.2, 0.6, 0.6, 0.7]] * 3),
-    ],
-)
-def test_shipped_plans_total_what_the_spec_says(name, per_attribute):
-    expected = math.sqrt(sum(mu * mu for row in per_attribute for mu in row))
+#: SPEC section 6, per query (identity, state total, NAICS-5, county, county x NAICS-5) and attribute.
+SPEC_QUERIES = (("estab_id",), ("state",), ("state", "naics5"), ("state", "county"), ("state", "county", "naics5"))
+MONTHS = ("m1emp", "m2emp", "m3emp")
+SPEC_PLANS = {
+    "baseline": {**{m: (0.70, 0.20, 0.60, 0.60, 0.70) for m in MONTHS}, "wage": (0.15, 0.10, 0.15, 0.15, 0.15)},
+    "uniform": {a: (0.611, 0.179, 0.525, 0.525, 0.611) for a in (*MONTHS, "wage")},
+    "employment": {m: (0.7, 0.2, 0.6, 0.6, 0.7) for m in MONTHS},
+}
+#: The totals SPEC section 6 states ("both total ~ 2.31", "total mu ~ 2.28"), to its two decimals.
+SPEC_TOTALS = {"baseline": 2.31, "uniform": 2.31, "employment": 2.28}
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_PLANS))
+def test_shipped_plans_total_what_the_spec_says(name):
+    """Each shipped plan holds SPEC's budget table, and its total is the total SPEC states (both
+    numbers come from SPEC, not from compose, so a wrong composition rule or a mistyped YAML entry fails)."""
     plan = load_config(name).plan
-    assert plan.budget().total == pytest.approx(expected, rel=1e-12)
-    assert round(expected, 2) == {"baseline": 2.31, "uniform": 2.31, "employment": 2.28}[name]
+    shipped = {q.by: q.mu for q in plan.queries}
+    assert set(shipped) == set(SPEC_QUERIES)
+    for attribute, mus in SPEC_PLANS[name].items():
+        for by, mu in zip(SPEC_QUERIES, mus):
+            assert shipped[by][attribute] == mu, (by, attribute)
+    assert all(set(mu) == set(SPEC_PLANS[name]) for mu in shipped.values())
+    assert abs(plan.budget().total - SPEC_TOTALS[name]) <= 0.005  # SPEC's rounding to two decimals
 
 
 def test_ledger_records_every_charge_and_refuses_double_spending():

@@ -144,14 +144,24 @@ def test_invalid_pairs_are_refused_with_the_condition(check, args, condition):
     assert not is_valid(check, *args)
 
 
-def test_validity_conditions_against_their_formulas():
-    for eps in (0.25, 0.5, 0.67, 1, 2, 4):
-        for alpha in (0.01, 0.05, 0.1, 0.15, 0.2):
-            assert is_valid(check_smooth_gamma, eps, alpha) == (alpha + 1 < math.exp(eps / 5))
-            assert is_valid(check_log_laplace, eps, alpha) == (2 * math.log(1 + alpha) / eps < 1)
-            assert is_valid(check_smooth_laplace, eps, alpha, 1e-3) == (
-                alpha + 1 <= math.exp(eps / (2 * math.log(1e3))))
+def test_validity_conditions_at_their_boundaries():
+    """Each condition just inside and just outside its boundary (relative 1e-9): a grid of SPEC's
+    pairs never comes near a boundary, so it cannot catch a wrong constant or a flipped side.
+    Boundaries solved for alpha by hand: Smooth Gamma needs eps1 = eps - 5 ln(1 + alpha) > 0,
+    Log-Laplace a finite E[exp(eta)] (lambda = 2 ln(1 + alpha) / eps < 1), Smooth Laplace
+    alpha + 1 <= exp(eps / (2 ln(1 / delta))). (< against <= cannot be told apart in floats.)"""
+    inside, outside = 1 - 1e-9, 1 + 1e-9
+    for eps in (0.25, 1.0, 4.0):
+        edges = [(check_smooth_gamma, math.expm1(eps / 5), ()), (check_log_laplace, math.expm1(eps / 2), ())]
+        edges += [(check_smooth_laplace, math.expm1(eps / (2 * math.log(1 / delta))), (delta,)) for delta in (1e-3, 1e-6)]
+        for check, edge, extra in edges:
+            assert is_valid(check, eps, edge * inside, *extra), (check.__name__, eps, extra)
+            assert not is_valid(check, eps, edge * outside, *extra), (check.__name__, eps, extra)
+    # SPEC E5 grid: the pairs its tables keep, counted by hand from alpha < e^(eps/5) - 1 (0.051, 0.105,
+    # 0.143, 0.221, 0.492, 1.226 for eps 0.25 ... 4)
     assert is_valid(check_smooth_gamma, 0.25, 0.05) and not is_valid(check_smooth_gamma, 0.25, 0.1)
+    assert sum(is_valid(check_smooth_gamma, e, a) for e in (0.25, 0.5, 0.67, 1, 2, 4)
+               for a in (0.01, 0.05, 0.1, 0.15, 0.2)) == 2 + 3 + 3 + 5 + 5 + 5
 
 
 def test_infusion_factors_follow_the_ramp():
@@ -178,6 +188,9 @@ def test_noise_infusion_cells_use_one_factor_per_establishment():
     assert by_county.released[3] == 0.0  # zeros stay zero
     by_sector = noise_infusion(values, group_establishments(public, ("sector",)), factors, attribute="m1emp", rng=rng)
     np.testing.assert_allclose(by_sector.released, [100 * 1.1 + 20 * 1.05, 50 * 0.9 + 2 * 1.2])
-    draws = [noise_infusion(np.array([2.0]), group_establishments(pd.DataFrame({"c": ["x"]}), ("c",)), np.ones(1),
-                            attribute="m1emp", rng=np.random.default_rng(seed)).released[0] for seed in range(200)]
-    assert set(draws) == {1.0, 2.0}
+    # small cells: a uniform draw from {1, 2} (S = 2.5); 4,000 such cells, binomial z test at 4 SE
+    n = 4_000
+    small = noise_infusion(np.full(n, 2.0), group_establishments(pd.DataFrame({"c": np.arange(n)}), ("c",)),
+                           np.ones(n), attribute="m1emp", rng=np.random.default_rng(12))
+    assert set(small.released) == {1.0, 2.0}
+    assert abs(np.mean(small.released == 1.0) - 0.5) < 4 * 0.5 / math.sqrt(n)

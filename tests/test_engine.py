@@ -53,7 +53,18 @@ def test_states_are_protected_separately_and_compose_in_parallel(two_states, tmp
     planned = yaml.safe_load(configs.path("baseline").read_text())
     total = np.sqrt(sum(mu * mu for q in planned["queries"] for mu in q["mu"].values()))
     assert manifest["mu_total"] == pytest.approx(total)  # parallel composition: spent once
-    assert set(manifest["per_state"]) == {"09", "44"} and all(v > 4 for v in manifest["tau"].values())
+    assert set(manifest["per_state"]) == {"09", "44"}
+    # SPEC section 4: tau = Phi^-1((1 - zeta)^(1 / (kc n))) with kc attributes measured and n the
+    # state's establishments, at the state's share of zeta; evaluated in 50-digit arithmetic (mpmath)
+    import mpmath
+
+    kc = len(planned["attributes"])
+    for state, tau in manifest["tau"].items():
+        n = int((protected["state"] == state).sum())
+        with mpmath.workdps(50):
+            power = mpmath.power(1 - mpmath.mpf(manifest["zeta_per_state"]), mpmath.mpf(1) / (kc * n))
+            closed_form = float(mpmath.sqrt(2) * mpmath.erfinv(2 * power - 1))
+        assert tau == pytest.approx(closed_form, rel=1e-9), state
     tables = pd.read_csv(tmp_path / "both" / "qcew_tables.csv", dtype={"area_fips": str})
     assert set(tables.loc[tables["agglvl_code"] == 51, "area_fips"]) == {"09000", "44000"}
     # zeta is split so that both states' bounds hold together with probability 1 - zeta

@@ -4,6 +4,7 @@ reports that contain every section and plot they name."""
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -100,23 +101,104 @@ def test_e4_formulas_hold_and_report_says_so(tmp_path):
     assert formula == pytest.approx(1.0) and abs(simulated - 1.0) < 4 * se
 
 
-def test_e1_report_and_summary(tmp_path, small_state):
+def recorded_releases(monkeypatch, module):
+    """Wrap ``module.protected_copy``: the experiment runs unchanged and the test sees every
+    protected copy it made, with the plan it was made under (in call order)."""
+    made = []
+    real = module.protected_copy
+
+    def recording(truth, plan, *, rng):
+        protected = real(truth, plan, rng=rng)
+        made.append((plan, protected))
+        return protected
+
+    monkeypatch.setattr(module, "protected_copy", recording)
+    return made
+
+
+def group_totals(frame, by, attribute):
+    """Group totals by plain pandas (not gedp's tabulate); the total when ``by`` is empty."""
+    return frame.groupby(list(by), observed=True)[attribute].sum() if by else pd.Series([frame[attribute].sum()])
+
+
+def differences(truth, protected, by, attribute):
+    """protected - true per group, both tabulated independently of the code under test."""
+    true = group_totals(truth, by, attribute)
+    return group_totals(protected, by, attribute).reindex(true.index, fill_value=0.0) - true, true
+
+
+def test_e1_summaries_are_the_pooled_signed_differences(tmp_path, small_state, monkeypatch):
+    """Every number of the E1 summary against quartiles and means recomputed from the releases E1
+    made, by plain pandas and numpy."""
+    import gedp.evaluation.e1_employment as e1
+
+    made = recorded_releases(monkeypatch, e1)
     plan = load_config("employment").plan
-    summary = run_e1(tmp_path, small_state.drop(columns=["wage"]), plan, replications=2, seed=4, data_label="test")
+    truth = small_state.drop(columns=["wage"])
+    summary = run_e1(tmp_path, truth, plan, replications=2, seed=4, data_label="test")
+    assert [p.workflow for p, _ in made] == ["pnc", "pnc", "psi", "psi"]
     assert set(summary["summaries"]) == {"pnc", "psi"}
-    assert set(summary["summaries"]["pnc"]) == set(E1_LEVELS)
-    state = summary["summaries"]["pnc"]["state total"]
-    assert state["groups"] == 2 * 3  # 2 replications x 3 months, one state
-    assert state["signed_q1"] <= state["signed_median"] <= state["signed_q3"]
+    for workflow in ("pnc", "psi"):
+        releases = [protected for p, protected in made if p.workflow == workflow]
+        assert set(summary["summaries"][workflow]) == set(E1_LEVELS)
+        for level, by in E1_LEVELS.items():
+            signed = np.concatenate([differences(truth, protected, by, a)[0].to_numpy()
+                                     for protected in releases for a in ("m1emp", "m2emp", "m3emp")])
+            got = summary["summaries"][workflow][level]
+            assert got["groups"] == signed.size
+            np.testing.assert_allclose([got["signed_q1"], got["signed_median"], got["signed_q3"]],
+                                       np.percentile(signed, [25, 50, 75]), rtol=1e-9, atol=1e-9)
+            assert got["signed_mean"] == pytest.approx(signed.mean(), rel=1e-9, abs=1e-9)
+            assert got["mean_absolute"] == pytest.approx(np.abs(signed).mean(), rel=1e-9)
+    assert summary["summaries"]["pnc"]["state total"]["groups"] == 2 * 3  # 2 replications x 3 months, one state
+    assert summary["mu_total"] == pytest.approx(2.28, abs=0.005)  # SPEC section 6: total mu ~ 2.28
     assert_complete_report(tmp_path, ["Setup", "Signed differences per tabulation", "Findings"])
     assert set(summary["figures"]) == {"e1_scatter_pnc.png", "e1_scatter_psi.png"}
 
 
-def test_e2_report_and_summary(tmp_path, small_state):
+@pytest.mark.slow
+def test_e2_summary_is_the_replication_average_of_group_errors(tmp_path, small_state, monkeypatch):
+    """Every number of the E2 summary and budget sweep against errors recomputed from the releases
+    E2 made, by plain pandas and numpy."""
+    import gedp.evaluation.e2_wages as e2
+
+    made = recorded_releases(monkeypatch, e2)
     plans = {"baseline": load_config("baseline").plan, "uniform": load_config("uniform").plan}
     summary = run_e2(tmp_path, small_state, plans, replications=2, seed=5, data_label="test")
-    assert set(summary["summary"]) == {"baseline/pnc", "baseline/psi", "uniform/pnc", "uniform/psi"}
-    assert len(summary["budget_sweep"]["wage"]) == 4
+    combos = [f"{name}/{workflow}" for name in plans for workflow in ("pnc", "psi")]
+    assert set(summary["summary"]) == set(combos)
+    releases = [protected for _, protected in made]
+    assert len(releases) == 4 * 2 + len(e2.BUDGET_FACTORS) * 2
+    detail = ["state", "county", "naics5"]
+    for index, combo in enumerate(combos):
+        copies = releases[2 * index:2 * index + 2]
+        for attribute in ("m1emp", "wage"):
+            got = summary["summary"][combo][attribute]
+            for level, by in e2.LEVELS.items():
+                mean_error = np.mean([np.abs(differences(small_state, p, by, attribute)[0]).to_numpy() for p in copies], 0)
+                assert got["median_group_mean_absolute_error"][level] == pytest.approx(np.median(mean_error), rel=1e-9)
+            state = [abs(float(differences(small_state, p, ["state"], attribute)[0].sum())) for p in copies]
+            assert got["state_total_mean_absolute_error"] == pytest.approx(np.mean(state), rel=1e-9)
+            relative = []
+            for p in copies:
+                signed, true = differences(small_state, p, detail, attribute)
+                relative.append((np.abs(signed) / (true + 1)).to_numpy())
+            assert got["median_relative_error_county_naics5"] == pytest.approx(np.median(np.mean(relative, 0)), rel=1e-9)
+    sweep_plans = [plan for plan, _ in made[8:]]
+    for attribute in ("m1emp", "wage"):
+        points = summary["budget_sweep"][attribute]
+        assert len(points) == len(e2.BUDGET_FACTORS)
+        for k, (total, value) in enumerate(points.items()):
+            pair = releases[8 + 2 * k:8 + 2 * k + 2]
+            assert {f"{p.budget().total:.4f}" for p in sweep_plans[2 * k:2 * k + 2]} == {total}
+            medians = []
+            for p in pair:
+                signed, true = differences(small_state, p, detail, attribute)
+                medians.append(np.median(np.abs(signed) / (true + 1)))
+            assert value == pytest.approx(np.mean(medians), rel=1e-9)
+    # the sweep scales the first plan's total (SPEC: ~2.31) by 0.5, 1, 2 and 4
+    np.testing.assert_allclose([float(t) for t in summary["budget_sweep"]["wage"]],
+                               2.31 * np.array(e2.BUDGET_FACTORS), rtol=0.005 / 2.31)
     assert_complete_report(tmp_path, ["Setup", "Median over groups of the mean absolute error", "Findings"])
     assert len(summary["figures"]) == 4
 

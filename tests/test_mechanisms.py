@@ -5,6 +5,8 @@ per check under the null) and is paired with a power check: the same test reject
 sd (x0.7, x1.3), the wrong bias correction, or the wrong tau.
 """
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -38,6 +40,20 @@ def ks_pvalue(noise: np.ndarray, sd: float) -> float:
     return stats.kstest(noise / sd, "norm").pvalue
 
 
+def gdp_mu_of_gaussian(sensitivity: float, sd: float) -> float:
+    """mu from the definition (SPEC section 3): the largest gap Phi^-1(P(M(D2) in S)) -
+    Phi^-1(P(M(D1) in S)) over half-lines S = (t, inf), the Neyman-Pearson worst case for a
+    Gaussian shift, for M(D1) ~ N(0, sd^2) and M(D2) ~ N(sensitivity, sd^2); evaluated by scipy."""
+    t = sensitivity / 2 + sd * np.linspace(-2, 2, 41)  # away from the tails, where float sf loses digits
+    gaps = stats.norm.ppf(stats.norm.sf(t, loc=sensitivity, scale=sd)) - stats.norm.ppf(stats.norm.sf(t, scale=sd))
+    return float(gaps.max())
+
+
+@pytest.mark.parametrize("sensitivity, sd", [(0.5, 0.714), (1.0, 0.25), (3.0, 10.0)])
+def test_privacy_cost_function_follows_the_definition(sensitivity, sd):
+    assert psi_mechanism_mu(sensitivity, sd) == pytest.approx(gdp_mu_of_gaussian(sensitivity, sd), rel=1e-9)
+
+
 @pytest.mark.parametrize("psi, gamma, mu", [(SqrtPsi(), 0.5, 0.7), (LogPsi(a=1), 0.1, 1.0), (LinearPsi(3.0), 1.0, 0.4)])
 def test_psi_mechanism_noise_matches_its_privacy_cost(psi, gamma, mu):
     n = 20_000
@@ -45,10 +61,18 @@ def test_psi_mechanism_noise_matches_its_privacy_cost(psi, gamma, mu):
     answer = psi_mechanism(values, identity_grouping(n), attribute="m1emp", psi=psi, gamma=gamma, mu=mu,
                            rng=np.random.default_rng(2))
     noise = answer.released - psi(values)
-    # The charge (the privacy map applied to the drawn noise) matches the plan, and the noise
-    # actually drawn has the sd that charge implies for the stated sensitivity gamma + one grid step.
-    assert answer.mu == pytest.approx(mu, rel=1e-12) and answer.mu <= mu * (1 + 1e-12)
-    sd = (gamma + psi_grid(gamma)) / answer.mu
+    sensitivity = gamma + psi_grid(gamma)  # psi(x) moves by gamma; rounding psi(x) to the grid adds a step
+    # The charge is never above the plan (a plan's mu is a promise).
+    assert answer.mu <= mu * (1 + 1e-12)
+    # The charge against the noise actually drawn: the mu that the definition of mu-GDP gives for
+    # the sample sd (z test on the sd, 4 standard errors of a normal sample's sd: false-failure
+    # rate 6e-5), not the code's own gamma / (gamma / mu).
+    sample_sd = noise.std(ddof=1)
+    drawn_mu = gdp_mu_of_gaussian(sensitivity, sample_sd)
+    assert abs(answer.mu - drawn_mu) < 4 * drawn_mu / np.sqrt(2 * (n - 1))
+    for wrong in (0.7, 1.3):  # power: a charge off by 30% is caught
+        assert abs(wrong * answer.mu - drawn_mu) > 4 * drawn_mu / np.sqrt(2 * (n - 1))
+    sd = sensitivity / answer.mu
     assert ks_pvalue(noise, sd) > ALPHA
     assert ks_pvalue(noise, 0.7 * sd) < ALPHA  # power: a wrong sd is caught
     assert ks_pvalue(noise, 1.3 * sd) < ALPHA
@@ -110,6 +134,11 @@ def test_psi_confidence_interval_covers_95_percent():
     lower, upper = psi_confidence_interval(answer, SqrtPsi())
     covered = np.mean((lower <= x) & (x <= upper))
     assert abs(covered - 0.95) < 4 * np.sqrt(0.95 * 0.05 / n)
+    # power: intervals built from a wrong noise variance (x0.7, x1.3) miss 0.95 by far more than 4 SE
+    for wrong in (0.7, 1.3):
+        narrow = dataclasses.replace(answer, sd=answer.sd * np.sqrt(wrong))
+        lower, upper = psi_confidence_interval(narrow, SqrtPsi())
+        assert abs(np.mean((lower <= x) & (x <= upper)) - 0.95) > 4 * np.sqrt(0.95 * 0.05 / n), wrong
 
 
 def test_tau_makes_all_bounds_hold_with_probability_one_minus_zeta():

@@ -70,19 +70,36 @@ def test_tabulations_of_pnc_measured_cells_are_at_least_as_precise(small_state):
             assert np.all(variances > 0)
 
 
-def test_coverage_of_large_cells_is_nominal(tmp_path):
-    """95% intervals of cells with 100+ employees cover within 4 binomial SE of 0.95 (cells of one
-    release share noise, so the SE is a guide; 8 releases of the small profile)."""
-    from gedp.synth.profiles import generate_profile, load_profile
-
-    truth = generate_profile(load_profile("small"), rng=np.random.default_rng(2016))
-    summary = run_coverage(tmp_path, truth, load_config("baseline").plan, replications=8, seed=3, data_label="test")
+def coverage_deviations(summary):
+    """(level, band, z) for the 95% intervals of cells with 100+ employees: z = (coverage - 0.95) / SE."""
+    out = []
     for level in ("county x NAICS-5 (measured)", "county x NAICS-6 (not measured)"):
         for band in ("[100, 1k)", "[1k, inf)"):
             cell = summary["coverage"]["m1emp"][level][band]
-            se = np.sqrt(0.95 * 0.05 / cell["cells"])
-            assert abs(cell["coverage_95"] - 0.95) < 4 * se, (level, band, cell)
-    assert (tmp_path / "coverage.png").is_file() and "## Findings" in (tmp_path / "report.md").read_text()
+            out.append((level, band, (cell["coverage_95"] - 0.95) / np.sqrt(0.95 * 0.05 / cell["cells"])))
+    return out
+
+
+@pytest.mark.slow
+def test_coverage_of_large_cells_is_nominal_and_a_wrong_variance_is_caught(tmp_path, monkeypatch):
+    """95% intervals of cells with 100+ employees cover within 4 binomial SE of 0.95 (cells of one
+    release share noise, so the SE is a guide; 8 releases of the small profile). Power: the same
+    check rejects margins from variances x0.7 and x1.3 (4 releases each; coverage moves to about
+    0.90 and 0.975, 5 to 15 SE away)."""
+    import gedp.evaluation.coverage as coverage
+    from gedp.synth.profiles import generate_profile, load_profile
+
+    truth = generate_profile(load_profile("small"), rng=np.random.default_rng(2016))
+    plan = load_config("baseline").plan
+    summary = run_coverage(tmp_path / "right", truth, plan, replications=8, seed=3, data_label="test")
+    for level, band, z in coverage_deviations(summary):
+        assert abs(z) < 4, (level, band, z)
+    assert (tmp_path / "right" / "coverage.png").is_file() and "## Findings" in (tmp_path / "right" / "report.md").read_text()
+    real = coverage.answers_variances
+    for factor in (0.7, 1.3):
+        monkeypatch.setattr(coverage, "answers_variances", lambda *a, f=factor, **k: f * real(*a, **k))
+        wrong = run_coverage(tmp_path / f"x{factor}", truth, plan, replications=4, seed=3, data_label="test")
+        assert max(abs(z) for _, _, z in coverage_deviations(wrong)) > 4, factor
 
 
 @pytest.fixture

@@ -166,18 +166,35 @@ def test_structured_solver_with_negative_estimates_everywhere_terminates():
     assert structured.kkt_residual < 1e-6
 
 
-def test_auto_uses_the_structured_solver_and_falls_back_when_groups_split_cells(small_state):
+def test_auto_uses_the_structured_solver_and_falls_back_to_clarabel_when_it_refuses(small_state, monkeypatch):
+    """auto: structured when there is an identity answer, Clarabel without one, and Clarabel when the
+    structured solver refuses the system (NotNested). protect_attribute builds its cells from every
+    query's columns, so its own groups never split a cell: the refusal is induced here, which is the
+    only way to reach the fallback."""
+    import gedp.postprocess.wls as wls
+    from gedp.postprocess.structured import NotNested
+
     plan = load_config("baseline").plan
     measurements = measure(small_state, plan, rng=np.random.default_rng(12))
     public = small_state.drop(columns=["m1emp", "m2emp", "m3emp", "wage"])
     answers = measurements.for_attribute("m1emp")
     auto = protect_attribute(answers, public)
     assert auto.solver == "structured" and auto.iterations >= 1
-    assert auto.objective == pytest.approx(protect_attribute(answers, public, solver="osqp").objective, rel=1e-6)
+    reference = protect_attribute(answers, public, solver="osqp").objective
+    assert auto.objective == pytest.approx(reference, rel=1e-6)
     # without the identity query there is no per-establishment term: cvxpy with Clarabel is used
     assert protect_attribute(answers[1:], public).solver == "clarabel"
     with pytest.raises(ValueError, match="needs exactly one identity answer"):
         protect_attribute(answers[1:], public, solver="structured")
+
+    def refuse(*args, **kwargs):
+        raise NotNested("a query group splits a cell; use a generic solver")
+
+    monkeypatch.setattr(wls, "solve_structured", refuse)
+    fallback = protect_attribute(answers, public)
+    assert fallback.solver == "clarabel" and fallback.objective == pytest.approx(reference, rel=1e-6)
+    with pytest.raises(NotNested, match="splits a cell"):
+        protect_attribute(answers, public, solver="structured")
 
 
 def test_cell_to_group_matrix_refuses_groups_that_split_cells():
