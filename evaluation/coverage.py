@@ -4,6 +4,7 @@ how often the 90% and 95% intervals of each tabulation cell cover its true value
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -37,8 +38,24 @@ def _band_labels(edges) -> list[str]:
     return [f"[{short(a)}, {short(b)})" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def run_coverage(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, *, replications: int, seed: int,
-                 data_label: str) -> dict:
+@dataclass(frozen=True)
+class CoverageResult:
+    """Cells x releases per size band and how many of them each nominal interval covered.
+
+    ``counts[(level, attribute)]`` has a row per size band: [cells, covered at NOMINAL[0], ...].
+    """
+
+    counts: dict[tuple[str, str], np.ndarray]
+    setup: str
+    replications: int
+    seed: int
+    seconds: float
+    data_label: str
+
+
+def compute_coverage(truth: pd.DataFrame, plan: MeasurementPlan, *, replications: int, seed: int,
+                     data_label: str) -> CoverageResult:
+    """Simulated releases of ``truth``; per level, attribute and size band, the cells their intervals cover."""
     start = time.perf_counter()
     public = truth[public_columns(truth)]
     groupings = {level: group_establishments(public, by) for level, by in LEVELS.items()}
@@ -60,14 +77,19 @@ def run_coverage(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, *, repli
                 for k, zk in enumerate(z):
                     covered = np.abs(estimate - true) <= zk * sd
                     table[:, k + 1] += np.bincount(band, weights=covered, minlength=len(table))
-    seconds = time.perf_counter() - start
+    setup = (f"Data: {data_label}, {len(truth):,} establishments; plan with total mu {plan.budget().total:.4f}, "
+             f"workflow {plan.workflow}")
+    return CoverageResult(counts, setup, replications, seed, time.perf_counter() - start, data_label)
 
-    results = {}
+
+def render_coverage(result: CoverageResult, out: Path) -> dict:
+    """report.md, summary.json and the coverage plot; returns the summary."""
+    counts, replications, seed = result.counts, result.replications, result.seed
+    results: dict = {}
     report = Report(out, "Coverage of the margins of error")
     report.section(
         "Setup",
-        f"Data: {data_label}, {len(truth):,} establishments; plan with total mu {plan.budget().total:.4f}, workflow "
-        f"{plan.workflow}; {replications} simulated releases (seed {seed}, {seconds:.0f} s). For every cell of each "
+        f"{result.setup}; {replications} simulated releases (seed {seed}, {result.seconds:.0f} s). For every cell of each "
         "tabulation, the margin of error is z x sqrt(c' (A' W A)^-1 c) with the release's own (estimated or exact) "
         "variances, ignoring the bound x >= 0. A cell is covered when |protected - true| <= margin. Standard errors "
         "are binomial over cells and releases (cells of one release are not independent, so read them as a guide).",
@@ -114,7 +136,14 @@ def run_coverage(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, *, repli
          "variances depend most on the estimate (see E3)." if shortfalls
          else "Every tabulation and size band covers within 3 standard errors of 95%."),
     )
-    summary = {"experiment": "coverage", "data": data_label, "replications": replications, "seed": seed,
-               "seconds": seconds, "coverage": results, "shortfalls": shortfalls}
+    summary = {"experiment": "coverage", "data": result.data_label, "replications": replications, "seed": seed,
+               "seconds": result.seconds, "coverage": results, "shortfalls": shortfalls}
     report.write(summary)
     return summary
+
+
+def run_coverage(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, *, replications: int, seed: int,
+                 data_label: str) -> dict:
+    """Compute coverage and write its report into ``out``."""
+    return render_coverage(compute_coverage(truth, plan, replications=replications, seed=seed, data_label=data_label),
+                           out)

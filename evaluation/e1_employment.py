@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -26,9 +27,25 @@ SCATTER_LEVELS = {"supersector": ["state", "supersector"], "NAICS-3": ["state", 
 WORKFLOWS = {"pnc": "identity by psi, the rest by pnc", "psi": "every query by the psi-mechanism (all-sqrt)"}
 
 
-def run_e1(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, *, replications: int, seed: int,
-           data_label: str) -> dict:
-    """Both workflows, signed-difference quartiles per level and scatter plots; writes the report."""
+@dataclass(frozen=True)
+class E1Result:
+    """Signed-difference summaries per workflow and level, and the first release's scatter tables."""
+
+    summaries: dict[str, dict[str, dict]]
+    scatter: dict[str, dict[str, pd.DataFrame]]
+    attributes: list[str]
+    setup: str
+    establishments: int
+    mu_total: float
+    replications: int
+    seed: int
+    seconds: float
+    data_label: str
+
+
+def compute_e1(truth: pd.DataFrame, plan: MeasurementPlan, *, replications: int, seed: int,
+               data_label: str) -> E1Result:
+    """Both workflows, replicated: signed differences per level, pooled over months and replications."""
     start = time.perf_counter()
     attributes = [a for a in ("m1emp", "m2emp", "m3emp") if a in plan.attributes]
     comparisons: dict[str, dict[str, list[pd.DataFrame]]] = {w: {level: [] for level in LEVELS} for w in WORKFLOWS}
@@ -44,18 +61,26 @@ def run_e1(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, *, replication
                     comparisons[workflow][level].append(compare_tabulations(truth, protected, by, attribute))
     summaries = {w: {level: error_summary(pd.concat(parts)) for level, parts in levels.items()}
                  for w, levels in comparisons.items()}
-    seconds = time.perf_counter() - start
+    scatter = {workflow: {name: compare_tabulations(truth, protected, by, "m1emp")
+                          for name, by in SCATTER_LEVELS.items()}
+               for workflow, protected in first_release.items()}
+    setup = (f"Data: {data_label}, {len(truth):,} establishments. Attributes {', '.join(attributes)}; psi "
+             f"{plan.psi.name}, gamma {', '.join(f'{a} {plan.gammas[a]:g}' for a in attributes)}; zeta {plan.zeta:g}. "
+             "Per-month budgets: " + ", ".join(f"{q.name} {next(iter(q.mu.values())):g}" for q in plan.queries)
+             + f" (total mu {plan.budget().total:.4f})")
+    return E1Result(summaries, scatter, attributes, setup, len(truth), plan.budget().total, replications, seed,
+                    time.perf_counter() - start, data_label)
 
+
+def render_e1(result: E1Result, out: Path) -> dict:
+    """report.md, summary.json and the scatter plots; returns the summary."""
+    summaries, replications, attributes = result.summaries, result.replications, result.attributes
     report = Report(out, "E1: employment, pnc against the all-sqrt workflow")
     report.section(
         "Setup",
-        f"Data: {data_label}, {len(truth):,} establishments. Attributes {', '.join(attributes)}; psi "
-        f"{plan.psi.name}, gamma {', '.join(f'{a} {plan.gammas[a]:g}' for a in attributes)}; zeta {plan.zeta:g}. "
-        "Per-month budgets: " + ", ".join(f"{q.name} {next(iter(q.mu.values())):g}" for q in plan.queries)
-        + f" (total mu {plan.budget().total:.4f}). Workflows: "
-        + "; ".join(f"**{w}**: {d}" for w, d in WORKFLOWS.items())
-        + f". {replications} replication(s) per workflow (seed {seed}), {seconds:.0f} s. Signed differences "
-        "(protected - true) are pooled over groups, months and replications.",
+        result.setup + ". Workflows: " + "; ".join(f"**{w}**: {d}" for w, d in WORKFLOWS.items())
+        + f". {replications} replication(s) per workflow (seed {result.seed}), {result.seconds:.0f} s. Signed "
+        "differences (protected - true) are pooled over groups, months and replications.",
     )
     report.section("Signed differences per tabulation")
     report.table(
@@ -66,22 +91,27 @@ def run_e1(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, *, replication
          for level in LEVELS],
     )
     outside = {}
-    for workflow, protected in first_release.items():
+    for workflow, tables in result.scatter.items():
         figure, axes = plt.subplots(1, 3, figsize=(15, 4.5))
         outside[workflow] = {}
-        for ax, (name, by) in zip(axes, SCATTER_LEVELS.items()):
-            table = compare_tabulations(truth, protected, by, "m1emp")
+        for ax, (name, table) in zip(axes, tables.items()):
             outside[workflow][name] = scatter_with_band(ax, table["true"], table["protected"], f"{workflow}, {name}")
         axes[0].legend(loc="upper left")
         report.figure(figure, f"e1_scatter_{workflow}.png",
                       f"Workflow {workflow}: protected against true month-1 employment by state x supersector, "
                       "NAICS-3 and NAICS-5 (log scales, grey band +/-3%, red points outside it)")
     report.section("Findings", *_findings(summaries, outside))
-    summary = {"experiment": "e1", "data": data_label, "establishments": len(truth), "replications": replications,
-               "seed": seed, "seconds": seconds, "mu_total": plan.budget().total, "summaries": summaries,
-               "share_outside_3pct": outside}
+    summary = {"experiment": "e1", "data": result.data_label, "establishments": result.establishments,
+               "replications": replications, "seed": result.seed, "seconds": result.seconds,
+               "mu_total": result.mu_total, "summaries": summaries, "share_outside_3pct": outside}
     report.write(summary)
     return summary
+
+
+def run_e1(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, *, replications: int, seed: int,
+           data_label: str) -> dict:
+    """Compute E1 and write its report into ``out``."""
+    return render_e1(compute_e1(truth, plan, replications=replications, seed=seed, data_label=data_label), out)
 
 
 def _findings(summaries: dict, outside: dict) -> list[str]:

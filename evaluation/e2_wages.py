@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -22,9 +23,27 @@ BUDGET_FACTORS = (0.5, 1.0, 2.0, 4.0)
 SWEEP_REPLICATIONS = 5
 
 
-def run_e2(out: Path, truth: pd.DataFrame, plans: dict[str, MeasurementPlan], *, replications: int, seed: int,
-           data_label: str) -> dict:
-    """Replicated releases for every plan x workflow; per-group errors, plots and the report."""
+@dataclass(frozen=True)
+class E2Result:
+    """Errors of every plan x workflow (``combos``), averaged over replications, and the budget sweep."""
+
+    plans: dict[str, MeasurementPlan]
+    combos: dict[str, MeasurementPlan]
+    group_error: dict[str, dict[str, dict[str, np.ndarray]]]
+    state_error: dict[str, dict[str, list[float]]]
+    detail_relative: dict[str, dict[str, np.ndarray]]
+    truth_detail: dict[str, np.ndarray]
+    sweep: dict[str, dict[str, float]]
+    establishments: int
+    replications: int
+    seed: int
+    seconds: float
+    data_label: str
+
+
+def compute_e2(truth: pd.DataFrame, plans: dict[str, MeasurementPlan], *, replications: int, seed: int,
+               data_label: str) -> E2Result:
+    """Replicated releases for every plan x workflow: per-group, state-total and detail errors."""
     start = time.perf_counter()
     combos = {f"{name}/{workflow}": dataclasses.replace(plan, workflow=workflow)
               for name, plan in plans.items() for workflow in ("pnc", "psi")}
@@ -63,13 +82,15 @@ def run_e2(out: Path, truth: pd.DataFrame, plans: dict[str, MeasurementPlan], *,
                 medians[attribute].append(compare_tabulations(truth, protected, DETAIL, attribute)["relative"].median())
         for attribute in ATTRIBUTES:
             sweep[attribute][f"{plan.budget().total:.4f}"] = float(np.mean(medians[attribute]))
-    seconds = time.perf_counter() - start
-    return _write(out, truth, plans, combos, group_error, state_error, detail_relative, truth_detail, sweep,
-                  replications=replications, seed=seed, seconds=seconds, data_label=data_label)
+    return E2Result(plans, combos, group_error, state_error, detail_relative, truth_detail, sweep, len(truth),
+                    replications, seed, time.perf_counter() - start, data_label)
 
 
-def _write(out, truth, plans, combos, group_error, state_error, detail_relative, truth_detail, sweep, *,
-           replications, seed, seconds, data_label) -> dict:
+def render_e2(result: E2Result, out: Path) -> dict:
+    """report.md, summary.json and the four plots; returns the summary."""
+    plans, combos, group_error, state_error = result.plans, result.combos, result.group_error, result.state_error
+    detail_relative, truth_detail, sweep = result.detail_relative, result.truth_detail, result.sweep
+    replications, seed, seconds, data_label = result.replications, result.seed, result.seconds, result.data_label
     report = Report(out, "E2: employment and wages under two budget plans")
     plan_lines = []
     for name, plan in plans.items():
@@ -77,7 +98,7 @@ def _write(out, truth, plans, combos, group_error, state_error, detail_relative,
         plan_lines.append(f"**{name}** (per month / wage: {budgets}; total mu {plan.budget().total:.4f})")
     report.section(
         "Setup",
-        f"Data: {data_label}, {len(truth):,} establishments. psi sqrt, gamma 0.5 for employment and 50 for wages, "
+        f"Data: {data_label}, {result.establishments:,} establishments. psi sqrt, gamma 0.5 for employment and 50 for wages, "
         f"zeta {next(iter(plans.values())).zeta:g}. Plans: " + "; ".join(plan_lines) + ". Each plan runs with "
         f"the pnc and the all-sqrt (psi) workflow, {replications} replications each (seed {seed}); the run took "
         f"{seconds:.0f} s on this machine. Per-group errors are averaged over replications; NAICS-3 is not measured "
@@ -145,11 +166,17 @@ def _write(out, truth, plans, combos, group_error, state_error, detail_relative,
     report.figure(figure, "e2_budget.png", "Error as the total budget varies (pnc workflow)")
 
     report.section("Findings", *_findings(summary, sweep))
-    result = {"experiment": "e2", "data": data_label, "establishments": len(truth), "replications": replications,
-              "seed": seed, "seconds": seconds, "plans": {n: p.budget().total for n, p in plans.items()},
-              "summary": summary, "budget_sweep": sweep}
-    report.write(result)
-    return result
+    written = {"experiment": "e2", "data": data_label, "establishments": result.establishments,
+               "replications": replications, "seed": seed, "seconds": seconds,
+               "plans": {n: p.budget().total for n, p in plans.items()}, "summary": summary, "budget_sweep": sweep}
+    report.write(written)
+    return written
+
+
+def run_e2(out: Path, truth: pd.DataFrame, plans: dict[str, MeasurementPlan], *, replications: int, seed: int,
+           data_label: str) -> dict:
+    """Compute E2 and write its report into ``out``."""
+    return render_e2(compute_e2(truth, plans, replications=replications, seed=seed, data_label=data_label), out)
 
 
 def _findings(summary: dict, sweep: dict) -> list[str]:

@@ -108,15 +108,35 @@ def simulate(setup: E3Setup, psi: NeighborFunction, gamma: float, rng: np.random
     return out
 
 
-def run_e3(out: Path, setup: E3Setup, *, seed: int) -> dict:
-    """Run E3 for sqrt and log and write report.md, summary.json and the MSE plot into ``out``."""
+@dataclass(frozen=True)
+class E3Result:
+    """MSE and bias (with standard errors) per psi, variance mode and query."""
+
+    setup: E3Setup
+    results: dict[str, dict]
+    seed: int
+    seconds: float
+
+
+def compute_e3(setup: E3Setup, *, seed: int) -> E3Result:
+    """Simulate E3 for psi = sqrt and psi = log."""
     start = time.perf_counter()
     streams = np.random.SeedSequence(seed).spawn(2)
     results = {
         "sqrt": simulate(setup, SqrtPsi(), setup.gamma_sqrt, np.random.default_rng(streams[0])),
         "log": simulate(setup, LogPsi(), setup.gamma_log, np.random.default_rng(streams[1])),
     }
-    seconds = time.perf_counter() - start
+    return E3Result(setup, results, seed, time.perf_counter() - start)
+
+
+def run_e3(out: Path, setup: E3Setup, *, seed: int) -> dict:
+    """Run E3 for sqrt and log and write report.md, summary.json and the MSE plot into ``out``."""
+    return render_e3(compute_e3(setup, seed=seed), out)
+
+
+def render_e3(computed: E3Result, out: Path) -> dict:
+    """report.md, summary.json and the MSE plot; returns the summary."""
+    setup, results, seed, seconds = computed.setup, computed.results, computed.seed, computed.seconds
     report = Report(out, "E3: bias of estimated variances in least-squares postprocessing")
     report.section(
         "Setup",

@@ -4,6 +4,7 @@ weighting them, closed-form MSE or mean against simulation."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -49,7 +50,17 @@ def data_dependent(n: int, x: float, c: float, trials: int, rng: np.random.Gener
     return formula, float(estimate.mean()), float(estimate.std(ddof=1) / np.sqrt(trials))
 
 
-def run_e4(out: Path, *, trials: int, seed: int) -> dict:
+@dataclass(frozen=True)
+class E4Result:
+    """Formula against simulation, row by row, for the three cases (keys known, estimated, data_dependent)."""
+
+    rows: dict[str, list[dict]]
+    trials: int
+    seed: int
+    seconds: float
+
+
+def compute_e4(*, trials: int, seed: int) -> E4Result:
     """All three cases for several n (and tau, X, c); formula against simulation within 4 SE."""
     start = time.perf_counter()
     streams = iter(np.random.SeedSequence(seed).spawn(len(NS) * (1 + len(TAUS) + len(DATA_DEPENDENT))))
@@ -70,8 +81,12 @@ def run_e4(out: Path, *, trials: int, seed: int) -> dict:
         for row in case:
             row["z"] = (row["simulated"] - row["formula"]) / row["se"]
             row["agrees"] = bool(abs(row["z"]) < 4)
-    seconds = time.perf_counter() - start
+    return E4Result(rows, trials, seed, time.perf_counter() - start)
 
+
+def render_e4(result: E4Result, out: Path) -> dict:
+    """report.md, summary.json and the plot of the cases; returns the summary."""
+    rows, trials, seed, seconds = result.rows, result.trials, result.seed, result.seconds
     report = Report(out, "E4: analytic cases of weighting n unbiased measurements")
     report.section(
         "Setup",
@@ -129,3 +144,8 @@ def run_e4(out: Path, *, trials: int, seed: int) -> dict:
                "all_agree": not disagreeing}
     report.write(summary)
     return summary
+
+
+def run_e4(out: Path, *, trials: int, seed: int) -> dict:
+    """Compute E4 and write its report into ``out``."""
+    return render_e4(compute_e4(trials=trials, seed=seed), out)

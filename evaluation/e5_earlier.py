@@ -38,7 +38,7 @@ from gedp.measure.earlier import (
     truncated_laplace,
 )
 from gedp.measure.queries import Grouping, group_establishments
-from gedp.measure.suppression import SuppressionRule, suppress, suppression_shares
+from gedp.measure.suppression import SuppressionResult, SuppressionRule, suppress, suppression_shares
 from gedp.measure.workflows import MeasurementPlan
 
 TABULATIONS = {
@@ -165,10 +165,31 @@ class ErrorAccumulator:
         return float(np.mean(list(self.spearman_means().values())))
 
 
-def run_e5(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, setup: E5Setup, *, replications: int,
-           gedp_replications: int, seed: int, data_label: str,
-           on_step: Callable[[str], None] | None = None) -> dict:
-    """Every mechanism of the grid, the gedp workflows and cell suppression; writes the report."""
+@dataclass(frozen=True)
+class E5Result:
+    """Errors of noise infusion, of every setting of the grid and of gedp; cell suppression's shares."""
+
+    setup: E5Setup
+    plan: MeasurementPlan
+    grid: list[Setting]
+    infusion: ErrorAccumulator
+    grid_errors: dict[Setting, ErrorAccumulator]
+    gedp_errors: dict[str, ErrorAccumulator]
+    gedp_mu: dict[str, float]
+    suppression: SuppressionResult
+    shares: pd.DataFrame
+    establishments: int
+    replications: int
+    gedp_replications: int
+    seed: int
+    seconds: float
+    data_label: str
+
+
+def compute_e5(truth: pd.DataFrame, plan: MeasurementPlan, setup: E5Setup, *, replications: int,
+               gedp_replications: int, seed: int, data_label: str,
+               on_step: Callable[[str], None] | None = None) -> E5Result:
+    """Every mechanism of the grid, the gedp workflows and cell suppression, replicated."""
     start = time.perf_counter()
     step = on_step or (lambda _: None)
     values = truth[setup.attribute].to_numpy(dtype=float)
@@ -203,10 +224,16 @@ def run_e5(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, setup: E5Setup
     suppression = suppress(truth, setup.rule)
     shares = suppression_shares(suppression, setup.attribute).set_index("agglvl")
     step("cell suppression")
-    seconds = time.perf_counter() - start
-    return _write(out, truth, setup, grid, infusion, grid_errors, gedp_errors, gedp_mu, suppression, shares,
-                  replications=replications, gedp_replications=gedp_replications, seed=seed, seconds=seconds,
-                  data_label=data_label, plan=measured)
+    return E5Result(setup, measured, grid, infusion, grid_errors, gedp_errors, gedp_mu, suppression, shares,
+                    len(truth), replications, gedp_replications, seed, time.perf_counter() - start, data_label)
+
+
+def run_e5(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, setup: E5Setup, *, replications: int,
+           gedp_replications: int, seed: int, data_label: str,
+           on_step: Callable[[str], None] | None = None) -> dict:
+    """Compute E5 and write its report into ``out``."""
+    return render_e5(compute_e5(truth, plan, setup, replications=replications, gedp_replications=gedp_replications,
+                                seed=seed, data_label=data_label, on_step=on_step), out)
 
 
 def _aligned(protected: pd.DataFrame, by: tuple[str, ...], grouping: Grouping, attribute: str) -> np.ndarray:
@@ -221,8 +248,12 @@ def _ratios(accumulator: ErrorAccumulator, infusion: dict[str, float]) -> dict[s
             for label, value in accumulator.stratum_l1().items()}
 
 
-def _write(out, truth, setup, grid, infusion, grid_errors, gedp_errors, gedp_mu, suppression, shares, *,
-           replications, gedp_replications, seed, seconds, data_label, plan) -> dict:
+def render_e5(result: E5Result, out: Path) -> dict:
+    """report.md, summary.json, heatmaps, lines and the suppression chart; returns the summary."""
+    setup, plan, grid, infusion, grid_errors = result.setup, result.plan, result.grid, result.infusion, result.grid_errors
+    gedp_errors, gedp_mu, suppression, shares = result.gedp_errors, result.gedp_mu, result.suppression, result.shares
+    replications, gedp_replications, seed = result.replications, result.gedp_replications, result.seed
+    seconds, data_label = result.seconds, result.data_label
     infusion_l1 = infusion.stratum_l1()
     strata = [label for label, _, _ in STRATA]
     rows = {s: _ratios(a, infusion_l1) for s, a in grid_errors.items()}
@@ -233,7 +264,7 @@ def _write(out, truth, setup, grid, infusion, grid_errors, gedp_errors, gedp_mu,
     report = Report(out, "E5: earlier mechanisms and today's disclosure limitation")
     report.section(
         "Setup",
-        f"Data: {data_label}, {len(truth):,} establishments; attribute {setup.attribute}. Tabulations: "
+        f"Data: {data_label}, {result.establishments:,} establishments; attribute {setup.attribute}. Tabulations: "
         + ", ".join(TABULATIONS) + f" ({sum(cells_per_stratum.values()):,} cells; per size stratum "
         + ", ".join(f"{k} {v:,}" for k, v in cells_per_stratum.items()) + "). "
         f"Error: mean absolute error per cell over {replications} replications (seed {seed}), summed over the "
@@ -302,8 +333,8 @@ def _write(out, truth, setup, grid, infusion, grid_errors, gedp_errors, gedp_mu,
     report.figure(figure, "e5_suppression.png", "Share of cells and of employment that cell suppression withholds")
 
     report.section("Findings", _findings(setup, grid, rows, gedp_rows, epsilon_of, shares, strata))
-    result = {
-        "experiment": "e5", "data": data_label, "establishments": len(truth), "attribute": setup.attribute,
+    written = {
+        "experiment": "e5", "data": data_label, "establishments": result.establishments, "attribute": setup.attribute,
         "replications": replications, "gedp_replications": gedp_replications, "seed": seed, "seconds": seconds,
         "setup": {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
                   for k, v in dataclasses.asdict(setup).items()},
@@ -318,8 +349,8 @@ def _write(out, truth, setup, grid, infusion, grid_errors, gedp_errors, gedp_mu,
                                "withheld_value": float(shares.loc[level, f"{setup.attribute}_share"])}
                         for name, level in AGGLVL.items()},
     }
-    report.write(result)
-    return result
+    report.write(written)
+    return written
 
 
 def _plot_heatmaps(report, setup, grid, rows, strata) -> None:

@@ -6,6 +6,7 @@ leaving no output behind; a solver that fails to reach an optimum exits with sta
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -606,9 +607,6 @@ def interval(
     console.print(table)
 
 
-EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "coverage")
-
-
 def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: str,
                      seed: int) -> tuple[pd.DataFrame, str, Optional[PublishedState]]:
     """The microdata of an experiment, its description, and the published QCEW it was fitted to (if any)."""
@@ -656,68 +654,39 @@ def evaluate(
     delta: Annotated[float, typer.Option(help="e5: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
 ) -> None:
     """Run an evaluation experiment (e1-e5, coverage) and write its report, summary and plots."""
-    from gedp.config import load_config
-    from gedp.evaluation.coverage import run_coverage
-    from gedp.evaluation.e1_employment import run_e1
-    from gedp.evaluation.e2_wages import run_e2
-    from gedp.evaluation.e3_bias import E3Setup, run_e3
-    from gedp.evaluation.e4_analytic import run_e4
-    from gedp.evaluation.e5_earlier import E5Setup, run_e5
+    from gedp.evaluation.e3_bias import E3Setup
+    from gedp.evaluation.e5_earlier import E5Setup
+    from gedp.evaluation.experiments import ExperimentRequest, experiment
     from gedp.pipeline import staged_directory
-    from gedp.synth.schema import CONFIDENTIAL, count
+    from gedp.synth.schema import count
 
     start = time.perf_counter()
     with reported_errors():
-        if name not in EXPERIMENTS:
-            raise InputError(f"experiment '{name}' is unknown; choose one of {', '.join(EXPERIMENTS)}")
+        chosen = experiment(name)
         if replications is not None and replications < 1:
             raise InputError(f"--replications ({replications}) must be >= 1")
         if trials < 2:
             raise InputError(f"--trials ({trials}) must be >= 2")
         try:
-            setup = E3Setup(counties=counties, per_county=per_county, employees=employees, gamma_sqrt=gamma_sqrt,
-                            gamma_log=gamma_log, mu=mu, trials=trials)
-            e5_setup = E5Setup(infusion_s=infusion_s, infusion_t=infusion_t, delta=delta)
+            request = ExperimentRequest(
+                config=config, replications=replications, seed=seed, trials=trials,
+                e3=E3Setup(counties=counties, per_county=per_county, employees=employees, gamma_sqrt=gamma_sqrt,
+                           gamma_log=gamma_log, mu=mu, trials=trials),
+                e5=E5Setup(infusion_s=infusion_s, infusion_t=infusion_t, delta=delta))
         except ValueError as err:
             raise InputError(str(err)) from None
-        plans = {}
-        if name == "e1":
-            plans["e1"] = load_config(config or "employment").plan
-        elif name == "e2":
-            plans = {"baseline": load_config("baseline").plan, "uniform": load_config("uniform").plan}
-        elif name == "e5":
-            plans["e5"] = load_config(config or "employment").plan
-            if E5Setup.attribute not in plans["e5"].attributes:
-                raise InputError(f"e5 compares on {E5Setup.attribute}; the plan of --config does not measure it")
-        elif name == "coverage":
-            plans["coverage"] = load_config(config or "baseline").plan
         with staged_directory(out, marker="summary.json") as staging:
-            if name == "e5":
+            if chosen.uses_data:
                 truth, label, _ = _experiment_data(data, from_qcew, profile, seed)
-                with progress_steps(len(e5_setup.budget_factors) * 2 + 2) as advance:
-                    summary = run_e5(staging, truth, plans["e5"], e5_setup, replications=replications or 20,
-                                     gedp_replications=min(replications or 20, 5), seed=seed, data_label=label,
-                                     on_step=advance)
-            elif name in ("e1", "e2", "coverage"):
-                truth, label, _ = _experiment_data(data, from_qcew, profile, seed)
-                with errors.status(f"running {name} on {len(truth):,} establishments"):
-                    if name == "e1":
-                        attributes = plans["e1"].attributes
-                        truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in attributes])
-                        summary = run_e1(staging, truth, plans["e1"], replications=replications or 1, seed=seed,
-                                         data_label=label)
-                    elif name == "e2":
-                        summary = run_e2(staging, truth, plans, replications=replications or 34, seed=seed,
-                                         data_label=label)
-                    else:
-                        summary = run_coverage(staging, truth, plans["coverage"], replications=replications or 40,
-                                               seed=seed, data_label=label)
-            elif name == "e3":
-                with errors.status(f"running e3: {trials:,} trials"):
-                    summary = run_e3(staging, setup, seed=seed)
+                request = dataclasses.replace(request, truth=truth, data_label=label)
+            if chosen.steps is not None:
+                with progress_steps(chosen.steps(request)) as advance:
+                    result = chosen.compute(dataclasses.replace(request, on_step=advance))
             else:
-                with errors.status(f"running e4: {trials:,} trials per row"):
-                    summary = run_e4(staging, trials=trials, seed=seed)
+                what = f"{len(request.truth):,} establishments" if chosen.uses_data else f"{trials:,} trials"
+                with errors.status(f"running {name} on {what}"):
+                    result = chosen.compute(request)
+            summary = chosen.render(result, staging)
     console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
                   f"{count(len(summary['figures']), 'plot')}) in {time.perf_counter() - start:.0f}s")
 

@@ -238,11 +238,12 @@ def test_audit_output_is_checked_before_the_audit_runs(tmp_path, monkeypatch, na
 def test_counts_of_one_are_singular(tmp_path, monkeypatch):
     import gedp.evaluation.e4_analytic
 
-    def one_plot(staging, trials, seed):
+    def one_plot(result, staging):
         (staging / "summary.json").write_text(json.dumps({"figures": ["a.png"]}))
         return {"figures": ["a.png"]}
 
-    monkeypatch.setattr(gedp.evaluation.e4_analytic, "run_e4", one_plot)
+    monkeypatch.setattr(gedp.evaluation.e4_analytic, "compute_e4", lambda trials, seed: None)
+    monkeypatch.setattr(gedp.evaluation.e4_analytic, "render_e4", one_plot)
     result = invoke("evaluate", "e4", "--out", tmp_path / "e4")
     assert result.exit_code == 0 and "(report.md, summary.json, 1 plot) in" in " ".join(result.output.split())
 
@@ -355,3 +356,13 @@ def test_output_not_on_a_terminal_is_not_wrapped(tmp_path):
     assert done.returncode == 0, done.stderr
     [line] = done.stdout.splitlines()
     assert line.startswith("Wrote 300 establishments to ") and str(out) in line and len(line) > 160
+
+
+def test_evaluate_lists_every_registered_experiment():
+    """The CLI names experiments without importing the registry (fast --help); it must not drift."""
+    from gedp.evaluation.experiments import EXPERIMENTS
+
+    text = " ".join(invoke("evaluate", "--help").output.split())
+    assert all(f"{name} (" in text for name in EXPERIMENTS), text
+    result = invoke("evaluate", "e9", "--out", "nowhere")
+    assert result.exit_code == 2 and result.output == f"error: experiment 'e9' is unknown; choose one of {', '.join(EXPERIMENTS)}\n"

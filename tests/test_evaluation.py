@@ -101,6 +101,37 @@ def test_e4_formulas_hold_and_report_says_so(tmp_path):
     assert formula == pytest.approx(1.0) and abs(simulated - 1.0) < 4 * se
 
 
+def test_experiments_compute_without_writing_and_render_from_the_result(tmp_path, monkeypatch):
+    """The registry's two steps are separate: compute writes nothing, render only formats its result
+    (the same result rendered twice gives the same summary, and nothing is simulated again)."""
+    from gedp.evaluation import e4_analytic
+    from gedp.evaluation.experiments import ExperimentRequest, experiment
+
+    monkeypatch.chdir(tmp_path)
+    e4 = experiment("e4")
+    result = e4.compute(ExperimentRequest(trials=2_000, seed=3))
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(e4_analytic, "known_variance", lambda *a: pytest.fail("render simulated again"))
+    first, second = e4.render(result, tmp_path / "a"), e4.render(result, tmp_path / "b")
+    assert first == second and first["cases"] == result.rows and first["all_agree"]
+    assert (tmp_path / "a" / "summary.json").read_text() == (tmp_path / "b" / "summary.json").read_text()
+
+
+def test_experiment_requests_are_checked(small_state, tmp_path):
+    from gedp.errors import InputError
+    from gedp.evaluation.experiments import ExperimentRequest, experiment
+
+    with pytest.raises(InputError, match="e2 compares the shipped baseline and uniform plans; it takes no --config"):
+        experiment("e2").compute(ExperimentRequest(truth=small_state, config="employment"))
+    wages_only = tmp_path / "wages.yaml"
+    wages_only.write_text("workflow: pnc\npsi: {name: sqrt, a: 0}\nzeta: 0.01\nattributes:\n  wage: {gamma: 50}\n"
+                          "queries:\n  - by: identity\n    mu: {wage: 0.5}\n")
+    with pytest.raises(InputError, match="e5 compares on m1emp; the plan of --config does not measure it"):
+        experiment("e5").compute(ExperimentRequest(truth=small_state, config=str(wages_only)))
+    with pytest.raises(InputError, match="needs microdata"):
+        experiment("coverage").compute(ExperimentRequest())
+
+
 def recorded_releases(monkeypatch, module):
     """Wrap ``module.protected_copy``: the experiment runs unchanged and the test sees every
     protected copy it made, with the plan it was made under (in call order)."""
