@@ -7,6 +7,7 @@ gedp.postprocess (least squares and margins of error), gedp.evaluation (experime
 
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 try:
     __version__ = metadata.version("gedp")
@@ -20,12 +21,15 @@ _CHECKOUT = Path(__file__).resolve().parent.parent
 if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "measure" / "mechanisms.py").is_file():
     __path__.append(str(_CHECKOUT))
 
+if TYPE_CHECKING:  # type checkers see the API's signatures; at run time it is imported on first use
+    from gedp.api import Release, interval, load, protect, read_release, synthesize
+
 #: The public API (gedp.api), imported on first use so that `gedp --help` starts fast.
 _API = ("Release", "interval", "load", "protect", "read_release", "synthesize")
 __all__ = ["__version__", *_API]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _API:
         from gedp import api
 

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,7 @@ class InputStates(NamedTuple):
 
 
 #: An input: a CSV or Parquet file, a folder of Parquet parts, or microdata already in memory.
-Source = str | Path | pd.DataFrame
+Source: TypeAlias = str | Path | pd.DataFrame
 
 
 def read_source(source: Source, columns: list[str] | None = None,

@@ -46,3 +46,19 @@ def test_installed_gedp_ignores_a_users_own_evaluation_module(wheel, tmp_path):
     located = subprocess.run([str(python), "-c", "import gedp.measure; print(gedp.measure.__file__)"], cwd=work,
                              capture_output=True, text=True, check=True).stdout
     assert str(env_dir) in located
+
+
+def test_the_public_api_is_typed_for_its_users(tmp_path):
+    """A user's type checker sees gedp's signatures through the lazy top level (py.typed): a wrong
+    argument and a missing attribute are reported, and correct use is clean."""
+    user = ROOT / "_typed_use_of_gedp.py"  # inside the checkout, where mypy finds gedp
+    user.write_text('import gedp\n\nrelease = gedp.read_release("r")\ntable = release.tabulate(by="total")\n'
+                    'release.no_such_attribute\ngedp.protect("in.csv", config=3)\n')
+    try:
+        done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", str(user)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        user.unlink()
+    assert '"Release" has no attribute "no_such_attribute"' in done.stdout, done.stdout
+    assert 'Argument "config" to "protect" has incompatible type "int"' in done.stdout, done.stdout
+    assert "Found 2 errors in 1 file" in done.stdout, done.stdout
