@@ -2,6 +2,7 @@
 reports that contain every section and plot they name."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -255,3 +256,15 @@ def test_e1_on_the_shared_rhode_island_file(tmp_path, shared_data):
     assert result.exit_code == 0, result.output
     text = (tmp_path / "e1" / "report.md").read_text()
     assert "fitted to qcew_2016q1_44.csv" in text and "35,796 establishments" in text
+
+
+def test_readme_experiment_example_runs(tmp_path, monkeypatch):
+    """The README's Python example of the registry, run as written."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split("From Python, every experiment", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["summary"]["all_agree"] and set(namespace["result"].rows) == {"known", "estimated",
+                                                                                  "data_dependent"}
+    assert {"report.md", "summary.json", "e4_cases.png"} <= {p.name for p in (tmp_path / "e4-report").iterdir()}
