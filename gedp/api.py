@@ -150,10 +150,17 @@ class Release:
 def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: float = 0.5,
              **params: float) -> pd.DataFrame:
     """The uncertainty interval I(x) of each value for this psi and gamma: x, lower, upper, and the
-    distances below and above x in percent."""
+    distances below and above x in percent; ``attrs["psi"]`` holds the psi's parameters."""
     from gedp.measure.neighbors import interval_table, make_psi
 
     values = np.asarray(values, dtype=float)
-    if not np.all(np.isfinite(values) & (values >= 0)):
-        raise InputError("values must be finite numbers >= 0")
-    return pd.DataFrame(interval_table(make_psi(psi, **params), gamma, values))
+    bad = values[~(np.isfinite(values) & (values >= 0))]
+    if len(bad):
+        raise InputError(f"values must be finite numbers >= 0; got {bad[0]}")
+    try:
+        neighbor = make_psi(psi, **params)
+        table = pd.DataFrame(interval_table(neighbor, gamma, values))
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    table.attrs["psi"] = neighbor.params()
+    return table

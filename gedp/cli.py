@@ -582,26 +582,20 @@ def interval(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Print the uncertainty interval I(x) of each value: how far x is hidden for this psi and gamma."""
-    import numpy as np
+    import math
 
-    from gedp.measure.neighbors import interval_table, make_psi
+    from gedp.api import interval as interval_of
 
     with reported_errors():
-        bad = [v for v in values if not (np.isfinite(v) and v >= 0)]
-        if bad:
-            raise InputError(f"values must be finite numbers >= 0; got {bad[0]}")
         params = {k: v for k, v in {"a": a, "d": d, "gamma_sqrt": gamma_sqrt}.items() if v is not None}
-        try:
-            neighbor = make_psi(psi, **params)
-            rows = interval_table(neighbor, gamma, np.array(values))
-        except ValueError as err:
-            raise InputError(str(err)) from None
+        table_of = interval_of(values, psi, gamma, **params)
+    rows = table_of.to_dict("records")
     if as_json:
-        print(json.dumps({"psi": neighbor.params(), "gamma": gamma, "intervals": rows}, indent=2))
+        print(json.dumps({"psi": table_of.attrs["psi"], "gamma": gamma, "intervals": rows}, indent=2))
         return
     table = Table("x", "lower", "upper", "below x", "above x", title=f"Uncertainty intervals, psi {psi}, gamma {gamma}")
     for row in rows:
-        below, above = (f"{sign}{row[k]:.1f}%" if np.isfinite(row[k]) else "–"
+        below, above = (f"{sign}{row[k]:.1f}%" if math.isfinite(row[k]) else "–"
                         for sign, k in (("-", "below_pct"), ("+", "above_pct")))
         table.add_row(*(_readable(row[k]) for k in ("x", "lower", "upper")), below, above)
     console.print(table)
