@@ -37,7 +37,8 @@ def gedp_command() -> list[str]:
 
 def machine() -> str:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB, Python {platform.python_version()}"
+    processor = platform.processor() or platform.machine()
+    return f"{processor}, {os.cpu_count()} cores, {memory:.0f} GiB, Python {platform.python_version()}"
 
 
 def main() -> None:
@@ -64,7 +65,9 @@ def main() -> None:
                                "--out", f"suppress-{state}"]))
         for size in (int(s) for s in args.sizes.split(",")):
             source = work / f"state-{size}.parquet"
-            generate_profile(load_profile("large"), n_establishments=size, rng=np.random.default_rng(1)).to_parquet(source)
+            generate_profile(load_profile("large"), n_establishments=size, rng=np.random.default_rng(1)).to_parquet(
+                source
+            )
             cases.append((f"gedp protect {size:,} establishments, baseline",
                           [*gedp_command(), "protect", str(source), "--out", f"protect-{size}"]))
             cases.append((f"gedp tabulate --moe, every county x NAICS-6 cell, {size:,} establishments",
@@ -84,7 +87,8 @@ def main() -> None:
                 runs.append((float(out[0]), float(out[1])))
             seconds = sorted(r[0] for r in runs)
             rows.append((label, seconds[len(seconds) // 2], seconds[0], max(r[1] for r in runs)))
-            print(f"{label}: median {rows[-1][1]:.1f}s, best {rows[-1][2]:.1f}s, peak {rows[-1][3]:.0f} MiB", flush=True)
+            print(f"{label}: median {rows[-1][1]:.1f}s, best {rows[-1][2]:.1f}s, peak {rows[-1][3]:.0f} "
+                  "MiB", flush=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"\n## {stamp}: whole-process CLI ({args.repeat} runs each)\n", f"Machine: {machine()}\n",
              "| command | median s | best s | peak memory MiB |", "|---|---|---|---|"]

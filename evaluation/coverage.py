@@ -89,7 +89,8 @@ def render_coverage(result: CoverageResult, out: Path) -> dict:
     report = Report(out, "Coverage of the margins of error")
     report.section(
         "Setup",
-        f"{result.setup}; {replications} simulated releases (seed {seed}, {result.seconds:.0f} s). For every cell of each "
+        f"{result.setup}; {replications} simulated releases (seed {seed}, {result.seconds:.0f} s). For every cell of "
+        "each "
         "tabulation, the margin of error is z x sqrt(c' (A' W A)^-1 c) with the release's own (estimated or exact) "
         "variances, ignoring the bound x >= 0. A cell is covered when |protected - true| <= margin. Standard errors "
         "are binomial over cells and releases (cells of one release are not independent, so read them as a guide).",

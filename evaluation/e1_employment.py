@@ -23,7 +23,11 @@ LEVELS = {
     "county x supersector": ["state", "county", "supersector"],
     "county x NAICS-5": ["state", "county", "naics5"],
 }
-SCATTER_LEVELS = {"supersector": ["state", "supersector"], "NAICS-3": ["state", "naics3"], "NAICS-5": ["state", "naics5"]}
+SCATTER_LEVELS = {
+    "supersector": ["state", "supersector"],
+    "NAICS-3": ["state", "naics3"],
+    "NAICS-5": ["state", "naics5"],
+}
 WORKFLOWS = {"pnc": "identity by psi, the rest by pnc", "psi": "every query by the psi-mechanism (all-sqrt)"}
 
 
@@ -120,11 +124,14 @@ def _findings(summaries: dict, outside: dict) -> list[str]:
         pnc, psi = summaries["pnc"][level], summaries["psi"][level]
         better = "pnc" if pnc["mean_absolute"] < psi["mean_absolute"] else "psi (all-sqrt)"
         lines.append(
-            f"- {level}: mean absolute difference pnc {pnc['mean_absolute']:.3g} vs all-sqrt {psi['mean_absolute']:.3g} "
+            f"- {level}: mean absolute difference pnc {pnc['mean_absolute']:.3g} vs all-sqrt "
+            f"{psi['mean_absolute']:.3g} "
             f"({better} is more accurate); mean signed difference pnc {pnc['signed_mean']:+.3g} vs all-sqrt "
             f"{psi['signed_mean']:+.3g}."
         )
-    psi_wins = [level for level in LEVELS if summaries["psi"][level]["mean_absolute"] < summaries["pnc"][level]["mean_absolute"]]
+    psi_wins = [
+        level for level in LEVELS if summaries["psi"][level]["mean_absolute"] < summaries["pnc"][level]["mean_absolute"]
+    ]
     expectation = (
         "Expectation: pnc's exact public variances avoid the downward bias that estimated variances give the "
         "all-sqrt workflow, and pnc is more accurate wherever no single establishment dominates its group. "

@@ -98,8 +98,8 @@ def render_e2(result: E2Result, out: Path) -> dict:
         plan_lines.append(f"**{name}** (per month / wage: {budgets}; total mu {plan.budget().total:.4f})")
     report.section(
         "Setup",
-        f"Data: {data_label}, {result.establishments:,} establishments. psi sqrt, gamma 0.5 for employment and 50 for wages, "
-        f"zeta {next(iter(plans.values())).zeta:g}. Plans: " + "; ".join(plan_lines) + ". Each plan runs with "
+        f"Data: {data_label}, {result.establishments:,} establishments. psi sqrt, gamma 0.5 for employment and 50 for "
+        f"wages, zeta {next(iter(plans.values())).zeta:g}. Plans: " + "; ".join(plan_lines) + ". Each plan runs with "
         f"the pnc and the all-sqrt (psi) workflow, {replications} replications each (seed {seed}); the run took "
         f"{seconds:.0f} s on this machine. Per-group errors are averaged over replications; NAICS-3 is not measured "
         "by any query, so its accuracy comes from postprocessing alone.",
@@ -118,7 +118,8 @@ def render_e2(result: E2Result, out: Path) -> dict:
                                  summary[combo][attribute]["state_total_mean_absolute_error"],
                                  summary[combo][attribute]["median_relative_error_county_naics5"]])
     report.section("Median over groups of the mean absolute error")
-    report.table(["plan/workflow", "attribute", *LEVELS, "state total", "median rel. error county x NAICS-5"], summary_rows)
+    report.table(["plan/workflow", "attribute", *LEVELS, "state total", "median rel. error county x "
+                                                                        "NAICS-5"], summary_rows)
 
     figure, axes = plt.subplots(len(ATTRIBUTES), len(LEVELS), figsize=(15, 8), layout="constrained")
     for row, attribute in enumerate(ATTRIBUTES):
@@ -129,7 +130,8 @@ def render_e2(result: E2Result, out: Path) -> dict:
             ax.set_yscale("log")
             ax.set_title(f"{attribute}, {level}")
             ax.set_ylabel("mean absolute error per group")
-    report.figure(figure, "e2_group_errors.png", "Per-group absolute error averaged over replications, by plan and workflow")
+    report.figure(figure, "e2_group_errors.png", "Per-group absolute error averaged over replications, by plan and "
+                                                 "workflow")
 
     figure, axes = plt.subplots(1, len(ATTRIBUTES), figsize=(12, 4))
     for ax, attribute in zip(axes, ATTRIBUTES):
@@ -152,7 +154,8 @@ def render_e2(result: E2Result, out: Path) -> dict:
         ax.set_ylabel("relative error, mean over replications")
         ax.set_title(attribute)
     axes[0].legend()
-    report.figure(figure, "e2_relative_error.png", "Relative error against the true value of each county x NAICS-5 cell")
+    report.figure(figure, "e2_relative_error.png", "Relative error against the true value of each county x NAICS-5 "
+                                                   "cell")
 
     figure, ax = plt.subplots(figsize=(6, 4))
     for attribute in ATTRIBUTES:

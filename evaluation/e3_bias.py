@@ -13,8 +13,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 from gedp.evaluation.report import Report
 from gedp.measure.neighbors import LogPsi, NeighborFunction, SqrtPsi
@@ -56,7 +56,9 @@ def tree_wls(a, v, b, w, total, total_variance):
     county = county_variance * (b / w + establishment_sum / establishment_variance)
     county_variance_sum = county_variance.sum(-1)
     county_sum = county.sum(-1)
-    total_hat = (total / total_variance + county_sum / county_variance_sum) / (1 / total_variance + 1 / county_variance_sum)
+    total_hat = (total / total_variance + county_sum / county_variance_sum) / (
+        1 / total_variance + 1 / county_variance_sum
+    )
     county_final = county + county_variance / county_variance_sum[..., None] * (total_hat - county_sum)[..., None]
     establishments = a + v / establishment_variance[..., None] * (county_final - establishment_sum)[..., None]
     return establishments, county_final, total_hat
@@ -170,9 +172,17 @@ def render_e3(computed: E3Result, out: Path) -> dict:
     axes[0].legend()
     report.figure(figure, "e3_mse.png", "MSE of each mode relative to exact variances (bars: ±2 SE)")
     report.section("Findings", *_findings(results))
-    summary = {"experiment": "e3", "setup": asdict(setup), "seed": seed, "seconds": seconds, "trials": setup.trials,
-               "mse": {p: r["mse"] for p, r in results.items()}, "mse_se": {p: r["mse_se"] for p, r in results.items()},
-               "bias": {p: r["bias"] for p, r in results.items()}, "bias_se": {p: r["bias_se"] for p, r in results.items()}}
+    summary = {
+        "experiment": "e3",
+        "setup": asdict(setup),
+        "seed": seed,
+        "seconds": seconds,
+        "trials": setup.trials,
+        "mse": {p: r["mse"] for p, r in results.items()},
+        "mse_se": {p: r["mse_se"] for p, r in results.items()},
+        "bias": {p: r["bias"] for p, r in results.items()},
+        "bias_se": {p: r["bias_se"] for p, r in results.items()},
+    }
     report.write(summary)
     return summary
 

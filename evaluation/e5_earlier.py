@@ -108,7 +108,9 @@ def settings(setup: E5Setup) -> list[Setting]:
         "smooth-laplace": lambda e, a: is_valid(check_smooth_laplace, e, a, setup.delta),
         "smooth-gamma": lambda e, a: is_valid(check_smooth_gamma, e, a),
     }
-    grid = [Setting(m, e, alpha=a) for m in ALPHA_MECHANISMS for e in setup.eps for a in setup.alphas if checks[m](e, a)]
+    grid = [
+        Setting(m, e, alpha=a) for m in ALPHA_MECHANISMS for e in setup.eps for a in setup.alphas if checks[m](e, a)
+    ]
     return grid + [Setting("truncated-laplace", e, theta=t) for e in setup.eps for t in setup.thetas]
 
 
@@ -250,7 +252,13 @@ def _ratios(accumulator: ErrorAccumulator, infusion: dict[str, float]) -> dict[s
 
 def render_e5(result: E5Result, out: Path) -> dict:
     """report.md, summary.json, heatmaps, lines and the suppression chart; returns the summary."""
-    setup, plan, grid, infusion, grid_errors = result.setup, result.plan, result.grid, result.infusion, result.grid_errors
+    setup, plan, grid, infusion, grid_errors = (
+        result.setup,
+        result.plan,
+        result.grid,
+        result.infusion,
+        result.grid_errors,
+    )
     gedp_errors, gedp_mu, suppression, shares = result.gedp_errors, result.gedp_mu, result.suppression, result.shares
     replications, gedp_replications, seed = result.replications, result.gedp_replications, result.seed
     seconds, data_label = result.seconds, result.data_label
@@ -334,20 +342,43 @@ def render_e5(result: E5Result, out: Path) -> dict:
 
     report.section("Findings", _findings(setup, grid, rows, gedp_rows, epsilon_of, shares, strata))
     written = {
-        "experiment": "e5", "data": data_label, "establishments": result.establishments, "attribute": setup.attribute,
-        "replications": replications, "gedp_replications": gedp_replications, "seed": seed, "seconds": seconds,
-        "setup": {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
-                  for k, v in dataclasses.asdict(setup).items()},
-        "cells_per_stratum": cells_per_stratum, "noise_infusion_l1": infusion_l1,
+        "experiment": "e5",
+        "data": data_label,
+        "establishments": result.establishments,
+        "attribute": setup.attribute,
+        "replications": replications,
+        "gedp_replications": gedp_replications,
+        "seed": seed,
+        "seconds": seconds,
+        "setup": {
+            k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
+            for k, v in dataclasses.asdict(setup).items()
+        },
+        "cells_per_stratum": cells_per_stratum,
+        "noise_infusion_l1": infusion_l1,
         "noise_infusion_spearman": infusion.spearman_means(),
-        "grid": [{**dataclasses.asdict(s), "l1_ratio": rows[s], "spearman": grid_errors[s].spearman_means()}
-                 for s in grid],
-        "gedp": [{"setting": label, "mu": gedp_mu[label], "eps_at_delta_1e-6": epsilon_of[label],
-                  "l1_ratio": gedp_rows[label], "spearman": gedp_errors[label].spearman_means()} for label in gedp_rows],
-        "suppression": {name: {"agglvl": level, "cells": int(shares.loc[level, "cells"]),
-                               "withheld_cells": float(shares.loc[level, "suppressed_share"]),
-                               "withheld_value": float(shares.loc[level, f"{setup.attribute}_share"])}
-                        for name, level in AGGLVL.items()},
+        "grid": [
+            {**dataclasses.asdict(s), "l1_ratio": rows[s], "spearman": grid_errors[s].spearman_means()} for s in grid
+        ],
+        "gedp": [
+            {
+                "setting": label,
+                "mu": gedp_mu[label],
+                "eps_at_delta_1e-6": epsilon_of[label],
+                "l1_ratio": gedp_rows[label],
+                "spearman": gedp_errors[label].spearman_means(),
+            }
+            for label in gedp_rows
+        ],
+        "suppression": {
+            name: {
+                "agglvl": level,
+                "cells": int(shares.loc[level, "cells"]),
+                "withheld_cells": float(shares.loc[level, "suppressed_share"]),
+                "withheld_value": float(shares.loc[level, f"{setup.attribute}_share"]),
+            }
+            for name, level in AGGLVL.items()
+        },
     }
     report.write(written)
     return written
@@ -424,8 +455,10 @@ def _findings(setup, grid, rows, gedp_rows, epsilon_of, shares, strata) -> str:
     for stratum in strata:
         if all(math.isfinite(gedp_rows[p][stratum]) for p, _ in pairs):
             wins = sum(gedp_rows[p][stratum] < gedp_rows[q][stratum] for p, q in pairs)
-            lines.append(f"- gedp, cells {stratum}: pnc is more accurate than all-sqrt at {wins} of {len(pairs)} budgets.")
-    lines.append("- The gedp budgets imply eps " + ", ".join(sorted({f"{e:.3g}" for e in epsilon_of.values()}, key=float))
+            lines.append(f"- gedp, cells {stratum}: pnc is more accurate than all-sqrt at {wins} of {len(pairs)} "
+                         "budgets.")
+    lines.append("- The gedp budgets imply eps "
+                 "" + ", ".join(sorted({f"{e:.3g}" for e in epsilon_of.values()}, key=float))
                  + f" at delta {GDP_DELTA:g}, for psi-neighbors rather than (1 + alpha) neighbors: read the gedp rows "
                  "as what the method delivers at its recommended budgets, not as a like-for-like eps comparison.")
     withheld = ", ".join(f"{name} {shares.loc[level, 'suppressed_share']:.0%}" for name, level in AGGLVL.items())

@@ -96,9 +96,13 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
     report.figure(figure, "suppression_shares.png", "Share of cells withheld per aggregation level")
     finest = shares.set_index("agglvl")
     summary = {
-        "command": "suppress", "data": data_label, "establishments": len(microdata),
+        "command": "suppress",
+        "data": data_label,
+        "establishments": len(microdata),
         "rule": {"p": rule.p, "min_estabs": rule.min_estabs, "attributes": list(rule.attributes)},
-        "cells": len(result.table.cells), "primary": int(result.primary.sum()), "suppressed": int(result.suppressed.sum()),
+        "cells": len(result.table.cells),
+        "primary": int(result.primary.sum()),
+        "suppressed": int(result.suppressed.sum()),
         "repair_rounds": result.repair_rounds,
         "audited_intervals": None if result.audit is None else len(result.audit.intervals),
         "failing_cells": None if failures is None else int(failures["cell"].nunique()),

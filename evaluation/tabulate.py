@@ -11,7 +11,6 @@ import pandas as pd
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.postprocess.moe import margins_of_error
-
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
 from gedp.synth.schema import CONFIDENTIAL, public_columns

@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # type checkers see the API's signatures; at run time it is i
     from gedp.api import Release, interval, load, protect, read_release, synthesize
 
 #: The public API (gedp.api), imported on first use so that `gedp --help` starts fast.
-_API = ("Release", "interval", "load", "protect", "read_release", "synthesize")
-__all__ = ["__version__", *_API]
+__all__ = ["__version__", "Release", "interval", "load", "protect", "read_release", "synthesize"]
+_API = frozenset(__all__) - {"__version__"}
 
 
 def __getattr__(name: str) -> object:

@@ -29,8 +29,10 @@ from gedp.pipeline import (
     TABLES_FILE,
     check_output_directory,
     check_publication,
-    read_release as _read_answers,
     staged_directory,
+)
+from gedp.pipeline import (
+    read_release as _read_answers,
 )
 
 __all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize"]

@@ -219,11 +219,15 @@ def _accuracy(truth: pd.DataFrame, release: Path, config: Config) -> dict:
 def run(
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
     config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
-    seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream (experiments).")] = None,
-    rng: Annotated[Optional[str], typer.Option(help="secure (ChaCha20 keyed from the OS; the default without --seed) or pcg64.")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream "
+                                                     "(experiments).")] = None,
+    rng: Annotated[Optional[str], typer.Option(help="secure (ChaCha20 keyed from the OS; the default without --seed) "
+                                                    "or pcg64.")] = None,
     workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
-    profile: Annotated[str, typer.Option(help=f"Built-in state profile ({', '.join(available_profiles())}).")] = DEFAULT_PROFILE,
-    establishments: Annotated[Optional[int], typer.Option(help="Rescale the profile to this many establishments.")] = None,
+    profile: Annotated[str, typer.Option(help=f"Built-in state profile "
+                                              f"({', '.join(available_profiles())}).")] = DEFAULT_PROFILE,
+    establishments: Annotated[Optional[int], typer.Option(help="Rescale the profile to this many "
+                                                               "establishments.")] = None,
 ) -> None:
     """Protect a synthetic state (the small profile by default) and report accuracy against its truth."""
     import numpy as np
@@ -292,25 +296,31 @@ def _print_validation(report: dict) -> None:
                       f"{per_cell['employment_m1']['median']:g}", f"{per_cell['wages']['median']:,.0f}")
     console.print(table)
     share = report["top1_share_m1emp_cells_5plus"]
-    console.print(f"  largest establishment's share of its cell's employment (cells with 5+): median {share['median']:.2f}, "
+    console.print(f"  largest establishment's share of its cell's employment (cells with 5+): median "
+                  f"{share['median']:.2f}, "
                   f"p90 {share['p90']:.2f} over {share['cells']:,} cells")
     if report["rounded_to_whole_numbers"]:
-        console.print(f"  fractional published values of {', '.join(report['rounded_to_whole_numbers'])} were rounded to "
-                      f"whole numbers (controlled rounding: every total still the sum of its parts)")
+        console.print(f"  fractional published values of {', '.join(report['rounded_to_whole_numbers'])} were rounded "
+                      f"to whole numbers (controlled rounding: every total still the sum of its parts)")
     verdict = "[green]every published cell reproduced exactly[/]" if report["exact"] else "[red]NOT exact[/]"
-    console.print(f"  {report['establishments']:,} establishments; {verdict}; negative values: {report['negative_values']}")
+    console.print(f"  {report['establishments']:,} establishments; {verdict}; negative values: "
+                  f"{report['negative_values']}")
 
 
 @app.command()
 def synth(
     out: Annotated[Path, typer.Option(help="Microdata file to write (.parquet or .csv).")],
-    profile: Annotated[Optional[str], typer.Option(help=f"Built-in profile ({', '.join(available_profiles())}) or profile JSON.")] = None,
-    from_qcew: Annotated[Optional[Path], typer.Option(help="BLS QCEW by-area CSV of one state and quarter, or a folder of "
-                                                           "per-area CSVs (statewide and county files).")] = None,
+    profile: Annotated[Optional[str], typer.Option(help=f"Built-in profile ({', '.join(available_profiles())}) or "
+                                                        "profile JSON.")] = None,
+    from_qcew: Annotated[Optional[Path], typer.Option(help="BLS QCEW by-area CSV of one state and quarter, or a folder "
+                                                           "of per-area CSVs (statewide and county files).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed of the synthesis.")] = 1,
-    within_cell: Annotated[str, typer.Option(help="Within-cell sizes: realistic (skewed) or paper (source rule).")] = "realistic",
-    establishments: Annotated[Optional[int], typer.Option(help="With --profile: rescale to this many establishments.")] = None,
-    fit_profile_to: Annotated[Optional[Path], typer.Option("--fit-profile", help="With --from-qcew: also write a profile JSON.")] = None,
+    within_cell: Annotated[str, typer.Option(help="Within-cell sizes: realistic (skewed) or paper (source "
+                                                  "rule).")] = "realistic",
+    establishments: Annotated[Optional[int], typer.Option(help="With --profile: rescale to this many "
+                                                               "establishments.")] = None,
+    fit_profile_to: Annotated[Optional[Path], typer.Option("--fit-profile", help="With --from-qcew: also write a "
+                                                                                 "profile JSON.")] = None,
 ) -> None:
     """Write a synthetic state: from a built-in profile, or fitted to a published QCEW file."""
     import numpy as np
@@ -350,7 +360,8 @@ def synth(
         _write_atomically(sidecar, lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
         if fit_profile_to is not None and from_qcew is not None:
             fitted = fit_profile(published, microdata, name=fit_profile_to.stem,
-                                 description=f"Fitted to {from_qcew.name} (gedp synth --from-qcew, {within_cell}, seed {seed})")
+                                 description=f"Fitted to {from_qcew.name} (gedp synth --from-qcew, {within_cell}, seed "
+                                             f"{seed})")
             _write_atomically(fit_profile_to, lambda path: path.write_text(json.dumps(fitted, indent=1) + "\n"))
     if from_qcew is not None:
         _print_validation(summary)
@@ -359,7 +370,8 @@ def synth(
 
 @app.command(name="protect")
 def protect_command(
-    input: Annotated[Path, typer.Argument(help="Establishment microdata: .csv, .parquet, or a folder of Parquet parts.")],
+    input: Annotated[Path, typer.Argument(help="Establishment microdata: .csv, .parquet, or a folder of Parquet "
+                                               "parts.")],
     config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
     seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream; needs "
@@ -370,15 +382,18 @@ def protect_command(
                                                       help="Allow --seed / --rng pcg64: the release is marked "
                                                            "\"publishable\": false and no ledger records it.")] = False,
     workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
-    engine: Annotated[str, typer.Option(help="local, or dask: one task per state on a dask.distributed cluster.")] = "local",
+    engine: Annotated[str, typer.Option(help="local, or dask: one task per state on a dask.distributed "
+                                             "cluster.")] = "local",
     scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
                                                           "(default: a local cluster of 2 workers).")] = None,
     ledger: Annotated[Optional[Path], typer.Option(help="Lifetime budget ledger: compose with earlier releases "
-                                                       "of the same records and refuse what exceeds their cap.")] = None,
+                                                       "of the same records and refuse what exceeds their "
+                                                       "cap.")] = None,
     lifetime_cap: Annotated[Optional[float], typer.Option(help="With --ledger: the dataset's lifetime mu cap "
                                                                "(needed the first time).")] = None,
     dataset_id: Annotated[Optional[str], typer.Option(help="With --ledger: name the dataset; records released "
-                                                           "under a name share its budget (e.g. revised data).")] = None,
+                                                           "under a name share its budget (e.g. revised "
+                                                           "data).")] = None,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
     from gedp.engine import check_request, input_digest, input_states, protect_input
@@ -509,11 +524,14 @@ def tabulate_command(
     microdata: Annotated[Path, typer.Argument(help="A release directory or a microdata file.")],
     by: Annotated[Optional[str], typer.Option(help="Public columns, comma-separated ('total' for the total); "
                                                    "county keys always carry the state.")] = None,
-    agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (51-58, 71-78) instead of --by.")] = None,
-    where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter, e.g. \"sector == '31-33'\".")] = None,
+    agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (51-58, 71-78) instead of "
+                                                       "--by.")] = None,
+    where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter, "
+                                                      "e.g. \"sector == '31-33'\".")] = None,
     moe: Annotated[bool, typer.Option("--moe", help="Add margins of error (needs a release directory).")] = False,
     level: Annotated[float, typer.Option(help="Confidence level of the margins of error.")] = 0.95,
-    table_format: Annotated[Optional[str], typer.Option("--format", help="csv, parquet or qcew (BLS layout CSV, with --agglvl); default from --out.")] = None,
+    table_format: Annotated[Optional[str], typer.Option("--format", help="csv, parquet or qcew (BLS layout CSV, with "
+                                                                         "--agglvl); default from --out.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the table to this file (without it: CSV on stdout when "
                                                      "piped, the first rows on a terminal).")] = None,
 ) -> None:
@@ -555,8 +573,15 @@ def tabulate_command(
         if out is not None:
             write_table = table.to_parquet if table_format == "parquet" else table.to_csv
             _write_atomically(out, lambda path: write_table(path, index=False))
-            summary = {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where, "moe_level": level if moe else None,
-                       "rows": len(table), "table": str(out)}
+            summary = {
+                "source": str(microdata),
+                "by": keys,
+                "agglvl": agglvl,
+                "where": where,
+                "moe_level": level if moe else None,
+                "rows": len(table),
+                "table": str(out),
+            }
             _write_atomically(out.with_name(out.name + ".json"),
                               lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
     margins = f"; margins of error at {level:.0%}" if moe else ""
@@ -567,7 +592,11 @@ def tabulate_command(
         errors.print(f"{count(len(table), 'row')} written as CSV to standard output{margins}")
     else:
         typer.echo(table.head(SHOWN_ROWS).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-        shown = f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)" if len(table) > SHOWN_ROWS else ""
+        shown = (
+            f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)"
+            if len(table) > SHOWN_ROWS
+            else ""
+        )
         console.print(f"{count(len(table), 'row')}{shown}{margins}")
 
 
@@ -621,20 +650,26 @@ def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: s
         return (microdata, f"synthetic state fitted to {from_qcew.name} (realistic within-cell sizes, seed {seed})",
                 published)
     spec = load_profile(profile)
-    return (generate_profile(spec, rng=np.random.default_rng(DEFAULT_STATE_SEED)), f"synthetic profile '{spec['name']}'",
+    return (generate_profile(spec, rng=np.random.default_rng(DEFAULT_STATE_SEED)), f"synthetic profile "
+                                                                                   f"'{spec['name']}'",
             None)
 
 
 @app.command()
 def evaluate(
     name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), e5 (earlier "
-                                             "mechanisms, noise infusion, cell suppression), coverage (margins of error).")],
+                                             "mechanisms, noise infusion, cell suppression), coverage (margins of "
+                                             "error).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
-    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, coverage: 40 by default).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, coverage) instead of a profile.")] = None,
-    from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized from it.")] = None,
+    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, coverage: 40 by "
+                                                             "default).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, coverage) instead of a "
+                                                      "profile.")] = None,
+    from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized from "
+                                                           "it.")] = None,
     profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5 and coverage.")] = DEFAULT_PROFILE,
-    config: Annotated[Optional[str], typer.Option(help="e1, e5 and coverage: plan (default employment, employment, baseline).")] = None,
+    config: Annotated[Optional[str], typer.Option(help="e1, e5 and coverage: plan (default employment, employment, "
+                                                       "baseline).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
     counties: Annotated[int, typer.Option(help="e3: counties.")] = E3_DEFAULTS["counties"],
@@ -643,8 +678,10 @@ def evaluate(
     gamma_sqrt: Annotated[float, typer.Option(help="e3: gamma of psi = sqrt.")] = E3_DEFAULTS["gamma_sqrt"],
     gamma_log: Annotated[float, typer.Option(help="e3: gamma of psi = log.")] = E3_DEFAULTS["gamma_log"],
     mu: Annotated[float, typer.Option(help="e3: mu of each query.")] = E3_DEFAULTS["mu"],
-    infusion_s: Annotated[float, typer.Option(help="e5: smallest distortion |f - 1| of noise infusion.")] = E5_DEFAULTS["infusion_s"],
-    infusion_t: Annotated[float, typer.Option(help="e5: largest distortion |f - 1| of noise infusion.")] = E5_DEFAULTS["infusion_t"],
+    infusion_s: Annotated[float, typer.Option(help="e5: smallest distortion |f - 1| of noise "
+                                                   "infusion.")] = E5_DEFAULTS["infusion_s"],
+    infusion_t: Annotated[float, typer.Option(help="e5: largest distortion |f - 1| of noise "
+                                                   "infusion.")] = E5_DEFAULTS["infusion_t"],
     delta: Annotated[float, typer.Option(help="e5: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
 ) -> None:
     """Run an evaluation experiment (e1-e5, coverage) and write its report, summary and plots."""
@@ -691,11 +728,15 @@ def suppress_command(
     data: Annotated[Optional[Path], typer.Option(help="Microdata file (.csv, .parquet or a folder of parts).")] = None,
     from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: suppress a state synthesized from it "
                                                          "and compare with the published suppression.")] = None,
-    profile: Annotated[str, typer.Option(help="Built-in profile when neither --data nor --from-qcew is given.")] = DEFAULT_PROFILE,
+    profile: Annotated[str, typer.Option(help="Built-in profile when neither --data nor --from-qcew is "
+                                              "given.")] = DEFAULT_PROFILE,
     p: Annotated[float, typer.Option("--p", help="p of the p% rule.")] = SUPPRESSION_DEFAULTS["p"],
-    min_estabs: Annotated[int, typer.Option(help="Cells with fewer establishments are suppressed.")] = SUPPRESSION_DEFAULTS["min_estabs"],
-    attributes: Annotated[str, typer.Option(help="Attributes the rule and the audit cover, comma-separated.")] = ",".join(SUPPRESSION_DEFAULTS["attributes"]),
-    audit: Annotated[bool, typer.Option("--audit/--no-audit", help="LP audit of every suppressed cell, with repair of failing primaries.")] = True,
+    min_estabs: Annotated[int, typer.Option(help="Cells with fewer establishments are "
+                                                 "suppressed.")] = SUPPRESSION_DEFAULTS["min_estabs"],
+    attributes: Annotated[str, typer.Option(help="Attributes the rule and the audit cover, "
+                                                 "comma-separated.")] = ",".join(SUPPRESSION_DEFAULTS["attributes"]),
+    audit: Annotated[bool, typer.Option("--audit/--no-audit", help="LP audit of every suppressed cell, with repair of "
+                                                                   "failing primaries.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the synthesis with --from-qcew.")] = 1,
 ) -> None:
     """Cell suppression as the QCEW runs it, audited: what the published cells still reveal.
@@ -733,8 +774,8 @@ def suppress_command(
                       *([f"{row['published_share']:.1%}"] if published_shares is not None else []))
     console.print(table)
     audited = ("no audit" if summary["failing_cells"] is None else
-               f"audit: {summary['audited_intervals']:,} intervals, {summary['failing_cells']} primary cells failing after "
-               f"{summary['repair_rounds']} repair round(s)")
+               f"audit: {summary['audited_intervals']:,} intervals, {summary['failing_cells']} primary cells failing "
+               f"after {summary['repair_rounds']} repair round(s)")
     console.print(f"[bold]suppression[/] written to {out.resolve()}: {summary['suppressed']:,} of {summary['cells']:,} "
                   f"cells withheld ({summary['primary']:,} primary); {audited}; {time.perf_counter() - start:.0f}s")
     if summary["failing_cells"]:
@@ -750,7 +791,8 @@ def audit(
     mu: Annotated[float, typer.Option(help="The mu each mechanism claims.")] = 1.0,
     trials: Annotated[int, typer.Option(help="Runs of the mechanism on each dataset of a pair.")] = 200_000,
     seed: Annotated[int, typer.Option(help="Seed of the audit's runs.")] = 0,
-    broken: Annotated[bool, typer.Option("--broken", help="Audit a deliberately broken variant (noise sd halved).")] = False,
+    broken: Annotated[bool, typer.Option("--broken", help="Audit a deliberately broken variant (noise sd "
+                                                          "halved).")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Also write the table as JSON here.")] = None,
 ) -> None:
     """Empirical privacy audit: does each mechanism leak more than the mu it claims?
@@ -779,7 +821,9 @@ def audit(
     console.print(f"lower bounds hold with probability >= {1 - AUDIT_ALPHA:.3f} each (Clopper-Pearson)")
     if out is not None:
         with reported_errors():
-            _write_atomically(out, lambda path: path.write_text(json.dumps([r.row() for r in results], indent=2) + "\n"))
+            _write_atomically(
+                out, lambda path: path.write_text(json.dumps([r.row() for r in results], indent=2) + "\n")
+            )
     if not all(r.passed for r in results):
         raise typer.Exit(1)
 

@@ -85,7 +85,11 @@ class Config:
         """The shipped config's name, or "custom": never a path (a manifest holds no paths)."""
         source = Path(self.source)
         shipped = configs.DIRECTORY / f"{source.stem}.yaml"
-        return source.stem if source.suffix == ".yaml" and shipped.is_file() and source.resolve() == shipped.resolve() else "custom"
+        return (
+            source.stem
+            if source.suffix == ".yaml" and shipped.is_file() and source.resolve() == shipped.resolve()
+            else "custom"
+        )
 
     def with_workflow(self, workflow: str) -> Config:
         """The same config measured with another workflow (pnc or psi)."""

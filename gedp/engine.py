@@ -4,9 +4,9 @@ Every group-by query of the plan includes ``state``, so each establishment is me
 own state's mechanisms and the states compose in parallel: the release spends the plan's mu once.
 Each state's noise comes from its own secure generator, or, in a release not for publication,
 from a generator derived from the seed and the state code, so the ``local`` and ``dask`` engines
-give the same release. zeta is split among the states so the whole release keeps 1 - zeta. Only one state's working set is in memory at
-a time per worker: a state is read from the input (Parquet: with a filter, so only its rows are
-loaded), protected, written as one part of each output, and dropped.
+give the same release. zeta is split among the states so the whole release keeps 1 - zeta. Only one
+state's working set is in memory at a time per worker: a state is read from the input (Parquet: with
+a filter, so only its rows are loaded), protected, written as one part of each output, and dropped.
 """
 
 from __future__ import annotations

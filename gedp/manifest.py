@@ -14,7 +14,15 @@ from typing import Any, TypedDict
 
 from gedp.config import Config
 from gedp.errors import InputError
-from gedp.pipeline import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE, is_publishable, versions
+from gedp.pipeline import (
+    MANIFEST_FILE,
+    MANIFEST_KEYS,
+    MEASUREMENTS_FILE,
+    PROTECTED_FILE,
+    TABLES_FILE,
+    is_publishable,
+    versions,
+)
 
 
 class Manifest(TypedDict, total=False):

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 from randomgen import ChaCha
 
-from gedp.evaluation.tabulate import qcew_tables
 from gedp.config import Config
+from gedp.evaluation.tabulate import qcew_tables
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.measure.workflows import Measurements, count_steps, measure
@@ -328,7 +328,9 @@ def write_parts(release: Release, staging: Path, part: str, tables: Path) -> Non
     for folder in (PROTECTED_FILE, MEASUREMENTS_FILE):
         (staging / folder).mkdir(exist_ok=True)
     release.protected.to_parquet(staging / PROTECTED_FILE / f"part-{part}.parquet", index=False)
-    measurements_frame(release.measurements).to_parquet(staging / MEASUREMENTS_FILE / f"part-{part}.parquet", index=False)
+    measurements_frame(release.measurements).to_parquet(
+        staging / MEASUREMENTS_FILE / f"part-{part}.parquet", index=False
+    )
     release.tables.to_csv(tables, index=False)
 
 

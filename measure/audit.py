@@ -104,8 +104,12 @@ def audit_cases(mu: float, *, noise_factor: float = 1.0) -> dict[str, Callable[[
         def run(trials, rng):
             y = _upper_neighbor(psi, x, gamma)
             grouping = _grouping(("estab_id",), np.arange(trials))
-            d1 = psi_mechanism(np.full(trials, x), grouping, attribute="m1emp", psi=psi, gamma=gamma, mu=broken_mu, rng=rng)
-            d2 = psi_mechanism(np.full(trials, y), grouping, attribute="m1emp", psi=psi, gamma=gamma, mu=broken_mu, rng=rng)
+            d1 = psi_mechanism(
+                np.full(trials, x), grouping, attribute="m1emp", psi=psi, gamma=gamma, mu=broken_mu, rng=rng
+            )
+            d2 = psi_mechanism(
+                np.full(trials, y), grouping, attribute="m1emp", psi=psi, gamma=gamma, mu=broken_mu, rng=rng
+            )
             return d1.released, d2.released
         return run
 
@@ -120,8 +124,12 @@ def audit_cases(mu: float, *, noise_factor: float = 1.0) -> dict[str, Callable[[
             d1_values, d2_values = small.copy(), small.copy()
             d1_values[::others + 1], d2_values[::others + 1] = low, clip
             upper = np.full(len(group), clip)
-            d1 = pnc_mechanism(d1_values, grouping, upper, attribute="m1emp", psi=psi, gamma=gamma, mu=broken_mu, rng=rng)
-            d2 = pnc_mechanism(d2_values, grouping, upper, attribute="m1emp", psi=psi, gamma=gamma, mu=broken_mu, rng=rng)
+            d1 = pnc_mechanism(
+                d1_values, grouping, upper, attribute="m1emp", psi=psi, gamma=gamma, mu=broken_mu, rng=rng
+            )
+            d2 = pnc_mechanism(
+                d2_values, grouping, upper, attribute="m1emp", psi=psi, gamma=gamma, mu=broken_mu, rng=rng
+            )
             return d1.released, d2.released
         return run
 

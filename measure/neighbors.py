@@ -272,7 +272,8 @@ def make_psi(name: str, **params: float) -> NeighborFunction:
     try:
         return cls(**params)
     except TypeError:
-        raise ValueError(f"psi '{name}' takes parameters {list(cls.__dataclass_fields__)}, got {sorted(params)}") from None
+        raise ValueError(f"psi '{name}' takes parameters {list(cls.__dataclass_fields__)}, got "
+                         f"{sorted(params)}") from None
 
 
 def interval_table(psi: NeighborFunction, gamma: float, values: np.ndarray) -> list[dict[str, float]]:

@@ -334,7 +334,8 @@ def _verdicts(true, lower, upper, need, scale):
 
 
 def _interval_lps(matrix: sp.csc_matrix, rhs: np.ndarray, targets: np.ndarray, true: np.ndarray,
-                  need: np.ndarray, sensitive: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
+                  need: np.ndarray, sensitive: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
     """min and max of each target variable subject to matrix x = rhs, x >= 0 (one block).
 
     One HiGHS model; only the objective changes between solves, so each starts from the previous
@@ -397,7 +398,9 @@ class SuppressionResult:
 
     def published_cells(self) -> pd.DataFrame:
         """The cells with a ``status``: published, primary or secondary suppression."""
-        cells = self.table.cells[["state", "own", "county", "agglvl", "industry", "estabs", *self.rule.attributes]].copy()
+        cells = self.table.cells[
+            ["state", "own", "county", "agglvl", "industry", "estabs", *self.rule.attributes]
+        ].copy()
         cells["status"] = np.where(self.primary, "primary", np.where(self.suppressed, "secondary", "published"))
         return cells
 

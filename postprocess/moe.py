@@ -89,7 +89,8 @@ def tabulation_variances(
     return np.maximum(variances, 0.0, where=~np.isnan(variances), out=variances)
 
 
-def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray, n_tab: int) -> np.ndarray:
+def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray,
+                      n_tab: int) -> np.ndarray:
     """Variances of tabulation cells from a release's answers of one attribute (their own
     variances: estimated for the psi-mechanism, exact for pnc) over its public microdata."""
     system = build_system(answers, public, [answer.variance for answer in answers])

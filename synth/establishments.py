@@ -57,7 +57,9 @@ def split_cells(
     proposal = month2_employment(values["m1emp"], values["m3emp"], rng=rng)
     has_proposal = np.bincount(codes, weights=proposal, minlength=len(occupied)) > 0
     weights = np.where(has_proposal[codes], proposal, (values["m1emp"] + values["m3emp"]) / 2)
-    values["m2emp"] = _split(codes, occupied["m2emp"].to_numpy(), proportional_shares(codes, weights), counts, floor_one)
+    values["m2emp"] = _split(
+        codes, occupied["m2emp"].to_numpy(), proportional_shares(codes, weights), counts, floor_one
+    )
 
     frame = pd.DataFrame({
         "estab_id": np.char.add(f"{state}-", np.char.zfill(np.arange(n).astype(str), 7)),

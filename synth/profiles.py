@@ -63,8 +63,15 @@ def fit_profile(published: PublishedState, microdata: pd.DataFrame, *, name: str
         log_sd = float(np.log(employed["m1emp"]).std(ddof=0)) if len(employed) > 1 else 0.0
         growth = np.log((employed["m3emp"] + 0.5) / (employed["m1emp"] + 0.5))
         paid = average > 0
-        wage_sd = float(np.log(employed["wage"][paid & (employed["wage"] > 0)] / average[paid & (employed["wage"] > 0)]).std(ddof=0)) \
-            if (paid & (employed["wage"] > 0)).sum() > 1 else 0.0
+        wage_sd = (
+            float(
+                np.log(employed["wage"][paid & (employed["wage"] > 0)] / average[paid & (employed["wage"] > 0)]).std(
+                    ddof=0
+                )
+            )
+            if (paid & (employed["wage"] > 0)).sum() > 1
+            else 0.0
+        )
         # Log-normal locations chosen so the means are kept: E[exp(m + s Z)] = exp(m + s^2 / 2).
         mean_employment = float(employed["m1emp"].mean()) if len(employed) else 1.0
         wage_per_employee = float(employed["wage"].sum() / average.sum()) if average.sum() > 0 else 1.0

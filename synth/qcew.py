@@ -143,7 +143,8 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
         numbers = pd.to_numeric(raw[column], errors="coerce")
         bad = numbers.isna() | (numbers != numbers.round())
         if bad.any():
-            raise InputError(f"{source}: column '{column}' is missing or not a whole number in {count(int(bad.sum()), 'row')}; "
+            raise InputError(f"{source}: column '{column}' is missing or not a whole number in "
+                             f"{count(int(bad.sum()), 'row')}; "
                              f"e.g. row {int(np.flatnonzero(bad.to_numpy())[0]) + 2}: {raw[column][bad].iloc[0]!r}")
         raw = raw.assign(**{column: numbers.astype("int64")})
     levels = (*STATE_LEVELS, *COUNTY_LEVELS)
@@ -167,7 +168,8 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     bad = values.isna() | (values < 0)
     if bad.any().any():
         column = bad.any().idxmax()
-        raise InputError(f"{source}: column '{column}' is not a number >= 0 in {count(int(bad[column].sum()), 'private row')}")
+        raise InputError(f"{source}: column '{column}' is not a number >= 0 in "
+                         f"{count(int(bad[column].sum()), 'private row')}")
 
     aggregates = pd.DataFrame({
         "agglvl": private["agglvl_code"].astype(int).to_numpy(),
@@ -182,7 +184,8 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     duplicated = aggregates.duplicated(["agglvl", "county", "industry"])
     if duplicated.any():
         row = aggregates[duplicated].iloc[0]
-        raise InputError(f"{source}: cell agglvl {row.agglvl} county {row.county or '-'} industry {row.industry} appears twice")
+        raise InputError(f"{source}: cell agglvl {row.agglvl} county {row.county or '-'} industry {row.industry} "
+                         "appears twice")
     aggregates = aggregates.sort_values(["agglvl", "county", "industry"], ignore_index=True)
 
     finest = aggregates[aggregates["agglvl"] == FINEST_LEVEL]
@@ -252,7 +255,8 @@ def _membership(aggregates: pd.DataFrame, cells: pd.DataFrame, source: str) -> s
         if orphan.any():
             cell = cells[orphan].iloc[0]
             raise InputError(
-                f"{source}: county {cell['county']} NAICS {cell['naics']} has establishments but no row at agglvl {level}"
+                f"{source}: county {cell['county']} NAICS {cell['naics']} has establishments but no row at agglvl "
+                f"{level}"
             )
         found = ~np.isnan(position.astype(float))
         rows.append(position[found].astype(np.int64))
@@ -279,7 +283,8 @@ def _check_consistency(published: PublishedState, source: str) -> None:
         published_value = np.where(aggregates["suppressed"], 0.0, value)
         for parent_level in (*STATE_LEVELS, *COUNTY_LEVELS):
             for child_level in (parent_level + 1, parent_level + 20):
-                if child_level not in levels or child_level in (59, 79) or (parent_level in COUNTY_LEVELS and child_level > 78):
+                county_beyond_detail = parent_level in COUNTY_LEVELS and child_level > 78
+                if child_level not in levels or child_level in (59, 79) or county_beyond_detail:
                     continue
                 parents = np.flatnonzero((levels == parent_level) & ~aggregates["suppressed"].to_numpy())
                 children = np.flatnonzero(levels == child_level)
@@ -344,7 +349,9 @@ def fit_cells(published: PublishedState, *, solver: str = "CLARABEL") -> pd.Data
             target = _targets(published, attribute, known, unknown_mask)
         fitted = known.copy()
         if unknown_mask.any():
-            fitted[unknown_mask] = _fit_suppressed(published, attribute, known, unknown_mask, target[unknown_mask], solver)
+            fitted[unknown_mask] = _fit_suppressed(
+                published, attribute, known, unknown_mask, target[unknown_mask], solver
+            )
         cells[attribute] = fitted
     return cells
 
@@ -379,7 +386,8 @@ def _fit_suppressed(published, attribute, known, unknown_mask, target, solver) -
     involved = np.diff(matrix.indptr) > 0
     if np.any(np.abs(right[~involved]) > 1e-6):
         i = rows[np.flatnonzero(~involved & (np.abs(right) > 1e-6))[0]]
-        raise InputError(f"published cell {_describe(aggregates.iloc[i])} does not equal the sum of its published parts ({attribute})")
+        raise InputError(f"published cell {_describe(aggregates.iloc[i])} does not equal the sum of its published "
+                         f"parts ({attribute})")
     matrix, right = matrix[involved], np.rint(right[involved])
 
     # Solve in units of a typical cell (wage totals reach 1e9 dollars): the median target, or without
@@ -388,7 +396,9 @@ def _fit_suppressed(published, attribute, known, unknown_mask, target, solver) -
     scale = max(1.0, float(np.median(typical))) if len(typical) else 1.0
     x = cp.Variable(matrix.shape[1], nonneg=True)
     weight = 1.0 / np.sqrt(np.maximum(target / scale, 1e-3))
-    problem = cp.Problem(cp.Minimize(cp.sum_squares(cp.multiply(weight, x - target / scale))), [matrix @ x == right / scale])
+    problem = cp.Problem(
+        cp.Minimize(cp.sum_squares(cp.multiply(weight, x - target / scale))), [matrix @ x == right / scale]
+    )
     try:
         problem.solve(solver=solver)
         solved = problem.status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) and x.value is not None
@@ -402,7 +412,9 @@ def _fit_suppressed(published, attribute, known, unknown_mask, target, solver) -
     low = np.floor(fractional + 1e-7)
     high = np.maximum(np.ceil(fractional - 1e-7), low)
     remainder = fractional - low
-    result = linprog(1.0 - 2.0 * remainder, A_eq=matrix, b_eq=right, bounds=np.column_stack([low, high]), method="highs-ds")
+    result = linprog(
+        1.0 - 2.0 * remainder, A_eq=matrix, b_eq=right, bounds=np.column_stack([low, high]), method="highs-ds"
+    )
     if result.status != 0:
         # The fractional fit was within solver tolerance only: widen the box by one unit each way.
         result = linprog(np.zeros(len(low)), A_eq=matrix, b_eq=right,

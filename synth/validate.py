@@ -40,11 +40,19 @@ def validation_report(microdata: pd.DataFrame, published: PublishedState) -> dic
             "published": int(shown.sum()),
             "suppressed": int((~shown).sum()),
             "max_abs_difference": differences,
-            "max_abs_difference_estabs": float(np.max(np.abs(synthetic["estabs"][rows] - aggregates["estabs"].to_numpy()[rows]))),
-            "per_cell": {name: _stats(synthetic[column][rows][occupied])
-                         for name, column in (("establishments", "estabs"), ("employment_m1", "m1emp"), ("wages", "wage"))},
+            "max_abs_difference_estabs": float(
+                np.max(np.abs(synthetic["estabs"][rows] - aggregates["estabs"].to_numpy()[rows]))
+            ),
+            "per_cell": {
+                name: _stats(synthetic[column][rows][occupied])
+                for name, column in (("establishments", "estabs"), ("employment_m1", "m1emp"), ("wages", "wage"))
+            },
         }
-    exact = all(v == 0 for level in levels.values() for v in (*level["max_abs_difference"].values(), level["max_abs_difference_estabs"]))
+    exact = all(
+        v == 0
+        for level in levels.values()
+        for v in (*level["max_abs_difference"].values(), level["max_abs_difference_estabs"])
+    )
     return {
         "state": published.state,
         "year": published.year,

@@ -34,7 +34,12 @@ def earlier_release(tmp_path, small_state):
     source = tmp_path / "in.parquet"
     small_state.to_parquet(source)
     out = tmp_path / "release"
-    assert runner.invoke(app, ["protect", str(source), "--out", str(out), "--seed", "1", "--not-for-publication"]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["protect", str(source), "--out", str(out), "--seed", "1", "--not-for-publication"]
+        ).exit_code
+        == 0
+    )
     return source, out, snapshot(out)
 
 
@@ -74,18 +79,28 @@ def test_killed_process_leaves_the_earlier_release_untouched(tmp_path):
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "gedp"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = tmp_path / "release"
-    subprocess.run([*command, "protect", str(source), "--out", str(out), "--seed", "1", "--not-for-publication"], check=True, env=env,
-                   capture_output=True)
+    subprocess.run(
+        [*command, "protect", str(source), "--out", str(out), "--seed", "1", "--not-for-publication"],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     before = snapshot(out)
     for delay in (0.5, 1.5, 3.0):
-        run = subprocess.Popen([*command, "protect", str(source), "--out", str(out), "--seed", "9", "--not-for-publication"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = subprocess.Popen(
+            [*command, "protect", str(source), "--out", str(out), "--seed", "9", "--not-for-publication"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         run.send_signal(signal.SIGKILL)
         run.wait()
         now = snapshot(out)
         if now != before:  # the run had moved its release into place (its last step) before the kill
-            assert json.loads((out / "manifest.json").read_text())["establishments"] == 150_000, f"killed after {delay}s"
+            assert json.loads((out / "manifest.json").read_text())["establishments"] == 150_000, (
+                f"killed after {delay}s"
+            )
             assert len(pd.read_parquet(out / "protected.parquet")) == 150_000
             assert set(now) == set(before), f"killed after {delay}s: not the files of a complete release"
             before = now

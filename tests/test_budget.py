@@ -64,7 +64,8 @@ def test_over_cap_plan_is_refused_before_any_noise_is_drawn(small_state):
     over = dataclasses.replace(plan, cap=2.0)
     rng = np.random.default_rng(3)
     state_before = rng.bit_generator.state
-    with pytest.raises(BudgetError, match=r"planned total mu \(2.3065\) exceeds the cap \(2.0000\); nothing was measured"):
+    message = r"planned total mu \(2.3065\) exceeds the cap \(2.0000\); nothing was measured"
+    with pytest.raises(BudgetError, match=message):
         measure(small_state, over, rng=rng)
     assert rng.bit_generator.state == state_before
 

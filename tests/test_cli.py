@@ -18,8 +18,8 @@ import yaml
 from typer.testing import CliRunner
 
 from gedp import configs
-from gedp.evaluation.tabulate import tabulate
 from gedp.cli import app
+from gedp.evaluation.tabulate import tabulate
 from gedp.synth.schema import CONFIDENTIAL, InputError
 
 runner = CliRunner()
@@ -101,7 +101,19 @@ def test_protect_with_the_psi_workflow(tmp_path, small_state):
     source = tmp_path / "in.csv"
     small_state.to_csv(source, index=False)
     out = tmp_path / "release"
-    result = invoke("protect", source, "--config", "employment", "--workflow", "psi", "--out", out, "--seed", 4, "--not-for-publication")
+    result = invoke(
+        "protect",
+        source,
+        "--config",
+        "employment",
+        "--workflow",
+        "psi",
+        "--out",
+        out,
+        "--seed",
+        4,
+        "--not-for-publication",
+    )
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["workflow"] == "psi" and manifest["tau"] == {small_state["state"].iloc[0]: None}
@@ -229,7 +241,8 @@ def test_audit_output_is_checked_before_the_audit_runs(tmp_path, monkeypatch, na
 
     (tmp_path / "afile").write_text("a file")
     (tmp_path / "nofolder").mkdir()
-    monkeypatch.setattr(gedp.measure.audit, "run_audit", lambda *a, **k: pytest.fail("the audit ran before --out was checked"))
+    monkeypatch.setattr(gedp.measure.audit, "run_audit", lambda *a, **k: pytest.fail("the audit ran before --out was "
+                                                                                     "checked"))
     result = invoke("audit", "--mechanism", "psi", "--trials", 1000, "--out", tmp_path / name)
     assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
     assert result.output.startswith(f"error: output '{tmp_path / name}'")
@@ -337,8 +350,9 @@ def test_help_shows_no_bool_metavar_and_whole_first_sentences():
         assert "<bool>" not in invoke(command, "--help").output, command
     assert "<float>" in invoke("tabulate", "--help").output  # options that take a value keep their type
     # the command list shows each command's first docstring line: a whole sentence
-    from gedp.cli import app as typer_app
     import typer.main
+
+    from gedp.cli import app as typer_app
 
     group = typer.main.get_command(typer_app)
     for name, command in {**group.commands, **group.commands["ledger"].commands}.items():
@@ -365,4 +379,7 @@ def test_evaluate_lists_every_registered_experiment():
     text = " ".join(invoke("evaluate", "--help").output.split())
     assert all(f"{name} (" in text for name in EXPERIMENTS), text
     result = invoke("evaluate", "e9", "--out", "nowhere")
-    assert result.exit_code == 2 and result.output == f"error: experiment 'e9' is unknown; choose one of {', '.join(EXPERIMENTS)}\n"
+    assert (
+        result.exit_code == 2
+        and result.output == f"error: experiment 'e9' is unknown; choose one of {', '.join(EXPERIMENTS)}\n"
+    )

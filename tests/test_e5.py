@@ -10,6 +10,7 @@ import pytest
 from scipy import integrate, stats
 from typer.testing import CliRunner
 
+from gedp.cli import app
 from gedp.evaluation.e5_earlier import (
     STRATA,
     E5Setup,
@@ -17,7 +18,6 @@ from gedp.evaluation.e5_earlier import (
     gdp_epsilon,
     settings,
 )
-from gedp.cli import app
 from gedp.measure.earlier import (
     check_log_laplace,
     check_smooth_gamma,

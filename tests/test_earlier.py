@@ -153,7 +153,9 @@ def test_validity_conditions_at_their_boundaries():
     inside, outside = 1 - 1e-9, 1 + 1e-9
     for eps in (0.25, 1.0, 4.0):
         edges = [(check_smooth_gamma, math.expm1(eps / 5), ()), (check_log_laplace, math.expm1(eps / 2), ())]
-        edges += [(check_smooth_laplace, math.expm1(eps / (2 * math.log(1 / delta))), (delta,)) for delta in (1e-3, 1e-6)]
+        edges += [
+            (check_smooth_laplace, math.expm1(eps / (2 * math.log(1 / delta))), (delta,)) for delta in (1e-3, 1e-6)
+        ]
         for check, edge, extra in edges:
             assert is_valid(check, eps, edge * inside, *extra), (check.__name__, eps, extra)
             assert not is_valid(check, eps, edge * outside, *extra), (check.__name__, eps, extra)

@@ -35,7 +35,9 @@ def two_states(tmp_path_factory):
 
 
 def protect(source, out, *extra):
-    result = runner.invoke(app, ["protect", str(source), "--out", str(out), "--seed", "7", "--not-for-publication", *map(str, extra)])
+    result = runner.invoke(
+        app, ["protect", str(source), "--out", str(out), "--seed", "7", "--not-for-publication", *map(str, extra)]
+    )
     assert result.exit_code == 0, result.output
     return json.loads((out / "manifest.json").read_text()), pd.read_parquet(out / "protected.parquet")
 
@@ -73,8 +75,13 @@ def test_states_are_protected_separately_and_compose_in_parallel(two_states, tmp
     # psi answers (the pnc answers differ only through the wider zeta share of a lone state)
     alone_manifest, _ = protect(two_states / "alone.parquet", tmp_path / "alone")
     assert alone_manifest["zeta_per_state"] == manifest["zeta"]
-    psi_answers = [pd.read_parquet(out / "measurements.parquet").query("query == 'identity' and state == '44'")
-                   .sort_values(["attribute", "estab_id"])["released"].to_numpy() for out in (tmp_path / "both", tmp_path / "alone")]
+    psi_answers = [
+        pd.read_parquet(out / "measurements.parquet")
+        .query("query == 'identity' and state == '44'")
+        .sort_values(["attribute", "estab_id"])["released"]
+        .to_numpy()
+        for out in (tmp_path / "both", tmp_path / "alone")
+    ]
     np.testing.assert_array_equal(*psi_answers)
     # CSV input: the same release
     _, from_csv = protect(two_states / "states.csv", tmp_path / "csv")

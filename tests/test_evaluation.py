@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from gedp.cli import app
+from gedp.config import load_config
 from gedp.evaluation.e1_employment import LEVELS as E1_LEVELS
 from gedp.evaluation.e1_employment import run_e1
 from gedp.evaluation.e2_wages import run_e2
-from gedp.evaluation.e3_bias import E3Setup, QUERIES, run_e3, simulate, tree_wls
+from gedp.evaluation.e3_bias import QUERIES, E3Setup, run_e3, simulate, tree_wls
 from gedp.evaluation.e4_analytic import estimated_variance, run_e4
-from gedp.cli import app
-from gedp.config import load_config
 from gedp.measure.neighbors import LogPsi, SqrtPsi
 
 
@@ -63,7 +63,9 @@ def test_e3_simulation_matches_closed_forms():
         sizes = {"identity": 10.0, "county": 20.0, "total": 100.0}
         variances = {q: float(psi.estimate_variance(x, sd)) for q, x in sizes.items()}
         for query in QUERIES:
-            assert abs(result["mse"]["unprocessed"][query] - variances[query]) < 4 * result["mse_se"]["unprocessed"][query]
+            assert (
+                abs(result["mse"]["unprocessed"][query] - variances[query]) < 4 * result["mse_se"]["unprocessed"][query]
+            )
         design = dense_design(5, 2)
         weights = np.concatenate([np.full(10, 1 / variances["identity"]), np.full(5, 1 / variances["county"]),
                                   [1 / variances["total"]]])
@@ -85,7 +87,9 @@ def test_e3_report_resolves_the_modes(tmp_path):
             assert set(summary["mse"][psi][mode]) == set(QUERIES)
             assert all(se > 0 for se in summary["mse_se"][psi][mode].values())
         gap = summary["mse"][psi]["estimated"]["total"] - summary["mse"][psi]["exact"]["total"]
-        assert gap > 4 * np.hypot(summary["mse_se"][psi]["estimated"]["total"], summary["mse_se"][psi]["exact"]["total"])
+        assert gap > 4 * np.hypot(
+            summary["mse_se"][psi]["estimated"]["total"], summary["mse_se"][psi]["exact"]["total"]
+        )
         assert summary["bias"][psi]["estimated"]["total"] < -4 * summary["bias_se"][psi]["estimated"]["total"]
     text = assert_complete_report(tmp_path, ["Setup", "Mean squared error and bias, psi = sqrt",
                                              "Mean squared error and bias, psi = log", "Findings"])
@@ -207,7 +211,9 @@ def test_e2_summary_is_the_replication_average_of_group_errors(tmp_path, small_s
         for attribute in ("m1emp", "wage"):
             got = summary["summary"][combo][attribute]
             for level, by in e2.LEVELS.items():
-                mean_error = np.mean([np.abs(differences(small_state, p, by, attribute)[0]).to_numpy() for p in copies], 0)
+                mean_error = np.mean(
+                    [np.abs(differences(small_state, p, by, attribute)[0]).to_numpy() for p in copies], 0
+                )
                 assert got["median_group_mean_absolute_error"][level] == pytest.approx(np.median(mean_error), rel=1e-9)
             state = [abs(float(differences(small_state, p, ["state"], attribute)[0].sum())) for p in copies]
             assert got["state_total_mean_absolute_error"] == pytest.approx(np.mean(state), rel=1e-9)
@@ -215,7 +221,9 @@ def test_e2_summary_is_the_replication_average_of_group_errors(tmp_path, small_s
             for p in copies:
                 signed, true = differences(small_state, p, detail, attribute)
                 relative.append((np.abs(signed) / (true + 1)).to_numpy())
-            assert got["median_relative_error_county_naics5"] == pytest.approx(np.median(np.mean(relative, 0)), rel=1e-9)
+            assert got["median_relative_error_county_naics5"] == pytest.approx(
+                np.median(np.mean(relative, 0)), rel=1e-9
+            )
     sweep_plans = [plan for plan, _ in made[8:]]
     for attribute in ("m1emp", "wage"):
         points = summary["budget_sweep"][attribute]

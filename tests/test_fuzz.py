@@ -73,8 +73,20 @@ def broken_microdata(draw, rows):
 
 
 MICRODATA_COMMANDS = {
-    "protect": (lambda source, out: ["protect", source, "--config", "employment", "--out", out, "--seed", "1", "--not-for-publication"],
-                "manifest.json"),
+    "protect": (
+        lambda source, out: [
+            "protect",
+            source,
+            "--config",
+            "employment",
+            "--out",
+            out,
+            "--seed",
+            "1",
+            "--not-for-publication",
+        ],
+        "manifest.json",
+    ),
     "suppress": (lambda source, out: ["suppress", "--out", out, "--data", source, "--no-audit"], "cells.csv"),
 }
 
@@ -93,8 +105,15 @@ def test_commands_survive_broken_microdata(valid_rows, tmp_path, command, data):
     shutil.rmtree(case)
 
 
-VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10), st.floats(allow_nan=True, allow_infinity=True),
-                   st.text(max_size=5), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-10, 10),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 
 @st.composite
@@ -125,7 +144,9 @@ def test_run_survives_broken_configs(tmp_path, data):
     config = case / "plan.yaml"
     config.write_text(data.draw(broken_config()))
     out = case / "release"
-    result = runner.invoke(app, ["run", "--config", str(config), "--establishments", "60", "--seed", "2", "--out", str(out)])
+    result = runner.invoke(
+        app, ["run", "--config", str(config), "--establishments", "60", "--seed", "2", "--out", str(out)]
+    )
     assert_clean_outcome(result, out)
     shutil.rmtree(case)
 
@@ -161,7 +182,9 @@ def run_with_baseline_edited(tmp_path, old, new):
 
 
 def test_zero_gamma_is_refused_because_it_releases_exact_values(tmp_path):
-    assert "gamma of m1emp (0.0) must be >= 1e-06: gamma 0 adds no noise" in run_with_baseline_edited(tmp_path, "m1emp: {gamma: 0.5}", "m1emp: {gamma: 0}")
+    assert "gamma of m1emp (0.0) must be >= 1e-06: gamma 0 adds no noise" in run_with_baseline_edited(
+        tmp_path, "m1emp: {gamma: 0.5}", "m1emp: {gamma: 0}"
+    )
 
 
 def test_absurd_noise_is_refused(tmp_path):

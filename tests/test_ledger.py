@@ -112,7 +112,9 @@ def test_other_records_have_their_own_budget_and_a_cap_is_kept(source, records, 
     assert protect(source, tmp_path / "a", ledger, "--lifetime-cap", 2.5).exit_code == 0
     other = tmp_path / "other.parquet"
     records.assign(m1emp=records["m1emp"] + 1).to_parquet(other)
-    assert "new to the ledger: give the dataset's --lifetime-cap" in one_error_line(protect(other, tmp_path / "b", ledger))
+    assert "new to the ledger: give the dataset's --lifetime-cap" in one_error_line(
+        protect(other, tmp_path / "b", ledger)
+    )
     assert protect(other, tmp_path / "b", ledger, "--lifetime-cap", 2.5).exit_code == 0
     changed = one_error_line(protect(source, tmp_path / "c", ledger, "--lifetime-cap", 9.0))
     assert "records lifetime cap 2.5 for this dataset, not 9.0" in changed
@@ -162,7 +164,8 @@ DAMAGE = {
     "UTF-16": lambda text: text.encode("utf-16"),
     "truncated": lambda text: text[: len(text) // 2].encode(),
     "empty": lambda text: b"",
-    "repeated key": lambda text: text.replace('"lifetime_cap": 4.0', '"lifetime_cap": 4.0, "lifetime_cap": 40.0').encode(),
+    "repeated key": lambda text: text.replace('"lifetime_cap": '
+                                              '4.0', '"lifetime_cap": 4.0, "lifetime_cap": 40.0').encode(),
 }
 
 
@@ -208,7 +211,9 @@ def test_a_failed_commit_publishes_nothing_and_the_release_stays_pending(source,
     assert releases(ledger) == []
     assert protect(source, tmp_path / "r2", ledger).exit_code == 0
     [committed] = releases(ledger)
-    line = one_error_line(runner.invoke(app, ["ledger", "clear", "--ledger", str(ledger), "--release", committed["id"]]))
+    line = one_error_line(
+        runner.invoke(app, ["ledger", "clear", "--ledger", str(ledger), "--release", committed["id"]])
+    )
     assert "only a pending release can be cleared" in line and releases(ledger) == [committed]
 
 
@@ -286,9 +291,28 @@ def test_two_processes_cannot_both_spend_the_last_of_the_budget(source, tmp_path
     ledger = tmp_path / "ledger.json"
     command = [sys.executable, "-m", "gedp"]  # this interpreter's gedp, not another install on PATH
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    runs = [subprocess.Popen([*command, "protect", str(source), "--config", "employment", "--out", str(tmp_path / f"r{i}"),
-                              "--ledger", str(ledger), "--lifetime-cap", "3.0"], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    runs = [
+        subprocess.Popen(
+            [
+                *command,
+                "protect",
+                str(source),
+                "--config",
+                "employment",
+                "--out",
+                str(tmp_path / f"r{i}"),
+                "--ledger",
+                str(ledger),
+                "--lifetime-cap",
+                "3.0",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     codes = sorted(run.wait(timeout=300) for run in runs)
     assert codes == [0, 2], [run.stderr.read() for run in runs]
     assert [r["status"] for r in releases(ledger)] == ["committed"]

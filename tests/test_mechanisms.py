@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from gedp.measure.grid import VALUE_GRID, psi_grid
 from gedp.measure.mechanisms import (
     exact_group_sums,
     pnc_mechanism,
@@ -23,7 +24,6 @@ from gedp.measure.mechanisms import (
     psi_mechanism,
     psi_mechanism_mu,
 )
-from gedp.measure.grid import VALUE_GRID, psi_grid
 from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtPsi
 from gedp.measure.queries import IDENTITY, Grouping, group_establishments
 
@@ -166,7 +166,9 @@ def test_pnc_upper_bounds_cover_all_values_in_1_minus_zeta_of_runs(psi, gamma, m
     assert coverage(pnc_tau(zeta, n)) - (1 - zeta) < threshold
 
 
-@pytest.mark.parametrize("psi, gamma", [(SqrtPsi(), 0.5), (SqrtPsi(a=1), 0.5), (LogPsi(a=1), 0.1), (LinearPsi(5.0), 1.0)])
+@pytest.mark.parametrize(
+    "psi, gamma", [(SqrtPsi(), 0.5), (SqrtPsi(a=1), 0.5), (LogPsi(a=1), 0.1), (LinearPsi(5.0), 1.0)]
+)
 @pytest.mark.parametrize("clip", [0.1, 1.0, 7.5, 100.0, 5000.0])
 def test_pnc_sensitivity_equals_brute_force_maximum(psi, gamma, clip):
     """max over psi-close x, x' on a grid of |min(x, u*) - min(x', u*)| equals Delta(u*)."""

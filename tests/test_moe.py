@@ -5,17 +5,17 @@ import io
 import numpy as np
 import pandas as pd
 import pytest
+from test_postprocess import nested_instance
 from typer.testing import CliRunner
 
-from gedp.evaluation.coverage import run_coverage
 from gedp.cli import app
 from gedp.config import load_config
+from gedp.evaluation.coverage import run_coverage
 from gedp.evaluation.tabulate import tabulate
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
 from gedp.postprocess.moe import answers_variances, tabulation_variances
 from gedp.postprocess.wls import LinearSystem
-from test_postprocess import nested_instance
 
 runner = CliRunner()
 
@@ -42,7 +42,9 @@ def test_without_identity_only_unions_of_measured_cells_are_estimable():
     for by in (("county",), ("county", "naics")):
         grouping = group_establishments(public, by)
         variances = tabulation_variances(groups_only, None, cells, grouping.codes, grouping.n_groups)
-        np.testing.assert_allclose(variances, dense_variances(groups_only, grouping.codes, grouping.n_groups), rtol=1e-9)
+        np.testing.assert_allclose(
+            variances, dense_variances(groups_only, grouping.codes, grouping.n_groups), rtol=1e-9
+        )
     single = group_establishments(public, ("estab_id",))
     variances = tabulation_variances(groups_only, None, cells, single.codes, single.n_groups)
     alone = np.bincount(cells)[cells] == 1
@@ -94,7 +96,9 @@ def test_coverage_of_large_cells_is_nominal_and_a_wrong_variance_is_caught(tmp_p
     summary = run_coverage(tmp_path / "right", truth, plan, replications=8, seed=3, data_label="test")
     for level, band, z in coverage_deviations(summary):
         assert abs(z) < 4, (level, band, z)
-    assert (tmp_path / "right" / "coverage.png").is_file() and "## Findings" in (tmp_path / "right" / "report.md").read_text()
+    assert (tmp_path / "right" / "coverage.png").is_file() and "## Findings" in (
+        tmp_path / "right" / "report.md"
+    ).read_text()
     real = coverage.answers_variances
     for factor in (0.7, 1.3):
         monkeypatch.setattr(coverage, "answers_variances", lambda *a, f=factor, **k: f * real(*a, **k))
@@ -165,8 +169,9 @@ def test_tabulate_refuses_unclear_requests_in_one_line(release, tmp_path, argume
     arguments = [a.format(tmp=tmp_path) for a in arguments]
     result = runner.invoke(app, ["tabulate", str(release), *arguments])
     lines = result.output.splitlines()
-    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message.format(tmp=tmp_path)}"), \
-        result.output
+    assert (
+        result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message.format(tmp=tmp_path)}")
+    ), result.output
     assert list(tmp_path.iterdir()) == []
 
 

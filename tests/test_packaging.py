@@ -35,8 +35,11 @@ def test_installed_gedp_ignores_a_users_own_evaluation_module(wheel, tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     work = tmp_path / "project"
     work.mkdir()
     for name in ("evaluation", "measure", "synth", "configs", "postprocess"):

@@ -3,17 +3,16 @@
 import json
 
 import cvxpy as cp
-
 import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from gedp.evaluation.tabulate import qcew_tables
 from gedp.cli import app
+from gedp.evaluation.tabulate import qcew_tables
 from gedp.synth.establishments import synthesize_state, top_share
-from gedp.synth.profiles import fit_profile, load_profile
 from gedp.synth.hierarchy import derive_industry_codes
+from gedp.synth.profiles import fit_profile, load_profile
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS, fit_cells, published_state, read_qcew
 from gedp.synth.schema import CONFIDENTIAL, InputError
 from gedp.synth.validate import validation_report
@@ -257,7 +256,16 @@ def test_a_file_no_fit_can_reproduce_names_a_cell(agency_file):
     candidates = frame[(frame["agglvl_code"] == 58) & shown & frame["industry_code"].isin(suppressed_cells)]
     for code in candidates["industry_code"]:
         ancestors = codes.loc[candidates.index[candidates["industry_code"] == code][0]]
-        lineage = {"10", ancestors["domain"], ancestors["supersector"], ancestors["sector"], code[:3], code[:4], code[:5], code}
+        lineage = {
+            "10",
+            ancestors["domain"],
+            ancestors["supersector"],
+            ancestors["sector"],
+            code[:3],
+            code[:4],
+            code[:5],
+            code,
+        }
         rows = statewide & frame["industry_code"].isin(lineage)
         if rows.sum() == 8 and shown[rows].all():
             break

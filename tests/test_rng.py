@@ -9,10 +9,10 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from gedp.cli import app
-from gedp.pipeline import make_rng
 from gedp.measure.mechanisms import psi_mechanism
 from gedp.measure.neighbors import SqrtPsi
 from gedp.measure.queries import IDENTITY, group_establishments
+from gedp.pipeline import make_rng
 from gedp.synth.schema import InputError
 
 runner = CliRunner()
@@ -60,5 +60,18 @@ def test_state_by_state_release_records_the_secure_generator(tmp_path, small_sta
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
     assert manifest["rng"]["kind"] == "secure" and "seed" not in manifest["rng"]
-    refused = runner.invoke(app, ["protect", str(source), "--seed", "3", "--rng", "secure", "--not-for-publication", "--out", str(tmp_path / "s")])
+    refused = runner.invoke(
+        app,
+        [
+            "protect",
+            str(source),
+            "--seed",
+            "3",
+            "--rng",
+            "secure",
+            "--not-for-publication",
+            "--out",
+            str(tmp_path / "s"),
+        ],
+    )
     assert refused.exit_code == 2 and "takes no --seed" in refused.output and not (tmp_path / "s").exists()

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from gedp.synth.profiles import generate_profile, load_profile
 from gedp.synth.hierarchy import derive_industry_codes
 from gedp.synth.io import read_microdata
+from gedp.synth.profiles import generate_profile, load_profile
 from gedp.synth.rules import month2_employment
 from gedp.synth.schema import InputError, validate_microdata
 
@@ -50,13 +50,17 @@ def test_valid_records_get_canonical_columns():
     [
         (records().iloc[:0], "zero establishments"),
         (records().drop(columns=["wage"]), "missing column 'wage'"),
-        (records(estab_id=["A", "B", "A"]), r"column 'estab_id': values must be unique; first at row 3 \(estab_id A\)$"),
+        (records(estab_id=["A", "B", "A"]),
+            r"column 'estab_id': values must be unique; first at row 3 \(estab_id A\)$"),
         (records(estab_id=["A", None, "C"]), r"column 'estab_id': values must not be missing; first at row 2$"),
         (records(m1emp=[3.0, -1.0, -2.0]), r"column 'm1emp': values must be >= 0; first at row 2 \(estab_id B\)$"),
-        (records(wage=[1.0, np.inf, 2.0]), r"column 'wage': values must be finite numbers; first at row 2 \(estab_id B\)$"),
+        (records(wage=[1.0, np.inf, 2.0]),
+            r"column 'wage': values must be finite numbers; first at row 2 \(estab_id B\)$"),
         (records(m2emp=[1.0, np.nan, 2.0]), "column 'm2emp': values must be finite numbers; first at row 2"),
-        (records(m3emp=["1", "x", "2"]), r"column 'm3emp': values must be finite numbers; first at row 2 \(estab_id B\)$"),
-        (records(naics=["31181", "445110", "7225111"]), r"column 'naics': codes must be 6 ASCII digits; first at row 1 \(estab_id A\)$"),
+        (records(m3emp=["1", "x", "2"]),
+            r"column 'm3emp': values must be finite numbers; first at row 2 \(estab_id B\)$"),
+        (records(naics=["31181", "445110", "7225111"]),
+            r"column 'naics': codes must be 6 ASCII digits; first at row 1 \(estab_id A\)$"),
         (records(county=["1", "007", "007"]), r"column 'county': codes must be 3 ASCII digits"),
         (records(state=["44", "4a", "44"]), r"column 'state': codes must be 2 ASCII digits"),
         (records(naics=["921110", "445110", "722511"]), r"column 'naics': codes must be in a private NAICS sector"),

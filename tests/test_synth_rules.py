@@ -40,7 +40,9 @@ def test_dirichlet_with_all_zero_concentrations_is_uniform():
 
 def test_proportional_shares_fall_back_to_equal_shares():
     codes = np.array([0, 0, 1, 1, 1])
-    np.testing.assert_allclose(proportional_shares(codes, np.array([1.0, 3.0, 0.0, 0.0, 0.0])), [0.25, 0.75, 1 / 3, 1 / 3, 1 / 3])
+    np.testing.assert_allclose(
+        proportional_shares(codes, np.array([1.0, 3.0, 0.0, 0.0, 0.0])), [0.25, 0.75, 1 / 3, 1 / 3, 1 / 3]
+    )
 
 
 @settings(max_examples=200, deadline=None)

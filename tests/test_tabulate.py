@@ -35,7 +35,12 @@ def test_tabulate_by_columns_and_total():
 def test_qcew_levels_use_bls_codes_and_layout():
     assert list(qcew_level(HAND, 51).columns) == list(QCEW_COLUMNS)
     state = qcew_level(HAND, 51).iloc[0]
-    assert (state["area_fips"], state["industry_code"], state["qtrly_estabs"], state["month1_emplvl"]) == ("44000", "10", 4, 15.0)
+    assert (state["area_fips"], state["industry_code"], state["qtrly_estabs"], state["month1_emplvl"]) == (
+        "44000",
+        "10",
+        4,
+        15.0,
+    )
     domains = qcew_level(HAND, 52).set_index("industry_code")["month1_emplvl"].to_dict()
     assert domains == {"101": 7.0, "102": 8.0}  # manufacturing + construction are goods-producing
     sectors = qcew_level(HAND, 74)
@@ -70,7 +75,8 @@ def test_comparison_metrics_by_hand():
 # --- requests a new user makes (issue 15) ------------------------------------------------------------
 
 def test_confidential_attributes_are_not_group_keys():
-    with pytest.raises(ValueError, match="cannot tabulate by m1emp: confidential attributes are summed, not grouped by"):
+    with pytest.raises(ValueError, match="cannot tabulate by m1emp: confidential attributes are summed, not grouped "
+                                         "by"):
         tabulate(HAND, ["county", "m1emp"])
     assert group_keys(HAND, "county, naics3") == ["state", "county", "naics3"]
     assert group_keys(HAND, "total") == [] and group_keys(HAND, ()) == []
@@ -80,7 +86,12 @@ def test_county_keys_carry_the_state():
     """County 001 of state 44 and county 001 of state 34 are different counties."""
     two_states = validate_microdata(pd.concat([HAND.assign(estab_id=HAND["estab_id"] + "-nj", state="34"), HAND]))
     by_county = tabulate(two_states, ["county"])
-    assert by_county[["state", "county"]].values.tolist() == [["34", "001"], ["34", "007"], ["44", "001"], ["44", "007"]]
+    assert by_county[["state", "county"]].values.tolist() == [
+        ["34", "001"],
+        ["34", "007"],
+        ["44", "001"],
+        ["44", "007"],
+    ]
     assert by_county["m1emp"].tolist() == [3.0, 12.0, 3.0, 12.0]
 
 

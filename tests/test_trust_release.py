@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 from gedp import configs
 from gedp.cli import app
 from gedp.config import load_config
-from gedp.pipeline import make_rng
 from gedp.measure.grid import low_bits_flag, psi_grid
 from gedp.measure.mechanisms import pnc_sensitivity
 from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtPsi
 from gedp.measure.workflows import measure
+from gedp.pipeline import make_rng
 from gedp.postprocess import structured, wls
 from gedp.postprocess.wls import SolverError, protect_attribute
 
