@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from gedp.evaluation.tabulate import group_keys, tabulate
+from gedp.postprocess.tabulate import group_keys, tabulate
 
 
 def compare_tabulations(

@@ -23,7 +23,6 @@ from scipy import optimize, stats
 
 from gedp.evaluation.replicate import child_streams, protected_copy, scaled_plan
 from gedp.evaluation.report import Report
-from gedp.evaluation.tabulate import tabulate
 from gedp.measure.earlier import (
     check_infusion,
     check_log_laplace,
@@ -40,6 +39,7 @@ from gedp.measure.earlier import (
 from gedp.measure.queries import Grouping, group_establishments
 from gedp.measure.suppression import SuppressionResult, SuppressionRule, suppress, suppression_shares
 from gedp.measure.workflows import MeasurementPlan
+from gedp.postprocess.tabulate import tabulate
 
 TABULATIONS = {
     "county x sector": ("state", "county", "sector"),

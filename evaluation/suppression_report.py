@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from gedp.evaluation.report import Report
-from gedp.evaluation.tabulate import qcew_tables
 from gedp.measure.suppression import SuppressionResult, suppression_shares
+from gedp.postprocess.tabulate import qcew_tables
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
 
 PUBLISHED_FILE = "cells.csv"

@@ -130,7 +130,7 @@ class Release:
         total), optionally only over establishments matching ``where`` (a pandas query on public
         columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
         from the release's least-squares covariance (no privacy budget spent)."""
-        from gedp.evaluation.tabulate import tabulate
+        from gedp.postprocess.tabulate import tabulate
 
         answers = _read_answers(self.folder)[1] if moe else None
         try:

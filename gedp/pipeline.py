@@ -24,10 +24,10 @@ import pandas as pd
 from randomgen import ChaCha
 
 from gedp.config import Config
-from gedp.evaluation.tabulate import qcew_tables
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.measure.workflows import Measurements, count_steps, measure
+from gedp.postprocess.tabulate import qcew_tables
 from gedp.postprocess.wls import WLSResult, protect_microdata
 from gedp.synth.schema import InputError, public_columns, shown
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from gedp import configs
 from gedp.cli import app
-from gedp.evaluation.tabulate import tabulate
+from gedp.postprocess.tabulate import tabulate
 from gedp.synth.schema import CONFIDENTIAL, InputError
 
 runner = CliRunner()

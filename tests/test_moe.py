@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 from gedp.cli import app
 from gedp.config import load_config
 from gedp.evaluation.coverage import run_coverage
-from gedp.evaluation.tabulate import tabulate
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
 from gedp.postprocess.moe import answers_variances, tabulation_variances
+from gedp.postprocess.tabulate import tabulate
 from gedp.postprocess.wls import LinearSystem
 
 runner = CliRunner()

@@ -65,3 +65,19 @@ def test_the_public_api_is_typed_for_its_users(tmp_path):
     assert '"Release" has no attribute "no_such_attribute"' in done.stdout, done.stdout
     assert 'Argument "config" to "protect" has incompatible type "int"' in done.stdout, done.stdout
     assert "Found 2 errors in 1 file" in done.stdout, done.stdout
+
+
+def test_stages_import_only_earlier_stages():
+    """Data flows one way (synth -> measure -> postprocess -> evaluation): importing every module of a
+    stage, the release writer or the API loads no later stage (writing QCEW tables needs no evaluation/)."""
+    stages = ("synth", "measure", "postprocess", "evaluation")
+    checks = {f"gedp.{stage}": ([f"gedp.{stage}.{p.stem}" for p in sorted((ROOT / stage).glob("*.py"))],
+                                tuple(f"gedp.{later}" for later in stages[i + 1:]))
+              for i, stage in enumerate(stages[:-1])}
+    checks |= {name: ([name], ("gedp.evaluation",)) for name in ("gedp.pipeline", "gedp.engine", "gedp.api")}
+    for label, (modules, forbidden) in checks.items():
+        code = (f"import importlib, sys\nfor name in {modules!r}: importlib.import_module(name)\n"
+                f"print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[]", (label, done.stdout)

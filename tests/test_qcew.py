@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gedp.cli import app
-from gedp.evaluation.tabulate import qcew_tables
+from gedp.postprocess.tabulate import qcew_tables
 from gedp.synth.establishments import synthesize_state, top_share
 from gedp.synth.hierarchy import derive_industry_codes
 from gedp.synth.profiles import fit_profile, load_profile

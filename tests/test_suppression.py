@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 from scipy.optimize import linprog
 
-from gedp.evaluation.tabulate import qcew_level
 from gedp.measure.suppression import (
     SuppressionRule,
     audit_suppression,
@@ -20,6 +19,7 @@ from gedp.measure.suppression import (
     suppress,
     suppression_shares,
 )
+from gedp.postprocess.tabulate import qcew_level
 from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
 from gedp.synth.schema import validate_microdata
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from gedp.evaluation.compare import compare_tabulations, error_summary
-from gedp.evaluation.tabulate import QCEW_COLUMNS, group_keys, qcew_level, qcew_tables, tabulate
+from gedp.postprocess.tabulate import QCEW_COLUMNS, group_keys, qcew_level, qcew_tables, tabulate
 from gedp.synth.schema import validate_microdata
 
 HAND = validate_microdata(pd.DataFrame({
