@@ -30,6 +30,8 @@ import scipy.linalg
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
+from gedp.errors import ConfigError
+
 #: Backup rule: full exchanges allowed without progress before single pivots take over.
 FULL_EXCHANGE_TRIES = 3
 MAX_ITERATIONS = 10_000
@@ -39,8 +41,9 @@ REFINEMENT_STEPS = 1
 DENSE_GROUPS = 4_000
 
 
-class NotNested(ValueError):
-    """A query group is not a union of cells: the structured solver does not apply."""
+class NotNested(ConfigError):
+    """A query group is not a union of cells: the structured solver does not apply (a config error
+    when the config asks for that solver; ``solver: auto`` falls back instead)."""
 
 
 def cell_to_group_matrix(groups: sp.csr_matrix, cell_codes: np.ndarray, n_cells: int) -> sp.csr_matrix:

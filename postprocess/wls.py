@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from gedp.errors import SolverError
+from gedp.errors import ConfigError, SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls
@@ -247,11 +247,11 @@ def protect_attribute(
     if solver in ("auto", "structured") and identity_rows is not None:
         try:
             return solve_structured(system, identity_rows, cell_codes)
-        except NotNested:
+        except NotNested as err:
             if solver == "structured":
-                raise
+                raise NotNested(f"solver: structured cannot postprocess this plan ({err}); use solver: auto") from None
     elif solver == "structured":
-        raise ValueError("the structured solver needs exactly one identity answer per attribute")
+        raise ConfigError("solver: structured needs exactly one identity answer per attribute; use solver: auto")
     return solve_wls(system, solver="clarabel" if solver in ("auto", "structured") else solver)
 
 

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from scipy.optimize import lsq_linear
 
 from gedp.config import load_config
+from gedp.errors import ConfigError
 from gedp.measure.mechanisms import psi_exact_variance
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import measure
@@ -184,7 +185,7 @@ def test_auto_uses_the_structured_solver_and_falls_back_to_clarabel_when_it_refu
     assert auto.objective == pytest.approx(reference, rel=1e-6)
     # without the identity query there is no per-establishment term: cvxpy with Clarabel is used
     assert protect_attribute(answers[1:], public).solver == "clarabel"
-    with pytest.raises(ValueError, match="needs exactly one identity answer"):
+    with pytest.raises(ConfigError, match="needs exactly one identity answer per attribute; use solver: auto"):
         protect_attribute(answers[1:], public, solver="structured")
 
     def refuse(*args, **kwargs):
@@ -193,7 +194,8 @@ def test_auto_uses_the_structured_solver_and_falls_back_to_clarabel_when_it_refu
     monkeypatch.setattr(wls, "solve_structured", refuse)
     fallback = protect_attribute(answers, public)
     assert fallback.solver == "clarabel" and fallback.objective == pytest.approx(reference, rel=1e-6)
-    with pytest.raises(NotNested, match="splits a cell"):
+    with pytest.raises(ConfigError, match=r"solver: structured cannot postprocess this plan \(a query group splits a "
+                       r"cell; use a generic solver\); use solver: auto"):
         protect_attribute(answers, public, solver="structured")
 
 
