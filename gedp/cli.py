@@ -759,9 +759,7 @@ def suppress_command(
             check_microdata(microdata, rule.attributes)
         except ValueError as err:
             raise InputError(str(err)) from None
-        published_shares = None
-        if published is not None:
-            published_shares = published.aggregates.groupby("agglvl")["suppressed"].mean()
+        published_shares = None if published is None else published.suppressed_shares()
         with staged_directory(out, marker="summary.json") as staging:
             with progress_counts("auditing intervals") as (update, say):
                 result = suppress(microdata, rule, audit=audit, on_round=say, progress=update)

@@ -88,6 +88,10 @@ class PublishedState:
     membership: sp.csr_matrix
     rounded: tuple[str, ...] = ()
 
+    def suppressed_shares(self) -> pd.Series:
+        """Share of the published rows of each aggregation level that the agency suppressed."""
+        return self.aggregates.groupby("agglvl")["suppressed"].mean()
+
 
 def _industry_key(level: int) -> str | None:
     return INDUSTRY_OF_STATE_LEVEL[level - 20 if level in COUNTY_LEVELS else level]

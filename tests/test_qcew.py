@@ -156,6 +156,27 @@ def test_real_states_are_reproduced_exactly_at_every_level(real_state):
 
 
 @pytest.mark.shared_data
+def test_suppressed_shares_are_the_files_n_codes(real_state, shared_data):
+    """Per aggregation level, the share of the file's private rows with disclosure code N (read
+    with the csv module, not through read_qcew)."""
+    import csv
+
+    published, _, _ = real_state
+    file_name = STATES[published.state][0]
+    counts: dict[int, list[int]] = {}
+    with open(shared_data / file_name, newline="") as handle:
+        for row in csv.DictReader(handle):
+            level = int(row["agglvl_code"])
+            if row["own_code"] == "5" and (51 <= level <= 58 or 71 <= level <= 78):
+                counts.setdefault(level, []).append(row["disclosure_code"] == "N")
+    expected = {level: sum(flags) / len(flags) for level, flags in counts.items()}
+    shares = published.suppressed_shares()
+    assert set(shares.index) == set(expected)
+    assert all(shares[level] == pytest.approx(share, abs=1e-12) for level, share in expected.items())
+    assert 0.5 < shares[78] < 0.7  # the README's 52-64% of county x NAICS-6 cells
+
+
+@pytest.mark.shared_data
 def test_shipped_profiles_hold_the_published_counts(real_state):
     published, profile_name, establishments = real_state
     profile = load_profile(profile_name)
