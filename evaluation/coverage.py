@@ -16,7 +16,7 @@ from gedp.evaluation.replicate import child_streams
 from gedp.evaluation.report import Report
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, measure
-from gedp.postprocess.moe import answers_variances
+from gedp.postprocess.moe import attribute_variances
 from gedp.postprocess.wls import protect_microdata
 from gedp.synth.schema import public_columns
 
@@ -64,12 +64,13 @@ def compute_coverage(truth: pd.DataFrame, plan: MeasurementPlan, *, replications
     z = [float(stats.norm.ppf(0.5 + level / 2)) for level in NOMINAL]
     for rng in child_streams(seed, replications):
         measurements = measure(truth, plan, rng=rng)
-        protected, _ = protect_microdata({a: measurements.for_attribute(a) for a in ATTRIBUTES}, public)
+        answers = {a: measurements.for_attribute(a) for a in ATTRIBUTES}
+        protected, _ = protect_microdata(answers, public, psi=plan.psi)
         for level, grouping in groupings.items():
             for attribute in ATTRIBUTES:
                 estimate = grouping.sum(protected[attribute].to_numpy())
-                sd = np.sqrt(answers_variances(measurements.for_attribute(attribute), public, grouping.codes,
-                                               grouping.n_groups))
+                sd = np.sqrt(attribute_variances(attribute, answers, protected, grouping.codes, grouping.n_groups,
+                                                 plan.psi))
                 true = true_totals[(level, attribute)]
                 band = np.digitize(true, BANDS[attribute][1:-1])
                 table = counts[(level, attribute)]

@@ -29,6 +29,7 @@ from gedp.pipeline import (
     TABLES_FILE,
     check_output_directory,
     check_publication,
+    release_wage_psi,
     staged_directory,
 )
 from gedp.pipeline import (
@@ -133,8 +134,9 @@ class Release:
         from gedp.postprocess.tabulate import tabulate
 
         answers = _read_answers(self.folder)[1] if moe else None
+        wage_psi = release_wage_psi(self.folder) if moe else None
         try:
-            return tabulate(self.microdata, by, where=where, moe=moe, level=level, answers=answers)
+            return tabulate(self.microdata, by, where=where, moe=moe, level=level, answers=answers, wage_psi=wage_psi)
         except ValueError as err:
             raise InputError(str(err)) from None
 

@@ -15,10 +15,11 @@ from gedp.errors import ConfigError
 from gedp.measure.neighbors import make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
+from gedp.postprocess.wages import WAGE_METHODS
 from gedp.postprocess.wls import SOLVERS, VARIANCE_MODES
 from gedp.synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, shown
 
-TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "attributes", "queries"}
+TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "wages", "attributes", "queries"}
 REQUIRED_KEYS = {"attributes", "queries"}
 ATTRIBUTE_KEYS = {"gamma"}
 QUERY_KEYS = {"by", "mu"}
@@ -79,6 +80,7 @@ class Config:
     solver: str
     source: str
     raw: dict[str, Any]
+    wages: str = "employment"
 
     @property
     def name(self) -> str:
@@ -175,6 +177,9 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
         )
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ConfigError(f"{where}: solver {shown(solver)} is unknown (choose one of {', '.join(SOLVERS)})")
+    wages = raw.get("wages", "employment")
+    if not isinstance(wages, str) or wages not in WAGE_METHODS:
+        raise ConfigError(f"{where}: wages {shown(wages)} is unknown (choose one of {', '.join(WAGE_METHODS)})")
     params = {k: _number(v, f"{where}: psi.{k}") for k, v in psi_spec.items() if k != "name"}
     zeta = _number(raw.get("zeta", 0.01), f"{where}: zeta")
     cap = None if raw.get("mu_cap") is None else _number(raw["mu_cap"], f"{where}: mu_cap")
@@ -188,7 +193,7 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
         plan.budget()  # a plan over its cap is refused here, before any data is read
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
-    return Config(plan=plan, variance_mode=variance_mode, solver=solver, source=source, raw=raw)
+    return Config(plan=plan, variance_mode=variance_mode, solver=solver, source=source, raw=raw, wages=wages)
 
 
 def load_config(name_or_path: str | Path) -> Config:

@@ -25,12 +25,17 @@ import pandas as pd
 import scipy.sparse as sp
 
 from gedp.measure.answers import NoisyAnswer
-from gedp.postprocess.structured import CellOperator, cell_to_group_matrix, pinned_at_zero
+from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess import wages
+from gedp.postprocess.structured import (
+    QUADRATIC_CHUNK,
+    CellOperator,
+    cell_to_group_matrix,
+    pinned_at_zero,
+    quadratic_forms,
+)
 from gedp.postprocess.wls import LinearSystem, build_system, system_structure
 from gedp.synth.schema import public_columns
-
-#: Tabulation cells handled per block (bounds memory to cells x CHUNK floats).
-CHUNK = 1_000
 
 
 def tabulation_variances(
@@ -74,13 +79,12 @@ def tabulation_variances(
     # cell c inside T, 1 for a whole cell).
     p = sp.csr_matrix((weights[inside], (cell_codes[inside], tab_codes[inside])), shape=(n_cells, n_tab)).tocsc()
     variances = np.empty(n_tab)
-    for start in range(0, n_tab, CHUNK):
-        block = p[:, start:start + CHUNK].toarray()
-        if identity_rows is not None:
-            quadratic = np.sum(block * operator.apply_m(operator.solve(block)), axis=0)
-            variances[start:start + CHUNK] = base[start:start + CHUNK] - quadratic
-        else:
-            variances[start:start + CHUNK] = np.sum(block * operator.inverse_m(block), axis=0)
+    if identity_rows is not None:
+        variances = base - quadratic_forms(operator, p)
+    else:
+        for start in range(0, n_tab, QUADRATIC_CHUNK):
+            block = p[:, start:start + QUADRATIC_CHUNK].toarray()
+            variances[start:start + QUADRATIC_CHUNK] = np.sum(block * operator.inverse_m(block), axis=0)
     if identity_rows is None:
         # Only unions of whole cells are estimable without identity answers.
         entries = p.tocoo()
@@ -98,15 +102,32 @@ def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_
     return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab)
 
 
+def attribute_variances(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
+                        tab_codes: np.ndarray, n_tab: int, wage_psi: NeighborFunction | None = None) -> np.ndarray:
+    """Variances of the tabulation cells of one attribute of protected microdata: from the wage fit
+    when ``wage_psi`` is given and wages were informed by employment, else from the least squares."""
+    public = protected[public_columns(protected)]
+    attribute_answers = answers[attribute]
+    if wage_psi is not None and wages.applies(attribute_answers, attribute, list(answers)):
+        employment = wages.protected_employment(protected, answers, wage_psi)
+        fit = wages.fit_wages(attribute_answers, public, *employment, wage_psi)
+        return wages.wage_variances(fit, tab_codes, n_tab)
+    return answers_variances(attribute_answers, public, tab_codes, n_tab)
+
+
 def margins_of_error(protected: pd.DataFrame, answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray,
-                     keys: Sequence[str], n_tab: int, level: float) -> dict[str, np.ndarray]:
+                     keys: Sequence[str], n_tab: int, level: float,
+                     wage_psi: NeighborFunction | None = None) -> dict[str, np.ndarray]:
     """Half-widths z * sd, at confidence ``level``, of every cell of a tabulation of a release's
     protected microdata by ``keys`` (cells in sorted key order) over the establishments ``keep``,
-    per attribute of ``answers``."""
+    per attribute of ``answers``. With ``wage_psi`` (a release whose wages were informed by its
+    protected employment), wage margins come from that fit (``postprocess.wages.wage_variances``)."""
     public = protected[public_columns(protected)]
     tab_codes = np.full(len(protected), -1, dtype=np.int64)
     # the same groups, in the same order, as the tabulation's sorted group-by
     tab_codes[keep] = public[keep].groupby(list(keys), sort=True, observed=True).ngroup().to_numpy() if keys else 0
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    return {attribute: z * np.sqrt(answers_variances(attribute_answers, public, tab_codes, n_tab))
-            for attribute, attribute_answers in answers.items()}
+    margins = {}
+    for attribute in answers:
+        margins[attribute] = z * np.sqrt(attribute_variances(attribute, answers, protected, tab_codes, n_tab, wage_psi))
+    return margins

@@ -39,6 +39,8 @@ MAX_ITERATIONS = 10_000
 REFINEMENT_STEPS = 1
 #: Up to this many multi-cell groups, G is factorized densely (Cholesky); beyond, sparse LU.
 DENSE_GROUPS = 4_000
+#: Tabulation cells per block in ``quadratic_forms``.
+QUADRATIC_CHUNK = 1_000
 
 
 class NotNested(ConfigError):
@@ -174,6 +176,16 @@ class CellOperator:
         """M t = C' W C t."""
         weights = 1.0 / self.w if t.ndim == 1 else 1.0 / self.w[:, None]
         return self.c.T @ (weights * (self.c @ t))
+
+
+def quadratic_forms(operator: CellOperator, p: sp.csc_matrix) -> np.ndarray:
+    """p_T' M (I + S M)^-1 p_T for every column p_T of ``p`` (cells x tabulations), in blocks of
+    QUADRATIC_CHUNK columns (memory: cells x QUADRATIC_CHUNK floats)."""
+    out = np.empty(p.shape[1])
+    for start in range(0, p.shape[1], QUADRATIC_CHUNK):
+        block = p[:, start:start + QUADRATIC_CHUNK].toarray()
+        out[start:start + QUADRATIC_CHUNK] = np.sum(block * operator.apply_m(operator.solve(block)), axis=0)
+    return out
 
 
 def _group_solver(c: sp.csr_matrix, w: np.ndarray, s: np.ndarray):

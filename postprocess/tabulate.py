@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.measure.answers import NoisyAnswer
+from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.moe import margins_of_error
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
@@ -71,6 +72,7 @@ def tabulate(
     moe: bool = False,
     level: float = 0.95,
     answers: Mapping[str, Sequence[NoisyAnswer]] | None = None,
+    wage_psi: NeighborFunction | None = None,
 ) -> pd.DataFrame:
     """Sum the attributes by public columns (see ``group_keys``), with establishment counts.
 
@@ -84,6 +86,8 @@ def tabulate(
         moe: add ``<attribute>_moe``, the half-width of the interval at ``level`` from the release's
             least squares covariance (no new privacy budget; needs ``answers``).
         answers: the release's noisy answers by attribute (``gedp.pipeline.read_release``).
+        wage_psi: the release's psi when its wages were informed by employment
+            (``gedp.pipeline.release_wage_psi``; their margins then follow ``postprocess.wages``).
 
     Returns one row per non-empty group, sorted by the keys, with the keys, ``estabs`` and the sums.
 
@@ -114,7 +118,8 @@ def tabulate(
             warnings.warn(f"where selects on protected values ({', '.join(noisy)}): the margins of error treat "
                           f"the selection as fixed, as for a selection on public columns only", SelectionWarning,
                           stacklevel=2)
-        for attribute, margin in margins_of_error(microdata, answers, keep, keys, len(table), level).items():
+        for attribute, margin in margins_of_error(microdata, answers, keep, keys, len(table), level,
+                                                     wage_psi=wage_psi).items():
             if attribute in attributes:
                 table[f"{attribute}_moe"] = margin
     return table
@@ -132,7 +137,7 @@ def qcew_keys(microdata: pd.DataFrame, agglvl: int) -> list[str]:
 
 def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
     """One QCEW aggregation level (51-58 state, 71-78 county) in BLS open-data layout; ``options``
-    (where, moe, level, answers) as for ``tabulate``, margins named ``<BLS column>_moe``."""
+    (where, moe, level, answers, wage_psi) as for ``tabulate``, margins named ``<BLS column>_moe``."""
     by = qcew_keys(microdata, agglvl)
     county = agglvl in COUNTY_LEVELS
     industry = INDUSTRY_OF_STATE_LEVEL[agglvl - 20 if county else agglvl]

@@ -21,7 +21,9 @@ import scipy.sparse as sp
 
 from gedp.errors import ConfigError, SolverError
 from gedp.measure.answers import NoisyAnswer
+from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import group_establishments
+from gedp.postprocess import wages as wage_model
 from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls
 
 VARIANCE_MODES = ("estimated", "exact", "hybrid")
@@ -255,6 +257,23 @@ def protect_attribute(
     return solve_wls(system, solver="clarabel" if solver in ("auto", "structured") else solver)
 
 
+def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], public: pd.DataFrame,
+                  protected: pd.DataFrame, psi: NeighborFunction) -> WLSResult:
+    """Wages informed by protected employment (``postprocess.wages``), checked like any solve: the
+    cell totals must satisfy the KKT conditions of their weighted least squares."""
+    start = time.perf_counter()
+    employment = wage_model.protected_employment(protected, measurements_by_attribute, psi)
+    fit = wage_model.fit_wages(measurements_by_attribute[wage_model.WAGE], public, *employment, psi)
+    n_cells = len(fit.totals)
+    cells = LinearSystem(sp.vstack([sp.identity(n_cells, format="csr"), fit.groups], format="csr"),
+                         np.concatenate([fit.cell_measurement, fit.group_answers]),
+                         np.concatenate([fit.cell_variance, fit.group_variance]))
+    return WLSResult(values=fit.values, solver="structured+employment", status="optimal", objective=fit.objective,
+                     kkt_residual=kkt_residual(cells, fit.totals, pinned=fit.fixed_cells),
+                     seconds=time.perf_counter() - start, fixed_zero=int(np.count_nonzero(fit.values == 0)),
+                     clipped_negative=0.0)
+
+
 def protect_microdata(
     measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
     public: pd.DataFrame,
@@ -262,16 +281,32 @@ def protect_microdata(
     variance_mode: str = "estimated",
     exact_variances: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     solver: str = "auto",
+    wages: str = "employment",
+    psi: NeighborFunction | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, WLSResult]]:
-    """Protected microdata: the public columns plus every attribute's postprocessed values."""
+    """Protected microdata: the public columns plus every attribute's postprocessed values.
+
+    With ``wages="employment"`` (and ``psi``, estimated variances and a structured plan), wages are
+    postprocessed last, informed by the protected employment (``postprocess.wages``); every other
+    attribute, and wages otherwise, by the weighted least squares.
+    """
+    if wages not in wage_model.WAGE_METHODS:
+        raise ValueError(f"wages '{wages}' is unknown; choose one of {', '.join(wage_model.WAGE_METHODS)}")
     protected = public.copy()
     results = {}
-    for attribute, answers in measurements_by_attribute.items():
-        results[attribute] = protect_attribute(
-            answers, public, variance_mode=variance_mode, solver=solver,
-            exact_variances=None if exact_variances is None else exact_variances[attribute],
-        )
+    order = sorted(measurements_by_attribute, key=lambda attribute: attribute == wage_model.WAGE)
+    for attribute in order:
+        answers = measurements_by_attribute[attribute]
+        if (wages == "employment" and psi is not None and variance_mode == "estimated"
+                and solver in ("auto", "structured")
+                and wage_model.applies(answers, attribute, list(measurements_by_attribute))):
+            results[attribute] = protect_wages(measurements_by_attribute, public, protected, psi)
+        else:
+            results[attribute] = protect_attribute(
+                answers, public, variance_mode=variance_mode, solver=solver,
+                exact_variances=None if exact_variances is None else exact_variances[attribute],
+            )
         protected[attribute] = results[attribute].values
         if on_step is not None:
             on_step(f"postprocess {attribute}")

@@ -231,7 +231,8 @@ def test_the_readme_first_command_runs_the_full_small_profile(tmp_path, monkeypa
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "gedp-release" / "manifest.json").read_text())
     assert manifest["establishments"] == 35_796 and manifest["rng"]["kind"] == "secure"
-    assert {r["solver"] for r in manifest["solver"].values()} == {"structured"}
+    assert {a: r["solver"] for a, r in manifest["solver"].items()} == {
+        "m1emp": "structured", "m2emp": "structured", "m3emp": "structured", "wage": "structured+employment"}
     assert "synthetic profile 'small'" in result.output
 
 
