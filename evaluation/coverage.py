@@ -16,7 +16,7 @@ from gedp.evaluation.replicate import child_streams
 from gedp.evaluation.report import Report
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, measure
-from gedp.postprocess.moe import attribute_variances
+from gedp.postprocess.moe import variance_function
 from gedp.postprocess.wls import protect_microdata
 from gedp.synth.schema import public_columns
 
@@ -66,11 +66,11 @@ def compute_coverage(truth: pd.DataFrame, plan: MeasurementPlan, *, replications
         measurements = measure(truth, plan, rng=rng)
         answers = {a: measurements.for_attribute(a) for a in ATTRIBUTES}
         protected, _ = protect_microdata(answers, public, psi=plan.psi)
+        variances = {a: variance_function(a, answers, protected, plan.psi) for a in ATTRIBUTES}
         for level, grouping in groupings.items():
             for attribute in ATTRIBUTES:
                 estimate = grouping.sum(protected[attribute].to_numpy())
-                sd = np.sqrt(attribute_variances(attribute, answers, protected, grouping.codes, grouping.n_groups,
-                                                 plan.psi))
+                sd = np.sqrt(variances[attribute](grouping.codes, grouping.n_groups))
                 true = true_totals[(level, attribute)]
                 band = np.digitize(true, BANDS[attribute][1:-1])
                 table = counts[(level, attribute)]

@@ -22,14 +22,13 @@ import pandas as pd
 from gedp.config import Config, load_config, parse_config
 from gedp.engine import Source, protect_input
 from gedp.errors import InputError
-from gedp.manifest import Manifest, read_manifest
+from gedp.manifest import Manifest, read_manifest, release_wage_psi
 from gedp.pipeline import (
     MEASUREMENTS_FILE,
     PROTECTED_FILE,
     TABLES_FILE,
     check_output_directory,
     check_publication,
-    release_wage_psi,
     staged_directory,
 )
 from gedp.pipeline import (

@@ -540,7 +540,8 @@ def tabulate_command(
     Margins of error come from the release's weighted least squares covariance: no new privacy
     budget is spent and no confidential data is read.
     """
-    from gedp.pipeline import MANIFEST_FILE, PROTECTED_FILE, read_release, release_wage_psi
+    from gedp.manifest import release_wage_psi
+    from gedp.pipeline import MANIFEST_FILE, PROTECTED_FILE, read_release
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
     from gedp.synth.io import read_microdata
     from gedp.synth.schema import count

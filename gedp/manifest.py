@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 
 from gedp.config import Config
 from gedp.errors import InputError
+from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.pipeline import (
     MANIFEST_FILE,
     MANIFEST_KEYS,
@@ -68,6 +69,15 @@ def read_manifest(release: str | Path) -> Manifest:
     if not isinstance(content, dict) or not MANIFEST_KEYS <= content.keys():
         raise InputError(f"'{release}' is not a gedp release ({MANIFEST_FILE} lacks gedp's keys)")
     return content  # type: ignore[return-value]
+
+
+def release_wage_psi(release: str | Path) -> NeighborFunction | None:
+    """The release's psi when its wages were informed by its protected employment (their margins of
+    error then follow ``postprocess.wages``), else None."""
+    manifest = read_manifest(release)
+    if "employment" not in str(manifest["solver"].get("wage", {}).get("solver", "")):
+        return None
+    return make_psi(**manifest["psi"])
 
 
 def release_manifest(config: Config, pieces: list[dict], rng_description: dict, engine: str,

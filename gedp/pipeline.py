@@ -25,7 +25,6 @@ from randomgen import ChaCha
 
 from gedp.config import Config
 from gedp.measure.answers import NoisyAnswer
-from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY, Query
 from gedp.measure.workflows import Measurements, count_steps, measure
 from gedp.postprocess.tabulate import qcew_tables
@@ -342,15 +341,6 @@ def parse_query_name(name: str) -> tuple[str, ...]:
     if name == "identity":
         return IDENTITY
     return () if name == "total" else tuple(name.split(","))
-
-
-def release_wage_psi(release: str | Path) -> NeighborFunction | None:
-    """The release's psi when its wages were informed by its protected employment (their margins of
-    error then follow ``postprocess.wages``), else None."""
-    manifest = json.loads((Path(release) / MANIFEST_FILE).read_text(encoding="utf-8"))
-    if "employment" not in str(manifest.get("solver", {}).get("wage", {}).get("solver", "")):
-        return None
-    return make_psi(**manifest["psi"])
 
 
 def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[NoisyAnswer]]]:

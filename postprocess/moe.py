@@ -17,7 +17,8 @@ No dense inverse is formed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from statistics import NormalDist
 
 import numpy as np
@@ -28,13 +29,12 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess import wages
 from gedp.postprocess.structured import (
-    QUADRATIC_CHUNK,
     CellOperator,
     cell_to_group_matrix,
     pinned_at_zero,
     quadratic_forms,
 )
-from gedp.postprocess.wls import LinearSystem, build_system, system_structure
+from gedp.postprocess.wls import LinearSystem, build_system, fit_wages, system_structure
 from gedp.synth.schema import public_columns
 
 
@@ -78,13 +78,10 @@ def tabulation_variances(
     # P[c, T]: identity variances of T's establishments in cell c (without identity: the share of
     # cell c inside T, 1 for a whole cell).
     p = sp.csr_matrix((weights[inside], (cell_codes[inside], tab_codes[inside])), shape=(n_cells, n_tab)).tocsc()
-    variances = np.empty(n_tab)
     if identity_rows is not None:
-        variances = base - quadratic_forms(operator, p)
+        variances = base - quadratic_forms(p, operator.apply_m_after_solve)
     else:
-        for start in range(0, n_tab, QUADRATIC_CHUNK):
-            block = p[:, start:start + QUADRATIC_CHUNK].toarray()
-            variances[start:start + QUADRATIC_CHUNK] = np.sum(block * operator.inverse_m(block), axis=0)
+        variances = quadratic_forms(p, operator.inverse_m)
     if identity_rows is None:
         # Only unions of whole cells are estimable without identity answers.
         entries = p.tocoo()
@@ -102,17 +99,14 @@ def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_
     return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab)
 
 
-def attribute_variances(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
-                        tab_codes: np.ndarray, n_tab: int, wage_psi: NeighborFunction | None = None) -> np.ndarray:
-    """Variances of the tabulation cells of one attribute of protected microdata: from the wage fit
-    when ``wage_psi`` is given and wages were informed by employment, else from the least squares."""
-    public = protected[public_columns(protected)]
-    attribute_answers = answers[attribute]
-    if wage_psi is not None and wages.applies(attribute_answers, attribute, list(answers)):
-        employment = wages.protected_employment(protected, answers, wage_psi)
-        fit = wages.fit_wages(attribute_answers, public, *employment, wage_psi)
-        return wages.wage_variances(fit, tab_codes, n_tab)
-    return answers_variances(attribute_answers, public, tab_codes, n_tab)
+def variance_function(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
+                      wage_psi: NeighborFunction | None = None) -> Callable[[np.ndarray, int], np.ndarray]:
+    """(tab_codes, n_tab) -> variances of one attribute's tabulation cells of protected microdata:
+    from the wage fit (made once, here) when ``wage_psi`` is given and wages were informed by
+    employment, else from the least squares."""
+    if wage_psi is not None and wages.applies(answers[attribute], attribute, list(answers)):
+        return partial(wages.wage_variances, fit_wages(answers, protected, wage_psi))
+    return partial(answers_variances, answers[attribute], protected[public_columns(protected)])
 
 
 def margins_of_error(protected: pd.DataFrame, answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray,
@@ -127,7 +121,5 @@ def margins_of_error(protected: pd.DataFrame, answers: Mapping[str, Sequence[Noi
     # the same groups, in the same order, as the tabulation's sorted group-by
     tab_codes[keep] = public[keep].groupby(list(keys), sort=True, observed=True).ngroup().to_numpy() if keys else 0
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    margins = {}
-    for attribute in answers:
-        margins[attribute] = z * np.sqrt(attribute_variances(attribute, answers, protected, tab_codes, n_tab, wage_psi))
-    return margins
+    return {attribute: z * np.sqrt(variance_function(attribute, answers, protected, wage_psi)(tab_codes, n_tab))
+            for attribute in answers}

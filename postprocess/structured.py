@@ -24,6 +24,7 @@ round-off: free x_j >= 0 with zero gradient, and gradient >= 0 where x_j = 0.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import scipy.linalg
@@ -39,7 +40,7 @@ MAX_ITERATIONS = 10_000
 REFINEMENT_STEPS = 1
 #: Up to this many multi-cell groups, G is factorized densely (Cholesky); beyond, sparse LU.
 DENSE_GROUPS = 4_000
-#: Tabulation cells per block in ``quadratic_forms``.
+#: Tabulation cells per block in ``quadratic_forms`` (margins of error).
 QUADRATIC_CHUNK = 1_000
 
 
@@ -172,19 +173,23 @@ class CellOperator:
         """M^-1 p, valid where S = inf (M = C' W C positive definite on those cells)."""
         return self._woodbury(p * (self.s_folded if p.ndim == 1 else self.s_folded[:, None]))
 
+    def apply_m_after_solve(self, p: np.ndarray) -> np.ndarray:
+        """M (I + S M)^-1 p: what the margins of error's quadratic forms take (``quadratic_forms``)."""
+        return self.apply_m(self.solve(p))
+
     def apply_m(self, t: np.ndarray) -> np.ndarray:
         """M t = C' W C t."""
         weights = 1.0 / self.w if t.ndim == 1 else 1.0 / self.w[:, None]
         return self.c.T @ (weights * (self.c @ t))
 
 
-def quadratic_forms(operator: CellOperator, p: sp.csc_matrix) -> np.ndarray:
-    """p_T' M (I + S M)^-1 p_T for every column p_T of ``p`` (cells x tabulations), in blocks of
+def quadratic_forms(p: sp.csc_matrix, operator: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """p_T' operator(p_T) for every column p_T of ``p`` (cells x tabulations), in blocks of
     QUADRATIC_CHUNK columns (memory: cells x QUADRATIC_CHUNK floats)."""
     out = np.empty(p.shape[1])
     for start in range(0, p.shape[1], QUADRATIC_CHUNK):
         block = p[:, start:start + QUADRATIC_CHUNK].toarray()
-        out[start:start + QUADRATIC_CHUNK] = np.sum(block * operator.apply_m(operator.solve(block)), axis=0)
+        out[start:start + QUADRATIC_CHUNK] = np.sum(block * operator(block), axis=0)
     return out
 
 

@@ -87,7 +87,7 @@ def tabulate(
             least squares covariance (no new privacy budget; needs ``answers``).
         answers: the release's noisy answers by attribute (``gedp.pipeline.read_release``).
         wage_psi: the release's psi when its wages were informed by employment
-            (``gedp.pipeline.release_wage_psi``; their margins then follow ``postprocess.wages``).
+            (``gedp.manifest.release_wage_psi``; their margins then follow ``postprocess.wages``).
 
     Returns one row per non-empty group, sorted by the keys, with the keys, ``estabs`` and the sums.
 

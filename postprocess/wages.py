@@ -87,8 +87,6 @@ class WageFit:
     group_variance: np.ndarray
     fixed_cells: np.ndarray  # cells held at 0 by an exact answer
     share_variance: np.ndarray  # per establishment: variance of its combined share measurement (0 if at 0)
-    objective: float
-    spread: np.ndarray  # per state code: the estimated establishment spread
 
 
 def applies(answers: Sequence[NoisyAnswer], attribute: str, protected_attributes: Sequence[str]) -> bool:
@@ -100,30 +98,24 @@ def applies(answers: Sequence[NoisyAnswer], attribute: str, protected_attributes
 
 
 def protected_employment(protected: pd.DataFrame, answers: Mapping[str, Sequence[NoisyAnswer]],
-                         psi: NeighborFunction) -> tuple[np.ndarray, np.ndarray]:
+                         identity_codes: np.ndarray, psi: NeighborFunction) -> tuple[np.ndarray, np.ndarray]:
     """Each establishment's employment for the model, the mean of its protected months (floored),
     and that mean's noise variance: each month's identity-answer variance at the protected value
-    (independent noise across months; 0 for a month without identity answer)."""
+    (independent noise across months; 0 for a month without identity answer). ``identity_codes``:
+    each establishment's row in the identity answers."""
     months = [m for m in EMPLOYMENT if m in protected]
     values = protected[months].to_numpy(dtype=float)
     variance = np.zeros(len(protected))
     for k, month in enumerate(months):
         identity = [a for a in answers.get(month, []) if a.query.is_identity]
         if identity:
-            order = group_establishments(protected, identity[0].query.by).codes
-            variance += psi.estimate_variance(values[:, k], np.broadcast_to(identity[0].sd, len(identity[0]))[order])
+            variance += psi.estimate_variance(values[:, k], per_establishment(identity[0].sd, identity_codes))
     return np.maximum(values.mean(axis=1), EMPLOYMENT_FLOOR), variance / len(months) ** 2
 
 
-def _group_rows(answers: Sequence[NoisyAnswer], public: pd.DataFrame) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    n = len(public)
-    rows, b, w = [], [], []
-    for answer in answers:
-        codes = group_establishments(public, answer.query.by).codes
-        rows.append(sp.csr_matrix((np.ones(n), (codes, np.arange(n))), shape=(len(answer), n)))
-        b.append(answer.estimate)
-        w.append(answer.variance)
-    return sp.vstack(rows, format="csr"), np.concatenate(b), np.concatenate(w)
+def per_establishment(values: np.ndarray | float, identity_codes: np.ndarray) -> np.ndarray:
+    """An identity answer's per-row values (or one value for all), in establishment order."""
+    return np.broadcast_to(values, (int(identity_codes.max()) + 1,))[identity_codes]
 
 
 def _by_state(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -185,19 +177,23 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
     return np.where(free, np.maximum(target + variance * lam[cell_codes], 0.0), 0.0), free
 
 
-def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, employment: np.ndarray,
-              employment_variance: np.ndarray, psi: NeighborFunction) -> WageFit:
-    """Protected wages from the wage answers, public attributes and protected employment (see the module)."""
+def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_rows: sp.csr_matrix,
+              group_answers: np.ndarray, group_variances: np.ndarray, cell_codes: np.ndarray,
+              identity_codes: np.ndarray, employment: np.ndarray, employment_variance: np.ndarray,
+              psi: NeighborFunction) -> WageFit:
+    """Protected wages from the wage answers, public attributes and protected employment (see the module).
+
+    ``group_rows``, ``group_answers``, ``group_variances``: the group-by answers stacked over the
+    establishments (``postprocess.wls.build_system``); ``cell_codes`` each establishment's cell and
+    ``identity_codes`` its row in the identity answers (``postprocess.wls.fit_wages`` gives them all).
+    """
     [identity] = [a for a in answers if a.query.is_identity]
     groups = [a for a in answers if not a.query.is_identity]
-    identity_order = group_establishments(public, identity.query.by).codes  # answer row of each establishment
-    answer, sd = identity.estimate[identity_order], np.broadcast_to(identity.sd, len(identity))[identity_order]
-    columns = list(dict.fromkeys(c for a in groups for c in a.query.by))
-    cell_codes = group_establishments(public, columns).codes
+    answer, sd = identity.estimate[identity_codes], per_establishment(identity.sd, identity_codes)
     n_cells = int(cell_codes.max()) + 1
-    rows, b, w = _group_rows(groups, public)
-    exact, fixed = pinned_at_zero(rows, b, w)
-    c, b, w = cell_to_group_matrix(rows[~exact], cell_codes, n_cells), b[~exact], w[~exact]
+    exact, fixed = pinned_at_zero(group_rows, group_answers, group_variances)
+    c = cell_to_group_matrix(group_rows[~exact], cell_codes, n_cells)
+    b, w = group_answers[~exact], group_variances[~exact]
     fixed_cells = np.zeros(n_cells, dtype=bool)
     fixed_cells[cell_codes[fixed]] = True
 
@@ -261,13 +257,9 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, employment: 
     target = (answer / noise + share_prior / spread_variance) / share_precision
     values, free = share_cells(totals, cell_codes, target, 1.0 / share_precision)
     values[fixed] = 0.0
-    cell_variance = 1.0 / precision
-    objective = float(np.sum((totals - combined) ** 2 / cell_variance) + np.sum((c @ totals - b) ** 2 / w))
     return WageFit(values=values, cell_codes=cell_codes, totals=totals, cell_measurement=combined,
-                   cell_variance=cell_variance, groups=c,
-                   group_answers=b, group_variance=w, fixed_cells=fixed_cells,
-                   share_variance=np.where(free, 1.0 / share_precision, 0.0),
-                   objective=objective, spread=spread)
+                   cell_variance=1.0 / precision, groups=c, group_answers=b, group_variance=w,
+                   fixed_cells=fixed_cells, share_variance=np.where(free, 1.0 / share_precision, 0.0))
 
 
 def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarray:
@@ -289,7 +281,7 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarra
     operator = CellOperator(fit.groups, fit.group_variance, cell_variance)
     p = sp.diags(cell_variance) @ g
     base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
-    variances = base - quadratic_forms(operator, p.tocsc())
+    variances = base - quadratic_forms(p.tocsc(), operator.apply_m_after_solve)
     within_tab = sp.csr_matrix((fit.share_variance[inside], (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
     within_cell = np.bincount(codes, weights=fit.share_variance, minlength=n_cells)
     entries = within_tab.tocoo()

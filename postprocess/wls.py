@@ -10,6 +10,7 @@ attributes and noisy answers, never confidential values.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,9 +23,10 @@ import scipy.sparse as sp
 from gedp.errors import ConfigError, SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
-from gedp.measure.queries import group_establishments
+from gedp.measure.queries import IDENTITY, group_establishments
 from gedp.postprocess import wages as wage_model
 from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls
+from gedp.synth.schema import public_columns
 
 VARIANCE_MODES = ("estimated", "exact", "hybrid")
 #: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.
@@ -257,21 +259,41 @@ def protect_attribute(
     return solve_wls(system, solver="clarabel" if solver in ("auto", "structured") else solver)
 
 
-def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], public: pd.DataFrame,
-                  protected: pd.DataFrame, psi: NeighborFunction) -> WLSResult:
-    """Wages informed by protected employment (``postprocess.wages``), checked like any solve: the
-    cell totals must satisfy the KKT conditions of their weighted least squares."""
+def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
+              psi: NeighborFunction) -> wage_model.WageFit:
+    """The employment-informed wage fit (``postprocess.wages``) of a release's answers and protected
+    microdata: what ``protect_microdata`` releases, and what the margins of error recompute from a
+    release's files."""
+    public = protected[public_columns(protected)]
+    answers = measurements_by_attribute[wage_model.WAGE]
+    groups = [answer for answer in answers if not answer.query.is_identity]
+    system = build_system(groups, public, [answer.variance for answer in groups])
+    identity_codes = group_establishments(public, IDENTITY).codes
+    employment, employment_variance = wage_model.protected_employment(protected, measurements_by_attribute,
+                                                                      identity_codes, psi)
+    return wage_model.fit_wages(answers, public, group_rows=system.matrix, group_answers=system.b,
+                                group_variances=system.v, cell_codes=system_structure(answers, public)[1],
+                                identity_codes=identity_codes, employment=employment,
+                                employment_variance=employment_variance, psi=psi)
+
+
+def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
+                  psi: NeighborFunction) -> WLSResult:
+    """Wages informed by protected employment, checked like any solve: the cell totals must meet the
+    KKT conditions of their weighted least squares (else SolverError)."""
     start = time.perf_counter()
-    employment = wage_model.protected_employment(protected, measurements_by_attribute, psi)
-    fit = wage_model.fit_wages(measurements_by_attribute[wage_model.WAGE], public, *employment, psi)
-    n_cells = len(fit.totals)
-    cells = LinearSystem(sp.vstack([sp.identity(n_cells, format="csr"), fit.groups], format="csr"),
-                         np.concatenate([fit.cell_measurement, fit.group_answers]),
-                         np.concatenate([fit.cell_variance, fit.group_variance]))
-    return WLSResult(values=fit.values, solver="structured+employment", status="optimal", objective=fit.objective,
-                     kkt_residual=kkt_residual(cells, fit.totals, pinned=fit.fixed_cells),
-                     seconds=time.perf_counter() - start, fixed_zero=int(np.count_nonzero(fit.values == 0)),
-                     clipped_negative=0.0)
+    try:
+        fit = fit_wages(measurements_by_attribute, protected, psi)
+    except RuntimeError as err:  # pivoting did not converge
+        raise SolverError(f"structured solver: {err}") from None
+    identity = sp.identity(len(fit.totals), format="csr")
+    pinned = int(np.count_nonzero(fit.fixed_cells))  # exact zero rows pin these cells, as in the solve
+    cells = LinearSystem(sp.vstack([identity, fit.groups, identity[fit.fixed_cells]], format="csr"),
+                         np.concatenate([fit.cell_measurement, fit.group_answers, np.zeros(pinned)]),
+                         np.concatenate([fit.cell_variance, fit.group_variance, np.zeros(pinned)]))
+    checked = _result(cells, fit.totals, solver="structured+employment", status="optimal", start=start)
+    return dataclasses.replace(checked, values=fit.values,
+                               fixed_zero=int(np.count_nonzero(fit.fixed_cells[fit.cell_codes])))
 
 
 def protect_microdata(
@@ -301,7 +323,7 @@ def protect_microdata(
         if (wages == "employment" and psi is not None and variance_mode == "estimated"
                 and solver in ("auto", "structured")
                 and wage_model.applies(answers, attribute, list(measurements_by_attribute))):
-            results[attribute] = protect_wages(measurements_by_attribute, public, protected, psi)
+            results[attribute] = protect_wages(measurements_by_attribute, protected, psi)
         else:
             results[attribute] = protect_attribute(
                 answers, public, variance_mode=variance_mode, solver=solver,

@@ -99,9 +99,10 @@ def test_coverage_of_large_cells_is_nominal_and_a_wrong_variance_is_caught(tmp_p
     assert (tmp_path / "right" / "coverage.png").is_file() and "## Findings" in (
         tmp_path / "right" / "report.md"
     ).read_text()
-    real = coverage.attribute_variances
+    real = coverage.variance_function
     for factor in (0.7, 1.3):
-        monkeypatch.setattr(coverage, "attribute_variances", lambda *a, f=factor, **k: f * real(*a, **k))
+        monkeypatch.setattr(coverage, "variance_function",
+                            lambda *a, f=factor, **k: lambda *t, g=real(*a, **k): f * g(*t))
         wrong = run_coverage(tmp_path / f"x{factor}", truth, plan, replications=4, seed=3, data_label="test")
         assert max(abs(z) for _, _, z in coverage_deviations(wrong)) > 4, factor
 

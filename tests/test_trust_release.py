@@ -21,7 +21,7 @@ from gedp.measure.grid import low_bits_flag, psi_grid
 from gedp.measure.mechanisms import pnc_sensitivity
 from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtPsi
 from gedp.measure.workflows import measure
-from gedp.pipeline import make_rng
+from gedp.pipeline import make_rng, read_release
 from gedp.postprocess import structured, wls
 from gedp.postprocess.wls import SolverError, protect_attribute
 
@@ -223,3 +223,43 @@ def test_values_beyond_the_grid_range_are_refused_from_public_bounds_only(tmp_pa
     fits = np.full(1_000, MAX_GRID_UNITS / 4 * VALUE_GRID / 1_000)
     answer = pnc_mechanism(fits, grouping, fits, attribute="wage", psi=SqrtPsi(), gamma=50, mu=0.15, rng=rng)
     assert answer.released[0] == pytest.approx(fits.sum(), rel=1e-6)
+
+
+@pytest.fixture
+def sorted_by_wage(tmp_path, small_state):
+    path = tmp_path / "by-wage.parquet"
+    small_state.sort_values("wage", kind="stable").to_parquet(path, index=False)
+    return path
+
+
+def test_released_wages_and_their_solver_report_follow_from_the_other_released_files(tmp_path, sorted_by_wage):
+    """Wages informed by employment (issue 13) are postprocessing: recomputed from the release's
+    measurements, public columns and protected employment alone, they come back bit for bit, and
+    so does the manifest's solver entry for wages (no timing, nothing else). Any confidential input
+    to the fit, even in the lowest bit, would break the equality."""
+    out = tmp_path / "r"
+    result = runner.invoke(app, ["protect", str(sorted_by_wage), "--out", str(out)])  # baseline, secure
+    assert result.exit_code == 0, result.output
+    protected, answers = read_release(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    psi = load_config("baseline").plan.psi
+    recomputed = wls.protect_wages(answers, protected.drop(columns="wage"), psi)
+    assert np.array_equal(recomputed.values, protected["wage"].to_numpy())
+    [state] = manifest["states"]
+    assert manifest["per_state"][state]["solver"]["wage"] == recomputed.report()
+    assert manifest["solver"]["wage"]["kkt_residual"] == recomputed.kkt_residual
+
+
+def test_wage_release_is_the_same_whatever_the_input_row_order(tmp_path, small_state, sorted_by_wage):
+    """Under the baseline plan (wages informed by employment), an input sorted by its confidential
+    wages and a shuffled one give the same files: neither order nor float bits depend on the input's."""
+    shuffled = tmp_path / "shuffled.parquet"
+    small_state.sample(frac=1, random_state=4).to_parquet(shuffled, index=False)
+    files = []
+    for source, name in ((sorted_by_wage, "a"), (shuffled, "b")):
+        out = tmp_path / name
+        result = runner.invoke(app, ["protect", str(source), "--seed", "5", "--not-for-publication", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        parts = sorted((out / "protected.parquet").rglob("*"))
+        files.append([(part.relative_to(out).as_posix(), part.read_bytes()) for part in parts if part.is_file()])
+    assert files[0] and files[0] == files[1]
