@@ -21,6 +21,9 @@ from gedp.measure.neighbors import LogPsi, NeighborFunction, SqrtPsi
 from gedp.postprocess.wls import VARIANCE_MODES
 
 QUERIES = ("identity", "county", "total")
+#: The WLS variance modes, the pooled estimator (variances at the neighbouring answers, never at the
+#: answer's own) and the answers without postprocessing.
+MODES = (*VARIANCE_MODES, "pooled", "unprocessed")
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,25 @@ def _answers(psi: NeighborFunction, truth: np.ndarray, sd: float, rng: np.random
     return estimate, psi.releasable_variance(estimate, sd), psi.estimate_variance(truth, sd)
 
 
+def pooled_variances(psi: NeighborFunction, a: np.ndarray, b: np.ndarray, sd: float):
+    """Variances of the identity, county and total answers evaluated at pooled values: each query's
+    variance at the mean of its answers over all its groups (equal sizes here; ``postprocess.wages``
+    pools by public counts), the total's at the sum of the county answers. An answer's weight then
+    hardly depends on its own noise (1 / groups of it). Released values only: postprocessing."""
+    trials = a.shape[0]
+    establishment = np.maximum(a.reshape(trials, -1).mean(axis=1), 0.0)[:, None, None]
+    county = np.maximum(b.mean(axis=1), 0.0)[:, None]
+    return (psi.estimate_variance(np.broadcast_to(establishment, a.shape), sd),
+            psi.estimate_variance(np.broadcast_to(county, b.shape), sd),
+            psi.estimate_variance(np.maximum(b.sum(-1), 0.0), sd))
+
+
 def simulate(setup: E3Setup, psi: NeighborFunction, gamma: float, rng: np.random.Generator) -> dict:
     """MSE and mean error per variance mode and query, with standard errors over trials."""
     sd = gamma / setup.mu
     truth = {"identity": setup.employees, "county": setup.employees * setup.per_county,
              "total": setup.employees * setup.per_county * setup.counties}
-    squared = {m: {q: [] for q in (*QUERIES,)} for m in (*VARIANCE_MODES, "unprocessed")}
+    squared = {m: {q: [] for q in QUERIES} for m in MODES}
     signed = {m: {q: [] for q in QUERIES} for m in squared}
     done = 0
     while done < setup.trials:
@@ -89,6 +105,7 @@ def simulate(setup: E3Setup, psi: NeighborFunction, gamma: float, rng: np.random
             "estimated": (a_est, b_est, t_est),
             "exact": (a_exact, b_exact, t_exact),
             "hybrid": (a_est, b_exact, t_exact),
+            "pooled": pooled_variances(psi, a, b, sd),
         }
         for mode, (va, vb, vt) in variances.items():
             estimates = tree_wls(a, va, b, vb, t, vt)
@@ -146,25 +163,28 @@ def render_e3(computed: E3Result, out: Path) -> dict:
         f"identity, county and total, each by the psi-mechanism with mu = {setup.mu:g} (total mu = "
         f"{np.sqrt(3) * setup.mu:.3f}); psi = sqrt with gamma = {setup.gamma_sqrt:g} and psi = log with gamma = "
         f"{setup.gamma_log:g}. Answers are made unbiased (SPEC section 4) and combined by weighted least squares "
-        "with three variance modes: *estimated* (the releasable variances, computed from the answers; the only "
-        "private choice), *exact* (the true variances; not private) and *hybrid* (estimated for the identity "
-        "query, exact for the rest). The problem is a tree without bounds, solved exactly for every trial. "
+        "with four variance modes: *estimated* (the releasable variances, computed from the answers; the only "
+        "private choice of SPEC section 5), *exact* (the true variances; not private), *hybrid* (estimated for the "
+        "identity query, exact for the rest) and *pooled* (private too: each query's variances evaluated at the mean "
+        "of its answers over all its groups, the total's at the sum of the county answers, so that an answer's "
+        "weight hardly depends on its own noise; the way `gedp` weighs wage answers). "
+        "The problem is a tree without bounds, solved exactly for every trial. "
         f"{setup.trials:,} trials per psi (seed {seed}), {seconds:.0f} s.",
     )
     for psi_name, result in results.items():
         report.section(f"Mean squared error and bias, psi = {psi_name}")
         rows = []
-        for mode in (*VARIANCE_MODES, "unprocessed"):
+        for mode in MODES:
             rows.append([mode, *[f"{result['mse'][mode][q]:.5g} ± {result['mse_se'][mode][q]:.2g}" for q in QUERIES],
                          *[f"{result['bias'][mode][q]:+.4g} ± {result['bias_se'][mode][q]:.2g}" for q in QUERIES]])
         report.table(["mode", *[f"MSE {q}" for q in QUERIES], *[f"bias {q}" for q in QUERIES]], rows)
     figure, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, (psi_name, result) in zip(axes, results.items()):
         positions = np.arange(len(QUERIES))
-        for offset, mode in zip((-0.27, -0.09, 0.09, 0.27), (*VARIANCE_MODES, "unprocessed")):
+        for offset, mode in zip(np.linspace(-0.32, 0.32, len(MODES)), MODES):
             relative = [result["mse"][mode][q] / result["mse"]["exact"][q] for q in QUERIES]
             errors = [result["mse_se"][mode][q] / result["mse"]["exact"][q] for q in QUERIES]
-            ax.bar(positions + offset, relative, width=0.18, yerr=np.multiply(errors, 2), label=mode)
+            ax.bar(positions + offset, relative, width=0.15, yerr=np.multiply(errors, 2), label=mode)
         ax.set_xticks(positions, QUERIES)
         ax.axhline(1.0, color="black", lw=0.8)
         ax.set_ylabel("MSE relative to exact variances")
@@ -198,10 +218,12 @@ def _findings(results: dict) -> list[str]:
             change = estimated / exact - 1
             verdict = "no resolvable difference" if abs(z) < 3 else ("worse" if z > 0 else "better")
             bias, bias_se = result["bias"]["estimated"][query], result["bias_se"]["estimated"][query]
+            pooled, pooled_se = result["bias"]["pooled"][query], result["bias_se"]["pooled"][query]
             lines.append(
                 f"- psi = {psi_name}, {query}: estimated variances give an MSE {change:+.1%} relative to exact "
                 f"variances ({z:+.1f} SE: {verdict}); the estimated-variance bias is {bias:+.4g} "
-                f"({bias / bias_se:+.1f} SE)."
+                f"({bias / bias_se:+.1f} SE); pooled variances: MSE "
+                f"{result['mse']['pooled'][query] / exact - 1:+.1%}, bias {pooled:+.4g} ({pooled / pooled_se:+.1f} SE)."
             )
     verdicts = []
     for psi_name, result in results.items():

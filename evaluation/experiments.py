@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.measure.workflows import MeasurementPlan
+    from gedp.synth.qcew import PublishedState
 
 
 @dataclass(frozen=True)
@@ -29,10 +30,13 @@ class ExperimentRequest:
     ``truth`` is the confidential microdata of the experiments that use data (``Experiment.uses_data``);
     ``config`` names the plan (each experiment has its default); ``replications`` None means the
     experiment's default. ``e3`` and ``e5`` hold those experiments' setups (None: their defaults).
+    ``published`` is the QCEW file the truth was synthesized from, when it was (accuracy reads its
+    disclosure codes).
     """
 
     truth: pd.DataFrame | None = None
     data_label: str = ""
+    published: PublishedState | None = None
     config: str | None = None
     replications: int | None = None
     seed: int = 1
@@ -139,6 +143,19 @@ def _coverage(request: ExperimentRequest):
                             data_label=request.data_label)
 
 
+def _accuracy(request: ExperimentRequest):
+    from gedp.config import load_config
+    from gedp.evaluation.accuracy import compute_accuracy
+
+    return compute_accuracy(_truth(request), load_config(request.config or "baseline"),
+                            published=request.published, replications=_accuracy_steps(request), seed=request.seed,
+                            data_label=request.data_label, on_step=request.on_step)
+
+
+def _accuracy_steps(request: ExperimentRequest) -> int:
+    return request.replications or 20
+
+
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("e1", "employment: pnc against the all-sqrt workflow (plan: employment; 1 replication)", True, _e1,
                "gedp.evaluation.e1_employment:render_e1"),
@@ -152,6 +169,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                True, _e5, "gedp.evaluation.e5_earlier:render_e5", steps=_e5_steps),
     Experiment("coverage", "coverage of the margins of error (plan: baseline; 40 replications)", True, _coverage,
                "gedp.evaluation.coverage:render_coverage"),
+    Experiment("accuracy", "errors, zeros, state totals and margin coverage per QCEW level, on the cells BLS "
+               "published (plan: baseline; 20 replications)", True, _accuracy,
+               "gedp.evaluation.accuracy:render_accuracy", steps=_accuracy_steps),
 )}
 
 

@@ -69,15 +69,18 @@ def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, e
 
 def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = "baseline", *,
             workflow: str | None = None, seed: int | None = None, not_for_publication: bool = False,
-            engine: str = "local", scheduler: str | None = None) -> Release:
+            engine: str = "local", scheduler: str | None = None, integer: bool | None = None) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
+    ``integer`` overrides the config's rounding to whole numbers (controlled rounding).
 
     Noise comes from the secure generator; ``seed`` gives a replayable stream and needs
     ``not_for_publication=True`` (the release then says ``"publishable": false``).
     """
     check_publication(seed, None, not_for_publication)
     loaded = load(config, workflow)
+    if integer is not None:
+        loaded = loaded.with_integer(integer)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
     folder = Path(holder.name) / "release"
     protect_input(microdata, loaded, folder, seed=seed, engine=engine, scheduler=scheduler)

@@ -198,6 +198,13 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
     console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent})")
     solvers = ", ".join(f"{a} {r['status']}" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
+    if manifest.get("integer"):
+        reports = [piece["rounding"] for piece in manifest["per_state"].values()]
+        changes = ", ".join(
+            f"{a} {sum(r[a]['establishments_rounded_up'] for r in reports):,} up / "
+            f"{sum(r[a]['establishments_rounded_down'] for r in reports):,} down" for a in reports[0])
+        console.print(f"  whole numbers by controlled rounding (every QCEW cell within 1 of its unrounded total): "
+                      f"{changes}")
     # whole seconds only: finer timings could reflect confidential values (e.g. a slower exact sum)
     console.print(f"  run time about {max(1, round(seconds))} s")
 
@@ -382,6 +389,10 @@ def protect_command(
                                                       help="Allow --seed / --rng pcg64: the release is marked "
                                                            "\"publishable\": false and no ledger records it.")] = False,
     workflow: Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")] = None,
+    integer: Annotated[Optional[bool], typer.Option("--integer/--no-integer",
+                                                    help="Round the release to whole employees and dollars by "
+                                                         "controlled rounding (default: the config's 'integer', "
+                                                         "false in the shipped ones).")] = None,
     engine: Annotated[str, typer.Option(help="local, or dask: one task per state on a dask.distributed "
                                              "cluster.")] = "local",
     scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
@@ -413,6 +424,8 @@ def protect_command(
         if dataset_id is not None:
             check_dataset_id(dataset_id)
         cfg = _load(config, workflow)
+        if integer is not None:
+            cfg = cfg.with_integer(integer)
         check_output_directory(out.resolve())
         inputs = input_states(input)
         check_request(cfg, list(inputs.codes), seed=seed, rng=rng, engine=engine)
@@ -660,17 +673,19 @@ def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: s
 @app.command()
 def evaluate(
     name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), e5 (earlier "
-                                             "mechanisms, noise infusion, cell suppression), coverage (margins of "
-                                             "error).")],
+                                             "mechanisms, noise infusion, cell suppression), accuracy (QCEW), "
+                                             "coverage (margins of error).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
-    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, coverage: 40 by "
-                                                             "default).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, coverage) instead of a "
-                                                      "profile.")] = None,
+    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, coverage: 40, "
+                                                             "accuracy: 20 by default).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, coverage, accuracy) instead "
+                                                      "of a profile.")] = None,
     from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized from "
                                                            "it.")] = None,
-    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5 and coverage.")] = DEFAULT_PROFILE,
-    config: Annotated[Optional[str], typer.Option(help="e1, e5 and coverage: plan (default employment, employment, "
+    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5, coverage and "
+                                              "accuracy.")] = DEFAULT_PROFILE,
+    config: Annotated[Optional[str], typer.Option(help="e1, e5, coverage, accuracy: config name or YAML "
+                                                       "file (default employment, employment, baseline, "
                                                        "baseline).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
@@ -686,7 +701,7 @@ def evaluate(
                                                    "infusion.")] = E5_DEFAULTS["infusion_t"],
     delta: Annotated[float, typer.Option(help="e5: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
 ) -> None:
-    """Run an evaluation experiment (e1-e5, coverage) and write its report, summary and plots."""
+    """Run an evaluation experiment (e1-e5, coverage, accuracy) and write its report, summary and plots."""
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.evaluation.experiments import ExperimentRequest, experiment
@@ -710,8 +725,8 @@ def evaluate(
             raise InputError(str(err)) from None
         with staged_directory(out, marker="summary.json") as staging:
             if chosen.uses_data:
-                truth, label, _ = _experiment_data(data, from_qcew, profile, seed)
-                request = dataclasses.replace(request, truth=truth, data_label=label)
+                truth, label, published = _experiment_data(data, from_qcew, profile, seed)
+                request = dataclasses.replace(request, truth=truth, data_label=label, published=published)
             if chosen.steps is not None:
                 with progress_steps(chosen.steps(request)) as advance:
                     result = chosen.compute(dataclasses.replace(request, on_step=advance))

@@ -19,7 +19,7 @@ from gedp.postprocess.wages import WAGE_METHODS
 from gedp.postprocess.wls import SOLVERS, VARIANCE_MODES
 from gedp.synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, shown
 
-TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "wages", "attributes", "queries"}
+TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "wages", "integer", "attributes", "queries"}
 REQUIRED_KEYS = {"attributes", "queries"}
 ATTRIBUTE_KEYS = {"gamma"}
 QUERY_KEYS = {"by", "mu"}
@@ -81,6 +81,7 @@ class Config:
     source: str
     raw: dict[str, Any]
     wages: str = "employment"
+    integer: bool = False
 
     @property
     def name(self) -> str:
@@ -100,6 +101,10 @@ class Config:
         except ValueError as err:
             raise ConfigError(f"workflow: {err}") from None
         return dataclasses.replace(self, plan=plan)
+
+    def with_integer(self, integer: bool) -> Config:
+        """The same config with its release rounded to whole numbers (True) or not."""
+        return dataclasses.replace(self, integer=integer, raw={**self.raw, "integer": integer})
 
 
 def _keys(mapping: Any, allowed: set[str], where: str, required: set[str] = frozenset()) -> dict:
@@ -180,6 +185,9 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
     wages = raw.get("wages", "employment")
     if not isinstance(wages, str) or wages not in WAGE_METHODS:
         raise ConfigError(f"{where}: wages {shown(wages)} is unknown (choose one of {', '.join(WAGE_METHODS)})")
+    integer = raw.get("integer", False)
+    if not isinstance(integer, bool):
+        raise ConfigError(f"{where}: integer must be true or false, got {shown(integer)}")
     params = {k: _number(v, f"{where}: psi.{k}") for k, v in psi_spec.items() if k != "name"}
     zeta = _number(raw.get("zeta", 0.01), f"{where}: zeta")
     cap = None if raw.get("mu_cap") is None else _number(raw["mu_cap"], f"{where}: mu_cap")
@@ -193,7 +201,8 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
         plan.budget()  # a plan over its cap is refused here, before any data is read
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
-    return Config(plan=plan, variance_mode=variance_mode, solver=solver, source=source, raw=raw, wages=wages)
+    return Config(plan=plan, variance_mode=variance_mode, solver=solver, source=source, raw=raw, wages=wages,
+                  integer=integer)
 
 
 def load_config(name_or_path: str | Path) -> Config:

@@ -167,6 +167,7 @@ def protect_one_state(path: Source, state: str, stored: list, config: Config, en
         "grid": manifest["grid"],
         "solver": manifest["solver"],
         "ledger": manifest["ledger"],
+        **({"rounding": manifest["rounding"]} if "rounding" in manifest else {}),
     }
 
 

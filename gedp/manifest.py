@@ -53,6 +53,7 @@ class Manifest(TypedDict, total=False):
     engine: str
     variance_mode: str
     solver: dict[str, dict[str, Any]]  # per attribute: solver, status, KKT residual, iterations
+    integer: bool  # values rounded to whole numbers by controlled rounding (per_state[...]["rounding"]: what changed)
     per_state: dict[str, dict[str, Any]]
     versions: dict[str, str]
     files: dict[str, str]
@@ -129,6 +130,7 @@ def release_manifest(config: Config, pieces: list[dict], rng_description: dict, 
         "engine": engine if scheduler is None else f"{engine} ({scheduler})",
         "variance_mode": config.variance_mode,
         "solver": solver,
+        "integer": config.integer,
         "per_state": {piece["state"]: piece for piece in pieces},
         "versions": versions(),
         "files": {"protected_microdata": PROTECTED_FILE, "measurements": MEASUREMENTS_FILE, "qcew_tables": TABLES_FILE},

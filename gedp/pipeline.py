@@ -27,6 +27,7 @@ from gedp.config import Config
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.measure.workflows import Measurements, count_steps, measure
+from gedp.postprocess.rounding import round_release
 from gedp.postprocess.tabulate import qcew_tables
 from gedp.postprocess.wls import WLSResult, protect_microdata
 from gedp.synth.schema import InputError, public_columns, shown
@@ -115,8 +116,9 @@ def make_rng(seed: int | None, kind: str | None = None) -> tuple[np.random.Gener
 
 
 def total_steps(config: Config) -> int:
-    """Progress steps of ``protect``: one per mechanism call and one per attribute solved, plus tables."""
-    return count_steps(config.plan) + len(config.plan.attributes) + 1
+    """Progress steps of ``protect``: one per mechanism call and one per attribute solved, plus tables
+    (and the rounding of an integer release)."""
+    return count_steps(config.plan) + len(config.plan.attributes) + 1 + config.integer
 
 
 def measurements_frame(measurements: Measurements) -> pd.DataFrame:
@@ -178,6 +180,11 @@ def protect(
         on_step=step,
     )
 
+    rounding = None
+    if config.integer:
+        protected, rounding = round_release(protected, list(plan.attributes))
+        protected = protected.astype({attribute: np.int64 for attribute in plan.attributes})
+        step("controlled rounding")
     tables = qcew_tables(protected)
     step("QCEW tables")
 
@@ -209,6 +216,8 @@ def protect(
         "rng": rng_description,
         "variance_mode": config.variance_mode,
         "solver": {attribute: result.report() for attribute, result in solver_results.items()},
+        "integer": config.integer,
+        **({"rounding": rounding} if rounding is not None else {}),
         "versions": versions(),
         "files": {
             "protected_microdata": PROTECTED_FILE,

@@ -91,6 +91,13 @@ def test_e3_report_resolves_the_modes(tmp_path):
             summary["mse_se"][psi]["estimated"]["total"], summary["mse_se"][psi]["exact"]["total"]
         )
         assert summary["bias"][psi]["estimated"]["total"] < -4 * summary["bias_se"][psi]["estimated"]["total"]
+        # pooled variances (at the mean of each query's answers): the estimated-variance bias mostly gone, the
+        # MSE within 2% of exact variances (4 SE bounds: false failure < 1e-4 per check)
+        pooled, estimated = summary["bias"][psi]["pooled"]["total"], summary["bias"][psi]["estimated"]["total"]
+        assert abs(pooled) < 0.1 * abs(estimated) + 4 * summary["bias_se"][psi]["pooled"]["total"]
+        exact_mse = summary["mse"][psi]["exact"]["total"]
+        assert abs(summary["mse"][psi]["pooled"]["total"] - exact_mse) < 0.02 * exact_mse + 4 * np.hypot(
+            summary["mse_se"][psi]["pooled"]["total"], summary["mse_se"][psi]["exact"]["total"])
     text = assert_complete_report(tmp_path, ["Setup", "Mean squared error and bias, psi = sqrt",
                                              "Mean squared error and bias, psi = log", "Findings"])
     assert "goes against the expectation" in text  # sqrt at 10 employees per establishment
