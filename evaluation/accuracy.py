@@ -205,7 +205,7 @@ def summarize(result: AccuracyResult) -> dict:
     }
 
 
-def _figures(report: Report, result: AccuracyResult, figures: dict) -> None:
+def _figures(report: Report, result: AccuracyResult, summary: dict) -> None:
     attributes = list(result.state_z)
     levels = [str(level) for level in LEVELS]
     published = next(iter(result.levels.values())).published is not None
@@ -215,7 +215,7 @@ def _figures(report: Report, result: AccuracyResult, figures: dict) -> None:
         for which, style in (("published", "o-"), ("all", "s--")):
             if which == "published" and not published:
                 continue
-            values = [figures["levels"][level][attribute][which].get("median_relative_error", np.nan)
+            values = [summary["levels"][level][attribute][which].get("median_relative_error", np.nan)
                       for level in levels]
             ax.plot(range(len(levels)), values, style, label=f"{which} cells")
         ax.set_yscale("log")
@@ -229,7 +229,7 @@ def _figures(report: Report, result: AccuracyResult, figures: dict) -> None:
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     for attribute in attributes:
-        per_band = figures["coverage_95_by_band_all_levels"][attribute]
+        per_band = summary["coverage_95_by_band_all_levels"][attribute]
         shown = [(b, c) for b, c in per_band.items() if c is not None]
         ax = axes[1] if attribute == "wage" else axes[0]
         ax.plot(range(len(shown)), [c for _, c in shown], "o-", label=attribute)
