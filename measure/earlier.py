@@ -109,7 +109,11 @@ def is_valid(check, *args: float) -> bool:
 
 # --- mechanisms -----------------------------------------------------------------------------
 def smooth_sensitivity(values: np.ndarray, grouping: Grouping, alpha: float) -> np.ndarray:
-    """S* = max(alpha x_v, 1) per cell, x_v the largest single-establishment contribution."""
+    """S* = max(alpha x_v, 1) per cell, x_v the largest single-establishment contribution.
+
+    ``values`` are the units' possible contributions to their cells: the establishments' values, or
+    for job marginals (measure/erer.py) one entry per establishment x worker cell.
+    """
     _check_positive(alpha, "alpha")
     return np.maximum(alpha * grouping.max(np.asarray(values, dtype=float)), 1.0)
 
@@ -132,18 +136,20 @@ def log_laplace(values: np.ndarray, grouping: Grouping, *, attribute: str, eps: 
 
 
 def smooth_laplace(values: np.ndarray, grouping: Grouping, *, attribute: str, eps: float, alpha: float,
-                   delta: float, rng: np.random.Generator, worker_eps: float | None = None) -> CellRelease:
+                   delta: float, rng: np.random.Generator, worker_eps: float | None = None,
+                   contributions: np.ndarray | None = None) -> CellRelease:
     """n~ = n + S* / (eps / 2) * eta, eta ~ Laplace(1); S* the smooth sensitivity of the cell.
 
     With ``worker_eps`` (the LODES variant), an extra eta' ~ Laplace(1 / worker_eps) protects
-    individual workers as well.
+    individual workers as well. ``contributions`` (default ``values``) are what S* is computed from.
 
     Privacy: (alpha, eps, delta)-ER privacy (HMAGKV17, Smooth Laplace; the smooth sensitivity
     framework of Nissim, Raskhodnikova & Smith, STOC 2007) when alpha + 1 <= exp(eps / (2 ln(1/delta))).
     """
     check_smooth_laplace(eps, alpha, delta)
     totals = grouping.sum(np.asarray(values, dtype=float))
-    noise = smooth_sensitivity(values, grouping, alpha) / (eps / 2) * rng.laplace(0.0, 1.0, size=grouping.n_groups)
+    sensitivity = smooth_sensitivity(values if contributions is None else contributions, grouping, alpha)
+    noise = sensitivity / (eps / 2) * rng.laplace(0.0, 1.0, size=grouping.n_groups)
     if worker_eps is not None:
         _check_positive(worker_eps, "worker eps")
         noise += rng.laplace(0.0, 1.0 / worker_eps, size=grouping.n_groups)
@@ -183,8 +189,10 @@ def sample_quartic(size: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def smooth_gamma(values: np.ndarray, grouping: Grouping, *, attribute: str, eps: float, alpha: float,
-                 rng: np.random.Generator) -> CellRelease:
+                 rng: np.random.Generator, contributions: np.ndarray | None = None) -> CellRelease:
     """n~ = n + S* / (eps1 / 5) * eta, eta with density proportional to 1 / (1 + |z|^4).
+
+    ``contributions`` (default ``values``) are what S* is computed from.
 
     eps2 = 5 ln(alpha + 1) pays for the smooth sensitivity's change between neighbors and
     eps1 = eps - eps2 for the noise. Privacy: pure (alpha, eps)-ER privacy (HMAGKV17, Smooth Gamma;
@@ -193,7 +201,8 @@ def smooth_gamma(values: np.ndarray, grouping: Grouping, *, attribute: str, eps:
     check_smooth_gamma(eps, alpha)
     eps1 = eps - 5 * math.log1p(alpha)
     totals = grouping.sum(np.asarray(values, dtype=float))
-    noise = smooth_sensitivity(values, grouping, alpha) / (eps1 / 5) * sample_quartic(grouping.n_groups, rng)
+    sensitivity = smooth_sensitivity(values if contributions is None else contributions, grouping, alpha)
+    noise = sensitivity / (eps1 / 5) * sample_quartic(grouping.n_groups, rng)
     return _release(grouping, attribute, totals + noise, "smooth-gamma", eps=eps, alpha=alpha)
 
 
