@@ -65,6 +65,7 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
                     "point or reaches less than (p/100) x1 - (T - x1 - x2) beyond the true value on either side, and "
                     "failures are repaired by suppressing a published cell that pins the interval. "
                     f"{result.repair_rounds} repair round(s); {failures['cell'].nunique()} primary cells still fail. "
+                    f"{_skipped_sentence(result.audit.intervals)}"
                     f"{result.audit.determined_secondaries} secondary cells are determined exactly by the published "
                     "ones (harmless: they are not sensitive, and the primaries' intervals account for it)."
                     if result.audit is not None else "No audit was run."),
@@ -114,3 +115,14 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
         summary["published_county_naics6_share"] = float(finest.loc[78, "published_share"])
     report.write(summary)
     return summary
+
+
+def _skipped_sentence(intervals: pd.DataFrame) -> str:
+    """What the audit file holds for intervals whose LPs the final audit skipped (none: nothing to say)."""
+    skipped = int((~intervals["solved"]).sum())
+    if not skipped:
+        return ""
+    return (f"{skipped:,} of {len(intervals):,} final intervals were not solved to their ends: the solutions of "
+            "earlier LPs (feasible tables) already moved those cells by their need both ways, so they pass; "
+            f"{AUDIT_FILE} gives them solved = False and the values reached (gedp suppress --every-lp solves them "
+            "all, with the same verdicts). ")

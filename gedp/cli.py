@@ -755,6 +755,9 @@ def suppress_command(
     audit: Annotated[bool, typer.Option("--audit/--no-audit", help="LP audit of every suppressed cell, with repair of "
                                                                    "failing primaries.")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the synthesis with --from-qcew.")] = 1,
+    every_lp: Annotated[bool, typer.Option("--every-lp", help="Final audit: solve both LPs of every cell, so the "
+                                                              "audit file has each interval's ends (slower; same "
+                                                              "verdicts).")] = False,
 ) -> None:
     """Cell suppression as the QCEW runs it, audited: what the published cells still reveal.
 
@@ -779,7 +782,7 @@ def suppress_command(
         published_shares = None if published is None else published.suppressed_shares()
         with staged_directory(out, marker="summary.json") as staging:
             with progress_counts("auditing intervals") as (update, say):
-                result = suppress(microdata, rule, audit=audit, on_round=say, progress=update)
+                result = suppress(microdata, rule, audit=audit, on_round=say, progress=update, every_lp=every_lp)
             summary = write_suppression(staging, microdata, result, data_label=label, published_shares=published_shares)
     table = Table("agglvl", "cells", "withheld", f"withheld {rule.attributes[0]}", "before audit repair",
                   *(["withheld by BLS"] if published_shares is not None else []), title="cell suppression")

@@ -148,14 +148,13 @@ def build_cells(microdata: pd.DataFrame, attributes: Sequence[str]) -> CellTable
         parents.append(codes[level - 1])  # industry: cell = sum of its children one level down
         children.append(codes[level])
     kinds = np.repeat([0, 1], [len(STATE_LEVELS), len(STATE_LEVELS[1:]) + len(COUNTY_LEVELS[1:])])
-    kind = np.concatenate([np.full(len(p), k) for p, k in zip(parents, kinds)])
-    parent, child = np.concatenate(parents), np.concatenate(children)
-    pairs = np.unique(np.stack([kind, parent, child], axis=1), axis=0)
-    relation_keys, relation = np.unique(pairs[:, :2], axis=0, return_inverse=True)
-    relation = relation.ravel()
+    n = np.int64(offset)
+    # (kind, parent, child) as one integer, sorted like the triples: one 1-D sort instead of a row-wise unique.
+    pairs = np.unique(np.concatenate([(k * n + p) * n + c for p, c, k in zip(parents, children, kinds)]))
+    relation_keys, relation = np.unique(pairs // n, return_inverse=True)  # (kind, parent)
     n_relations = len(relation_keys)
     rows = np.concatenate([np.arange(n_relations), relation])
-    columns = np.concatenate([relation_keys[:, 1], pairs[:, 2]])
+    columns = np.concatenate([relation_keys % n, pairs % n])
     signs = np.concatenate([np.ones(n_relations), -np.ones(len(pairs))])
     relations = sp.csr_matrix((signs, (rows, columns)), shape=(n_relations, len(cells)))
     return CellTable(cells, relations)
@@ -222,7 +221,9 @@ def secondary_suppression(table: CellTable, suppressed: np.ndarray, need: np.nda
 class AuditResult:
     """Intervals of the audited cells: one row per (cell, attribute) with ``cell``, ``attribute``,
     ``sensitive`` (a primary cell, whose disclosure is a failure), ``true``, ``lower``, ``upper``,
-    ``need``, ``exact`` (width ~ 0) and ``under_protected``.
+    ``solved``, ``need``, ``exact`` (width ~ 0) and ``under_protected``. ``solved`` is False where the
+    audit skipped the cell's LPs because earlier LP solutions (feasible tables) already showed it
+    passes: ``lower`` and ``upper`` are then values its interval reaches at least, not its ends.
 
     ``binding`` maps each failing cell to the published cells whose publication pins its interval
     (suppressing any of them widens it): the candidates for repair.
@@ -247,10 +248,15 @@ class AuditResult:
 
 def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray, attributes: Sequence[str],
                       cells: np.ndarray | None = None, sensitive: np.ndarray | None = None,
-                      progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> AuditResult:
+                      progress: Callable[[int, int], None] | None = None, workers: int | None = None,
+                      every_lp: bool = True) -> AuditResult:
     """For each audited cell (default: every suppressed cell), the interval [lower, upper] of its value
     over all nonnegative tables that agree with the published cells: two HiGHS LPs per cell and
     attribute, one model per connected block of suppressed cells.
+
+    Without ``every_lp``, the LPs of a cell are skipped when the solutions of earlier LPs already show
+    that it passes; its ``lower`` and ``upper`` are then values the interval reaches at least
+    (``solved`` False). The verdicts are the same either way.
 
     A cell is an exact disclosure when the interval has (almost) no width, and under-protected when it
     reaches less than the cell's need above or below the true value; only ``sensitive`` cells (a mask
@@ -284,10 +290,12 @@ def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray
             sub_rows = np.flatnonzero(np.diff(system[:, columns].tocsr().indptr) > 0)
             contexts.append((a, attribute, values, scale, sub_rows, targets))
             jobs.append((system[sub_rows][:, columns].tocsc(), rhs[sub_rows], np.searchsorted(columns, targets),
-                         values[hidden[targets]] / scale, need[hidden[targets], a] / scale, flagged[hidden[targets]]))
+                         values[hidden[targets]] / scale, need[hidden[targets], a] / scale, flagged[hidden[targets]],
+                         every_lp))
     rows, binding = [], {}
     total = cells.size * len(attributes)
-    for (a, attribute, values, scale, sub_rows, targets), (lower, upper, duals) in zip(contexts, _solve(jobs, workers)):
+    for (a, attribute, values, scale, sub_rows, targets), (lower, upper, solved, duals) in zip(contexts,
+                                                                                              _solve(jobs, workers)):
         for i, y in duals:
             # A published cell p made free moves by x_p - v_p >= -v_p: it helps when a_p^T y > 0
             # (p grows), or when a_p^T y < 0 and v_p > 0 (p shrinks).
@@ -295,12 +303,12 @@ def audit_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray
             pinned = shown[(pull > PROTECTION_TOLERANCE) | ((pull < -PROTECTION_TOLERANCE) & (values[shown] > 0))]
             cell = int(hidden[targets[i]])
             binding[cell] = np.union1d(binding.get(cell, np.empty(0, dtype=np.int64)), pinned)
-        for target, low, high in zip(targets, lower, upper):
+        for target, low, high, both in zip(targets, lower, upper, solved):
             cell = hidden[target]
-            rows.append((cell, attribute, values[cell], low * scale, high * scale, need[cell, a], scale))
+            rows.append((cell, attribute, values[cell], low * scale, high * scale, bool(both), need[cell, a], scale))
         if progress:
             progress(len(rows), total)
-    frame = pd.DataFrame(rows, columns=["cell", "attribute", "true", "lower", "upper", "need", "scale"])
+    frame = pd.DataFrame(rows, columns=["cell", "attribute", "true", "lower", "upper", "solved", "need", "scale"])
     frame["exact"], frame["under_protected"] = _verdicts(frame["true"], frame["lower"], frame["upper"],
                                                          frame["need"], frame["scale"])
     frame.insert(2, "sensitive", True if sensitive is None else np.asarray(sensitive, dtype=bool)[frame["cell"]])
@@ -334,14 +342,20 @@ def _verdicts(true, lower, upper, need, scale):
 
 
 def _interval_lps(matrix: sp.csc_matrix, rhs: np.ndarray, targets: np.ndarray, true: np.ndarray,
-                  need: np.ndarray, sensitive: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
-    """min and max of each target variable subject to matrix x = rhs, x >= 0 (one block).
+                  need: np.ndarray, sensitive: np.ndarray, every_lp: bool = True
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, np.ndarray]]]:
+    """min and max of each target variable subject to matrix x = rhs, x >= 0 (one block), whether both
+    were solved, and the duals of failing sides.
 
     One HiGHS model; only the objective changes between solves, so each starts from the previous
     optimal basis. Both bounds are minimizations (of x and of -x), so HiGHS's row duals y satisfy
     reduced cost = c - A^T y >= 0 (the caller uses them to find the published cells that pin a bound).
     The duals of every failing side of a sensitive target are returned with the target's index.
+
+    Without ``every_lp``, a target's two LPs are skipped when the optimal points of earlier LPs (each
+    a feasible table) already move it by its need both ways and by twice the exact-disclosure width:
+    its interval contains those values, so it passes. Its bounds are then those values (inner bounds
+    of the interval, ``solved`` False).
     """
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
@@ -359,16 +373,25 @@ def _interval_lps(matrix: sp.csc_matrix, rhs: np.ndarray, targets: np.ndarray, t
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = matrix.indptr, matrix.indices, matrix.data
     h.passModel(lp)
     bounds = np.empty((2, targets.size))
+    seen = np.stack([true, true]).astype(float)  # smallest and largest value of each target in a solution
+    solved = np.ones(targets.size, dtype=bool)
     duals = []
     for i, column in enumerate(targets):
+        if not every_lp and _wide_enough(seen[0, i], seen[1, i], true[i], need[i]):
+            bounds[:, i], solved[i] = seen[:, i], False
+            continue
         for side, sign in ((0, 1.0), (1, -1.0)):
             h.changeColCost(int(column), sign)
             h.run()
             status = h.getModelStatus()
             if status == highspy.HighsModelStatus.kOptimal:
                 bounds[side, i] = sign * h.getInfo().objective_function_value
+                if not every_lp:
+                    point = np.asarray(h.getSolution().col_value)[targets]
+                    np.minimum(seen[0], point, out=seen[0])
+                    np.maximum(seen[1], point, out=seen[1])
             elif status == highspy.HighsModelStatus.kUnbounded and side == 1:
-                bounds[side, i] = math.inf
+                bounds[side, i] = seen[1, i] = math.inf
             else:
                 raise AuditError(f"audit LP ended with status {h.modelStatusToString(status)}")
             gap = (true[i] - bounds[0, i]) if side == 0 else (bounds[1, i] - true[i])
@@ -377,7 +400,15 @@ def _interval_lps(matrix: sp.csc_matrix, rhs: np.ndarray, targets: np.ndarray, t
             if sensitive[i] and status == highspy.HighsModelStatus.kOptimal and failing:
                 duals.append((i, np.asarray(h.getSolution().row_dual)))
         h.changeColCost(int(column), 0.0)
-    return bounds[0], bounds[1], duals
+    return bounds[0], bounds[1], solved, duals
+
+
+def _wide_enough(low: float, high: float, true: float, need: float) -> bool:
+    """Whether feasible values ``low`` and ``high`` of a cell already pass it with room to spare: its
+    interval contains them, and they reach its need on both sides (the verdict allows
+    PROTECTION_TOLERANCE less) and twice the exact-disclosure width apart (solver noise in the
+    solutions is far below either margin)."""
+    return high - true >= need and true - low >= need and high - low >= 2 * EXACT_WIDTH
 
 
 @dataclass(frozen=True, eq=False)
@@ -407,10 +438,15 @@ class SuppressionResult:
 
 def suppress(microdata: pd.DataFrame, rule: SuppressionRule = SuppressionRule(), *, audit: bool = True,
              max_rounds: int = 20, on_round: Callable[[str], None] | None = None,
-             progress: Callable[[int, int], None] | None = None) -> SuppressionResult:
+             progress: Callable[[int, int], None] | None = None, every_lp: bool = False) -> SuppressionResult:
     """Primary and secondary suppression of the QCEW cells of ``microdata``; with ``audit``, LP intervals
     of every suppressed cell, and repair rounds that suppress more cells until no primary is exactly
-    disclosed or under-protected (or ``max_rounds`` is reached; remaining failures are reported)."""
+    disclosed or under-protected (or ``max_rounds`` is reached; remaining failures are reported).
+
+    The audits whose failures are repaired solve every LP: the repair candidates come from the duals
+    of the failing LPs, which depend on the warm-start path. The final audit after repairs (whose
+    duals are not used) skips the LPs of cells that earlier solutions already show to pass, unless
+    ``every_lp``; its verdicts are the same either way (see ``audit_suppression``)."""
     table = build_cells(microdata, rule.attributes)
     primary, need = primary_suppression(table, rule)
     suppressed = secondary_suppression(table, primary, need, rule.attributes)
@@ -437,7 +473,8 @@ def suppress(microdata: pd.DataFrame, rule: SuppressionRule = SuppressionRule(),
     if rounds:  # the final intervals of every suppressed cell, on the final pattern
         if on_round:
             on_round("final audit of every suppressed cell")
-        result = audit_suppression(table, suppressed, need, rule.attributes, sensitive=primary, progress=progress)
+        result = audit_suppression(table, suppressed, need, rule.attributes, sensitive=primary, progress=progress,
+                                   every_lp=every_lp)
     return SuppressionResult(rule, table, primary, suppressed, before_repair, result, rounds, log)
 
 

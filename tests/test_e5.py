@@ -117,6 +117,15 @@ def test_suppress_command_publishes_an_audited_table(tmp_path, small_file):
     audit = pd.read_csv(out / "audit_confidential.csv")
     assert len(audit) == summary["audited_intervals"] and not (audit["exact"] | audit["under_protected"]).any()
     assert "## Shares withheld per aggregation level" in (out / "report.md").read_text()
+    # --every-lp solves every final interval to its ends: same published table, same verdicts
+    slow = tmp_path / "slow"
+    result = runner.invoke(app, ["suppress", "--out", str(slow), "--data", str(path), "--every-lp"])
+    assert result.exit_code == 0, result.output
+    assert (slow / "cells.csv").read_bytes() == (out / "cells.csv").read_bytes()
+    solved = pd.read_csv(slow / "audit_confidential.csv")
+    assert solved["solved"].all() and not audit["solved"].all()
+    verdicts = ["attribute", "sensitive", "true", "need", "exact", "under_protected", "agglvl", "county", "industry"]
+    pd.testing.assert_frame_equal(solved[verdicts], audit[verdicts])
 
 
 @pytest.mark.parametrize("args, message", [

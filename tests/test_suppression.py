@@ -159,12 +159,18 @@ def test_suppress_repairs_until_the_audit_is_clean(tiny_suppressed):
             & (intervals["true"] - intervals["lower"] >= intervals["need"] - 1e-3)).all()
     counts = abs(result.table.relations) @ result.suppressed.astype(float)
     assert not np.any(counts == 1)
-    # spot-check the audit against the independent formulation on a few primaries
-    sample = intervals.sample(5, random_state=0)
-    for row in sample.itertuples():
+    # spot-check the audit against the independent formulation on a few primaries: the ends of solved
+    # intervals; for cells whose LPs the final audit skipped, values inside the interval
+    solved = intervals[intervals["solved"]]
+    skipped = intervals[~intervals["solved"]]
+    assert len(solved) >= 5 and len(skipped) >= 5
+    for row in solved.sample(5, random_state=0).itertuples():
         low, high = brute_force_interval(result.table, result.suppressed, row.attribute, row.cell)
         assert row.lower == pytest.approx(low, rel=1e-6, abs=1e-3)
         assert row.upper == pytest.approx(high, rel=1e-6, abs=1e-3)
+    for row in skipped.sample(5, random_state=0).itertuples():
+        low, high = brute_force_interval(result.table, result.suppressed, row.attribute, row.cell)
+        assert low - 1e-3 <= row.lower and row.upper <= high + 1e-3
 
 
 def test_shares_and_status(small_state):
@@ -224,3 +230,49 @@ def test_audit_on_worker_processes_equals_the_serial_audit(tiny_suppressed, monk
     pd.testing.assert_frame_equal(serial.intervals, parallel.intervals)
     assert serial.binding and serial.binding.keys() == parallel.binding.keys()
     assert all(np.array_equal(serial.binding[c], parallel.binding[c]) for c in serial.binding)
+
+
+@pytest.fixture(scope="module")
+def state_3000():
+    """3,000 establishments of the small profile: before repair, its pattern has exactly disclosed and
+    under-protected primaries, in blocks of up to a few hundred cells."""
+    from gedp.synth.profiles import generate_profile, load_profile
+
+    return generate_profile(load_profile("small"), n_establishments=3000, rng=np.random.default_rng(7))
+
+
+def test_audit_that_skips_lps_gives_the_verdicts_of_every_lp(state_3000):
+    """Skipping the LPs of cells that earlier solutions already pass changes no verdict; the skipped
+    cells' reported values lie inside the intervals that solving every LP finds."""
+    from gedp.measure.suppression import LP_SCALE, PROTECTION_TOLERANCE
+
+    table = build_cells(state_3000, RULE.attributes)
+    primary, need = primary_suppression(table, RULE)
+    pattern = secondary_suppression(table, primary, need, RULE.attributes)
+    every = audit_suppression(table, pattern, need, RULE.attributes, sensitive=primary, workers=1).intervals
+    fast = audit_suppression(table, pattern, need, RULE.attributes, sensitive=primary, workers=1,
+                             every_lp=False).intervals
+    assert every["solved"].all()
+    skipped = ~fast["solved"].to_numpy()
+    assert skipped.mean() > 0.5 and not skipped.all()  # the shortcut is taken, and not everywhere
+    failing = every["sensitive"] & every["under_protected"]
+    assert (failing & every["exact"]).any() and (failing & ~every["exact"]).any()  # both kinds of failure occur
+    verdicts = ["cell", "attribute", "sensitive", "true", "need", "exact", "under_protected"]
+    pd.testing.assert_frame_equal(fast[verdicts], every[verdicts])
+    # solver noise allowance: the audit's own tolerance, in each attribute's LP units
+    scale = every["attribute"].map({a: max(1.0, table.cells[a].abs().max() / LP_SCALE) for a in RULE.attributes})
+    noise = PROTECTION_TOLERANCE * scale
+    for end in ("lower", "upper"):
+        np.testing.assert_allclose(fast.loc[~skipped, end], every.loc[~skipped, end], rtol=0,
+                                   atol=noise[~skipped].min())
+    assert (every["lower"] - noise <= fast["lower"])[skipped].all()
+    assert (fast["upper"] <= every["upper"] + noise)[skipped].all()
+    assert not (fast["exact"] | fast["under_protected"])[skipped].any()
+
+
+def test_suppress_with_every_lp_in_the_final_audit_gives_the_same_result(tiny_state, tiny_suppressed):
+    slow = suppress(tiny_state, RULE, every_lp=True)
+    assert np.array_equal(slow.suppressed, tiny_suppressed.suppressed)
+    assert slow.audit.intervals["solved"].all() and not tiny_suppressed.audit.intervals["solved"].all()
+    verdicts = ["cell", "attribute", "sensitive", "exact", "under_protected"]
+    pd.testing.assert_frame_equal(slow.audit.intervals[verdicts], tiny_suppressed.audit.intervals[verdicts])
