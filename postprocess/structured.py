@@ -40,7 +40,7 @@ MAX_ITERATIONS = 10_000
 REFINEMENT_STEPS = 1
 #: Up to this many multi-cell groups, G is factorized densely (Cholesky); beyond, sparse LU.
 DENSE_GROUPS = 4_000
-#: Tabulation cells per block in ``quadratic_forms`` (margins of error).
+#: Tabulation cells per block in ``column_forms`` (margins of error).
 QUADRATIC_CHUNK = 1_000
 
 
@@ -184,12 +184,16 @@ class CellOperator:
 
 
 def quadratic_forms(p: sp.csc_matrix, operator: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """p_T' operator(p_T) for every column p_T of ``p`` (cells x tabulations), in blocks of
+    """p_T' operator(p_T) for every column p_T of ``p`` (cells x tabulations)."""
+    return column_forms(p, lambda block: np.sum(block * operator(block), axis=0))
+
+
+def column_forms(p: sp.csc_matrix, form: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``form`` (dense cells x k block -> k values) over the columns of ``p``, in blocks of
     QUADRATIC_CHUNK columns (memory: cells x QUADRATIC_CHUNK floats)."""
     out = np.empty(p.shape[1])
     for start in range(0, p.shape[1], QUADRATIC_CHUNK):
-        block = p[:, start:start + QUADRATIC_CHUNK].toarray()
-        out[start:start + QUADRATIC_CHUNK] = np.sum(block * operator(block), axis=0)
+        out[start:start + QUADRATIC_CHUNK] = form(p[:, start:start + QUADRATIC_CHUNK].toarray())
     return out
 
 

@@ -9,14 +9,25 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    shipped plans). Its identity answers are summed (unbiased for the cell total) with the variance
    evaluated at the state's wage per protected employee times the cell's employment: a weight that
    does not depend on the answers' own noise, so weighting adds no bias (the E3 effect).
-2. **Industry rates.** r_g, wage per protected employee of each group g of the plan's
-   [state, naics5] query, from the fitted group totals, shrunk toward its NAICS-3 parent's rate by
-   empirical Bayes (the spread between sibling industries estimated by moments).
-3. **Cell prior.** The cell's wage is about r_g E_c (E_c its protected employment), with relative
-   spread CELL_SPREAD between cells of one industry plus the spread of its establishments and of the
-   rate. The prior and the cell measurement are combined by inverse variance, and the weighted least
-   squares over every group answer (state, county, industry, cell: their rows are unchanged) gives
-   cell totals >= 0 with the structured solver. Steps 2-3 run PASSES times (rates from the last fit).
+2. **Industry rates, shared.** Each group g of the plan's [state, naics5] query has a wage per
+   protected employee r_g; the rates of one NAICS-3 parent p scatter around a parent rate rho_p
+   (relative spread between siblings estimated by moments per state), and rho_p has only a vague
+   prior; each county k has an offset kappa_k to its industries' rates (sd by moments per state).
+   Rates, parent rates and offsets are latent variables of the least squares, not plug-ins: a
+   cell's prior error is shared by every cell of its industry (or county), and the margins carry
+   that correlation.
+3. **Cell prior.** The cell's wage is about (r_g + kappa_k) E_c (E_c its protected employment), with relative
+   spread CELL_SPREAD between cells of one industry (estimated by moments per state) plus the
+   spread of its establishments. The least squares over cell totals t >= 0 and rates,
+
+       sum_c (d_c - t_c)^2 / vd_c + (t_c - E_c (r_g(c) + kappa_k(c)))^2 / vp_c
+         + sum_g (r_g - rho_p(g))^2 / vr_g + sum_p (rho_p - m_p)^2 / vague_p + sum_k kappa_k^2 / vk
+         + every group answer's row (state, county, industry, cell),
+
+   is solved for the rates exactly (Woodbury through the cell operator, per state; the
+   nonnegativity of t is left out there) and then for t >= 0 with the rates fixed, by the
+   structured solver, then the rates at those totals and the totals again (a prior rate is at least
+   RATE_FLOOR of the state's). Steps 2-3 run PASSES times (spreads from the last fit).
 4. **Shares.** Each cell's total is shared among its establishments: each establishment's identity
    answer (variance at its employment share of the total) and its employment share (relative spread
    estimated by moments from the identity answers) combined by inverse variance, the shares >= 0 and
@@ -35,7 +46,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.linalg
 import scipy.sparse as sp
+from scipy.sparse.linalg import spsolve
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
@@ -43,8 +56,8 @@ from gedp.measure.queries import group_establishments
 from gedp.postprocess.structured import (
     CellOperator,
     cell_to_group_matrix,
+    column_forms,
     pinned_at_zero,
-    quadratic_forms,
     solve_nested,
 )
 
@@ -65,6 +78,12 @@ ESTABLISHMENT_SPREAD = 0.3
 #: Bounds of the estimated establishment spread, and the smallest relative spread between sibling rates.
 SPREAD_BOUNDS = (0.05, 3.0)
 MIN_RATE_SPREAD = 0.1
+#: Sibling rates scatter around at least this share of the state's rate (a parent rate near 0 does
+#: not pin its children), and a parent rate's vague prior has this many state rates as its sd.
+RATE_FLOOR = 0.1
+PARENT_VAGUENESS = 10.0
+#: The smallest sd of a county's offset to its industries' rates, as a share of the state's rate.
+MIN_COUNTY_SPREAD = 0.02
 #: Employment an establishment counts for at least (its share of a cell total is never 0).
 EMPLOYMENT_FLOOR = 0.5
 #: Fits of the cell totals (rates refreshed from the previous fit).
@@ -87,6 +106,32 @@ class WageFit:
     group_variance: np.ndarray
     fixed_cells: np.ndarray  # cells held at 0 by an exact answer
     share_variance: np.ndarray  # per establishment: variance of its combined share measurement (0 if at 0)
+    rates: SharedRates  # the industry rates shared by the cells' priors
+
+
+@dataclass(frozen=True, eq=False)
+class SharedRates:
+    """The industry rates as latent variables of the cell-level least squares (steps 2-3).
+
+    theta = (the NAICS-5 rates, the NAICS-3 parent rates, the county offsets). ``links`` (cells x
+    theta) holds E_c / vp_c at each cell's rate and county offset (the Hessian's cross term is
+    -links); ``precision`` is theta's own block of the Hessian; ``blocks`` holds, per state, its theta
+    indices and the Cholesky factor of the Schur complement M = precision - links' K^-1 links (K: the
+    Hessian's cell block).
+    """
+
+    links: sp.csr_matrix
+    precision: sp.csr_matrix
+    blocks: tuple[tuple[np.ndarray, tuple], ...]
+
+    def correlated_part(self, k_inverse_g: np.ndarray) -> np.ndarray:
+        """z' M^-1 z with z = links' K^-1 g, for each column of ``k_inverse_g`` = K^-1 g (cells x k):
+        what the rates' uncertainty adds to the variance of the tabulation g' t (Woodbury)."""
+        z = self.links.T @ k_inverse_g
+        out = np.zeros(k_inverse_g.shape[1])
+        for index, factor in self.blocks:
+            out += np.sum(z[index] * scipy.linalg.cho_solve(factor, z[index]), axis=0)
+        return out
 
 
 def applies(answers: Sequence[NoisyAnswer], attribute: str, protected_attributes: Sequence[str]) -> bool:
@@ -122,30 +167,82 @@ def _by_state(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(codes, weights=values, minlength=n)
 
 
-def _pooled_rates(totals: np.ndarray, variances: np.ndarray, employment: np.ndarray, parent: np.ndarray,
-                  state: np.ndarray, cell_group: np.ndarray, cell_totals: np.ndarray, cell_employment: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Each cell's industry rate, left one out: its group's total / employment without the cell itself
-    (so a cell's prior does not reuse the cell's own measurements), shrunk toward the group's parent
-    rate by empirical Bayes, the relative spread between sibling groups estimated by moments per
-    state. Returns the rates and their variances, per cell."""
-    tiny = np.finfo(float).tiny
-    rate_variance = np.maximum(variances / employment**2, tiny)
-    n_parents, n_states = int(parent.max()) + 1, int(state.max()) + 1
-    parent_rate = np.maximum(np.bincount(parent, weights=totals, minlength=n_parents)
-                             / np.bincount(parent, weights=employment, minlength=n_parents), 0.0)[parent]
-    excess = _by_state(state, (totals / employment - parent_rate) ** 2 - rate_variance, n_states)
-    scale = _by_state(state, parent_rate**2, n_states)
-    spread2 = np.maximum(np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0), MIN_RATE_SPREAD**2)
-    prior_variance = np.maximum(spread2[state] * parent_rate**2, tiny)[cell_group]
-    others = employment[cell_group] - cell_employment
-    kept = others / employment[cell_group]  # the others' share of the group: their variance, roughly
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate = np.where(others > EMPLOYMENT_FLOOR, (totals[cell_group] - cell_totals) / others, 0.0)
-        own_variance = np.where(others > EMPLOYMENT_FLOOR, variances[cell_group] * kept / others**2, np.inf)
-    own_variance = np.maximum(own_variance, tiny)
-    precision = 1.0 / own_variance + 1.0 / prior_variance
-    return (rate / own_variance + parent_rate[cell_group] / prior_variance) / precision, 1.0 / precision
+def _solve_rates(c: sp.csr_matrix, w: np.ndarray, cell_variance: np.ndarray, cell_state: np.ndarray,
+                 links: sp.csr_matrix, precision: sp.csr_matrix, theta_state: np.ndarray, right: np.ndarray,
+                 rate_prior: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """The rates theta of the joint least squares with the cell totals unconstrained, their posterior
+    variances, and the per-state factors (``SharedRates.blocks``).
+
+    Eliminating the cells (t = K^-1 (right + links theta)) leaves M theta = links' K^-1 right +
+    rate_prior, M = precision - links' K^-1 links; K^-1 x = (I + D M_c)^-1 D x is the cell
+    operator with D = ``cell_variance``. When every query groups by state (the shipped plans), K is
+    block diagonal by state: one small dense system per state; otherwise one for all states.
+    """
+    row_state = cell_state[c.indices[c.indptr[:-1]]]
+    if np.any(cell_state[c.indices] != np.repeat(row_state, np.diff(c.indptr))):  # a query across states
+        cell_state, row_state, theta_state = (np.zeros_like(codes) for codes in (cell_state, row_state, theta_state))
+    theta, variance, blocks = np.zeros(len(theta_state)), np.zeros(len(theta_state)), []
+    for state in range(int(cell_state.max()) + 1):
+        cells, rows = np.flatnonzero(cell_state == state), np.flatnonzero(row_state == state)
+        index = np.flatnonzero(theta_state == state)
+        operator = CellOperator(c[rows][:, cells], w[rows], cell_variance[cells])
+        link = links[cells][:, index].toarray()
+        k_inverse_link = operator.solve(cell_variance[cells][:, None] * link)
+        factor = scipy.linalg.cho_factor(precision[index][:, index].toarray() - link.T @ k_inverse_link)
+        k_inverse_right = operator.solve(cell_variance[cells] * right[cells])
+        theta[index] = scipy.linalg.cho_solve(factor, link.T @ k_inverse_right + rate_prior[index])
+        variance[index] = np.diag(scipy.linalg.cho_solve(factor, np.eye(len(index))))
+        blocks.append((index, factor))
+    return theta, variance, tuple(blocks)
+
+
+def _prior_precision(rate_spread_variance: np.ndarray, parent: np.ndarray, parent_vagueness: np.ndarray,
+                     county_variance: np.ndarray) -> sp.csr_matrix:
+    """The priors' part of the Hessian over theta = (rates, parent rates, county offsets):
+    (r_g - rho_p)^2 / vr_g between a rate and its parent, the parents' vague priors, and
+    kappa_k^2 / vk for each county offset."""
+    n_rates, n_parents = len(parent), len(parent_vagueness)
+    inverse = 1.0 / rate_spread_variance
+    rates, parents = np.arange(n_rates), n_rates + parent
+    parent_diagonal = np.bincount(parent, weights=inverse, minlength=n_parents) + 1.0 / parent_vagueness
+    diagonal = np.concatenate([inverse, parent_diagonal, 1.0 / county_variance])
+    n_theta = len(diagonal)
+    return sp.csr_matrix((np.concatenate([diagonal, -inverse, -inverse]),
+                          (np.concatenate([np.arange(n_theta), rates, parents]),
+                           np.concatenate([np.arange(n_theta), parents, rates]))), shape=(n_theta, n_theta))
+
+
+def _cell_counties(public: pd.DataFrame, cell_codes: np.ndarray, n_cells: int) -> np.ndarray | None:
+    """Each cell's county (state and county code), or None when the input has no county column or
+    a cell spans several counties (a plan whose finest grouping is not within counties)."""
+    if "county" not in public:
+        return None
+    county = pd.factorize(public["state"].astype(str) + "/" + public["county"].astype(str))[0]
+    first, last = np.full(n_cells, county.max() + 1), np.full(n_cells, -1)
+    np.minimum.at(first, cell_codes, county)
+    np.maximum.at(last, cell_codes, county)
+    if np.any(first != last):
+        return None
+    return pd.factorize(first)[0]
+
+
+def _county_spread(cell_county: np.ndarray | None, county_state: np.ndarray, cell_state: np.ndarray,
+                   cell_employment: np.ndarray, totals: np.ndarray, noise: np.ndarray, expected: np.ndarray,
+                   state_rate: np.ndarray) -> np.ndarray:
+    """Variance of the county offsets (wage per employee above the industries' rates), by moments per
+    state: counties' totals against what their industries' rates give, less the totals' noise; at
+    least MIN_COUNTY_SPREAD of the state's rate."""
+    if cell_county is None:
+        return np.zeros(0)
+    n_counties, n_states = len(county_state), len(state_rate)
+
+    def by_county(values):
+        return np.bincount(cell_county, weights=values, minlength=n_counties)
+
+    excess = _by_state(county_state, (by_county(totals) - by_county(expected)) ** 2 - by_county(noise), n_states)
+    scale = _by_state(county_state, by_county(cell_employment) ** 2, n_states)
+    spread2 = np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0)
+    return np.maximum(spread2, (MIN_COUNTY_SPREAD * state_rate) ** 2)[county_state]
 
 
 def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, variance: np.ndarray
@@ -211,38 +308,81 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     parent = pd.factorize(rate_answer.keys["state"].astype(str) + "/"
                           + rate_answer.keys["naics5"].astype(str).str[:PARENT_DIGITS])[0]
 
-    # 1. cell measurements, variances at the state's rate
+    n_parents = int(parent.max()) + 1
+    parent_state = np.zeros(n_parents, dtype=np.int64)
+    parent_state[parent] = rate_state
+    cell_county = _cell_counties(public, cell_codes, n_cells)
+    n_counties = 0 if cell_county is None else int(cell_county.max()) + 1
+    county_state = np.zeros(n_counties, dtype=np.int64)
+    n_theta = n_rates + n_parents + n_counties
+    columns = [cell_rate]  # theta's entries in each cell's prior rate: its industry's rate, its county's offset
+    if cell_county is not None:
+        county_state[cell_county] = cell_state
+        columns.append(n_rates + n_parents + cell_county)
+    incidence = sp.csr_matrix((np.ones(n_cells * len(columns)), (np.tile(np.arange(n_cells), len(columns)),
+                                                                  np.concatenate(columns))), shape=(n_cells, n_theta))
+    theta_state = np.concatenate([rate_state, parent_state, county_state])
+
+    # 1. cell measurements; the first pass weighs them at the state's rate
     state_rate = np.maximum(_by_state(state, answer, n_states), 0.0) / _by_state(state, employment, n_states)
     direct = np.bincount(cell_codes, weights=answer, minlength=n_cells)
-    direct_variance = np.bincount(cell_codes, weights=psi.estimate_variance(state_rate[state] * employment, sd),
-                                  minlength=n_cells)
     cell_employment = np.bincount(cell_codes, weights=employment, minlength=n_cells)
     cell_squares = np.bincount(cell_codes, weights=employment**2, minlength=n_cells)
     cell_employment_variance = np.bincount(cell_codes, weights=employment_variance, minlength=n_cells)
     rate_employment = np.bincount(rate_codes, weights=employment, minlength=n_rates)
-    rate_totals, rate_variance = np.maximum(rate_answer.estimate, 0.0), rate_answer.variance
-    cell_totals = np.zeros(n_cells)  # the first pass: rates from the rate query's answers, nothing left out
+    group_right = c.T @ (b / w)  # C' W^-1 b
+    rate_totals = np.maximum(rate_answer.estimate, 0.0)  # the first pass: rates from the rate query's answers
+    rate_variance = rate_answer.variance / rate_employment**2  # of each rate
+    weight_rate = state_rate[state]  # per establishment
+    floor = RATE_FLOOR * state_rate
+    parent_vagueness = (PARENT_VAGUENESS * state_rate[parent_state]) ** 2
+    cell_rates, fitted = None, None  # each cell's prior wage per employee; the last fit's cell totals
     for _ in range(PASSES):
-        # 2-3. rates, the cell prior, and the cell totals
-        rates, rates_variance = _pooled_rates(rate_totals, rate_variance, rate_employment, parent, rate_state,
-                                              cell_rate, cell_totals, cell_employment)
-        prior = rates * cell_employment
-        if cell_totals.any():  # after the first pass: identity variances at the (left-one-out) prior
-            direct_variance = np.bincount(cell_codes, weights=psi.estimate_variance(rates[cell_codes] * employment, sd),
-                                          minlength=n_cells)
-        spread_free = (rates**2 * (ESTABLISHMENT_SPREAD**2 * cell_squares + cell_employment_variance)
-                       + cell_employment**2 * rates_variance + 1.0)
-        excess = _by_state(cell_state, (direct - prior) ** 2 - direct_variance - spread_free, n_states)
+        # 2. the sibling rates' spread around their parent, by moments per state
+        observed = rate_totals / rate_employment
+        parent_rate = np.maximum(np.bincount(parent, weights=rate_totals, minlength=n_parents)
+                                 / np.bincount(parent, weights=rate_employment, minlength=n_parents), 0.0)
+        excess = _by_state(rate_state, (observed - parent_rate[parent]) ** 2 - rate_variance, n_states)
+        scale = _by_state(rate_state, parent_rate[parent] ** 2, n_states)
+        spread2 = np.maximum(np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0), MIN_RATE_SPREAD**2)
+        rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], floor[rate_state]) ** 2
+        # 3. the cells' spread around their prior, by moments per state, then rates and cell totals; variances
+        # at the last fit's rates (the first pass: the observed ones, at least RATE_FLOOR of the state's)
+        if cell_rates is None:
+            cell_rates = np.maximum(observed, floor[rate_state])[cell_rate]
+        prior = cell_rates * cell_employment
+        direct_variance = np.bincount(cell_codes, weights=psi.estimate_variance(weight_rate * employment, sd),
+                                      minlength=n_cells)
+        county_variance = _county_spread(cell_county, county_state, cell_state, cell_employment,
+                                         direct if fitted is None else fitted,
+                                         direct_variance if fitted is None else np.zeros(n_cells),
+                                         observed[cell_rate] * cell_employment, state_rate)
+        establishment_part = cell_rates**2 * (ESTABLISHMENT_SPREAD**2 * cell_squares + cell_employment_variance) + 1.0
+        excess = _by_state(cell_state, (direct - prior) ** 2 - direct_variance - establishment_part
+                           - cell_employment**2 * rate_variance[cell_rate], n_states)
         scale = _by_state(cell_state, prior**2, n_states)
         cell_spread = np.clip(np.sqrt(np.maximum(np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0),
                                                  0.0)), *CELL_SPREAD_BOUNDS)
-        prior_variance = (cell_spread[cell_state] * prior) ** 2 + spread_free
-        precision = 1.0 / direct_variance + 1.0 / prior_variance
-        combined = (direct / direct_variance + prior / prior_variance) / precision
-        totals, _ = solve_nested(combined, 1.0 / precision, np.arange(n_cells), c, b, w, fixed_zero=fixed_cells)
-        rate_totals, cell_totals = np.bincount(cell_rate, weights=totals, minlength=n_rates), totals
-        rate_variance = 1.0 / (1.0 / np.maximum(rate_answer.variance, np.finfo(float).tiny)
-                               + 1.0 / np.bincount(cell_rate, weights=direct_variance, minlength=n_rates))
+        prior_variance = (cell_spread[cell_state] * prior) ** 2 + establishment_part
+        cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
+        free_variance = np.where(fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
+        cell_links = np.where(fixed_cells, 0.0, cell_employment / prior_variance)
+        links = sp.diags(cell_links) @ incidence
+        precision = (incidence.T @ sp.diags(cell_links * cell_employment) @ incidence
+                     + _prior_precision(rate_spread_variance, parent, parent_vagueness, county_variance)).tocsr()
+        theta_prior = np.concatenate([np.zeros(n_rates), parent_rate / parent_vagueness, np.zeros(n_counties)])
+        theta, theta_variance, blocks = _solve_rates(c, w, free_variance, cell_state, links.tocsr(), precision,
+                                                     theta_state, direct / direct_variance + group_right, theta_prior)
+        rate_variance = theta_variance[:n_rates]
+        for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
+            cell_rates = np.maximum(incidence @ theta, floor[cell_state])  # wages per employee are never near 0
+            combined = (direct / direct_variance + cell_rates * cell_employment / prior_variance) * cell_variance
+            totals, _ = solve_nested(combined, cell_variance, np.arange(n_cells), c, b, w, fixed_zero=fixed_cells)
+            if refresh:
+                theta = spsolve(precision.tocsc(), links.T @ totals + theta_prior)
+        fitted = totals
+        rate_totals = np.maximum(np.bincount(cell_rate, weights=totals, minlength=n_rates), 0.0)
+        weight_rate = cell_rates[cell_codes]  # later passes weigh the identity answers at the rates
 
     # 4. shares within cells
     share_prior = totals[cell_codes] * employment / cell_employment[cell_codes]
@@ -258,18 +398,21 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     values, free = share_cells(totals, cell_codes, target, 1.0 / share_precision)
     values[fixed] = 0.0
     return WageFit(values=values, cell_codes=cell_codes, totals=totals, cell_measurement=combined,
-                   cell_variance=1.0 / precision, groups=c, group_answers=b, group_variance=w,
-                   fixed_cells=fixed_cells, share_variance=np.where(free, 1.0 / share_precision, 0.0))
+                   cell_variance=cell_variance, groups=c, group_answers=b, group_variance=w,
+                   fixed_cells=fixed_cells, share_variance=np.where(free, 1.0 / share_precision, 0.0),
+                   rates=SharedRates(links, precision, blocks))
 
 
 def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarray:
     """Variance of every tabulation cell's protected wage total (tab_codes -1: not tabulated).
 
-    Two parts: the cell totals' covariance from the cell-level least squares, H^-1 with
-    H = diag(1 / cell_variance) + C' W C (fixed cells excluded), for the tabulation's share of each
-    cell (the share of the cell's protected wages it holds; a share moves with its cell's total); and
-    the within-cell part, K_T - K_T^2 / K_c per cell, K the share variances summed over the
-    tabulation's (K_T) and the cell's (K_c) establishments.
+    Three parts: the cell totals' covariance from the cell-level least squares with the rates fixed,
+    K^-1 with K = diag(1 / cell_variance) + C' W C (fixed cells excluded); what the shared rates'
+    uncertainty adds, z' M^-1 z with z = links' K^-1 g (``SharedRates``; together the cell block of
+    the joint Hessian's inverse), both for the tabulation's share g of each cell (the share of the
+    cell's protected wages it holds; a share moves with its cell's total); and the within-cell part,
+    K_T - K_T^2 / K_c per cell, K the share variances summed over the tabulation's (K_T) and the
+    cell's (K_c) establishments.
     """
     codes, inside = fit.cell_codes, tab_codes >= 0
     n_cells = len(fit.totals)
@@ -281,7 +424,12 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarra
     operator = CellOperator(fit.groups, fit.group_variance, cell_variance)
     p = sp.diags(cell_variance) @ g
     base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
-    variances = base - quadratic_forms(p.tocsc(), operator.apply_m_after_solve)
+
+    def cell_part(block: np.ndarray) -> np.ndarray:  # g' K^-1 g - g' D g, with K^-1 g = (I + D M)^-1 D g
+        solved = operator.solve(block)
+        return fit.rates.correlated_part(solved) - np.sum(block * operator.apply_m(solved), axis=0)
+
+    variances = base + column_forms(p.tocsc(), cell_part)
     within_tab = sp.csr_matrix((fit.share_variance[inside], (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
     within_cell = np.bincount(codes, weights=fit.share_variance, minlength=n_cells)
     entries = within_tab.tocoo()
@@ -289,4 +437,3 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarra
                                     where=within_cell[entries.row] > 0)
     variances += np.bincount(entries.col, weights=part, minlength=n_tab)
     return np.maximum(variances, 0.0)
-
