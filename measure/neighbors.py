@@ -369,11 +369,11 @@ class SqrtLinearPsi(FarBranchPsi):
         return np.where(self(clip) <= gamma, clip, width)
 
     def float_error(self, upper_total):
-        # Linear piece: fl(S) / d errs by <= 2^-52 S / d. Sqrt piece: sqrt(fl(S)) / gamma errs by
-        # <= 2^-51 sqrt(S) / gamma (three roundings), the constant and the subtraction by
-        # <= 2^-51 (sqrt(S) / gamma + m_k). Doubled for the choice of piece at the knot.
+        # Linear piece (S <= knot): fl(S) / d errs by <= 2^-52 knot / d = 2^-52 m_k. Sqrt piece:
+        # sqrt(fl(S)) / gamma errs by <= 2^-51 sqrt(S) / gamma (three roundings), the constant and the
+        # subtraction by <= 2^-51 (sqrt(S) / gamma + m_k). Doubled for the choice of piece at the knot.
         upper = np.asarray(upper_total, dtype=float)
-        return 2.0**-50 * (upper / self.d + np.sqrt(upper) / self.gamma_sqrt + self.at_knot) + 2.0**-1000
+        return 2.0**-50 * (np.sqrt(upper) / self.gamma_sqrt + 2 * self.at_knot) + 2.0**-1000
 
 
 NEIGHBOR_FUNCTIONS = {"sqrt": SqrtPsi, "log": LogPsi, "linear": LinearPsi, "sqrt-linear": SqrtLinearPsi}

@@ -20,6 +20,7 @@ from gedp.measure.mechanisms import pnc_sensitivity, psi_mechanism
 from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtLinearPsi, SqrtPsi
 from gedp.measure.queries import IDENTITY, group_establishments
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
+from gedp.synth.schema import MAX_VALUE
 
 Z_REJECT = 4.0
 SHIPPED = {"sqrt": SqrtPsi(), "sqrt a=1": SqrtPsi(a=1.0), "log a=1": LogPsi(a=1.0), "linear d=3": LinearPsi(d=3.0)}
@@ -253,3 +254,12 @@ def test_float_error_bound_holds_against_high_precision():
         exact = x / d if x <= d**2 / (4 * g * g) else mpmath.sqrt(x) / g - d / (4 * g * g)
         error = abs(mpmath.mpf(float(psi(np.array([total]))[0])) - exact)
         assert error <= psi.float_error(np.array([total]))[0], total
+
+
+def test_float_error_widens_the_sensitivity_negligibly():
+    """The bound enters every sensitivity (twice): at a million records of MAX_VALUE it stays below 1e-5,
+    as sqrt's does (a bound of S / d on the linear piece for all S would be about 1e4)."""
+    upper = np.array([1e6 * MAX_VALUE])
+    assert SqrtLinearPsi(0.5, 1.0).float_error(upper)[0] < 1e-5
+    assert SqrtLinearPsi(0.5, 1.0).float_error(upper)[0] < 10 * SqrtPsi().float_error(upper)[0] / 0.5
+
