@@ -308,7 +308,7 @@ class SqrtLinearPsi(FarBranchPsi):
     x <= knot = d^2 / (4 gamma^2) and sqrt(x) / gamma - d / (4 gamma^2) beyond (SPEC section 3).
     Use it with gamma = 1: values within one person (d) or within gamma_sqrt on the sqrt scale,
     whichever is wider, are neighbors. The sqrt part has no offset a: a exists to bound sqrt's slope
-    at 0, which the linear part already does (with a > 0 only the knot moves, to knot - a).
+    at 0, which the linear part already does (with a > 0 the linear piece just ends at knot - a).
 
     The psi-mechanism's estimate is sqrt's on the sqrt piece: x~ = gamma^2 ((omega + m_k)^2 - s^2),
     m_k = d / (4 gamma^2) = psi*(knot); exactly unbiased for x >= knot, and for x < knot biased by

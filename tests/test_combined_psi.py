@@ -263,3 +263,24 @@ def test_float_error_widens_the_sensitivity_negligibly():
     assert SqrtLinearPsi(0.5, 1.0).float_error(upper)[0] < 1e-5
     assert SqrtLinearPsi(0.5, 1.0).float_error(upper)[0] < 10 * SqrtPsi().float_error(upper)[0] / 0.5
 
+
+
+@pytest.mark.parametrize("gamma_sqrt, d", SETTINGS)
+def test_one_person_and_the_sqrt_distance_are_always_inside_the_interval(gamma_sqrt, d):
+    """What the combination protects: x +- d (one person) and sqrt's interval with gamma_sqrt are both
+    within I*(x) for gamma 1, at every size."""
+    psi, x = SqrtLinearPsi(gamma_sqrt, d), np.concatenate([[0.0], GRID])
+    lower, upper = psi.interval(x, 1.0)
+    sqrt_lower, sqrt_upper = SqrtPsi().interval(x, gamma_sqrt)
+    linear_lower, linear_upper = LinearPsi(d).interval(x, 1.0)
+    slack = 1e-9 * (1 + x)
+    assert np.all(upper >= np.maximum(sqrt_upper, linear_upper) - slack)
+    assert np.all(lower <= np.minimum(sqrt_lower, linear_lower) + slack)
+
+
+def test_neither_part_alone_protects_both():
+    """The power of the check above at the shipped setting: sqrt (gamma 0.5) alone misses the person
+    at 0 (I(0) = [0, 0.25]), linear (d 1) alone misses sqrt's interval at 36 ([30.25, 42.25])."""
+    x = np.array([0.0, 36.0])
+    sqrt_upper, linear_upper = SqrtPsi().interval(x, 0.5)[1], LinearPsi(1.0).interval(x, 1.0)[1]
+    assert sqrt_upper[0] < linear_upper[0] and linear_upper[1] < sqrt_upper[1]
