@@ -1,4 +1,5 @@
-"""Budget plans shipped with gedp (YAML): baseline and uniform (SPEC E2), employment (SPEC E1)."""
+"""Budget plans shipped with gedp (YAML): baseline and uniform (SPEC E2), employment (SPEC E1), and
+establishment-and-worker (E1 under the combined psi sqrt-linear)."""
 
 from pathlib import Path
 

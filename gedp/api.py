@@ -153,11 +153,15 @@ class Release:
         return out
 
 
-def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: float = 0.5,
+def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: float | None = None,
              **params: float) -> pd.DataFrame:
-    """The uncertainty interval I(x) of each value for this psi and gamma: x, lower, upper, and the
-    distances below and above x in percent; ``attrs["psi"]`` holds the psi's parameters."""
+    """The uncertainty interval I(x) of each value for this psi and gamma (by default 1 for
+    sqrt-linear, whose gamma* is 1, and 0.5 otherwise): x, lower, upper, and the distances below and
+    above x in percent; ``attrs["psi"]`` holds the psi's parameters and ``attrs["gamma"]`` gamma."""
     from gedp.measure.neighbors import interval_table, make_psi
+
+    if gamma is None:
+        gamma = 1.0 if psi == "sqrt-linear" else 0.5
 
     values = np.asarray(values, dtype=float)
     bad = values[~(np.isfinite(values) & (values >= 0))]
@@ -169,4 +173,5 @@ def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: flo
     except ValueError as err:
         raise InputError(str(err)) from None
     table.attrs["psi"] = neighbor.params()
+    table.attrs["gamma"] = gamma
     return table

@@ -619,7 +619,8 @@ def tabulate_command(
 def interval(
     values: Annotated[list[float], typer.Argument(help="Values x to show I(x) for.")],
     psi: Annotated[str, typer.Option(help="sqrt, log, linear or sqrt-linear.")] = "sqrt",
-    gamma: Annotated[float, typer.Option(help="Distance parameter gamma (1 for sqrt-linear).")] = 0.5,
+    gamma: Annotated[Optional[float], typer.Option(help="Distance parameter gamma (default 0.5; 1 for "
+                                                        "sqrt-linear).")] = None,
     a: Annotated[Optional[float], typer.Option(help="Offset a of sqrt(x + a) or log(x + a).")] = None,
     d: Annotated[Optional[float], typer.Option(help="Person-level bound d of linear and sqrt-linear.")] = None,
     gamma_sqrt: Annotated[Optional[float], typer.Option(help="gamma of the sqrt part of sqrt-linear.")] = None,
@@ -635,9 +636,12 @@ def interval(
         table_of = interval_of(values, psi, gamma, **params)
     rows = table_of.to_dict("records")
     if as_json:
-        print(json.dumps({"psi": table_of.attrs["psi"], "gamma": gamma, "intervals": rows}, indent=2))
+        print(json.dumps({"psi": table_of.attrs["psi"], "gamma": table_of.attrs["gamma"], "intervals": rows}, indent=2))
         return
-    table = Table("x", "lower", "upper", "below x", "above x", title=f"Uncertainty intervals, psi {psi}, gamma {gamma}")
+    described = ", ".join(f"{k} {v:g}" for k, v in table_of.attrs["psi"].items() if k != "name")
+    described = f" ({described})" if described else ""
+    title = f"Uncertainty intervals, psi {psi}{described}, gamma {table_of.attrs['gamma']:g}"
+    table = Table("x", "lower", "upper", "below x", "above x", title=title)
     for row in rows:
         below, above = (f"{sign}{row[k]:.1f}%" if math.isfinite(row[k]) else "–"
                         for sign, k in (("-", "below_pct"), ("+", "above_pct")))

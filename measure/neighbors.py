@@ -7,7 +7,9 @@ interval I(x) = [psi^-1(max(psi(0), psi(x) - gamma)), psi^-1(psi(x) + gamma)].
 
 Each class also carries the closed forms the psi-mechanism needs on its scale: the unbiased
 estimate of a total from omega = psi(x) + N(0, sd^2), the true variance of that estimate, and the
-releasable variance computed at the estimate.
+releasable variance computed at the estimate. The combined psi sqrt-linear (SPEC section 3) takes
+them from its sqrt piece (``FarBranchPsi``); ``measure.combined`` builds any other combination
+numerically.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from gedp.synth.schema import MAX_VALUE, InputError, shown
 class NeighborFunction(ABC):
     """psi: [0, inf) -> R with its inverse; ``inverse`` clamps arguments below psi(0) to 0.
 
-    ``releasable``: whether releases may use it (it has an unbiased estimate and a float error
-    bound); ``max_noise_sd``: the largest psi-scale noise sd its estimates and variances stand.
+    ``releasable``: whether releases may use it (it has an estimate, unbiased or with a stated bias
+    as ``FarBranchPsi`` explains, and a float error bound); ``max_noise_sd``: the largest psi-scale
+    noise sd its estimates and variances stand.
     """
 
     name: str
@@ -78,6 +81,15 @@ class NeighborFunction(ABC):
         """The variance formula evaluated at the estimate x~ (a function of released values only)."""
         return self.estimate_variance(estimate, sd)
 
+    def estimand(self, y: np.ndarray) -> np.ndarray:
+        """E[x~] when omega ~ N(y, sd^2), for any real y: psi^-1(y) without its clamp at 0 (so y^2 - a
+        for sqrt): the analytic extension of psi^-1 that the estimate is unbiased for."""
+        raise NotImplementedError(f"psi '{self.name}' has no closed-form unbiased estimate")
+
+    def derivative(self, x: np.ndarray) -> np.ndarray:
+        """psi'(x) (what combining two psi takes the minimum or maximum of)."""
+        raise NotImplementedError(f"psi '{self.name}' has no closed-form derivative")
+
     # --- what the release grid needs (SPEC section 8) ---------------------------------------
     def clip_sensitivity(self, clip: np.ndarray, gamma: float) -> np.ndarray:
         """Delta = u - psi^-1(max(psi(0), psi(u) - gamma)): how far a value clipped at u can move
@@ -125,6 +137,12 @@ class SqrtPsi(NeighborFunction):
     def unbiased_estimate(self, omega, sd):
         # E[omega^2] = (x + a) + sd^2.
         return np.asarray(omega, dtype=float) ** 2 - sd**2 - self.a
+
+    def estimand(self, y):
+        return np.asarray(y, dtype=float) ** 2 - self.a
+
+    def derivative(self, x):
+        return 0.5 / np.sqrt(np.asarray(x, dtype=float) + self.a)
 
     def estimate_variance(self, x, sd):
         # Var((m + Z)^2) = 4 m^2 sd^2 + 2 sd^4 with m^2 = x + a.
@@ -179,6 +197,12 @@ class LogPsi(NeighborFunction):
         # E[exp(omega)] = (x + a) exp(sd^2 / 2).
         return np.exp(np.asarray(omega, dtype=float) - sd**2 / 2) - self.a
 
+    def estimand(self, y):
+        return np.exp(np.asarray(y, dtype=float)) - self.a
+
+    def derivative(self, x):
+        return 1.0 / (np.asarray(x, dtype=float) + self.a)
+
     def estimate_variance(self, x, sd):
         return (np.asarray(x, dtype=float) + self.a) ** 2 * np.expm1(np.asarray(sd, dtype=float) ** 2)
 
@@ -214,6 +238,12 @@ class LinearPsi(NeighborFunction):
     def unbiased_estimate(self, omega, sd):
         return np.asarray(omega, dtype=float) * self.d
 
+    def estimand(self, y):
+        return np.asarray(y, dtype=float) * self.d
+
+    def derivative(self, x):
+        return np.full(np.shape(x), 1.0 / self.d)
+
     def estimate_variance(self, x, sd):
         return np.broadcast_to((self.d * np.asarray(sd, dtype=float)) ** 2, np.shape(x)).copy()
 
@@ -226,19 +256,68 @@ class LinearPsi(NeighborFunction):
         return 2.0**-52 * np.asarray(upper_total, dtype=float) / self.d + 2.0**-1000
 
 
+class FarBranchPsi(NeighborFunction):
+    """A combined psi* whose last piece, x >= ``switch``, is far(x) / far_gamma + far_offset.
+
+    Its psi-mechanism estimate is the far piece's closed form: there far_gamma (omega - far_offset)
+    = far(x) + N(0, (far_gamma sd)^2), so far's unbiased estimate is exactly unbiased for every
+    x >= switch. Below the switch it is unbiased for ``expected_estimate(x)`` (far's inverse
+    continued analytically) instead, with the closed-form ``estimate_bias``. No estimate can be
+    unbiased on both sides: x -> E[f(psi*(x) + Z)] is real-analytic in psi*(x) for any f, and
+    psi*^-1 is not analytic at the switch (its second derivative jumps there).
+    """
+
+    switch: float  # where the far piece starts
+    far: NeighborFunction
+    far_gamma: float
+    far_offset: float
+
+    @property
+    def max_noise_sd(self) -> float:
+        return self.far.max_noise_sd / self.far_gamma
+
+    def _far_scale(self, omega: np.ndarray) -> np.ndarray:
+        """omega mapped onto the far piece's scale: far_gamma (omega - far_offset)."""
+        return self.far_gamma * (np.asarray(omega, dtype=float) - self.far_offset)
+
+    def unbiased_estimate(self, omega, sd):
+        return self.far.unbiased_estimate(self._far_scale(omega), self.far_gamma * np.asarray(sd, dtype=float))
+
+    def expected_estimate(self, x: np.ndarray) -> np.ndarray:
+        """E[x~] at true total x: x itself from the switch on, more below it."""
+        return self.far.estimand(self._far_scale(self(x)))
+
+    def estimate_bias(self, x: np.ndarray) -> np.ndarray:
+        """E[x~] - x: 0 for x >= switch."""
+        x = np.asarray(x, dtype=float)
+        return np.where(x >= self.switch, 0.0, self.expected_estimate(x) - x)
+
+    def estimate_variance(self, x, sd):
+        return self.far.estimate_variance(self.expected_estimate(x), self.far_gamma * np.asarray(sd, dtype=float))
+
+    def releasable_variance(self, estimate, sd):
+        # The formula at max(x~, 0): > 0 everywhere since E[x~] > 0 at x = 0.
+        return self.estimate_variance(np.maximum(np.asarray(estimate, dtype=float), 0.0), sd)
+
+
 @dataclass(frozen=True)
-class SqrtLinearPsi(NeighborFunction):
-    """Combined psi* protecting establishments (sqrt, distance gamma_sqrt) and people (linear, d).
+class SqrtLinearPsi(FarBranchPsi):
+    """Combined psi* protecting establishments (sqrt(x), distance gamma_sqrt) and people (linear, d).
 
     gamma* = 1 and psi*'(x) = min(1 / (2 gamma sqrt(x)), 1 / d), so psi*(x) = x / d for
-    x <= d^2 / (4 gamma^2) and sqrt(x) / gamma - d / (4 gamma^2) beyond (SPEC section 3).
-    Use it with gamma = 1.
+    x <= knot = d^2 / (4 gamma^2) and sqrt(x) / gamma - d / (4 gamma^2) beyond (SPEC section 3).
+    Use it with gamma = 1: values within one person (d) or within gamma_sqrt on the sqrt scale,
+    whichever is wider, are neighbors. The sqrt part has no offset a: a exists to bound sqrt's slope
+    at 0, which the linear part already does (with a > 0 the linear piece just ends at knot - a).
+
+    The psi-mechanism's estimate is sqrt's on the sqrt piece: x~ = gamma^2 ((omega + m_k)^2 - s^2),
+    m_k = d / (4 gamma^2) = psi*(knot); exactly unbiased for x >= knot, and for x < knot biased by
+    (knot - x)^2 / (4 knot) <= knot / 4 (FarBranchPsi: no estimate is unbiased on both pieces).
     """
 
     gamma_sqrt: float = 0.5
     d: float = 1.0
     name = "sqrt-linear"
-    releasable = False  # no unbiased estimate or float error bound yet
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.gamma_sqrt) and self.gamma_sqrt > 0):
@@ -249,16 +328,52 @@ class SqrtLinearPsi(NeighborFunction):
     def knot(self) -> float:
         return self.d**2 / (4 * self.gamma_sqrt**2)
 
+    @property
+    def at_knot(self) -> float:
+        """psi*(knot) = d / (4 gamma^2)."""
+        return self.d / (4 * self.gamma_sqrt**2)
+
+    switch = knot
+    far = SqrtPsi()
+
+    @property
+    def far_gamma(self) -> float:
+        return self.gamma_sqrt
+
+    @property
+    def far_offset(self) -> float:
+        return -self.at_knot
+
     def __call__(self, x):
         x = np.asarray(x, dtype=float)
-        g = self.gamma_sqrt
-        return np.where(x <= self.knot, x / self.d, np.sqrt(x) / g - self.d / (4 * g * g))
+        return np.where(x <= self.knot, x / self.d, np.sqrt(x) / self.gamma_sqrt - self.at_knot)
 
     def _inverse(self, y):
-        g = self.gamma_sqrt
         y = np.asarray(y, dtype=float)
-        at_knot = self.knot / self.d
-        return np.where(y <= at_knot, np.maximum(y * self.d, 0.0), (g * (y + self.d / (4 * g * g))) ** 2)
+        return np.where(y <= self.at_knot, np.maximum(y * self.d, 0.0), (self.gamma_sqrt * (y + self.at_knot)) ** 2)
+
+    def derivative(self, x):
+        return np.minimum(self.far.derivative(x) / self.gamma_sqrt, 1.0 / self.d)
+
+    def clip_sensitivity(self, clip, gamma):
+        # Lower end of I(u) = psi*^-1(psi*(u) - gamma), in three cases, each without cancellation:
+        # both ends on the sqrt piece: 2 g gamma sqrt(u) - (g gamma)^2 (sqrt's form with distance g gamma);
+        # u on the sqrt piece, lower end on the linear one: u - d (psi*(u) - gamma) = (sqrt u - sqrt knot)^2
+        # + d gamma; u on the linear piece: d gamma; and u itself once psi*(u) <= gamma.
+        clip = np.asarray(clip, dtype=float)
+        g = self.gamma_sqrt
+        root = np.sqrt(clip)
+        crossing = (root - math.sqrt(self.knot)) ** 2 + self.d * gamma
+        width = np.where(root > g * (gamma + 2 * self.at_knot), 2 * g * gamma * root - (g * gamma) ** 2,
+                         np.where(clip > self.knot, crossing, self.d * gamma))
+        return np.where(self(clip) <= gamma, clip, width)
+
+    def float_error(self, upper_total):
+        # Linear piece (S <= knot): fl(S) / d errs by <= 2^-52 knot / d = 2^-52 m_k. Sqrt piece:
+        # sqrt(fl(S)) / gamma errs by <= 2^-51 sqrt(S) / gamma (three roundings), the constant and the
+        # subtraction by <= 2^-51 (sqrt(S) / gamma + m_k). Doubled for the choice of piece at the knot.
+        upper = np.asarray(upper_total, dtype=float)
+        return 2.0**-50 * (np.sqrt(upper) / self.gamma_sqrt + 2 * self.at_knot) + 2.0**-1000
 
 
 NEIGHBOR_FUNCTIONS = {"sqrt": SqrtPsi, "log": LogPsi, "linear": LinearPsi, "sqrt-linear": SqrtLinearPsi}

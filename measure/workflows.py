@@ -67,7 +67,8 @@ class MeasurementPlan:
         if self.workflow not in WORKFLOWS:
             raise ValueError(f"workflow {shown(self.workflow)} is unknown; choose one of {', '.join(WORKFLOWS)}")
         if not self.psi.releasable:
-            raise ValueError(f"psi {self.psi.name} has no releasable unbiased estimate yet; use sqrt, log or linear")
+            raise ValueError(f"psi {self.psi.name} cannot be used in a release (no float error bound); use sqrt, log, "
+                             "linear or sqrt-linear")
         for attribute, gamma in self.gammas.items():
             check_gamma(gamma)
             if not gamma >= MIN_GAMMA:

@@ -269,8 +269,8 @@ STRUCTURE_CONFIGS = {
     "alias bomb": (BOMB, "YAML aliases (*a0 at line 7) are not allowed in configs"),
     "duplicate by column": (BASELINE_TEXT.replace("by: [state, naics5]", "by: [state, state]"),
                             "queries[3].by: column 'state' appears twice in query state,state"),
-    "sqrt-linear": (BASELINE_TEXT.replace("psi: {name: sqrt, a: 0}", "psi: {name: sqrt-linear}"),
-                    "psi sqrt-linear has no releasable unbiased estimate yet; use sqrt, log or linear"),
+    "sqrt-linear with an offset": (BASELINE_TEXT.replace("psi: {name: sqrt, a: 0}", "psi: {name: sqrt-linear, a: 0}"),
+                                   "psi 'sqrt-linear' takes parameters ['gamma_sqrt', 'd'], got ['a']"),
 }
 
 
