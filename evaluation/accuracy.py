@@ -27,7 +27,7 @@ from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import measure
 from gedp.postprocess.moe import variance_function
 from gedp.postprocess.tabulate import qcew_keys
-from gedp.postprocess.wls import protect_microdata
+from gedp.postprocess.wls import pool_month_variances, protect_microdata
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.schema import CONFIDENTIAL, public_columns
 
@@ -102,6 +102,8 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
     for r, rng in enumerate(child_streams(seed, replications)):
         measurements = measure(truth, plan, rng=rng)
         answers = {a: measurements.for_attribute(a) for a in attributes}
+        if config.variance_mode == "pooled":  # as the release's margins take them (gedp.manifest.release_answers)
+            answers = pool_month_variances(answers, plan.psi)
         release, _ = protect_microdata(answers, public, psi=plan.psi, wages=config.wages)
         for attribute in attributes:
             variances = variance_function(attribute, answers, release, wage_psi)

@@ -22,7 +22,7 @@ import pandas as pd
 from gedp.config import Config, load_config, parse_config
 from gedp.engine import Source, protect_input
 from gedp.errors import InputError
-from gedp.manifest import Manifest, read_manifest, release_wage_psi
+from gedp.manifest import Manifest, read_manifest, release_answers, release_wage_psi
 from gedp.pipeline import (
     MEASUREMENTS_FILE,
     PROTECTED_FILE,
@@ -30,9 +30,6 @@ from gedp.pipeline import (
     check_output_directory,
     check_publication,
     staged_directory,
-)
-from gedp.pipeline import (
-    read_release as _read_answers,
 )
 
 __all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize"]
@@ -135,7 +132,7 @@ class Release:
         from the release's least-squares covariance (no privacy budget spent)."""
         from gedp.postprocess.tabulate import tabulate
 
-        answers = _read_answers(self.folder)[1] if moe else None
+        answers = release_answers(self.folder) if moe else None
         wage_psi = release_wage_psi(self.folder) if moe else None
         try:
             return tabulate(self.microdata, by, where=where, moe=moe, level=level, answers=answers, wage_psi=wage_psi)

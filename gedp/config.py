@@ -16,7 +16,7 @@ from gedp.measure.neighbors import make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
 from gedp.postprocess.wages import WAGE_METHODS
-from gedp.postprocess.wls import SOLVERS, VARIANCE_MODES
+from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, SOLVERS, VARIANCE_MODES
 from gedp.synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, shown
 
 TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "wages", "integer", "attributes", "queries"}
@@ -173,12 +173,13 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
     psi_spec = raw.get("psi", {"name": "sqrt"})
     if not isinstance(psi_spec, dict) or "name" not in psi_spec:
         raise ConfigError(f"{where}: psi must be a mapping with a 'name', got {shown(psi_spec)}")
-    variance_mode = raw.get("variance", "estimated")
+    variance_mode = raw.get("variance", "pooled")
     solver = raw.get("solver", "auto")
-    if variance_mode != "estimated":
+    if variance_mode not in RELEASE_VARIANCE_MODES:
         raise ConfigError(
-            f"{where}: variance {shown(variance_mode)} needs confidential true variances; a release uses 'estimated'"
-            f" (modes {', '.join(VARIANCE_MODES)} exist for ablation studies)"
+            f"{where}: variance {shown(variance_mode)} is not one a release can use (choose pooled or estimated;"
+            f" modes {', '.join(VARIANCE_MODES)} exist for ablation studies, exact and hybrid need confidential"
+            " true variances)"
         )
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ConfigError(f"{where}: solver {shown(solver)} is unknown (choose one of {', '.join(SOLVERS)})")

@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 
 from gedp.config import Config
 from gedp.errors import InputError
+from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.pipeline import (
     MANIFEST_FILE,
@@ -22,8 +23,10 @@ from gedp.pipeline import (
     PROTECTED_FILE,
     TABLES_FILE,
     is_publishable,
+    read_release,
     versions,
 )
+from gedp.postprocess.wls import pool_month_variances
 
 
 class Manifest(TypedDict, total=False):
@@ -70,6 +73,16 @@ def read_manifest(release: str | Path) -> Manifest:
     if not isinstance(content, dict) or not MANIFEST_KEYS <= content.keys():
         raise InputError(f"'{release}' is not a gedp release ({MANIFEST_FILE} lacks gedp's keys)")
     return content  # type: ignore[return-value]
+
+
+def release_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
+    """A release's answers as its postprocessing weighed them (what its margins of error take): with
+    the ``pooled`` variance mode, the months' identity variances at the other months' answers."""
+    manifest = read_manifest(release)
+    answers = read_release(release)[1]
+    if manifest.get("variance_mode") == "pooled":
+        return pool_month_variances(answers, make_psi(**manifest["psi"]))
+    return answers
 
 
 def release_wage_psi(release: str | Path) -> NeighborFunction | None:

@@ -28,7 +28,12 @@ from gedp.postprocess import wages as wage_model
 from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls
 from gedp.synth.schema import public_columns
 
-VARIANCE_MODES = ("estimated", "exact", "hybrid")
+VARIANCE_MODES = ("pooled", "estimated", "exact", "hybrid")
+#: Variance modes a release may use: computed from released values only.
+RELEASE_VARIANCE_MODES = ("pooled", "estimated")
+#: Attributes measured on the same establishments with independent noise, whose identity variances
+#: ``pooled`` evaluates at the other attributes' estimates.
+MONTHS = ("m1emp", "m2emp", "m3emp")
 #: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.
 CVXPY_SOLVERS = {"osqp": cp.OSQP, "clarabel": cp.CLARABEL}
 SOLVERS = ("auto", "structured", *CVXPY_SOLVERS)
@@ -71,12 +76,39 @@ class WLSResult:
         return {k: v for k, v in self.__dict__.items() if k not in ("values", "seconds")}
 
 
+def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
+                         psi: NeighborFunction) -> dict[str, list[NoisyAnswer]]:
+    """The answers with each month's identity variances evaluated at the mean of the establishment's
+    other months' identity estimates (floored at 0), not at the month's own estimate.
+
+    The releasable variance at a month's own estimate grows with that answer's noise, so weighting by
+    it pulls totals down (the E3 effect); the other months' answers carry independent noise, so
+    weights taken from them are independent of the answer weighted. Postprocessing: released values
+    only. Months without identity answers, and other attributes, are returned as they are.
+    """
+    identity = {month: next((a for a in measurements_by_attribute.get(month, []) if a.query.is_identity), None)
+                for month in MONTHS}
+    identity = {month: answer for month, answer in identity.items() if answer is not None}
+    out = {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
+    if len(identity) < 2:
+        return out
+    keys = next(iter(identity.values())).keys
+    if not all(answer.keys.equals(keys) for answer in identity.values()):
+        raise ValueError("the months' identity answers are not over the same establishments in the same order")
+    for month, answer in identity.items():
+        others = np.mean([other.estimate for name, other in identity.items() if name != month], axis=0)
+        pooled = dataclasses.replace(answer, variance=psi.releasable_variance(np.maximum(others, 0.0), answer.sd))
+        out[month] = [pooled if a is answer else a for a in out[month]]
+    return out
+
+
 def answer_variances(
     answer: NoisyAnswer, mode: str, exact_variances: Mapping[str, np.ndarray] | None
 ) -> np.ndarray:
     """The variances postprocessing weights ``answer`` by, under a variance mode.
 
-    ``estimated`` uses the released variances (the only private choice); ``exact`` replaces every
+    ``pooled`` and ``estimated`` use the answer's variances (released, or pooled across months by
+    ``pool_month_variances`` before); ``exact`` replaces every
     psi-mechanism variance by its true value and ``hybrid`` all but the identity query's. True
     values come from ``exact_variances`` keyed by query name: confidential, ablation studies only.
     """
@@ -309,18 +341,24 @@ def protect_microdata(
 ) -> tuple[pd.DataFrame, dict[str, WLSResult]]:
     """Protected microdata: the public columns plus every attribute's postprocessed values.
 
-    With ``wages="employment"`` (and ``psi``, estimated variances and a structured plan), wages are
+    With ``variance_mode="pooled"`` (and ``psi``), the months' identity answers are weighted by
+    ``pool_month_variances``. With ``wages="employment"`` (and ``psi``, released or pooled variances and
+    a structured plan), wages are
     postprocessed last, informed by the protected employment (``postprocess.wages``); every other
     attribute, and wages otherwise, by the weighted least squares.
     """
     if wages not in wage_model.WAGE_METHODS:
         raise ValueError(f"wages '{wages}' is unknown; choose one of {', '.join(wage_model.WAGE_METHODS)}")
+    if variance_mode == "pooled":
+        if psi is None:
+            raise ValueError("variance mode 'pooled' needs the plan's psi")
+        measurements_by_attribute = pool_month_variances(measurements_by_attribute, psi)
     protected = public.copy()
     results = {}
     order = sorted(measurements_by_attribute, key=lambda attribute: attribute == wage_model.WAGE)
     for attribute in order:
         answers = measurements_by_attribute[attribute]
-        if (wages == "employment" and psi is not None and variance_mode == "estimated"
+        if (wages == "employment" and psi is not None and variance_mode in RELEASE_VARIANCE_MODES
                 and solver in ("auto", "structured")
                 and wage_model.applies(answers, attribute, list(measurements_by_attribute))):
             results[attribute] = protect_wages(measurements_by_attribute, protected, psi)

@@ -165,7 +165,7 @@ def test_bad_microdata_exits_2_with_one_line_and_writes_nothing(tmp_path, small_
     (lambda raw: raw["queries"][0].update(mu={"m1emp": "lots"}), "queries[1].mu.m1emp must be a finite number"),
     (lambda raw: raw["queries"][1].update(by=["county", "zipcode"]), "'zipcode' is not a public column"),
     (lambda raw: raw.update(mu_cap=1.0), "planned total mu (2.3065) exceeds the cap (1.0000)"),
-    (lambda raw: raw.update(variance="exact"), "variance 'exact' needs confidential true variances"),
+    (lambda raw: raw.update(variance="exact"), "variance 'exact' is not one a release can use"),
     (lambda raw: raw.update(psi={"name": "cube"}), "psi 'cube' is unknown"),
     (lambda raw: raw["queries"].pop(0), "workflow pnc needs the identity query"),
 ])

@@ -18,10 +18,12 @@ from gedp.postprocess.wls import (
     answer_variances,
     build_system,
     kkt_residual,
+    pool_month_variances,
     protect_attribute,
     solve_structured,
     solve_wls,
 )
+from gedp.synth.schema import public_columns
 
 
 def nested_instance(seed: int, n: int = 400, zero_share: float = 0.5, *, counties: int = 5, industries: int = 9,
@@ -130,6 +132,56 @@ def test_variance_modes_choose_released_or_true_variances(small_state):
         answer_variances(identity, "exact", None)
     with pytest.raises(ValueError, match="variance mode 'oracle' is unknown"):
         answer_variances(identity, "oracle", None)
+
+
+def test_pooled_variances_weigh_each_month_at_the_other_months(small_state):
+    """pool_month_variances against a plain per-establishment computation: month m's identity variance is
+    the releasable variance at the mean of the other months' identity estimates (floored at 0), so it
+    does not move with month m's own answers; other answers and attributes are untouched."""
+    plan = load_config("baseline").plan
+    answers = {a: measure(small_state, plan, rng=np.random.default_rng(8)).for_attribute(a) for a in plan.attributes}
+    pooled = pool_month_variances(answers, plan.psi)
+    estimates = {m: next(a for a in answers[m] if a.query.is_identity).estimate for m in ("m1emp", "m2emp", "m3emp")}
+    for month in estimates:
+        [identity] = [a for a in pooled[month] if a.query.is_identity]
+        others = [estimates[o] for o in estimates if o != month]
+        at = np.maximum((others[0] + others[1]) / 2, 0.0)
+        s = identity.sd
+        np.testing.assert_allclose(identity.variance, 2 * s**2 * (2 * at + s**2), rtol=1e-12)  # sqrt, a = 0
+        assert not np.allclose(identity.variance, next(a for a in answers[month] if a.query.is_identity).variance)
+        assert all(p is a for p, a in zip(pooled[month], answers[month]) if not a.query.is_identity)
+    assert pooled["wage"] == answers["wage"]
+    # month 1's own answers do not enter its weights
+    shifted = {**answers, "m1emp": [dataclasses.replace(a, estimate=a.estimate + 50.0) if a.query.is_identity else a
+                                    for a in answers["m1emp"]]}
+    np.testing.assert_array_equal(next(a for a in pool_month_variances(shifted, plan.psi)["m1emp"]
+                                       if a.query.is_identity).variance,
+                                  next(a for a in pooled["m1emp"] if a.query.is_identity).variance)
+    only_one = {"m1emp": answers["m1emp"], "wage": answers["wage"]}
+    assert pool_month_variances(only_one, plan.psi)["m1emp"] == answers["m1emp"]
+
+
+def test_pooled_is_the_release_default_and_margins_follow_it(small_state, tmp_path):
+    """A release weighs the months by pooled variances (the manifest says so), and its margins of error
+    are the ones of those weights: tabulate --moe equals the covariance of the pooled system."""
+    import gedp
+    from gedp.manifest import release_answers
+    from gedp.pipeline import read_release
+    from gedp.postprocess.moe import answers_variances
+
+    release = gedp.protect(small_state, seed=3, not_for_publication=True)
+    assert release.manifest["variance_mode"] == "pooled"
+    protected, answers = read_release(release.folder)
+    weighed = release_answers(release.folder)
+    assert weighed["m2emp"] != answers["m2emp"]
+    codes = pd.factorize(protected["county"], sort=True)[0]
+    expected = 1.959963984540054 * np.sqrt(answers_variances(weighed["m2emp"], protected[public_columns(protected)],
+                                                             codes, codes.max() + 1))
+    np.testing.assert_allclose(release.tabulate(by=["county"], moe=True)["m2emp_moe"], expected, rtol=1e-9)
+    plain = gedp.protect(small_state, config=dict(gedp.load("baseline").raw, variance="estimated"), seed=3,
+                         not_for_publication=True)
+    assert plain.manifest["variance_mode"] == "estimated"
+    assert not np.allclose(plain.microdata["m2emp"], release.microdata["m2emp"])
 
 
 def test_answers_that_do_not_match_the_public_data_are_refused(small_state):
