@@ -32,7 +32,7 @@ from gedp.pipeline import (
     staged_directory,
 )
 from gedp.pipeline import (
-    read_release as _read_answers,
+    read_answers as _read_answers,
 )
 
 __all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize"]
@@ -135,7 +135,7 @@ class Release:
         from the release's least-squares covariance (no privacy budget spent)."""
         from gedp.postprocess.tabulate import tabulate
 
-        answers = _read_answers(self.folder)[1] if moe else None
+        answers = _read_answers(self.folder) if moe else None
         wage_psi = release_wage_psi(self.folder) if moe else None
         try:
             return tabulate(self.microdata, by, where=where, moe=moe, level=level, answers=answers, wage_psi=wage_psi)

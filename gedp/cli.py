@@ -554,7 +554,7 @@ def tabulate_command(
     budget is spent and no confidential data is read.
     """
     from gedp.manifest import release_wage_psi
-    from gedp.pipeline import MANIFEST_FILE, PROTECTED_FILE, read_release
+    from gedp.pipeline import MANIFEST_FILE, PROTECTED_FILE, read_answers
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
     from gedp.synth.io import read_microdata
     from gedp.synth.schema import count
@@ -570,7 +570,7 @@ def tabulate_command(
         table_format = _table_format(table_format, out, agglvl)
         data = read_microdata(microdata / PROTECTED_FILE if release else microdata, attributes=None)
         options = {"where": where or None, "moe": moe, "level": level,
-                   "answers": read_release(microdata)[1] if moe else None,
+                   "answers": read_answers(microdata) if moe else None,
                    "wage_psi": release_wage_psi(microdata) if moe else None}
         try:
             with warnings.catch_warnings(record=True) as caught:

@@ -355,9 +355,15 @@ def parse_query_name(name: str) -> tuple[str, ...]:
 def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[NoisyAnswer]]]:
     """A release's protected microdata and its noisy answers by attribute (all public)."""
     release = Path(release)
+    answers = read_answers(release)
+    return pd.read_parquet(release / PROTECTED_FILE), answers
+
+
+def read_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
+    """A release's noisy answers by attribute (without reading its protected microdata)."""
+    release = Path(release)
     if not (release / MANIFEST_FILE).is_file():
         raise InputError(f"'{release}' is not a gedp release (no {MANIFEST_FILE})")
-    protected = pd.read_parquet(release / PROTECTED_FILE)
     frame = pd.read_parquet(release / MEASUREMENTS_FILE)
     answers: dict[str, list[NoisyAnswer]] = {}
     for (name, attribute), rows in frame.groupby(["query", "attribute"], sort=False):
@@ -370,4 +376,4 @@ def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[Nois
             mu=float(rows["mu"].iloc[0]), sd=rows["sd"].to_numpy(),
             grid=float(rows["grid"].iloc[0]) if "grid" in rows else 0.0,
         ))
-    return protected, answers
+    return answers

@@ -44,7 +44,6 @@ from gedp.postprocess.structured import (
     CellOperator,
     cell_to_group_matrix,
     pinned_at_zero,
-    quadratic_forms,
     solve_nested,
 )
 
@@ -281,7 +280,7 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarra
     operator = CellOperator(fit.groups, fit.group_variance, cell_variance)
     p = sp.diags(cell_variance) @ g
     base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
-    variances = base - quadratic_forms(p.tocsc(), operator.apply_m_after_solve)
+    variances = base - operator.forms_after_solve(p)
     within_tab = sp.csr_matrix((fit.share_variance[inside], (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
     within_cell = np.bincount(codes, weights=fit.share_variance, minlength=n_cells)
     entries = within_tab.tocoo()
