@@ -1,14 +1,22 @@
 """Whole-process time and peak memory of `gedp run`, `gedp protect`, `gedp tabulate --moe`, `gedp synth`,
-`gedp suppress` and `gedp evaluate e5`.
+`gedp suppress` and `gedp evaluate e5`, each `protect` and `tabulate` beside its I/O floor.
 
-`gedp protect` runs on the large profile rescaled to each of --sizes; `gedp synth --from-qcew` and
-`gedp suppress --from-qcew` run on the shared Rhode Island and New Jersey files when ../shared/data is
-present. `--only TEXT` keeps the cases whose label contains TEXT.
+`gedp protect` runs on the large profile rescaled to each of --sizes, and on the New Jersey state that
+`gedp synth --from-qcew` builds from the shared file (alone, and twice as two states: 504k establishments,
+27k county x NAICS-6 cells) when ../shared/data is present; `gedp tabulate --moe` then tabulates every
+county x NAICS-6 cell and every county x sector cell of those releases. `--only TEXT` keeps the cases
+whose label contains TEXT (`A|B`: either). `--before GEDP` also runs every case with another gedp executable (e.g. a
+venv of the previous commit), alternating with this one, so both are measured in the same session.
+
+The I/O floor of a `protect` is reading its input and writing the release's Parquet files once with
+pyarrow (tables already in memory, default options; the release is
+protected with the secure generator, as an agency runs it); of a `tabulate`, reading the release's protected
+microdata and measurements with pyarrow. Floors are measured in this process, best of --repeat.
 
 Each command runs in a fresh process (as a user runs it); peak memory is the child's maximum resident
 set size. Results are appended to benchmarks/RESULTS.md with a description of the machine.
 
-    python benchmarks/bench_cli.py [--repeat 3] [--sizes 35796,100000] [--only suppress]
+    python benchmarks/bench_cli.py [--repeat 3] [--sizes 35796,1400000] [--only protect] [--before GEDP]
 """
 
 from __future__ import annotations
@@ -21,13 +29,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 
 from gedp.synth.profiles import generate_profile, load_profile
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+PARQUET_OUTPUTS = ("protected.parquet", "measurements.parquet")
 
 
 def gedp_command() -> list[str]:
@@ -41,58 +54,119 @@ def machine() -> str:
     return f"{processor}, {os.cpu_count()} cores, {memory:.0f} GiB, Python {platform.python_version()}"
 
 
+def protect_floor(source: Path, release: Path, scratch: Path) -> float:
+    """Seconds to read ``source`` and write ``release``'s Parquet outputs once with pyarrow."""
+    tables = {name: pq.read_table(release / name) for name in PARQUET_OUTPUTS}
+    start = time.perf_counter()
+    pq.read_table(source)
+    for name, table in tables.items():
+        pq.write_table(table, scratch / name)
+    return time.perf_counter() - start
+
+
+def tabulate_floor(release: Path) -> float:
+    """Seconds to read ``release``'s protected microdata and measurements once with pyarrow."""
+    start = time.perf_counter()
+    for name in PARQUET_OUTPUTS:
+        pq.read_table(release / name)
+    return time.perf_counter() - start
+
+
+def timed_run(command: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and peak resident MiB of one command in its own process."""
+    # RUSAGE_CHILDREN is a high-water mark over all children: measure each case in its own process.
+    probe = [sys.executable, "-c",
+             "import resource, subprocess, sys, time; t = time.perf_counter(); "
+             "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)",
+             *command]
+    out = subprocess.run(probe, cwd=cwd, check=True, capture_output=True, text=True).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+def release_cases(label: str, source: str, release: str) -> list[tuple[str, list[str], Callable | None]]:
+    """`gedp protect` of ``source`` into ``release`` and the two `tabulate --moe` of it, with their floors."""
+    def floor_of_protect(work: Path) -> float:
+        scratch = work / "floor"
+        scratch.mkdir(exist_ok=True)
+        return protect_floor(work / source, work / release, scratch)
+
+    cases = [(f"gedp protect {label}, baseline", ["protect", source, "--out", release], floor_of_protect)]
+    for by, cells in (("county,naics", "county x NAICS-6"), ("county,sector", "county x sector")):
+        cases.append((f"gedp tabulate --moe, every {cells} cell, {label}",
+                      ["tabulate", release, "--by", by, "--moe", "--out", f"{release}-{by.replace(',', '-')}.csv"],
+                      lambda work, release=release: tabulate_floor(work / release)))
+    return cases
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default="35796", help="establishment counts for `gedp protect`")
-    parser.add_argument("--only", default="", help="run only the cases whose label contains this text")
+    parser.add_argument("--only", default="", help="run only the cases whose label contains this text (a|b: either)")
+    parser.add_argument("--before", default="", help="another gedp executable to run every case with too")
+    parser.add_argument("--note", default="", help="a line under the heading, e.g. what --before is")
     args = parser.parse_args()
+    versions = {"": gedp_command()}
+    if args.before:
+        versions = {" (before)": [args.before], " (after)": gedp_command()}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        cases = [("gedp run (small profile, 35,796 establishments, baseline)",
-                  [*gedp_command(), "run", "--seed", "1", "--out", "run"])]
-        cases.append(("gedp evaluate e5 (small profile, 20 replications)",
-                      [*gedp_command(), "evaluate", "e5", "--out", "e5"]))
+        cases: list[tuple[str, list[str], Callable | None]] = [
+            ("gedp run (small profile, 35,796 establishments, baseline)", ["run", "--seed", "1", "--out", "run"], None),
+            ("gedp evaluate e5 (small profile, 20 replications)", ["evaluate", "e5", "--out", "e5"], None),
+        ]
         shared = Path(__file__).resolve().parents[2] / "shared" / "data"
         new_jersey = shared / "qcew_2016q1_34.csv"
         if new_jersey.is_file():
             cases.append(("gedp synth --from-qcew New Jersey (251,987 establishments)",
-                          [*gedp_command(), "synth", "--from-qcew", str(new_jersey), "--out", "nj.parquet"]))
+                          ["synth", "--from-qcew", str(new_jersey), "--out", "nj-synth.parquet"], None))
             for name, state in (("Rhode Island", "44"), ("New Jersey", "34")):
                 cases.append((f"gedp suppress --from-qcew {name} (synthesis, suppression, LP audit)",
-                              [*gedp_command(), "suppress", "--from-qcew", str(shared / f"qcew_2016q1_{state}.csv"),
-                               "--out", f"suppress-{state}"]))
+                              ["suppress", "--from-qcew", str(shared / f"qcew_2016q1_{state}.csv"),
+                               "--out", f"suppress-{state}"], None))
+            subprocess.run([*gedp_command(), "synth", "--from-qcew", str(new_jersey), "--out", "nj.parquet",
+                            "--seed", "1"], cwd=work, check=True, capture_output=True)
+            nj = pd.read_parquet(work / "nj.parquet")
+            twice = pd.concat([nj, nj.assign(state="35", estab_id="35-" + nj["estab_id"])], ignore_index=True)
+            twice.to_parquet(work / "nj2.parquet", index=False)
+            for name, frame, source in (("New Jersey from --from-qcew", nj, "nj.parquet"),
+                                        ("New Jersey twice, as 2 states", twice, "nj2.parquet")):
+                cells = frame.groupby(["state", "county", "naics"]).ngroups
+                cases += release_cases(f"{name} ({len(frame):,} establishments, {cells:,} county x NAICS-6 cells)",
+                                       source, f"protect-{source.removesuffix('.parquet')}")
         for size in (int(s) for s in args.sizes.split(",")):
-            source = work / f"state-{size}.parquet"
+            source = f"state-{size}.parquet"
             generate_profile(load_profile("large"), n_establishments=size, rng=np.random.default_rng(1)).to_parquet(
-                source
+                work / source
             )
-            cases.append((f"gedp protect {size:,} establishments, baseline",
-                          [*gedp_command(), "protect", str(source), "--out", f"protect-{size}"]))
-            cases.append((f"gedp tabulate --moe, every county x NAICS-6 cell, {size:,} establishments",
-                          [*gedp_command(), "tabulate", f"protect-{size}", "--by", "state,county,naics", "--moe",
-                           "--out", f"moe-{size}.csv"]))
-        cases = [(label, command) for label, command in cases if args.only in label]
-        for label, command in cases:
-            # RUSAGE_CHILDREN is a high-water mark over all children: measure each case in its own process.
-            probe = [sys.executable, "-c",
-                     "import resource, subprocess, sys, time; t = time.perf_counter(); "
-                     "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
-                     "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)",
-                     *command]
-            runs = []
+            cases += release_cases(f"{size:,} establishments (large profile)", source, f"protect-{size}")
+        cases = [case for case in cases if any(part in case[0] for part in args.only.split("|"))]
+        for label, arguments, floor in cases:
+            runs: dict[str, list[tuple[float, float]]] = {version: [] for version in versions}
+            floors = []
             for _ in range(args.repeat):
-                out = subprocess.run(probe, cwd=work, check=True, capture_output=True, text=True).stdout.split()
-                runs.append((float(out[0]), float(out[1])))
-            seconds = sorted(r[0] for r in runs)
-            rows.append((label, seconds[len(seconds) // 2], seconds[0], max(r[1] for r in runs)))
-            print(f"{label}: median {rows[-1][1]:.1f}s, best {rows[-1][2]:.1f}s, peak {rows[-1][3]:.0f} "
-                  "MiB", flush=True)
+                for version, command in versions.items():  # alternate: both see the same load
+                    runs[version].append(timed_run([*command, *arguments], work))
+                if floor is not None:
+                    floors.append(floor(work))
+            for version, measured in runs.items():
+                seconds = sorted(r[0] for r in measured)
+                best_floor = min(floors) if floors else None
+                rows.append((label + version, seconds[len(seconds) // 2], seconds[0], best_floor,
+                             max(r[1] for r in measured)))
+                floor_text = f", floor {best_floor:.1f}s" if best_floor is not None else ""
+                print(f"{rows[-1][0]}: median {rows[-1][1]:.1f}s, best {rows[-1][2]:.1f}s{floor_text}, "
+                      f"peak {rows[-1][4]:.0f} MiB", flush=True)
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"\n## {stamp}: whole-process CLI ({args.repeat} runs each)\n", f"Machine: {machine()}\n",
-             "| command | median s | best s | peak memory MiB |", "|---|---|---|---|"]
-    lines += [f"| {label} | {median:.1f} | {best:.1f} | {peak:.0f} |" for label, median, best, peak in rows]
+             *([args.note + "\n"] if args.note else []),
+             "| command | median s | best s | I/O floor s | best / floor | peak memory MiB |",
+             "|---|---|---|---|---|---|"]
+    for label, median, best, floor, peak in rows:
+        floor_cells = f"{floor:.2f} | {best / floor:.1f}x" if floor is not None else "| "
+        lines.append(f"| {label} | {median:.1f} | {best:.1f} | {floor_cells} | {peak:.0f} |")
     if not RESULTS.exists():
         RESULTS.write_text("# Benchmark results\n\nAppended by the scripts in this folder; newest last.\n")
     with RESULTS.open("a") as handle:

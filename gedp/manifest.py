@@ -23,7 +23,7 @@ from gedp.pipeline import (
     PROTECTED_FILE,
     TABLES_FILE,
     is_publishable,
-    read_release,
+    read_answers,
     versions,
 )
 from gedp.postprocess.wls import pool_month_variances
@@ -79,7 +79,7 @@ def release_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
     """A release's answers as its postprocessing weighed them (what its margins of error take): with
     the ``pooled`` variance mode, the months' identity variances at the other months' answers."""
     manifest = read_manifest(release)
-    answers = read_release(release)[1]
+    answers = read_answers(release)
     if manifest.get("variance_mode") == "pooled":
         return pool_month_variances(answers, make_psi(**manifest["psi"]))
     return answers

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from randomgen import ChaCha
 
 from gedp.config import Config
@@ -121,23 +123,26 @@ def total_steps(config: Config) -> int:
     return count_steps(config.plan) + len(config.plan.attributes) + 1 + config.integer
 
 
-def measurements_frame(measurements: Measurements) -> pd.DataFrame:
-    """All noisy answers in one long table: query, attribute, mechanism, group keys and the numbers."""
+def measurements_table(measurements: Measurements) -> pa.Table:
+    """All noisy answers in one long table: query, attribute, mechanism, group keys and the numbers
+    (built in Arrow: the label columns repeat one string per answer; a key column an answer lacks is null)."""
     parts = []
     for answer in measurements.answers:
-        part = answer.keys.reset_index(drop=True).copy()
-        part.insert(0, "query", answer.query.name)
-        part.insert(1, "attribute", answer.query.attribute)
-        part.insert(2, "mechanism", answer.mechanism)
-        part.insert(3, "mu", answer.mu)
-        part.insert(4, "variance_kind", answer.variance_kind)
-        part["released"] = answer.released
-        part["estimate"] = answer.estimate
-        part["variance"] = answer.variance
-        part["sd"] = answer.sd
-        part["grid"] = answer.grid
-        parts.append(part)
-    return pd.concat(parts, ignore_index=True)
+        n = len(answer)
+
+        def label(value: str) -> pa.Array:
+            return pa.repeat(pa.scalar(value, pa.large_string()), n)
+
+        keys = {column: pa.array(answer.keys[column].reset_index(drop=True), type=pa.large_string())
+                for column in answer.keys.columns}
+        parts.append(pa.table({
+            "query": label(answer.query.name), "attribute": label(answer.query.attribute),
+            "mechanism": label(answer.mechanism), "mu": pa.repeat(pa.scalar(answer.mu, pa.float64()), n),
+            "variance_kind": label(answer.variance_kind), **keys,
+            "released": answer.released, "estimate": answer.estimate, "variance": answer.variance,
+            "sd": answer.sd, "grid": pa.repeat(pa.scalar(answer.grid, pa.float64()), n),
+        }))
+    return pa.concat_tables(parts, promote_options="default")
 
 
 def versions() -> dict[str, str]:
@@ -339,9 +344,7 @@ def write_parts(release: Release, staging: Path, part: str, tables: Path) -> Non
     for folder in (PROTECTED_FILE, MEASUREMENTS_FILE):
         (staging / folder).mkdir(exist_ok=True)
     release.protected.to_parquet(staging / PROTECTED_FILE / f"part-{part}.parquet", index=False)
-    measurements_frame(release.measurements).to_parquet(
-        staging / MEASUREMENTS_FILE / f"part-{part}.parquet", index=False
-    )
+    pq.write_table(measurements_table(release.measurements), staging / MEASUREMENTS_FILE / f"part-{part}.parquet")
     release.tables.to_csv(tables, index=False)
 
 
@@ -355,9 +358,15 @@ def parse_query_name(name: str) -> tuple[str, ...]:
 def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[NoisyAnswer]]]:
     """A release's protected microdata and its noisy answers by attribute (all public)."""
     release = Path(release)
+    answers = read_answers(release)
+    return pd.read_parquet(release / PROTECTED_FILE), answers
+
+
+def read_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
+    """A release's noisy answers by attribute (without reading its protected microdata)."""
+    release = Path(release)
     if not (release / MANIFEST_FILE).is_file():
         raise InputError(f"'{release}' is not a gedp release (no {MANIFEST_FILE})")
-    protected = pd.read_parquet(release / PROTECTED_FILE)
     frame = pd.read_parquet(release / MEASUREMENTS_FILE)
     answers: dict[str, list[NoisyAnswer]] = {}
     for (name, attribute), rows in frame.groupby(["query", "attribute"], sort=False):
@@ -370,4 +379,4 @@ def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[Nois
             mu=float(rows["mu"].iloc[0]), sd=rows["sd"].to_numpy(),
             grid=float(rows["grid"].iloc[0]) if "grid" in rows else 0.0,
         ))
-    return protected, answers
+    return answers

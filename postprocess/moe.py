@@ -32,7 +32,6 @@ from gedp.postprocess.structured import (
     CellOperator,
     cell_to_group_matrix,
     pinned_at_zero,
-    quadratic_forms,
 )
 from gedp.postprocess.wls import LinearSystem, build_system, fit_wages, system_structure
 from gedp.synth.schema import public_columns
@@ -79,9 +78,9 @@ def tabulation_variances(
     # cell c inside T, 1 for a whole cell).
     p = sp.csr_matrix((weights[inside], (cell_codes[inside], tab_codes[inside])), shape=(n_cells, n_tab)).tocsc()
     if identity_rows is not None:
-        variances = base - quadratic_forms(p, operator.apply_m_after_solve)
+        variances = base - operator.forms_after_solve(p)
     else:
-        variances = quadratic_forms(p, operator.inverse_m)
+        variances = operator.inverse_m_forms(p)
     if identity_rows is None:
         # Only unions of whole cells are estimable without identity answers.
         entries = p.tocoo()

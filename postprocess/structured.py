@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import cache, cached_property, wraps
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import splu
 
 from gedp.errors import ConfigError
@@ -40,8 +42,27 @@ MAX_ITERATIONS = 10_000
 REFINEMENT_STEPS = 1
 #: Up to this many multi-cell groups, G is factorized densely (Cholesky); beyond, sparse LU.
 DENSE_GROUPS = 4_000
-#: Tabulation cells per block in ``column_forms`` (margins of error).
-QUADRATIC_CHUNK = 1_000
+#: Dense entries (tabulation cells x groups of a block of G) per step of the margins of error's forms.
+FORM_ENTRIES = 1 << 22
+
+
+@cache
+def _blas_threads():
+    from threadpoolctl import ThreadpoolController  # imported when first needed: solving, not every command
+
+    return ThreadpoolController()
+
+
+def one_blas_thread(function):
+    """Run ``function`` with BLAS on one thread. Its dense factorizations are small (a few hundred groups a
+    state), where threads gain nothing, and on a busy machine (other work, or states in parallel on dask)
+    every synchronization of BLAS threads can wait for a time slice: a 353 x 353 Cholesky took 0.6 s
+    instead of 0.6 ms."""
+    @wraps(function)
+    def limited(*args, **kwargs):
+        with _blas_threads().limit(limits=1, user_api="blas"):
+            return function(*args, **kwargs)
+    return limited
 
 
 class NotNested(ConfigError):
@@ -65,6 +86,7 @@ def cell_to_group_matrix(groups: sp.csr_matrix, cell_codes: np.ndarray, n_cells:
     return sp.csr_matrix((np.ones(len(row)), (row, column)), shape=overlap.shape)
 
 
+@one_blas_thread
 def solve_nested(
     a: np.ndarray,
     v: np.ndarray,
@@ -146,20 +168,23 @@ class CellOperator:
     Groups that are single cells contribute a diagonal E to C' W C and are folded in first:
     (I + S' C_m' W_m C_m) t = p' with S' = S / (1 + S E) and p' = p / (1 + S E); the multi-cell
     groups C_m then take one Woodbury step through G = W_m^-1 + C_m S' C_m', factorized once.
-    With S = inf (no identity answers), S' = 1/E and ``inverse_m`` gives M^-1 p, M = C' W C.
+    With S = inf (no identity answers), S' = 1/E and ``inverse_m_forms`` gives forms of M^-1, M = C' W C.
     """
 
     def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray):
         self.c, self.w = c, w
         single = np.diff(c.indptr) == 1
-        diagonal = np.bincount(c[single].indices, weights=1.0 / w[single], minlength=c.shape[1])
+        self.diagonal = np.bincount(c[single].indices, weights=1.0 / w[single], minlength=c.shape[1])
         self.c_multi, self.w_multi = c[~single], w[~single]
         with np.errstate(divide="ignore", invalid="ignore"):
-            self.shrink = np.where(np.isinf(s), 0.0, 1.0 / (1.0 + s * diagonal))
-            self.s_folded = np.where(np.isinf(s), 1.0 / diagonal, s * self.shrink)
+            self.shrink = np.where(np.isinf(s), 0.0, 1.0 / (1.0 + s * self.diagonal))
+            self.s_folded = np.where(np.isinf(s), 1.0 / self.diagonal, s * self.shrink)
         if np.any(~np.isfinite(self.s_folded)):
             raise NotNested("a cell without identity answers is in no single-cell group: its total is not estimable")
-        self._solve_groups = _group_solver(self.c_multi, self.w_multi, self.s_folded)
+
+    @cached_property
+    def _solve_groups(self) -> Callable[[np.ndarray], np.ndarray]:
+        return _group_solver(self.c_multi, self.w_multi, self.s_folded)
 
     def _woodbury(self, folded: np.ndarray) -> np.ndarray:
         s_folded = self.s_folded if folded.ndim == 1 else self.s_folded[:, None]
@@ -169,39 +194,82 @@ class CellOperator:
         """t = (I + S M)^-1 p for a vector or a (cells x k) matrix p."""
         return self._woodbury(p * (self.shrink if p.ndim == 1 else self.shrink[:, None]))
 
-    def inverse_m(self, p: np.ndarray) -> np.ndarray:
-        """M^-1 p, valid where S = inf (M = C' W C positive definite on those cells)."""
-        return self._woodbury(p * (self.s_folded if p.ndim == 1 else self.s_folded[:, None]))
+    def forms_after_solve(self, p: sp.spmatrix) -> np.ndarray:
+        """p_T' M (I + S M)^-1 p_T for every column p_T of ``p`` (cells x tabulations).
 
-    def apply_m_after_solve(self, p: np.ndarray) -> np.ndarray:
-        """M (I + S M)^-1 p: what the margins of error's quadratic forms take (``quadratic_forms``)."""
-        return self.apply_m(self.solve(p))
+        With the single-cell groups folded in, M (I + S M)^-1 = diag(E D) + D C_m' G^-1 C_m D, D = diag(shrink)
+        (Woodbury, and C_m S' C_m' = G - W_m^-1), so each form is a weighted sum of squares over the
+        column's cells plus y' G^-1 y, y = C_m D p_T: no dense cells x tabulations block.
+        """
+        scaled = sp.diags(self.shrink) @ p
+        return _column_forms(p, self.diagonal * self.shrink) + self._group_forms(self.c_multi @ scaled)
 
-    def apply_m(self, t: np.ndarray) -> np.ndarray:
-        """M t = C' W C t."""
-        weights = 1.0 / self.w if t.ndim == 1 else 1.0 / self.w[:, None]
-        return self.c.T @ (weights * (self.c @ t))
+    def left_solve(self, left: sp.spmatrix, p: sp.spmatrix) -> np.ndarray:
+        """left' (I + S M)^-1 p, dense (columns of left x columns of p), without a dense cells x columns
+        block: (I + S M)^-1 p = f - S' C_m' G^-1 C_m f with f = D p (Woodbury, as ``solve``)."""
+        f = sp.diags(self.shrink) @ p
+        through_groups = left.T @ sp.diags(self.s_folded) @ self.c_multi.T
+        direct = (left.T @ f).toarray()
+        if self.c_multi.shape[0] == 0:
+            return direct
+        return direct - through_groups @ self._solve_groups((self.c_multi @ f).toarray())
+
+    def inverse_m_forms(self, p: sp.spmatrix) -> np.ndarray:
+        """p_T' M^-1 p_T for every column (valid where S = inf): M^-1 = S' - S' C_m' G^-1 C_m S'."""
+        return _column_forms(p, self.s_folded) - self._group_forms(self.c_multi @ (sp.diags(self.s_folded) @ p))
+
+    def _group_forms(self, y: sp.spmatrix) -> np.ndarray:
+        """y_T' G^-1 y_T for every column of y (multi-cell groups x tabulations), block by block of G
+        (its connected components: one per state for the shipped plans), a few columns at a time."""
+        y = sp.csr_matrix(y)
+        out = np.zeros(y.shape[1])
+        if y.shape[0] == 0:
+            return out
+        for rows, solve_transposed in self._group_blocks:
+            block = y[rows].tocsc()
+            columns = np.flatnonzero(np.diff(block.indptr))
+            step = max(1, FORM_ENTRIES // len(rows))
+            for start in range(0, len(columns), step):
+                chosen = columns[start:start + step]
+                part = block[:, chosen]
+                out[chosen] += np.asarray(part.T.multiply(solve_transposed(part)).sum(axis=1)).ravel()
+        return out
+
+    @cached_property
+    @one_blas_thread
+    def _group_blocks(self) -> list[tuple[np.ndarray, Callable[[sp.spmatrix], np.ndarray]]]:
+        """Each diagonal block of G (its rows) with a function part -> (G_block^-1 part)' for sparse parts:
+        through the block's explicit inverse (a sparse-times-dense product, cost nnz(part) x block size)
+        up to DENSE_GROUPS rows, else by a sparse LU on dense columns."""
+        g = _group_matrix(self.c_multi, self.w_multi, self.s_folded).tocsr()
+        n_blocks, labels = connected_components(g, directed=False)
+        blocks = []
+        for rows in np.split(np.argsort(labels, kind="stable"), np.cumsum(np.bincount(labels))[:-1]):
+            block = g[rows][:, rows]
+            if len(rows) <= DENSE_GROUPS:
+                inverse = scipy.linalg.cho_solve(scipy.linalg.cho_factor(block.toarray()), np.eye(len(rows)))
+                blocks.append((rows, lambda part, inverse=inverse: part.T @ inverse))  # inverse is symmetric
+            else:
+                lu = splu(block.tocsc(), permc_spec="MMD_AT_PLUS_A")
+                blocks.append((rows, lambda part, lu=lu: lu.solve(part.toarray()).T))
+        return blocks
 
 
-def quadratic_forms(p: sp.csc_matrix, operator: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """p_T' operator(p_T) for every column p_T of ``p`` (cells x tabulations)."""
-    return column_forms(p, lambda block: np.sum(block * operator(block), axis=0))
+def _column_forms(p: sp.spmatrix, weights: np.ndarray) -> np.ndarray:
+    """p_T' diag(weights) p_T for every column of p."""
+    return np.asarray(p.multiply(sp.diags(weights) @ p).sum(axis=0)).ravel()
 
 
-def column_forms(p: sp.csc_matrix, form: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """``form`` (dense cells x k block -> k values) over the columns of ``p``, in blocks of
-    QUADRATIC_CHUNK columns (memory: cells x QUADRATIC_CHUNK floats)."""
-    out = np.empty(p.shape[1])
-    for start in range(0, p.shape[1], QUADRATIC_CHUNK):
-        out[start:start + QUADRATIC_CHUNK] = form(p[:, start:start + QUADRATIC_CHUNK].toarray())
-    return out
+def _group_matrix(c: sp.csr_matrix, w: np.ndarray, s: np.ndarray) -> sp.spmatrix:
+    """G = W^-1 + C S C' over the multi-cell groups."""
+    return sp.diags(w) + c @ sp.diags(s) @ c.T
 
 
 def _group_solver(c: sp.csr_matrix, w: np.ndarray, s: np.ndarray):
     """A function solving (W^-1 + C S C') z = right for the multi-cell groups (factorized once)."""
     if c.shape[0] == 0:
         return lambda right: np.zeros((0, *right.shape[1:]))
-    g = sp.diags(w) + c @ sp.diags(s) @ c.T
+    g = _group_matrix(c, w, s)
     if c.shape[0] <= DENSE_GROUPS:
         factor = scipy.linalg.cho_factor(g.toarray())
         return lambda right: scipy.linalg.cho_solve(factor, right)

@@ -142,6 +142,8 @@ def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
     county = agglvl in COUNTY_LEVELS
     industry = INDUSTRY_OF_STATE_LEVEL[agglvl - 20 if county else agglvl]
     table = tabulate(microdata, by, list(QCEW_VALUE_COLUMNS), **options)
+    categorical = [c for c in by if isinstance(table[c].dtype, pd.CategoricalDtype)]
+    table = table.astype({c: table[c].cat.categories.dtype for c in categorical})  # keys as the codes' type
     out = pd.DataFrame(
         {
             "area_fips": table["state"] + (table["county"] if county else "000"),
@@ -162,5 +164,11 @@ def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
 
 
 def qcew_tables(microdata: pd.DataFrame) -> pd.DataFrame:
-    """Every QCEW aggregation level 51-58 and 71-78 of the microdata, stacked in BLS layout."""
-    return pd.concat([qcew_level(microdata, level) for level in (*STATE_LEVELS, *COUNTY_LEVELS)], ignore_index=True)
+    """Every QCEW aggregation level 51-58 and 71-78 of the microdata, stacked in BLS layout.
+
+    The text key columns are factorized once (categoricals, categories sorted, so each level's groups
+    keep their sorted order) rather than once per level."""
+    levels = (*STATE_LEVELS, *COUNTY_LEVELS)
+    keys = dict.fromkeys(c for level in levels for c in qcew_keys(microdata, level))
+    keyed = microdata.astype({c: "category" for c in keys if not pd.api.types.is_numeric_dtype(microdata[c])})
+    return pd.concat([qcew_level(keyed, level) for level in levels], ignore_index=True)

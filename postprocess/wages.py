@@ -54,9 +54,10 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.structured import (
+    FORM_ENTRIES,
     CellOperator,
     cell_to_group_matrix,
-    column_forms,
+    one_blas_thread,
     pinned_at_zero,
     solve_nested,
 )
@@ -124,13 +125,16 @@ class SharedRates:
     precision: sp.csr_matrix
     blocks: tuple[tuple[np.ndarray, tuple], ...]
 
-    def correlated_part(self, k_inverse_g: np.ndarray) -> np.ndarray:
-        """z' M^-1 z with z = links' K^-1 g, for each column of ``k_inverse_g`` = K^-1 g (cells x k):
-        what the rates' uncertainty adds to the variance of the tabulation g' t (Woodbury)."""
-        z = self.links.T @ k_inverse_g
-        out = np.zeros(k_inverse_g.shape[1])
-        for index, factor in self.blocks:
-            out += np.sum(z[index] * scipy.linalg.cho_solve(factor, z[index]), axis=0)
+    def correlated_forms(self, operator: CellOperator, p: sp.csc_matrix) -> np.ndarray:
+        """z' M^-1 z with z = links' K^-1 g for every column of p = D g (K^-1 g = (I + D M_c)^-1 p, the
+        cell operator's solve): what the rates' uncertainty adds to the variance of each tabulation g' t
+        (Woodbury), a few columns at a time."""
+        out = np.zeros(p.shape[1])
+        step = max(1, FORM_ENTRIES // max(self.links.shape[1], 1))
+        for start in range(0, p.shape[1], step):
+            z = operator.left_solve(self.links, p[:, start:start + step])
+            for index, factor in self.blocks:
+                out[start:start + step] += np.sum(z[index] * scipy.linalg.cho_solve(factor, z[index]), axis=0)
         return out
 
 
@@ -274,6 +278,7 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
     return np.where(free, np.maximum(target + variance * lam[cell_codes], 0.0), 0.0), free
 
 
+@one_blas_thread
 def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_rows: sp.csr_matrix,
               group_answers: np.ndarray, group_variances: np.ndarray, cell_codes: np.ndarray,
               identity_codes: np.ndarray, employment: np.ndarray, employment_variance: np.ndarray,
@@ -424,12 +429,7 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarra
     operator = CellOperator(fit.groups, fit.group_variance, cell_variance)
     p = sp.diags(cell_variance) @ g
     base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
-
-    def cell_part(block: np.ndarray) -> np.ndarray:  # g' K^-1 g - g' D g, with K^-1 g = (I + D M)^-1 D g
-        solved = operator.solve(block)
-        return fit.rates.correlated_part(solved) - np.sum(block * operator.apply_m(solved), axis=0)
-
-    variances = base + column_forms(p.tocsc(), cell_part)
+    variances = base - operator.forms_after_solve(p) + fit.rates.correlated_forms(operator, p.tocsc())
     within_tab = sp.csr_matrix((fit.share_variance[inside], (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
     within_cell = np.bincount(codes, weights=fit.share_variance, minlength=n_cells)
     entries = within_tab.tocoo()

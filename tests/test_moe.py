@@ -13,6 +13,7 @@ from gedp.config import load_config
 from gedp.evaluation.coverage import run_coverage
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
+from gedp.postprocess import structured
 from gedp.postprocess.moe import answers_variances, tabulation_variances
 from gedp.postprocess.tabulate import tabulate
 from gedp.postprocess.wls import LinearSystem
@@ -33,6 +34,24 @@ def test_variances_equal_the_dense_covariance(by):
     grouping = group_establishments(public, by)
     variances = tabulation_variances(system, np.arange(120), cells, grouping.codes, grouping.n_groups)
     np.testing.assert_allclose(variances, dense_variances(system, grouping.codes, grouping.n_groups), rtol=1e-9)
+
+
+@pytest.mark.parametrize("dense_groups, form_entries", [(structured.DENSE_GROUPS, structured.FORM_ENTRIES),
+                                                       (0, structured.FORM_ENTRIES), (structured.DENSE_GROUPS, 1)])
+@pytest.mark.parametrize("queries", [(("estab_id",), (), ("county",), ("naics",), ("county", "naics")),
+                                     (("estab_id",), ("county",), ("county", "naics")),
+                                     (("county",), ("county", "naics"))])
+def test_variances_by_blocks_of_groups_equal_the_dense_covariance(monkeypatch, queries, dense_groups, form_entries):
+    """Several diagonal blocks of G (county groups only: one per county), the sparse LU path and
+    one tabulation cell per step all give the dense covariance's variances."""
+    monkeypatch.setattr(structured, "DENSE_GROUPS", dense_groups)
+    monkeypatch.setattr(structured, "FORM_ENTRIES", form_entries)
+    system, cells, public = nested_instance(6, n=150, queries=queries)
+    identity = np.arange(150) if queries[0] == ("estab_id",) else None
+    for by in (("county",), ("county", "naics"), ()):
+        grouping = group_establishments(public, by)
+        variances = tabulation_variances(system, identity, cells, grouping.codes, grouping.n_groups)
+        np.testing.assert_allclose(variances, dense_variances(system, grouping.codes, grouping.n_groups), rtol=1e-9)
 
 
 def test_without_identity_only_unions_of_measured_cells_are_estimable():
