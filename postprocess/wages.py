@@ -178,8 +178,9 @@ def _solve_rates(c: sp.csr_matrix, w: np.ndarray, cell_variance: np.ndarray, cel
     variances, and the per-state factors (``SharedRates.blocks``).
 
     Eliminating the cells (t = K^-1 (right + links theta)) leaves M theta = links' K^-1 right +
-    rate_prior, M = precision - links' K^-1 links; K^-1 x = (I + D M_c)^-1 D x is the cell
-    operator with D = ``cell_variance``. When every query groups by state (the shipped plans), K is
+    rate_prior, M = precision - links' K^-1 links; links' K^-1 x = links' (I + D M_c)^-1 D x comes
+    from the cell operator (``left_solve``: sparse products and the multi-cell groups' G^-1) with
+    D = ``cell_variance``. When every query groups by state (the shipped plans), K is
     block diagonal by state: one small dense system per state; otherwise one for all states.
     """
     row_state = cell_state[c.indices[c.indptr[:-1]]]
@@ -190,11 +191,11 @@ def _solve_rates(c: sp.csr_matrix, w: np.ndarray, cell_variance: np.ndarray, cel
         cells, rows = np.flatnonzero(cell_state == state), np.flatnonzero(row_state == state)
         index = np.flatnonzero(theta_state == state)
         operator = CellOperator(c[rows][:, cells], w[rows], cell_variance[cells])
-        link = links[cells][:, index].toarray()
-        k_inverse_link = operator.solve(cell_variance[cells][:, None] * link)
-        factor = scipy.linalg.cho_factor(precision[index][:, index].toarray() - link.T @ k_inverse_link)
-        k_inverse_right = operator.solve(cell_variance[cells] * right[cells])
-        theta[index] = scipy.linalg.cho_solve(factor, link.T @ k_inverse_right + rate_prior[index])
+        link, variance_of = links[cells][:, index].tocsc(), sp.diags(cell_variance[cells])
+        factor = scipy.linalg.cho_factor(precision[index][:, index].toarray()
+                                         - operator.left_solve(link, variance_of @ link))
+        link_right = operator.left_solve(link, sp.csc_matrix(variance_of @ right[cells][:, None]))[:, 0]
+        theta[index] = scipy.linalg.cho_solve(factor, link_right + rate_prior[index])
         variance[index] = np.diag(scipy.linalg.cho_solve(factor, np.eye(len(index))))
         blocks.append((index, factor))
     return theta, variance, tuple(blocks)
