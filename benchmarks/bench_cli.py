@@ -1,5 +1,5 @@
-"""Whole-process time and peak memory of `gedp run`, `gedp protect`, `gedp tabulate --moe`, `gedp synth`,
-`gedp suppress` and `gedp evaluate e5`.
+"""Whole-process time and peak memory of `gedp run`, `gedp protect`, `gedp tabulate --moe`, `gedp synth`
+(with and without `--jobs`), `gedp suppress` and `gedp evaluate e5`.
 
 `gedp protect` runs on the large profile rescaled to each of --sizes; `gedp synth --from-qcew` and
 `gedp suppress --from-qcew` run on the shared Rhode Island and New Jersey files when ../shared/data is
@@ -59,6 +59,9 @@ def main() -> None:
         if new_jersey.is_file():
             cases.append(("gedp synth --from-qcew New Jersey (251,987 establishments)",
                           [*gedp_command(), "synth", "--from-qcew", str(new_jersey), "--out", "nj.parquet"]))
+            cases.append(("gedp synth --from-qcew New Jersey --jobs (251,987 establishments, 3,264,979 jobs)",
+                          [*gedp_command(), "synth", "--from-qcew", str(new_jersey), "--jobs", "--out",
+                           "nj-jobs.parquet"]))
             for name, state in (("Rhode Island", "44"), ("New Jersey", "34")):
                 cases.append((f"gedp suppress --from-qcew {name} (synthesis, suppression, LP audit)",
                               [*gedp_command(), "suppress", "--from-qcew", str(shared / f"qcew_2016q1_{state}.csv"),

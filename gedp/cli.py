@@ -328,6 +328,8 @@ def synth(
                                                                "establishments.")] = None,
     fit_profile_to: Annotated[Optional[Path], typer.Option("--fit-profile", help="With --from-qcew: also write a "
                                                                                  "profile JSON.")] = None,
+    jobs: Annotated[bool, typer.Option("--jobs", help="Also write a synthetic job table, one job per month-1 "
+                                                      "employee, to OUT.jobs.parquet (or .csv).")] = False,
 ) -> None:
     """Write a synthetic state: from a built-in profile, or fitted to a published QCEW file."""
     import numpy as np
@@ -335,6 +337,7 @@ def synth(
     from gedp.pipeline import check_output_path
     from gedp.synth.establishments import WITHIN_CELL_MODES, synthesize_state
     from gedp.synth.io import write_microdata
+    from gedp.synth.jobs import synthesize_jobs
     from gedp.synth.profiles import fit_profile, generate_profile, load_profile
     from gedp.synth.qcew import read_qcew
     from gedp.synth.schema import CONFIDENTIAL
@@ -361,8 +364,14 @@ def synth(
             microdata = synthesize_state(published, mode=within_cell, rng=rng)
             summary = {"source": str(from_qcew), "within_cell": within_cell, "seed": seed,
                        **validation_report(microdata, published)}
+        if jobs:
+            job_table = synthesize_jobs(microdata, rng=rng)
+            jobs_out = out.with_name(f"{out.stem}.jobs{out.suffix}")
+            summary["jobs"] = {"file": jobs_out.name, "jobs": len(job_table), "shares": "illustrative"}
         summary["seconds"] = time.perf_counter() - start
         _write_atomically(out, lambda path: write_microdata(microdata, path))
+        if jobs:
+            _write_atomically(jobs_out, lambda path: write_microdata(job_table, path))
         sidecar = out.with_name(out.stem + (".validation.json" if from_qcew else ".summary.json"))
         _write_atomically(sidecar, lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
         if fit_profile_to is not None and from_qcew is not None:
@@ -372,7 +381,9 @@ def synth(
             _write_atomically(fit_profile_to, lambda path: path.write_text(json.dumps(fitted, indent=1) + "\n"))
     if from_qcew is not None:
         _print_validation(summary)
-    console.print(f"Wrote {len(microdata):,} establishments to {out} and {sidecar.name} in {summary['seconds']:.1f}s")
+    written = f" and {len(job_table):,} jobs to {jobs_out.name}" if jobs else ""
+    console.print(f"Wrote {len(microdata):,} establishments to {out}{written} and {sidecar.name} in "
+                  f"{summary['seconds']:.1f}s")
 
 
 @app.command(name="protect")
