@@ -17,6 +17,7 @@ are not statistics of any real population.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -107,7 +108,8 @@ def _codes(jobs: pd.DataFrame, column: str, valid: Sequence[str] | None, rule: s
 def validate_jobs(jobs: pd.DataFrame, establishments: pd.DataFrame) -> pd.DataFrame:
     """Check a job table against validated establishment microdata and return it in canonical form:
     the columns of ``JOB_COLUMNS`` present, as Categoricals (``estab_id`` over the establishment
-    table's ids, worker codes over ``WORKER_DOMAINS``), rows in input order.
+    table's ids, worker codes over ``WORKER_DOMAINS``), rows in input order; other columns are dropped.
+    ``establishments`` is validated microdata with ``m1emp``.
 
     Messages name the column, the rule and the first offending row with its estab_id, as the
     microdata validation does (never a count or a value: counts of jobs are what is protected).
@@ -139,7 +141,7 @@ def validate_jobs(jobs: pd.DataFrame, establishments: pd.DataFrame) -> pd.DataFr
     return out
 
 
-def read_jobs(path: str, establishments: pd.DataFrame) -> pd.DataFrame:
+def read_jobs(path: str | Path, establishments: pd.DataFrame) -> pd.DataFrame:
     """Read a job table (``.csv``, ``.parquet`` or a folder of parts) and validate it against the
     establishment microdata; see ``validate_jobs``."""
     from gedp.synth.io import read_columns
