@@ -681,19 +681,29 @@ def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: s
             None)
 
 
+def _experiment_jobs(name: str, jobs: Path, data: Optional[Path], truth: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """The validated job table of --data for e6."""
+    from gedp.synth.jobs import read_jobs
+
+    if name != "e6" or data is None:
+        raise InputError("--jobs goes with e6 and --data (the job table of that establishment file)")
+    return read_jobs(jobs, truth)
+
+
 @app.command()
 def evaluate(
     name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), e5 (earlier "
-                                             "mechanisms, noise infusion, cell suppression), accuracy (QCEW), "
-                                             "coverage (margins of error).")],
+                                             "mechanisms, noise infusion, cell suppression), e6 (employer-employee "
+                                             "workloads on a job frame), accuracy (QCEW), coverage (margins of "
+                                             "error).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
-    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, coverage: 40, "
-                                                             "accuracy: 20 by default).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, coverage, accuracy) instead "
+    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, e6: 20, "
+                                                             "coverage: 40, accuracy: 20 by default).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, e6, coverage, accuracy) instead "
                                                       "of a profile.")] = None,
     from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized from "
                                                            "it.")] = None,
-    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5, coverage and "
+    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5, e6, coverage and "
                                               "accuracy.")] = DEFAULT_PROFILE,
     config: Annotated[Optional[str], typer.Option(help="e1, e5, coverage, accuracy: config name or YAML "
                                                        "file (default employment, employment, baseline, "
@@ -710,9 +720,11 @@ def evaluate(
                                                    "infusion.")] = E5_DEFAULTS["infusion_s"],
     infusion_t: Annotated[float, typer.Option(help="e5: largest distortion |f - 1| of noise "
                                                    "infusion.")] = E5_DEFAULTS["infusion_t"],
-    delta: Annotated[float, typer.Option(help="e5: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
+    delta: Annotated[float, typer.Option(help="e5, e6: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
+    jobs: Annotated[Optional[Path], typer.Option(help="e6: the job table of --data (default: synthetic jobs drawn "
+                                                      "with --seed).")] = None,
 ) -> None:
-    """Run an evaluation experiment (e1-e5, coverage, accuracy) and write its report, summary and plots."""
+    """Run an evaluation experiment (e1-e6, coverage, accuracy) and write its report, summary and plots."""
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.evaluation.experiments import ExperimentRequest, experiment
@@ -738,6 +750,8 @@ def evaluate(
             if chosen.uses_data:
                 truth, label, published = _experiment_data(data, from_qcew, profile, seed)
                 request = dataclasses.replace(request, truth=truth, data_label=label, published=published)
+            if jobs is not None:
+                request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
             if chosen.steps is not None:
                 with progress_steps(chosen.steps(request)) as advance:
                     result = chosen.compute(dataclasses.replace(request, on_step=advance))
