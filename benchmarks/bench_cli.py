@@ -1,5 +1,6 @@
-"""Whole-process time and peak memory of `gedp run`, `gedp protect`, `gedp tabulate --moe`, `gedp synth`,
-`gedp suppress` and `gedp evaluate e5`, each `protect` and `tabulate` beside its I/O floor.
+"""Whole-process time and peak memory of `gedp run`, `gedp protect`, `gedp tabulate --moe`, `gedp synth`
+(with and without `--jobs`), `gedp suppress` and `gedp evaluate e5`, each `protect` and `tabulate` beside
+its I/O floor.
 
 `gedp protect` runs on the large profile rescaled to each of --sizes, and on the New Jersey state that
 `gedp synth --from-qcew` builds from the shared file (alone, and twice as two states: 504k establishments,
@@ -122,6 +123,8 @@ def main() -> None:
         if new_jersey.is_file():
             cases.append(("gedp synth --from-qcew New Jersey (251,987 establishments)",
                           ["synth", "--from-qcew", str(new_jersey), "--out", "nj-synth.parquet"], None))
+            cases.append(("gedp synth --from-qcew New Jersey --jobs (251,987 establishments, 3,264,979 jobs)",
+                          ["synth", "--from-qcew", str(new_jersey), "--jobs", "--out", "nj-jobs.parquet"], None))
             for name, state in (("Rhode Island", "44"), ("New Jersey", "34")):
                 cases.append((f"gedp suppress --from-qcew {name} (synthesis, suppression, LP audit)",
                               ["suppress", "--from-qcew", str(shared / f"qcew_2016q1_{state}.csv"),

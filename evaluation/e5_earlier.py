@@ -138,26 +138,44 @@ def gdp_epsilon(mu: float, delta: float = GDP_DELTA) -> float:
 
 
 class ErrorAccumulator:
-    """Sum over replications of per-cell absolute errors, and Spearman correlations, per tabulation."""
+    """Sum over replications of per-cell absolute errors, and Spearman correlations, per tabulation.
 
-    def __init__(self, truth: dict[str, np.ndarray]):
+    Cells fall in size strata by ``sizes`` (default: their true values; E6 uses the size of the cell's
+    place); with ``sizes`` given, Spearman correlations are also kept per stratum (all tabulations'
+    cells of the stratum together, strata of 3 cells or more).
+    """
+
+    def __init__(self, truth: dict[str, np.ndarray], sizes: dict[str, np.ndarray] | None = None):
         self.truth = truth
+        self.sizes = np.concatenate(list((sizes or truth).values()))
+        self.by_stratum = sizes is not None
         self.absolute = {name: np.zeros_like(values) for name, values in truth.items()}
         self.spearman: dict[str, list[float]] = {name: [] for name in truth}
+        self.stratum_spearman: dict[str, list[float]] = {label: [] for label, _, _ in STRATA}
         self.replications = 0
+
+    def _strata(self) -> list[tuple[str, np.ndarray]]:
+        return [(label, (self.sizes >= low) & (self.sizes < high)) for label, low, high in STRATA]
 
     def add(self, released: dict[str, np.ndarray]) -> None:
         for name, true in self.truth.items():
             self.absolute[name] += np.abs(released[name] - true)
             self.spearman[name].append(float(stats.spearmanr(released[name], true).statistic))
+        if self.by_stratum:
+            true, noisy = (np.concatenate([d[name] for name in self.truth]) for d in (self.truth, released))
+            for label, cells in self._strata():
+                if cells.sum() >= 3:
+                    self.stratum_spearman[label].append(float(stats.spearmanr(noisy[cells], true[cells]).statistic))
         self.replications += 1
 
     def stratum_l1(self) -> dict[str, float]:
         """Mean absolute error per cell, summed over the cells of each size stratum (all tabulations)."""
-        true = np.concatenate(list(self.truth.values()))
         error = np.concatenate(list(self.absolute.values())) / self.replications
-        return {label: float(error[(true >= low) & (true < high)].sum()) if ((true >= low) & (true < high)).any()
-                else math.nan for label, low, high in STRATA}
+        return {label: float(error[cells].sum()) if cells.any() else math.nan for label, cells in self._strata()}
+
+    def stratum_spearman_means(self) -> dict[str, float]:
+        """Spearman correlation per stratum, averaged over replications (nan: fewer than 3 cells)."""
+        return {label: float(np.mean(v)) if v else math.nan for label, v in self.stratum_spearman.items()}
 
     def spearman_means(self) -> dict[str, float]:
         return {name: float(np.mean(values)) for name, values in self.spearman.items()}

@@ -31,7 +31,7 @@ class ExperimentRequest:
     ``config`` names the plan (each experiment has its default); ``replications`` None means the
     experiment's default. ``e3`` and ``e5`` hold those experiments' setups (None: their defaults).
     ``published`` is the QCEW file the truth was synthesized from, when it was (accuracy reads its
-    disclosure codes).
+    disclosure codes). ``jobs`` is the job table of ``truth`` (e6; None: synthetic jobs drawn with ``seed``).
     """
 
     truth: pd.DataFrame | None = None
@@ -43,6 +43,7 @@ class ExperimentRequest:
     trials: int = 100_000
     e3: E3Setup | None = None
     e5: E5Setup | None = None
+    jobs: pd.DataFrame | None = None
     on_step: Callable[[str], None] | None = field(default=None, compare=False)
 
 
@@ -135,6 +136,26 @@ def _e5_steps(request: ExperimentRequest) -> int:
     return len((request.e5 or E5Setup()).budget_factors) * 2 + 2
 
 
+def _e6(request: ExperimentRequest):
+    import numpy as np
+
+    from gedp.evaluation.e5_earlier import E5Setup
+    from gedp.evaluation.e6_jobs import compute_e6
+    from gedp.synth.jobs import synthesize_jobs
+
+    truth, label = _truth(request), request.data_label
+    jobs = request.jobs
+    if jobs is None:
+        jobs = synthesize_jobs(truth, rng=np.random.default_rng(request.seed))
+        label += f", synthetic jobs (illustrative shares, seed {request.seed})"
+    return compute_e6(truth, jobs, request.e5 or E5Setup(), replications=_e6_steps(request), seed=request.seed,
+                      data_label=label, on_step=request.on_step)
+
+
+def _e6_steps(request: ExperimentRequest) -> int:
+    return request.replications or 20
+
+
 def _coverage(request: ExperimentRequest):
     from gedp.evaluation.coverage import compute_coverage
 
@@ -167,6 +188,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
                "gedp.evaluation.e4_analytic:render_e4"),
     Experiment("e5", "earlier mechanisms, noise infusion and cell suppression (plan: employment; 20 replications)",
                True, _e5, "gedp.evaluation.e5_earlier:render_e5", steps=_e5_steps),
+    Experiment("e6", "the employer-employee evaluation of Haney et al. 2017 on a job frame: workloads 1-3, rankings "
+               "1-2, findings 1-6 (20 replications)", True, _e6, "gedp.evaluation.e6_jobs:render_e6", steps=_e6_steps),
     Experiment("coverage", "coverage of the margins of error (plan: baseline; 40 replications)", True, _coverage,
                "gedp.evaluation.coverage:render_coverage"),
     Experiment("accuracy", "errors, zeros, state totals and margin coverage per QCEW level, on the cells BLS "

@@ -328,6 +328,8 @@ def synth(
                                                                "establishments.")] = None,
     fit_profile_to: Annotated[Optional[Path], typer.Option("--fit-profile", help="With --from-qcew: also write a "
                                                                                  "profile JSON.")] = None,
+    jobs: Annotated[bool, typer.Option("--jobs", help="Also write a synthetic job table, one job per month-1 "
+                                                      "employee, to OUT.jobs.parquet (or .csv).")] = False,
 ) -> None:
     """Write a synthetic state: from a built-in profile, or fitted to a published QCEW file."""
     import numpy as np
@@ -335,6 +337,7 @@ def synth(
     from gedp.pipeline import check_output_path
     from gedp.synth.establishments import WITHIN_CELL_MODES, synthesize_state
     from gedp.synth.io import write_microdata
+    from gedp.synth.jobs import synthesize_jobs
     from gedp.synth.profiles import fit_profile, generate_profile, load_profile
     from gedp.synth.qcew import read_qcew
     from gedp.synth.schema import CONFIDENTIAL
@@ -361,8 +364,14 @@ def synth(
             microdata = synthesize_state(published, mode=within_cell, rng=rng)
             summary = {"source": str(from_qcew), "within_cell": within_cell, "seed": seed,
                        **validation_report(microdata, published)}
+        if jobs:
+            job_table = synthesize_jobs(microdata, rng=rng)
+            jobs_out = out.with_name(f"{out.stem}.jobs{out.suffix}")
+            summary["jobs"] = {"file": jobs_out.name, "jobs": len(job_table), "shares": "illustrative"}
         summary["seconds"] = time.perf_counter() - start
         _write_atomically(out, lambda path: write_microdata(microdata, path))
+        if jobs:
+            _write_atomically(jobs_out, lambda path: write_microdata(job_table, path))
         sidecar = out.with_name(out.stem + (".validation.json" if from_qcew else ".summary.json"))
         _write_atomically(sidecar, lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
         if fit_profile_to is not None and from_qcew is not None:
@@ -372,7 +381,9 @@ def synth(
             _write_atomically(fit_profile_to, lambda path: path.write_text(json.dumps(fitted, indent=1) + "\n"))
     if from_qcew is not None:
         _print_validation(summary)
-    console.print(f"Wrote {len(microdata):,} establishments to {out} and {sidecar.name} in {summary['seconds']:.1f}s")
+    written = f" and {len(job_table):,} jobs to {jobs_out.name}" if jobs else ""
+    console.print(f"Wrote {len(microdata):,} establishments to {out}{written} and {sidecar.name} in "
+                  f"{summary['seconds']:.1f}s")
 
 
 @app.command(name="protect")
@@ -674,19 +685,29 @@ def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: s
             None)
 
 
+def _experiment_jobs(name: str, jobs: Path, data: Optional[Path], truth: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """The validated job table of --data for e6."""
+    from gedp.synth.jobs import read_jobs
+
+    if name != "e6" or data is None:
+        raise InputError("--jobs goes with e6 and --data (the job table of that establishment file)")
+    return read_jobs(jobs, truth)
+
+
 @app.command()
 def evaluate(
     name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), e5 (earlier "
-                                             "mechanisms, noise infusion, cell suppression), accuracy (QCEW), "
-                                             "coverage (margins of error).")],
+                                             "mechanisms, noise infusion, cell suppression), e6 (employer-employee "
+                                             "workloads on a job frame), accuracy (QCEW), coverage (margins of "
+                                             "error).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
-    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, coverage: 40, "
-                                                             "accuracy: 20 by default).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, coverage, accuracy) instead "
+    replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, e6: 20, "
+                                                             "coverage: 40, accuracy: 20 by default).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, e6, coverage, accuracy) instead "
                                                       "of a profile.")] = None,
     from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized from "
                                                            "it.")] = None,
-    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5, coverage and "
+    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5, e6, coverage and "
                                               "accuracy.")] = DEFAULT_PROFILE,
     config: Annotated[Optional[str], typer.Option(help="e1, e5, coverage, accuracy: config name or YAML "
                                                        "file (default employment, employment, baseline, "
@@ -703,9 +724,11 @@ def evaluate(
                                                    "infusion.")] = E5_DEFAULTS["infusion_s"],
     infusion_t: Annotated[float, typer.Option(help="e5: largest distortion |f - 1| of noise "
                                                    "infusion.")] = E5_DEFAULTS["infusion_t"],
-    delta: Annotated[float, typer.Option(help="e5: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
+    delta: Annotated[float, typer.Option(help="e5, e6: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
+    jobs: Annotated[Optional[Path], typer.Option(help="e6: the job table of --data (default: synthetic jobs drawn "
+                                                      "with --seed).")] = None,
 ) -> None:
-    """Run an evaluation experiment (e1-e5, coverage, accuracy) and write its report, summary and plots."""
+    """Run an evaluation experiment (e1-e6, coverage, accuracy) and write its report, summary and plots."""
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.evaluation.experiments import ExperimentRequest, experiment
@@ -731,6 +754,8 @@ def evaluate(
             if chosen.uses_data:
                 truth, label, published = _experiment_data(data, from_qcew, profile, seed)
                 request = dataclasses.replace(request, truth=truth, data_label=label, published=published)
+            if jobs is not None:
+                request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
             if chosen.steps is not None:
                 with progress_steps(chosen.steps(request)) as advance:
                     result = chosen.compute(dataclasses.replace(request, on_step=advance))

@@ -51,17 +51,8 @@ from gedp.errors import InputError
 from gedp.measure.earlier import CellRelease, log_laplace, noise_infusion, smooth_gamma, smooth_laplace
 from gedp.measure.earlier import truncated_laplace as _truncated_laplace
 from gedp.measure.queries import Grouping, group_establishments
+from gedp.synth.jobs import WORKER_DOMAINS
 
-#: QWI worker codes (LEHD QWI schema): sex 1 male, 2 female; agegrp A01 14-18 ... A08 65-99;
-#: education E1 below high school, E2 high school, E3 some college, E4 bachelor's or above,
-#: E5 not available (workers under 25); race A1-A7; ethnicity A1 not Hispanic, A2 Hispanic.
-WORKER_DOMAINS: dict[str, tuple[str, ...]] = {
-    "sex": ("1", "2"),
-    "agegrp": tuple(f"A0{i}" for i in range(1, 9)),
-    "education": tuple(f"E{i}" for i in range(1, 6)),
-    "race": tuple(f"A{i}" for i in range(1, 8)),
-    "ethnicity": ("A1", "A2"),
-}
 Privacy = Literal["strong", "weak", "blowfish"]
 PRIVACY = ("strong", "weak", "blowfish")
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.dataset as ds
 
+from gedp.synth.jobs import JOB_COLUMNS
 from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
 #: Columns read as text from CSV so that leading zeros of codes survive (and year/qtr are checked as text).
-TEXT_COLUMNS = ("estab_id", *CODE_WIDTHS, "own", *CARRIED)
+TEXT_COLUMNS = ("estab_id", *CODE_WIDTHS, "own", *CARRIED, *JOB_COLUMNS)
 PARQUET_SUFFIXES = (".parquet", ".pq")
 #: Longest CSV header read: a header is a few dozen names, and reading stops here on a file without lines.
 MAX_HEADER_CHARACTERS = 1 << 16
@@ -83,9 +84,10 @@ def input_columns(path: Path) -> list[str]:
 
 
 def read_columns(path: str | Path, columns: Sequence[str] | None = None,
-                 where: tuple[str, Sequence] | None = None) -> pd.DataFrame:
+                 where: tuple[str, Sequence] | None = None, required: Sequence[str] | None = None) -> pd.DataFrame:
     """Read ``columns`` (all when None) of microdata as stored, CSV codes as text; with ``where =
     (column, values)`` only the rows whose column holds one of the values (Parquet: filtered while reading).
+    ``required`` names the columns the file must have (default: those of establishment microdata).
 
     Raises:
         InputError: the path is not a regular input (``check_input_path``), a column is named twice
@@ -96,7 +98,7 @@ def read_columns(path: str | Path, columns: Sequence[str] | None = None,
         names = input_columns(path)
         if not names:
             raise InputError(f"input file '{path}' is empty")
-        check_columns(names, attributes=())
+        check_columns(names, attributes=(), required=required)
         if is_parquet(path):
             filters = None if where is None else [(where[0], "in", list(where[1]))]
             return pd.read_parquet(path, columns=None if columns is None else list(columns), filters=filters)

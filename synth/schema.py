@@ -59,15 +59,19 @@ def _refuse(column: str, bad: np.ndarray, frame: pd.DataFrame, rule: str) -> Non
 def normalize_code(frame: pd.DataFrame, column: str, width: int) -> pd.Series:
     """Codes as strings of exactly ``width`` ASCII digits; text is stripped of surrounding blanks and
     whole numbers are zero-padded (FIPS stored as int). The one normalization of codes in gedp."""
-    raw = frame[column]
+    text, malformed = code_text(frame[column], width)
+    _refuse(column, malformed, frame, f"codes must be {width} ASCII digit{'s' if width > 1 else ''}")
+    return text.astype(str)
+
+
+def code_text(raw: pd.Series, width: int) -> tuple[pd.Series, np.ndarray]:
+    """Codes as text (stripped; whole numbers zero-padded to ``width``) and which are not ``width`` digits."""
     if pd.api.types.is_integer_dtype(raw):
         text = raw.astype("int64").astype(str).str.zfill(width)
         text = text.where(raw >= 0, raw.astype(str))
     else:
         text = raw.astype("string").str.strip()
-    malformed = ~text.str.fullmatch(f"[0-9]{{{width}}}").fillna(False).to_numpy(dtype=bool)
-    _refuse(column, malformed, frame, f"codes must be {width} ASCII digit{'s' if width > 1 else ''}")
-    return text.astype(str)
+    return text, ~text.str.fullmatch(f"[0-9]{{{width}}}").fillna(False).to_numpy(dtype=bool)
 
 
 def whole_numbers(frame: pd.DataFrame, column: str, low: int, high: int, rule: str) -> np.ndarray:
@@ -98,13 +102,14 @@ def required_columns(attributes: Sequence[str]) -> list[str]:
     return ["estab_id", *CODE_WIDTHS, *attributes]
 
 
-def check_columns(columns: Sequence[object], attributes: Sequence[str]) -> None:
-    """Refuse a column name given twice (a reader would keep one silently) or a required one missing."""
+def check_columns(columns: Sequence[object], attributes: Sequence[str], required: Sequence[str] | None = None) -> None:
+    """Refuse a column name given twice (a reader would keep one silently) or a required one missing
+    (``required``, by default the microdata columns needed for ``attributes``)."""
     names = [str(c) for c in columns]
     repeated = next((c for i, c in enumerate(names) if c in names[:i]), None)
     if repeated is not None:
         raise InputError(f"column {shown(repeated)} appears more than once")
-    required = required_columns(attributes)
+    required = required_columns(attributes) if required is None else list(required)
     missing = [c for c in required if c not in names]
     if missing:
         raise InputError(
