@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -35,7 +34,7 @@ RELEASE_VARIANCE_MODES = ("pooled", "estimated")
 #: ``pooled`` evaluates at the other attributes' estimates.
 MONTHS = ("m1emp", "m2emp", "m3emp")
 #: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.
-CVXPY_SOLVERS = {"osqp": cp.OSQP, "clarabel": cp.CLARABEL}
+CVXPY_SOLVERS = {"osqp": "OSQP", "clarabel": "CLARABEL"}  # cvxpy imported when used: it takes ~1 s
 SOLVERS = ("auto", "structured", *CVXPY_SOLVERS)
 #: Solver settings tight enough that KKT residuals stay far below one unit of the attribute.
 SOLVER_OPTIONS = {
@@ -224,6 +223,8 @@ def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
     # Rescale x = c z with c^2 ~ typical variance, so weights are of order 1 (solver numerics only).
     scale = float(np.sqrt(np.median(v_free))) if len(v_free) else 1.0
     weight_sqrt = scale / np.sqrt(v_free)
+    import cvxpy as cp
+
     z = cp.Variable(len(free), nonneg=True)
     residual = cp.multiply(weight_sqrt, a_free @ z - b_free / scale)
     problem = cp.Problem(cp.Minimize(cp.sum_squares(residual)))

@@ -33,7 +33,6 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-import cvxpy as cp
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -398,6 +397,8 @@ def _fit_suppressed(published, attribute, known, unknown_mask, target, solver) -
     # targets the median published remainder per suppressed cell.
     typical = target[target > 0] if np.any(target > 0) else (right / np.diff(matrix.indptr))[right > 0]
     scale = max(1.0, float(np.median(typical))) if len(typical) else 1.0
+    import cvxpy as cp  # imported when used: it takes ~1 s, and most commands never fit suppressed cells
+
     x = cp.Variable(matrix.shape[1], nonneg=True)
     weight = 1.0 / np.sqrt(np.maximum(target / scale, 1e-3))
     problem = cp.Problem(
