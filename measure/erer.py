@@ -174,8 +174,8 @@ def worker_codes(jobs: pd.DataFrame, attribute: str) -> np.ndarray:
     bad = codes < 0
     if bad.any():
         first = int(np.argmax(bad))
-        raise InputError(f"column '{attribute}': {int(bad.sum()):,} jobs have a code outside "
-                         f"{', '.join(WORKER_DOMAINS[attribute])}; first at row {first + 1}")
+        raise InputError(f"column '{attribute}': codes must be one of {', '.join(WORKER_DOMAINS[attribute])}; "
+                         f"first at row {first + 1}")  # never a count of jobs: what ER-EE privacy protects
     return codes.astype(np.int64)
 
 
@@ -186,8 +186,8 @@ def job_marginal(establishments: pd.DataFrame, jobs: pd.DataFrame, workplace_by:
     position = pd.Index(establishments["estab_id"]).get_indexer(jobs["estab_id"])
     if (position < 0).any():
         first = int(np.argmax(position < 0))
-        raise InputError(f"column 'estab_id': {int((position < 0).sum()):,} jobs name no establishment of the "
-                         f"establishment table; first at row {first + 1}")
+        raise InputError("column 'estab_id': values must be an estab_id of the establishment table; "
+                         f"first at row {first + 1}")  # never a count of jobs
     sizes = [len(WORKER_DOMAINS[a]) for a in worker_by]
     d = math.prod(sizes)
     category = np.zeros(len(jobs), dtype=np.int64)
