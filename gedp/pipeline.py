@@ -29,7 +29,7 @@ from gedp.config import Config
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.measure.workflows import Measurements, count_steps, measure
-from gedp.postprocess.rounding import round_release
+from gedp.postprocess.rounding import CellFamily, round_values
 from gedp.postprocess.tabulate import qcew_tables
 from gedp.postprocess.wls import WLSResult, protect_microdata
 from gedp.synth.schema import InputError, public_columns, shown
@@ -175,19 +175,29 @@ def protect(
     if not measurements.budget.complete:
         raise RuntimeError("a planned query was not charged")  # a bug, not an input error
 
+    public = microdata[public_columns(microdata)]
+    rounding: dict | None = {} if config.integer else None
+    family = CellFamily.of(public) if config.integer else None
+
+    def to_whole(attribute: str, values: np.ndarray) -> np.ndarray:
+        # each attribute is rounded as soon as it is solved, so the wage fit (last) takes the rounded
+        # employment the release holds, and `gedp tabulate --moe` recomputes that very fit
+        rounded, rounding[attribute] = round_values(values, family)
+        return rounded
+
     protected, solver_results = protect_microdata(
         {attribute: measurements.for_attribute(attribute) for attribute in plan.attributes},
-        microdata[public_columns(microdata)],
+        public,
         variance_mode=config.variance_mode,
         solver=config.solver,
         wages=config.wages,
         psi=plan.psi,
         on_step=step,
+        finish=to_whole if config.integer else None,
     )
 
-    rounding = None
     if config.integer:
-        protected, rounding = round_release(protected, list(plan.attributes))
+        rounding = {attribute: rounding[attribute] for attribute in plan.attributes}
         protected = protected.astype({attribute: np.int64 for attribute in plan.attributes})
         step("controlled rounding")
     tables = qcew_tables(protected)

@@ -19,7 +19,6 @@ computed from released answers and public attributes; it reads nothing confident
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import highspy
@@ -121,24 +120,17 @@ def _vertex(cost: np.ndarray, low: np.ndarray, high: np.ndarray, matrix: sp.csr_
     return np.rint(result.x)
 
 
-def round_release(protected: pd.DataFrame, attributes: Sequence[str]) -> tuple[pd.DataFrame, dict]:
-    """The protected microdata of one state with ``attributes`` rounded, and what rounding changed:
-    per attribute, establishments moved up and down, the largest change of any QCEW cell and the
-    change of the state total."""
-    public = protected.drop(columns=list(attributes))
-    family = CellFamily.of(public)
-    rounded = protected.copy()
-    report = {}
-    for attribute in attributes:
-        before = protected[attribute].to_numpy(dtype=float)
-        after = round_attribute(before, family)
-        rounded[attribute] = after
-        atom_change = np.bincount(family.atom_codes, weights=after - before, minlength=family.n_atoms)
-        cell_change = np.abs(np.concatenate([atom_change, family.membership @ atom_change]))
-        report[attribute] = {
-            "establishments_rounded_up": int(np.count_nonzero(after > before)),
-            "establishments_rounded_down": int(np.count_nonzero(after < before)),
-            "largest_cell_change": float(cell_change.max(initial=0.0)),
-            "state_total_change": float(after.sum() - before.sum()),
-        }
-    return rounded, report
+def round_values(before: np.ndarray, family: CellFamily) -> tuple[np.ndarray, dict]:
+    """One attribute's protected values rounded (``round_attribute``) and what rounding changed:
+    establishments moved up and down, the largest change of any QCEW cell and the change of the
+    state total."""
+    after = round_attribute(before, family)
+    atom_change = np.bincount(family.atom_codes, weights=after - before, minlength=family.n_atoms)
+    cell_change = np.abs(np.concatenate([atom_change, family.membership @ atom_change]))
+    return after, {
+        "establishments_rounded_up": int(np.count_nonzero(after > before)),
+        "establishments_rounded_down": int(np.count_nonzero(after < before)),
+        "largest_cell_change": float(cell_change.max(initial=0.0)),
+        "state_total_change": float(after.sum() - before.sum()),
+    }
+

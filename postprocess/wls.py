@@ -339,6 +339,7 @@ def protect_microdata(
     wages: str = "employment",
     psi: NeighborFunction | None = None,
     on_step: Callable[[str], None] | None = None,
+    finish: Callable[[str, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, WLSResult]]:
     """Protected microdata: the public columns plus every attribute's postprocessed values.
 
@@ -346,7 +347,10 @@ def protect_microdata(
     ``pool_month_variances``. With ``wages="employment"`` (and ``psi``, released or pooled variances and
     a structured plan), wages are
     postprocessed last, informed by the protected employment (``postprocess.wages``); every other
-    attribute, and wages otherwise, by the weighted least squares.
+    attribute, and wages otherwise, by the weighted least squares. ``finish(attribute, values)``, when
+    given, turns each attribute's values into the released ones (an integer release's controlled
+    rounding) before a later attribute is postprocessed: the wage fit then takes the employment the
+    release holds, so its margins of error can recompute it from the release's files.
     """
     if wages not in wage_model.WAGE_METHODS:
         raise ValueError(f"wages '{wages}' is unknown; choose one of {', '.join(wage_model.WAGE_METHODS)}")
@@ -368,7 +372,8 @@ def protect_microdata(
                 answers, public, variance_mode=variance_mode, solver=solver,
                 exact_variances=None if exact_variances is None else exact_variances[attribute],
             )
-        protected[attribute] = results[attribute].values
+        protected[attribute] = (results[attribute].values if finish is None
+                                else finish(attribute, results[attribute].values))
         if on_step is not None:
             on_step(f"postprocess {attribute}")
     return protected, results
