@@ -233,7 +233,8 @@ def test_job_marginal_cells_against_groupby():
 
 def test_job_marginal_refuses_unknown_establishments_and_codes():
     jobs = jobs_from(COUNTS)
-    with pytest.raises(InputError, match="'estab_id': values must be an estab_id of the establishment table; first at row 3$"):
+    with pytest.raises(InputError,
+                       match="'estab_id': values must be an estab_id of the establishment table; first at row 3$"):
         job_marginal(ESTABS, jobs.assign(estab_id=jobs["estab_id"].where(jobs.index != 2, "zz")), WORKPLACE)
     with pytest.raises(InputError, match="'education': codes must be one of E1, E2, E3, E4, E5; first at row 1$"):
         job_marginal(ESTABS, jobs.assign(education=jobs["education"].where(jobs.index > 1, "E9")), WORKPLACE,
