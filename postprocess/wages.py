@@ -196,7 +196,7 @@ def _solve_rates(c: sp.csr_matrix, w: np.ndarray, cell_variance: np.ndarray, cel
                                          - operator.left_solve(link, variance_of @ link))
         link_right = operator.left_solve(link, sp.csc_matrix(variance_of @ right[cells][:, None]))[:, 0]
         theta[index] = scipy.linalg.cho_solve(factor, link_right + rate_prior[index])
-        variance[index] = np.diag(scipy.linalg.cho_solve(factor, np.eye(len(index))))
+        variance[index] = np.diag(scipy.linalg.lapack.dpotri(*factor)[0])  # diag of M^-1 from its Cholesky factor
         blocks.append((index, factor))
     return theta, variance, tuple(blocks)
 
