@@ -26,7 +26,7 @@ from gedp.evaluation.report import Report
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import measure
 from gedp.postprocess.moe import variance_function
-from gedp.postprocess.rounding import CellFamily, round_values
+from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_keys
 from gedp.postprocess.wls import pool_month_variances, protect_microdata
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
@@ -100,18 +100,14 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
     zero_share = np.empty(replications)
     state_query = any(q.by == ("state",) for q in plan.queries)
     wage_psi = plan.psi if config.wages == "employment" else None  # as `gedp tabulate --moe` reads the manifest
-    family = CellFamily.of(public) if config.integer else None
-
-    def whole(attribute: str, values: np.ndarray) -> np.ndarray:  # as gedp protect --integer rounds
-        return round_values(values, family)[0]
-
+    rounder = Rounder(public) if config.integer else None  # as gedp protect --integer rounds
     for r, rng in enumerate(child_streams(seed, replications)):
         measurements = measure(truth, plan, rng=rng)
         answers = {a: measurements.for_attribute(a) for a in attributes}
         if config.variance_mode == "pooled":  # as the release's margins take them (gedp.manifest.release_answers)
             answers = pool_month_variances(answers, plan.psi)
         release, _ = protect_microdata(answers, public, psi=plan.psi, wages=config.wages,
-                                       finish=whole if config.integer else None)
+                                       finish=rounder)
         for attribute in attributes:
             variances = variance_function(attribute, answers, release, wage_psi)
             values = release[attribute].to_numpy()

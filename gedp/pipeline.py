@@ -29,7 +29,7 @@ from gedp.config import Config
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.measure.workflows import Measurements, count_steps, measure
-from gedp.postprocess.rounding import CellFamily, round_values
+from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_tables
 from gedp.postprocess.wls import WLSResult, protect_microdata
 from gedp.synth.schema import InputError, public_columns, shown
@@ -176,14 +176,9 @@ def protect(
         raise RuntimeError("a planned query was not charged")  # a bug, not an input error
 
     public = microdata[public_columns(microdata)]
-    rounding: dict | None = {} if config.integer else None
-    family = CellFamily.of(public) if config.integer else None
-
-    def to_whole(attribute: str, values: np.ndarray) -> np.ndarray:
-        # each attribute is rounded as soon as it is solved, so the wage fit (last) takes the rounded
-        # employment the release holds, and `gedp tabulate --moe` recomputes that very fit
-        rounded, rounding[attribute] = round_values(values, family)
-        return rounded
+    # each attribute is rounded as soon as it is solved, so the wage fit (last) takes the rounded
+    # employment the release holds, and `gedp tabulate --moe` recomputes that very fit
+    rounder = Rounder(public) if config.integer else None
 
     protected, solver_results = protect_microdata(
         {attribute: measurements.for_attribute(attribute) for attribute in plan.attributes},
@@ -193,11 +188,12 @@ def protect(
         wages=config.wages,
         psi=plan.psi,
         on_step=step,
-        finish=to_whole if config.integer else None,
+        finish=rounder,
     )
 
-    if config.integer:
-        rounding = {attribute: rounding[attribute] for attribute in plan.attributes}
+    rounding = None
+    if rounder is not None:
+        rounding = {attribute: rounder.report[attribute] for attribute in plan.attributes}
         protected = protected.astype({attribute: np.int64 for attribute in plan.attributes})
         step("controlled rounding")
     tables = qcew_tables(protected)

@@ -134,3 +134,16 @@ def round_values(before: np.ndarray, family: CellFamily) -> tuple[np.ndarray, di
         "state_total_change": float(after.sum() - before.sum()),
     }
 
+
+class Rounder:
+    """Rounds one release's attributes as ``protect_microdata`` solves them (its ``finish``), so the
+    wage fit takes the rounded employment the release holds; ``report`` keeps, per attribute, what
+    rounding changed (``round_values``)."""
+
+    def __init__(self, public: pd.DataFrame):
+        self.family = CellFamily.of(public)
+        self.report: dict[str, dict] = {}
+
+    def __call__(self, attribute: str, values: np.ndarray) -> np.ndarray:
+        rounded, self.report[attribute] = round_values(values, self.family)
+        return rounded

@@ -208,10 +208,10 @@ class CellOperator:
         """left' (I + S M)^-1 p, dense (columns of left x columns of p), without a dense cells x columns
         block: (I + S M)^-1 p = f - S' C_m' G^-1 C_m f with f = D p (Woodbury, as ``solve``)."""
         f = sp.diags(self.shrink) @ p
-        through_groups = left.T @ sp.diags(self.s_folded) @ self.c_multi.T
         direct = (left.T @ f).toarray()
         if self.c_multi.shape[0] == 0:
             return direct
+        through_groups = left.T @ sp.diags(self.s_folded) @ self.c_multi.T
         return direct - through_groups @ self._solve_groups((self.c_multi @ f).toarray())
 
     def inverse_m_forms(self, p: sp.spmatrix) -> np.ndarray:

@@ -171,6 +171,13 @@ def _by_state(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(codes, weights=values, minlength=n)
 
 
+def _squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, n_states: int) -> np.ndarray:
+    """A relative spread squared by moments, per state: the summed excess of squared deviations over
+    their noise, divided by the summed squared scale (0 for a state without scale; may be negative)."""
+    excess, scale = _by_state(codes, excess, n_states), _by_state(codes, scale, n_states)
+    return np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0)
+
+
 def _solve_rates(c: sp.csr_matrix, w: np.ndarray, cell_variance: np.ndarray, cell_state: np.ndarray,
                  links: sp.csr_matrix, precision: sp.csr_matrix, theta_state: np.ndarray, right: np.ndarray,
                  rate_prior: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
@@ -244,9 +251,8 @@ def _county_spread(cell_county: np.ndarray | None, county_state: np.ndarray, cel
     def by_county(values):
         return np.bincount(cell_county, weights=values, minlength=n_counties)
 
-    excess = _by_state(county_state, (by_county(totals) - by_county(expected)) ** 2 - by_county(noise), n_states)
-    scale = _by_state(county_state, by_county(cell_employment) ** 2, n_states)
-    spread2 = np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0)
+    spread2 = _squared_spread(county_state, (by_county(totals) - by_county(expected)) ** 2 - by_county(noise),
+                              by_county(cell_employment) ** 2, n_states)
     return np.maximum(spread2, (MIN_COUNTY_SPREAD * state_rate) ** 2)[county_state]
 
 
@@ -348,9 +354,8 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
         observed = rate_totals / rate_employment
         parent_rate = np.maximum(np.bincount(parent, weights=rate_totals, minlength=n_parents)
                                  / np.bincount(parent, weights=rate_employment, minlength=n_parents), 0.0)
-        excess = _by_state(rate_state, (observed - parent_rate[parent]) ** 2 - rate_variance, n_states)
-        scale = _by_state(rate_state, parent_rate[parent] ** 2, n_states)
-        spread2 = np.maximum(np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0), MIN_RATE_SPREAD**2)
+        spread2 = np.maximum(_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - rate_variance,
+                                             parent_rate[parent] ** 2, n_states), MIN_RATE_SPREAD**2)
         rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], floor[rate_state]) ** 2
         # 3. the cells' spread around their prior, by moments per state, then rates and cell totals; variances
         # at the last fit's rates (the first pass: the observed ones, at least RATE_FLOOR of the state's)
@@ -364,11 +369,9 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
                                          direct_variance if fitted is None else np.zeros(n_cells),
                                          observed[cell_rate] * cell_employment, state_rate)
         establishment_part = cell_rates**2 * (ESTABLISHMENT_SPREAD**2 * cell_squares + cell_employment_variance) + 1.0
-        excess = _by_state(cell_state, (direct - prior) ** 2 - direct_variance - establishment_part
-                           - cell_employment**2 * rate_variance[cell_rate], n_states)
-        scale = _by_state(cell_state, prior**2, n_states)
-        cell_spread = np.clip(np.sqrt(np.maximum(np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0),
-                                                 0.0)), *CELL_SPREAD_BOUNDS)
+        cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
+            cell_state, (direct - prior) ** 2 - direct_variance - establishment_part
+            - cell_employment**2 * rate_variance[cell_rate], prior**2, n_states), 0.0)), *CELL_SPREAD_BOUNDS)
         prior_variance = (cell_spread[cell_state] * prior) ** 2 + establishment_part
         cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
         free_variance = np.where(fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
@@ -393,10 +396,8 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     # 4. shares within cells
     share_prior = totals[cell_codes] * employment / cell_employment[cell_codes]
     noise = psi.estimate_variance(share_prior, sd)
-    excess = _by_state(state, (answer - share_prior) ** 2 - noise, n_states)
-    scale = _by_state(state, share_prior**2, n_states)
-    spread = np.clip(np.sqrt(np.maximum(np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0), 0.0)),
-                     *SPREAD_BOUNDS)
+    spread = np.clip(np.sqrt(np.maximum(_squared_spread(state, (answer - share_prior) ** 2 - noise, share_prior**2,
+                                                        n_states), 0.0)), *SPREAD_BOUNDS)
     cell_rate_now = np.divide(totals, cell_employment, out=np.zeros(n_cells), where=cell_employment > 0)[cell_codes]
     spread_variance = (spread[state] * share_prior) ** 2 + cell_rate_now**2 * employment_variance + np.finfo(float).tiny
     share_precision = 1.0 / noise + 1.0 / spread_variance

@@ -30,9 +30,6 @@ from gedp.synth.schema import public_columns
 VARIANCE_MODES = ("pooled", "estimated", "exact", "hybrid")
 #: Variance modes a release may use: computed from released values only.
 RELEASE_VARIANCE_MODES = ("pooled", "estimated")
-#: Attributes measured on the same establishments with independent noise, whose identity variances
-#: ``pooled`` evaluates at the other attributes' estimates.
-MONTHS = ("m1emp", "m2emp", "m3emp")
 #: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.
 CVXPY_SOLVERS = {"osqp": "OSQP", "clarabel": "CLARABEL"}  # cvxpy imported when used: it takes ~1 s
 SOLVERS = ("auto", "structured", *CVXPY_SOLVERS)
@@ -86,7 +83,7 @@ def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyA
     only. Months without identity answers, and other attributes, are returned as they are.
     """
     identity = {month: next((a for a in measurements_by_attribute.get(month, []) if a.query.is_identity), None)
-                for month in MONTHS}
+                for month in wage_model.EMPLOYMENT}
     identity = {month: answer for month, answer in identity.items() if answer is not None}
     out = {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
     if len(identity) < 2:
