@@ -22,8 +22,9 @@ import pandas as pd
 from gedp.config import Config, load_config, parse_config
 from gedp.engine import Source, protect_input
 from gedp.errors import InputError
-from gedp.manifest import Manifest, read_manifest, release_answers, release_wage_psi
+from gedp.manifest import Manifest, read_manifest, release_answers, release_families, release_wage_psi
 from gedp.pipeline import (
+    JOBS_FILE,
     MEASUREMENTS_FILE,
     PROTECTED_FILE,
     TABLES_FILE,
@@ -32,7 +33,7 @@ from gedp.pipeline import (
     staged_directory,
 )
 
-__all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize"]
+__all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize", "tabulate_job_frame"]
 
 
 def load(config: str | Path | Mapping[str, Any] | Config = "baseline", workflow: str | None = None) -> Config:
@@ -66,10 +67,12 @@ def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, e
 
 def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = "baseline", *,
             workflow: str | None = None, seed: int | None = None, not_for_publication: bool = False,
-            engine: str = "local", scheduler: str | None = None, integer: bool | None = None) -> Release:
+            engine: str = "local", scheduler: str | None = None, integer: bool | None = None,
+            jobs: Source | None = None) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
-    ``integer`` overrides the config's rounding to whole numbers (controlled rounding).
+    ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
+    job table (DataFrame or file) of a config with job families (e.g. "jobs").
 
     Noise comes from the secure generator; ``seed`` gives a replayable stream and needs
     ``not_for_publication=True`` (the release then says ``"publishable": false``).
@@ -80,7 +83,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
         loaded = loaded.with_integer(integer)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
     folder = Path(holder.name) / "release"
-    protect_input(microdata, loaded, folder, seed=seed, engine=engine, scheduler=scheduler)
+    protect_input(microdata, loaded, folder, seed=seed, engine=engine, scheduler=scheduler, jobs=jobs)
     return Release(folder, holder)
 
 
@@ -124,14 +127,23 @@ class Release:
         """QCEW aggregation levels 51-58 and 71-78 in BLS layout, tabulated from the protected microdata."""
         return pd.read_csv(self.folder / TABLES_FILE, dtype={"area_fips": str, "industry_code": str, "own_code": str})
 
+    @property
+    def jobs(self) -> pd.DataFrame:
+        """The protected job frame (a release with job families): estab_id, family, worker columns, jobs."""
+        return read_job_frame(self.folder)
+
     def tabulate(self, by: str | Sequence[str] = "total", *, moe: bool = False, level: float = 0.95,
                  where: str | None = None) -> pd.DataFrame:
         """Totals of the protected attributes by public columns (``"total"`` or [] for the grand
         total), optionally only over establishments matching ``where`` (a pandas query on public
         columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
-        from the release's least-squares covariance (no privacy budget spent)."""
+        from the release's least-squares covariance (no privacy budget spent). With worker columns
+        in ``by`` (sex, education, home_county, ...), protected jobs of the release's job frame
+        (``tabulate_job_frame``)."""
         from gedp.postprocess.tabulate import tabulate
 
+        if worker_keys(by):
+            return tabulate_job_frame(self.folder, self.microdata, by, where=where, moe=moe, level=level)
         answers = release_answers(self.folder) if moe else None
         wage_psi = release_wage_psi(self.folder) if moe else None
         try:
@@ -148,6 +160,39 @@ class Release:
                 target = staging / entry.name
                 (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, target)
         return out
+
+
+def worker_keys(by: str | Sequence[str]) -> list[str]:
+    """The worker columns (of a job frame) among a tabulation's keys."""
+    from gedp.measure.jobframe import FAMILY_COLUMNS
+
+    keys = [c.strip() for c in by.split(",")] if isinstance(by, str) else list(by)
+    return [c for c in keys if c in FAMILY_COLUMNS]
+
+
+def read_job_frame(folder: str | Path) -> pd.DataFrame:
+    """A release's protected job frame; InputError when the release has none."""
+    if not release_families(folder):
+        raise InputError(f"release '{folder}' has no job frame (protect with --jobs and a config with job families)")
+    return pd.read_parquet(Path(folder) / JOBS_FILE)
+
+
+def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Sequence[str], *,
+                       where: str | None = None, moe: bool = False, level: float = 0.95) -> pd.DataFrame:
+    """Protected jobs of a release's job frame by establishment and worker columns (``by``), over
+    the establishments matching ``where``, with margins of error ``jobs_moe`` (``moe``); see
+    ``postprocess.jobframe.tabulate_jobs``."""
+    from gedp.postprocess.jobframe import tabulate_jobs
+
+    keys = [c.strip() for c in by.split(",") if c.strip()] if isinstance(by, str) else list(by)
+    jobs = read_job_frame(folder)
+    if moe and not 0 < level < 1:
+        raise InputError(f"level ({level}) must be between 0 and 1")
+    try:
+        return tabulate_jobs(protected, jobs, release_families(folder), keys, where=where, moe=moe, level=level,
+                             answers=release_answers(folder) if moe else None)
+    except ValueError as err:
+        raise InputError(str(err)) from None
 
 
 def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: float | None = None,

@@ -218,7 +218,7 @@ def _accuracy(truth: pd.DataFrame, release: Path, config: Config) -> dict:
 
     protected = pd.read_parquet(release / PROTECTED_FILE)
     return {label: {attribute: error_summary(compare_tabulations(truth, protected, by, attribute))
-                    for attribute in config.plan.attributes}
+                    for attribute in config.attributes}
             for label, by in ACCURACY_CHECKS.items()}
 
 
@@ -250,16 +250,21 @@ def run(
         check_output_directory(out.resolve())
         spec = load_profile(profile)
         truth = generate_profile(spec, n_establishments=establishments, rng=np.random.default_rng(DEFAULT_STATE_SEED))
-        truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in cfg.plan.attributes])
+        truth = truth.drop(columns=[c for c in CONFIDENTIAL if c not in cfg.attributes])
+        jobs = None
+        if cfg.jobs is not None:
+            from gedp.synth.jobs import synthesize_jobs
+
+            jobs = synthesize_jobs(truth, rng=np.random.default_rng(DEFAULT_STATE_SEED))
         with progress_steps(1) as advance:
-            manifest = protect_input(truth, cfg, out, seed=seed, rng=rng,
+            manifest = protect_input(truth, cfg, out, seed=seed, rng=rng, jobs=jobs,
                                      on_state=lambda state: advance(f"state {state} done"),
                                      extra_files=lambda staging: {ACCURACY_FILE: _accuracy(truth, staging, cfg)})
         written = out.resolve()
     _print_release_summary(manifest, written, time.perf_counter() - start)
     accuracy = json.loads((written / ACCURACY_FILE).read_text())
     console.print(f"  input: synthetic profile '{spec['name']}' (seed {DEFAULT_STATE_SEED}), so accuracy can be shown:")
-    table = Table("tabulation", "groups", *cfg.plan.attributes, title="median relative error |x~ - x| / (x + 1)")
+    table = Table("tabulation", "groups", *cfg.attributes, title="median relative error |x~ - x| / (x + 1)")
     for label, by_attribute in accuracy.items():
         first = next(iter(by_attribute.values()))
         table.add_row(label, f"{first['groups']:,}", *[f"{s['median_relative']:.2%}" for s in by_attribute.values()])
@@ -392,6 +397,8 @@ def protect_command(
                                                "parts.")],
     config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
+    jobs: Annotated[Optional[Path], typer.Option(help="Job table (one row per job: estab_id and QWI worker codes) "
+                                                      "for a config with job families, e.g. --config jobs.")] = None,
     seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream; needs "
                                                      "--not-for-publication.")] = None,
     rng: Annotated[Optional[str], typer.Option(help="secure (ChaCha20 keyed from the OS; the default) or pcg64 "
@@ -443,13 +450,14 @@ def protect_command(
         reservation = None
         if ledger is not None:
             with progress_steps(len(inputs.codes)) as advance:
-                digest = input_digest(input, inputs, cfg.plan.attributes,
+                digest = input_digest(input, inputs, cfg.attributes,
                                       on_state=lambda state: advance(f"ledger: state {state} read"))
             reservation = reserve(ledger, digest, cfg.plan.budget().total, cap=lifetime_cap, dataset_id=dataset_id,
                                   config=cfg.name)
         try:
             with progress_steps(len(inputs.codes)) as advance:
                 manifest = protect_input(input, cfg, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
+                                         jobs=jobs,
                                          on_state=lambda state: advance(f"state {state} done"),
                                          lifetime=None if reservation is None else reservation.summary(),
                                          before_publish=None if reservation is None else lambda: commit(reservation),
@@ -564,6 +572,7 @@ def tabulate_command(
     Margins of error come from the release's weighted least squares covariance: no new privacy
     budget is spent and no confidential data is read.
     """
+    from gedp.api import tabulate_job_frame, worker_keys
     from gedp.manifest import release_answers, release_wage_psi
     from gedp.pipeline import MANIFEST_FILE, PROTECTED_FILE
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
@@ -580,15 +589,21 @@ def tabulate_command(
             raise InputError(f"--level ({level}) must be between 0 and 1")
         table_format = _table_format(table_format, out, agglvl)
         data = read_microdata(microdata / PROTECTED_FILE if release else microdata, attributes=None)
+        jobs = agglvl is None and bool(worker_keys(by or ""))
+        if jobs and not release:
+            raise InputError("worker columns need a release directory with a job frame")
         options = {"where": where or None, "moe": moe, "level": level,
-                   "answers": release_answers(microdata) if moe else None,
-                   "wage_psi": release_wage_psi(microdata) if moe else None}
+                   "answers": release_answers(microdata) if moe and not jobs else None,
+                   "wage_psi": release_wage_psi(microdata) if moe and not jobs else None}
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", SelectionWarning)
                 if agglvl is not None:
                     keys = qcew_keys(data, agglvl)
                     table = qcew_level(data, agglvl, **options)
+                elif jobs:
+                    table = tabulate_job_frame(microdata, data, by, where=where or None, moe=moe, level=level)
+                    keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]
                 else:
                     keys = group_keys(data, by or "total")
                     table = tabulate(data, keys, **options)

@@ -12,6 +12,7 @@ import yaml
 
 from gedp import configs
 from gedp.errors import ConfigError
+from gedp.measure.jobframe import EMPLOYMENT, JobPlan
 from gedp.measure.neighbors import make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
@@ -19,14 +20,13 @@ from gedp.postprocess.wages import WAGE_METHODS
 from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, SOLVERS, VARIANCE_MODES
 from gedp.synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, shown
 
-TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "wages", "integer", "attributes", "queries"}
+TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "wages", "integer", "attributes", "queries",
+            "jobs"}
 REQUIRED_KEYS = {"attributes", "queries"}
 ATTRIBUTE_KEYS = {"gamma"}
 QUERY_KEYS = {"by", "mu"}
+JOBS_KEYS = {"gamma", "families"}
 GROUPABLE = set(PUBLIC) | set(CARRIED)
-
-
-
 
 #: Limits of a config file: configs are a few dozen lines, so anything far larger is refused
 #: before it is parsed.
@@ -82,6 +82,7 @@ class Config:
     raw: dict[str, Any]
     wages: str = "employment"
     integer: bool = False
+    jobs: JobPlan | None = None
 
     @property
     def name(self) -> str:
@@ -93,6 +94,12 @@ class Config:
             if source.suffix == ".yaml" and shipped.is_file() and source.resolve() == shipped.resolve()
             else "custom"
         )
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """The establishment attributes the plan measures (its job families are not columns of the input)."""
+        families = self.jobs.families if self.jobs is not None else {}
+        return tuple(a for a in self.plan.attributes if a not in families)
 
     def with_workflow(self, workflow: str) -> Config:
         """The same config measured with another workflow (pnc or psi)."""
@@ -157,6 +164,12 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
     for name, spec in attributes.items():
         spec = _keys(spec, ATTRIBUTE_KEYS, f"{where}: attributes.{name}", ATTRIBUTE_KEYS)
         gammas[name] = _number(spec["gamma"], f"{where}: attributes.{name}.gamma")
+    jobs = None
+    if "jobs" in raw:
+        jobs = _job_plan(raw["jobs"], f"{where}: jobs")
+        if EMPLOYMENT not in gammas:
+            raise ConfigError(f"{where}: jobs: job families add up to {EMPLOYMENT}; measure it among the attributes")
+        gammas.update({family: _number(raw["jobs"]["gamma"], f"{where}: jobs.gamma") for family in jobs.families})
     if not isinstance(raw["queries"], list) or not raw["queries"]:
         raise ConfigError(f"{where}: queries must be a non-empty list")
     queries = []
@@ -202,8 +215,27 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
         plan.budget()  # a plan over its cap is refused here, before any data is read
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
+    if jobs is not None and (plan.identity_plan is None or not set(jobs.families) <= set(plan.identity_plan.mu)):
+        raise ConfigError(f"{where}: every job family needs the identity query (its answers weigh the categories)")
     return Config(plan=plan, variance_mode=variance_mode, solver=solver, source=source, raw=raw, wages=wages,
-                  integer=integer)
+                  integer=integer, jobs=jobs)
+
+
+def _job_plan(spec: Any, where: str) -> JobPlan:
+    """The ``jobs`` section: gamma and families (name -> list of worker columns)."""
+    spec = _keys(spec, JOBS_KEYS, where, JOBS_KEYS)
+    families = spec["families"]
+    if not isinstance(families, dict) or not families:
+        raise ConfigError(f"{where}.families must be a mapping of family names to lists of worker columns")
+    for name, columns in families.items():
+        if name in CONFIDENTIAL or not name.isidentifier():
+            raise ConfigError(f"{where}.families: {shown(name)} must be a plain name, not an attribute's")
+        if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+            raise ConfigError(f"{where}.families.{name} must be a list of worker columns, got {shown(columns)}")
+    try:
+        return JobPlan({name: tuple(columns) for name, columns in families.items()})
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def load_config(name_or_path: str | Path) -> Config:

@@ -142,18 +142,40 @@ def check_state_by_state(config: Config) -> None:
             )
 
 
+def split_jobs(jobs: Source, source: Source, inputs: InputStates) -> dict[str, pd.DataFrame]:
+    """The job table (a file, a Parquet folder or a DataFrame) split by its establishments' states;
+    a job whose estab_id is not an establishment of the input is refused (its first row named)."""
+    from gedp.synth.jobs import JOB_COLUMNS
+    from gedp.synth.schema import _refuse
+
+    if isinstance(jobs, pd.DataFrame):
+        check_columns([str(c) for c in jobs.columns], attributes=(), required=JOB_COLUMNS[:-1])
+        table = jobs.reset_index(drop=True)
+    else:
+        table = read_columns(jobs, required=JOB_COLUMNS[:-1])
+    establishments = read_source(source, ["state", "estab_id"])
+    code_of = {value: code for code, stored in inputs.codes.items() for value in stored}
+    state = establishments["state"].map(code_of).to_numpy(dtype=object)
+    positions, uniques = pd.factorize(table["estab_id"])
+    found = pd.Index(establishments["estab_id"].astype(str)).get_indexer(pd.Index(uniques).astype(str))
+    row = np.where(positions >= 0, found[positions] if len(found) else -1, -1)
+    _refuse("estab_id", row < 0, table, "values of the job table must be an estab_id of the input")
+    job_state = state[row]
+    return {code: table[job_state == code].reset_index(drop=True) for code in inputs.codes}
+
+
 def protect_one_state(path: Source, state: str, stored: list, config: Config, entropy: int | None, staging: str,
-                      states: int = 1) -> dict:
+                      states: int = 1, jobs: pd.DataFrame | None = None) -> dict:
     """Protect one state and write its parts into the staging release; returns its manifest entry.
 
     ``stored`` are the input's values of the state code; ``entropy=None`` draws the state's noise
     from its own secure generator (ChaCha20, OS key). ``states`` is the number of states of the
-    release, among which zeta is split.
+    release, among which zeta is split. ``jobs``: the state's job table, for a plan with job families.
     """
-    microdata = read_state(path, state, config.plan.attributes, stored)
+    microdata = read_state(path, state, config.attributes, stored)
     rng = secure_generator() if entropy is None else state_rng(entropy, state)
     plan = dataclasses.replace(config.plan, states=states)
-    release = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, rng_description={})
+    release = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, rng_description={}, jobs=jobs)
     staging = Path(staging)
     write_parts(release, staging, state, staging / f".{TABLES_FILE}.part-{state}")
     manifest = release.manifest
@@ -168,6 +190,7 @@ def protect_one_state(path: Source, state: str, stored: list, config: Config, en
         "solver": manifest["solver"],
         "ledger": manifest["ledger"],
         **({"rounding": manifest["rounding"]} if "rounding" in manifest else {}),
+        **({"jobs": manifest["jobs"]} if "jobs" in manifest else {}),
     }
 
 
@@ -185,6 +208,7 @@ def protect_input(
     before_publish: Callable[[], None] | None = None,
     inputs: InputStates | None = None,
     extra_files: Callable[[Path], dict[str, dict]] | None = None,
+    jobs: Source | None = None,
 ) -> dict:
     """Protect every state of ``path`` (a file, a Parquet folder or a DataFrame) into the release
     directory ``out``; returns the manifest. ``extra_files(staging)`` gives more JSON files to write,
@@ -192,17 +216,23 @@ def protect_input(
 
     ``lifetime`` is the manifest's lifetime-budget section; ``before_publish`` runs when the release
     is complete in its staging directory, before it is moved into place (the ledger's commit).
-    ``inputs`` is ``input_states(path)`` when the caller has read it already.
+    ``inputs`` is ``input_states(path)`` when the caller has read it already. ``jobs`` is the job
+    table (``synth.jobs``) of a plan with job families.
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
     rng_description = check_request(config, states, seed=seed, rng=rng, engine=engine)
+    if (config.jobs is None) != (jobs is None):
+        raise InputError("a job table goes with a config with job families (e.g. --config jobs), and such a "
+                         "config needs the job table (--jobs)")
+    job_tables = split_jobs(jobs, path, inputs) if jobs is not None else {}
     if rng_description["kind"] == "secure":
         entropy = None
     else:
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     with staged_directory(out, before_publish=before_publish) as staging:
-        arguments = {state: (_state_source(path, stored), state, stored, config, entropy, str(staging), len(states))
+        arguments = {state: (_state_source(path, stored), state, stored, config, entropy, str(staging), len(states),
+                             job_tables.get(state))
                      for state, stored in inputs.codes.items()}
         if engine == "local":
             pieces = []

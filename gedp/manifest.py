@@ -17,6 +17,7 @@ from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.pipeline import (
+    JOBS_FILE,
     MANIFEST_FILE,
     MANIFEST_KEYS,
     MEASUREMENTS_FILE,
@@ -61,6 +62,7 @@ class Manifest(TypedDict, total=False):
     versions: dict[str, str]
     files: dict[str, str]
     lifetime: dict[str, Any]  # lifetime_cap, spent_before, spent_after, mu, release_id
+    jobs: dict[str, Any]  # job families: worker columns, categories per state (releases with a job frame)
 
 
 def read_manifest(release: str | Path) -> Manifest:
@@ -146,5 +148,23 @@ def release_manifest(config: Config, pieces: list[dict], rng_description: dict, 
         "integer": config.integer,
         "per_state": {piece["state"]: piece for piece in pieces},
         "versions": versions(),
-        "files": {"protected_microdata": PROTECTED_FILE, "measurements": MEASUREMENTS_FILE, "qcew_tables": TABLES_FILE},
+        "files": {"protected_microdata": PROTECTED_FILE, "measurements": MEASUREMENTS_FILE, "qcew_tables": TABLES_FILE,
+                  **({"protected_jobs": JOBS_FILE} if config.jobs is not None else {})},
+        **({"jobs": jobs_section(pieces)} if config.jobs is not None else {}),
     }
+
+
+def jobs_section(pieces: list[dict]) -> dict:
+    """The manifest's job section of a release protected state by state: the families' worker columns
+    and, per state, their numbers of categories."""
+    first = pieces[0]["jobs"]
+    return {**first, "families": {family: {"columns": spec["columns"],
+                                           "categories": {p["state"]: p["jobs"]["families"][family]["categories"]
+                                                          for p in pieces}}
+                                  for family, spec in first["families"].items()}}
+
+
+def release_families(release: str | Path) -> dict[str, list[str]]:
+    """A release's job families and their worker columns ({} without a job frame)."""
+    jobs = read_manifest(release).get("jobs", {})
+    return {family: list(spec["columns"]) for family, spec in jobs.get("families", {}).items()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import secrets
 import shutil
@@ -27,14 +28,18 @@ from randomgen import ChaCha
 
 from gedp.config import Config
 from gedp.measure.answers import NoisyAnswer
+from gedp.measure.budget import compose
+from gedp.measure.jobframe import EMPLOYMENT, FamilySpec, add_job_counts
 from gedp.measure.queries import IDENTITY, Query
 from gedp.measure.workflows import Measurements, count_steps, measure
+from gedp.postprocess.jobframe import job_table, protect_family
 from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_tables
 from gedp.postprocess.wls import WLSResult, protect_microdata
 from gedp.synth.schema import InputError, public_columns, shown
 
 PROTECTED_FILE = "protected.parquet"
+JOBS_FILE = "protected_jobs.parquet"
 MEASUREMENTS_FILE = "measurements.parquet"
 TABLES_FILE = "qcew_tables.csv"
 MANIFEST_FILE = "manifest.json"
@@ -42,8 +47,8 @@ ACCURACY_FILE = "accuracy.json"
 #: What an output folder may hold for gedp to replace it: a release's files (its Parquet outputs
 #: may be folders of parts), identified by a manifest with gedp's keys; a report's files and the
 #: plots its summary.json names.
-RELEASE_FILES = frozenset({MANIFEST_FILE, PROTECTED_FILE, MEASUREMENTS_FILE, TABLES_FILE, ACCURACY_FILE})
-PART_FOLDERS = (PROTECTED_FILE, MEASUREMENTS_FILE)
+RELEASE_FILES = frozenset({MANIFEST_FILE, PROTECTED_FILE, MEASUREMENTS_FILE, TABLES_FILE, ACCURACY_FILE, JOBS_FILE})
+PART_FOLDERS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
 MANIFEST_KEYS = frozenset({"gedp_version", "mu_total", "files"})
 REPORT_FILES = frozenset({"summary.json", "report.md"})
 MAX_MARKER_BYTES = 64 << 20
@@ -61,6 +66,7 @@ class Release:
     solver_results: dict[str, WLSResult]
     tables: pd.DataFrame
     manifest: dict
+    jobs: pd.DataFrame | None = None  # the protected job frame (long), for a plan with job families
 
 
 RNG_KINDS = ("secure", "pcg64")
@@ -163,25 +169,37 @@ def protect(
     rng: np.random.Generator,
     rng_description: dict,
     on_step: Callable[[str], None] | None = None,
+    jobs: pd.DataFrame | None = None,
 ) -> Release:
     """Measure validated microdata with the config's plan and postprocess it into a release.
 
-    Rows are put in release order (public keys) first, so every output is in that order.
+    Rows are put in release order (public keys) first, so every output is in that order. A plan
+    with job families needs ``jobs``, the job table of these establishments (``synth.jobs``).
     """
     step = on_step or (lambda description: None)
     plan = config.plan
+    families: list[FamilySpec] = []
+    if config.jobs is not None:
+        if jobs is None:
+            raise InputError(f"config {config.name} measures job families ({', '.join(config.jobs.families)}); "
+                             "give the job table (--jobs)")
+        microdata, plan, families = add_job_counts(microdata, jobs, config.jobs, plan)
+    elif jobs is not None:
+        raise InputError("a job table needs a config with job families (e.g. --config jobs)")
     microdata = release_order(microdata)
     measurements = measure(microdata, plan, rng=rng, on_step=step)
     if not measurements.budget.complete:
         raise RuntimeError("a planned query was not charged")  # a bug, not an input error
 
+    categories = {attribute: spec.family for spec in families for attribute in spec.attributes}
     public = microdata[public_columns(microdata)]
     # each attribute is rounded as soon as it is solved, so the wage fit (last) takes the rounded
     # employment the release holds, and `gedp tabulate --moe` recomputes that very fit
     rounder = Rounder(public) if config.integer else None
 
     protected, solver_results = protect_microdata(
-        {attribute: measurements.for_attribute(attribute) for attribute in plan.attributes},
+        {attribute: measurements.for_attribute(attribute) for attribute in plan.attributes
+         if attribute not in categories},
         public,
         variance_mode=config.variance_mode,
         solver=config.solver,
@@ -193,18 +211,35 @@ def protect(
 
     rounding = None
     if rounder is not None:
-        rounding = {attribute: rounder.report[attribute] for attribute in plan.attributes}
-        protected = protected.astype({attribute: np.int64 for attribute in plan.attributes})
+        rounding = {attribute: rounder.report[attribute] for attribute in config.plan.attributes
+                    if attribute in rounder.report}
+        protected = protected.astype({attribute: np.int64 for attribute in rounding})
         step("controlled rounding")
     tables = qcew_tables(protected)
     step("QCEW tables")
 
-    mu_by_query: dict[str, dict[str, float]] = {}
+    job_frame = None
+    if families:
+        answers = {attribute: measurements.for_attribute(attribute) for attribute in categories}
+        counts = []
+        for spec in families:
+            family_counts, results = protect_family(
+                spec.family, spec.columns, spec.categories, spec.attributes, answers, public,
+                protected[EMPLOYMENT].to_numpy(dtype=float), solver=config.solver, integer=config.integer,
+                on_step=step)
+            counts.append(family_counts)
+            solver_results[spec.family] = family_result(list(results.values()))
+        job_frame = job_table(protected["estab_id"], counts)
+        step("job frame")
+
+    mu_by_query: dict[str, dict[str, list[float]]] = {}
     for entry in measurements.budget.ledger:
-        mu_by_query.setdefault(entry["query"], {})[entry["attribute"]] = entry["mu"]
+        attribute = categories.get(entry["attribute"], entry["attribute"])
+        mu_by_query.setdefault(entry["query"], {}).setdefault(attribute, []).append(entry["mu"])
     grids: dict[str, dict[str, float]] = {}
     for answer in measurements.answers:
-        grids.setdefault(answer.query.name, {})[answer.query.attribute] = answer.grid
+        attribute = categories.get(answer.query.attribute, answer.query.attribute)
+        grids.setdefault(answer.query.name, {})[attribute] = answer.grid
     manifest = {
         "gedp_version": versions()["gedp"],
         "created_date": dt.datetime.now(dt.timezone.utc).date().isoformat(),
@@ -221,7 +256,8 @@ def protect(
         "mu_total": measurements.budget.spent,
         "mu_planned_total": measurements.budget.total,
         "mu_cap": plan.cap,
-        "mu": mu_by_query,
+        "mu": {query: {attribute: mus[0] if len(mus) == 1 else compose(mus) for attribute, mus in by.items()}
+               for query, by in mu_by_query.items()},
         "grid": grids,
         "ledger": measurements.budget.ledger,
         "rng": rng_description,
@@ -234,9 +270,30 @@ def protect(
             "protected_microdata": PROTECTED_FILE,
             "measurements": MEASUREMENTS_FILE,
             "qcew_tables": TABLES_FILE,
+            **({"protected_jobs": JOBS_FILE} if families else {}),
         },
+        **({"jobs": job_manifest(families)} if families else {}),
     }
-    return Release(protected, measurements, solver_results, tables, manifest)
+    return Release(protected, measurements, solver_results, tables, manifest, job_frame)
+
+
+def family_result(results: list[WLSResult]) -> WLSResult:
+    """One solver report for a job family: its categories' worst KKT residual and most iterations."""
+    statuses = sorted({r.status for r in results})
+    return WLSResult(values=np.empty(0), solver=",".join(sorted({r.solver for r in results})),
+                     status=statuses[0] if len(statuses) == 1 else "mixed: " + ",".join(statuses),
+                     objective=math.fsum(r.objective for r in results),
+                     kkt_residual=max(r.kkt_residual for r in results), seconds=0.0,
+                     fixed_zero=sum(r.fixed_zero for r in results),
+                     clipped_negative=max(r.clipped_negative for r in results),
+                     iterations=max((r.iterations or 0) for r in results))
+
+
+def job_manifest(families: list[FamilySpec]) -> dict:
+    """The manifest's job section: each family's worker columns and number of categories (public)."""
+    return {"file": JOBS_FILE, "adds_up_to": EMPLOYMENT,
+            "families": {spec.family: {"columns": list(spec.columns), "categories": len(spec.categories)}
+                         for spec in families}}
 
 
 def check_output_path(out: Path) -> None:
@@ -350,6 +407,9 @@ def write_parts(release: Release, staging: Path, part: str, tables: Path) -> Non
     for folder in (PROTECTED_FILE, MEASUREMENTS_FILE):
         (staging / folder).mkdir(exist_ok=True)
     release.protected.to_parquet(staging / PROTECTED_FILE / f"part-{part}.parquet", index=False)
+    if release.jobs is not None:
+        (staging / JOBS_FILE).mkdir(exist_ok=True)
+        release.jobs.to_parquet(staging / JOBS_FILE / f"part-{part}.parquet", index=False)
     pq.write_table(measurements_table(release.measurements), staging / MEASUREMENTS_FILE / f"part-{part}.parquet")
     release.tables.to_csv(tables, index=False)
 

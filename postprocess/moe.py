@@ -43,6 +43,9 @@ def tabulation_variances(
     cell_codes: np.ndarray,
     tab_codes: np.ndarray,
     n_tab: int,
+    *,
+    establishments: np.ndarray | None = None,
+    coefficients: np.ndarray | None = None,
 ) -> np.ndarray:
     """Variance of every tabulation cell total (NaN where not estimable).
 
@@ -50,7 +53,12 @@ def tabulation_variances(
         system: the release's query rows over establishments, answers and variances.
         identity_rows: rows of the identity answers (None when the plan has none).
         cell_codes: each establishment's cell of the grouping by all measured columns.
-        tab_codes: each establishment's tabulation cell (0..n_tab-1; -1 for none).
+        tab_codes: each establishment's tabulation cell (0..n_tab-1; -1 for none), or with
+            ``establishments``, each entry's.
+        establishments: entries (establishment, tab_codes[i], coefficients[i]) instead of one per
+            establishment: a cell total is then sum over its entries of coefficient x value, and an
+            establishment may enter several cells (a job tabulation's worker categories).
+        coefficients: each entry's coefficient (default 1).
     """
     n = system.matrix.shape[1]
     n_cells = int(cell_codes.max()) + 1
@@ -65,18 +73,21 @@ def tabulation_variances(
     c = cell_to_group_matrix(system.matrix[rows], cell_codes, n_cells)
     w = system.v[rows]
     inside = tab_codes >= 0
+    entry = (np.arange(n) if establishments is None else np.asarray(establishments))[inside]
+    coefficient = np.ones(len(entry)) if coefficients is None else np.asarray(coefficients, dtype=float)[inside]
 
     if identity_rows is not None:
         operator = CellOperator(c, w, np.bincount(cell_codes, weights=v, minlength=n_cells))
-        base = np.bincount(tab_codes[inside], weights=v[inside], minlength=n_tab)
+        base = np.bincount(tab_codes[inside], weights=coefficient**2 * v[entry], minlength=n_tab)
         weights = v
     else:
         operator = CellOperator(c, w, np.full(n_cells, np.inf))
         base = np.zeros(n_tab)
         weights = 1.0 / np.bincount(cell_codes, minlength=n_cells)[cell_codes]
-    # P[c, T]: identity variances of T's establishments in cell c (without identity: the share of
-    # cell c inside T, 1 for a whole cell).
-    p = sp.csr_matrix((weights[inside], (cell_codes[inside], tab_codes[inside])), shape=(n_cells, n_tab)).tocsc()
+    # P[c, T]: identity variances of T's establishments in cell c, times their coefficients (without
+    # identity: the share of cell c inside T, 1 for a whole cell).
+    p = sp.csr_matrix((coefficient * weights[entry], (cell_codes[entry], tab_codes[inside])),
+                      shape=(n_cells, n_tab)).tocsc()
     if identity_rows is not None:
         variances = base - operator.forms_after_solve(p)
     else:
@@ -86,16 +97,19 @@ def tabulation_variances(
         entries = p.tocoo()
         partial = np.abs(entries.data - 1.0) > 1e-9
         variances[np.bincount(entries.col[partial], minlength=n_tab) > 0] = np.nan
+        if coefficients is not None:  # whole cells times uneven coefficients: not checked, not claimed
+            variances[:] = np.nan
     return np.maximum(variances, 0.0, where=~np.isnan(variances), out=variances)
 
 
 def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray,
-                      n_tab: int) -> np.ndarray:
+                      n_tab: int, **entries: np.ndarray) -> np.ndarray:
     """Variances of tabulation cells from a release's answers of one attribute (their own
-    variances: estimated for the psi-mechanism, exact for pnc) over its public microdata."""
+    variances: estimated for the psi-mechanism, exact for pnc) over its public microdata;
+    ``entries`` (establishments, coefficients) as for ``tabulation_variances``."""
     system = build_system(answers, public, [answer.variance for answer in answers])
     identity_rows, cell_codes = system_structure(answers, public)
-    return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab)
+    return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab, **entries)
 
 
 def variance_function(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,

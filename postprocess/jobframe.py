@@ -1,0 +1,301 @@
+"""Protected job-frame microdata: each establishment's jobs by worker category, nonnegative and adding
+up to its protected employment, with margins of error for any job tabulation.
+
+Per family of categories (``measure.jobframe``), each category attribute is postprocessed like any
+attribute (the weighted least squares, ``postprocess.wls.protect_attribute``), giving x_jc >= 0.
+Their totals over a measured cell g (the finest grouping the plan measures, e.g. county x NAICS-5),
+T_gc, follow the cell's measured answers; an establishment's own x_j is mostly noise. The released
+counts y are the raking (iterative proportional fitting) of the seed w_jc = x_jc + mean of x_.c
+over the cell (``projection_weights``) to
+
+* rows: sum_c y_jc = E_j, the establishment's protected month-1 employment, and
+* columns: sum_{j in g} y_jc = T_gc x E_g / T_g, the cell's measured mix scaled to its protected
+  employment,
+
+i.e. the point of those margins nearest to the seed in Kullback-Leibler divergence (``rake_counts``).
+Job tabulations and establishment tabulations of one release then agree (summed over a family's
+categories, jobs are m1emp), and a cell's mix is governed by its measurements, not by the noise of
+its establishments' identity answers. An integer release rounds y_j to whole jobs still adding up
+to the (whole) E_j: the largest fractional parts go up.
+
+Why this is postprocessing (no privacy cost): its inputs are released answers, the protected
+employment and public attributes; nothing confidential.
+
+Margins of error linearize at the release (the bounds are ignored, as for every margin, SPEC
+section 5): a cell's jobs of the categories K are Y_gK = (T_gK / T_g) E_g, so with s_gK = Y_gK / Y_g
+(read from the released counts), a tabulation's total over the categories K is, to first order,
+
+    sum_j [ sum_c ([c in K] - s_gK) x_jc + s_gK E_j ]       (g the cell of establishment j),
+
+a linear form in the categories' least-squares estimates and the employment's, which are
+independent (independent noise): its variance is the sum of their quadratic forms
+(``postprocess.moe.tabulation_variances`` with coefficients). Exact to first order for tabulations
+made of whole cells (any county, industry and worker grouping at or above the measured cells);
+a tabulation that splits cells (e.g. by NAICS-6) treats each establishment's jobs as its cell's
+mix. Summed over every category it is exactly m1emp's margin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.jobframe import EMPLOYMENT, FAMILY_COLUMNS
+from gedp.postprocess.wls import WLSResult, protect_attribute, system_structure
+
+#: Raking stops when every cell's column total is within this of its target, relative to the cell's
+#: employment (rows are then scaled to their totals exactly), or after RAKING_STEPS sweeps.
+RAKING_TOLERANCE, RAKING_STEPS = 1e-10, 500
+
+
+def rake_counts(seed: np.ndarray, totals: np.ndarray, cell_codes: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Iterative proportional fitting of ``seed`` (n x K, >= 0, every row with a positive entry) to
+    row totals ``totals`` and, per cell of ``cell_codes``, column totals ``targets`` (cells x K, each
+    cell's row summing to its rows' totals): alternately scale rows and each cell's columns. Rows
+    are matched exactly at the end."""
+    y = np.asarray(seed, dtype=float).copy()
+    totals = np.asarray(totals, dtype=float)
+    n_cells = targets.shape[0]
+    cells = sp.csr_matrix((np.ones(len(y)), (cell_codes, np.arange(len(y)))), shape=(n_cells, len(y)))
+    scale = np.maximum(cells @ totals, 1e-300)
+    for _ in range(RAKING_STEPS):
+        row = y.sum(axis=1)
+        y *= np.divide(totals, row, out=np.zeros_like(row), where=row > 0)[:, None]
+        column = cells @ y
+        if np.max(np.abs(column - targets) / scale[:, None], initial=0.0) <= RAKING_TOLERANCE:
+            break
+        y *= np.divide(targets, column, out=np.zeros_like(column), where=column > 0)[cell_codes]
+    row = y.sum(axis=1)
+    return y * np.divide(totals, row, out=np.zeros_like(row), where=row > 0)[:, None]
+
+
+def cell_sums(values: np.ndarray, cell_codes: np.ndarray) -> np.ndarray:
+    """Per cell (rows) and category: the total of ``values`` (n x K)."""
+    n_cells = int(cell_codes.max(initial=0)) + 1
+    return np.column_stack([np.bincount(cell_codes, weights=column, minlength=n_cells) for column in values.T])
+
+
+def cell_targets(estimates: np.ndarray, totals: np.ndarray, cell_codes: np.ndarray,
+                 measured: np.ndarray | None = None) -> np.ndarray:
+    """Per cell (rows) and category: the cell's employment ``totals`` split by the cell's mix of
+    ``estimates`` (n x K); a cell whose estimates are all 0 splits it evenly over the categories
+    ``measured`` there (n x K, default all)."""
+    mix = cell_sums(estimates, cell_codes)
+    empty = mix.sum(axis=1) <= 0
+    if empty.any():
+        mix[empty] = 1.0 if measured is None else (cell_sums(measured.astype(float), cell_codes) > 0)[empty]
+    share = np.divide(mix, mix.sum(axis=1, keepdims=True), out=np.zeros_like(mix),
+                      where=mix.sum(axis=1, keepdims=True) > 0)
+    return share * np.bincount(cell_codes, weights=totals, minlength=len(mix))[:, None]
+
+
+def round_counts(counts: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """Whole counts, each the floor or ceiling of its value, adding up to each row's whole total:
+    the largest fractional parts of a row go up (ties: the first category)."""
+    down = np.floor(counts)
+    deficit = np.rint(totals - down.sum(axis=1)).astype(np.int64)
+    order = np.argsort(-(counts - down), axis=1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(counts.shape[1])[None, :].repeat(len(counts), axis=0), axis=1)
+    return down + (rank < deficit[:, None])
+
+
+def projection_weights(estimates: np.ndarray, cell_codes: np.ndarray) -> np.ndarray:
+    """The raking's seed: each estimate plus its category's mean over the establishment's cell (the
+    finest measured grouping), so every category the cell has can take jobs and an establishment
+    whose categories are all estimated 0 starts from its cell's mix. A cell with no estimated jobs at
+    all weighs its categories equally."""
+    n_cells = int(cell_codes.max(initial=0)) + 1
+    counts = np.bincount(cell_codes, minlength=n_cells)
+    means = np.column_stack([np.bincount(cell_codes, weights=column, minlength=n_cells) for column in estimates.T])
+    means /= np.maximum(counts, 1)[:, None]
+    empty = means.sum(axis=1) <= 0
+    means[empty] = 1.0
+    return estimates + means[cell_codes]
+
+
+@dataclass(frozen=True)
+class FamilyCounts:
+    """A family's protected job counts: one row per establishment (release order), one column per category."""
+
+    family: str
+    columns: tuple[str, ...]
+    categories: list[tuple[str, ...]]
+    attributes: list[str]
+    counts: np.ndarray
+
+
+def protect_family(family: str, columns: tuple[str, ...], categories: list[tuple[str, ...]], attributes: list[str],
+                   answers: Mapping[str, Sequence[NoisyAnswer]], public: pd.DataFrame, employment: np.ndarray, *,
+                   solver: str, integer: bool,
+                   on_step: Callable[[str], None] | None = None) -> tuple[FamilyCounts, dict[str, WLSResult]]:
+    """One family's counts: every category by the weighted least squares (released variances), then
+    raked to the protected employment and the cells' measured mixes (``rake_counts``) and, for an
+    integer release, rounded within each establishment (``round_counts``; ``employment`` is then whole)."""
+    results = {}
+    for attribute in attributes:
+        results[attribute] = protect_attribute(answers[attribute], public, variance_mode="estimated", solver=solver)
+        if on_step is not None:
+            on_step(f"postprocess {attribute}")
+    estimates = np.column_stack([results[a].values for a in attributes])
+    cell_codes = system_structure(answers[attributes[0]], public)[1]
+    counts = rake_counts(projection_weights(estimates, cell_codes), employment, cell_codes,
+                         cell_targets(estimates, employment, cell_codes))
+    if integer:
+        counts = round_counts(counts, employment)
+    return FamilyCounts(family, columns, categories, attributes, counts), results
+
+
+def job_table(estab_ids: pd.Series, families: Sequence[FamilyCounts]) -> pd.DataFrame:
+    """The protected job frame in long form: estab_id, family, the families' worker columns (empty
+    where a family has no such column) and ``jobs``; rows with jobs > 0 only, in family order, then
+    establishment (release) order, then category order."""
+    columns = list(dict.fromkeys(c for f in families for c in f.columns))
+    parts = []
+    for f in families:
+        establishment, category = np.nonzero(f.counts)
+        codes = np.array(f.categories, dtype=object).reshape(len(f.categories), len(f.columns))
+        part = {"estab_id": estab_ids.to_numpy()[establishment], "family": f.family}
+        for column in columns:
+            part[column] = codes[category, f.columns.index(column)] if column in f.columns else None
+        part["jobs"] = f.counts[establishment, category]
+        parts.append(pd.DataFrame(part))
+    table = pd.concat(parts, ignore_index=True)
+    return table.astype({c: "string" for c in ["estab_id", "family", *columns]})
+
+
+# --- job tabulations ---------------------------------------------------------------------------------
+def family_attributes(family: str, answers: Mapping[str, Sequence[NoisyAnswer]]) -> dict[str, tuple[str, ...]]:
+    """A family's category attributes in a release's answers (every state's), with their codes."""
+    prefix = f"{family}["
+    return {a: tuple(a[len(prefix):-1].split(",")) for a in sorted(answers) if a.startswith(prefix)}
+
+
+def pick_family(families: Mapping[str, Sequence[str]], worker_keys: Sequence[str]) -> str:
+    """The first family whose columns include every worker key of a tabulation."""
+    for family, columns in families.items():
+        if set(worker_keys) <= set(columns):
+            return family
+    listed = "; ".join(f"{f}: {', '.join(c)}" for f, c in families.items()) or "none"
+    raise ValueError(f"no job family of this release has {', '.join(worker_keys)} (families: {listed})")
+
+
+def tabulate_jobs(protected: pd.DataFrame, jobs: pd.DataFrame, families: Mapping[str, Sequence[str]],
+                  by: Sequence[str], *, where: str | None = None, moe: bool = False, level: float = 0.95,
+                  answers: Mapping[str, Sequence[NoisyAnswer]] | None = None) -> pd.DataFrame:
+    """Protected jobs by establishment columns and worker columns of one family (the first whose
+    columns hold the tabulation's worker keys), over the establishments matching ``where`` (a filter
+    on establishment columns): keys, ``estabs`` (establishments with jobs in the cell), ``jobs`` and
+    with ``moe`` ``jobs_moe`` (see the module docstring). Cells without protected jobs are absent."""
+    from statistics import NormalDist
+
+    from gedp.postprocess.tabulate import group_keys, select
+
+    worker_keys = [c for c in dict.fromkeys(by) if c in FAMILY_COLUMNS]
+    family = pick_family(families, worker_keys)
+    keys = group_keys(protected, [c for c in by if c not in worker_keys])
+    keep = select(protected, where)
+    rows = jobs[jobs["family"].astype(str) == family]
+    position = pd.Index(protected["estab_id"].astype(str)).get_indexer(rows["estab_id"].astype(str))
+    if (position < 0).any():
+        raise ValueError("the job frame names an establishment the protected microdata lack")
+    inside = keep[position]
+    if not inside.any():
+        raise ValueError("no jobs to tabulate" + (f" match where {where!r}" if where is not None else ""))
+    frame = protected.loc[position[inside], keys].reset_index(drop=True)
+    for column in worker_keys:
+        frame[column] = rows[column].to_numpy()[inside]
+    frame["position"], frame["jobs"] = position[inside], rows["jobs"].to_numpy(dtype=float)[inside]
+    all_keys = [*keys, *worker_keys]
+    if all_keys:
+        grouped = frame.groupby(all_keys, sort=True, observed=True)
+        table = grouped["jobs"].sum().to_frame()
+        table.insert(0, "estabs", grouped["position"].nunique())
+        table = table.reset_index()
+    else:
+        table = pd.DataFrame({"estabs": [frame["position"].nunique()], "jobs": [frame["jobs"].sum()]})
+    if moe:
+        if answers is None:
+            raise ValueError("margins of error need the release's answers (a release directory)")
+        z = NormalDist().inv_cdf(0.5 + level / 2)
+        variances = job_variances(protected, rows, family, answers, keep, keys, worker_keys, table)
+        table["jobs_moe"] = z * np.sqrt(variances)
+    return table
+
+
+def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str,
+                  answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray, keys: Sequence[str],
+                  worker_keys: Sequence[str], table: pd.DataFrame) -> np.ndarray:
+    """Variance of each row of a job tabulation ``table`` (see the module docstring)."""
+    from gedp.postprocess.moe import answers_variances
+    from gedp.synth.schema import public_columns
+
+    public = protected[public_columns(protected)]
+    ids = pd.Index(public["estab_id"].astype(str))
+    n = len(public)
+    categories = family_attributes(family, answers)
+    names = list(categories)
+    columns = list(dict.fromkeys(c for c in rows.columns if c in FAMILY_COLUMNS and rows[c].notna().any()))
+    # released counts y (n x K); s_gc: category c's share of cell g's released jobs
+    code = pd.Index([categories[a] for a in names]).get_indexer(
+        pd.MultiIndex.from_frame(rows[columns].astype(str)) if len(columns) > 1 else rows[columns[0]].astype(str))
+    y = np.zeros((n, len(names)))
+    y[ids.get_indexer(rows["estab_id"].astype(str)), code] = rows["jobs"].to_numpy(dtype=float)
+    measured, subsets = np.zeros((n, len(names)), dtype=bool), []
+    for k, attribute in enumerate(names):
+        identity = next(a for a in answers[attribute] if a.query.is_identity)
+        subsets.append(np.sort(ids.get_indexer(identity.keys["estab_id"].astype(str))))
+        measured[subsets[-1], k] = True
+    # s_gc: category c's share of the released jobs of establishment j's cell g
+    cell_codes = system_structure(answers[names[0]], public)[1]
+    rho = cell_targets(y, np.ones(n), cell_codes, measured)
+    rho = np.divide(rho, rho.sum(axis=1, keepdims=True), out=np.zeros_like(rho),
+                    where=rho.sum(axis=1, keepdims=True) > 0)[cell_codes]
+    # each (establishment, worker-key combination) entry's row of the table (-1: none or not kept)
+    combos = ["|".join(categories[a][columns.index(c)] for c in worker_keys) for a in names]
+    combo_codes, combo_keys = pd.factorize(pd.Index(combos), sort=True)
+    entry_row = _entry_rows(public, keys, worker_keys, combo_keys, table)
+    entry_row[~np.tile(keep, len(combo_keys))] = -1
+    establishment = np.tile(np.arange(n), len(combo_keys))
+    in_combo = combo_codes[None, :] == np.arange(len(combo_keys))[:, None]  # combos x K
+    rho_combo = rho @ in_combo.T  # n x combos
+    variances = answers_variances(answers[EMPLOYMENT], public, entry_row, len(table),
+                                  establishments=establishment, coefficients=rho_combo.T.reshape(-1))
+    for k, (attribute, subset) in enumerate(zip(names, subsets)):
+        covered = measured[:, k]
+        coefficient = covered[:, None] * (in_combo[:, k][None, :] - rho_combo)  # n x combos
+        local = np.full(n, -1, dtype=np.int64)
+        local[subset] = np.arange(len(subset))
+        use = np.tile(covered, len(combo_keys)) & (entry_row >= 0)
+        variances += answers_variances(answers[attribute], public.iloc[subset].reset_index(drop=True),
+                                       np.where(use, entry_row, -1), len(table),
+                                       establishments=np.where(use, local[establishment], 0),
+                                       coefficients=coefficient.T.reshape(-1))
+    return variances
+
+
+def _entry_rows(public: pd.DataFrame, keys: Sequence[str], worker_keys: Sequence[str], combo_keys: pd.Index,
+                table: pd.DataFrame) -> np.ndarray:
+    """For each (worker-key combination, establishment) entry, combination-major, its row of the
+    job tabulation ``table`` (-1 when the table has no such cell); ``combo_keys`` label the
+    combinations as their codes joined by "|"."""
+    n = len(public)
+    if keys:
+        grouped = public.groupby(list(keys), sort=True, observed=True)
+        group = grouped.ngroup().to_numpy()
+        group_keys = grouped.size().index
+        table_group = group_keys.get_indexer(pd.MultiIndex.from_frame(table[list(keys)]) if len(keys) > 1
+                                             else pd.Index(table[keys[0]]))
+    else:
+        group, table_group = np.zeros(n, dtype=np.int64), np.zeros(len(table), dtype=np.int64)
+    labels = (table[list(worker_keys)].astype(str).agg("|".join, axis=1) if worker_keys
+              else pd.Series("", index=table.index))
+    combos = combo_keys.get_indexer(labels)
+    lookup = np.full((int(group.max(initial=0)) + 1, len(combo_keys)), -1, dtype=np.int64)
+    lookup[table_group, combos] = np.arange(len(table))
+    return lookup[np.tile(group, len(combo_keys)), np.repeat(np.arange(len(combo_keys)), n)]
