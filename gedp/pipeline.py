@@ -223,11 +223,9 @@ def protect(
         answers = {attribute: measurements.for_attribute(attribute) for attribute in categories}
         counts = []
         for spec in families:
-            family_counts, results = protect_family(
-                spec.family, spec.columns, spec.categories, spec.attributes, answers, public,
-                protected[EMPLOYMENT].to_numpy(dtype=float), solver=config.solver, integer=config.integer,
-                on_step=step)
-            counts.append(family_counts)
+            family_counts, results = protect_family(spec, answers, public, protected[EMPLOYMENT].to_numpy(dtype=float),
+                                                    solver=config.solver, integer=config.integer, on_step=step)
+            counts.append((spec, family_counts))
             solver_results[spec.family] = family_result(list(results.values()))
         job_frame = job_table(protected["estab_id"], counts)
         step("job frame")

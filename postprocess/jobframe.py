@@ -38,14 +38,13 @@ mix. Summed over every category it is exactly m1emp's margin.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
 from gedp.measure.answers import NoisyAnswer
-from gedp.measure.jobframe import EMPLOYMENT, FAMILY_COLUMNS
+from gedp.measure.jobframe import EMPLOYMENT, FAMILY_COLUMNS, FamilySpec
 from gedp.postprocess.wls import WLSResult, protect_attribute, system_structure
 
 #: Raking stops when every cell's column total is within this of its target, relative to the cell's
@@ -110,33 +109,21 @@ def projection_weights(estimates: np.ndarray, cell_codes: np.ndarray) -> np.ndar
     finest measured grouping), so every category the cell has can take jobs and an establishment
     whose categories are all estimated 0 starts from its cell's mix. A cell with no estimated jobs at
     all weighs its categories equally."""
-    n_cells = int(cell_codes.max(initial=0)) + 1
-    counts = np.bincount(cell_codes, minlength=n_cells)
-    means = np.column_stack([np.bincount(cell_codes, weights=column, minlength=n_cells) for column in estimates.T])
-    means /= np.maximum(counts, 1)[:, None]
+    means = cell_sums(estimates, cell_codes)
+    means = means / np.maximum(np.bincount(cell_codes, minlength=len(means)), 1)[:, None]
     empty = means.sum(axis=1) <= 0
     means[empty] = 1.0
     return estimates + means[cell_codes]
 
 
-@dataclass(frozen=True)
-class FamilyCounts:
-    """A family's protected job counts: one row per establishment (release order), one column per category."""
-
-    family: str
-    columns: tuple[str, ...]
-    categories: list[tuple[str, ...]]
-    attributes: list[str]
-    counts: np.ndarray
-
-
-def protect_family(family: str, columns: tuple[str, ...], categories: list[tuple[str, ...]], attributes: list[str],
-                   answers: Mapping[str, Sequence[NoisyAnswer]], public: pd.DataFrame, employment: np.ndarray, *,
-                   solver: str, integer: bool,
-                   on_step: Callable[[str], None] | None = None) -> tuple[FamilyCounts, dict[str, WLSResult]]:
+def protect_family(spec: FamilySpec, answers: Mapping[str, Sequence[NoisyAnswer]], public: pd.DataFrame,
+                   employment: np.ndarray, *, solver: str, integer: bool,
+                   on_step: Callable[[str], None] | None = None) -> tuple[np.ndarray, dict[str, WLSResult]]:
     """One family's counts: every category by the weighted least squares (released variances), then
     raked to the protected employment and the cells' measured mixes (``rake_counts``) and, for an
-    integer release, rounded within each establishment (``round_counts``; ``employment`` is then whole)."""
+    integer release, rounded within each establishment (``round_counts``; ``employment`` is then whole).
+    Returns the counts (establishments in release order x categories) and the solver results."""
+    attributes = spec.attributes
     results = {}
     for attribute in attributes:
         results[attribute] = protect_attribute(answers[attribute], public, variance_mode="estimated", solver=solver)
@@ -148,22 +135,22 @@ def protect_family(family: str, columns: tuple[str, ...], categories: list[tuple
                          cell_targets(estimates, employment, cell_codes))
     if integer:
         counts = round_counts(counts, employment)
-    return FamilyCounts(family, columns, categories, attributes, counts), results
+    return counts, results
 
 
-def job_table(estab_ids: pd.Series, families: Sequence[FamilyCounts]) -> pd.DataFrame:
+def job_table(estab_ids: pd.Series, families: Sequence[tuple[FamilySpec, np.ndarray]]) -> pd.DataFrame:
     """The protected job frame in long form: estab_id, family, the families' worker columns (empty
     where a family has no such column) and ``jobs``; rows with jobs > 0 only, in family order, then
     establishment (release) order, then category order."""
-    columns = list(dict.fromkeys(c for f in families for c in f.columns))
+    columns = list(dict.fromkeys(c for f, _ in families for c in f.columns))
     parts = []
-    for f in families:
-        establishment, category = np.nonzero(f.counts)
+    for f, counts in families:
+        establishment, category = np.nonzero(counts)
         codes = np.array(f.categories, dtype=object).reshape(len(f.categories), len(f.columns))
         part = {"estab_id": estab_ids.to_numpy()[establishment], "family": f.family}
         for column in columns:
             part[column] = codes[category, f.columns.index(column)] if column in f.columns else None
-        part["jobs"] = f.counts[establishment, category]
+        part["jobs"] = counts[establishment, category]
         parts.append(pd.DataFrame(part))
     table = pd.concat(parts, ignore_index=True)
     return table.astype({c: "string" for c in ["estab_id", "family", *columns]})
