@@ -3,6 +3,7 @@ job tabulations and their margins of error (measure.jobframe, postprocess.jobfra
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from statistics import NormalDist
@@ -289,3 +290,58 @@ def test_job_margins_cover_about_95_percent_on_county_by_sex_by_education():
         covered.append(np.abs(table["jobs"].to_numpy() - true) <= table["jobs_moe"].to_numpy())
     share = np.concatenate(covered).mean()
     assert 0.89 <= share <= 0.985, share
+
+
+# --- what a holder of the release can learn ------------------------------------------------------------
+def test_the_job_frame_is_recomputed_bit_for_bit_from_the_release_files_alone(release):
+    """Every released job count is a function of released answers, protected m1emp and public
+    attributes: re-running the postprocessing on the release's own files gives the same bits (so no
+    confidential value, and no low bit of one, reaches the file). Power: the integer release differs."""
+    from gedp.measure.jobframe import FamilySpec
+    from gedp.pipeline import read_answers
+    from gedp.postprocess.jobframe import family_attributes, job_table, protect_family
+
+    answers = read_answers(release.folder)
+    protected = release.microdata
+    public = protected.drop(columns=["m1emp"])
+    specs = [FamilySpec(family, tuple(spec["columns"]), list(codes.values()), list(codes))
+             for family, spec in release.manifest["jobs"]["families"].items()
+             for codes in [family_attributes(family, answers)]]
+    recomputed = [(spec, protect_family(spec, answers, public, protected["m1emp"].to_numpy(dtype=float),
+                                        solver="auto", integer=False)[0]) for spec in specs]
+    again = job_table(protected["estab_id"], recomputed)
+    pd.testing.assert_frame_equal(again, release.jobs, check_exact=True)
+    whole = job_table(protected["estab_id"], [(s, round_counts(c, np.round(protected["m1emp"].to_numpy())))
+                                              for s, c in recomputed])
+    assert not whole["jobs"].equals(release.jobs["jobs"])
+
+
+def test_home_counties_outside_the_state_leave_no_trace_in_the_release(tmp_path, state, jobs):
+    """Moving some workers' homes from one out-of-state county to another (both only in the job table)
+    leaves every released byte unchanged, and neither code nor the number of jobs appears anywhere."""
+    micro = state.drop(columns=["m2emp", "m3emp", "wage"])
+    moved = np.arange(len(jobs)) % 9 == 0
+    folders = []
+    inside = home_domain(state)[0]  # power: a move to a county of the state does show
+    for code in ("36061", "42101", inside):
+        table = jobs.assign(home_county=jobs["home_county"].astype(str).where(~moved, code))
+        out = tmp_path / code
+        gedp.protect(micro, "jobs", jobs=table, seed=21, not_for_publication=True).write(out)
+        folders.append(out)
+    jobs_part = "protected_jobs.parquet/part-44.parquet"
+    assert (folders[0] / jobs_part).read_bytes() != (folders[2] / jobs_part).read_bytes()
+    files = sorted(p.relative_to(folders[0]) for p in folders[0].rglob("*") if p.is_file())
+    for name in files:  # the manifest too (its creation date is the same day)
+        data = (folders[0] / name).read_bytes()
+        assert data == (folders[1] / name).read_bytes(), name
+        assert b"36061" not in data and b"42101" not in data, name
+
+    def numbers(value):
+        if isinstance(value, dict):
+            return [n for v in value.values() for n in numbers(v)]
+        if isinstance(value, list):
+            return [n for v in value for n in numbers(v)]
+        return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+    manifest = json.loads((folders[0] / "manifest.json").read_text())
+    assert len(jobs) not in numbers(manifest)  # the number of jobs (= true total m1emp) is not released
