@@ -165,9 +165,9 @@ class Release:
 def worker_keys(by: str | Sequence[str]) -> list[str]:
     """The worker columns (of a job frame) among a tabulation's keys."""
     from gedp.measure.jobframe import FAMILY_COLUMNS
+    from gedp.postprocess.tabulate import by_columns
 
-    keys = [c.strip() for c in by.split(",")] if isinstance(by, str) else list(by)
-    return [c for c in keys if c in FAMILY_COLUMNS]
+    return [c for c in by_columns(by) if c in FAMILY_COLUMNS]
 
 
 def read_job_frame(folder: str | Path) -> pd.DataFrame:
@@ -183,8 +183,9 @@ def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Se
     the establishments matching ``where``, with margins of error ``jobs_moe`` (``moe``); see
     ``postprocess.jobframe.tabulate_jobs``."""
     from gedp.postprocess.jobframe import tabulate_jobs
+    from gedp.postprocess.tabulate import by_columns
 
-    keys = [c.strip() for c in by.split(",") if c.strip()] if isinstance(by, str) else list(by)
+    keys = by_columns(by)
     jobs = read_job_frame(folder)
     if moe and not 0 < level < 1:
         raise InputError(f"level ({level}) must be between 0 and 1")

@@ -27,7 +27,7 @@ from gedp.pipeline import (
     read_answers,
     versions,
 )
-from gedp.postprocess.wls import pool_month_variances
+from gedp.postprocess.wls import combined_report, pool_month_variances
 
 
 class Manifest(TypedDict, total=False):
@@ -101,16 +101,8 @@ def release_manifest(config: Config, pieces: list[dict], rng_description: dict, 
     """The manifest of a release protected state by state: ``pieces`` are the states' entries
     (``gedp.engine.protect_one_state``)."""
     plan = config.plan
-    solver = {}
-    for attribute in plan.attributes:
-        reports = [piece["solver"][attribute] for piece in pieces]
-        statuses = {r["status"] for r in reports}
-        solver[attribute] = {
-            "solver": ",".join(sorted({r["solver"] for r in reports})),
-            "status": statuses.pop() if len(statuses) == 1 else "mixed: " + ",".join(sorted(statuses)),
-            "kkt_residual": max(r["kkt_residual"] for r in reports),
-            "iterations": max((r["iterations"] or 0) for r in reports),
-        }
+    solver = {attribute: combined_report([piece["solver"][attribute] for piece in pieces])
+              for attribute in plan.attributes}
     # Parallel composition: each state's records are measured by its own mechanisms only, so the
     # release spends the largest of the states' charges (each composed from what its noise cost).
     mu_by_query: dict[str, dict[str, float]] = {}

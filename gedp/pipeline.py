@@ -35,7 +35,7 @@ from gedp.measure.workflows import Measurements, count_steps, measure
 from gedp.postprocess.jobframe import job_table, protect_family
 from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_tables
-from gedp.postprocess.wls import WLSResult, protect_microdata
+from gedp.postprocess.wls import WLSResult, combined_report, protect_microdata
 from gedp.synth.schema import InputError, public_columns, shown
 
 PROTECTED_FILE = "protected.parquet"
@@ -198,8 +198,7 @@ def protect(
     rounder = Rounder(public) if config.integer else None
 
     protected, solver_results = protect_microdata(
-        {attribute: measurements.for_attribute(attribute) for attribute in plan.attributes
-         if attribute not in categories},
+        {attribute: measurements.for_attribute(attribute) for attribute in config.attributes},
         public,
         variance_mode=config.variance_mode,
         solver=config.solver,
@@ -211,8 +210,7 @@ def protect(
 
     rounding = None
     if rounder is not None:
-        rounding = {attribute: rounder.report[attribute] for attribute in config.plan.attributes
-                    if attribute in rounder.report}
+        rounding = {attribute: rounder.report[attribute] for attribute in config.attributes}
         protected = protected.astype({attribute: np.int64 for attribute in rounding})
         step("controlled rounding")
     tables = qcew_tables(protected)
@@ -276,15 +274,12 @@ def protect(
 
 
 def family_result(results: list[WLSResult]) -> WLSResult:
-    """One solver report for a job family: its categories' worst KKT residual and most iterations."""
-    statuses = sorted({r.status for r in results})
-    return WLSResult(values=np.empty(0), solver=",".join(sorted({r.solver for r in results})),
-                     status=statuses[0] if len(statuses) == 1 else "mixed: " + ",".join(statuses),
+    """One solver result for a job family: its categories' ``combined_report``, summed objective and
+    pinned establishments, largest negative clipped."""
+    return WLSResult(values=np.empty(0), seconds=0.0, **combined_report([r.report() for r in results]),
                      objective=math.fsum(r.objective for r in results),
-                     kkt_residual=max(r.kkt_residual for r in results), seconds=0.0,
                      fixed_zero=sum(r.fixed_zero for r in results),
-                     clipped_negative=max(r.clipped_negative for r in results),
-                     iterations=max((r.iterations or 0) for r in results))
+                     clipped_negative=max(r.clipped_negative for r in results))
 
 
 def job_manifest(families: list[FamilySpec]) -> dict:

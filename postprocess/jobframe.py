@@ -6,7 +6,7 @@ attribute (the weighted least squares, ``postprocess.wls.protect_attribute``), g
 Their totals over a measured cell g (the finest grouping the plan measures, e.g. county x NAICS-5),
 T_gc, follow the cell's measured answers; an establishment's own x_j is mostly noise. The released
 counts y are the raking (iterative proportional fitting) of the seed w_jc = x_jc + mean of x_.c
-over the cell (``projection_weights``) to
+over the cell (``raking_seed``) to
 
 * rows: sum_c y_jc = E_j, the establishment's protected month-1 employment, and
 * columns: sum_{j in g} y_jc = T_gc x E_g / T_g, the cell's measured mix scaled to its protected
@@ -79,18 +79,22 @@ def cell_sums(values: np.ndarray, cell_codes: np.ndarray) -> np.ndarray:
     return np.column_stack([np.bincount(cell_codes, weights=column, minlength=n_cells) for column in values.T])
 
 
-def cell_targets(estimates: np.ndarray, totals: np.ndarray, cell_codes: np.ndarray,
-                 measured: np.ndarray | None = None) -> np.ndarray:
-    """Per cell (rows) and category: the cell's employment ``totals`` split by the cell's mix of
-    ``estimates`` (n x K); a cell whose estimates are all 0 splits it evenly over the categories
-    ``measured`` there (n x K, default all)."""
-    mix = cell_sums(estimates, cell_codes)
+def cell_shares(values: np.ndarray, cell_codes: np.ndarray, measured: np.ndarray | None = None) -> np.ndarray:
+    """Per cell (rows) and category: its share of the cell's total of ``values`` (n x K); a cell whose
+    values are all 0 is split evenly over the categories ``measured`` there (n x K, default all)."""
+    mix = cell_sums(values, cell_codes)
     empty = mix.sum(axis=1) <= 0
     if empty.any():
         mix[empty] = 1.0 if measured is None else (cell_sums(measured.astype(float), cell_codes) > 0)[empty]
-    share = np.divide(mix, mix.sum(axis=1, keepdims=True), out=np.zeros_like(mix),
-                      where=mix.sum(axis=1, keepdims=True) > 0)
-    return share * np.bincount(cell_codes, weights=totals, minlength=len(mix))[:, None]
+    total = mix.sum(axis=1, keepdims=True)
+    return np.divide(mix, total, out=np.zeros_like(mix), where=total > 0)
+
+
+def cell_targets(estimates: np.ndarray, totals: np.ndarray, cell_codes: np.ndarray) -> np.ndarray:
+    """Per cell (rows) and category: the cell's employment ``totals`` split by the cell's mix of
+    ``estimates`` (``cell_shares``)."""
+    shares = cell_shares(estimates, cell_codes)
+    return shares * np.bincount(cell_codes, weights=totals, minlength=len(shares))[:, None]
 
 
 def round_counts(counts: np.ndarray, totals: np.ndarray) -> np.ndarray:
@@ -104,7 +108,7 @@ def round_counts(counts: np.ndarray, totals: np.ndarray) -> np.ndarray:
     return down + (rank < deficit[:, None])
 
 
-def projection_weights(estimates: np.ndarray, cell_codes: np.ndarray) -> np.ndarray:
+def raking_seed(estimates: np.ndarray, cell_codes: np.ndarray) -> np.ndarray:
     """The raking's seed: each estimate plus its category's mean over the establishment's cell (the
     finest measured grouping), so every category the cell has can take jobs and an establishment
     whose categories are all estimated 0 starts from its cell's mix. A cell with no estimated jobs at
@@ -131,7 +135,7 @@ def protect_family(spec: FamilySpec, answers: Mapping[str, Sequence[NoisyAnswer]
             on_step(f"postprocess {attribute}")
     estimates = np.column_stack([results[a].values for a in attributes])
     cell_codes = system_structure(answers[attributes[0]], public)[1]
-    counts = rake_counts(projection_weights(estimates, cell_codes), employment, cell_codes,
+    counts = rake_counts(raking_seed(estimates, cell_codes), employment, cell_codes,
                          cell_targets(estimates, employment, cell_codes))
     if integer:
         counts = round_counts(counts, employment)
@@ -240,9 +244,7 @@ def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str,
         measured[subsets[-1], k] = True
     # s_gc: category c's share of the released jobs of establishment j's cell g
     cell_codes = system_structure(answers[names[0]], public)[1]
-    rho = cell_targets(y, np.ones(n), cell_codes, measured)
-    rho = np.divide(rho, rho.sum(axis=1, keepdims=True), out=np.zeros_like(rho),
-                    where=rho.sum(axis=1, keepdims=True) > 0)[cell_codes]
+    rho = cell_shares(y, cell_codes, measured)[cell_codes]
     # each (establishment, worker-key combination) entry's row of the table (-1: none or not kept)
     combos = ["|".join(categories[a][columns.index(c)] for c in worker_keys) for a in names]
     combo_codes, combo_keys = pd.factorize(pd.Index(combos), sort=True)

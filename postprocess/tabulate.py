@@ -26,6 +26,13 @@ class SelectionWarning(UserWarning):
     """A selection on noisy (protected) values: margins of error assume one on public columns only."""
 
 
+def by_columns(by: str | Sequence[str]) -> list[str]:
+    """The columns of a ``by``: a list, or a comma-separated string ("" or "total": none)."""
+    if isinstance(by, str):
+        return [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",") if c.strip()]
+    return list(by)
+
+
 def group_keys(microdata: pd.DataFrame, by: str | Sequence[str]) -> list[str]:
     """The public columns a tabulation groups by.
 
@@ -35,9 +42,7 @@ def group_keys(microdata: pd.DataFrame, by: str | Sequence[str]) -> list[str]:
     Raises:
         ValueError: a confidential attribute or a column the microdata do not have.
     """
-    if isinstance(by, str):
-        by = [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",") if c.strip()]
-    keys = list(dict.fromkeys(by))
+    keys = list(dict.fromkeys(by_columns(by)))
     attributes = [c for c in keys if c in CONFIDENTIAL]
     if attributes:
         raise ValueError(f"cannot tabulate by {', '.join(attributes)}: confidential attributes are summed, not "

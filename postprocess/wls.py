@@ -72,6 +72,16 @@ class WLSResult:
         return {k: v for k, v in self.__dict__.items() if k not in ("values", "seconds")}
 
 
+def combined_report(reports: Sequence[Mapping]) -> dict:
+    """One summary of several solves' reports (a release's states, a job family's categories): the
+    solvers used, their one status or "mixed: ...", the largest KKT residual and iteration count."""
+    statuses = sorted({r["status"] for r in reports})
+    return {"solver": ",".join(sorted({r["solver"] for r in reports})),
+            "status": statuses[0] if len(statuses) == 1 else "mixed: " + ",".join(statuses),
+            "kkt_residual": max(r["kkt_residual"] for r in reports),
+            "iterations": max((r["iterations"] or 0) for r in reports)}
+
+
 def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
                          psi: NeighborFunction) -> dict[str, list[NoisyAnswer]]:
     """The answers with each month's identity variances evaluated at the mean of the establishment's

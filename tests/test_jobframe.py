@@ -19,7 +19,7 @@ from gedp.config import load_config, parse_config
 from gedp.errors import ConfigError
 from gedp.manifest import release_answers
 from gedp.measure.jobframe import category_attribute, category_counts, expand_plan, family_categories, home_domain
-from gedp.postprocess.jobframe import cell_sums, cell_targets, projection_weights, rake_counts, round_counts
+from gedp.postprocess.jobframe import cell_sums, cell_targets, rake_counts, raking_seed, round_counts
 from gedp.postprocess.wls import build_system, system_structure
 from gedp.synth.jobs import synthesize_jobs, validate_jobs
 from gedp.synth.profiles import generate_profile, load_profile
@@ -67,7 +67,7 @@ def test_cell_targets_split_each_cells_employment_by_its_estimated_mix():
     estimates = np.array([[2.0, 0.0, 6.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     targets = cell_targets(estimates, np.array([10.0, 6.0, 3.0]), np.array([0, 0, 1]))
     np.testing.assert_allclose(targets, [[4.0, 0.0, 12.0], [1.0, 1.0, 1.0]])  # cell 1: no estimate, even split
-    w = projection_weights(estimates, np.array([0, 0, 1]))
+    w = raking_seed(estimates, np.array([0, 0, 1]))
     np.testing.assert_allclose(w[1], [1.0, 0.0, 3.0])  # an all-zero row starts from its cell's mix
 
 
