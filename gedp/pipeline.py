@@ -36,6 +36,7 @@ from gedp.postprocess.jobframe import job_table, protect_family
 from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_tables
 from gedp.postprocess.wls import WLSResult, combined_report, protect_microdata
+from gedp.synth.io import sorted_by
 from gedp.synth.schema import InputError, public_columns, shown
 
 PROTECTED_FILE = "protected.parquet"
@@ -100,7 +101,7 @@ def check_publication(seed: int | None, rng: str | None, not_for_publication: bo
 def release_order(microdata: pd.DataFrame) -> pd.DataFrame:
     """Rows sorted by public keys (state, county, naics, estab_id) so that no output keeps the
     input's order, which may follow confidential values."""
-    return microdata.sort_values(list(RELEASE_ORDER), kind="stable", ignore_index=True)
+    return sorted_by(microdata, RELEASE_ORDER)
 
 
 def make_rng(seed: int | None, kind: str | None = None) -> tuple[np.random.Generator, dict]:

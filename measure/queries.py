@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
 from gedp.synth.schema import InputError
 
@@ -65,16 +66,80 @@ class Grouping:
 
 def group_establishments(public: pd.DataFrame, by: Sequence[str]) -> Grouping:
     """Group the establishments of ``public`` by the columns ``by`` (() -> one group of all)."""
-    by = tuple(by)
-    missing = [c for c in by if c not in public.columns]
-    if missing:
-        raise InputError(f"query {query_name(by)} groups by '{missing[0]}', which the input has no column of")
-    n = len(public)
-    if not by:
-        return Grouping(by, np.zeros(n, dtype=np.int64), pd.DataFrame(index=range(1)))
-    if by == IDENTITY:
-        return Grouping(by, np.arange(n, dtype=np.int64), public[["estab_id"]].reset_index(drop=True))
-    grouped = public.groupby(list(by), sort=True, observed=True)
-    codes = grouped.ngroup().to_numpy(dtype=np.int64)
-    keys = grouped.size().index.to_frame(index=False)[list(by)]
-    return Grouping(by, codes, keys)
+    return Groupings(public)(by)
+
+
+#: Largest product of the key columns' distinct counts that is ranked by one bincount (else by a sort).
+DENSE_KEYS = 1 << 24
+
+
+class Groupings:
+    """``group_establishments`` over one frame, each key column factorized once and each grouping
+    built once: the groupings of the queries of several attributes share their work.
+
+    The frame's key columns must not change while this object is in use.
+    """
+
+    def __init__(self, public: pd.DataFrame) -> None:
+        self.public = public
+        self._columns: dict[str, tuple[np.ndarray, object] | None] = {}
+        self._groupings: dict[tuple[str, ...], Grouping] = {}
+        self._rows: dict[tuple[tuple[str, ...], ...], sp.csr_matrix] = {}
+
+    def __call__(self, by: Sequence[str]) -> Grouping:
+        by = tuple(by)
+        if by not in self._groupings:
+            self._groupings[by] = self._group(by)
+        return self._groupings[by]
+
+    def rows(self, queries: Sequence[Sequence[str]]) -> sp.csr_matrix:
+        """The 0/1 rows (groups x establishments) of several group-by queries, stacked in order; shared
+        by every caller asking for the same queries, so read-only."""
+        queries = tuple(tuple(by) for by in queries)
+        if queries not in self._rows:
+            n = len(self.public)
+            blocks = [sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n))
+                      for grouping in map(self, queries)]
+            self._rows[queries] = sp.vstack(blocks, format="csr")
+        return self._rows[queries]
+
+    def _column(self, column: str) -> tuple[np.ndarray, object] | None:
+        """Sorted factorization of one column; None for an object column (pandas infers its keys' type)
+        or one with missing values (pandas drops those): grouped by pandas then."""
+        if column not in self._columns:
+            values = self.public[column]
+            codes, uniques = pd.factorize(values, sort=True) if values.dtype != object else (np.array([-1]), None)
+            self._columns[column] = None if (codes < 0).any() else (codes.astype(np.int64, copy=False), uniques)
+        return self._columns[column]
+
+    def _group(self, by: tuple[str, ...]) -> Grouping:
+        public = self.public
+        missing = [c for c in by if c not in public.columns]
+        if missing:
+            raise InputError(f"query {query_name(by)} groups by '{missing[0]}', which the input has no column of")
+        n = len(public)
+        if not by:
+            return Grouping(by, np.zeros(n, dtype=np.int64), pd.DataFrame(index=range(1)))
+        if by == IDENTITY:
+            return Grouping(by, np.arange(n, dtype=np.int64), public[["estab_id"]].reset_index(drop=True))
+        factorized = [self._column(c) for c in by]
+        sizes = [len(f[1]) for f in factorized if f is not None]
+        if any(f is None for f in factorized) or n == 0 or np.prod(sizes, dtype=float) >= 2.0**62:
+            grouped = public.groupby(list(by), sort=True, observed=True)
+            codes = grouped.ngroup().to_numpy(dtype=np.int64)
+            return Grouping(by, codes, grouped.size().index.to_frame(index=False)[list(by)])
+        # mixed-radix key: its numeric order is the lexicographic order of the sorted codes
+        combined = factorized[0][0]
+        for codes, uniques in factorized[1:]:
+            combined = combined * len(uniques) + codes
+        if np.prod(sizes, dtype=float) <= max(DENSE_KEYS, 4 * n):
+            present = np.bincount(combined, minlength=int(np.prod(sizes))) > 0
+            values = np.flatnonzero(present)
+            codes = (np.cumsum(present) - 1)[combined]
+        else:
+            values, codes = np.unique(combined, return_inverse=True)
+        keys = {}
+        for column, (_, uniques) in zip(reversed(by), reversed(factorized)):
+            values, digit = np.divmod(values, len(uniques))
+            keys[column] = uniques.take(digit)
+        return Grouping(by, codes.astype(np.int64, copy=False), pd.DataFrame({c: keys[c] for c in by}))

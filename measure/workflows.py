@@ -15,7 +15,7 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.budget import BudgetPlan
 from gedp.measure.mechanisms import pnc_mechanism, pnc_tau, pnc_upper_bounds, psi_mechanism
 from gedp.measure.neighbors import NeighborFunction, check_gamma
-from gedp.measure.queries import IDENTITY, group_establishments, query_name
+from gedp.measure.queries import IDENTITY, Groupings, query_name
 from gedp.synth.schema import shown
 
 WORKFLOWS = ("pnc", "psi")
@@ -166,7 +166,8 @@ def measure(
     """
     budget = plan.budget()
     step = on_step or (lambda description: None)
-    groupings = {q.by: group_establishments(microdata, q.by) for q in plan.queries}
+    grouping = Groupings(microdata)
+    groupings = {q.by: grouping(q.by) for q in plan.queries}
     answers: list[NoisyAnswer] = []
     identity = plan.identity_plan
     identity_answers: dict[str, NoisyAnswer] = {}

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from gedp.errors import SolverError
-from gedp.measure.queries import group_establishments
+from gedp.measure.queries import Groupings
 from gedp.postprocess.tabulate import qcew_keys
 from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
 
@@ -46,14 +46,15 @@ class CellFamily:
 
     @classmethod
     def of(cls, public: pd.DataFrame) -> CellFamily:
-        atoms = group_establishments(public, qcew_keys(public, ATOM_LEVEL))
+        groupings = Groupings(public)
+        atoms = groupings(qcew_keys(public, ATOM_LEVEL))
         first = np.zeros(atoms.n_groups, dtype=np.int64)
         first[atoms.codes[::-1]] = np.arange(len(public))[::-1]  # an establishment of each atom
         rows, offset = [], 0
         for level in (*STATE_LEVELS, *COUNTY_LEVELS):
             if level == ATOM_LEVEL:
                 continue
-            cells = group_establishments(public, qcew_keys(public, level))
+            cells = groupings(qcew_keys(public, level))
             rows.append(cells.codes[first] + offset)
             offset += cells.n_groups
         row = np.concatenate(rows)

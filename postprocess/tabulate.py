@@ -11,6 +11,7 @@ import pandas as pd
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
+from gedp.measure.queries import Grouping, Groupings
 from gedp.postprocess.moe import margins_of_error
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
@@ -78,6 +79,7 @@ def tabulate(
     level: float = 0.95,
     answers: Mapping[str, Sequence[NoisyAnswer]] | None = None,
     wage_psi: NeighborFunction | None = None,
+    groupings: Groupings | None = None,
 ) -> pd.DataFrame:
     """Sum the attributes by public columns (see ``group_keys``), with establishment counts.
 
@@ -93,6 +95,7 @@ def tabulate(
         answers: the release's noisy answers by attribute (``gedp.pipeline.read_release``).
         wage_psi: the release's psi when its wages were informed by employment
             (``gedp.manifest.release_wage_psi``; their margins then follow ``postprocess.wages``).
+        groupings: of ``microdata``, shared by several tabulations of it (not used with ``where``).
 
     Returns one row per non-empty group, sorted by the keys, with the keys, ``estabs`` and the sums.
 
@@ -113,10 +116,8 @@ def tabulate(
         table = selected[attributes].sum().to_frame().T
         table.insert(0, "estabs", len(selected))
     else:
-        grouped = selected.groupby(keys, sort=True, observed=True)
-        table = grouped[attributes].sum()
-        table.insert(0, "estabs", grouped.size())
-        table = table.reset_index()
+        grouping = (groupings if groupings is not None and where is None else Groupings(selected))(keys)
+        table = group_sums(selected, attributes, grouping)
     if moe:
         noisy = [a for a in CONFIDENTIAL if where is not None and re.search(rf"\b{a}\b", where)]
         if noisy:
@@ -128,6 +129,15 @@ def tabulate(
             if attribute in attributes:
                 table[f"{attribute}_moe"] = margin
     return table
+
+
+def group_sums(microdata: pd.DataFrame, attributes: Sequence[str], grouping: Grouping) -> pd.DataFrame:
+    """The keys, establishment count (``estabs``) and sums of ``attributes`` of every group, in group
+    order: pandas' compensated sums over the rows in order, keyed by the grouping's codes."""
+    labels = pd.Categorical.from_codes(grouping.codes, categories=pd.RangeIndex(grouping.n_groups))
+    sums = microdata[list(attributes)].groupby(labels, observed=True).sum().reset_index(drop=True)
+    estabs = pd.DataFrame({"estabs": np.bincount(grouping.codes, minlength=grouping.n_groups)})
+    return pd.concat([grouping.keys, estabs, sums], axis=1)
 
 
 def qcew_keys(microdata: pd.DataFrame, agglvl: int) -> list[str]:
@@ -171,9 +181,7 @@ def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
 def qcew_tables(microdata: pd.DataFrame) -> pd.DataFrame:
     """Every QCEW aggregation level 51-58 and 71-78 of the microdata, stacked in BLS layout.
 
-    The text key columns are factorized once (categoricals, categories sorted, so each level's groups
-    keep their sorted order) rather than once per level."""
-    levels = (*STATE_LEVELS, *COUNTY_LEVELS)
-    keys = dict.fromkeys(c for level in levels for c in qcew_keys(microdata, level))
-    keyed = microdata.astype({c: "category" for c in keys if not pd.api.types.is_numeric_dtype(microdata[c])})
-    return pd.concat([qcew_level(keyed, level) for level in levels], ignore_index=True)
+    The key columns are factorized once for all levels (``measure.queries.Groupings``)."""
+    groupings = Groupings(microdata)
+    return pd.concat([qcew_level(microdata, level, groupings=groupings) for level in (*STATE_LEVELS, *COUNTY_LEVELS)],
+                     ignore_index=True)

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from gedp.errors import ConfigError, SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
-from gedp.measure.queries import IDENTITY, group_establishments
+from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess import wages as wage_model
 from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls
 from gedp.synth.schema import public_columns
@@ -134,26 +134,24 @@ def build_system(
     answers: Sequence[NoisyAnswer],
     public: pd.DataFrame,
     variances: Sequence[np.ndarray],
+    groupings: Groupings | None = None,
 ) -> LinearSystem:
-    """Stack the answers of one attribute into sparse query rows over the establishments of ``public``."""
-    n = len(public)
-    blocks, b, v = [], [], []
-    for answer, variance in zip(answers, variances):
-        grouping = group_establishments(public, answer.query.by)
+    """Stack the answers of one attribute into sparse query rows over the establishments of ``public``
+    (``groupings``: of ``public``, shared with other calls)."""
+    groupings = groupings or Groupings(public)
+    for answer in answers:
+        grouping = groupings(answer.query.by)
         if grouping.n_groups != len(answer) or not grouping.keys.equals(answer.keys.reset_index(drop=True)):
             raise ValueError(
                 f"answers of query {answer.query.name} do not match the groups of the public data "
                 f"({len(answer)} answers, {grouping.n_groups} groups)"
             )
-        blocks.append(
-            sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n))
-        )
-        b.append(answer.estimate)
-        v.append(variance)
-    return LinearSystem(sp.vstack(blocks, format="csr"), np.concatenate(b), np.concatenate(v))
+    return LinearSystem(groupings.rows([answer.query.by for answer in answers]),
+                        np.concatenate([answer.estimate for answer in answers]), np.concatenate(variances))
 
 
-def system_structure(answers: Sequence[NoisyAnswer], public: pd.DataFrame) -> tuple[np.ndarray | None, np.ndarray]:
+def system_structure(answers: Sequence[NoisyAnswer], public: pd.DataFrame,
+                     groupings: Groupings | None = None) -> tuple[np.ndarray | None, np.ndarray]:
     """The rows of the (one) identity answer in ``build_system``'s stacking (None without exactly
     one), and each establishment's cell of the grouping by every group-by column (its own cell when
     there is none): what the structured solver and the margins of error work on."""
@@ -161,7 +159,7 @@ def system_structure(answers: Sequence[NoisyAnswer], public: pd.DataFrame) -> tu
     offsets = np.cumsum([0, *[len(answer) for answer in answers]])
     rows = np.arange(offsets[identity[0]], offsets[identity[0] + 1]) if len(identity) == 1 else None
     columns = list(dict.fromkeys(c for answer in answers if not answer.query.is_identity for c in answer.query.by))
-    return rows, group_establishments(public, columns or ["estab_id"]).codes
+    return rows, (groupings or Groupings(public))(columns or ["estab_id"]).codes
 
 
 def kkt_residual(system: LinearSystem, x: np.ndarray, pinned: np.ndarray | None = None) -> float:
@@ -270,8 +268,10 @@ def protect_attribute(
     variance_mode: str = "estimated",
     exact_variances: Mapping[str, np.ndarray] | None = None,
     solver: str = "auto",
+    groupings: Groupings | None = None,
 ) -> WLSResult:
-    """Protected establishment values of one attribute from all its noisy answers.
+    """Protected establishment values of one attribute from all its noisy answers (``groupings``: of
+    ``public``, shared with other attributes).
 
     ``solver="auto"`` uses the exact structured solver when the answers include the identity query
     (every group-by query is then nested in the cells of all query columns) and cvxpy with Clarabel
@@ -286,8 +286,9 @@ def protect_attribute(
     if len(attributes) > 1:
         raise ValueError(f"answers of several attributes ({', '.join(sorted(attributes))}) given together")
     variances = [answer_variances(answer, variance_mode, exact_variances) for answer in answers]
-    system = build_system(answers, public, variances)
-    identity_rows, cell_codes = system_structure(answers, public)
+    groupings = groupings or Groupings(public)
+    system = build_system(answers, public, variances, groupings)
+    identity_rows, cell_codes = system_structure(answers, public, groupings)
     if solver in ("auto", "structured") and identity_rows is not None:
         try:
             return solve_structured(system, identity_rows, cell_codes)
@@ -300,30 +301,31 @@ def protect_attribute(
 
 
 def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
-              psi: NeighborFunction) -> wage_model.WageFit:
+              psi: NeighborFunction, groupings: Groupings | None = None) -> wage_model.WageFit:
     """The employment-informed wage fit (``postprocess.wages``) of a release's answers and protected
     microdata: what ``protect_microdata`` releases, and what the margins of error recompute from a
-    release's files."""
+    release's files. ``groupings``: of the public columns of ``protected``."""
     public = protected[public_columns(protected)]
+    groupings = groupings or Groupings(public)
     answers = measurements_by_attribute[wage_model.WAGE]
     groups = [answer for answer in answers if not answer.query.is_identity]
-    system = build_system(groups, public, [answer.variance for answer in groups])
-    identity_codes = group_establishments(public, IDENTITY).codes
+    system = build_system(groups, public, [answer.variance for answer in groups], groupings)
+    identity_codes = groupings(IDENTITY).codes
     employment, employment_variance = wage_model.protected_employment(protected, measurements_by_attribute,
                                                                       identity_codes, psi)
     return wage_model.fit_wages(answers, public, group_rows=system.matrix, group_answers=system.b,
-                                group_variances=system.v, cell_codes=system_structure(answers, public)[1],
+                                group_variances=system.v, cell_codes=system_structure(answers, public, groupings)[1],
                                 identity_codes=identity_codes, employment=employment,
                                 employment_variance=employment_variance, psi=psi)
 
 
 def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
-                  psi: NeighborFunction) -> WLSResult:
+                  psi: NeighborFunction, groupings: Groupings | None = None) -> WLSResult:
     """Wages informed by protected employment, checked like any solve: the cell totals must meet the
     KKT conditions of their weighted least squares (else SolverError)."""
     start = time.perf_counter()
     try:
-        fit = fit_wages(measurements_by_attribute, protected, psi)
+        fit = fit_wages(measurements_by_attribute, protected, psi, groupings)
     except RuntimeError as err:  # pivoting did not converge
         raise SolverError(f"structured solver: {err}") from None
     identity = sp.identity(len(fit.totals), format="csr")
@@ -366,6 +368,7 @@ def protect_microdata(
             raise ValueError("variance mode 'pooled' needs the plan's psi")
         measurements_by_attribute = pool_month_variances(measurements_by_attribute, psi)
     protected = public.copy()
+    groupings = Groupings(public)  # the public columns never change: one grouping per query for all attributes
     results = {}
     order = sorted(measurements_by_attribute, key=lambda attribute: attribute == wage_model.WAGE)
     for attribute in order:
@@ -373,11 +376,11 @@ def protect_microdata(
         if (wages == "employment" and psi is not None and variance_mode in RELEASE_VARIANCE_MODES
                 and solver in ("auto", "structured")
                 and wage_model.applies(answers, attribute, list(measurements_by_attribute))):
-            results[attribute] = protect_wages(measurements_by_attribute, protected, psi)
+            results[attribute] = protect_wages(measurements_by_attribute, protected, psi, groupings)
         else:
             results[attribute] = protect_attribute(
                 answers, public, variance_mode=variance_mode, solver=solver,
-                exact_variances=None if exact_variances is None else exact_variances[attribute],
+                exact_variances=None if exact_variances is None else exact_variances[attribute], groupings=groupings,
             )
         protected[attribute] = (results[attribute].values if finish is None
                                 else finish(attribute, results[attribute].values))

@@ -8,7 +8,10 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from gedp.synth.jobs import JOB_COLUMNS
@@ -141,3 +144,12 @@ def write_microdata(microdata: pd.DataFrame, path: str | Path) -> None:
         microdata.to_csv(path, index=False)
     else:
         microdata.to_parquet(path, index=False)
+
+
+def sorted_by(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """``frame`` sorted by ``columns`` (ascending, stable, missing values last), index reset: what
+    ``sort_values(columns, kind="stable", ignore_index=True)`` gives, sorted in Arrow (text keys are
+    compared as bytes, in code point order, without pandas factorizing them)."""
+    keys = pa.table({column: pa.array(frame[column]) for column in columns})
+    order = pc.sort_indices(keys, sort_keys=[(column, "ascending") for column in columns])
+    return frame.take(np.asarray(order)).reset_index(drop=True)
