@@ -130,26 +130,54 @@ def total_steps(config: Config) -> int:
     return count_steps(config.plan) + len(config.plan.attributes) + 1 + config.integer
 
 
-def measurements_table(measurements: Measurements) -> pa.Table:
-    """All noisy answers in one long table: query, attribute, mechanism, group keys and the numbers
-    (built in Arrow: the label columns repeat one string per answer; a key column an answer lacks is null)."""
-    parts = []
-    for answer in measurements.answers:
-        n = len(answer)
+#: Rows per row group of the measurements file (Arrow's default, which the file has always used).
+MEASUREMENT_ROW_GROUP = 1 << 20
 
-        def label(value: str) -> pa.Array:
-            return pa.repeat(pa.scalar(value, pa.large_string()), n)
 
-        keys = {column: pa.array(answer.keys[column].reset_index(drop=True), type=pa.large_string())
-                for column in answer.keys.columns}
-        parts.append(pa.table({
-            "query": label(answer.query.name), "attribute": label(answer.query.attribute),
-            "mechanism": label(answer.mechanism), "mu": pa.repeat(pa.scalar(answer.mu, pa.float64()), n),
-            "variance_kind": label(answer.variance_kind), **keys,
-            "released": answer.released, "estimate": answer.estimate, "variance": answer.variance,
-            "sd": answer.sd, "grid": pa.repeat(pa.scalar(answer.grid, pa.float64()), n),
-        }))
-    return pa.concat_tables(parts, promote_options="default")
+def answer_table(answer: NoisyAnswer, rows: slice = slice(None)) -> pa.Table:
+    """The ``rows`` of one answer in the measurements file: query, attribute, mechanism, group keys
+    and the numbers (the label columns repeat one string per answer)."""
+    n = len(range(len(answer))[rows])
+
+    def label(value: str) -> pa.Array:
+        return pa.repeat(pa.scalar(value, pa.large_string()), n)
+
+    keys = {column: pa.array(answer.keys[column].iloc[rows].reset_index(drop=True), type=pa.large_string())
+            for column in answer.keys.columns}
+    return pa.table({
+        "query": label(answer.query.name), "attribute": label(answer.query.attribute),
+        "mechanism": label(answer.mechanism), "mu": pa.repeat(pa.scalar(answer.mu, pa.float64()), n),
+        "variance_kind": label(answer.variance_kind), **keys,
+        "released": answer.released[rows], "estimate": answer.estimate[rows], "variance": answer.variance[rows],
+        "sd": answer.sd[rows], "grid": pa.repeat(pa.scalar(answer.grid, pa.float64()), n),
+    })
+
+
+def write_measurements(measurements: Measurements, path: Path) -> None:
+    """All noisy answers in one long Parquet table (a key column an answer lacks is null): the bytes
+    of ``pq.write_table`` of the answers' tables concatenated, written one row group at a time so
+    that only one answer's table and one row group are in memory."""
+    schema = pa.unify_schemas([answer_table(answer, slice(0)).schema for answer in measurements.answers],
+                              promote_options="default")
+
+    def conformed(table: pa.Table) -> pa.Table:  # the columns of the schema, nulls for missing keys
+        return pa.table({field.name: table[field.name] if field.name in table.column_names
+                         else pa.nulls(table.num_rows, field.type) for field in schema}, schema=schema)
+
+    with pq.ParquetWriter(path, schema) as writer:
+        pending, count = [], 0
+        for answer in measurements.answers:
+            table = conformed(answer_table(answer))
+            start = 0
+            while start < table.num_rows:
+                take = min(MEASUREMENT_ROW_GROUP - count, table.num_rows - start)
+                pending.append(table.slice(start, take))
+                start, count = start + take, count + take
+                if count == MEASUREMENT_ROW_GROUP:
+                    writer.write_table(pa.concat_tables(pending), row_group_size=MEASUREMENT_ROW_GROUP)
+                    pending, count = [], 0
+        if pending:
+            writer.write_table(pa.concat_tables(pending), row_group_size=MEASUREMENT_ROW_GROUP)
 
 
 def versions() -> dict[str, str]:
@@ -404,7 +432,7 @@ def write_parts(release: Release, staging: Path, part: str, tables: Path) -> Non
     if release.jobs is not None:
         (staging / JOBS_FILE).mkdir(exist_ok=True)
         release.jobs.to_parquet(staging / JOBS_FILE / f"part-{part}.parquet", index=False)
-    pq.write_table(measurements_table(release.measurements), staging / MEASUREMENTS_FILE / f"part-{part}.parquet")
+    write_measurements(release.measurements, staging / MEASUREMENTS_FILE / f"part-{part}.parquet")
     release.tables.to_csv(tables, index=False)
 
 

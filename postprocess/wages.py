@@ -262,6 +262,9 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
 
     x_j = max(0, target_j + variance_j lambda_c); lambda_c by bisection per cell, then exactly on the
     final free set. Returns x and the free set (x_j > 0 or in a cell of positive total).
+
+    A cell whose bracket a step left unchanged would stay unchanged (each step is a function of the
+    cell's own bracket), so later steps sum only over the establishments of cells still moving.
     """
     n_cells = len(totals)
     ratio = -target / variance  # x_j > 0 exactly when lambda > ratio_j
@@ -272,12 +275,21 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
     summed = np.bincount(cell_codes, weights=variance, minlength=n_cells)
     high = np.maximum(high, np.divide(spare, summed, out=np.zeros(n_cells), where=summed > 0))
     low = np.minimum(low, high)
+    moving = np.ones(n_cells, dtype=bool)
+    codes, moving_target, moving_variance = cell_codes, target, variance  # of the moving cells' establishments
     for _ in range(SHARE_STEPS):
         middle = (low + high) / 2
-        shared = np.bincount(cell_codes, weights=np.maximum(target + variance * middle[cell_codes], 0.0),
+        shared = np.bincount(codes, weights=np.maximum(moving_target + moving_variance * middle[codes], 0.0),
                              minlength=n_cells)
         above = shared > totals
-        high, low = np.where(above, middle, high), np.where(above, low, middle)
+        new_high, new_low = np.where(moving & above, middle, high), np.where(moving & ~above, middle, low)
+        moving = (new_high != high) | (new_low != low)  # NaN brackets keep moving
+        high, low = new_high, new_low
+        if not moving.any():
+            break
+        if not moving[codes].all():
+            keep = moving[codes]
+            codes, moving_target, moving_variance = codes[keep], moving_target[keep], moving_variance[keep]
     free = (target + variance * high[cell_codes] > 0) & (totals[cell_codes] > 0)
     free_variance = np.bincount(cell_codes, weights=np.where(free, variance, 0.0), minlength=n_cells)
     free_target = np.bincount(cell_codes, weights=np.where(free, target, 0.0), minlength=n_cells)

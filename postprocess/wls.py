@@ -171,7 +171,8 @@ def kkt_residual(system: LinearSystem, x: np.ndarray, pinned: np.ndarray | None 
     """
     a, w = system.matrix, 1.0 / system.v
     gradient = 2 * (a.T @ (w * (a @ x - system.b)))
-    curvature = 2 * (a.multiply(a).T @ w)
+    squares = a if a.has_canonical_format and np.all(a.data == 1.0) else a.multiply(a)  # 0/1 rows: a itself
+    curvature = 2 * (squares.T @ w)
     step = np.divide(gradient, curvature, out=np.zeros_like(gradient), where=curvature > 0)
     residual = np.abs(np.minimum(x, step))
     if pinned is not None:
@@ -190,7 +191,7 @@ def _result(system: LinearSystem, values: np.ndarray, *, solver: str, status: st
         raise SolverError(f"{solver} returned a value of {-clipped:.3g}, below 0 beyond round-off")
     values = values.copy()
     values[values < ROUNDOFF * max(scale, 1.0)] = 0.0  # interior-point solvers stop just above 0
-    kept = LinearSystem(system.matrix[keep], system.b[keep], system.v[keep])
+    kept = system if keep.all() else LinearSystem(system.matrix[keep], system.b[keep], system.v[keep])
     objective = float(np.sum((kept.matrix @ values - kept.b) ** 2 / kept.v))
     residual = kkt_residual(kept, values, pinned=fixed)
     if not (np.all(np.isfinite(values)) and np.isfinite(objective)):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 #: Two-digit NAICS prefixes that BLS publishes as one sector.
@@ -53,15 +52,15 @@ def derive_industry_codes(naics: pd.Series) -> pd.DataFrame:
     )
     # Map on the few distinct prefixes, not on every row.
     prefixes = codes.str[:2].astype("category")
-    sector_of_category = [MERGED_SECTORS.get(c, c) for c in prefixes.cat.categories]
-    sector = pd.Series(
-        pd.Series(sector_of_category, dtype=object).to_numpy()[prefixes.cat.codes.to_numpy()],
-        index=naics.index,
-    )
-    out["sector"] = sector.astype(str)
-    out["supersector"] = sector.map(SUPERSECTOR_OF_SECTOR)
-    goods = out["supersector"].isin(GOODS_SUPERSECTORS)
-    out["domain"] = pd.Series(np.where(goods, "101", "102"), index=naics.index).where(
-        out["supersector"].notna()
-    )
+    sectors = [MERGED_SECTORS.get(c, c) for c in prefixes.cat.categories]
+    supersectors = [SUPERSECTOR_OF_SECTOR.get(sector) for sector in sectors]
+
+    def by_prefix(values: list) -> pd.Series:
+        mapped = pd.array(values, dtype="str").take(prefixes.cat.codes.to_numpy(), allow_fill=True)
+        return pd.Series(mapped, index=naics.index)
+
+    out["sector"] = by_prefix(sectors)
+    out["supersector"] = by_prefix(supersectors)
+    out["domain"] = by_prefix([None if supersector is None else "101" if supersector in GOODS_SUPERSECTORS else "102"
+                               for supersector in supersectors])
     return out
