@@ -12,9 +12,11 @@ a filter, so only its rows are loaded), protected, written as one part of each o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple, TypeAlias
 
@@ -172,14 +174,22 @@ def protect_one_state(path: Source, state: str, stored: list, config: Config, en
     from its own secure generator (ChaCha20, OS key). ``states`` is the number of states of the
     release, among which zeta is split. ``jobs``: the state's job table, for a plan with job families.
     """
+    entry, write = _protect_state(path, state, stored, config, entropy, staging, states, jobs)
+    write()
+    return entry
+
+
+def _protect_state(path: Source, state: str, stored: list, config: Config, entropy: int | None, staging: str,
+                   states: int, jobs: pd.DataFrame | None = None) -> tuple[dict, Callable[[], None]]:
+    """``protect_one_state`` without the writing: its manifest entry, and the call that writes its parts."""
     microdata = read_state(path, state, config.attributes, stored)
     rng = secure_generator() if entropy is None else state_rng(entropy, state)
     plan = dataclasses.replace(config.plan, states=states)
     release = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, rng_description={}, jobs=jobs)
-    staging = Path(staging)
-    write_parts(release, staging, state, staging / f".{TABLES_FILE}.part-{state}")
+    del microdata, jobs
+    folder = Path(staging)
     manifest = release.manifest
-    return {
+    entry = {
         "state": state,
         "establishments": manifest["establishments"],
         "tau": manifest["tau"][state],
@@ -192,6 +202,32 @@ def protect_one_state(path: Source, state: str, stored: list, config: Config, en
         **({"rounding": manifest["rounding"]} if "rounding" in manifest else {}),
         **({"jobs": manifest["jobs"]} if "jobs" in manifest else {}),
     }
+    return entry, functools.partial(write_parts, release, folder, state, folder / f".{TABLES_FILE}.part-{state}")
+
+
+def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None] | None) -> list[dict]:
+    """Protect the states one after the other, each state's parts written (Arrow and Parquet encode
+    outside the GIL) while the next state is protected; at most one state waits to be written."""
+    pieces: list[dict] = []
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        writing = None
+        for state, task in arguments.items():
+            entry, write = _protect_state(*task)
+            if writing is not None:
+                _written(writing, on_state)
+            writing = (writer.submit(write), entry["state"])
+            pieces.append(entry)
+        if writing is not None:
+            _written(writing, on_state)
+    return pieces
+
+
+def _written(writing: tuple[Future, str], on_state: Callable[[str], None] | None) -> None:
+    """Wait for one state's parts to be written (raising what the writing raised), then report the state."""
+    future, state = writing
+    future.result()
+    if on_state is not None:
+        on_state(state)
 
 
 def protect_input(
@@ -235,11 +271,7 @@ def protect_input(
                              job_tables.get(state))
                      for state, stored in inputs.codes.items()}
         if engine == "local":
-            pieces = []
-            for state in states:
-                pieces.append(protect_one_state(*arguments[state]))
-                if on_state is not None:
-                    on_state(state)
+            pieces = _protect_locally(arguments, on_state)
         else:
             pieces = _run_on_dask(arguments, scheduler, on_state)
         protected = sum(piece["establishments"] for piece in pieces)

@@ -7,6 +7,7 @@ the release atomically (a temporary directory renamed into place only when compl
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from gedp.config import Config
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.budget import compose
 from gedp.measure.jobframe import EMPLOYMENT, FamilySpec, add_job_counts
-from gedp.measure.queries import IDENTITY, Query
+from gedp.measure.queries import IDENTITY, Groupings, Query
 from gedp.measure.workflows import Measurements, count_steps, measure
 from gedp.postprocess.jobframe import job_table, protect_family
 from gedp.postprocess.rounding import Rounder
@@ -182,6 +183,11 @@ def write_measurements(measurements: Measurements, path: Path) -> None:
 
 def versions() -> dict[str, str]:
     """Versions of gedp and the packages its numbers depend on."""
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> dict[str, str]:
     versions = {}
     for package in VERSIONED_PACKAGES:
         try:
@@ -216,12 +222,13 @@ def protect(
     elif jobs is not None:
         raise InputError("a job table needs a config with job families (e.g. --config jobs)")
     microdata = release_order(microdata)
-    measurements = measure(microdata, plan, rng=rng, on_step=step)
+    public = microdata[public_columns(microdata)]
+    groupings = Groupings(public)  # the public columns' groups, shared by measurement, solves and tables
+    measurements = measure(microdata, plan, rng=rng, on_step=step, groupings=groupings)
     if not measurements.budget.complete:
         raise RuntimeError("a planned query was not charged")  # a bug, not an input error
 
     categories = {attribute: spec.family for spec in families for attribute in spec.attributes}
-    public = microdata[public_columns(microdata)]
     # each attribute is rounded as soon as it is solved, so the wage fit (last) takes the rounded
     # employment the release holds, and `gedp tabulate --moe` recomputes that very fit
     rounder = Rounder(public) if config.integer else None
@@ -235,6 +242,7 @@ def protect(
         psi=plan.psi,
         on_step=step,
         finish=rounder,
+        groupings=groupings,
     )
 
     rounding = None
@@ -242,7 +250,7 @@ def protect(
         rounding = {attribute: rounder.report[attribute] for attribute in config.attributes}
         protected = protected.astype({attribute: np.int64 for attribute in rounding})
         step("controlled rounding")
-    tables = qcew_tables(protected)
+    tables = qcew_tables(protected, groupings)
     step("QCEW tables")
 
     job_frame = None

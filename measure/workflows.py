@@ -157,17 +157,19 @@ def measure(
     *,
     rng: np.random.Generator,
     on_step: Callable[[str], None] | None = None,
+    groupings: Groupings | None = None,
 ) -> Measurements:
     """Answer every query of ``plan`` on validated microdata with the plan's workflow.
 
     The budget plan is checked against its cap before any noise is drawn. In workflow "pnc" all
     identity answers come first; tau counts one upper bound per establishment and measured
     attribute; every other query is answered by pnc with clip levels from those identity answers.
+    ``groupings``: of the microdata's public columns, shared with postprocessing.
     """
     budget = plan.budget()
     step = on_step or (lambda description: None)
-    grouping = Groupings(microdata)
-    groupings = {q.by: grouping(q.by) for q in plan.queries}
+    grouping = groupings or Groupings(microdata)
+    groupings_of = {q.by: grouping(q.by) for q in plan.queries}
     answers: list[NoisyAnswer] = []
     identity = plan.identity_plan
     identity_answers: dict[str, NoisyAnswer] = {}
@@ -175,7 +177,7 @@ def measure(
         for attribute in identity.mu:
             answer = psi_mechanism(
                 microdata[attribute].to_numpy(),
-                groupings[IDENTITY],
+                groupings_of[IDENTITY],
                 attribute=attribute,
                 psi=plan.psi,
                 gamma=plan.gammas[attribute],
@@ -201,9 +203,9 @@ def measure(
                           mu=budget.spend(q.name, attribute), rng=rng)
             values = microdata[attribute].to_numpy()
             if plan.workflow == "pnc":
-                answer = pnc_mechanism(values, groupings[q.by], upper_bounds[attribute], **common)
+                answer = pnc_mechanism(values, groupings_of[q.by], upper_bounds[attribute], **common)
             else:
-                answer = psi_mechanism(values, groupings[q.by], **common)
+                answer = psi_mechanism(values, groupings_of[q.by], **common)
             budget.charge(q.name, attribute, answer.mu)
             answers.append(answer)
             step(f"{q.name} on {attribute}")

@@ -78,10 +78,11 @@ def cell_to_group_matrix(groups: sp.csr_matrix, cell_codes: np.ndarray, n_cells:
     """
     cells = sp.csr_matrix((np.ones(len(cell_codes)), (np.arange(len(cell_codes)), cell_codes)),
                           shape=(len(cell_codes), n_cells))
-    overlap = (groups @ cells).tocsr()
+    overlap = (groups @ cells).tocsr().tocoo()  # a product: no repeated entries; in the order of nonzero()
+    nonzero = overlap.data != 0
+    row, column = overlap.row[nonzero], overlap.col[nonzero]
     sizes = np.bincount(cell_codes, minlength=n_cells)
-    row, column = overlap.nonzero()
-    if np.any(np.asarray(overlap[row, column]).ravel() != sizes[column]):
+    if np.any(overlap.data[nonzero] != sizes[column]):
         raise NotNested("a query group splits a cell; use a generic solver")
     return sp.csr_matrix((np.ones(len(row)), (row, column)), shape=overlap.shape)
 

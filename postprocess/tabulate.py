@@ -178,10 +178,10 @@ def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
     return out
 
 
-def qcew_tables(microdata: pd.DataFrame) -> pd.DataFrame:
+def qcew_tables(microdata: pd.DataFrame, groupings: Groupings | None = None) -> pd.DataFrame:
     """Every QCEW aggregation level 51-58 and 71-78 of the microdata, stacked in BLS layout.
 
-    The key columns are factorized once for all levels (``measure.queries.Groupings``)."""
-    groupings = Groupings(microdata)
+    The key columns are factorized once for all levels (``groupings``: of ``microdata``, maybe shared)."""
+    groupings = groupings or Groupings(microdata)
     return pd.concat([qcew_level(microdata, level, groupings=groupings) for level in (*STATE_LEVELS, *COUNTY_LEVELS)],
                      ignore_index=True)

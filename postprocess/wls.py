@@ -350,6 +350,7 @@ def protect_microdata(
     psi: NeighborFunction | None = None,
     on_step: Callable[[str], None] | None = None,
     finish: Callable[[str, np.ndarray], np.ndarray] | None = None,
+    groupings: Groupings | None = None,
 ) -> tuple[pd.DataFrame, dict[str, WLSResult]]:
     """Protected microdata: the public columns plus every attribute's postprocessed values.
 
@@ -360,7 +361,8 @@ def protect_microdata(
     attribute, and wages otherwise, by the weighted least squares. ``finish(attribute, values)``, when
     given, turns each attribute's values into the released ones (an integer release's controlled
     rounding) before a later attribute is postprocessed: the wage fit then takes the employment the
-    release holds, so its margins of error can recompute it from the release's files.
+    release holds, so its margins of error can recompute it from the release's files. ``groupings``:
+    of ``public`` (shared with measurement).
     """
     if wages not in wage_model.WAGE_METHODS:
         raise ValueError(f"wages '{wages}' is unknown; choose one of {', '.join(wage_model.WAGE_METHODS)}")
@@ -369,7 +371,7 @@ def protect_microdata(
             raise ValueError("variance mode 'pooled' needs the plan's psi")
         measurements_by_attribute = pool_month_variances(measurements_by_attribute, psi)
     protected = public.copy()
-    groupings = Groupings(public)  # the public columns never change: one grouping per query for all attributes
+    groupings = groupings or Groupings(public)  # the public columns never change: one per query for all attributes
     results = {}
     order = sorted(measurements_by_attribute, key=lambda attribute: attribute == wage_model.WAGE)
     for attribute in order:

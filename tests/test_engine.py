@@ -113,3 +113,25 @@ def test_queries_spanning_states_are_refused(two_states, tmp_path):
     bad_engine = runner.invoke(app, ["protect", str(two_states / "alone.parquet"), "--engine", "spark",
                                      "--out", str(tmp_path / "s")])
     assert bad_engine.exit_code == 2 and "engine 'spark' is unknown" in bad_engine.output
+
+
+def test_a_state_that_fails_to_write_stops_the_release(two_states, tmp_path, monkeypatch):
+    """States are written while the next one is protected: a failed write of the first state is
+    raised (not lost in the writing thread), the second state is not reported done, nothing is
+    published and the staging folder is removed."""
+    import gedp.engine
+    from gedp.config import load_config
+
+    write_parts, done = gedp.engine.write_parts, []
+
+    def failing(release, staging, part, tables):
+        if part == "09":
+            raise OSError("disk full")
+        write_parts(release, staging, part, tables)
+
+    monkeypatch.setattr(gedp.engine, "write_parts", failing)
+    with pytest.raises(OSError, match="disk full"):
+        gedp.engine.protect_input(two_states / "states.parquet", load_config("baseline"), tmp_path / "out", seed=1,
+                                  on_state=done.append)
+    assert done == []
+    assert list(tmp_path.iterdir()) == []
