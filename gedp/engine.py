@@ -6,7 +6,8 @@ Each state's noise comes from its own secure generator, or, in a release not for
 from a generator derived from the seed and the state code, so the ``local`` and ``dask`` engines
 give the same release. zeta is split among the states so the whole release keeps 1 - zeta. Only one
 state's working set is in memory at a time per worker: a state is read from the input (Parquet: with
-a filter, so only its rows are loaded), protected, written as one part of each output, and dropped.
+a filter, so only its rows are loaded), protected, written as one part of each output, and dropped
+(the local engine writes a state's parts on a thread while it protects the next one).
 """
 
 from __future__ import annotations

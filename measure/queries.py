@@ -107,9 +107,12 @@ class Groupings:
         """Sorted factorization of one column; None for an object column (pandas infers its keys' type)
         or one with missing values (pandas drops those): grouped by pandas then."""
         if column not in self._columns:
-            values = self.public[column]
-            codes, uniques = pd.factorize(values, sort=True) if values.dtype != object else (np.array([-1]), None)
-            self._columns[column] = None if (codes < 0).any() else (codes.astype(np.int64, copy=False), uniques)
+            values, factorized = self.public[column], None
+            if values.dtype != object:
+                codes, uniques = pd.factorize(values, sort=True)
+                if not (codes < 0).any():
+                    factorized = (codes.astype(np.int64, copy=False), uniques)
+            self._columns[column] = factorized
         return self._columns[column]
 
     def _group(self, by: tuple[str, ...]) -> Grouping:

@@ -246,3 +246,37 @@ def test_group_sums_are_correctly_rounded(whole):
     grouping = Grouping(("state", "county"), codes, pd.DataFrame(index=range(40)))
     exact = [float(sum((Fraction(v) for v in values[codes == g]), Fraction(0))) for g in range(40)]
     np.testing.assert_array_equal(exact_group_sums(values, grouping), exact)
+
+
+@pytest.mark.parametrize("by", [("text",), ("text", "small"), ("small", "text", "digits"), ("category", "text"),
+                                ("loose", "real"), ("gaps", "small"), ("real",)])
+def test_groupings_are_pandas_groups_in_sorted_key_order(by):
+    """Groupings (each key column factorized once, groups ranked by a mixed-radix key) give the codes
+    and keys of pandas' sorted groupby, dtypes included, whatever the columns' types; columns with
+    missing values or of object type go through pandas itself."""
+    from gedp.measure.queries import Groupings
+
+    rng = np.random.default_rng(5)
+    n = 3_000
+    text = rng.choice(["x", "b", "aa", "é", "Z", "10", "9"], n)
+    frame = pd.DataFrame({
+        "text": pd.array(text, dtype="str"), "small": rng.integers(-3, 4, n), "real": rng.choice([0.5, -1.0, 3.0], n),
+        "digits": pd.array(rng.choice(["044", "44", "4"], n), dtype="str"),
+        "category": pd.Categorical(rng.choice(["q", "p", "r"], n), categories=["r", "q", "p", "s"]),
+        "loose": pd.Series(text, dtype=object),
+        "gaps": pd.array(np.where(rng.random(n) < 0.1, None, text), dtype="str"),
+    })
+    groupings = Groupings(frame)
+    grouping = groupings(by)
+    grouped = frame.groupby(list(by), sort=True, observed=True)
+    expected = grouped.ngroup().to_numpy()
+    kept = ~np.isnan(expected)
+    assert np.array_equal(grouping.codes[kept], expected[kept])
+    keys = grouped.size().index.to_frame(index=False)[list(by)]
+    assert grouping.keys.equals(keys) and list(grouping.keys.dtypes) == list(keys.dtypes)
+    assert groupings(list(by)) is grouping  # built once
+    if kept.all():  # rows of groups that every establishment is in
+        rows = groupings.rows([by, ()])
+        assert rows.shape == (grouping.n_groups + 1, n)
+        assert np.array_equal(rows[: grouping.n_groups].argmax(axis=0).A1, expected)
+        assert np.array_equal(rows.sum(axis=0).A1, np.full(n, 2.0))
