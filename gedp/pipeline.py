@@ -259,7 +259,8 @@ def protect(
         counts = []
         for spec in families:
             family_counts, results = protect_family(spec, answers, public, protected[EMPLOYMENT].to_numpy(dtype=float),
-                                                    solver=config.solver, integer=config.integer, on_step=step)
+                                                    solver=config.solver, integer=config.integer, groupings=groupings,
+                                                    on_step=step)
             counts.append((spec, family_counts))
             solver_results[spec.family] = family_result(list(results.values()))
         job_frame = job_table(protected["estab_id"], counts)

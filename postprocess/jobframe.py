@@ -45,6 +45,7 @@ import scipy.sparse as sp
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.jobframe import EMPLOYMENT, FAMILY_COLUMNS, FamilySpec
+from gedp.measure.queries import Groupings
 from gedp.postprocess.wls import WLSResult, protect_attribute, system_structure
 
 #: Raking stops when every cell's column total is within this of its target, relative to the cell's
@@ -121,20 +122,23 @@ def raking_seed(estimates: np.ndarray, cell_codes: np.ndarray) -> np.ndarray:
 
 
 def protect_family(spec: FamilySpec, answers: Mapping[str, Sequence[NoisyAnswer]], public: pd.DataFrame,
-                   employment: np.ndarray, *, solver: str, integer: bool,
+                   employment: np.ndarray, *, solver: str, integer: bool, groupings: Groupings | None = None,
                    on_step: Callable[[str], None] | None = None) -> tuple[np.ndarray, dict[str, WLSResult]]:
     """One family's counts: every category by the weighted least squares (released variances), then
     raked to the protected employment and the cells' measured mixes (``rake_counts``) and, for an
     integer release, rounded within each establishment (``round_counts``; ``employment`` is then whole).
-    Returns the counts (establishments in release order x categories) and the solver results."""
+    Returns the counts (establishments in release order x categories) and the solver results;
+    ``groupings``: of ``public``, shared with the release's other attributes."""
     attributes = spec.attributes
+    groupings = groupings or Groupings(public)
     results = {}
     for attribute in attributes:
-        results[attribute] = protect_attribute(answers[attribute], public, variance_mode="estimated", solver=solver)
+        results[attribute] = protect_attribute(answers[attribute], public, variance_mode="estimated", solver=solver,
+                                               groupings=groupings)
         if on_step is not None:
             on_step(f"postprocess {attribute}")
     estimates = np.column_stack([results[a].values for a in attributes])
-    cell_codes = system_structure(answers[attributes[0]], public)[1]
+    cell_codes = system_structure(answers[attributes[0]], public, groupings)[1]
     counts = rake_counts(raking_seed(estimates, cell_codes), employment, cell_codes,
                          cell_targets(estimates, employment, cell_codes))
     if integer:
