@@ -117,8 +117,7 @@ def solve_nested(
     a_shifted = a + v * mu[cell_codes]  # per free establishment: a_j + v_j mu_c (fixed across pivots)
     best_infeasible, tries = np.inf, FULL_EXCHANGE_TRIES
     # Cell sums over the free establishments, updated from the flipped ones only after the first pass.
-    s = np.bincount(cell_codes, weights=np.where(free, v, 0.0), minlength=n_cells)
-    q = np.bincount(cell_codes, weights=np.where(free, a_shifted, 0.0), minlength=n_cells)
+    s, q = _free_cell_sums(cell_codes, free, v, a_shifted, n_cells)
 
     for iteration in range(1, MAX_ITERATIONS + 1):
         t = CellOperator(c, w, s).solve(q)
@@ -148,6 +147,26 @@ def solve_nested(
         q += np.bincount(cell_codes[flipped], weights=sign * a_shifted[flipped], minlength=n_cells)
         free = free ^ flip
     raise RuntimeError(f"block principal pivoting did not finish in {MAX_ITERATIONS} iterations")
+
+
+def _free_cell_sums(cell_codes, free, v, a_shifted, n_cells) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell, over its free establishments: the sum of v_j (S) and of a_j + v_j mu_c (q)."""
+    return (np.bincount(cell_codes, weights=np.where(free, v, 0.0), minlength=n_cells),
+            np.bincount(cell_codes, weights=np.where(free, a_shifted, 0.0), minlength=n_cells))
+
+
+@one_blas_thread
+def unbounded_cell_totals(a: np.ndarray, v: np.ndarray, cell_codes: np.ndarray, groups: sp.csr_matrix,
+                          b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The cell totals t of min sum (x - a)^2 / v + sum (C t - b)^2 / w without the bounds x >= 0
+    (arguments as ``solve_structured_wls``; zero-variance groups still pin their establishments at
+    0): the generalized least squares totals, linear in the answers, so unbiased where they are."""
+    exact, fixed = pinned_at_zero(groups, b, w)
+    n_cells = int(cell_codes.max()) + 1 if len(cell_codes) else 0
+    c = cell_to_group_matrix(groups[~exact], cell_codes, n_cells)
+    b, w = b[~exact], w[~exact]
+    s, q = _free_cell_sums(cell_codes, ~fixed, v, a + v * (c.T @ (b / w))[cell_codes], n_cells)
+    return CellOperator(c, w, s).solve(q)
 
 
 def _refine(x, free, s, a, v, cell_codes, c, b, w) -> np.ndarray:

@@ -24,7 +24,7 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess import wages as wage_model
-from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls
+from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls, unbounded_cell_totals
 from gedp.synth.schema import public_columns
 
 VARIANCE_MODES = ("pooled", "estimated", "exact", "hybrid")
@@ -245,17 +245,23 @@ def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
     return _result(system, values, solver=solver, status=str(problem.status), start=start)
 
 
-def solve_structured(system: LinearSystem, identity_rows: np.ndarray, cell_codes: np.ndarray) -> WLSResult:
-    """Exact structured solve (see postprocess.structured): identity rows and nested group rows."""
-    start = time.perf_counter()
+def structured_parts(system: LinearSystem, identity_rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The structured solver's inputs from a stacked system: identity answers and variances per
+    establishment (a, v), then the group rows, their answers and variances."""
     establishment = system.matrix[identity_rows].indices  # one establishment per identity row, in row order
     a = np.empty(system.matrix.shape[1])
     v = np.empty(system.matrix.shape[1])
     a[establishment], v[establishment] = system.b[identity_rows], system.v[identity_rows]
     groups = ~np.isin(np.arange(system.matrix.shape[0]), identity_rows)
+    return a, v, system.matrix[groups], system.b[groups], system.v[groups]
+
+
+def solve_structured(system: LinearSystem, identity_rows: np.ndarray, cell_codes: np.ndarray) -> WLSResult:
+    """Exact structured solve (see postprocess.structured): identity rows and nested group rows."""
+    start = time.perf_counter()
+    a, v, groups, b, w = structured_parts(system, identity_rows)
     try:
-        values, iterations, _ = solve_structured_wls(
-            a, v, cell_codes, system.matrix[groups], system.b[groups], system.v[groups])
+        values, iterations, _ = solve_structured_wls(a, v, cell_codes, groups, b, w)
     except RuntimeError as err:  # pivoting did not converge
         raise SolverError(f"structured solver: {err}") from None
     # "optimal" only once _result has checked the KKT conditions.
@@ -281,15 +287,7 @@ def protect_attribute(
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver '{solver}' is unknown; choose one of {', '.join(SOLVERS)}")
-    if not answers:
-        raise ValueError("no answers to postprocess")
-    attributes = {answer.query.attribute for answer in answers}
-    if len(attributes) > 1:
-        raise ValueError(f"answers of several attributes ({', '.join(sorted(attributes))}) given together")
-    variances = [answer_variances(answer, variance_mode, exact_variances) for answer in answers]
-    groupings = groupings or Groupings(public)
-    system = build_system(answers, public, variances, groupings)
-    identity_rows, cell_codes = system_structure(answers, public, groupings)
+    system, identity_rows, cell_codes = attribute_system(answers, public, variance_mode, exact_variances, groupings)
     if solver in ("auto", "structured") and identity_rows is not None:
         try:
             return solve_structured(system, identity_rows, cell_codes)
@@ -299,6 +297,32 @@ def protect_attribute(
     elif solver == "structured":
         raise ConfigError("solver: structured needs exactly one identity answer per attribute; use solver: auto")
     return solve_wls(system, solver="clarabel" if solver in ("auto", "structured") else solver)
+
+
+def attribute_system(answers: Sequence[NoisyAnswer], public: pd.DataFrame, variance_mode: str,
+                     exact_variances: Mapping[str, np.ndarray] | None = None, groupings: Groupings | None = None,
+                     ) -> tuple[LinearSystem, np.ndarray | None, np.ndarray]:
+    """One attribute's stacked system (``build_system``) and its structure (``system_structure``)."""
+    if not answers:
+        raise ValueError("no answers to postprocess")
+    attributes = {answer.query.attribute for answer in answers}
+    if len(attributes) > 1:
+        raise ValueError(f"answers of several attributes ({', '.join(sorted(attributes))}) given together")
+    variances = [answer_variances(answer, variance_mode, exact_variances) for answer in answers]
+    groupings = groupings or Groupings(public)
+    return build_system(answers, public, variances, groupings), *system_structure(answers, public, groupings)
+
+
+def unbounded_totals(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, variance_mode: str = "estimated",
+                     groupings: Groupings | None = None) -> np.ndarray:
+    """Per cell of ``system_structure``: the attribute's weighted least squares total without the
+    bounds x >= 0 (``structured.unbounded_cell_totals``), linear in the answers. Needs the identity
+    answer and nested groups (the structured solver's case)."""
+    system, identity_rows, cell_codes = attribute_system(answers, public, variance_mode, None, groupings)
+    if identity_rows is None:
+        raise ConfigError("unbounded cell totals need exactly one identity answer per attribute")
+    a, v, groups, b, w = structured_parts(system, identity_rows)
+    return unbounded_cell_totals(a, v, cell_codes, groups, b, w)
 
 
 def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,

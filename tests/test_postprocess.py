@@ -13,6 +13,7 @@ from gedp.errors import ConfigError
 from gedp.measure.mechanisms import psi_exact_variance
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import measure
+from gedp.postprocess.structured import unbounded_cell_totals
 from gedp.postprocess.wls import (
     LinearSystem,
     answer_variances,
@@ -22,6 +23,7 @@ from gedp.postprocess.wls import (
     protect_attribute,
     solve_structured,
     solve_wls,
+    structured_parts,
 )
 from gedp.synth.schema import public_columns
 
@@ -208,6 +210,21 @@ def test_structured_solver_reaches_the_reference_optimum(seed):
     for other in (independent, reference.values):
         distance = np.sum((other - structured.values) ** 2 / identity_v)
         assert distance <= objective(system, other) - structured.objective + 1e-9 * structured.objective
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_unbounded_cell_totals_are_the_cell_sums_of_the_dense_least_squares(seed):
+    """structured.unbounded_cell_totals against numpy's dense weighted least squares without bounds,
+    summed per cell; power: the bounded solution's cell sums differ."""
+    system, cells, _ = nested_instance(seed, zero_share=0.6)
+    a, v, groups, b, w = structured_parts(system, np.arange(400))
+    totals = unbounded_cell_totals(a, v, cells, groups, b, w)
+    whitened = 1 / np.sqrt(system.v)
+    dense = np.linalg.lstsq((sp.diags(whitened) @ system.matrix).toarray(), whitened * system.b, rcond=None)[0]
+    expected = np.bincount(cells, weights=dense)
+    np.testing.assert_allclose(totals, expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+    bounded = np.bincount(cells, weights=solve_structured(system, np.arange(400), cells).values)
+    assert np.abs(bounded - expected).max() > 1e-3 * np.abs(expected).max()
 
 
 def test_structured_solver_with_negative_estimates_everywhere_terminates():
