@@ -97,8 +97,9 @@ class Setting:
 
     @property
     def label(self) -> str:
-        extra = f"alpha {self.alpha:g}" if self.alpha is not None else f"theta {self.theta:g}"
-        return f"{self.mechanism} eps {self.eps:g} {extra}"
+        extra = (f" alpha {self.alpha:g}" if self.alpha is not None
+                 else f" theta {self.theta:g}" if self.theta is not None else "")
+        return f"{self.mechanism} eps {self.eps:g}{extra}"
 
 
 def settings(setup: E5Setup) -> list[Setting]:
@@ -127,14 +128,23 @@ def release(setting: Setting, values: np.ndarray, grouping: Grouping, setup: E5S
     return truncated_laplace(values, grouping, theta=setting.theta, **common).released
 
 
-def gdp_epsilon(mu: float, delta: float = GDP_DELTA) -> float:
-    """The eps at which a mu-GDP mechanism is (eps, delta)-DP (Dong, Roth & Su 2022, Corollary 2.13):
+def gdp_delta(eps: float, mu: float) -> float:
+    """The delta at which a mu-GDP mechanism is (eps, delta)-DP (Dong, Roth & Su 2022, Corollary 2.13):
     delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)."""
+    return float(stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps + stats.norm.logcdf(-eps / mu - mu / 2)))
 
-    def excess(eps: float) -> float:
-        return stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2) - delta
 
-    return float(optimize.brentq(excess, 0.0, 10 * mu + 50))
+def gdp_epsilon(mu: float, delta: float = GDP_DELTA) -> float:
+    """The eps at which a mu-GDP mechanism is (eps, delta)-DP (``gdp_delta`` solved for eps; at the upper
+    end of the bracket, -eps/mu + mu/2 <= -10 makes delta < 1e-23)."""
+    return float(optimize.brentq(lambda eps: gdp_delta(eps, mu) - delta, 0.0, mu * (mu / 2 + 10) + 50))
+
+
+def gdp_mu(eps: float, delta: float = GDP_DELTA) -> float:
+    """The mu at which mu-GDP is (eps, delta)-DP (``gdp_delta``, which grows with mu, solved for mu)."""
+    if not (math.isfinite(eps) and eps > 0 and 0 < delta < 1):
+        raise ValueError(f"eps ({eps}) must be finite and > 0 and delta ({delta}) in (0, 1)")
+    return float(optimize.brentq(lambda mu: gdp_delta(eps, mu) - delta, 1e-6, 2 * eps + 10, xtol=1e-14))
 
 
 class ErrorAccumulator:
@@ -258,9 +268,16 @@ def run_e5(out: Path, truth: pd.DataFrame, plan: MeasurementPlan, setup: E5Setup
 
 def _aligned(protected: pd.DataFrame, by: tuple[str, ...], grouping: Grouping, attribute: str) -> np.ndarray:
     """Protected cell totals in the order of ``grouping``'s keys (cells absent from the release: 0)."""
-    table = tabulate(protected, by, [attribute])
-    merged = grouping.keys.merge(table[[*by, attribute]], on=list(by), how="left", validate="one_to_one")
-    return merged[attribute].fillna(0.0).to_numpy(dtype=float)
+    return aligned_cells(tabulate(protected, by, [attribute]), grouping.keys, attribute)
+
+
+def aligned_cells(table: pd.DataFrame, keys: pd.DataFrame, column: str) -> np.ndarray:
+    """``table[column]`` in the order of the cells ``keys`` (matched on their columns as text; cells
+    absent from ``table``: 0)."""
+    on = list(keys.columns)
+    merged = keys.astype(str).merge(table[[*on, column]].astype({c: str for c in on}), on=on, how="left",
+                                    validate="one_to_one")
+    return merged[column].fillna(0.0).to_numpy(dtype=float)
 
 
 def _ratios(accumulator: ErrorAccumulator, infusion: dict[str, float]) -> dict[str, float]:

@@ -31,7 +31,8 @@ class ExperimentRequest:
     ``config`` names the plan (each experiment has its default); ``replications`` None means the
     experiment's default. ``e3`` and ``e5`` hold those experiments' setups (None: their defaults).
     ``published`` is the QCEW file the truth was synthesized from, when it was (accuracy reads its
-    disclosure codes). ``jobs`` is the job table of ``truth`` (e6; None: synthetic jobs drawn with ``seed``).
+    disclosure codes). ``jobs`` is the job table of ``truth`` (e6; None: synthetic jobs drawn with ``seed``);
+    ``gedp_replications`` the gedp job-frame releases per eps of e6 (None: ``e6_gedp_replications``).
     """
 
     truth: pd.DataFrame | None = None
@@ -44,6 +45,7 @@ class ExperimentRequest:
     e3: E3Setup | None = None
     e5: E5Setup | None = None
     jobs: pd.DataFrame | None = None
+    gedp_replications: int | None = None
     on_step: Callable[[str], None] | None = field(default=None, compare=False)
 
 
@@ -148,12 +150,25 @@ def _e6(request: ExperimentRequest):
     if jobs is None:
         jobs = synthesize_jobs(truth, rng=np.random.default_rng(request.seed))
         label += f", synthetic jobs (illustrative shares, seed {request.seed})"
-    return compute_e6(truth, jobs, request.e5 or E5Setup(), replications=_e6_steps(request), seed=request.seed,
-                      data_label=label, on_step=request.on_step)
+    return compute_e6(truth, jobs, request.e5 or E5Setup(), replications=_e6_replications(request),
+                      gedp_replications=e6_gedp_replications(request), seed=request.seed, data_label=label,
+                      on_step=request.on_step)
+
+
+def _e6_replications(request: ExperimentRequest) -> int:
+    return request.replications or 20
+
+
+def e6_gedp_replications(request: ExperimentRequest) -> int:
+    """gedp releases per eps in e6: as asked, else min(replications, 10) (a release costs more than the
+    earlier mechanisms' whole grid)."""
+    return request.gedp_replications if request.gedp_replications is not None else min(_e6_replications(request), 10)
 
 
 def _e6_steps(request: ExperimentRequest) -> int:
-    return request.replications or 20
+    from gedp.evaluation.e5_earlier import E5Setup
+
+    return _e6_replications(request) + len((request.e5 or E5Setup()).eps) * e6_gedp_replications(request)
 
 
 def _coverage(request: ExperimentRequest):
@@ -189,7 +204,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("e5", "earlier mechanisms, noise infusion and cell suppression (plan: employment; 20 replications)",
                True, _e5, "gedp.evaluation.e5_earlier:render_e5", steps=_e5_steps),
     Experiment("e6", "the employer-employee evaluation of Haney et al. 2017 on a job frame: workloads 1-3, rankings "
-               "1-2, findings 1-6 (20 replications)", True, _e6, "gedp.evaluation.e6_jobs:render_e6", steps=_e6_steps),
+               "1-2, findings 1-6, gedp on jobs at comparable budgets (20 replications; 10 gedp releases per eps)",
+               True, _e6, "gedp.evaluation.e6_jobs:render_e6", steps=_e6_steps),
     Experiment("coverage", "coverage of the margins of error (plan: baseline; 40 replications)", True, _coverage,
                "gedp.evaluation.coverage:render_coverage"),
     Experiment("accuracy", "errors, zeros, state totals and margin coverage per QCEW level, on the cells BLS "

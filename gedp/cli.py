@@ -742,6 +742,9 @@ def evaluate(
     delta: Annotated[float, typer.Option(help="e5, e6: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
     jobs: Annotated[Optional[Path], typer.Option(help="e6: the job table of --data (default: synthetic jobs drawn "
                                                       "with --seed).")] = None,
+    gedp_replications: Annotated[Optional[int], typer.Option(help="e6: gedp job-frame releases per eps (default: "
+                                                                  "min(replications, 10); 0 leaves gedp "
+                                                                  "out).")] = None,
 ) -> None:
     """Run an evaluation experiment (e1-e6, coverage, accuracy) and write its report, summary and plots."""
     from gedp.evaluation.e3_bias import E3Setup
@@ -757,9 +760,12 @@ def evaluate(
             raise InputError(f"--replications ({replications}) must be >= 1")
         if trials < 2:
             raise InputError(f"--trials ({trials}) must be >= 2")
+        if gedp_replications is not None and (name != "e6" or gedp_replications < 0):
+            raise InputError(f"--gedp-replications ({gedp_replications}) goes with e6 and must be >= 0")
         try:
             request = ExperimentRequest(
                 config=config, replications=replications, seed=seed, trials=trials,
+                gedp_replications=gedp_replications,
                 e3=E3Setup(counties=counties, per_county=per_county, employees=employees, gamma_sqrt=gamma_sqrt,
                            gamma_log=gamma_log, mu=mu, trials=trials),
                 e5=E5Setup(infusion_s=infusion_s, infusion_t=infusion_t, delta=delta))
