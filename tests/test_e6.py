@@ -306,15 +306,25 @@ def test_gedp_row_matches_a_release_of_gedp_protect_tabulated_from_its_files(tmp
                            rtol=1e-6)
 
 
-def test_gedp_findings_compare_with_the_best_setting_valid_at_each_eps(gedp_result):
+def test_gedp_findings_compare_with_each_mechanisms_best_setting_valid_at_each_eps(gedp_result):
     comparisons = {c["workload"]: c for c in gedp_findings(gedp_result) if c["stratum"] == "100-10k"}
     assert set(comparisons) == {"workload 1", "workload 2", "workload 3", "ranking 1", "ranking 2"}
-    rows = comparisons["workload 1"]["rows"]
-    assert [r["eps"] for r in rows] == [0.5, 4.0]
-    for row in rows:
-        rivals = [l1_ratios(gedp_result, "workload 1", s)["100-10k"] for s in gedp_result.grid["workload 1"]
-                  if s.eps == row["eps"]]
-        assert row["best_value"] == min(rivals) and row["beats_best"] == (row["gedp"] < min(rivals))
-        assert row["beats_infusion"] == (row["gedp"] < 1)
+    for name, pick in (("workload 1", min), ("ranking 1", max)):
+        rows = comparisons[name]["rows"]
+        assert [r["eps"] for r in rows] == [0.5, 4.0]
+        for row in rows:
+            figures = {s: (l1_ratios(gedp_result, name, s) if pick is min else
+                           {"100-10k": gedp_result.errors[name][s].stratum_spearman_means()["100-10k"]})["100-10k"]
+                       for s in gedp_result.grid[name] if s.eps == row["eps"]}
+            mechanisms = {s.mechanism for s in figures}
+            assert set(row["rivals"]["any"]) == set(row["rivals"]["shown"]) == mechanisms
+            assert ("smooth-laplace" in mechanisms) == (row["eps"] == 4.0)  # alpha 0.1: refused at eps 0.5
+            for view, keep in (("any", lambda s: True), ("shown", lambda s: s.alpha in (None, 0.1))):
+                for mechanism, rival in row["rivals"][view].items():
+                    best = pick(v for s, v in figures.items() if s.mechanism == mechanism and keep(s))
+                    assert rival["value"] == best and rival["gedp_better"] == ((row["gedp"] < best) if pick is min
+                                                                               else (row["gedp"] > best))
+            assert row["best_value"] == pick(figures.values())
+        assert all(r["beats_infusion"] == (r["gedp"] < 1) for r in comparisons["workload 1"]["rows"])
     low, high = (l1_ratios(gedp_result, "workload 1", Setting("gedp", e))["all"] for e in (0.5, 4.0))
     assert high < low  # power: more budget, smaller error
