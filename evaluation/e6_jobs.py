@@ -153,10 +153,9 @@ def gedp_cells(truth: pd.DataFrame, jobs: pd.DataFrame, config: Config, seed: in
     from gedp.postprocess.jobframe import tabulate_jobs
     from gedp.postprocess.tabulate import tabulate
 
-    rng, description = make_rng(seed)
+    _, description = make_rng(seed)
     states = truth["state"].unique()
-    if len(states) == 1:
-        rng = state_rng(seed, str(states[0]))
+    rng = state_rng(seed, str(states[0])) if len(states) == 1 else np.random.default_rng(seed)
     release = protect(truth, config, rng=rng, rng_description=description, jobs=jobs)
     if release.jobs is None:
         raise RuntimeError("a release of a plan with job families has no job frame")  # a bug, not an input error
@@ -188,10 +187,10 @@ def place_sizes(truth: pd.DataFrame, keys: pd.DataFrame) -> np.ndarray:
 
 
 def compute_e6(truth: pd.DataFrame, jobs: pd.DataFrame, setup: E5Setup, *, replications: int, seed: int,
-               data_label: str, gedp_replications: int = 0, gedp_eps: tuple[float, ...] | None = None,
+               data_label: str, gedp_replications: int = 0,
                on_step: Callable[[str], None] | None = None) -> E6Result:
-    """Every setting of the grid on every workload, and noise infusion, replicated; gedp at every eps of
-    ``gedp_eps`` (default the grid's), ``gedp_replications`` releases each."""
+    """Every setting of the grid on every workload, and noise infusion, replicated; gedp at every eps of the
+    grid, ``gedp_replications`` releases each."""
     start = time.perf_counter()
     step = on_step or (lambda _: None)
     marginals = {"workload 1": erer.job_marginal(truth, jobs, WORKPLACE),
@@ -232,7 +231,7 @@ def compute_e6(truth: pd.DataFrame, jobs: pd.DataFrame, setup: E5Setup, *, repli
         step(f"replication {replication + 1}")
 
     base = load_config(GEDP_CONFIG) if gedp_replications else None
-    configs = {eps: gedp_config(eps, base) for eps in (setup.eps if gedp_eps is None else gedp_eps)} if base else {}
+    configs = {eps: gedp_config(eps, base) for eps in setup.eps} if base else {}
     gedp = {name: {Setting(GEDP, eps): accumulator(name) for eps in configs} for name in sources}
     keys = {w: marginals[w].grouping.keys for w in ("workload 1", "workload 2")}
     for replication, release_seed in enumerate(gedp_seeds(seed, gedp_replications)):
