@@ -53,7 +53,7 @@ import scipy.sparse as sp
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.jobframe import EMPLOYMENT, FAMILY_COLUMNS, FamilySpec
 from gedp.measure.queries import Groupings
-from gedp.postprocess.wls import WLSResult, protect_attribute, system_structure, unbounded_totals
+from gedp.postprocess.wls import WLSResult, attribute_system, solve_attribute, system_structure, unbounded_totals
 
 #: Raking stops when every margin's column totals are within this of their targets, relative to each
 #: group's employment (rows are then scaled to their totals exactly), or after RAKING_STEPS sweeps.
@@ -158,27 +158,22 @@ def protect_family(spec: FamilySpec, answers: Mapping[str, Sequence[NoisyAnswer]
     groupings = groupings or Groupings(public)
     results, totals = {}, []
     for attribute in attributes:
-        results[attribute] = protect_attribute(answers[attribute], public, variance_mode="estimated", solver=solver,
-                                               groupings=groupings)
-        totals.append(unbounded_totals(answers[attribute], public, groupings=groupings))
+        system, identity_rows, cell_codes = attribute_system(answers[attribute], public, "estimated", None, groupings)
+        results[attribute] = solve_attribute(system, identity_rows, cell_codes, solver)
+        totals.append(unbounded_totals(system, identity_rows, cell_codes))
         if on_step is not None:
             on_step(f"postprocess {attribute}")
     estimates = np.column_stack([results[a].values for a in attributes])
     cell_totals = np.column_stack(totals)
-    cell_codes = system_structure(answers[attributes[0]], public, groupings)[1]
-    state_mix = np.maximum(cell_totals.sum(axis=0), 0.0)
-    state_mix = state_mix / state_mix.sum() if state_mix.sum() > 0 else np.full(len(attributes), 1 / len(attributes))
+    state_mix = cell_shares(np.maximum(cell_totals.sum(axis=0, keepdims=True), 0.0), np.zeros(1, dtype=np.int64))[0]
     seed = raking_seed(estimates, cell_codes) + SEED_FLOOR * state_mix
     columns = [column for column in RAKING_MARGINS if _holds_cells(groupings((column,)).codes, cell_codes)]
     blocks = groupings(tuple(columns)).codes if columns else cell_codes  # none applies: the cells themselves
-    block_of_cell = np.zeros(len(cell_totals), dtype=np.int64)
-    block_of_cell[cell_codes] = blocks
+    block_of_cell = coarser(blocks, cell_codes)
     block_employment = np.bincount(blocks, weights=employment, minlength=int(blocks.max(initial=0)) + 1)
     margins = []
-    for column in columns or [None]:
-        codes = groupings((column,)).codes if column else blocks
-        group_of_block = np.zeros(len(block_employment), dtype=np.int64)
-        group_of_block[blocks] = codes
+    for codes in [groupings((column,)).codes for column in columns] or [blocks]:
+        group_of_block = coarser(codes, blocks)
         group_employment = np.bincount(group_of_block, weights=block_employment)
         margins.append((group_of_block, margin_targets(cell_totals, group_of_block[block_of_cell], group_employment,
                                                        state_mix)))
@@ -191,11 +186,17 @@ def protect_family(spec: FamilySpec, answers: Mapping[str, Sequence[NoisyAnswer]
     return counts, results
 
 
+def coarser(codes: np.ndarray, finer: np.ndarray) -> np.ndarray:
+    """For each group of ``finer`` (establishment codes), the code of ``codes`` of its establishments
+    (the last one's, where they differ)."""
+    group = np.zeros(int(finer.max(initial=-1)) + 1, dtype=np.int64)
+    group[finer] = codes
+    return group
+
+
 def _holds_cells(codes: np.ndarray, cell_codes: np.ndarray) -> bool:
     """Whether every cell lies inside one group of ``codes`` (so the group's totals are its cells' sums)."""
-    group_of_cell = np.zeros(int(cell_codes.max(initial=0)) + 1, dtype=np.int64)
-    group_of_cell[cell_codes] = codes
-    return bool(np.array_equal(group_of_cell[cell_codes], codes))
+    return bool(np.array_equal(coarser(codes, cell_codes)[cell_codes], codes))
 
 
 def job_table(estab_ids: pd.Series, families: Sequence[tuple[FamilySpec, np.ndarray]]) -> pd.DataFrame:

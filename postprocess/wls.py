@@ -287,7 +287,12 @@ def protect_attribute(
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver '{solver}' is unknown; choose one of {', '.join(SOLVERS)}")
-    system, identity_rows, cell_codes = attribute_system(answers, public, variance_mode, exact_variances, groupings)
+    return solve_attribute(*attribute_system(answers, public, variance_mode, exact_variances, groupings), solver)
+
+
+def solve_attribute(system: LinearSystem, identity_rows: np.ndarray | None, cell_codes: np.ndarray,
+                    solver: str = "auto") -> WLSResult:
+    """``protect_attribute`` on an attribute's stacked system and structure (``attribute_system``)."""
     if solver in ("auto", "structured") and identity_rows is not None:
         try:
             return solve_structured(system, identity_rows, cell_codes)
@@ -313,12 +318,10 @@ def attribute_system(answers: Sequence[NoisyAnswer], public: pd.DataFrame, varia
     return build_system(answers, public, variances, groupings), *system_structure(answers, public, groupings)
 
 
-def unbounded_totals(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, variance_mode: str = "estimated",
-                     groupings: Groupings | None = None) -> np.ndarray:
-    """Per cell of ``system_structure``: the attribute's weighted least squares total without the
-    bounds x >= 0 (``structured.unbounded_cell_totals``), linear in the answers. Needs the identity
-    answer and nested groups (the structured solver's case)."""
-    system, identity_rows, cell_codes = attribute_system(answers, public, variance_mode, None, groupings)
+def unbounded_totals(system: LinearSystem, identity_rows: np.ndarray | None, cell_codes: np.ndarray) -> np.ndarray:
+    """Per cell of an attribute's system (``attribute_system``): its weighted least squares total
+    without the bounds x >= 0 (``structured.unbounded_cell_totals``), linear in the answers. Needs
+    the identity answer and nested groups (the structured solver's case)."""
     if identity_rows is None:
         raise ConfigError("unbounded cell totals need exactly one identity answer per attribute")
     a, v, groups, b, w = structured_parts(system, identity_rows)
