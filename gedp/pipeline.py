@@ -406,7 +406,9 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE,
     An earlier output at ``out`` is replaced only after the new one is complete; on any error the
     temporary directory is removed and ``out`` is left as it was. ``before_publish`` runs when the
     output is complete, just before it is moved into place (e.g. to record a release in the
-    lifetime ledger); if it raises, nothing is moved.
+    lifetime ledger); if it raises, nothing is moved. Every file and folder of the output is dated
+    the day's midnight (UTC), the manifest's ``created_date``: the times at which the parts were
+    written would otherwise tell how long each state took (SPEC section 8: no timings).
     """
     out = Path(out).resolve()
     check_output_directory(out, marker)
@@ -418,6 +420,7 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE,
         raise InputError(f"output '{out}' cannot be created ({err.strerror or type(err).__name__})") from None
     try:
         yield staging
+        _date_only(staging)
         if before_publish is not None:
             before_publish()
         if out.exists():
@@ -430,6 +433,14 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE,
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _date_only(folder: Path) -> None:
+    """Set the access and modification times of ``folder`` and everything in it to today's midnight, UTC."""
+    midnight = dt.datetime.combine(dt.datetime.now(dt.timezone.utc).date(), dt.time(), tzinfo=dt.timezone.utc)
+    stamp = midnight.timestamp()
+    for path in [*folder.rglob("*"), folder]:  # the folder last: dating its entries does not change it
+        os.utime(path, (stamp, stamp), follow_symlinks=False)
 
 
 def write_parts(release: Release, staging: Path, part: str, tables: Path) -> None:

@@ -114,6 +114,26 @@ def test_released_manifest_has_no_paths_no_timings_and_the_charged_mu(tmp_path, 
     assert manifest["mu_total"] == pytest.approx(manifest["mu_planned_total"], rel=1e-9)
 
 
+def test_release_files_carry_no_write_times(tmp_path, small_state):
+    """The times at which a two-state release's parts were written would tell how long each state
+    took: every file and folder is dated the manifest's created_date at midnight UTC instead (access
+times too, until a reader opens them). Power:
+    a file written now is not dated so (its time has a fraction of a day)."""
+    two = pd.concat([small_state, small_state.iloc[:2000].assign(
+        state="45", estab_id=lambda d: "45-" + d["estab_id"].astype(str))])
+    source = tmp_path / "two.parquet"
+    two.to_parquet(source, index=False)
+    out = protect(source, tmp_path / "r", "--seed", 1, "--not-for-publication")
+    created = json.loads((out / "manifest.json").read_text())["created_date"]
+    midnight = pd.Timestamp(created, tz="UTC").timestamp()
+    paths = [out, *out.rglob("*")]
+    assert len([p for p in paths if p.name.startswith("part-")]) >= 4
+    assert {os.stat(p).st_mtime for p in paths} == {midnight}
+    probe = tmp_path / "probe"
+    probe.write_text("x")
+    assert os.stat(probe).st_mtime != midnight
+
+
 def test_every_released_value_is_a_whole_multiple_of_the_published_grid(tmp_path, sorted_by_size):
     """Finding 2: no released float carries low bits beyond its grid."""
     out = protect(sorted_by_size, tmp_path / "r")
