@@ -28,7 +28,7 @@ from gedp.measure.workflows import measure
 from gedp.postprocess.moe import variance_function
 from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_keys
-from gedp.postprocess.wls import pool_month_variances, protect_microdata
+from gedp.postprocess.wls import month_answers, protect_microdata
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.schema import CONFIDENTIAL, public_columns
 
@@ -104,8 +104,7 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
     for r, rng in enumerate(child_streams(seed, replications)):
         measurements = measure(truth, plan, rng=rng)
         answers = {a: measurements.for_attribute(a) for a in attributes}
-        if config.variance_mode == "pooled":  # as the release's margins take them (gedp.manifest.release_answers)
-            answers = pool_month_variances(answers, plan.psi)
+        answers = month_answers(answers, config.variance_mode, plan.psi)  # as the margins take them (release_answers)
         release, _ = protect_microdata(answers, public, psi=plan.psi, wages=config.wages,
                                        finish=rounder)
         for attribute in attributes:

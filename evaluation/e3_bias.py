@@ -18,12 +18,12 @@ import numpy as np
 
 from gedp.evaluation.report import Report
 from gedp.measure.neighbors import LogPsi, NeighborFunction, SqrtPsi
-from gedp.postprocess.wls import VARIANCE_MODES
+from gedp.postprocess.wls import MONTH_MODES, VARIANCE_MODES
 
 QUERIES = ("identity", "county", "total")
-#: The WLS variance modes, the pooled estimator (variances at the neighbouring answers, never at the
-#: answer's own) and the answers without postprocessing.
-MODES = (*VARIANCE_MODES, "pooled", "unprocessed")
+#: The WLS variance modes of one attribute (the months' modes need three months), the pooled estimator
+#: (variances at the neighbouring answers, never at the answer's own) and the answers without postprocessing.
+MODES = (*(mode for mode in VARIANCE_MODES if mode not in MONTH_MODES), "pooled", "unprocessed")
 
 
 @dataclass(frozen=True)

@@ -186,11 +186,12 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
     psi_spec = raw.get("psi", {"name": "sqrt"})
     if not isinstance(psi_spec, dict) or "name" not in psi_spec:
         raise ConfigError(f"{where}: psi must be a mapping with a 'name', got {shown(psi_spec)}")
-    variance_mode = raw.get("variance", "pooled")
+    variance_mode = raw.get("variance", "smoothed")
     solver = raw.get("solver", "auto")
     if variance_mode not in RELEASE_VARIANCE_MODES:
         raise ConfigError(
-            f"{where}: variance {shown(variance_mode)} is not one a release can use (choose pooled or estimated;"
+            f"{where}: variance {shown(variance_mode)} is not one a release can use (choose smoothed, pooled or"
+            " estimated;"
             f" modes {', '.join(VARIANCE_MODES)} exist for ablation studies, exact and hybrid need confidential"
             " true variances)"
         )

@@ -27,7 +27,7 @@ from gedp.pipeline import (
     read_answers,
     versions,
 )
-from gedp.postprocess.wls import combined_report, pool_month_variances
+from gedp.postprocess.wls import combined_report, month_answers
 
 
 class Manifest(TypedDict, total=False):
@@ -78,13 +78,11 @@ def read_manifest(release: str | Path) -> Manifest:
 
 
 def release_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
-    """A release's answers as its postprocessing weighed them (what its margins of error take): with
-    the ``pooled`` variance mode, the months' identity variances at the other months' answers."""
+    """A release's answers as its postprocessing weighed them (what its margins of error take): the
+    months' identity answers turned by ``month_answers`` under the release's variance mode."""
     manifest = read_manifest(release)
     answers = read_answers(release)
-    if manifest.get("variance_mode") == "pooled":
-        return pool_month_variances(answers, make_psi(**manifest["psi"]))
-    return answers
+    return dict(month_answers(answers, manifest.get("variance_mode", "estimated"), make_psi(**manifest["psi"])))
 
 
 def release_wage_psi(release: str | Path) -> NeighborFunction | None:

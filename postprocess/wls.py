@@ -24,12 +24,15 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess import wages as wage_model
+from gedp.postprocess.months import month_identity_answers, smooth_months
 from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls, unbounded_cell_totals
 from gedp.synth.schema import public_columns
 
-VARIANCE_MODES = ("pooled", "estimated", "exact", "hybrid")
+VARIANCE_MODES = ("smoothed", "pooled", "estimated", "exact", "hybrid")
 #: Variance modes a release may use: computed from released values only.
-RELEASE_VARIANCE_MODES = ("pooled", "estimated")
+RELEASE_VARIANCE_MODES = ("smoothed", "pooled", "estimated")
+#: Variance modes that turn the months' identity answers before the least squares (``month_answers``).
+MONTH_MODES = ("smoothed", "pooled")
 #: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.
 CVXPY_SOLVERS = {"osqp": "OSQP", "clarabel": "CLARABEL"}  # cvxpy imported when used: it takes ~1 s
 SOLVERS = ("auto", "structured", *CVXPY_SOLVERS)
@@ -92,15 +95,10 @@ def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyA
     weights taken from them are independent of the answer weighted. Postprocessing: released values
     only. Months without identity answers, and other attributes, are returned as they are.
     """
-    identity = {month: next((a for a in measurements_by_attribute.get(month, []) if a.query.is_identity), None)
-                for month in wage_model.EMPLOYMENT}
-    identity = {month: answer for month, answer in identity.items() if answer is not None}
+    identity = month_identity_answers(measurements_by_attribute)
     out = {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
     if len(identity) < 2:
         return out
-    keys = next(iter(identity.values())).keys
-    if not all(answer.keys.equals(keys) for answer in identity.values()):
-        raise ValueError("the months' identity answers are not over the same establishments in the same order")
     for month, answer in identity.items():
         others = np.mean([other.estimate for name, other in identity.items() if name != month], axis=0)
         pooled = dataclasses.replace(answer, variance=psi.releasable_variance(np.maximum(others, 0.0), answer.sd))
@@ -108,13 +106,26 @@ def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyA
     return out
 
 
+def month_answers(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], variance_mode: str,
+                  psi: NeighborFunction | None) -> Mapping[str, Sequence[NoisyAnswer]]:
+    """The answers as the least squares of ``variance_mode`` weighs them: the months' identity answers
+    smoothed across the months (``smoothed``: ``postprocess.months``) or weighted at the other months
+    (``pooled``); as they are otherwise."""
+    if variance_mode not in MONTH_MODES:
+        return measurements_by_attribute
+    if psi is None:
+        raise ValueError(f"variance mode '{variance_mode}' needs the plan's psi")
+    transform = smooth_months if variance_mode == "smoothed" else pool_month_variances
+    return transform(measurements_by_attribute, psi)
+
+
 def answer_variances(
     answer: NoisyAnswer, mode: str, exact_variances: Mapping[str, np.ndarray] | None
 ) -> np.ndarray:
     """The variances postprocessing weights ``answer`` by, under a variance mode.
 
-    ``pooled`` and ``estimated`` use the answer's variances (released, or pooled across months by
-    ``pool_month_variances`` before); ``exact`` replaces every
+    ``smoothed``, ``pooled`` and ``estimated`` use the answer's variances (released, or turned by
+    ``month_answers`` before); ``exact`` replaces every
     psi-mechanism variance by its true value and ``hybrid`` all but the identity query's. True
     values come from ``exact_variances`` keyed by query name: confidential, ablation studies only.
     """
@@ -381,8 +392,8 @@ def protect_microdata(
 ) -> tuple[pd.DataFrame, dict[str, WLSResult]]:
     """Protected microdata: the public columns plus every attribute's postprocessed values.
 
-    With ``variance_mode="pooled"`` (and ``psi``), the months' identity answers are weighted by
-    ``pool_month_variances``. With ``wages="employment"`` (and ``psi``, released or pooled variances and
+    With ``variance_mode`` "smoothed" or "pooled" (and ``psi``), the months' identity answers are
+    turned by ``month_answers`` first. With ``wages="employment"`` (and ``psi``, released or pooled variances and
     a structured plan), wages are
     postprocessed last, informed by the protected employment (``postprocess.wages``); every other
     attribute, and wages otherwise, by the weighted least squares. ``finish(attribute, values)``, when
@@ -393,10 +404,7 @@ def protect_microdata(
     """
     if wages not in wage_model.WAGE_METHODS:
         raise ValueError(f"wages '{wages}' is unknown; choose one of {', '.join(wage_model.WAGE_METHODS)}")
-    if variance_mode == "pooled":
-        if psi is None:
-            raise ValueError("variance mode 'pooled' needs the plan's psi")
-        measurements_by_attribute = pool_month_variances(measurements_by_attribute, psi)
+    measurements_by_attribute = month_answers(measurements_by_attribute, variance_mode, psi)
     protected = public.copy()
     groupings = groupings or Groupings(public)  # the public columns never change: one per query for all attributes
     results = {}

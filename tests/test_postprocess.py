@@ -163,16 +163,19 @@ def test_pooled_variances_weigh_each_month_at_the_other_months(small_state):
     assert pool_month_variances(only_one, plan.psi)["m1emp"] == answers["m1emp"]
 
 
-def test_pooled_is_the_release_default_and_margins_follow_it(small_state, tmp_path):
-    """A release weighs the months by pooled variances (the manifest says so), and its margins of error
-    are the ones of those weights: tabulate --moe equals the covariance of the pooled system."""
+@pytest.mark.parametrize("mode", ["smoothed", "pooled"])
+def test_month_modes_reach_the_release_and_its_margins(small_state, tmp_path, mode):
+    """A release turns the months' identity answers by its variance mode (smoothed, the default, or
+    pooled; the manifest says which), and its margins of error are the ones of those answers: tabulate
+    --moe equals the covariance of that system. Power: the estimated mode gives other employment."""
     import gedp
     from gedp.manifest import release_answers
     from gedp.pipeline import read_release
     from gedp.postprocess.moe import answers_variances
 
-    release = gedp.protect(small_state, seed=3, not_for_publication=True)
-    assert release.manifest["variance_mode"] == "pooled"
+    config = "baseline" if mode == "smoothed" else dict(gedp.load("baseline").raw, variance=mode)
+    release = gedp.protect(small_state, config=config, seed=3, not_for_publication=True)
+    assert release.manifest["variance_mode"] == mode
     protected, answers = read_release(release.folder)
     weighed = release_answers(release.folder)
     assert weighed["m2emp"] != answers["m2emp"]

@@ -24,20 +24,20 @@ def releases(small_state):
 
 
 def test_postprocessing_is_reproduced_bit_for_bit_from_the_release_files(releases):
-    """Every protected value (employment weighed with pooled month variances, wages informed by it)
-    comes back bit for bit from measurements.parquet, the public columns and the manifest: nothing
-    else went in. Power: the estimated variance mode gives other employment."""
+    """Every protected value (employment with the months smoothed across the quarter, wages informed by
+    it) comes back bit for bit from measurements.parquet, the public columns and the manifest: nothing
+    else went in. Power: the pooled variance mode gives other employment."""
     folder = releases[0].folder
     manifest = read_manifest(folder)
-    assert manifest["variance_mode"] == "pooled"
+    assert manifest["variance_mode"] == "smoothed"
     protected, answers = read_release(folder)
     public = protected[public_columns(protected)]
     psi = make_psi(**manifest["psi"])
-    again, results = protect_microdata(answers, public, variance_mode="pooled", psi=psi)
+    again, results = protect_microdata(answers, public, variance_mode="smoothed", psi=psi)
     assert results["wage"].solver == "structured+employment"
     for attribute in ("m1emp", "m2emp", "m3emp", "wage"):
         np.testing.assert_array_equal(again[attribute].to_numpy(), protected[attribute].to_numpy())
-    other, _ = protect_microdata(answers, public, variance_mode="estimated", psi=psi)
+    other, _ = protect_microdata(answers, public, variance_mode="pooled", psi=psi)
     assert not np.array_equal(other["m1emp"].to_numpy(), protected["m1emp"].to_numpy())
     # what tabulate --moe refits is that very wage fit
     fit = fit_wages(release_answers(folder), protected, release_wage_psi(folder))
