@@ -250,19 +250,34 @@ def test_protect_with_jobs_end_to_end_and_its_errors(tmp_path, state, jobs):
     assert result.exit_code == 0, result.output
     header = result.output.splitlines()[0]
     assert header == "state,county,sector,sex,education,estabs,jobs,jobs_moe"
-    # errors: one line, exit 2, nothing written
+    # errors: one line, exit 2, nothing written, on either engine (each is refused before a cluster
+    # starts); one message, from pipeline.check_job_table, names the mismatch
     bad = jobs.astype({"estab_id": str}).copy()
     bad.loc[5, "estab_id"] = "nope"
     bad.to_parquet(tmp_path / "bad.parquet")
-    cases = [(["--jobs", str(tmp_path / "s.jobs.parquet"), "--config", "baseline"], "job families"),
-             (["--config", "jobs"], "--jobs"),
-             (["--jobs", str(tmp_path / "bad.parquet"), "--config", "jobs"], "estab_id")]
-    for extra, message in cases:
-        out = tmp_path / "never"
-        result = runner.invoke(app, ["protect", str(tmp_path / "s.parquet"), *extra, "--out", str(out), *common])
-        assert result.exit_code == 2 and message in result.output, result.output
-        assert not out.exists()
+    rule = ("job table was given: a job table (--jobs) goes with a config with job families (e.g. --config jobs), "
+            "and such a config needs one")
+    cases = [(["--jobs", str(tmp_path / "s.jobs.parquet"), "--config", "baseline"],
+              f"error: config baseline has no job families and a {rule}"),
+             (["--config", "jobs"], f"error: config jobs measures job families (worker, home) and no {rule}"),
+             (["--jobs", str(tmp_path / "bad.parquet"), "--config", "jobs"],
+              "error: column 'estab_id': values of the job table must be an estab_id of the input; first at row 6 "
+              "(estab_id nope)")]
+    for engine in ("local", "dask"):
+        for extra, message in cases:
+            out = tmp_path / "never"
+            result = runner.invoke(app, ["protect", str(tmp_path / "s.parquet"), *extra, "--out", str(out), *common,
+                                         "--engine", engine])
+            assert result.exit_code == 2, result.output
+            assert result.output.strip().splitlines() == [message], result.output
+            assert not out.exists()
     assert str(len(jobs)) not in result.output  # no count of jobs in a message
+    # refused before a lifetime ledger reserves anything (it would hold a pending release)
+    ledger = tmp_path / "ledger.json"
+    result = runner.invoke(app, ["protect", str(tmp_path / "s.parquet"), "--config", "jobs", "--out",
+                                 str(tmp_path / "never"), "--ledger", str(ledger), "--lifetime-cap", "5"])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [cases[1][1]], result.output
+    assert not ledger.exists() and not (tmp_path / "never").exists()
 
 
 def test_release_bytes_do_not_depend_on_the_order_of_either_input(tmp_path, state, jobs):
