@@ -317,7 +317,10 @@ def _run_on_dask(arguments: dict[str, tuple], scheduler, on_state) -> list[dict]
                                                    dashboard_address=None, silence_logs=logging.CRITICAL)
     try:
         with Client(scheduler or cluster) as client:
-            futures = [client.submit(_protect_or_refuse, *task, key=f"gedp-state-{state}", pure=False)
+            # tables in memory (a state's job table, an in-memory input's rows) go to the workers as
+            # data, not inside the task graph, which the scheduler holds and warns about when large
+            futures = [client.submit(_protect_or_refuse, *[client.scatter(a) if isinstance(a, pd.DataFrame) else a
+                                                           for a in task], key=f"gedp-state-{state}", pure=False)
                        for state, task in arguments.items()]
             for future in as_completed(futures):
                 if on_state is not None:
