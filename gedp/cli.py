@@ -446,7 +446,7 @@ def protect_command(
             cfg = cfg.with_integer(integer)
         check_output_directory(out.resolve())
         inputs = input_states(input)
-        check_request(cfg, list(inputs.codes), seed=seed, rng=rng, engine=engine)
+        check_request(cfg, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None)
         reservation = None
         if ledger is not None:
             with progress_steps(len(inputs.codes)) as advance:

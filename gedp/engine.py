@@ -30,6 +30,7 @@ from gedp.manifest import release_manifest
 from gedp.pipeline import (
     MANIFEST_FILE,
     TABLES_FILE,
+    check_job_table,
     make_rng,
     protect,
     secure_generator,
@@ -125,9 +126,12 @@ def state_rng(entropy: int, state: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([entropy, *state.encode("ascii")]))
 
 
-def check_request(config: Config, states: list[str], *, seed: int | None, rng: str | None, engine: str) -> dict:
-    """Refuse a bad engine, seed and generator, or a plan that spans states, before anything is
-    read or reserved; returns how the manifest describes the generator."""
+def check_request(config: Config, states: list[str], *, seed: int | None, rng: str | None, engine: str,
+                  jobs: bool = False) -> dict:
+    """Refuse a bad engine, seed and generator, a plan that spans states, or a job table (``jobs``:
+    whether one is given) that does not go with the config (``pipeline.check_job_table``), before
+    anything is read or reserved; returns how the manifest describes the generator."""
+    check_job_table(config, jobs)
     if engine not in ENGINES:
         raise InputError(f"engine '{engine}' is unknown; choose one of {', '.join(ENGINES)}")
     _, rng_description = make_rng(seed, rng)  # checks --seed and --rng together
@@ -258,10 +262,7 @@ def protect_input(
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
-    rng_description = check_request(config, states, seed=seed, rng=rng, engine=engine)
-    if (config.jobs is None) != (jobs is None):
-        raise InputError("a job table goes with a config with job families (e.g. --config jobs), and such a "
-                         "config needs the job table (--jobs)")
+    rng_description = check_request(config, states, seed=seed, rng=rng, engine=engine, jobs=jobs is not None)
     job_tables = split_jobs(jobs, path, inputs) if jobs is not None else {}
     if rng_description["kind"] == "secure":
         entropy = None
@@ -316,7 +317,10 @@ def _run_on_dask(arguments: dict[str, tuple], scheduler, on_state) -> list[dict]
                                                    dashboard_address=None, silence_logs=logging.CRITICAL)
     try:
         with Client(scheduler or cluster) as client:
-            futures = [client.submit(_protect_or_refuse, *task, key=f"gedp-state-{state}", pure=False)
+            # tables in memory (a state's job table, an in-memory input's rows) go to the workers as
+            # data, not inside the task graph, which the scheduler holds and warns about when large
+            futures = [client.submit(_protect_or_refuse, *[client.scatter(a) if isinstance(a, pd.DataFrame) else a
+                                                           for a in task], key=f"gedp-state-{state}", pure=False)
                        for state, task in arguments.items()]
             for future in as_completed(futures):
                 if on_state is not None:

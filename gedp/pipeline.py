@@ -197,6 +197,17 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+def check_job_table(config: Config, given: bool) -> None:
+    """Refuse a job table without a config with job families, and such a config without its job
+    table (``given``: whether a job table was given); one message for both."""
+    if (config.jobs is not None) != given:
+        has = (f"measures job families ({', '.join(config.jobs.families)})" if config.jobs is not None
+               else "has no job families")
+        raise InputError(f"config {config.name} {has} and {'a' if given else 'no'} job table was given: a job "
+                         "table (--jobs) goes with a config with job families (e.g. --config jobs), and such a "
+                         "config needs one")
+
+
 def protect(
     microdata: pd.DataFrame,
     config: Config,
@@ -214,13 +225,9 @@ def protect(
     step = on_step or (lambda description: None)
     plan = config.plan
     families: list[FamilySpec] = []
-    if config.jobs is not None:
-        if jobs is None:
-            raise InputError(f"config {config.name} measures job families ({', '.join(config.jobs.families)}); "
-                             "give the job table (--jobs)")
+    check_job_table(config, jobs is not None)
+    if config.jobs is not None and jobs is not None:
         microdata, plan, families = add_job_counts(microdata, jobs, config.jobs, plan)
-    elif jobs is not None:
-        raise InputError("a job table needs a config with job families (e.g. --config jobs)")
     microdata = release_order(microdata)
     public = microdata[public_columns(microdata)]
     groupings = Groupings(public)  # the public columns' groups, shared by measurement, solves and tables

@@ -1,5 +1,6 @@
 """State-by-state protection: local and dask engines agree, states compose in parallel, streaming."""
 
+import io
 import json
 
 import numpy as np
@@ -98,6 +99,85 @@ def test_dask_engine_gives_the_local_release(two_states, tmp_path):
     # Wages are fitted from the protected employment, whose round-off differences between the
     # engines (<= 1e-11) the fit's cell-level steps amplify: known, recorded in issue 13's note.
     np.testing.assert_allclose(local["wage"], distributed["wage"], rtol=1e-6, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def two_job_states(two_states):
+    """The two states' job table (synthetic, one file for both), next to their Parquet parts."""
+    from gedp.synth.jobs import synthesize_jobs
+
+    frames = [pd.read_parquet(part) for part in sorted((two_states / "states.parquet").iterdir())]
+    tables = [synthesize_jobs(frame, rng=np.random.default_rng(20 + k)) for k, frame in enumerate(frames)]
+    pd.concat(tables, ignore_index=True).to_parquet(two_states / "jobs.parquet", index=False)
+    return two_states / "states.parquet", two_states / "jobs.parquet"
+
+
+def released_files(folder):
+    """Every file of a release, by its path inside the release, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_dask_engine_gives_the_local_job_frame_release_byte_for_byte(two_job_states, tmp_path):
+    """A two-state job-frame release (--jobs, --config jobs) on the dask engine: every file is the
+    local engine's byte for byte (README "Machine dependence": one BLAS thread, so the engines
+    agree exactly; this plan has no wages, the one documented difference) and the manifest differs
+    only in its engine; job tabulations with margins work on it. Power: another seed changes the
+    job frame's bytes. (A false failure needs the two runs to straddle midnight UTC: the manifest's
+    date.)"""
+    states, jobs = two_job_states
+    releases = {}
+    for engine, seed in (("local", 7), ("dask", 7), ("local", 8)):
+        out = tmp_path / f"{engine}-{seed}"
+        result = runner.invoke(app, ["protect", str(states), "--jobs", str(jobs), "--config", "jobs", "--out",
+                                     str(out), "--seed", str(seed), "--not-for-publication", "--engine", engine])
+        assert result.exit_code == 0, result.output
+        releases[engine, seed] = out
+    local, distributed = (released_files(releases[engine, 7]) for engine in ("local", "dask"))
+    assert set(local) == set(distributed)
+    assert {"protected_jobs.parquet/part-09.parquet", "protected_jobs.parquet/part-44.parquet",
+            "protected.parquet/part-44.parquet", "measurements.parquet/part-09.parquet", "qcew_tables.csv"} < set(local)
+    for name in local:
+        if name != "manifest.json":
+            assert local[name] == distributed[name], name
+    manifests = [json.loads(files.pop("manifest.json")) for files in (local, distributed)]
+    assert [m.pop("engine") for m in manifests] == ["local", "dask"]
+    assert manifests[0] == manifests[1]
+    assert manifests[0]["jobs"]["families"]["worker"]["categories"] == {"09": 10, "44": 10}
+    other = released_files(releases["local", 8])
+    assert other["protected_jobs.parquet/part-44.parquet"] != local["protected_jobs.parquet/part-44.parquet"]
+    # job tabulations with margins of error on the dask release: the local release's, and summed
+    # over sex the establishments' protected employment by county
+    tables = []
+    for engine in ("local", "dask"):
+        result = runner.invoke(app, ["tabulate", str(releases[engine, 7]), "--by", "county,sex", "--moe"])
+        assert result.exit_code == 0, result.output
+        tables.append(result.stdout)
+    assert tables[0] == tables[1]
+    by_sex = pd.read_csv(io.StringIO(tables[1]), dtype={"state": str, "county": str, "sex": str})
+    assert list(by_sex.columns) == ["state", "county", "sex", "estabs", "jobs", "jobs_moe"]
+    assert set(by_sex["state"]) == {"09", "44"} and set(by_sex["sex"]) == {"1", "2"}
+    assert (by_sex["jobs_moe"] > 0).all()
+    employment = pd.read_parquet(releases["dask", 7] / "protected.parquet").groupby(["state", "county"])["m1emp"].sum()
+    summed = by_sex.groupby(["state", "county"])["jobs"].sum()
+    np.testing.assert_allclose(summed.to_numpy(), employment.reindex(summed.index).to_numpy(), rtol=1e-9)
+    assert len(summed) == len(employment)
+
+
+@pytest.mark.slow
+def test_dask_engine_protects_job_frames_held_in_memory(two_job_states, tmp_path):
+    """The Python API with DataFrames (both states' establishments and jobs) on the dask engine: the
+    tables reach the workers as scattered data, and the release is the local engine's."""
+    import gedp
+
+    states, jobs = (pd.read_parquet(path) for path in two_job_states)
+    files = []
+    for engine in ("local", "dask"):
+        release = gedp.protect(states, "jobs", jobs=jobs, seed=7, not_for_publication=True, engine=engine)
+        release.write(tmp_path / engine)
+        files.append(released_files(tmp_path / engine))
+    manifests = [json.loads(f.pop("manifest.json")) for f in files]
+    assert files[0] == files[1]
+    assert [m.pop("engine") for m in manifests] == ["local", "dask"] and manifests[0] == manifests[1]
 
 
 def test_queries_spanning_states_are_refused(two_states, tmp_path):

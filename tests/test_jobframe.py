@@ -193,6 +193,129 @@ def test_integer_job_frames_are_whole_and_add_up(state, jobs):
     np.testing.assert_array_equal(sums.reindex(employment.index, fill_value=0), employment)
 
 
+# --- a plan whose cells no raking margin holds: the cells' own totals ----------------------------------
+@pytest.fixture(scope="module")
+def supersector_plan():
+    """The jobs plan measuring only the worker family by identity, state and state x supersector: its
+    cells (state x supersector) lie in no county and (supersector 1021: sectors 22, 42, 44-45, 48-49)
+    in no sector, so protect_family rakes to the cells' own totals."""
+    raw = json.loads(json.dumps(load_config("jobs").raw))
+    raw["jobs"]["families"] = {"worker": ["sex", "education"]}
+    raw["queries"] = [{"by": by, "mu": {"m1emp": mu, "worker": mu}}
+                      for by, mu in (("identity", 0.7), (["state"], 0.4), (["state", "supersector"], 0.9))]
+    return raw
+
+
+def dense_unbounded_cell_totals(answers, public, cells):
+    """Per cell (rows) and category (columns): the cells' sums of each category's weighted least
+    squares solution without bounds, from a dense n x n solve of the normal equations (numpy)."""
+    ids = pd.Index(public["estab_id"].astype(str))
+    totals = []
+    for attribute in answers:
+        rows, b, v = [], [], []
+        for answer in answers[attribute]:
+            if answer.query.is_identity:
+                position = ids.get_indexer(answer.keys["estab_id"].astype(str))
+                assert (position >= 0).all() and len(np.unique(position)) == len(public)  # every establishment
+                rows.append(np.eye(len(public))[position])
+            else:
+                keys = answer.keys.astype(str).assign(row=np.arange(len(answer.keys)))
+                member = public[list(answer.query.by)].astype(str).merge(keys, how="left")["row"].to_numpy()
+                rows.append((member[None, :] == np.arange(len(keys))[:, None]).astype(float))
+            b.append(answer.estimate)
+            v.append(answer.variance)
+        a, b, w = np.vstack(rows), np.concatenate(b), 1.0 / np.concatenate(v)
+        x = np.linalg.solve(a.T @ (w[:, None] * a), a.T @ (w * b))
+        totals.append(np.bincount(cells, weights=x))
+    return np.column_stack(totals)
+
+
+def two_way_fit(table, row_totals, column_totals, sweeps=20_000):
+    """The table with these row and column totals nearest to ``table`` in KL divergence: rows and
+    columns scaled in turn until both hold to 1e-13 (relative to the grand total)."""
+    fit = table.copy()
+    for _ in range(sweeps):
+        fit *= (row_totals / fit.sum(axis=1))[:, None]
+        fit *= np.divide(column_totals, fit.sum(axis=0), out=np.zeros_like(column_totals),
+                         where=fit.sum(axis=0) > 0)
+        if np.abs(fit.sum(axis=1) - row_totals).max() <= 1e-13 * row_totals.sum():
+            return fit
+    raise AssertionError("the two-way fit did not converge")
+
+
+def fallback_targets(cell_totals, cell_employment):
+    """SPEC's raking targets for cells that no margin holds, recomputed: each cell's unbounded totals,
+    clipped at 0 (a cell with none positive takes the state's mix, the clipped state totals'
+    shares), fitted to the cells' protected employment and the state's mix of it."""
+    state_mix = np.maximum(cell_totals.sum(axis=0), 0.0)
+    state_mix /= state_mix.sum()
+    table = np.maximum(cell_totals, 0.0)
+    table[table.sum(axis=1) <= 0] = state_mix
+    return two_way_fit(table, cell_employment, state_mix * cell_employment.sum())
+
+
+def released_cell_counts(release, cells):
+    """The released job frame's worker counts per establishment (release order) and per cell."""
+    from gedp.pipeline import read_answers
+    from gedp.postprocess.jobframe import family_attributes
+
+    protected, frame = release.microdata, release.jobs
+    categories = list(family_attributes("worker", read_answers(release.folder)).values())
+    frame = frame[frame["family"] == "worker"]
+    counts = np.zeros((len(protected), len(categories)))
+    position = pd.Index(protected["estab_id"].astype(str)).get_indexer(frame["estab_id"].astype(str))
+    category = pd.Index(categories).get_indexer(pd.MultiIndex.from_frame(frame[["sex", "education"]].astype(str)))
+    np.add.at(counts, (position, category), frame["jobs"].to_numpy(dtype=float))
+    return counts, np.column_stack([np.bincount(cells, weights=column) for column in counts.T])
+
+
+def test_cells_no_margin_holds_are_raked_to_their_own_unbounded_totals(state, jobs, supersector_plan, monkeypatch):
+    """The no-margin path of protect_family, against an independent computation: the plan's cells
+    (state x supersector, which the test checks are nested in neither county nor sector) each get
+    the category totals recomputed here from a dense unbounded least squares of the release's
+    answers (``fallback_targets``); every establishment's counts are >= 0 and add up to its
+    protected m1emp; job tabulations agree with the establishment tabulation. Power: targets from
+    perturbed unbounded totals, and a release raked to county and sector margins as if they held the
+    cells, both miss by far more than the tolerance."""
+    from gedp.pipeline import read_answers
+
+    micro = state.drop(columns=["m2emp", "m3emp", "wage"])
+    release = gedp.protect(micro, supersector_plan, jobs=jobs, seed=5, not_for_publication=True)
+    protected = release.microdata
+    cells = protected.groupby(["state", "supersector"], sort=True).ngroup().to_numpy()
+    spans = protected.groupby(cells)[["county", "sector"]].nunique()
+    assert (spans["county"] > 1).any() and (spans["sector"] > 1).any()  # the fallback's case
+    employment = protected["m1emp"].to_numpy(dtype=float)
+    counts, cell_counts = released_cell_counts(release, cells)
+    assert release.jobs["jobs"].min() > 0 and counts.min() >= 0
+    np.testing.assert_allclose(counts.sum(axis=1), employment, rtol=1e-9, atol=1e-9)
+    answers = read_answers(release.folder)
+    worker = {a: answers[a] for a in sorted(answers) if a.startswith("worker[")}
+    assert len(worker) == 10
+    cell_totals = dense_unbounded_cell_totals(worker, protected, cells)
+    cell_employment = np.bincount(cells, weights=employment)
+    targets = fallback_targets(cell_totals, cell_employment)
+    tolerance = 1e-8 * cell_employment[:, None]
+    assert np.all(np.abs(cell_counts - targets) <= tolerance)
+    assert (cell_totals < 0).any()  # the clipping is exercised
+    # power: perturbed unbounded totals give other targets
+    rng = np.random.default_rng(0)
+    perturbed = fallback_targets(cell_totals * (1 + 0.05 * rng.standard_normal(cell_totals.shape)), cell_employment)
+    assert np.abs(cell_counts - perturbed).max() > 1e3 * tolerance.max()
+    # job tabulations and the establishment tabulation of the release agree
+    for by in (["supersector"], ["state", "county"]):
+        summed = release.tabulate([*by, "sex"]).groupby(by)["jobs"].sum()
+        establishments = release.tabulate(by).set_index(by)["m1emp"]
+        assert len(summed) == len(establishments) > 1
+        np.testing.assert_allclose(summed.to_numpy(), establishments.reindex(summed.index).to_numpy(), rtol=1e-9)
+    # power: without the fallback (county and sector taken as if they held the cells) the cells miss
+    import gedp.postprocess.jobframe as jobframe
+
+    monkeypatch.setattr(jobframe, "_holds_cells", lambda codes, cell_codes: True)
+    other = gedp.protect(micro, supersector_plan, jobs=jobs, seed=5, not_for_publication=True)
+    assert np.abs(released_cell_counts(other, cells)[1] - targets).max() > 1e3 * tolerance.max()
+
+
 def test_job_margins_are_the_dense_covariance_of_the_linearized_projection(release):
     """jobs_moe against a dense computation: each category's (A'WA)^-1 and m1emp's, and the
     projection's linear map at the release built here from the released counts and weights."""
@@ -250,19 +373,34 @@ def test_protect_with_jobs_end_to_end_and_its_errors(tmp_path, state, jobs):
     assert result.exit_code == 0, result.output
     header = result.output.splitlines()[0]
     assert header == "state,county,sector,sex,education,estabs,jobs,jobs_moe"
-    # errors: one line, exit 2, nothing written
+    # errors: one line, exit 2, nothing written, on either engine (each is refused before a cluster
+    # starts); one message, from pipeline.check_job_table, names the mismatch
     bad = jobs.astype({"estab_id": str}).copy()
     bad.loc[5, "estab_id"] = "nope"
     bad.to_parquet(tmp_path / "bad.parquet")
-    cases = [(["--jobs", str(tmp_path / "s.jobs.parquet"), "--config", "baseline"], "job families"),
-             (["--config", "jobs"], "--jobs"),
-             (["--jobs", str(tmp_path / "bad.parquet"), "--config", "jobs"], "estab_id")]
-    for extra, message in cases:
-        out = tmp_path / "never"
-        result = runner.invoke(app, ["protect", str(tmp_path / "s.parquet"), *extra, "--out", str(out), *common])
-        assert result.exit_code == 2 and message in result.output, result.output
-        assert not out.exists()
+    rule = ("job table was given: a job table (--jobs) goes with a config with job families (e.g. --config jobs), "
+            "and such a config needs one")
+    cases = [(["--jobs", str(tmp_path / "s.jobs.parquet"), "--config", "baseline"],
+              f"error: config baseline has no job families and a {rule}"),
+             (["--config", "jobs"], f"error: config jobs measures job families (worker, home) and no {rule}"),
+             (["--jobs", str(tmp_path / "bad.parquet"), "--config", "jobs"],
+              "error: column 'estab_id': values of the job table must be an estab_id of the input; first at row 6 "
+              "(estab_id nope)")]
+    for engine in ("local", "dask"):
+        for extra, message in cases:
+            out = tmp_path / "never"
+            result = runner.invoke(app, ["protect", str(tmp_path / "s.parquet"), *extra, "--out", str(out), *common,
+                                         "--engine", engine])
+            assert result.exit_code == 2, result.output
+            assert result.output.strip().splitlines() == [message], result.output
+            assert not out.exists()
     assert str(len(jobs)) not in result.output  # no count of jobs in a message
+    # refused before a lifetime ledger reserves anything (it would hold a pending release)
+    ledger = tmp_path / "ledger.json"
+    result = runner.invoke(app, ["protect", str(tmp_path / "s.parquet"), "--config", "jobs", "--out",
+                                 str(tmp_path / "never"), "--ledger", str(ledger), "--lifetime-cap", "5"])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [cases[1][1]], result.output
+    assert not ledger.exists() and not (tmp_path / "never").exists()
 
 
 def test_release_bytes_do_not_depend_on_the_order_of_either_input(tmp_path, state, jobs):
