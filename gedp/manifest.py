@@ -82,7 +82,7 @@ def release_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
     months' identity answers turned by ``month_answers`` under the release's variance mode."""
     manifest = read_manifest(release)
     answers = read_answers(release)
-    return dict(month_answers(answers, manifest.get("variance_mode", "estimated"), make_psi(**manifest["psi"])))
+    return month_answers(answers, manifest.get("variance_mode", "estimated"), make_psi(**manifest["psi"]))
 
 
 def release_wage_psi(release: str | Path) -> NeighborFunction | None:

@@ -37,11 +37,7 @@ import numpy as np
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
-
-#: The months smoothed across each other, in order.
-MONTHS = ("m1emp", "m2emp", "m3emp")
-
-
+from gedp.postprocess.wages import EMPLOYMENT as MONTHS  # the months smoothed across each other, in order
 
 
 def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -124,8 +120,8 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
     y = np.column_stack([answer.estimate for answer in identity.values()])
     sd = np.column_stack([np.broadcast_to(answer.sd, len(y)) for answer in identity.values()])
     # the months' common movement, from the sums of the answers: smoothing works on y_t / g_t
-    pattern = y.sum(axis=0) / y.sum(axis=0).mean() if y.sum() > 0 else np.ones(y.shape[1])
-    pattern = np.where(pattern > 0, pattern, 1.0)
+    sums = y.sum(axis=0)
+    pattern = np.where(sums > 0, sums / sums.mean(), 1.0) if sums.mean() > 0 else np.ones(len(sums))
     level = (y / pattern).mean(axis=1)
     tau2 = deviation_variance(y / pattern, lambda x: psi.estimate_variance(x * pattern, sd) / pattern**2)[:, None]
     v = psi.releasable_variance(np.maximum(level, 0.0)[:, None] * pattern, sd) / pattern**2

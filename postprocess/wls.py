@@ -107,12 +107,12 @@ def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyA
 
 
 def month_answers(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], variance_mode: str,
-                  psi: NeighborFunction | None) -> Mapping[str, Sequence[NoisyAnswer]]:
+                  psi: NeighborFunction | None) -> dict[str, list[NoisyAnswer]]:
     """The answers as the least squares of ``variance_mode`` weighs them: the months' identity answers
     smoothed across the months (``smoothed``: ``postprocess.months``) or weighted at the other months
     (``pooled``); as they are otherwise."""
     if variance_mode not in MONTH_MODES:
-        return measurements_by_attribute
+        return {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
     if psi is None:
         raise ValueError(f"variance mode '{variance_mode}' needs the plan's psi")
     transform = smooth_months if variance_mode == "smoothed" else pool_month_variances
