@@ -65,15 +65,15 @@ def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray])
     second_moment = np.bincount(band, np.concatenate(spreads) ** 2, n_bands) / seen
     # each band's size: the mean of the other months' answers (unbiased for the level: not selected on)
     log_size = np.log(_scale(np.bincount(band, np.concatenate(levels), n_bands) / seen))
-    fitted = (count > 0) & (excess > 0)
-    level = y.mean(axis=1)
+    fitted = (count > 0) & (excess > 0) & (second_moment > 0)
     if not fitted.any():
         return np.zeros(n)
-    if fitted.sum() == 1:
-        return np.full(n, excess[fitted][0])
+    if np.ptp(log_size[fitted]) == 0:  # one size only (one band, or levels all at or below 0): no slope
+        return np.full(n, excess[fitted] @ count[fitted] / count[fitted].sum())
     # var(log estimate) ~ second moment / (count * estimate^2): weights are its inverse
     weight = count[fitted] * excess[fitted] ** 2 / second_moment[fitted]
     power, intercept = np.polyfit(log_size[fitted], np.log(excess[fitted]), 1, w=np.sqrt(weight))
+    level = y.mean(axis=1)
     return np.exp(intercept) * _scale(level) ** power
 
 

@@ -83,6 +83,9 @@ MIN_RATE_SPREAD = 0.1
 #: not pin its children), and a parent rate's vague prior has this many state rates as its sd.
 RATE_FLOOR = 0.1
 PARENT_VAGUENESS = 10.0
+#: The smallest state wage per employee the priors are scaled by: a state whose wage answers sum to
+#: nothing (or less) still gets priors of positive width (wages then follow the measurements).
+MIN_STATE_RATE = 1.0
 #: The smallest sd of a county's offset to its industries' rates, as a share of the state's rate.
 MIN_COUNTY_SPREAD = 0.02
 #: Employment an establishment counts for at least (its share of a cell total is never 0).
@@ -348,7 +351,8 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     theta_state = np.concatenate([rate_state, parent_state, county_state])
 
     # 1. cell measurements; the first pass weighs them at the state's rate
-    state_rate = np.maximum(_by_state(state, answer, n_states), 0.0) / _by_state(state, employment, n_states)
+    state_rate = np.maximum(_by_state(state, answer, n_states) / _by_state(state, employment, n_states),
+                            MIN_STATE_RATE)
     direct = np.bincount(cell_codes, weights=answer, minlength=n_cells)
     cell_employment = np.bincount(cell_codes, weights=employment, minlength=n_cells)
     cell_squares = np.bincount(cell_codes, weights=employment**2, minlength=n_cells)

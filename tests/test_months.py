@@ -163,3 +163,14 @@ def test_months_are_shrunk_toward_the_common_movement(small_state):
     v = plan.psi.releasable_variance(np.repeat(np.maximum(y.mean(axis=1), 0)[:, None], 3, axis=1), sd)
     flat, _ = blup(y, v, np.full((len(y), 1), 1.0))
     assert flat[:, 2].sum() / flat[:, 0].sum() - 1 < (growth - 1) * 2 / 3
+
+
+def test_one_size_only_gives_one_deviation_variance():
+    """Answers whose levels are all below 0 (a state of establishments without employees) sit at one
+    size although their months fall in two bands: tau^2 is the bands' mean moment, finite and the same
+    for all, not a slope through one size (which made numpy's least squares fail). Checked against the
+    moments computed directly."""
+    y = np.array([[1.5, -3.0, -2.5], [-3.0, -2.0, -4.0]])
+    tau2 = deviation_variance(y, lambda x: np.full_like(x, 0.01))
+    moments = [((np.delete(row, t) - np.delete(row, t).mean()) ** 2).sum() - 0.01 for row in y for t in range(3)]
+    np.testing.assert_allclose(tau2, np.mean(moments), rtol=1e-12)

@@ -288,3 +288,24 @@ def test_structured_solver_pins_zero_variance_groups():
     pinned = LinearSystem(system.matrix, np.append(system.b[:-1], 0.0), np.append(system.v[:-1], 0.0))
     result = solve_structured(pinned, np.arange(200), cells)
     assert np.all(result.values[last.indices] == 0) and result.fixed_zero == last.nnz
+
+
+@pytest.mark.parametrize("mode", ["smoothed", "pooled"])
+def test_tiny_states_without_employees_are_protected_cleanly(small_state, mode):
+    """A release of 1, 3 or 20 establishments, all without employees or wages, finishes with finite
+    values and no numpy warning on stderr (before: the smoothed months' slope fit through one size
+    failed in numpy's least squares, and the wage priors, scaled by a state rate of 0, divided by
+    zero and stopped on infinite precisions). Power: the same inputs with warnings as errors is how
+    both failures showed."""
+    import warnings
+
+    import gedp
+
+    config = dict(gedp.load("baseline").raw, variance=mode)
+    for n, seed in [(1, 1), (3, 5), (5, 3), (20, 1)]:
+        tiny = small_state.sample(n, random_state=seed).copy()
+        tiny[["m1emp", "m2emp", "m3emp", "wage"]] = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            released = gedp.protect(tiny, config=config, seed=seed, not_for_publication=True).microdata
+        assert np.isfinite(released[["m1emp", "m2emp", "m3emp", "wage"]].to_numpy()).all()
