@@ -6,13 +6,18 @@ through the nonnegativity bound on those noisy answers, pushes wage totals up. P
 is far more accurate, and wage per employee varies far less than wages. So, per state:
 
 1. **Cell measurements.** A cell is a group of the finest measured grouping (county x NAICS-5 in the
-   shipped plans). Its identity answers are summed (unbiased for the cell total) with the variance
-   evaluated at the state's wage per protected employee times the cell's employment: a weight that
-   does not depend on the answers' own noise, so weighting adds no bias (the E3 effect).
+   shipped plans, the *plan's cell*) split by NAICS-6 (DETAIL). Its identity answers are summed
+   (unbiased for the cell total) with the variance evaluated at the state's wage per protected
+   employee times the cell's employment: a weight that does not depend on the answers' own noise,
+   so weighting adds no bias (the E3 effect).
 2. **Industry rates, shared.** Each group g of the plan's [state, naics5] query has a wage per
    protected employee r_g; the rates of one NAICS-3 parent p scatter around a parent rate rho_p
    (relative spread between siblings estimated by moments per state), and rho_p has only a vague
-   prior; each county k has an offset kappa_k to its industries' rates (sd by moments per state).
+   prior; a NAICS-5 group with several NAICS-6 industries gives each its own rate around r_g (spread
+   by moments per state: the NAICS-6 industries' summed identity answers per protected employee
+   against the rate query's r_g, at least MIN_RATE_SPREAD), so the NAICS-6 split of a plan's cell,
+   shared by its industry in every county, is an unknown of the fit and of the margins; each county
+   k has an offset kappa_k to its industries' rates (sd by moments per state).
    Rates, parent rates and offsets are latent variables of the least squares, not plug-ins: a
    cell's prior error is shared by every cell of its industry (or county), and the margins carry
    that correlation.
@@ -24,8 +29,8 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
          + sum_g (r_g - rho_p(g))^2 / vr_g + sum_p (rho_p - m_p)^2 / vague_p + sum_k kappa_k^2 / vk
          + every group answer's row (state, county, industry, cell),
 
-   is solved for the rates exactly (Woodbury through the cell operator, per state; the
-   nonnegativity of t is left out there) and then for t >= 0 with the rates fixed, by the
+   is solved for the rates exactly (Woodbury through the plan's cells and the cell operator, per
+   state; the nonnegativity of t is left out there) and then for t >= 0 with the rates fixed, by the
    structured solver, then the rates at those totals and the totals again (a prior rate is at least
    RATE_FLOOR of the state's). Steps 2-3 run PASSES times (spreads from the last fit).
 4. **Shares.** Each cell's total is shared among its establishments: each establishment's identity
@@ -70,6 +75,9 @@ EMPLOYMENT = ("m1emp", "m2emp", "m3emp")
 #: The query whose groups get their own wage per employee, and the parent it is pooled toward.
 RATE_QUERY = ("state", "naics5")
 PARENT_DIGITS = 3
+#: The finest industry: the model's cells are the plan's cells split by it (county x NAICS-6), and a
+#: NAICS-5 industry with several of them gives each its own rate around the NAICS-5 rate.
+DETAIL = "naics"
 #: Bounds of the relative spread of a cell's wage per employee around its industry's rate
 #: (estimated by moments per state).
 CELL_SPREAD_BOUNDS = (0.1, 1.0)
@@ -106,6 +114,8 @@ class WageFit:
     cell_measurement: np.ndarray  # per cell: its direct measurement and prior combined
     cell_variance: np.ndarray  # per cell: the combined measurement's variance
     groups: sp.csr_matrix  # groups x cells (groups with an exact answer left out)
+    coarse_groups: sp.csr_matrix  # groups x the plan's cells (each cell lies in one: ``coarse_cells``)
+    coarse_cells: np.ndarray  # per cell: its plan cell
     group_answers: np.ndarray
     group_variance: np.ndarray
     fixed_cells: np.ndarray  # cells held at 0 by an exact answer
@@ -128,7 +138,7 @@ class SharedRates:
     precision: sp.csr_matrix
     blocks: tuple[tuple[np.ndarray, tuple], ...]
 
-    def correlated_forms(self, operator: CellOperator, p: sp.csc_matrix) -> np.ndarray:
+    def correlated_forms(self, operator: CellsInPlanCells, p: sp.csc_matrix) -> np.ndarray:
         """z' M^-1 z with z = links' K^-1 g for every column of p = D g (K^-1 g = (I + D M_c)^-1 p, the
         cell operator's solve): what the rates' uncertainty adds to the variance of each tabulation g' t
         (Woodbury), a few columns at a time."""
@@ -139,6 +149,33 @@ class SharedRates:
             for index, factor in self.blocks:
                 out[start:start + step] += np.sum(z[index] * scipy.linalg.cho_solve(factor, z[index]), axis=0)
         return out
+
+
+class CellsInPlanCells:
+    """``CellOperator`` one level down: solves (I + S A' M A) t = p for the model's cells, each inside
+    one of the plan's cells (A: plan cells x cells, 0/1; M = C' W C over the plan's cells), through the
+    plan-level operator at S_c = A S A' (push-through: A' M A (I + S A' M A)^-1 = A' M (I + S_c M)^-1 A,
+    and M (I + S_c M)^-1 = S_c^-1 (I - (I + S_c M)^-1) on the rows with S_c > 0). The groups' system
+    keeps its size: the plan's cells, not the model's finer ones."""
+
+    def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, coarse_cells: np.ndarray):
+        n_coarse = c.shape[1]
+        self.a = sp.csr_matrix((np.ones(len(s)), (coarse_cells, np.arange(len(s)))), shape=(n_coarse, len(s)))
+        self.s = s
+        coarse_s = self.a @ s
+        self.coarse = CellOperator(c, w, coarse_s)
+        self.inverse = np.divide(1.0, coarse_s, out=np.zeros(n_coarse), where=coarse_s > 0)
+
+    def left_solve(self, left: sp.spmatrix, p: sp.spmatrix) -> np.ndarray:
+        """left' (I + S A' M A)^-1 p, dense (columns of left x columns of p)."""
+        coarse_p = (self.a @ p).tocsc()
+        coarse_left = (sp.diags(self.inverse) @ self.a @ sp.diags(self.s) @ left).tocsc()
+        return ((left.T @ p).toarray() - (coarse_left.T @ coarse_p).toarray()
+                + self.coarse.left_solve(coarse_left, coarse_p))
+
+    def forms_after_solve(self, p: sp.spmatrix) -> np.ndarray:
+        """p_T' A' M A (I + S A' M A)^-1 p_T for every column p_T of ``p`` (cells x tabulations)."""
+        return self.coarse.forms_after_solve((self.a @ p).tocsc())
 
 
 def applies(answers: Sequence[NoisyAnswer], attribute: str, protected_attributes: Sequence[str]) -> bool:
@@ -182,25 +219,31 @@ def _squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, n_
 
 
 def _solve_rates(c: sp.csr_matrix, w: np.ndarray, cell_variance: np.ndarray, cell_state: np.ndarray,
-                 links: sp.csr_matrix, precision: sp.csr_matrix, theta_state: np.ndarray, right: np.ndarray,
-                 rate_prior: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
+                 coarse_cells: np.ndarray, links: sp.csr_matrix, precision: sp.csr_matrix, theta_state: np.ndarray,
+                 right: np.ndarray, rate_prior: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
     """The rates theta of the joint least squares with the cell totals unconstrained, their posterior
     variances, and the per-state factors (``SharedRates.blocks``).
 
     Eliminating the cells (t = K^-1 (right + links theta)) leaves M theta = links' K^-1 right +
     rate_prior, M = precision - links' K^-1 links; links' K^-1 x = links' (I + D M_c)^-1 D x comes
-    from the cell operator (``left_solve``: sparse products and the multi-cell groups' G^-1) with
-    D = ``cell_variance``. When every query groups by state (the shipped plans), K is
-    block diagonal by state: one small dense system per state; otherwise one for all states.
+    from the cell operator (``CellsInPlanCells.left_solve``: sparse products and the multi-cell groups'
+    G^-1; ``c`` over the plan's cells, ``coarse_cells`` each cell's) with D = ``cell_variance``. When
+    every query groups by state (the shipped plans), K is block diagonal by state: one small dense
+    system per state; otherwise one for all states.
     """
-    row_state = cell_state[c.indices[c.indptr[:-1]]]
-    if np.any(cell_state[c.indices] != np.repeat(row_state, np.diff(c.indptr))):  # a query across states
-        cell_state, row_state, theta_state = (np.zeros_like(codes) for codes in (cell_state, row_state, theta_state))
+    coarse_state = np.zeros(c.shape[1], dtype=np.int64)
+    coarse_state[coarse_cells] = cell_state
+    row_state = coarse_state[c.indices[c.indptr[:-1]]]
+    if np.any(coarse_state[c.indices] != np.repeat(row_state, np.diff(c.indptr))):  # a query across states
+        cell_state, coarse_state, row_state, theta_state = (
+            np.zeros_like(codes) for codes in (cell_state, coarse_state, row_state, theta_state))
     theta, variance, blocks = np.zeros(len(theta_state)), np.zeros(len(theta_state)), []
     for state in range(int(cell_state.max()) + 1):
         cells, rows = np.flatnonzero(cell_state == state), np.flatnonzero(row_state == state)
+        coarse = np.flatnonzero(coarse_state == state)
         index = np.flatnonzero(theta_state == state)
-        operator = CellOperator(c[rows][:, cells], w[rows], cell_variance[cells])
+        operator = CellsInPlanCells(c[rows][:, coarse], w[rows], cell_variance[cells],
+                                    np.searchsorted(coarse, coarse_cells[cells]))
         link, variance_of = links[cells][:, index].tocsc(), sp.diags(cell_variance[cells])
         factor = scipy.linalg.cho_factor(precision[index][:, index].toarray()
                                          - operator.left_solve(link, variance_of @ link))
@@ -211,20 +254,57 @@ def _solve_rates(c: sp.csr_matrix, w: np.ndarray, cell_variance: np.ndarray, cel
     return theta, variance, tuple(blocks)
 
 
-def _prior_precision(rate_spread_variance: np.ndarray, parent: np.ndarray, parent_vagueness: np.ndarray,
-                     county_variance: np.ndarray) -> sp.csr_matrix:
-    """The priors' part of the Hessian over theta = (rates, parent rates, county offsets):
-    (r_g - rho_p)^2 / vr_g between a rate and its parent, the parents' vague priors, and
-    kappa_k^2 / vk for each county offset."""
-    n_rates, n_parents = len(parent), len(parent_vagueness)
-    inverse = 1.0 / rate_spread_variance
-    rates, parents = np.arange(n_rates), n_rates + parent
-    parent_diagonal = np.bincount(parent, weights=inverse, minlength=n_parents) + 1.0 / parent_vagueness
-    diagonal = np.concatenate([inverse, parent_diagonal, 1.0 / county_variance])
-    n_theta = len(diagonal)
+def _prior_precision(children: np.ndarray, parents: np.ndarray, edge_variance: np.ndarray,
+                     own_variance: np.ndarray) -> sp.csr_matrix:
+    """The priors' part of the Hessian over theta = (rates, parent rates, county offsets, detail
+    rates): (theta_i - theta_j)^2 / v for each edge (a rate and its parent rate, a detail rate and
+    its NAICS-5 rate), and theta_i^2 / own_i for the parents' vague priors and the county offsets
+    (inf: no own prior)."""
+    n_theta = len(own_variance)
+    inverse = 1.0 / edge_variance
+    diagonal = (1.0 / own_variance + np.bincount(children, weights=inverse, minlength=n_theta)
+                + np.bincount(parents, weights=inverse, minlength=n_theta))
     return sp.csr_matrix((np.concatenate([diagonal, -inverse, -inverse]),
-                          (np.concatenate([np.arange(n_theta), rates, parents]),
-                           np.concatenate([np.arange(n_theta), parents, rates]))), shape=(n_theta, n_theta))
+                          (np.concatenate([np.arange(n_theta), children, parents]),
+                           np.concatenate([np.arange(n_theta), parents, children]))), shape=(n_theta, n_theta))
+
+
+def _detail_cells(public: pd.DataFrame, cell_codes: np.ndarray, rate_codes: np.ndarray,
+                  n_rates: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The model's cells: the plan's cells split by the finest industry (DETAIL), each
+    establishment's new cell code; and per detail rate (a DETAIL industry of a state whose NAICS-5
+    rate group holds several), its rate group; and each establishment's detail rate (-1: none, its
+    NAICS-5 group has one DETAIL industry)."""
+    if DETAIL not in public:
+        return cell_codes, np.zeros(0, dtype=np.int64), np.full(len(cell_codes), -1)
+    detail = pd.factorize(public[DETAIL], sort=True)[0]  # sorted: numbering independent of the row order
+    cells = pd.factorize(cell_codes * (int(detail.max()) + 1) + detail, sort=True)[0]
+    industry, first = np.unique(rate_codes * (int(detail.max()) + 1) + detail, return_index=True, return_inverse=False)
+    group = rate_codes[first]
+    several = np.bincount(group, minlength=n_rates)[group] > 1
+    node = np.full(len(industry), -1)
+    node[several] = np.arange(np.count_nonzero(several))
+    return cells, group[several], node[np.searchsorted(industry, rate_codes * (int(detail.max()) + 1) + detail)]
+
+
+def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray, establishment_detail: np.ndarray,
+                   detail_group: np.ndarray, rate: np.ndarray, rate_variance: np.ndarray, rate_state: np.ndarray,
+                   n_states: int) -> np.ndarray:
+    """Squared relative spread of the detail rates around their NAICS-5 rate, by moments per state,
+    per detail rate (at least MIN_RATE_SPREAD): each detail industry's identity answers summed over
+    its employment (noise ``noise`` summed) against the rate query's rate (independent noise)."""
+    n_details = len(detail_group)
+    if n_details == 0:
+        return np.zeros(0)
+    inside = establishment_detail >= 0
+    codes = establishment_detail[inside]
+    detail_employment = np.bincount(codes, weights=employment[inside], minlength=n_details)
+    observed = np.bincount(codes, weights=answer[inside], minlength=n_details) / detail_employment
+    observed_noise = np.bincount(codes, weights=noise[inside], minlength=n_details) / detail_employment**2
+    detail_state = rate_state[detail_group]
+    excess = (observed - rate[detail_group]) ** 2 - observed_noise - rate_variance[detail_group]
+    spread2 = _squared_spread(detail_state, excess, np.maximum(rate[detail_group], 0.0) ** 2, n_states)
+    return np.maximum(spread2, MIN_RATE_SPREAD**2)[detail_state]
 
 
 def _cell_counties(public: pd.DataFrame, cell_codes: np.ndarray, n_cells: int) -> np.ndarray | None:
@@ -314,9 +394,16 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     [identity] = [a for a in answers if a.query.is_identity]
     groups = [a for a in answers if not a.query.is_identity]
     answer, sd = identity.estimate[identity_codes], per_establishment(identity.sd, identity_codes)
-    n_cells = int(cell_codes.max()) + 1
+    [rate_answer] = [a for a in groups if tuple(a.query.by) == RATE_QUERY]
+    rate_codes = group_establishments(public, list(RATE_QUERY)).codes
+    n_rates = len(rate_answer)
+    plan_codes = cell_codes
+    cell_codes, detail_group, establishment_detail = _detail_cells(public, plan_codes, rate_codes, n_rates)
+    n_cells, n_details = int(cell_codes.max()) + 1, len(detail_group)
+    coarse_cells = np.zeros(n_cells, dtype=np.int64)  # each cell's plan cell
+    coarse_cells[cell_codes] = plan_codes
     exact, fixed = pinned_at_zero(group_rows, group_answers, group_variances)
-    c = cell_to_group_matrix(group_rows[~exact], cell_codes, n_cells)
+    c = cell_to_group_matrix(group_rows[~exact], plan_codes, int(plan_codes.max()) + 1)
     b, w = group_answers[~exact], group_variances[~exact]
     fixed_cells = np.zeros(n_cells, dtype=bool)
     fixed_cells[cell_codes[fixed]] = True
@@ -325,9 +412,6 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     n_states = int(state.max()) + 1
     cell_state = np.zeros(n_cells, dtype=np.int64)
     cell_state[cell_codes] = state
-    [rate_answer] = [a for a in groups if tuple(a.query.by) == RATE_QUERY]
-    rate_codes = group_establishments(public, list(RATE_QUERY)).codes
-    n_rates = len(rate_answer)
     cell_rate = np.zeros(n_cells, dtype=np.int64)
     cell_rate[cell_codes] = rate_codes
     rate_state = np.zeros(n_rates, dtype=np.int64)
@@ -341,14 +425,19 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     cell_county = _cell_counties(public, cell_codes, n_cells)
     n_counties = 0 if cell_county is None else int(cell_county.max()) + 1
     county_state = np.zeros(n_counties, dtype=np.int64)
-    n_theta = n_rates + n_parents + n_counties
-    columns = [cell_rate]  # theta's entries in each cell's prior rate: its industry's rate, its county's offset
+    first_detail = n_rates + n_parents + n_counties
+    n_theta = first_detail + n_details
+    cell_node = cell_rate.copy()  # each cell's prior rate in theta: its detail rate, or its NAICS-5 rate
+    cell_node[cell_codes] = np.where(establishment_detail >= 0, first_detail + establishment_detail, rate_codes)
+    columns = [cell_node]  # theta's entries in each cell's prior rate: its industry's rate, its county's offset
     if cell_county is not None:
         county_state[cell_county] = cell_state
         columns.append(n_rates + n_parents + cell_county)
     incidence = sp.csr_matrix((np.ones(n_cells * len(columns)), (np.tile(np.arange(n_cells), len(columns)),
                                                                   np.concatenate(columns))), shape=(n_cells, n_theta))
-    theta_state = np.concatenate([rate_state, parent_state, county_state])
+    theta_state = np.concatenate([rate_state, parent_state, county_state, rate_state[detail_group]])
+    edges = (np.concatenate([np.arange(n_rates), first_detail + np.arange(n_details)]),
+             np.concatenate([n_rates + parent, detail_group]))  # (child, parent) in theta
 
     # 1. cell measurements; the first pass weighs them at the state's rate
     state_rate = np.maximum(_by_state(state, answer, n_states) / _by_state(state, employment, n_states),
@@ -358,12 +447,18 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     cell_squares = np.bincount(cell_codes, weights=employment**2, minlength=n_cells)
     cell_employment_variance = np.bincount(cell_codes, weights=employment_variance, minlength=n_cells)
     rate_employment = np.bincount(rate_codes, weights=employment, minlength=n_rates)
-    group_right = c.T @ (b / w)  # C' W^-1 b
+    group_right = (c.T @ (b / w))[coarse_cells]  # C' W^-1 b, per cell
     rate_totals = np.maximum(rate_answer.estimate, 0.0)  # the first pass: rates from the rate query's answers
     rate_variance = rate_answer.variance / rate_employment**2  # of each rate
     weight_rate = state_rate[state]  # per establishment
     floor = RATE_FLOOR * state_rate
     parent_vagueness = (PARENT_VAGUENESS * state_rate[parent_state]) ** 2
+    own_variance = np.concatenate([np.full(n_rates, np.inf), parent_vagueness, np.ones(n_counties),
+                                   np.full(n_details, np.inf)])  # the counties' entries are set in the passes
+    detail_spread2 = _detail_spread(answer, employment, psi.estimate_variance(weight_rate * employment, sd),
+                                    establishment_detail, detail_group, rate_answer.estimate / rate_employment,
+                                    rate_variance, rate_state, n_states)
+    cell_rate_variance = rate_variance[cell_rate]  # of each cell's prior rate
     cell_rates, fitted = None, None  # each cell's prior wage per employee; the last fit's cell totals
     for _ in range(PASSES):
         # 2. the sibling rates' spread around their parent, by moments per state
@@ -373,6 +468,7 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
         spread2 = np.maximum(_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - rate_variance,
                                              parent_rate[parent] ** 2, n_states), MIN_RATE_SPREAD**2)
         rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], floor[rate_state]) ** 2
+        detail_variance = detail_spread2 * np.maximum(observed, floor[rate_state])[detail_group] ** 2
         # 3. the cells' spread around their prior, by moments per state, then rates and cell totals; variances
         # at the last fit's rates (the first pass: the observed ones, at least RATE_FLOOR of the state's)
         if cell_rates is None:
@@ -387,22 +483,26 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
         establishment_part = cell_rates**2 * (ESTABLISHMENT_SPREAD**2 * cell_squares + cell_employment_variance) + 1.0
         cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
             cell_state, (direct - prior) ** 2 - direct_variance - establishment_part
-            - cell_employment**2 * rate_variance[cell_rate], prior**2, n_states), 0.0)), *CELL_SPREAD_BOUNDS)
+            - cell_employment**2 * cell_rate_variance, prior**2, n_states), 0.0)), *CELL_SPREAD_BOUNDS)
         prior_variance = (cell_spread[cell_state] * prior) ** 2 + establishment_part
         cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
         free_variance = np.where(fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
         cell_links = np.where(fixed_cells, 0.0, cell_employment / prior_variance)
         links = sp.diags(cell_links) @ incidence
+        own_variance[n_rates + n_parents:first_detail] = county_variance
         precision = (incidence.T @ sp.diags(cell_links * cell_employment) @ incidence
-                     + _prior_precision(rate_spread_variance, parent, parent_vagueness, county_variance)).tocsr()
-        theta_prior = np.concatenate([np.zeros(n_rates), parent_rate / parent_vagueness, np.zeros(n_counties)])
-        theta, theta_variance, blocks = _solve_rates(c, w, free_variance, cell_state, links.tocsr(), precision,
-                                                     theta_state, direct / direct_variance + group_right, theta_prior)
-        rate_variance = theta_variance[:n_rates]
+                     + _prior_precision(*edges, np.concatenate([rate_spread_variance, detail_variance]),
+                                        own_variance)).tocsr()
+        theta_prior = np.concatenate([np.zeros(n_rates), parent_rate / parent_vagueness,
+                                      np.zeros(n_counties + n_details)])
+        theta, theta_variance, blocks = _solve_rates(c, w, free_variance, cell_state, coarse_cells, links.tocsr(),
+                                                     precision, theta_state, direct / direct_variance + group_right,
+                                                     theta_prior)
+        rate_variance, cell_rate_variance = theta_variance[:n_rates], theta_variance[cell_node]
         for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
             cell_rates = np.maximum(incidence @ theta, floor[cell_state])  # wages per employee are never near 0
             combined = (direct / direct_variance + cell_rates * cell_employment / prior_variance) * cell_variance
-            totals, _ = solve_nested(combined, cell_variance, np.arange(n_cells), c, b, w, fixed_zero=fixed_cells)
+            totals, _ = solve_nested(combined, cell_variance, coarse_cells, c, b, w, fixed_zero=fixed_cells)
             if refresh:
                 theta = spsolve(precision.tocsc(), links.T @ totals + theta_prior)
         fitted = totals
@@ -421,7 +521,9 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     values, free = share_cells(totals, cell_codes, target, 1.0 / share_precision)
     values[fixed] = 0.0
     return WageFit(values=values, cell_codes=cell_codes, totals=totals, cell_measurement=combined,
-                   cell_variance=cell_variance, groups=c, group_answers=b, group_variance=w,
+                   cell_variance=cell_variance, groups=(c @ sp.csr_matrix((np.ones(n_cells), (coarse_cells,
+                                                                                   np.arange(n_cells))))).tocsr(),
+                   coarse_groups=c, coarse_cells=coarse_cells, group_answers=b, group_variance=w,
                    fixed_cells=fixed_cells, share_variance=np.where(free, 1.0 / share_precision, 0.0),
                    rates=SharedRates(links, precision, blocks))
 
@@ -444,7 +546,7 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarra
         share = np.where(fit.totals[cell_of] > 0, fit.values[inside] / fit.totals[cell_of], 0.0)
     g = sp.csr_matrix((share, (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
     cell_variance = np.where(fit.fixed_cells, 0.0, fit.cell_variance)
-    operator = CellOperator(fit.groups, fit.group_variance, cell_variance)
+    operator = CellsInPlanCells(fit.coarse_groups, fit.group_variance, cell_variance, fit.coarse_cells)
     p = sp.diags(cell_variance) @ g
     base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
     variances = base - operator.forms_after_solve(p) + fit.rates.correlated_forms(operator, p.tocsc())
