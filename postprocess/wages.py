@@ -113,14 +113,18 @@ class WageFit:
     totals: np.ndarray  # per cell
     cell_measurement: np.ndarray  # per cell: its direct measurement and prior combined
     cell_variance: np.ndarray  # per cell: the combined measurement's variance
-    groups: sp.csr_matrix  # groups x cells (groups with an exact answer left out)
-    coarse_groups: sp.csr_matrix  # groups x the plan's cells (each cell lies in one: ``coarse_cells``)
+    coarse_groups: sp.csr_matrix  # groups x the plan's cells (groups with an exact answer left out)
     coarse_cells: np.ndarray  # per cell: its plan cell
     group_answers: np.ndarray
     group_variance: np.ndarray
     fixed_cells: np.ndarray  # cells held at 0 by an exact answer
     share_variance: np.ndarray  # per establishment: variance of its combined share measurement (0 if at 0)
     rates: SharedRates  # the industry rates shared by the cells' priors
+
+    @property
+    def groups(self) -> sp.csr_matrix:
+        """Groups x cells (each cell in the groups of its plan cell)."""
+        return (self.coarse_groups @ _inside(self.coarse_cells, self.coarse_groups.shape[1])).tocsr()
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,7 +164,7 @@ class CellsInPlanCells:
 
     def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, coarse_cells: np.ndarray):
         n_coarse = c.shape[1]
-        self.a = sp.csr_matrix((np.ones(len(s)), (coarse_cells, np.arange(len(s)))), shape=(n_coarse, len(s)))
+        self.a = _inside(coarse_cells, n_coarse)
         self.s = s
         coarse_s = self.a @ s
         self.coarse = CellOperator(c, w, coarse_s)
@@ -176,6 +180,12 @@ class CellsInPlanCells:
     def forms_after_solve(self, p: sp.spmatrix) -> np.ndarray:
         """p_T' A' M A (I + S A' M A)^-1 p_T for every column p_T of ``p`` (cells x tabulations)."""
         return self.coarse.forms_after_solve((self.a @ p).tocsc())
+
+
+def _inside(coarse_cells: np.ndarray, n_coarse: int) -> sp.csr_matrix:
+    """A: plan cells x cells, 1 where the cell lies in the plan cell."""
+    n_cells = len(coarse_cells)
+    return sp.csr_matrix((np.ones(n_cells), (coarse_cells, np.arange(n_cells))), shape=(n_coarse, n_cells))
 
 
 def applies(answers: Sequence[NoisyAnswer], attribute: str, protected_attributes: Sequence[str]) -> bool:
@@ -278,13 +288,14 @@ def _detail_cells(public: pd.DataFrame, cell_codes: np.ndarray, rate_codes: np.n
     if DETAIL not in public:
         return cell_codes, np.zeros(0, dtype=np.int64), np.full(len(cell_codes), -1)
     detail = pd.factorize(public[DETAIL], sort=True)[0]  # sorted: numbering independent of the row order
-    cells = pd.factorize(cell_codes * (int(detail.max()) + 1) + detail, sort=True)[0]
-    industry, first = np.unique(rate_codes * (int(detail.max()) + 1) + detail, return_index=True, return_inverse=False)
+    radix = int(detail.max()) + 1
+    cells = pd.factorize(cell_codes * radix + detail, sort=True)[0]
+    _, first, industry = np.unique(rate_codes * radix + detail, return_index=True, return_inverse=True)
     group = rate_codes[first]
     several = np.bincount(group, minlength=n_rates)[group] > 1
-    node = np.full(len(industry), -1)
+    node = np.full(len(first), -1)
     node[several] = np.arange(np.count_nonzero(several))
-    return cells, group[several], node[np.searchsorted(industry, rate_codes * (int(detail.max()) + 1) + detail)]
+    return cells, group[several], node[industry]
 
 
 def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray, establishment_detail: np.ndarray,
@@ -453,8 +464,6 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     weight_rate = state_rate[state]  # per establishment
     floor = RATE_FLOOR * state_rate
     parent_vagueness = (PARENT_VAGUENESS * state_rate[parent_state]) ** 2
-    own_variance = np.concatenate([np.full(n_rates, np.inf), parent_vagueness, np.ones(n_counties),
-                                   np.full(n_details, np.inf)])  # the counties' entries are set in the passes
     detail_spread2 = _detail_spread(answer, employment, psi.estimate_variance(weight_rate * employment, sd),
                                     establishment_detail, detail_group, rate_answer.estimate / rate_employment,
                                     rate_variance, rate_state, n_states)
@@ -489,7 +498,8 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
         free_variance = np.where(fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
         cell_links = np.where(fixed_cells, 0.0, cell_employment / prior_variance)
         links = sp.diags(cell_links) @ incidence
-        own_variance[n_rates + n_parents:first_detail] = county_variance
+        own_variance = np.concatenate([np.full(n_rates, np.inf), parent_vagueness, county_variance,
+                                       np.full(n_details, np.inf)])
         precision = (incidence.T @ sp.diags(cell_links * cell_employment) @ incidence
                      + _prior_precision(*edges, np.concatenate([rate_spread_variance, detail_variance]),
                                         own_variance)).tocsr()
@@ -521,10 +531,8 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
     values, free = share_cells(totals, cell_codes, target, 1.0 / share_precision)
     values[fixed] = 0.0
     return WageFit(values=values, cell_codes=cell_codes, totals=totals, cell_measurement=combined,
-                   cell_variance=cell_variance, groups=(c @ sp.csr_matrix((np.ones(n_cells), (coarse_cells,
-                                                                                   np.arange(n_cells))))).tocsr(),
-                   coarse_groups=c, coarse_cells=coarse_cells, group_answers=b, group_variance=w,
-                   fixed_cells=fixed_cells, share_variance=np.where(free, 1.0 / share_precision, 0.0),
+                   cell_variance=cell_variance, coarse_groups=c, coarse_cells=coarse_cells, group_answers=b,
+                   group_variance=w, fixed_cells=fixed_cells, share_variance=np.where(free, 1.0 / share_precision, 0.0),
                    rates=SharedRates(links, precision, blocks))
 
 
