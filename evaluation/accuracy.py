@@ -112,7 +112,7 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
             values = release[attribute].to_numpy()
             for level, grouping in groupings.items():
                 protected[level][attribute][r] = grouping.sum(values)
-                margin[level][attribute][r] = z95 * np.sqrt(variances(grouping.codes, grouping.n_groups))
+                margin[level][attribute][r] = variances(grouping.codes, grouping.n_groups).half_width(z95)
             state = STATE_LEVELS[0]  # level 51: the state total
             if state_query:
                 sd = np.sqrt(next(a.variance[0] for a in answers[attribute] if a.query.by == ("state",)))

@@ -70,13 +70,13 @@ def compute_coverage(truth: pd.DataFrame, plan: MeasurementPlan, *, replications
         for level, grouping in groupings.items():
             for attribute in ATTRIBUTES:
                 estimate = grouping.sum(protected[attribute].to_numpy())
-                sd = np.sqrt(variances[attribute](grouping.codes, grouping.n_groups))
+                cell_variances = variances[attribute](grouping.codes, grouping.n_groups)
                 true = true_totals[(level, attribute)]
                 band = np.digitize(true, BANDS[attribute][1:-1])
                 table = counts[(level, attribute)]
                 table[:, 0] += np.bincount(band, minlength=len(table))
                 for k, zk in enumerate(z):
-                    covered = np.abs(estimate - true) <= zk * sd
+                    covered = np.abs(estimate - true) <= cell_variances.half_width(zk)
                     table[:, k + 1] += np.bincount(band, weights=covered, minlength=len(table))
     setup = (f"Data: {data_label}, {len(truth):,} establishments; plan with total mu {plan.budget().total:.4f}, "
              f"workflow {plan.workflow}")
@@ -92,7 +92,8 @@ def render_coverage(result: CoverageResult, out: Path) -> dict:
         "Setup",
         f"{result.setup}; {replications} simulated releases (seed {seed}, {result.seconds:.0f} s). For every cell of "
         "each "
-        "tabulation, the margin of error is z x sqrt(c' (A' W A)^-1 c) with the release's own (estimated or exact) "
+        "tabulation, the margin of error is z x sqrt(c' (A' W A)^-1 c) (widened to the score interval's half-width "
+        "where variances move with the noise, postprocess.moe) with the release's own (estimated or exact) "
         "variances, ignoring the bound x >= 0. A cell is covered when |protected - true| <= margin. Standard errors "
         "are binomial over cells and releases (cells of one release are not independent, so read them as a guide).",
     )

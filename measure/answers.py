@@ -30,6 +30,10 @@ class NoisyAnswer:
             rounded draw's, sqrt(s^2 + grid^2 / 12)).
         grid: the public grid step every released value is a multiple of (0: not gridded, e.g.
             answers simulated by an experiment).
+        variance_slope: d variance / d level per answer where postprocessing states ``variance``
+            at a level estimated from the answer's own noise (``postprocess.months``); the margins
+            of error widen by it (``postprocess.moe``). None: the variance does not move with the
+            answer's noise (exact, or taken from other answers). Never written to a release.
     """
 
     query: Query
@@ -42,6 +46,7 @@ class NoisyAnswer:
     mu: float
     sd: np.ndarray
     grid: float = 0.0
+    variance_slope: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.estimate)

@@ -39,7 +39,8 @@ is their first-order variance; for finer ones it is the variance of the cells' o
 which the raked counts, pooling over the county and the sector, do not exceed in the measured
 releases. The quadratic forms weigh the identity answers by variances estimated at their noisy
 values, which overstate their spread: measured coverage of the 95% margins is 98-100%
-(README, "Job-frame releases").
+(README, "Job-frame releases"); so job margins are z sqrt(variance), without the score widening
+of establishment tabulations (``postprocess.moe``).
 """
 
 from __future__ import annotations
@@ -311,7 +312,7 @@ def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str,
     in_combo = combo_codes[None, :] == np.arange(len(combo_keys))[:, None]  # combos x K
     rho_combo = rho @ in_combo.T  # n x combos
     variances = answers_variances(answers[EMPLOYMENT], public, entry_row, len(table),
-                                  establishments=establishment, coefficients=rho_combo.T.reshape(-1))
+                                  establishments=establishment, coefficients=rho_combo.T.reshape(-1)).variance
     for k, (attribute, subset) in enumerate(zip(names, subsets)):
         covered = measured[:, k]
         coefficient = covered[:, None] * (in_combo[:, k][None, :] - rho_combo)  # n x combos
@@ -321,7 +322,7 @@ def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str,
         variances += answers_variances(answers[attribute], public.iloc[subset].reset_index(drop=True),
                                        np.where(use, entry_row, -1), len(table),
                                        establishments=np.where(use, local[establishment], 0),
-                                       coefficients=coefficient.T.reshape(-1))
+                                       coefficients=coefficient.T.reshape(-1)).variance
     return variances
 
 

@@ -13,11 +13,22 @@ cells map and M = C' W C; Woodbury gives, for a tabulation T with p_c = sum of v
 computed for all tabulation cells at once with the same cell operator as the structured solver.
 Without identity answers, only unions of measured cells are estimable: Var(T) = 1_T' M^-1 1_T.
 No dense inverse is formed.
+
+Where the identity answers' variances are stated at levels estimated from their own noise (the
+smoothed months: ``NoisyAnswer.variance_slope``), Var(T) is too small exactly when the noise pulled
+T^ down, and symmetric intervals z sqrt(Var(T)) under-cover small cells (91% at 1-10 employees on
+Rhode Island). Linearly, the variance at the true total is Var(T) + g (T - T^), with g the
+regression of the stated variance on the error: g = rho^2 sum v_j s_j / sum v_j over T's
+establishments, s_j = d v_j / d level, rho = Var(T) / sum v_j (the identity answers' share of T^).
+The score interval |T^ - T| <= z sqrt(Var(T) + g (T - T^)) has half-width z sqrt(Var(T) + (z g / 2)^2)
+(a Wilson interval); the margin of error is that half-width (``CellVariances.half_width``). g is 0
+for pnc answers (exact variances) and for variances taken from other answers (pooled months).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from statistics import NormalDist
 
@@ -37,6 +48,19 @@ from gedp.postprocess.wls import LinearSystem, build_system, fit_wages, system_s
 from gedp.synth.schema import public_columns
 
 
+@dataclass(frozen=True)
+class CellVariances:
+    """Variances of tabulation cells (NaN where not estimable) and the slopes g of those variances
+    in the cells' true totals (module docstring; 0 where the variances do not move with the noise)."""
+
+    variance: np.ndarray
+    slope: np.ndarray
+
+    def half_width(self, z: float) -> np.ndarray:
+        """Margins of error at normal quantile ``z``: the score interval's half-width."""
+        return z * np.sqrt(self.variance + (z * self.slope / 2) ** 2)
+
+
 def tabulation_variances(
     system: LinearSystem,
     identity_rows: np.ndarray | None,
@@ -46,8 +70,9 @@ def tabulation_variances(
     *,
     establishments: np.ndarray | None = None,
     coefficients: np.ndarray | None = None,
-) -> np.ndarray:
-    """Variance of every tabulation cell total (NaN where not estimable).
+    variance_slopes: np.ndarray | None = None,
+) -> CellVariances:
+    """Variance of every tabulation cell total (NaN where not estimable), and its slope.
 
     Args:
         system: the release's query rows over establishments, answers and variances.
@@ -59,16 +84,22 @@ def tabulation_variances(
             establishment: a cell total is then sum over its entries of coefficient x value, and an
             establishment may enter several cells (a job tabulation's worker categories).
         coefficients: each entry's coefficient (default 1).
+        variance_slopes: d variance / d level of each identity answer (in ``identity_rows`` order;
+            None: the variances do not move with the answers' noise, slope 0).
     """
     n = system.matrix.shape[1]
     n_cells = int(cell_codes.max()) + 1
     rows = np.ones(system.matrix.shape[0], dtype=bool)
     v = np.full(n, np.inf)
+    slope = np.zeros(n)
     if identity_rows is not None:
         rows[identity_rows] = False
         v[system.matrix[identity_rows].indices] = system.v[identity_rows]
+        if variance_slopes is not None:
+            slope[system.matrix[identity_rows].indices] = variance_slopes
     exact, fixed = pinned_at_zero(system.matrix, system.b, system.v)
     v[fixed] = 0.0  # empty clipped sums: these establishments are known to be 0
+    slope[fixed] = 0.0
     rows &= ~exact
     c = cell_to_group_matrix(system.matrix[rows], cell_codes, n_cells)
     w = system.v[rows]
@@ -99,40 +130,54 @@ def tabulation_variances(
         variances[np.bincount(entries.col[partial], minlength=n_tab) > 0] = np.nan
         if coefficients is not None:  # whole cells times uneven coefficients: not checked, not claimed
             variances[:] = np.nan
-    return np.maximum(variances, 0.0, where=~np.isnan(variances), out=variances)
+    variances = np.maximum(variances, 0.0, where=~np.isnan(variances), out=variances)
+    slopes = np.zeros(n_tab)
+    if identity_rows is not None and variance_slopes is not None:
+        moving = np.bincount(tab_codes[inside], weights=coefficient**2 * v[entry] * slope[entry], minlength=n_tab)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slopes = np.where(base > 0, (variances / base) ** 2 * moving / base, 0.0)
+    return CellVariances(variances, slopes)
 
 
 def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray,
-                      n_tab: int, **entries: np.ndarray) -> np.ndarray:
+                      n_tab: int, **entries: np.ndarray) -> CellVariances:
     """Variances of tabulation cells from a release's answers of one attribute (their own
-    variances: estimated for the psi-mechanism, exact for pnc) over its public microdata;
-    ``entries`` (establishments, coefficients) as for ``tabulation_variances``."""
+    variances: estimated for the psi-mechanism, exact for pnc) over its public microdata, with
+    their slopes; ``entries`` (establishments, coefficients) as for ``tabulation_variances``."""
     system = build_system(answers, public, [answer.variance for answer in answers])
     identity_rows, cell_codes = system_structure(answers, public)
-    return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab, **entries)
+    slopes = None if identity_rows is None else next(a for a in answers if a.query.is_identity).variance_slope
+    return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab, variance_slopes=slopes,
+                                **entries)
 
 
 def variance_function(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
-                      wage_psi: NeighborFunction | None = None) -> Callable[[np.ndarray, int], np.ndarray]:
+                      wage_psi: NeighborFunction | None = None) -> Callable[[np.ndarray, int], CellVariances]:
     """(tab_codes, n_tab) -> variances of one attribute's tabulation cells of protected microdata:
-    from the wage fit (made once, here) when ``wage_psi`` is given and wages were informed by
-    employment, else from the least squares."""
+    from the wage fit (made once, here; slope 0) when ``wage_psi`` is given and wages were informed
+    by employment, else from the least squares."""
     if wage_psi is not None and wages.applies(answers[attribute], attribute, list(answers)):
-        return partial(wages.wage_variances, fit_wages(answers, protected, wage_psi))
+        fit = fit_wages(answers, protected, wage_psi)
+
+        def wage_cells(tab_codes: np.ndarray, n_tab: int) -> CellVariances:
+            return CellVariances(wages.wage_variances(fit, tab_codes, n_tab), np.zeros(n_tab))
+
+        return wage_cells
     return partial(answers_variances, answers[attribute], protected[public_columns(protected)])
 
 
 def margins_of_error(protected: pd.DataFrame, answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray,
                      keys: Sequence[str], n_tab: int, level: float,
                      wage_psi: NeighborFunction | None = None) -> dict[str, np.ndarray]:
-    """Half-widths z * sd, at confidence ``level``, of every cell of a tabulation of a release's
-    protected microdata by ``keys`` (cells in sorted key order) over the establishments ``keep``,
-    per attribute of ``answers``. With ``wage_psi`` (a release whose wages were informed by its
-    protected employment), wage margins come from that fit (``postprocess.wages.wage_variances``)."""
+    """Half-widths (``CellVariances.half_width``), at confidence ``level``, of every cell of a
+    tabulation of a release's protected microdata by ``keys`` (cells in sorted key order) over the
+    establishments ``keep``, per attribute of ``answers``. With ``wage_psi`` (a release whose wages
+    were informed by its protected employment), wage margins come from that fit
+    (``postprocess.wages.wage_variances``)."""
     public = protected[public_columns(protected)]
     tab_codes = np.full(len(protected), -1, dtype=np.int64)
     # the same groups, in the same order, as the tabulation's sorted group-by
     tab_codes[keep] = public[keep].groupby(list(keys), sort=True, observed=True).ngroup().to_numpy() if keys else 0
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    return {attribute: z * np.sqrt(variance_function(attribute, answers, protected, wage_psi)(tab_codes, n_tab))
+    return {attribute: variance_function(attribute, answers, protected, wage_psi)(tab_codes, n_tab).half_width(z)
             for attribute in answers}

@@ -51,11 +51,16 @@ def test_tabulations_add_up_and_margins_are_the_covariance(release):
     by_county = protected.tabulate(by=["county"])
     assert total["m1emp"].iloc[0] == pytest.approx(by_county["m1emp"].sum(), rel=1e-12)
     assert int(total["estabs"].iloc[0]) == len(micro)
-    wide = protected.tabulate(by=["county"], moe=True, level=0.95)
-    narrow = protected.tabulate(by=["county"], moe=True, level=0.5)
+    # margins z sqrt(Var + (z g / 2)^2) (postprocess.moe): (margin / z)^2 is linear in z^2, with
+    # intercept Var > 0 and slope (g / 2)^2 >= 0; two levels fix it, a third must follow it
     from scipy import stats
-    ratio = stats.norm.ppf(0.975) / stats.norm.ppf(0.75)
-    np.testing.assert_allclose(wide["m1emp_moe"], ratio * narrow["m1emp_moe"], rtol=1e-12)
+    z = {level: stats.norm.ppf(0.5 + level / 2) for level in (0.5, 0.8, 0.95)}
+    squared = {level: (protected.tabulate(by=["county"], moe=True, level=level)["m1emp_moe"] / z[level]) ** 2
+               for level in z}
+    slope = (squared[0.95] - squared[0.5]) / (z[0.95] ** 2 - z[0.5] ** 2)
+    variance = squared[0.5] - slope * z[0.5] ** 2
+    assert np.all(slope >= -1e-12) and np.all(variance > 0)
+    np.testing.assert_allclose(squared[0.8], variance + slope * z[0.8] ** 2, rtol=1e-9)
     selected = protected.tabulate(by=["county"], where="sector == '44-45'")
     assert selected["estabs"].sum() == (protected.microdata["sector"] == "44-45").sum()
 

@@ -14,7 +14,7 @@ from gedp.evaluation.coverage import run_coverage
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
 from gedp.postprocess import structured
-from gedp.postprocess.moe import answers_variances, tabulation_variances
+from gedp.postprocess.moe import CellVariances, answers_variances, tabulation_variances
 from gedp.postprocess.tabulate import tabulate
 from gedp.postprocess.wls import LinearSystem
 
@@ -32,7 +32,7 @@ def dense_variances(system, codes, n_groups):
 def test_variances_equal_the_dense_covariance(by):
     system, cells, public = nested_instance(3, n=120)
     grouping = group_establishments(public, by)
-    variances = tabulation_variances(system, np.arange(120), cells, grouping.codes, grouping.n_groups)
+    variances = tabulation_variances(system, np.arange(120), cells, grouping.codes, grouping.n_groups).variance
     np.testing.assert_allclose(variances, dense_variances(system, grouping.codes, grouping.n_groups), rtol=1e-9)
 
 
@@ -50,8 +50,38 @@ def test_variances_by_blocks_of_groups_equal_the_dense_covariance(monkeypatch, q
     identity = np.arange(150) if queries[0] == ("estab_id",) else None
     for by in (("county",), ("county", "naics"), ()):
         grouping = group_establishments(public, by)
-        variances = tabulation_variances(system, identity, cells, grouping.codes, grouping.n_groups)
+        variances = tabulation_variances(system, identity, cells, grouping.codes, grouping.n_groups).variance
         np.testing.assert_allclose(variances, dense_variances(system, grouping.codes, grouping.n_groups), rtol=1e-9)
+
+
+def test_margins_are_the_score_intervals_half_width():
+    """Identity answers only: Var(T) = sum v_j, rho = 1, so the slope is sum v_j s_j / sum v_j, and
+    the margin is half the length of the score interval {d : d^2 <= z^2 (Var + g d)}, found here by
+    root finding. With the nested queries, the slope is rho^2 times that mean, rho = Var(T) / sum v_j
+    from the dense covariance. Slopes None give z sqrt(Var)."""
+    from scipy.optimize import brentq
+
+    system, cells, public = nested_instance(3, n=120)
+    slopes = np.random.default_rng(5).uniform(0, 3, 120)
+    identity_only = LinearSystem(system.matrix[:120], system.b[:120], system.v[:120])
+    grouping = group_establishments(public, ("county", "naics"))
+    mean_slope = (np.bincount(grouping.codes, system.v[:120] * slopes) / np.bincount(grouping.codes, system.v[:120]))
+    alone = tabulation_variances(identity_only, np.arange(120), cells, grouping.codes, grouping.n_groups,
+                                 variance_slopes=slopes)
+    np.testing.assert_allclose(alone.slope, mean_slope, rtol=1e-12)
+    z = 1.959963984540054
+    for variance, slope, margin in zip(alone.variance, alone.slope, alone.half_width(z)):
+        gap = lambda d, v=variance, g=slope: d * d - z * z * (v + g * d)  # noqa: E731
+        low, high = brentq(gap, -1e6, 0.0), brentq(gap, 0.0, 1e6)
+        np.testing.assert_allclose(margin, (high - low) / 2, rtol=1e-9)
+    assert np.all(alone.half_width(z) > z * np.sqrt(alone.variance))
+    nested = tabulation_variances(system, np.arange(120), cells, grouping.codes, grouping.n_groups,
+                                  variance_slopes=slopes)
+    rho = dense_variances(system, grouping.codes, grouping.n_groups) / np.bincount(grouping.codes, system.v[:120])
+    np.testing.assert_allclose(nested.slope, rho**2 * mean_slope, rtol=1e-9)
+    assert np.all(rho < 1)
+    plain = tabulation_variances(system, np.arange(120), cells, grouping.codes, grouping.n_groups)
+    np.testing.assert_array_equal(plain.half_width(z), z * np.sqrt(plain.variance))
 
 
 def test_without_identity_only_unions_of_measured_cells_are_estimable():
@@ -60,12 +90,12 @@ def test_without_identity_only_unions_of_measured_cells_are_estimable():
     groups_only = LinearSystem(system.matrix[rows], system.b[rows], system.v[rows])
     for by in (("county",), ("county", "naics")):
         grouping = group_establishments(public, by)
-        variances = tabulation_variances(groups_only, None, cells, grouping.codes, grouping.n_groups)
+        variances = tabulation_variances(groups_only, None, cells, grouping.codes, grouping.n_groups).variance
         np.testing.assert_allclose(
             variances, dense_variances(groups_only, grouping.codes, grouping.n_groups), rtol=1e-9
         )
     single = group_establishments(public, ("estab_id",))
-    variances = tabulation_variances(groups_only, None, cells, single.codes, single.n_groups)
+    variances = tabulation_variances(groups_only, None, cells, single.codes, single.n_groups).variance
     alone = np.bincount(cells)[cells] == 1
     assert np.all(np.isnan(variances[~alone])) and np.all(np.isfinite(variances[alone]))
 
@@ -75,7 +105,7 @@ def test_a_measured_cell_that_no_other_query_overlaps_has_its_measured_variance(
                            queries=(QueryPlan(("state", "county"), {"m1emp": 0.8}),), workflow="psi")
     answer = measure(small_state, plan, rng=np.random.default_rng(1)).answers[0]
     grouping = group_establishments(small_state, ("state", "county"))
-    variances = answers_variances([answer], small_state, grouping.codes, grouping.n_groups)
+    variances = answers_variances([answer], small_state, grouping.codes, grouping.n_groups).variance
     np.testing.assert_allclose(variances, answer.variance, rtol=1e-12)
 
 
@@ -85,10 +115,14 @@ def test_tabulations_of_pnc_measured_cells_are_at_least_as_precise(small_state):
         answers = measurements.for_attribute(attribute)
         for answer in answers[1:]:
             grouping = group_establishments(small_state, answer.query.by)
-            variances = answers_variances(answers, small_state, grouping.codes, grouping.n_groups)
+            variances = answers_variances(answers, small_state, grouping.codes, grouping.n_groups).variance
             assert answer.mechanism == "pnc"
             assert np.all(variances <= answer.variance * (1 + 1e-9)), answer.query.name
             assert np.all(variances > 0)
+
+
+def scaled(cell_variances, factor):
+    return CellVariances(factor * cell_variances.variance, cell_variances.slope)
 
 
 def coverage_deviations(summary):
@@ -121,7 +155,7 @@ def test_coverage_of_large_cells_is_nominal_and_a_wrong_variance_is_caught(tmp_p
     real = coverage.variance_function
     for factor in (0.7, 1.3):
         monkeypatch.setattr(coverage, "variance_function",
-                            lambda *a, f=factor, **k: lambda *t, g=real(*a, **k): f * g(*t))
+                            lambda *a, f=factor, **k: lambda *t, g=real(*a, **k): scaled(g(*t), f))
         wrong = run_coverage(tmp_path / f"x{factor}", truth, plan, replications=4, seed=3, data_label="test")
         assert max(abs(z) for _, _, z in coverage_deviations(wrong)) > 4, factor
 
@@ -142,8 +176,11 @@ def test_tabulate_with_margins_of_error(release, tmp_path):
     wider = runner.invoke(app, ["tabulate", str(release), "--by", "county,naics3", "--moe", "--level", "0.99",
                                 "--where", "domain == '102'", "--out", str(tmp_path / "w.csv")])
     assert wider.exit_code == 0
-    ratio = pd.read_csv(tmp_path / "w.csv")["m1emp_moe"] / table["m1emp_moe"]
-    np.testing.assert_allclose(ratio, 2.5758293 / 1.6448536, rtol=1e-6)
+    wide = pd.read_csv(tmp_path / "w.csv")
+    # z sqrt(Var + (z g / 2)^2): wages (slope 0) scale with z; smoothed months' margins faster
+    np.testing.assert_allclose(wide["wage_moe"] / table["wage_moe"], 2.5758293 / 1.6448536, rtol=1e-6)
+    ratio = wide["m1emp_moe"] / table["m1emp_moe"]
+    assert np.all(ratio > 2.5758293 / 1.6448536 * (1 - 1e-9)) and np.any(ratio > 1.01 * 2.5758293 / 1.6448536)
     qcew = runner.invoke(app, ["tabulate", str(release), "--agglvl", "75", "--moe", "--format", "qcew",
                                "--out", str(tmp_path / "q.csv")])
     assert qcew.exit_code == 0 and "month1_emplvl_moe" in pd.read_csv(tmp_path / "q.csv").columns

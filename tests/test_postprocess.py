@@ -180,8 +180,8 @@ def test_month_modes_reach_the_release_and_its_margins(small_state, tmp_path, mo
     weighed = release_answers(release.folder)
     assert weighed["m2emp"] != answers["m2emp"]
     codes = pd.factorize(protected["county"], sort=True)[0]
-    expected = 1.959963984540054 * np.sqrt(answers_variances(weighed["m2emp"], protected[public_columns(protected)],
-                                                             codes, codes.max() + 1))
+    expected = answers_variances(weighed["m2emp"], protected[public_columns(protected)], codes,
+                                 codes.max() + 1).half_width(1.959963984540054)
     np.testing.assert_allclose(release.tabulate(by=["county"], moe=True)["m2emp_moe"], expected, rtol=1e-9)
     plain = gedp.protect(small_state, config=dict(gedp.load("baseline").raw, variance="estimated"), seed=3,
                          not_for_publication=True)
