@@ -26,9 +26,10 @@ from gedp.evaluation.report import Report
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import measure
 from gedp.postprocess.moe import variance_function
+from gedp.postprocess.months import month_answers
 from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_keys
-from gedp.postprocess.wls import month_answers, protect_microdata
+from gedp.postprocess.wls import protect_microdata
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.schema import CONFIDENTIAL, public_columns
 

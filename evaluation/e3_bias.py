@@ -18,7 +18,8 @@ import numpy as np
 
 from gedp.evaluation.report import Report
 from gedp.measure.neighbors import LogPsi, NeighborFunction, SqrtPsi
-from gedp.postprocess.wls import MONTH_MODES, VARIANCE_MODES
+from gedp.postprocess.months import MONTH_MODES
+from gedp.postprocess.wls import VARIANCE_MODES
 
 QUERIES = ("identity", "county", "total")
 #: The WLS variance modes of one attribute (the months' modes need three months), the pooled estimator

@@ -27,7 +27,8 @@ from gedp.pipeline import (
     read_answers,
     versions,
 )
-from gedp.postprocess.wls import combined_report, month_answers
+from gedp.postprocess.months import month_answers
+from gedp.postprocess.wls import combined_report
 
 
 class Manifest(TypedDict, total=False):

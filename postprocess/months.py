@@ -31,7 +31,9 @@ Rhode Island). Each smoothed answer therefore also carries how its MSE moves wit
 take the half-width of the score interval (``postprocess.moe``).
 
 Why this is postprocessing (no privacy cost): its inputs are released identity answers and their
-public noise scales; every constant is fixed here.
+public noise scales; every constant is fixed here. The module also holds the ``pooled`` mode
+(``pool_month_variances``: each month weighted at the other months' answers) and ``month_answers``,
+which turns a release's answers by its variance mode before the least squares and the margins.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ import numpy as np
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.wages import EMPLOYMENT as MONTHS  # the months smoothed across each other, in order
+
+#: Variance modes that turn the months' identity answers before the least squares (``month_answers``).
+MONTH_MODES = ("smoothed", "pooled")
 
 
 def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -128,17 +133,54 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
     # the months' common movement, from the sums of the answers: smoothing works on y_t / g_t
     sums = y.sum(axis=0)
     pattern = np.where(sums > 0, sums / sums.mean(), 1.0) if sums.mean() > 0 else np.ones(len(sums))
-    level = (y / pattern).mean(axis=1)
-    tau2 = deviation_variance(y / pattern, lambda x: psi.estimate_variance(x * pattern, sd) / pattern**2)[:, None]
-    at = np.maximum(level, 0.0)[:, None]
-    smoothed, mse = blup(y / pattern, psi.releasable_variance(at * pattern, sd) / pattern**2, tau2)
+    scaled = y / pattern
+
+    def noise(variance: Callable[[np.ndarray, np.ndarray], np.ndarray], level: np.ndarray) -> np.ndarray:
+        return variance(level * pattern, sd) / pattern**2  # on the pattern's scale
+
+    tau2 = deviation_variance(scaled, lambda x: noise(psi.estimate_variance, x))[:, None]
+    at = np.maximum(scaled.mean(axis=1), 0.0)[:, None]
+    smoothed, mse = blup(scaled, noise(psi.releasable_variance, at), tau2)
     # d mse / d level through the noise variances (forward difference; exact for sqrt's linear v)
     step = 1e-3 * (1.0 + at)
-    moved = blup(y / pattern, psi.releasable_variance((at + step) * pattern, sd) / pattern**2, tau2)[1]
-    slope = (moved - mse) / step * pattern
+    slope = (blup(scaled, noise(psi.releasable_variance, at + step), tau2)[1] - mse) / step * pattern
     smoothed, mse = smoothed * pattern, mse * pattern**2
     for t, (month, answer) in enumerate(identity.items()):
         replaced = dataclasses.replace(answer, estimate=smoothed[:, t], variance=mse[:, t],
                                        variance_slope=slope[:, t])
         out[month] = [replaced if a is answer else a for a in out[month]]
     return out
+
+
+def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
+                         psi: NeighborFunction) -> dict[str, list[NoisyAnswer]]:
+    """The answers with each month's identity variances evaluated at the mean of the establishment's
+    other months' identity estimates (floored at 0), not at the month's own estimate.
+
+    The releasable variance at a month's own estimate grows with that answer's noise, so weighting by
+    it pulls totals down (the E3 effect); the other months' answers carry independent noise, so
+    weights taken from them are independent of the answer weighted. Postprocessing: released values
+    only. Months without identity answers, and other attributes, are returned as they are.
+    """
+    identity = month_identity_answers(measurements_by_attribute)
+    out = {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
+    if len(identity) < 2:
+        return out
+    for month, answer in identity.items():
+        others = np.mean([other.estimate for name, other in identity.items() if name != month], axis=0)
+        pooled = dataclasses.replace(answer, variance=psi.releasable_variance(np.maximum(others, 0.0), answer.sd))
+        out[month] = [pooled if a is answer else a for a in out[month]]
+    return out
+
+
+def month_answers(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], variance_mode: str,
+                  psi: NeighborFunction | None) -> dict[str, list[NoisyAnswer]]:
+    """The answers as the least squares of ``variance_mode`` weighs them: the months' identity answers
+    smoothed across the months (``smoothed``: ``postprocess.months``) or weighted at the other months
+    (``pooled``); as they are otherwise."""
+    if variance_mode not in MONTH_MODES:
+        return {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
+    if psi is None:
+        raise ValueError(f"variance mode '{variance_mode}' needs the plan's psi")
+    transform = smooth_months if variance_mode == "smoothed" else pool_month_variances
+    return transform(measurements_by_attribute, psi)

@@ -24,15 +24,13 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess import wages as wage_model
-from gedp.postprocess.months import month_identity_answers, smooth_months
+from gedp.postprocess.months import month_answers
 from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls, unbounded_cell_totals
 from gedp.synth.schema import public_columns
 
 VARIANCE_MODES = ("smoothed", "pooled", "estimated", "exact", "hybrid")
 #: Variance modes a release may use: computed from released values only.
 RELEASE_VARIANCE_MODES = ("smoothed", "pooled", "estimated")
-#: Variance modes that turn the months' identity answers before the least squares (``month_answers``).
-MONTH_MODES = ("smoothed", "pooled")
 #: cvxpy reference solvers; "structured" is the exact nested solver, "auto" picks it when it applies.
 CVXPY_SOLVERS = {"osqp": "OSQP", "clarabel": "CLARABEL"}  # cvxpy imported when used: it takes ~1 s
 SOLVERS = ("auto", "structured", *CVXPY_SOLVERS)
@@ -83,40 +81,6 @@ def combined_report(reports: Sequence[Mapping]) -> dict:
             "status": statuses[0] if len(statuses) == 1 else "mixed: " + ",".join(statuses),
             "kkt_residual": max(r["kkt_residual"] for r in reports),
             "iterations": max((r["iterations"] or 0) for r in reports)}
-
-
-def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
-                         psi: NeighborFunction) -> dict[str, list[NoisyAnswer]]:
-    """The answers with each month's identity variances evaluated at the mean of the establishment's
-    other months' identity estimates (floored at 0), not at the month's own estimate.
-
-    The releasable variance at a month's own estimate grows with that answer's noise, so weighting by
-    it pulls totals down (the E3 effect); the other months' answers carry independent noise, so
-    weights taken from them are independent of the answer weighted. Postprocessing: released values
-    only. Months without identity answers, and other attributes, are returned as they are.
-    """
-    identity = month_identity_answers(measurements_by_attribute)
-    out = {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
-    if len(identity) < 2:
-        return out
-    for month, answer in identity.items():
-        others = np.mean([other.estimate for name, other in identity.items() if name != month], axis=0)
-        pooled = dataclasses.replace(answer, variance=psi.releasable_variance(np.maximum(others, 0.0), answer.sd))
-        out[month] = [pooled if a is answer else a for a in out[month]]
-    return out
-
-
-def month_answers(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], variance_mode: str,
-                  psi: NeighborFunction | None) -> dict[str, list[NoisyAnswer]]:
-    """The answers as the least squares of ``variance_mode`` weighs them: the months' identity answers
-    smoothed across the months (``smoothed``: ``postprocess.months``) or weighted at the other months
-    (``pooled``); as they are otherwise."""
-    if variance_mode not in MONTH_MODES:
-        return {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
-    if psi is None:
-        raise ValueError(f"variance mode '{variance_mode}' needs the plan's psi")
-    transform = smooth_months if variance_mode == "smoothed" else pool_month_variances
-    return transform(measurements_by_attribute, psi)
 
 
 def answer_variances(

@@ -137,7 +137,8 @@ def test_score_margins_cover_small_establishments(smoothed_replications):
         assert 0.93 < np.mean(error[band] <= z * np.sqrt(mse[band] + (z * slope[band] / 2) ** 2)) < 0.98
     tiny = (size >= 0.5) & (size < 3)
     assert np.mean(error[tiny] <= z * np.sqrt(mse[tiny])) < 0.9
-    sd = load_config("baseline").plan.psi and 0.5 / 0.7  # identity sd of the months: gamma 0.5 / mu 0.7
+    plan = load_config("baseline").plan
+    sd = plan.gammas["m1emp"] / plan.queries[0].mu["m1emp"]  # the months' identity sd: gamma / mu
     np.testing.assert_allclose(np.median(slope[tiny]), 4 * sd**2 / 3, rtol=0.1)
 
 

@@ -13,13 +13,13 @@ from gedp.errors import ConfigError
 from gedp.measure.mechanisms import psi_exact_variance
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import measure
+from gedp.postprocess.months import pool_month_variances
 from gedp.postprocess.structured import unbounded_cell_totals
 from gedp.postprocess.wls import (
     LinearSystem,
     answer_variances,
     build_system,
     kkt_residual,
-    pool_month_variances,
     protect_attribute,
     solve_structured,
     solve_wls,
