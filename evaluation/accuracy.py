@@ -105,7 +105,8 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
     for r, rng in enumerate(child_streams(seed, replications)):
         measurements = measure(truth, plan, rng=rng)
         answers = {a: measurements.for_attribute(a) for a in attributes}
-        answers = month_answers(answers, config.variance_mode, plan.psi)  # as the margins take them (release_answers)
+        # as the margins take them (release_answers)
+        answers = month_answers(answers, config.variance_mode, plan.psi, public)
         release, _ = protect_microdata(answers, public, psi=plan.psi, wages=config.wages,
                                        finish=rounder)
         for attribute in attributes:

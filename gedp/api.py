@@ -144,7 +144,7 @@ class Release:
 
         if worker_keys(by):
             return tabulate_job_frame(self.folder, self.microdata, by, where=where, moe=moe, level=level)
-        answers = release_answers(self.folder) if moe else None
+        answers = release_answers(self.folder, self.microdata) if moe else None
         wage_psi = release_wage_psi(self.folder) if moe else None
         try:
             return tabulate(self.microdata, by, where=where, moe=moe, level=level, answers=answers, wage_psi=wage_psi)
@@ -191,7 +191,7 @@ def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Se
         raise InputError(f"level ({level}) must be between 0 and 1")
     try:
         return tabulate_jobs(protected, jobs, release_families(folder), keys, where=where, moe=moe, level=level,
-                             answers=release_answers(folder) if moe else None)
+                             answers=release_answers(folder, protected) if moe else None)
     except ValueError as err:
         raise InputError(str(err)) from None
 

@@ -593,7 +593,7 @@ def tabulate_command(
         if jobs and not release:
             raise InputError("worker columns need a release directory with a job frame")
         options = {"where": where or None, "moe": moe, "level": level,
-                   "answers": release_answers(microdata) if moe and not jobs else None,
+                   "answers": release_answers(microdata, data) if moe and not jobs else None,
                    "wage_psi": release_wage_psi(microdata) if moe and not jobs else None}
         try:
             with warnings.catch_warnings(record=True) as caught:

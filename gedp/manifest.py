@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any, TypedDict
 
+import pandas as pd
+
 from gedp.config import Config
 from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
@@ -27,7 +29,7 @@ from gedp.pipeline import (
     read_answers,
     versions,
 )
-from gedp.postprocess.months import month_answers
+from gedp.postprocess.months import PATTERN_CELL, month_answers
 from gedp.postprocess.wls import combined_report
 
 
@@ -78,12 +80,17 @@ def read_manifest(release: str | Path) -> Manifest:
     return content  # type: ignore[return-value]
 
 
-def release_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
+def release_answers(release: str | Path, protected: pd.DataFrame | None = None) -> dict[str, list[NoisyAnswer]]:
     """A release's answers as its postprocessing weighed them (what its margins of error take): the
-    months' identity answers turned by ``month_answers`` under the release's variance mode."""
+    months' identity answers turned by ``month_answers`` under the release's variance mode, over
+    its protected microdata (``protected``, or read from the release: the public columns the month
+    patterns are shared in)."""
     manifest = read_manifest(release)
     answers = read_answers(release)
-    return month_answers(answers, manifest.get("variance_mode", "estimated"), make_psi(**manifest["psi"]))
+    mode = manifest.get("variance_mode", "estimated")
+    if protected is None and mode == "smoothed":
+        protected = pd.read_parquet(Path(release) / PROTECTED_FILE, columns=["estab_id", *PATTERN_CELL])
+    return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 
 def release_wage_psi(release: str | Path) -> NeighborFunction | None:

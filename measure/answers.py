@@ -34,6 +34,10 @@ class NoisyAnswer:
             at a level estimated from the answer's own noise (``postprocess.months``); the margins
             of error widen by it (``postprocess.moe``). None: the variance does not move with the
             answer's noise (exact, or taken from other answers). Never written to a release.
+        pattern_loading: per answer, the sd (in the attribute's units) of the error that shrinking it
+            toward the state's month pattern leaves, where that error is shared by every answer of its
+            county x NAICS-6 cell (``postprocess.months``); the margins of error add the covariances
+            (``postprocess.moe``). None: no shared error. Never written to a release.
     """
 
     query: Query
@@ -47,6 +51,7 @@ class NoisyAnswer:
     sd: np.ndarray
     grid: float = 0.0
     variance_slope: np.ndarray | None = None
+    pattern_loading: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.estimate)

@@ -23,6 +23,12 @@ establishments, s_j = d v_j / d level, rho = Var(T) / sum v_j (the identity answ
 The score interval |T^ - T| <= z sqrt(Var(T) + g (T - T^)) has half-width z sqrt(Var(T) + (z g / 2)^2)
 (a Wilson interval); the margin of error is that half-width (``CellVariances.half_width``). g is 0
 for pnc answers (exact variances) and for variances taken from other answers (pooled months).
+
+Smoothed months also share errors within county x NAICS-6 cells (``NoisyAnswer.pattern_loading``,
+sd a_j): Var(T) adds rho^2 sum over those cells c of (sum_{j in T and c} a_j)^2 - sum a_j^2, exact
+with identity answers only (rho = 1); with group answers rho^2 approximates how the least squares
+passes the shared errors on (it weighs every identity answer of T alike: the state total's part
+comes out about half of a dense computation's on a small nested instance, a cell's close to it).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import scipy.sparse as sp
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess import wages
+from gedp.postprocess import months, wages
 from gedp.postprocess.structured import (
     CellOperator,
     cell_to_group_matrix,
@@ -71,6 +77,8 @@ def tabulation_variances(
     establishments: np.ndarray | None = None,
     coefficients: np.ndarray | None = None,
     variance_slopes: np.ndarray | None = None,
+    pattern_loadings: np.ndarray | None = None,
+    pattern_cells: np.ndarray | None = None,
 ) -> CellVariances:
     """Variance of every tabulation cell total (NaN where not estimable), and its slope.
 
@@ -86,6 +94,9 @@ def tabulation_variances(
         coefficients: each entry's coefficient (default 1).
         variance_slopes: d variance / d level of each identity answer (in ``identity_rows`` order;
             None: the variances do not move with the answers' noise, slope 0).
+        pattern_loadings: sd of each identity answer's error shared with the answers of its
+            ``pattern_cells`` cell (``NoisyAnswer.pattern_loading``, in ``identity_rows`` order), and
+            pattern_cells: each establishment's cell; None: no shared errors.
     """
     n = system.matrix.shape[1]
     n_cells = int(cell_codes.max()) + 1
@@ -131,12 +142,30 @@ def tabulation_variances(
         if coefficients is not None:  # whole cells times uneven coefficients: not checked, not claimed
             variances[:] = np.nan
     variances = np.maximum(variances, 0.0, where=~np.isnan(variances), out=variances)
+    if identity_rows is None:
+        return CellVariances(variances, np.zeros(n_tab))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(base > 0, variances / base, 0.0)  # rho: the identity answers' share of T^
     slopes = np.zeros(n_tab)
-    if identity_rows is not None and variance_slopes is not None:
+    if variance_slopes is not None:
         moving = np.bincount(tab_codes[inside], weights=coefficient**2 * v[entry] * slope[entry], minlength=n_tab)
         with np.errstate(divide="ignore", invalid="ignore"):
-            slopes = np.where(base > 0, (variances / base) ** 2 * moving / base, 0.0)
+            slopes = np.where(base > 0, share**2 * moving / base, 0.0)
+    if pattern_loadings is not None and pattern_cells is not None:
+        loading = np.zeros(n)
+        loading[system.matrix[identity_rows].indices] = pattern_loadings
+        loading[fixed] = 0.0
+        variances = variances + share**2 * _shared_variances(coefficient * loading[entry], pattern_cells[entry],
+                                                             tab_codes[inside], n_tab)
     return CellVariances(variances, slopes)
+
+
+def _shared_variances(loading: np.ndarray, cells: np.ndarray, tab_codes: np.ndarray, n_tab: int) -> np.ndarray:
+    """Per tabulation cell T: the covariances of errors shared within cells, sum over cells c of
+    (sum of loadings in T and c)^2 less each loading squared (the variances, counted already)."""
+    by_cell = sp.csr_matrix((loading, (cells, tab_codes)), shape=(int(cells.max(initial=-1)) + 1, n_tab))
+    together = np.asarray(by_cell.multiply(by_cell).sum(axis=0)).ravel()
+    return np.maximum(together - np.bincount(tab_codes, weights=loading**2, minlength=n_tab), 0.0)
 
 
 def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray,
@@ -146,8 +175,12 @@ def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_
     their slopes; ``entries`` (establishments, coefficients) as for ``tabulation_variances``."""
     system = build_system(answers, public, [answer.variance for answer in answers])
     identity_rows, cell_codes = system_structure(answers, public)
-    slopes = None if identity_rows is None else next(a for a in answers if a.query.is_identity).variance_slope
-    return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab, variance_slopes=slopes,
+    identity = None if identity_rows is None else next(a for a in answers if a.query.is_identity)
+    loadings = None if identity is None else identity.pattern_loading
+    return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab,
+                                variance_slopes=None if identity is None else identity.variance_slope,
+                                pattern_loadings=loadings,
+                                pattern_cells=None if loadings is None else months.pattern_cells(public),
                                 **entries)
 
 

@@ -247,3 +247,36 @@ def test_selecting_on_protected_values_warns_about_the_margins(release, tmp_path
 def test_one_row_is_one_row(release, tmp_path):
     result = runner.invoke(app, ["tabulate", str(release), "--by", "total", "--out", str(tmp_path / "t.csv")])
     assert result.exit_code == 0 and f"1 row written to {tmp_path / 't.csv'}" in " ".join(result.output.split())
+
+
+def test_errors_shared_within_cells_are_the_dense_covariance():
+    """Identity answers only (the estimate of T is the sum of T's answers): with errors of sd a_j
+    shared by the answers of one pattern cell (covariance a_i a_j), Var(T) is 1_T' Sigma 1_T of the
+    dense covariance Sigma = diag(v) + those covariances, for cells that cut across pattern cells;
+    no loadings (or one establishment per pattern cell) add nothing. With group answers the shared
+    part is scaled by rho^2 (rho = Var(T) / sum v_j, the identity answers' share of T^)."""
+    system, cells, public = nested_instance(3, n=120)
+    identity_only = LinearSystem(system.matrix[:120], system.b[:120], system.v[:120])
+    loading = np.random.default_rng(6).uniform(0, 3, 120)
+    pattern = group_establishments(public, ("county", "naics")).codes
+    shared = np.outer(loading, loading) * (pattern[:, None] == pattern[None, :])
+    covariance = np.diag(system.v[:120]) + shared - np.diag(np.diag(shared))
+    for by in (("county", "naics"), ("county",), ("naics",), ()):
+        grouping = group_establishments(public, by)
+        stated = tabulation_variances(identity_only, np.arange(120), cells, grouping.codes, grouping.n_groups,
+                                      pattern_loadings=loading, pattern_cells=pattern).variance
+        dense = np.array([covariance[np.ix_(grouping.codes == k, grouping.codes == k)].sum()
+                          for k in range(grouping.n_groups)])
+        np.testing.assert_allclose(stated, dense, rtol=1e-12)
+        plain = tabulation_variances(system, np.arange(120), cells, grouping.codes, grouping.n_groups)
+        nested = tabulation_variances(system, np.arange(120), cells, grouping.codes, grouping.n_groups,
+                                      pattern_loadings=loading, pattern_cells=pattern)
+        rho = plain.variance / np.bincount(grouping.codes, system.v[:120])
+        together = dense - np.bincount(grouping.codes, system.v[:120])
+        np.testing.assert_allclose(nested.variance - plain.variance, rho**2 * together, rtol=1e-9, atol=1e-12)
+    alone = np.arange(120)  # every establishment its own pattern cell: nothing shared
+    grouping = group_establishments(public, ("county",))
+    np.testing.assert_array_equal(
+        tabulation_variances(identity_only, np.arange(120), cells, grouping.codes, grouping.n_groups,
+                             pattern_loadings=loading, pattern_cells=alone).variance,
+        tabulation_variances(identity_only, np.arange(120), cells, grouping.codes, grouping.n_groups).variance)
