@@ -169,10 +169,11 @@ def _shared_variances(loading: np.ndarray, cells: np.ndarray, tab_codes: np.ndar
 
 
 def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray,
-                      n_tab: int, **entries: np.ndarray) -> CellVariances:
+                      n_tab: int, pattern_cells: np.ndarray | None = None, **entries: np.ndarray) -> CellVariances:
     """Variances of tabulation cells from a release's answers of one attribute (their own
     variances: estimated for the psi-mechanism, exact for pnc) over its public microdata, with
-    their slopes; ``entries`` (establishments, coefficients) as for ``tabulation_variances``."""
+    their slopes; ``entries`` (establishments, coefficients) as for ``tabulation_variances``;
+    ``pattern_cells``: ``months.pattern_cells(public)`` when the caller has it already."""
     system = build_system(answers, public, [answer.variance for answer in answers])
     identity_rows, cell_codes = system_structure(answers, public)
     identity = None if identity_rows is None else next(a for a in answers if a.query.is_identity)
@@ -180,7 +181,8 @@ def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_
     return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab,
                                 variance_slopes=None if identity is None else identity.variance_slope,
                                 pattern_loadings=loadings,
-                                pattern_cells=None if loadings is None else months.pattern_cells(public),
+                                pattern_cells=None if loadings is None else (
+                                    months.pattern_cells(public) if pattern_cells is None else pattern_cells),
                                 **entries)
 
 
@@ -196,7 +198,11 @@ def variance_function(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer
             return CellVariances(wages.wage_variances(fit, tab_codes, n_tab), np.zeros(n_tab))
 
         return wage_cells
-    return partial(answers_variances, answers[attribute], protected[public_columns(protected)])
+    public = protected[public_columns(protected)]
+    identity = next((a for a in answers[attribute] if a.query.is_identity), None)
+    shared = identity is not None and identity.pattern_loading is not None  # cells grouped once, not per call
+    return partial(answers_variances, answers[attribute], public,
+                   pattern_cells=months.pattern_cells(public) if shared else None)
 
 
 def margins_of_error(protected: pd.DataFrame, answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray,
