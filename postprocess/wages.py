@@ -21,9 +21,15 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    Rates, parent rates and offsets are latent variables of the least squares, not plug-ins: a
    cell's prior error is shared by every cell of its industry (or county), and the margins carry
    that correlation.
-3. **Cell prior.** The cell's wage is about (r_g + kappa_k) E_c (E_c its protected employment), with relative
-   spread CELL_SPREAD between cells of one industry (estimated by moments per state) plus the
-   spread of its establishments. The least squares over cell totals t >= 0 and rates,
+3. **Cell prior.** The cell's wage is about (r_g + kappa_k) E_c (E_c its protected employment), with
+   variance (s E_c r)^2 + EMPLOYEE_VARIANCE E_c r^2 (r its prior rate) plus the noise of E_c: a relative
+   variance s^2 + EMPLOYEE_VARIANCE / E_c that is large for small cells (part-time work, turnover, a
+   few people's pay). s is estimated by moments per state (its information is in the large cells);
+   EMPLOYEE_VARIANCE is not estimable from the release (small cells' direct measurements are almost
+   all noise) and is fixed from public data: on the published county x NAICS-6 cells of Rhode Island
+   and New Jersey, 2016 Q1, the squared relative deviation from the statewide NAICS-6 rate (county
+   effect removed) fits s^2 + b / E with b = 2.8 and 3.8 (tests/test_wages.py re-derives it; an
+   agency can set it from its own earlier publications). The least squares over cell totals t >= 0 and rates,
 
        sum_c (d_c - t_c)^2 / vd_c + (t_c - E_c (r_g(c) + kappa_k(c)))^2 / vp_c
          + sum_g (r_g - rho_p(g))^2 / vr_g + sum_p (rho_p - m_p)^2 / vague_p + sum_k kappa_k^2 / vk
@@ -81,9 +87,10 @@ DETAIL = "naics"
 #: Bounds of the relative spread of a cell's wage per employee around its industry's rate
 #: (estimated by moments per state).
 CELL_SPREAD_BOUNDS = (0.1, 1.0)
-#: Relative spread of an establishment's wage per employee around its cell's (used for a cell's
-#: prior variance; the shares use the spread estimated from the identity answers).
-ESTABLISHMENT_SPREAD = 0.3
+#: Relative variance per employee: a cell of E employees varies around its prior by this x rate^2 x E
+#: beyond its cell spread (a relative variance of this / E, large for small cells); from published
+#: QCEW cells (module docstring).
+EMPLOYEE_VARIANCE = 3.0
 #: Bounds of the estimated establishment spread, and the smallest relative spread between sibling rates.
 SPREAD_BOUNDS = (0.05, 3.0)
 MIN_RATE_SPREAD = 0.1
@@ -455,7 +462,6 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
                             MIN_STATE_RATE)
     direct = np.bincount(cell_codes, weights=answer, minlength=n_cells)
     cell_employment = np.bincount(cell_codes, weights=employment, minlength=n_cells)
-    cell_squares = np.bincount(cell_codes, weights=employment**2, minlength=n_cells)
     cell_employment_variance = np.bincount(cell_codes, weights=employment_variance, minlength=n_cells)
     rate_employment = np.bincount(rate_codes, weights=employment, minlength=n_rates)
     group_right = (c.T @ (b / w))[coarse_cells]  # C' W^-1 b, per cell
@@ -489,7 +495,7 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
                                          direct if fitted is None else fitted,
                                          direct_variance if fitted is None else np.zeros(n_cells),
                                          observed[cell_rate] * cell_employment, state_rate)
-        establishment_part = cell_rates**2 * (ESTABLISHMENT_SPREAD**2 * cell_squares + cell_employment_variance) + 1.0
+        establishment_part = cell_rates**2 * (EMPLOYEE_VARIANCE * cell_employment + cell_employment_variance) + 1.0
         cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
             cell_state, (direct - prior) ** 2 - direct_variance - establishment_part
             - cell_employment**2 * cell_rate_variance, prior**2, n_states), 0.0)), *CELL_SPREAD_BOUNDS)
