@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from gedp.config import Config
 from gedp.errors import InputError
@@ -29,7 +30,7 @@ from gedp.pipeline import (
     read_answers,
     versions,
 )
-from gedp.postprocess.months import PATTERN_CELL, month_answers
+from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
 from gedp.postprocess.wls import combined_report
 
 
@@ -89,7 +90,10 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None) 
     answers = read_answers(release)
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
-        protected = pd.read_parquet(Path(release) / PROTECTED_FILE, columns=["estab_id", *PATTERN_CELL])
+        path = Path(release) / PROTECTED_FILE
+        present = set(pq.ParquetDataset(path).schema.names)
+        protected = pd.read_parquet(path, columns=[column for column in dict.fromkeys(
+            ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in present])
     return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 

@@ -13,8 +13,13 @@ linear unbiased predictor of its months m_t under the model
 
 and the weighted least squares then weighs each m^_t by that mean squared error (the margins of
 error follow). All of this runs on y_t / g_t (noise variance v_t / g_t^2) and is scaled back: g_t is
-the answers' common month pattern (each month's sum over the establishments over the months' mean sum),
-so the months are shrunk toward the state's movement within the quarter, not toward flat months.
+the month pattern of the establishment's statewide sector (PATTERN_GROUP; each month's sum over its
+establishments over the months' mean sum), so the months are shrunk toward their sector's movement
+within the quarter (construction hires in March), not toward flat months. A sector's pattern keeps
+only the part of its deviation from the common pattern (all the answers') that is not noise
+(``month_pattern``): shrunk toward the state's, New Jersey's statewide sector totals of month 3 were
+covered by their 95% margins 66-80% of the time; toward their sector's, 91-93%. Without the public
+sector column the common pattern serves all.
 The noise variances are the psi-mechanism's releasable variances at max(L0, 0), L0 the plain mean of
 the answers, the same for each month of equal noise; tau^2 = c (max(L0, 0) + 1)^p is fitted by moments
 (``deviation_variance``): with establishments in bands that double in size by one month's answer, the
@@ -63,6 +68,8 @@ from gedp.postprocess.wages import EMPLOYMENT as MONTHS  # the months smoothed a
 
 #: Variance modes that turn the months' identity answers before the least squares (``month_answers``).
 MONTH_MODES = ("smoothed", "pooled")
+#: The groups whose month pattern the months are shrunk toward (public columns): statewide sectors.
+PATTERN_GROUP = ("state", "sector")
 #: The cells whose establishments share a month pattern of their own (public columns).
 PATTERN_CELL = ("state", "county", "naics")
 
@@ -165,12 +172,42 @@ def pattern_spread(y: np.ndarray, noise_variance: np.ndarray, cells: np.ndarray)
     return np.sqrt(np.maximum(spread, 0.0))[cells]
 
 
-def pattern_cells(public: pd.DataFrame, estab_ids: pd.Series | None = None) -> np.ndarray | None:
-    """Each establishment's cell of PATTERN_CELL, in ``public``'s row order or, given ``estab_ids``
-    (an identity answer's keys), in theirs; None when ``public`` lacks those columns."""
-    if not set(PATTERN_CELL) <= set(public.columns):
+def month_pattern(y: np.ndarray, noise_variance: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+    """Per establishment and month (or per month, without ``groups``): the month pattern its answers
+    are shrunk toward (module docstring). ``y``: answers (establishments x months), ``noise_variance``
+    their noise variances, ``groups`` each establishment's PATTERN_GROUP. The common pattern g_t is
+    each month's sum over the months' mean sum; a group's own, h_gt, likewise over its establishments,
+    kept in the share max(0, 1 - (T - 1) n_g / sum_t (h_gt - g_t)^2) of its deviation from g_t (T
+    months; n_g the noise variance of its month sums over their mean squared, averaged over the
+    months): the share of that deviation that is not noise, estimated per group (sectors' patterns
+    are far from normal around the common one: most move with it, a few seasonal ones do not)."""
+    common = _pattern(y.sum(axis=0), y.sum(axis=0).mean())
+    if groups is None:
+        return common
+    n_groups, months = int(groups.max(initial=-1)) + 1, y.shape[1]
+    sums = np.column_stack([np.bincount(groups, y[:, t], n_groups) for t in range(months)])
+    mean = sums.mean(axis=1, keepdims=True)
+    noise = np.bincount(groups, noise_variance.mean(axis=1), n_groups)
+    noise = np.divide(noise, mean[:, 0] ** 2, out=np.full(n_groups, np.inf), where=mean[:, 0] > 0)
+    deviation = _pattern(sums, mean) - common
+    spread = (deviation**2).sum(axis=1)
+    keep = np.maximum(1.0 - np.divide((months - 1) * noise, spread, out=np.ones(n_groups), where=spread > 0), 0.0)
+    return (common + keep[:, None] * deviation)[groups]
+
+
+def _pattern(sums: np.ndarray, mean: np.ndarray | float) -> np.ndarray:
+    """Month sums over their mean (1 where a sum or the mean is not positive)."""
+    positive = (sums > 0) & (np.asarray(mean) > 0)
+    return np.where(positive, sums / np.where(np.asarray(mean) > 0, mean, 1.0), 1.0)
+
+
+def pattern_cells(public: pd.DataFrame, estab_ids: pd.Series | None = None,
+                  columns: Sequence[str] = PATTERN_CELL) -> np.ndarray | None:
+    """Each establishment's group of ``columns`` (PATTERN_CELL: its cell), in ``public``'s row order
+    or, given ``estab_ids`` (an identity answer's keys), in theirs; None when ``public`` lacks them."""
+    if not set(columns) <= set(public.columns):
         return None
-    codes = group_establishments(public, list(PATTERN_CELL)).codes
+    codes = group_establishments(public, list(columns)).codes
     if estab_ids is None or public["estab_id"].equals(estab_ids):
         return codes
     position = pd.Index(public["estab_id"]).get_indexer(estab_ids)
@@ -180,21 +217,22 @@ def pattern_cells(public: pd.DataFrame, estab_ids: pd.Series | None = None) -> n
 
 
 def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi: NeighborFunction,
-                  cells: np.ndarray | None = None) -> dict[str, list[NoisyAnswer]]:
+                  cells: np.ndarray | None = None, groups: np.ndarray | None = None) -> dict[str, list[NoisyAnswer]]:
     """The answers with the months' identity answers smoothed across the months (module docstring):
-    estimates m^_t, variances their mean squared errors; with ``cells`` (each identity answer's
-    PATTERN_CELL, ``pattern_cells``) also the sd of the error shared within each cell
-    (``NoisyAnswer.pattern_loading``). Fewer than three months with identity answers, other
-    attributes and other queries are returned as they are."""
+    estimates m^_t, variances their mean squared errors; with ``groups`` (each identity answer's
+    PATTERN_GROUP) shrunk toward their group's month pattern, else toward the common one; with
+    ``cells`` (each identity answer's PATTERN_CELL, ``pattern_cells``) also the sd of the error
+    shared within each cell (``NoisyAnswer.pattern_loading``). Fewer than three months with identity
+    answers, other attributes and other queries are returned as they are."""
     identity = month_identity_answers(answers_by_attribute)
     out = {attribute: list(answers) for attribute, answers in answers_by_attribute.items()}
     if len(identity) < 3:
         return out
     y = np.column_stack([answer.estimate for answer in identity.values()])
     sd = np.column_stack([np.broadcast_to(answer.sd, len(y)) for answer in identity.values()])
-    # the months' common movement, from the sums of the answers: smoothing works on y_t / g_t
-    sums = y.sum(axis=0)
-    pattern = np.where(sums > 0, sums / sums.mean(), 1.0) if sums.mean() > 0 else np.ones(len(sums))
+    # the months' movement, from the sums of the answers: smoothing works on y_t / g_t
+    pattern = month_pattern(y, psi.estimate_variance(np.repeat(np.maximum(y.mean(axis=1, keepdims=True), 0.0),
+                                                               y.shape[1], axis=1), sd), groups)
     scaled = y / pattern
 
     def noise(variance: Callable[[np.ndarray, np.ndarray], np.ndarray], level: np.ndarray) -> np.ndarray:
@@ -242,11 +280,13 @@ def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyA
 
 
 def month_answers(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], variance_mode: str,
-                  psi: NeighborFunction | None, public: pd.DataFrame | None = None) -> dict[str, list[NoisyAnswer]]:
+                  psi: NeighborFunction | None, public: pd.DataFrame | None = None, *,
+                  loadings: bool = True) -> dict[str, list[NoisyAnswer]]:
     """The answers as the least squares of ``variance_mode`` weighs them: the months' identity answers
     smoothed across the months (``smoothed``: ``postprocess.months``; with ``public``, the release's
-    public microdata, also their errors shared within PATTERN_CELL cells) or weighted at the other
-    months (``pooled``); as they are otherwise."""
+    public microdata, toward their PATTERN_GROUP's month pattern and, with ``loadings``, with their
+    errors shared within PATTERN_CELL cells, which only the margins of error need) or weighted at the
+    other months (``pooled``); as they are otherwise."""
     if variance_mode not in MONTH_MODES:
         return {attribute: list(answers) for attribute, answers in measurements_by_attribute.items()}
     if psi is None:
@@ -255,5 +295,7 @@ def month_answers(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]]
         return pool_month_variances(measurements_by_attribute, psi)
     identity = month_identity_answers(measurements_by_attribute)
     keys = next(iter(identity.values())).keys if identity else None
-    cells = None if public is None or keys is None else pattern_cells(public, keys["estab_id"])
-    return smooth_months(measurements_by_attribute, psi, cells)
+    if public is None or keys is None:
+        return smooth_months(measurements_by_attribute, psi)
+    cells = pattern_cells(public, keys["estab_id"]) if loadings else None
+    return smooth_months(measurements_by_attribute, psi, cells, pattern_cells(public, keys["estab_id"], PATTERN_GROUP))

@@ -368,7 +368,7 @@ def protect_microdata(
     """
     if wages not in wage_model.WAGE_METHODS:
         raise ValueError(f"wages '{wages}' is unknown; choose one of {', '.join(wage_model.WAGE_METHODS)}")
-    measurements_by_attribute = month_answers(measurements_by_attribute, variance_mode, psi)
+    measurements_by_attribute = month_answers(measurements_by_attribute, variance_mode, psi, public, loadings=False)
     protected = public.copy()
     groupings = groupings or Groupings(public)  # the public columns never change: one per query for all attributes
     results = {}
