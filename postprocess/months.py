@@ -17,9 +17,9 @@ the month pattern of the establishment's statewide sector (PATTERN_GROUP; each m
 establishments over the months' mean sum), so the months are shrunk toward their sector's movement
 within the quarter (construction hires in March), not toward flat months. A sector's pattern keeps
 only the part of its deviation from the common pattern (all the answers') that is not noise
-(``month_pattern``): shrunk toward the state's, New Jersey's statewide sector totals of month 3 were
-covered by their 95% margins 66-80% of the time; toward their sector's, 91-93%. Without the public
-sector column the common pattern serves all.
+(``month_pattern``): shrunk toward the state's, New Jersey's statewide supersector and sector totals
+of month 3 were covered by their 95% margins 70-80% of the time (20 releases); toward their
+sector's, 90-91%. Without the public sector column the common pattern serves all.
 The noise variances are the psi-mechanism's releasable variances at max(L0, 0), L0 the plain mean of
 the answers, the same for each month of equal noise; tau^2 = c (max(L0, 0) + 1)^p is fitted by moments
 (``deviation_variance``): with establishments in bands that double in size by one month's answer, the

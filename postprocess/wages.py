@@ -495,11 +495,11 @@ def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_row
                                          direct if fitted is None else fitted,
                                          direct_variance if fitted is None else np.zeros(n_cells),
                                          observed[cell_rate] * cell_employment, state_rate)
-        establishment_part = cell_rates**2 * (EMPLOYEE_VARIANCE * cell_employment + cell_employment_variance) + 1.0
+        employee_part = cell_rates**2 * (EMPLOYEE_VARIANCE * cell_employment + cell_employment_variance) + 1.0
         cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
-            cell_state, (direct - prior) ** 2 - direct_variance - establishment_part
+            cell_state, (direct - prior) ** 2 - direct_variance - employee_part
             - cell_employment**2 * cell_rate_variance, prior**2, n_states), 0.0)), *CELL_SPREAD_BOUNDS)
-        prior_variance = (cell_spread[cell_state] * prior) ** 2 + establishment_part
+        prior_variance = (cell_spread[cell_state] * prior) ** 2 + employee_part
         cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
         free_variance = np.where(fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
         cell_links = np.where(fixed_cells, 0.0, cell_employment / prior_variance)
