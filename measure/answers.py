@@ -35,7 +35,7 @@ class NoisyAnswer:
             of error widen by it (``postprocess.moe``). None: the variance does not move with the
             answer's noise (exact, or taken from other answers). Never written to a release.
         pattern_loading: per answer, the sd (in the attribute's units) of the error that shrinking it
-            toward the state's month pattern leaves, where that error is shared by every answer of its
+            toward its sector's month pattern leaves, where that error is shared by every answer of its
             county x NAICS-6 cell (``postprocess.months``); the margins of error add the covariances
             (``postprocess.moe``). None: no shared error. Never written to a release.
     """

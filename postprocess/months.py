@@ -35,7 +35,7 @@ Rhode Island). Each smoothed answer therefore also carries how its MSE moves wit
 (``variance_slope``: d MSE / d level through the noise variances), from which the margins of error
 take the half-width of the score interval (``postprocess.moe``).
 
-Shrinking toward the state's pattern g_t errs alike for every establishment of a county x NAICS-6
+Shrinking toward the sector's pattern g_t errs alike for every establishment of a county x NAICS-6
 cell (PATTERN_CELL) whose months move otherwise (an industry hiring in March): by about
 -(1 - k_t) L^ (pi_t - g_t) each, pi the cell's own pattern. Independent per establishment in the
 MSE above, these errors add up in a cell's total (95% margins covered 92% of New Jersey's month-3
