@@ -90,10 +90,9 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None) 
     answers = read_answers(release)
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
-        path = Path(release) / PROTECTED_FILE
-        present = set(pq.ParquetDataset(path).schema.names)
-        protected = pd.read_parquet(path, columns=[column for column in dict.fromkeys(
-            ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in present])
+        dataset = pq.ParquetDataset(Path(release) / PROTECTED_FILE)
+        protected = dataset.read(columns=[column for column in dict.fromkeys(
+            ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
     return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 

@@ -159,9 +159,8 @@ def pattern_spread(y: np.ndarray, noise_variance: np.ndarray, cells: np.ndarray)
     less their mean over the months, squared, less their noise variance, over (level+ + 1)^2, fitted as
     c (level+ + 1)^p over cells in bands of their level (a month's deviation is uncorrelated with
     the mean of equally noisy months, so the bands do not select on its noise)."""
-    n_cells, months = int(cells.max(initial=-1)) + 1, y.shape[1]
-    sums = np.column_stack([np.bincount(cells, y[:, t], n_cells) for t in range(months)])
-    noise = np.column_stack([np.bincount(cells, noise_variance[:, t], n_cells) for t in range(months)])
+    sums, noise = _month_sums(cells, y), _month_sums(cells, noise_variance)
+    months = y.shape[1]
     level = sums.mean(axis=1)
     centering = np.eye(months) - 1.0 / months
     deviation2, deviation_noise = (sums @ centering) ** 2, noise @ centering**2
@@ -184,21 +183,26 @@ def month_pattern(y: np.ndarray, noise_variance: np.ndarray, groups: np.ndarray 
     common = _pattern(y.sum(axis=0), y.sum(axis=0).mean())
     if groups is None:
         return common
-    n_groups, months = int(groups.max(initial=-1)) + 1, y.shape[1]
-    sums = np.column_stack([np.bincount(groups, y[:, t], n_groups) for t in range(months)])
+    sums, months = _month_sums(groups, y), y.shape[1]
     mean = sums.mean(axis=1, keepdims=True)
-    noise = np.bincount(groups, noise_variance.mean(axis=1), n_groups)
-    noise = np.divide(noise, mean[:, 0] ** 2, out=np.full(n_groups, np.inf), where=mean[:, 0] > 0)
+    noise = _month_sums(groups, noise_variance).mean(axis=1)
+    noise = np.divide(noise, mean[:, 0] ** 2, out=np.full(len(noise), np.inf), where=mean[:, 0] > 0)
     deviation = _pattern(sums, mean) - common
     spread = (deviation**2).sum(axis=1)
-    keep = np.maximum(1.0 - np.divide((months - 1) * noise, spread, out=np.ones(n_groups), where=spread > 0), 0.0)
+    keep = np.maximum(1.0 - np.divide((months - 1) * noise, spread, out=np.ones(len(spread)), where=spread > 0), 0.0)
     return (common + keep[:, None] * deviation)[groups]
 
 
 def _pattern(sums: np.ndarray, mean: np.ndarray | float) -> np.ndarray:
     """Month sums over their mean (1 where a sum or the mean is not positive)."""
-    positive = (sums > 0) & (np.asarray(mean) > 0)
-    return np.where(positive, sums / np.where(np.asarray(mean) > 0, mean, 1.0), 1.0)
+    mean = np.asarray(mean)
+    return np.where((sums > 0) & (mean > 0), sums / np.where(mean > 0, mean, 1.0), 1.0)
+
+
+def _month_sums(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each group's sums of ``values`` (establishments x months): groups x months."""
+    n_groups = int(codes.max(initial=-1)) + 1
+    return np.column_stack([np.bincount(codes, values[:, t], n_groups) for t in range(values.shape[1])])
 
 
 def pattern_cells(public: pd.DataFrame, estab_ids: pd.Series | None = None,
@@ -207,13 +211,17 @@ def pattern_cells(public: pd.DataFrame, estab_ids: pd.Series | None = None,
     or, given ``estab_ids`` (an identity answer's keys), in theirs; None when ``public`` lacks them."""
     if not set(columns) <= set(public.columns):
         return None
-    codes = group_establishments(public, list(columns)).codes
+    return group_establishments(_in_order(public, estab_ids), list(columns)).codes
+
+
+def _in_order(public: pd.DataFrame, estab_ids: pd.Series | None) -> pd.DataFrame:
+    """``public``'s rows in the order of ``estab_ids`` (an identity answer's keys; None: as they are)."""
     if estab_ids is None or public["estab_id"].equals(estab_ids):
-        return codes
+        return public
     position = pd.Index(public["estab_id"]).get_indexer(estab_ids)
     if (position < 0).any():
         raise ValueError("the months' identity answers hold establishments that the public microdata does not")
-    return codes[position]
+    return public.iloc[position]
 
 
 def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi: NeighborFunction,
@@ -297,5 +305,6 @@ def month_answers(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]]
     keys = next(iter(identity.values())).keys if identity else None
     if public is None or keys is None:
         return smooth_months(measurements_by_attribute, psi)
-    cells = pattern_cells(public, keys["estab_id"]) if loadings else None
-    return smooth_months(measurements_by_attribute, psi, cells, pattern_cells(public, keys["estab_id"], PATTERN_GROUP))
+    public = _in_order(public, keys["estab_id"])  # once, for both groupings
+    cells = pattern_cells(public) if loadings else None
+    return smooth_months(measurements_by_attribute, psi, cells, pattern_cells(public, columns=PATTERN_GROUP))
