@@ -6,20 +6,12 @@ gedp.postprocess (least squares and margins of error), gedp.evaluation (experime
 """
 
 from importlib import metadata
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 try:
     __version__ = metadata.version("gedp")
 except metadata.PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0+unknown"
-
-# In the repository the subpackages are the top-level stage folders (synth/, measure/, ...), which
-# pyproject's package-dir installs as gedp.synth, gedp.measure, ...; when gedp is imported from the
-# repository itself (its folder shadows an installed copy), find them there too.
-_CHECKOUT = Path(__file__).resolve().parent.parent
-if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "measure" / "mechanisms.py").is_file():
-    __path__.append(str(_CHECKOUT))
 
 if TYPE_CHECKING:  # type checkers see the API's signatures; at run time it is imported on first use
     from gedp.api import Release, interval, load, protect, read_release, synthesize

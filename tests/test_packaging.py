@@ -30,11 +30,24 @@ def test_the_wheel_installs_only_the_gedp_namespace(wheel):
     assert "gedp/py.typed" in names
 
 
+def nested_venv(env_dir: Path) -> Path:
+    """A venv whose own site-packages come first and which sees the dependencies installed for this
+    interpreter, wherever they are (system-wide or inside the venv running the tests): a venv with
+    ``system_site_packages`` sees only its base interpreter's packages, not an outer venv's. The outer
+    directories are listed in a .pth file, so their own .pth files (an editable gedp) are not run."""
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    outer = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+    (Path(own) / "outer_environment.pth").write_text("\n".join(outer) + "\n")
+    return python
+
+
 def test_installed_gedp_ignores_a_users_own_evaluation_module(wheel, tmp_path):
     """Before: `python3 -m gedp interval 36` in a folder holding evaluation.py failed (ModuleNotFoundError)."""
     env_dir = tmp_path / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
-    python = env_dir / "bin" / "python"
+    python = nested_venv(env_dir)
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", str(wheel)],
         check=True,
@@ -49,6 +62,16 @@ def test_installed_gedp_ignores_a_users_own_evaluation_module(wheel, tmp_path):
     located = subprocess.run([str(python), "-c", "import gedp.measure; print(gedp.measure.__file__)"], cwd=work,
                              capture_output=True, text=True, check=True).stdout
     assert str(env_dir) in located
+
+
+def test_only_the_stage_folders_join_the_namespace():
+    """The stage folders are gedp.synth, gedp.measure, ... by setuptools' package mapping alone: no
+    other folder of the checkout (benchmarks/, tests/, docs/) is importable as gedp.<name>."""
+    code = ("import importlib.util, gedp\n"
+            "print([n for n in ('benchmarks', 'tests', 'docs') if importlib.util.find_spec('gedp.' + n)])\n"
+            "print(hasattr(gedp, '__path__') and len(gedp.__path__))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.split("\n")[:2] == ["[]", "1"], done.stdout
 
 
 def test_the_public_api_is_typed_for_its_users(tmp_path):
