@@ -148,8 +148,8 @@ def gedp_cells(truth: pd.DataFrame, jobs: pd.DataFrame, config: Config, seed: in
     """One gedp job-frame release of ``truth`` (``gedp.pipeline.protect``; PCG64 seeded, not for publication:
     the stream ``gedp protect --seed`` gives a single state) tabulated on the cells ``keys`` of Workload 1
     (protected m1emp) and Workload 2 (its protected job frame of GEDP_FAMILY); cells the release lacks are 0."""
-    from gedp.engine import state_rng
-    from gedp.pipeline import make_rng, protect
+    from gedp.measure.rng import make_rng, state_rng
+    from gedp.pipeline import protect
     from gedp.postprocess.jobframe import tabulate_jobs
     from gedp.postprocess.tabulate import tabulate
 

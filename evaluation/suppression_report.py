@@ -12,11 +12,8 @@ import pandas as pd
 from gedp.evaluation.report import Report
 from gedp.measure.suppression import SuppressionResult, suppression_shares
 from gedp.postprocess.tabulate import qcew_tables
+from gedp.release.format import AUDIT_FILE, PUBLISHED_FILE, SHARES_FILE
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
-
-PUBLISHED_FILE = "cells.csv"
-AUDIT_FILE = "audit_confidential.csv"
-SHARES_FILE = "shares.csv"
 
 
 def published_table(microdata: pd.DataFrame, result: SuppressionResult) -> pd.DataFrame:

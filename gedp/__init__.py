@@ -27,3 +27,8 @@ def __getattr__(name: str) -> object:
 
         return getattr(api, name)
     raise AttributeError(f"module 'gedp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public API, with the names the lazy ``__getattr__`` provides (``dir(gedp)``)."""
+    return sorted({*globals(), *__all__})

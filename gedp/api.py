@@ -20,18 +20,14 @@ import numpy as np
 import pandas as pd
 
 from gedp.config import Config, load_config, parse_config
-from gedp.engine import Source, protect_input
+from gedp.engine import Source
 from gedp.errors import InputError
-from gedp.manifest import Manifest, read_manifest, release_answers, release_families, release_wage_psi
-from gedp.pipeline import (
-    JOBS_FILE,
-    MEASUREMENTS_FILE,
-    PROTECTED_FILE,
-    TABLES_FILE,
-    check_output_directory,
-    check_publication,
-    staged_directory,
-)
+from gedp.lifetime import ledger_request, protect_recorded
+from gedp.measure.rng import check_publication
+from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
+from gedp.release.manifest import Manifest
+from gedp.release.reader import read_manifest, release_answers, release_families, release_wage_psi
+from gedp.release.writer import check_output_directory, staged_directory
 
 __all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize", "tabulate_job_frame"]
 
@@ -68,7 +64,8 @@ def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, e
 def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = "baseline", *,
             workflow: str | None = None, seed: int | None = None, not_for_publication: bool = False,
             engine: str = "local", scheduler: str | None = None, integer: bool | None = None,
-            jobs: Source | None = None) -> Release:
+            jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
+            dataset_id: str | None = None) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
     ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
@@ -76,14 +73,21 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
 
     Noise comes from the secure generator; ``seed`` gives a replayable stream and needs
     ``not_for_publication=True`` (the release then says ``"publishable": false``).
+
+    ``ledger``: the lifetime budget ledger (a JSON file) that records the release, as ``gedp protect
+    --ledger`` does: the release is refused before any noise is drawn when it would take the dataset
+    (its records, or ``dataset_id``) over its ``lifetime_cap`` (needed the first time), and committed
+    in the ledger once complete; the manifest's ``lifetime`` section shows the spending.
     """
     check_publication(seed, None, not_for_publication)
+    request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
     loaded = load(config, workflow)
     if integer is not None:
         loaded = loaded.with_integer(integer)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
     folder = Path(holder.name) / "release"
-    protect_input(microdata, loaded, folder, seed=seed, engine=engine, scheduler=scheduler, jobs=jobs)
+    protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=scheduler,
+                     jobs=jobs)
     return Release(folder, holder)
 
 

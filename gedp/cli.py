@@ -146,8 +146,9 @@ def _progress_bar() -> Progress:
 
 
 @contextmanager
-def progress_steps(total: int):
-    """A progress bar on stderr; yields the callback that advances it by one named step."""
+def progress_steps(total: int | None):
+    """A progress bar on stderr (of ``total`` steps, or counting without an end); yields the callback
+    that advances it by one named step."""
     with _progress_bar() as progress:
         task = progress.add_task("measuring", total=total)
 
@@ -174,11 +175,12 @@ def progress_counts(description: str):
         yield update, say
 
 
-def _load(config_name: str, workflow: Optional[str]) -> Config:
-    from gedp.config import load_config
+def _load(config_name: str, workflow: Optional[str], integer: Optional[bool] = None) -> Config:
+    """A config by name or path, with the command's --workflow and --integer overrides."""
+    from gedp.api import load
 
-    config = load_config(config_name)
-    return config if workflow is None else config.with_workflow(workflow)
+    config = load(config_name, workflow)
+    return config if integer is None else config.with_integer(integer)
 
 
 def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
@@ -214,7 +216,7 @@ def _accuracy(truth: pd.DataFrame, release: Path, config: Config) -> dict:
     import pandas as pd
 
     from gedp.evaluation.compare import compare_tabulations, error_summary
-    from gedp.pipeline import PROTECTED_FILE
+    from gedp.release.format import PROTECTED_FILE
 
     protected = pd.read_parquet(release / PROTECTED_FILE)
     return {label: {attribute: error_summary(compare_tabulations(truth, protected, by, attribute))
@@ -240,7 +242,8 @@ def run(
     import numpy as np
 
     from gedp.engine import protect_input
-    from gedp.pipeline import ACCURACY_FILE, check_output_directory
+    from gedp.release.format import ACCURACY_FILE
+    from gedp.release.writer import check_output_directory
     from gedp.synth.profiles import generate_profile, load_profile
     from gedp.synth.schema import CONFIDENTIAL
 
@@ -274,7 +277,7 @@ def run(
 def _check_output_file(path: Path) -> None:
     """Refuse a path that cannot become a file: a folder, a parent that is not a folder, a name too
     long, a parent that cannot be created."""
-    from gedp.pipeline import check_output_path
+    from gedp.release.writer import check_output_path
 
     check_output_path(path.resolve())
     if path.is_dir():
@@ -319,6 +322,28 @@ def _print_validation(report: dict) -> None:
                   f"{report['negative_values']}")
 
 
+def _synthesized(profile: Optional[str], from_qcew: Optional[Path], within_cell: str, establishments: Optional[int],
+                 seed: int, rng) -> tuple[pd.DataFrame, dict, Optional[PublishedState]]:
+    """A synthetic state from a profile or fitted to a QCEW file, its summary, and the published
+    QCEW it was fitted to (None for a profile)."""
+    from gedp.synth.establishments import synthesize_state
+    from gedp.synth.profiles import generate_profile, load_profile
+    from gedp.synth.qcew import read_qcew
+    from gedp.synth.schema import CONFIDENTIAL
+    from gedp.synth.validate import validation_report
+
+    if profile is not None:
+        spec = load_profile(profile)
+        microdata = generate_profile(spec, n_establishments=establishments, rng=rng)
+        return microdata, {"profile": spec["name"], "description": spec["description"], "seed": seed,
+                           "establishments": len(microdata), "counties": int(microdata["county"].nunique()),
+                           "totals": {a: float(microdata[a].sum()) for a in CONFIDENTIAL}}, None
+    published = read_qcew(from_qcew)
+    microdata = synthesize_state(published, mode=within_cell, rng=rng)
+    return microdata, {"source": str(from_qcew), "within_cell": within_cell, "seed": seed,
+                       **validation_report(microdata, published)}, published
+
+
 @app.command()
 def synth(
     out: Annotated[Path, typer.Option(help="Microdata file to write (.parquet or .csv).")],
@@ -339,14 +364,11 @@ def synth(
     """Write a synthetic state: from a built-in profile, or fitted to a published QCEW file."""
     import numpy as np
 
-    from gedp.pipeline import check_output_path
-    from gedp.synth.establishments import WITHIN_CELL_MODES, synthesize_state
+    from gedp.release.writer import check_output_path
+    from gedp.synth.establishments import WITHIN_CELL_MODES
     from gedp.synth.io import write_microdata
     from gedp.synth.jobs import synthesize_jobs
-    from gedp.synth.profiles import fit_profile, generate_profile, load_profile
-    from gedp.synth.qcew import read_qcew
-    from gedp.synth.schema import CONFIDENTIAL
-    from gedp.synth.validate import validation_report
+    from gedp.synth.profiles import fit_profile
 
     start = time.perf_counter()
     with reported_errors():
@@ -358,17 +380,7 @@ def synth(
         if within_cell not in WITHIN_CELL_MODES:
             raise InputError(f"--within-cell '{within_cell}': choose one of {', '.join(WITHIN_CELL_MODES)}")
         rng = np.random.default_rng(seed)
-        if profile is not None:
-            spec = load_profile(profile)
-            microdata = generate_profile(spec, n_establishments=establishments, rng=rng)
-            summary = {"profile": spec["name"], "description": spec["description"], "seed": seed,
-                       "establishments": len(microdata), "counties": int(microdata["county"].nunique()),
-                       "totals": {a: float(microdata[a].sum()) for a in CONFIDENTIAL}}
-        else:
-            published = read_qcew(from_qcew)
-            microdata = synthesize_state(published, mode=within_cell, rng=rng)
-            summary = {"source": str(from_qcew), "within_cell": within_cell, "seed": seed,
-                       **validation_report(microdata, published)}
+        microdata, summary, published = _synthesized(profile, from_qcew, within_cell, establishments, seed, rng)
         if jobs:
             job_table = synthesize_jobs(microdata, rng=rng)
             jobs_out = out.with_name(f"{out.stem}.jobs{out.suffix}")
@@ -425,47 +437,19 @@ def protect_command(
                                                            "data).")] = None,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
-    from gedp.engine import check_request, input_digest, input_states, protect_input
-    from gedp.ledger import check_cap, check_dataset_id, commit, reserve
-    from gedp.pipeline import check_output_directory, check_publication
+    from gedp.lifetime import ledger_request, protect_recorded
+    from gedp.measure.rng import check_publication
 
     start = time.perf_counter()
     with reported_errors():
         check_publication(seed, rng, not_for_publication)
-        if ledger is None and (lifetime_cap is not None or dataset_id is not None):
-            raise InputError("--lifetime-cap and --dataset-id go with --ledger FILE")
-        if ledger is not None and not_for_publication:
-            raise InputError("--ledger records releases for publication only: a --not-for-publication release "
-                             "spends no lifetime budget; drop --ledger")
-        if lifetime_cap is not None:
-            check_cap(lifetime_cap)
-        if dataset_id is not None:
-            check_dataset_id(dataset_id)
-        cfg = _load(config, workflow)
-        if integer is not None:
-            cfg = cfg.with_integer(integer)
-        check_output_directory(out.resolve())
-        inputs = input_states(input)
-        check_request(cfg, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None)
-        reservation = None
-        if ledger is not None:
-            with progress_steps(len(inputs.codes)) as advance:
-                digest = input_digest(input, inputs, cfg.attributes,
-                                      on_state=lambda state: advance(f"ledger: state {state} read"))
-            reservation = reserve(ledger, digest, cfg.plan.budget().total, cap=lifetime_cap, dataset_id=dataset_id,
-                                  config=cfg.name)
-        try:
-            with progress_steps(len(inputs.codes)) as advance:
-                manifest = protect_input(input, cfg, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
-                                         jobs=jobs,
-                                         on_state=lambda state: advance(f"state {state} done"),
-                                         lifetime=None if reservation is None else reservation.summary(),
-                                         before_publish=None if reservation is None else lambda: commit(reservation),
-                                         inputs=inputs)
-        except (InputError, SolverError) as err:
-            if reservation is None:
-                raise
-            raise type(err)(f"{err}; {reservation.pending_note()}") from None
+        request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
+        cfg = _load(config, workflow, integer)
+        with progress_steps(None) as advance:
+            manifest, reservation = protect_recorded(
+                input, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=scheduler, jobs=jobs,
+                on_digest=lambda state: advance(f"ledger: state {state} read"),
+                on_state=lambda state: advance(f"state {state} done"))
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     if reservation is not None:
         console.print(f"  lifetime budget of this dataset: mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
@@ -551,6 +535,18 @@ def _table_format(table_format: Optional[str], out: Optional[Path], agglvl: Opti
     return table_format
 
 
+def _tabulation_format(release: bool, by: Optional[str], agglvl: Optional[int], moe: bool, level: float,
+                       table_format: Optional[str], out: Optional[Path]) -> str:
+    """Refuse a tabulation's options that do not go together; returns the output format."""
+    if moe and not release:
+        raise InputError("--moe needs a release directory (it reads the release's measurements)")
+    if agglvl is not None and by is not None:
+        raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
+    if not 0 < level < 1:
+        raise InputError(f"--level ({level}) must be between 0 and 1")
+    return _table_format(table_format, out, agglvl)
+
+
 @app.command(name="tabulate")
 def tabulate_command(
     microdata: Annotated[Path, typer.Argument(help="A release directory or a microdata file.")],
@@ -573,21 +569,14 @@ def tabulate_command(
     budget is spent and no confidential data is read.
     """
     from gedp.api import tabulate_job_frame, worker_keys
-    from gedp.manifest import release_answers, release_wage_psi
-    from gedp.pipeline import MANIFEST_FILE, PROTECTED_FILE
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
+    from gedp.release.format import MANIFEST_FILE, PROTECTED_FILE
+    from gedp.release.reader import release_answers, release_wage_psi
     from gedp.synth.io import read_microdata
-    from gedp.synth.schema import count
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
-        if moe and not release:
-            raise InputError("--moe needs a release directory (it reads the release's measurements)")
-        if agglvl is not None and by is not None:
-            raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
-        if not 0 < level < 1:
-            raise InputError(f"--level ({level}) must be between 0 and 1")
-        table_format = _table_format(table_format, out, agglvl)
+        table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out)
         data = read_microdata(microdata / PROTECTED_FILE if release else microdata, attributes=None)
         jobs = agglvl is None and bool(worker_keys(by or ""))
         if jobs and not release:
@@ -612,20 +601,25 @@ def tabulate_command(
         for warning in caught:
             typer.echo(f"warning: {warning.message}", err=True)
         if out is not None:
-            write_table = table.to_parquet if table_format == "parquet" else table.to_csv
-            _write_atomically(out, lambda path: write_table(path, index=False))
-            summary = {
-                "source": str(microdata),
-                "by": keys,
-                "agglvl": agglvl,
-                "where": where,
-                "moe_level": level if moe else None,
-                "rows": len(table),
-                "table": str(out),
-            }
-            _write_atomically(out.with_name(out.name + ".json"),
-                              lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
-    margins = f"; margins of error at {level:.0%}" if moe else ""
+            summary = {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where,
+                       "moe_level": level if moe else None, "rows": len(table), "table": str(out)}
+            _write_tabulation(table, out, table_format, summary)
+    _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
+
+
+def _write_tabulation(table: pd.DataFrame, out: Path, table_format: str, summary: dict) -> None:
+    """The table as Parquet or CSV at ``out``, and ``summary`` as JSON beside it (``out``.json)."""
+    write_table = table.to_parquet if table_format == "parquet" else table.to_csv
+    _write_atomically(out, lambda path: write_table(path, index=False))
+    _write_atomically(out.with_name(out.name + ".json"),
+                      lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+
+
+def _show_tabulation(table: pd.DataFrame, out: Optional[Path], margins: str) -> None:
+    """Say where the table went; without --out, the whole table as CSV to a pipe, or its first rows
+    to a terminal."""
+    from gedp.synth.schema import count
+
     if out is not None:
         console.print(f"{count(len(table), 'row')} written to {out}{margins}")
     elif not sys.stdout.isatty():
@@ -633,11 +627,8 @@ def tabulate_command(
         errors.print(f"{count(len(table), 'row')} written as CSV to standard output{margins}")
     else:
         typer.echo(table.head(SHOWN_ROWS).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
-        shown = (
-            f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)"
-            if len(table) > SHOWN_ROWS
-            else ""
-        )
+        shown = (f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)"
+                 if len(table) > SHOWN_ROWS else "")
         console.print(f"{count(len(table), 'row')}{shown}{margins}")
 
 
@@ -709,6 +700,26 @@ def _experiment_jobs(name: str, jobs: Path, data: Optional[Path], truth: Optiona
     return read_jobs(jobs, truth)
 
 
+def _check_counts(name: str, replications: Optional[int], trials: int, gedp_replications: Optional[int]) -> None:
+    """Refuse counts of an experiment that cannot run."""
+    if replications is not None and replications < 1:
+        raise InputError(f"--replications ({replications}) must be >= 1")
+    if trials < 2:
+        raise InputError(f"--trials ({trials}) must be >= 2")
+    if gedp_replications is not None and (name != "e6" or gedp_replications < 0):
+        raise InputError(f"--gedp-replications ({gedp_replications}) goes with e6 and must be >= 0")
+
+
+def _computed(chosen, request, name: str):
+    """An experiment's result, with a progress bar (experiments that count their steps) or a status line."""
+    if chosen.steps is not None:
+        with progress_steps(chosen.steps(request)) as advance:
+            return chosen.compute(dataclasses.replace(request, on_step=advance))
+    what = f"{len(request.truth):,} establishments" if chosen.uses_data else f"{request.trials:,} trials"
+    with errors.status(f"running {name} on {what}"):
+        return chosen.compute(request)
+
+
 @app.command()
 def evaluate(
     name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), e5 (earlier "
@@ -750,18 +761,14 @@ def evaluate(
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.evaluation.experiments import ExperimentRequest, experiment
-    from gedp.pipeline import staged_directory
+    from gedp.release.format import SUMMARY_FILE
+    from gedp.release.writer import staged_directory
     from gedp.synth.schema import count
 
     start = time.perf_counter()
     with reported_errors():
         chosen = experiment(name)
-        if replications is not None and replications < 1:
-            raise InputError(f"--replications ({replications}) must be >= 1")
-        if trials < 2:
-            raise InputError(f"--trials ({trials}) must be >= 2")
-        if gedp_replications is not None and (name != "e6" or gedp_replications < 0):
-            raise InputError(f"--gedp-replications ({gedp_replications}) goes with e6 and must be >= 0")
+        _check_counts(name, replications, trials, gedp_replications)
         try:
             request = ExperimentRequest(
                 config=config, replications=replications, seed=seed, trials=trials,
@@ -771,20 +778,13 @@ def evaluate(
                 e5=E5Setup(infusion_s=infusion_s, infusion_t=infusion_t, delta=delta))
         except ValueError as err:
             raise InputError(str(err)) from None
-        with staged_directory(out, marker="summary.json") as staging:
+        with staged_directory(out, marker=SUMMARY_FILE) as staging:
             if chosen.uses_data:
                 truth, label, published = _experiment_data(data, from_qcew, profile, seed)
                 request = dataclasses.replace(request, truth=truth, data_label=label, published=published)
             if jobs is not None:
                 request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
-            if chosen.steps is not None:
-                with progress_steps(chosen.steps(request)) as advance:
-                    result = chosen.compute(dataclasses.replace(request, on_step=advance))
-            else:
-                what = f"{len(request.truth):,} establishments" if chosen.uses_data else f"{trials:,} trials"
-                with errors.status(f"running {name} on {what}"):
-                    result = chosen.compute(request)
-            summary = chosen.render(result, staging)
+            summary = chosen.render(_computed(chosen, request, name), staging)
     console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
                   f"{count(len(summary['figures']), 'plot')}) in {time.perf_counter() - start:.0f}s")
 
@@ -815,7 +815,8 @@ def suppress_command(
     and geography hierarchies protects them; an LP audit checks every suppressed cell."""
     from gedp.evaluation.suppression_report import write_suppression
     from gedp.measure.suppression import SuppressionRule, check_microdata, suppress
-    from gedp.pipeline import staged_directory
+    from gedp.release.format import SUMMARY_FILE
+    from gedp.release.writer import staged_directory
 
     start = time.perf_counter()
     with reported_errors():
@@ -830,7 +831,7 @@ def suppress_command(
         except ValueError as err:
             raise InputError(str(err)) from None
         published_shares = None if published is None else published.suppressed_shares()
-        with staged_directory(out, marker="summary.json") as staging:
+        with staged_directory(out, marker=SUMMARY_FILE) as staging:
             with progress_counts("auditing intervals") as (update, say):
                 result = suppress(microdata, rule, audit=audit, on_round=say, progress=update, every_lp=every_lp)
             summary = write_suppression(staging, microdata, result, data_label=label, published_shares=published_shares)

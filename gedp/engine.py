@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,18 +25,11 @@ import pandas as pd
 
 from gedp.config import Config
 from gedp.ledger import dataset_digest, records_digest
-from gedp.manifest import release_manifest
-from gedp.pipeline import (
-    MANIFEST_FILE,
-    TABLES_FILE,
-    check_job_table,
-    make_rng,
-    protect,
-    secure_generator,
-    staged_directory,
-    write_parts,
-)
+from gedp.measure.rng import make_rng, secure_generator, state_rng
+from gedp.pipeline import check_job_table, protect
 from gedp.postprocess.wls import SolverError
+from gedp.release.manifest import release_manifest, state_section
+from gedp.release.writer import join_tables, staged_directory, table_part, write_manifest, write_parts
 from gedp.synth.io import input_columns, read_columns
 from gedp.synth.schema import CONFIDENTIAL, InputError, check_columns, estab_ids, normalize_code, validate_microdata
 
@@ -93,14 +85,14 @@ def input_states(source: Source) -> InputStates:
     return InputStates(dict(sorted(codes.items())), len(frame))
 
 
-def input_attributes(path: str | Path, attributes) -> list[str]:
+def input_attributes(path: Source, attributes) -> list[str]:
     """``attributes`` and every other confidential attribute the input has (read from its header or
-    Parquet schema): the columns that identify its records in the lifetime ledger."""
-    columns = input_columns(Path(path))
+    Parquet schema, or a DataFrame's columns): the columns that identify its records in the lifetime ledger."""
+    columns = [str(c) for c in path.columns] if isinstance(path, pd.DataFrame) else input_columns(Path(path))
     return [c for c in CONFIDENTIAL if c in attributes or c in columns]
 
 
-def input_digest(path: str | Path, inputs: InputStates, attributes,
+def input_digest(path: Source, inputs: InputStates, attributes,
                  on_state: Callable[[str], None] | None = None) -> str:
     """SHA-256 of the input's validated records (gedp.ledger.records_digest), read one state at a
     time: ``attributes`` and every other confidential column present, whatever the files' names,
@@ -120,16 +112,10 @@ def read_state(source: Source, state: str, attributes, stored: list) -> pd.DataF
     return validate_microdata(read_source(source, where=("state", stored)), attributes)
 
 
-def state_rng(entropy: int, state: str) -> np.random.Generator:
-    """The generator of one state's noise: derived from the run's entropy and the exact state code
-    (its ASCII bytes, so two different codes never share a stream)."""
-    return np.random.default_rng(np.random.SeedSequence([entropy, *state.encode("ascii")]))
-
-
 def check_request(config: Config, states: list[str], *, seed: int | None, rng: str | None, engine: str,
                   jobs: bool = False) -> dict:
     """Refuse a bad engine, seed and generator, a plan that spans states, or a job table (``jobs``:
-    whether one is given) that does not go with the config (``pipeline.check_job_table``), before
+    whether one is given) that does not go with the config (``gedp.pipeline.check_job_table``), before
     anything is read or reserved; returns how the manifest describes the generator."""
     check_job_table(config, jobs)
     if engine not in ENGINES:
@@ -190,24 +176,11 @@ def _protect_state(path: Source, state: str, stored: list, config: Config, entro
     microdata = read_state(path, state, config.attributes, stored)
     rng = secure_generator() if entropy is None else state_rng(entropy, state)
     plan = dataclasses.replace(config.plan, states=states)
-    release = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, rng_description={}, jobs=jobs)
+    contents = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, jobs=jobs)
     del microdata, jobs
     folder = Path(staging)
-    manifest = release.manifest
-    entry = {
-        "state": state,
-        "establishments": manifest["establishments"],
-        "tau": manifest["tau"][state],
-        "zeta": plan.zeta_per_state,
-        "mu_total": manifest["mu_total"],
-        "mu": manifest["mu"],
-        "grid": manifest["grid"],
-        "solver": manifest["solver"],
-        "ledger": manifest["ledger"],
-        **({"rounding": manifest["rounding"]} if "rounding" in manifest else {}),
-        **({"jobs": manifest["jobs"]} if "jobs" in manifest else {}),
-    }
-    return entry, functools.partial(write_parts, release, folder, state, folder / f".{TABLES_FILE}.part-{state}")
+    entry = state_section(state, contents, plan.zeta_per_state)
+    return entry, functools.partial(write_parts, contents, folder, state, table_part(folder, state))
 
 
 def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None] | None) -> list[dict]:
@@ -280,18 +253,11 @@ def protect_input(
         if protected != inputs.rows:
             raise InputError(f"{protected} establishments were read state by state, but the input has {inputs.rows} "
                              "rows; was it changed while gedp read it?")
-        with (staging / TABLES_FILE).open("w") as tables:
-            for index, state in enumerate(states):
-                part = staging / f".{TABLES_FILE}.part-{state}"
-                lines = part.read_text().splitlines(keepends=True)
-                tables.writelines(lines if index == 0 else lines[1:])
-                part.unlink()
+        join_tables(staging, states)
         manifest = release_manifest(config, pieces, rng_description, engine, scheduler)
         if lifetime is not None:
             manifest["lifetime"] = lifetime
-        for name, content in (extra_files(staging) if extra_files else {}).items():
-            (staging / name).write_text(json.dumps(content, indent=2) + "\n")
-        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
+        write_manifest(staging, manifest, extra_files(staging) if extra_files else {})
     return manifest
 
 

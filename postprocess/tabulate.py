@@ -92,9 +92,9 @@ def tabulate(
             the margins treat the selection as fixed, as if it were made on public columns.
         moe: add ``<attribute>_moe``, the half-width of the interval at ``level`` from the release's
             least squares covariance (no new privacy budget; needs ``answers``).
-        answers: the release's noisy answers by attribute (``gedp.pipeline.read_release``).
+        answers: the release's noisy answers by attribute (``gedp.release.reader.read_release``).
         wage_psi: the release's psi when its wages were informed by employment
-            (``gedp.manifest.release_wage_psi``; their margins then follow ``postprocess.wages``).
+            (``gedp.release.reader.release_wage_psi``; their margins then follow ``postprocess.wages``).
         groupings: of ``microdata``, shared by several tabulations of it (not used with ``where``).
 
     Returns one row per non-empty group, sorted by the keys, with the keys, ``estabs`` and the sums.

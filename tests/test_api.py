@@ -110,7 +110,8 @@ def test_run_and_protect_write_one_manifest_schema(small_release, tmp_path):
     from typer.testing import CliRunner
 
     from gedp.cli import app
-    from gedp.manifest import Manifest, read_manifest
+    from gedp.release.manifest import Manifest
+    from gedp.release.reader import read_manifest
 
     run_dir, _ = small_release
     source = tmp_path / "in.parquet"

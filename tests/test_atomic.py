@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import gedp.config
 import gedp.engine
-import gedp.pipeline
+import gedp.release.writer
 from gedp.cli import app
 from gedp.synth.profiles import generate_profile, load_profile
 
@@ -51,7 +51,7 @@ def interrupt(*args, **kwargs):
 def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, monkeypatch, stage):
     source, out, before = earlier_release
     if stage == "os.replace":
-        monkeypatch.setattr(gedp.pipeline.os, "replace", interrupt)
+        monkeypatch.setattr(gedp.release.writer.os, "replace", interrupt)
     else:
         monkeypatch.setattr(gedp.engine, stage, interrupt)
     with pytest.raises(KeyboardInterrupt):

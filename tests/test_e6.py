@@ -232,12 +232,13 @@ def test_gedp_config_scales_the_shipped_plan_to_the_matched_mu_and_its_release_c
     assert [dict(q.mu) for q in config.plan.queries] == [
         {a: pytest.approx(m * factor, rel=1e-12) for a, m in q.items()} for q in kept]
     from gedp.pipeline import protect
+    from gedp.release.manifest import state_section
 
-    release = protect(small_state, config, rng=np.random.default_rng(0), rng_description={"kind": "seed"},
-                      jobs=jobs)
-    charged = release.manifest["mu_total"]
+    release = protect(small_state, config, rng=np.random.default_rng(0), jobs=jobs)
+    section = state_section("44", release, config.plan.zeta)
+    charged = section["mu_total"]
     assert gdp_delta_closed_form(2.0, charged) == pytest.approx(1e-6, rel=1e-9)  # the ledger's total, converted
-    assert set(release.manifest["mu"]["identity"]) == {"m1emp", "worker"}  # no home family
+    assert set(section["mu"]["identity"]) == {"m1emp", "worker"}  # no home family
     assert set(release.jobs["family"]) == {"worker"}
 
 

@@ -17,10 +17,10 @@ import gedp
 from gedp.cli import app
 from gedp.config import load_config, parse_config
 from gedp.errors import ConfigError
-from gedp.manifest import release_answers
 from gedp.measure.jobframe import category_attribute, category_counts, expand_plan, family_categories, home_domain
 from gedp.postprocess.jobframe import cell_sums, margin_targets, rake_counts, raking_seed, round_counts
 from gedp.postprocess.wls import build_system, system_structure
+from gedp.release.reader import release_answers
 from gedp.synth.jobs import synthesize_jobs, validate_jobs
 from gedp.synth.profiles import generate_profile, load_profile
 
@@ -256,8 +256,8 @@ def fallback_targets(cell_totals, cell_employment):
 
 def released_cell_counts(release, cells):
     """The released job frame's worker counts per establishment (release order) and per cell."""
-    from gedp.pipeline import read_answers
     from gedp.postprocess.jobframe import family_attributes
+    from gedp.release.reader import read_answers
 
     protected, frame = release.microdata, release.jobs
     categories = list(family_attributes("worker", read_answers(release.folder)).values())
@@ -277,7 +277,7 @@ def test_cells_no_margin_holds_are_raked_to_their_own_unbounded_totals(state, jo
     protected m1emp; job tabulations agree with the establishment tabulation. Power: targets from
     perturbed unbounded totals, and a release raked to county and sector margins as if they held the
     cells, both miss by far more than the tolerance."""
-    from gedp.pipeline import read_answers
+    from gedp.release.reader import read_answers
 
     micro = state.drop(columns=["m2emp", "m3emp", "wage"])
     release = gedp.protect(micro, supersector_plan, jobs=jobs, seed=5, not_for_publication=True)
@@ -465,8 +465,8 @@ def test_the_job_frame_is_recomputed_bit_for_bit_from_the_release_files_alone(re
     attributes: re-running the postprocessing on the release's own files gives the same bits (so no
     confidential value, and no low bit of one, reaches the file). Power: the integer release differs."""
     from gedp.measure.jobframe import FamilySpec
-    from gedp.pipeline import read_answers
     from gedp.postprocess.jobframe import family_attributes, job_table, protect_family
+    from gedp.release.reader import read_answers
 
     answers = read_answers(release.folder)
     protected = release.microdata

@@ -97,7 +97,9 @@ def test_stages_import_only_earlier_stages():
     checks = {f"gedp.{stage}": ([f"gedp.{stage}.{p.stem}" for p in sorted((ROOT / stage).glob("*.py"))],
                                 tuple(f"gedp.{later}" for later in stages[i + 1:]))
               for i, stage in enumerate(stages[:-1])}
-    checks |= {name: ([name], ("gedp.evaluation",)) for name in ("gedp.pipeline", "gedp.engine", "gedp.api")}
+    release_path = ("gedp.pipeline", "gedp.engine", "gedp.api", "gedp.lifetime", "gedp.release.writer",
+                    "gedp.release.reader")
+    checks |= {name: ([name], ("gedp.evaluation",)) for name in release_path}
     for label, (modules, forbidden) in checks.items():
         code = (f"import importlib, sys\nfor name in {modules!r}: importlib.import_module(name)\n"
                 f"print(sorted(m for m in sys.modules if m.startswith({forbidden!r})))")

@@ -8,11 +8,10 @@ import pytest
 
 import gedp
 from gedp.errors import InputError
-from gedp.manifest import read_manifest, release_answers, release_wage_psi
 from gedp.measure.erer import job_marginal, worker_codes
 from gedp.measure.neighbors import make_psi
-from gedp.pipeline import read_answers, read_release
 from gedp.postprocess.wls import fit_wages, protect_microdata
+from gedp.release.reader import read_answers, read_manifest, read_release, release_answers, release_wage_psi
 from gedp.synth.schema import public_columns
 
 

@@ -12,7 +12,7 @@ from gedp.cli import app
 from gedp.measure.mechanisms import psi_mechanism
 from gedp.measure.neighbors import SqrtPsi
 from gedp.measure.queries import IDENTITY, group_establishments
-from gedp.pipeline import make_rng
+from gedp.measure.rng import make_rng
 from gedp.synth.schema import InputError
 
 runner = CliRunner()

@@ -23,10 +23,11 @@ from gedp.config import load_config
 from gedp.measure.grid import low_bits_flag, psi_grid
 from gedp.measure.mechanisms import pnc_sensitivity
 from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtPsi
+from gedp.measure.rng import make_rng
 from gedp.measure.workflows import measure
-from gedp.pipeline import make_rng, read_release
 from gedp.postprocess import structured, wls
 from gedp.postprocess.wls import SolverError, protect_attribute
+from gedp.release.reader import read_release
 
 runner = CliRunner()
 CONFIDENTIAL = ["m1emp", "m2emp", "m3emp", "wage"]

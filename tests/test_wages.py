@@ -72,7 +72,7 @@ def _dense_variances(fit: wages.WageFit, tab_codes: np.ndarray, n_tab: int) -> n
 @pytest.fixture(scope="module")
 def fitted(small_state):
     """A baseline release of the small state and the wage fit recomputed from its answers."""
-    from gedp.pipeline import read_release
+    from gedp.release.reader import read_release
 
     release = gedp.protect(small_state, seed=5, not_for_publication=True)
     protected, answers = read_release(release.folder)

@@ -1,0 +1,93 @@
+"""A release recorded in the lifetime budget ledger, the same flow for the command line and the API.
+
+With a ledger, a release is reserved before any noise is drawn (refused when it would take the
+dataset over its lifetime cap, and then nothing is written), committed when it is complete in its
+staging folder and just before it is published, and left pending, with a note saying how to clear
+it, when it fails in between (``gedp.ledger``: reserve, commit, clear).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gedp.config import Config
+from gedp.engine import InputStates, Source, check_request, input_digest, input_states, protect_input
+from gedp.errors import InputError, SolverError
+from gedp.ledger import Reservation, check_cap, check_dataset_id, commit, reserve
+from gedp.release.writer import check_output_directory
+
+
+@dataclass(frozen=True)
+class LedgerRequest:
+    """Where a release is recorded: the ledger file, the dataset's lifetime cap (needed the first
+    time) and the dataset's declared id (optional)."""
+
+    path: Path
+    lifetime_cap: float | None = None
+    dataset_id: str | None = None
+
+
+def ledger_request(ledger: str | Path | None, lifetime_cap: float | None, dataset_id: str | None,
+                   not_for_publication: bool) -> LedgerRequest | None:
+    """The checked ledger options of a release (None without a ledger), refused before anything is read:
+    a cap or dataset id without a ledger, a ledger for a release not for publication, a bad cap or id."""
+    if ledger is None:
+        if lifetime_cap is not None or dataset_id is not None:
+            raise InputError("--lifetime-cap and --dataset-id go with --ledger FILE")
+        return None
+    if not_for_publication:
+        raise InputError("--ledger records releases for publication only: a --not-for-publication release "
+                         "spends no lifetime budget; drop --ledger")
+    return LedgerRequest(Path(ledger), None if lifetime_cap is None else check_cap(lifetime_cap),
+                         None if dataset_id is None else check_dataset_id(dataset_id))
+
+
+@contextmanager
+def reserved(request: LedgerRequest | None, source: Source, inputs: InputStates, config: Config,
+             on_state: Callable[[str], None] | None = None) -> Iterator[Reservation | None]:
+    """Reserve the config's planned mu for the input's records in the ledger (None without a request),
+    reading the input once for its digest (``on_state`` after each state); an input or solver error
+    raised inside the block keeps the reservation pending and says so."""
+    if request is None:
+        yield None
+        return
+    digest = input_digest(source, inputs, config.attributes, on_state=on_state)
+    reservation = reserve(request.path, digest, config.plan.budget().total, cap=request.lifetime_cap,
+                          dataset_id=request.dataset_id, config=config.name)
+    try:
+        yield reservation
+    except (InputError, SolverError) as err:
+        raise type(err)(f"{err}; {reservation.pending_note()}") from None
+
+
+def publication_hooks(reservation: Reservation | None) -> dict[str, Any]:
+    """``protect_input``'s options for a reserved release: its manifest's lifetime section and the
+    ledger's commit just before the release is published."""
+    if reservation is None:
+        return {}
+    return {"lifetime": reservation.summary(), "before_publish": lambda: commit(reservation)}
+
+
+def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
+                     seed: int | None = None, rng: str | None = None, engine: str = "local",
+                     scheduler: str | None = None, jobs: Source | None = None,
+                     on_state: Callable[[str], None] | None = None,
+                     on_digest: Callable[[str], None] | None = None) -> tuple[dict, Reservation | None]:
+    """Protect ``source`` into the release folder ``out`` (``gedp.engine.protect_input``), recorded
+    in the lifetime ledger when ``ledger`` is given; returns the manifest and the reservation.
+
+    The output folder, engine, generator and job table are checked before the ledger is touched,
+    and the ledger before any noise is drawn. ``on_digest`` follows the ledger's reading of the
+    input, ``on_state`` the protection of each state.
+    """
+    check_output_directory(Path(out).resolve())
+    inputs = input_states(source)
+    check_request(config, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None)
+    with reserved(ledger, source, inputs, config, on_digest) as reservation:
+        manifest = protect_input(source, config, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
+                                 jobs=jobs, on_state=on_state, inputs=inputs, **publication_hooks(reservation))
+    return manifest, reservation

@@ -1,0 +1,58 @@
+"""What a release folder holds: its file names, the names of a report's files, the order of its rows
+and the contents a release is written from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from gedp.measure.jobframe import FamilySpec
+from gedp.measure.workflows import Measurements
+from gedp.postprocess.wls import WLSResult
+from gedp.synth.io import sorted_by
+
+PROTECTED_FILE = "protected.parquet"
+JOBS_FILE = "protected_jobs.parquet"
+MEASUREMENTS_FILE = "measurements.parquet"
+TABLES_FILE = "qcew_tables.csv"
+MANIFEST_FILE = "manifest.json"
+ACCURACY_FILE = "accuracy.json"
+#: What an output folder may hold for gedp to replace it: a release's files (its Parquet outputs
+#: may be folders of parts), identified by a manifest with gedp's keys; a report's files and the
+#: plots its summary.json names.
+RELEASE_FILES = frozenset({MANIFEST_FILE, PROTECTED_FILE, MEASUREMENTS_FILE, TABLES_FILE, ACCURACY_FILE, JOBS_FILE})
+PART_FOLDERS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
+MANIFEST_KEYS = frozenset({"gedp_version", "mu_total", "files"})
+
+#: A report's files (``gedp evaluate``, ``gedp suppress``); summary.json marks a report's folder.
+SUMMARY_FILE = "summary.json"
+REPORT_FILES = frozenset({SUMMARY_FILE, "report.md"})
+#: The files of a cell suppression report beside its summary and plots.
+PUBLISHED_FILE = "cells.csv"
+AUDIT_FILE = "audit_confidential.csv"
+SHARES_FILE = "shares.csv"
+SUPPRESSION_FILES = frozenset({PUBLISHED_FILE, AUDIT_FILE, SHARES_FILE})
+
+#: Columns a release's rows are sorted by: public keys only, whatever the input order.
+RELEASE_ORDER = ("state", "county", "naics", "estab_id")
+
+
+def release_order(microdata: pd.DataFrame) -> pd.DataFrame:
+    """Rows sorted by public keys (state, county, naics, estab_id) so that no output keeps the
+    input's order, which may follow confidential values."""
+    return sorted_by(microdata, RELEASE_ORDER)
+
+
+@dataclass
+class StateRelease:
+    """Everything the release of one state publishes, in memory: the files' contents and what its
+    manifest section is built from."""
+
+    protected: pd.DataFrame
+    measurements: Measurements
+    solver_results: dict[str, WLSResult]
+    tables: pd.DataFrame
+    families: list[FamilySpec]  # the plan's job families (none without a job frame)
+    rounding: dict | None = None  # what controlled rounding changed, per attribute (integer releases)
+    jobs: pd.DataFrame | None = None  # the protected job frame (long), for a plan with job families

@@ -1,0 +1,93 @@
+"""Reading a release: its manifest, protected microdata, noisy answers and job families."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from gedp.errors import InputError
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.neighbors import NeighborFunction, make_psi
+from gedp.measure.queries import IDENTITY, Query
+from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
+from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE
+from gedp.release.manifest import Manifest, wage_model
+
+
+def read_manifest(release: str | Path) -> Manifest:
+    """The manifest of a release directory, checked to be gedp's."""
+    path = Path(release) / MANIFEST_FILE
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
+    if not isinstance(content, dict) or not MANIFEST_KEYS <= content.keys():
+        raise InputError(f"'{release}' is not a gedp release ({MANIFEST_FILE} lacks gedp's keys)")
+    return content  # type: ignore[return-value]
+
+
+def parse_query_name(name: str) -> tuple[str, ...]:
+    """Inverse of measure.queries.query_name."""
+    if name == "identity":
+        return IDENTITY
+    return () if name == "total" else tuple(name.split(","))
+
+
+def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[NoisyAnswer]]]:
+    """A release's protected microdata and its noisy answers by attribute (all public)."""
+    release = Path(release)
+    answers = read_answers(release)
+    return pd.read_parquet(release / PROTECTED_FILE), answers
+
+
+def read_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
+    """A release's noisy answers by attribute (without reading its protected microdata)."""
+    release = Path(release)
+    if not (release / MANIFEST_FILE).is_file():
+        raise InputError(f"'{release}' is not a gedp release (no {MANIFEST_FILE})")
+    frame = pd.read_parquet(release / MEASUREMENTS_FILE)
+    answers: dict[str, list[NoisyAnswer]] = {}
+    for (name, attribute), rows in frame.groupby(["query", "attribute"], sort=False):
+        by = parse_query_name(name)
+        keys = rows[list(by)].reset_index(drop=True) if by else pd.DataFrame(index=range(1))
+        answers.setdefault(attribute, []).append(NoisyAnswer(
+            query=Query(by, attribute), keys=keys, released=rows["released"].to_numpy(),
+            estimate=rows["estimate"].to_numpy(), variance=rows["variance"].to_numpy(),
+            variance_kind=rows["variance_kind"].iloc[0], mechanism=rows["mechanism"].iloc[0],
+            mu=float(rows["mu"].iloc[0]), sd=rows["sd"].to_numpy(),
+            grid=float(rows["grid"].iloc[0]) if "grid" in rows else 0.0,
+        ))
+    return answers
+
+
+def release_answers(release: str | Path, protected: pd.DataFrame | None = None) -> dict[str, list[NoisyAnswer]]:
+    """A release's answers as its postprocessing weighed them (what its margins of error take): the
+    months' identity answers turned by ``month_answers`` under the release's variance mode, over
+    its protected microdata (``protected``, or read from the release: the public columns the month
+    patterns are shared in)."""
+    manifest = read_manifest(release)
+    answers = read_answers(release)
+    mode = manifest.get("variance_mode", "estimated")
+    if protected is None and mode == "smoothed":
+        dataset = pq.ParquetDataset(Path(release) / PROTECTED_FILE)
+        protected = dataset.read(columns=[column for column in dict.fromkeys(
+            ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
+    return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
+
+
+def release_wage_psi(release: str | Path) -> NeighborFunction | None:
+    """The release's psi when its wages were informed by its protected employment (the manifest's
+    wage model is "employment": their margins of error then follow ``postprocess.wages``), else None."""
+    manifest = read_manifest(release)
+    if wage_model(manifest) != "employment":
+        return None
+    return make_psi(**manifest["psi"])
+
+
+def release_families(release: str | Path) -> dict[str, list[str]]:
+    """A release's job families and their worker columns ({} without a job frame)."""
+    jobs = read_manifest(release).get("jobs", {})
+    return {family: list(spec["columns"]) for family, spec in jobs.get("families", {}).items()}

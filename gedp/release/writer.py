@@ -1,0 +1,246 @@
+"""Writing a release: output-folder safety, a staging folder published atomically, each state's part
+of every output, the measurements file, the joined tables and the manifest.
+
+A release is written completely or not at all: everything goes into a temporary folder beside the
+output, renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gedp.errors import InputError
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.workflows import Measurements
+from gedp.release.format import (
+    JOBS_FILE,
+    MANIFEST_FILE,
+    MANIFEST_KEYS,
+    MEASUREMENTS_FILE,
+    PART_FOLDERS,
+    PROTECTED_FILE,
+    RELEASE_FILES,
+    REPORT_FILES,
+    SUPPRESSION_FILES,
+    TABLES_FILE,
+    StateRelease,
+)
+from gedp.synth.schema import shown
+
+MAX_MARKER_BYTES = 64 << 20
+#: Longest output name, in bytes: a file name holds 255, and staging adds ".partial-" and 8 hex digits.
+MAX_NAME_BYTES = 200
+#: Rows per row group of the measurements file (Arrow's default, which the file has always used).
+MEASUREMENT_ROW_GROUP = 1 << 20
+
+
+def check_output_path(out: Path) -> None:
+    """Refuse an output path that cannot be created: a name longer than MAX_NAME_BYTES (room for
+    the staging suffix within the 255 bytes of a file name) or a parent that is not a folder."""
+    size = len(os.fsencode(out.name))
+    if size > MAX_NAME_BYTES:
+        raise InputError(f"output name is {size} bytes long; use at most {MAX_NAME_BYTES}")
+    parent = out.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"output '{out}' cannot be created: '{parent.name}' is not a folder")
+
+
+def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
+    """The names gedp writes in an output folder of ``marker``'s kind, or None when ``marker`` is
+    not gedp's: a regular JSON file holding an object with gedp's keys (a release's manifest; a
+    report's summary, whose "figures" name its plots)."""
+    try:
+        info = (out / marker).lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MARKER_BYTES:
+            return None
+        content = json.loads((out / marker).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(content, dict):
+        return None
+    if marker == MANIFEST_FILE:
+        return RELEASE_FILES if MANIFEST_KEYS <= content.keys() else None
+    figures = content.get("figures")
+    if not (isinstance(figures, list) and all(isinstance(f, str) and f.endswith(".png") for f in figures)):
+        return None
+    return REPORT_FILES | SUPPRESSION_FILES | set(figures)
+
+
+def _is_gedp_entry(entry: os.DirEntry, names: frozenset[str]) -> bool:
+    """A regular file gedp writes, or one of a release's folders holding only Parquet parts."""
+    if entry.name not in names:
+        return False
+    if entry.is_file(follow_symlinks=False):
+        return True
+    return (entry.name in PART_FOLDERS and entry.is_dir(follow_symlinks=False)
+            and all(part.is_file(follow_symlinks=False) and part.name.startswith("part-")
+                    and part.name.endswith(".parquet") for part in os.scandir(entry.path)))
+
+
+def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
+    """Refuse, before any work, an output folder that gedp cannot create or must not replace.
+
+    An existing ``out`` is replaced only when it is an empty folder or verifiably an earlier output
+    of the same kind: its ``marker`` (manifest.json of a release, summary.json of a report) is gedp's
+    and every entry is a file gedp writes there. Anything else is left untouched.
+    """
+    kind = "release" if marker == MANIFEST_FILE else "output"
+    check_output_path(out)
+    if not os.path.lexists(out):
+        return
+    if not out.is_dir():
+        raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
+    entries = list(os.scandir(out))
+    if not entries:
+        return
+    names = _gedp_names(out, marker)
+    if names is None:
+        raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
+    foreign = next((entry.name for entry in entries if not _is_gedp_entry(entry, names)), None)
+    if foreign is not None:
+        raise InputError(f"output '{out}': {shown(foreign)} is not part of a gedp {kind}; choose another --out")
+
+
+@contextmanager
+def staged_directory(out: str | Path, marker: str = MANIFEST_FILE,
+                     before_publish: Callable[[], None] | None = None) -> Iterator[Path]:
+    """Yield a temporary directory beside ``out``; when the block completes, it replaces ``out``.
+
+    An earlier output at ``out`` is replaced only after the new one is complete; on any error the
+    temporary directory is removed and ``out`` is left as it was. ``before_publish`` runs when the
+    output is complete, just before it is moved into place (e.g. to record a release in the
+    lifetime ledger); if it raises, nothing is moved. Every file and folder of the output is dated
+    the day's midnight (UTC), the manifest's ``created_date``: the times at which the parts were
+    written would otherwise tell how long each state took (no timings).
+    """
+    out = Path(out).resolve()
+    check_output_directory(out, marker)
+    staging = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+    except OSError as err:
+        raise InputError(f"output '{out}' cannot be created ({err.strerror or type(err).__name__})") from None
+    try:
+        yield staging
+        _date_only(staging)
+        if before_publish is not None:
+            before_publish()
+        _publish(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Move a complete output into place, replacing an earlier one only once the new one is there."""
+    if out.exists():
+        retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:8]}"
+        os.replace(out, retired)
+        os.replace(staging, out)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        os.replace(staging, out)
+
+
+def _date_only(folder: Path) -> None:
+    """Set the access and modification times of ``folder`` and everything in it to today's midnight, UTC."""
+    midnight = dt.datetime.combine(dt.datetime.now(dt.timezone.utc).date(), dt.time(), tzinfo=dt.timezone.utc)
+    stamp = midnight.timestamp()
+    for path in [*folder.rglob("*"), folder]:  # the folder last: dating its entries does not change it
+        os.utime(path, (stamp, stamp), follow_symlinks=False)
+
+
+def table_part(staging: Path, state: str) -> Path:
+    """Where a state's QCEW tables wait in the staging folder until ``join_tables``."""
+    return staging / f".{TABLES_FILE}.part-{state}"
+
+
+def write_parts(contents: StateRelease, staging: Path, part: str, tables: Path) -> None:
+    """Write one part of each output of a release: protected microdata and measurements as
+    Parquet files ``part-<part>.parquet`` in their folders, and the QCEW tables as CSV at ``tables``."""
+    for folder in (PROTECTED_FILE, MEASUREMENTS_FILE):
+        (staging / folder).mkdir(exist_ok=True)
+    contents.protected.to_parquet(staging / PROTECTED_FILE / f"part-{part}.parquet", index=False)
+    if contents.jobs is not None:
+        (staging / JOBS_FILE).mkdir(exist_ok=True)
+        contents.jobs.to_parquet(staging / JOBS_FILE / f"part-{part}.parquet", index=False)
+    write_measurements(contents.measurements, staging / MEASUREMENTS_FILE / f"part-{part}.parquet")
+    contents.tables.to_csv(tables, index=False)
+
+
+def join_tables(staging: Path, states: list[str]) -> None:
+    """The states' QCEW tables (``table_part``) joined in state order into one CSV with one header."""
+    with (staging / TABLES_FILE).open("w") as tables:
+        for index, state in enumerate(states):
+            part = table_part(staging, state)
+            lines = part.read_text().splitlines(keepends=True)
+            tables.writelines(lines if index == 0 else lines[1:])
+            part.unlink()
+
+
+def write_manifest(staging: Path, manifest: Mapping[str, Any], extra_files: dict[str, dict]) -> None:
+    """The manifest, and further JSON files computed from the staged release (e.g. accuracy.json)."""
+    for name, content in extra_files.items():
+        (staging / name).write_text(json.dumps(content, indent=2) + "\n")
+    (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
+
+
+def answer_table(answer: NoisyAnswer, rows: slice = slice(None)) -> pa.Table:
+    """The ``rows`` of one answer in the measurements file: query, attribute, mechanism, group keys
+    and the numbers (the label columns repeat one string per answer)."""
+    n = len(range(len(answer))[rows])
+
+    def label(value: str) -> pa.Array:
+        return pa.repeat(pa.scalar(value, pa.large_string()), n)
+
+    keys = {column: pa.array(answer.keys[column].iloc[rows].reset_index(drop=True), type=pa.large_string())
+            for column in answer.keys.columns}
+    return pa.table({
+        "query": label(answer.query.name), "attribute": label(answer.query.attribute),
+        "mechanism": label(answer.mechanism), "mu": pa.repeat(pa.scalar(answer.mu, pa.float64()), n),
+        "variance_kind": label(answer.variance_kind), **keys,
+        "released": answer.released[rows], "estimate": answer.estimate[rows], "variance": answer.variance[rows],
+        "sd": answer.sd[rows], "grid": pa.repeat(pa.scalar(answer.grid, pa.float64()), n),
+    })
+
+
+def write_measurements(measurements: Measurements, path: Path) -> None:
+    """All noisy answers in one long Parquet table (a key column an answer lacks is null): the bytes
+    of ``pq.write_table`` of the answers' tables concatenated, written one row group at a time so
+    that only one answer's table and one row group are in memory."""
+    schema = pa.unify_schemas([answer_table(answer, slice(0)).schema for answer in measurements.answers],
+                              promote_options="default")
+
+    def conformed(table: pa.Table) -> pa.Table:  # the columns of the schema, nulls for missing keys
+        return pa.table({field.name: table[field.name] if field.name in table.column_names
+                         else pa.nulls(table.num_rows, field.type) for field in schema}, schema=schema)
+
+    with pq.ParquetWriter(path, schema) as writer:
+        pending, count = [], 0
+        for answer in measurements.answers:
+            table = conformed(answer_table(answer))
+            start = 0
+            while start < table.num_rows:
+                take = min(MEASUREMENT_ROW_GROUP - count, table.num_rows - start)
+                pending.append(table.slice(start, take))
+                start, count = start + take, count + take
+                if count == MEASUREMENT_ROW_GROUP:
+                    writer.write_table(pa.concat_tables(pending), row_group_size=MEASUREMENT_ROW_GROUP)
+                    pending, count = [], 0
+        if pending:
+            writer.write_table(pa.concat_tables(pending), row_group_size=MEASUREMENT_ROW_GROUP)

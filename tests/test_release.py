@@ -1,0 +1,96 @@
+"""The release format in one place (gedp.release), the lifetime ledger from the Python API as from
+the command line, and the public names of the gedp package."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+import gedp
+from gedp.cli import app
+from gedp.errors import InputError
+from gedp.release.format import MANIFEST_FILE, REPORT_FILES, SUMMARY_FILE
+from gedp.release.manifest import wage_model
+from gedp.release.reader import read_manifest, release_wage_psi
+
+runner = CliRunner()
+EMPLOYMENT_MU = math.sqrt(3 * 1.74)  # configs/employment.yaml
+
+
+def releases(ledger):
+    return [r for dataset in json.loads(ledger.read_text())["datasets"] for r in dataset["releases"]]
+
+
+@pytest.mark.parametrize("config, expected", [("baseline", "employment"), ({"wages": "wls"}, "wls"),
+                                              ({"solver": "osqp"}, "wls"), ("employment", None)])
+def test_the_wage_model_of_the_manifest_is_the_one_the_solver_ran(small_state, config, expected):
+    """The manifest's wage model, read from its config block, names the fit the postprocessing ran:
+    the wage model's solver (structured+employment) exactly when it says "employment"."""
+    if isinstance(config, dict):
+        config = dict(gedp.load("baseline").raw, **config)
+    release = gedp.protect(small_state.head(400), config, seed=1, not_for_publication=True)
+    manifest = release.manifest
+    assert wage_model(manifest) == expected
+    solver = manifest["solver"].get("wage", {}).get("solver")
+    assert (solver == "structured+employment") == (expected == "employment")
+    assert (solver is None) == (expected is None)
+    assert (release_wage_psi(release.folder) is not None) == (expected == "employment")
+
+
+def test_a_report_folder_holds_the_report_files_of_the_format(tmp_path):
+    """What ``gedp evaluate`` writes is what the writer lets it replace (the format's report names)."""
+    out = tmp_path / "e4"
+    result = runner.invoke(app, ["evaluate", "e4", "--out", str(out), "--trials", "1000"])
+    assert result.exit_code == 0, result.output
+    assert REPORT_FILES <= {p.name for p in out.iterdir()}
+    assert (out / SUMMARY_FILE).is_file()
+    again = runner.invoke(app, ["evaluate", "e4", "--out", str(out), "--trials", "1000"])  # replaced, not refused
+    assert again.exit_code == 0, again.output
+
+
+def test_the_api_keeps_the_lifetime_ledger_as_the_command_line_does(small_state, tmp_path):
+    """gedp.protect(..., ledger=...) reserves, commits and refuses over the cap like `gedp protect
+    --ledger`: a release that would exceed the cap is refused from either, and nothing is written."""
+    records = small_state.head(300)
+    ledger = tmp_path / "ledger.json"
+    first = gedp.protect(records, "employment", ledger=ledger, lifetime_cap=3.0)
+    assert first.manifest["lifetime"]["spent_after"] == pytest.approx(EMPLOYMENT_MU)
+    assert [r["status"] for r in releases(ledger)] == ["committed"]
+    before = ledger.read_bytes()
+    with pytest.raises(InputError, match="over its lifetime cap 3.0000"):
+        gedp.protect(records, "employment", ledger=ledger)
+    assert ledger.read_bytes() == before  # nothing reserved, nothing pending
+    source = tmp_path / "in.parquet"
+    records.to_parquet(source)
+    refused = runner.invoke(app, ["protect", str(source), "--config", "employment", "--out", str(tmp_path / "r"),
+                                  "--ledger", str(ledger)])
+    assert refused.exit_code == 2 and "over its lifetime cap 3.0000" in refused.output
+    assert not (tmp_path / "r").exists() and ledger.read_bytes() == before
+
+
+@pytest.mark.parametrize("options, rule", [({"lifetime_cap": 2.0}, "go with --ledger"),
+                                           ({"ledger": "x.json", "not_for_publication": True, "seed": 1},
+                                            "for publication only"),
+                                           ({"ledger": "x.json", "lifetime_cap": -1.0}, "must be a finite number")])
+def test_the_api_refuses_ledger_options_before_reading_anything(small_state, tmp_path, monkeypatch, options, rule):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=rule):
+        gedp.protect(small_state.head(50), "employment", **options)
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_dir_of_gedp_lists_the_public_api():
+    names = dir(gedp)
+    for name in ("protect", "load", "read_release", "Release", "interval", "synthesize", "__version__"):
+        assert name in names
+    assert all(callable(getattr(gedp, name)) for name in ("protect", "load", "read_release", "interval"))
+    assert names == sorted(names)
+
+
+def test_a_release_written_by_the_api_is_read_back_by_the_reader(small_state, tmp_path):
+    out = gedp.protect(small_state.head(200), "employment", seed=3, not_for_publication=True).write(tmp_path / "r")
+    assert (out / MANIFEST_FILE).is_file()
+    assert read_manifest(out)["establishments"] == 200
