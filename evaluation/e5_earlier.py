@@ -19,10 +19,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import stats
 
 from gedp.evaluation.replicate import child_streams, protected_copy, scaled_plan
 from gedp.evaluation.report import Report
+from gedp.measure.conversions import gdp_epsilon
 from gedp.measure.earlier import (
     check_infusion,
     check_log_laplace,
@@ -126,25 +127,6 @@ def release(setting: Setting, values: np.ndarray, grouping: Grouping, setup: E5S
     if setting.mechanism == "smooth-gamma":
         return smooth_gamma(values, grouping, alpha=setting.alpha, **common).released
     return truncated_laplace(values, grouping, theta=setting.theta, **common).released
-
-
-def gdp_delta(eps: float, mu: float) -> float:
-    """The delta at which a mu-GDP mechanism is (eps, delta)-DP (Dong, Roth & Su 2022, Corollary 2.13):
-    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)."""
-    return float(stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps + stats.norm.logcdf(-eps / mu - mu / 2)))
-
-
-def gdp_epsilon(mu: float, delta: float = GDP_DELTA) -> float:
-    """The eps at which a mu-GDP mechanism is (eps, delta)-DP (``gdp_delta`` solved for eps; at the upper
-    end of the bracket, -eps/mu + mu/2 <= -10 makes delta < 1e-23)."""
-    return float(optimize.brentq(lambda eps: gdp_delta(eps, mu) - delta, 0.0, mu * (mu / 2 + 10) + 50))
-
-
-def gdp_mu(eps: float, delta: float = GDP_DELTA) -> float:
-    """The mu at which mu-GDP is (eps, delta)-DP (``gdp_delta``, which grows with mu, solved for mu)."""
-    if not (math.isfinite(eps) and eps > 0 and 0 < delta < 1):
-        raise ValueError(f"eps ({eps}) must be finite and > 0 and delta ({delta}) in (0, 1)")
-    return float(optimize.brentq(lambda mu: gdp_delta(eps, mu) - delta, 1e-6, 2 * eps + 10, xtol=1e-14))
 
 
 class ErrorAccumulator:

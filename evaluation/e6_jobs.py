@@ -48,13 +48,12 @@ from gedp.evaluation.e5_earlier import (
     ErrorAccumulator,
     Setting,
     aligned_cells,
-    gdp_epsilon,
-    gdp_mu,
     settings,
 )
 from gedp.evaluation.replicate import child_streams, scaled_plan
 from gedp.evaluation.report import Report
 from gedp.measure import erer
+from gedp.measure.conversions import gdp_epsilon, gdp_mu
 from gedp.measure.earlier import infusion_factors
 from gedp.measure.jobframe import EMPLOYMENT, JobPlan
 from gedp.measure.neighbors import NeighborFunction

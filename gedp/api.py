@@ -32,15 +32,17 @@ from gedp.release.writer import check_output_directory, staged_directory
 __all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize", "tabulate_job_frame"]
 
 
-def load(config: str | Path | Mapping[str, Any] | Config = "baseline", workflow: str | None = None) -> Config:
+def load(config: str | Path | Mapping[str, Any] | Config = "baseline", workflow: str | None = None,
+         allow_large_mu: bool = False) -> Config:
     """A config from a shipped name ("baseline"), a YAML path, a mapping with the YAML's keys, or a
-    Config; ``workflow`` ("pnc" or "psi") overrides the config's."""
+    Config; ``workflow`` ("pnc" or "psi") overrides the config's. A query's mu above
+    ``gedp.mu_limits.MAX_QUERY_MU`` is refused unless ``allow_large_mu``."""
     if isinstance(config, Config):
         loaded = config
     elif isinstance(config, Mapping):
-        loaded = parse_config(dict(config), source="<dict>")
+        loaded = parse_config(dict(config), source="<dict>", allow_large_mu=allow_large_mu)
     else:
-        loaded = load_config(config)
+        loaded = load_config(config, allow_large_mu=allow_large_mu)
     return loaded if workflow is None else loaded.with_workflow(workflow)
 
 
@@ -65,7 +67,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
             workflow: str | None = None, seed: int | None = None, not_for_publication: bool = False,
             engine: str = "local", scheduler: str | None = None, integer: bool | None = None,
             jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
-            dataset_id: str | None = None) -> Release:
+            dataset_id: str | None = None, allow_large_mu: bool = False) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
     ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
@@ -81,7 +83,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     """
     check_publication(seed, None, not_for_publication)
     request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
-    loaded = load(config, workflow)
+    loaded = load(config, workflow, allow_large_mu)
     if integer is not None:
         loaded = loaded.with_integer(integer)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")

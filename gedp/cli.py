@@ -175,16 +175,18 @@ def progress_counts(description: str):
         yield update, say
 
 
-def _load(config_name: str, workflow: Optional[str], integer: Optional[bool] = None) -> Config:
-    """A config by name or path, with the command's --workflow and --integer overrides."""
+def _load(config_name: str, workflow: Optional[str], integer: Optional[bool] = None,
+          allow_large_mu: bool = False) -> Config:
+    """A config by name or path, with the command's --workflow, --integer and --allow-large-mu."""
     from gedp.api import load
 
-    config = load(config_name, workflow)
+    config = load(config_name, workflow, allow_large_mu)
     return config if integer is None else config.with_integer(integer)
 
 
 def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
     from gedp.measure.budget import compose
+    from gedp.measure.conversions import gdp_epsilon
 
     states = manifest["states"]
     console.print(f"[bold]Release written to[/] {out}")
@@ -197,7 +199,8 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
         for attribute, mu in by_attribute.items():
             per_attribute.setdefault(attribute, []).append(mu)
     spent = ", ".join(f"{a} {compose(m):.3f}" for a, m in per_attribute.items())
-    console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent})")
+    console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent}); epsilon "
+                  f"{gdp_epsilon(manifest['mu_total'], 1e-6):.2f} at delta 1e-6 for psi-neighbours")
     solvers = ", ".join(f"{a} {r['status']}" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
     if manifest.get("integer"):
@@ -435,6 +438,9 @@ def protect_command(
     dataset_id: Annotated[Optional[str], typer.Option(help="With --ledger: name the dataset; records released "
                                                            "under a name share its budget (e.g. revised "
                                                            "data).")] = None,
+    allow_large_mu: Annotated[bool, typer.Option("--allow-large-mu",
+                                                 help="Accept a query mu above 1 (refused by default: a typo such "
+                                                      "as 70 for 0.70 releases nearly exact values).")] = False,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
     from gedp.lifetime import ledger_request, protect_recorded
@@ -444,7 +450,7 @@ def protect_command(
     with reported_errors():
         check_publication(seed, rng, not_for_publication)
         request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
-        cfg = _load(config, workflow, integer)
+        cfg = _load(config, workflow, integer, allow_large_mu)
         with progress_steps(None) as advance:
             manifest, reservation = protect_recorded(
                 input, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=scheduler, jobs=jobs,
@@ -554,7 +560,8 @@ def tabulate_command(
                                                    "county keys always carry the state.")] = None,
     agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (51-58, 71-78) instead of "
                                                        "--by.")] = None,
-    where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter, "
+    where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter of columns, "
+                                                      "comparisons, in [..] and and/or/not (never run as code), "
                                                       "e.g. \"sector == '31-33'\".")] = None,
     moe: Annotated[bool, typer.Option("--moe", help="Add margins of error (needs a release directory).")] = False,
     level: Annotated[float, typer.Option(help="Confidence level of the margins of error.")] = 0.95,

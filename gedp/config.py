@@ -1,4 +1,11 @@
-"""Typed loading of YAML release configs: every key checked, unknown keys refused."""
+"""Typed loading of YAML release configs: every key checked, unknown keys refused.
+
+Budgets: a config always has a cap on its total mu, its ``mu_cap`` or, when absent,
+``mu_limits.DEFAULT_MU_CAP`` (2.5); a query's mu above ``mu_limits.MAX_QUERY_MU`` (1.0; the shipped
+plans spend at most 0.7 per query and 2.31 in total) is refused unless ``allow_large_mu``, with a
+message saying what it would release. Group-by keys are public columns of the schema other than
+``estab_id`` (the year and quarter a file may carry are not grouping keys).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +23,10 @@ from gedp.measure.jobframe import EMPLOYMENT, JobPlan
 from gedp.measure.neighbors import make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
+from gedp.mu_limits import DEFAULT_MU_CAP, check_query_mus
 from gedp.postprocess.wages import WAGE_METHODS
 from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, SOLVERS, VARIANCE_MODES
-from gedp.synth.schema import CARRIED, CONFIDENTIAL, PUBLIC, shown
+from gedp.synth.schema import CONFIDENTIAL, PUBLIC, shown
 
 TOP_KEYS = {"workflow", "psi", "zeta", "mu_cap", "variance", "solver", "wages", "integer", "attributes", "queries",
             "jobs"}
@@ -26,7 +34,8 @@ REQUIRED_KEYS = {"attributes", "queries"}
 ATTRIBUTE_KEYS = {"gamma"}
 QUERY_KEYS = {"by", "mu"}
 JOBS_KEYS = {"gamma", "families"}
-GROUPABLE = set(PUBLIC) | set(CARRIED)
+#: Columns a query may group by (the identity query groups by estab_id; year and qtr are not keys).
+GROUPABLE = set(PUBLIC) - {"estab_id"}
 
 #: Limits of a config file: configs are a few dozen lines, so anything far larger is refused
 #: before it is parsed.
@@ -146,15 +155,16 @@ def _query_by(value: Any, where: str) -> tuple[str, ...]:
         value = [part.strip() for part in value.split(",")]
     if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
         raise ConfigError(f"{where} must be 'identity', 'total' or a list of public columns, got {shown(value)}")
-    unknown = [c for c in value if c not in GROUPABLE or c == "estab_id"]
+    unknown = [c for c in value if c not in GROUPABLE]
     if unknown:
         raise ConfigError(f"{where}: {shown(unknown[0])} is not a public column to group by")
     return tuple(value)
 
 
-def parse_config(raw: Any, source: str = "<config>") -> Config:
+def parse_config(raw: Any, source: str = "<config>", allow_large_mu: bool = False) -> Config:
     """Check a config mapping and build the measurement plan from it (ranges are checked by the
-    plan, psi and budget objects; their errors are reported with the config's name)."""
+    plan, psi and budget objects; their errors are reported with the config's name). A query's mu
+    above ``MAX_QUERY_MU`` is refused unless ``allow_large_mu``."""
     where = f"config {source}"
     raw = _keys(raw, TOP_KEYS, where, REQUIRED_KEYS)
     attributes = _keys(raw["attributes"], set(CONFIDENTIAL), f"{where}: attributes")
@@ -205,21 +215,37 @@ def parse_config(raw: Any, source: str = "<config>") -> Config:
         raise ConfigError(f"{where}: integer must be true or false, got {shown(integer)}")
     params = {k: _number(v, f"{where}: psi.{k}") for k, v in psi_spec.items() if k != "name"}
     zeta = _number(raw.get("zeta", 0.01), f"{where}: zeta")
-    cap = None if raw.get("mu_cap") is None else _number(raw["mu_cap"], f"{where}: mu_cap")
     try:
         psi = make_psi(psi_spec["name"], **params)
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
-    try:
-        plan = MeasurementPlan(psi=psi, gammas=gammas, queries=tuple(queries), workflow=raw.get("workflow", "pnc"),
-                               zeta=zeta, cap=cap)
-        plan.budget()  # a plan over its cap is refused here, before any data is read
-    except ValueError as err:
-        raise ConfigError(f"{where}: {err}") from None
+    plan = _capped_plan(raw, where, allow_large_mu, psi=psi, gammas=gammas, queries=tuple(queries),
+                        workflow=raw.get("workflow", "pnc"), zeta=zeta)
     if jobs is not None and (plan.identity_plan is None or not set(jobs.families) <= set(plan.identity_plan.mu)):
         raise ConfigError(f"{where}: every job family needs the identity query (its answers weigh the categories)")
     return Config(plan=plan, variance_mode=variance_mode, solver=solver, source=source, raw=raw, wages=wages,
                   integer=integer, jobs=jobs)
+
+
+def _capped_plan(raw: dict, where: str, allow_large_mu: bool, **fields: Any) -> MeasurementPlan:
+    """The measurement plan of ``fields``, refused unless every mu is valid, within MAX_QUERY_MU
+    (or ``allow_large_mu``) and the total within the config's cap (its mu_cap, or DEFAULT_MU_CAP)."""
+    explicit = raw.get("mu_cap") is not None
+    cap = _number(raw["mu_cap"], f"{where}: mu_cap") if explicit else DEFAULT_MU_CAP
+    try:
+        plan = MeasurementPlan(**fields)
+        total = plan.budget().total  # every mu valid
+        check_query_mus(plan, where, allow_large_mu)
+        if not explicit and total > cap:
+            raise ConfigError(f"{where}: planned total mu ({total:.4f}) exceeds {cap:g}, the cap of a config without "
+                              "mu_cap; set mu_cap to spend more")
+        plan = dataclasses.replace(plan, cap=cap)
+        plan.budget()  # a plan over its cap is refused here, before any data is read
+    except ConfigError:
+        raise
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    return plan
 
 
 def _job_plan(spec: Any, where: str) -> JobPlan:
@@ -239,8 +265,9 @@ def _job_plan(spec: Any, where: str) -> JobPlan:
         raise ConfigError(f"{where}: {err}") from None
 
 
-def load_config(name_or_path: str | Path) -> Config:
-    """Load a config from a YAML file, or a shipped one by name ('baseline', 'uniform', 'employment')."""
+def load_config(name_or_path: str | Path, allow_large_mu: bool = False) -> Config:
+    """Load a config from a YAML file, or a shipped one by name ('baseline', 'uniform', 'employment');
+    ``allow_large_mu`` as for ``parse_config``."""
     path = Path(name_or_path)
     if not path.is_file() and path.suffix == "" and str(name_or_path) in configs.available():
         path = configs.path(str(name_or_path))
@@ -257,4 +284,4 @@ def load_config(name_or_path: str | Path) -> Config:
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ConfigError(f"config {path}: not valid YAML ({first})") from None
-    return parse_config(raw, str(path))
+    return parse_config(raw, str(path), allow_large_mu)

@@ -43,14 +43,32 @@ def psi_grid(gamma: float) -> float:
 def check_grid_range(largest: float, sd: np.ndarray | float, grid: float, what: str) -> None:
     """Refuse, before any data is read, a query whose values or noise could leave the int64 range.
 
-    ``largest`` bounds |statistic| from public quantities only (group sizes, MAX_VALUE, clip levels
-    computed from released answers), so whether this fails says nothing about the data. Values and
-    draws (up to 64 sd, probability below 1e-800) each stay below 2^61 grid steps, their sum below 2^62.
+    ``largest`` bounds |value| of what is put on the grid (a psi of a group total, or one clipped
+    value) from public quantities only (group sizes, MAX_VALUE, clip levels computed from released
+    answers), so whether this fails says nothing about the data. Values and draws (up to 64 sd,
+    probability below 1e-800) each stay below 2^61 grid steps, their sum below 2^62.
     """
-    top = max(float(largest), 64.0 * float(np.max(sd, initial=0.0))) / grid
-    if not top < MAX_GRID_UNITS / 2:
-        raise InputError(f"{what}: the psi or gamma settings allow values beyond the release grid's range "
-                         f"(up to {top:.3g} grid steps of {grid:g}); use a larger gamma or another psi")
+    room = MAX_GRID_UNITS / 2 * grid
+    if not float(largest) < room:
+        raise InputError(f"{what}: values up to {float(largest):.3g} are beyond the release grid's range ({room:.3g} "
+                         f"in steps of {grid:g}); use a larger gamma (a coarser grid) or another psi")
+    if not 64.0 * float(np.max(sd, initial=0.0)) < room:
+        raise InputError(f"{what}: noise sd up to {float(np.max(sd)):.3g} is beyond the release grid's range "
+                         f"({room:.3g} in steps of {grid:g}); use a larger mu or a smaller gamma")
+
+
+def exact_unit_sums(units: np.ndarray, codes: np.ndarray, n_groups: int, largest_sum: float) -> np.ndarray:
+    """Group sums of nonnegative grid units (< 2^62 each), exact: int64 when the public bound
+    ``largest_sum`` (in units) is below 2^61, else Python integers (an object array), summed as high
+    and low 31-bit halves in int64 (exact for fewer than 2^32 units per group) and joined exactly."""
+    if largest_sum < MAX_GRID_UNITS / 2:
+        sums = np.zeros(n_groups, dtype=np.int64)
+        np.add.at(sums, codes, units)
+        return sums
+    high, low = np.zeros(n_groups, dtype=np.int64), np.zeros(n_groups, dtype=np.int64)
+    np.add.at(high, codes, units >> 31)
+    np.add.at(low, codes, units & ((1 << 31) - 1))
+    return high.astype(object) * (1 << 31) + low.astype(object)
 
 
 def to_grid(values: np.ndarray, grid: float, what: str) -> np.ndarray:
@@ -69,8 +87,11 @@ def rounded_gaussian(sd: np.ndarray | float, grid: float, size: int, rng: np.ran
 
 
 def from_grid(units: np.ndarray, grid: float) -> np.ndarray:
-    """The released float of each integer N: fl(N * grid), a function of N only."""
-    return np.asarray(units, dtype=np.int64).astype(float) * grid
+    """The released float of each integer N (int64, or Python integers of an object array):
+    fl(N * grid), N correctly rounded to a float and scaled by the power of two grid, a function of
+    N only."""
+    units = np.asarray(units)
+    return (units if units.dtype == object else units.astype(np.int64)).astype(float) * grid
 
 
 def rounded_noise_sd(sd: np.ndarray | float, grid: float) -> np.ndarray:

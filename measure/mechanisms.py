@@ -26,6 +26,7 @@ from gedp.measure.budget import check_mu
 from gedp.measure.grid import (
     VALUE_GRID,
     check_grid_range,
+    exact_unit_sums,
     from_grid,
     psi_grid,
     rounded_gaussian,
@@ -237,10 +238,11 @@ def pnc_mechanism(
     sd = sensitivity / mu
     what = f"clipped sums of query {query_name(grouping.by)} on {attribute}"
     sizes = np.bincount(grouping.codes, minlength=grouping.n_groups)
-    check_grid_range(float(np.max(sizes * clip, initial=0.0)), sd, VALUE_GRID, what)
+    # a clipped value is at most min(u*_g, MAX_VALUE) (inputs are validated up to MAX_VALUE)
+    check_grid_range(min(float(np.max(clip, initial=0.0)), MAX_VALUE), sd, VALUE_GRID, what)
     clipped = to_grid(np.minimum(values, clip[grouping.codes]), VALUE_GRID, what)
-    units = np.zeros(grouping.n_groups, dtype=np.int64)
-    np.add.at(units, grouping.codes, clipped)
+    largest_sum = float(np.max(sizes * np.minimum(clip, MAX_VALUE), initial=0.0)) / VALUE_GRID
+    units = exact_unit_sums(clipped, grouping.codes, grouping.n_groups, largest_sum)
     released = from_grid(units + rounded_gaussian(sd, VALUE_GRID, grouping.n_groups, rng), VALUE_GRID)
     noise_sd = np.where(sd > 0, rounded_noise_sd(sd, VALUE_GRID), 0.0)
     return NoisyAnswer(

@@ -12,6 +12,7 @@ import pandas as pd
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import Grouping, Groupings
+from gedp.postprocess.filters import FilterError, select_rows
 from gedp.postprocess.moe import margins_of_error
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
@@ -57,16 +58,14 @@ def group_keys(microdata: pd.DataFrame, by: str | Sequence[str]) -> list[str]:
 
 
 def select(microdata: pd.DataFrame, where: str | None) -> np.ndarray:
-    """Which establishments a filter expression (pandas ``DataFrame.eval``) keeps; all for None."""
+    """Which establishments a filter (``postprocess.filters``: columns, comparisons, in, and / or /
+    not; never run as code) keeps; all for None."""
     if where is None:
         return np.ones(len(microdata), dtype=bool)
     try:
-        keep = np.asarray(microdata.eval(where), dtype=bool)
-    except Exception as err:  # pandas raises many types for a bad expression
-        raise ValueError(f"where {where!r}: {(str(err).strip() or type(err).__name__).splitlines()[0]}") from None
-    if keep.shape != (len(microdata),):
-        raise ValueError(f"where {where!r} is not a filter of establishments")
-    return keep
+        return select_rows(microdata, where)
+    except FilterError as err:
+        raise ValueError(f"where {str(where)[:80]!r}: {err}") from None
 
 
 def tabulate(
@@ -87,7 +86,8 @@ def tabulate(
         microdata: validated microdata; with ``moe``, a release's whole protected microdata.
         by: the group-by columns; () or "total" gives the total.
         attributes: the sums (default: every confidential attribute present).
-        where: keep only establishments matching this expression, e.g. "sector == '31-33'". A
+        where: keep only establishments matching this filter, e.g. "sector == '31-33'" (see
+            ``postprocess.filters``: columns, comparisons, in, and / or / not). A
             filter on protected values (e.g. "m1emp > 100") warns (SelectionWarning) with ``moe``:
             the margins treat the selection as fixed, as if it were made on public columns.
         moe: add ``<attribute>_moe``, the half-width of the interval at ``level`` from the release's

@@ -15,9 +15,9 @@ from gedp.evaluation.e5_earlier import (
     STRATA,
     E5Setup,
     ErrorAccumulator,
-    gdp_epsilon,
     settings,
 )
+from gedp.measure.conversions import gdp_epsilon
 from gedp.measure.earlier import (
     check_log_laplace,
     check_smooth_gamma,

@@ -189,7 +189,7 @@ def test_tabulate_with_margins_of_error(release, tmp_path):
 @pytest.mark.parametrize("arguments, message", [
     (["--moe", "--level", "1.5"], "--level (1.5) must be between 0 and 1"),
     (["--format", "qcew"], "--format qcew needs --agglvl"),
-    (["--where", "zipcode == 3"], "where 'zipcode == 3': name 'zipcode' is not defined"),
+    (["--where", "zipcode == 3"], "where 'zipcode == 3': 'zipcode' is not a column"),
     (["--where", "sector == 'nope'"], "no establishments to tabulate match"),
 ])
 def test_tabulate_refuses_bad_requests(release, arguments, message):

@@ -286,13 +286,13 @@ def test_config_structure_errors_are_one_line(tmp_path, case):
     assert time.perf_counter() - start < 10  # the process's imports included
 
 
-def test_query_by_a_column_the_input_lacks_is_refused(rows, tmp_path):
+def test_query_by_a_carried_column_is_refused(rows, tmp_path):
     raw = yaml.safe_load(configs.path("employment").read_text())
     raw["queries"][1]["by"] = ["state", "year"]
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
     rows.to_csv(tmp_path / "in.csv", index=False)
     result = invoke(*protect_args(tmp_path / "in.csv", tmp_path / "out", config=tmp_path / "plan.yaml"))
-    assert_refused(result, tmp_path / "out", "query state,year groups by 'year', which the input has no column of")
+    assert_refused(result, tmp_path / "out", "queries[2].by: 'year' is not a public column to group by")
 
 
 # --- 7. input files ----------------------------------------------------------------------------------

@@ -231,9 +231,10 @@ def test_a_solution_that_is_not_optimal_is_refused(monkeypatch, small_state):
 
 def test_values_beyond_the_grid_range_are_refused_from_public_bounds_only(tmp_path):
     """Attacker review F3/F4: int64 group sums wrapped (1,000 wages of 1e13 released -8e15), and a
-    total too large for the psi grid ended in a traceback that depended on the data. The check now
-    runs on public bounds (group sizes, MAX_VALUE, clip levels) before any value is gridded."""
-    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID
+    total too large for the psi grid ended in a traceback that depended on the data. Group sums are
+    now exact at any size (``test_grid_range``); what is refused, on public bounds (clip levels,
+    MAX_VALUE, the noise sd) before any value is gridded, is noise beyond the grid's range."""
+    from gedp.measure.grid import VALUE_GRID
     from gedp.measure.mechanisms import pnc_mechanism
     from gedp.measure.queries import Grouping
     from gedp.synth.schema import InputError
@@ -242,11 +243,11 @@ def test_values_beyond_the_grid_range_are_refused_from_public_bounds_only(tmp_pa
     grouping = Grouping(("state",), np.zeros(1_000, dtype=np.int64), pd.DataFrame(index=range(1)))
     clip = np.full(1_000, 1e13)
     for values in (np.full(1_000, 1e13), np.zeros(1_000)):  # the refusal does not depend on the values
-        with pytest.raises(InputError, match="beyond the release grid's range"):
-            pnc_mechanism(values, grouping, clip, attribute="wage", psi=SqrtPsi(), gamma=50, mu=0.15, rng=rng)
-    fits = np.full(1_000, MAX_GRID_UNITS / 4 * VALUE_GRID / 1_000)
-    answer = pnc_mechanism(fits, grouping, fits, attribute="wage", psi=SqrtPsi(), gamma=50, mu=0.15, rng=rng)
-    assert answer.released[0] == pytest.approx(fits.sum(), rel=1e-6)
+        with pytest.raises(InputError, match="noise sd up to .* is beyond the release grid's range"):
+            pnc_mechanism(values, grouping, clip, attribute="wage", psi=SqrtPsi(), gamma=50, mu=1e-6, rng=rng)
+    answer = pnc_mechanism(np.full(1_000, 1e13), grouping, clip, attribute="wage", psi=SqrtPsi(), gamma=50, mu=0.15,
+                           rng=rng)
+    assert answer.released[0] == pytest.approx(1e16, rel=1e-6) and answer.released[0] % VALUE_GRID == 0
 
 
 @pytest.fixture

@@ -1,0 +1,105 @@
+"""Config sanity: a cap always applies, a query mu above the limit is refused (unless allowed) with
+what it would release, and group-by keys are checked when the config is loaded."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import gedp
+from gedp import configs
+from gedp.cli import app
+from gedp.config import parse_config
+from gedp.errors import ConfigError
+from gedp.mu_limits import DEFAULT_MU_CAP, MAX_QUERY_MU
+from gedp.synth.profiles import generate_profile, load_profile
+
+runner = CliRunner()
+
+
+def baseline(**changes):
+    raw = yaml.safe_load(configs.path("baseline").read_text())
+    raw.update(changes)
+    return raw
+
+
+@pytest.fixture(scope="module")
+def microdata():
+    return generate_profile(load_profile("small"), n_establishments=200, rng=np.random.default_rng(5))
+
+
+def test_mu_typo_is_refused_with_what_it_would_release(tmp_path, microdata):
+    raw = baseline()
+    raw.pop("mu_cap")
+    raw["queries"][0]["mu"]["m1emp"] = 70  # meant 0.70
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump(raw))
+    microdata.to_csv(tmp_path / "in.csv", index=False)
+    result = runner.invoke(app, ["protect", str(tmp_path / "in.csv"), "--config", str(tmp_path / "typo.yaml"),
+                                 "--out", str(tmp_path / "out"), "--seed", "1", "--not-for-publication"])
+    assert result.exit_code == 2, result.output
+    # sqrt psi, gamma 0.5: one noise sd above 36 employees is (sqrt(36) + 0.5 / 70)^2 - 36 = 0.0857
+    width = (6 + 0.5 / 70) ** 2 - 36
+    assert f"{width:.2g}" == "0.086"
+    assert ("mu 70 of query identity on m1emp is above 1, the most one query may spend; at mu 70 an establishment "
+            "of 36 employees would be released with noise sd 0.086 employees") in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_wage_mu_refusal_is_in_dollars():
+    raw = baseline()
+    raw["queries"][0]["mu"]["wage"] = 2.0
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw)
+    width = (500_000**0.5 + 50 / 2.0) ** 2 - 500_000  # sqrt psi, wage gamma 50
+    assert f"an establishment of 500,000 dollars would be released with noise sd {width:,.0f} dollars" in str(
+        refused.value)
+
+
+def test_large_mu_passes_when_allowed(microdata):
+    raw = baseline(mu_cap=10)
+    raw["queries"][0]["mu"]["m1emp"] = 1.5
+    with pytest.raises(ConfigError, match="mu 1.5 of query identity on m1emp is above 1"):
+        gedp.load(raw)
+    with pytest.raises(ConfigError, match="is above 1"):
+        gedp.protect(microdata, raw, seed=1, not_for_publication=True)
+    assert gedp.load(raw, allow_large_mu=True).plan.identity_plan.mu["m1emp"] == 1.5
+    release = gedp.protect(microdata, raw, seed=1, not_for_publication=True, allow_large_mu=True)
+    assert release.manifest["mu"]["identity"]["m1emp"] == pytest.approx(1.5, rel=1e-9)
+
+
+def test_the_limit_itself_is_accepted():
+    raw = baseline(mu_cap=5)
+    raw["queries"][0]["mu"]["m1emp"] = MAX_QUERY_MU
+    assert parse_config(raw).plan.identity_plan.mu["m1emp"] == MAX_QUERY_MU
+
+
+def test_a_config_without_mu_cap_gets_the_default_cap():
+    raw = baseline()
+    raw.pop("mu_cap")
+    assert parse_config(raw).plan.cap == DEFAULT_MU_CAP
+    raw["queries"].append({"by": "total", "mu": {"m1emp": 0.9, "m2emp": 0.9}})
+    total = math.sqrt(3 * 1.74 + 0.10 + 2 * 0.9**2)  # the baseline's 3 x 1.74 + 0.10 (its comment), and the new query
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw)
+    assert f"planned total mu ({total:.4f}) exceeds 2.5, the cap of a config without mu_cap" in str(refused.value)
+
+
+@pytest.mark.parametrize("by, column", [(["year"], "year"), (["state", "qtr"], "qtr"), ("state,year", "year")])
+def test_group_by_carried_columns_is_refused_at_load(tmp_path, microdata, by, column):
+    raw = baseline()
+    raw["queries"][1]["by"] = by
+    with pytest.raises(ConfigError, match=f"queries\\[2\\].by: '{column}' is not a public column to group by"):
+        parse_config(raw)
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(raw))
+    microdata.assign(year=2016, qtr=1).to_csv(tmp_path / "in.csv", index=False)
+    ledger = tmp_path / "ledger.json"
+    result = runner.invoke(app, ["protect", str(tmp_path / "in.csv"), "--config", str(tmp_path / "plan.yaml"),
+                                 "--out", str(tmp_path / "out"), "--ledger", str(ledger), "--lifetime-cap", "5"])
+    assert result.exit_code == 2, result.output
+    assert f"'{column}' is not a public column to group by" in result.output
+    assert not ledger.exists() and not (tmp_path / "out").exists()  # refused before any budget was reserved

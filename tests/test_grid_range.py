@@ -1,0 +1,71 @@
+"""pnc's clipped group sums are exact at any size: a large state with one very large establishment
+is accepted, and its sums equal exact integer arithmetic on the grid."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID, exact_unit_sums, rounded_gaussian
+from gedp.measure.mechanisms import pnc_mechanism, pnc_released_sensitivity
+from gedp.measure.neighbors import SqrtPsi
+from gedp.measure.queries import Grouping
+
+
+def exact_released(values, codes, clip, n_groups, noise_units):
+    """Released values by Fraction arithmetic: sum over the group of round(min(v, u*) / g) (half to
+    even, as the grid rounds), plus the noise units, times g, rounded once to a float."""
+    grid = Fraction(VALUE_GRID)
+    sums = [0] * n_groups
+    for value, code in zip(values.tolist(), codes.tolist()):
+        sums[code] += round(Fraction(min(value, clip[code])) / grid)
+    return np.array([float((total + int(noise)) * grid) for total, noise in zip(sums, noise_units)])
+
+
+def test_one_headquarters_among_many_establishments_is_accepted_and_exact():
+    """1.6M establishments, one with $1.4B of quarterly wages: (establishments x largest clip) /
+    grid is 2.3e18 >= 2^61, which the old range check refused."""
+    n = 1_600_000
+    rng = np.random.default_rng(3)
+    values = np.rint(rng.gamma(0.6, 150_000, n))
+    values[12_345] = 1.4e9
+    clip = values * 1.01 + 10  # upper bounds above every value (as pnc's hold with 1 - zeta)
+    grouping = Grouping(("state",), np.zeros(n, dtype=np.int64), pd.DataFrame(index=range(1)))
+    assert n * clip.max() / VALUE_GRID >= MAX_GRID_UNITS / 2
+    answer = pnc_mechanism(values, grouping, clip, attribute="wage", psi=SqrtPsi(), gamma=50, mu=0.15,
+                           rng=np.random.default_rng(9))
+    sd = pnc_released_sensitivity(np.array([clip.max()]), SqrtPsi(), 50) / 0.15
+    noise = rounded_gaussian(sd, VALUE_GRID, 1, np.random.default_rng(9))
+    expected = exact_released(values, grouping.codes, [clip.max()], 1, noise)
+    assert answer.released.tolist() == expected.tolist()
+
+
+def test_wide_sums_match_fractions_bit_for_bit():
+    """Groups whose unit sums pass 2^63 (beyond int64): fractional values clipped at public levels."""
+    rng = np.random.default_rng(5)
+    n, groups = 5_000, 3
+    codes = rng.integers(0, groups, n)
+    values = rng.uniform(0, 1e13, n) + rng.integers(0, 1024, n) / 1024  # not whole numbers
+    clip = np.array([9e12, 1e13, 5e11])
+    grouping = Grouping(("county",), codes, pd.DataFrame({"county": ["001", "003", "005"]}))
+    upper = clip[codes]
+    answer = pnc_mechanism(values, grouping, upper, attribute="wage", psi=SqrtPsi(), gamma=50, mu=0.5,
+                           rng=np.random.default_rng(2))
+    sd = pnc_released_sensitivity(clip, SqrtPsi(), 50) / 0.5
+    noise = rounded_gaussian(sd, VALUE_GRID, groups, np.random.default_rng(2))
+    assert answer.released.tolist() == exact_released(values, codes, clip, groups, noise).tolist()
+    assert max(np.bincount(codes)) * clip.max() / VALUE_GRID > 2.0**63  # the sums do not fit int64
+
+
+@pytest.mark.parametrize("largest_sum", [0.0, MAX_GRID_UNITS])  # the int64 path and the wide path
+def test_unit_sums_equal_python_integer_sums(largest_sum):
+    rng = np.random.default_rng(7)
+    units = rng.integers(0, 2**62, 3_000, dtype=np.int64)
+    codes = rng.integers(0, 4, 3_000)
+    if largest_sum == 0.0:
+        units >>= 20  # small enough for int64 sums
+    sums = exact_unit_sums(units, codes, 4, largest_sum)
+    assert [int(s) for s in sums] == [sum(int(u) for u, c in zip(units, codes) if c == g) for g in range(4)]
