@@ -25,11 +25,12 @@ from gedp.evaluation.replicate import child_streams
 from gedp.evaluation.report import Report
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import measure
+from gedp.postprocess.models import PostprocessOptions
 from gedp.postprocess.moe import variance_function
 from gedp.postprocess.months import month_answers
+from gedp.postprocess.protect import protect_microdata
 from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_keys
-from gedp.postprocess.wls import protect_microdata
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.schema import CONFIDENTIAL, public_columns
 
@@ -107,7 +108,7 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
         answers = {a: measurements.for_attribute(a) for a in attributes}
         # as the margins take them (release_answers)
         answers = month_answers(answers, config.variance_mode, plan.psi, public)
-        release, _ = protect_microdata(answers, public, psi=plan.psi, wages=config.wages,
+        release, _ = protect_microdata(answers, public, PostprocessOptions(wages=config.wages, psi=plan.psi),
                                        finish=rounder)
         for attribute in attributes:
             variances = variance_function(attribute, answers, release, wage_psi)

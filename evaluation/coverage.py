@@ -16,8 +16,9 @@ from gedp.evaluation.replicate import child_streams
 from gedp.evaluation.report import Report
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, measure
+from gedp.postprocess.models import PostprocessOptions
 from gedp.postprocess.moe import variance_function
-from gedp.postprocess.wls import protect_microdata
+from gedp.postprocess.protect import protect_microdata
 from gedp.synth.schema import public_columns
 
 LEVELS = {
@@ -65,7 +66,7 @@ def compute_coverage(truth: pd.DataFrame, plan: MeasurementPlan, *, replications
     for rng in child_streams(seed, replications):
         measurements = measure(truth, plan, rng=rng)
         answers = {a: measurements.for_attribute(a) for a in ATTRIBUTES}
-        protected, _ = protect_microdata(answers, public, psi=plan.psi)
+        protected, _ = protect_microdata(answers, public, PostprocessOptions(psi=plan.psi))
         variances = {a: variance_function(a, answers, protected, plan.psi) for a in ATTRIBUTES}
         for level, grouping in groupings.items():
             for attribute in ATTRIBUTES:

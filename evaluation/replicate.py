@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
-from gedp.postprocess.wls import protect_microdata
+from gedp.postprocess.protect import protect_microdata
 from gedp.synth.schema import public_columns
 
 

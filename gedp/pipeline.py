@@ -17,9 +17,11 @@ from gedp.measure.jobframe import EMPLOYMENT, FamilySpec, add_job_counts
 from gedp.measure.queries import Groupings
 from gedp.measure.workflows import Measurements, count_steps, measure
 from gedp.postprocess.jobframe import job_table, protect_family
+from gedp.postprocess.models import PostprocessOptions
+from gedp.postprocess.protect import protect_microdata
 from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_tables
-from gedp.postprocess.wls import WLSResult, combined_report, protect_microdata
+from gedp.postprocess.wls import WLSResult, combined_report
 from gedp.release.format import StateRelease, release_order
 from gedp.synth.schema import InputError, public_columns
 
@@ -93,10 +95,7 @@ def _postprocess(measurements: Measurements, public: pd.DataFrame, config: Confi
     protected, solver_results = protect_microdata(
         {attribute: measurements.for_attribute(attribute) for attribute in config.attributes},
         public,
-        variance_mode=config.variance_mode,
-        solver=config.solver,
-        wages=config.wages,
-        psi=plan.psi,
+        PostprocessOptions.from_config(config),
         on_step=step,
         finish=rounder,
         groupings=groupings,

@@ -281,7 +281,7 @@ def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str,
                   answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray, keys: Sequence[str],
                   worker_keys: Sequence[str], table: pd.DataFrame) -> np.ndarray:
     """Variance of each row of a job tabulation ``table`` (see the module docstring)."""
-    from gedp.postprocess.moe import answers_variances
+    from gedp.postprocess.variances import answers_variances
     from gedp.synth.schema import public_columns
 
     public = protected[public_columns(protected)]

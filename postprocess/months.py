@@ -64,7 +64,7 @@ import pandas as pd
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import group_establishments
-from gedp.postprocess.wages import EMPLOYMENT as MONTHS  # the months smoothed across each other, in order
+from gedp.postprocess.attributes import MONTHS
 
 #: Variance modes that turn the months' identity answers before the least squares (``month_answers``).
 MONTH_MODES = ("smoothed", "pooled")

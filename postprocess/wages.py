@@ -1,4 +1,4 @@
-"""Wages informed by protected employment (issue 13): what the identity wage answers cannot say alone.
+"""Wages informed by protected employment: what the identity wage answers cannot say alone.
 
 At the baseline budget an establishment's identity wage answer is almost pure noise (sd 333 on the
 sqrt scale), so the plain weighted least squares (``postprocess.wls``) gives most employers $0 and,
@@ -52,6 +52,8 @@ the same fit from a release's files.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -61,9 +63,11 @@ import scipy.linalg
 import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
+from gedp.errors import SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
-from gedp.measure.queries import group_establishments
+from gedp.measure.queries import IDENTITY, Groupings, group_establishments
+from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.structured import (
     FORM_ENTRIES,
     CellOperator,
@@ -72,12 +76,12 @@ from gedp.postprocess.structured import (
     pinned_at_zero,
     solve_nested,
 )
+from gedp.postprocess.wls import LinearSystem, WLSResult, build_system, checked_result, system_structure
+from gedp.synth.schema import public_columns
 
 #: How wages are postprocessed: "employment" (this module; the default when it applies) or "wls"
-#: (the plain weighted least squares of SPEC section 5).
+#: (the plain weighted least squares, ``postprocess.wls``).
 WAGE_METHODS = ("employment", "wls")
-WAGE = "wage"
-EMPLOYMENT = ("m1emp", "m2emp", "m3emp")
 #: The query whose groups get their own wage per employee, and the parent it is pooled toward.
 RATE_QUERY = ("state", "naics5")
 PARENT_DIGITS = 3
@@ -198,7 +202,7 @@ def _inside(coarse_cells: np.ndarray, n_coarse: int) -> sp.csr_matrix:
 def applies(answers: Sequence[NoisyAnswer], attribute: str, protected_attributes: Sequence[str]) -> bool:
     """Whether ``attribute``'s answers can be postprocessed this way: wages, one identity answer, the
     rate query measured, and protected employment available."""
-    return (attribute == WAGE and any(m in protected_attributes for m in EMPLOYMENT)
+    return (attribute == WAGE and any(m in protected_attributes for m in MONTHS)
             and sum(a.query.is_identity for a in answers) == 1
             and any(tuple(a.query.by) == RATE_QUERY for a in answers))
 
@@ -209,7 +213,7 @@ def protected_employment(protected: pd.DataFrame, answers: Mapping[str, Sequence
     and that mean's noise variance: each month's identity-answer variance at the protected value
     (independent noise across months; 0 for a month without identity answer). ``identity_codes``:
     each establishment's row in the identity answers."""
-    months = [m for m in EMPLOYMENT if m in protected]
+    months = [m for m in MONTHS if m in protected]
     values = protected[months].to_numpy(dtype=float)
     variance = np.zeros(len(protected))
     for k, month in enumerate(months):
@@ -397,149 +401,329 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
     lam = np.divide(totals - free_target, free_variance, out=np.zeros(n_cells), where=free_variance > 0)
     return np.where(free, np.maximum(target + variance * lam[cell_codes], 0.0), 0.0), free
 
+@dataclass(frozen=True, eq=False)
+class _Cells:
+    """The model's cells (the plan's cells split by DETAIL) and the group answers over the plan's cells
+    (groups with an exact answer left out)."""
 
-@one_blas_thread
-def fit_wages(answers: Sequence[NoisyAnswer], public: pd.DataFrame, *, group_rows: sp.csr_matrix,
-              group_answers: np.ndarray, group_variances: np.ndarray, cell_codes: np.ndarray,
-              identity_codes: np.ndarray, employment: np.ndarray, employment_variance: np.ndarray,
-              psi: NeighborFunction) -> WageFit:
-    """Protected wages from the wage answers, public attributes and protected employment (see the module).
+    codes: np.ndarray  # per establishment: its cell
+    coarse: np.ndarray  # per cell: its plan cell
+    fixed: np.ndarray  # per establishment: held at 0 by an exact answer
+    fixed_cells: np.ndarray  # per cell: held at 0 by an exact answer
+    c: sp.csr_matrix  # groups x the plan's cells
+    b: np.ndarray
+    w: np.ndarray
 
-    ``group_rows``, ``group_answers``, ``group_variances``: the group-by answers stacked over the
-    establishments (``postprocess.wls.build_system``); ``cell_codes`` each establishment's cell and
-    ``identity_codes`` its row in the identity answers (``postprocess.wls.fit_wages`` gives them all).
-    """
-    [identity] = [a for a in answers if a.query.is_identity]
-    groups = [a for a in answers if not a.query.is_identity]
-    answer, sd = identity.estimate[identity_codes], per_establishment(identity.sd, identity_codes)
-    [rate_answer] = [a for a in groups if tuple(a.query.by) == RATE_QUERY]
-    rate_codes = group_establishments(public, list(RATE_QUERY)).codes
-    n_rates = len(rate_answer)
-    plan_codes = cell_codes
+
+def _model_cells(public: pd.DataFrame, plan_codes: np.ndarray, rate_codes: np.ndarray, n_rates: int,
+                 system: LinearSystem) -> tuple[_Cells, np.ndarray, np.ndarray]:
+    """The model's cells from each establishment's plan cell ``plan_codes`` and the group answers'
+    ``system``; and the detail rates' NAICS-5 groups and each establishment's detail rate (``_detail_cells``)."""
     cell_codes, detail_group, establishment_detail = _detail_cells(public, plan_codes, rate_codes, n_rates)
-    n_cells, n_details = int(cell_codes.max()) + 1, len(detail_group)
+    n_cells = int(cell_codes.max()) + 1
     coarse_cells = np.zeros(n_cells, dtype=np.int64)  # each cell's plan cell
     coarse_cells[cell_codes] = plan_codes
-    exact, fixed = pinned_at_zero(group_rows, group_answers, group_variances)
-    c = cell_to_group_matrix(group_rows[~exact], plan_codes, int(plan_codes.max()) + 1)
-    b, w = group_answers[~exact], group_variances[~exact]
+    exact, fixed = pinned_at_zero(system.matrix, system.b, system.v)
+    c = cell_to_group_matrix(system.matrix[~exact], plan_codes, int(plan_codes.max()) + 1)
     fixed_cells = np.zeros(n_cells, dtype=bool)
     fixed_cells[cell_codes[fixed]] = True
+    return (_Cells(cell_codes, coarse_cells, fixed, fixed_cells, c, system.b[~exact], system.v[~exact]),
+            detail_group, establishment_detail)
 
+
+@dataclass(frozen=True, eq=False)
+class _Theta:
+    """The layout of theta = (NAICS-5 rates, NAICS-3 parent rates, county offsets, detail rates) and
+    the states, rates and counties of the establishments and cells."""
+
+    state: np.ndarray  # per establishment
+    n_states: int
+    rate_codes: np.ndarray  # per establishment: its group of RATE_QUERY
+    cell_state: np.ndarray
+    cell_rate: np.ndarray
+    cell_county: np.ndarray | None
+    cell_node: np.ndarray  # per cell: its prior rate's entry in theta
+    rate_state: np.ndarray
+    parent: np.ndarray  # per rate: its parent rate
+    parent_state: np.ndarray
+    county_state: np.ndarray
+    detail_group: np.ndarray  # per detail rate: its NAICS-5 rate
+    incidence: sp.csr_matrix  # cells x theta: each cell's rate and county offset
+    theta_state: np.ndarray
+    edges: tuple[np.ndarray, np.ndarray]  # (child, parent) in theta
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """How many rates, parent rates, county offsets and detail rates theta holds."""
+        return len(self.rate_state), len(self.parent_state), len(self.county_state), len(self.detail_group)
+
+
+def _theta_layout(public: pd.DataFrame, rate_answer: NoisyAnswer, rate_codes: np.ndarray, cells: _Cells,
+                  detail_group: np.ndarray, establishment_detail: np.ndarray) -> _Theta:
+    """Where each establishment's and cell's state, rate, parent rate and county offset sit in theta."""
+    n_cells, n_rates, n_details = len(cells.coarse), len(rate_answer), len(detail_group)
     state = pd.factorize(public["state"])[0]
-    n_states = int(state.max()) + 1
     cell_state = np.zeros(n_cells, dtype=np.int64)
-    cell_state[cell_codes] = state
+    cell_state[cells.codes] = state
     cell_rate = np.zeros(n_cells, dtype=np.int64)
-    cell_rate[cell_codes] = rate_codes
+    cell_rate[cells.codes] = rate_codes
     rate_state = np.zeros(n_rates, dtype=np.int64)
     rate_state[rate_codes] = state
     parent = pd.factorize(rate_answer.keys["state"].astype(str) + "/"
                           + rate_answer.keys["naics5"].astype(str).str[:PARENT_DIGITS])[0]
-
     n_parents = int(parent.max()) + 1
     parent_state = np.zeros(n_parents, dtype=np.int64)
     parent_state[parent] = rate_state
-    cell_county = _cell_counties(public, cell_codes, n_cells)
+    cell_county = _cell_counties(public, cells.codes, n_cells)
     n_counties = 0 if cell_county is None else int(cell_county.max()) + 1
     county_state = np.zeros(n_counties, dtype=np.int64)
     first_detail = n_rates + n_parents + n_counties
-    n_theta = first_detail + n_details
     cell_node = cell_rate.copy()  # each cell's prior rate in theta: its detail rate, or its NAICS-5 rate
-    cell_node[cell_codes] = np.where(establishment_detail >= 0, first_detail + establishment_detail, rate_codes)
+    cell_node[cells.codes] = np.where(establishment_detail >= 0, first_detail + establishment_detail, rate_codes)
     columns = [cell_node]  # theta's entries in each cell's prior rate: its industry's rate, its county's offset
     if cell_county is not None:
         county_state[cell_county] = cell_state
         columns.append(n_rates + n_parents + cell_county)
     incidence = sp.csr_matrix((np.ones(n_cells * len(columns)), (np.tile(np.arange(n_cells), len(columns)),
-                                                                  np.concatenate(columns))), shape=(n_cells, n_theta))
-    theta_state = np.concatenate([rate_state, parent_state, county_state, rate_state[detail_group]])
-    edges = (np.concatenate([np.arange(n_rates), first_detail + np.arange(n_details)]),
-             np.concatenate([n_rates + parent, detail_group]))  # (child, parent) in theta
+                                                                  np.concatenate(columns))),
+                              shape=(n_cells, first_detail + n_details))
+    return _Theta(state=state, n_states=int(state.max()) + 1, rate_codes=rate_codes, cell_state=cell_state,
+                  cell_rate=cell_rate, cell_county=cell_county, cell_node=cell_node, rate_state=rate_state,
+                  parent=parent, parent_state=parent_state, county_state=county_state, detail_group=detail_group,
+                  incidence=incidence,
+                  theta_state=np.concatenate([rate_state, parent_state, county_state, rate_state[detail_group]]),
+                  edges=(np.concatenate([np.arange(n_rates), first_detail + np.arange(n_details)]),
+                         np.concatenate([n_rates + parent, detail_group])))
 
-    # 1. cell measurements; the first pass weighs them at the state's rate
+
+@dataclass(frozen=True, eq=False)
+class _Problem:
+    """What every pass of the cell fit reads (step 1 and the fixed parts of steps 2-3)."""
+
+    cells: _Cells
+    theta: _Theta
+    psi: NeighborFunction
+    answer: np.ndarray  # per establishment: its identity answer
+    sd: np.ndarray
+    employment: np.ndarray
+    employment_variance: np.ndarray
+    state_rate: np.ndarray  # per state: wage per protected employee
+    direct: np.ndarray  # per cell: its summed identity answers
+    cell_employment: np.ndarray
+    cell_employment_variance: np.ndarray
+    rate_employment: np.ndarray  # per rate
+    group_right: np.ndarray  # per cell: C' W^-1 b
+    floor: np.ndarray  # per state: RATE_FLOOR of its rate
+    parent_vagueness: np.ndarray  # per parent rate: its vague prior's variance
+    detail_spread2: np.ndarray  # per detail rate
+
+
+@dataclass(frozen=True, eq=False)
+class _Pass:
+    """What one pass of the cell fit hands the next."""
+
+    rate_totals: np.ndarray  # per rate: the wages its rate is taken from
+    rate_variance: np.ndarray  # per rate
+    cell_rate_variance: np.ndarray  # per cell: of its prior rate
+    weight_rate: np.ndarray  # per establishment: the rate its identity answer's variance is evaluated at
+    cell_rates: np.ndarray | None = None  # per cell: its prior wage per employee (None before the first fit)
+    totals: np.ndarray | None = None  # per cell: the last fit's totals (None before the first fit)
+
+
+@dataclass(frozen=True, eq=False)
+class _Fit:
+    """One pass's fit of the cell totals."""
+
+    totals: np.ndarray
+    combined: np.ndarray  # per cell: its direct measurement and prior combined
+    cell_variance: np.ndarray  # per cell: the combined measurement's variance
+    rates: SharedRates
+
+
+def _problem(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: LinearSystem, plan_codes: np.ndarray,
+             identity_codes: np.ndarray, employment: np.ndarray, employment_variance: np.ndarray,
+             psi: NeighborFunction) -> tuple[_Problem, _Pass]:
+    """The fixed inputs of the cell fit (step 1: the cell measurements) and the first pass's start."""
+    [identity] = [a for a in answers if a.query.is_identity]
+    [rate_answer] = [a for a in answers if not a.query.is_identity and tuple(a.query.by) == RATE_QUERY]
+    answer, sd = identity.estimate[identity_codes], per_establishment(identity.sd, identity_codes)
+    rate_codes = group_establishments(public, list(RATE_QUERY)).codes
+    n_rates = len(rate_answer)
+    cells, detail_group, establishment_detail = _model_cells(public, plan_codes, rate_codes, n_rates, system)
+    theta = _theta_layout(public, rate_answer, rate_codes, cells, detail_group, establishment_detail)
+    n_cells, state, n_states = len(cells.coarse), theta.state, theta.n_states
+    # the first pass weighs the cell measurements at the state's rate
     state_rate = np.maximum(_by_state(state, answer, n_states) / _by_state(state, employment, n_states),
                             MIN_STATE_RATE)
-    direct = np.bincount(cell_codes, weights=answer, minlength=n_cells)
-    cell_employment = np.bincount(cell_codes, weights=employment, minlength=n_cells)
-    cell_employment_variance = np.bincount(cell_codes, weights=employment_variance, minlength=n_cells)
     rate_employment = np.bincount(rate_codes, weights=employment, minlength=n_rates)
-    group_right = (c.T @ (b / w))[coarse_cells]  # C' W^-1 b, per cell
-    rate_totals = np.maximum(rate_answer.estimate, 0.0)  # the first pass: rates from the rate query's answers
     rate_variance = rate_answer.variance / rate_employment**2  # of each rate
     weight_rate = state_rate[state]  # per establishment
-    floor = RATE_FLOOR * state_rate
-    parent_vagueness = (PARENT_VAGUENESS * state_rate[parent_state]) ** 2
     detail_spread2 = _detail_spread(answer, employment, psi.estimate_variance(weight_rate * employment, sd),
                                     establishment_detail, detail_group, rate_answer.estimate / rate_employment,
-                                    rate_variance, rate_state, n_states)
-    cell_rate_variance = rate_variance[cell_rate]  # of each cell's prior rate
-    cell_rates, fitted = None, None  # each cell's prior wage per employee; the last fit's cell totals
-    for _ in range(PASSES):
-        # 2. the sibling rates' spread around their parent, by moments per state
-        observed = rate_totals / rate_employment
-        parent_rate = np.maximum(np.bincount(parent, weights=rate_totals, minlength=n_parents)
-                                 / np.bincount(parent, weights=rate_employment, minlength=n_parents), 0.0)
-        spread2 = np.maximum(_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - rate_variance,
-                                             parent_rate[parent] ** 2, n_states), MIN_RATE_SPREAD**2)
-        rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], floor[rate_state]) ** 2
-        detail_variance = detail_spread2 * np.maximum(observed, floor[rate_state])[detail_group] ** 2
-        # 3. the cells' spread around their prior, by moments per state, then rates and cell totals; variances
-        # at the last fit's rates (the first pass: the observed ones, at least RATE_FLOOR of the state's)
-        if cell_rates is None:
-            cell_rates = np.maximum(observed, floor[rate_state])[cell_rate]
-        prior = cell_rates * cell_employment
-        direct_variance = np.bincount(cell_codes, weights=psi.estimate_variance(weight_rate * employment, sd),
-                                      minlength=n_cells)
-        county_variance = _county_spread(cell_county, county_state, cell_state, cell_employment,
-                                         direct if fitted is None else fitted,
-                                         direct_variance if fitted is None else np.zeros(n_cells),
-                                         observed[cell_rate] * cell_employment, state_rate)
-        employee_part = cell_rates**2 * (EMPLOYEE_VARIANCE * cell_employment + cell_employment_variance) + 1.0
-        cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
-            cell_state, (direct - prior) ** 2 - direct_variance - employee_part
-            - cell_employment**2 * cell_rate_variance, prior**2, n_states), 0.0)), *CELL_SPREAD_BOUNDS)
-        prior_variance = (cell_spread[cell_state] * prior) ** 2 + employee_part
-        cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
-        free_variance = np.where(fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
-        cell_links = np.where(fixed_cells, 0.0, cell_employment / prior_variance)
-        links = sp.diags(cell_links) @ incidence
-        own_variance = np.concatenate([np.full(n_rates, np.inf), parent_vagueness, county_variance,
-                                       np.full(n_details, np.inf)])
-        precision = (incidence.T @ sp.diags(cell_links * cell_employment) @ incidence
-                     + _prior_precision(*edges, np.concatenate([rate_spread_variance, detail_variance]),
-                                        own_variance)).tocsr()
-        theta_prior = np.concatenate([np.zeros(n_rates), parent_rate / parent_vagueness,
-                                      np.zeros(n_counties + n_details)])
-        theta, theta_variance, blocks = _solve_rates(c, w, free_variance, cell_state, coarse_cells, links.tocsr(),
-                                                     precision, theta_state, direct / direct_variance + group_right,
-                                                     theta_prior)
-        rate_variance, cell_rate_variance = theta_variance[:n_rates], theta_variance[cell_node]
-        for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
-            cell_rates = np.maximum(incidence @ theta, floor[cell_state])  # wages per employee are never near 0
-            combined = (direct / direct_variance + cell_rates * cell_employment / prior_variance) * cell_variance
-            totals, _ = solve_nested(combined, cell_variance, coarse_cells, c, b, w, fixed_zero=fixed_cells)
-            if refresh:
-                theta = spsolve(precision.tocsc(), links.T @ totals + theta_prior)
-        fitted = totals
-        rate_totals = np.maximum(np.bincount(cell_rate, weights=totals, minlength=n_rates), 0.0)
-        weight_rate = cell_rates[cell_codes]  # later passes weigh the identity answers at the rates
+                                    rate_variance, theta.rate_state, n_states)
+    problem = _Problem(
+        cells=cells, theta=theta, psi=psi, answer=answer, sd=sd, employment=employment,
+        employment_variance=employment_variance, state_rate=state_rate,
+        direct=np.bincount(cells.codes, weights=answer, minlength=n_cells),
+        cell_employment=np.bincount(cells.codes, weights=employment, minlength=n_cells),
+        cell_employment_variance=np.bincount(cells.codes, weights=employment_variance, minlength=n_cells),
+        rate_employment=rate_employment, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
+        floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
+        detail_spread2=detail_spread2)
+    # the first pass: rates from the rate query's answers
+    start = _Pass(rate_totals=np.maximum(rate_answer.estimate, 0.0), rate_variance=rate_variance,
+                  cell_rate_variance=rate_variance[theta.cell_rate], weight_rate=weight_rate)
+    return problem, start
 
-    # 4. shares within cells
-    share_prior = totals[cell_codes] * employment / cell_employment[cell_codes]
-    noise = psi.estimate_variance(share_prior, sd)
-    spread = np.clip(np.sqrt(np.maximum(_squared_spread(state, (answer - share_prior) ** 2 - noise, share_prior**2,
-                                                        n_states), 0.0)), *SPREAD_BOUNDS)
-    cell_rate_now = np.divide(totals, cell_employment, out=np.zeros(n_cells), where=cell_employment > 0)[cell_codes]
-    spread_variance = (spread[state] * share_prior) ** 2 + cell_rate_now**2 * employment_variance + np.finfo(float).tiny
+
+def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Step 2: the observed rates, their parent rates, and the variances of the sibling rates around
+    their parent and of the detail rates around their NAICS-5 rate (spreads by moments per state)."""
+    theta = p.theta
+    parent, rate_state = theta.parent, theta.rate_state
+    n_parents = len(theta.parent_state)
+    observed = last.rate_totals / p.rate_employment
+    parent_rate = np.maximum(np.bincount(parent, weights=last.rate_totals, minlength=n_parents)
+                             / np.bincount(parent, weights=p.rate_employment, minlength=n_parents), 0.0)
+    spread2 = np.maximum(_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - last.rate_variance,
+                                         parent_rate[parent] ** 2, theta.n_states), MIN_RATE_SPREAD**2)
+    rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], p.floor[rate_state]) ** 2
+    detail_variance = p.detail_spread2 * np.maximum(observed, p.floor[rate_state])[theta.detail_group] ** 2
+    return observed, parent_rate, rate_spread_variance, detail_variance
+
+
+def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                          np.ndarray]:
+    """Step 3's priors: each cell's prior rate, its direct measurement's variance, the county offsets'
+    variances and each cell's prior variance (spreads by moments per state), at the last fit's rates
+    (the first pass: the observed ones, at least RATE_FLOOR of the state's)."""
+    theta = p.theta
+    cell_state, n_cells = theta.cell_state, len(p.cells.coarse)
+    cell_rates = (np.maximum(observed, p.floor[theta.rate_state])[theta.cell_rate] if last.cell_rates is None
+                  else last.cell_rates)
+    prior = cell_rates * p.cell_employment
+    direct_variance = np.bincount(p.cells.codes, weights=p.psi.estimate_variance(last.weight_rate * p.employment, p.sd),
+                                  minlength=n_cells)
+    county_variance = _county_spread(theta.cell_county, theta.county_state, cell_state, p.cell_employment,
+                                     p.direct if last.totals is None else last.totals,
+                                     direct_variance if last.totals is None else np.zeros(n_cells),
+                                     observed[theta.cell_rate] * p.cell_employment, p.state_rate)
+    employee_part = cell_rates**2 * (EMPLOYEE_VARIANCE * p.cell_employment + p.cell_employment_variance) + 1.0
+    cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
+        cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
+        - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states), 0.0)), *CELL_SPREAD_BOUNDS)
+    prior_variance = (cell_spread[cell_state] * prior) ** 2 + employee_part
+    return cell_rates, direct_variance, county_variance, prior_variance
+
+
+def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
+    """Steps 2-3 once: the priors' spreads, then the rates of the joint least squares and the cell
+    totals >= 0 at those rates; the rates at those totals and the totals again."""
+    theta, cells = p.theta, p.cells
+    n_rates, _, n_counties, n_details = theta.sizes
+    observed, parent_rate, rate_spread_variance, detail_variance = _rate_priors(p, last)
+    _, direct_variance, county_variance, prior_variance = _cell_priors(p, last, observed)
+    cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
+    free_variance = np.where(cells.fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
+    cell_links = np.where(cells.fixed_cells, 0.0, p.cell_employment / prior_variance)
+    links = sp.diags(cell_links) @ theta.incidence
+    own_variance = np.concatenate([np.full(n_rates, np.inf), p.parent_vagueness, county_variance,
+                                   np.full(n_details, np.inf)])
+    precision = (theta.incidence.T @ sp.diags(cell_links * p.cell_employment) @ theta.incidence
+                 + _prior_precision(*theta.edges, np.concatenate([rate_spread_variance, detail_variance]),
+                                    own_variance)).tocsr()
+    theta_prior = np.concatenate([np.zeros(n_rates), parent_rate / p.parent_vagueness,
+                                  np.zeros(n_counties + n_details)])
+    rates, theta_variance, blocks = _solve_rates(cells.c, cells.w, free_variance, theta.cell_state, cells.coarse,
+                                                 links.tocsr(), precision, theta.theta_state,
+                                                 p.direct / direct_variance + p.group_right, theta_prior)
+    for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
+        cell_rates = np.maximum(theta.incidence @ rates, p.floor[theta.cell_state])  # never near 0
+        combined = (p.direct / direct_variance + cell_rates * p.cell_employment / prior_variance) * cell_variance
+        totals, _ = solve_nested(combined, cell_variance, cells.coarse, cells.c, cells.b, cells.w,
+                                 fixed_zero=cells.fixed_cells)
+        if refresh:
+            rates = spsolve(precision.tocsc(), links.T @ totals + theta_prior)
+    carry = _Pass(rate_totals=np.maximum(np.bincount(theta.cell_rate, weights=totals, minlength=n_rates), 0.0),
+                  rate_variance=theta_variance[:n_rates], cell_rate_variance=theta_variance[theta.cell_node],
+                  weight_rate=cell_rates[cells.codes],  # later passes weigh the identity answers at the rates
+                  cell_rates=cell_rates, totals=totals)
+    return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks))
+
+
+def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step 4: each establishment's share of its cell's total, and its combined share measurement's
+    variance (0 at 0)."""
+    codes, state, n_cells = p.cells.codes, p.theta.state, len(totals)
+    share_prior = totals[codes] * p.employment / p.cell_employment[codes]
+    noise = p.psi.estimate_variance(share_prior, p.sd)
+    spread = np.clip(np.sqrt(np.maximum(_squared_spread(state, (p.answer - share_prior) ** 2 - noise, share_prior**2,
+                                                        p.theta.n_states), 0.0)), *SPREAD_BOUNDS)
+    cell_rate_now = np.divide(totals, p.cell_employment, out=np.zeros(n_cells), where=p.cell_employment > 0)[codes]
+    spread_variance = ((spread[state] * share_prior) ** 2 + cell_rate_now**2 * p.employment_variance
+                       + np.finfo(float).tiny)
     share_precision = 1.0 / noise + 1.0 / spread_variance
-    target = (answer / noise + share_prior / spread_variance) / share_precision
-    values, free = share_cells(totals, cell_codes, target, 1.0 / share_precision)
-    values[fixed] = 0.0
-    return WageFit(values=values, cell_codes=cell_codes, totals=totals, cell_measurement=combined,
-                   cell_variance=cell_variance, coarse_groups=c, coarse_cells=coarse_cells, group_answers=b,
-                   group_variance=w, fixed_cells=fixed_cells, share_variance=np.where(free, 1.0 / share_precision, 0.0),
-                   rates=SharedRates(links, precision, blocks))
+    target = (p.answer / noise + share_prior / spread_variance) / share_precision
+    values, free = share_cells(totals, codes, target, 1.0 / share_precision)
+    values[p.cells.fixed] = 0.0
+    return values, np.where(free, 1.0 / share_precision, 0.0)
+
+
+@one_blas_thread
+def fit_cells(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: LinearSystem, plan_codes: np.ndarray,
+              identity_codes: np.ndarray, employment: np.ndarray, employment_variance: np.ndarray,
+              psi: NeighborFunction) -> WageFit:
+    """Protected wages from the wage answers, public attributes and protected employment (see the module).
+
+    ``system``: the group-by answers stacked over the establishments (``wls.build_system``);
+    ``plan_codes`` each establishment's plan cell and ``identity_codes`` its row in the identity
+    answers (``fit_wages`` gives them all).
+    """
+    problem, carry = _problem(answers, public, system, plan_codes, identity_codes, employment, employment_variance,
+                              psi)
+    for _ in range(PASSES):  # spreads from the last fit
+        carry, fit = _fit_pass(problem, carry)
+    values, share_variance = _shares(problem, fit.totals)
+    cells = problem.cells
+    return WageFit(values=values, cell_codes=cells.codes, totals=fit.totals, cell_measurement=fit.combined,
+                   cell_variance=fit.cell_variance, coarse_groups=cells.c, coarse_cells=cells.coarse,
+                   group_answers=cells.b, group_variance=cells.w, fixed_cells=cells.fixed_cells,
+                   share_variance=share_variance, rates=fit.rates)
+
+
+def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
+              psi: NeighborFunction, groupings: Groupings | None = None) -> WageFit:
+    """The employment-informed wage fit of a release's answers and protected microdata: what a
+    release holds, and what the margins of error recompute from a release's files. ``groupings``:
+    of the public columns of ``protected``."""
+    public = protected[public_columns(protected)]
+    groupings = groupings or Groupings(public)
+    answers = measurements_by_attribute[WAGE]
+    groups = [answer for answer in answers if not answer.query.is_identity]
+    system = build_system(groups, public, [answer.variance for answer in groups], groupings)
+    identity_codes = groupings(IDENTITY).codes
+    employment, employment_variance = protected_employment(protected, measurements_by_attribute, identity_codes, psi)
+    return fit_cells(answers, public, system, system_structure(answers, public, groupings)[1], identity_codes,
+                     employment, employment_variance, psi)
+
+
+def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
+                  psi: NeighborFunction, groupings: Groupings | None = None) -> WLSResult:
+    """Wages informed by protected employment, checked like any solve: the cell totals must meet the
+    KKT conditions of their weighted least squares (else SolverError)."""
+    start = time.perf_counter()
+    try:
+        fit = fit_wages(measurements_by_attribute, protected, psi, groupings)
+    except RuntimeError as err:  # pivoting did not converge
+        raise SolverError(f"structured solver: {err}") from None
+    identity = sp.identity(len(fit.totals), format="csr")
+    pinned = int(np.count_nonzero(fit.fixed_cells))  # exact zero rows pin these cells, as in the solve
+    cells = LinearSystem(sp.vstack([identity, fit.groups, identity[fit.fixed_cells]], format="csr"),
+                         np.concatenate([fit.cell_measurement, fit.group_answers, np.zeros(pinned)]),
+                         np.concatenate([fit.cell_variance, fit.group_variance, np.zeros(pinned)]))
+    checked = checked_result(cells, fit.totals, solver="structured+employment", status="optimal", start=start)
+    return dataclasses.replace(checked, values=fit.values,
+                               fixed_zero=int(np.count_nonzero(fit.fixed_cells[fit.cell_codes])))
 
 
 def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarray:

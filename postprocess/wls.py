@@ -1,18 +1,19 @@
-"""Inverse-variance weighted least squares with nonnegativity: noisy answers -> microdata (SPEC 5).
+"""Inverse-variance weighted least squares with nonnegativity: noisy answers -> microdata.
 
 Per confidential attribute, with one variable per establishment,
 
     x^ = argmin_{x >= 0} sum_i (q_i(x) - a_i)^2 / v_i,
 
-where each query row q_i sums the establishments of one group. This module reads only public
-attributes and noisy answers, never confidential values.
+where each query row q_i sums the establishments of one group: an exact structured solver when the
+answers include the identity query, cvxpy otherwise (the reference). The solver is generic: it knows
+no attribute, and the attribute models (``postprocess.models``) plug their answers and priors into
+it. This module reads only public attributes and noisy answers, never confidential values.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,12 +22,8 @@ import scipy.sparse as sp
 
 from gedp.errors import ConfigError, SolverError
 from gedp.measure.answers import NoisyAnswer
-from gedp.measure.neighbors import NeighborFunction
-from gedp.measure.queries import IDENTITY, Groupings
-from gedp.postprocess import wages as wage_model
-from gedp.postprocess.months import month_answers
+from gedp.measure.queries import Groupings
 from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls, unbounded_cell_totals
-from gedp.synth.schema import public_columns
 
 VARIANCE_MODES = ("smoothed", "pooled", "estimated", "exact", "hybrid")
 #: Variance modes a release may use: computed from released values only.
@@ -155,7 +152,7 @@ def kkt_residual(system: LinearSystem, x: np.ndarray, pinned: np.ndarray | None 
     return float(np.max(residual, initial=0.0))
 
 
-def _result(system: LinearSystem, values: np.ndarray, *, solver: str, status: str, start: float,
+def checked_result(system: LinearSystem, values: np.ndarray, *, solver: str, status: str, start: float,
             iterations: int | None = None) -> WLSResult:
     """Check a solution (round-off below 0 only), set round-off to 0, and measure it."""
     exact_rows, fixed = pinned_at_zero(system.matrix, system.b, system.v)
@@ -217,7 +214,7 @@ def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
         raise SolverError(f"{solver} stopped with status '{problem.status}', not optimal")
     values = np.zeros(system.matrix.shape[1])
     values[free] = scale * z.value
-    return _result(system, values, solver=solver, status=str(problem.status), start=start)
+    return checked_result(system, values, solver=solver, status=str(problem.status), start=start)
 
 
 def structured_parts(system: LinearSystem, identity_rows: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -239,8 +236,8 @@ def solve_structured(system: LinearSystem, identity_rows: np.ndarray, cell_codes
         values, iterations, _ = solve_structured_wls(a, v, cell_codes, groups, b, w)
     except RuntimeError as err:  # pivoting did not converge
         raise SolverError(f"structured solver: {err}") from None
-    # "optimal" only once _result has checked the KKT conditions.
-    return _result(system, values, solver="structured", status="optimal", start=start, iterations=iterations)
+    # "optimal" only once checked_result has checked the KKT conditions.
+    return checked_result(system, values, solver="structured", status="optimal", start=start, iterations=iterations)
 
 
 def protect_attribute(
@@ -301,91 +298,3 @@ def unbounded_totals(system: LinearSystem, identity_rows: np.ndarray | None, cel
         raise ConfigError("unbounded cell totals need exactly one identity answer per attribute")
     a, v, groups, b, w = structured_parts(system, identity_rows)
     return unbounded_cell_totals(a, v, cell_codes, groups, b, w)
-
-
-def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
-              psi: NeighborFunction, groupings: Groupings | None = None) -> wage_model.WageFit:
-    """The employment-informed wage fit (``postprocess.wages``) of a release's answers and protected
-    microdata: what ``protect_microdata`` releases, and what the margins of error recompute from a
-    release's files. ``groupings``: of the public columns of ``protected``."""
-    public = protected[public_columns(protected)]
-    groupings = groupings or Groupings(public)
-    answers = measurements_by_attribute[wage_model.WAGE]
-    groups = [answer for answer in answers if not answer.query.is_identity]
-    system = build_system(groups, public, [answer.variance for answer in groups], groupings)
-    identity_codes = groupings(IDENTITY).codes
-    employment, employment_variance = wage_model.protected_employment(protected, measurements_by_attribute,
-                                                                      identity_codes, psi)
-    return wage_model.fit_wages(answers, public, group_rows=system.matrix, group_answers=system.b,
-                                group_variances=system.v, cell_codes=system_structure(answers, public, groupings)[1],
-                                identity_codes=identity_codes, employment=employment,
-                                employment_variance=employment_variance, psi=psi)
-
-
-def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
-                  psi: NeighborFunction, groupings: Groupings | None = None) -> WLSResult:
-    """Wages informed by protected employment, checked like any solve: the cell totals must meet the
-    KKT conditions of their weighted least squares (else SolverError)."""
-    start = time.perf_counter()
-    try:
-        fit = fit_wages(measurements_by_attribute, protected, psi, groupings)
-    except RuntimeError as err:  # pivoting did not converge
-        raise SolverError(f"structured solver: {err}") from None
-    identity = sp.identity(len(fit.totals), format="csr")
-    pinned = int(np.count_nonzero(fit.fixed_cells))  # exact zero rows pin these cells, as in the solve
-    cells = LinearSystem(sp.vstack([identity, fit.groups, identity[fit.fixed_cells]], format="csr"),
-                         np.concatenate([fit.cell_measurement, fit.group_answers, np.zeros(pinned)]),
-                         np.concatenate([fit.cell_variance, fit.group_variance, np.zeros(pinned)]))
-    checked = _result(cells, fit.totals, solver="structured+employment", status="optimal", start=start)
-    return dataclasses.replace(checked, values=fit.values,
-                               fixed_zero=int(np.count_nonzero(fit.fixed_cells[fit.cell_codes])))
-
-
-def protect_microdata(
-    measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]],
-    public: pd.DataFrame,
-    *,
-    variance_mode: str = "estimated",
-    exact_variances: Mapping[str, Mapping[str, np.ndarray]] | None = None,
-    solver: str = "auto",
-    wages: str = "employment",
-    psi: NeighborFunction | None = None,
-    on_step: Callable[[str], None] | None = None,
-    finish: Callable[[str, np.ndarray], np.ndarray] | None = None,
-    groupings: Groupings | None = None,
-) -> tuple[pd.DataFrame, dict[str, WLSResult]]:
-    """Protected microdata: the public columns plus every attribute's postprocessed values.
-
-    With ``variance_mode`` "smoothed" or "pooled" (and ``psi``), the months' identity answers are
-    turned by ``month_answers`` first. With ``wages="employment"`` (and ``psi``, released or pooled variances and
-    a structured plan), wages are
-    postprocessed last, informed by the protected employment (``postprocess.wages``); every other
-    attribute, and wages otherwise, by the weighted least squares. ``finish(attribute, values)``, when
-    given, turns each attribute's values into the released ones (an integer release's controlled
-    rounding) before a later attribute is postprocessed: the wage fit then takes the employment the
-    release holds, so its margins of error can recompute it from the release's files. ``groupings``:
-    of ``public`` (shared with measurement).
-    """
-    if wages not in wage_model.WAGE_METHODS:
-        raise ValueError(f"wages '{wages}' is unknown; choose one of {', '.join(wage_model.WAGE_METHODS)}")
-    measurements_by_attribute = month_answers(measurements_by_attribute, variance_mode, psi, public, loadings=False)
-    protected = public.copy()
-    groupings = groupings or Groupings(public)  # the public columns never change: one per query for all attributes
-    results = {}
-    order = sorted(measurements_by_attribute, key=lambda attribute: attribute == wage_model.WAGE)
-    for attribute in order:
-        answers = measurements_by_attribute[attribute]
-        if (wages == "employment" and psi is not None and variance_mode in RELEASE_VARIANCE_MODES
-                and solver in ("auto", "structured")
-                and wage_model.applies(answers, attribute, list(measurements_by_attribute))):
-            results[attribute] = protect_wages(measurements_by_attribute, protected, psi, groupings)
-        else:
-            results[attribute] = protect_attribute(
-                answers, public, variance_mode=variance_mode, solver=solver,
-                exact_variances=None if exact_variances is None else exact_variances[attribute], groupings=groupings,
-            )
-        protected[attribute] = (results[attribute].values if finish is None
-                                else finish(attribute, results[attribute].values))
-        if on_step is not None:
-            on_step(f"postprocess {attribute}")
-    return protected, results

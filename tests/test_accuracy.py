@@ -22,8 +22,8 @@ def simulated(small_state):
     made = []
     real = accuracy.protect_microdata
 
-    def recording(answers, public, **options):
-        protected, report = real(answers, public, **options)
+    def recording(answers, public, options, **callbacks):
+        protected, report = real(answers, public, options, **callbacks)
         made.append((answers, protected))
         return protected, report
 

@@ -14,8 +14,8 @@ from gedp.evaluation.coverage import run_coverage
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import MeasurementPlan, QueryPlan, measure
 from gedp.postprocess import structured
-from gedp.postprocess.moe import CellVariances, answers_variances, tabulation_variances
 from gedp.postprocess.tabulate import tabulate
+from gedp.postprocess.variances import CellVariances, answers_variances, tabulation_variances
 from gedp.postprocess.wls import LinearSystem
 
 runner = CliRunner()

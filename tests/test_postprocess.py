@@ -169,7 +169,7 @@ def test_month_modes_reach_the_release_and_its_margins(small_state, tmp_path, mo
     pooled; the manifest says which), and its margins of error are the ones of those answers: tabulate
     --moe equals the covariance of that system. Power: the estimated mode gives other employment."""
     import gedp
-    from gedp.postprocess.moe import answers_variances
+    from gedp.postprocess.variances import answers_variances
     from gedp.release.reader import read_release, release_answers
 
     config = "baseline" if mode == "smoothed" else dict(gedp.load("baseline").raw, variance=mode)

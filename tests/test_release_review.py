@@ -10,7 +10,9 @@ import gedp
 from gedp.errors import InputError
 from gedp.measure.erer import job_marginal, worker_codes
 from gedp.measure.neighbors import make_psi
-from gedp.postprocess.wls import fit_wages, protect_microdata
+from gedp.postprocess.models import PostprocessOptions
+from gedp.postprocess.protect import protect_microdata
+from gedp.postprocess.wages import fit_wages
 from gedp.release.reader import read_answers, read_manifest, read_release, release_answers, release_wage_psi
 from gedp.synth.schema import public_columns
 
@@ -32,16 +34,16 @@ def test_postprocessing_is_reproduced_bit_for_bit_from_the_release_files(release
     protected, answers = read_release(folder)
     public = protected[public_columns(protected)]
     psi = make_psi(**manifest["psi"])
-    again, results = protect_microdata(answers, public, variance_mode="smoothed", psi=psi)
+    again, results = protect_microdata(answers, public, PostprocessOptions(variance_mode="smoothed", psi=psi))
     assert results["wage"].solver == "structured+employment"
     for attribute in ("m1emp", "m2emp", "m3emp", "wage"):
         np.testing.assert_array_equal(again[attribute].to_numpy(), protected[attribute].to_numpy())
-    other, _ = protect_microdata(answers, public, variance_mode="pooled", psi=psi)
+    other, _ = protect_microdata(answers, public, PostprocessOptions(variance_mode="pooled", psi=psi))
     assert not np.array_equal(other["m1emp"].to_numpy(), protected["m1emp"].to_numpy())
     # the answers tabulate --moe weighs are those very smoothed months (their sectors' patterns from the
     # release's public columns), and what it refits is that very wage fit
     weighed = release_answers(folder)
-    turned, _ = protect_microdata(weighed, public, variance_mode="estimated", psi=psi)
+    turned, _ = protect_microdata(weighed, public, PostprocessOptions(variance_mode="estimated", psi=psi))
     for attribute in ("m1emp", "m2emp", "m3emp"):
         np.testing.assert_array_equal(turned[attribute].to_numpy(), protected[attribute].to_numpy())
     fit = fit_wages(weighed, protected, release_wage_psi(folder))

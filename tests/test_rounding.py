@@ -93,7 +93,7 @@ def test_protect_integer_rounds_the_release_of_the_same_noise(tmp_path, small_st
         "integer"] is False
     report = manifest["per_state"]["44"]["rounding"]
     tables = pd.read_csv(tmp_path / "whole" / "qcew_tables.csv", dtype={"area_fips": str, "industry_code": str})
-    from gedp.postprocess.wls import fit_wages
+    from gedp.postprocess.wages import fit_wages
     from gedp.release.reader import read_release
 
     _, answers = read_release(tmp_path / "whole")

@@ -25,7 +25,7 @@ from gedp.measure.mechanisms import pnc_sensitivity
 from gedp.measure.neighbors import LinearPsi, LogPsi, SqrtPsi
 from gedp.measure.rng import make_rng
 from gedp.measure.workflows import measure
-from gedp.postprocess import structured, wls
+from gedp.postprocess import structured, wages, wls
 from gedp.postprocess.wls import SolverError, protect_attribute
 from gedp.release.reader import read_release
 
@@ -268,7 +268,7 @@ def test_released_wages_and_their_solver_report_follow_from_the_other_released_f
     protected, answers = read_release(out)
     manifest = json.loads((out / "manifest.json").read_text())
     psi = load_config("baseline").plan.psi
-    recomputed = wls.protect_wages(answers, protected.drop(columns="wage"), psi)
+    recomputed = wages.protect_wages(answers, protected.drop(columns="wage"), psi)
     assert np.array_equal(recomputed.values, protected["wage"].to_numpy())
     [state] = manifest["states"]
     assert manifest["per_state"][state]["solver"]["wage"] == recomputed.report()

@@ -14,7 +14,6 @@ import gedp
 from gedp.errors import ConfigError
 from gedp.postprocess import wages
 from gedp.postprocess.tabulate import tabulate
-from gedp.postprocess.wls import fit_wages
 
 
 def test_shares_are_the_constrained_least_squares_solution():
@@ -76,7 +75,7 @@ def fitted(small_state):
 
     release = gedp.protect(small_state, seed=5, not_for_publication=True)
     protected, answers = read_release(release.folder)
-    return release, protected, fit_wages(answers, protected, gedp.load("baseline").plan.psi)
+    return release, protected, wages.fit_wages(answers, protected, gedp.load("baseline").plan.psi)
 
 
 def test_the_fit_is_reproduced_from_the_release_files(fitted):

@@ -18,8 +18,8 @@ from gedp.measure.jobframe import EMPLOYMENT, FamilySpec
 from gedp.measure.queries import IDENTITY
 from gedp.measure.rng import is_publishable
 from gedp.measure.workflows import MeasurementPlan
-from gedp.postprocess.wages import EMPLOYMENT as EMPLOYMENT_MONTHS
-from gedp.postprocess.wages import RATE_QUERY, WAGE
+from gedp.postprocess.attributes import MONTHS, WAGE
+from gedp.postprocess.wages import RATE_QUERY
 from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, combined_report
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE, StateRelease
 
@@ -220,7 +220,7 @@ def wage_model(manifest: Manifest) -> str | None:
         return None
     chosen = (config.wages == "employment" and config.solver in ("auto", "structured")
               and manifest["variance_mode"] in RELEASE_VARIANCE_MODES
-              and any(month in config.plan.attributes for month in EMPLOYMENT_MONTHS)
+              and any(month in config.plan.attributes for month in MONTHS)
               and sum(query.by == IDENTITY for query in queries) == 1
               and any(query.by == RATE_QUERY for query in queries))
     return WAGE_MODELS[0] if chosen else WAGE_MODELS[1]
