@@ -1,5 +1,6 @@
 """The wheel installs one import name, gedp, and works where a user's own modules shadow generic names."""
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -13,9 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a copy of the checkout so that no build/ folder is left in it (a stale
+    build/lib would hold a second copy of the package)."""
     out = tmp_path_factory.mktemp("wheel")
+    source = tmp_path_factory.mktemp("source") / "gedp"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "site", "docs", "tests", "benchmarks",
+                                                                 "*.egg-info", "__pycache__", ".*cache", ".venv"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(out), str(ROOT)], check=True, capture_output=True, cwd=out)
+                    "--wheel-dir", str(out), str(source)], check=True, capture_output=True, cwd=out)
     [built] = out.glob("gedp-*.whl")
     return built
 
