@@ -430,14 +430,15 @@ def protect_command(
                                              "cluster.")] = "local",
     scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
                                                           "(default: a local cluster of 2 workers).")] = None,
-    ledger: Annotated[Optional[Path], typer.Option(help="Lifetime budget ledger: compose with earlier releases "
-                                                       "of the same records and refuse what exceeds their "
-                                                       "cap.")] = None,
-    lifetime_cap: Annotated[Optional[float], typer.Option(help="With --ledger: the dataset's lifetime mu cap "
-                                                               "(needed the first time).")] = None,
-    dataset_id: Annotated[Optional[str], typer.Option(help="With --ledger: name the dataset; records released "
-                                                           "under a name share its budget (e.g. revised "
-                                                           "data).")] = None,
+    ledger: Annotated[Optional[Path], typer.Option(help="Lifetime budget ledger (NAME.json in an existing "
+                                                       "folder): charge every establishment's account and "
+                                                       "refuse what exceeds its cap.")] = None,
+    lifetime_cap: Annotated[Optional[float], typer.Option(help="With --ledger: the lifetime mu cap of "
+                                                               "establishments new to the ledger, in "
+                                                               "(0, 100].")] = None,
+    dataset_id: Annotated[Optional[str], typer.Option(help="With --ledger: name the dataset, recalling the "
+                                                           "cap recorded under that name (e.g. the next "
+                                                           "quarter).")] = None,
     allow_large_mu: Annotated[bool, typer.Option("--allow-large-mu",
                                                  help="Accept a query mu above 1 (refused by default: a typo such "
                                                       "as 70 for 0.70 releases nearly exact values).")] = False,
@@ -454,67 +455,64 @@ def protect_command(
         with progress_steps(None) as advance:
             manifest, reservation = protect_recorded(
                 input, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=scheduler, jobs=jobs,
-                on_digest=lambda state: advance(f"ledger: state {state} read"),
                 on_state=lambda state: advance(f"state {state} done"))
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     if reservation is not None:
-        console.print(f"  lifetime budget of this dataset: mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
-                      f"spent (release {reservation.release_id} committed in the ledger)")
+        console.print(f"  lifetime budget: this release charged mu {reservation.mu:.4f} in the accounts' terms; its "
+                      f"most spent establishments are at mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
+                      f"(release {reservation.release_id} committed in the ledger)")
 
 
 ledger_app = typer.Typer(no_args_is_help=True, help="Inspect the lifetime budget ledger and clear pending releases.")
 app.add_typer(ledger_app, name="ledger")
 
 
-def _dataset_name(dataset: dict) -> str:
-    """A dataset's id, or the start of its records' digest in brackets (the ledger is the agency's own)."""
-    return dataset["dataset_id"] or f"({dataset['digests'][0][:8]})"
-
-
 @ledger_app.command(name="show")
 def ledger_show(
     ledger: Annotated[Path, typer.Option(help="The lifetime budget ledger.")],
 ) -> None:
-    """Print every dataset of a ledger (cap, spending) and its releases with their status."""
-    from gedp.ledger import PENDING, read_ledger, spent
+    """Print every release of a ledger (its dataset, cap, charge and status).
+
+    Then the accounts' psi and gammas, the most spent account and the head of the ledger's chain."""
+    from gedp.ledger import CLEARED, PENDING, check_ledger_path, largest_spending, live, read_ledger
 
     with reported_errors():
-        book = read_ledger(ledger)
-    datasets = Table("dataset", "lifetime cap", "spent", "left", "releases", "pending", title=f"ledger {ledger}")
-    releases = Table(Column("dataset", overflow="fold"), *(Column(c, no_wrap=True) for c in ("release", "status", "mu",
-                     "date (UTC)")), Column("config", overflow="fold"), title="releases")
-    for dataset in book["datasets"]:
-        name = _dataset_name(dataset)
-        used = spent(dataset)
-        pending = sum(r["status"] == PENDING for r in dataset["releases"])
-        datasets.add_row(name, f"{dataset['lifetime_cap']:.4f}", f"{used:.4f}",
-                         f"{math.sqrt(max(dataset['lifetime_cap'] ** 2 - used ** 2, 0.0)):.4f}",
-                         str(len(dataset["releases"])), f"[red]{pending}[/]" if pending else "0")
-        for r in dataset["releases"]:
-            status = f"[red]{r['status']}[/]" if r["status"] == PENDING else r["status"]
-            releases.add_row(name, r["id"], status, f"{r['mu']:.4f}", r["date_utc"][:16].replace("T", " "), r["config"])
-    console.print(datasets)
+        book = read_ledger(check_ledger_path(ledger))
+        most, cap = largest_spending(ledger, book)
+    releases = Table(Column("dataset", overflow="fold"), *(Column(c, no_wrap=True) for c in (
+        "release", "status", "cap", "charge mu", "establishments", "date (UTC)")), Column("config", overflow="fold"),
+        title=f"ledger {ledger}")
+    for r in book["releases"].values():
+        status = f"[red]{r['status']}[/]" if r["status"] == PENDING else r["status"]
+        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}", f"{r['mu']:.4f}",
+                         f"{r['establishments']:,}", r["date_utc"][:16].replace("T", " "), r["config"])
     console.print(releases)
-    console.print("spent composes as sqrt(sum of mu^2); left is the largest mu one more release may spend. A pending "
-                  "release counts until it is committed or cleared (gedp ledger clear).")
+    counting = live(book)
+    if counting:
+        console.print(f"accounts: psi {counting[0]['psi']}, gammas "
+                      f"{dict(kv for r in reversed(counting) for kv in r['gammas'].items())}; "
+                      f"the most spent establishment is at mu {most:.4f} of its cap {cap:.4f}")
+    console.print(f"Each establishment's spending composes the charges of every pending or committed release that "
+                  f"includes it as sqrt(sum of mu^2); {CLEARED} releases do not count. Head of the ledger's chain: "
+                  f"{book['head']} (keep it elsewhere: a ledger rewritten from an earlier head is not detected).")
 
 
 @ledger_app.command(name="clear")
 def ledger_clear(
     ledger: Annotated[Path, typer.Option(help="The lifetime budget ledger.")],
-    release: Annotated[str, typer.Option(help="Id of the pending release to remove (see gedp ledger show).")],
+    release: Annotated[str, typer.Option(help="Id of the pending release to clear (see gedp ledger show).")],
 ) -> None:
-    """Remove a pending release (a run that failed or was killed before publishing): its mu stops counting.
+    """Clear a pending release (a run that failed or was killed before publishing): its mu stops counting.
 
-    Clear only a release you know was not published; committed releases cannot be cleared."""
-    from gedp.ledger import clear, spent
+    Clear only a release you know was not published; committed releases cannot be cleared. A run
+    killed before its commit leaves a hidden staging folder beside its --out without a manifest:
+    no gedp reader takes it for a release; delete it."""
+    from gedp.ledger import clear
 
     with reported_errors():
-        dataset, entry = clear(ledger, release)
-    name = _dataset_name(dataset)
-    console.print(f"Cleared pending release {entry['id']} (mu {entry['mu']:.4f}, reserved {entry['date_utc']}) of "
-                  f"dataset {name}: it no longer counts; the dataset has spent mu {spent(dataset):.4f} of "
-                  f"{dataset['lifetime_cap']:.4f}.")
+        entry = clear(ledger, release)
+    console.print(f"Cleared pending release {entry['id']} (charge mu {entry['mu']:.4f}, reserved {entry['date_utc']}): "
+                  "it no longer counts against its establishments' caps.")
 
 
 TABLE_FORMATS = ("csv", "parquet", "qcew")
@@ -651,7 +649,6 @@ def interval(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Print the uncertainty interval I(x) of each value: how far x is hidden for this psi and gamma."""
-    import math
 
     from gedp.api import interval as interval_of
 

@@ -24,14 +24,13 @@ import numpy as np
 import pandas as pd
 
 from gedp.config import Config
-from gedp.ledger import dataset_digest, records_digest
 from gedp.measure.rng import make_rng, secure_generator, state_rng
 from gedp.pipeline import check_job_table, protect
 from gedp.postprocess.wls import SolverError
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import join_tables, staged_directory, table_part, write_manifest, write_parts
-from gedp.synth.io import input_columns, read_columns
-from gedp.synth.schema import CONFIDENTIAL, InputError, check_columns, estab_ids, normalize_code, validate_microdata
+from gedp.synth.io import read_columns
+from gedp.synth.schema import InputError, check_columns, estab_ids, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
 
@@ -85,25 +84,9 @@ def input_states(source: Source) -> InputStates:
     return InputStates(dict(sorted(codes.items())), len(frame))
 
 
-def input_attributes(path: Source, attributes) -> list[str]:
-    """``attributes`` and every other confidential attribute the input has (read from its header or
-    Parquet schema, or a DataFrame's columns): the columns that identify its records in the lifetime ledger."""
-    columns = [str(c) for c in path.columns] if isinstance(path, pd.DataFrame) else input_columns(Path(path))
-    return [c for c in CONFIDENTIAL if c in attributes or c in columns]
-
-
-def input_digest(path: Source, inputs: InputStates, attributes,
-                 on_state: Callable[[str], None] | None = None) -> str:
-    """SHA-256 of the input's validated records (gedp.ledger.records_digest), read one state at a
-    time: ``attributes`` and every other confidential column present, whatever the files' names,
-    format or order."""
-    columns = input_attributes(path, attributes)
-    digests = {}
-    for state, stored in inputs.codes.items():
-        digests[state] = records_digest(read_state(path, state, columns, stored))
-        if on_state is not None:
-            on_state(state)
-    return dataset_digest(digests)
+def input_establishments(source: Source) -> pd.Series:
+    """The estab_id column of an input as text (the establishments a lifetime ledger charges)."""
+    return read_source(source, ["estab_id"])["estab_id"].astype(str)
 
 
 def read_state(source: Source, state: str, attributes, stored: list) -> pd.DataFrame:
@@ -229,7 +212,9 @@ def protect_input(
     computed from the staged release (``gedp run``'s accuracy against a synthetic truth).
 
     ``lifetime`` is the manifest's lifetime-budget section; ``before_publish`` runs when the release
-    is complete in its staging directory, before it is moved into place (the ledger's commit).
+    is complete in its staging directory but for its manifest (the ledger's commit): the manifest is
+    written only after it, so a run killed before leaves a staging folder no reader takes for a
+    release; if it raises, nothing is published.
     ``inputs`` is ``input_states(path)`` when the caller has read it already. ``jobs`` is the job
     table (``synth.jobs``) of a plan with job families.
     """
@@ -241,7 +226,7 @@ def protect_input(
         entropy = None
     else:
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
-    with staged_directory(out, before_publish=before_publish) as staging:
+    with staged_directory(out) as staging:
         arguments = {state: (_state_source(path, stored), state, stored, config, entropy, str(staging), len(states),
                              job_tables.get(state))
                      for state, stored in inputs.codes.items()}
@@ -257,7 +242,7 @@ def protect_input(
         manifest = release_manifest(config, pieces, rng_description, engine, scheduler)
         if lifetime is not None:
             manifest["lifetime"] = lifetime
-        write_manifest(staging, manifest, extra_files(staging) if extra_files else {})
+        write_manifest(staging, manifest, extra_files(staging) if extra_files else {}, before_publish)
     return manifest
 
 

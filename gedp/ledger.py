@@ -1,23 +1,48 @@
-"""The lifetime budget ledger: every release made from a dataset, composed across releases.
+"""The lifetime budget ledger: accounts per establishment, composed over every release that includes it.
 
-A ledger is a JSON file kept by the agency (never published). A dataset is known by the SHA-256
-digest of its records (:func:`records_digest`: the validated records, not the files, so renamed,
-copied, reordered or converted copies are one dataset), or by a name the agency declares with
-``--dataset-id``, which ties the digests of the records released under it to one budget. The same
-records are never recorded under two datasets, so a new name cannot start a fresh budget for them.
+A ledger is a JSON file kept by the agency (never published), with a folder of key files beside it
+(``FILE.keys/``). Budget is spent per establishment: every release records the set of establishments
+it includes, as the sorted 64-bit keyed hashes (SipHash-2-4 under the ledger's secret key) of their
+normalized ``estab_id`` (surrounding white space removed, upper case, leading zeros removed; a
+normalization that can only merge two accounts, never split one). A new release is admitted only if,
+for every establishment it includes, sqrt(earlier spending^2 + this release's charge^2) stays within
+that establishment's cap. An edited copy, a subset, a superset or the next quarter of the same
+establishments draws on the same accounts, whatever else changed in the file.
 
-Releases compose as sqrt(sum of mu^2). A release goes through the ledger in two steps, each under
-an exclusive ``fcntl`` lock on ``FILE.lock``:
+The charge is in the account's terms. The ledger records psi and, per attribute, the gamma of the
+first release that measured it; psi-neighbours differ in every attribute at once, so an
+establishment's charge composes its attributes' charges, sqrt(sum over queries and attributes of
+mu^2), as the release's own total does. A query of mu' under gamma' (the account's gamma is gamma):
 
-1. :func:`reserve`, before any noise is drawn: check that the release fits the dataset's lifetime
-   cap and record it as ``pending``. A pending release counts against the cap from then on, so two
-   concurrent runs cannot both spend the last of the budget.
-2. :func:`commit`, when the release is complete in its staging directory and before it is moved
-   into place: mark it ``committed``. If this fails, nothing is published.
+* gamma' >= gamma: mu'. Records psi-close for gamma are psi-close for gamma'.
+* gamma' < gamma, psi-mechanism (Gaussian noise on the psi scale, sd gamma'/mu'): mu' gamma/gamma'
+  exactly: two records psi-close for gamma differ by at most gamma on the psi scale, so their
+  outputs are mu' gamma/gamma' apart in sd units.
+* gamma' < gamma, pnc: mu' ceil(gamma/gamma') by group privacy: between psi(x) and psi(x') at most
+  gamma apart lie k = ceil(gamma/gamma') - 1 points splitting it into k + 1 steps of at most gamma'
+  (psi is continuous and increasing on [0, inf), so every point is psi of a value), and a mechanism
+  that is mu'-GDP for each step is (k + 1) mu'-GDP for the pair.
+
+A release under another psi is refused. A cap is a finite number in (0, 100]: mu 100 already hides
+nothing (budget.MAX_MU), and a cap beyond it would read as a limit while allowing exact releases.
+An establishment's cap is the one recorded with the first release that included it; a release
+whose establishments are all new needs ``--lifetime-cap`` (or ``--dataset-id`` of a dataset whose
+cap the ledger records).
+
+The ledger is an append-only chain of events (reserve, commit, clear), each holding the SHA-256 of
+the previous event and of its own content; the file's head is the last event's hash and every key
+file must belong to a release and match its digest, so an edited, reordered or deleted event, or
+a deleted release, is detected when the ledger is read and the ledger is refused. (Someone who
+recomputes every hash and removes a key file is not detected by the file alone: keep the head gedp
+prints after each release elsewhere.) A release goes through the ledger in two steps, each under an
+exclusive ``fcntl`` lock on ``FILE.lock``, created only beside a ledger path that was accepted:
+
+1. :func:`reserve`, before any noise is drawn: check the caps and record the release as pending.
+2. :func:`commit`, when the release is complete in its staging directory: mark it committed, before
+   the manifest is written and the folder moved into place.
 
 A pending release keeps counting until an operator removes it with :func:`clear` (``gedp ledger
-clear``): a crash never gives budget back silently. Every field of a ledger is validated when it is
-read; a damaged ledger is refused and never reset or rewritten.
+clear``). A damaged ledger is refused and never reset or rewritten.
 """
 
 from __future__ import annotations
@@ -30,7 +55,7 @@ import math
 import os
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,62 +65,66 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gedp.measure.budget import compose
-from gedp.synth.schema import CONFIDENTIAL, DERIVED, InputError
+from gedp.measure.budget import MAX_MU, compose
+from gedp.measure.queries import IDENTITY
+from gedp.measure.workflows import MeasurementPlan
+from gedp.synth.schema import InputError
 
-LEDGER_VERSION = 2
-#: Version tag of the canonical encoding hashed by :func:`records_digest` (part of every digest).
-DIGEST_VERSION = "gedp-records-v1"
-PENDING, COMMITTED = "pending", "committed"
+LEDGER_VERSION = 3
+PENDING, COMMITTED, CLEARED = "pending", "committed", "cleared"
 DATASET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-DIGEST = re.compile(r"[0-9a-f]{64}")
+LEDGER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,122}\.json")
+HASH = re.compile(r"[0-9a-f]{64}")
 RELEASE_ID = re.compile(r"[0-9a-f]{16}")
-DATASET_KEYS = ("dataset_id", "digests", "lifetime_cap", "releases")
-RELEASE_KEYS = ("id", "status", "mu", "date_utc", "config")
+KEY = re.compile(r"[A-Za-z0-9_-]{16}")
+#: The keyed hash of this text under the ledger's key is stored with the ledger: a hash function that
+#: changed (another pandas) would give every establishment a fresh account, so it is refused.
+KEY_CHECK_TEXT = "gedp ledger key check"
+LEDGER_KEYS = ("version", "key", "key_check", "events", "head")
+RELEASE_KEYS = ("id", "dataset_id", "lifetime_cap", "psi", "gammas", "charges", "mu", "mu_planned",
+                "establishments", "keys_sha256", "date_utc", "config")
 #: Relative tolerance of cap comparisons (the composed spending is a float sum).
 TOLERANCE = 1e-12
 
 
-def records_digest(microdata: pd.DataFrame) -> str:
-    """SHA-256 of validated microdata in a canonical encoding (file names, format, row and column
-    order, line endings and unknown columns do not change it).
-
-    The encoding: rows sorted by ``estab_id`` (UTF-8 byte order), derived NAICS columns left out
-    (functions of ``naics``), the other columns in name order. Each column is written as its name,
-    its kind and the row count (``name\\0kind\\0rows\\0``), then its values: confidential attributes
-    as IEEE-754 float64 little-endian (-0 as +0), every other column as text: each value's UTF-8
-    byte length as int64 little-endian, then the values' UTF-8 bytes. The whole is prefixed with
-    ``DIGEST_VERSION``.
-    """
-    ids = pa.array(microdata["estab_id"].astype(str), type=pa.large_string())
-    order = pc.sort_indices(ids)
-    positions = order.to_numpy()
-    digest = hashlib.sha256(f"{DIGEST_VERSION}\n".encode())
-    for name in sorted(c for c in microdata.columns if c not in DERIVED):
-        column = microdata[name]
-        if name in CONFIDENTIAL:
-            kind = "f8"
-            parts = [column.to_numpy(dtype="<f8")[positions] + 0.0]  # + 0.0 turns -0 into +0
-        else:
-            kind = "utf8"
-            text = pc.take(pa.array(column.astype(str), type=pa.large_string()), order)
-            if isinstance(text, pa.ChunkedArray):  # pandas' Arrow-backed strings
-                text = text.combine_chunks()
-            _, offsets, data = text.buffers()
-            ends = np.frombuffer(offsets, dtype="<i8", count=len(text) + 1, offset=8 * text.offset)
-            parts = [np.diff(ends).astype("<i8"),
-                     memoryview(data)[ends[0]:ends[-1]] if data is not None else b""]
-        digest.update(f"{name}\0{kind}\0{len(microdata)}\0".encode())
-        for part in parts:
-            digest.update(part)
-    return digest.hexdigest()
+def check_cap(cap: float) -> float:
+    """A lifetime cap: a finite number in (0, MAX_MU]."""
+    if not _positive(cap) or cap > MAX_MU:
+        raise InputError(f"--lifetime-cap ({_shown(cap)}) must be a finite number > 0 and <= {MAX_MU:g} "
+                         f"(mu {MAX_MU:g} already hides nothing)")
+    return float(cap)
 
 
-def dataset_digest(state_digests: Mapping[str, str]) -> str:
-    """The digest of a whole input from its states' :func:`records_digest`, in state-code order
-    (every record has one state, so this depends on the records only)."""
-    lines = "".join(f"{state} {state_digests[state]}\n" for state in sorted(state_digests))
-    return hashlib.sha256(f"{DIGEST_VERSION} states\n{lines}".encode()).hexdigest()
+def check_dataset_id(name: str) -> str:
+    """A dataset id: 1-64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit."""
+    if not (isinstance(name, str) and DATASET_ID.fullmatch(name)):
+        raise InputError(f"--dataset-id ({_shown(name)}) must be 1-64 ASCII letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit")
+    return name
+
+
+def check_ledger_path(path: str | Path) -> Path:
+    """The resolved ledger path, refused unless its folder exists and its name is ``NAME.json``."""
+    path = Path(path).resolve()
+    if not LEDGER_NAME.fullmatch(path.name):
+        raise InputError(f"ledger '{path}': the name must be ASCII letters, digits, '.', '_' or '-' ending in .json")
+    if not path.parent.is_dir():
+        raise InputError(f"ledger '{path}': its folder does not exist (create it first)")
+    if path.is_dir():
+        raise InputError(f"ledger '{path}' is a folder, not a ledger file")
+    return path
+
+
+def establishment_keys(estab_ids: Iterable[str] | pd.Series, key: str) -> np.ndarray:
+    """The sorted distinct keyed 64-bit hashes of normalized estab_ids (see the module docstring)."""
+    ids = pa.array(pd.Series(estab_ids).astype(str), type=pa.large_string())
+    ids = pc.utf8_ltrim(pc.utf8_upper(pc.utf8_trim_whitespace(ids)), characters="0")
+    hashes = np.sort(pd.util.hash_array(ids.to_numpy(zero_copy_only=False), hash_key=key, categorize=False))
+    return hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))].astype("<u8")
+
+
+def _key_check(key: str) -> str:
+    return f"{int(establishment_keys([KEY_CHECK_TEXT], key)[0]):016x}"
 
 
 def _shown(value: object) -> str:
@@ -113,39 +142,55 @@ def _positive(value: object) -> bool:
         return False
 
 
-def check_cap(cap: float) -> float:
-    """A lifetime cap: a finite number > 0."""
-    if not _positive(cap):
-        raise InputError(f"--lifetime-cap ({_shown(cap)}) must be a finite number > 0")
-    return float(cap)
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def check_dataset_id(name: str) -> str:
-    """A dataset id: 1-64 ASCII letters, digits, '.', '_' or '-', starting with a letter or digit."""
-    if not (isinstance(name, str) and DATASET_ID.fullmatch(name)):
-        raise InputError(f"--dataset-id ({_shown(name)}) must be 1-64 ASCII letters, digits, '.', '_' or '-', "
-                         "starting with a letter or digit")
-    return name
+def gamma_factor(account_gamma: float, gamma: float, gaussian_on_psi: bool) -> float:
+    """How many times its mu a query under ``gamma`` costs in an account of ``account_gamma``."""
+    if gamma >= account_gamma:
+        return 1.0
+    ratio = account_gamma / gamma
+    return ratio if gaussian_on_psi else float(math.ceil(ratio * (1 - TOLERANCE)))
+
+
+def plan_charges(plan: MeasurementPlan, account_gammas: dict[str, float]) -> dict[str, float]:
+    """Per attribute: the plan's queries composed in the account's terms (attributes the account does
+    not know yet are charged under the plan's own gamma)."""
+    charges: dict[str, list[float]] = {}
+    for query in plan.queries:
+        gaussian_on_psi = plan.workflow == "psi" or query.by == IDENTITY
+        for attribute, mu in query.mu.items():
+            gamma = plan.gammas[attribute]
+            factor = gamma_factor(account_gammas.get(attribute, gamma), gamma, gaussian_on_psi)
+            charges.setdefault(attribute, []).append(mu * factor)
+    return {attribute: compose(mus) for attribute, mus in charges.items()}
 
 
 @dataclass(frozen=True)
 class Reservation:
-    """A pending release: its ledger, id, the dataset's cap, what was spent before it, and its mu."""
+    """A pending release: its ledger, id, the binding cap, the largest earlier spending of any of
+    its establishments, its charge in the account's terms (``mu``) and what that charge is made of."""
 
     path: Path
     release_id: str
     cap: float
     spent_before: float
     mu: float
+    mu_planned: float
+    charges: dict[str, float]
+    psi: dict
+    gammas: dict[str, float]
 
     @property
     def spent_after(self) -> float:
         return compose([self.spent_before, self.mu])
 
     def summary(self) -> dict:
-        """The lifetime figures a release manifest shows (no path, no digest)."""
+        """The lifetime figures a release manifest shows (no path, no key, no hash)."""
         return {"lifetime_cap": self.cap, "spent_before": self.spent_before, "spent_after": self.spent_after,
-                "mu": self.mu, "release_id": self.release_id}
+                "mu": self.mu, "mu_planned": self.mu_planned, "charges": self.charges,
+                "account": {"psi": self.psi, "gammas": self.gammas}, "release_id": self.release_id}
 
     def pending_note(self) -> str:
         """What an operator must know when the release failed after it was reserved."""
@@ -168,49 +213,108 @@ def _keys(value: object, where: str, keys: Iterable[str]) -> None:
              f"must be an object with exactly the keys {', '.join(keys)}")
 
 
-def _validate(ledger: object) -> None:
-    """Check every field of every dataset and release (raises _Damaged naming the first bad one)."""
-    _keys(ledger, "the ledger", ("version", "datasets"))
-    _require(type(ledger["version"]) is int and ledger["version"] == LEDGER_VERSION, "version",
-             f"must be {LEDGER_VERSION} (this gedp does not read ledgers of other versions)")
-    _require(isinstance(ledger["datasets"], list), "datasets", "must be a list")
-    names, digests, releases = set(), set(), set()
-    for i, dataset in enumerate(ledger["datasets"]):
-        where = f"datasets[{i}]"
-        _keys(dataset, where, DATASET_KEYS)
-        name = dataset["dataset_id"]
-        _require(name is None or (isinstance(name, str) and bool(DATASET_ID.fullmatch(name)) and name not in names),
-                 f"{where}.dataset_id", "must be null or a unique dataset id")
-        if name is not None:
-            names.add(name)
-        listed = dataset["digests"]
-        _require(isinstance(listed, list) and len(listed) >= 1 and (name is not None or len(listed) == 1),
-                 f"{where}.digests", "must list one digest (several only under a dataset_id)")
-        for j, digest in enumerate(listed):
-            _require(isinstance(digest, str) and bool(DIGEST.fullmatch(digest)) and digest not in digests,
-                     f"{where}.digests[{j}]", "must be a SHA-256 hex digest recorded under one dataset only")
-            digests.add(digest)
-        _require(_positive(dataset["lifetime_cap"]), f"{where}.lifetime_cap", "must be a finite number > 0")
-        _require(isinstance(dataset["releases"], list), f"{where}.releases", "must be a list")
-        for j, release in enumerate(dataset["releases"]):
-            at = f"{where}.releases[{j}]"
-            _keys(release, at, RELEASE_KEYS)
-            _require(isinstance(release["id"], str) and bool(RELEASE_ID.fullmatch(release["id"]))
-                     and release["id"] not in releases, f"{at}.id", "must be a unique 16-digit hex release id")
-            releases.add(release["id"])
-            _require(release["status"] in (PENDING, COMMITTED), f"{at}.status", f"must be {PENDING} or {COMMITTED}")
-            _require(_positive(release["mu"]), f"{at}.mu", "must be a finite number > 0")
-            _require(isinstance(release["date_utc"], str) and _is_date(release["date_utc"]), f"{at}.date_utc",
-                     "must be an ISO date and time")
-            _require(isinstance(release["config"], str), f"{at}.config", "must be text")
-
-
-def _is_date(text: str) -> bool:
+def _is_date(text: object) -> bool:
     try:
-        dt.datetime.fromisoformat(text)
-    except ValueError:
+        dt.datetime.fromisoformat(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return False
     return True
+
+
+def _mus(value: object, where: str) -> None:
+    _require(isinstance(value, dict) and len(value) > 0 and all(isinstance(k, str) and _positive(v)
+                                                                 for k, v in value.items()),
+             where, "must map attribute names to finite numbers > 0")
+
+
+def _check_release(release: object, at: str) -> None:
+    """Check every field of a reserve event's release (raises _Damaged naming the first bad one)."""
+    _keys(release, at, RELEASE_KEYS)
+    assert isinstance(release, dict)
+    _require(isinstance(release["id"], str) and bool(RELEASE_ID.fullmatch(release["id"])), f"{at}.id",
+             "must be a 16-digit hex release id")
+    name = release["dataset_id"]
+    _require(name is None or (isinstance(name, str) and bool(DATASET_ID.fullmatch(name))), f"{at}.dataset_id",
+             "must be null or a dataset id")
+    _require(_positive(release["lifetime_cap"]) and release["lifetime_cap"] <= MAX_MU, f"{at}.lifetime_cap",
+             f"must be a finite number > 0 and <= {MAX_MU:g}")
+    _require(isinstance(release["psi"], dict) and isinstance(release["psi"].get("name"), str), f"{at}.psi",
+             "must be a psi's name and parameters")
+    for field in ("gammas", "charges"):
+        _mus(release[field], f"{at}.{field}")
+    for field in ("mu", "mu_planned"):
+        _require(_positive(release[field]), f"{at}.{field}", "must be a finite number > 0")
+    _require(type(release["establishments"]) is int and release["establishments"] > 0, f"{at}.establishments",
+             "must be a whole number > 0")
+    _require(isinstance(release["keys_sha256"], str) and bool(HASH.fullmatch(release["keys_sha256"])),
+             f"{at}.keys_sha256", "must be a SHA-256 hex digest")
+    _require(_is_date(release["date_utc"]), f"{at}.date_utc", "must be an ISO date and time")
+    _require(isinstance(release["config"], str), f"{at}.config", "must be text")
+
+
+def _event_hash(event: dict) -> str:
+    content = {k: v for k, v in event.items() if k != "hash"}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _genesis(key: str) -> str:
+    return hashlib.sha256(f"gedp ledger {LEDGER_VERSION} {key}".encode()).hexdigest()
+
+
+def _replay(book: dict) -> dict[str, dict]:
+    """Check the chain and every event; the releases by id, each with its status."""
+    previous = _genesis(book["key"])
+    releases: dict[str, dict] = {}
+    _require(isinstance(book["events"], list), "events", "must be a list")
+    for i, event in enumerate(book["events"]):
+        at = f"events[{i}]"
+        _require(isinstance(event, dict) and event.get("previous") == previous, at,
+                 "does not follow the event before it (an event was removed, inserted or edited)")
+        _require(event.get("hash") == _event_hash(event), f"{at}.hash",
+                 "does not match the event's content (the event was edited)")
+        kind = event.get("event")
+        if kind == "reserve":
+            _keys(event, at, ("event", "release", "previous", "hash"))
+            _check_release(event["release"], f"{at}.release")
+            _require(event["release"]["id"] not in releases, f"{at}.release.id", "repeats an earlier release's id")
+            releases[event["release"]["id"]] = {**event["release"], "status": PENDING}
+        else:
+            _keys(event, at, ("event", "release_id", "date_utc", "previous", "hash"))
+            _require(kind in ("commit", "clear"), f"{at}.event", "must be reserve, commit or clear")
+            _require(_is_date(event["date_utc"]), f"{at}.date_utc", "must be an ISO date and time")
+            release = releases.get(event["release_id"])
+            _require(release is not None and release["status"] == PENDING, f"{at}.release_id",
+                     "must name a pending release")
+            assert release is not None
+            release["status"] = COMMITTED if kind == "commit" else CLEARED
+        previous = event["hash"]
+    _require(book["head"] == previous, "head", "is not the last event's hash (the last events were removed)")
+    return releases
+
+
+def keys_folder(path: Path) -> Path:
+    """The folder of a ledger's key files (one per release: its establishments' sorted keyed hashes)."""
+    return path.with_name(path.name + ".keys")
+
+
+def _check_key_files(path: Path, releases: dict[str, dict]) -> None:
+    """Every live release's key file exists and matches its digest; every key file belongs to a release."""
+    folder = keys_folder(path)
+    files = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    for name in sorted(files):
+        _require(name.endswith(".u64") and name[:-4] in releases, f"key file '{name}'",
+                 "belongs to no release of the ledger (was a release removed from it? if a run crashed while "
+                 "reserving that release, remove the file)")
+    for release_id, release in releases.items():
+        if release["status"] == CLEARED:
+            continue
+        _require(f"{release_id}.u64" in files and _file_sha256(folder / f"{release_id}.u64") == release["keys_sha256"],
+                 f"key file of release {release_id}", "is missing or was changed")
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _no_constants(name: str) -> None:
@@ -224,18 +328,35 @@ def _unique_pairs(pairs: list) -> dict:
     return dict(pairs)
 
 
+def _parse(path: Path) -> dict:
+    book = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constants, object_pairs_hook=_unique_pairs)
+    _require(isinstance(book, dict) and type(book.get("version")) is int, "the ledger", "must have a version")
+    _require(book["version"] == LEDGER_VERSION, "version", f"is {book['version']}: this gedp reads ledger version "
+             f"{LEDGER_VERSION} only (earlier ledgers were keyed on file digests, not establishments, and cannot be "
+             "converted: start a new ledger and keep the old one as the record of earlier releases)")
+    _keys(book, "the ledger", LEDGER_KEYS)
+    _require(isinstance(book["key"], str) and bool(KEY.fullmatch(book["key"])), "key", "must be 16 URL-safe characters")
+    _require(book["key_check"] == _key_check(book["key"]), "key_check",
+             "does not match the key (the key was changed, or this gedp hashes establishments differently)")
+    _require(isinstance(book["head"], str) and bool(HASH.fullmatch(book["head"])), "head",
+             "must be a SHA-256 hex digest")
+    book["releases"] = _replay(book)
+    _check_key_files(path, book["releases"])
+    return book
+
+
 def read_ledger(path: str | Path, *, missing_ok: bool = False) -> dict:
-    """The ledger at ``path`` with every field validated (``missing_ok``: an absent file is an empty
-    ledger). Anything else that is not a valid ledger is refused, never reset."""
+    """The ledger at ``path``, its chain and key files checked, with ``releases`` (by id, with their
+    status) derived from its events (``missing_ok``: an absent file is a new, empty ledger)."""
     path = Path(path)
     if not path.exists():
         if missing_ok:
-            return {"version": LEDGER_VERSION, "datasets": []}
+            key = secrets.token_urlsafe(12)
+            return {"version": LEDGER_VERSION, "key": key, "key_check": _key_check(key), "events": [],
+                    "head": _genesis(key), "releases": {}}
         raise InputError(f"ledger '{path}' does not exist")
     try:
-        ledger = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constants,
-                            object_pairs_hook=_unique_pairs)
-        _validate(ledger)
+        return _parse(path)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError, _Damaged) as err:
         if isinstance(err, OSError):
             reason = f"cannot be read ({err.strerror})"
@@ -245,15 +366,22 @@ def read_ledger(path: str | Path, *, missing_ok: bool = False) -> dict:
             reason = f"not UTF-8 JSON ({type(err).__name__})"
         raise InputError(f"ledger '{path}' is damaged or not a gedp ledger: {reason}; it was not changed "
                          "(restore it from a backup: gedp never resets a ledger)") from None
-    return ledger
 
 
-def _write(path: Path, ledger: dict) -> None:
+def _append(book: dict, event: dict) -> None:
+    event = {**event, "previous": book["head"]}
+    event["hash"] = _event_hash(event)
+    book["events"].append(event)
+    book["head"] = event["hash"]
+
+
+def _write(path: Path, book: dict) -> None:
     """Replace the ledger file atomically (a complete temporary file, synced, then renamed)."""
     staging = path.with_name(f".{path.name}.partial")
+    content = {key: book[key] for key in LEDGER_KEYS}
     try:
         with open(staging, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(ledger, indent=2, allow_nan=False) + "\n")
+            handle.write(json.dumps(content, indent=1, allow_nan=False) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(staging, path)
@@ -261,18 +389,18 @@ def _write(path: Path, ledger: dict) -> None:
         staging.unlink(missing_ok=True)
 
 
-def _save(path: Path, ledger: dict) -> None:
+def _save(path: Path, book: dict) -> None:
     try:
-        _write(path, ledger)
+        _write(path, book)
     except OSError as err:
         raise InputError(f"cannot write ledger '{path}' ({err.strerror or type(err).__name__})") from None
 
 
 @contextmanager
 def _locked(path: Path, *, missing_ok: bool = False) -> Iterator[dict]:
-    """Hold the ledger's exclusive lock; yield the validated ledger."""
-    if not (missing_ok or path.exists()):
-        raise InputError(f"ledger '{path}' does not exist")
+    """Check the ledger, then hold its exclusive lock and yield it read again under the lock."""
+    path = check_ledger_path(path)
+    read_ledger(path, missing_ok=missing_ok)  # refused before a lock file is created beside it
     try:
         handle = open(path.with_name(path.name + ".lock"), "a")
     except OSError as err:
@@ -285,106 +413,166 @@ def _locked(path: Path, *, missing_ok: bool = False) -> Iterator[dict]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def dataset_label(dataset: dict) -> str:
-    """How messages name a dataset (never by its digest)."""
-    return f"dataset '{dataset['dataset_id']}'" if dataset["dataset_id"] else "a dataset without an id"
+def live(book: dict) -> list[dict]:
+    """The releases that count: pending and committed, in the order they were reserved."""
+    return [r for r in book["releases"].values() if r["status"] != CLEARED]
 
 
-def spent(dataset: dict) -> float:
-    """The dataset's lifetime spending: its pending and committed releases composed."""
-    return compose(release["mu"] for release in dataset["releases"])
+def release_keys(path: Path, release_id: str) -> np.ndarray:
+    """A release's sorted establishment keys, from its key file."""
+    return np.fromfile(keys_folder(path) / f"{release_id}.u64", dtype="<u8")
 
 
-def _dataset(ledger: dict, digest: str, dataset_id: str | None, cap: float | None) -> dict:
-    """The ledger's entry for these records (created if new); refuses records recorded under another
-    dataset, a new dataset without a cap, and a cap other than the recorded one."""
-    datasets = ledger["datasets"]
-    holder = next((d for d in datasets if digest in d["digests"]), None)
-    entry = holder if dataset_id is None else next((d for d in datasets if d["dataset_id"] == dataset_id), None)
-    if holder is not None and holder is not entry:
-        hint = f"--dataset-id {holder['dataset_id']}" if holder["dataset_id"] else "no --dataset-id"
-        raise InputError(f"these records are already in the ledger as {dataset_label(holder)}; a new "
-                         f"--dataset-id cannot give them a fresh budget (run with {hint})")
-    if entry is None:
-        if cap is None:
-            what = "these records are" if dataset_id is None else f"dataset '{dataset_id}' is"
-            raise InputError(f"{what} new to the ledger: give the dataset's --lifetime-cap")
-        entry = {"dataset_id": dataset_id, "digests": [], "lifetime_cap": cap, "releases": []}
-        datasets.append(entry)
-    elif cap is not None and abs(cap - entry["lifetime_cap"]) > TOLERANCE * entry["lifetime_cap"]:
-        raise InputError(f"the ledger records lifetime cap {entry['lifetime_cap']} for this dataset, not {cap}")
-    if digest not in entry["digests"]:
-        entry["digests"].append(digest)
-    return entry
+def spending(path: Path, book: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each key: its squared spending over the live releases, and its recorded cap (NaN if new)."""
+    spent2 = np.zeros(len(keys))
+    caps = np.full(len(keys), np.nan)
+    for release in live(book):
+        earlier = release_keys(path, release["id"])
+        found = np.searchsorted(earlier, keys).clip(max=max(len(earlier) - 1, 0))
+        shared = earlier[found] == keys if len(earlier) else np.zeros(len(keys), dtype=bool)
+        spent2[shared] += release["mu"] ** 2
+        caps[shared] = np.fmin(caps[shared], release["lifetime_cap"])
+    return spent2, caps
 
 
-def reserve(path: str | Path, digest: str, mu: float, *, cap: float | None = None, dataset_id: str | None = None,
-            config: str = "") -> Reservation:
-    """Under the lock: check that a release of ``mu`` fits the dataset's lifetime cap and record it
-    as pending (it counts from now on). Call before any noise is drawn.
+def _account(book: dict, plan: MeasurementPlan) -> tuple[dict, dict[str, float]]:
+    """The account's psi and gammas (the plan's where the ledger records none); another psi is refused."""
+    psi = plan.psi.params()
+    gammas: dict[str, float] = {}
+    for release in live(book):
+        if release["psi"] != psi:
+            raise InputError(f"release refused: the ledger's accounts are kept under psi {release['psi']}, this "
+                             f"release uses psi {psi}; a release under another psi cannot be charged in the "
+                             "accounts' terms (use the ledger's psi, or another ledger for other establishments)")
+        for attribute, gamma in release["gammas"].items():
+            gammas.setdefault(attribute, gamma)
+    gammas.update({a: plan.gammas[a] for a in plan.attributes if a not in gammas})
+    return psi, {a: gammas[a] for a in plan.attributes}
+
+
+def _release_cap(book: dict, cap: float | None, dataset_id: str | None, caps: np.ndarray) -> np.ndarray:
+    """Each establishment's cap: the recorded one, else the given or the dataset's; refuses a cap
+    other than the recorded one, and new establishments without a cap."""
+    if dataset_id is not None:
+        named = {r["lifetime_cap"] for r in live(book) if r["dataset_id"] == dataset_id}
+        recorded = named.pop() if named else None
+        if recorded is not None and cap is not None and abs(cap - recorded) > TOLERANCE * recorded:
+            raise InputError(f"the ledger records lifetime cap {recorded} for dataset '{dataset_id}', not {cap}")
+        cap = recorded if cap is None else cap
+    known = caps[~np.isnan(caps)]
+    other = known[np.abs(known - cap) > TOLERANCE * known] if cap is not None else known[:0]
+    if len(other):
+        raise InputError(f"the ledger records lifetime cap {float(other[0])} for establishments of this release, not "
+                         f"{cap} (a cap is kept for good once recorded)")
+    if cap is None and len(known) < len(caps):
+        what = "these establishments are" if dataset_id is None else f"dataset '{dataset_id}' is"
+        raise InputError(f"{what} new to the ledger: give the dataset's --lifetime-cap")
+    return np.where(np.isnan(caps), np.nan if cap is None else cap, caps)
+
+
+def reserve(path: str | Path, estab_ids: Iterable[str] | pd.Series, plan: MeasurementPlan, *,
+            cap: float | None = None, dataset_id: str | None = None, config: str = "") -> Reservation:
+    """Under the lock: check that the release fits the cap of every establishment it includes and
+    record it as pending (it counts from now on). Call before any noise is drawn.
 
     Args:
-        digest: the records' digest (:func:`dataset_digest`).
-        cap: the dataset's lifetime cap, needed the first time; later it must match the ledger's.
-        dataset_id: a name for the dataset; records already recorded under another dataset are refused.
+        estab_ids: the release's establishments (every one of the input).
+        plan: the release's measurement plan; its charge is computed from it in the accounts' terms.
+        cap: the cap of establishments new to the ledger; a recorded cap cannot change.
+        dataset_id: a name that recalls a cap the ledger records (it never resets an account).
 
     Raises:
-        InputError: over the cap, a bad cap or id, a damaged ledger, or a ledger that cannot be written.
+        InputError: over a cap, another psi, a bad cap, id or ledger path, a damaged ledger, or a
+        ledger that cannot be written.
     """
-    path = Path(path).resolve()
     cap = None if cap is None else check_cap(cap)
     dataset_id = None if dataset_id is None else check_dataset_id(dataset_id)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create the folder of ledger '{path}' ({err.strerror})") from None
-    with _locked(path, missing_ok=True) as ledger:
-        entry = _dataset(ledger, digest, dataset_id, cap)
-        before = spent(entry)
-        reservation = Reservation(path, secrets.token_hex(8), entry["lifetime_cap"], before, mu)
-        if reservation.spent_after > reservation.cap * (1 + TOLERANCE):
-            pending = sum(r["status"] == PENDING for r in entry["releases"])
+    path = check_ledger_path(path)
+    with _locked(path, missing_ok=True) as book:
+        keys = establishment_keys(estab_ids, book["key"])
+        psi, gammas = _account(book, plan)
+        charges = plan_charges(plan, gammas)
+        mu = compose(charges.values())
+        spent2, recorded = spending(path, book, keys)
+        caps = _release_cap(book, cap, dataset_id, recorded)
+        after = np.sqrt(spent2 + mu * mu)
+        binding = int(np.argmax(after / caps))
+        reservation = Reservation(path, secrets.token_hex(8), float(caps[binding]), float(np.sqrt(spent2[binding])),
+                                  mu, plan.budget().total, charges, psi, gammas)
+        if after[binding] > caps[binding] * (1 + TOLERANCE):
             raise InputError(
-                f"release refused: this dataset has spent mu {before:.4f} in {len(entry['releases'])} release(s) "
-                f"({pending} pending); another {mu:.4f} makes {reservation.spent_after:.4f}, over its lifetime cap "
-                f"{reservation.cap:.4f}")
-        entry["releases"].append({
-            "id": reservation.release_id,
-            "status": PENDING,
-            "mu": mu,
-            "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "config": config,
-        })
-        _save(path, ledger)
+                f"release refused: establishments of this release have spent mu {reservation.spent_before:.4f} in "
+                f"{len(live(book))} earlier release(s) of the ledger; this release's charge {mu:.4f} (in the "
+                f"accounts' terms) makes {after[binding]:.4f}, over their lifetime cap {reservation.cap:.4f}")
+        _record(path, book, keys, reservation, dataset_id, config, caps)
     return reservation
 
 
-def _find(ledger: dict, release_id: str) -> tuple[dict, dict]:
-    for dataset in ledger["datasets"]:
-        for release in dataset["releases"]:
-            if release["id"] == release_id:
-                return dataset, release
-    raise InputError(f"release '{release_id}' is not in the ledger")
+def _record(path: Path, book: dict, keys: np.ndarray, reservation: Reservation, dataset_id: str | None,
+            config: str, caps: np.ndarray) -> None:
+    """Write the release's key file, then its reserve event."""
+    folder = keys_folder(path)
+    keys_file = folder / f"{reservation.release_id}.u64"
+    try:
+        folder.mkdir(exist_ok=True)
+        with open(keys_file, "wb") as handle:
+            handle.write(keys.tobytes())
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as err:
+        raise InputError(f"cannot write ledger '{path}' ({err.strerror or type(err).__name__})") from None
+    release = {"id": reservation.release_id, "dataset_id": dataset_id, "lifetime_cap": float(np.min(caps)),
+               "psi": reservation.psi, "gammas": reservation.gammas, "charges": reservation.charges,
+               "mu": reservation.mu, "mu_planned": reservation.mu_planned, "establishments": len(keys),
+               "keys_sha256": _file_sha256(keys_file), "date_utc": _now(), "config": config}
+    _append(book, {"event": "reserve", "release": release})
+    try:
+        _save(path, book)
+    except InputError:
+        keys_file.unlink(missing_ok=True)
+        raise
+
+
+def _find(book: dict, release_id: str) -> dict:
+    release = book["releases"].get(release_id)
+    if release is None or release["status"] == CLEARED:
+        raise InputError(f"release '{_shown(release_id)}' is not in the ledger")
+    return release
 
 
 def commit(reservation: Reservation) -> None:
-    """Under the lock: mark a pending release committed (just before it is moved into place)."""
-    with _locked(reservation.path) as ledger:
-        _, release = _find(ledger, reservation.release_id)
+    """Under the lock: mark a pending release committed (before its manifest is written)."""
+    with _locked(reservation.path) as book:
+        release = _find(book, reservation.release_id)
         if release["status"] != PENDING:
             raise InputError(f"release {reservation.release_id} is not pending in the ledger")
-        release["status"] = COMMITTED
-        _save(reservation.path, ledger)
+        _append(book, {"event": "commit", "release_id": reservation.release_id, "date_utc": _now()})
+        _save(reservation.path, book)
 
 
-def clear(path: str | Path, release_id: str) -> tuple[dict, dict]:
-    """Under the lock: remove a pending release (an operator's decision that it was never
-    published); returns its dataset and the removed entry. Committed releases cannot be removed."""
-    path = Path(path).resolve()
-    with _locked(path) as ledger:
-        dataset, release = _find(ledger, release_id)
+def clear(path: str | Path, release_id: str) -> dict:
+    """Under the lock: clear a pending release (an operator's decision that it was never published)
+    and remove its key file; returns the cleared release. Committed releases cannot be cleared."""
+    path = check_ledger_path(path)
+    with _locked(path) as book:
+        release = _find(book, release_id)
         if release["status"] != PENDING:
             raise InputError(f"release {release_id} is {release['status']}: only a pending release can be cleared")
-        dataset["releases"].remove(release)
-        _save(path, ledger)
-    return dataset, release
+        _append(book, {"event": "clear", "release_id": release_id, "date_utc": _now()})
+        _save(path, book)
+    (keys_folder(path) / f"{release_id}.u64").unlink(missing_ok=True)
+    return release
+
+
+def largest_spending(path: str | Path, book: dict) -> tuple[float, float]:
+    """The largest lifetime spending of any establishment of the ledger, and the smallest cap it meets
+    (the worst spending-to-cap ratio over all accounts): (0, 0) for an empty ledger."""
+    path = Path(path).resolve()
+    releases = live(book)
+    if not releases:
+        return 0.0, 0.0
+    keys = np.unique(np.concatenate([release_keys(path, r["id"]) for r in releases]))
+    spent2, caps = spending(path, book, keys)
+    worst = int(np.argmax(np.sqrt(spent2) / caps))
+    return float(np.sqrt(spent2[worst])), float(caps[worst])

@@ -1,7 +1,7 @@
 """A release recorded in the lifetime budget ledger, the same flow for the command line and the API.
 
-With a ledger, a release is reserved before any noise is drawn (refused when it would take the
-dataset over its lifetime cap, and then nothing is written), committed when it is complete in its
+With a ledger, a release is reserved before any noise is drawn (refused when it would take any of
+its establishments' accounts over their lifetime cap, and then nothing is written), committed when it is complete in its
 staging folder and just before it is published, and left pending, with a note saying how to clear
 it, when it fails in between (``gedp.ledger``: reserve, commit, clear).
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from gedp.config import Config
-from gedp.engine import InputStates, Source, check_request, input_digest, input_states, protect_input
+from gedp.engine import Source, check_request, input_establishments, input_states, protect_input
 from gedp.errors import InputError, SolverError
-from gedp.ledger import Reservation, check_cap, check_dataset_id, commit, reserve
+from gedp.ledger import Reservation, check_cap, check_dataset_id, check_ledger_path, commit, reserve
 from gedp.release.writer import check_output_directory
 
 
@@ -42,21 +42,20 @@ def ledger_request(ledger: str | Path | None, lifetime_cap: float | None, datase
     if not_for_publication:
         raise InputError("--ledger records releases for publication only: a --not-for-publication release "
                          "spends no lifetime budget; drop --ledger")
+    check_ledger_path(Path(ledger))
     return LedgerRequest(Path(ledger), None if lifetime_cap is None else check_cap(lifetime_cap),
                          None if dataset_id is None else check_dataset_id(dataset_id))
 
 
 @contextmanager
-def reserved(request: LedgerRequest | None, source: Source, inputs: InputStates, config: Config,
-             on_state: Callable[[str], None] | None = None) -> Iterator[Reservation | None]:
-    """Reserve the config's planned mu for the input's records in the ledger (None without a request),
-    reading the input once for its digest (``on_state`` after each state); an input or solver error
-    raised inside the block keeps the reservation pending and says so."""
+def reserved(request: LedgerRequest | None, source: Source, config: Config) -> Iterator[Reservation | None]:
+    """Reserve the config's plan for the input's establishments in the ledger (None without a
+    request), charged in the accounts' terms; an input or solver error raised inside the block keeps
+    the reservation pending and says so."""
     if request is None:
         yield None
         return
-    digest = input_digest(source, inputs, config.attributes, on_state=on_state)
-    reservation = reserve(request.path, digest, config.plan.budget().total, cap=request.lifetime_cap,
+    reservation = reserve(request.path, input_establishments(source), config.plan, cap=request.lifetime_cap,
                           dataset_id=request.dataset_id, config=config.name)
     try:
         yield reservation
@@ -75,19 +74,17 @@ def publication_hooks(reservation: Reservation | None) -> dict[str, Any]:
 def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                      seed: int | None = None, rng: str | None = None, engine: str = "local",
                      scheduler: str | None = None, jobs: Source | None = None,
-                     on_state: Callable[[str], None] | None = None,
-                     on_digest: Callable[[str], None] | None = None) -> tuple[dict, Reservation | None]:
+                     on_state: Callable[[str], None] | None = None) -> tuple[dict, Reservation | None]:
     """Protect ``source`` into the release folder ``out`` (``gedp.engine.protect_input``), recorded
     in the lifetime ledger when ``ledger`` is given; returns the manifest and the reservation.
 
     The output folder, engine, generator and job table are checked before the ledger is touched,
-    and the ledger before any noise is drawn. ``on_digest`` follows the ledger's reading of the
-    input, ``on_state`` the protection of each state.
+    and the ledger before any noise is drawn; ``on_state`` follows the protection of each state.
     """
     check_output_directory(Path(out).resolve())
     inputs = input_states(source)
     check_request(config, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None)
-    with reserved(ledger, source, inputs, config, on_digest) as reservation:
+    with reserved(ledger, source, config) as reservation:
         manifest = protect_input(source, config, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
                                  jobs=jobs, on_state=on_state, inputs=inputs, **publication_hooks(reservation))
     return manifest, reservation

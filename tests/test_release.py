@@ -3,13 +3,13 @@ the command line, and the public names of the gedp package."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 from typer.testing import CliRunner
 
 import gedp
+import gedp.ledger
 from gedp.cli import app
 from gedp.errors import InputError
 from gedp.release.format import MANIFEST_FILE, REPORT_FILES, SUMMARY_FILE
@@ -21,7 +21,8 @@ EMPLOYMENT_MU = math.sqrt(3 * 1.74)  # configs/employment.yaml
 
 
 def releases(ledger):
-    return [r for dataset in json.loads(ledger.read_text())["datasets"] for r in dataset["releases"]]
+    """The releases of a ledger that count (pending or committed)."""
+    return gedp.ledger.live(gedp.ledger.read_ledger(ledger))
 
 
 @pytest.mark.parametrize("config, expected", [("baseline", "employment"), ({"wages": "wls"}, "wls"),
@@ -60,14 +61,14 @@ def test_the_api_keeps_the_lifetime_ledger_as_the_command_line_does(small_state,
     assert first.manifest["lifetime"]["spent_after"] == pytest.approx(EMPLOYMENT_MU)
     assert [r["status"] for r in releases(ledger)] == ["committed"]
     before = ledger.read_bytes()
-    with pytest.raises(InputError, match="over its lifetime cap 3.0000"):
+    with pytest.raises(InputError, match="over their lifetime cap 3.0000"):
         gedp.protect(records, "employment", ledger=ledger)
     assert ledger.read_bytes() == before  # nothing reserved, nothing pending
     source = tmp_path / "in.parquet"
     records.to_parquet(source)
     refused = runner.invoke(app, ["protect", str(source), "--config", "employment", "--out", str(tmp_path / "r"),
                                   "--ledger", str(ledger)])
-    assert refused.exit_code == 2 and "over its lifetime cap 3.0000" in refused.output
+    assert refused.exit_code == 2 and "over their lifetime cap 3.0000" in refused.output
     assert not (tmp_path / "r").exists() and ledger.read_bytes() == before
 
 

@@ -116,14 +116,11 @@ def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
 
 
 @contextmanager
-def staged_directory(out: str | Path, marker: str = MANIFEST_FILE,
-                     before_publish: Callable[[], None] | None = None) -> Iterator[Path]:
+def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[Path]:
     """Yield a temporary directory beside ``out``; when the block completes, it replaces ``out``.
 
     An earlier output at ``out`` is replaced only after the new one is complete; on any error the
-    temporary directory is removed and ``out`` is left as it was. ``before_publish`` runs when the
-    output is complete, just before it is moved into place (e.g. to record a release in the
-    lifetime ledger); if it raises, nothing is moved. Every file and folder of the output is dated
+    temporary directory is removed and ``out`` is left as it was. Every file and folder of the output is dated
     the day's midnight (UTC), the manifest's ``created_date``: the times at which the parts were
     written would otherwise tell how long each state took (no timings).
     """
@@ -138,8 +135,6 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE,
     try:
         yield staging
         _date_only(staging)
-        if before_publish is not None:
-            before_publish()
         _publish(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -193,10 +188,17 @@ def join_tables(staging: Path, states: list[str]) -> None:
             part.unlink()
 
 
-def write_manifest(staging: Path, manifest: Mapping[str, Any], extra_files: dict[str, dict]) -> None:
-    """The manifest, and further JSON files computed from the staged release (e.g. accuracy.json)."""
+def write_manifest(staging: Path, manifest: Mapping[str, Any], extra_files: dict[str, dict],
+                   before_publish: Callable[[], None] | None = None) -> None:
+    """Further JSON files computed from the staged release (e.g. accuracy.json), then the manifest.
+
+    ``before_publish`` (the lifetime ledger's commit) runs before the manifest is written: a run
+    stopped during the commit leaves a staging folder without a manifest, which no reader accepts.
+    """
     for name, content in extra_files.items():
         (staging / name).write_text(json.dumps(content, indent=2) + "\n")
+    if before_publish is not None:
+        before_publish()
     (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
 
 
