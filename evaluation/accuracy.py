@@ -75,7 +75,7 @@ class AccuracyResult:
     data_label: str
 
 
-def _published_flags(published: PublishedState, level: int, keys: pd.DataFrame) -> np.ndarray:
+def published_flags(published: PublishedState, level: int, keys: pd.DataFrame) -> np.ndarray:
     """Whether BLS published each cell (keys of one level's grouping), from the QCEW file."""
     rows = published.aggregates[published.aggregates["agglvl"] == level]
     shown = {(c, i): not s for c, i, s in zip(rows["county"], rows["industry"], rows["suppressed"])}
@@ -117,8 +117,9 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
                 protected[level][attribute][r] = grouping.sum(values)
                 margin[level][attribute][r] = variances(grouping.codes, grouping.n_groups).half_width(z95)
             state = STATE_LEVELS[0]  # level 51: the state total
-            if state_query:
-                sd = np.sqrt(next(a.variance[0] for a in answers[attribute] if a.query.by == ("state",)))
+            measured = next((a for a in answers[attribute] if a.query.by == ("state",)), None)
+            if measured is not None:
+                sd = np.sqrt(measured.variance[0])
             else:
                 sd = margin[state][attribute][r, 0] / z95
             state_z[attribute][r] = (protected[state][attribute][r, 0] - true[state][attribute][0]) / sd
@@ -131,14 +132,16 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
             on_step(f"release {r + 1} of {replications}")
     levels = {
         level: LevelCells(true[level],
-                          None if published is None else _published_flags(published, level, grouping.keys),
+                          None if published is None else published_flags(published, level, grouping.keys),
                           protected[level], margin[level])
         for level, grouping in groupings.items()
     }
     setup = (f"Data: {data_label}, {len(truth):,} establishments; config '{config.name}' (plan total mu "
              f"{plan.budget().total:.4f}, workflow {plan.workflow}, wages postprocessed by '{config.wages}')")
-    return AccuracyResult(levels, state_z, "the state measurement" if state_query else "the state cell's margin",
-                          zero_share, setup, replications, seed, time.perf_counter() - start, data_label)
+    source = ("the state measurement (the state cell's margin for an attribute without one)" if state_query
+              else "the state cell's margin")
+    return AccuracyResult(levels, state_z, source, zero_share, setup, replications, seed,
+                          time.perf_counter() - start, data_label)
 
 
 def cell_metrics(true: np.ndarray, protected: np.ndarray, margin: np.ndarray, cells: np.ndarray) -> dict:

@@ -180,16 +180,27 @@ def _coverage(request: ExperimentRequest):
 
 
 def _accuracy(request: ExperimentRequest):
+    """One config's accuracy; a config other than baseline is run beside baseline (paired seeds)."""
     from gedp.config import load_config
     from gedp.evaluation.accuracy import compute_accuracy
+    from gedp.evaluation.plan_comparison import Comparison
 
-    return compute_accuracy(_truth(request), load_config(request.config or "baseline"),
-                            published=request.published, replications=_accuracy_steps(request), seed=request.seed,
-                            data_label=request.data_label, on_step=request.on_step)
+    def run(name: str):
+        return compute_accuracy(_truth(request), load_config(name), published=request.published,
+                                replications=request.replications or 20, seed=request.seed,
+                                data_label=request.data_label, on_step=request.on_step)
+
+    if _beside_baseline(request):
+        return Comparison(run(str(request.config)), run("baseline"), Path(str(request.config)).stem)
+    return run(request.config or "baseline")
+
+
+def _beside_baseline(request: ExperimentRequest) -> bool:
+    return request.config is not None and request.config != "baseline"
 
 
 def _accuracy_steps(request: ExperimentRequest) -> int:
-    return request.replications or 20
+    return (request.replications or 20) * (2 if _beside_baseline(request) else 1)
 
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
@@ -209,8 +220,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("coverage", "coverage of the margins of error (plan: baseline; 40 replications)", True, _coverage,
                "gedp.evaluation.coverage:render_coverage"),
     Experiment("accuracy", "errors, zeros, state totals and margin coverage per QCEW level, on the cells BLS "
-               "published (plan: baseline; 20 replications)", True, _accuracy,
-               "gedp.evaluation.accuracy:render_accuracy", steps=_accuracy_steps),
+               "published (plan: baseline, or --config beside baseline; 20 replications)", True, _accuracy,
+               "gedp.evaluation.plan_comparison:render", steps=_accuracy_steps),
 )}
 
 

@@ -29,7 +29,7 @@ from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, release_answers, release_families, release_wage_psi
 from gedp.release.writer import check_output_directory, staged_directory
 
-__all__ = ["Release", "interval", "load", "protect", "read_release", "synthesize", "tabulate_job_frame"]
+__all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "synthesize", "tabulate_job_frame"]
 
 
 def load(config: str | Path | Mapping[str, Any] | Config = "baseline", workflow: str | None = None,
@@ -61,6 +61,24 @@ def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, e
     from gedp.synth.profiles import generate_profile, load_profile
 
     return generate_profile(load_profile(profile), n_establishments=establishments, rng=rng)
+
+
+def plan(published_qcew: str | Path, out: str | Path | None = None, *, mu_total: float | None = None,
+         targets: Sequence[int] | None = None, base: str | Path | Config = "baseline",
+         weights: Mapping[str, float] | None = None, on_step: Any = None) -> Any:
+    """A budget plan chosen from a state's published QCEW file alone (``gedp.planning``): searched on
+    a stand-in synthesized from it, by the errors the least squares' covariance predicts. With
+    ``out``, writes the plan's YAML (a config for ``protect``), its summary JSON and frontier plot.
+    Returns the ``PlanResult``. An agency plans on last year's or last quarter's published file."""
+    from gedp.planning.output import write_plan
+    from gedp.planning.predict import DEFAULT_TARGETS
+    from gedp.planning.search import make_plan
+
+    result = make_plan(published_qcew, mu_total=mu_total, targets=tuple(targets or DEFAULT_TARGETS), base=base,
+                       weights=weights, on_step=on_step)
+    if out is not None:
+        write_plan(result, Path(out))
+    return result
 
 
 def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = "baseline", *,

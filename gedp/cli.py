@@ -406,6 +406,59 @@ def synth(
                   f"{summary['seconds']:.1f}s")
 
 
+@app.command(name="plan")
+def plan_command(
+    from_qcew: Annotated[Path, typer.Option(help="The state's published BLS QCEW file (last year's or last "
+                                                 "quarter's): the plan reads nothing else.")],
+    out: Annotated[Path, typer.Option(help="Plan YAML to write (a config for gedp protect --config); its "
+                                           "summary JSON and frontier plot are written beside it.")],
+    mu_total: Annotated[Optional[float], typer.Option(help="Total mu (default: the base config's).")] = None,
+    targets: Annotated[str, typer.Option(help="QCEW levels the plan is judged on, comma-separated.")] =
+        "78,75,74,58,54,51",
+    base: Annotated[str, typer.Option(help="Config whose psi, gammas, zeta and options the plan keeps.")] =
+        "baseline",
+    weights: Annotated[str, typer.Option(help="Weights of employment and wages in the objective.")] =
+        "employment=1,wage=1",
+) -> None:
+    """Choose a budget plan from public data only: a stand-in state synthesized from the published file,
+    plan shapes scored by their predicted errors, the best written as a config."""
+    from gedp.planning.output import comparison_rows, output_paths
+    from gedp.planning.search import search_steps
+
+    start = time.perf_counter()
+    with reported_errors():
+        _check_output_file(out)
+        levels = _numbers(targets, "--targets", int)
+        weight_map = {key.strip(): _numbers(value, "--weights", float)[0]
+                      for key, value in (_pair(item, "--weights") for item in weights.split(","))}
+        with progress_steps(search_steps()) as advance:
+            result = gedp.plan(from_qcew, out, mu_total=mu_total, targets=levels, base=base, weights=weight_map,
+                               on_step=advance)
+    table = Table("level", "attribute", "plan", base, "uniform", title="Predicted median relative error, "
+                  "published cells")
+    for row in comparison_rows(result):
+        table.add_row(*row)
+    console.print(table)
+    json_path, plot_path = output_paths(out)
+    console.print(f"[bold]plan[/] {result.chosen.shape.describe()}; wages {result.chosen.wage_share:.0%} of mu^2, "
+                  f"total mu {result.mu_total:.4f}")
+    console.print(f"  written to {out} ({json_path.name}, {plot_path.name}) in {time.perf_counter() - start:.0f}s")
+
+
+def _numbers(text: str, option: str, kind: type) -> list:
+    try:
+        return [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InputError(f"{option} ({text}) must be comma-separated numbers") from None
+
+
+def _pair(item: str, option: str) -> tuple[str, str]:
+    if "=" not in item:
+        raise InputError(f"{option} item '{item}' must be NAME=NUMBER")
+    key, value = item.split("=", 1)
+    return key, value
+
+
 @app.command(name="protect")
 def protect_command(
     input: Annotated[Path, typer.Argument(help="Establishment microdata: .csv, .parquet, or a folder of Parquet "
@@ -440,7 +493,7 @@ def protect_command(
                                                            "cap recorded under that name (e.g. the next "
                                                            "quarter).")] = None,
     allow_large_mu: Annotated[bool, typer.Option("--allow-large-mu",
-                                                 help="Accept a query mu above 1 (refused by default: a typo such "
+                                                 help="Accept a query mu above 2 (refused by default: a typo such "
                                                       "as 70 for 0.70 releases nearly exact values).")] = False,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""

@@ -126,7 +126,7 @@ def test_published_flags_follow_the_keys(shared_data):
     published = read_qcew(path)
     truth = synthesize_state(published, rng=np.random.default_rng(1))
     keys = group_establishments(truth, qcew_keys(truth, 78)).keys
-    flags = accuracy._published_flags(published, 78, keys)
+    flags = accuracy.published_flags(published, 78, keys)
     in_file = {(a[2:], i) for lvl, a, i in published_rows_in_file(path) if lvl == 78}
     expected = np.array([(c, n) in in_file for c, n in zip(keys["county"], keys["naics"])])
     assert flags.sum() > 0 and np.array_equal(flags, expected)

@@ -44,7 +44,7 @@ def test_mu_typo_is_refused_with_what_it_would_release(tmp_path, microdata):
     # sqrt psi, gamma 0.5: one noise sd above 36 employees is (sqrt(36) + 0.5 / 70)^2 - 36 = 0.0857
     width = (6 + 0.5 / 70) ** 2 - 36
     assert f"{width:.2g}" == "0.086"
-    assert ("mu 70 of query identity on m1emp is above 1, the most one query may spend; at mu 70 an establishment "
+    assert ("mu 70 of query identity on m1emp is above 2, the most one query may spend; at mu 70 an establishment "
             "of 36 employees would be released with noise sd 0.086 employees") in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
@@ -52,24 +52,24 @@ def test_mu_typo_is_refused_with_what_it_would_release(tmp_path, microdata):
 
 def test_wage_mu_refusal_is_in_dollars():
     raw = baseline()
-    raw["queries"][0]["mu"]["wage"] = 2.0
+    raw["queries"][0]["mu"]["wage"] = 3.0
     with pytest.raises(ConfigError) as refused:
         parse_config(raw)
-    width = (500_000**0.5 + 50 / 2.0) ** 2 - 500_000  # sqrt psi, wage gamma 50
+    width = (500_000**0.5 + 50 / 3.0) ** 2 - 500_000  # sqrt psi, wage gamma 50
     assert f"an establishment of 500,000 dollars would be released with noise sd {width:,.0f} dollars" in str(
         refused.value)
 
 
 def test_large_mu_passes_when_allowed(microdata):
     raw = baseline(mu_cap=10)
-    raw["queries"][0]["mu"]["m1emp"] = 1.5
-    with pytest.raises(ConfigError, match="mu 1.5 of query identity on m1emp is above 1"):
+    raw["queries"][0]["mu"]["m1emp"] = 2.5
+    with pytest.raises(ConfigError, match="mu 2.5 of query identity on m1emp is above 2"):
         gedp.load(raw)
-    with pytest.raises(ConfigError, match="is above 1"):
+    with pytest.raises(ConfigError, match="is above 2"):
         gedp.protect(microdata, raw, seed=1, not_for_publication=True)
-    assert gedp.load(raw, allow_large_mu=True).plan.identity_plan.mu["m1emp"] == 1.5
+    assert gedp.load(raw, allow_large_mu=True).plan.identity_plan.mu["m1emp"] == 2.5
     release = gedp.protect(microdata, raw, seed=1, not_for_publication=True, allow_large_mu=True)
-    assert release.manifest["mu"]["identity"]["m1emp"] == pytest.approx(1.5, rel=1e-9)
+    assert release.manifest["mu"]["identity"]["m1emp"] == pytest.approx(2.5, rel=1e-9)
 
 
 def test_the_limit_itself_is_accepted():

@@ -1,0 +1,78 @@
+"""The planner's outputs: the plan as a config file, its printed comparison, its JSON summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from gedp.planning.search import EMPLOYMENT, WAGE, Errors, PlanResult
+
+ATTRIBUTE_NAMES = {EMPLOYMENT: "employment (month 1)", WAGE: "wages"}
+
+
+def plan_yaml(result: PlanResult) -> str:
+    """The plan's YAML with a header saying what it is and how it was made."""
+    chosen = result.chosen
+    header = [
+        f"Plan made by `gedp plan` from the published file {result.source} (public data only: a stand-in",
+        "state synthesized from it; never confidential microdata).",
+        f"Shape: {chosen.shape.describe()}.",
+        f"Wages get {chosen.wage_share:.0%} of mu^2; total mu {result.mu_total:.4f}.",
+        "Predicted median relative error on the published cells (plan / base plan):",
+        *(f"  level {level}: " + ", ".join(f"{ATTRIBUTE_NAMES[a]} {100 * chosen.errors[level][a]:.2f}% / "
+                                          f"{100 * result.base[level][a]:.2f}%" for a in ATTRIBUTE_NAMES)
+          for level in result.base),
+    ]
+    body = yaml.safe_dump(result.config, sort_keys=False, default_flow_style=None)
+    return "".join(f"# {line}\n" for line in header) + body
+
+
+def comparison_rows(result: PlanResult) -> list[list[str]]:
+    """Rows level, attribute, plan, base, uniform (predicted median relative errors, %)."""
+    rows = []
+    for level in result.base:
+        for attribute, name in ATTRIBUTE_NAMES.items():
+            rows.append([str(level), name, _pct(result.chosen.errors, level, attribute),
+                         _pct(result.base, level, attribute),
+                         "n/a" if result.uniform is None else _pct(result.uniform, level, attribute)])
+    return rows
+
+
+def _pct(errors: Errors, level: int, attribute: str) -> str:
+    return f"{100 * errors[level][attribute]:.2f}%"
+
+
+def summary(result: PlanResult, frontier_file: str) -> dict:
+    """The machine-readable summary written beside the plan."""
+    def by_level(errors: Errors | None) -> dict | None:
+        return None if errors is None else {str(level): dict(e) for level, e in errors.items()}
+
+    return {
+        "source": result.source, "mu_total": result.mu_total, "seconds": result.seconds,
+        "shape": result.chosen.shape.describe(), "wage_share": result.chosen.wage_share,
+        "score": result.chosen.score, "worst_ratio_to_base": result.chosen.worst_ratio,
+        "predicted": {"plan": by_level(result.chosen.errors), "base": by_level(result.base),
+                      "uniform": by_level(result.uniform)},
+        "finalists": [{"shape": c.shape.describe(), "wage_share": c.wage_share, "score": c.score,
+                       "worst_ratio_to_base": c.worst_ratio} for c in result.finalists],
+        "frontier_plot": frontier_file,
+    }
+
+
+def output_paths(out: Path) -> tuple[Path, Path]:
+    """The summary JSON and the frontier plot written beside a plan ``out``."""
+    return out.with_name(out.stem + ".summary.json"), out.with_name(out.stem + ".frontier.png")
+
+
+def write_plan(result: PlanResult, out: Path) -> None:
+    """The plan's YAML at ``out``, with its summary JSON and frontier plot beside it."""
+    from gedp.evaluation.plan_frontier import draw_frontier
+
+    json_path, plot_path = output_paths(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    level = 78 if 78 in result.base else next(iter(result.base))
+    draw_frontier(result.frontier, (result.chosen.shape.describe(), result.chosen.wage_share), level, plot_path)
+    json_path.write_text(json.dumps(summary(result, plot_path.name), indent=2), encoding="utf-8")
+    out.write_text(plan_yaml(result), encoding="utf-8")

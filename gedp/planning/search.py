@@ -1,0 +1,293 @@
+"""The planner's search: plan shapes scored by their predicted errors on a public stand-in.
+
+1. The stand-in: a state synthesized from the published QCEW file (``synth.qcew``), and the
+   published cells of the target levels.
+2. Employment: every allocation (``shapes.allocations``) is predicted at a reference budget. The
+   group-by answers of allocations with the same identity mu come from one measurement, their pnc
+   variances rescaled to each allocation's mu (exact: pnc's variance is (Delta_g / mu)^2 with
+   Delta_g fixed by the identity answers). Wages: every wage allocation, likewise.
+3. Errors scale as 1 / mu within an allocation, so every pair of allocations is scored at every
+   wage share without new predictions; the best few are predicted again at their own budgets (and
+   the best with months 2-3 measured apart), and the best of those is the plan.
+
+The score is a weighted mean, over the target levels, of log(predicted error / the base plan's),
+employment (month 1; the months' mean for a shape that measures them apart) and wages weighted as
+``weights`` says; a plan predicted worse than the base plan by more than ``tolerance`` at some
+level and attribute is passed over while another is not.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gedp.config import Config, load_config, parse_config
+from gedp.errors import InputError
+from gedp.measure.answers import NoisyAnswer
+from gedp.measure.workflows import measure
+from gedp.planning import shapes
+from gedp.planning.predict import DEFAULT_TARGETS, TargetCells, predicted_errors, prepared_answers, target_cells
+from gedp.planning.shapes import Allocation, Shape
+from gedp.synth.establishments import synthesize_state
+from gedp.synth.qcew import PublishedState, read_qcew
+from gedp.synth.schema import public_columns
+
+EMPLOYMENT = "m1emp"
+WAGE = "wage"
+#: The wage share at which allocations are predicted first, and the shares searched.
+REFERENCE_WAGE_SHARE = 0.15
+WAGE_SHARES = tuple(np.round(np.arange(0.02, 0.501, 0.02), 2))
+#: Pairs of allocations predicted again at their own budgets.
+FINALISTS = 3
+#: Seed of the stand-in's synthesis and of its simulated measurements (public data only).
+STANDIN_SEED = 1
+
+Errors = dict[int, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A public stand-in for the state: synthesized from its published file, with the target cells."""
+
+    microdata: pd.DataFrame
+    cells: list[TargetCells]
+    source: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    shape: Shape
+    wage_share: float
+    score: float
+    worst_ratio: float  # largest predicted error / the base plan's, over levels and attributes
+    errors: Errors
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The chosen plan (a config mapping), its predictions beside the base plan's and uniform's,
+    the frontier of the finalists' shapes over the wage share, and the search's figures."""
+
+    config: dict[str, Any]
+    chosen: Candidate
+    base: Errors
+    uniform: Errors | None
+    frontier: dict[str, list[tuple[float, float, float]]]  # label -> (wage share, employment, wage error)
+    finalists: list[Candidate]
+    mu_total: float
+    source: str
+    seconds: float
+
+
+def stand_in(published: PublishedState, source: str, levels: Sequence[int], seed: int = STANDIN_SEED) -> StandIn:
+    """The stand-in state synthesized from ``published`` and its published target cells."""
+    microdata = synthesize_state(published, rng=np.random.default_rng(seed))
+    return StandIn(microdata, target_cells(microdata, published, levels, [EMPLOYMENT, "m2emp", WAGE], seed=seed),
+                   source)
+
+
+def _answers(standin: StandIn, config: Config, *, smoothed: bool) -> dict[str, list[NoisyAnswer]]:
+    """One seeded measurement of the stand-in under ``config``, prepared as the margins take it
+    (``smoothed``: months smoothed as the config says; else as measured, which the wage fit needs)."""
+    measurements = measure(standin.microdata, config.plan, rng=np.random.default_rng(STANDIN_SEED))
+    answers = {a: measurements.for_attribute(a) for a in config.plan.attributes}
+    if not smoothed:
+        return answers
+    public = standin.microdata[public_columns(standin.microdata)]
+    return prepared_answers(answers, config.variance_mode, config.plan.psi, public)
+
+
+def predict_config(standin: StandIn, config: Config, attributes: Sequence[str]) -> Errors:
+    """Predicted median relative errors per target level of ``attributes`` under ``config``."""
+    wage_psi = config.plan.psi if config.wages == "employment" else None
+    return predicted_errors(_answers(standin, config, smoothed=True), standin.microdata, standin.cells, attributes,
+                            wage_psi)
+
+
+def _rescaled(answer: NoisyAnswer, mu: float) -> NoisyAnswer:
+    """A pnc answer as if measured at ``mu``: its variance is (Delta_g / mu)^2."""
+    ratio = answer.mu / mu
+    return replace(answer, variance=answer.variance * ratio**2, sd=answer.sd * ratio, mu=mu)
+
+
+def _config(shape: Shape, mu_total: float, wage_share: float, base: Config) -> Config:
+    return parse_config(shapes.config_mapping(shape, mu_total, wage_share, base.raw), "<plan>")
+
+
+def employment_errors(standin: StandIn, base: Config, mu_total: float, allocations: Sequence[Allocation],
+                      step: Callable[[str], None]) -> dict[Allocation, Errors]:
+    """Month-1 errors of every allocation at the reference wage share (module docstring, step 2)."""
+    month_mu = mu_total * np.sqrt((1 - REFERENCE_WAGE_SHARE) / len(shapes.MONTHS))
+    by_identity: dict[float, list[Allocation]] = {}
+    for allocation in allocations:
+        by_identity.setdefault(round(allocation.shares()[()], 9), []).append(allocation)
+    out = {}
+    for identity_share, group in by_identity.items():
+        # the identity query at this share, every group-by query once (at a nominal mu, rescaled below)
+        mus = {(): {m: month_mu * np.sqrt(identity_share) for m in shapes.MONTHS},
+               **{by: {m: month_mu / 2 for m in shapes.MONTHS} for by in shapes.query_sets()[0]}}
+        # a measurement of the public stand-in, never a release: capped at its own total
+        total = math.sqrt(sum(mu**2 for by_attribute in mus.values() for mu in by_attribute.values()))
+        config = parse_config(shapes.mapping_of(mus, base.raw, math.ceil(total * 1e4) / 1e4), "<measurement>")
+        answers = _answers(standin, config, smoothed=True)
+        for allocation in group:
+            shares = allocation.shares()
+            chosen = {month: [a if a.query.is_identity else _rescaled(a, month_mu * np.sqrt(shares[tuple(a.query.by)]))
+                              for a in month_answers if a.query.is_identity or shares.get(tuple(a.query.by), 0) > 0]
+                      for month, month_answers in answers.items()}
+            out[allocation] = predicted_errors(chosen, standin.microdata, standin.cells, [EMPLOYMENT], None)
+            step(f"employment: {allocation.label}")
+    return out
+
+
+def wage_errors(standin: StandIn, base: Config, mu_total: float, allocations: Sequence[Allocation],
+                step: Callable[[str], None]) -> dict[Allocation, Errors]:
+    """Wage errors of every wage allocation at the reference wage share (employment measured by the
+    shipped five queries)."""
+    out = {}
+    for allocation in allocations:
+        shape = Shape(Allocation(shapes.query_sets()[0], 0.6), allocation)
+        config = _config(shape, mu_total, REFERENCE_WAGE_SHARE, base)
+        wage_psi = config.plan.psi if config.wages == "employment" else None
+        answers = _answers(standin, config, smoothed=False)
+        out[allocation] = predicted_errors(answers, standin.microdata, standin.cells, [WAGE], wage_psi)
+        step(f"wages: {allocation.label}")
+    return out
+
+
+def scaled(errors: Errors, factor: float) -> Errors:
+    return {level: {a: e * factor for a, e in by.items()} for level, by in errors.items()}
+
+
+def score(errors: Errors, base: Errors, weights: Mapping[str, float]) -> tuple[float, float]:
+    """(the weighted mean over levels of log(error / base error), the largest error / base error).
+
+    ``errors`` has the month-1 error under "m1emp" (or the months' mean under "employment"); the
+    weights are by "employment" and "wage"."""
+    total, worst = 0.0, 0.0
+    for kind, weight in weights.items():
+        ratios = [_employment(errors[level]) / base[level][EMPLOYMENT] if kind == "employment"
+                  else errors[level][WAGE] / base[level][WAGE] for level in base]
+        total += weight * float(np.mean(np.log(ratios)))
+        worst = max(worst, max(ratios))
+    return total / sum(weights.values()), worst
+
+
+def _employment(errors: Mapping[str, float]) -> float:
+    """Employment's error: month 1's, or the mean of months 1 and 2 (= 3) of a shape measuring them apart."""
+    return float(np.mean([errors[m] for m in (EMPLOYMENT, "m2emp") if m in errors]))
+
+
+def combinations(employment: Mapping[Allocation, Errors], wages: Mapping[Allocation, Errors], base: Errors,
+                 weights: Mapping[str, float], tolerance: float) -> list[Candidate]:
+    """Every pair of allocations at every wage share, errors scaled from the reference share as
+    1 / mu; the allowed ones (worst ratio within 1 + tolerance) first, each group by score."""
+    out = []
+    for share in WAGE_SHARES:
+        employment_factor = np.sqrt((1 - REFERENCE_WAGE_SHARE) / (1 - share))
+        wage_factor = np.sqrt(REFERENCE_WAGE_SHARE / share)
+        for e_allocation, e_errors in employment.items():
+            for w_allocation, w_errors in wages.items():
+                errors = {level: {EMPLOYMENT: e_errors[level][EMPLOYMENT] * employment_factor,
+                                  WAGE: w_errors[level][WAGE] * wage_factor} for level in base}
+                value, worst = score(errors, base, weights)
+                out.append(Candidate(Shape(e_allocation, w_allocation), float(share), value, worst, errors))
+    return sorted(out, key=lambda c: (c.worst_ratio > 1 + tolerance, c.score))
+
+
+def frontier(candidates: Sequence[Candidate], shapes_shown: Sequence[Shape], level: int) -> dict:
+    """Per shape: (wage share, employment error, wage error) at ``level`` as the wage share moves."""
+    out: dict[str, list[tuple[float, float, float]]] = {}
+    for candidate in sorted(candidates, key=lambda c: c.wage_share):
+        if candidate.shape in shapes_shown:
+            out.setdefault(candidate.shape.describe(), []).append(
+                (candidate.wage_share, candidate.errors[level][EMPLOYMENT], candidate.errors[level][WAGE]))
+    return out
+
+
+def search_steps() -> int:
+    """Progress steps of ``make_plan``."""
+    employment = shapes.allocations(shapes.query_sets(), shapes.IDENTITY_SHARES)
+    wages = shapes.allocations(shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES, shapes.STATE_SHARES[:1])
+    return 3 + len(employment) + len(wages) + FINALISTS + 1
+
+
+def _finalists(standin: StandIn, base: Config, ranked: Sequence[Candidate], mu_total: float, base_errors: Errors,
+               weights: Mapping[str, float], step: Callable[[str], None]) -> list[Candidate]:
+    """The best FINALISTS shapes, and the best with months 2-3 apart, predicted at their own budgets."""
+    chosen: list[Candidate] = []
+    for candidate in ranked:
+        if all(candidate.shape != c.shape for c in chosen):
+            chosen.append(candidate)
+        if len(chosen) == FINALISTS:
+            break
+    chosen.append(replace(chosen[0], shape=replace(chosen[0].shape, months_apart=True)))
+    out = []
+    for candidate in chosen:
+        config = _config(candidate.shape, mu_total, candidate.wage_share, base)
+        months = [EMPLOYMENT, "m2emp"] if candidate.shape.months_apart else [EMPLOYMENT]
+        errors = predict_config(standin, config, [*months, WAGE])
+        value, worst = score(errors, base_errors, weights)
+        out.append(replace(candidate, score=value, worst_ratio=worst, errors=errors))
+        step(f"again at its budget: {candidate.shape.describe()}")
+    return out
+
+
+def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
+              targets: Sequence[int] = DEFAULT_TARGETS, base: str | Path | Config = "baseline",
+              weights: Mapping[str, float] | None = None, tolerance: float = 0.10,
+              on_step: Callable[[str], None] | None = None) -> PlanResult:
+    """A plan chosen on a public stand-in of the published QCEW file ``published_qcew`` (module
+    docstring); ``base``'s psi, gammas, zeta and options, total ``mu_total`` (default the base's)."""
+    start = time.perf_counter()
+    step = on_step or (lambda description: None)
+    base_config = base if isinstance(base, Config) else load_config(base)
+    weights = dict(weights or {"employment": 1.0, "wage": 1.0})
+    _check(base_config, weights, targets, tolerance)
+    base_total = base_config.plan.budget().total
+    mu_total = base_total if mu_total is None else float(mu_total)
+    if not mu_total > 0:
+        raise InputError(f"mu_total ({mu_total}) must be > 0")
+    standin = stand_in(read_qcew(published_qcew), Path(published_qcew).name, targets)
+    step("stand-in synthesized")
+    base_errors = scaled(predict_config(standin, base_config, [EMPLOYMENT, WAGE]), base_total / mu_total)
+    step("base plan")
+    uniform_config = load_config("uniform")
+    uniform = scaled(predict_config(standin, uniform_config, [EMPLOYMENT, WAGE]),
+                     uniform_config.plan.budget().total / mu_total)
+    step("uniform plan")
+    employment = employment_errors(standin, base_config, mu_total,
+                                   shapes.allocations(shapes.query_sets(), shapes.IDENTITY_SHARES), step)
+    wages = wage_errors(standin, base_config, mu_total,
+                        shapes.allocations(shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES, shapes.STATE_SHARES[:1]),
+                        step)
+    ranked = combinations(employment, wages, base_errors, weights, tolerance)
+    finalists = _finalists(standin, base_config, ranked, mu_total, base_errors, weights, step)
+    chosen = min(finalists, key=lambda c: (c.worst_ratio > 1 + tolerance, c.score))
+    shown = [c.shape for c in finalists if not c.shape.months_apart]
+    level = 78 if 78 in targets else targets[0]
+    config = shapes.config_mapping(chosen.shape, mu_total, chosen.wage_share, base_config.raw)
+    return PlanResult(config, chosen, base_errors, uniform, frontier(ranked, shown, level), finalists, mu_total,
+                      standin.source, time.perf_counter() - start)
+
+
+def _check(base: Config, weights: Mapping[str, float], targets: Sequence[int], tolerance: float) -> None:
+    """Refuse a base config without the months and wages, unknown weights, or no targets."""
+    missing = [a for a in (*shapes.MONTHS, WAGE) if a not in base.plan.attributes]
+    if missing:
+        raise InputError(f"the base config measures no '{missing[0]}'; the planner shares mu between the three "
+                         "months of employment and wages")
+    unknown = sorted(set(weights) - {"employment", "wage"})
+    if unknown or not weights or min(weights.values()) < 0 or not sum(weights.values()) > 0:
+        raise InputError(f"weights {dict(weights)} must be employment=W,wage=W with W >= 0, not both 0")
+    if not targets:
+        raise InputError("targets is empty: name at least one QCEW level (51-58, 71-78)")
+    if not tolerance >= 0:
+        raise InputError(f"tolerance ({tolerance}) must be >= 0")
