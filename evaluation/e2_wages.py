@@ -88,31 +88,50 @@ def compute_e2(truth: pd.DataFrame, plans: dict[str, MeasurementPlan], *, replic
 
 def render_e2(result: E2Result, out: Path) -> dict:
     """report.md, summary.json and the four plots; returns the summary."""
-    plans, combos, group_error, state_error = result.plans, result.combos, result.group_error, result.state_error
-    detail_relative, truth_detail, sweep = result.detail_relative, result.truth_detail, result.sweep
-    replications, seed, seconds, data_label = result.replications, result.seed, result.seconds, result.data_label
     report = Report(out, "E2: employment and wages under two budget plans")
+    _setup_section(report, result)
+    summary = _error_summary(report, result)
+    _plot_group_errors(report, result)
+    _plot_state_totals(report, result)
+    _plot_relative_errors(report, result)
+    _plot_budget_sweep(report, result.sweep)
+    report.section("Findings", *_findings(summary, result.sweep))
+    written = {"experiment": "e2", "data": result.data_label, "establishments": result.establishments,
+               "replications": result.replications, "seed": result.seed, "seconds": result.seconds,
+               "plans": {n: p.budget().total for n, p in result.plans.items()}, "summary": summary,
+               "budget_sweep": result.sweep}
+    report.write(written)
+    return written
+
+
+def _setup_section(report: Report, result: E2Result) -> None:
+    """The data, the plans' budgets per query and total, the workflows and replications."""
+    plans = result.plans
     plan_lines = []
     for name, plan in plans.items():
         budgets = ", ".join(f"{q.name} {q.mu.get('m1emp', 0):g}/{q.mu.get('wage', 0):g}" for q in plan.queries)
         plan_lines.append(f"**{name}** (per month / wage: {budgets}; total mu {plan.budget().total:.4f})")
     report.section(
         "Setup",
-        f"Data: {data_label}, {result.establishments:,} establishments. psi sqrt, gamma 0.5 for employment and 50 for "
-        f"wages, zeta {next(iter(plans.values())).zeta:g}. Plans: " + "; ".join(plan_lines) + ". Each plan runs with "
-        f"the pnc and the all-sqrt (psi) workflow, {replications} replications each (seed {seed}); the run took "
-        f"{seconds:.0f} s on this machine. Per-group errors are averaged over replications; NAICS-3 is not measured "
-        "by any query, so its accuracy comes from postprocessing alone.",
+        f"Data: {result.data_label}, {result.establishments:,} establishments. psi sqrt, gamma 0.5 for employment "
+        f"and 50 for wages, zeta {next(iter(plans.values())).zeta:g}. Plans: " + "; ".join(plan_lines) + ". Each "
+        f"plan runs with the pnc and the all-sqrt (psi) workflow, {result.replications} replications each (seed "
+        f"{result.seed}); the run took {result.seconds:.0f} s on this machine. Per-group errors are averaged over "
+        "replications; NAICS-3 is not measured by any query, so its accuracy comes from postprocessing alone.",
     )
+
+
+def _error_summary(report: Report, result: E2Result) -> dict:
+    """The table of median group errors, state-total and county x NAICS-5 errors; returns them by combo."""
     summary_rows, summary = [], {}
-    for combo in combos:
+    for combo in result.combos:
         summary[combo] = {}
         for attribute in ATTRIBUTES:
-            per_level = {level: float(np.median(group_error[combo][attribute][level])) for level in LEVELS}
+            per_level = {level: float(np.median(result.group_error[combo][attribute][level])) for level in LEVELS}
             summary[combo][attribute] = {
                 "median_group_mean_absolute_error": per_level,
-                "state_total_mean_absolute_error": float(np.mean(state_error[combo][attribute])),
-                "median_relative_error_county_naics5": float(np.median(detail_relative[combo][attribute])),
+                "state_total_mean_absolute_error": float(np.mean(result.state_error[combo][attribute])),
+                "median_relative_error_county_naics5": float(np.median(result.detail_relative[combo][attribute])),
             }
             summary_rows.append([combo, attribute, *per_level.values(),
                                  summary[combo][attribute]["state_total_mean_absolute_error"],
@@ -120,12 +139,16 @@ def render_e2(result: E2Result, out: Path) -> dict:
     report.section("Median over groups of the mean absolute error")
     report.table(["plan/workflow", "attribute", *LEVELS, "state total", "median rel. error county x "
                                                                         "NAICS-5"], summary_rows)
+    return summary
 
+
+def _plot_group_errors(report: Report, result: E2Result) -> None:
+    combos = result.combos
     figure, axes = plt.subplots(len(ATTRIBUTES), len(LEVELS), figsize=(15, 8), layout="constrained")
     for row, attribute in enumerate(ATTRIBUTES):
         for column, level in enumerate(LEVELS):
             ax = axes[row, column]
-            ax.boxplot([np.maximum(group_error[c][attribute][level], 1e-3) for c in combos], showfliers=False)
+            ax.boxplot([np.maximum(result.group_error[c][attribute][level], 1e-3) for c in combos], showfliers=False)
             ax.set_xticks(range(1, len(combos) + 1), list(combos), rotation=20)
             ax.set_yscale("log")
             ax.set_title(f"{attribute}, {level}")
@@ -133,21 +156,26 @@ def render_e2(result: E2Result, out: Path) -> dict:
     report.figure(figure, "e2_group_errors.png", "Per-group absolute error averaged over replications, by plan and "
                                                  "workflow")
 
+
+def _plot_state_totals(report: Report, result: E2Result) -> None:
     figure, axes = plt.subplots(1, len(ATTRIBUTES), figsize=(12, 4))
     for ax, attribute in zip(axes, ATTRIBUTES):
-        for combo in combos:
-            ax.plot(range(1, replications + 1), state_error[combo][attribute], marker="o", ms=3, label=combo)
+        for combo in result.combos:
+            ax.plot(range(1, result.replications + 1), result.state_error[combo][attribute], marker="o", ms=3,
+                    label=combo)
         ax.set_xlabel("replication")
         ax.set_ylabel("absolute error of the state total")
         ax.set_title(attribute)
     axes[0].legend()
     report.figure(figure, "e2_state_total.png", "Absolute error of the state total in each replication")
 
+
+def _plot_relative_errors(report: Report, result: E2Result) -> None:
     figure, axes = plt.subplots(1, len(ATTRIBUTES), figsize=(12, 4))
     for ax, attribute in zip(axes, ATTRIBUTES):
-        for combo in [c for c in combos if c.endswith("/pnc")]:
-            ax.scatter(np.maximum(truth_detail[attribute], 1.0), detail_relative[combo][attribute], s=4, alpha=0.5,
-                       label=combo)
+        for combo in [c for c in result.combos if c.endswith("/pnc")]:
+            ax.scatter(np.maximum(result.truth_detail[attribute], 1.0), result.detail_relative[combo][attribute], s=4,
+                       alpha=0.5, label=combo)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("true value (county x NAICS-5)")
@@ -157,6 +185,8 @@ def render_e2(result: E2Result, out: Path) -> dict:
     report.figure(figure, "e2_relative_error.png", "Relative error against the true value of each county x NAICS-5 "
                                                    "cell")
 
+
+def _plot_budget_sweep(report: Report, sweep: dict) -> None:
     figure, ax = plt.subplots(figsize=(6, 4))
     for attribute in ATTRIBUTES:
         totals = [float(t) for t in sweep[attribute]]
@@ -167,13 +197,6 @@ def render_e2(result: E2Result, out: Path) -> dict:
     ax.set_ylabel("median relative error, county x NAICS-5")
     ax.legend()
     report.figure(figure, "e2_budget.png", "Error as the total budget varies (pnc workflow)")
-
-    report.section("Findings", *_findings(summary, sweep))
-    written = {"experiment": "e2", "data": data_label, "establishments": result.establishments,
-               "replications": replications, "seed": seed, "seconds": seconds,
-               "plans": {n: p.budget().total for n, p in plans.items()}, "summary": summary, "budget_sweep": sweep}
-    report.write(written)
-    return written
 
 
 def run_e2(out: Path, truth: pd.DataFrame, plans: dict[str, MeasurementPlan], *, replications: int, seed: int,

@@ -21,10 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from gedp.evaluation.replicate import child_streams, protected_copy, scaled_plan
-from gedp.evaluation.report import Report
-from gedp.measure.conversions import gdp_epsilon
-from gedp.measure.earlier import (
+from gedp.evaluation.baselines.earlier import (
     check_infusion,
     check_log_laplace,
     check_smooth_gamma,
@@ -37,8 +34,11 @@ from gedp.measure.earlier import (
     smooth_laplace,
     truncated_laplace,
 )
+from gedp.evaluation.baselines.suppression import SuppressionResult, SuppressionRule, suppress, suppression_shares
+from gedp.evaluation.replicate import child_streams, protected_copy, scaled_plan
+from gedp.evaluation.report import Report
+from gedp.measure.conversions import gdp_epsilon
 from gedp.measure.queries import Grouping, group_establishments
-from gedp.measure.suppression import SuppressionResult, SuppressionRule, suppress, suppression_shares
 from gedp.measure.workflows import MeasurementPlan
 from gedp.postprocess.tabulate import tabulate
 
@@ -269,38 +269,52 @@ def _ratios(accumulator: ErrorAccumulator, infusion: dict[str, float]) -> dict[s
 
 def render_e5(result: E5Result, out: Path) -> dict:
     """report.md, summary.json, heatmaps, lines and the suppression chart; returns the summary."""
-    setup, plan, grid, infusion, grid_errors = (
-        result.setup,
-        result.plan,
-        result.grid,
-        result.infusion,
-        result.grid_errors,
-    )
-    gedp_errors, gedp_mu, suppression, shares = result.gedp_errors, result.gedp_mu, result.suppression, result.shares
-    replications, gedp_replications, seed = result.replications, result.gedp_replications, result.seed
-    seconds, data_label = result.seconds, result.data_label
-    infusion_l1 = infusion.stratum_l1()
+    setup, grid, grid_errors, gedp_errors = result.setup, result.grid, result.grid_errors, result.gedp_errors
+    infusion_l1 = result.infusion.stratum_l1()
     strata = [label for label, _, _ in STRATA]
     rows = {s: _ratios(a, infusion_l1) for s, a in grid_errors.items()}
     gedp_rows = {label: _ratios(a, infusion_l1) for label, a in gedp_errors.items()}
-    cells_per_stratum = {label: int(sum(((v >= low) & (v < high)).sum() for v in infusion.truth.values()))
+    cells_per_stratum = {label: int(sum(((v >= low) & (v < high)).sum() for v in result.infusion.truth.values()))
                          for label, low, high in STRATA}
+    epsilon_of = {label: gdp_epsilon(mu) for label, mu in result.gedp_mu.items()}
 
     report = Report(out, "E5: earlier mechanisms and today's disclosure limitation")
+    _setup_section(report, result, cells_per_stratum)
+    _mechanism_table(report, result, rows, strata)
+    _gedp_section(report, result, gedp_rows, epsilon_of, strata)
+    _suppression_section(report, result)
+    occupied = [k for k in strata if cells_per_stratum[k] > 0]  # plots leave out empty strata
+    _plot_heatmaps(report, setup, grid, rows, occupied)
+    _plot_lines(report, setup, grid, rows, grid_errors, gedp_rows, gedp_errors, epsilon_of, occupied)
+    _plot_suppression(report, setup, result.shares)
+    report.section("Findings", _findings(setup, grid, rows, gedp_rows, epsilon_of, result.shares, strata))
+    written = _summary(result, cells_per_stratum, infusion_l1, rows, gedp_rows, epsilon_of)
+    report.write(written)
+    return written
+
+
+def _setup_section(report: Report, result: E5Result, cells_per_stratum: dict[str, int]) -> None:
+    """The data, tabulations, error measure and grid of the run."""
+    setup = result.setup
     report.section(
         "Setup",
-        f"Data: {data_label}, {result.establishments:,} establishments; attribute {setup.attribute}. Tabulations: "
+        f"Data: {result.data_label}, {result.establishments:,} establishments; attribute {setup.attribute}. "
+        "Tabulations: "
         + ", ".join(TABULATIONS) + f" ({sum(cells_per_stratum.values()):,} cells; per size stratum "
         + ", ".join(f"{k} {v:,}" for k, v in cells_per_stratum.items()) + "). "
-        f"Error: mean absolute error per cell over {replications} replications (seed {seed}), summed over the "
-        "cells of each stratum (strata by true value), as a ratio to input noise infusion (factors "
+        f"Error: mean absolute error per cell over {result.replications} replications (seed {result.seed}), summed "
+        "over the cells of each stratum (strata by true value), as a ratio to input noise infusion (factors "
         f"|f - 1| in [{setup.infusion_s:g}, {setup.infusion_t:g}], QWI ramp distribution, one factor per "
         "establishment, small cells (0, 2.5) redrawn from {1, 2}). Below 1 is more accurate than noise "
         f"infusion. Grid: eps {', '.join(f'{e:g}' for e in setup.eps)}; alpha "
         f"{', '.join(f'{a:g}' for a in setup.alphas)} (only pairs a mechanism accepts); Truncated Laplace theta "
         f"{', '.join(f'{t:g}' for t in setup.thetas)}; Smooth Laplace delta {setup.delta:g}. "
-        f"{len(grid)} valid settings. Run time {seconds:.0f} s.",
+        f"{len(result.grid)} valid settings. Run time {result.seconds:.0f} s.",
     )
+
+
+def _mechanism_table(report: Report, result: E5Result, rows: dict, strata: list[str]) -> None:
+    """Each earlier mechanism's ratios per stratum and Spearman at the shown alpha or theta, per eps."""
     report.section(
         f"Earlier mechanisms at alpha {SHOWN_ALPHA:g} (Truncated Laplace at theta {SHOWN_THETA:g})",
         "L1 ratio to noise infusion per stratum and the mean Spearman rank correlation with the true cells "
@@ -309,30 +323,38 @@ def render_e5(result: E5Result, out: Path) -> dict:
     )
     table_rows = []
     for mechanism in MECHANISMS:
-        for eps in setup.eps:
-            match = [s for s in grid if s.mechanism == mechanism and s.eps == eps and s.shown]
+        for eps in result.setup.eps:
+            match = [s for s in result.grid if s.mechanism == mechanism and s.eps == eps and s.shown]
             if match:
                 ratios = rows[match[0]]
                 table_rows.append([mechanism, f"{eps:g}", *(ratios[k] for k in strata),
-                                   grid_errors[match[0]].spearman_mean()])
+                                   result.grid_errors[match[0]].spearman_mean()])
             else:
                 table_rows.append([mechanism, f"{eps:g}", *("-" for _ in strata), "-"])
     report.table(["mechanism", "eps", *(f"ratio {k}" for k in strata), "Spearman"], table_rows)
 
-    epsilon_of = {label: gdp_epsilon(mu) for label, mu in gedp_mu.items()}
+
+def _gedp_section(report: Report, result: E5Result, gedp_rows: dict, epsilon_of: dict[str, float],
+                  strata: list[str]) -> None:
+    """gedp's ratios and Spearman at each scaled budget, with the eps its mu implies."""
+    setup, plan = result.setup, result.plan
     report.section(
         "gedp at comparable settings",
         f"The employment plan on {setup.attribute} alone (psi {plan.psi.name}, gamma "
         f"{plan.gammas[setup.attribute]:g}), its budget scaled by {', '.join(f'{f:g}' for f in setup.budget_factors)}; "
-        f"{gedp_replications} replications each. eps is the (eps, delta = {GDP_DELTA:g})-DP guarantee that "
+        f"{result.gedp_replications} replications each. eps is the (eps, delta = {GDP_DELTA:g})-DP guarantee that "
         "mu-GDP implies. The neighbors differ: gedp protects each establishment within its psi interval (sqrt, "
         "gamma 0.5: about +/-10% at 100 employees, +/-1% at 10,000), the earlier mechanisms within a factor "
         "1 + alpha at every size, so the comparison is of like budgets, not of identical guarantees.",
     )
     report.table(["workflow and total mu", "eps at delta 1e-6", *(f"ratio {k}" for k in strata), "Spearman"],
                  [[label, epsilon_of[label], *(gedp_rows[label][k] for k in strata),
-                   gedp_errors[label].spearman_mean()] for label in gedp_rows])
+                   result.gedp_errors[label].spearman_mean()] for label in gedp_rows])
 
+
+def _suppression_section(report: Report, result: E5Result) -> None:
+    """Cell suppression's rule, repair rounds and withheld shares per tabulation."""
+    setup, suppression, shares = result.setup, result.suppression, result.shares
     report.section(
         "Cell suppression on the same tabulations",
         f"p% rule with p = {setup.rule.p:g} on {', '.join(setup.rule.attributes)}, fewer than "
@@ -344,9 +366,9 @@ def render_e5(result: E5Result, out: Path) -> dict:
                  [[name, level, int(shares.loc[level, "cells"]), f"{shares.loc[level, 'suppressed_share']:.1%}",
                    f"{shares.loc[level, f'{setup.attribute}_share']:.1%}"] for name, level in AGGLVL.items()])
 
-    occupied = [k for k in strata if cells_per_stratum[k] > 0]  # plots leave out empty strata
-    _plot_heatmaps(report, setup, grid, rows, occupied)
-    _plot_lines(report, setup, grid, rows, grid_errors, gedp_rows, gedp_errors, epsilon_of, occupied)
+
+def _plot_suppression(report: Report, setup: E5Setup, shares: pd.DataFrame) -> None:
+    """Bars of the shares of cells and of the attribute that cell suppression withholds, per tabulation."""
     figure, ax = plt.subplots(figsize=(7, 3.5))
     positions = np.arange(len(AGGLVL))
     ax.bar(positions - 0.2, [shares.loc[lv, "suppressed_share"] for lv in AGGLVL.values()], 0.4, label="cells")
@@ -357,48 +379,35 @@ def render_e5(result: E5Result, out: Path) -> dict:
     ax.legend()
     report.figure(figure, "e5_suppression.png", "Share of cells and of employment that cell suppression withholds")
 
-    report.section("Findings", _findings(setup, grid, rows, gedp_rows, epsilon_of, shares, strata))
-    written = {
+
+def _summary(result: E5Result, cells_per_stratum: dict[str, int], infusion_l1: dict[str, float], rows: dict,
+             gedp_rows: dict, epsilon_of: dict[str, float]) -> dict:
+    """summary.json: the run, noise infusion's errors, every setting's ratios, gedp's, suppression's shares."""
+    setup, shares, grid_errors = result.setup, result.shares, result.grid_errors
+    return {
         "experiment": "e5",
-        "data": data_label,
+        "data": result.data_label,
         "establishments": result.establishments,
         "attribute": setup.attribute,
-        "replications": replications,
-        "gedp_replications": gedp_replications,
-        "seed": seed,
-        "seconds": seconds,
-        "setup": {
-            k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
-            for k, v in dataclasses.asdict(setup).items()
-        },
+        "replications": result.replications,
+        "gedp_replications": result.gedp_replications,
+        "seed": result.seed,
+        "seconds": result.seconds,
+        "setup": {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
+                  for k, v in dataclasses.asdict(setup).items()},
         "cells_per_stratum": cells_per_stratum,
         "noise_infusion_l1": infusion_l1,
-        "noise_infusion_spearman": infusion.spearman_means(),
-        "grid": [
-            {**dataclasses.asdict(s), "l1_ratio": rows[s], "spearman": grid_errors[s].spearman_means()} for s in grid
-        ],
-        "gedp": [
-            {
-                "setting": label,
-                "mu": gedp_mu[label],
-                "eps_at_delta_1e-6": epsilon_of[label],
-                "l1_ratio": gedp_rows[label],
-                "spearman": gedp_errors[label].spearman_means(),
-            }
-            for label in gedp_rows
-        ],
-        "suppression": {
-            name: {
-                "agglvl": level,
-                "cells": int(shares.loc[level, "cells"]),
-                "withheld_cells": float(shares.loc[level, "suppressed_share"]),
-                "withheld_value": float(shares.loc[level, f"{setup.attribute}_share"]),
-            }
-            for name, level in AGGLVL.items()
-        },
+        "noise_infusion_spearman": result.infusion.spearman_means(),
+        "grid": [{**dataclasses.asdict(s), "l1_ratio": rows[s], "spearman": grid_errors[s].spearman_means()}
+                 for s in result.grid],
+        "gedp": [{"setting": label, "mu": result.gedp_mu[label], "eps_at_delta_1e-6": epsilon_of[label],
+                  "l1_ratio": gedp_rows[label], "spearman": result.gedp_errors[label].spearman_means()}
+                 for label in gedp_rows],
+        "suppression": {name: {"agglvl": level, "cells": int(shares.loc[level, "cells"]),
+                               "withheld_cells": float(shares.loc[level, "suppressed_share"]),
+                               "withheld_value": float(shares.loc[level, f"{setup.attribute}_share"])}
+                        for name, level in AGGLVL.items()},
     }
-    report.write(written)
-    return written
 
 
 def _plot_heatmaps(report, setup, grid, rows, strata) -> None:

@@ -40,6 +40,8 @@ import numpy as np
 import pandas as pd
 
 from gedp.config import Config, load_config
+from gedp.evaluation.baselines import erer
+from gedp.evaluation.baselines.earlier import infusion_factors
 from gedp.evaluation.e5_earlier import (
     ALPHA_MECHANISMS,
     GDP_DELTA,
@@ -52,9 +54,7 @@ from gedp.evaluation.e5_earlier import (
 )
 from gedp.evaluation.replicate import child_streams, scaled_plan
 from gedp.evaluation.report import Report
-from gedp.measure import erer
 from gedp.measure.conversions import gdp_epsilon, gdp_mu
-from gedp.measure.earlier import infusion_factors
 from gedp.measure.jobframe import EMPLOYMENT, JobPlan
 from gedp.measure.neighbors import NeighborFunction
 
@@ -273,11 +273,36 @@ def find(result: E6Result, name: str, mechanism: str, eps: float, alpha: float |
 
 def render_e6(result: E6Result, out: Path) -> dict:
     """report.md, summary.json and plots; returns the summary."""
-    setup = result.setup
-    strata = [label for label, _, _ in STRATA]
     cells = {name: {label: int(((acc.sizes >= low) & (acc.sizes < high)).sum()) for label, low, high in STRATA}
              for name, acc in result.infusion.items()}
     report = Report(out, "E6: the employer-employee evaluation of Haney et al. (2017) on a job frame")
+    _setup_section(report, result, cells)
+    if result.gedp_config:
+        _gedp_setup(report, result)
+    _workload_tables(report, result)
+    _plot(report, result)
+    verdicts = findings(result)
+    report.section("Findings 1-6 of the paper on our data",
+                   "\n".join(f"- **Finding {i}: {v['verdict']}.** {v['claim']} Here: {v['evidence']}"
+                             for i, v in enumerate(verdicts, start=1)))
+    comparisons = gedp_findings(result)
+    if comparisons:
+        report.section("gedp against the earlier mechanisms at comparable budgets",
+                       "Per workload and occupied place-size stratum: gedp's L1 ratio (Spearman for the rankings) "
+                       "against each earlier mechanism valid at the same eps, at its most accurate alpha or theta (the "
+                       f"comparison most favourable to it) and at the tables' alpha {BASE_ALPHA:g} / theta "
+                       f"{SHOWN_THETA:g}, against the best of them and against noise infusion. Eps where a mechanism "
+                       "refuses every alpha count as neither win nor loss; where gedp is not said to beat a "
+                       "mechanism, it loses or the mechanism refuses.\n\n"
+                       + "\n".join(f"- {c['text']}" for c in comparisons))
+    summary = _summary(result, cells, verdicts, comparisons)
+    report.write(summary)
+    return summary
+
+
+def _setup_section(report: Report, result: E6Result, cells: dict[str, dict[str, int]]) -> None:
+    """The data, workloads, rankings, error measure and cells per place-size stratum."""
+    setup = result.setup
     report.section(
         "Setup",
         f"Data: {result.data_label}, {result.establishments:,} establishments, {result.jobs:,} jobs. Places are "
@@ -297,8 +322,11 @@ def render_e6(result: E6Result, out: Path) -> dict:
         "Cells per place-size stratum: " + "; ".join(
             f"{name}: " + ", ".join(f"{k} {v:,}" for k, v in cells[name].items()) for name in result.infusion) + ".",
     )
-    if result.gedp_config:
-        _gedp_setup(report, result)
+
+
+def _workload_tables(report: Report, result: E6Result) -> None:
+    """Per workload, each mechanism's L1 ratio per stratum at the shown alpha or theta; noise infusion's Spearman."""
+    strata = [label for label, _, _ in STRATA]
     mechanisms = (*ALPHA_MECHANISMS, "truncated-laplace", *([GEDP] if result.gedp_config else []))
     for workload in WORKLOADS:
         ranking = next((r for r, source in RANKINGS.items() if source == workload), None)
@@ -307,7 +335,7 @@ def render_e6(result: E6Result, out: Path) -> dict:
                        + (f"; Spearman of {ranking} over all cells" if ranking else "") + ". '-': pair refused.")
         rows = []
         for mechanism in mechanisms:
-            for eps in setup.eps:
+            for eps in result.setup.eps:
                 setting = (find(result, workload, mechanism, eps, alpha=BASE_ALPHA) if mechanism in ALPHA_MECHANISMS
                            else find(result, workload, mechanism, eps) if mechanism == GEDP
                            else find(result, workload, mechanism, eps, theta=SHOWN_THETA))
@@ -321,27 +349,17 @@ def render_e6(result: E6Result, out: Path) -> dict:
                       *([f"Spearman {ranking}"] if ranking else [])], rows)
     report.table(["noise infusion", *(f"Spearman {k}" for k in strata), "Spearman all"],
                  [[name, *(spearman(result, name, None)[k] for k in (*strata, "all"))] for name in RANKINGS])
-    _plot(report, result)
-    verdicts = findings(result)
-    report.section("Findings 1-6 of the paper on our data",
-                   "\n".join(f"- **Finding {i}: {v['verdict']}.** {v['claim']} Here: {v['evidence']}"
-                             for i, v in enumerate(verdicts, start=1)))
-    comparisons = gedp_findings(result)
-    if comparisons:
-        report.section("gedp against the earlier mechanisms at comparable budgets",
-                       "Per workload and occupied place-size stratum: gedp's L1 ratio (Spearman for the rankings) "
-                       "against each earlier mechanism valid at the same eps, at its most accurate alpha or theta (the "
-                       f"comparison most favourable to it) and at the tables' alpha {BASE_ALPHA:g} / theta "
-                       f"{SHOWN_THETA:g}, against the best of them and against noise infusion. Eps where a mechanism "
-                       "refuses every alpha count as neither win nor loss; where gedp is not said to beat a "
-                       "mechanism, it loses or the mechanism refuses.\n\n"
-                       + "\n".join(f"- {c['text']}" for c in comparisons))
-    summary = {
+
+
+def _summary(result: E6Result, cells: dict[str, dict[str, int]], verdicts: list[dict[str, str]],
+             comparisons: list[dict]) -> dict:
+    """summary.json: the run, noise infusion's errors, every setting's ratios and Spearman, the findings."""
+    return {
         "experiment": "e6", "data": result.data_label, "establishments": result.establishments, "jobs": result.jobs,
         "replications": result.replications, "seed": result.seed, "seconds": result.seconds,
         "worker_cells": result.worker_cells, "cells_per_stratum": cells,
         "setup": {k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v)
-                  for k, v in dataclasses.asdict(setup).items()},
+                  for k, v in dataclasses.asdict(result.setup).items()},
         "noise_infusion": {name: {"l1": acc.stratum_l1(), "spearman": spearman(result, name, None)}
                            for name, acc in result.infusion.items()},
         "workloads": {name: [{**dataclasses.asdict(s), "l1_ratio": l1_ratios(result, name, s),
@@ -351,8 +369,6 @@ def render_e6(result: E6Result, out: Path) -> dict:
         "gedp": _gedp_summary(result),
         "gedp_comparisons": comparisons,
     }
-    report.write(summary)
-    return summary
 
 
 def _plot(report: Report, result: E6Result) -> None:
@@ -548,74 +564,99 @@ def _fmt(value: float | None) -> str:
     return "refused" if value is None or not math.isfinite(value) else f"{value:.3g}"
 
 
+@dataclass(frozen=True)
+class _Lookup:
+    """Ratios and Spearman correlations of one result by workload, mechanism and parameters (None: refused)."""
+
+    result: E6Result
+
+    def ratio(self, name, mechanism, eps, alpha=None, theta=None, stratum="all"):
+        s = find(self.result, name, mechanism, eps, alpha=alpha, theta=theta)
+        return None if s is None else l1_ratios(self.result, name, s)[stratum]
+
+    def rank(self, name, mechanism, eps, alpha=None, theta=None, stratum="all"):
+        s = find(self.result, name, mechanism, eps, alpha=alpha, theta=theta)
+        return None if s is None else spearman(self.result, name, s)[stratum]
+
+
+def _below(value, bound):
+    return value is not None and math.isfinite(value) and value <= bound
+
+
 def findings(result: E6Result) -> list[dict[str, str]]:
     """Findings 1-6 of Haney et al. (2017, Section 10): each claim, what our data show and whether it holds.
 
     Each finding is reduced to the checks its text states (ratios over all cells; "close to 1" is a
     Spearman correlation >= CLOSE_TO_ONE); a refused setting fails its check.
     """
-    setup = result.setup
+    lookup = _Lookup(result)
+    return [finding(lookup) for finding in (_finding_1, _finding_2, _finding_3, _finding_4, _finding_5, _finding_6)]
 
-    def ratio(name, mechanism, eps, alpha=None, theta=None, stratum="all"):
-        s = find(result, name, mechanism, eps, alpha=alpha, theta=theta)
-        return None if s is None else l1_ratios(result, name, s)[stratum]
 
-    def rank(name, mechanism, eps, alpha=None, theta=None, stratum="all"):
-        s = find(result, name, mechanism, eps, alpha=alpha, theta=theta)
-        return None if s is None else spearman(result, name, s)[stratum]
-
-    def below(value, bound):
-        return value is not None and math.isfinite(value) and value <= bound
-
+def _finding_1(lookup: _Lookup) -> dict[str, str]:
+    """Workload 1: Log-Laplace and Smooth Gamma within 3 of noise infusion, Smooth Laplace better; Ranking 1."""
+    setup, ratio, rank = lookup.result.setup, lookup.ratio, lookup.rank
     top = max(setup.eps)
-    out = []
-    # Finding 1
     ll, sl, sg = (ratio("workload 1", m, BASE_EPS, BASE_ALPHA) for m in ALPHA_MECHANISMS)
     sl_rank = [rank("ranking 1", "smooth-laplace", e, BASE_ALPHA) for e in setup.eps if e >= BASE_EPS]
     others_rank = [rank("ranking 1", m, top, BASE_ALPHA) for m in ("log-laplace", "smooth-gamma")]
-    checks = {"Log-Laplace within 3": below(ll, 3), "Smooth Gamma within 3": below(sg, 3),
-              "Smooth Laplace better": below(sl, 1),
+    checks = {"Log-Laplace within 3": _below(ll, 3), "Smooth Gamma within 3": _below(sg, 3),
+              "Smooth Laplace better": _below(sl, 1),
               "Smooth Laplace ranking": all(r is not None and r >= CLOSE_TO_ONE for r in sl_rank),
               "other rankings": all(r is not None and r >= CLOSE_TO_ONE for r in others_rank)}
-    out.append({"claim": f"Workload 1 at eps {BASE_EPS:g}, alpha {BASE_ALPHA:g}: Log-Laplace and Smooth Gamma within "
-                         "a factor 3 of noise infusion, Smooth Laplace better; Ranking 1 close to 1 for Smooth Laplace "
-                         f"at eps >= {BASE_EPS:g} and for the other two at eps {top:g}.",
-                "evidence": f"ratios Log-Laplace {_fmt(ll)}, Smooth Laplace {_fmt(sl)}, Smooth Gamma {_fmt(sg)}; "
-                            f"Ranking 1 Spearman Smooth Laplace {', '.join(_fmt(r) for r in sl_rank)} (eps >= "
-                            f"{BASE_EPS:g}), Log-Laplace and Smooth Gamma at eps {top:g}: "
-                            f"{', '.join(_fmt(r) for r in others_rank)}.",
-                "verdict": _verdict(checks)})
-    # Finding 2
+    return {"claim": f"Workload 1 at eps {BASE_EPS:g}, alpha {BASE_ALPHA:g}: Log-Laplace and Smooth Gamma within "
+                     "a factor 3 of noise infusion, Smooth Laplace better; Ranking 1 close to 1 for Smooth Laplace "
+                     f"at eps >= {BASE_EPS:g} and for the other two at eps {top:g}.",
+            "evidence": f"ratios Log-Laplace {_fmt(ll)}, Smooth Laplace {_fmt(sl)}, Smooth Gamma {_fmt(sg)}; "
+                        f"Ranking 1 Spearman Smooth Laplace {', '.join(_fmt(r) for r in sl_rank)} (eps >= "
+                        f"{BASE_EPS:g}), Log-Laplace and Smooth Gamma at eps {top:g}: "
+                        f"{', '.join(_fmt(r) for r in others_rank)}.",
+            "verdict": _verdict(checks)}
+
+
+def _finding_2(lookup: _Lookup) -> dict[str, str]:
+    """Workload 2: Log-Laplace within 3, Smooth Laplace about equal and better at the top eps; Ranking 2."""
+    setup, ratio, rank = lookup.result.setup, lookup.ratio, lookup.rank
+    top = max(setup.eps)
     ll2, sl2 = (ratio("workload 2", m, BASE_EPS, BASE_ALPHA) for m in ("log-laplace", "smooth-laplace"))
     sl_top = [ratio("workload 2", "smooth-laplace", top, a) for a in setup.alphas]
     rank2 = rank("ranking 2", "smooth-laplace", top, BASE_ALPHA)
-    checks = {"Log-Laplace within 3": below(ll2, 3), "Smooth Laplace about equal": below(sl2, 1.5),
-              f"Smooth Laplace better at eps {top:g}": all(below(r, 1) for r in sl_top),
+    checks = {"Log-Laplace within 3": _below(ll2, 3), "Smooth Laplace about equal": _below(sl2, 1.5),
+              f"Smooth Laplace better at eps {top:g}": all(_below(r, 1) for r in sl_top),
               "Ranking 2": rank2 is not None and rank2 >= CLOSE_TO_ONE}
-    out.append({"claim": f"Workload 2 at eps {BASE_EPS:g}, alpha {BASE_ALPHA:g}: Log-Laplace within a factor 3, "
-                         "Smooth Laplace about as accurate as noise infusion (here: ratio <= 1.5) and better at eps "
-                         f"{top:g} for every alpha; Ranking 2 close to 1 for Smooth Laplace at eps {top:g}.",
-                "evidence": f"ratios Log-Laplace {_fmt(ll2)}, Smooth Laplace {_fmt(sl2)}; Smooth Laplace at eps "
-                            f"{top:g} over alpha {', '.join(f'{a:g}' for a in setup.alphas)}: "
-                            f"{', '.join(_fmt(r) for r in sl_top)}; Ranking 2 Spearman {_fmt(rank2)}.",
-                "verdict": _verdict(checks)})
-    # Finding 3
+    return {"claim": f"Workload 2 at eps {BASE_EPS:g}, alpha {BASE_ALPHA:g}: Log-Laplace within a factor 3, "
+                     "Smooth Laplace about as accurate as noise infusion (here: ratio <= 1.5) and better at eps "
+                     f"{top:g} for every alpha; Ranking 2 close to 1 for Smooth Laplace at eps {top:g}.",
+            "evidence": f"ratios Log-Laplace {_fmt(ll2)}, Smooth Laplace {_fmt(sl2)}; Smooth Laplace at eps "
+                        f"{top:g} over alpha {', '.join(f'{a:g}' for a in setup.alphas)}: "
+                        f"{', '.join(_fmt(r) for r in sl_top)}; Ranking 2 Spearman {_fmt(rank2)}.",
+            "verdict": _verdict(checks)}
+
+
+def _finding_3(lookup: _Lookup) -> dict[str, str]:
+    """Workload 3: worse than noise infusion, yet within a factor 10 (3 at the smallest alpha)."""
+    result, ratio = lookup.result, lookup.ratio
+    setup, top = result.setup, max(result.setup.eps)
     alpha_settings = [s for s in result.grid["workload 3"] if s.alpha is not None]
     worse = all(l1_ratios(result, "workload 3", s)["all"] > 1 for s in alpha_settings)
     ll3 = [ratio("workload 3", "log-laplace", top, a) for a in setup.alphas if a <= 0.05]
     sl3 = [ratio("workload 3", "smooth-laplace", top, a) for a in setup.alphas]
     smallest = ratio("workload 3", "smooth-laplace", top, min(setup.alphas))
-    checks = {"worse than noise infusion": worse, "Log-Laplace within 10": all(below(r, 10) for r in ll3),
-              "Smooth Laplace within 10": all(below(r, 10) for r in sl3),
-              f"Smooth Laplace within 3 at alpha {min(setup.alphas):g}": below(smallest, 3)}
-    out.append({"claim": "Workload 3: worse than noise infusion, yet Log-Laplace within a factor 10 at alpha <= 0.05 "
-                         f"and eps {top:g}, Smooth Laplace within 10 for every alpha at eps {top:g} and within 3 at "
-                         f"alpha {min(setup.alphas):g}.",
-                "evidence": f"every valid setting worse than noise infusion: {worse} ({len(alpha_settings)} valid "
-                            f"settings); Log-Laplace at eps {top:g}, alpha <= 0.05: {', '.join(_fmt(r) for r in ll3)}; "
-                            f"Smooth Laplace at eps {top:g} over alpha: {', '.join(_fmt(r) for r in sl3)}.",
-                "verdict": _verdict(checks)})
-    # Finding 4
+    checks = {"worse than noise infusion": worse, "Log-Laplace within 10": all(_below(r, 10) for r in ll3),
+              "Smooth Laplace within 10": all(_below(r, 10) for r in sl3),
+              f"Smooth Laplace within 3 at alpha {min(setup.alphas):g}": _below(smallest, 3)}
+    return {"claim": "Workload 3: worse than noise infusion, yet Log-Laplace within a factor 10 at alpha <= 0.05 "
+                     f"and eps {top:g}, Smooth Laplace within 10 for every alpha at eps {top:g} and within 3 at "
+                     f"alpha {min(setup.alphas):g}.",
+            "evidence": f"every valid setting worse than noise infusion: {worse} ({len(alpha_settings)} valid "
+                        f"settings); Log-Laplace at eps {top:g}, alpha <= 0.05: {', '.join(_fmt(r) for r in ll3)}; "
+                        f"Smooth Laplace at eps {top:g} over alpha: {', '.join(_fmt(r) for r in sl3)}.",
+            "verdict": _verdict(checks)}
+
+
+def _finding_4(lookup: _Lookup) -> dict[str, str]:
+    """All three do better as places grow: the largest occupied stratum against the smallest."""
+    result = lookup.result
     sizes = result.infusion["workload 1"].sizes
     occupied = [label for label, low, high in STRATA if ((sizes >= low) & (sizes < high)).any()]
     improving, total = 0, 0
@@ -630,42 +671,50 @@ def findings(result: E6Result) -> list[dict[str, str]]:
                 total += 1
                 improving += values[-1] >= values[0]
     share = improving / total if total else math.nan
-    out.append({"claim": "All three algorithms do better (lower ratio, higher Spearman) as places grow.",
-                "evidence": f"occupied strata {', '.join(occupied)}; the largest places do at least as well as the "
-                            f"smallest in {improving} of {total} settings x workloads ({_fmt(share)})"
-                            + ("; with one occupied stratum there is nothing to compare" if total == 0 else "") + ".",
-                "verdict": _trend_verdict(share)})
-    # Finding 5
+    return {"claim": "All three algorithms do better (lower ratio, higher Spearman) as places grow.",
+            "evidence": f"occupied strata {', '.join(occupied)}; the largest places do at least as well as the "
+                        f"smallest in {improving} of {total} settings x workloads ({_fmt(share)})"
+                        + ("; with one occupied stratum there is nothing to compare" if total == 0 else "") + ".",
+            "verdict": _trend_verdict(share)}
+
+
+def _finding_5(lookup: _Lookup) -> dict[str, str]:
+    """Smooth Laplace the most accurate of the three; Log-Laplace beats Smooth Gamma at low eps."""
+    setup = lookup.result.setup
     wins, compared, log_better, low_compared = 0, 0, 0, 0
     for name in WORKLOADS:
         for eps in setup.eps:
             for alpha in setup.alphas:
-                r = {m: ratio(name, m, eps, alpha) for m in ALPHA_MECHANISMS}
+                r = {m: lookup.ratio(name, m, eps, alpha) for m in ALPHA_MECHANISMS}
                 if all(v is not None for v in r.values()):
                     compared += 1
                     wins += r["smooth-laplace"] <= min(r.values())
                 if eps <= 1 and r["log-laplace"] is not None and r["smooth-gamma"] is not None:
                     low_compared += 1
                     log_better += r["log-laplace"] < r["smooth-gamma"]
-    out.append({"claim": "Smooth Laplace is the most accurate of the three; Log-Laplace tends to beat Smooth Gamma at "
-                         "low eps.",
-                "evidence": f"Smooth Laplace most accurate in {wins} of {compared} settings where all three are valid; "
-                            f"Log-Laplace beats Smooth Gamma in {log_better} of {low_compared} settings at eps <= 1.",
-                "verdict": _verdict({"Smooth Laplace best": compared > 0 and wins == compared,
-                                     "Log-Laplace better at low eps": low_compared > 0
-                                     and log_better > low_compared / 2})})
-    # Finding 6
-    tl_top = [ratio("workload 1", "truncated-laplace", top, theta=t) for t in setup.thetas]
-    tl_rank = [rank("ranking 1", "truncated-laplace", e, theta=t) for e in setup.eps for t in setup.thetas]
+    return {"claim": "Smooth Laplace is the most accurate of the three; Log-Laplace tends to beat Smooth Gamma at "
+                     "low eps.",
+            "evidence": f"Smooth Laplace most accurate in {wins} of {compared} settings where all three are valid; "
+                        f"Log-Laplace beats Smooth Gamma in {log_better} of {low_compared} settings at eps <= 1.",
+            "verdict": _verdict({"Smooth Laplace best": compared > 0 and wins == compared,
+                                 "Log-Laplace better at low eps": low_compared > 0
+                                 and log_better > low_compared / 2})}
+
+
+def _finding_6(lookup: _Lookup) -> dict[str, str]:
+    """Truncated Laplace costs much more: 10 times noise infusion's error, Ranking 1 never above 0.7."""
+    result = lookup.result
+    setup, top = result.setup, max(result.setup.eps)
+    tl_top = [lookup.ratio("workload 1", "truncated-laplace", top, theta=t) for t in setup.thetas]
+    tl_rank = [lookup.rank("ranking 1", "truncated-laplace", e, theta=t) for e in setup.eps for t in setup.thetas]
     best_alpha = min((l1_ratios(result, "workload 1", s)["all"] for s in result.grid["workload 1"]
                       if s.alpha is not None and s.eps == top), default=math.nan)
     checks = {"10 times noise infusion": all(r is not None and r >= 10 for r in tl_top),
               "Ranking 1 at most 0.7": all(r <= 0.7 for r in tl_rank if r is not None),
               "worse than the alpha mechanisms": min(tl_top) > best_alpha}
-    out.append({"claim": f"Truncated Laplace costs much more: Workload 1 error at least 10 times noise infusion's at "
-                         f"eps {top:g} for every theta, Ranking 1 Spearman never above 0.7.",
-                "evidence": f"Workload 1 ratios at eps {top:g} over theta {', '.join(f'{t:g}' for t in setup.thetas)}: "
-                            f"{', '.join(_fmt(r) for r in tl_top)} (best alpha mechanism {_fmt(best_alpha)}); "
-                            f"Ranking 1 Spearman from {_fmt(min(tl_rank))} to {_fmt(max(tl_rank))}.",
-                "verdict": _verdict(checks)})
-    return out
+    return {"claim": f"Truncated Laplace costs much more: Workload 1 error at least 10 times noise infusion's at "
+                     f"eps {top:g} for every theta, Ranking 1 Spearman never above 0.7.",
+            "evidence": f"Workload 1 ratios at eps {top:g} over theta {', '.join(f'{t:g}' for t in setup.thetas)}: "
+                        f"{', '.join(_fmt(r) for r in tl_top)} (best alpha mechanism {_fmt(best_alpha)}); "
+                        f"Ranking 1 Spearman from {_fmt(min(tl_rank))} to {_fmt(max(tl_rank))}.",
+            "verdict": _verdict(checks)}

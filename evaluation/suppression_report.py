@@ -9,8 +9,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from gedp.evaluation.baselines.suppression import SuppressionResult, suppression_shares
 from gedp.evaluation.report import Report
-from gedp.measure.suppression import SuppressionResult, suppression_shares
 from gedp.postprocess.tabulate import qcew_tables
 from gedp.release.format import AUDIT_FILE, PUBLISHED_FILE, SHARES_FILE
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
@@ -38,6 +38,19 @@ def published_table(microdata: pd.DataFrame, result: SuppressionResult) -> pd.Da
 def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionResult, *, data_label: str,
                       published_shares: pd.Series | None = None) -> dict:
     """cells.csv (public), audit_confidential.csv, shares.csv, report.md, summary.json and a plot."""
+    shares = _write_tables(out, microdata, result, published_shares)
+    report = Report(out, "Cell suppression")
+    _setup_section(report, microdata, result, data_label)
+    _shares_section(report, result, shares, published=published_shares is not None)
+    _plot_shares(report, shares, published=published_shares is not None)
+    summary = _summary(microdata, result, shares, data_label, published=published_shares is not None)
+    report.write(summary)
+    return summary
+
+
+def _write_tables(out: Path, microdata: pd.DataFrame, result: SuppressionResult,
+                  published_shares: pd.Series | None) -> pd.DataFrame:
+    """The published cells, the confidential audit intervals and the shares withheld; returns the shares."""
     published_table(microdata, result).to_csv(out / PUBLISHED_FILE, index=False)
     if result.audit is not None:
         audit = result.audit.intervals.merge(result.table.cells[["state", "county", "agglvl", "industry", "estabs"]],
@@ -47,9 +60,12 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
     if published_shares is not None:
         shares["published_share"] = shares["agglvl"].map(published_shares)
     shares.to_csv(out / SHARES_FILE, index=False)
+    return shares
 
+
+def _setup_section(report: Report, microdata: pd.DataFrame, result: SuppressionResult, data_label: str) -> None:
+    """The data, the rule, the secondary suppression and the audit's outcome, then the run's log."""
     rule = result.rule
-    report = Report(out, "Cell suppression")
     failures = None if result.audit is None else result.audit.failures
     report.section(
         "Setup",
@@ -68,30 +84,44 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
                     if result.audit is not None else "No audit was run."),
         "\n".join(f"- {line}" for line in result.log),
     )
-    columns = ["agglvl", "cells", "withheld cells", f"withheld {rule.attributes[0]}", "withheld before audit repair"]
-    if published_shares is not None:
+
+
+def _shares_section(report: Report, result: SuppressionResult, shares: pd.DataFrame, *, published: bool) -> None:
+    """The table of shares withheld per aggregation level (and BLS's, when given)."""
+    attribute = result.rule.attributes[0]
+    columns = ["agglvl", "cells", "withheld cells", f"withheld {attribute}", "withheld before audit repair"]
+    if published:
         columns.append("withheld by BLS")
     report.section("Shares withheld per aggregation level",
                    "Before audit repair: primary and secondary suppression only, the pattern a rule-based system "
                    "without an LP audit would publish.")
     report.table(columns, [[int(r.agglvl), f"{int(r.cells):,}", f"{r.suppressed_share:.1%}",
-                            f"{getattr(r, f'{rule.attributes[0]}_share'):.1%}", f"{r.before_repair_share:.1%}",
-                            *([f"{r.published_share:.1%}"] if published_shares is not None else [])]
+                            f"{getattr(r, f'{attribute}_share'):.1%}", f"{r.before_repair_share:.1%}",
+                            *([f"{r.published_share:.1%}"] if published else [])]
                            for r in shares.itertuples()])
+
+
+def _plot_shares(report: Report, shares: pd.DataFrame, *, published: bool) -> None:
     figure, ax = plt.subplots(figsize=(10, 3.8))
     positions = np.arange(len(shares))
-    width = 0.4 if published_shares is not None else 0.8
-    ax.bar(positions - (width / 2 if published_shares is not None else 0), shares["suppressed_share"], width,
+    width = 0.4 if published else 0.8
+    ax.bar(positions - (width / 2 if published else 0), shares["suppressed_share"], width,
            label="this suppression (audited)")
-    ax.scatter(positions - (width / 2 if published_shares is not None else 0), shares["before_repair_share"],
+    ax.scatter(positions - (width / 2 if published else 0), shares["before_repair_share"],
                marker="_", s=200, color="black", zorder=3, label="before audit repair")
-    if published_shares is not None:
+    if published:
         ax.bar(positions + width / 2, shares["published_share"], width, label="published by BLS")
     ax.set_xticks(positions, shares["agglvl"].astype(str))
     ax.set_xlabel("aggregation level (51-58 state, 71-78 county; total to NAICS-6)")
     ax.set_ylabel("share of cells withheld")
     ax.legend()
     report.figure(figure, "suppression_shares.png", "Share of cells withheld per aggregation level")
+
+
+def _summary(microdata: pd.DataFrame, result: SuppressionResult, shares: pd.DataFrame, data_label: str, *,
+             published: bool) -> dict:
+    """summary.json: the rule, the counts of cells, the audit's outcome and the shares withheld."""
+    rule, audit = result.rule, result.audit
     finest = shares.set_index("agglvl")
     summary = {
         "command": "suppress",
@@ -102,15 +132,14 @@ def write_suppression(out: Path, microdata: pd.DataFrame, result: SuppressionRes
         "primary": int(result.primary.sum()),
         "suppressed": int(result.suppressed.sum()),
         "repair_rounds": result.repair_rounds,
-        "audited_intervals": None if result.audit is None else len(result.audit.intervals),
-        "failing_cells": None if failures is None else int(failures["cell"].nunique()),
-        "determined_secondary_cells": None if result.audit is None else result.audit.determined_secondaries,
+        "audited_intervals": None if audit is None else len(audit.intervals),
+        "failing_cells": None if audit is None else int(audit.failures["cell"].nunique()),
+        "determined_secondary_cells": None if audit is None else audit.determined_secondaries,
         "shares": shares.to_dict(orient="records"),
         "county_naics6_share": float(finest.loc[78, "suppressed_share"]) if 78 in finest.index else None,
     }
-    if published_shares is not None and 78 in finest.index:
+    if published and 78 in finest.index:
         summary["published_county_naics6_share"] = float(finest.loc[78, "published_share"])
-    report.write(summary)
     return summary
 
 

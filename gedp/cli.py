@@ -420,8 +420,11 @@ def plan_command(
     weights: Annotated[str, typer.Option(help="Weights of employment and wages in the objective.")] =
         "employment=1,wage=1",
 ) -> None:
-    """Choose a budget plan from public data only: a stand-in state synthesized from the published file,
-    plan shapes scored by their predicted errors, the best written as a config."""
+    """Choose a budget plan from a published QCEW file (public data only).
+
+    A stand-in state is synthesized from the published file, plan shapes are scored by their predicted
+    errors on it, and the best is written as a config.
+    """
     from gedp.planning.output import comparison_rows, output_paths
     from gedp.planning.search import search_steps
 
@@ -750,7 +753,7 @@ def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: s
 
 def _experiment_jobs(name: str, jobs: Path, data: Optional[Path], truth: Optional[pd.DataFrame]) -> pd.DataFrame:
     """The validated job table of --data for e6."""
-    from gedp.synth.jobs import read_jobs
+    from gedp.synth.io import read_jobs
 
     if name != "e6" or data is None:
         raise InputError("--jobs goes with e6 and --data (the job table of that establishment file)")
@@ -870,8 +873,8 @@ def suppress_command(
 
     The p% rule and a minimum count mark sensitive cells; secondary suppression over the industry
     and geography hierarchies protects them; an LP audit checks every suppressed cell."""
+    from gedp.evaluation.baselines.suppression import SuppressionRule, check_microdata, suppress
     from gedp.evaluation.suppression_report import write_suppression
-    from gedp.measure.suppression import SuppressionRule, check_microdata, suppress
     from gedp.release.format import SUMMARY_FILE
     from gedp.release.writer import staged_directory
 

@@ -1,8 +1,14 @@
 """Typed loading of YAML release configs: every key checked, unknown keys refused.
 
+``psi`` names a shipped neighbor function with its parameters (``{name: sqrt, a: 0}``; default
+sqrt) or combines two: ``{name: combined, parts: [{name: sqrt, gamma: 0.5}, {name: linear, d: 1}],
+rule: min}``, each part with its distance ``gamma`` (default 1), ``rule`` min (protect both) or max
+(two publishers composed). A release takes the combinations with a closed form (min of sqrt without
+offset and linear: sqrt-linear); the others are numeric and refused by the plan.
+
 Budgets: a config always has a cap on its total mu, its ``mu_cap`` or, when absent,
-``mu_limits.DEFAULT_MU_CAP`` (2.5); a query's mu above ``mu_limits.MAX_QUERY_MU`` (1.0; the shipped
-plans spend at most 0.7 per query and 2.31 in total) is refused unless ``allow_large_mu``, with a
+``mu_limits.DEFAULT_MU_CAP`` (2.5); a query's mu above ``mu_limits.MAX_QUERY_MU`` (2.0; the shipped
+plans spend at most 0.9 per query and 2.31 in total) is refused unless ``allow_large_mu``, with a
 message saying what it would release. Group-by keys are public columns of the schema other than
 ``estab_id`` (the year and quarter a file may carry are not grouping keys).
 """
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +26,9 @@ import yaml
 
 from gedp import configs
 from gedp.errors import ConfigError
+from gedp.measure.combined import combined_psi
 from gedp.measure.jobframe import EMPLOYMENT, JobPlan
-from gedp.measure.neighbors import make_psi
+from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
 from gedp.mu_limits import DEFAULT_MU_CAP, check_query_mus
@@ -34,6 +42,8 @@ REQUIRED_KEYS = {"attributes", "queries"}
 ATTRIBUTE_KEYS = {"gamma"}
 QUERY_KEYS = {"by", "mu"}
 JOBS_KEYS = {"gamma", "families"}
+COMBINED = "combined"
+PSI_COMBINED_KEYS = {"name", "parts", "rule"}
 #: Columns a query may group by (the identity query groups by estab_id; year and qtr are not keys).
 GROUPABLE = set(PUBLIC) - {"estab_id"}
 
@@ -213,12 +223,8 @@ def parse_config(raw: Any, source: str = "<config>", allow_large_mu: bool = Fals
     integer = raw.get("integer", False)
     if not isinstance(integer, bool):
         raise ConfigError(f"{where}: integer must be true or false, got {shown(integer)}")
-    params = {k: _number(v, f"{where}: psi.{k}") for k, v in psi_spec.items() if k != "name"}
+    psi = _psi(psi_spec, where)
     zeta = _number(raw.get("zeta", 0.01), f"{where}: zeta")
-    try:
-        psi = make_psi(psi_spec["name"], **params)
-    except ValueError as err:
-        raise ConfigError(f"{where}: {err}") from None
     plan = _capped_plan(raw, where, allow_large_mu, psi=psi, gammas=gammas, queries=tuple(queries),
                         workflow=raw.get("workflow", "pnc"), zeta=zeta)
     if jobs is not None and (plan.identity_plan is None or not set(jobs.families) <= set(plan.identity_plan.mu)):
@@ -246,6 +252,42 @@ def _capped_plan(raw: dict, where: str, allow_large_mu: bool, **fields: Any) -> 
     except ValueError as err:
         raise ConfigError(f"{where}: {err}") from None
     return plan
+
+
+def _psi(spec: dict, where: str) -> NeighborFunction:
+    """The ``psi`` section: a shipped psi, ``{name: sqrt, a: 0}`` (sqrt, log: a; linear: d; sqrt-linear:
+    gamma_sqrt, d), or a combination of two, ``{name: combined, parts: [{name: sqrt, gamma: 0.5},
+    {name: linear, d: 1}], rule: min}``: each part a shipped psi with its distance ``gamma`` (default
+    1), ``rule`` min (protect both; the default) or max (two publishers composed). Min of sqrt
+    without offset and linear is the closed form sqrt-linear, which releases use; other combinations
+    are numeric and serve intervals only, so a release plan refuses them."""
+    if spec["name"] != COMBINED:
+        return _built(make_psi, where, spec["name"], **_psi_params(spec, f"{where}: psi", {"name"}))
+    spec = _keys(spec, PSI_COMBINED_KEYS, f"{where}: psi", {"name", "parts"})
+    parts = spec["parts"]
+    if not isinstance(parts, list) or len(parts) != 2:
+        raise ConfigError(f"{where}: psi.parts must be a list of two psi mappings, got {shown(parts)}")
+    built = []
+    for index, part in enumerate(parts, start=1):
+        at = f"{where}: psi.parts[{index}]"
+        if not isinstance(part, dict) or part.get("name") in (None, COMBINED):
+            raise ConfigError(f"{at} must be a mapping with the 'name' of a shipped psi, got {shown(part)}")
+        params = _psi_params(part, at, {"name", "gamma"})
+        psi = _built(make_psi, at, part["name"], **params)
+        built.append((psi, _number(part.get("gamma", 1.0), f"{at}.gamma")))
+    return _built(combined_psi, f"{where}: psi", built, spec.get("rule", "min"))
+
+
+def _psi_params(spec: dict, where: str, skip: set[str]) -> dict[str, float]:
+    return {k: _number(v, f"{where}.{k}") for k, v in spec.items() if k not in skip}
+
+
+def _built(build: Callable[..., NeighborFunction], where: str, *args: Any, **params: float) -> NeighborFunction:
+    """``build(*args, **params)``, its ValueError reported as a ConfigError at ``where``."""
+    try:
+        return build(*args, **params)
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def _job_plan(spec: Any, where: str) -> JobPlan:

@@ -14,12 +14,13 @@ neighbor-function properties: a minimum or maximum of nonincreasing derivatives 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 
-from gedp.measure.neighbors import FarBranchPsi, NeighborFunction, check_gamma
-from gedp.synth.schema import MAX_VALUE
+from gedp.measure.neighbors import FarBranchPsi, LinearPsi, NeighborFunction, SqrtLinearPsi, SqrtPsi, check_gamma
+from gedp.synth.schema import MAX_VALUE, shown
 
 #: Crossings are looked for on [SCAN_LOW, SCAN_HIGH]: below, the parts' derivatives are their values
 #: at 0 for all a total can be; above, totals of a million records of MAX_VALUE.
@@ -41,12 +42,7 @@ class CombinedPsi(FarBranchPsi):
 
     def __init__(self, first: NeighborFunction, first_gamma: float, second: NeighborFunction, second_gamma: float,
                  rule: Literal["min", "max"] = "min") -> None:
-        for gamma in (first_gamma, second_gamma):
-            check_gamma(gamma)
-            if gamma == 0:
-                raise ValueError("the gammas of a combined psi must be > 0")
-        if rule not in RULES:
-            raise ValueError(f"rule {rule!r} is unknown; choose min (combining) or max (heterogeneous composition)")
+        _check_parts([first_gamma, second_gamma], rule)
         self.parts = ((first, float(first_gamma)), (second, float(second_gamma)))
         self.rule = rule
         self.breaks = np.concatenate([[0.0], self._crossings()])
@@ -143,6 +139,36 @@ class CombinedPsi(FarBranchPsi):
         (a, ga), (b, gb) = self.parts
         return {"name": self.name, "rule": self.rule, "first": a.params(), "first_gamma": ga,
                 "second": b.params(), "second_gamma": gb}
+
+
+def _check_parts(gammas: Sequence[float], rule: str) -> None:
+    for gamma in gammas:
+        check_gamma(gamma)
+        if gamma == 0:
+            raise ValueError("the gammas of a combined psi must be > 0")
+    if rule not in RULES:
+        raise ValueError(f"rule {shown(rule)} is unknown; choose min (combining) or max (heterogeneous composition)")
+
+
+def combined_psi(parts: Sequence[tuple[NeighborFunction, float]], rule: str = "min") -> NeighborFunction:
+    """psi* of two (psi, gamma) parts by ``rule``: "min" protects both, "max" composes two publishers.
+
+    Min of sqrt(x) (no offset) and linear x / d is built in its closed form, ``SqrtLinearPsi``
+    (gamma_sqrt, d times the linear part's gamma), which releases can use; any other combination is
+    the numeric ``CombinedPsi``, which serves intervals and checks but no release.
+
+    Raises:
+        ValueError: not two parts, an unknown rule, or a gamma that is not > 0.
+    """
+    if len(parts) != 2:
+        raise ValueError(f"a combined psi takes two parts, got {len(parts)}")
+    _check_parts([gamma for _, gamma in parts], rule)
+    by_kind = {type(psi): (psi, gamma) for psi, gamma in parts}
+    if rule == "min" and set(by_kind) == {SqrtPsi, LinearPsi} and by_kind[SqrtPsi][0].a == 0:
+        (_, gamma_sqrt), (linear, linear_gamma) = by_kind[SqrtPsi], by_kind[LinearPsi]
+        return SqrtLinearPsi(gamma_sqrt=float(gamma_sqrt), d=linear.d * float(linear_gamma))
+    (first, first_gamma), (second, second_gamma) = parts
+    return CombinedPsi(first, first_gamma, second, second_gamma, rule)
 
 
 def combine(first: NeighborFunction, first_gamma: float, second: NeighborFunction, second_gamma: float) -> CombinedPsi:

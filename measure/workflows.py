@@ -68,7 +68,7 @@ class MeasurementPlan:
             raise ValueError(f"workflow {shown(self.workflow)} is unknown; choose one of {', '.join(WORKFLOWS)}")
         if not self.psi.releasable:
             raise ValueError(f"psi {self.psi.name} cannot be used in a release (no float error bound); use sqrt, log, "
-                             "linear or sqrt-linear")
+                             "linear, sqrt-linear, or combined with rule min of sqrt (a = 0) and linear")
         for attribute, gamma in self.gammas.items():
             check_gamma(gamma)
             if not gamma >= MIN_GAMMA:

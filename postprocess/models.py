@@ -90,7 +90,7 @@ class PostprocessOptions:
     def for_margins(cls, wage_psi: NeighborFunction | None) -> PostprocessOptions:
         """The options that choose a release's models for its margins of error, from answers already
         weighed as its solve weighed them: ``wage_psi`` is the release's psi when its wages were
-        informed by employment (``gedp.manifest.release_wage_psi``), else None."""
+        informed by employment (``gedp.release.reader.release_wage_psi``), else None."""
         return cls(wages="wls" if wage_psi is None else "employment", psi=wage_psi)
 
     @property

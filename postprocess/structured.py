@@ -23,9 +23,11 @@ round-off: free x_j >= 0 with zero gradient, and gradient >= 0 where x_j = 0.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from functools import cache, cached_property, wraps
+from contextlib import ContextDecorator
+from functools import cache, cached_property
 
 import numpy as np
 import scipy.linalg
@@ -53,16 +55,37 @@ def _blas_threads():
     return ThreadpoolController()
 
 
-def one_blas_thread(function):
-    """Run ``function`` with BLAS on one thread. Its dense factorizations are small (a few hundred groups a
-    state), where threads gain nothing, and on a busy machine (other work, or states in parallel on dask)
-    every synchronization of BLAS threads can wait for a time slice: a 353 x 353 Cholesky took 0.6 s
-    instead of 0.6 ms."""
-    @wraps(function)
-    def limited(*args, **kwargs):
-        with _blas_threads().limit(limits=1, user_api="blas"):
-            return function(*args, **kwargs)
-    return limited
+class _OneBlasThread(ContextDecorator):
+    """BLAS on one thread inside ``with one_blas_thread:`` (or a function decorated with it), restored after.
+
+    The dense factorizations are small (a few hundred groups a state), where threads gain nothing, and on a
+    busy machine (other work, or states in parallel on dask) every synchronization of BLAS threads can wait
+    for a time slice: a 353 x 353 Cholesky took 0.6 s instead of 0.6 ms. BLAS's thread count is a setting of
+    the whole process, so overlapping scopes (threads of one dask worker) share one limit: the first to
+    enter sets it and the last to leave restores the count found before, whatever order they leave in.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._limiter = None
+
+    def __enter__(self) -> _OneBlasThread:
+        with self._lock:
+            if self._inside == 0:
+                self._limiter = _blas_threads().limit(limits=1, user_api="blas")
+            self._inside += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+one_blas_thread = _OneBlasThread()
 
 
 class NotNested(ConfigError):

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from gedp.synth.jobs import JOB_COLUMNS
+from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
 from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
 #: Columns read as text from CSV so that leading zeros of codes survive (and year/qtr are checked as text).
@@ -153,3 +153,9 @@ def sorted_by(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     keys = pa.table({column: pa.array(frame[column]) for column in columns})
     order = pc.sort_indices(keys, sort_keys=[(column, "ascending") for column in columns])
     return frame.take(np.asarray(order)).reset_index(drop=True)
+
+
+def read_jobs(path: str | Path, establishments: pd.DataFrame) -> pd.DataFrame:
+    """Read a job table (``.csv``, ``.parquet`` or a folder of parts) and validate it against the
+    establishment microdata; see ``gedp.synth.jobs.validate_jobs``."""
+    return validate_jobs(read_columns(path, required=JOB_COLUMNS[:-1]), establishments)

@@ -1,4 +1,4 @@
-"""Job-frame data (SPEC section 9): the job table, its validation, and synthetic jobs.
+"""Job-frame data: the job table, its validation, and synthetic jobs (``gedp.synth.io.read_jobs`` reads one).
 
 The job table has one row per job: ``estab_id`` (an establishment of the establishment table), the
 worker's QWI codes ``sex``, ``agegrp``, ``education``, ``race``, ``ethnicity``, and optionally
@@ -17,7 +17,6 @@ are not statistics of any real population.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -139,14 +138,6 @@ def validate_jobs(jobs: pd.DataFrame, establishments: pd.DataFrame) -> pd.DataFr
     _refuse("m1emp", jobs_per_establishment != establishments["m1emp"].to_numpy(), establishments,
             "every establishment needs as many jobs in the job table as its m1emp")
     return out
-
-
-def read_jobs(path: str | Path, establishments: pd.DataFrame) -> pd.DataFrame:
-    """Read a job table (``.csv``, ``.parquet`` or a folder of parts) and validate it against the
-    establishment microdata; see ``validate_jobs``."""
-    from gedp.synth.io import read_columns
-
-    return validate_jobs(read_columns(path, required=JOB_COLUMNS[:-1]), establishments)
 
 
 # --- synthetic jobs ---------------------------------------------------------------------------------

@@ -95,8 +95,8 @@ def test_interval_matches_the_closed_form():
 
 def test_every_user_facing_error_derives_from_one_base():
     from gedp.config import ConfigError
+    from gedp.evaluation.baselines.suppression import AuditError
     from gedp.measure.budget import BudgetError
-    from gedp.measure.suppression import AuditError
     from gedp.postprocess.wls import SolverError
     from gedp.synth.schema import InputError as SchemaInputError
 

@@ -332,9 +332,9 @@ def test_option_defaults_written_in_the_cli_match_their_sources():
     import dataclasses as dc
 
     from gedp import cli
+    from gedp.evaluation.baselines.suppression import SuppressionRule
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
-    from gedp.measure.suppression import SuppressionRule
     from gedp.synth.profiles import DEFAULT_PROFILE, available_profiles
 
     assert cli.DEFAULT_PROFILE == DEFAULT_PROFILE and cli.available_profiles() == available_profiles()

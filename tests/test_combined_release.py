@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from gedp import configs
 from gedp.cli import app
 from gedp.config import load_config
+from gedp.errors import ConfigError
 from gedp.measure.neighbors import SqrtLinearPsi
 from gedp.measure.queries import query_name
 
@@ -76,3 +77,73 @@ def test_interval_command_takes_the_combined_psi():
     assert (rows[0]["lower"], rows[0]["upper"]) == (0.0, 1.0)  # the linear piece: x / d moves by gamma = 1
     # 36 on the sqrt piece: (sqrt 36 -/+ 0.25)^2, the sqrt interval with gamma_sqrt
     assert (rows[2]["lower"], rows[2]["upper"]) == pytest.approx((5.75**2, 6.25**2))
+
+
+def _combined_config(tmp_path, psi):
+    """The establishment-and-worker plan with its psi written as ``psi``."""
+    raw = yaml.safe_load(configs.path("establishment-and-worker").read_text())
+    path = tmp_path / "combined.yaml"
+    path.write_text(yaml.safe_dump({**raw, "psi": psi}))
+    return path
+
+
+COMBINED = {"name": "combined", "parts": [{"name": "sqrt", "gamma": 0.5}, {"name": "linear", "d": 1}], "rule": "min"}
+
+
+def test_release_with_a_combined_psi_config_is_the_closed_form_release(tmp_path, state_file):
+    """`psi: {name: combined, parts: [sqrt gamma 0.5, linear d 1], rule: min}` releases exactly what
+    sqrt-linear (gamma_sqrt 0.5, d 1) releases with the same seed: every file byte for byte."""
+    outs = {}
+    for name, config in (("combined", _combined_config(tmp_path, COMBINED)), ("closed", "establishment-and-worker")):
+        outs[name] = tmp_path / name
+        run_cli("protect", state_file, "--config", config, "--seed", 5, "--not-for-publication", "--out", outs[name])
+    files = {name: sorted((p.relative_to(out).as_posix(), p.read_bytes()) for p in out.rglob("*")
+                          if p.is_file() and p.name != "manifest.json") for name, out in outs.items()}
+    assert len(files["closed"]) >= 3 and files["combined"] == files["closed"]
+    manifest = json.loads((outs["combined"] / "manifest.json").read_text())
+    assert manifest["psi"] == {"name": "sqrt-linear", "gamma_sqrt": 0.5, "d": 1.0}
+
+
+@pytest.mark.parametrize("gamma_sqrt, d, linear_gamma", [(0.5, 1.0, 1.0), (0.25, 2.0, 1.5), (2.0, 0.5, 3.0)])
+def test_combined_psi_config_intervals_match_the_closed_form(tmp_path, gamma_sqrt, d, linear_gamma):
+    """Min of sqrt (distance g) and linear (d, distance h) is psi*(x) = x / (d h) up to the knot
+    (d h)^2 / (4 g^2), sqrt(x) / g - d h / (4 g^2) beyond; with gamma* = 1 the interval is x -/+ d h
+    while both ends stay on the linear piece and (sqrt(x) -/+ g)^2 while both stay on the sqrt piece.
+    The parts' order does not matter."""
+    parts = [{"name": "linear", "d": d, "gamma": linear_gamma}, {"name": "sqrt", "gamma": gamma_sqrt}]
+    psi = load_config(_combined_config(tmp_path, {"name": "combined", "parts": parts})).plan.psi
+    width = d * linear_gamma
+    knot = width**2 / (4 * gamma_sqrt**2)
+    linear = np.array([1.5 * width, 0.5 * (knot - width) + width]) if knot > 2 * width else np.array([])
+    lower, upper = psi.interval(linear, 1.0)
+    np.testing.assert_allclose(lower, linear - width, rtol=1e-12)
+    np.testing.assert_allclose(upper, linear + width, rtol=1e-12)
+    far = np.array([4.0, 100.0, 1e6]) * (math.sqrt(knot) + 2 * gamma_sqrt) ** 2
+    lower, upper = psi.interval(far, 1.0)
+    np.testing.assert_allclose(lower, (np.sqrt(far) - gamma_sqrt) ** 2, rtol=1e-12)
+    np.testing.assert_allclose(upper, (np.sqrt(far) + gamma_sqrt) ** 2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("psi, message", [
+    ({**COMBINED, "rule": "max"}, "psi combined cannot be used in a release"),
+    ({"name": "combined", "parts": [{"name": "sqrt", "gamma": 0.5}, {"name": "log", "a": 1}]},
+     "psi combined cannot be used in a release"),
+    ({"name": "combined", "parts": [{"name": "sqrt", "a": 1}, {"name": "linear"}]},
+     "psi combined cannot be used in a release"),
+    ({**COMBINED, "rule": "mean"}, "psi: rule 'mean' is unknown; choose min"),
+    ({"name": "combined", "parts": [{"name": "sqrt"}]}, "psi.parts must be a list of two psi mappings"),
+    ({"name": "combined"}, "psi: missing key 'parts'"),
+    ({**COMBINED, "weight": 2}, "psi: unknown key 'weight'"),
+    ({"name": "combined", "parts": [{"name": "sqrt", "gamma": 0}, {"name": "linear"}]},
+     "the gammas of a combined psi must be > 0"),
+    ({"name": "combined", "parts": [{"name": "sqrt"}, COMBINED]}, r"psi.parts\[2\] must be a mapping with the 'name'"),
+    ({"name": "combined", "parts": [{"name": "sqrt"}, {"name": "linear", "e": 2}]},
+     r"psi.parts\[2\]: psi 'linear' takes parameters \['d'\]"),
+    ({"name": "combined", "parts": [{"name": "sqrt", "gamma": "x"}, {"name": "linear"}]},
+     r"psi.parts\[1\].gamma must be a finite number"),
+])
+def test_combined_psi_configs_are_checked(tmp_path, psi, message):
+    """Numeric combinations (no closed form: a float error bound is missing) and malformed ones are
+    refused with the rule they break."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(_combined_config(tmp_path, psi))

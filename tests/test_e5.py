@@ -11,6 +11,12 @@ from scipy import integrate, stats
 from typer.testing import CliRunner
 
 from gedp.cli import app
+from gedp.evaluation.baselines.earlier import (
+    check_log_laplace,
+    check_smooth_gamma,
+    check_smooth_laplace,
+    is_valid,
+)
 from gedp.evaluation.e5_earlier import (
     STRATA,
     E5Setup,
@@ -18,12 +24,6 @@ from gedp.evaluation.e5_earlier import (
     settings,
 )
 from gedp.measure.conversions import gdp_epsilon
-from gedp.measure.earlier import (
-    check_log_laplace,
-    check_smooth_gamma,
-    check_smooth_laplace,
-    is_valid,
-)
 
 runner = CliRunner()
 

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from gedp import configs
 from gedp.cli import app
+from gedp.evaluation.baselines.earlier import check_log_laplace, check_smooth_gamma, check_smooth_laplace, is_valid
 from gedp.evaluation.e5_earlier import STRATA, E5Setup, ErrorAccumulator, Setting, settings
 from gedp.evaluation.e6_jobs import (
     _trend_verdict,
@@ -38,7 +39,6 @@ from gedp.evaluation.e6_jobs import (
     workload_grid,
 )
 from gedp.measure.conversions import gdp_epsilon, gdp_mu
-from gedp.measure.earlier import check_log_laplace, check_smooth_gamma, check_smooth_laplace, is_valid
 from gedp.measure.neighbors import make_psi
 from gedp.synth.io import write_microdata
 from gedp.synth.jobs import synthesize_jobs

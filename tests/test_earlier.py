@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import integrate, stats
 
-from gedp.measure.earlier import (
+from gedp.evaluation.baselines.earlier import (
     check_log_laplace,
     check_smooth_gamma,
     check_smooth_laplace,

@@ -17,8 +17,8 @@ import pytest
 from scipy import stats
 
 from gedp.errors import InputError
-from gedp.measure.earlier import infusion_factors, quartic_cdf, smooth_sensitivity
-from gedp.measure.erer import (
+from gedp.evaluation.baselines.earlier import infusion_factors, quartic_cdf, smooth_sensitivity
+from gedp.evaluation.baselines.erer import (
     blowfish_neighbors,
     job_log_laplace,
     job_marginal,

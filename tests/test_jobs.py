@@ -18,11 +18,10 @@ from typer.testing import CliRunner
 
 from gedp.errors import InputError
 from gedp.synth import jobs as jobs_module
-from gedp.synth.io import write_microdata
+from gedp.synth.io import read_jobs, write_microdata
 from gedp.synth.jobs import (
     MIX_CONCENTRATION,
     SAME_COUNTY_SHARE,
-    read_jobs,
     share_tables,
     synthesize_jobs,
     validate_jobs,

@@ -308,3 +308,33 @@ def test_tiny_states_without_employees_are_protected_cleanly(small_state, mode):
             warnings.simplefilter("error", RuntimeWarning)
             released = gedp.protect(tiny, config=config, seed=seed, not_for_publication=True).microdata
         assert np.isfinite(released[["m1emp", "m2emp", "m3emp", "wage"]].to_numpy()).all()
+
+
+def test_one_blas_thread_is_scoped_and_overlapping_scopes_restore_the_count_found_before():
+    """Inside the scope BLAS runs on one thread; scopes that overlap and leave out of order (two threads
+    of a dask worker) keep the limit until the last leaves, which restores the original count."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from gedp.postprocess.structured import one_blas_thread
+
+    def blas_threads():
+        return {info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        assert blas_threads() == {2}
+        one_blas_thread.__enter__()  # first worker thread
+        one_blas_thread.__enter__()  # second worker thread
+        assert blas_threads() == {1}
+        one_blas_thread.__exit__(None, None, None)  # the first leaves while the second still solves
+        assert blas_threads() == {1}
+        one_blas_thread.__exit__(None, None, None)
+        assert blas_threads() == {2}
+
+        @one_blas_thread
+        def solve():
+            return blas_threads()
+
+        assert solve() == {1} and blas_threads() == {2}
+        with pytest.raises(ZeroDivisionError), one_blas_thread:
+            1 / 0
+        assert blas_threads() == {2}

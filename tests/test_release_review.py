@@ -8,7 +8,7 @@ import pytest
 
 import gedp
 from gedp.errors import InputError
-from gedp.measure.erer import job_marginal, worker_codes
+from gedp.evaluation.baselines.erer import job_marginal, worker_codes
 from gedp.measure.neighbors import make_psi
 from gedp.postprocess.models import PostprocessOptions
 from gedp.postprocess.protect import protect_microdata

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy.optimize import linprog
 
-from gedp.measure.suppression import (
+from gedp.evaluation.baselines.suppression import (
     SuppressionRule,
     audit_suppression,
     build_cells,
@@ -217,7 +217,7 @@ def test_suppression_realism_on_rhode_island(shared_data):
 
 
 def test_audit_on_worker_processes_equals_the_serial_audit(tiny_suppressed, monkeypatch):
-    import gedp.measure.suppression as suppression
+    import gedp.evaluation.baselines.suppression as suppression
 
     result = tiny_suppressed
     _, need = primary_suppression(result.table, RULE)
@@ -244,7 +244,7 @@ def state_3000():
 def test_audit_that_skips_lps_gives_the_verdicts_of_every_lp(state_3000):
     """Skipping the LPs of cells that earlier solutions already pass changes no verdict; the skipped
     cells' reported values lie inside the intervals that solving every LP finds."""
-    from gedp.measure.suppression import LP_SCALE, PROTECTION_TOLERANCE
+    from gedp.evaluation.baselines.suppression import LP_SCALE, PROTECTION_TOLERANCE
 
     table = build_cells(state_3000, RULE.attributes)
     primary, need = primary_suppression(table, RULE)

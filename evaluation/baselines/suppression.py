@@ -1,6 +1,6 @@
 """Cell suppression as the QCEW runs it today, with an audit of what the published cells still reveal.
 
-SPEC section 4 (cell suppression). The cells are the QCEW aggregation levels 51-58 (state) and 71-78
+The cells are the QCEW aggregation levels 51-58 (state) and 71-78
 (county) of every ownership in the microdata. Additive relations link them in two hierarchies:
 
 * industry: in every area, a cell equals the sum of its children one industry level down

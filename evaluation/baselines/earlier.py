@@ -1,4 +1,4 @@
-"""Earlier formal mechanisms for employer data and today's noise infusion (SPEC section 4).
+"""Earlier formal mechanisms for employer data and today's noise infusion.
 
 These are the comparison baselines of experiment E5, not part of a gedp release. They answer one
 group-by sum per call with noisy cell totals and no variance for postprocessing, so they return a

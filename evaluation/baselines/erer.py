@@ -48,8 +48,8 @@ import numpy as np
 import pandas as pd
 
 from gedp.errors import InputError
-from gedp.measure.earlier import CellRelease, log_laplace, noise_infusion, smooth_gamma, smooth_laplace
-from gedp.measure.earlier import truncated_laplace as _truncated_laplace
+from gedp.evaluation.baselines.earlier import CellRelease, log_laplace, noise_infusion, smooth_gamma, smooth_laplace
+from gedp.evaluation.baselines.earlier import truncated_laplace as _truncated_laplace
 from gedp.measure.queries import Grouping, group_establishments
 from gedp.synth.jobs import WORKER_DOMAINS
 
