@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TA
 from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, release_answers, release_families, release_wage_psi
 from gedp.release.writer import check_output_directory, staged_directory
+from gedp.synth.titles import Titles
 
 __all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "synthesize", "tabulate_job_frame"]
 
@@ -156,24 +158,53 @@ class Release:
         """The protected job frame (a release with job families): estab_id, family, worker columns, jobs."""
         return read_job_frame(self.folder)
 
-    def tabulate(self, by: str | Sequence[str] = "total", *, moe: bool = False, level: float = 0.95,
-                 where: str | None = None) -> pd.DataFrame:
+    def tabulate(self, by: str | Sequence[str] = "total", *, agglvl: int | None = None, format: str = "table",
+                 titles: str | Path | None = None, out: str | Path | None = None, moe: bool = False,
+                 level: float = 0.95, where: str | None = None) -> pd.DataFrame:
         """Totals of the protected attributes by public columns (``"total"`` or [] for the grand
         total), optionally only over establishments matching ``where`` (a pandas query on public
         columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
         from the release's least-squares covariance (no privacy budget spent). With worker columns
         in ``by`` (sex, education, home_county, ...), protected jobs of the release's job frame
-        (``tabulate_job_frame``)."""
+        (``tabulate_job_frame``).
+
+        ``agglvl`` gives a QCEW aggregation level (50-58, 70-78) instead of ``by``; ``format``
+        ``"qcew"`` gives it ready to publish (``postprocess.publication``: titles, whole numbers,
+        avg_wkly_wage, margins rounded up), with titles from ``titles`` (a published QCEW CSV) or the
+        lists shipped with gedp; ``"xlsx"`` writes the workbook ``out`` (the level, or every level
+        present without ``agglvl``, and a notes sheet with the privacy statement) and returns its
+        levels stacked."""
+        if format not in ("table", "qcew", "xlsx"):
+            raise InputError(f"format {format!r}: choose one of table, qcew, xlsx")
+        if format != "table" or agglvl is not None:
+            return self._publish(agglvl, format, titles, out, moe, level, where)
         from gedp.postprocess.tabulate import tabulate
 
         if worker_keys(by):
             return tabulate_job_frame(self.folder, self.microdata, by, where=where, moe=moe, level=level)
-        answers = release_answers(self.folder, self.microdata) if moe else None
-        wage_psi = release_wage_psi(self.folder) if moe else None
         try:
-            return tabulate(self.microdata, by, where=where, moe=moe, level=level, answers=answers, wage_psi=wage_psi)
+            return tabulate(self.microdata, by, where=where, moe=moe, level=level, **self._margins(moe))
         except ValueError as err:
             raise InputError(str(err)) from None
+
+    def _margins(self, moe: bool) -> dict[str, Any]:
+        """The release's answers and wage psi that margins of error need (None without ``moe``)."""
+        return {"answers": release_answers(self.folder, self.microdata) if moe else None,
+                "wage_psi": release_wage_psi(self.folder) if moe else None}
+
+    def _publish(self, agglvl: int | None, format: str, titles: str | Path | None, out: str | Path | None,
+                 moe: bool, level: float, where: str | None) -> pd.DataFrame:
+        """QCEW levels in BLS layout (``tabulate``'s ``agglvl`` and ``format``)."""
+        options = {"where": where, "moe": moe, "level": level, **self._margins(moe)}
+        tables = publish_levels(self.microdata, agglvl, format, titles, **options)
+        if format == "xlsx":
+            if out is None:
+                raise InputError("format xlsx needs out (the workbook's file name)")
+            from gedp.postprocess.publication import publication_notes, write_workbook
+
+            notes = publication_notes(self.manifest, tables.titles, str(self.folder), level if moe else None)
+            write_workbook(tables.levels, notes, out)
+        return pd.concat(tables.levels.values(), ignore_index=True)
 
     def write(self, out: str | Path) -> Path:
         """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release)."""
@@ -184,6 +215,35 @@ class Release:
                 target = staging / entry.name
                 (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, target)
         return out
+
+
+@dataclass(frozen=True)
+class PublishedLevels:
+    """QCEW levels in BLS layout by level, and the titles they were given (None: raw layout)."""
+
+    levels: dict[int, pd.DataFrame]
+    titles: Titles | None
+
+
+def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, titles: str | Path | None,
+                   **options: Any) -> PublishedLevels:
+    """The QCEW level ``agglvl`` (every level present when None) of microdata: ready to publish
+    (``postprocess.publication``) for formats qcew and xlsx, else in the raw BLS layout of
+    ``qcew_level``; ``options`` as for ``tabulate``. InputError for a bad level or option."""
+    from gedp.postprocess.publication import publication_levels, qcew_publication
+    from gedp.postprocess.tabulate import qcew_level
+    from gedp.synth.titles import published_titles, shipped_titles
+
+    if agglvl is None and format != "xlsx":
+        raise InputError(f"format {format} needs an aggregation level (agglvl)")
+    levels = publication_levels(microdata) if agglvl is None else (agglvl,)
+    named = None if format not in ("qcew", "xlsx") else shipped_titles() if titles is None else published_titles(
+        titles)
+    try:
+        return PublishedLevels({level: qcew_level(microdata, level, **options) if named is None else
+                                qcew_publication(microdata, level, named, **options) for level in levels}, named)
+    except ValueError as err:
+        raise InputError(str(err)) from None
 
 
 def worker_keys(by: str | Sequence[str]) -> list[str]:

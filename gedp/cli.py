@@ -15,7 +15,7 @@ import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional, cast
 
 import typer
 from rich.console import Console
@@ -32,8 +32,10 @@ from gedp.errors import AuditError, GedpError, InputError, SolverError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from gedp.api import PublishedLevels
     from gedp.config import Config
     from gedp.synth.qcew import PublishedState
+    from gedp.synth.titles import Titles
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -571,7 +573,9 @@ def ledger_clear(
                   "it no longer counts against its establishments' caps.")
 
 
-TABLE_FORMATS = ("csv", "parquet", "qcew")
+TABLE_FORMATS = ("csv", "parquet", "qcew", "xlsx")
+#: Formats of QCEW tables ready to publish (titles, whole numbers, average weekly wage).
+PUBLICATION_FORMATS = ("qcew", "xlsx")
 #: Rows shown on a terminal; a pipe or --out gets the whole table as CSV.
 SHOWN_ROWS = 25
 
@@ -583,21 +587,25 @@ def _table_format(table_format: Optional[str], out: Optional[Path], agglvl: Opti
     if table_format is None and out is not None:
         table_format = out.suffix.lower().lstrip(".")
         if table_format not in TABLE_FORMATS:
-            raise InputError(f"--out '{out}': the name does not tell the format; end it in .csv or .parquet, "
+            raise InputError(f"--out '{out}': the name does not tell the format; end it in .csv, .parquet or .xlsx, "
                              f"or give --format ({', '.join(TABLE_FORMATS)})")
     table_format = table_format or "csv"
     if table_format not in TABLE_FORMATS:
         raise InputError(f"--format '{table_format}': choose one of {', '.join(TABLE_FORMATS)}")
     if table_format == "qcew" and agglvl is None:
         raise InputError("--format qcew needs --agglvl (a QCEW aggregation level)")
-    if table_format == "parquet" and out is None:
-        raise InputError("--format parquet needs --out FILE")
+    if table_format in ("parquet", "xlsx") and out is None:
+        raise InputError(f"--format {table_format} needs --out FILE")
     return table_format
 
 
 def _tabulation_format(release: bool, by: Optional[str], agglvl: Optional[int], moe: bool, level: float,
-                       table_format: Optional[str], out: Optional[Path]) -> str:
+                       table_format: Optional[str], out: Optional[Path], titles: Optional[Path]) -> str:
     """Refuse a tabulation's options that do not go together; returns the output format."""
+    if titles is not None and table_format not in PUBLICATION_FORMATS and not (out and out.suffix == ".xlsx"):
+        raise InputError("--titles goes with --format qcew or xlsx (tables ready to publish)")
+    if table_format == "xlsx" and by is not None:
+        raise InputError("--format xlsx writes QCEW levels: give --agglvl (or neither, for every level), not --by")
     if moe and not release:
         raise InputError("--moe needs a release directory (it reads the release's measurements)")
     if agglvl is not None and by is not None:
@@ -612,15 +620,19 @@ def tabulate_command(
     microdata: Annotated[Path, typer.Argument(help="A release directory or a microdata file.")],
     by: Annotated[Optional[str], typer.Option(help="Public columns, comma-separated ('total' for the total); "
                                                    "county keys always carry the state.")] = None,
-    agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (51-58, 71-78) instead of "
-                                                       "--by.")] = None,
+    agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (50-58, 70-78; 50 "
+                                                       "and 70 total over ownerships) instead of --by.")] = None,
     where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter of columns, "
                                                       "comparisons, in [..] and and/or/not (never run as code), "
                                                       "e.g. \"sector == '31-33'\".")] = None,
     moe: Annotated[bool, typer.Option("--moe", help="Add margins of error (needs a release directory).")] = False,
     level: Annotated[float, typer.Option(help="Confidence level of the margins of error.")] = 0.95,
-    table_format: Annotated[Optional[str], typer.Option("--format", help="csv, parquet or qcew (BLS layout CSV, with "
-                                                                         "--agglvl); default from --out.")] = None,
+    table_format: Annotated[Optional[str], typer.Option("--format", help="csv, parquet, qcew (a level ready to "
+                                                                         "publish) or xlsx (levels and notes); default "
+                                                                         "from --out.")] = None,
+    titles: Annotated[Optional[Path], typer.Option(help="A published QCEW CSV whose area and industry titles "
+                                                        "--format qcew/xlsx carry (default: lists shipped with gedp).")
+                      ] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the table to this file (without it: CSV on stdout when "
                                                      "piped, the first rows on a terminal).")] = None,
 ) -> None:
@@ -629,7 +641,9 @@ def tabulate_command(
     Margins of error come from the release's weighted least squares covariance: no new privacy
     budget is spent and no confidential data is read.
     """
-    from gedp.api import tabulate_job_frame, worker_keys
+    import pandas
+
+    from gedp.api import publish_levels, tabulate_job_frame, worker_keys
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
     from gedp.release.format import MANIFEST_FILE, PROTECTED_FILE
     from gedp.release.reader import release_answers, release_wage_psi
@@ -637,7 +651,7 @@ def tabulate_command(
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
-        table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out)
+        table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
         data = read_microdata(microdata / PROTECTED_FILE if release else microdata, attributes=None)
         jobs = agglvl is None and bool(worker_keys(by or ""))
         if jobs and not release:
@@ -648,7 +662,12 @@ def tabulate_command(
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", SelectionWarning)
-                if agglvl is not None:
+                published = None
+                if table_format in PUBLICATION_FORMATS:
+                    published = publish_levels(data, agglvl, table_format, titles, **options)
+                    table = pandas.concat(published.levels.values(), ignore_index=True)
+                    keys = qcew_keys(data, agglvl) if agglvl is not None else None
+                elif agglvl is not None:
                     keys = qcew_keys(data, agglvl)
                     table = qcew_level(data, agglvl, **options)
                 elif jobs:
@@ -664,14 +683,39 @@ def tabulate_command(
         if out is not None:
             summary = {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where,
                        "moe_level": level if moe else None, "rows": len(table), "table": str(out)}
-            _write_tabulation(table, out, table_format, summary)
+            workbook = None
+            if published is not None:
+                extra, notes = _publication_summary(published, table, microdata, release, level if moe else None)
+                summary, workbook = summary | extra, (published.levels, notes)
+            _write_tabulation(table, out, table_format, summary, workbook)
     _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
 
 
-def _write_tabulation(table: pd.DataFrame, out: Path, table_format: str, summary: dict) -> None:
-    """The table as Parquet or CSV at ``out``, and ``summary`` as JSON beside it (``out``.json)."""
-    write_table = table.to_parquet if table_format == "parquet" else table.to_csv
-    _write_atomically(out, lambda path: write_table(path, index=False))
+def _publication_summary(published: PublishedLevels, table: pd.DataFrame, source: Path, release: bool,
+                         level: Optional[float]) -> tuple[dict, pd.DataFrame]:
+    """What a table ready to publish adds to its JSON (levels, titles' sources, untitled codes, the
+    notes) and its notes, whose privacy statement comes from the release's manifest."""
+    from gedp.postprocess.publication import publication_notes
+    from gedp.release.reader import read_manifest
+
+    titles = cast("Titles", published.titles)  # tables ready to publish always have titles
+    notes = publication_notes(read_manifest(source) if release else None, titles, str(source), level)
+    return ({"levels": list(published.levels), "titles": titles.sources,
+             "untitled_codes": titles.untitled(table["area_fips"], table["industry_code"]),
+             "notes": dict(zip(notes["topic"], notes["note"]))}, notes)
+
+
+def _write_tabulation(table: pd.DataFrame, out: Path, table_format: str, summary: dict,
+                      workbook: Optional[tuple[dict[int, pd.DataFrame], pd.DataFrame]] = None) -> None:
+    """The table at ``out`` as Parquet or CSV, or (xlsx) the ``workbook``'s levels and notes sheets;
+    ``summary`` as JSON beside it (``out``.json)."""
+    from gedp.postprocess.publication import write_workbook
+
+    if table_format == "xlsx" and workbook is not None:
+        _write_atomically(out, lambda path: write_workbook(*workbook, path))
+    else:
+        write_table = table.to_parquet if table_format == "parquet" else table.to_csv
+        _write_atomically(out, lambda path: write_table(path, index=False))
     _write_atomically(out.with_name(out.name + ".json"),
                       lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
 

@@ -22,6 +22,11 @@ QCEW_COLUMNS = (
     "area_fips", "own_code", "industry_code", "agglvl_code", "year", "qtr", "qtrly_estabs",
     *QCEW_VALUE_COLUMNS.values(),
 )
+#: QCEW levels of totals over every ownership (own code 0, all industries), by the private level with
+#: the same areas: 50 the state's, 70 each county's.
+OWNERSHIP_TOTAL_LEVELS = {50: 51, 70: 71}
+#: The own code of a total over every ownership.
+ALL_OWNERSHIPS = "0"
 
 
 class SelectionWarning(UserWarning):
@@ -141,28 +146,37 @@ def group_sums(microdata: pd.DataFrame, attributes: Sequence[str], grouping: Gro
 
 
 def qcew_keys(microdata: pd.DataFrame, agglvl: int) -> list[str]:
-    """The public columns whose groups are the cells of a QCEW aggregation level."""
+    """The public columns whose groups are the cells of a QCEW aggregation level (50 and 70: totals
+    over every ownership, by state and county)."""
+    if agglvl in OWNERSHIP_TOTAL_LEVELS:
+        return [c for c in qcew_keys(microdata, OWNERSHIP_TOTAL_LEVELS[agglvl]) if c != "own"]
     county = agglvl in COUNTY_LEVELS
     if agglvl not in STATE_LEVELS and not county:
-        raise ValueError(f"aggregation level ({agglvl}) must be one of 51-58 or 71-78")
-    industry = INDUSTRY_OF_STATE_LEVEL[agglvl - 20 if county else agglvl]
+        raise ValueError(f"aggregation level ({agglvl}) must be one of 50-58 or 70-78")
+    industry = qcew_industry(agglvl)
     carried = [c for c in ("year", "qtr") if c in microdata.columns]
     return ["state", *(["county"] if county else []), "own", *([industry] if industry else []), *carried]
 
 
+def qcew_industry(agglvl: int) -> str | None:
+    """The industry column of a QCEW aggregation level (None: all industries)."""
+    agglvl = OWNERSHIP_TOTAL_LEVELS.get(agglvl, agglvl)
+    return INDUSTRY_OF_STATE_LEVEL[agglvl - 20 if agglvl in COUNTY_LEVELS else agglvl]
+
+
 def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
-    """One QCEW aggregation level (51-58 state, 71-78 county) in BLS open-data layout; ``options``
+    """One QCEW aggregation level (50-58 state, 70-78 county) in BLS open-data layout; ``options``
     (where, moe, level, answers, wage_psi) as for ``tabulate``, margins named ``<BLS column>_moe``."""
     by = qcew_keys(microdata, agglvl)
-    county = agglvl in COUNTY_LEVELS
-    industry = INDUSTRY_OF_STATE_LEVEL[agglvl - 20 if county else agglvl]
+    county = "county" in by
+    industry = qcew_industry(agglvl)
     table = tabulate(microdata, by, list(QCEW_VALUE_COLUMNS), **options)
     categorical = [c for c in by if isinstance(table[c].dtype, pd.CategoricalDtype)]
     table = table.astype({c: table[c].cat.categories.dtype for c in categorical})  # keys as the codes' type
     out = pd.DataFrame(
         {
             "area_fips": table["state"] + (table["county"] if county else "000"),
-            "own_code": table["own"],
+            "own_code": table["own"] if "own" in table else ALL_OWNERSHIPS,
             "industry_code": table[industry] if industry else ALL_INDUSTRIES,
             "agglvl_code": agglvl,
             "year": table["year"] if "year" in table else pd.NA,

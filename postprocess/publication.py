@@ -1,0 +1,175 @@
+"""QCEW tables ready to publish: BLS's open-data layout with titles, whole numbers, average weekly
+wages and margins of error, as CSV or as an Excel workbook with a notes sheet.
+
+Rounding: employment, wages and establishment counts to whole numbers, half up (BLS publishes
+whole employees and dollars); margins of error up to the next whole number, so that a published
+margin is never smaller than the computed one. ``avg_wkly_wage`` is BLS's average weekly wage,
+total_qtrly_wages / (mean of the three months' employment) / 13, from the published (rounded)
+values and rounded to whole dollars, half up; it is empty where the mean employment is 0 (no
+employees to average over). ``disclosure_code`` is empty: nothing is suppressed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gedp.postprocess.tabulate import OWNERSHIP_TOTAL_LEVELS, qcew_level
+from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
+from gedp.synth.qcew import QCEW_VALUE_COLUMNS
+from gedp.synth.titles import OWN_TITLES, Titles
+
+#: Weeks in a quarter, BLS's divisor of the average weekly wage.
+WEEKS_PER_QUARTER = 13
+#: BLS's size code of tables over every establishment size.
+ALL_SIZES = 0
+EMPLOYMENT_COLUMNS = tuple(QCEW_VALUE_COLUMNS[m] for m in ("m1emp", "m2emp", "m3emp"))
+WAGES_COLUMN = QCEW_VALUE_COLUMNS["wage"]
+#: Columns of a published table, in order (margins ``<column>_moe`` follow when requested).
+PUBLICATION_COLUMNS = (
+    "area_fips", "own_code", "industry_code", "agglvl_code", "size_code", "year", "qtr", "disclosure_code",
+    "area_title", "own_title", "industry_title", "qtrly_estabs", *QCEW_VALUE_COLUMNS.values(), "avg_wkly_wage",
+)
+#: Example employment and quarterly wages whose uncertainty intervals the notes show.
+EXAMPLE_EMPLOYMENT = (10, 100, 1000)
+EXAMPLE_WAGES = (100_000, 1_000_000)
+#: delta of the (epsilon, delta) statement in the notes.
+NOTES_DELTA = 1e-6
+
+
+def whole(values: pd.Series) -> pd.Series:
+    """Values >= 0 rounded to whole numbers, half up (as integers; missing stays missing)."""
+    return np.floor(values.astype(float) + 0.5).astype("Int64")
+
+
+def rounded_up(margins: pd.Series) -> pd.Series:
+    """Margins of error rounded up to whole numbers, so that none is understated."""
+    return np.ceil(margins.astype(float)).astype("Int64")
+
+
+def average_weekly_wage(wages: pd.Series, employment: Sequence[pd.Series]) -> pd.Series:
+    """BLS's average weekly wage: wages / mean monthly employment / 13, in whole dollars (half up);
+    missing where the mean employment is 0."""
+    mean_employment = sum(e.astype(float) for e in employment) / len(employment)
+    weekly = wages.astype(float) / mean_employment.where(mean_employment > 0) / WEEKS_PER_QUARTER
+    return whole(weekly)
+
+
+def publication_levels(microdata: pd.DataFrame) -> tuple[int, ...]:
+    """The QCEW levels a publication of the microdata has: 51-58 and 71-78, and the totals over
+    ownerships 50 and 70 when the microdata have several own codes."""
+    totals = microdata["own"].nunique() > 1
+    return (*((50,) if totals else ()), *STATE_LEVELS, *((70,) if totals else ()), *COUNTY_LEVELS)
+
+
+def qcew_publication(microdata: pd.DataFrame, agglvl: int, titles: Titles, **options: Any) -> pd.DataFrame:
+    """One QCEW aggregation level ready to publish (``PUBLICATION_COLUMNS`` and margins), rounded as
+    the module says; ``options`` (where, moe, level, answers, wage_psi) as for ``tabulate``.
+
+    Raises:
+        ValueError: a bad level or option, or a total over ownerships (50, 70) of microdata with one
+            own code (the private level 51 or 71 has the same cells).
+    """
+    owns = sorted(microdata["own"].unique())
+    if agglvl in OWNERSHIP_TOTAL_LEVELS and len(owns) < 2:
+        raise ValueError(f"aggregation level {agglvl} totals over ownerships, but the microdata have one own code "
+                         f"({owns[0]}); level {OWNERSHIP_TOTAL_LEVELS[agglvl]} has the same cells")
+    table = qcew_level(microdata, agglvl, **options)
+    out = table[["area_fips", "own_code", "industry_code", "agglvl_code"]].copy()
+    out["size_code"] = ALL_SIZES
+    out["year"], out["qtr"] = table["year"], table["qtr"]
+    out["disclosure_code"] = ""
+    out["area_title"] = titles.area_titles(table["area_fips"])
+    out["own_title"] = table["own_code"].map(OWN_TITLES).fillna("")
+    out["industry_title"] = titles.industry_titles(table["industry_code"])
+    out["qtrly_estabs"] = table["qtrly_estabs"].astype("int64")
+    for column in QCEW_VALUE_COLUMNS.values():
+        out[column] = whole(table[column])
+    out["avg_wkly_wage"] = average_weekly_wage(out[WAGES_COLUMN], [out[c] for c in EMPLOYMENT_COLUMNS])
+    for column in QCEW_VALUE_COLUMNS.values():
+        if f"{column}_moe" in table:
+            out[f"{column}_moe"] = rounded_up(table[f"{column}_moe"])
+    return out
+
+
+def _composed_mu(mu_by_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Each attribute's mu over every query that measured it: sqrt(sum of mu^2)."""
+    squares: dict[str, float] = {}
+    for by_attribute in mu_by_query.values():
+        for attribute, mu in by_attribute.items():
+            squares[attribute] = squares.get(attribute, 0.0) + mu * mu
+    return {attribute: math.sqrt(total) for attribute, total in squares.items()}
+
+
+def _hidden(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Notes on what the release's psi and gammas hide, with example uncertainty intervals."""
+    from gedp.measure.neighbors import make_psi
+
+    psi = make_psi(**manifest["psi"])
+    gammas = manifest["gammas"]
+    notes = [("What is protected", f"Each establishment's monthly employment and quarterly wages are hidden within "
+                                   f"an uncertainty interval around the true value (psi {manifest['psi']['name']}, "
+                                   f"gamma {', '.join(f'{a} {g:g}' for a, g in gammas.items())}): no one can tell "
+                                   f"from the release which value in that interval the establishment has.")]
+    examples = [("employment", "m1emp", EXAMPLE_EMPLOYMENT, "{:,.0f} employees"),
+                ("quarterly wages", "wage", EXAMPLE_WAGES, "${:,.0f}")]
+    for what, attribute, values, form in examples:
+        if attribute in gammas:
+            lower, upper = psi.interval(np.asarray(values, dtype=float), gammas[attribute])
+            shown = "; ".join(f"{form.format(x)}: between {form.format(lo)} and {form.format(hi)}"
+                              for x, lo, hi in zip(values, lower, upper))
+            notes.append((f"Intervals of {what}", f"An establishment with {shown}."))
+    return notes
+
+
+def _privacy_notes(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The privacy statement of a release: mu, epsilon at NOTES_DELTA, and what psi and gamma hide."""
+    from gedp.measure.conversions import gdp_epsilon
+
+    mu_total = manifest["mu_total"]
+    per_attribute = ", ".join(f"{a} {mu:.4f}" for a, mu in _composed_mu(manifest["mu"]).items())
+    notes = [
+        ("Release", f"Protected by gedp {manifest['gedp_version']} on {manifest['created_date']}: "
+                    f"{manifest['establishments']:,} establishments, states {', '.join(manifest['states'])}."
+                    + ("" if manifest["publishable"] else " NOT FOR PUBLICATION: its noise came from a seed.")),
+        ("Privacy guarantee", f"Gaussian differential privacy with mu = {mu_total:.4f} in total (per attribute: "
+                              f"{per_attribute}); equivalently (epsilon, delta)-differential privacy with epsilon = "
+                              f"{gdp_epsilon(mu_total, NOTES_DELTA):.3f} at delta = {NOTES_DELTA:g}."),
+    ]
+    return notes + _hidden(manifest)
+
+
+def publication_notes(manifest: Mapping[str, Any] | None, titles: Titles, source: str,
+                      level: float | None) -> pd.DataFrame:
+    """The notes sheet: privacy statement (a release's ``manifest``; None: not a release), titles'
+    sources, rounding, and the meaning of margins of error (``level``; None: none)."""
+    notes = _privacy_notes(manifest) if manifest is not None else [
+        ("Release", f"NOT PROTECTED: tabulated from the microdata file {source}, not from a gedp release.")]
+    notes += [
+        ("Area titles", titles.sources.get("areas", "")),
+        ("Industry titles", titles.sources.get("industries", "")),
+        ("Values", "Establishments, employment and wages in whole numbers (rounded half up). avg_wkly_wage = "
+                   "total_qtrly_wages / mean monthly employment / 13 in whole dollars, empty where the mean "
+                   "employment is 0. disclosure_code is empty: no cell is suppressed."),
+        ("Margins of error", "None requested." if level is None else
+         f"Columns ending in _moe: half-width of the {level:.0%} confidence interval of the value, from the "
+         f"release's least squares covariance (no further privacy cost), rounded up to whole numbers so that "
+         f"none is understated. avg_wkly_wage has no margin."),
+    ]
+    return pd.DataFrame(notes, columns=["topic", "note"])
+
+
+def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path: str | Path) -> None:
+    """An Excel workbook: one sheet per QCEW level ("agglvl 78"), then the notes sheet ("notes")."""
+    with pd.ExcelWriter(path, engine="openpyxl") as writer:
+        for agglvl, table in tables.items():
+            table.to_excel(writer, sheet_name=f"agglvl {agglvl}", index=False, freeze_panes=(1, 0))
+        notes.to_excel(writer, sheet_name="notes", index=False)
+        sheet = writer.sheets["notes"]
+        sheet.column_dimensions["A"].width = 22
+        sheet.column_dimensions["B"].width = 140
