@@ -110,7 +110,7 @@ def _plot_shares(report: Report, shares: pd.DataFrame, *, published: bool) -> No
     ax.scatter(positions - (width / 2 if published else 0), shares["before_repair_share"],
                marker="_", s=200, color="black", zorder=3, label="before audit repair")
     if published:
-        ax.bar(positions + width / 2, shares["published_share"], width, label="published by BLS")
+        ax.bar(positions + width / 2, shares["published_share"], width, label="withheld by BLS")
     ax.set_xticks(positions, shares["agglvl"].astype(str))
     ax.set_xlabel("aggregation level (51-58 state, 71-78 county; total to NAICS-6)")
     ax.set_ylabel("share of cells withheld")

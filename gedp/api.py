@@ -31,7 +31,8 @@ from gedp.release.reader import read_manifest, release_answers, release_families
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.titles import Titles
 
-__all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "synthesize", "tabulate_job_frame"]
+__all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
+           "tabulate_job_frame"]
 
 
 def load(config: str | Path | Mapping[str, Any] | Config = "baseline", workflow: str | None = None,
@@ -111,6 +112,24 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=scheduler,
                      jobs=jobs)
     return Release(folder, holder)
+
+
+def report(release: str | Path | Release, out: str | Path | None = None, *,
+           published: str | Path | None = None) -> Any:
+    """One self-contained HTML page a manager reads about a release (``gedp.evaluation.manager_report``):
+    the privacy statement, the cells published against cell suppression, the margins of error, and
+    with ``published`` (the agency's public QCEW file of the same state and quarter) the release
+    beside the published numbers. Reads only the release and that file. With ``out``, writes the
+    page there and its summary beside it (``out``.json). Returns the ``ManagerReport`` (html, summary)."""
+    from gedp.evaluation.manager_report import build_report
+    from gedp.synth.qcew import read_qcew
+
+    folder = release.folder if isinstance(release, Release) else Path(release)
+    agency = None if published is None else read_qcew(published)
+    page = build_report(folder, agency, None if published is None else Path(published).name)
+    if out is not None:
+        page.write(out)
+    return page
 
 
 def read_release(path: str | Path) -> Release:

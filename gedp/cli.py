@@ -737,6 +737,32 @@ def _show_tabulation(table: pd.DataFrame, out: Optional[Path], margins: str) -> 
         console.print(f"{count(len(table), 'row')}{shown}{margins}")
 
 
+@app.command(name="report")
+def report_command(
+    release: Annotated[Path, typer.Argument(help="A release directory.")],
+    out: Annotated[Path, typer.Option(help="The HTML page to write (one self-contained file); its summary JSON is "
+                                           "written beside it (OUT.json).")] = Path("report.html"),
+    published: Annotated[Optional[Path], typer.Option(help="The agency's published QCEW file (BLS layout) of the same "
+                                                           "state and quarter: the release beside its numbers and "
+                                                           "its cell suppression.")] = None,
+) -> None:
+    """Write one self-contained HTML page a manager reads about a release.
+
+    The privacy statement in plain words, the cells published against cell suppression, the margins
+    of error, and the release beside the agency's published numbers. Reads only the release and the
+    public published file, never confidential data.
+    """
+    with reported_errors():
+        _check_output_file(out)
+        with errors.status(f"reporting on {release}"):
+            page = gedp.report(release, published=published)
+        _write_atomically(out, lambda path: path.write_text(page.html, encoding="utf-8"))
+        _write_atomically(out.with_name(out.name + ".json"),
+                          lambda path: path.write_text(json.dumps(page.summary, indent=2) + "\n"))
+    console.print(f"[bold]report[/] written to {out} ({len(page.html) / 1e6:.1f} MB, one self-contained file) and "
+                  f"{out.name}.json")
+
+
 @app.command()
 def interval(
     values: Annotated[list[float], typer.Argument(help="Values x to show I(x) for.")],
