@@ -981,50 +981,72 @@ def suppress_command(
         raise typer.Exit(1)
 
 
-AUDITED = ("psi", "pnc", "gaussian")
-
-
 @app.command()
 def audit(
-    mechanism: Annotated[str, typer.Option(help="psi, pnc, gaussian (Estab-Gaussian) or all.")] = "all",
-    mu: Annotated[float, typer.Option(help="The mu each mechanism claims.")] = 1.0,
-    trials: Annotated[int, typer.Option(help="Runs of the mechanism on each dataset of a pair.")] = 200_000,
-    seed: Annotated[int, typer.Option(help="Seed of the audit's runs.")] = 0,
-    broken: Annotated[bool, typer.Option("--broken", help="Audit a deliberately broken variant (noise sd "
-                                                          "halved).")] = False,
-    out: Annotated[Optional[Path], typer.Option(help="Also write the table as JSON here.")] = None,
+    release: Annotated[Optional[Path], typer.Option(help="Audit this written release's bytes against its "
+                                                         "manifest.")] = None,
+    pipeline: Annotated[bool, typer.Option("--pipeline", help="Audit the release path: gedp protect run on two "
+                                                              "neighbouring datasets many times.")] = False,
+    runs: Annotated[int, typer.Option(help="With --pipeline: runs of gedp protect on each dataset.")] = 200,
+    config: Annotated[str, typer.Option(help="With --pipeline: the plan protected (name or YAML).")] = "audit",
+    broken: Annotated[bool, typer.Option("--broken", help="With --pipeline: audit a deliberately broken build (noise "
+                                                          "sd halved, full sd claimed).")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="Also write the results as JSON here.")] = None,
 ) -> None:
-    """Empirical privacy audit: does each mechanism leak more than the mu it claims?
+    """Audit a written release (--release DIR) or the release path (--pipeline).
 
-    Computes a high-confidence lower bound on the mu each mechanism achieves on worst-case
-    psi-neighbor pairs; it passes when the bound does not exceed the claimed mu."""
-    from gedp.measure.audit import ALPHA as AUDIT_ALPHA
-    from gedp.measure.audit import run_audit
-
+    --release checks the bytes: values on their grid, rows in release order, mu, sd, variances, tau
+    and zeta recomputed from the released answers, no seed and no path; exits 2 naming each failed
+    check. --pipeline bounds from below, per statistic of the written files, the mu that one
+    establishment's psi-neighbour shows, and exits 1 if a bound exceeds the mu claimed."""
     with reported_errors():
-        chosen = AUDITED if mechanism == "all" else (mechanism,)
-        if any(m not in AUDITED for m in chosen):
-            raise InputError(f"mechanism '{mechanism}' is unknown; choose one of {', '.join(AUDITED)} or all")
-        if not (mu > 0 and trials >= 1_000):
-            raise InputError(f"--mu ({mu}) must be > 0 and --trials ({trials}) >= 1000")
+        if (release is None) == (not pipeline):
+            raise InputError("give one of --release DIR or --pipeline")
+        if runs < 20:
+            raise InputError(f"--runs ({runs}) must be >= 20")
         if out is not None:  # refused before the audit runs, not after
             _check_output_file(out)
-        with errors.status(f"auditing {', '.join(chosen)}: {trials:,} runs per dataset"):
-            results = run_audit(mu, trials=trials, seed=seed, noise_factor=0.5 if broken else 1.0, mechanisms=chosen)
-    table = Table("mechanism", "case", "claimed mu", "audited lower bound", "trials", "verdict",
-                  title="Privacy audit" + (" of broken variants (noise sd halved)" if broken else ""))
-    for r in results:
-        table.add_row(r.mechanism, r.case, f"{r.claimed_mu:g}", f"{r.audited_mu_low:.3f}", f"{r.trials:,}",
-                      "[green]pass[/]" if r.passed else "[red]FAIL: leaks more than claimed[/]")
-    console.print(table)
-    console.print(f"lower bounds hold with probability >= {1 - AUDIT_ALPHA:.3f} each (Clopper-Pearson)")
+        rows = _audit_release(release) if release is not None else _audit_pipeline(runs, config, broken)
     if out is not None:
         with reported_errors():
-            _write_atomically(
-                out, lambda path: path.write_text(json.dumps([r.row() for r in results], indent=2) + "\n")
-            )
-    if not all(r.passed for r in results):
+            _write_atomically(out, lambda path: path.write_text(json.dumps(rows, indent=2) + "\n"))
+    failed = [row for row in rows if not row["passed"]]
+    if failed and release is not None:
+        errors.print(f"[red]release audit failed[/]: {'; '.join(row['name'] for row in failed)}")
+        raise typer.Exit(2)
+    if failed:
         raise typer.Exit(1)
+
+
+def _audit_release(release: Path) -> list[dict]:
+    """Run and print the release audit; its checks as rows."""
+    from gedp.audit.release import audit_release
+
+    checks = audit_release(release)
+    table = Table("check", "verdict", "what failed", title=f"Audit of the release in {release}")
+    for check in checks:
+        table.add_row(check.name, "[green]pass[/]" if check.passed else "[red]FAIL[/]", check.detail)
+    console.print(table)
+    console.print(f"{sum(c.passed for c in checks)} of {len(checks)} checks passed")
+    return [dataclasses.asdict(check) for check in checks]
+
+
+def _audit_pipeline(runs: int, config: str, broken: bool) -> list[dict]:
+    """Run and print the pipeline audit; its statistics as rows."""
+    from gedp.audit.pipeline import PIPELINE_ALPHA, run_pipeline_audit
+
+    with progress_steps(runs) as advance:
+        results = run_pipeline_audit(config, runs=runs, noise_factor=0.5 if broken else 1.0,
+                                     on_run=lambda: advance("protecting D1 and D2"))
+    table = Table("statistic", "claimed mu", "audited lower bound", "runs", "verdict",
+                  title="Pipeline audit" + (" of a broken build (noise sd halved)" if broken else ""))
+    for r in results:
+        table.add_row(r.statistic, f"{r.claimed_mu:.4g}", f"{r.audited_mu_low:.3f}", f"{r.runs:,}",
+                      "[green]pass[/]" if r.passed else "[red]FAIL: leaks more than claimed[/]")
+    console.print(table)
+    console.print(f"the bounds hold together with probability >= {1 - PIPELINE_ALPHA:.2f} "
+                  "(Clopper-Pearson, Bonferroni)")
+    return [{"name": r.statistic, **r.row()} for r in results]
 
 
 def _readable(value: float) -> str:

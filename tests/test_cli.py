@@ -238,13 +238,13 @@ def test_the_readme_first_command_runs_the_full_small_profile(tmp_path, monkeypa
 
 @pytest.mark.parametrize("name", ["nofolder", "afile/audit.json"])
 def test_audit_output_is_checked_before_the_audit_runs(tmp_path, monkeypatch, name):
-    import gedp.measure.audit
+    import gedp.audit.pipeline
 
     (tmp_path / "afile").write_text("a file")
     (tmp_path / "nofolder").mkdir()
-    monkeypatch.setattr(gedp.measure.audit, "run_audit", lambda *a, **k: pytest.fail("the audit ran before --out was "
-                                                                                     "checked"))
-    result = invoke("audit", "--mechanism", "psi", "--trials", 1000, "--out", tmp_path / name)
+    monkeypatch.setattr(gedp.audit.pipeline, "run_pipeline_audit",
+                        lambda *a, **k: pytest.fail("the audit ran before --out was checked"))
+    result = invoke("audit", "--pipeline", "--runs", 20, "--out", tmp_path / name)
     assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
     assert result.output.startswith(f"error: output '{tmp_path / name}'")
 

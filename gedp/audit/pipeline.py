@@ -1,0 +1,198 @@
+"""An audit of the release path: ``gedp protect`` run many times on two neighbouring datasets.
+
+D1 is a small synthetic state; D2 moves one establishment's value of one attribute to the upper end
+of its uncertainty interval (psi(x') - psi(x) = gamma exactly), so the two are psi-neighbours. Each
+run is the library call ``gedp protect`` makes, with the secure generator releases use, written to a
+folder and read back. Several statistics of the written files try to tell D1 from D2: that
+establishment's identity answer, its group answers, both together (the likelihood-ratio statistic
+of the Gaussian answers) and its protected value. Each is centred and scaled so that 0 is its
+natural threshold; thresholds at -0.5, 0 and 0.5 are fixed before any
+run, so every run counts towards the bound (``bounds.mu_lower_bound_at``). A statistic fails when
+its lower bound exceeds the mu the manifest claims for what it reads. The likelihood ratios are
+scaled to sd 1 and the protected value to the shift x' - x.
+
+``broken_noise`` is the power check's deliberately broken build: every noise draw's sd scaled
+down while the release still claims the full sd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+
+from gedp.api import load, synthesize
+from gedp.audit.bounds import mu_lower_bound_at
+from gedp.config import Config
+from gedp.lifetime import protect_recorded
+from gedp.measure import mechanisms
+from gedp.measure.budget import compose
+from gedp.measure.neighbors import NeighborFunction
+from gedp.measure.queries import IDENTITY
+from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE
+from gedp.release.reader import parse_query_name
+
+#: Family-wise false-failure rate of a pipeline audit (all statistics and thresholds together).
+PIPELINE_ALPHA = 0.01
+#: Thresholds of every centred statistic, in units of the shift D2 causes.
+THRESHOLDS = (-0.5, 0.0, 0.5)
+STATISTICS = ("identity answer", "group answers", "likelihood ratio", "protected value")
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """Two psi-neighbouring datasets differing in one establishment's ``attribute``."""
+
+    d1: pd.DataFrame
+    d2: pd.DataFrame
+    estab_id: str
+    attribute: str
+    x1: float
+    x2: float
+
+
+@dataclass(frozen=True)
+class StatisticResult:
+    """One statistic's verdict: its lower bound on mu against the mu claimed for what it reads."""
+
+    statistic: str
+    claimed_mu: float
+    audited_mu_low: float
+    runs: int
+    passed: bool
+
+    def row(self) -> dict:
+        return dict(self.__dict__)
+
+
+def neighbours(config: Config, attribute: str, establishments: int = 30, seed: int = 1) -> Neighbours:
+    """A synthetic state of ``establishments`` and its neighbour: the largest establishment's
+    ``attribute`` (the one that dominates its groups, where group answers say most) moved up by
+    gamma on the psi scale."""
+    d1 = synthesize("small", establishments=establishments, seed=seed)
+    row = int(np.argmax(d1[attribute].to_numpy()))
+    psi, gamma = config.plan.psi, config.plan.gammas[attribute]
+    x1 = float(d1[attribute].iloc[row])
+    x2 = float(psi.inverse(psi(np.array([x1])) + gamma)[0])
+    d2 = d1.copy()
+    d2.loc[d2.index[row], attribute] = x2
+    return Neighbours(d1, d2, str(d1["estab_id"].iloc[row]), attribute, x1, x2)
+
+
+@contextlib.contextmanager
+def broken_noise(factor: float) -> Iterator[None]:
+    """A deliberately broken build: every mechanism's noise sd multiplied by ``factor`` (< 1), while
+    the answers still record and the manifest still charges the full sd."""
+    draw = mechanisms.rounded_gaussian
+
+    def scaled(sd, grid, size, rng):
+        return draw(np.asarray(sd, dtype=float) * factor, grid, size, rng)
+
+    with mock.patch.object(mechanisms, "rounded_gaussian", scaled):
+        yield
+
+
+def released_files(data: pd.DataFrame, config: Config, folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """One run of the release path (``gedp protect``'s library call, secure generator): the
+    release's measurements, protected microdata and manifest, read back from its files."""
+    manifest, _ = protect_recorded(data, config, folder, ledger=None, seed=None, engine="local")
+    return pd.read_parquet(folder / MEASUREMENTS_FILE), pd.read_parquet(folder / PROTECTED_FILE), manifest
+
+
+def _means(pair: Neighbours, psi: NeighborFunction, measurements: pd.DataFrame) -> pd.DataFrame:
+    """The target's answers on its attribute, with their expected values under D1 and D2 (group
+    sums of the true values, on the psi scale for psi-mechanism answers; pnc clipping, which happens
+    with probability below zeta, is ignored)."""
+    target = pair.d1.loc[pair.d1["estab_id"] == pair.estab_id].iloc[0]
+    rows = measurements[measurements["attribute"] == pair.attribute]
+    picked = []
+    for name, answers in rows.groupby("query", sort=False):
+        by = parse_query_name(str(name))
+        if by == IDENTITY:
+            mine = answers[answers["estab_id"] == pair.estab_id]
+            sums = (pair.x1, pair.x2)
+        else:
+            mine = answers[np.logical_and.reduce([answers[c] == target[c] for c in by]) if by else slice(None)]
+            inside = np.logical_and.reduce([pair.d1[c] == target[c] for c in by]) if by else slice(None)
+            total = math.fsum(pair.d1.loc[inside, pair.attribute])
+            sums = (total, total - pair.x1 + pair.x2)
+        on_psi = mine["mechanism"].iloc[0] == "psi"
+        means = [float(psi(np.array([s]))[0]) if on_psi else s for s in sums]
+        picked.append(mine.assign(mean_1=means[0], mean_2=means[1], identity=by == IDENTITY))
+    return pd.concat(picked, ignore_index=True)
+
+
+def _likelihood_ratio(answers: pd.DataFrame) -> float:
+    """The log-likelihood ratio of D2 against D1 given independent Gaussian answers, divided by its
+    sd m: N(-m / 2, 1) under D1 and N(m / 2, 1) under D2 for an honest mechanism."""
+    shift = (answers["mean_2"] - answers["mean_1"]) / answers["sd"]
+    centred = (answers["released"] - (answers["mean_1"] + answers["mean_2"]) / 2) / answers["sd"]
+    spread = math.sqrt(float(np.sum(shift**2)))
+    return float(np.sum(centred * shift)) / spread if spread > 0 else 0.0
+
+
+def statistics(pair: Neighbours, psi: NeighborFunction, measurements: pd.DataFrame,
+               protected: pd.DataFrame) -> dict[str, float]:
+    """The centred statistics of one run's files, 0 halfway between D1 and D2 and larger under D2:
+    likelihood ratios of the Gaussian answers in units of their sd, the protected value in units
+    of the shift x' - x."""
+    answers = _means(pair, psi, measurements)
+    value = float(protected.loc[protected["estab_id"] == pair.estab_id, pair.attribute].iloc[0])
+    return {
+        "identity answer": _likelihood_ratio(answers[answers["identity"]]),
+        "group answers": _likelihood_ratio(answers[~answers["identity"]]),
+        "likelihood ratio": _likelihood_ratio(answers),
+        "protected value": (value - (pair.x1 + pair.x2) / 2) / (pair.x2 - pair.x1),
+    }
+
+
+def claims(manifest: dict, attribute: str) -> dict[str, float]:
+    """The mu the manifest claims for what each statistic reads: the identity query's for the
+    identity answer; every query's on the attribute, composed, for anything else (pnc's group
+    answers are clipped at levels computed from the identity answers)."""
+    per_query = {query: by_attribute[attribute] for query, by_attribute in manifest["mu"].items()
+                 if attribute in by_attribute}
+    attribute_total = compose(per_query.values())
+    return {"identity answer": per_query["identity"], "group answers": attribute_total,
+            "likelihood ratio": attribute_total, "protected value": attribute_total}
+
+
+def run_pipeline_audit(config: str | Config = "baseline", *, attribute: str = "m1emp", runs: int = 300,
+                       noise_factor: float = 1.0, alpha: float = PIPELINE_ALPHA,
+                       on_run: Callable[[], None] | None = None) -> list[StatisticResult]:
+    """Protect D1 and D2 ``runs`` times each and bound, per statistic, the mu the outputs show.
+
+    ``noise_factor`` < 1 audits the broken build (``broken_noise``). Each statistic's bound holds
+    with probability >= 1 - alpha / len(STATISTICS), so an honest release path passes every
+    statistic with probability >= 1 - alpha.
+    """
+    loaded = load(config) if isinstance(config, str) else config
+    pair = neighbours(loaded, attribute)
+    scores: dict[str, list[list[float]]] = {name: [[], []] for name in STATISTICS}
+    manifest: dict = {}
+    patched = broken_noise(noise_factor) if noise_factor != 1.0 else contextlib.nullcontext()
+    with patched, tempfile.TemporaryDirectory(prefix="gedp-audit-") as scratch:
+        for run in range(runs):
+            for side, data in enumerate((pair.d1, pair.d2)):
+                folder = Path(scratch) / f"run-{run}-{side}"
+                measurements, protected, manifest = released_files(data, loaded, folder)
+                shutil.rmtree(folder)
+                for name, score in statistics(pair, loaded.plan.psi, measurements, protected).items():
+                    scores[name][side].append(score)
+            if on_run is not None:
+                on_run()
+    claimed = claims(manifest, attribute)
+    results = []
+    for name in STATISTICS:
+        low = mu_lower_bound_at(np.array(scores[name][0]), np.array(scores[name][1]), THRESHOLDS,
+                                alpha / len(STATISTICS))
+        results.append(StatisticResult(name, claimed[name], low, runs, low <= claimed[name]))
+    return results
