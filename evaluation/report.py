@@ -12,6 +12,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend chosen first: no display needed)
 import numpy as np  # noqa: E402
 
+from gedp.release.format import CONFIDENTIAL_PREFIX, REPORT_FILES, SUMMARY_FILE  # noqa: E402
+
+#: The line under a report's title when it was computed from real confidential microdata.
+CONFIDENTIAL_BANNER = ("> **CONFIDENTIAL: not for publication.** Computed from real confidential microdata: its "
+                       "tables, plots and files show true values. Keep it where the microdata are kept.")
+
 
 class Report:
     """A markdown report written section by section into an output folder, with its figures."""
@@ -43,8 +49,42 @@ class Report:
 
     def write(self, summary: dict) -> None:
         summary["figures"] = self.figures
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+        write_summary(self.out, summary)
         (self.out / "report.md").write_text("\n".join(self.lines) + "\n")
+
+
+def write_summary(out: Path, summary: dict) -> None:
+    """A report's summary.json."""
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+
+
+def mark_confidentiality(out: Path, confidential: bool) -> dict:
+    """Say in every report under ``out`` (its folder and subfolders) whether it was computed from real
+    confidential microdata: ``"confidential"`` in summary.json and, when true, a banner under
+    report.md's title and ``CONFIDENTIAL-`` before the name of every other file (links and
+    summary's figures follow). Returns the summary of ``out``'s own report."""
+    for summary_path in sorted(Path(out).rglob(SUMMARY_FILE), key=lambda path: -len(path.parts)):  # out last
+        folder = summary_path.parent
+        summary = json.loads(summary_path.read_text())
+        summary["confidential"] = confidential
+        if confidential:
+            _mark_files(folder, summary)
+        write_summary(folder, summary)
+    return summary
+
+
+def _mark_files(folder: Path, summary: dict) -> None:
+    """Prefix a report folder's files (not report.md, summary.json or subfolders) with CONFIDENTIAL-,
+    and put the banner under report.md's title, with its links and code spans renamed."""
+    renamed = {path.name: CONFIDENTIAL_PREFIX + path.name for path in folder.iterdir()
+               if path.is_file() and path.name not in REPORT_FILES and not path.name.startswith(CONFIDENTIAL_PREFIX)}
+    for name, marked in renamed.items():
+        (folder / name).rename(folder / marked)
+    summary["figures"] = [renamed.get(name, name) for name in summary.get("figures", [])]
+    title, _, body = (folder / "report.md").read_text().partition("\n")
+    for name, marked in renamed.items():
+        body = body.replace(f"]({name})", f"]({marked})").replace(f"`{name}`", f"`{marked}`")
+    (folder / "report.md").write_text(f"{title}\n\n{CONFIDENTIAL_BANNER}\n{body}")
 
 
 def _cell(value: object) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.config import Config, load_config, parse_config
-from gedp.engine import Source
+from gedp.engine import Source, scheduler_access
 from gedp.errors import InputError
 from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
@@ -88,7 +88,8 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
             workflow: str | None = None, seed: int | None = None, not_for_publication: bool = False,
             engine: str = "local", scheduler: str | None = None, integer: bool | None = None,
             jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
-            dataset_id: str | None = None, allow_large_mu: bool = False) -> Release:
+            dataset_id: str | None = None, allow_large_mu: bool = False, security: Any = None,
+            insecure_scheduler: bool = False) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
     ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
@@ -101,15 +102,20 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     --ledger`` does: the release is refused before any noise is drawn when it would take the dataset
     (its records, or ``dataset_id``) over its ``lifetime_cap`` (needed the first time), and committed
     in the ledger once complete; the manifest's ``lifetime`` section shows the spending.
+
+    ``engine="dask"`` runs on a built-in local cluster (loopback only, TLS with keys made for the
+    run), or on an existing ``scheduler``: a ``tls://`` address with ``security`` (a
+    ``distributed.security.Security``), unless ``insecure_scheduler`` (warned on stderr).
     """
     check_publication(seed, None, not_for_publication)
+    access = scheduler_access(scheduler, security, insecure_scheduler)
     request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
     loaded = load(config, workflow, allow_large_mu)
     if integer is not None:
         loaded = loaded.with_integer(integer)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
     folder = Path(holder.name) / "release"
-    protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=scheduler,
+    protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
                      jobs=jobs)
     return Release(folder, holder)
 
@@ -154,6 +160,13 @@ class Release:
     @property
     def manifest(self) -> Manifest:
         return read_manifest(self.folder)
+
+    @property
+    def privacy(self) -> dict[str, Any]:
+        """The release's guarantee between psi-neighbours (the manifest's ``privacy`` block): ``mu``,
+        ``rho`` = mu^2 / 2 and ``epsilon`` at delta 1e-5, 1e-6 and 1e-9 (exact GDP conversion), in
+        total and under ``attributes`` for each attribute's own queries."""
+        return self.manifest["privacy"]
 
     @property
     def microdata(self) -> pd.DataFrame:

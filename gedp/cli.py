@@ -187,22 +187,16 @@ def _load(config_name: str, workflow: Optional[str], integer: Optional[bool] = N
 
 
 def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
-    from gedp.measure.budget import compose
-    from gedp.measure.conversions import gdp_epsilon
-
     states = manifest["states"]
     console.print(f"[bold]Release written to[/] {out}")
     console.print(
         f"  {manifest['establishments']:,} establishments in {len(states)} state{'s' if len(states) > 1 else ''}, "
         f"workflow {manifest['workflow']}, psi {manifest['psi']['name']}, zeta {manifest['zeta']}"
     )
-    per_attribute: dict[str, list[float]] = {}
-    for by_attribute in manifest["mu"].values():
-        for attribute, mu in by_attribute.items():
-            per_attribute.setdefault(attribute, []).append(mu)
-    spent = ", ".join(f"{a} {compose(m):.3f}" for a, m in per_attribute.items())
-    console.print(f"  privacy budget: total mu = {manifest['mu_total']:.4f} ({spent}); epsilon "
-                  f"{gdp_epsilon(manifest['mu_total'], 1e-6):.2f} at delta 1e-6 for psi-neighbours")
+    privacy = manifest["privacy"]
+    spent = ", ".join(f"{a} {g['mu']:.3f}" for a, g in privacy["attributes"].items())
+    console.print(f"  privacy budget: total mu = {privacy['mu']:.4f} ({spent}); epsilon "
+                  f"{privacy['epsilon']['1e-06']:.2f} at delta 1e-6 for psi-neighbours")
     solvers = ", ".join(f"{a} {r['status']}" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
     if manifest.get("integer"):
@@ -486,8 +480,19 @@ def protect_command(
                                                          "false in the shipped ones).")] = None,
     engine: Annotated[str, typer.Option(help="local, or dask: one task per state on a dask.distributed "
                                              "cluster.")] = "local",
-    scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: address of an existing scheduler "
-                                                          "(default: a local cluster of 2 workers).")] = None,
+    scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: tls:// address of an existing "
+                                                          "scheduler (default: a local cluster of 2 workers, "
+                                                          "loopback only, TLS with keys made for the run).")] = None,
+    tls_ca_file: Annotated[Optional[Path], typer.Option(help="With --scheduler: the CA certificate of the "
+                                                             "cluster (PEM).")] = None,
+    tls_cert: Annotated[Optional[Path], typer.Option(help="With --scheduler: this client's certificate "
+                                                          "(PEM).")] = None,
+    tls_key: Annotated[Optional[Path], typer.Option(help="With --scheduler: this client's private key (PEM), "
+                                                         "unless the certificate's file holds it.")] = None,
+    insecure_scheduler: Annotated[bool, typer.Option("--insecure-scheduler",
+                                                     help="Accept a scheduler without TLS credentials (e.g. "
+                                                          "tcp://): anyone who reaches it can read the "
+                                                          "input.")] = False,
     ledger: Annotated[Optional[Path], typer.Option(help="Lifetime budget ledger (NAME.json in an existing "
                                                        "folder): charge every establishment's account and "
                                                        "refuse what exceeds its cap.")] = None,
@@ -502,17 +507,19 @@ def protect_command(
                                                       "as 70 for 0.70 releases nearly exact values).")] = False,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
+    from gedp.engine import scheduler_access, tls_credentials
     from gedp.lifetime import ledger_request, protect_recorded
     from gedp.measure.rng import check_publication
 
     start = time.perf_counter()
     with reported_errors():
         check_publication(seed, rng, not_for_publication)
+        access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
         request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
         cfg = _load(config, workflow, integer, allow_large_mu)
         with progress_steps(None) as advance:
             manifest, reservation = protect_recorded(
-                input, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=scheduler, jobs=jobs,
+                input, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=access, jobs=jobs,
                 on_state=lambda state: advance(f"state {state} done"))
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     if reservation is not None:
@@ -891,6 +898,7 @@ def evaluate(
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.evaluation.experiments import ExperimentRequest, experiment
+    from gedp.evaluation.report import mark_confidentiality
     from gedp.release.format import SUMMARY_FILE
     from gedp.release.writer import staged_directory
     from gedp.synth.schema import count
@@ -914,9 +922,20 @@ def evaluate(
                 request = dataclasses.replace(request, truth=truth, data_label=label, published=published)
             if jobs is not None:
                 request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
-            summary = chosen.render(_computed(chosen, request, name), staging)
+            chosen.render(_computed(chosen, request, name), staging)
+            summary = mark_confidentiality(staging, confidential=chosen.uses_data and data is not None)
     console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
                   f"{count(len(summary['figures']), 'plot')}) in {time.perf_counter() - start:.0f}s")
+    _say_if_confidential(summary)
+
+
+def _say_if_confidential(summary: dict) -> None:
+    """A reminder that a report computed from real microdata is confidential (its files say so too)."""
+    from gedp.release.format import CONFIDENTIAL_PREFIX
+
+    if summary["confidential"]:
+        console.print(f"  [bold red]CONFIDENTIAL[/]: computed from real microdata; its files are marked "
+                      f"{CONFIDENTIAL_PREFIX}... and it must not be published")
 
 
 @app.command(name="suppress")
@@ -944,6 +963,7 @@ def suppress_command(
     The p% rule and a minimum count mark sensitive cells; secondary suppression over the industry
     and geography hierarchies protects them; an LP audit checks every suppressed cell."""
     from gedp.evaluation.baselines.suppression import SuppressionRule, check_microdata, suppress
+    from gedp.evaluation.report import mark_confidentiality
     from gedp.evaluation.suppression_report import write_suppression
     from gedp.release.format import SUMMARY_FILE
     from gedp.release.writer import staged_directory
@@ -964,7 +984,8 @@ def suppress_command(
         with staged_directory(out, marker=SUMMARY_FILE) as staging:
             with progress_counts("auditing intervals") as (update, say):
                 result = suppress(microdata, rule, audit=audit, on_round=say, progress=update, every_lp=every_lp)
-            summary = write_suppression(staging, microdata, result, data_label=label, published_shares=published_shares)
+            write_suppression(staging, microdata, result, data_label=label, published_shares=published_shares)
+            summary = mark_confidentiality(staging, confidential=data is not None)
     table = Table("agglvl", "cells", "withheld", f"withheld {rule.attributes[0]}", "before audit repair",
                   *(["withheld by BLS"] if published_shares is not None else []), title="cell suppression")
     for row in summary["shares"]:
@@ -977,6 +998,7 @@ def suppress_command(
                f"after {summary['repair_rounds']} repair round(s)")
     console.print(f"[bold]suppression[/] written to {out.resolve()}: {summary['suppressed']:,} of {summary['cells']:,} "
                   f"cells withheld ({summary['primary']:,} primary); {audited}; {time.perf_counter() - start:.0f}s")
+    _say_if_confidential(summary)
     if summary["failing_cells"]:
         raise typer.Exit(1)
 
@@ -995,10 +1017,10 @@ def audit(
 ) -> None:
     """Audit a written release (--release DIR) or the release path (--pipeline).
 
-    --release checks the bytes: values on their grid, rows in release order, mu, sd, variances, tau
-    and zeta recomputed from the released answers, no seed and no path; exits 2 naming each failed
-    check. --pipeline bounds from below, per statistic of the written files, the mu that one
-    establishment's psi-neighbour shows, and exits 1 if a bound exceeds the mu claimed."""
+    --release checks the bytes: values on their grid, rows in release order, mu, sd, variances, tau and zeta recomputed from the released answers, no seed and no path; exits 2 naming each failed check.
+
+    --pipeline bounds from below, per statistic of the written files, the mu that one establishment's psi-neighbour shows, and exits 1 if a bound exceeds the mu claimed.
+    """  # noqa: E501 (one line per paragraph: the help wraps them)
     with reported_errors():
         if (release is None) == (not pipeline):
             raise InputError("give one of --release DIR or --pipeline")

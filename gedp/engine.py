@@ -15,10 +15,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,58 @@ from gedp.synth.io import read_columns
 from gedp.synth.schema import InputError, check_columns, estab_ids, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
+#: Where the built-in dask cluster listens: the loopback interface only, never the network.
+LOOPBACK = "127.0.0.1"
+
+
+class Scheduler(NamedTuple):
+    """An existing dask scheduler to run on: its address and the TLS credentials
+    (``distributed.security.Security``) that reach it; ``insecure`` when neither is required."""
+
+    address: str
+    security: Any = None
+    insecure: bool = False
+
+
+def scheduler_access(address: str | None, security: Any = None, insecure: bool = False) -> Scheduler | None:
+    """An existing scheduler's access, checked before anything is read: the workers read the
+    confidential input and the task results carry it, so the scheduler must be a ``tls://`` address
+    reached with credentials (a ``Security`` object, e.g. ``tls_credentials``) unless ``insecure``,
+    which prints a warning on stderr. None without an address."""
+    if address is None:
+        if security is not None or insecure:
+            raise InputError("TLS credentials and --insecure-scheduler go with --scheduler (the built-in "
+                             "cluster makes its own keys)")
+        return None
+    if insecure:
+        print(f"warning: --insecure-scheduler: the confidential input and its protected results travel to and "
+              f"from scheduler '{address}' and its workers without the checks of TLS; any process that reaches "
+              f"it can read them", file=sys.stderr)
+        return Scheduler(address, security, insecure)
+    if not address.startswith("tls://"):
+        raise InputError(f"scheduler '{address}' must be a tls:// address (the workers read confidential data); "
+                         "give --insecure-scheduler to use it anyway")
+    if security is None:
+        raise InputError(f"scheduler '{address}' needs TLS credentials: --tls-ca-file and --tls-cert (and "
+                         "--tls-key), or a distributed.security.Security")
+    return Scheduler(address, security, insecure)
+
+
+def tls_credentials(ca_file: Path | None, cert: Path | None, key: Path | None) -> Any:
+    """A ``Security`` that requires TLS, from a CA certificate and the client's certificate and key
+    (the key may sit in the certificate's file); None when no file is given."""
+    if ca_file is None and cert is None and key is None:
+        return None
+    if ca_file is None or cert is None:
+        raise InputError("TLS credentials need both --tls-ca-file and --tls-cert (and --tls-key unless the "
+                         "certificate's file holds the key)")
+    for option, path in (("--tls-ca-file", ca_file), ("--tls-cert", cert), ("--tls-key", key)):
+        if path is not None and not Path(path).is_file():
+            raise InputError(f"{option} '{path}' is not a file")
+    from distributed.security import Security
+
+    return Security(tls_ca_file=str(ca_file), tls_client_cert=str(cert),
+                    tls_client_key=None if key is None else str(key), require_encryption=True)
 
 
 class InputStates(NamedTuple):
@@ -96,13 +149,16 @@ def read_state(source: Source, state: str, attributes, stored: list) -> pd.DataF
 
 
 def check_request(config: Config, states: list[str], *, seed: int | None, rng: str | None, engine: str,
-                  jobs: bool = False) -> dict:
-    """Refuse a bad engine, seed and generator, a plan that spans states, or a job table (``jobs``:
-    whether one is given) that does not go with the config (``gedp.pipeline.check_job_table``), before
-    anything is read or reserved; returns how the manifest describes the generator."""
+                  jobs: bool = False, scheduler: Scheduler | None = None) -> dict:
+    """Refuse a bad engine, seed and generator, a scheduler without the dask engine, a plan that spans
+    states, or a job table (``jobs``: whether one is given) that does not go with the config
+    (``gedp.pipeline.check_job_table``), before anything is read or reserved; returns how the
+    manifest describes the generator."""
     check_job_table(config, jobs)
     if engine not in ENGINES:
         raise InputError(f"engine '{engine}' is unknown; choose one of {', '.join(ENGINES)}")
+    if scheduler is not None and engine != "dask":
+        raise InputError(f"scheduler '{scheduler.address}' goes with --engine dask, not '{engine}'")
     _, rng_description = make_rng(seed, rng)  # checks --seed and --rng together
     if len(states) > 1:
         check_state_by_state(config)
@@ -199,7 +255,7 @@ def protect_input(
     seed: int | None,
     rng: str | None = None,
     engine: str = "local",
-    scheduler: str | None = None,
+    scheduler: Scheduler | None = None,
     on_state: Callable[[str], None] | None = None,
     lifetime: dict | None = None,
     before_publish: Callable[[], None] | None = None,
@@ -220,7 +276,8 @@ def protect_input(
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
-    rng_description = check_request(config, states, seed=seed, rng=rng, engine=engine, jobs=jobs is not None)
+    rng_description = check_request(config, states, seed=seed, rng=rng, engine=engine, jobs=jobs is not None,
+                                    scheduler=scheduler)
     job_tables = split_jobs(jobs, path, inputs) if jobs is not None else {}
     if rng_description["kind"] == "secure":
         entropy = None
@@ -239,7 +296,8 @@ def protect_input(
             raise InputError(f"{protected} establishments were read state by state, but the input has {inputs.rows} "
                              "rows; was it changed while gedp read it?")
         join_tables(staging, states)
-        manifest = release_manifest(config, pieces, rng_description, engine, scheduler)
+        manifest = release_manifest(config, pieces, rng_description, engine,
+                                    None if scheduler is None else scheduler.address)
         if lifetime is not None:
             manifest["lifetime"] = lifetime
         write_manifest(staging, manifest, extra_files(staging) if extra_files else {}, before_publish)
@@ -261,13 +319,13 @@ def _protect_or_refuse(*arguments) -> dict | Exception:
         return err
 
 
-def _run_on_dask(arguments: dict[str, tuple], scheduler, on_state) -> list[dict]:
-    from dask.distributed import Client, LocalCluster, as_completed
+def _run_on_dask(arguments: dict[str, tuple], scheduler: Scheduler | None, on_state) -> list[dict]:
+    from dask.distributed import Client, as_completed
 
-    cluster = None if scheduler else LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                                   dashboard_address=None, silence_logs=logging.CRITICAL)
+    cluster = None if scheduler else local_cluster()
+    address, security = (scheduler.address, scheduler.security) if scheduler else (cluster, cluster.security)
     try:
-        with Client(scheduler or cluster) as client:
+        with Client(address, security=security) as client:
             # tables in memory (a state's job table, an in-memory input's rows) go to the workers as
             # data, not inside the task graph, which the scheduler holds and warns about when large
             futures = [client.submit(_protect_or_refuse, *[client.scatter(a) if isinstance(a, pd.DataFrame) else a
@@ -284,3 +342,20 @@ def _run_on_dask(arguments: dict[str, tuple], scheduler, on_state) -> list[dict]
     if refused is not None:
         raise refused
     return pieces
+
+
+def local_cluster() -> Any:
+    """The built-in cluster of 2 worker processes, locked down: it listens on the loopback interface
+    only, with TLS and keys made for this run (``Security.temporary()``: a throwaway CA and
+    certificate, held in memory, that every connection must present), and serves no dashboard nor
+    any other HTTP page (scheduler and worker HTTP routes are emptied; their servers, on a free
+    loopback port so that two runs never compete for dask's default 8787, answer 404).
+    Another local process cannot connect to it, so cannot read the confidential input it holds."""
+    import dask
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    with dask.config.set({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}):
+        return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host=LOOPBACK, protocol="tls://",
+                            security=Security.temporary(), dashboard_address=f"{LOOPBACK}:0",
+                            silence_logs=logging.CRITICAL)

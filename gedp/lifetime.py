@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gedp.config import Config
-from gedp.engine import Source, check_request, input_establishments, input_states, protect_input
+from gedp.engine import Scheduler, Source, check_request, input_establishments, input_states, protect_input
 from gedp.errors import InputError, SolverError
 from gedp.ledger import Reservation, check_cap, check_dataset_id, check_ledger_path, commit, reserve
 from gedp.release.writer import check_output_directory
@@ -73,7 +73,7 @@ def publication_hooks(reservation: Reservation | None) -> dict[str, Any]:
 
 def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                      seed: int | None = None, rng: str | None = None, engine: str = "local",
-                     scheduler: str | None = None, jobs: Source | None = None,
+                     scheduler: Scheduler | None = None, jobs: Source | None = None,
                      on_state: Callable[[str], None] | None = None) -> tuple[dict, Reservation | None]:
     """Protect ``source`` into the release folder ``out`` (``gedp.engine.protect_input``), recorded
     in the lifetime ledger when ``ledger`` is given; returns the manifest and the reservation.
@@ -83,7 +83,8 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
     """
     check_output_directory(Path(out).resolve())
     inputs = input_states(source)
-    check_request(config, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None)
+    check_request(config, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None,
+                  scheduler=scheduler)
     with reserved(ledger, source, config) as reservation:
         manifest = protect_input(source, config, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
                                  jobs=jobs, on_state=on_state, inputs=inputs, **publication_hooks(reservation))

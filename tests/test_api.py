@@ -122,3 +122,28 @@ def test_run_and_protect_write_one_manifest_schema(small_release, tmp_path):
     assert run.keys() == protect.keys() and set(run) <= set(Manifest.__annotations__)
     assert isinstance(run["ledger"], dict) and isinstance(protect["ledger"], dict)
     assert run["mu_total"] <= run["mu_planned_total"] * (1 + 1e-9)
+
+
+def test_the_manifest_states_the_guarantee_in_mu_rho_and_epsilon(release, small_release):
+    """Before: no (epsilon, delta) in the manifest nor on Release. The privacy block gives the total
+    and each attribute's mu (its queries' charges composed), rho = mu^2 / 2, and epsilon at three deltas."""
+    from scipy import stats
+
+    _, protected = release
+    manifest, privacy = protected.manifest, protected.privacy
+    assert privacy == manifest["privacy"] and privacy["mu"] == manifest["mu_total"]
+    charges: dict[str, list[float]] = {}
+    for by_attribute in manifest["mu"].values():
+        for attribute, mu in by_attribute.items():
+            charges.setdefault(attribute, []).append(mu)
+    assert set(privacy["attributes"]) == set(charges) == {"m1emp", "m2emp", "m3emp"}
+    for guarantee, mu in [(privacy, manifest["mu_total"])] + [
+            (privacy["attributes"][a], float(np.sqrt(np.sum(np.square(m))))) for a, m in charges.items()]:
+        assert guarantee["mu"] == pytest.approx(mu, rel=1e-12) and guarantee["rho"] == pytest.approx(mu**2 / 2)
+        for delta, eps in guarantee["epsilon"].items():  # Dong, Roth & Su's delta(eps), evaluated here
+            back = stats.norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+            assert back == pytest.approx(float(delta), rel=1e-6)
+    # the baseline plan (gedp run): mu 2.3065 is epsilon 11.93 at 1e-5 and 13.08 at 1e-6 (dp-accounting's PLD)
+    baseline = gedp.read_release(small_release[0]).privacy
+    assert (round(baseline["epsilon"]["1e-05"], 2), round(baseline["epsilon"]["1e-06"], 2)) == (11.93, 13.08)
+    assert set(baseline["epsilon"]) == {"1e-05", "1e-06", "1e-09"}

@@ -108,21 +108,22 @@ def test_suppress_command_publishes_an_audited_table(tmp_path, small_file):
     result = runner.invoke(app, ["suppress", "--out", str(out), "--data", str(path)])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
-    cells = pd.read_csv(out / "cells.csv", dtype={"area_fips": str, "industry_code": str, "disclosure_code": str})
+    cells = pd.read_csv(out / "CONFIDENTIAL-cells.csv",
+                        dtype={"area_fips": str, "industry_code": str, "disclosure_code": str})
     hidden = cells["disclosure_code"].fillna("") == "N"
     assert hidden.sum() == summary["suppressed"] and summary["failing_cells"] == 0
     assert (cells.loc[hidden, ["month1_emplvl", "total_qtrly_wages"]] == 0).all().all()
     assert cells.loc[~hidden, "month1_emplvl"].sum() > 0
     assert cells["qtrly_estabs"].sum() == 16 * len(state)  # counts stay published at all 16 levels
-    audit = pd.read_csv(out / "audit_confidential.csv")
+    audit = pd.read_csv(out / "CONFIDENTIAL-audit_confidential.csv")  # a run on --data: every file marked
     assert len(audit) == summary["audited_intervals"] and not (audit["exact"] | audit["under_protected"]).any()
     assert "## Shares withheld per aggregation level" in (out / "report.md").read_text()
     # --every-lp solves every final interval to its ends: same published table, same verdicts
     slow = tmp_path / "slow"
     result = runner.invoke(app, ["suppress", "--out", str(slow), "--data", str(path), "--every-lp"])
     assert result.exit_code == 0, result.output
-    assert (slow / "cells.csv").read_bytes() == (out / "cells.csv").read_bytes()
-    solved = pd.read_csv(slow / "audit_confidential.csv")
+    assert (slow / "CONFIDENTIAL-cells.csv").read_bytes() == (out / "CONFIDENTIAL-cells.csv").read_bytes()
+    solved = pd.read_csv(slow / "CONFIDENTIAL-audit_confidential.csv")
     assert solved["solved"].all() and not audit["solved"].all()
     verdicts = ["attribute", "sensitive", "true", "need", "exact", "under_protected", "agglvl", "county", "industry"]
     pd.testing.assert_frame_equal(solved[verdicts], audit[verdicts])

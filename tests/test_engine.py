@@ -9,7 +9,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gedp import configs
+import gedp
+from gedp import configs, errors
 from gedp.cli import app
 from gedp.engine import input_states, read_state
 from gedp.synth.profiles import generate_profile, load_profile
@@ -99,6 +100,86 @@ def test_dask_engine_gives_the_local_release(two_states, tmp_path):
     # Wages are fitted from the protected employment, whose round-off differences between the
     # engines (<= 1e-11) the fit's cell-level steps amplify: known, recorded in issue 13's note.
     np.testing.assert_allclose(local["wage"], distributed["wage"], rtol=1e-6, atol=1e-3)
+
+
+def _tried_from_outside(cluster) -> dict:
+    """What another local process gets from a running cluster: each connection attempt's outcome
+    (bounded: 5 s each) and the HTTP status of the scheduler's pages."""
+    import urllib.error
+    import urllib.request
+
+    import distributed
+    from distributed.security import Security
+
+    address = cluster.scheduler_address
+    attempts = {"scheduler": address, "workers": list(cluster.scheduler.workers)}
+    for label, target, security in (("plain", address.replace("tls://", "tcp://"), None),
+                                    ("other keys", address.replace("tcp://", "tls://"), Security.temporary())):
+        try:
+            with distributed.Client(target, security=security, timeout="5s") as client:
+                attempts[label] = f"read {client.submit(sum, [1, 2]).result()}"
+        except Exception as err:  # any refusal will do; a connection is what must not happen
+            attempts[label] = type(err).__name__
+    port = cluster.scheduler.http_server.port
+    for page in ("/json/counts.json", "/info/main/workers.html", "/status"):
+        try:
+            attempts[page] = urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=5).status
+        except urllib.error.HTTPError as err:
+            attempts[page] = err.code
+    return attempts
+
+
+def test_the_local_cluster_admits_no_other_process(two_states, tmp_path, monkeypatch):
+    """Before: the built-in cluster listened on unauthenticated TCP, and a plain Client of any local
+    process read the input rows. Now: loopback only, TLS with keys made for the run, no HTTP pages."""
+    import dask.distributed
+    import distributed
+
+    seen: list[dict] = []
+
+    class Observed(distributed.LocalCluster):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append(_tried_from_outside(self))
+
+    monkeypatch.setattr(distributed, "LocalCluster", Observed)
+    monkeypatch.setattr(dask.distributed, "LocalCluster", Observed)
+    protect(two_states / "alone.parquet", tmp_path / "dask", "--engine", "dask")
+    (attempts,) = seen
+    assert attempts["scheduler"].startswith("tls://127.0.0.1:"), attempts
+    assert len(attempts["workers"]) == 2 and all(w.startswith("tls://127.0.0.1:") for w in attempts["workers"])
+    assert not attempts["plain"].startswith("read") and not attempts["other keys"].startswith("read"), attempts
+    assert [attempts[page] for page in ("/json/counts.json", "/info/main/workers.html", "/status")] == [404] * 3
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--scheduler", "tcp://127.0.0.1:8786"], "scheduler 'tcp://127.0.0.1:8786' must be a tls:// address"),
+    (["--scheduler", "tls://127.0.0.1:8786"], "scheduler 'tls://127.0.0.1:8786' needs TLS credentials"),
+    (["--scheduler", "tls://127.0.0.1:8786", "--tls-ca-file", "ca.pem"], "need both --tls-ca-file and --tls-cert"),
+    (["--scheduler", "tls://127.0.0.1:8786", "--tls-ca-file", "ca.pem", "--tls-cert", "cert.pem"],
+     "--tls-ca-file 'ca.pem' is not a file"),
+    (["--insecure-scheduler"], "go with --scheduler"),
+    (["--engine", "local", "--scheduler", "tcp://127.0.0.1:8786", "--insecure-scheduler"],
+     "goes with --engine dask, not 'local'"),
+])
+def test_a_scheduler_without_tls_is_refused(two_states, tmp_path, monkeypatch, extra, message):
+    """Before: --scheduler tcp://HOST:8786 was accepted; the workers it serves read the confidential input."""
+    monkeypatch.chdir(tmp_path)
+    arguments = ["protect", str(two_states / "alone.parquet"), "--out", str(tmp_path / "out")]
+    engine = [] if "--engine" in extra else ["--engine", "dask"]
+    result = runner.invoke(app, [*arguments, *engine, *extra])
+    assert result.exit_code == 2 and message in result.output.splitlines()[-1], result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_insecure_scheduler_is_accepted_with_a_warning(capsys):
+    from gedp.engine import Scheduler, scheduler_access
+
+    assert scheduler_access("tcp://10.0.0.1:8786", insecure=True) == Scheduler("tcp://10.0.0.1:8786", None, True)
+    warning = capsys.readouterr().err
+    assert warning.startswith("warning: --insecure-scheduler") and "tcp://10.0.0.1:8786" in warning
+    with pytest.raises(errors.InputError, match="must be a tls:// address"):
+        gedp.protect(pd.DataFrame(), engine="dask", scheduler="tcp://10.0.0.1:8786")
 
 
 @pytest.fixture(scope="module")

@@ -283,3 +283,63 @@ def test_docs_experiment_example_runs(tmp_path, monkeypatch):
     assert namespace["summary"]["all_agree"] and set(namespace["result"].rows) == {"known", "estimated",
                                                                                   "data_dependent"}
     assert {"report.md", "summary.json", "e4_cases.png"} <= {p.name for p in (tmp_path / "e4-report").iterdir()}
+
+
+def marked_files(folder: Path) -> list[str]:
+    """The files of a report folder other than report.md and summary.json."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name not in ("report.md", "summary.json"))
+
+
+def test_evaluation_on_real_data_is_marked_confidential(tmp_path, small_state):
+    """Before: gedp evaluate --data REAL wrote true values (scatter plots of true totals, errors by true
+    size) under plain names. Every report folder (the comparison's plan/ and baseline/ too) is marked."""
+    import json
+
+    source = tmp_path / "real.parquet"
+    small_state.head(600).to_parquet(source)
+    out = tmp_path / "accuracy"
+    result = CliRunner().invoke(app, ["evaluate", "accuracy", "--data", str(source), "--config", "employment",
+                                      "--replications", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "CONFIDENTIAL" in result.output
+    for folder in (out, out / "plan", out / "baseline"):
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["confidential"] is True, folder
+        names = marked_files(folder)
+        assert all(name.startswith("CONFIDENTIAL-") for name in names), names
+        assert names or folder == out  # the side-by-side report has no plots; each run's report has
+        assert summary["figures"] == [name for name in summary["figures"] if name in names]
+        lines = (folder / "report.md").read_text().splitlines()
+        assert lines[0].startswith("# ") and lines[2].startswith("> **CONFIDENTIAL: not for publication.**")
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", "\n".join(lines)):
+            assert image.startswith("CONFIDENTIAL-") and (folder / image).is_file(), image
+
+
+def test_evaluation_on_synthetic_data_is_not_marked(tmp_path):
+    import json
+
+    out = tmp_path / "e4"
+    result = CliRunner().invoke(app, ["evaluate", "e4", "--trials", "2000", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["confidential"] is False and "CONFIDENTIAL" not in result.output
+    assert marked_files(out) == sorted(summary["figures"]) and not any("CONFIDENTIAL" in f for f in summary["figures"])
+    assert "CONFIDENTIAL" not in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("real", [True, False])
+def test_suppression_on_real_data_is_marked_confidential(tmp_path, small_state, real):
+    """gedp suppress names every file of a run on real data CONFIDENTIAL-..., and can replace it."""
+    import json
+
+    source = tmp_path / "real.parquet"
+    small_state.head(400).to_parquet(source)
+    data = ["--data", str(source)] if real else ["--profile", "small"]
+    for _ in range(2):  # the second run replaces the first
+        result = CliRunner().invoke(app, ["suppress", *data, "--no-audit", "--out", str(tmp_path / "supp")])
+        assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "supp" / "summary.json").read_text())
+    names = marked_files(tmp_path / "supp")
+    assert summary["confidential"] is real and len(names) == 3  # cells, shares and the plot (no audit)
+    assert all(name.startswith("CONFIDENTIAL-") == real for name in names), names
+    assert ("CONFIDENTIAL: not for publication" in (tmp_path / "supp" / "report.md").read_text()) is real

@@ -87,7 +87,7 @@ MICRODATA_COMMANDS = {
         ],
         "manifest.json",
     ),
-    "suppress": (lambda source, out: ["suppress", "--out", out, "--data", source, "--no-audit"], "cells.csv"),
+    "suppress": (lambda source, out: ["suppress", "--out", out, "--data", source, "--no-audit"], "summary.json"),
 }
 
 
@@ -258,5 +258,5 @@ def test_suppress_survives_odd_options(valid_rows, tmp_path, p, min_estabs, attr
     out = case / "out"
     result = runner.invoke(app, ["suppress", "--out", str(out), "--data", str(source), "--p", str(p),
                                  "--min-estabs", str(min_estabs), "--attributes", attributes])
-    assert_clean_outcome(result, out, marker="cells.csv")
+    assert_clean_outcome(result, out, marker="summary.json")
     shutil.rmtree(case)

@@ -33,6 +33,9 @@ PUBLISHED_FILE = "cells.csv"
 AUDIT_FILE = "audit_confidential.csv"
 SHARES_FILE = "shares.csv"
 SUPPRESSION_FILES = frozenset({PUBLISHED_FILE, AUDIT_FILE, SHARES_FILE})
+#: Prefix of every file of a report computed from real (not synthetic) confidential microdata, but
+#: its report.md and summary.json, which say so in a banner and in ``"confidential": true``.
+CONFIDENTIAL_PREFIX = "CONFIDENTIAL-"
 
 #: Columns a release's rows are sorted by: public keys only, whatever the input order.
 RELEASE_ORDER = ("state", "county", "naics", "estab_id")

@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 
 from gedp.config import Config, parse_config
 from gedp.measure.budget import compose
+from gedp.measure.conversions import privacy_statement
 from gedp.measure.jobframe import EMPLOYMENT, FamilySpec
 from gedp.measure.queries import IDENTITY
 from gedp.measure.rng import is_publishable
@@ -49,6 +50,7 @@ class Manifest(TypedDict, total=False):
     mu_planned_total: float
     mu_cap: float | None
     mu: dict[str, dict[str, float]]  # per query and attribute (largest over states)
+    privacy: dict[str, Any]  # mu_total and each attribute's mu as mu, rho and epsilon(delta) (psi-neighbours)
     grid: dict[str, dict[str, float]]  # output grid step per query and attribute
     ledger: dict[str, list[dict[str, Any]]]  # per state: every charge
     composition: str
@@ -164,15 +166,27 @@ def _budget_section(plan: MeasurementPlan, pieces: list[dict]) -> dict:
             for attribute, mu in by_attribute.items():
                 current = mu_by_query.setdefault(query, {}).get(attribute, 0.0)
                 mu_by_query[query][attribute] = max(current, mu)
+    mu_total = max(piece["mu_total"] for piece in pieces)
     return {
-        "mu_total": max(piece["mu_total"] for piece in pieces),
+        "mu_total": mu_total,
         "mu_planned_total": plan.budget().total,
         "mu_cap": plan.cap,
         "mu": mu_by_query,
+        "privacy": privacy_statement(mu_total, attribute_mu(mu_by_query)),
         "grid": pieces[0]["grid"],
         "ledger": {piece["state"]: piece["ledger"] for piece in pieces},
         "composition": "parallel across states (every query includes state); each state spends mu_total",
     }
+
+
+def attribute_mu(mu_by_query: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each attribute's (or job family's) mu: its queries' charges composed as sqrt(sum of mu^2),
+    the guarantee for that attribute of an establishment over its own queries."""
+    charges: dict[str, list[float]] = {}
+    for by_attribute in mu_by_query.values():
+        for attribute, mu in by_attribute.items():
+            charges.setdefault(attribute, []).append(mu)
+    return {attribute: compose(mus) for attribute, mus in charges.items()}
 
 
 def _run_section(config: Config, pieces: list[dict], rng_description: dict, engine: str) -> dict:

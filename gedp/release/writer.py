@@ -25,6 +25,7 @@ from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.workflows import Measurements
 from gedp.release.format import (
+    CONFIDENTIAL_PREFIX,
     JOBS_FILE,
     MANIFEST_FILE,
     MANIFEST_KEYS,
@@ -77,7 +78,7 @@ def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
     figures = content.get("figures")
     if not (isinstance(figures, list) and all(isinstance(f, str) and f.endswith(".png") for f in figures)):
         return None
-    return REPORT_FILES | SUPPRESSION_FILES | set(figures)
+    return REPORT_FILES | SUPPRESSION_FILES | {CONFIDENTIAL_PREFIX + name for name in SUPPRESSION_FILES} | set(figures)
 
 
 def _is_gedp_entry(entry: os.DirEntry, names: frozenset[str]) -> bool:
