@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import logging
 import sys
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -348,14 +349,15 @@ def local_cluster() -> Any:
     """The built-in cluster of 2 worker processes, locked down: it listens on the loopback interface
     only, with TLS and keys made for this run (``Security.temporary()``: a throwaway CA and
     certificate, held in memory, that every connection must present), and serves no dashboard nor
-    any other HTTP page (scheduler and worker HTTP routes are emptied; their servers, on a free
-    loopback port so that two runs never compete for dask's default 8787, answer 404).
+    any other HTTP page (scheduler and worker HTTP routes are emptied; their servers answer 404).
     Another local process cannot connect to it, so cannot read the confidential input it holds."""
     import dask
     from distributed import LocalCluster
     from distributed.security import Security
 
-    with dask.config.set({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}):
+    routes = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+    with dask.config.set(routes), warnings.catch_warnings():
+        # the empty HTTP server moves off dask's default port when another cluster holds it: not news
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host=LOOPBACK, protocol="tls://",
-                            security=Security.temporary(), dashboard_address=f"{LOOPBACK}:0",
-                            silence_logs=logging.CRITICAL)
+                            security=Security.temporary(), dashboard_address=None, silence_logs=logging.CRITICAL)
