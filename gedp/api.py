@@ -27,7 +27,7 @@ from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, release_answers, release_families, release_wage_psi
+from gedp.release.reader import read_manifest, release_answers, release_families
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.titles import Titles
 
@@ -210,24 +210,24 @@ class Release:
             raise InputError(f"format {format!r}: choose one of table, qcew, xlsx")
         if format != "table" or agglvl is not None:
             return self._publish(agglvl, format, titles, out, moe, level, where)
+        from gedp.postprocess.jobframe import worker_keys
         from gedp.postprocess.tabulate import tabulate
+        from gedp.release.margins import kept_variances
 
         if worker_keys(by):
             return tabulate_job_frame(self.folder, self.microdata, by, where=where, moe=moe, level=level)
+        margins = kept_variances(self.folder) if moe else None
         try:
-            return tabulate(self.microdata, by, where=where, moe=moe, level=level, **self._margins(moe))
+            return tabulate(self.microdata, by, where=where, moe=moe, level=level, margins=margins)
         except ValueError as err:
             raise InputError(str(err)) from None
-
-    def _margins(self, moe: bool) -> dict[str, Any]:
-        """The release's answers and wage psi that margins of error need (None without ``moe``)."""
-        return {"answers": release_answers(self.folder, self.microdata) if moe else None,
-                "wage_psi": release_wage_psi(self.folder) if moe else None}
 
     def _publish(self, agglvl: int | None, format: str, titles: str | Path | None, out: str | Path | None,
                  moe: bool, level: float, where: str | None) -> pd.DataFrame:
         """QCEW levels in BLS layout (``tabulate``'s ``agglvl`` and ``format``)."""
-        options = {"where": where, "moe": moe, "level": level, **self._margins(moe)}
+        from gedp.release.margins import kept_variances
+
+        options = {"where": where, "moe": moe, "level": level, "margins": kept_variances(self.folder) if moe else None}
         tables = publish_levels(self.microdata, agglvl, format, titles, **options)
         if format == "xlsx":
             if out is None:
@@ -276,14 +276,6 @@ def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, tit
                                 qcew_publication(microdata, level, named, **options) for level in levels}, named)
     except ValueError as err:
         raise InputError(str(err)) from None
-
-
-def worker_keys(by: str | Sequence[str]) -> list[str]:
-    """The worker columns (of a job frame) among a tabulation's keys."""
-    from gedp.measure.jobframe import FAMILY_COLUMNS
-    from gedp.postprocess.tabulate import by_columns
-
-    return [c for c in by_columns(by) if c in FAMILY_COLUMNS]
 
 
 def read_job_frame(folder: str | Path) -> pd.DataFrame:

@@ -10,6 +10,7 @@ import dataclasses
 import importlib.util
 import json
 import math
+import re
 import sys
 import time
 import warnings
@@ -650,22 +651,25 @@ def tabulate_command(
     """
     import pandas
 
-    from gedp.api import publish_levels, tabulate_job_frame, worker_keys
+    from gedp.api import publish_levels, tabulate_job_frame
+    from gedp.postprocess.jobframe import worker_keys
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
-    from gedp.release.format import MANIFEST_FILE, PROTECTED_FILE
-    from gedp.release.reader import release_answers, release_wage_psi
+    from gedp.release.format import MANIFEST_FILE
+    from gedp.release.margins import kept_variances
+    from gedp.release.reader import read_protected
     from gedp.synth.io import read_microdata
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
         table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
-        data = read_microdata(microdata / PROTECTED_FILE if release else microdata, attributes=None)
         jobs = agglvl is None and bool(worker_keys(by or ""))
+        ids = jobs or not _names_only_columns(f"{by or ''} {where or ''}")
+        data = (read_protected(microdata, without=() if ids else ("estab_id",)) if release
+                else read_microdata(microdata, attributes=None))
         if jobs and not release:
             raise InputError("worker columns need a release directory with a job frame")
         options = {"where": where or None, "moe": moe, "level": level,
-                   "answers": release_answers(microdata, data) if moe and not jobs else None,
-                   "wage_psi": release_wage_psi(microdata) if moe and not jobs else None}
+                   "margins": kept_variances(microdata) if moe and not jobs else None}
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", SelectionWarning)
@@ -696,6 +700,16 @@ def tabulate_command(
                 summary, workbook = summary | extra, (published.levels, notes)
             _write_tabulation(table, out, table_format, summary, workbook)
     _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
+
+
+def _names_only_columns(text: str) -> bool:
+    """Whether every name in a tabulation's --by and --where is a public column other than estab_id
+    (or total, and, or, not, in): then a release's ids need not be read (anything else, e.g. a
+    text literal or a name an error message lists the columns for, reads them all)."""
+    from gedp.synth.schema import CARRIED, PUBLIC
+
+    allowed = {*PUBLIC, *CARRIED, "total", "and", "or", "not", "in"} - {"estab_id"}
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) <= allowed
 
 
 def _publication_summary(published: PublishedLevels, table: pd.DataFrame, source: Path, release: bool,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.budget import check_mu
@@ -37,7 +37,7 @@ from gedp.measure.neighbors import NeighborFunction, check_gamma
 from gedp.measure.queries import IDENTITY, Grouping, Query, query_name
 from gedp.synth.schema import MAX_VALUE
 
-Z95 = float(stats.norm.ppf(0.975))
+Z95 = float(special.ndtri(0.975))  # stats.norm.ppf(0.975), without importing scipy.stats
 
 
 # --- privacy maps -----------------------------------------------------------------------------
@@ -164,6 +164,8 @@ def pnc_tau(zeta: float, n_bounds: int) -> float:
     if n_bounds < 1:
         raise ValueError(f"n_bounds ({n_bounds}) must be >= 1")
     # 1 - (1 - zeta)^(1/n), computed without cancellation.
+    from scipy import stats  # imported here: reading a release does not need it
+
     tail = -math.expm1(math.log1p(-zeta) / n_bounds)
     tau = float(stats.norm.isf(tail))
     if not math.isfinite(tau):

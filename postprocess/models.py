@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
@@ -28,13 +27,16 @@ import pandas as pd
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import Groupings
-from gedp.measure.workflows import MeasurementPlan
 from gedp.postprocess import wages
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import month_answers, pattern_cells
-from gedp.postprocess.variances import CellVariances, answers_variances
+from gedp.postprocess.structured import GroupFactorizations
+from gedp.postprocess.variances import CellVariances, answers_structure
 from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, WLSResult, protect_attribute
 from gedp.synth.schema import public_columns
+
+if TYPE_CHECKING:
+    from gedp.measure.workflows import MeasurementPlan
 
 #: (tab_codes, n_tab) -> the variances of an attribute's tabulation cells.
 VarianceFunction = Callable[[np.ndarray, int], CellVariances]
@@ -150,8 +152,8 @@ class PlainModel(_ModelOf):
                                  exact_variances=None if exact is None else exact[self.attribute], groupings=groupings)
 
     def variances(self, protected: pd.DataFrame) -> VarianceFunction:
-        """The least squares' variances of tabulation cells (``variances.answers_variances``)."""
-        return partial(answers_variances, self.answers, protected[public_columns(protected)])
+        """The least squares' variances of tabulation cells (``variances.answers_structure``)."""
+        return answers_structure(self.answers, protected[public_columns(protected)])
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,7 +167,7 @@ class MonthModel(PlainModel):
         public = protected[public_columns(protected)]
         identity = next((a for a in self.answers if a.query.is_identity), None)
         shared = identity is not None and identity.pattern_loading is not None
-        return partial(answers_variances, self.answers, public, pattern_cells=pattern_cells(public) if shared else None)
+        return answers_structure(self.answers, public, pattern_cells=pattern_cells(public) if shared else None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,11 +183,20 @@ class WageModel(_ModelOf):
     def variances(self, protected: pd.DataFrame) -> VarianceFunction:
         """The wage fit's variances (the fit made once, here; slope 0)."""
         fit = wages.fit_wages(self.answers_by_attribute, protected, self.psi)
+        return WageVariances(fit, wages.wage_factorizations(fit))
 
-        def wage_cells(tab_codes: np.ndarray, n_tab: int) -> CellVariances:
-            return CellVariances(wages.wage_variances(fit, tab_codes, n_tab), np.zeros(n_tab))
 
-        return wage_cells
+@dataclass(frozen=True, eq=False)
+class WageVariances:
+    """The variances of tabulation cells of wages from the wage fit (slope 0), with the factorizations
+    every tabulation's variances use (``wages.wage_factorizations``; None: made for each)."""
+
+    fit: wages.WageFit
+    kept: GroupFactorizations | None = None
+
+    def __call__(self, tab_codes: np.ndarray, n_tab: int) -> CellVariances:
+        """The variances of the cells of one tabulation (``wages.wage_variances``)."""
+        return CellVariances(wages.wage_variances(self.fit, tab_codes, n_tab, self.kept), np.zeros(n_tab))
 
 
 def attribute_models(answers_by_attribute: Answers, public: pd.DataFrame | None,

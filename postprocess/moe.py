@@ -16,31 +16,40 @@ import pandas as pd
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.models import PostprocessOptions, VarianceFunction, attribute_models
+from gedp.postprocess.models import AttributeModel, PostprocessOptions, VarianceFunction, attribute_models
 from gedp.synth.schema import public_columns
+
+
+def variance_functions(answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
+                       wage_psi: NeighborFunction | None = None) -> dict[str, VarianceFunction]:
+    """(tab_codes, n_tab) -> the variances of tabulation cells of a release's protected microdata, per
+    attribute, from its model (``answers``: a release's, as its solve weighed them): from the wage fit
+    (made once, here; slope 0) when ``wage_psi`` is given (the release's wages were informed by
+    employment), else from the least squares. Each is built once here and applies to any tabulation:
+    a function of the release's answers and protected microdata only."""
+    return {attribute: model.variances(protected) for attribute, model in _models(answers, protected, wage_psi).items()}
 
 
 def variance_function(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
                       wage_psi: NeighborFunction | None = None) -> VarianceFunction:
-    """(tab_codes, n_tab) -> the variances of one attribute's tabulation cells of protected microdata,
-    from its model (``answers``: a release's, as its solve weighed them): from the wage fit (made
-    once, here; slope 0) when ``wage_psi`` is given (the release's wages were informed by
-    employment), else from the least squares."""
-    models = attribute_models(answers, protected[public_columns(protected)], PostprocessOptions.for_margins(wage_psi))
-    return models[attribute].variances(protected)
+    """One attribute's variance function (``variance_functions``)."""
+    return _models(answers, protected, wage_psi)[attribute].variances(protected)
 
 
-def margins_of_error(protected: pd.DataFrame, answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray,
-                     keys: Sequence[str], n_tab: int, level: float,
-                     wage_psi: NeighborFunction | None = None) -> dict[str, np.ndarray]:
+def _models(answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
+            wage_psi: NeighborFunction | None) -> dict[str, AttributeModel]:
+    """The release's attribute models, chosen as for its solve, from answers it weighed already."""
+    return attribute_models(answers, protected[public_columns(protected)], PostprocessOptions.for_margins(wage_psi))
+
+
+def margins_of_error(protected: pd.DataFrame, variances: Mapping[str, VarianceFunction], keep: np.ndarray,
+                     keys: Sequence[str], n_tab: int, level: float) -> dict[str, np.ndarray]:
     """Half-widths (``CellVariances.half_width``), at confidence ``level``, of every cell of a
     tabulation of a release's protected microdata by ``keys`` (cells in sorted key order) over the
-    establishments ``keep``, per attribute of ``answers``. With ``wage_psi`` (a release whose wages
-    were informed by its protected employment), wage margins come from that fit."""
+    establishments ``keep``, per attribute of ``variances`` (``variance_functions``)."""
     public = protected[public_columns(protected)]
     tab_codes = np.full(len(protected), -1, dtype=np.int64)
     # the same groups, in the same order, as the tabulation's sorted group-by
     tab_codes[keep] = public[keep].groupby(list(keys), sort=True, observed=True).ngroup().to_numpy() if keys else 0
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    return {attribute: variance_function(attribute, answers, protected, wage_psi)(tab_codes, n_tab).half_width(z)
-            for attribute in answers}
+    return {attribute: variance(tab_codes, n_tab).half_width(z) for attribute, variance in variances.items()}

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import ContextDecorator
+from dataclasses import dataclass
 from functools import cache, cached_property
 
 import numpy as np
@@ -205,6 +206,38 @@ def _refine(x, free, s, a, v, cell_codes, c, b, w) -> np.ndarray:
     return x + np.where(free, correction_a + v * lam_correction[cell_codes], 0.0)
 
 
+@dataclass(frozen=True, eq=False)
+class DenseFactor:
+    """A Cholesky factor (``scipy.linalg.cho_factor``) of a dense positive definite matrix; solves with it."""
+
+    factor: np.ndarray
+    lower: bool
+
+    def __call__(self, right: np.ndarray) -> np.ndarray:
+        """The matrix's inverse times ``right``."""
+        return scipy.linalg.cho_solve((self.factor, self.lower), right)
+
+
+@dataclass(frozen=True, eq=False)
+class DenseInverse:
+    """The explicit inverse of a symmetric block; part -> (inverse part)' for sparse parts."""
+
+    inverse: np.ndarray
+
+    def __call__(self, part: sp.spmatrix) -> np.ndarray:
+        """(inverse part)' (the inverse is symmetric)."""
+        return part.T @ self.inverse
+
+
+@dataclass(frozen=True, eq=False)
+class GroupFactorizations:
+    """A ``CellOperator``'s factorizations of its multi-cell groups' matrix G, when all are dense (kept
+    with a margin structure: they depend on the operator's inputs only)."""
+
+    solve_groups: DenseFactor
+    group_blocks: tuple[tuple[np.ndarray, DenseInverse], ...]
+
+
 class CellOperator:
     """Solves (I + S C' W C) t = p at the cell level for fixed cell variances S (may be inf).
 
@@ -214,8 +247,8 @@ class CellOperator:
     With S = inf (no identity answers), S' = 1/E and ``inverse_m_forms`` gives forms of M^-1, M = C' W C.
     """
 
-    def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray):
-        self.c, self.w = c, w
+    def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, kept: GroupFactorizations | None = None):
+        self.c, self.w, self.kept = c, w, kept
         single = np.diff(c.indptr) == 1
         self.diagonal = np.bincount(c[single].indices, weights=1.0 / w[single], minlength=c.shape[1])
         self.c_multi, self.w_multi = c[~single], w[~single]
@@ -227,7 +260,16 @@ class CellOperator:
 
     @cached_property
     def _solve_groups(self) -> Callable[[np.ndarray], np.ndarray]:
+        if self.kept is not None:
+            return self.kept.solve_groups
         return _group_solver(self.c_multi, self.w_multi, self.s_folded)
+
+    def factorizations(self) -> GroupFactorizations | None:
+        """The factorizations of G (made now if not yet), or None where one is a sparse LU (not kept)."""
+        solve, blocks = self._solve_groups, self._group_blocks
+        if not isinstance(solve, DenseFactor) or not all(isinstance(block, DenseInverse) for _, block in blocks):
+            return None
+        return GroupFactorizations(solve, tuple(blocks))  # type: ignore[arg-type]
 
     def _woodbury(self, folded: np.ndarray) -> np.ndarray:
         s_folded = self.s_folded if folded.ndim == 1 else self.s_folded[:, None]
@@ -284,6 +326,8 @@ class CellOperator:
         """Each diagonal block of G (its rows) with a function part -> (G_block^-1 part)' for sparse parts:
         through the block's explicit inverse (a sparse-times-dense product, cost nnz(part) x block size)
         up to DENSE_GROUPS rows, else by a sparse LU on dense columns."""
+        if self.kept is not None:
+            return list(self.kept.group_blocks)
         g = _group_matrix(self.c_multi, self.w_multi, self.s_folded).tocsr()
         n_blocks, labels = connected_components(g, directed=False)
         blocks = []
@@ -291,7 +335,7 @@ class CellOperator:
             block = g[rows][:, rows]
             if len(rows) <= DENSE_GROUPS:
                 inverse = scipy.linalg.cho_solve(scipy.linalg.cho_factor(block.toarray()), np.eye(len(rows)))
-                blocks.append((rows, lambda part, inverse=inverse: part.T @ inverse))  # inverse is symmetric
+                blocks.append((rows, DenseInverse(inverse)))
             else:
                 lu = splu(block.tocsc(), permc_spec="MMD_AT_PLUS_A")
                 blocks.append((rows, lambda part, lu=lu: lu.solve(part.toarray()).T))
@@ -314,8 +358,7 @@ def _group_solver(c: sp.csr_matrix, w: np.ndarray, s: np.ndarray):
         return lambda right: np.zeros((0, *right.shape[1:]))
     g = _group_matrix(c, w, s)
     if c.shape[0] <= DENSE_GROUPS:
-        factor = scipy.linalg.cho_factor(g.toarray())
-        return lambda right: scipy.linalg.cho_solve(factor, right)
+        return DenseFactor(*scipy.linalg.cho_factor(g.toarray()))
     lu = splu(g.tocsc(), permc_spec="MMD_AT_PLUS_A")
     return lu.solve
 

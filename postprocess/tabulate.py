@@ -13,7 +13,8 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import Grouping, Groupings
 from gedp.postprocess.filters import FilterError, select_rows
-from gedp.postprocess.moe import margins_of_error
+from gedp.postprocess.models import VarianceFunction
+from gedp.postprocess.moe import margins_of_error, variance_functions
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
 from gedp.synth.schema import CONFIDENTIAL, public_columns
@@ -84,6 +85,7 @@ def tabulate(
     answers: Mapping[str, Sequence[NoisyAnswer]] | None = None,
     wage_psi: NeighborFunction | None = None,
     groupings: Groupings | None = None,
+    margins: Mapping[str, VarianceFunction] | None = None,
 ) -> pd.DataFrame:
     """Sum the attributes by public columns (see ``group_keys``), with establishment counts.
 
@@ -101,6 +103,9 @@ def tabulate(
         wage_psi: the release's psi when its wages were informed by employment
             (``gedp.release.reader.release_wage_psi``; their margins then follow ``postprocess.wages``).
         groupings: of ``microdata``, shared by several tabulations of it (not used with ``where``).
+        margins: the release's variance functions by attribute, built already (instead of
+            ``answers`` and ``wage_psi``: ``postprocess.moe.variance_functions``, or kept beside the
+            release: ``gedp.release.margins.kept_variances``).
 
     Returns one row per non-empty group, sorted by the keys, with the keys, ``estabs`` and the sums.
 
@@ -109,7 +114,7 @@ def tabulate(
     """
     keys = group_keys(microdata, by)
     attributes = [a for a in (attributes or CONFIDENTIAL) if a in microdata.columns]
-    if moe and answers is None:
+    if moe and answers is None and margins is None:
         raise ValueError("margins of error need the release's answers (a release directory)")
     if moe and not 0 < level < 1:
         raise ValueError(f"level ({level}) must be between 0 and 1")
@@ -129,10 +134,11 @@ def tabulate(
             warnings.warn(f"where selects on protected values ({', '.join(noisy)}): the margins of error treat "
                           f"the selection as fixed, as for a selection on public columns only", SelectionWarning,
                           stacklevel=2)
-        for attribute, margin in margins_of_error(microdata, answers, keep, keys, len(table), level,
-                                                     wage_psi=wage_psi).items():
-            if attribute in attributes:
-                table[f"{attribute}_moe"] = margin
+        if margins is None:
+            margins = variance_functions(answers or {}, microdata, wage_psi)
+        wanted = {attribute: variance for attribute, variance in margins.items() if attribute in attributes}
+        for attribute, margin in margins_of_error(microdata, wanted, keep, keys, len(table), level).items():
+            table[f"{attribute}_moe"] = margin
     return table
 
 
@@ -166,7 +172,7 @@ def qcew_industry(agglvl: int) -> str | None:
 
 def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
     """One QCEW aggregation level (50-58 state, 70-78 county) in BLS open-data layout; ``options``
-    (where, moe, level, answers, wage_psi) as for ``tabulate``, margins named ``<BLS column>_moe``."""
+    (where, moe, level, answers, wage_psi, margins) as for ``tabulate``, margins named ``<BLS column>_moe``."""
     by = qcew_keys(microdata, agglvl)
     county = "county" in by
     industry = qcew_industry(agglvl)

@@ -63,31 +63,91 @@ class CellVariances:
         return z * np.sqrt(self.variance + (z * self.slope / 2) ** 2)
 
 
-def tabulation_variances(
+@dataclass(frozen=True, eq=False)
+class EstablishmentVariances:
+    """What the variances of any tabulation of one attribute's least squares need, per establishment
+    and per cell of the grouping by all measured columns: a function of the release's answers and
+    public columns only, built once and applied to any tabulation (``__call__``).
+
+    Attributes:
+        v: identity variance per establishment (inf without one; 0 where an exact answer fixes it).
+        slope: d v / d level per establishment (0 where the variances do not move with the noise).
+        cell_codes: each establishment's cell of the grouping by all measured columns.
+        groups: the group rows over the cells (C; identity rows and exact answers left out).
+        group_variance: their variances (w).
+        identity: whether the plan has identity answers.
+        moving: whether the identity variances move with the answers' noise (slopes stated).
+        loading: sd of each establishment's error shared within its ``pattern_cells`` cell (0 where
+            fixed), or None: no shared errors.
+        pattern_cells: each establishment's cell of shared errors (None without loadings).
+    """
+
+    v: np.ndarray
+    slope: np.ndarray
+    cell_codes: np.ndarray
+    groups: sp.csr_matrix
+    group_variance: np.ndarray
+    identity: bool
+    moving: bool
+    loading: np.ndarray | None = None
+    pattern_cells: np.ndarray | None = None
+
+    def __call__(self, tab_codes: np.ndarray, n_tab: int, *, establishments: np.ndarray | None = None,
+                 coefficients: np.ndarray | None = None) -> CellVariances:
+        """Variance of every tabulation cell total (NaN where not estimable), and its slope.
+
+        Args:
+            tab_codes: each establishment's tabulation cell (0..n_tab-1; -1 for none), or with
+                ``establishments``, each entry's.
+            n_tab: the number of tabulation cells.
+            establishments: entries (establishment, tab_codes[i], coefficients[i]) instead of one per
+                establishment: a cell total is then sum over its entries of coefficient x value, and an
+                establishment may enter several cells (a job tabulation's worker categories).
+            coefficients: each entry's coefficient (default 1).
+        """
+        cell_codes, v = self.cell_codes, self.v
+        n_cells = int(cell_codes.max()) + 1
+        inside = tab_codes >= 0
+        entry = (np.arange(len(v)) if establishments is None else np.asarray(establishments))[inside]
+        coefficient = np.ones(len(entry)) if coefficients is None else np.asarray(coefficients, dtype=float)[inside]
+        tab = tab_codes[inside]
+        if not self.identity:
+            return CellVariances(_group_variances(self.groups, self.group_variance, cell_codes, entry, coefficient,
+                                                  tab, n_tab, uneven=coefficients is not None), np.zeros(n_tab))
+        operator = CellOperator(self.groups, self.group_variance, np.bincount(cell_codes, weights=v, minlength=n_cells))
+        base = np.bincount(tab, weights=coefficient**2 * v[entry], minlength=n_tab)
+        # P[c, T]: identity variances of T's establishments in cell c, times their coefficients
+        p = sp.csr_matrix((coefficient * v[entry], (cell_codes[entry], tab)), shape=(n_cells, n_tab)).tocsc()
+        variances = base - operator.forms_after_solve(p)
+        variances = np.maximum(variances, 0.0, where=~np.isnan(variances), out=variances)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(base > 0, variances / base, 0.0)  # rho: the identity answers' share of T^
+        slopes = np.zeros(n_tab)
+        if self.moving:
+            moving = np.bincount(tab, weights=coefficient**2 * v[entry] * self.slope[entry], minlength=n_tab)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                slopes = np.where(base > 0, share**2 * moving / base, 0.0)
+        if self.loading is not None and self.pattern_cells is not None:
+            variances = variances + share**2 * _shared_variances(coefficient * self.loading[entry],
+                                                                 self.pattern_cells[entry], tab, n_tab)
+        return CellVariances(variances, slopes)
+
+
+def establishment_variances(
     system: LinearSystem,
     identity_rows: np.ndarray | None,
     cell_codes: np.ndarray,
-    tab_codes: np.ndarray,
-    n_tab: int,
     *,
-    establishments: np.ndarray | None = None,
-    coefficients: np.ndarray | None = None,
     variance_slopes: np.ndarray | None = None,
     pattern_loadings: np.ndarray | None = None,
     pattern_cells: np.ndarray | None = None,
-) -> CellVariances:
-    """Variance of every tabulation cell total (NaN where not estimable), and its slope.
+) -> EstablishmentVariances:
+    """What the variances of any tabulation need (``EstablishmentVariances``), from a release's system.
 
     Args:
         system: the release's query rows over establishments, answers and variances.
         identity_rows: rows of the identity answers (None when the plan has none).
         cell_codes: each establishment's cell of the grouping by all measured columns.
-        tab_codes: each establishment's tabulation cell (0..n_tab-1; -1 for none), or with
-            ``establishments``, each entry's.
-        establishments: entries (establishment, tab_codes[i], coefficients[i]) instead of one per
-            establishment: a cell total is then sum over its entries of coefficient x value, and an
-            establishment may enter several cells (a job tabulation's worker categories).
-        coefficients: each entry's coefficient (default 1).
         variance_slopes: d variance / d level of each identity answer (in ``identity_rows`` order;
             None: the variances do not move with the answers' noise, slope 0).
         pattern_loadings: sd of each identity answer's error shared with the answers of its
@@ -96,33 +156,25 @@ def tabulation_variances(
     """
     n_cells = int(cell_codes.max()) + 1
     v, slope, fixed, c, w = _establishment_parts(system, identity_rows, cell_codes, n_cells, variance_slopes)
-    inside = tab_codes >= 0
-    entry = (np.arange(len(v)) if establishments is None else np.asarray(establishments))[inside]
-    coefficient = np.ones(len(entry)) if coefficients is None else np.asarray(coefficients, dtype=float)[inside]
-    tab = tab_codes[inside]
-    if identity_rows is None:
-        return CellVariances(_group_variances(c, w, cell_codes, entry, coefficient, tab, n_tab,
-                                              uneven=coefficients is not None), np.zeros(n_tab))
-    operator = CellOperator(c, w, np.bincount(cell_codes, weights=v, minlength=n_cells))
-    base = np.bincount(tab, weights=coefficient**2 * v[entry], minlength=n_tab)
-    # P[c, T]: identity variances of T's establishments in cell c, times their coefficients
-    p = sp.csr_matrix((coefficient * v[entry], (cell_codes[entry], tab)), shape=(n_cells, n_tab)).tocsc()
-    variances = base - operator.forms_after_solve(p)
-    variances = np.maximum(variances, 0.0, where=~np.isnan(variances), out=variances)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(base > 0, variances / base, 0.0)  # rho: the identity answers' share of T^
-    slopes = np.zeros(n_tab)
-    if variance_slopes is not None:
-        moving = np.bincount(tab, weights=coefficient**2 * v[entry] * slope[entry], minlength=n_tab)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            slopes = np.where(base > 0, share**2 * moving / base, 0.0)
-    if pattern_loadings is not None and pattern_cells is not None:
+    loading = None
+    if identity_rows is not None and pattern_loadings is not None and pattern_cells is not None:
         loading = np.zeros(len(v))
         loading[system.matrix[identity_rows].indices] = pattern_loadings
         loading[fixed] = 0.0
-        variances = variances + share**2 * _shared_variances(coefficient * loading[entry], pattern_cells[entry],
-                                                             tab, n_tab)
-    return CellVariances(variances, slopes)
+    return EstablishmentVariances(v, slope, cell_codes, c, w, identity=identity_rows is not None,
+                                  moving=variance_slopes is not None, loading=loading,
+                                  pattern_cells=None if loading is None else pattern_cells)
+
+
+def tabulation_variances(system: LinearSystem, identity_rows: np.ndarray | None, cell_codes: np.ndarray,
+                         tab_codes: np.ndarray, n_tab: int, *, establishments: np.ndarray | None = None,
+                         coefficients: np.ndarray | None = None, **parts: np.ndarray | None) -> CellVariances:
+    """Variance of every tabulation cell total (NaN where not estimable), and its slope: the
+    structure (``establishment_variances``; ``parts``: its keyword arguments) applied to one
+    tabulation (``EstablishmentVariances.__call__``: ``tab_codes``, ``n_tab``, ``establishments``,
+    ``coefficients``)."""
+    return establishment_variances(system, identity_rows, cell_codes, **parts)(
+        tab_codes, n_tab, establishments=establishments, coefficients=coefficients)
 
 
 def _establishment_parts(system: LinearSystem, identity_rows: np.ndarray | None, cell_codes: np.ndarray,
@@ -173,19 +225,25 @@ def _shared_variances(loading: np.ndarray, cells: np.ndarray, tab_codes: np.ndar
     return np.maximum(together - np.bincount(tab_codes, weights=loading**2, minlength=n_tab), 0.0)
 
 
-def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray,
-                      n_tab: int, pattern_cells: np.ndarray | None = None, **entries: np.ndarray) -> CellVariances:
-    """Variances of tabulation cells from a release's answers of one attribute (their own
-    variances: estimated for the psi-mechanism, exact for pnc) over its public microdata, with
-    their slopes; ``entries`` (establishments, coefficients) as for ``tabulation_variances``;
+def answers_structure(answers: Sequence[NoisyAnswer], public: pd.DataFrame,
+                      pattern_cells: np.ndarray | None = None) -> EstablishmentVariances:
+    """What the variances of tabulations need, from a release's answers of one attribute (their own
+    variances: estimated for the psi-mechanism, exact for pnc) over its public microdata;
     ``pattern_cells``: ``month_pattern_cells(public)`` when the caller has it already."""
     system = build_system(answers, public, [answer.variance for answer in answers])
     identity_rows, cell_codes = system_structure(answers, public)
     identity = None if identity_rows is None else next(a for a in answers if a.query.is_identity)
     loadings = None if identity is None else identity.pattern_loading
-    return tabulation_variances(system, identity_rows, cell_codes, tab_codes, n_tab,
-                                variance_slopes=None if identity is None else identity.variance_slope,
-                                pattern_loadings=loadings,
-                                pattern_cells=None if loadings is None else (
-                                    month_pattern_cells(public) if pattern_cells is None else pattern_cells),
-                                **entries)
+    return establishment_variances(system, identity_rows, cell_codes,
+                                   variance_slopes=None if identity is None else identity.variance_slope,
+                                   pattern_loadings=loadings,
+                                   pattern_cells=None if loadings is None else (
+                                       month_pattern_cells(public) if pattern_cells is None else pattern_cells))
+
+
+def answers_variances(answers: Sequence[NoisyAnswer], public: pd.DataFrame, tab_codes: np.ndarray,
+                      n_tab: int, pattern_cells: np.ndarray | None = None, **entries: np.ndarray) -> CellVariances:
+    """Variances of tabulation cells from a release's answers of one attribute over its public
+    microdata (``answers_structure``), with their slopes; ``entries`` (establishments, coefficients)
+    as for ``EstablishmentVariances.__call__``."""
+    return answers_structure(answers, public, pattern_cells)(tab_codes, n_tab, **entries)

@@ -71,6 +71,7 @@ from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.structured import (
     FORM_ENTRIES,
     CellOperator,
+    GroupFactorizations,
     cell_to_group_matrix,
     one_blas_thread,
     pinned_at_zero,
@@ -173,12 +174,13 @@ class CellsInPlanCells:
     and M (I + S_c M)^-1 = S_c^-1 (I - (I + S_c M)^-1) on the rows with S_c > 0). The groups' system
     keeps its size: the plan's cells, not the model's finer ones."""
 
-    def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, coarse_cells: np.ndarray):
+    def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, coarse_cells: np.ndarray,
+                 kept: GroupFactorizations | None = None):
         n_coarse = c.shape[1]
         self.a = _inside(coarse_cells, n_coarse)
         self.s = s
         coarse_s = self.a @ s
-        self.coarse = CellOperator(c, w, coarse_s)
+        self.coarse = CellOperator(c, w, coarse_s, kept)
         self.inverse = np.divide(1.0, coarse_s, out=np.zeros(n_coarse), where=coarse_s > 0)
 
     def left_solve(self, left: sp.spmatrix, p: sp.spmatrix) -> np.ndarray:
@@ -726,8 +728,22 @@ def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]]
                                fixed_zero=int(np.count_nonzero(fit.fixed_cells[fit.cell_codes])))
 
 
-def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarray:
-    """Variance of every tabulation cell's protected wage total (tab_codes -1: not tabulated).
+def _cell_operator(fit: WageFit, kept: GroupFactorizations | None = None) -> tuple[CellsInPlanCells, np.ndarray]:
+    """The cell-level operator of the wage fit's margins (``kept``: its factorizations, made before),
+    and the cells' variances (0 where fixed)."""
+    cell_variance = np.where(fit.fixed_cells, 0.0, fit.cell_variance)
+    return CellsInPlanCells(fit.coarse_groups, fit.group_variance, cell_variance, fit.coarse_cells, kept), cell_variance
+
+
+def wage_factorizations(fit: WageFit) -> GroupFactorizations | None:
+    """The factorizations ``wage_variances`` makes for every tabulation, made once (None: not dense)."""
+    return _cell_operator(fit)[0].coarse.factorizations()
+
+
+def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, kept: GroupFactorizations | None = None
+                   ) -> np.ndarray:
+    """Variance of every tabulation cell's protected wage total (tab_codes -1: not tabulated); ``kept``:
+    ``wage_factorizations(fit)``, made before.
 
     Three parts: the cell totals' covariance from the cell-level least squares with the rates fixed,
     K^-1 with K = diag(1 / cell_variance) + C' W C (fixed cells excluded); what the shared rates'
@@ -743,8 +759,7 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarra
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(fit.totals[cell_of] > 0, fit.values[inside] / fit.totals[cell_of], 0.0)
     g = sp.csr_matrix((share, (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
-    cell_variance = np.where(fit.fixed_cells, 0.0, fit.cell_variance)
-    operator = CellsInPlanCells(fit.coarse_groups, fit.group_variance, cell_variance, fit.coarse_cells)
+    operator, cell_variance = _cell_operator(fit, kept)
     p = sp.diags(cell_variance) @ g
     base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
     variances = base - operator.forms_after_solve(p) + fit.rates.correlated_forms(operator, p.tocsc())

@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.schema import CONFIDENTIAL, InputError, count, validate_microdata
@@ -212,6 +211,8 @@ def _whole_numbers(published: PublishedState, source: str) -> PublishedState:
     published cell to its floor or ceiling and keeps every published total equal to the sum of its
     parts. The two laminar families of totals make the constraint matrix totally unimodular, so the
     linear program's vertex is whole-numbered (checked)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp  # imported when used: reading microdata needs none
+
     aggregates, membership = published.aggregates, published.membership
     shown = ~aggregates["suppressed"].to_numpy()
     finest = aggregates["agglvl"].to_numpy() == FINEST_LEVEL
@@ -363,6 +364,8 @@ def _feasible_point(totals: pd.DataFrame, attribute: str, matrix: sp.csr_matrix,
     """A nonnegative solution of ``matrix @ x == right`` by a linear program (HiGHS), used when the
     quadratic program fails; when there is none, the published cell (a row of ``totals``) that the
     least-violation solution misses most is named."""
+    from scipy.optimize import linprog  # imported when used: reading microdata needs none
+
     n, m = matrix.shape[1], matrix.shape[0]
     identity = sp.identity(m, format="csr")
     elastic = linprog(np.concatenate([np.zeros(n), np.ones(2 * m)]), A_eq=sp.hstack([matrix, identity, -identity]),
@@ -398,6 +401,7 @@ def _fit_suppressed(published, attribute, known, unknown_mask, target, solver) -
     typical = target[target > 0] if np.any(target > 0) else (right / np.diff(matrix.indptr))[right > 0]
     scale = max(1.0, float(np.median(typical))) if len(typical) else 1.0
     import cvxpy as cp  # imported when used: it takes ~1 s, and most commands never fit suppressed cells
+    from scipy.optimize import linprog
 
     x = cp.Variable(matrix.shape[1], nonneg=True)
     weight = 1.0 / np.sqrt(np.maximum(target / scale, 1e-3))

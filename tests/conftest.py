@@ -38,3 +38,12 @@ def small_release(tmp_path_factory):
     result = CliRunner().invoke(app, ["run", "--establishments", "2000", "--seed", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out, result.output
+
+
+@pytest.fixture(autouse=True)
+def margins_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Margin structures are kept in a folder of each test's own (``GEDP_CACHE_DIR``), never in the
+    user's cache."""
+    folder = tmp_path_factory.mktemp("gedp-cache")
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(folder))
+    return folder

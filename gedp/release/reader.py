@@ -15,6 +15,7 @@ from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
 from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.manifest import Manifest, wage_model
+from gedp.synth.schema import CONFIDENTIAL
 
 
 def read_manifest(release: str | Path) -> Manifest:
@@ -41,6 +42,17 @@ def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[Nois
     release = Path(release)
     answers = read_answers(release)
     return pd.read_parquet(release / PROTECTED_FILE), answers
+
+
+def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A release's protected microdata as gedp wrote it (validated before it was written), its
+    attributes as float64 (as validation gives them; an integer release stores whole numbers),
+    without the columns ``without`` (a tabulation by public columns needs no ``estab_id``: reading a
+    large release's ids takes longer than the rest)."""
+    path = Path(release) / PROTECTED_FILE
+    columns = [name for name in pq.ParquetDataset(path).schema.names if name not in without]
+    frame = pd.read_parquet(path, columns=columns)
+    return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
 
 def read_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:

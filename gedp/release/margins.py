@@ -1,0 +1,164 @@
+"""The margin structure of a release, built once and kept in a cache folder keyed by the release's
+content, so that every further tabulation with margins of error only applies it.
+
+The structure is each attribute's variance function (``postprocess.moe.variance_functions``): the
+least squares' per-establishment variances and cell operator inputs, and the wage fit. It is a
+function of the release's files alone (its manifest, noisy answers and protected microdata), so
+it is rebuilt bit for bit from any copy of the release and tells nothing the release does not.
+
+It is kept as a folder of NumPy arrays (``.npy``, no pickle) and a JSON skeleton, named by the
+SHA-256 digest of the release's manifest, measurements and protected microdata (every byte of every
+part) and of the structure's format, in ``$GEDP_CACHE_DIR`` (default ``$XDG_CACHE_HOME/gedp`` or ``~/.cache/gedp``)
+under ``margins/``. A release changed in any byte has another digest and gets its own structure;
+the release folder itself is never written (it may be read-only or shared).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from gedp import __version__
+from gedp.postprocess.models import VarianceFunction, WageVariances
+from gedp.postprocess.moe import variance_functions
+from gedp.postprocess.structured import DenseFactor, DenseInverse, GroupFactorizations
+from gedp.postprocess.variances import EstablishmentVariances
+from gedp.postprocess.wages import SharedRates, WageFit
+from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
+from gedp.release.reader import release_answers, release_wage_psi
+from gedp.synth.io import read_microdata
+
+#: Bumped whenever what the structure holds, or how it is applied, changes.
+STRUCTURE_FORMAT = 3
+CACHE_ENV = "GEDP_CACHE_DIR"
+#: Structures kept at most (the least recently used are removed first).
+KEPT_STRUCTURES = 4
+SKELETON_FILE = "skeleton.json"
+_KINDS = {kind.__name__: kind for kind in (EstablishmentVariances, WageVariances, WageFit, SharedRates,
+                                           GroupFactorizations, DenseFactor, DenseInverse)}
+
+
+def cache_folder() -> Path:
+    """Where margin structures are kept: ``$GEDP_CACHE_DIR``, else ``$XDG_CACHE_HOME/gedp``, else
+    ``~/.cache/gedp``; their files are under ``margins/``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gedp"
+
+
+def release_digest(release: str | Path) -> str:
+    """SHA-256 of the release's manifest, measurements and protected microdata (each part's name,
+    size and bytes), the gedp version and the structure's format."""
+    release = Path(release)
+    digest = hashlib.sha256(f"gedp {__version__} margins {STRUCTURE_FORMAT}\n".encode())
+    for name in (MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE):
+        path = release / name
+        parts = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for part in parts:
+            with part.open("rb") as file:
+                digest.update(f"{part.relative_to(release).as_posix()} {part.stat().st_size}\n".encode())
+                digest.update(hashlib.file_digest(file, "sha256").digest())
+    return digest.hexdigest()
+
+
+def kept_path(release: str | Path) -> Path:
+    """The file a release's margin structure is kept in (present or not)."""
+    return cache_folder() / "margins" / release_digest(release)
+
+
+def kept_variances(release: str | Path) -> dict[str, VarianceFunction]:
+    """The release's variance functions by attribute: read from the kept structure when there is one
+    for exactly these files, else built from the release's files (its protected microdata read and
+    validated here) and kept for the next request (nothing is kept where the cache cannot be written)."""
+    path = kept_path(release)
+    kept = read_structure(path)
+    if kept is not None:
+        os.utime(path)  # most recently used
+        return kept
+    protected = read_microdata(Path(release) / PROTECTED_FILE, attributes=None)
+    built = variance_functions(release_answers(release, protected), protected, release_wage_psi(release))
+    try:
+        write_structure(built, path)
+    except OSError:
+        pass  # a read-only cache: the margins are the same, only not kept
+    return built
+
+
+def write_structure(structure: Mapping[str, VarianceFunction], path: Path) -> None:
+    """Write a structure (atomically) as a folder of arrays (``.npy``) and their skeleton (JSON), then
+    remove the least recently used structures beyond ``KEPT_STRUCTURES``."""
+    arrays: dict[str, np.ndarray] = {}
+    skeleton = {attribute: _encode(value, arrays) for attribute, value in structure.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(dir=path.parent, prefix=".partial-"))
+    for name, array in arrays.items():
+        np.save(staged / f"{name}.npy", array, allow_pickle=False)
+    (staged / SKELETON_FILE).write_text(json.dumps(skeleton), encoding="utf-8")
+    if path.exists() and read_structure(path) is None:
+        shutil.rmtree(path, ignore_errors=True)  # a broken one (e.g. from a full disk)
+    try:
+        staged.rename(path)
+    except OSError:  # kept meanwhile by another request: the same structure
+        shutil.rmtree(staged, ignore_errors=True)
+    kept = sorted((p for p in path.parent.iterdir() if not p.name.startswith(".")),
+                  key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for stale in kept[KEPT_STRUCTURES:]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def read_structure(path: Path) -> dict[str, VarianceFunction] | None:
+    """A kept structure (None when there is none, or it cannot be read as one). Its arrays are mapped
+    from the files, not copied (a request touches each once)."""
+    try:
+        skeleton = json.loads((path / SKELETON_FILE).read_text(encoding="utf-8"))
+
+        def array(name: str) -> np.ndarray:
+            return np.load(path / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+
+        return {attribute: _decode(value, array) for attribute, value in skeleton.items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _encode(value, arrays: dict[str, np.ndarray]):
+    """JSON for a structure's value, its arrays put in ``arrays`` under their content's digest (the
+    months share their cells: each array is kept once)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"kind": type(value).__name__,
+                "fields": {f.name: _encode(getattr(value, f.name), arrays) for f in dataclasses.fields(value)}}
+    if sp.issparse(value):
+        value = value.tocsr() if value.format != "csr" else value
+        return {"csr": [_encode(part, arrays) for part in (value.data, value.indices, value.indptr)],
+                "shape": list(value.shape)}
+    if isinstance(value, np.ndarray):
+        name = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode() + value.tobytes()).hexdigest()
+        arrays[name] = value
+        return {"array": name}
+    if isinstance(value, tuple):
+        return {"tuple": [_encode(item, arrays) for item in value]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a margin structure cannot keep a {type(value).__name__}")
+
+
+def _decode(value, array: Callable[[str], np.ndarray]):
+    """The inverse of ``_encode``, the arrays read by ``array`` (name -> array)."""
+    if not isinstance(value, dict):
+        return value
+    if "kind" in value:
+        return _KINDS[value["kind"]](**{name: _decode(item, array) for name, item in value["fields"].items()})
+    if "csr" in value:  # copied: scipy may sort a matrix's indices in place
+        parts = tuple(np.array(_decode(part, array)) for part in value["csr"])
+        return sp.csr_matrix(parts, shape=tuple(value["shape"]))
+    if "tuple" in value:
+        return tuple(_decode(item, array) for item in value["tuple"])
+    return array(value["array"])

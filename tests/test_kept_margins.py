@@ -1,0 +1,111 @@
+"""The margin structure kept beside a release: bit-identical to recomputing it, rebuilt from the
+release alone, and never reused for a release that differs in any byte."""
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gedp.postprocess.models import WageVariances
+from gedp.postprocess.moe import variance_functions
+from gedp.postprocess.tabulate import tabulate
+from gedp.postprocess.variances import EstablishmentVariances
+from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE
+from gedp.release.margins import SKELETON_FILE, kept_path, kept_variances, read_structure
+from gedp.release.reader import release_answers, release_wage_psi
+from gedp.synth.io import read_microdata
+
+TABULATIONS = [("county",), ("county", "naics4"), ("state", "sector"), ()]
+
+
+def recomputed(folder, protected):
+    """The variance functions built from the release's files, as before any structure was kept."""
+    return variance_functions(release_answers(folder, protected), protected, release_wage_psi(folder))
+
+
+def tabulation_codes(protected, by, keep):
+    """Each establishment's cell of a tabulation over ``keep`` (-1 outside), and the number of cells."""
+    codes = np.full(len(protected), -1, dtype=np.int64)
+    if by:
+        codes[keep] = protected[keep].groupby(list(by), sort=True, observed=True).ngroup().to_numpy()
+    else:
+        codes[keep] = 0
+    return codes, int(codes.max()) + 1
+
+
+def assert_same_variances(first, second, protected):
+    """Every attribute's variances and slopes equal bit for bit on several tabulations and selections."""
+    assert first.keys() == second.keys()
+    rng = np.random.default_rng(3)
+    for by in TABULATIONS:
+        for keep in (np.ones(len(protected), dtype=bool), rng.random(len(protected)) < 0.6):
+            codes, n_tab = tabulation_codes(protected, by, keep)
+            for attribute in first:
+                a, b = first[attribute](codes, n_tab), second[attribute](codes, n_tab)
+                assert np.array_equal(a.variance, b.variance, equal_nan=True), (attribute, by)
+                assert np.array_equal(a.slope, b.slope, equal_nan=True), (attribute, by)
+
+
+@pytest.fixture
+def release_copy(small_release, tmp_path):
+    folder = tmp_path / "release"
+    shutil.copytree(small_release[0], folder)
+    return folder, read_microdata(folder / PROTECTED_FILE, attributes=None)
+
+
+def test_kept_structure_is_bit_identical_to_recomputing(release_copy):
+    folder, protected = release_copy
+    assert not kept_path(folder).exists()
+    built = kept_variances(folder)  # the first request builds and keeps it
+    kept = read_structure(kept_path(folder))
+    assert kept is not None
+    # every kind of structure is exercised: months with shared errors, wages from the wage fit
+    assert isinstance(kept["m1emp"], EstablishmentVariances) and kept["m1emp"].loading is not None
+    assert isinstance(kept["wage"], WageVariances) and kept["wage"].kept is not None  # with its factorizations
+    assert_same_variances(kept, recomputed(folder, protected), protected)
+    assert_same_variances(kept, built, protected)
+    by_kept = tabulate(protected, ["county", "naics3"], moe=True, margins=kept_variances(folder))
+    by_answers = tabulate(protected, ["county", "naics3"], moe=True, answers=release_answers(folder, protected),
+                          wage_psi=release_wage_psi(folder))
+    pd.testing.assert_frame_equal(by_kept, by_answers, check_exact=True)
+
+
+def test_structure_is_rebuilt_from_a_copy_of_the_release_alone(release_copy, tmp_path, monkeypatch):
+    folder, protected = release_copy
+    kept_variances(folder)
+    first = read_structure(kept_path(folder))
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "another-cache"))
+    copy = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(folder, copy)  # the release's files only: no kept structure travels with it
+    assert not kept_path(copy).exists()
+    kept_variances(copy)
+    assert kept_path(copy).exists()
+    assert_same_variances(first, read_structure(kept_path(copy)), protected)
+
+
+def test_an_edited_measurement_gets_its_own_structure(release_copy):
+    folder, protected = release_copy
+    original = kept_variances(folder)
+    original_path = kept_path(folder)
+    part = next((folder / MEASUREMENTS_FILE).glob("*.parquet"))
+    measurements = pd.read_parquet(part)
+    # one establishment's noisy month-1 employment: the smoothed months' variances follow it
+    row = np.flatnonzero((measurements["query"] == "identity").to_numpy() & (measurements["attribute"] == "m1emp"))[0]
+    measurements.loc[row, ["released", "estimate"]] += 1000.0
+    measurements.to_parquet(part, index=False)
+    assert kept_path(folder) != original_path
+    edited = kept_variances(folder)
+    assert_same_variances(edited, recomputed(folder, protected), protected)
+    codes, n_tab = tabulation_codes(protected, ("county",), np.ones(len(protected), dtype=bool))
+    assert not np.array_equal(edited["m1emp"](codes, n_tab).variance, original["m1emp"](codes, n_tab).variance)
+
+
+def test_an_unreadable_kept_structure_is_rebuilt(release_copy):
+    folder, protected = release_copy
+    path = kept_path(folder)
+    path.mkdir(parents=True)
+    (path / SKELETON_FILE).write_text("not a skeleton")
+    assert read_structure(path) is None
+    assert_same_variances(kept_variances(folder), recomputed(folder, protected), protected)
+    assert read_structure(path) is not None
