@@ -29,7 +29,9 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    all noise) and is fixed from public data: on the published county x NAICS-6 cells of Rhode Island
    and New Jersey, 2016 Q1, the squared relative deviation from the statewide NAICS-6 rate (county
    effect removed) fits s^2 + b / E with b = 2.8 and 3.8 (tests/test_wages.py re-derives it; an
-   agency can set it from its own earlier publications). The least squares over cell totals t >= 0 and rates,
+   agency can set it from its own earlier publications). The two fits differ; the larger (3.8) is
+   kept, the conservative choice (wider small-cell priors). The least squares over cell totals
+   t >= 0 and rates,
 
        sum_c (d_c - t_c)^2 / vd_c + (t_c - E_c (r_g(c) + kappa_k(c)))^2 / vp_c
          + sum_g (r_g - rho_p(g))^2 / vr_g + sum_p (rho_p - m_p)^2 / vague_p + sum_k kappa_k^2 / vk
@@ -38,11 +40,17 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    is solved for the rates exactly (Woodbury through the plan's cells and the cell operator, per
    state; the nonnegativity of t is left out there) and then for t >= 0 with the rates fixed, by the
    structured solver, then the rates at those totals and the totals again (a prior rate is at least
-   RATE_FLOOR of the state's). Steps 2-3 run PASSES times (spreads from the last fit).
+   RATE_FLOOR of the state's). An establishment's wage is at least WAGE_FLOOR x the state's rate x
+   its protected employment, a cell's total at least its establishments' (the least squares over
+   t - that bound >= 0): a cell with employment is released at $0 only when an exact answer (a pnc
+   group clipped at 0) pins it. Steps 2-3 run PASSES times (spreads from the last fit).
 4. **Shares.** Each cell's total is shared among its establishments: each establishment's identity
-   answer (variance at its employment share of the total) and its employment share (relative spread
-   estimated by moments from the identity answers) combined by inverse variance, the shares >= 0 and
-   adding up exactly to the cell total.
+   answer (variance at its employment share of the total) and its employment share (variance
+   (s x share)^2 + EMPLOYEE_VARIANCE x rate^2 x its employment, as a cell's prior; s by moments
+   from the identity answers) combined by inverse variance, the shares at least their bounds and
+   adding up exactly to the cell total. Where the cells span counties (a plan without county wage
+   queries), a county's establishments share a deviation from their employment shares (sd by
+   moments per state), which the margins carry.
 
 Why this is postprocessing (no privacy cost): its inputs are released answers, public attributes and
 protected employment (itself postprocessing of released answers), and the constants below are fixed
@@ -94,8 +102,8 @@ DETAIL = "naics"
 CELL_SPREAD_BOUNDS = (0.1, 1.0)
 #: Relative variance per employee: a cell of E employees varies around its prior by this x rate^2 x E
 #: beyond its cell spread (a relative variance of this / E, large for small cells); from published
-#: QCEW cells (module docstring).
-EMPLOYEE_VARIANCE = 3.0
+#: QCEW cells (module docstring): the larger of the two states' fits, the conservative choice.
+EMPLOYEE_VARIANCE = 3.8
 #: Bounds of the estimated establishment spread, and the smallest relative spread between sibling rates.
 SPREAD_BOUNDS = (0.05, 3.0)
 MIN_RATE_SPREAD = 0.1
@@ -110,6 +118,11 @@ MIN_STATE_RATE = 1.0
 MIN_COUNTY_SPREAD = 0.02
 #: Employment an establishment counts for at least (its share of a cell total is never 0).
 EMPLOYMENT_FLOOR = 0.5
+#: The least wage per protected employee of an establishment (so of a cell), as a share of the
+#: state's rate: one with protected employment is paid at least this (its wage answers cannot pin it
+#: at $0 unless an exact answer does). Below every published county x NAICS-6 cell of Rhode Island
+#: (lowest 0.070) and New Jersey (lowest 0.063), 2016 Q1 (tests/test_wages.py re-derives both).
+WAGE_FLOOR = 0.05
 #: Fits of the cell totals (rates refreshed from the previous fit).
 PASSES = 3
 #: Bisection steps of the shares (then solved exactly on the final free set).
@@ -130,7 +143,10 @@ class WageFit:
     group_answers: np.ndarray
     group_variance: np.ndarray
     fixed_cells: np.ndarray  # cells held at 0 by an exact answer
-    share_variance: np.ndarray  # per establishment: variance of its combined share measurement (0 if at 0)
+    lower: np.ndarray  # per cell: its least total (WAGE_FLOOR x the state's rate x its protected employment)
+    share_variance: np.ndarray  # per establishment: variance of its combined share measurement (0 if fixed)
+    county_codes: np.ndarray  # per establishment: its county (state and county)
+    county_loading: np.ndarray  # per establishment: sd of its share's part of its county's shared deviation
     rates: SharedRates  # the industry rates shared by the cells' priors
 
     @property
@@ -211,8 +227,8 @@ def applies(answers: Sequence[NoisyAnswer], attribute: str, protected_attributes
 
 def protected_employment(protected: pd.DataFrame, answers: Mapping[str, Sequence[NoisyAnswer]],
                          identity_codes: np.ndarray, psi: NeighborFunction) -> tuple[np.ndarray, np.ndarray]:
-    """Each establishment's employment for the model, the mean of its protected months (floored),
-    and that mean's noise variance: each month's identity-answer variance at the protected value
+    """Each establishment's protected employment, the mean of its protected months, and that mean's
+    noise variance: each month's identity-answer variance at the protected value
     (independent noise across months; 0 for a month without identity answer). ``identity_codes``:
     each establishment's row in the identity answers."""
     months = [m for m in MONTHS if m in protected]
@@ -222,7 +238,7 @@ def protected_employment(protected: pd.DataFrame, answers: Mapping[str, Sequence
         identity = [a for a in answers.get(month, []) if a.query.is_identity]
         if identity:
             variance += psi.estimate_variance(values[:, k], per_establishment(identity[0].sd, identity_codes))
-    return np.maximum(values.mean(axis=1), EMPLOYMENT_FLOOR), variance / len(months) ** 2
+    return values.mean(axis=1), variance / len(months) ** 2
 
 
 def per_establishment(values: np.ndarray | float, identity_codes: np.ndarray) -> np.ndarray:
@@ -518,6 +534,8 @@ class _Problem:
     floor: np.ndarray  # per state: RATE_FLOOR of its rate
     parent_vagueness: np.ndarray  # per parent rate: its vague prior's variance
     detail_spread2: np.ndarray  # per detail rate
+    lower: np.ndarray  # per establishment: its least wage (WAGE_FLOOR; 0 when fixed)
+    county_codes: np.ndarray  # per establishment: its county (state and county; 0 without counties)
 
 
 @dataclass(frozen=True, eq=False)
@@ -545,7 +563,8 @@ class _Fit:
 def _problem(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: LinearSystem, plan_codes: np.ndarray,
              identity_codes: np.ndarray, employment: np.ndarray, employment_variance: np.ndarray,
              psi: NeighborFunction) -> tuple[_Problem, _Pass]:
-    """The fixed inputs of the cell fit (step 1: the cell measurements) and the first pass's start."""
+    """The fixed inputs of the cell fit (step 1: the cell measurements) and the first pass's start;
+    ``employment``: each establishment's protected employment (``protected_employment``)."""
     [identity] = [a for a in answers if a.query.is_identity]
     [rate_answer] = [a for a in answers if not a.query.is_identity and tuple(a.query.by) == RATE_QUERY]
     answer, sd = identity.estimate[identity_codes], per_establishment(identity.sd, identity_codes)
@@ -554,6 +573,8 @@ def _problem(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: Linea
     cells, detail_group, establishment_detail = _model_cells(public, plan_codes, rate_codes, n_rates, system)
     theta = _theta_layout(public, rate_answer, rate_codes, cells, detail_group, establishment_detail)
     n_cells, state, n_states = len(cells.coarse), theta.state, theta.n_states
+    protected_employment = np.maximum(employment, 0.0)
+    employment = np.maximum(employment, EMPLOYMENT_FLOOR)
     # the first pass weighs the cell measurements at the state's rate
     state_rate = np.maximum(_by_state(state, answer, n_states) / _by_state(state, employment, n_states),
                             MIN_STATE_RATE)
@@ -571,7 +592,10 @@ def _problem(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: Linea
         cell_employment_variance=np.bincount(cells.codes, weights=employment_variance, minlength=n_cells),
         rate_employment=rate_employment, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
         floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
-        detail_spread2=detail_spread2)
+        detail_spread2=detail_spread2,
+        lower=np.where(cells.fixed, 0.0, WAGE_FLOOR * state_rate[state] * protected_employment),
+        county_codes=(pd.factorize(public["state"].astype(str) + "/" + public["county"].astype(str))[0]
+                      if "county" in public else np.zeros(len(public), dtype=np.int64)))
     # the first pass: rates from the rate query's answers
     start = _Pass(rate_totals=np.maximum(rate_answer.estimate, 0.0), rate_variance=rate_variance,
                   cell_rate_variance=rate_variance[theta.cell_rate], weight_rate=weight_rate)
@@ -642,8 +666,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
         cell_rates = np.maximum(theta.incidence @ rates, p.floor[theta.cell_state])  # never near 0
         combined = (p.direct / direct_variance + cell_rates * p.cell_employment / prior_variance) * cell_variance
-        totals, _ = solve_nested(combined, cell_variance, cells.coarse, cells.c, cells.b, cells.w,
-                                 fixed_zero=cells.fixed_cells)
+        totals = _bounded_totals(p, combined, cell_variance)
         if refresh:
             rates = spsolve(precision.tocsc(), links.T @ totals + theta_prior)
     carry = _Pass(rate_totals=np.maximum(np.bincount(theta.cell_rate, weights=totals, minlength=n_rates), 0.0),
@@ -653,22 +676,62 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks))
 
 
-def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Step 4: each establishment's share of its cell's total, and its combined share measurement's
-    variance (0 at 0)."""
+def _bounded_totals(p: _Problem, combined: np.ndarray, cell_variance: np.ndarray) -> np.ndarray:
+    """The cell totals t >= the sums of their establishments' ``p.lower`` of the least squares of the
+    combined cell measurements and the group answers: t = lower + u with u >= 0 (the group answers
+    less the lower bounds' sums), by the structured solver."""
+    cells = p.cells
+    lower = np.bincount(cells.codes, weights=p.lower, minlength=len(combined))
+    lower_sums = cells.c @ np.bincount(cells.coarse, weights=lower, minlength=cells.c.shape[1])
+    above, _ = solve_nested(combined - lower, cell_variance, cells.coarse, cells.c, cells.b - lower_sums, cells.w,
+                            fixed_zero=cells.fixed_cells)
+    return lower + above
+
+
+def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 4: each establishment's share of its cell's total, its combined share measurement's
+    variance (also where the share sits at 0: the bound does not make it certain; 0 where an exact
+    answer fixes it), and its county loading (``_county_loadings``)."""
     codes, state, n_cells = p.cells.codes, p.theta.state, len(totals)
     share_prior = totals[codes] * p.employment / p.cell_employment[codes]
     noise = p.psi.estimate_variance(share_prior, p.sd)
-    spread = np.clip(np.sqrt(np.maximum(_squared_spread(state, (p.answer - share_prior) ** 2 - noise, share_prior**2,
-                                                        p.theta.n_states), 0.0)), *SPREAD_BOUNDS)
     cell_rate_now = np.divide(totals, p.cell_employment, out=np.zeros(n_cells), where=p.cell_employment > 0)[codes]
-    spread_variance = ((spread[state] * share_prior) ** 2 + cell_rate_now**2 * p.employment_variance
-                       + np.finfo(float).tiny)
+    employee_part = cell_rate_now**2 * (EMPLOYEE_VARIANCE * p.employment + p.employment_variance)
+    spread = np.clip(np.sqrt(np.maximum(_squared_spread(state, (p.answer - share_prior) ** 2 - noise - employee_part,
+                                                        share_prior**2, p.theta.n_states), 0.0)), *SPREAD_BOUNDS)
+    spread_variance = (spread[state] * share_prior) ** 2 + employee_part + np.finfo(float).tiny
     share_precision = 1.0 / noise + 1.0 / spread_variance
     target = (p.answer / noise + share_prior / spread_variance) / share_precision
-    values, free = share_cells(totals, codes, target, 1.0 / share_precision)
+    above, _ = share_cells(totals - np.bincount(codes, weights=p.lower, minlength=n_cells), codes, target - p.lower,
+                           1.0 / share_precision)
+    values = p.lower + above
     values[p.cells.fixed] = 0.0
-    return values, np.where(free, 1.0 / share_precision, 0.0)
+    prior_weight = np.where(p.cells.fixed, 0.0, (1.0 / spread_variance) / share_precision)
+    loading = _county_loadings(p, share_prior, p.answer - share_prior, noise + spread_variance, prior_weight)
+    return values, np.where(p.cells.fixed, 0.0, 1.0 / share_precision), loading
+
+
+def _county_loadings(p: _Problem, share_prior: np.ndarray, residual: np.ndarray, variance: np.ndarray,
+                     prior_weight: np.ndarray) -> np.ndarray:
+    """Where the model's cells span counties (no county offsets in the cell priors), establishments of
+    a county share a relative deviation from their employment shares ``share_prior`` (sd kappa, by
+    moments per state: the county sums of the identity answers' ``residual`` from the shares, less
+    their ``variance``, over the county's summed shares squared); each share carries kappa x its
+    share prior x the prior's weight in it. Zeros where cells lie in counties."""
+    n = len(residual)
+    if p.theta.cell_county is not None or not p.county_codes.any():
+        return np.zeros(n)
+    county, state = p.county_codes, p.theta.state
+    n_counties = int(county.max()) + 1
+    county_state = np.zeros(n_counties, dtype=np.int64)
+    county_state[county] = state
+
+    def by_county(values):
+        return np.bincount(county, weights=values, minlength=n_counties)
+
+    kappa2 = _squared_spread(county_state, by_county(residual) ** 2 - by_county(variance),
+                             by_county(share_prior) ** 2, p.theta.n_states)
+    return np.sqrt(np.maximum(kappa2, 0.0))[state] * prior_weight * share_prior
 
 
 @one_blas_thread
@@ -685,12 +748,14 @@ def fit_cells(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: Line
                               psi)
     for _ in range(PASSES):  # spreads from the last fit
         carry, fit = _fit_pass(problem, carry)
-    values, share_variance = _shares(problem, fit.totals)
+    values, share_variance, county_loading = _shares(problem, fit.totals)
     cells = problem.cells
     return WageFit(values=values, cell_codes=cells.codes, totals=fit.totals, cell_measurement=fit.combined,
                    cell_variance=fit.cell_variance, coarse_groups=cells.c, coarse_cells=cells.coarse,
                    group_answers=cells.b, group_variance=cells.w, fixed_cells=cells.fixed_cells,
-                   share_variance=share_variance, rates=fit.rates)
+                   lower=np.bincount(cells.codes, weights=problem.lower, minlength=len(fit.totals)),
+                   share_variance=share_variance, county_codes=problem.county_codes,
+                   county_loading=county_loading, rates=fit.rates)
 
 
 def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
@@ -711,8 +776,9 @@ def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], pr
 
 def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
                   psi: NeighborFunction, groupings: Groupings | None = None) -> WLSResult:
-    """Wages informed by protected employment, checked like any solve: the cell totals must meet the
-    KKT conditions of their weighted least squares (else SolverError)."""
+    """Wages informed by protected employment, checked like any solve: the cell totals above their
+    lower bounds (``WageFit.lower``) must meet the KKT conditions of their weighted least squares
+    (else SolverError)."""
     start = time.perf_counter()
     try:
         fit = fit_wages(measurements_by_attribute, protected, psi, groupings)
@@ -720,10 +786,12 @@ def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]]
         raise SolverError(f"structured solver: {err}") from None
     identity = sp.identity(len(fit.totals), format="csr")
     pinned = int(np.count_nonzero(fit.fixed_cells))  # exact zero rows pin these cells, as in the solve
-    cells = LinearSystem(sp.vstack([identity, fit.groups, identity[fit.fixed_cells]], format="csr"),
-                         np.concatenate([fit.cell_measurement, fit.group_answers, np.zeros(pinned)]),
+    matrix = sp.vstack([identity, fit.groups, identity[fit.fixed_cells]], format="csr")
+    answers = np.concatenate([fit.cell_measurement, fit.group_answers, np.zeros(pinned)])
+    cells = LinearSystem(matrix, answers - matrix @ fit.lower,
                          np.concatenate([fit.cell_variance, fit.group_variance, np.zeros(pinned)]))
-    checked = checked_result(cells, fit.totals, solver="structured+employment", status="optimal", start=start)
+    checked = checked_result(cells, fit.totals - fit.lower, solver="structured+employment", status="optimal",
+                             start=start)
     return dataclasses.replace(checked, values=fit.values,
                                fixed_zero=int(np.count_nonzero(fit.fixed_cells[fit.cell_codes])))
 
@@ -749,15 +817,17 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, kept: GroupF
     K^-1 with K = diag(1 / cell_variance) + C' W C (fixed cells excluded); what the shared rates'
     uncertainty adds, z' M^-1 z with z = links' K^-1 g (``SharedRates``; together the cell block of
     the joint Hessian's inverse), both for the tabulation's share g of each cell (the share of the
-    cell's protected wages it holds; a share moves with its cell's total); and the within-cell part,
+    cell's protected wages it holds, a share moving with its cell's total; of its establishments, in
+    a cell at 0 that no exact answer fixes); and the within-cell part,
     K_T - K_T^2 / K_c per cell, K the share variances summed over the tabulation's (K_T) and the
     cell's (K_c) establishments.
     """
     codes, inside = fit.cell_codes, tab_codes >= 0
     n_cells = len(fit.totals)
     cell_of = codes[inside]
+    counts = np.bincount(codes, minlength=n_cells)
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(fit.totals[cell_of] > 0, fit.values[inside] / fit.totals[cell_of], 0.0)
+        share = np.where(fit.totals[cell_of] > 0, fit.values[inside] / fit.totals[cell_of], 1.0 / counts[cell_of])
     g = sp.csr_matrix((share, (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
     operator, cell_variance = _cell_operator(fit, kept)
     p = sp.diags(cell_variance) @ g
@@ -769,4 +839,24 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, kept: GroupF
     part = entries.data - np.divide(entries.data**2, within_cell[entries.row], out=np.zeros_like(entries.data),
                                     where=within_cell[entries.row] > 0)
     variances += np.bincount(entries.col, weights=part, minlength=n_tab)
+    if fit.county_loading.any():
+        ratio = sp.csr_matrix((np.divide(entries.data, within_cell[entries.row], out=np.zeros_like(entries.data),
+                                         where=within_cell[entries.row] > 0), (entries.row, entries.col)),
+                              shape=(n_cells, n_tab))
+        variances += _county_variances(fit, tab_codes, n_tab, ratio)
     return np.maximum(variances, 0.0)
+
+
+def _county_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, ratio: sp.csr_matrix) -> np.ndarray:
+    """What the counties' shared deviations add (``WageFit.county_loading``, u): per tabulation T,
+    sum over counties k of L_Tk^2, L_Tk = sum of u over T's establishments in k less, per cell c, the
+    ``ratio`` K_(T and c) / K_c of the sum of u over c's establishments in k (the cell's total is
+    fixed: its shares absorb the deviation as they absorb any, in proportion to their variances)."""
+    inside = tab_codes >= 0
+    n_counties = int(fit.county_codes.max()) + 1
+    own = sp.csr_matrix((fit.county_loading[inside], (tab_codes[inside], fit.county_codes[inside])),
+                        shape=(n_tab, n_counties))
+    by_cell = sp.csr_matrix((fit.county_loading, (fit.cell_codes, fit.county_codes)),
+                            shape=(len(fit.totals), n_counties))
+    loadings = (own - ratio.T @ by_cell).tocsr()
+    return np.asarray(loadings.multiply(loadings).sum(axis=1)).ravel()

@@ -219,8 +219,9 @@ def test_tabulate_pipes_csv_when_stdout_is_not_a_terminal(release):
                         "group by public columns (estab_id, state, county"),
     (["--agglvl", "74", "--by", "county"], "give --by or --agglvl, not both"),
     (["--by", "county", "--out", "{tmp}"], "--out '{tmp}' is a folder; give a file name, e.g. {tmp}/tabulation.csv"),
-    (["--by", "county", "--out", "{tmp}/table"], "--out '{tmp}/table': the name does not tell the format; end it in "
-                                                 ".csv, .parquet or .xlsx, or give --format (csv, parquet, qcew, xlsx)"),
+    (["--by", "county", "--out", "{tmp}/table"],
+     "--out '{tmp}/table': the name does not tell the format; end it in .csv, .parquet or .xlsx, or give --format "
+     "(csv, parquet, qcew, xlsx)"),
 ])
 def test_tabulate_refuses_unclear_requests_in_one_line(release, tmp_path, arguments, message):
     arguments = [a.format(tmp=tmp_path) for a in arguments]
