@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 import pandas as pd
@@ -28,7 +28,7 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import Groupings
 from gedp.postprocess import wages
-from gedp.postprocess.attributes import MONTHS, WAGE
+from gedp.postprocess.attributes import MONTHS, WAGE, WAGE_PRIOR
 from gedp.postprocess.months import month_answers, pattern_cells
 from gedp.postprocess.structured import GroupFactorizations
 from gedp.postprocess.variances import CellVariances, answers_structure
@@ -106,9 +106,11 @@ class PostprocessOptions:
 
 
 class AttributeModel(Protocol):
-    """One attribute's model: its answers to fit, its solve (with its prior) and its margins."""
+    """One attribute's model: its answers to fit, its solve (with its prior) and its margins; its
+    ``name`` is recorded with the solve (``WLSResult.model``, the manifest's solver section)."""
 
     attribute: str
+    name: ClassVar[str]
 
     @property
     def answers(self) -> Sequence[NoisyAnswer]:
@@ -143,6 +145,7 @@ class PlainModel(_ModelOf):
     """The attribute's own answers, fitted by the weighted least squares with no prior."""
 
     options: PostprocessOptions
+    name: ClassVar[str] = "plain"
 
     def solve(self, protected: pd.DataFrame, groupings: Groupings) -> WLSResult:
         """The weighted least squares of the answers."""
@@ -162,6 +165,8 @@ class MonthModel(PlainModel):
     squares (``month_answers``, for all months at once), and its margins with the errors the
     smoothed months share within cells (``NoisyAnswer.pattern_loading``)."""
 
+    name: ClassVar[str] = "months"
+
     def variances(self, protected: pd.DataFrame) -> VarianceFunction:
         """The least squares' variances, plus the errors shared within cells (grouped once here)."""
         public = protected[public_columns(protected)]
@@ -175,6 +180,7 @@ class WageModel(_ModelOf):
     """Wages with a prior informed by protected employment (``postprocess.wages``)."""
 
     psi: NeighborFunction
+    name: ClassVar[str] = WAGE_PRIOR
 
     def solve(self, protected: pd.DataFrame, groupings: Groupings) -> WLSResult:
         """The wage fit at the protected employment (``wages.protect_wages``)."""

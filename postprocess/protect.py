@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -37,7 +38,7 @@ def protect_microdata(
     groupings = groupings or Groupings(public)  # the public columns never change: one per query for all attributes
     results = {}
     for attribute, model in models.items():
-        results[attribute] = model.solve(protected, groupings)
+        results[attribute] = dataclasses.replace(model.solve(protected, groupings), model=model.name)
         protected[attribute] = (results[attribute].values if finish is None
                                 else finish(attribute, results[attribute].values))
         if on_step is not None:

@@ -64,6 +64,7 @@ class WLSResult:
     fixed_zero: int
     clipped_negative: float
     iterations: int | None = None
+    model: str = "plain"  # the attribute model that solved it (postprocess.models: plain, months, wage prior)
 
     def report(self) -> dict:
         """What a manifest records: no values, and no timing."""
@@ -72,9 +73,11 @@ class WLSResult:
 
 def combined_report(reports: Sequence[Mapping]) -> dict:
     """One summary of several solves' reports (a release's states, a job family's categories): the
-    solvers used, their one status or "mixed: ...", the largest KKT residual and iteration count."""
+    solvers and models used, their one status or "mixed: ...", the largest KKT residual and iteration
+    count."""
     statuses = sorted({r["status"] for r in reports})
     return {"solver": ",".join(sorted({r["solver"] for r in reports})),
+            "model": ",".join(sorted({r.get("model", "plain") for r in reports})),
             "status": statuses[0] if len(statuses) == 1 else "mixed: " + ",".join(statuses),
             "kkt_residual": max(r["kkt_residual"] for r in reports),
             "iterations": max((r["iterations"] or 0) for r in reports)}

@@ -25,20 +25,24 @@ def releases(ledger):
     return gedp.ledger.live(gedp.ledger.read_ledger(ledger))
 
 
-@pytest.mark.parametrize("config, expected", [("baseline", "employment"), ({"wages": "wls"}, "wls"),
-                                              ({"solver": "osqp"}, "wls"), ("employment", None)])
+@pytest.mark.parametrize("config, expected", [("baseline", "wage prior"), ({"wages": "wls"}, "plain"),
+                                              ({"solver": "osqp"}, "plain"), ("employment", None)])
 def test_the_wage_model_of_the_manifest_is_the_one_the_solver_ran(small_state, config, expected):
-    """The manifest's wage model, read from its config block, names the fit the postprocessing ran:
-    the wage model's solver (structured+employment) exactly when it says "employment"."""
+    """The manifest records the wage model the postprocessing ran (solver.wage.model): the wage prior's
+    solver (structured+employment) exactly when it says "wage prior"; a manifest without it is refused."""
     if isinstance(config, dict):
         config = dict(gedp.load("baseline").raw, **config)
     release = gedp.protect(small_state.head(400), config, seed=1, not_for_publication=True)
     manifest = release.manifest
     assert wage_model(manifest) == expected
     solver = manifest["solver"].get("wage", {}).get("solver")
-    assert (solver == "structured+employment") == (expected == "employment")
+    assert (solver == "structured+employment") == (expected == "wage prior")
     assert (solver is None) == (expected is None)
-    assert (release_wage_psi(release.folder) is not None) == (expected == "employment")
+    assert (release_wage_psi(release.folder) is not None) == (expected == "wage prior")
+    if expected is not None:
+        del manifest["solver"]["wage"]["model"]
+        with pytest.raises(InputError, match="does not record its wage model"):
+            wage_model(manifest)
 
 
 def test_a_report_folder_holds_the_report_files_of_the_format(tmp_path):

@@ -12,22 +12,20 @@ import functools
 from importlib import metadata
 from typing import Any, TypedDict
 
-from gedp.config import Config, parse_config
+from gedp.config import Config
+from gedp.errors import InputError
 from gedp.measure.budget import compose
 from gedp.measure.conversions import privacy_statement
 from gedp.measure.jobframe import EMPLOYMENT, FamilySpec
-from gedp.measure.queries import IDENTITY
 from gedp.measure.rng import is_publishable
 from gedp.measure.workflows import MeasurementPlan
-from gedp.postprocess.attributes import MONTHS, WAGE
-from gedp.postprocess.wages import RATE_QUERY
-from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, combined_report
+from gedp.postprocess.attributes import WAGE
+from gedp.postprocess.wls import combined_report
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE, StateRelease
 
 VERSIONED_PACKAGES = ("gedp", "numpy", "scipy", "pandas", "pyarrow", "cvxpy", "osqp", "clarabel")
 #: The wage models of the postprocessing: wages informed by the protected employment
 #: (postprocess.wages), or the weighted least squares every attribute gets.
-WAGE_MODELS = ("employment", "wls")
 
 
 class Manifest(TypedDict, total=False):
@@ -224,17 +222,13 @@ def _jobs_section(pieces: list[dict]) -> dict:
 
 
 def wage_model(manifest: Manifest) -> str | None:
-    """The model the release's wages were postprocessed with, read from its config block and variance
-    mode: "employment" (postprocess.wages) when the config chose it (``wages``, by default) with an
-    exact solver (auto or structured), a release variance mode and a plan that measures wages by
-    identity (once) and by the rate query, beside employment; "wls" otherwise; None without wages."""
-    config = parse_config(manifest["config"], source="<manifest>")
-    queries = [query for query in config.plan.queries if WAGE in query.mu]
-    if WAGE not in config.plan.attributes:
+    """The model the release's wages were postprocessed with, as its manifest records it
+    (``solver.wage.model``): "wage prior" (``postprocess.wages``, informed by protected employment),
+    "plain", or None without wages. A manifest written before the field existed is refused."""
+    solver = manifest.get("solver", {})
+    if WAGE not in solver:
         return None
-    chosen = (config.wages == "employment" and config.solver in ("auto", "structured")
-              and manifest["variance_mode"] in RELEASE_VARIANCE_MODES
-              and any(month in config.plan.attributes for month in MONTHS)
-              and sum(query.by == IDENTITY for query in queries) == 1
-              and any(query.by == RATE_QUERY for query in queries))
-    return WAGE_MODELS[0] if chosen else WAGE_MODELS[1]
+    if "model" not in solver[WAGE]:
+        raise InputError("this release's manifest does not record its wage model (solver.wage.model); it was "
+                         "written by an earlier gedp: protect the data again to tabulate it with margins")
+    return solver[WAGE]["model"]

@@ -12,6 +12,7 @@ from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY, Query
+from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
 from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.manifest import Manifest, wage_model
@@ -94,7 +95,7 @@ def release_wage_psi(release: str | Path) -> NeighborFunction | None:
     """The release's psi when its wages were informed by its protected employment (the manifest's
     wage model is "employment": their margins of error then follow ``postprocess.wages``), else None."""
     manifest = read_manifest(release)
-    if wage_model(manifest) != "employment":
+    if wage_model(manifest) != WAGE_PRIOR:
         return None
     return make_psi(**manifest["psi"])
 
