@@ -1,9 +1,13 @@
-"""Budget plans shipped with gedp (YAML): baseline and uniform (SPEC E2), employment (SPEC E1), and
+"""Budget plans shipped with gedp (YAML): recommended (the main path: the plan `gedp plan` made from
+a published QCEW file), baseline and uniform (the paper's E2), employment (E1), and
 establishment-and-worker (E1 under the combined psi sqrt-linear)."""
 
 from pathlib import Path
 
 DIRECTORY = Path(__file__).parent
+#: The config of the main path (`gedp run`, `gedp protect`, `gedp.protect`); `baseline` and `uniform`
+#: stay for the paper's experiments.
+DEFAULT_CONFIG = "recommended"
 
 
 def available() -> list[str]:

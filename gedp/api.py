@@ -3,7 +3,7 @@ write and read releases. The command line is a thin layer over the same function
 
     import gedp
     micro = gedp.synthesize(profile="small", seed=1)
-    release = gedp.protect(micro, config="baseline")
+    release = gedp.protect(micro, config="recommended")
     release.tabulate(by=["county", "naics3"], moe=True, level=0.95)
     release.write("release/")
 """
@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.config import Config, load_config, parse_config
+from gedp.configs import DEFAULT_CONFIG
 from gedp.engine import Source, scheduler_access
 from gedp.errors import InputError
 from gedp.lifetime import ledger_request, protect_recorded
@@ -35,9 +36,9 @@ __all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "re
            "tabulate_job_frame"]
 
 
-def load(config: str | Path | Mapping[str, Any] | Config = "baseline", workflow: str | None = None,
+def load(config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, workflow: str | None = None,
          allow_large_mu: bool = False) -> Config:
-    """A config from a shipped name ("baseline"), a YAML path, a mapping with the YAML's keys, or a
+    """A config from a shipped name ("recommended", the default), a YAML path, a mapping with the YAML's keys, or a
     Config; ``workflow`` ("pnc" or "psi") overrides the config's. A query's mu above
     ``gedp.mu_limits.MAX_QUERY_MU`` is refused unless ``allow_large_mu``."""
     if isinstance(config, Config):
@@ -84,7 +85,7 @@ def plan(published_qcew: str | Path, out: str | Path | None = None, *, mu_total:
     return result
 
 
-def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = "baseline", *,
+def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, *,
             workflow: str | None = None, seed: int | None = None, not_for_publication: bool = False,
             engine: str = "local", scheduler: str | None = None, integer: bool | None = None,
             jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,

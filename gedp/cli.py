@@ -25,6 +25,7 @@ from rich.table import Column, Table
 from typer.core import TyperOption
 
 import gedp
+from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import AuditError, GedpError, InputError, SolverError
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
@@ -227,7 +228,7 @@ def _accuracy(truth: pd.DataFrame, release: Path, config: Config) -> dict:
 @app.command()
 def run(
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
-    config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
+    config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = DEFAULT_CONFIG,
     seed: Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream "
                                                      "(experiments).")] = None,
     rng: Annotated[Optional[str], typer.Option(help="secure (ChaCha20 keyed from the OS; the default without --seed) "
@@ -417,11 +418,11 @@ def plan_command(
     weights: Annotated[str, typer.Option(help="Weights of employment and wages in the objective.")] =
         "employment=1,wage=1",
 ) -> None:
-    """Choose a budget plan from a published QCEW file (public data only).
+    """Choose a budget plan from a published QCEW file alone.
 
-    A stand-in state is synthesized from the published file, plan shapes are scored by their predicted
-    errors on it, and the best is written as a config.
-    """
+    A stand-in state is synthesized from the published file, plan shapes are scored by their
+    predicted errors on it (calibrated by simulated releases of the stand-in), and the best is
+    written as a config."""
     from gedp.planning.output import comparison_rows, output_paths
     from gedp.planning.search import search_steps
 
@@ -434,7 +435,7 @@ def plan_command(
         with progress_steps(search_steps()) as advance:
             result = gedp.plan(from_qcew, out, mu_total=mu_total, targets=levels, base=base, weights=weight_map,
                                on_step=advance)
-    table = Table("level", "attribute", "plan", base, "uniform", title="Predicted median relative error, "
+    table = Table("level", "attribute", "plan", base, "uniform (analytic)", title="Predicted median relative error, "
                   "published cells")
     for row in comparison_rows(result):
         table.add_row(*row)
@@ -463,7 +464,7 @@ def _pair(item: str, option: str) -> tuple[str, str]:
 def protect_command(
     input: Annotated[Path, typer.Argument(help="Establishment microdata: .csv, .parquet, or a folder of Parquet "
                                                "parts.")],
-    config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = "baseline",
+    config: Annotated[str, typer.Option(help="Config file or shipped config name.")] = DEFAULT_CONFIG,
     out: Annotated[Path, typer.Option(help="Release directory to write.")] = Path("gedp-release"),
     jobs: Annotated[Optional[Path], typer.Option(help="Job table (one row per job: estab_id and QWI worker codes) "
                                                       "for a config with job families, e.g. --config jobs.")] = None,

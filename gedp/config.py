@@ -308,7 +308,7 @@ def _job_plan(spec: Any, where: str) -> JobPlan:
 
 
 def load_config(name_or_path: str | Path, allow_large_mu: bool = False) -> Config:
-    """Load a config from a YAML file, or a shipped one by name ('baseline', 'uniform', 'employment');
+    """Load a config from a YAML file, or a shipped one by name ('recommended', 'baseline', 'uniform', ...);
     ``allow_large_mu`` as for ``parse_config``."""
     path = Path(name_or_path)
     if not path.is_file() and path.suffix == "" and str(name_or_path) in configs.available():

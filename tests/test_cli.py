@@ -45,9 +45,12 @@ def test_run_writes_a_complete_release(release):
     assert sorted(p.name for p in out.iterdir()) == [
         "accuracy.json", "manifest.json", "measurements.parquet", "protected.parquet", "qcew_tables.csv"]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["mu_total"] == pytest.approx(planned_total(configs.path("baseline")), rel=1e-12)
-    assert manifest["mu"]["identity"] == {"m1emp": 0.7, "m2emp": 0.7, "m3emp": 0.7, "wage": 0.15}
-    assert manifest["mu"]["state,county,naics5"]["wage"] == 0.15
+    assert manifest["mu_total"] == pytest.approx(planned_total(configs.path(configs.DEFAULT_CONFIG)), rel=1e-12)
+    shipped = yaml.safe_load(configs.path(configs.DEFAULT_CONFIG).read_text())["queries"]
+    planned = {q["by"] if q["by"] == "identity" else ",".join(q["by"]): q["mu"] for q in shipped}
+    assert manifest["mu"].keys() == planned.keys()
+    for query, mus in planned.items():
+        assert manifest["mu"][query] == pytest.approx(mus, rel=1e-12), query
     assert manifest["psi"] == {"name": "sqrt", "a": 0.0}
     assert manifest["gammas"] == {"m1emp": 0.5, "m2emp": 0.5, "m3emp": 0.5, "wage": 50.0}
     assert manifest["zeta"] == 0.01 and manifest["rng"]["kind"] == "seed" and manifest["rng"]["seed"] == 1
@@ -82,7 +85,7 @@ def test_release_measurements_hold_every_answer(release):
     protected = pd.read_parquet(out / "protected.parquet")
     counts = measurements.groupby(["query", "attribute"]).size()
     assert counts[("identity", "wage")] == 2_000
-    assert counts[("state,county", "m1emp")] == protected["county"].nunique()
+    assert counts[("state,county,naics5", "m1emp")] == protected.groupby(["county", "naics5"]).ngroups
     assert set(measurements["mechanism"]) == {"psi", "pnc"}
     pnc = measurements[measurements["mechanism"] == "pnc"]
     np.testing.assert_allclose(pnc["variance"], pnc["sd"] ** 2)

@@ -54,7 +54,7 @@ def test_reading_one_state_at_a_time(two_states):
 def test_states_are_protected_separately_and_compose_in_parallel(two_states, tmp_path):
     manifest, protected = protect(two_states / "states.parquet", tmp_path / "both")
     assert manifest["states"] == ["09", "44"] and manifest["establishments"] == 2_400
-    planned = yaml.safe_load(configs.path("baseline").read_text())
+    planned = yaml.safe_load(configs.path(configs.DEFAULT_CONFIG).read_text())
     total = np.sqrt(sum(mu * mu for q in planned["queries"] for mu in q["mu"].values()))
     assert manifest["mu_total"] == pytest.approx(total)  # parallel composition: spent once
     assert set(manifest["per_state"]) == {"09", "44"}

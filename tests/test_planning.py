@@ -18,7 +18,9 @@ from gedp.planning import search, shapes
 from gedp.planning.predict import median_relative_error, target_cells
 from gedp.planning.search import Candidate, StandIn, combinations, predict_config
 from gedp.planning.shapes import Allocation, Shape
+from gedp.planning.simulate import MIN_CELL_RELEASES, calibrated
 from gedp.postprocess.models import PostprocessOptions
+from gedp.postprocess.months import month_answers
 from gedp.postprocess.protect import protect_microdata
 from gedp.synth.schema import public_columns
 
@@ -99,19 +101,23 @@ def test_search_picks_what_brute_force_picks(standin):
         <= best.score + 0.02)  # a tie within 2% of error: the scaling's approximation
 
 
-@pytest.mark.slow
-def test_prediction_matches_simulated_releases(standin, small_state):
-    """Predicted median relative errors against 40 simulated releases (false failures: the simulated
-    medians' sampling error, about 3% at these cell counts, is far inside the 15% tolerance)."""
-    shape = Shape(Allocation((shapes.STATE, shapes.NAICS5, shapes.CELL), 0.6, 0.12), Allocation((shapes.NAICS5,), 0.65))
-    config = parse_config(shapes.config_mapping(shape, 2.3065, 0.2, load_config("baseline").raw), "<t>")
-    predicted = predict_config(standin, config, ["m1emp", "wage"])
+def test_calibration_keeps_analytic_medians_where_cells_are_few():
+    analytic = {78: {"m1emp": 0.05, "wage": 0.08}, 51: {"m1emp": 0.001, "wage": 0.002}}
+    simulated = {78: {"m1emp": 0.04, "wage": 0.10}, 51: {"m1emp": 0.003, "wage": 0.0001}}
+    counts = {78: {"m1emp": MIN_CELL_RELEASES, "wage": MIN_CELL_RELEASES - 1}, 51: {"m1emp": 2, "wage": 2}}
+    assert calibrated(analytic, simulated, counts) == {78: {"m1emp": 0.04, "wage": 0.08},
+                                                       51: {"m1emp": 0.001, "wage": 0.002}}
+
+
+def _simulated_medians(small_state, standin, config, seeds):
+    """Per (level, attribute): each release's relative errors on the target cells (true >= 1)."""
     public = small_state[public_columns(small_state)]
     errors: dict = {}
-    for seed in range(40):
-        answers = measure(small_state, config.plan, rng=np.random.default_rng(100 + seed))
-        release, _ = protect_microdata({a: answers.for_attribute(a) for a in config.plan.attributes}, public,
-                                       PostprocessOptions.from_config(config))
+    for seed in seeds:
+        answers = measure(small_state, config.plan, rng=np.random.default_rng(seed))
+        answers = month_answers({a: answers.for_attribute(a) for a in config.plan.attributes},
+                                config.variance_mode, config.plan.psi, public)
+        release, _ = protect_microdata(answers, public, PostprocessOptions.from_config(config))
         for target in standin.cells:
             inside = target.codes >= 0
             for attribute in ("m1emp", "wage"):
@@ -120,9 +126,33 @@ def test_prediction_matches_simulated_releases(standin, small_state):
                 true = target.true[attribute]
                 keep = true >= 1
                 errors.setdefault((target.level, attribute), []).append(np.abs(sums - true)[keep] / true[keep])
+    return errors
+
+
+@pytest.mark.slow
+def test_prediction_matches_simulated_releases(standin, small_state):
+    """The calibrated prediction against 30 independent simulated releases, within 15%.
+
+    False failures: the bootstrap sd of the simulated median over releases is asserted below 6% of
+    it (1.4-5.8% measured); the prediction's own sampling error (three releases where simulated, none
+    where analytic) is larger at these cell counts (misses of 0-11% measured with two releases), so a miss
+    beyond 15% is about a 2-sd event for the simulated levels: up to a few percent per comparison
+    over seeds; the seeds are fixed, so the test is deterministic. Power: a prediction 30% too high
+    (the size of the analytic wage error's bias on Rhode Island's county cells) fails at every level.
+    """
+    shape = Shape(Allocation((shapes.STATE, shapes.NAICS5, shapes.CELL), 0.6, 0.12), Allocation((shapes.NAICS5,), 0.65))
+    config = parse_config(shapes.config_mapping(shape, 2.3065, 0.2, load_config("baseline").raw), "<t>")
+    analytic = predict_config(standin, config, ["m1emp", "wage"])
+    predicted = search.calibrated_errors(standin, config, analytic)
+    errors = _simulated_medians(small_state, standin, config, range(100, 130))
+    rng = np.random.default_rng(0)
     for (level, attribute), values in errors.items():
         simulated = np.median(np.concatenate(values))
+        boot = [np.median(np.concatenate([values[i] for i in rng.integers(0, len(values), len(values))]))
+                for _ in range(200)]
+        assert 2.5 * np.std(boot) < 0.15 * simulated, (level, attribute)
         assert predicted[level][attribute] == pytest.approx(simulated, rel=0.15), (level, attribute)
+        assert abs(1.3 * predicted[level][attribute] / simulated - 1) > 0.15, (level, attribute)
 
 
 @pytest.mark.slow
@@ -158,3 +188,21 @@ def test_plan_beside_baseline_report(small_state, tmp_path):
     assert summary["within_level_78"]["plan"]["wage"]["25%"] == pytest.approx(np.mean(error <= 0.25))
     assert (tmp_path / "report.md").is_file() and (tmp_path / "plan" / "summary.json").is_file()
     assert summary["baseline"]["levels"]["78"]["m1emp"]["all"]["cells"] == cells.true["m1emp"].size
+
+
+def test_coarse_to_fine_refines_the_best_sets_only():
+    """Sets scored by a known error (set index + 1, times the identity share), so the best sets are the
+    first ones; only they are predicted at the second share."""
+    sets = shapes.query_sets()[:5]
+    base = {78: {"m1emp": 1.0}, 75: {"m1emp": 1.0}}
+    asked: list[Allocation] = []
+
+    def predict(chosen):
+        asked.extend(chosen)
+        return {a: {level: {"m1emp": (sets.index(a.groups) + 1) * a.identity_share} for level in base}
+                for a in chosen}
+
+    errors = search.coarse_to_fine(predict, sets, (0.6, 0.8), (0.03,), base, "m1emp")
+    assert {a.groups for a in asked if a.identity_share == 0.6} == set(sets)
+    assert {a.groups for a in asked if a.identity_share == 0.8} == set(sets[:search.REFINED_SETS])
+    assert len(asked) == len(set(asked)) == len(errors) == len(sets) + search.REFINED_SETS

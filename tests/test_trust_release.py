@@ -263,7 +263,7 @@ def test_released_wages_and_their_solver_report_follow_from_the_other_released_f
     so does the manifest's solver entry for wages (no timing, nothing else). Any confidential input
     to the fit, even in the lowest bit, would break the equality."""
     out = tmp_path / "r"
-    result = runner.invoke(app, ["protect", str(sorted_by_wage), "--out", str(out)])  # baseline, secure
+    result = runner.invoke(app, ["protect", str(sorted_by_wage), "--out", str(out)])  # the default config, secure
     assert result.exit_code == 0, result.output
     protected, answers = read_release(out)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -271,7 +271,7 @@ def test_released_wages_and_their_solver_report_follow_from_the_other_released_f
     recomputed = wages.protect_wages(answers, protected.drop(columns="wage"), psi)
     assert np.array_equal(recomputed.values, protected["wage"].to_numpy())
     [state] = manifest["states"]
-    assert manifest["per_state"][state]["solver"]["wage"] == recomputed.report()
+    assert manifest["per_state"][state]["solver"]["wage"] == {**recomputed.report(), "model": "wage prior"}
     assert manifest["solver"]["wage"]["kkt_residual"] == recomputed.kkt_residual
 
 

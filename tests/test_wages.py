@@ -83,7 +83,7 @@ def fitted(small_state):
     """A baseline release of the small state and the wage fit recomputed from its answers."""
     from gedp.release.reader import read_release
 
-    release = gedp.protect(small_state, seed=5, not_for_publication=True)
+    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
     protected, answers = read_release(release.folder)
     return release, protected, wages.fit_wages(answers, protected, gedp.load("baseline").plan.psi)
 
@@ -287,7 +287,7 @@ def test_wage_margins_cover_sector_totals(small_state):
     truth = tabulate(small_state, by)
     covered = []
     for seed in range(6):
-        release = gedp.protect(small_state, seed=seed, not_for_publication=True)
+        release = gedp.protect(small_state, "baseline", seed=seed, not_for_publication=True)
         table = release.tabulate(by=by, moe=True).merge(truth, on=by, suffixes=("", "_true"))
         covered.append(np.abs(table["wage"] - table["wage_true"]) <= table["wage_moe"])
     covered = np.concatenate(covered)

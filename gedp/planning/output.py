@@ -55,6 +55,7 @@ def summary(result: PlanResult, frontier_file: str) -> dict:
         "score": result.chosen.score, "worst_ratio_to_base": result.chosen.worst_ratio,
         "predicted": {"plan": by_level(result.chosen.errors), "base": by_level(result.base),
                       "uniform": by_level(result.uniform)},
+        "predicted_analytic": {"plan": by_level(result.chosen.analytic)},
         "finalists": [{"shape": c.shape.describe(), "wage_share": c.wage_share, "score": c.score,
                        "worst_ratio_to_base": c.worst_ratio} for c in result.finalists],
         "frontier_plot": frontier_file,

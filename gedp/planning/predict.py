@@ -12,7 +12,7 @@ standard normal, so the median relative error over the cells C of a level is the
 
 the median of the mixture (cells with a true value of at least 1, as ``evaluation.accuracy``
 reports). The bounds x >= 0 and the wage prior's bias are left out; simulated releases of the
-stand-in check the prediction (``tests/test_planning.py``; the method page gives the figures).
+stand-in calibrate the prediction (``simulate``; the method page gives the figures).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from gedp.synth.schema import public_columns
 DEFAULT_TARGETS = (78, 75, 74, 58, 54, 51)
 #: Cells of a level the prediction takes at most (a public random subset of the published cells:
 #: the median of thousands of cells moves little, and the wage margins' cost grows with the cells).
-MAX_CELLS = 800
+MAX_CELLS = 400
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,10 @@ class TargetCells:
 
 
 def target_cells(standin: pd.DataFrame, published: PublishedState | None, levels: Sequence[int],
-                 attributes: Sequence[str], *, seed: int = 0, max_cells: int = MAX_CELLS) -> list[TargetCells]:
+                 attributes: Sequence[str], *, seed: int = 0, max_cells: int | None = MAX_CELLS) -> list[TargetCells]:
     """The published cells (every cell without ``published``) of each level with a true value of
-    at least 1 in some attribute, at most ``max_cells`` of them per level (a seeded random subset)."""
+    at least 1 in some attribute, at most ``max_cells`` of them per level (a seeded random subset;
+    None: all)."""
     public = standin[public_columns(standin)]
     groupings = Groupings(public)
     rng = np.random.default_rng(seed)
@@ -66,7 +67,7 @@ def target_cells(standin: pd.DataFrame, published: PublishedState | None, levels
         keep = np.ones(grouping.n_groups, dtype=bool) if published is None else published_flags(
             published, level, grouping.keys)
         chosen = np.flatnonzero(keep)
-        if len(chosen) > max_cells:
+        if max_cells is not None and len(chosen) > max_cells:
             chosen = np.sort(rng.choice(chosen, max_cells, replace=False))
         index = np.full(grouping.n_groups, -1)
         index[chosen] = np.arange(len(chosen))

@@ -2,13 +2,18 @@
 
 1. The stand-in: a state synthesized from the published QCEW file (``synth.qcew``), and the
    published cells of the target levels.
-2. Employment: every allocation (``shapes.allocations``) is predicted at a reference budget. The
-   group-by answers of allocations with the same identity mu come from one measurement, their pnc
-   variances rescaled to each allocation's mu (exact: pnc's variance is (Delta_g / mu)^2 with
-   Delta_g fixed by the identity answers). Wages: every wage allocation, likewise.
+2. Employment: allocations (``shapes.allocations``) are predicted at a reference budget, coarse
+   to fine: every query set at the first identity share, then the best ``REFINED_SETS`` sets at
+   the other shares. The group-by answers of allocations with the same identity mu come from one
+   measurement, their pnc variances rescaled to each allocation's mu (exact: pnc's variance is
+   (Delta_g / mu)^2 with Delta_g fixed by the identity answers). Wages: the wage allocations,
+   likewise.
 3. Errors scale as 1 / mu within an allocation, so every pair of allocations is scored at every
    wage share without new predictions; the best few are predicted again at their own budgets (and
-   the best with months 2-3 measured apart), and the best of those is the plan.
+   the best with months 2-3 measured apart).
+4. The finalists and the base plan are calibrated by simulated releases of the stand-in
+   (``simulate``: the bounds and the wage prior's bias, which the analytic prediction leaves out),
+   scored again, and the best of them is the plan.
 
 The score is a weighted mean, over the target levels, of log(predicted error / the base plan's),
 employment (month 1; the months' mean for a shape that measures them apart) and wages weighted as
@@ -35,6 +40,7 @@ from gedp.measure.workflows import measure
 from gedp.planning import shapes
 from gedp.planning.predict import DEFAULT_TARGETS, TargetCells, predicted_errors, prepared_answers, target_cells
 from gedp.planning.shapes import Allocation, Shape
+from gedp.planning.simulate import calibrated, simulated_errors
 from gedp.synth.establishments import synthesize_state
 from gedp.synth.qcew import PublishedState, read_qcew
 from gedp.synth.schema import public_columns
@@ -46,19 +52,29 @@ REFERENCE_WAGE_SHARE = 0.15
 WAGE_SHARES = tuple(np.round(np.arange(0.02, 0.501, 0.02), 2))
 #: Pairs of allocations predicted again at their own budgets.
 FINALISTS = 3
+#: Query sets (per attribute) predicted at the other identity shares after the first pass.
+REFINED_SETS = 3
 #: Seed of the stand-in's synthesis and of its simulated measurements (public data only).
 STANDIN_SEED = 1
+#: Simulated releases of the stand-in per finalist and for the base plan (paired seeds), and their
+#: seed: one of their own, apart from the evaluations' default (1), so that simulated releases that
+#: check a prediction are independent of the releases that calibrated it.
+SIMULATED_RELEASES = 3
+SIMULATION_SEED = 2016
 
 Errors = dict[int, dict[str, float]]
 
 
 @dataclass(frozen=True)
 class StandIn:
-    """A public stand-in for the state: synthesized from its published file, with the target cells."""
+    """A public stand-in for the state: synthesized from its published file, with the target cells
+    (``cells``: a sample for the analytic prediction; ``all_cells``: every one, for simulated
+    releases, whose cost hardly grows with the cells; None: the sample)."""
 
     microdata: pd.DataFrame
     cells: list[TargetCells]
     source: str
+    all_cells: list[TargetCells] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,7 @@ class Candidate:
     score: float
     worst_ratio: float  # largest predicted error / the base plan's, over levels and attributes
     errors: Errors
+    analytic: Errors | None = None  # the analytic prediction, when ``errors`` is calibrated
 
 
 @dataclass(frozen=True)
@@ -89,8 +106,9 @@ class PlanResult:
 def stand_in(published: PublishedState, source: str, levels: Sequence[int], seed: int = STANDIN_SEED) -> StandIn:
     """The stand-in state synthesized from ``published`` and its published target cells."""
     microdata = synthesize_state(published, rng=np.random.default_rng(seed))
-    return StandIn(microdata, target_cells(microdata, published, levels, [EMPLOYMENT, "m2emp", WAGE], seed=seed),
-                   source)
+    attributes = [EMPLOYMENT, "m2emp", WAGE]
+    return StandIn(microdata, target_cells(microdata, published, levels, attributes, seed=seed), source,
+                   target_cells(microdata, published, levels, attributes, max_cells=None))
 
 
 def _answers(standin: StandIn, config: Config, *, smoothed: bool) -> dict[str, list[NoisyAnswer]]:
@@ -162,6 +180,30 @@ def wage_errors(standin: StandIn, base: Config, mu_total: float, allocations: Se
     return out
 
 
+def best_sets(errors: Mapping[Allocation, Errors], base: Errors, attribute: str,
+              count: int = REFINED_SETS) -> list[tuple[tuple[str, ...], ...]]:
+    """The ``count`` query sets whose best allocation has the lowest mean log error ratio to the base
+    plan's for ``attribute``."""
+    def value(allocation: Allocation) -> float:
+        return float(np.mean([np.log(errors[allocation][level][attribute] / base[level][attribute]) for level in base]))
+
+    out: list[tuple[tuple[str, ...], ...]] = []
+    for allocation in sorted(errors, key=value):
+        if allocation.groups not in out:
+            out.append(allocation.groups)
+    return out[:count]
+
+
+def coarse_to_fine(predict: Callable[[list[Allocation]], dict[Allocation, Errors]],
+                   sets: Sequence[tuple[tuple[str, ...], ...]], shares: Sequence[float],
+                   state_shares: Sequence[float], base: Errors, attribute: str) -> dict[Allocation, Errors]:
+    """Every set at the first identity share, then the best sets at the other shares (module
+    docstring, step 2)."""
+    errors = predict(shapes.allocations(sets, shares[:1], state_shares))
+    refined = shapes.allocations(best_sets(errors, base, attribute), shares[1:], state_shares)
+    return {**errors, **predict([a for a in refined if a not in errors])}
+
+
 def scaled(errors: Errors, factor: float) -> Errors:
     return {level: {a: e * factor for a, e in by.items()} for level, by in errors.items()}
 
@@ -214,9 +256,11 @@ def frontier(candidates: Sequence[Candidate], shapes_shown: Sequence[Shape], lev
 
 def search_steps() -> int:
     """Progress steps of ``make_plan``."""
-    employment = shapes.allocations(shapes.query_sets(), shapes.IDENTITY_SHARES)
-    wages = shapes.allocations(shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES, shapes.STATE_SHARES[:1])
-    return 3 + len(employment) + len(wages) + FINALISTS + 1
+    employment = shapes.allocations(shapes.query_sets(), shapes.IDENTITY_SHARES[:1])
+    wages = shapes.allocations(shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES[:1], shapes.STATE_SHARES[:1])
+    refined = REFINED_SETS * (len(shapes.IDENTITY_SHARES) - 1) * len(shapes.STATE_SHARES) + REFINED_SETS * (
+        len(shapes.WAGE_IDENTITY_SHARES) - 1)
+    return 3 + len(employment) + len(wages) + refined + 2 * (FINALISTS + 1) + 1
 
 
 def _finalists(standin: StandIn, base: Config, ranked: Sequence[Candidate], mu_total: float, base_errors: Errors,
@@ -238,6 +282,24 @@ def _finalists(standin: StandIn, base: Config, ranked: Sequence[Candidate], mu_t
         out.append(replace(candidate, score=value, worst_ratio=worst, errors=errors))
         step(f"again at its budget: {candidate.shape.describe()}")
     return out
+
+
+def calibrated_errors(standin: StandIn, config: Config, analytic: Errors) -> Errors:
+    """``analytic`` (predicted errors under ``config``) calibrated by simulated releases of the stand-in."""
+    attributes = sorted({a for by in analytic.values() for a in by})
+    simulated, counts = simulated_errors(standin.microdata, standin.all_cells or standin.cells, config, attributes,
+                                         releases=SIMULATED_RELEASES, seed=SIMULATION_SEED)
+    return calibrated(analytic, simulated, counts)
+
+
+def _calibrated(standin: StandIn, candidate: Candidate, mu_total: float, base: Config, base_errors: Errors,
+                weights: Mapping[str, float], step: Callable[[str], None]) -> Candidate:
+    """A finalist with its predicted errors calibrated by simulated releases, scored again."""
+    errors = calibrated_errors(standin, _config(candidate.shape, mu_total, candidate.wage_share, base),
+                               candidate.errors)
+    value, worst = score(errors, base_errors, weights)
+    step(f"simulated: {candidate.shape.describe()}")
+    return replace(candidate, score=value, worst_ratio=worst, errors=errors, analytic=candidate.errors)
 
 
 def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
@@ -263,13 +325,17 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     uniform = scaled(predict_config(standin, uniform_config, [EMPLOYMENT, WAGE]),
                      uniform_config.plan.budget().total / mu_total)
     step("uniform plan")
-    employment = employment_errors(standin, base_config, mu_total,
-                                   shapes.allocations(shapes.query_sets(), shapes.IDENTITY_SHARES), step)
-    wages = wage_errors(standin, base_config, mu_total,
-                        shapes.allocations(shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES, shapes.STATE_SHARES[:1]),
-                        step)
+    employment = coarse_to_fine(lambda chosen: employment_errors(standin, base_config, mu_total, chosen, step),
+                                shapes.query_sets(), shapes.IDENTITY_SHARES, shapes.STATE_SHARES, base_errors,
+                                EMPLOYMENT)
+    wages = coarse_to_fine(lambda chosen: wage_errors(standin, base_config, mu_total, chosen, step),
+                           shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES, shapes.STATE_SHARES[:1], base_errors, WAGE)
     ranked = combinations(employment, wages, base_errors, weights, tolerance)
     finalists = _finalists(standin, base_config, ranked, mu_total, base_errors, weights, step)
+    base_errors = scaled(calibrated_errors(standin, base_config, scaled(base_errors, mu_total / base_total)),
+                         base_total / mu_total)
+    step("base plan simulated")
+    finalists = [_calibrated(standin, c, mu_total, base_config, base_errors, weights, step) for c in finalists]
     chosen = min(finalists, key=lambda c: (c.worst_ratio > 1 + tolerance, c.score))
     shown = [c.shape for c in finalists if not c.shape.months_apart]
     level = 78 if 78 in targets else targets[0]

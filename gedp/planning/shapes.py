@@ -25,9 +25,10 @@ QUERY_LABELS = {STATE: "state", NAICS5: "NAICS-5", COUNTY: "county", CELL: "coun
 #: Shares of an attribute's mu^2 the state query may get when a shape has it (the shipped baseline
 #: gives it 0.04 of a month's 1.74; the state total needs more where no other query sums to it).
 STATE_SHARES = (0.03, 0.12)
-#: Shares of an attribute's mu^2 (after the state query's) the identity query may get.
+#: Shares of an attribute's mu^2 (after the state query's) the identity query may get; the first is
+#: searched for every query set, the others for the best sets (``search.coarse_to_fine``).
 IDENTITY_SHARES = (0.6, 0.8)
-WAGE_IDENTITY_SHARES = (0.35, 0.65)
+WAGE_IDENTITY_SHARES = (0.65, 0.35)
 
 
 @dataclass(frozen=True)
