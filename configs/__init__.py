@@ -5,7 +5,7 @@ establishment-and-worker (E1 under the combined psi sqrt-linear)."""
 from pathlib import Path
 
 DIRECTORY = Path(__file__).parent
-#: The config of the main path (`gedp run`, `gedp protect`, `gedp.protect`); `baseline` and `uniform`
+#: The config of the main path (`gedp run`, `gedp protect` and the API's protect); `baseline` and `uniform`
 #: stay for the paper's experiments.
 DEFAULT_CONFIG = "recommended"
 

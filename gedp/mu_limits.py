@@ -3,7 +3,7 @@
 The shipped plans spend at most 0.9 per query and attribute and 2.31 in total (configs/). A config
 therefore always has a cap: its ``mu_cap``, or ``DEFAULT_MU_CAP`` when it has none; and a query's mu
 above ``MAX_QUERY_MU`` is refused unless explicitly allowed (``--allow-large-mu`` on the command
-line, ``allow_large_mu=True`` in ``gedp.protect``). The refusal says what such a mu would release:
+line, ``allow_large_mu=True`` in the API's protect). The refusal says what such a mu would release:
 the noise sd, in the attribute's units, of the identity query's answer for a typical establishment
 (``TYPICAL_VALUES``: public reference sizes, not read from any data).
 """

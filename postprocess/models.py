@@ -44,7 +44,7 @@ Answers = Mapping[str, Sequence[NoisyAnswer]]
 
 
 class ReleaseConfig(Protocol):
-    """What the options read from a release configuration (``gedp.config.Config``)."""
+    """What the options read from a release configuration (the typed config of the front)."""
 
     @property
     def variance_mode(self) -> str: ...
@@ -92,7 +92,7 @@ class PostprocessOptions:
     def for_margins(cls, wage_psi: NeighborFunction | None) -> PostprocessOptions:
         """The options that choose a release's models for its margins of error, from answers already
         weighed as its solve weighed them: ``wage_psi`` is the release's psi when its wages were
-        informed by employment (``gedp.release.reader.release_wage_psi``), else None."""
+        informed by employment (as the release manifest records), else None."""
         return cls(wages="wls" if wage_psi is None else "employment", psi=wage_psi)
 
     @property

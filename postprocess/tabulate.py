@@ -99,13 +99,13 @@ def tabulate(
             the margins treat the selection as fixed, as if it were made on public columns.
         moe: add ``<attribute>_moe``, the half-width of the interval at ``level`` from the release's
             least squares covariance (no new privacy budget; needs ``answers``).
-        answers: the release's noisy answers by attribute (``gedp.release.reader.read_release``).
+        answers: the release's noisy answers by attribute (as a release reader returns them).
         wage_psi: the release's psi when its wages were informed by employment
-            (``gedp.release.reader.release_wage_psi``; their margins then follow ``postprocess.wages``).
+            (the release reader's wage psi; their margins then follow ``postprocess.wages``).
         groupings: of ``microdata``, shared by several tabulations of it (not used with ``where``).
         margins: the release's variance functions by attribute, built already (instead of
             ``answers`` and ``wage_psi``: ``postprocess.moe.variance_functions``, or kept beside the
-            release: ``gedp.release.margins.kept_variances``).
+            release: the structure a release keeps beside it).
 
     Returns one row per non-empty group, sorted by the keys, with the keys, ``estabs`` and the sums.
 

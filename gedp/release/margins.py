@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from gedp import __version__
 from gedp.postprocess.models import VarianceFunction, WageVariances
 from gedp.postprocess.moe import variance_functions
 from gedp.postprocess.structured import DenseFactor, DenseInverse, GroupFactorizations
 from gedp.postprocess.variances import EstablishmentVariances
 from gedp.postprocess.wages import SharedRates, WageFit
 from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
+from gedp.release.manifest import versions
 from gedp.release.reader import release_answers, release_wage_psi
 from gedp.synth.io import read_microdata
 
@@ -59,7 +59,7 @@ def release_digest(release: str | Path) -> str:
     """SHA-256 of the release's manifest, measurements and protected microdata (each part's name,
     size and bytes), the gedp version and the structure's format."""
     release = Path(release)
-    digest = hashlib.sha256(f"gedp {__version__} margins {STRUCTURE_FORMAT}\n".encode())
+    digest = hashlib.sha256(f"gedp {versions()['gedp']} margins {STRUCTURE_FORMAT}\n".encode())
     for name in (MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE):
         path = release / name
         parts = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
