@@ -30,6 +30,7 @@ from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TA
 from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, release_answers, release_families
 from gedp.release.writer import check_output_directory, staged_directory
+from gedp.synth.intake import prepare_input
 from gedp.synth.titles import Titles
 
 __all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
@@ -51,9 +52,10 @@ def load(config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, workf
 
 
 def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, establishments: int | None = None,
-               seed: int = 1) -> pd.DataFrame:
+               seed: int = 1, state: str | None = None) -> pd.DataFrame:
     """Synthetic establishment microdata: a shipped (or JSON) state profile, or a state fitted to a
-    BLS QCEW file so that its tabulations reproduce every published cell."""
+    BLS QCEW file so that its tabulations reproduce every published cell (``state``: the 2-digit
+    FIPS code to take from a file of several states)."""
     rng = np.random.default_rng(seed)
     if from_qcew is not None:
         from gedp.synth.establishments import synthesize_state
@@ -61,7 +63,7 @@ def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, e
 
         if establishments is not None:
             raise InputError("establishments goes with profile, not from_qcew (the QCEW file fixes the count)")
-        return synthesize_state(read_qcew(from_qcew), rng=rng)
+        return synthesize_state(read_qcew(from_qcew, state), rng=rng)
     from gedp.synth.profiles import generate_profile, load_profile
 
     return generate_profile(load_profile(profile), n_establishments=establishments, rng=rng)
@@ -90,11 +92,15 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
             engine: str = "local", scheduler: str | None = None, integer: bool | None = None,
             jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
             dataset_id: str | None = None, allow_large_mu: bool = False, security: Any = None,
-            insecure_scheduler: bool = False) -> Release:
+            insecure_scheduler: bool = False, columns: Mapping[str, str] | None = None,
+            pad_codes: bool = False) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
     ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
-    job table (DataFrame or file) of a config with job families (e.g. "jobs").
+    job table (DataFrame or file) of a config with job families (e.g. "jobs"). Column names as
+    agencies have them (``month1_emplvl``, ``cnty``, ...) are recognized; ``columns`` maps others
+    (``{"ruid": "estab_id"}``), and ``pad_codes`` zero-pads codes that lost their leading zeros
+    (see ``gedp.synth.intake``: a file's problems are reported all at once).
 
     Noise comes from the secure generator; ``seed`` gives a replayable stream and needs
     ``not_for_publication=True`` (the release then says ``"publishable": false``).
@@ -114,6 +120,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     loaded = load(config, workflow, allow_large_mu)
     if integer is not None:
         loaded = loaded.with_integer(integer)
+    microdata = prepare_input(microdata, columns=columns, pad_codes=pad_codes, attributes=loaded.attributes)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
     folder = Path(holder.name) / "release"
     protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,

@@ -26,7 +26,7 @@ from typer.core import TyperOption
 
 import gedp
 from gedp.configs import DEFAULT_CONFIG
-from gedp.errors import AuditError, GedpError, InputError, SolverError
+from gedp.errors import AuditError, GedpError, InputError, InputProblems, SolverError
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
 # matplotlib and the stage packages (which import them) are imported inside the commands that use
@@ -128,6 +128,10 @@ def reported_errors():
         kind = "solver" if isinstance(err, SolverError) else "audit"
         typer.echo(f"{kind} error: {_one_line(err)}", err=True)
         raise typer.Exit(1) from None
+    except InputProblems as err:  # every problem of an input, one per line
+        typer.echo("\n".join([f"error: {_one_line(err.subject)} has:", *(f"  - {_one_line(p)}" for p in err.problems)]),
+                   err=True)
+        raise typer.Exit(2) from None
     except GedpError as err:
         typer.echo(f"error: {_one_line(err)}", err=True)
         raise typer.Exit(2) from None
@@ -324,7 +328,7 @@ def _print_validation(report: dict) -> None:
 
 
 def _synthesized(profile: Optional[str], from_qcew: Optional[Path], within_cell: str, establishments: Optional[int],
-                 seed: int, rng) -> tuple[pd.DataFrame, dict, Optional[PublishedState]]:
+                 seed: int, rng, state: Optional[str] = None) -> tuple[pd.DataFrame, dict, Optional[PublishedState]]:
     """A synthetic state from a profile or fitted to a QCEW file, its summary, and the published
     QCEW it was fitted to (None for a profile)."""
     from gedp.synth.establishments import synthesize_state
@@ -339,7 +343,7 @@ def _synthesized(profile: Optional[str], from_qcew: Optional[Path], within_cell:
         return microdata, {"profile": spec["name"], "description": spec["description"], "seed": seed,
                            "establishments": len(microdata), "counties": int(microdata["county"].nunique()),
                            "totals": {a: float(microdata[a].sum()) for a in CONFIDENTIAL}}, None
-    published = read_qcew(from_qcew)
+    published = read_qcew(from_qcew, state)
     microdata = synthesize_state(published, mode=within_cell, rng=rng)
     return microdata, {"source": str(from_qcew), "within_cell": within_cell, "seed": seed,
                        **validation_report(microdata, published)}, published
@@ -361,6 +365,8 @@ def synth(
                                                                                  "profile JSON.")] = None,
     jobs: Annotated[bool, typer.Option("--jobs", help="Also write a synthetic job table, one job per month-1 "
                                                       "employee, to OUT.jobs.parquet (or .csv).")] = False,
+    state: Annotated[Optional[str], typer.Option(help="With --from-qcew: the state (2-digit FIPS) to take from a "
+                                                      "file of several states.")] = None,
 ) -> None:
     """Write a synthetic state: from a built-in profile, or fitted to a published QCEW file."""
     import numpy as np
@@ -381,7 +387,7 @@ def synth(
         if within_cell not in WITHIN_CELL_MODES:
             raise InputError(f"--within-cell '{within_cell}': choose one of {', '.join(WITHIN_CELL_MODES)}")
         rng = np.random.default_rng(seed)
-        microdata, summary, published = _synthesized(profile, from_qcew, within_cell, establishments, seed, rng)
+        microdata, summary, published = _synthesized(profile, from_qcew, within_cell, establishments, seed, rng, state)
         if jobs:
             job_table = synthesize_jobs(microdata, rng=rng)
             jobs_out = out.with_name(f"{out.stem}.jobs{out.suffix}")
@@ -507,22 +513,30 @@ def protect_command(
     allow_large_mu: Annotated[bool, typer.Option("--allow-large-mu",
                                                  help="Accept a query mu above 2 (refused by default: a typo such "
                                                       "as 70 for 0.70 releases nearly exact values).")] = False,
+    columns: Annotated[Optional[str], typer.Option(help="Column names of the input: STORED=GEDP,... (e.g. "
+                                                        "ruid=estab_id), beyond the names gedp knows.")] = None,
+    pad_codes: Annotated[bool, typer.Option("--pad-codes", help="Zero-pad state, county, NAICS and own codes that "
+                                                                "lost their leading zeros (county 1 -> 001).")] = False,
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
-    from gedp.engine import scheduler_access, tls_credentials
-    from gedp.lifetime import ledger_request, protect_recorded
-    from gedp.measure.rng import check_publication
+    from gedp.synth.intake import configured_attributes, inspect_input, load_input, parse_columns
 
     start = time.perf_counter()
-    with reported_errors():
+    with reported_errors():  # the input is checked first, before the numerical stack is imported
+        intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
+                               attributes=configured_attributes(config))
+        from gedp.engine import scheduler_access, tls_credentials
+        from gedp.lifetime import ledger_request, protect_recorded
+        from gedp.measure.rng import check_publication
+
         check_publication(seed, rng, not_for_publication)
         access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
         request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
         cfg = _load(config, workflow, integer, allow_large_mu)
         with progress_steps(None) as advance:
             manifest, reservation = protect_recorded(
-                input, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=access, jobs=jobs,
-                on_state=lambda state: advance(f"state {state} done"))
+                load_input(intake), cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=access,
+                jobs=jobs, on_state=lambda state: advance(f"state {state} done"))
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     if reservation is not None:
         console.print(f"  lifetime budget: this release charged mu {reservation.mu:.4f} in the accounts' terms; its "
@@ -824,14 +838,14 @@ def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: s
     import numpy as np
 
     from gedp.synth.establishments import synthesize_state
-    from gedp.synth.io import read_microdata
+    from gedp.synth.intake import read_input
     from gedp.synth.profiles import generate_profile, load_profile
     from gedp.synth.qcew import read_qcew
 
     if data is not None and from_qcew is not None:
         raise InputError("give at most one of --data and --from-qcew")
     if data is not None:
-        return read_microdata(data), f"file {data.name}", None
+        return read_input(data), f"file {data.name}", None
     if from_qcew is not None:
         published = read_qcew(from_qcew)
         microdata = synthesize_state(published, rng=np.random.default_rng(seed))

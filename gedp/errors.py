@@ -30,3 +30,13 @@ class SolverError(GedpError, RuntimeError):
 
 class AuditError(GedpError, RuntimeError):
     """A cell-suppression audit LP ended in a status other than optimal or unbounded (exit status 1)."""
+
+
+class InputProblems(InputError):
+    """Every problem found in one input, each a line with its hint (exit status 2); the command line
+    prints the subject, then one problem per line."""
+
+    def __init__(self, subject: str, problems: list[str]) -> None:
+        self.subject, self.problems = subject, list(problems)
+        noun = "problem" if len(problems) == 1 else "problems"
+        super().__init__(f"{subject} has {len(problems)} {noun}: " + "; ".join(problems))

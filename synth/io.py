@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,59 +13,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
+from gedp.synth.paths import check_input_path, is_parquet
 from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
 #: Columns read as text from CSV so that leading zeros of codes survive (and year/qtr are checked as text).
 TEXT_COLUMNS = ("estab_id", *CODE_WIDTHS, "own", *CARRIED, *JOB_COLUMNS)
-PARQUET_SUFFIXES = (".parquet", ".pq")
 #: Longest CSV header read: a header is a few dozen names, and reading stops here on a file without lines.
 MAX_HEADER_CHARACTERS = 1 << 16
-#: What a path is when it is neither a regular file nor a folder (never opened: a FIFO blocks, a
-#: device never ends).
-_KINDS = {stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
-          stat.S_ISSOCK: "a socket"}
-
-
-def _regular(path: Path, mode: int) -> None:
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS.items() if test(mode)), "not a file")
-        raise InputError(f"input '{path}' is not a regular file ({kind})")
-
-
-def check_input_path(path: str | Path) -> Path:
-    """Refuse, without opening it, an input that is not a regular ``.csv`` or Parquet file or a
-    ``.parquet`` folder whose entries are all regular files or folders of them (hidden names, which
-    Parquet readers skip, aside)."""
-    path = Path(path)
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        raise InputError(f"input file '{path}' does not exist") from None
-    suffix = path.suffix.lower()
-    if stat.S_ISDIR(mode):
-        if suffix != ".parquet":
-            raise InputError(f"input '{path}' is a folder; give a file, or a folder of Parquet parts named *.parquet")
-        for folder, names, files in os.walk(path):
-            names[:] = [n for n in names if not n.startswith((".", "_"))]
-            for name in files:
-                if not name.startswith((".", "_")):
-                    entry = Path(folder) / name
-                    try:
-                        _regular(entry, entry.stat().st_mode)
-                    except OSError as err:
-                        raise InputError(f"input '{entry}' cannot be read ({err.strerror})") from None
-        return path
-    _regular(path, mode)
-    if suffix != ".csv" and suffix not in PARQUET_SUFFIXES:
-        raise InputError(f"input file '{path}': unknown type '{suffix}' (use .csv or .parquet)")
-    return path
-
-
-def is_parquet(path: Path) -> bool:
-    """Whether a checked input is Parquet (a file or a folder of parts) rather than CSV."""
-    return path.suffix.lower() in PARQUET_SUFFIXES
-
-
 def input_columns(path: Path) -> list[str]:
     """The column names of a checked input as stored (pandas would rename a repeated CSV column)."""
     if is_parquet(path):

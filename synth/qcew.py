@@ -59,6 +59,11 @@ REQUIRED_COLUMNS = (
 DISCLOSURE_COLUMN = "disclosure_code"
 PRIVATE = "5"
 FINEST_LEVEL = 78
+#: Levels a state's file must have for its totals to be known: the county private totals (the
+#: statewide ones are their sum) and the county x NAICS-6 cells. A file of level 78 alone, cut from
+#: BLS's national single-level files, would give a state whose totals are those of its published
+#: cells only: its suppressed cells would be filled from nothing.
+REQUIRED_LEVELS = {71: "the county private totals", FINEST_LEVEL: "the county x NAICS-6 cells"}
 #: Order in which attributes are fitted: month 2's target is the midpoint of the fitted months 1 and 3.
 FIT_ORDER = ("m1emp", "m3emp", "wage", "m2emp")
 
@@ -95,13 +100,16 @@ def _industry_key(level: int) -> str | None:
     return INDUSTRY_OF_STATE_LEVEL[level - 20 if level in COUNTY_LEVELS else level]
 
 
-def read_qcew(path: str | Path) -> PublishedState:
+def read_qcew(path: str | Path, state: str | None = None) -> PublishedState:
     """Read and check BLS QCEW by-area open-data CSV for one state and one quarter: one file, or a
-    folder of per-area files (e.g. the statewide file and every county file), read as one.
+    folder of per-area or per-level files (e.g. the statewide file and every county file, or BLS's
+    national single-level files of levels 51-58 and 71-78), read as one. ``state`` (2-digit FIPS)
+    takes that state's rows of a file of several states.
 
     Raises:
-        InputError: unreadable file, missing columns, no private rows, several quarters or states,
-            or published cells that are inconsistent with their parts.
+        InputError: unreadable file, missing columns, no private rows, several quarters, several
+            states without ``state``, a level of ``REQUIRED_LEVELS`` missing, or published cells that
+            are inconsistent with their parts.
     """
     path = Path(path)
     if path.is_dir():
@@ -113,7 +121,7 @@ def read_qcew(path: str | Path) -> PublishedState:
         raw = _read_csv(path)
     else:
         raise InputError(f"QCEW file '{path}' does not exist")
-    return published_state(raw, str(path))
+    return published_state(raw, str(path), state)
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -138,8 +146,9 @@ def _checked_columns(raw: pd.DataFrame, source: str) -> pd.DataFrame:
     return raw
 
 
-def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedState:
-    """Check QCEW rows (BLS layout) and index them by finest cell; see ``read_qcew``."""
+def published_state(raw: pd.DataFrame, source: str = "QCEW data", state: str | None = None) -> PublishedState:
+    """Check QCEW rows (BLS layout) of one state (``state``, or the only one) and index them by
+    finest cell; see ``read_qcew``."""
     raw = _checked_columns(raw, source)
     for column in ("agglvl_code", "year", "qtr"):
         numbers = pd.to_numeric(raw[column], errors="coerce")
@@ -162,9 +171,9 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     if bad_fips.any():
         raise InputError(f"{source}: {count(int(bad_fips.sum()), 'row')} with an area_fips that is not 5 digits; "
                          f"e.g. {fips[bad_fips].iloc[0]!r}")
-    states = sorted(fips.str[:2].unique())
-    if len(states) > 1:
-        raise InputError(f"{source}: rows of {len(states)} states ({', '.join(states)}); give one state per file")
+    state = _one_state(fips, state, source)
+    private, fips = private[fips.str[:2] == state], fips[fips.str[:2] == state]
+    _check_levels(set(private["agglvl_code"]), source)
     numbers = [ESTABS_COLUMN, *QCEW_VALUE_COLUMNS.values()]
     values = private[numbers].apply(pd.to_numeric, errors="coerce")
     bad = values.isna() | (values < 0)
@@ -191,18 +200,42 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data") -> PublishedSt
     aggregates = aggregates.sort_values(["agglvl", "county", "industry"], ignore_index=True)
 
     finest = aggregates[aggregates["agglvl"] == FINEST_LEVEL]
-    if finest.empty:
-        raise InputError(f"{source}: no county x NAICS-6 rows (aggregation level 78)")
     cells = validate_microdata(
-        pd.DataFrame({"estab_id": np.arange(len(finest)), "state": states[0], "county": finest["county"].to_numpy(),
+        pd.DataFrame({"estab_id": np.arange(len(finest)), "state": state, "county": finest["county"].to_numpy(),
                       "naics": finest["industry"].to_numpy()}),
         attributes=(),
     ).drop(columns=["estab_id", "own"])
     cells["estabs"] = finest["estabs"].to_numpy()
     membership = _membership(aggregates, cells, source)
-    published = PublishedState(states[0], quarters[0][0], quarters[0][1], aggregates, cells, membership)
+    published = PublishedState(state, quarters[0][0], quarters[0][1], aggregates, cells, membership)
     _check_consistency(published, source)
     return _whole_numbers(published, source)
+
+
+def _one_state(fips: pd.Series, state: str | None, source: str) -> str:
+    """The state whose rows are read: ``state``, or the only state of the rows' area codes."""
+    states = sorted(fips.str[:2].unique())
+    if state is not None and state not in states:
+        raise InputError(f"{source}: no private rows of state {state!r}; it has {', '.join(states)}")
+    if state is None and len(states) > 1:
+        shown = ", ".join(states[:10]) + (", ..." if len(states) > 10 else "")
+        raise InputError(f"{source}: rows of {len(states)} states ({shown}); choose one with --state "
+                         f"(state= in Python), e.g. --state {states[0]}")
+    return states[0] if state is None else state
+
+
+def _check_levels(present: set[int], source: str) -> None:
+    """Refuse a file without a level of ``REQUIRED_LEVELS``: its suppressed cells would be filled
+    from nothing and its totals would be those of its published cells."""
+    missing = [level for level in REQUIRED_LEVELS if level not in present]
+    if missing:
+        named = "; ".join(f"{level} ({REQUIRED_LEVELS[level]})" for level in missing)
+        raise InputError(
+            f"{source}: no private rows at aggregation level{'s' if len(missing) > 1 else ''} {named}: without "
+            "them the state's totals are unknown; give the state's by-area file (or its county files), or a "
+            "folder holding BLS's single-level files of levels 71-78 (51-58 too, for statewide cells) with "
+            "--state; it has levels "
+            f"{', '.join(str(level) for level in sorted(present))}")
 
 
 def _whole_numbers(published: PublishedState, source: str) -> PublishedState:

@@ -10,12 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gedp.errors import InputError
+from gedp.synth.columns import CARRIED, CODE_WIDTHS, CONFIDENTIAL
 from gedp.synth.hierarchy import derive_industry_codes
 
-#: Confidential numeric attributes, all >= 0.
-CONFIDENTIAL = ("m1emp", "m2emp", "m3emp", "wage")
-#: Public code columns and their exact number of digits.
-CODE_WIDTHS = {"state": 2, "county": 3, "naics": 6}
 #: Own code written when the input has no ``own`` column (QCEW private ownership).
 PRIVATE_OWN = "5"
 #: Public columns derived from ``naics``.
@@ -23,8 +20,6 @@ DERIVED = ("naics5", "naics4", "naics3", "sector", "supersector", "domain")
 #: Largest confidential value accepted: far above any establishment's quarterly wages, far below
 #: where the squares in the variance formulas would overflow.
 MAX_VALUE = 1e13
-#: Optional QCEW columns carried through as whole numbers: the smallest and largest value, and the rule.
-CARRIED = {"year": (1900, 2100, "values must be years 1900-2100"), "qtr": (1, 4, "values must be quarters 1-4")}
 #: Every public column of validated microdata, in output order.
 PUBLIC = ("estab_id", "state", "county", "own", "naics", *DERIVED)
 #: Longest text shown of a value in a message (a key, a config value, an estab_id).

@@ -160,7 +160,8 @@ def test_evaluate_e5_refuses_data_without_its_columns(tmp_path, small_file):
     out = tmp_path / "e5"
     result = runner.invoke(app, ["evaluate", "e5", "--out", str(out), "--data", str(source)])
     assert result.exit_code == 2 and "missing column 'wage'" in result.output, result.output
-    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+    lines = result.output.strip().splitlines()  # the input's first check: a first line, then the problem
+    assert len(lines) == 2 and lines[1].startswith("  - missing column 'wage'") and not out.exists()
 
 
 @pytest.mark.parametrize("args, message", [

@@ -27,12 +27,13 @@ COLUMNS = ["estab_id", "state", "county", "naics", "m1emp", "m2emp", "m3emp", "w
 
 
 def assert_clean_outcome(result, out, marker="manifest.json"):
-    """Success with a complete output (``marker`` written), or exit 2 with one line, no traceback and
-    nothing written."""
+    """Success with a complete output (``marker`` written), or exit 2 with one line (or the input's
+    first check: a first line, then one line per problem), no traceback and nothing written."""
     assert result.exit_code in (0, 2), (result.exit_code, result.output, result.exception)
     assert "Traceback" not in result.output
     if result.exit_code == 2:
-        assert result.output.startswith("error:") and len(result.output.strip().splitlines()) == 1, result.output
+        lines = result.output.strip().splitlines()
+        assert result.output.startswith("error:") and all(line.startswith("  - ") for line in lines[1:]), result.output
         assert not out.exists()
     else:
         assert (out / marker).is_file()

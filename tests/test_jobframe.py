@@ -380,16 +380,18 @@ def test_protect_with_jobs_end_to_end_and_its_errors(tmp_path, state, jobs):
     bad.to_parquet(tmp_path / "bad.parquet")
     rule = ("job table was given: a job table (--jobs) goes with a config with job families (e.g. --config jobs), "
             "and such a config needs one")
-    cases = [(["--jobs", str(tmp_path / "s.jobs.parquet"), "--config", "baseline"],
+    state.to_parquet(tmp_path / "full.parquet")  # every attribute baseline measures: only the job table is wrong
+    cases = [("full.parquet", ["--jobs", str(tmp_path / "s.jobs.parquet"), "--config", "baseline"],
               f"error: config baseline has no job families and a {rule}"),
-             (["--config", "jobs"], f"error: config jobs measures job families (worker, home) and no {rule}"),
-             (["--jobs", str(tmp_path / "bad.parquet"), "--config", "jobs"],
+             ("s.parquet", ["--config", "jobs"],
+              f"error: config jobs measures job families (worker, home) and no {rule}"),
+             ("s.parquet", ["--jobs", str(tmp_path / "bad.parquet"), "--config", "jobs"],
               "error: column 'estab_id': values of the job table must be an estab_id of the input; first at row 6 "
               "(estab_id nope)")]
     for engine in ("local", "dask"):
-        for extra, message in cases:
+        for data, extra, message in cases:
             out = tmp_path / "never"
-            result = runner.invoke(app, ["protect", str(tmp_path / "s.parquet"), *extra, "--out", str(out), *common,
+            result = runner.invoke(app, ["protect", str(tmp_path / data), *extra, "--out", str(out), *common,
                                          "--engine", engine])
             assert result.exit_code == 2, result.output
             assert result.output.strip().splitlines() == [message], result.output
@@ -399,7 +401,7 @@ def test_protect_with_jobs_end_to_end_and_its_errors(tmp_path, state, jobs):
     ledger = tmp_path / "ledger.json"
     result = runner.invoke(app, ["protect", str(tmp_path / "s.parquet"), "--config", "jobs", "--out",
                                  str(tmp_path / "never"), "--ledger", str(ledger), "--lifetime-cap", "5"])
-    assert result.exit_code == 2 and result.output.strip().splitlines() == [cases[1][1]], result.output
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [cases[1][2]], result.output
     assert not ledger.exists() and not (tmp_path / "never").exists()
 
 

@@ -35,12 +35,14 @@ def invoke(*args):
 
 
 def assert_refused(result, out, message):
-    """Exit 2, one line 'error: ...' holding ``message``, no traceback, nothing at ``out``."""
+    """Exit 2, one line 'error: ...' (or the input's first check: a first line, then one line per
+    problem) holding ``message``, no traceback, nothing at ``out``."""
     output = result.output if hasattr(result, "output") else result.stdout + result.stderr
     code = result.exit_code if hasattr(result, "exit_code") else result.returncode
     assert code == 2, (code, output, getattr(result, "exception", None))
     assert "Traceback" not in output
-    assert output.startswith("error: ") and len(output.strip().splitlines()) == 1, output
+    lines = output.strip().splitlines()
+    assert output.startswith("error: ") and all(line.startswith("  - ") for line in lines[1:]), output
     assert message in output, output
     if out is not None:
         assert not os.path.lexists(out)
