@@ -29,7 +29,7 @@ from gedp.measure.neighbors import make_psi
 from gedp.postprocess.tabulate import qcew_level
 from gedp.release.format import PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, release_answers, release_wage_psi
+from gedp.release.reader import check_one_quarter, read_manifest, release_answers, release_wage_psi
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL
 from gedp.synth.io import read_microdata
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS, PublishedState
@@ -465,6 +465,7 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
     """The manager's page of a release folder, with the agency's ``published`` file (its name
     ``published_name`` shown on the page) when given."""
     folder = Path(release)
+    check_one_quarter(folder, "gedp report")
     manifest = read_manifest(folder)
     if published is not None and published.state not in manifest["states"]:
         raise InputError(f"published file {published_name or ''} is of state {published.state}, which the release "

@@ -26,6 +26,7 @@ from gedp.engine import Source, scheduler_access
 from gedp.errors import InputError
 from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
+from gedp.panel import is_panel, protect_panel, tabulate_panel
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, release_answers, release_families
@@ -110,6 +111,10 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     (its records, or ``dataset_id``) over its ``lifetime_cap`` (needed the first time), and committed
     in the ledger once complete; the manifest's ``lifetime`` section shows the spending.
 
+    An input of several quarters (``year`` and ``qtr`` columns: a panel, ``gedp.synth.panel``) is
+    protected quarter by quarter into one panel release (``gedp.panel``); tabulate it with
+    ``quarter`` or ``change``.
+
     ``engine="dask"`` runs on a built-in local cluster (loopback only, TLS with keys made for the
     run), or on an existing ``scheduler``: a ``tls://`` address with ``security`` (a
     ``distributed.security.Security``), unless ``insecure_scheduler`` (warned on stderr).
@@ -123,8 +128,13 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     microdata = prepare_input(microdata, columns=columns, pad_codes=pad_codes, attributes=loaded.attributes)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
     folder = Path(holder.name) / "release"
-    protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
-                     jobs=jobs)
+    if is_panel(microdata):  # several quarters: a panel release (gedp.panel)
+        if jobs is not None:
+            raise InputError("a job table goes with a release of one quarter, not a panel")
+        protect_panel(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access)
+    else:
+        protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
+                         jobs=jobs)
     return Release(folder, holder)
 
 
@@ -200,7 +210,8 @@ class Release:
 
     def tabulate(self, by: str | Sequence[str] = "total", *, agglvl: int | None = None, format: str = "table",
                  titles: str | Path | None = None, out: str | Path | None = None, moe: bool = False,
-                 level: float = 0.95, where: str | None = None) -> pd.DataFrame:
+                 level: float = 0.95, where: str | None = None, quarter: str | None = None,
+                 change: str | None = None) -> pd.DataFrame:
         """Totals of the protected attributes by public columns (``"total"`` or [] for the grand
         total), optionally only over establishments matching ``where`` (a pandas query on public
         columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
@@ -213,7 +224,15 @@ class Release:
         avg_wkly_wage, margins rounded up), with titles from ``titles`` (a published QCEW CSV) or the
         lists shipped with gedp; ``"xlsx"`` writes the workbook ``out`` (the level, or every level
         present without ``agglvl``, and a notes sheet with the privacy statement) and returns its
-        levels stacked."""
+        levels stacked.
+
+        A panel release (``manifest["quarters"]``) takes ``quarter`` (e.g. "2017Q1": that quarter's
+        levels) or ``change`` ("2016Q1:2017Q1": ``<attribute>_chg``, ``_chg_moe``, ``_pct_chg``
+        of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
+        BLS's ``oty_`` columns), see ``gedp.panel.tabulate_panel``."""
+        if quarter is not None or change is not None or "quarters" in self.manifest:
+            return tabulate_panel(self.folder, None if agglvl is not None else by, quarter=quarter, change=change,
+                                  agglvl=agglvl, format=format, titles=titles, where=where, moe=moe, level=level)
         if format not in ("table", "qcew", "xlsx"):
             raise InputError(f"format {format!r}: choose one of table, qcew, xlsx")
         if format != "table" or agglvl is not None:

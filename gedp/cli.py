@@ -367,6 +367,9 @@ def synth(
                                                       "employee, to OUT.jobs.parquet (or .csv).")] = False,
     state: Annotated[Optional[str], typer.Option(help="With --from-qcew: the state (2-digit FIPS) to take from a "
                                                       "file of several states.")] = None,
+    quarters: Annotated[Optional[str], typer.Option(help="FIRST:LAST, e.g. 2016Q1:2017Q1: a panel of these "
+                                                         "quarters grown from the synthetic first quarter by public "
+                                                         "business dynamics.")] = None,
 ) -> None:
     """Write a synthetic state: from a built-in profile, or fitted to a published QCEW file."""
     import numpy as np
@@ -388,6 +391,13 @@ def synth(
             raise InputError(f"--within-cell '{within_cell}': choose one of {', '.join(WITHIN_CELL_MODES)}")
         rng = np.random.default_rng(seed)
         microdata, summary, published = _synthesized(profile, from_qcew, within_cell, establishments, seed, rng, state)
+        if quarters is not None:
+            from gedp.synth.panel import grown_panel
+
+            if jobs:
+                raise InputError("--jobs goes with one quarter, not --quarters")
+            microdata = grown_panel(microdata, quarters, rng=rng)
+            summary["quarters"] = quarters
         if jobs:
             job_table = synthesize_jobs(microdata, rng=rng)
             jobs_out = out.with_name(f"{out.stem}.jobs{out.suffix}")
@@ -518,7 +528,9 @@ def protect_command(
     pad_codes: Annotated[bool, typer.Option("--pad-codes", help="Zero-pad state, county, NAICS and own codes that "
                                                                 "lost their leading zeros (county 1 -> 001).")] = False,
 ) -> None:
-    """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest."""
+    """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest.
+
+    An input of several quarters (a panel) is protected quarter by quarter into one panel release."""
     from gedp.synth.intake import configured_attributes, inspect_input, load_input, parse_columns
 
     start = time.perf_counter()
@@ -528,16 +540,29 @@ def protect_command(
         from gedp.engine import scheduler_access, tls_credentials
         from gedp.lifetime import ledger_request, protect_recorded
         from gedp.measure.rng import check_publication
+        from gedp.panel import is_panel, protect_panel
 
         check_publication(seed, rng, not_for_publication)
         access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
         request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
         cfg = _load(config, workflow, integer, allow_large_mu)
         with progress_steps(None) as advance:
-            manifest, reservation = protect_recorded(
-                load_input(intake), cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=access,
-                jobs=jobs, on_state=lambda state: advance(f"state {state} done"))
+            source = load_input(intake)
+            if is_panel(source):  # several quarters: one panel release
+                if jobs is not None:
+                    raise InputError("--jobs goes with a release of one quarter, not a panel")
+                manifest, reservations = protect_panel(source, cfg, out, ledger=request, seed=seed, rng=rng,
+                                                       engine=engine, scheduler=access,
+                                                       on_quarter=lambda quarter: advance(f"quarter {quarter} done"))
+                reservation = reservations[-1] if reservations else None
+            else:
+                manifest, reservation = protect_recorded(
+                    source, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=access, jobs=jobs,
+                    on_state=lambda state: advance(f"state {state} done"))
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
+    if "quarters" in manifest:
+        console.print(f"  quarters {', '.join(manifest['quarters'])} ({manifest['design']['name']}): each quarter mu "
+                      f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter")
     if reservation is not None:
         console.print(f"  lifetime budget: this release charged mu {reservation.mu:.4f} in the accounts' terms; its "
                       f"most spent establishments are at mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
@@ -658,6 +683,11 @@ def tabulate_command(
                       ] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the table to this file (without it: CSV on stdout when "
                                                      "piped, the first rows on a terminal).")] = None,
+    quarter: Annotated[Optional[str], typer.Option(help="A panel release: the quarter tabulated, e.g. "
+                                                        "2017Q1.")] = None,
+    change: Annotated[Optional[str], typer.Option(help="A panel release: the change FIRST:SECOND of every cell, "
+                                                       "e.g. 2016Q1:2017Q1 (<attribute>_chg, _chg_moe, "
+                                                       "_pct_chg).")] = None,
 ) -> None:
     """Tabulate microdata by any public columns or a QCEW level, optionally with margins of error.
 
@@ -671,12 +701,23 @@ def tabulate_command(
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
     from gedp.release.format import MANIFEST_FILE
     from gedp.release.margins import kept_variances
-    from gedp.release.reader import read_protected
+    from gedp.release.reader import read_protected, release_quarters
     from gedp.synth.io import read_microdata
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
         table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
+        if quarter is not None or change is not None or (release and release_quarters(microdata)):
+            from gedp.panel import tabulate_panel
+
+            table = tabulate_panel(microdata, by, quarter=quarter, change=change, agglvl=agglvl,
+                                   format=table_format if table_format in PUBLICATION_FORMATS else "table",
+                                   titles=titles, where=where or None, moe=moe, level=level)
+            if out is not None:
+                _write_tabulation(table, out, table_format, {"source": str(microdata), "quarter": quarter,
+                                                            "change": change, "rows": len(table)}, None)
+            _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
+            return
         jobs = agglvl is None and bool(worker_keys(by or ""))
         ids = jobs or not _names_only_columns(f"{by or ''} {where or ''}")
         data = (read_protected(microdata, without=() if ids else ("estab_id",)) if release

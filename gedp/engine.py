@@ -17,7 +17,7 @@ import functools
 import logging
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeAlias
@@ -198,20 +198,23 @@ def split_jobs(jobs: Source, source: Source, inputs: InputStates) -> dict[str, p
 
 
 def protect_one_state(path: Source, state: str, stored: list, config: Config, entropy: int | None, staging: str,
-                      states: int = 1, jobs: pd.DataFrame | None = None) -> dict:
+                      states: int = 1, jobs: pd.DataFrame | None = None, key: Mapping[str, str] | None = None) -> dict:
     """Protect one state and write its parts into the staging release; returns its manifest entry.
 
     ``stored`` are the input's values of the state code; ``entropy=None`` draws the state's noise
     from its own secure generator (ChaCha20, OS key). ``states`` is the number of states of the
     release, among which zeta is split. ``jobs``: the state's job table, for a plan with job families.
+    ``key``: columns of one value each added to the protected microdata and measurements
+    (``writer.write_parts``; a panel's quarter).
     """
-    entry, write = _protect_state(path, state, stored, config, entropy, staging, states, jobs)
+    entry, write = _protect_state(path, state, stored, config, entropy, staging, states, jobs, key)
     write()
     return entry
 
 
 def _protect_state(path: Source, state: str, stored: list, config: Config, entropy: int | None, staging: str,
-                   states: int, jobs: pd.DataFrame | None = None) -> tuple[dict, Callable[[], None]]:
+                   states: int, jobs: pd.DataFrame | None = None,
+                   key: Mapping[str, str] | None = None) -> tuple[dict, Callable[[], None]]:
     """``protect_one_state`` without the writing: its manifest entry, and the call that writes its parts."""
     microdata = read_state(path, state, config.attributes, stored)
     rng = secure_generator() if entropy is None else state_rng(entropy, state)
@@ -220,7 +223,8 @@ def _protect_state(path: Source, state: str, stored: list, config: Config, entro
     del microdata, jobs
     folder = Path(staging)
     entry = state_section(state, contents, plan.zeta_per_state)
-    return entry, functools.partial(write_parts, contents, folder, state, table_part(folder, state))
+    write = functools.partial(write_parts, contents, folder, state, table_part(folder, state))
+    return entry, write if key is None else functools.partial(write, key=key)
 
 
 def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None] | None) -> list[dict]:
@@ -263,6 +267,7 @@ def protect_input(
     inputs: InputStates | None = None,
     extra_files: Callable[[Path], dict[str, dict]] | None = None,
     jobs: Source | None = None,
+    key: Mapping[str, str] | None = None,
 ) -> dict:
     """Protect every state of ``path`` (a file, a Parquet folder or a DataFrame) into the release
     directory ``out``; returns the manifest. ``extra_files(staging)`` gives more JSON files to write,
@@ -273,7 +278,7 @@ def protect_input(
     written only after it, so a run killed before leaves a staging folder no reader takes for a
     release; if it raises, nothing is published.
     ``inputs`` is ``input_states(path)`` when the caller has read it already. ``jobs`` is the job
-    table (``synth.jobs``) of a plan with job families.
+    table (``synth.jobs``) of a plan with job families. ``key``: see ``protect_one_state``.
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
@@ -286,7 +291,7 @@ def protect_input(
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     with staged_directory(out) as staging:
         arguments = {state: (_state_source(path, stored), state, stored, config, entropy, str(staging), len(states),
-                             job_tables.get(state))
+                             job_tables.get(state), key)
                      for state, stored in inputs.codes.items()}
         if engine == "local":
             pieces = _protect_locally(arguments, on_state)

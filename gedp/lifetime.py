@@ -8,7 +8,7 @@ it, when it fails in between (``gedp.ledger``: reserve, commit, clear).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,12 +74,14 @@ def publication_hooks(reservation: Reservation | None) -> dict[str, Any]:
 def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                      seed: int | None = None, rng: str | None = None, engine: str = "local",
                      scheduler: Scheduler | None = None, jobs: Source | None = None,
-                     on_state: Callable[[str], None] | None = None) -> tuple[dict, Reservation | None]:
+                     on_state: Callable[[str], None] | None = None,
+                     key: Mapping[str, str] | None = None) -> tuple[dict, Reservation | None]:
     """Protect ``source`` into the release folder ``out`` (``gedp.engine.protect_input``), recorded
     in the lifetime ledger when ``ledger`` is given; returns the manifest and the reservation.
 
     The output folder, engine, generator and job table are checked before the ledger is touched,
     and the ledger before any noise is drawn; ``on_state`` follows the protection of each state.
+    ``key``: columns of one value each added to the outputs (``gedp.engine.protect_one_state``).
     """
     check_output_directory(Path(out).resolve())
     inputs = input_states(source)
@@ -87,5 +89,6 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
                   scheduler=scheduler)
     with reserved(ledger, source, config) as reservation:
         manifest = protect_input(source, config, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
-                                 jobs=jobs, on_state=on_state, inputs=inputs, **publication_hooks(reservation))
+                                 jobs=jobs, on_state=on_state, inputs=inputs, key=key,
+                                 **publication_hooks(reservation))
     return manifest, reservation

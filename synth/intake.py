@@ -308,7 +308,7 @@ def _check_csv_values(intake: Intake, attributes: Sequence[str], problems: Probl
         for batch in reader:
             _check_batch(batch, intake, used, attributes, offset, logs)
             if "estab_id" in used:
-                ids.append(batch.column(used["estab_id"]))
+                ids.append(_record_keys(batch, used))
             offset += batch.num_rows
     except pa.ArrowInvalid as err:
         problems.add(f"it cannot be read as CSV ({str(err).splitlines()[0][:200]}); hint: save it as CSV UTF-8")
@@ -429,11 +429,20 @@ def _all_codes(text: Any, width: int) -> bool:
     return pc.all(pc.match_substring_regex(text, f"^[0-9]{{{width}}}$")).as_py() is not False
 
 
-def _check_repeats(ids: Any, stored: str, logs: dict[str, _RowLog]) -> None:
-    """Rows whose estab_id (blanks stripped) repeats an earlier row's: ids sorted in Arrow, neighbours compared."""
+def _record_keys(batch: Any, used: Mapping[str, str]) -> Any:
+    """A row's record key, blanks stripped: its estab_id, with its year and quarter when the input has
+    them (a panel holds each establishment once per quarter)."""
     import pyarrow.compute as pc
 
-    ids = pc.utf8_trim_whitespace(ids)
+    parts = [pc.utf8_trim_whitespace(batch.column(used[name])) for name in ("estab_id", "year", "qtr")
+             if name in used]
+    return parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "\x1f")
+
+
+def _check_repeats(ids: Any, stored: str, logs: dict[str, _RowLog]) -> None:
+    """Rows whose record key (``_record_keys``) repeats an earlier row's: keys sorted in Arrow, neighbours compared."""
+    import pyarrow.compute as pc
+
     if len(ids) < 2:
         return
     order = pc.sort_indices(ids)

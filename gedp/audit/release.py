@@ -25,7 +25,7 @@ from gedp.measure.mechanisms import pnc_released_sensitivity, pnc_tau, psi_sensi
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, RELEASE_ORDER
-from gedp.release.reader import parse_query_name, read_manifest
+from gedp.release.reader import check_one_quarter, parse_query_name, read_manifest
 from gedp.synth.io import sorted_by
 
 #: Relative tolerance of recomputed figures: they are computed by the same float operations.
@@ -238,7 +238,8 @@ CHECKS: dict[str, Callable[[dict, list[StatePart]], list[str]]] = {
 
 
 def audit_release(folder: str | Path) -> list[Check]:
-    """Every check of ``CHECKS`` on the release in ``folder``."""
+    """Every check of ``CHECKS`` on the release in ``folder`` (a release of one quarter)."""
+    check_one_quarter(folder, "gedp audit")
     manifest = dict(read_manifest(folder))
     parts = state_parts(Path(folder))
     results = []

@@ -24,6 +24,9 @@ ACCURACY_FILE = "accuracy.json"
 RELEASE_FILES = frozenset({MANIFEST_FILE, PROTECTED_FILE, MEASUREMENTS_FILE, TABLES_FILE, ACCURACY_FILE, JOBS_FILE})
 PART_FOLDERS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
 MANIFEST_KEYS = frozenset({"gedp_version", "mu_total", "files"})
+#: The column of a panel release's protected microdata and measurements naming each row's quarter
+#: (e.g. "2016Q1"); a release of one quarter has none.
+QUARTER_KEY = "quarter"
 
 #: A report's files (``gedp evaluate``, ``gedp suppress``); summary.json marks a report's folder.
 SUMMARY_FILE = "summary.json"

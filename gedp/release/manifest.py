@@ -16,12 +16,13 @@ from gedp.config import Config
 from gedp.errors import InputError
 from gedp.measure.budget import compose
 from gedp.measure.conversions import privacy_statement
+from gedp.measure.design import QuarterDesign
 from gedp.measure.jobframe import EMPLOYMENT, FamilySpec
 from gedp.measure.rng import is_publishable
 from gedp.measure.workflows import MeasurementPlan
 from gedp.postprocess.attributes import WAGE
 from gedp.postprocess.wls import combined_report
-from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE, StateRelease
+from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE, StateRelease
 
 VERSIONED_PACKAGES = ("gedp", "numpy", "scipy", "pandas", "pyarrow", "cvxpy", "osqp", "clarabel")
 #: The wage models of the postprocessing: wages informed by the protected employment
@@ -62,6 +63,10 @@ class Manifest(TypedDict, total=False):
     files: dict[str, str]
     lifetime: dict[str, Any]  # lifetime_cap, spent_before, spent_after, mu, release_id
     jobs: dict[str, Any]  # job families: worker columns, categories per state (releases with a job frame)
+    quarters: list[str]  # a panel release's quarters, e.g. ["2016Q1", "2016Q2"] (its rows carry a quarter key)
+    design: dict[str, Any]  # a panel release's noise design across quarters (measure.design)
+    mu_quarter: float  # a panel release: the most any quarter spent (mu_total: an establishment in every quarter)
+    per_quarter: dict[str, dict[str, Any]]  # a panel release: each quarter's own manifest
 
 
 def versions() -> dict[str, str]:
@@ -232,3 +237,36 @@ def wage_model(manifest: Manifest) -> str | None:
         raise InputError("this release's manifest does not record its wage model (solver.wage.model); it was "
                          "written by an earlier gedp: protect the data again to tabulate it with margins")
     return solver[WAGE]["model"]
+
+
+def panel_manifest(quarters: dict[str, Manifest], design: QuarterDesign, establishments: int) -> Manifest:
+    """The manifest of a panel release from its quarters' manifests (kept whole under
+    ``per_quarter``): the panel's spending by the ``design`` (``QuarterDesign.panel_mu`` of the
+    largest quarter's), for an establishment present in every quarter of the panel; ``establishments``
+    is the number of distinct establishments over the quarters."""
+    first = next(iter(quarters.values()))
+    count = len(quarters)
+    mu_quarter = max(manifest["mu_total"] for manifest in quarters.values())
+    attributes = {attribute: design.panel_mu(max(m["privacy"]["attributes"][attribute]["mu"]
+                                                 for m in quarters.values()), count)
+                  for attribute in first["privacy"]["attributes"]}
+    mu_total = design.panel_mu(mu_quarter, count)
+    shared = ("gedp_version", "created_date", "config_name", "config", "workflow", "psi", "gammas", "zeta",
+              "variance_mode", "engine", "integer", "versions")
+    return {
+        **{key: first[key] for key in shared},  # type: ignore[literal-required, typeddict-item]
+        "publishable": all(manifest["publishable"] for manifest in quarters.values()),
+        "establishments": establishments,
+        "states": sorted({state for manifest in quarters.values() for state in manifest["states"]}),
+        "solver": {attribute: combined_report([m["solver"][attribute] for m in quarters.values()])
+                   for attribute in first["solver"]},
+        "quarters": list(quarters),
+        "design": design.describe(),
+        "mu_quarter": mu_quarter,
+        "mu_total": mu_total,
+        "privacy": privacy_statement(mu_total, attributes),
+        "composition": f"{design.name} quarters: an establishment in every one of the {count} quarters spends "
+                       f"mu_total; one in k quarters spends sqrt(k) * mu_quarter",
+        "files": {**first["files"], "quarter_key": QUARTER_KEY},
+        "per_quarter": dict(quarters),
+    }

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 
 from gedp.postprocess.models import VarianceFunction, WageVariances
@@ -34,8 +35,9 @@ from gedp.postprocess.variances import EstablishmentVariances
 from gedp.postprocess.wages import SharedRates, WageFit
 from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.manifest import versions
-from gedp.release.reader import release_answers, release_wage_psi
+from gedp.release.reader import check_quarter, read_quarter, release_answers, release_wage_psi
 from gedp.synth.io import read_microdata
+from gedp.synth.schema import CONFIDENTIAL, validate_microdata
 
 #: Bumped whenever what the structure holds, or how it is applied, changes.
 STRUCTURE_FORMAT = 3
@@ -70,27 +72,40 @@ def release_digest(release: str | Path) -> str:
     return digest.hexdigest()
 
 
-def kept_path(release: str | Path) -> Path:
-    """The file a release's margin structure is kept in (present or not)."""
-    return cache_folder() / "margins" / release_digest(release)
+def kept_path(release: str | Path, quarter: str | None = None) -> Path:
+    """The file a release's margin structure (of one ``quarter`` of a panel release) is kept in
+    (present or not)."""
+    digest = release_digest(release)
+    return cache_folder() / "margins" / (digest if quarter is None else f"{digest}-{quarter}")
 
 
-def kept_variances(release: str | Path) -> dict[str, VarianceFunction]:
-    """The release's variance functions by attribute: read from the kept structure when there is one
-    for exactly these files, else built from the release's files (its protected microdata read and
-    validated here) and kept for the next request (nothing is kept where the cache cannot be written)."""
-    path = kept_path(release)
+def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str, VarianceFunction]:
+    """The release's variance functions by attribute (of one ``quarter`` of a panel release): read
+    from the kept structure when there is one for exactly these files, else built from the release's
+    files (its protected microdata read and validated here) and kept for the next request (nothing
+    is kept where the cache cannot be written)."""
+    check_quarter(release, quarter)
+    path = kept_path(release, quarter)
     kept = read_structure(path)
     if kept is not None:
         os.utime(path)  # most recently used
         return kept
-    protected = read_microdata(Path(release) / PROTECTED_FILE, attributes=None)
-    built = variance_functions(release_answers(release, protected), protected, release_wage_psi(release))
+    protected = _validated_protected(release, quarter)
+    built = variance_functions(release_answers(release, protected, quarter), protected,
+                               release_wage_psi(release, quarter))
     try:
         write_structure(built, path)
     except OSError:
         pass  # a read-only cache: the margins are the same, only not kept
     return built
+
+
+def _validated_protected(release: str | Path, quarter: str | None) -> pd.DataFrame:
+    """The release's protected microdata (of one ``quarter`` of a panel release), validated."""
+    if quarter is None:
+        return read_microdata(Path(release) / PROTECTED_FILE, attributes=None)
+    frame = read_quarter(release, quarter)
+    return validate_microdata(frame, [column for column in CONFIDENTIAL if column in frame.columns])
 
 
 def write_structure(structure: Mapping[str, VarianceFunction], path: Path) -> None:

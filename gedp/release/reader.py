@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -14,7 +15,7 @@ from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
-from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE
+from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
 from gedp.release.manifest import Manifest, wage_model
 from gedp.synth.schema import CONFIDENTIAL
 
@@ -56,12 +57,15 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
 
-def read_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
-    """A release's noisy answers by attribute (without reading its protected microdata)."""
+def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, list[NoisyAnswer]]:
+    """A release's noisy answers by attribute (without reading its protected microdata); of one
+    ``quarter`` of a panel release (``release_quarters``), which needs one."""
     release = Path(release)
     if not (release / MANIFEST_FILE).is_file():
         raise InputError(f"'{release}' is not a gedp release (no {MANIFEST_FILE})")
-    frame = pd.read_parquet(release / MEASUREMENTS_FILE)
+    check_quarter(release, quarter)
+    filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
+    frame = pd.read_parquet(release / MEASUREMENTS_FILE, filters=filters)
     answers: dict[str, list[NoisyAnswer]] = {}
     for (name, attribute), rows in frame.groupby(["query", "attribute"], sort=False):
         by = parse_query_name(name)
@@ -76,25 +80,70 @@ def read_answers(release: str | Path) -> dict[str, list[NoisyAnswer]]:
     return answers
 
 
-def release_answers(release: str | Path, protected: pd.DataFrame | None = None) -> dict[str, list[NoisyAnswer]]:
+def release_quarters(release: str | Path) -> list[str]:
+    """The quarters of a panel release, e.g. ["2016Q1", "2016Q2"] ([] for a release of one quarter)."""
+    return list(read_manifest(release).get("quarters", []))
+
+
+def check_quarter(release: str | Path, quarter: str | None) -> None:
+    """Refuse a quarter for a release of one quarter, a panel release without one, or a quarter it lacks."""
+    quarters = release_quarters(release)
+    if quarter is None and quarters:
+        raise InputError(f"'{release}' holds the quarters {', '.join(quarters)}: give a quarter (or a change)")
+    if quarter is not None and quarter not in quarters:
+        held = f"the quarters {', '.join(quarters)}" if quarters else "one quarter (no quarter key)"
+        raise InputError(f"quarter {quarter} is not in '{release}', which holds {held}")
+
+
+def check_one_quarter(release: str | Path, what: str) -> None:
+    """Refuse a panel release where ``what`` (e.g. "gedp report") reads a release of one quarter."""
+    quarters = release_quarters(release)
+    if quarters:
+        raise InputError(f"'{release}' is a panel release (quarters {', '.join(quarters)}); {what} reads a release "
+                         "of one quarter (tabulate a panel with a quarter or a change)")
+
+
+def quarter_manifest(release: str | Path, quarter: str | None = None) -> Manifest:
+    """The manifest a quarter of a panel release was protected with (the release's own without a quarter)."""
+    check_quarter(release, quarter)
+    manifest = read_manifest(release)
+    return manifest if quarter is None else cast(Manifest, manifest["per_quarter"][quarter])
+
+
+def read_quarter(release: str | Path, quarter: str | None = None, without: tuple[str, ...] = ()) -> pd.DataFrame:
+    """``read_protected`` of one quarter of a panel release (its rows, without the quarter key), or
+    of a release of one quarter."""
+    check_quarter(release, quarter)
+    if quarter is None:
+        return read_protected(release, without)
+    path = Path(release) / PROTECTED_FILE
+    columns = [name for name in pq.ParquetDataset(path).schema.names if name not in (*without, QUARTER_KEY)]
+    frame = pd.read_parquet(path, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
+    return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
+
+
+def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
+                    quarter: str | None = None) -> dict[str, list[NoisyAnswer]]:
     """A release's answers as its postprocessing weighed them (what its margins of error take): the
     months' identity answers turned by ``month_answers`` under the release's variance mode, over
     its protected microdata (``protected``, or read from the release: the public columns the month
-    patterns are shared in)."""
-    manifest = read_manifest(release)
-    answers = read_answers(release)
+    patterns are shared in); of one ``quarter`` of a panel release."""
+    manifest = quarter_manifest(release, quarter)
+    answers = read_answers(release, quarter)
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
-        dataset = pq.ParquetDataset(Path(release) / PROTECTED_FILE)
+        dataset = pq.ParquetDataset(Path(release) / PROTECTED_FILE,
+                                    filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
         protected = dataset.read(columns=[column for column in dict.fromkeys(
             ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
     return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 
-def release_wage_psi(release: str | Path) -> NeighborFunction | None:
+def release_wage_psi(release: str | Path, quarter: str | None = None) -> NeighborFunction | None:
     """The release's psi when its wages were informed by its protected employment (the manifest's
-    wage model is "employment": their margins of error then follow ``postprocess.wages``), else None."""
-    manifest = read_manifest(release)
+    wage model is "employment": their margins of error then follow ``postprocess.wages``), else None;
+    of one ``quarter`` of a panel release."""
+    manifest = quarter_manifest(release, quarter)
     if wage_model(manifest) != WAGE_PRIOR:
         return None
     return make_psi(**manifest["psi"])

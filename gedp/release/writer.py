@@ -166,16 +166,21 @@ def table_part(staging: Path, state: str) -> Path:
     return staging / f".{TABLES_FILE}.part-{state}"
 
 
-def write_parts(contents: StateRelease, staging: Path, part: str, tables: Path) -> None:
+def write_parts(contents: StateRelease, staging: Path, part: str, tables: Path,
+                key: Mapping[str, str] | None = None) -> None:
     """Write one part of each output of a release: protected microdata and measurements as
-    Parquet files ``part-<part>.parquet`` in their folders, and the QCEW tables as CSV at ``tables``."""
+    Parquet files ``part-<part>.parquet`` in their folders, and the QCEW tables as CSV at ``tables``.
+    ``key``: columns of one value each added last to the protected microdata and measurements (a
+    panel's quarter), whose values also lead the parts' names (``part-<values>-<part>.parquet``)."""
+    name = "-".join([*(key or {}).values(), part])
     for folder in (PROTECTED_FILE, MEASUREMENTS_FILE):
         (staging / folder).mkdir(exist_ok=True)
-    contents.protected.to_parquet(staging / PROTECTED_FILE / f"part-{part}.parquet", index=False)
+    protected = contents.protected if not key else contents.protected.assign(**key)
+    protected.to_parquet(staging / PROTECTED_FILE / f"part-{name}.parquet", index=False)
     if contents.jobs is not None:
         (staging / JOBS_FILE).mkdir(exist_ok=True)
-        contents.jobs.to_parquet(staging / JOBS_FILE / f"part-{part}.parquet", index=False)
-    write_measurements(contents.measurements, staging / MEASUREMENTS_FILE / f"part-{part}.parquet")
+        contents.jobs.to_parquet(staging / JOBS_FILE / f"part-{name}.parquet", index=False)
+    write_measurements(contents.measurements, staging / MEASUREMENTS_FILE / f"part-{name}.parquet", key)
     contents.tables.to_csv(tables, index=False)
 
 
@@ -203,9 +208,9 @@ def write_manifest(staging: Path, manifest: Mapping[str, Any], extra_files: dict
     (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
 
 
-def answer_table(answer: NoisyAnswer, rows: slice = slice(None)) -> pa.Table:
+def answer_table(answer: NoisyAnswer, rows: slice = slice(None), key: Mapping[str, str] | None = None) -> pa.Table:
     """The ``rows`` of one answer in the measurements file: query, attribute, mechanism, group keys
-    and the numbers (the label columns repeat one string per answer)."""
+    and the numbers (the label columns repeat one string per answer), then the ``key`` columns."""
     n = len(range(len(answer))[rows])
 
     def label(value: str) -> pa.Array:
@@ -219,14 +224,15 @@ def answer_table(answer: NoisyAnswer, rows: slice = slice(None)) -> pa.Table:
         "variance_kind": label(answer.variance_kind), **keys,
         "released": answer.released[rows], "estimate": answer.estimate[rows], "variance": answer.variance[rows],
         "sd": answer.sd[rows], "grid": pa.repeat(pa.scalar(answer.grid, pa.float64()), n),
+        **{column: pa.repeat(pa.scalar(value, pa.string()), n) for column, value in (key or {}).items()},
     })
 
 
-def write_measurements(measurements: Measurements, path: Path) -> None:
+def write_measurements(measurements: Measurements, path: Path, key: Mapping[str, str] | None = None) -> None:
     """All noisy answers in one long Parquet table (a key column an answer lacks is null): the bytes
     of ``pq.write_table`` of the answers' tables concatenated, written one row group at a time so
-    that only one answer's table and one row group are in memory."""
-    schema = pa.unify_schemas([answer_table(answer, slice(0)).schema for answer in measurements.answers],
+    that only one answer's table and one row group are in memory; ``key`` as for ``answer_table``."""
+    schema = pa.unify_schemas([answer_table(answer, slice(0), key).schema for answer in measurements.answers],
                               promote_options="default")
 
     def conformed(table: pa.Table) -> pa.Table:  # the columns of the schema, nulls for missing keys
@@ -236,7 +242,7 @@ def write_measurements(measurements: Measurements, path: Path) -> None:
     with pq.ParquetWriter(path, schema) as writer:
         pending, count = [], 0
         for answer in measurements.answers:
-            table = conformed(answer_table(answer))
+            table = conformed(answer_table(answer, key=key))
             start = 0
             while start < table.num_rows:
                 take = min(MEASUREMENT_ROW_GROUP - count, table.num_rows - start)

@@ -1,0 +1,193 @@
+"""Panels of quarters through the release path: a panel input is protected quarter by quarter
+with the noise design of ``gedp.measure.design`` (each quarter as a release of one quarter is
+today, recorded in the lifetime ledger as its own release) and joined into one panel release
+(``gedp.release.panel``); tabulations of one quarter, and of the change between two, with margins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+
+from gedp.config import Config
+from gedp.engine import Scheduler, Source, read_source
+from gedp.errors import InputError
+from gedp.ledger import Reservation
+from gedp.lifetime import LedgerRequest, protect_recorded
+from gedp.measure.design import INDEPENDENT, QuarterDesign, quarter_design
+from gedp.release.format import QUARTER_KEY
+from gedp.release.panel import write_panel
+from gedp.release.writer import check_output_directory, staged_directory
+from gedp.synth.panel import check_panel, panel_quarters, parse_quarter, quarter_label
+
+
+def input_quarters(source: Source) -> list[tuple[int, int]]:
+    """The quarters (year, qtr) of an input, reading only those columns ([] without them)."""
+    try:
+        frame = read_source(source, ["year", "qtr"])
+    except (InputError, KeyError, ValueError):
+        return []  # no year and qtr columns: a release of one quarter, checked as today
+    frame = frame.dropna()
+    try:
+        return panel_quarters(frame.astype({"year": "int64", "qtr": "int64"}))
+    except (TypeError, ValueError):
+        return []  # malformed: refused by the checks of a release of one quarter
+
+
+def is_panel(source: Source) -> bool:
+    """Whether an input holds more than one quarter (then it is protected as a panel)."""
+    return len(input_quarters(source)) > 1
+
+
+def quarter_seed(seed: int | None, quarter: tuple[int, int]) -> int | None:
+    """A quarter's own seed derived from the release's (None stays None): quarters never share a stream."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, *quarter]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def record_quarter(frame: pd.DataFrame, config: Config, folder: Path, ledger: LedgerRequest | None,
+                   **options) -> tuple[dict, Reservation | None]:
+    """Protect one quarter into ``folder``, recorded in the lifetime ledger as a release of its own
+    (``gedp.lifetime.protect_recorded``: each quarter charges every establishment in it). The
+    one place where a panel meets the ledger: accounting across quarters plugs in here."""
+    return protect_recorded(frame, config, folder, ledger=ledger, **options)
+
+
+def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
+                  seed: int | None = None, rng: str | None = None, engine: str = "local",
+                  scheduler: Scheduler | None = None, design: QuarterDesign = INDEPENDENT,
+                  on_quarter: Callable[[str], None] | None = None) -> tuple[dict, list[Reservation]]:
+    """Protect every quarter of a panel (``synth.panel.check_panel``; each quarter's rows checked
+    as microdata when protected) with the ``design`` and write one panel release to ``out`` (the
+    quarters' releases are made in a hidden folder beside it, then joined); returns its manifest
+    and the quarters' ledger reservations."""
+    out = Path(out).resolve()
+    check_output_directory(out)
+    panel = check_panel(read_source(source))
+    quarters = panel_quarters(panel)
+    reservations = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.quarters-") as work:
+        folders: dict[str, Path] = {}
+        for index, quarter in enumerate(quarters):
+            label = quarter_label(*quarter)
+            plan = design.quarter_plan(config.plan, index, len(quarters))
+            rows = (panel["year"] == quarter[0]) & (panel["qtr"] == quarter[1])
+            folders[label] = Path(work) / label
+            _, reservation = record_quarter(panel[rows.to_numpy()].reset_index(drop=True),
+                                            dataclasses.replace(config, plan=plan), folders[label], ledger,
+                                            seed=quarter_seed(seed, quarter), rng=rng, engine=engine,
+                                            scheduler=scheduler, key={QUARTER_KEY: label})
+            reservations += [reservation] if reservation is not None else []
+            if on_quarter is not None:
+                on_quarter(label)
+        with staged_directory(out) as staging:
+            manifest = write_panel(folders, staging, design, int(panel["estab_id"].astype(str).nunique()))
+    return manifest, reservations
+
+
+def change_quarters(release: str | Path, change: str) -> tuple[str, str, int]:
+    """The two quarters of a change "FIRST:SECOND" of a panel release, and how many quarters apart they are."""
+    from gedp.release.reader import check_quarter
+
+    if change.count(":") != 1:
+        raise InputError(f"change '{change}' must be FIRST:SECOND, e.g. 2016Q1:2017Q1")
+    first, second = (part.strip() for part in change.split(":"))
+    apart = [year * 4 + qtr for year, qtr in (parse_quarter(first), parse_quarter(second))]
+    for quarter in (first, second):
+        check_quarter(release, quarter)
+    if apart[1] <= apart[0]:
+        raise InputError(f"change '{change}': the second quarter must come after the first")
+    return first, second, apart[1] - apart[0]
+
+
+def tabulate_quarter(release: str | Path, by: str | Sequence[str], quarter: str, **options) -> pd.DataFrame:
+    """``postprocess.tabulate`` of one quarter of a panel release (``options``: where, moe, level),
+    margins from that quarter's least squares."""
+    from gedp.postprocess.tabulate import group_keys, tabulate
+    from gedp.release.margins import kept_variances
+    from gedp.release.reader import read_quarter
+
+    data = read_quarter(release, quarter)
+    margins = kept_variances(release, quarter) if options.get("moe") else None
+    try:
+        return tabulate(data, group_keys(data, by), margins=margins, **options)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+def tabulate_change(release: str | Path, by: str | Sequence[str], change: str, *, where: str | None = None,
+                    moe: bool = False, level: float = 0.95) -> pd.DataFrame:
+    """The change of every cell of a tabulation by ``by`` between the quarters of ``change``
+    ("FIRST:SECOND"), with margins (``moe``) whose covariance term comes from the release's design
+    (``postprocess.changes.change_table``)."""
+    from gedp.postprocess.changes import change_table
+    from gedp.release.reader import read_manifest
+    from gedp.synth.schema import CONFIDENTIAL
+
+    first, second, apart = change_quarters(release, change)
+    tables = [tabulate_quarter(release, by, quarter, where=where, moe=moe, level=level) for quarter in (first, second)]
+    keys = [column for column in tables[0].columns if column not in ("estabs", *CONFIDENTIAL)
+            and not column.endswith("_moe")]
+    design = quarter_design(read_manifest(release)["design"]["name"])
+    z = NormalDist().inv_cdf(0.5 + level / 2) if moe else None
+    return change_table(*tables, keys, [a for a in CONFIDENTIAL if a in tables[0].columns], z=z,
+                        covariance=design.covariance, quarters_apart=apart)
+
+
+def qcew_change(release: str | Path, agglvl: int, change: str, *, titles: str | Path | None = None,
+                where: str | None = None, moe: bool = False, level: float = 0.95) -> pd.DataFrame:
+    """The QCEW publication of level ``agglvl`` for the second quarter of ``change`` (a year after
+    the first) with BLS's over-the-year columns (``postprocess.changes.qcew_changes``)."""
+    from gedp.api import publish_levels
+    from gedp.postprocess.changes import qcew_changes
+    from gedp.release.margins import kept_variances
+    from gedp.release.reader import read_manifest, read_quarter
+
+    first, second, apart = change_quarters(release, change)
+    if apart != 4:
+        raise InputError(f"change '{change}' is {apart} quarters apart; the QCEW format's oty_ columns are over "
+                         "the year (4 quarters)")
+    tables = [publish_levels(read_quarter(release, quarter), agglvl, "qcew", titles, where=where, moe=moe,
+                             level=level, margins=kept_variances(release, quarter) if moe else None).levels[agglvl]
+              for quarter in (first, second)]
+    design = quarter_design(read_manifest(release)["design"]["name"])
+    return qcew_changes(*tables, z=NormalDist().inv_cdf(0.5 + level / 2) if moe else None,
+                        covariance=design.covariance)
+
+
+def tabulate_panel(release: str | Path, by: str | Sequence[str] | None, *, quarter: str | None = None,
+                   change: str | None = None, agglvl: int | None = None, format: str = "table",
+                   titles: str | Path | None = None, **options) -> pd.DataFrame:
+    """A tabulation of a panel release: of one ``quarter`` (by ``by``, or the QCEW level ``agglvl``
+    in ``format`` table or qcew), or of the ``change`` between two quarters (by ``by``; or with
+    format qcew, the level ``agglvl`` of the second quarter with BLS's over-the-year columns).
+    ``options``: where, moe, level."""
+    from gedp.api import publish_levels
+    from gedp.release.margins import kept_variances
+    from gedp.release.reader import read_quarter
+
+    if (quarter is None) == (change is None):
+        raise InputError("give one of a quarter (levels) and a change FIRST:SECOND (changes)")
+    if format not in ("table", "qcew"):
+        raise InputError(f"format {format!r} with a quarter or a change: choose table or qcew")
+    if change is not None:
+        if format == "qcew" or agglvl is not None:
+            if agglvl is None:
+                raise InputError("format qcew needs an aggregation level (agglvl)")
+            return qcew_change(release, agglvl, change, titles=titles, **options)
+        return tabulate_change(release, "total" if by is None else by, change, **options)
+    if format == "table" and agglvl is None:
+        return tabulate_quarter(release, "total" if by is None else by, quarter, **options)
+    if agglvl is None:
+        raise InputError("format qcew needs an aggregation level (agglvl)")
+    margins = kept_variances(release, quarter) if options.get("moe") else None
+    levels = publish_levels(read_quarter(release, quarter), agglvl, format, titles, margins=margins, **options)
+    return levels.levels[agglvl]

@@ -1,0 +1,104 @@
+"""Changes between two quarters' tabulations of protected microdata, with margins of error.
+
+A cell's change is its level in the second quarter minus its level in the first, both tabulated
+from the protected microdata (a cell without establishments in a quarter has level 0 there, with
+no error: which establishments exist is public). Its variance is
+
+    Var(L2 - L1) = Var(L1) + Var(L2) - 2 Cov(L1, L2),
+
+each level's variance taken as its margin's (margin / z)^2 and the covariance from the noise
+design across quarters (``measure.design.QuarterDesign.covariance``; 0 for independent quarters).
+The margin of the change is z times its standard deviation. The percent change is 100 times the
+change over the first level (missing where the first level is 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gedp.measure.design import ChangeCells
+
+#: Suffixes of the change columns of an attribute.
+CHANGE, CHANGE_MOE, PERCENT_CHANGE = "_chg", "_chg_moe", "_pct_chg"
+
+
+def change_columns(name: str, before: np.ndarray, after: np.ndarray, margins: tuple[np.ndarray, np.ndarray] | None,
+                   z: float | None, covariance: Callable[[ChangeCells], np.ndarray] | None,
+                   quarters_apart: int) -> dict[str, np.ndarray]:
+    """``<name>_chg``, ``<name>_chg_moe`` (with ``margins``, the two levels' margins at quantile
+    ``z``) and ``<name>_pct_chg`` of cells at levels ``before`` and ``after``."""
+    columns = {name + CHANGE: after - before}
+    if margins is not None and z is not None:
+        cells = ChangeCells(name, (margins[0] / z) ** 2, (margins[1] / z) ** 2, quarters_apart)
+        shared = np.zeros(len(before)) if covariance is None else covariance(cells)
+        variance = cells.first_variance + cells.second_variance - 2.0 * shared
+        columns[name + CHANGE_MOE] = z * np.sqrt(np.maximum(variance, 0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        columns[name + PERCENT_CHANGE] = np.where(before > 0, 100.0 * (after - before) / before, np.nan)
+    return columns
+
+
+def _paired(first: pd.DataFrame, second: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The two tables side by side on their keys (``<column>@1``, ``<column>@2``), sorted by the
+    keys; a cell missing from one table is 0 there (a value missing in a cell stays missing)."""
+    if not keys:
+        return first.add_suffix("@1").join(second.add_suffix("@2"))
+    merged = first.merge(second, on=keys, how="outer", suffixes=("@1", "@2"), sort=True, indicator=True)
+    for side, absent in (("@1", "right_only"), ("@2", "left_only")):
+        values = [column for column in merged.columns if column.endswith(side)]
+        merged[values] = merged[values].astype(float)
+        merged.loc[merged["_merge"] == absent, values] = 0.0
+    return merged.drop(columns="_merge").reset_index(drop=True)
+
+
+def change_table(first: pd.DataFrame, second: pd.DataFrame, keys: Sequence[str], attributes: Sequence[str], *,
+                 z: float | None = None, covariance: Callable[[ChangeCells], np.ndarray] | None = None,
+                 quarters_apart: int = 1) -> pd.DataFrame:
+    """The change of every cell present in either quarter's table (tables of ``tabulate`` by
+    ``keys``, with ``<attribute>_moe`` columns when ``z`` is given): keys, ``estabs_chg`` and, per
+    attribute, ``<attribute>_chg``, ``<attribute>_chg_moe`` (with ``z``) and ``<attribute>_pct_chg``,
+    sorted by the keys."""
+    keys = list(keys)
+    merged = _paired(first, second, keys)
+    table = merged[keys].copy()
+    table["estabs_chg"] = (merged["estabs@2"] - merged["estabs@1"]).astype(np.int64)
+    for attribute in attributes:
+        margins = ((merged[f"{attribute}_moe@1"].to_numpy(), merged[f"{attribute}_moe@2"].to_numpy())
+                   if z is not None else None)
+        for column, values in change_columns(attribute, merged[f"{attribute}@1"].to_numpy(),
+                                             merged[f"{attribute}@2"].to_numpy(), margins, z, covariance,
+                                             quarters_apart).items():
+            table[column] = values
+    return table
+
+
+#: The columns of a QCEW publication table that BLS gives over-the-year changes of.
+QCEW_CHANGED = ("qtrly_estabs", "month1_emplvl", "month2_emplvl", "month3_emplvl", "total_qtrly_wages",
+                "avg_wkly_wage")
+QCEW_CELL = ["area_fips", "own_code", "industry_code", "agglvl_code"]
+
+
+def qcew_changes(year_before: pd.DataFrame, table: pd.DataFrame, *, z: float | None = None,
+                 covariance: Callable[[ChangeCells], np.ndarray] | None = None) -> pd.DataFrame:
+    """A QCEW publication ``table`` with BLS's over-the-year columns ``oty_<column>_chg`` and
+    ``oty_<column>_pct_chg`` (percent to one decimal, as BLS publishes it) against the same level's
+    publication of the quarter a year before (``year_before``), and ``oty_<column>_chg_moe`` where
+    both tables have the column's margins (``z``: their normal quantile), rounded up to whole numbers."""
+    def values(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[QCEW_CELL + [c for c in frame.columns if c in QCEW_CHANGED or c.endswith("_moe")]]
+
+    merged = _paired(values(year_before), values(table), QCEW_CELL)
+    changes = {}
+    for column in QCEW_CHANGED:
+        margins = ((merged[f"{column}_moe@1"].to_numpy(), merged[f"{column}_moe@2"].to_numpy())
+                   if f"{column}_moe@2" in merged and z is not None else None)
+        for name, values in change_columns(column, merged[f"{column}@1"].to_numpy(), merged[f"{column}@2"].to_numpy(),
+                                           margins, z, covariance, 4).items():
+            rounded = np.round(values, 1) if name.endswith(PERCENT_CHANGE) else np.ceil(values) if name.endswith(
+                CHANGE_MOE) else values  # margins rounded up, as the levels' are
+            changes["oty_" + name] = rounded
+    oty = pd.concat([merged[QCEW_CELL], pd.DataFrame(changes)], axis=1)
+    return table.merge(oty, on=QCEW_CELL, how="left")

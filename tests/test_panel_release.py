@@ -1,0 +1,209 @@
+"""Panels of quarters out: a panel release keyed by quarter, level tables of a quarter, changes
+between quarters with margins, and BLS's over-the-year columns."""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import gedp
+from gedp.cli import app
+from gedp.errors import InputError
+from gedp.measure.design import ChangeCells
+from gedp.panel import quarter_seed
+from gedp.postprocess.changes import change_table
+from gedp.release.format import QUARTER_KEY
+from gedp.synth.panel import quarter_range, synthesize_panel
+from gedp.synth.profiles import generate_profile, load_profile
+
+QUARTERS = ["2016Q1", "2016Q2", "2016Q3", "2016Q4", "2017Q1"]
+SEED = 11
+
+
+@pytest.fixture(scope="module")
+def panel() -> pd.DataFrame:
+    first = generate_profile(load_profile("small"), n_establishments=1_200, rng=np.random.default_rng(5))
+    return synthesize_panel(first, quarter_range("2016Q1:2017Q1"), rng=np.random.default_rng(5))
+
+
+@pytest.fixture(scope="module")
+def release(panel):
+    return gedp.protect(panel, seed=SEED, not_for_publication=True)
+
+
+def test_the_release_holds_every_quarter_under_its_key(panel, release):
+    manifest = release.manifest
+    assert manifest["quarters"] == QUARTERS
+    assert manifest["design"]["name"] == "independent"
+    assert set(manifest["per_quarter"]) == set(QUARTERS)
+    counts = release.microdata.groupby(QUARTER_KEY).size()
+    expected = panel.groupby(["year", "qtr"]).size()
+    assert counts.tolist() == expected.tolist()
+    assert sorted(release.measurements[QUARTER_KEY].unique()) == QUARTERS
+
+
+def test_the_panel_spends_sqrt_quarters_times_a_quarter(release):
+    manifest = release.manifest
+    assert manifest["mu_total"] == pytest.approx(math.sqrt(5) * manifest["mu_quarter"])
+    quarter = manifest["per_quarter"]["2016Q1"]["mu_total"]
+    assert manifest["mu_quarter"] == pytest.approx(quarter, rel=1e-12)
+
+
+def test_quarters_draw_their_own_noise():
+    seeds = {quarter_seed(SEED, quarter) for quarter in quarter_range("2016Q1:2017Q1")}
+    assert len(seeds) == 5 and quarter_seed(None, (2016, 1)) is None
+
+
+def test_a_quarter_is_the_release_of_that_quarter_alone(panel, release):
+    """The quarter's rows protected alone with the quarter's seed give the same protected values and
+    the same margins as the panel release's quarter."""
+    rows = panel[(panel["year"] == 2016) & (panel["qtr"] == 3)]
+    alone = gedp.protect(rows, seed=quarter_seed(SEED, (2016, 3)), not_for_publication=True)
+    ours = release.tabulate("county,naics3", quarter="2016Q3", moe=True)
+    theirs = alone.tabulate("county,naics3", moe=True)
+    pd.testing.assert_frame_equal(ours, theirs)
+
+
+def test_levels_of_a_quarter_sum_its_protected_rows(release):
+    table = release.tabulate("county", quarter="2017Q1")
+    rows = release.microdata[release.microdata[QUARTER_KEY] == "2017Q1"]
+    by_hand = rows.groupby(["state", "county"])["m3emp"].sum().to_numpy()
+    np.testing.assert_allclose(table["m3emp"].to_numpy(), by_hand)
+
+
+def test_changes_are_the_difference_of_the_level_tables(release):
+    keys = ["state", "county", "naics3"]
+    first = release.tabulate("county,naics3", quarter="2016Q1", moe=True).set_index(keys)
+    second = release.tabulate("county,naics3", quarter="2017Q1", moe=True).set_index(keys)
+    change = release.tabulate("county,naics3", change="2016Q1:2017Q1", moe=True).set_index(keys)
+    cells = first.index.union(second.index)
+    assert change.index.equals(cells)
+    before = first.reindex(cells).fillna(0.0)
+    after = second.reindex(cells).fillna(0.0)
+    for attribute in ("m1emp", "m3emp", "wage"):
+        assert (change[f"{attribute}_chg"] == after[attribute] - before[attribute]).all()
+        margin = np.sqrt(before[f"{attribute}_moe"] ** 2 + after[f"{attribute}_moe"] ** 2)
+        np.testing.assert_allclose(change[f"{attribute}_chg_moe"], margin, rtol=1e-12)
+        positive = before[attribute] > 0
+        np.testing.assert_allclose(change.loc[positive, f"{attribute}_pct_chg"],
+                                   100 * (after[attribute] - before[attribute])[positive] / before[attribute][positive])
+        assert change.loc[~positive, f"{attribute}_pct_chg"].isna().all()
+
+
+def test_a_design_covariance_enters_the_change_margin():
+    """Var(L2 - L1) = V1 + V2 - 2 C, with C from the design (here half the geometric mean)."""
+    z = NormalDist().inv_cdf(0.975)
+    first = pd.DataFrame({"county": ["001", "003"], "estabs": [2, 1], "wage": [10.0, 0.0], "wage_moe": [3.0, 2.0]})
+    second = pd.DataFrame({"county": ["001", "005"], "estabs": [2, 4], "wage": [14.0, 5.0], "wage_moe": [4.0, 1.0]})
+
+    def covariance(cells: ChangeCells) -> np.ndarray:
+        return 0.5 * np.sqrt(cells.first_variance * cells.second_variance)
+
+    table = change_table(first, second, ["county"], ["wage"], z=z, covariance=covariance)
+    assert table["county"].tolist() == ["001", "003", "005"]
+    assert table["wage_chg"].tolist() == [4.0, 0.0, 5.0]
+    assert table["estabs_chg"].tolist() == [0, -1, 4]
+    expected = [math.sqrt(9 + 16 - 2 * 0.5 * 12), 2.0, 1.0]  # a cell absent from a quarter adds no variance
+    np.testing.assert_allclose(table["wage_chg_moe"], expected, rtol=1e-12)
+
+
+def test_the_qcew_format_adds_over_the_year_columns(release):
+    year_before = release.tabulate(agglvl=75, format="qcew", quarter="2016Q1", moe=True)
+    published = release.tabulate(agglvl=75, format="qcew", change="2016Q1:2017Q1", moe=True)
+    cell = ["area_fips", "industry_code"]
+    joined = published.merge(year_before, on=cell, how="left", suffixes=("", "_before"))
+    for column in ("qtrly_estabs", "month3_emplvl", "total_qtrly_wages"):
+        before = joined[f"{column}_before"].fillna(0).astype(float)
+        assert (joined[f"oty_{column}_chg"] == joined[column].astype(float) - before).all(), column
+    assert (joined["oty_month3_emplvl_chg_moe"] >= np.sqrt(joined["month3_emplvl_moe"] ** 2)).all()
+
+
+@pytest.mark.parametrize("options, rule", [
+    ({}, "give one of a quarter"),
+    ({"quarter": "2018Q1"}, "2018Q1 is not in"),
+    ({"change": "2017Q1:2016Q1"}, "must come after the first"),
+    ({"change": "2016Q1:2016Q2", "agglvl": 75, "format": "qcew"}, "over the year"),
+])
+def test_a_bad_panel_tabulation_is_refused(release, options, rule):
+    with pytest.raises(InputError, match=rule):
+        release.tabulate("county", **options)
+
+
+def test_a_release_of_one_quarter_takes_no_quarter(small_state):
+    single = gedp.protect(small_state, seed=1, not_for_publication=True)
+    with pytest.raises(InputError, match="holds one quarter"):
+        single.tabulate("county", quarter="2016Q1")
+
+
+def test_the_command_line_protects_and_tabulates_a_panel(tmp_path):
+    runner = CliRunner()
+    panel = tmp_path / "panel.parquet"
+    result = runner.invoke(app, ["synth", "--profile", "small", "--establishments", "800", "--quarters",
+                                 "2016Q1:2016Q3", "--out", str(panel)])
+    assert result.exit_code == 0, result.output
+    release = tmp_path / "release"
+    result = runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "2", "--not-for-publication"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "change.csv"
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--change", "2016Q1:2016Q3", "--moe",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out, dtype={"county": str})
+    assert {"m3emp_chg", "m3emp_chg_moe", "m3emp_pct_chg"} <= set(table.columns)
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county"])
+    assert result.exit_code == 2 and "give one of a quarter" in result.output
+
+
+def test_each_quarter_is_recorded_in_the_ledger(panel, tmp_path):
+    """With a ledger, every quarter is a release of its own that charges the establishments in it."""
+    from gedp.ledger import read_ledger
+
+    ledger = tmp_path / "ledger.json"
+    two = panel[panel["year"] == 2016]
+    two = two[two["qtr"] <= 2]
+    release = gedp.protect(two, ledger=ledger, lifetime_cap=20.0, dataset_id="panel")
+    releases = list(read_ledger(ledger)["releases"].values())
+    assert [r["establishments"] for r in releases] == two.groupby("qtr").size().tolist()
+    assert all(r["status"] == "committed" for r in releases)
+    assert set(release.manifest["per_quarter"]["2016Q2"]["lifetime"]) >= {"spent_before", "spent_after"}
+
+
+def test_report_and_audit_refuse_a_panel_release(release):
+    from gedp.audit.release import audit_release
+
+    with pytest.raises(InputError, match="panel release.*gedp report"):
+        gedp.report(release)
+    with pytest.raises(InputError, match="panel release.*gedp audit"):
+        audit_release(release.folder)
+
+
+def test_a_bad_quarter_leaves_nothing_behind(panel, tmp_path):
+    from gedp.api import load
+    from gedp.panel import protect_panel
+
+    broken = panel.copy()
+    broken.loc[broken.index[-1], "wage"] = -1.0  # a row of the last quarter
+    with pytest.raises(InputError, match="wage.*>= 0"):
+        protect_panel(broken, load(), tmp_path / "release", ledger=None, seed=1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_panel_csv_in_agency_names_is_checked_per_quarter_and_protected(panel, tmp_path):
+    runner = CliRunner()
+    stored = panel.rename(columns={"m1emp": "month1_emplvl", "county": "cnty"})
+    good = tmp_path / "panel.csv"
+    stored.to_csv(good, index=False)
+    release = tmp_path / "release"
+    result = runner.invoke(app, ["protect", str(good), "--out", str(release), "--seed", "2", "--not-for-publication"])
+    assert result.exit_code == 0, result.output
+    assert gedp.Release(release).manifest["quarters"] == QUARTERS
+    repeated = tmp_path / "repeated.csv"
+    pd.concat([stored, stored.iloc[[3]]]).to_csv(repeated, index=False)  # one id twice in the same quarter
+    result = runner.invoke(app, ["protect", str(repeated), "--out", str(tmp_path / "r2"), "--not-for-publication"])
+    assert result.exit_code == 2 and "repeating an earlier row" in result.output
+    assert f"row {len(stored) + 1}" in result.output and not (tmp_path / "r2").exists()
