@@ -72,17 +72,19 @@ def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, e
 
 def plan(published_qcew: str | Path, out: str | Path | None = None, *, mu_total: float | None = None,
          targets: Sequence[int] | None = None, base: str | Path | Config = "baseline",
-         weights: Mapping[str, float] | None = None, on_step: Any = None) -> Any:
+         weights: Mapping[str, float] | None = None, on_step: Any = None, quarters: int = 1) -> Any:
     """A budget plan chosen from a state's published QCEW file alone (``gedp.planning``): searched on
     a stand-in synthesized from it, by the errors the least squares' covariance predicts. With
     ``out``, writes the plan's YAML (a config for ``protect``), its summary JSON and frontier plot.
-    Returns the ``PlanResult``. An agency plans on last year's or last quarter's published file."""
+    Returns the ``PlanResult``. An agency plans on last year's or last quarter's published file.
+    ``quarters``: ``mu_total`` is the budget of that many quarters, each planned at mu_total /
+    sqrt(quarters)."""
     from gedp.planning.output import write_plan
     from gedp.planning.predict import DEFAULT_TARGETS
     from gedp.planning.search import make_plan
 
     result = make_plan(published_qcew, mu_total=mu_total, targets=tuple(targets or DEFAULT_TARGETS), base=base,
-                       weights=weights, on_step=on_step)
+                       weights=weights, on_step=on_step, quarters=quarters)
     if out is not None:
         write_plan(result, Path(out))
     return result
@@ -94,7 +96,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
             jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
             dataset_id: str | None = None, allow_large_mu: bool = False, security: Any = None,
             insecure_scheduler: bool = False, columns: Mapping[str, str] | None = None,
-            pad_codes: bool = False) -> Release:
+            pad_codes: bool = False, annual_cap: float | None = None) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
     ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
@@ -109,7 +111,8 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     ``ledger``: the lifetime budget ledger (a JSON file) that records the release, as ``gedp protect
     --ledger`` does: the release is refused before any noise is drawn when it would take the dataset
     (its records, or ``dataset_id``) over its ``lifetime_cap`` (needed the first time), and committed
-    in the ledger once complete; the manifest's ``lifetime`` section shows the spending.
+    in the ledger once complete; the manifest's ``lifetime`` section shows the spending. ``annual_cap``
+    caps any 4 consecutive quarters, by the input's ``year`` and ``qtr``.
 
     An input of several quarters (``year`` and ``qtr`` columns: a panel, ``gedp.synth.panel``) is
     protected quarter by quarter into one panel release (``gedp.panel``); tabulate it with
@@ -121,7 +124,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     """
     check_publication(seed, None, not_for_publication)
     access = scheduler_access(scheduler, security, insecure_scheduler)
-    request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
+    request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication, annual_cap)
     loaded = load(config, workflow, allow_large_mu)
     if integer is not None:
         loaded = loaded.with_integer(integer)

@@ -426,7 +426,10 @@ def plan_command(
                                                  "quarter's): the plan reads nothing else.")],
     out: Annotated[Path, typer.Option(help="Plan YAML to write (a config for gedp protect --config); its "
                                            "summary JSON and frontier plot are written beside it.")],
-    mu_total: Annotated[Optional[float], typer.Option(help="Total mu (default: the base config's).")] = None,
+    mu_total: Annotated[Optional[float], typer.Option(help="Total mu (default: the base config's); with "
+                                                           "--quarters, the budget of all the quarters.")] = None,
+    quarters: Annotated[int, typer.Option(help="Quarters the budget covers (4: an annual budget); each "
+                                               "quarter's plan gets mu / sqrt(quarters).")] = 1,
     targets: Annotated[str, typer.Option(help="QCEW levels the plan is judged on, comma-separated.")] =
         "78,75,74,58,54,51",
     base: Annotated[str, typer.Option(help="Config whose psi, gammas, zeta and options the plan keeps.")] =
@@ -450,7 +453,7 @@ def plan_command(
                       for key, value in (_pair(item, "--weights") for item in weights.split(","))}
         with progress_steps(search_steps()) as advance:
             result = gedp.plan(from_qcew, out, mu_total=mu_total, targets=levels, base=base, weights=weight_map,
-                               on_step=advance)
+                               on_step=advance, quarters=quarters)
     table = Table("level", "attribute", "plan", base, "uniform (analytic)", title="Predicted median relative error, "
                   "published cells")
     for row in comparison_rows(result):
@@ -458,7 +461,8 @@ def plan_command(
     console.print(table)
     json_path, plot_path = output_paths(out)
     console.print(f"[bold]plan[/] {result.chosen.shape.describe()}; wages {result.chosen.wage_share:.0%} of mu^2, "
-                  f"total mu {result.mu_total:.4f}")
+                  f"total mu {result.mu_total:.4f}" + (f" per quarter (mu {result.mu_annual:.4f} over {quarters} "
+                                                        "quarters)" if quarters > 1 else ""))
     console.print(f"  written to {out} ({json_path.name}, {plot_path.name}) in {time.perf_counter() - start:.0f}s")
 
 
@@ -520,6 +524,9 @@ def protect_command(
     dataset_id: Annotated[Optional[str], typer.Option(help="With --ledger: name the dataset, recalling the "
                                                            "cap recorded under that name (e.g. the next "
                                                            "quarter).")] = None,
+    annual_cap: Annotated[Optional[float], typer.Option(help="With --ledger: the mu cap of any 4 consecutive "
+                                                             "quarters (by the input's year and qtr) of "
+                                                             "establishments new to the ledger.")] = None,
     allow_large_mu: Annotated[bool, typer.Option("--allow-large-mu",
                                                  help="Accept a query mu above 2 (refused by default: a typo such "
                                                       "as 70 for 0.70 releases nearly exact values).")] = False,
@@ -544,7 +551,7 @@ def protect_command(
 
         check_publication(seed, rng, not_for_publication)
         access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
-        request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication)
+        request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication, annual_cap)
         cfg = _load(config, workflow, integer, allow_large_mu)
         with progress_steps(None) as advance:
             source = load_input(intake)
@@ -567,6 +574,9 @@ def protect_command(
         console.print(f"  lifetime budget: this release charged mu {reservation.mu:.4f} in the accounts' terms; its "
                       f"most spent establishments are at mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
                       f"(release {reservation.release_id} committed in the ledger)")
+        if reservation.annual_cap is not None:
+            console.print(f"  annual budget: the most spent year of an establishment is at mu "
+                          f"{reservation.annual_spent_after:.4f} of {reservation.annual_cap:.4f}")
 
 
 ledger_app = typer.Typer(no_args_is_help=True, help="Inspect the lifetime budget ledger and clear pending releases.")
@@ -586,12 +596,15 @@ def ledger_show(
         book = read_ledger(check_ledger_path(ledger))
         most, cap = largest_spending(ledger, book)
     releases = Table(Column("dataset", overflow="fold"), *(Column(c, no_wrap=True) for c in (
-        "release", "status", "cap", "charge mu", "establishments", "date (UTC)")), Column("config", overflow="fold"),
+        "release", "status", "cap", "charge mu", "establishments", "date (UTC)")), Column("quarters", overflow="fold"),
+        Column("config", overflow="fold"),
         title=f"ledger {ledger}")
     for r in book["releases"].values():
         status = f"[red]{r['status']}[/]" if r["status"] == PENDING else r["status"]
-        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}", f"{r['mu']:.4f}",
-                         f"{r['establishments']:,}", r["date_utc"][:16].replace("T", " "), r["config"])
+        annual = "" if r.get("annual_cap") is None else f", {r['annual_cap']:.4f} a year"
+        quarters = ", ".join(q for q, _ in r.get("quarters", []) if q is not None) or "-"
+        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}{annual}", f"{r['mu']:.4f}",
+                         f"{r['establishments']:,}", r["date_utc"][:16].replace("T", " "), quarters, r["config"])
     console.print(releases)
     counting = live(book)
     if counting:
@@ -599,7 +612,8 @@ def ledger_show(
                       f"{dict(kv for r in reversed(counting) for kv in r['gammas'].items())}; "
                       f"the most spent establishment is at mu {most:.4f} of its cap {cap:.4f}")
     console.print(f"Each establishment's spending composes the charges of every pending or committed release that "
-                  f"includes it as sqrt(sum of mu^2); {CLEARED} releases do not count. Head of the ledger's chain: "
+                  f"includes it, once per quarter it is in, as sqrt(sum of mu^2); {CLEARED} releases do not count. "
+                  f"Head of the ledger's chain: "
                   f"{book['head']} (keep it elsewhere: a ledger rewritten from an earlier head is not detected).")
 
 
@@ -688,6 +702,10 @@ def tabulate_command(
     change: Annotated[Optional[str], typer.Option(help="A panel release: the change FIRST:SECOND of every cell, "
                                                        "e.g. 2016Q1:2017Q1 (<attribute>_chg, _chg_moe, "
                                                        "_pct_chg).")] = None,
+    gains_losses: Annotated[Optional[str], typer.Option(help="FROM:TO quarters (e.g. 2016Q1:2016Q2) of panel "
+                                                             "microdata: gross job gains and losses of month-3 "
+                                                             "employment by --by instead of levels (raw sums: "
+                                                             "biased upward by the noise).")] = None,
 ) -> None:
     """Tabulate microdata by any public columns or a QCEW level, optionally with margins of error.
 
@@ -702,12 +720,16 @@ def tabulate_command(
     from gedp.release.format import MANIFEST_FILE
     from gedp.release.margins import kept_variances
     from gedp.release.reader import read_protected, release_quarters
-    from gedp.synth.io import read_microdata
+    from gedp.synth.io import read_columns, read_microdata
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
         table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
-        if quarter is not None or change is not None or (release and release_quarters(microdata)):
+        if gains_losses is not None and (moe or agglvl is not None or where or table_format in PUBLICATION_FORMATS):
+            raise InputError("--gains-losses goes with --by, --out and --format csv or parquet only (no --moe: the "
+                             "margins and corrected sums need each quarter's release, gedp.gains.between_releases)")
+        if quarter is not None or change is not None or (release and gains_losses is None
+                                                          and release_quarters(microdata)):
             from gedp.panel import tabulate_panel
 
             table = tabulate_panel(microdata, by, quarter=quarter, change=change, agglvl=agglvl,
@@ -719,9 +741,13 @@ def tabulate_command(
             _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
             return
         jobs = agglvl is None and bool(worker_keys(by or ""))
-        ids = jobs or not _names_only_columns(f"{by or ''} {where or ''}")
-        data = (read_protected(microdata, without=() if ids else ("estab_id",)) if release
-                else read_microdata(microdata, attributes=None))
+        ids = jobs or gains_losses is not None or not _names_only_columns(f"{by or ''} {where or ''}")
+        if release:
+            data = read_protected(microdata, without=() if ids else ("estab_id",))
+        elif gains_losses is not None:  # a panel: one row per establishment and quarter
+            data = read_columns(microdata)
+        else:
+            data = read_microdata(microdata, attributes=None)
         if jobs and not release:
             raise InputError("worker columns need a release directory with a job frame")
         options = {"where": where or None, "moe": moe, "level": level,
@@ -737,6 +763,13 @@ def tabulate_command(
                 elif agglvl is not None:
                     keys = qcew_keys(data, agglvl)
                     table = qcew_level(data, agglvl, **options)
+                elif gains_losses is not None:
+                    from gedp.postprocess.gains import panel_gains_losses
+
+                    table = panel_gains_losses(data, gains_losses, by or "total")
+                    keys = [c for c in table.columns if c in data.columns]
+                    typer.echo("warning: gains and losses summed from protected microdata are biased upward by the "
+                               "noise (see the gains and losses page)", err=True)
                 elif jobs:
                     table = tabulate_job_frame(microdata, data, by, where=where or None, moe=moe, level=level)
                     keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]

@@ -9,6 +9,11 @@ for every establishment it includes, sqrt(earlier spending^2 + this release's ch
 that establishment's cap. An edited copy, a subset, a superset or the next quarter of the same
 establishments draws on the same accounts, whatever else changed in the file.
 
+A release records its quarters (``gedp.quarters``): its key file holds each quarter's sorted keys in
+turn, and an establishment in k of them is charged sqrt(k) times the release's charge. Beside the
+lifetime cap, an optional annual cap bounds every 4 consecutive quarters; a release recorded
+without quarters (an input without ``year`` and ``qtr``) counts in every year.
+
 The charge is in the account's terms. The ledger records psi and, per attribute, the gamma of the
 first release that measured it; psi-neighbours differ in every attribute at once, so an
 establishment's charge composes its attributes' charges, sqrt(sum over queries and attributes of
@@ -68,6 +73,7 @@ import pyarrow.compute as pc
 from gedp.measure.budget import MAX_MU, compose
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan
+from gedp.quarters import QUARTER, quarter_index, window_name, window_spending, windows
 from gedp.synth.schema import InputError
 
 LEDGER_VERSION = 3
@@ -83,14 +89,17 @@ KEY_CHECK_TEXT = "gedp ledger key check"
 LEDGER_KEYS = ("version", "key", "key_check", "events", "head")
 RELEASE_KEYS = ("id", "dataset_id", "lifetime_cap", "psi", "gammas", "charges", "mu", "mu_planned",
                 "establishments", "keys_sha256", "date_utc", "config")
+#: Recorded with every release since quarters are kept (a release recorded without them is one
+#: block of establishments without a quarter, and has no annual cap).
+QUARTER_KEYS = ("quarters", "annual_cap")
 #: Relative tolerance of cap comparisons (the composed spending is a float sum).
 TOLERANCE = 1e-12
 
 
-def check_cap(cap: float) -> float:
-    """A lifetime cap: a finite number in (0, MAX_MU]."""
+def check_cap(cap: float, option: str = "--lifetime-cap") -> float:
+    """A lifetime (or, with ``option``, annual) cap: a finite number in (0, MAX_MU]."""
     if not _positive(cap) or cap > MAX_MU:
-        raise InputError(f"--lifetime-cap ({_shown(cap)}) must be a finite number > 0 and <= {MAX_MU:g} "
+        raise InputError(f"{option} ({_shown(cap)}) must be a finite number > 0 and <= {MAX_MU:g} "
                          f"(mu {MAX_MU:g} already hides nothing)")
     return float(cap)
 
@@ -169,8 +178,11 @@ def plan_charges(plan: MeasurementPlan, account_gammas: dict[str, float]) -> dic
 
 @dataclass(frozen=True)
 class Reservation:
-    """A pending release: its ledger, id, the binding cap, the largest earlier spending of any of
-    its establishments, its charge in the account's terms (``mu``) and what that charge is made of."""
+    """A pending release: its ledger, id, and for its most spent establishment (by lifetime spending
+    to cap) the cap, the earlier spending and this release's charge to it (``charged``: sqrt(k) mu
+    for an establishment in k of its quarters); its charge per quarter in the account's terms
+    (``mu``) and what that charge is made of; its quarters (None: none), the annual cap and the
+    largest spending of a rolling year after it (None without an annual cap)."""
 
     path: Path
     release_id: str
@@ -181,16 +193,22 @@ class Reservation:
     charges: dict[str, float]
     psi: dict
     gammas: dict[str, float]
+    charged: float
+    quarters: tuple[str | None, ...] = (None,)
+    annual_cap: float | None = None
+    annual_spent_after: float | None = None
 
     @property
     def spent_after(self) -> float:
-        return compose([self.spent_before, self.mu])
+        return compose([self.spent_before, self.charged])
 
     def summary(self) -> dict:
         """The lifetime figures a release manifest shows (no path, no key, no hash)."""
         return {"lifetime_cap": self.cap, "spent_before": self.spent_before, "spent_after": self.spent_after,
                 "mu": self.mu, "mu_planned": self.mu_planned, "charges": self.charges,
-                "account": {"psi": self.psi, "gammas": self.gammas}, "release_id": self.release_id}
+                "account": {"psi": self.psi, "gammas": self.gammas}, "release_id": self.release_id,
+                "quarters": [q for q in self.quarters if q is not None], "annual_cap": self.annual_cap,
+                "annual_spent_after": self.annual_spent_after}
 
     def pending_note(self) -> str:
         """What an operator must know when the release failed after it was reserved."""
@@ -229,8 +247,11 @@ def _mus(value: object, where: str) -> None:
 
 def _check_release(release: object, at: str) -> None:
     """Check every field of a reserve event's release (raises _Damaged naming the first bad one)."""
-    _keys(release, at, RELEASE_KEYS)
+    _keys(release, at, (*RELEASE_KEYS, *QUARTER_KEYS) if isinstance(release, dict) and "quarters" in release
+          else RELEASE_KEYS)
     assert isinstance(release, dict)
+    if "quarters" in release:
+        _check_quarters(release, at)
     _require(isinstance(release["id"], str) and bool(RELEASE_ID.fullmatch(release["id"])), f"{at}.id",
              "must be a 16-digit hex release id")
     name = release["dataset_id"]
@@ -250,6 +271,22 @@ def _check_release(release: object, at: str) -> None:
              f"{at}.keys_sha256", "must be a SHA-256 hex digest")
     _require(_is_date(release["date_utc"]), f"{at}.date_utc", "must be an ISO date and time")
     _require(isinstance(release["config"], str), f"{at}.config", "must be text")
+
+
+def _check_quarters(release: dict, at: str) -> None:
+    """A release's quarters: [label, establishments] pairs of distinct quarters in order (or one
+    pair without a label), and its annual cap: null or a cap."""
+    quarters = release["quarters"]
+    _require(isinstance(quarters, list) and len(quarters) > 0 and all(
+        isinstance(q, list) and len(q) == 2 and (q[0] is None or (isinstance(q[0], str) and bool(
+            QUARTER.fullmatch(q[0])))) and type(q[1]) is int and q[1] > 0 for q in quarters), f"{at}.quarters",
+        "must be a list of [quarter label or null, number of establishments > 0]")
+    labels = [q[0] for q in quarters]
+    _require(labels == [None] or (None not in labels and labels == sorted(set(labels), key=quarter_index)),
+             f"{at}.quarters", "must be distinct quarters in order, or one block without a quarter")
+    cap = release["annual_cap"]
+    _require(cap is None or (_positive(cap) and cap <= MAX_MU), f"{at}.annual_cap",
+             f"must be null or a finite number > 0 and <= {MAX_MU:g}")
 
 
 def _event_hash(event: dict) -> str:
@@ -311,6 +348,9 @@ def _check_key_files(path: Path, releases: dict[str, dict]) -> None:
             continue
         _require(f"{release_id}.u64" in files and _file_sha256(folder / f"{release_id}.u64") == release["keys_sha256"],
                  f"key file of release {release_id}", "is missing or was changed")
+        quarters = release.get("quarters") or [[None, release["establishments"]]]
+        _require((folder / f"{release_id}.u64").stat().st_size == 8 * sum(count for _, count in quarters),
+                 f"release {release_id}'s quarters", "do not hold its key file's establishments")
 
 
 def _file_sha256(path: Path) -> str:
@@ -419,21 +459,53 @@ def live(book: dict) -> list[dict]:
 
 
 def release_keys(path: Path, release_id: str) -> np.ndarray:
-    """A release's sorted establishment keys, from its key file."""
+    """A release's establishment keys, from its key file: each quarter's sorted keys in turn."""
     return np.fromfile(keys_folder(path) / f"{release_id}.u64", dtype="<u8")
 
 
-def spending(path: Path, book: dict, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each key: its squared spending over the live releases, and its recorded cap (NaN if new)."""
-    spent2 = np.zeros(len(keys))
-    caps = np.full(len(keys), np.nan)
+def release_blocks(path: Path, release: dict) -> list[tuple[str | None, np.ndarray]]:
+    """A release's quarters, each with its establishments' sorted keys (one block labelled None for a
+    release without quarters)."""
+    keys = release_keys(path, release["id"])
+    quarters = release.get("quarters") or [[None, len(keys)]]
+    ends = np.cumsum([count for _, count in quarters])
+    return [(label, block) for (label, _), block in zip(quarters, np.split(keys, ends[:-1]))]
+
+
+def _members(block: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Which of ``keys`` are in the sorted ``block``."""
+    if len(block) == 0:
+        return np.zeros(len(keys), dtype=bool)
+    found = np.searchsorted(block, keys).clip(max=len(block) - 1)
+    return block[found] == keys
+
+
+@dataclass
+class Spending:
+    """For each key: its squared spending per quarter over the live releases (None: releases without
+    quarters), and its recorded lifetime and annual caps (NaN where none is recorded)."""
+
+    by_quarter: dict[str | None, np.ndarray]
+    caps: np.ndarray
+    annual_caps: np.ndarray
+
+    @property
+    def lifetime(self) -> np.ndarray:
+        """Per key: the squared spending of every quarter."""
+        return sum(self.by_quarter.values(), np.zeros(len(self.caps)))
+
+
+def spending(path: Path, book: dict, keys: np.ndarray) -> Spending:
+    """The live releases' spending of each key's account, quarter by quarter, and its recorded caps."""
+    result = Spending({}, np.full(len(keys), np.nan), np.full(len(keys), np.nan))
     for release in live(book):
-        earlier = release_keys(path, release["id"])
-        found = np.searchsorted(earlier, keys).clip(max=max(len(earlier) - 1, 0))
-        shared = earlier[found] == keys if len(earlier) else np.zeros(len(keys), dtype=bool)
-        spent2[shared] += release["mu"] ** 2
-        caps[shared] = np.fmin(caps[shared], release["lifetime_cap"])
-    return spent2, caps
+        for label, block in release_blocks(path, release):
+            shared = _members(block, keys)
+            result.by_quarter.setdefault(label, np.zeros(len(keys)))[shared] += release["mu"] ** 2
+            result.caps[shared] = np.fmin(result.caps[shared], release["lifetime_cap"])
+            if release.get("annual_cap") is not None:
+                result.annual_caps[shared] = np.fmin(result.annual_caps[shared], release["annual_cap"])
+    return result
 
 
 def _account(book: dict, plan: MeasurementPlan) -> tuple[dict, dict[str, float]]:
@@ -451,81 +523,156 @@ def _account(book: dict, plan: MeasurementPlan) -> tuple[dict, dict[str, float]]
     return psi, {a: gammas[a] for a in plan.attributes}
 
 
-def _release_cap(book: dict, cap: float | None, dataset_id: str | None, caps: np.ndarray) -> np.ndarray:
-    """Each establishment's cap: the recorded one, else the given or the dataset's; refuses a cap
-    other than the recorded one, and new establishments without a cap."""
+def _release_cap(book: dict, cap: float | None, dataset_id: str | None, caps: np.ndarray, *,
+                 field: str = "lifetime_cap", option: str = "--lifetime-cap", required: bool = True) -> np.ndarray:
+    """Each establishment's cap (``field``): the recorded one, else the given or the dataset's; refuses
+    a cap other than the recorded one, and (``required``) new establishments without a cap. NaN: no cap."""
+    what = field.replace("_", " ")
     if dataset_id is not None:
-        named = {r["lifetime_cap"] for r in live(book) if r["dataset_id"] == dataset_id}
-        recorded = named.pop() if named else None
+        named = {r.get(field) for r in live(book) if r["dataset_id"] == dataset_id} - {None}
+        recorded = min(named) if named else None
         if recorded is not None and cap is not None and abs(cap - recorded) > TOLERANCE * recorded:
-            raise InputError(f"the ledger records lifetime cap {recorded} for dataset '{dataset_id}', not {cap}")
+            raise InputError(f"the ledger records {what} {recorded} for dataset '{dataset_id}', not {cap}")
         cap = recorded if cap is None else cap
     known = caps[~np.isnan(caps)]
     other = known[np.abs(known - cap) > TOLERANCE * known] if cap is not None else known[:0]
     if len(other):
-        raise InputError(f"the ledger records lifetime cap {float(other[0])} for establishments of this release, not "
+        raise InputError(f"the ledger records {what} {float(other[0])} for establishments of this release, not "
                          f"{cap} (a cap is kept for good once recorded)")
-    if cap is None and len(known) < len(caps):
-        what = "these establishments are" if dataset_id is None else f"dataset '{dataset_id}' is"
-        raise InputError(f"{what} new to the ledger: give the dataset's --lifetime-cap")
+    if required and cap is None and len(known) < len(caps):
+        who = "these establishments are" if dataset_id is None else f"dataset '{dataset_id}' is"
+        raise InputError(f"{who} new to the ledger: give the dataset's {option}")
     return np.where(np.isnan(caps), np.nan if cap is None else cap, caps)
 
 
+def _blocks(estab_ids: Iterable[str] | pd.Series, quarters: Iterable[str] | pd.Series | None,
+            key: str) -> dict[str | None, np.ndarray]:
+    """A release's establishments' sorted keys per quarter, quarters in order (None: no quarters)."""
+    if quarters is None:
+        return {None: establishment_keys(estab_ids, key)}
+    frame = pd.DataFrame({"estab_id": pd.Series(estab_ids).astype(str).to_numpy(),
+                          "quarter": pd.Series(quarters).astype(str).to_numpy()})
+    labels = sorted(frame["quarter"].unique(), key=quarter_index)
+    return {label: establishment_keys(frame.loc[frame["quarter"] == label, "estab_id"], key) for label in labels}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One account every establishment of a release is checked against: its lifetime, or a rolling
+    year (``name``); squared spending before the release, the release's squared charge, the cap."""
+
+    name: str
+    spent2: np.ndarray
+    charge2: np.ndarray
+    cap: np.ndarray
+
+    def ratios(self) -> np.ndarray:
+        """Spending after the release over the cap (0 without a cap)."""
+        return np.nan_to_num(np.sqrt(self.spent2 + self.charge2) / self.cap, nan=0.0)
+
+
+def _budgets(spent: Spending, present: dict[str | None, np.ndarray], mu: float, caps: np.ndarray,
+             annual_caps: np.ndarray) -> list[Budget]:
+    """The lifetime account and every rolling year the release touches (those around every recorded
+    quarter when the release, or an earlier one, has no quarters: it counts in every year)."""
+    count = sum(present.values(), np.zeros(len(caps)))
+    budgets = [Budget("lifetime", spent.lifetime, mu * mu * count, caps)]
+    if np.isnan(annual_caps).all():
+        return budgets
+    labels = [label for label in present if label is not None]
+    if None in present or None in spent.by_quarter:
+        labels += [label for label in spent.by_quarter if label is not None]
+    for window in windows(labels) or [()]:
+        inside = [members for label, members in present.items() if label is None or quarter_index(label) in window]
+        budgets.append(Budget(window_name(window) if window else "any year",
+                              window_spending(spent.by_quarter, window, len(caps)),
+                              mu * mu * sum(inside, np.zeros(len(caps))), annual_caps))
+    return budgets
+
+
+def _refusal(budget: Budget, at: int, releases: int) -> InputError:
+    """Why a release is refused by the account that binds (what is left, what it needs)."""
+    spent, cap, needs = math.sqrt(budget.spent2[at]), float(budget.cap[at]), math.sqrt(budget.charge2[at])
+    left = math.sqrt(max(cap * cap - spent * spent, 0.0))
+    which = "lifetime cap" if budget.name == "lifetime" else "annual cap"
+    year = "" if budget.name == "lifetime" else f" in the year {budget.name}"
+    return InputError(f"release refused: it would take establishments of this release over their {which} "
+                      f"{cap:.4f}{year}: they have mu {left:.4f} of {cap:.4f} left (spent {spent:.4f} in {releases} "
+                      f"earlier release(s) of the ledger); this release needs its charge {needs:.4f} in the "
+                      f"accounts' terms (sqrt({spent:.4f}^2 + {needs:.4f}^2) = {math.hypot(spent, needs):.4f})")
+
+
 def reserve(path: str | Path, estab_ids: Iterable[str] | pd.Series, plan: MeasurementPlan, *,
-            cap: float | None = None, dataset_id: str | None = None, config: str = "") -> Reservation:
-    """Under the lock: check that the release fits the cap of every establishment it includes and
+            quarters: Iterable[str] | pd.Series | None = None, cap: float | None = None,
+            annual_cap: float | None = None, dataset_id: str | None = None, config: str = "") -> Reservation:
+    """Under the lock: check that the release fits every cap of every establishment it includes and
     record it as pending (it counts from now on). Call before any noise is drawn.
 
     Args:
-        estab_ids: the release's establishments (every one of the input).
-        plan: the release's measurement plan; its charge is computed from it in the accounts' terms.
-        cap: the cap of establishments new to the ledger; a recorded cap cannot change.
-        dataset_id: a name that recalls a cap the ledger records (it never resets an account).
+        estab_ids: the release's establishments (every row of the input).
+        plan: the measurement plan of each quarter; its charge is computed in the accounts' terms.
+        quarters: each row's quarter label (``YYYYQn``; None: the release has no quarter). An
+            establishment in k of the release's quarters is charged sqrt(k) times the plan's charge.
+        cap: the lifetime cap of establishments new to the ledger; a recorded cap cannot change.
+        annual_cap: the cap of every 4 consecutive quarters (``gedp.quarters``), recorded as the
+            lifetime cap is; establishments without one have none.
+        dataset_id: a name that recalls the caps the ledger records (it never resets an account).
 
     Raises:
-        InputError: over a cap, another psi, a bad cap, id or ledger path, a damaged ledger, or a
-        ledger that cannot be written.
+        InputError: over a cap, another psi, a bad cap, quarter, id or ledger path, a damaged ledger,
+        or a ledger that cannot be written.
     """
     cap = None if cap is None else check_cap(cap)
+    annual_cap = None if annual_cap is None else check_cap(annual_cap, "--annual-cap")
     dataset_id = None if dataset_id is None else check_dataset_id(dataset_id)
     path = check_ledger_path(path)
     with _locked(path, missing_ok=True) as book:
-        keys = establishment_keys(estab_ids, book["key"])
+        blocks = _blocks(estab_ids, quarters, book["key"])
+        keys = np.unique(np.concatenate(list(blocks.values())))
         psi, gammas = _account(book, plan)
         charges = plan_charges(plan, gammas)
         mu = compose(charges.values())
-        spent2, recorded = spending(path, book, keys)
-        caps = _release_cap(book, cap, dataset_id, recorded)
-        after = np.sqrt(spent2 + mu * mu)
-        binding = int(np.argmax(after / caps))
-        reservation = Reservation(path, secrets.token_hex(8), float(caps[binding]), float(np.sqrt(spent2[binding])),
-                                  mu, plan.budget().total, charges, psi, gammas)
-        if after[binding] > caps[binding] * (1 + TOLERANCE):
-            raise InputError(
-                f"release refused: establishments of this release have spent mu {reservation.spent_before:.4f} in "
-                f"{len(live(book))} earlier release(s) of the ledger; this release's charge {mu:.4f} (in the "
-                f"accounts' terms) makes {after[binding]:.4f}, over their lifetime cap {reservation.cap:.4f}")
-        _record(path, book, keys, reservation, dataset_id, config, caps)
+        spent = spending(path, book, keys)
+        caps = _release_cap(book, cap, dataset_id, spent.caps)
+        annual = _release_cap(book, annual_cap, dataset_id, spent.annual_caps, field="annual_cap",
+                              option="--annual-cap", required=False)
+        budgets = _budgets(spent, {label: _members(block, keys) for label, block in blocks.items()}, mu, caps, annual)
+        worst = max(budgets, key=lambda budget: float(np.max(budget.ratios())))
+        at = int(np.argmax(worst.ratios()))
+        if worst.ratios()[at] > 1 + TOLERANCE:
+            raise _refusal(worst, at, len(live(book)))
+        most = int(np.argmax(budgets[0].ratios()))
+        years = budgets[1:]
+        reservation = Reservation(
+            path, secrets.token_hex(8), float(caps[most]), float(np.sqrt(budgets[0].spent2[most])), mu,
+            plan.budget().total, charges, psi, gammas, float(np.sqrt(budgets[0].charge2[most])), tuple(blocks),
+            None if np.isnan(annual).all() else float(np.nanmin(annual)),
+            max((float(np.max(np.sqrt(y.spent2 + y.charge2))) for y in years), default=None))
+        _record(path, book, blocks, reservation, dataset_id, config, caps)
     return reservation
 
 
-def _record(path: Path, book: dict, keys: np.ndarray, reservation: Reservation, dataset_id: str | None,
-            config: str, caps: np.ndarray) -> None:
-    """Write the release's key file, then its reserve event."""
+def _record(path: Path, book: dict, blocks: dict[str | None, np.ndarray], reservation: Reservation,
+            dataset_id: str | None, config: str, caps: np.ndarray) -> None:
+    """Write the release's key file (each quarter's keys in turn), then its reserve event."""
     folder = keys_folder(path)
     keys_file = folder / f"{reservation.release_id}.u64"
     try:
         folder.mkdir(exist_ok=True)
         with open(keys_file, "wb") as handle:
-            handle.write(keys.tobytes())
+            for block in blocks.values():
+                handle.write(block.tobytes())
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as err:
         raise InputError(f"cannot write ledger '{path}' ({err.strerror or type(err).__name__})") from None
     release = {"id": reservation.release_id, "dataset_id": dataset_id, "lifetime_cap": float(np.min(caps)),
                "psi": reservation.psi, "gammas": reservation.gammas, "charges": reservation.charges,
-               "mu": reservation.mu, "mu_planned": reservation.mu_planned, "establishments": len(keys),
-               "keys_sha256": _file_sha256(keys_file), "date_utc": _now(), "config": config}
+               "mu": reservation.mu, "mu_planned": reservation.mu_planned,
+               "establishments": len(np.unique(np.concatenate(list(blocks.values())))),
+               "keys_sha256": _file_sha256(keys_file), "date_utc": _now(), "config": config,
+               "quarters": [[label, len(block)] for label, block in blocks.items()],
+               "annual_cap": reservation.annual_cap}
     _append(book, {"event": "reserve", "release": release})
     try:
         _save(path, book)
@@ -573,6 +720,6 @@ def largest_spending(path: str | Path, book: dict) -> tuple[float, float]:
     if not releases:
         return 0.0, 0.0
     keys = np.unique(np.concatenate([release_keys(path, r["id"]) for r in releases]))
-    spent2, caps = spending(path, book, keys)
-    worst = int(np.argmax(np.sqrt(spent2) / caps))
-    return float(np.sqrt(spent2[worst])), float(caps[worst])
+    spent = spending(path, book, keys)
+    worst = int(np.argmax(np.sqrt(spent.lifetime) / spent.caps))
+    return float(np.sqrt(spent.lifetime[worst])), float(spent.caps[worst])

@@ -1,9 +1,10 @@
 """A release recorded in the lifetime budget ledger, the same flow for the command line and the API.
 
 With a ledger, a release is reserved before any noise is drawn (refused when it would take any of
-its establishments' accounts over their lifetime cap, and then nothing is written), committed when it is complete in its
-staging folder and just before it is published, and left pending, with a note saying how to clear
-it, when it fails in between (``gedp.ledger``: reserve, commit, clear).
+its establishments' accounts over their lifetime or annual cap, and then nothing is written), committed when it is
+complete in its staging folder and just before it is published, and left pending, with a note saying how to clear
+it, when it fails in between (``gedp.ledger``: reserve, commit, clear). Each row is charged in its quarter, from
+the input's ``year`` and ``qtr`` (``input_quarters``): a panel input is reserved once for all its quarters.
 """
 
 from __future__ import annotations
@@ -14,37 +15,53 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from gedp.config import Config
-from gedp.engine import Scheduler, Source, check_request, input_establishments, input_states, protect_input
+from gedp.engine import Scheduler, Source, check_request, input_establishments, input_states, protect_input, read_source
 from gedp.errors import InputError, SolverError
 from gedp.ledger import Reservation, check_cap, check_dataset_id, check_ledger_path, commit, reserve
+from gedp.quarters import row_quarters
 from gedp.release.writer import check_output_directory
+from gedp.synth.io import check_input_path, input_columns
 
 
 @dataclass(frozen=True)
 class LedgerRequest:
     """Where a release is recorded: the ledger file, the dataset's lifetime cap (needed the first
-    time) and the dataset's declared id (optional)."""
+    time), its declared id and its annual cap (optional)."""
 
     path: Path
     lifetime_cap: float | None = None
     dataset_id: str | None = None
+    annual_cap: float | None = None
 
 
 def ledger_request(ledger: str | Path | None, lifetime_cap: float | None, dataset_id: str | None,
-                   not_for_publication: bool) -> LedgerRequest | None:
+                   not_for_publication: bool, annual_cap: float | None = None) -> LedgerRequest | None:
     """The checked ledger options of a release (None without a ledger), refused before anything is read:
     a cap or dataset id without a ledger, a ledger for a release not for publication, a bad cap or id."""
     if ledger is None:
-        if lifetime_cap is not None or dataset_id is not None:
-            raise InputError("--lifetime-cap and --dataset-id go with --ledger FILE")
+        if lifetime_cap is not None or dataset_id is not None or annual_cap is not None:
+            raise InputError("--lifetime-cap, --annual-cap and --dataset-id go with --ledger FILE")
         return None
     if not_for_publication:
         raise InputError("--ledger records releases for publication only: a --not-for-publication release "
                          "spends no lifetime budget; drop --ledger")
     check_ledger_path(Path(ledger))
     return LedgerRequest(Path(ledger), None if lifetime_cap is None else check_cap(lifetime_cap),
-                         None if dataset_id is None else check_dataset_id(dataset_id))
+                         None if dataset_id is None else check_dataset_id(dataset_id),
+                         None if annual_cap is None else check_cap(annual_cap, "--annual-cap"))
+
+
+def input_quarters(source: Source) -> tuple[pd.Series, pd.Series | None]:
+    """The establishments of an input and each row's quarter label from its ``year`` and ``qtr``
+    columns (None when it has neither: the release is charged without a quarter)."""
+    names = list(source.columns) if isinstance(source, pd.DataFrame) else input_columns(check_input_path(source))
+    if not {"year", "qtr"} <= set(names):
+        return input_establishments(source), None
+    frame = read_source(source, ["estab_id", "year", "qtr"])
+    return frame["estab_id"].astype(str), row_quarters(frame["year"], frame["qtr"])
 
 
 @contextmanager
@@ -55,8 +72,9 @@ def reserved(request: LedgerRequest | None, source: Source, config: Config) -> I
     if request is None:
         yield None
         return
-    reservation = reserve(request.path, input_establishments(source), config.plan, cap=request.lifetime_cap,
-                          dataset_id=request.dataset_id, config=config.name)
+    estab_ids, quarters = input_quarters(source)
+    reservation = reserve(request.path, estab_ids, config.plan, quarters=quarters, cap=request.lifetime_cap,
+                          annual_cap=request.annual_cap, dataset_id=request.dataset_id, config=config.name)
     try:
         yield reservation
     except (InputError, SolverError) as err:

@@ -20,6 +20,7 @@ def plan_yaml(result: PlanResult) -> str:
         "state synthesized from it; never confidential microdata).",
         f"Shape: {chosen.shape.describe()}.",
         f"Wages get {chosen.wage_share:.0%} of mu^2; total mu {result.mu_total:.4f}.",
+        *quarters_header(result),
         "Predicted median relative error on the published cells (plan / base plan):",
         *(f"  level {level}: " + ", ".join(f"{ATTRIBUTE_NAMES[a]} {100 * chosen.errors[level][a]:.2f}% / "
                                           f"{100 * result.base[level][a]:.2f}%" for a in ATTRIBUTE_NAMES)
@@ -27,6 +28,18 @@ def plan_yaml(result: PlanResult) -> str:
     ]
     body = yaml.safe_dump(result.config, sort_keys=False, default_flow_style=None)
     return "".join(f"# {line}\n" for line in header) + body
+
+
+def quarters_header(result: PlanResult) -> list[str]:
+    """How a plan of several quarters spends its budget (nothing for one quarter)."""
+    if result.quarters == 1:
+        return []
+    return [f"Budget over {result.quarters} quarters: mu {result.mu_annual:.4f}; each quarter's release is planned "
+            f"at mu {result.mu_annual:.4f} / sqrt({result.quarters}) = {result.mu_total:.4f}",
+            f"(Gaussian composition: sqrt({result.quarters} x {result.mu_total:.4f}^2) = {result.mu_annual:.4f}); an "
+            "establishment in every quarter spends the whole budget. Record each quarter in the ledger",
+            f"with --annual-cap {result.mu_annual:.4f} (any 4 consecutive quarters) to have it enforced."
+            if result.quarters == 4 else "with a --lifetime-cap or --annual-cap to have it enforced."]
 
 
 def comparison_rows(result: PlanResult) -> list[list[str]]:
@@ -51,6 +64,7 @@ def summary(result: PlanResult, frontier_file: str) -> dict:
 
     return {
         "source": result.source, "mu_total": result.mu_total, "seconds": result.seconds,
+        "quarters": result.quarters, "mu_over_quarters": result.mu_annual,
         "shape": result.chosen.shape.describe(), "wage_share": result.chosen.wage_share,
         "score": result.chosen.score, "worst_ratio_to_base": result.chosen.worst_ratio,
         "predicted": {"plan": by_level(result.chosen.errors), "base": by_level(result.base),

@@ -56,6 +56,8 @@ FINALISTS = 3
 REFINED_SETS = 3
 #: Seed of the stand-in's synthesis and of its simulated measurements (public data only).
 STANDIN_SEED = 1
+#: The most quarters a budget is planned over (ten years).
+MAX_QUARTERS = 40
 #: Simulated releases of the stand-in per finalist and for the base plan (paired seeds), and their
 #: seed: one of their own, apart from the evaluations' default (1), so that simulated releases that
 #: check a prediction are independent of the releases that calibrated it.
@@ -101,6 +103,12 @@ class PlanResult:
     mu_total: float
     source: str
     seconds: float
+    quarters: int = 1
+
+    @property
+    def mu_annual(self) -> float:
+        """The budget the plan spreads over its quarters: sqrt(quarters) x the plan's mu per quarter."""
+        return self.mu_total * math.sqrt(self.quarters)
 
 
 def stand_in(published: PublishedState, source: str, levels: Sequence[int], seed: int = STANDIN_SEED) -> StandIn:
@@ -305,9 +313,11 @@ def _calibrated(standin: StandIn, candidate: Candidate, mu_total: float, base: C
 def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
               targets: Sequence[int] = DEFAULT_TARGETS, base: str | Path | Config = "baseline",
               weights: Mapping[str, float] | None = None, tolerance: float = 0.10,
-              on_step: Callable[[str], None] | None = None) -> PlanResult:
+              on_step: Callable[[str], None] | None = None, quarters: int = 1) -> PlanResult:
     """A plan chosen on a public stand-in of the published QCEW file ``published_qcew`` (module
-    docstring); ``base``'s psi, gammas, zeta and options, total ``mu_total`` (default the base's)."""
+    docstring); ``base``'s psi, gammas, zeta and options, total ``mu_total`` (default the base's).
+    With ``quarters`` > 1, ``mu_total`` is the budget of that many quarters of equal cost: each
+    quarter's plan gets mu_total / sqrt(quarters) (Gaussian composition)."""
     start = time.perf_counter()
     step = on_step or (lambda description: None)
     base_config = base if isinstance(base, Config) else load_config(base)
@@ -317,6 +327,9 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     mu_total = base_total if mu_total is None else float(mu_total)
     if not mu_total > 0:
         raise InputError(f"mu_total ({mu_total}) must be > 0")
+    if isinstance(quarters, bool) or not isinstance(quarters, int) or not 1 <= quarters <= MAX_QUARTERS:
+        raise InputError(f"quarters ({quarters!r}) must be a whole number of quarters from 1 to {MAX_QUARTERS}")
+    mu_total /= math.sqrt(quarters)
     standin = stand_in(read_qcew(published_qcew), Path(published_qcew).name, targets)
     step("stand-in synthesized")
     base_errors = scaled(predict_config(standin, base_config, [EMPLOYMENT, WAGE]), base_total / mu_total)
@@ -341,7 +354,7 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     level = 78 if 78 in targets else targets[0]
     config = shapes.config_mapping(chosen.shape, mu_total, chosen.wage_share, base_config.raw)
     return PlanResult(config, chosen, base_errors, uniform, frontier(ranked, shown, level), finalists, mu_total,
-                      standin.source, time.perf_counter() - start)
+                      standin.source, time.perf_counter() - start, quarters)
 
 
 def _check(base: Config, weights: Mapping[str, float], targets: Sequence[int], tolerance: float) -> None:

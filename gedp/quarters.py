@@ -1,0 +1,82 @@
+"""Quarters in the lifetime ledger: labels, and the accounts' spending over a year of quarters.
+
+A quarter is labelled ``YYYYQn`` (``2016Q1``), the label of the input's ``year`` and ``qtr``
+columns. A release records, per quarter it covers, the establishments present in it; an
+establishment present in k of a release's quarters is charged the composition of k quarters'
+charges, sqrt(k) mu (Gaussian: mu^2 add). A release without quarters (an input without ``year`` and
+``qtr``) is one unlabelled block, which counts in every year.
+
+The annual cap bounds the spending of every 4 consecutive quarters (a rolling year), not of
+calendar years only: the guarantee "any year of an establishment's data costs at most the annual
+cap" then holds for every span of a year an attacker may look at, including one that straddles
+a new year (with calendar years, spending a year's budget in the fourth quarter and another in the
+next first quarter would cost twice the cap over two quarters). For equal quarters both rules admit
+the same releases.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gedp.synth.schema import InputError
+
+QUARTER = re.compile(r"([0-9]{4})Q([1-4])")
+#: Quarters in the window of the annual cap.
+YEAR = 4
+
+
+def quarter_label(year: int, qtr: int) -> str:
+    """The label ``YYYYQn`` of a year and quarter."""
+    return f"{int(year):04d}Q{int(qtr)}"
+
+
+def quarter_index(label: str) -> int:
+    """Consecutive quarters have consecutive indexes (``2016Q4`` + 1 = ``2017Q1``)."""
+    match = QUARTER.fullmatch(label) if isinstance(label, str) else None
+    if match is None:
+        raise InputError(f"quarter '{label}' must be YYYYQn with n in 1-4, e.g. 2016Q1")
+    return int(match[1]) * 4 + int(match[2]) - 1
+
+
+def index_label(index: int) -> str:
+    """The label of a quarter index (``quarter_index``'s inverse)."""
+    return quarter_label(index // 4, index % 4 + 1)
+
+
+def row_quarters(year: Iterable, qtr: Iterable) -> pd.Series:
+    """The quarter label of every row from its ``year`` and ``qtr`` values (refused when one is not
+    a whole year 1900-2100 or a quarter 1-4)."""
+    frame = pd.DataFrame({"year": pd.to_numeric(pd.Series(year), errors="coerce"),
+                          "qtr": pd.to_numeric(pd.Series(qtr), errors="coerce")})
+    bad = ~(frame["year"].between(1900, 2100) & frame["qtr"].isin([1, 2, 3, 4])
+            & (frame["year"] % 1 == 0))
+    if bad.any():
+        row = frame[bad].index[0]
+        raise InputError(f"row {row}: year and qtr must be a year 1900-2100 and a quarter 1-4 to label the "
+                         "release's quarter in the ledger")
+    return frame["year"].astype(int).astype(str).str.zfill(4) + "Q" + frame["qtr"].astype(int).astype(str)
+
+
+def windows(labels: Sequence[str]) -> list[tuple[int, ...]]:
+    """The rolling years (4 consecutive quarter indexes) that hold at least one of ``labels``."""
+    starts = sorted({quarter_index(label) - shift for label in labels for shift in range(YEAR)})
+    return [tuple(range(start, start + YEAR)) for start in starts]
+
+
+def window_name(window: tuple[int, ...]) -> str:
+    """``2016Q2-2017Q1``: how messages name a rolling year."""
+    return f"{index_label(window[0])}-{index_label(window[-1])}"
+
+
+def window_spending(by_quarter: dict[str | None, np.ndarray], window: tuple[int, ...], size: int) -> np.ndarray:
+    """Per establishment (``size`` of them): its squared spending in a rolling year (its quarters in
+    the window, plus the unlabelled releases, which count in every year)."""
+    total = np.zeros(size)
+    for label, spent2 in by_quarter.items():
+        if label is None or quarter_index(label) in window:
+            total = total + spent2
+    return total
