@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import shutil
 import sys
 import tempfile
@@ -130,6 +131,24 @@ def protect_rows(sizes: list[int], national_states: int, work: Path, repeat: int
     return rows
 
 
+#: Whole processes that measure start-up: Python alone, with the floor's pyarrow, with what
+#: `gedp protect` imports before it reads its input.
+STARTUPS = {"python": "pass", "python + pyarrow (the floor's start-up)": "import pyarrow.parquet",
+            "python + gedp protect's imports": "import gedp.cli, gedp.api, gedp.engine, gedp.lifetime, gedp.pipeline"}
+
+
+def startup_line(repeat: int = 5) -> str:
+    """The start-up of each of ``STARTUPS`` (wall seconds of a whole process, best of ``repeat``)."""
+    import subprocess
+
+    best = {}
+    for label, code in STARTUPS.items():
+        best[label] = min(_timed(lambda: subprocess.run([sys.executable, "-c", code], check=True))
+                          for _ in range(repeat))
+    return "Start-up, whole process, best of {}: {}.\n".format(
+        repeat, "; ".join(f"{label} {seconds:.2f} s" for label, seconds in best.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--solver-sizes", default="25000,251987,1400000,9400000")
@@ -142,6 +161,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs of each `gedp protect` (median and best shown)")
     parser.add_argument("--before", default="", help="another gedp executable to run every protect with too")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     sizes = [int(s) for s in args.solver_sizes.split(",") if s]
     solver = solver_rows(sizes, {"clarabel": args.cvxpy_max, "osqp": args.osqp_max})
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,10 +179,11 @@ def main() -> None:
         "cvxpy + Clarabel | cvxpy + OSQP |", "|---|---|---|---|---|---|---|---|---|", *solver, ""]
     lines = [f"\n## {stamp}: solver and scale (one attribute for the solver; four for protect){label}\n",
              f"Machine: {machine()}\n", *(solver_table if solver else []),
-             f"Whole process, {args.repeat} run(s) each; I/O floor = reading the input and writing the release's "
-             "Parquet files once with pyarrow (best of the runs).\n",
+             f"Whole process, {args.repeat} run(s) each; I/O floor = a Python process that imports pyarrow, reads "
+             "the input and writes files of the release's size once (bench_cli.protect_floor; best of the runs). "
+             f"Load average (1 min) at the start: {load_before:.1f}, at the end: {os.getloadavg()[0]:.1f}.\n",
              "| whole process | median s | best s | I/O floor s | best / floor | peak memory MiB |",
-             "|---|---|---|---|---|---|", *protect]
+             "|---|---|---|---|---|---|", *protect, "", startup_line()]
     with RESULTS.open("a") as handle:
         handle.write("\n".join(lines) + "\n")
     print(f"recorded in {RESULTS}")

@@ -714,13 +714,11 @@ def tabulate_command(
     """
     import pandas
 
-    from gedp.api import publish_levels, tabulate_job_frame
-    from gedp.postprocess.jobframe import worker_keys
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
+    from gedp.release.cells import indexed_tabulation
     from gedp.release.format import MANIFEST_FILE
     from gedp.release.margins import kept_variances
-    from gedp.release.reader import read_protected, release_quarters
-    from gedp.synth.io import read_columns, read_microdata
+    from gedp.release.reader import release_quarters
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
@@ -740,23 +738,26 @@ def tabulate_command(
                                                             "change": change, "rows": len(table)}, None)
             _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
             return
-        jobs = agglvl is None and bool(worker_keys(by or ""))
+        indexed = (indexed_tabulation(microdata, by or "total", where=where or None, moe=moe, level=level)
+                   if release and gains_losses is None and agglvl is None and table_format not in PUBLICATION_FORMATS
+                   else None)
+        jobs = not indexed and agglvl is None and _has_worker_keys(by)
         ids = jobs or gains_losses is not None or not _names_only_columns(f"{by or ''} {where or ''}")
-        if release:
-            data = read_protected(microdata, without=() if ids else ("estab_id",))
-        elif gains_losses is not None:  # a panel: one row per establishment and quarter
-            data = read_columns(microdata)
-        else:
-            data = read_microdata(microdata, attributes=None)
+        data = pandas.DataFrame() if indexed else _microdata_to_tabulate(microdata, release, ids,
+                                                                         panel=gains_losses is not None)
         if jobs and not release:
             raise InputError("worker columns need a release directory with a job frame")
         options = {"where": where or None, "moe": moe, "level": level,
-                   "margins": kept_variances(microdata) if moe and not jobs else None}
+                   "margins": kept_variances(microdata) if moe and not jobs and not indexed else None}
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", SelectionWarning)
                 published = None
-                if table_format in PUBLICATION_FORMATS:
+                if indexed:
+                    keys, table = indexed
+                elif table_format in PUBLICATION_FORMATS:
+                    from gedp.api import publish_levels
+
                     published = publish_levels(data, agglvl, table_format, titles, **options)
                     table = pandas.concat(published.levels.values(), ignore_index=True)
                     keys = qcew_keys(data, agglvl) if agglvl is not None else None
@@ -771,6 +772,8 @@ def tabulate_command(
                     typer.echo("warning: gains and losses summed from protected microdata are biased upward by the "
                                "noise (see the gains and losses page)", err=True)
                 elif jobs:
+                    from gedp.api import tabulate_job_frame
+
                     table = tabulate_job_frame(microdata, data, by, where=where or None, moe=moe, level=level)
                     keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]
                 else:
@@ -789,6 +792,24 @@ def tabulate_command(
                 summary, workbook = summary | extra, (published.levels, notes)
             _write_tabulation(table, out, table_format, summary, workbook)
     _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
+
+
+def _has_worker_keys(by: Optional[str]) -> bool:
+    """Whether a tabulation's keys hold worker columns (of a job frame)."""
+    from gedp.postprocess.jobframe import worker_keys
+
+    return bool(worker_keys(by or ""))
+
+
+def _microdata_to_tabulate(microdata: Path, release: bool, ids: bool, panel: bool = False) -> pd.DataFrame:
+    """A release's protected microdata (``estab_id`` only with ``ids``), or a microdata file, validated
+    (a ``panel`` file: one row per establishment and quarter, read as stored)."""
+    from gedp.release.reader import read_protected
+    from gedp.synth.io import read_columns, read_microdata
+
+    if release:
+        return read_protected(microdata, without=() if ids else ("estab_id",))
+    return read_columns(microdata) if panel else read_microdata(microdata, attributes=None)
 
 
 def _names_only_columns(text: str) -> bool:
@@ -819,9 +840,9 @@ def _write_tabulation(table: pd.DataFrame, out: Path, table_format: str, summary
                       workbook: Optional[tuple[dict[int, pd.DataFrame], pd.DataFrame]] = None) -> None:
     """The table at ``out`` as Parquet or CSV, or (xlsx) the ``workbook``'s levels and notes sheets;
     ``summary`` as JSON beside it (``out``.json)."""
-    from gedp.postprocess.publication import write_workbook
-
     if table_format == "xlsx" and workbook is not None:
+        from gedp.postprocess.publication import write_workbook
+
         _write_atomically(out, lambda path: write_workbook(*workbook, path))
     else:
         write_table = table.to_parquet if table_format == "parquet" else table.to_csv

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from scipy import optimize, stats
+from scipy import optimize, special
 
 #: The deltas at which a privacy statement gives epsilon.
 STATEMENT_DELTAS = (1e-5, 1e-6, 1e-9)
@@ -42,7 +42,8 @@ def gdp_rho(mu: float) -> float:
 def gdp_delta(eps: float, mu: float) -> float:
     """The delta at which a mu-GDP mechanism is (eps, delta)-DP (Dong, Roth & Su 2022, Corollary 2.13):
     delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)."""
-    return float(stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps + stats.norm.logcdf(-eps / mu - mu / 2)))
+    # Phi and log Phi as scipy.stats.norm computes them (ndtr, log_ndtr), without importing scipy.stats
+    return float(special.ndtr(-eps / mu + mu / 2) - math.exp(eps + special.log_ndtr(-eps / mu - mu / 2)))
 
 
 def gdp_epsilon(mu: float, delta: float = 1e-6) -> float:
@@ -53,7 +54,7 @@ def gdp_epsilon(mu: float, delta: float = 1e-6) -> float:
     _check_delta(delta)
     if gdp_delta(0.0, mu) <= delta:
         return 0.0
-    upper = mu * (mu / 2 + float(stats.norm.isf(delta)) + 1)
+    upper = mu * (mu / 2 - float(special.ndtri(delta)) + 1)  # Phi^-1(1 - delta) = -Phi^-1(delta)
     return float(optimize.brentq(lambda eps: gdp_delta(eps, mu) - delta, 0.0, upper, xtol=1e-14, rtol=1e-14))
 
 

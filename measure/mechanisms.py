@@ -164,10 +164,8 @@ def pnc_tau(zeta: float, n_bounds: int) -> float:
     if n_bounds < 1:
         raise ValueError(f"n_bounds ({n_bounds}) must be >= 1")
     # 1 - (1 - zeta)^(1/n), computed without cancellation.
-    from scipy import stats  # imported here: reading a release does not need it
-
     tail = -math.expm1(math.log1p(-zeta) / n_bounds)
-    tau = float(stats.norm.isf(tail))
+    tau = -float(special.ndtri(tail))  # Phi^-1(1 - tail), as scipy.stats.norm.isf computes it
     if not math.isfinite(tau):
         raise ValueError(f"zeta ({zeta}) is too small: tau = Phi^-1((1 - zeta)^(1/{n_bounds})) is not finite")
     return tau

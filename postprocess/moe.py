@@ -51,5 +51,12 @@ def margins_of_error(protected: pd.DataFrame, variances: Mapping[str, VarianceFu
     tab_codes = np.full(len(protected), -1, dtype=np.int64)
     # the same groups, in the same order, as the tabulation's sorted group-by
     tab_codes[keep] = public[keep].groupby(list(keys), sort=True, observed=True).ngroup().to_numpy() if keys else 0
+    return half_widths(variances, tab_codes, n_tab, level)
+
+
+def half_widths(variances: Mapping[str, VarianceFunction], tab_codes: np.ndarray, n_tab: int,
+                level: float) -> dict[str, np.ndarray]:
+    """Margins of error (``CellVariances.half_width``) at confidence ``level`` of the ``n_tab`` cells
+    of a tabulation whose cell of each establishment is ``tab_codes`` (-1: not tabulated), per attribute."""
     z = NormalDist().inv_cdf(0.5 + level / 2)
     return {attribute: variance(tab_codes, n_tab).half_width(z) for attribute, variance in variances.items()}

@@ -122,12 +122,8 @@ def tabulate(
     if not keep.any():
         raise ValueError("no establishments to tabulate" + (f" match where {where!r}" if where is not None else ""))
     selected = microdata if keep.all() else microdata[keep]
-    if not keys:
-        table = selected[attributes].sum().to_frame().T
-        table.insert(0, "estabs", len(selected))
-    else:
-        grouping = (groupings if groupings is not None and where is None else Groupings(selected))(keys)
-        table = group_sums(selected, attributes, grouping)
+    grouping = (groupings if groupings is not None and where is None else Groupings(selected))(keys) if keys else None
+    table = tabulation_sums(selected, attributes, grouping)
     if moe:
         noisy = [a for a in CONFIDENTIAL if where is not None and re.search(rf"\b{a}\b", where)]
         if noisy:
@@ -139,6 +135,16 @@ def tabulate(
         wanted = {attribute: variance for attribute, variance in margins.items() if attribute in attributes}
         for attribute, margin in margins_of_error(microdata, wanted, keep, keys, len(table), level).items():
             table[f"{attribute}_moe"] = margin
+    return table
+
+
+def tabulation_sums(selected: pd.DataFrame, attributes: Sequence[str], grouping: Grouping | None) -> pd.DataFrame:
+    """A tabulation's rows: ``group_sums`` of the selected establishments, or with no ``grouping``
+    their total (``estabs`` and pandas' sums of the attributes)."""
+    if grouping is not None:
+        return group_sums(selected, attributes, grouping)
+    table = selected[list(attributes)].sum().to_frame().T
+    table.insert(0, "estabs", len(selected))
     return table
 
 

@@ -4,13 +4,16 @@ and the contents a release is written from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from gedp.measure.jobframe import FamilySpec
-from gedp.measure.workflows import Measurements
-from gedp.postprocess.wls import WLSResult
 from gedp.synth.io import sorted_by
+
+if TYPE_CHECKING:  # a release's contents; a reader of the file names need not load the stages
+    from gedp.measure.jobframe import FamilySpec
+    from gedp.measure.workflows import Measurements
+    from gedp.postprocess.wls import WLSResult
 
 PROTECTED_FILE = "protected.parquet"
 JOBS_FILE = "protected_jobs.parquet"

@@ -8,8 +8,6 @@ path, no timing and no clock time finer than the date.
 from __future__ import annotations
 
 import datetime as dt
-import functools
-from importlib import metadata
 from typing import Any, TypedDict
 
 from gedp.config import Config
@@ -23,8 +21,8 @@ from gedp.measure.workflows import MeasurementPlan
 from gedp.postprocess.attributes import WAGE
 from gedp.postprocess.wls import combined_report
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE, StateRelease
+from gedp.release.versions import versions
 
-VERSIONED_PACKAGES = ("gedp", "numpy", "scipy", "pandas", "pyarrow", "cvxpy", "osqp", "clarabel")
 #: The wage models of the postprocessing: wages informed by the protected employment
 #: (postprocess.wages), or the weighted least squares every attribute gets.
 
@@ -67,22 +65,6 @@ class Manifest(TypedDict, total=False):
     design: dict[str, Any]  # a panel release's noise design across quarters (measure.design)
     mu_quarter: float  # a panel release: the most any quarter spent (mu_total: an establishment in every quarter)
     per_quarter: dict[str, dict[str, Any]]  # a panel release: each quarter's own manifest
-
-
-def versions() -> dict[str, str]:
-    """Versions of gedp and the packages its numbers depend on."""
-    return dict(_versions())
-
-
-@functools.cache
-def _versions() -> dict[str, str]:
-    found = {}
-    for package in VERSIONED_PACKAGES:
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
 
 
 def state_section(state: str, contents: StateRelease, zeta: float) -> dict:

@@ -10,7 +10,11 @@ It is kept as a folder of NumPy arrays (``.npy``, no pickle) and a JSON skeleton
 SHA-256 digest of the release's manifest, measurements and protected microdata (every byte of every
 part) and of the structure's format, in ``$GEDP_CACHE_DIR`` (default ``$XDG_CACHE_HOME/gedp`` or ``~/.cache/gedp``)
 under ``margins/``. A release changed in any byte has another digest and gets its own structure;
-the release folder itself is never written (it may be read-only or shared).
+the release folder itself is never written (it may be read-only or shared). The digest of a
+release's files is remembered (``margins/.digests``, named by a digest of the release's path) with
+their file-system identity: device, inode, size, modification and change times. Any write to a
+file or its replacement changes its change time or inode, so a further request reads the files'
+bytes again only when one may have changed.
 """
 
 from __future__ import annotations
@@ -29,21 +33,21 @@ import pandas as pd
 import scipy.sparse as sp
 
 from gedp.postprocess.models import VarianceFunction, WageVariances
-from gedp.postprocess.moe import variance_functions
 from gedp.postprocess.structured import DenseFactor, DenseInverse, GroupFactorizations
 from gedp.postprocess.variances import EstablishmentVariances
 from gedp.postprocess.wages import SharedRates, WageFit
+from gedp.release.cells import write_cell_index
 from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
-from gedp.release.manifest import versions
-from gedp.release.reader import check_quarter, read_quarter, release_answers, release_wage_psi
-from gedp.synth.io import read_microdata
-from gedp.synth.schema import CONFIDENTIAL, validate_microdata
+from gedp.release.versions import versions
 
 #: Bumped whenever what the structure holds, or how it is applied, changes.
-STRUCTURE_FORMAT = 3
+STRUCTURE_FORMAT = 4
 CACHE_ENV = "GEDP_CACHE_DIR"
 #: Structures kept at most (the least recently used are removed first).
 KEPT_STRUCTURES = 4
+#: Where the digests of releases' files are remembered (a dot folder beside the structures), and how many.
+DIGESTS_FOLDER = ".digests"
+KEPT_DIGESTS = 64
 SKELETON_FILE = "skeleton.json"
 _KINDS = {kind.__name__: kind for kind in (EstablishmentVariances, WageVariances, WageFit, SharedRates,
                                            GroupFactorizations, DenseFactor, DenseInverse)}
@@ -59,17 +63,62 @@ def cache_folder() -> Path:
 
 def release_digest(release: str | Path) -> str:
     """SHA-256 of the release's manifest, measurements and protected microdata (each part's name,
-    size and bytes), the gedp version and the structure's format."""
+    size and bytes), the gedp version and the structure's format; remembered for files whose
+    file-system identity (``_identity``) has not changed since it was computed."""
     release = Path(release)
-    digest = hashlib.sha256(f"gedp {versions()['gedp']} margins {STRUCTURE_FORMAT}\n".encode())
+    key = f"gedp {versions()['gedp']} margins {STRUCTURE_FORMAT}\n"
+    parts = _release_parts(release)
+    identity = _identity(release, parts)
+    remembered = cache_folder() / "margins" / DIGESTS_FOLDER / hashlib.sha256(
+        str(release.resolve()).encode()).hexdigest()
+    try:
+        known = json.loads(remembered.read_text(encoding="utf-8"))
+        if known["identity"] == identity and known["key"] == key:
+            return str(known["digest"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    digest = hashlib.sha256(key.encode())
+    for part in parts:
+        with part.open("rb") as file:
+            digest.update(f"{part.relative_to(release).as_posix()} {part.stat().st_size}\n".encode())
+            digest.update(hashlib.file_digest(file, "sha256").digest())
+    _remember(remembered, {"identity": identity, "key": key, "digest": digest.hexdigest()})
+    return digest.hexdigest()
+
+
+def _release_parts(release: Path) -> list[Path]:
+    """The files a release's digest reads, in order (a Parquet output's parts sorted by name)."""
+    parts = []
     for name in (MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE):
         path = release / name
-        parts = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for part in parts:
-            with part.open("rb") as file:
-                digest.update(f"{part.relative_to(release).as_posix()} {part.stat().st_size}\n".encode())
-                digest.update(hashlib.file_digest(file, "sha256").digest())
-    return digest.hexdigest()
+        parts += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return parts
+
+
+def _identity(release: Path, parts: list[Path]) -> list[list]:
+    """Each file's name, device, inode, size, modification and change times (in ns): any write to a
+    file, or its replacement, changes its change time or its inode (git's index trusts the same)."""
+    found = []
+    for part in parts:
+        status = part.stat()
+        found.append([part.relative_to(release).as_posix(), status.st_dev, status.st_ino, status.st_size,
+                      status.st_mtime_ns, status.st_ctime_ns])
+    return found
+
+
+def _remember(path: Path, content: dict) -> None:
+    """Write a remembered digest (atomically; nothing where the cache cannot be written), keeping the
+    ``KEPT_DIGESTS`` most recent."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_name(f".partial-{path.name}-{os.getpid()}")
+        staged.write_text(json.dumps(content), encoding="utf-8")
+        staged.replace(path)
+        kept = sorted(path.parent.iterdir(), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for stale in kept[KEPT_DIGESTS:]:
+            stale.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def kept_path(release: str | Path, quarter: str | None = None) -> Path:
@@ -84,17 +133,22 @@ def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str,
     from the kept structure when there is one for exactly these files, else built from the release's
     files (its protected microdata read and validated here) and kept for the next request (nothing
     is kept where the cache cannot be written)."""
+    from gedp.release.reader import check_quarter
+
     check_quarter(release, quarter)
     path = kept_path(release, quarter)
     kept = read_structure(path)
     if kept is not None:
         os.utime(path)  # most recently used
         return kept
+    from gedp.postprocess.moe import variance_functions
+    from gedp.release.reader import release_answers, release_wage_psi
+
     protected = _validated_protected(release, quarter)
     built = variance_functions(release_answers(release, protected, quarter), protected,
                                release_wage_psi(release, quarter))
     try:
-        write_structure(built, path)
+        write_structure(built, path, protected)
     except OSError:
         pass  # a read-only cache: the margins are the same, only not kept
     return built
@@ -102,14 +156,20 @@ def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str,
 
 def _validated_protected(release: str | Path, quarter: str | None) -> pd.DataFrame:
     """The release's protected microdata (of one ``quarter`` of a panel release), validated."""
+    from gedp.release.reader import read_quarter
+    from gedp.synth.io import read_microdata
+    from gedp.synth.schema import CONFIDENTIAL, validate_microdata
+
     if quarter is None:
         return read_microdata(Path(release) / PROTECTED_FILE, attributes=None)
     frame = read_quarter(release, quarter)
     return validate_microdata(frame, [column for column in CONFIDENTIAL if column in frame.columns])
 
 
-def write_structure(structure: Mapping[str, VarianceFunction], path: Path) -> None:
-    """Write a structure (atomically) as a folder of arrays (``.npy``) and their skeleton (JSON), then
+def write_structure(structure: Mapping[str, VarianceFunction], path: Path, protected: pd.DataFrame | None = None
+                    ) -> None:
+    """Write a structure (atomically) as a folder of arrays (``.npy``) and their skeleton (JSON), with
+    the cell index of the release's ``protected`` microdata when given (``release.cells``), then
     remove the least recently used structures beyond ``KEPT_STRUCTURES``."""
     arrays: dict[str, np.ndarray] = {}
     skeleton = {attribute: _encode(value, arrays) for attribute, value in structure.items()}
@@ -117,6 +177,8 @@ def write_structure(structure: Mapping[str, VarianceFunction], path: Path) -> No
     staged = Path(tempfile.mkdtemp(dir=path.parent, prefix=".partial-"))
     for name, array in arrays.items():
         np.save(staged / f"{name}.npy", array, allow_pickle=False)
+    if protected is not None:
+        write_cell_index(protected, staged)
     (staged / SKELETON_FILE).write_text(json.dumps(skeleton), encoding="utf-8")
     if path.exists() and read_structure(path) is None:
         shutil.rmtree(path, ignore_errors=True)  # a broken one (e.g. from a full disk)

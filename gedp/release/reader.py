@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -16,8 +16,10 @@ from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
 from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.release.manifest import Manifest, wage_model
 from gedp.synth.schema import CONFIDENTIAL
+
+if TYPE_CHECKING:
+    from gedp.release.manifest import Manifest
 
 
 def read_manifest(release: str | Path) -> Manifest:
@@ -107,7 +109,7 @@ def quarter_manifest(release: str | Path, quarter: str | None = None) -> Manifes
     """The manifest a quarter of a panel release was protected with (the release's own without a quarter)."""
     check_quarter(release, quarter)
     manifest = read_manifest(release)
-    return manifest if quarter is None else cast(Manifest, manifest["per_quarter"][quarter])
+    return manifest if quarter is None else cast("Manifest", manifest["per_quarter"][quarter])
 
 
 def read_quarter(release: str | Path, quarter: str | None = None, without: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -143,6 +145,8 @@ def release_wage_psi(release: str | Path, quarter: str | None = None) -> Neighbo
     """The release's psi when its wages were informed by its protected employment (the manifest's
     wage model is "employment": their margins of error then follow ``postprocess.wages``), else None;
     of one ``quarter`` of a panel release."""
+    from gedp.release.manifest import wage_model  # the manifest's builder: loaded only here
+
     manifest = quarter_manifest(release, quarter)
     if wage_model(manifest) != WAGE_PRIOR:
         return None

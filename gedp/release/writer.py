@@ -16,14 +16,12 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gedp.errors import InputError
-from gedp.measure.answers import NoisyAnswer
-from gedp.measure.workflows import Measurements
 from gedp.release.format import (
     CONFIDENTIAL_PREFIX,
     JOBS_FILE,
@@ -39,6 +37,10 @@ from gedp.release.format import (
     StateRelease,
 )
 from gedp.synth.schema import shown
+
+if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither
+    from gedp.measure.answers import NoisyAnswer
+    from gedp.measure.workflows import Measurements
 
 MAX_MARKER_BYTES = 64 << 20
 #: Longest output name, in bytes: a file name holds 255, and staging adds ".partial-" and 8 hex digits.

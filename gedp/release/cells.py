@@ -1,0 +1,109 @@
+"""Tabulations of a release answered from its kept cell index: a further request reads a few arrays
+instead of the protected microdata, and groups a few thousand cells instead of every establishment.
+
+The index is kept with the release's margin structure (``gedp.release.margins``, same folder, same
+digest of the release's files) and holds, from the protected microdata alone:
+
+* the release's finest public cells: one row per distinct combination of every public column but
+  ``estab_id`` (state, county, own, the NAICS codes and what derives from them, year, qtr);
+* each establishment's cell (in the release's row order);
+* each protected attribute, one array per attribute, in the same order.
+
+A tabulation by public columns, with a filter on public columns only, is a function of the cells:
+its groups and selection are computed on the cells table and carried to the establishments by their
+cell. The sums and margins of error are then computed exactly as ``postprocess.tabulate.tabulate``
+computes them (the same compensated sums over the same establishments in the same order, the same
+variance functions on the same cell codes), so the answer is bit for bit the one a full read gives.
+Anything else (a filter or a key on protected values or ``estab_id``, an empty selection, no kept
+index) is not answered here: the caller reads the release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gedp.measure.queries import Grouping, Groupings
+from gedp.postprocess.moe import half_widths
+from gedp.postprocess.tabulate import group_keys, select, tabulation_sums
+from gedp.synth.schema import CONFIDENTIAL, public_columns
+
+CELLS_FILE = "cells.parquet"
+CELL_CODES_FILE = "cell_codes.npy"
+VALUES_PREFIX = "values-"
+
+
+@dataclass(frozen=True)
+class CellIndex:
+    """A release's finest public cells (``cells``), each establishment's cell (``codes``) and its
+    protected attributes (``values``, one column per attribute, the release's row order)."""
+
+    cells: pd.DataFrame
+    codes: np.ndarray
+    values: pd.DataFrame
+
+
+def write_cell_index(protected: pd.DataFrame, folder: Path) -> None:
+    """Write the cell index of a release's protected microdata (as the release reader gives them) into
+    ``folder``."""
+    columns = [c for c in public_columns(protected) if c != "estab_id"]
+    grouping = Groupings(protected[columns])(columns)
+    cells = pa.Table.from_pandas(grouping.keys, preserve_index=False)
+    pq.write_table(cells.replace_schema_metadata(None), folder / CELLS_FILE)  # types as stored, as the reader's
+    np.save(folder / CELL_CODES_FILE, grouping.codes.astype(np.int32), allow_pickle=False)
+    for attribute in (a for a in CONFIDENTIAL if a in protected.columns):
+        np.save(folder / f"{VALUES_PREFIX}{attribute}.npy", protected[attribute].to_numpy(dtype=np.float64),
+                allow_pickle=False)
+
+
+def read_cell_index(folder: Path) -> CellIndex | None:
+    """The cell index kept in ``folder`` (None when there is none, or it cannot be read)."""
+    try:
+        cells = pd.read_parquet(folder / CELLS_FILE)
+        codes = np.load(folder / CELL_CODES_FILE, allow_pickle=False)
+        values = {attribute: np.load(folder / f"{VALUES_PREFIX}{attribute}.npy", allow_pickle=False)
+                  for attribute in CONFIDENTIAL if (folder / f"{VALUES_PREFIX}{attribute}.npy").is_file()}
+    except (OSError, ValueError):
+        return None
+    return CellIndex(cells, codes, pd.DataFrame(values, copy=False))
+
+
+def indexed_tabulation(release: str | Path, by: str, *, where: str | None = None, moe: bool = False,
+                       level: float = 0.95) -> tuple[list[str], pd.DataFrame] | None:
+    """``tabulate`` of a release's protected microdata by public columns (``by``, as for ``tabulate``),
+    from its kept cell index and margin structure: the keys grouped by and the table; None when it
+    cannot be answered from them (no kept index, a key or a filter that is not a function of the
+    public cells, an empty selection)."""
+    from gedp.release.margins import kept_path, read_structure
+
+    folder = kept_path(release)
+    index = read_cell_index(folder)
+    margins = read_structure(folder) if moe and index is not None else None
+    if index is None or (moe and margins is None):
+        return None
+    try:
+        keys = group_keys(index.cells, by)
+        kept_cells = select(index.cells, where)
+    except ValueError:
+        return None
+    if not kept_cells.any():
+        return None
+    keep = kept_cells[index.codes]
+    grouping = None
+    if keys:
+        by_cell = Groupings(index.cells[kept_cells].reset_index(drop=True))(keys)
+        position = np.cumsum(kept_cells) - 1  # each kept cell's row among the kept cells
+        grouping = Grouping(tuple(keys), by_cell.codes[position[index.codes[keep]]], by_cell.keys)
+    table = tabulation_sums(index.values if keep.all() else index.values[keep], list(index.values.columns), grouping)
+    if margins is not None:
+        tab_codes = np.full(len(keep), -1, dtype=np.int64)
+        tab_codes[keep] = grouping.codes if grouping is not None else 0
+        wanted = {attribute: variance for attribute, variance in margins.items() if attribute in index.values}
+        for attribute, margin in half_widths(wanted, tab_codes, len(table), level).items():
+            table[f"{attribute}_moe"] = margin
+    return keys, table
