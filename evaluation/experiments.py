@@ -33,6 +33,7 @@ class ExperimentRequest:
     ``published`` is the QCEW file the truth was synthesized from, when it was (accuracy reads its
     disclosure codes). ``jobs`` is the job table of ``truth`` (e6; None: synthetic jobs drawn with ``seed``);
     ``gedp_replications`` the gedp job-frame releases per eps of e6 (None: ``e6_gedp_replications``).
+    ``release`` is a release of part of ``truth`` (risk; None: a random half is protected).
     """
 
     truth: pd.DataFrame | None = None
@@ -46,6 +47,7 @@ class ExperimentRequest:
     e5: E5Setup | None = None
     jobs: pd.DataFrame | None = None
     gedp_replications: int | None = None
+    release: Path | None = None
     on_step: Callable[[str], None] | None = field(default=None, compare=False)
 
 
@@ -195,6 +197,26 @@ def _accuracy(request: ExperimentRequest):
     return run(request.config or "baseline")
 
 
+def _risk(request: ExperimentRequest):
+    """The disclosure risk of a release of part of the truth (or of a random half protected with the config)."""
+    from gedp.config import load_config
+    from gedp.evaluation.e5_earlier import E5Setup
+    from gedp.evaluation.risk import compute_risk
+    from gedp.release.reader import read_manifest, read_protected
+
+    setup = request.e5 or E5Setup()
+    common = {"seed": request.seed, "infusion": (setup.infusion_s, setup.infusion_t), "data_label": request.data_label}
+    if request.release is None:
+        config = request.config or "recommended"
+        return compute_risk(_truth(request), config=load_config(config), **common,
+                            release_label=f"a random half protected with the {config} config (seed {request.seed})")
+    if request.config is not None:
+        raise InputError("--config goes with risk without --release (a given release is protected already)")
+    read_manifest(request.release)  # InputError when it is not a gedp release
+    return compute_risk(_truth(request), released=read_protected(request.release), **common,
+                        release_label=f"the release {request.release.name}")
+
+
 def _beside_baseline(request: ExperimentRequest) -> bool:
     return request.config is not None and request.config != "baseline"
 
@@ -222,6 +244,9 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("accuracy", "errors, zeros, state totals and margin coverage per QCEW level, on the cells BLS "
                "published (plan: baseline, or --config beside baseline; 20 replications)", True, _accuracy,
                "gedp.evaluation.plan_comparison:render", steps=_accuracy_steps),
+    Experiment("risk", "disclosure risk of a release (--release, or a random half protected with --config, default "
+               "recommended): singling out, linkability, size-class and wage-decile inference, beside noise "
+               "infusion and rounding", True, _risk, "gedp.evaluation.risk_report:render_risk"),
 )}
 
 

@@ -986,7 +986,7 @@ def evaluate(
     name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), e5 (earlier "
                                              "mechanisms, noise infusion, cell suppression), e6 (employer-employee "
                                              "workloads on a job frame), accuracy (QCEW), coverage (margins of "
-                                             "error).")],
+                                             "error), risk (disclosure risk of a release).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
     replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, e6: 20, "
                                                              "coverage: 40, accuracy: 20 by default).")] = None,
@@ -1007,9 +1007,9 @@ def evaluate(
     gamma_sqrt: Annotated[float, typer.Option(help="e3: gamma of psi = sqrt.")] = E3_DEFAULTS["gamma_sqrt"],
     gamma_log: Annotated[float, typer.Option(help="e3: gamma of psi = log.")] = E3_DEFAULTS["gamma_log"],
     mu: Annotated[float, typer.Option(help="e3: mu of each query.")] = E3_DEFAULTS["mu"],
-    infusion_s: Annotated[float, typer.Option(help="e5: smallest distortion |f - 1| of noise "
+    infusion_s: Annotated[float, typer.Option(help="e5, risk: smallest distortion |f - 1| of noise "
                                                    "infusion.")] = E5_DEFAULTS["infusion_s"],
-    infusion_t: Annotated[float, typer.Option(help="e5: largest distortion |f - 1| of noise "
+    infusion_t: Annotated[float, typer.Option(help="e5, risk: largest distortion |f - 1| of noise "
                                                    "infusion.")] = E5_DEFAULTS["infusion_t"],
     delta: Annotated[float, typer.Option(help="e5, e6: delta of Smooth Laplace.")] = E5_DEFAULTS["delta"],
     jobs: Annotated[Optional[Path], typer.Option(help="e6: the job table of --data (default: synthetic jobs drawn "
@@ -1017,8 +1017,11 @@ def evaluate(
     gedp_replications: Annotated[Optional[int], typer.Option(help="e6: gedp job-frame releases per eps (default: "
                                                                   "min(replications, 10); 0 leaves gedp "
                                                                   "out).")] = None,
+    release: Annotated[Optional[Path], typer.Option(help="risk: a release of part of --data (the rest is the "
+                                                         "control); default: a random half protected with "
+                                                         "--config.")] = None,
 ) -> None:
-    """Run an evaluation experiment (e1-e6, coverage, accuracy) and write its report, summary and plots."""
+    """Run an evaluation experiment (e1-e6, coverage, accuracy, risk) and write its report, summary and plots."""
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.evaluation.experiments import ExperimentRequest, experiment
@@ -1040,6 +1043,9 @@ def evaluate(
                 e5=E5Setup(infusion_s=infusion_s, infusion_t=infusion_t, delta=delta))
         except ValueError as err:
             raise InputError(str(err)) from None
+        if release is not None and name != "risk":
+            raise InputError("--release goes with risk")
+        request = dataclasses.replace(request, release=release)
         with staged_directory(out, marker=SUMMARY_FILE) as staging:
             if chosen.uses_data:
                 truth, label, published = _experiment_data(data, from_qcew, profile, seed)
@@ -1138,6 +1144,8 @@ def audit(
     broken: Annotated[bool, typer.Option("--broken", help="With --pipeline: audit a deliberately broken build (noise "
                                                           "sd halved, full sd claimed).")] = False,
     out: Annotated[Optional[Path], typer.Option(help="Also write the results as JSON here.")] = None,
+    workers: Annotated[int, typer.Option(help="With --pipeline: processes the runs are spread over (1: this "
+                                              "one).")] = 2,
 ) -> None:
     """Audit a written release (--release DIR) or the release path (--pipeline).
 
@@ -1150,9 +1158,11 @@ def audit(
             raise InputError("give one of --release DIR or --pipeline")
         if runs < 20:
             raise InputError(f"--runs ({runs}) must be >= 20")
+        if workers < 1:
+            raise InputError(f"--workers ({workers}) must be >= 1")
         if out is not None:  # refused before the audit runs, not after
             _check_output_file(out)
-        rows = _audit_release(release) if release is not None else _audit_pipeline(runs, config, broken)
+        rows = _audit_release(release) if release is not None else _audit_pipeline(runs, config, broken, workers)
     if out is not None:
         with reported_errors():
             _write_atomically(out, lambda path: path.write_text(json.dumps(rows, indent=2) + "\n"))
@@ -1177,12 +1187,12 @@ def _audit_release(release: Path) -> list[dict]:
     return [dataclasses.asdict(check) for check in checks]
 
 
-def _audit_pipeline(runs: int, config: str, broken: bool) -> list[dict]:
+def _audit_pipeline(runs: int, config: str, broken: bool, workers: int) -> list[dict]:
     """Run and print the pipeline audit; its statistics as rows."""
     from gedp.audit.pipeline import PIPELINE_ALPHA, run_pipeline_audit
 
     with progress_steps(runs) as advance:
-        results = run_pipeline_audit(config, runs=runs, noise_factor=0.5 if broken else 1.0,
+        results = run_pipeline_audit(config, runs=runs, noise_factor=0.5 if broken else 1.0, workers=workers,
                                      on_run=lambda: advance("protecting D1 and D2"))
     table = Table("statistic", "claimed mu", "audited lower bound", "runs", "verdict",
                   title="Pipeline audit" + (" of a broken build (noise sd halved)" if broken else ""))

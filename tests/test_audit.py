@@ -167,11 +167,12 @@ def test_claims_are_the_identity_mu_and_the_attribute_total():
 
 def test_a_short_pipeline_audit_runs_end_to_end(tmp_path):
     runner = CliRunner()
-    result = runner.invoke(app, ["audit", "--pipeline", "--runs", "20", "--out", str(tmp_path / "p.json")])
+    result = runner.invoke(app, ["audit", "--pipeline", "--runs", "25", "--out", str(tmp_path / "p.json")])
     rows = json.loads((tmp_path / "p.json").read_text())
     assert [row["statistic"] for row in rows] == ["identity answer", "group answers", "likelihood ratio",
                                                   "protected value"]
     assert result.exit_code == 0 and all(row["passed"] for row in rows), result.output
+    assert all(row["runs"] == 25 for row in rows)  # two processes, batches of 10, 10 and 5: every run counted
 
 
 @pytest.mark.slow
@@ -183,3 +184,22 @@ def test_the_pipeline_audit_passes_the_release_path_and_flags_a_broken_build():
     assert all(r.passed for r in honest), [r.row() for r in honest]
     broken = run_pipeline_audit("audit", runs=200, noise_factor=0.5)
     assert not all(r.passed for r in broken), [r.row() for r in broken]
+
+
+def test_target_answers_found_once_are_those_of_every_run(tmp_path):
+    """The target's answers located in one run's measurements are found again in the next runs'
+    (same rows, this run's draws), as locating them afresh finds them."""
+    from gedp.api import load
+    from gedp.audit.pipeline import released_files, target_answers
+
+    config = load("audit")
+    pair = neighbours(config, "m1emp")
+    located = None
+    for run, data in enumerate((pair.d1, pair.d2, pair.d1)):
+        measurements = released_files(data, config, tmp_path / f"run-{run}")[0]
+        fresh = target_answers(pair, config.plan.psi, measurements)
+        located = target_answers(pair, config.plan.psi, measurements, located)
+        pd.testing.assert_frame_equal(located, fresh)
+    moved = measurements.iloc[::-1].reset_index(drop=True)  # another order: located afresh
+    pd.testing.assert_frame_equal(target_answers(pair, config.plan.psi, moved, located),
+                                  target_answers(pair, config.plan.psi, moved))
