@@ -25,6 +25,7 @@ from gedp.evaluation.replicate import child_streams
 from gedp.evaluation.report import Report
 from gedp.measure.queries import group_establishments
 from gedp.measure.workflows import measure
+from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.postprocess.models import PostprocessOptions
 from gedp.postprocess.moe import variance_function
 from gedp.postprocess.months import month_answers
@@ -101,15 +102,16 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
     state_z = {a: np.empty(replications) for a in attributes}
     zero_share = np.empty(replications)
     state_query = any(q.by == ("state",) for q in plan.queries)
-    wage_psi = plan.psi if config.wages == "employment" else None  # as `gedp tabulate --moe` reads the manifest
     rounder = Rounder(public) if config.integer else None  # as gedp protect --integer rounds
     for r, rng in enumerate(child_streams(seed, replications)):
         measurements = measure(truth, plan, rng=rng)
-        answers = {a: measurements.for_attribute(a) for a in attributes}
-        # as the margins take them (release_answers)
-        answers = month_answers(answers, config.variance_mode, plan.psi, public)
-        release, _ = protect_microdata(answers, public, PostprocessOptions(wages=config.wages, psi=plan.psi),
-                                       finish=rounder)
+        measured = {a: measurements.for_attribute(a) for a in attributes}
+        # postprocessed as `gedp protect` does it (the config's variance mode, solver and wage model)
+        release, results = protect_microdata(measured, public, PostprocessOptions.from_config(config), finish=rounder)
+        # the margins as `gedp tabulate --moe` reads the release: its answers turned by its variance
+        # mode, wages informed by employment when the solve recorded the wage prior
+        answers = month_answers(measured, config.variance_mode, plan.psi, public)
+        wage_psi = plan.psi if "wage" in results and results["wage"].model == WAGE_PRIOR else None
         for attribute in attributes:
             variances = variance_function(attribute, answers, release, wage_psi)
             values = release[attribute].to_numpy()
@@ -117,9 +119,9 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
                 protected[level][attribute][r] = grouping.sum(values)
                 margin[level][attribute][r] = variances(grouping.codes, grouping.n_groups).half_width(z95)
             state = STATE_LEVELS[0]  # level 51: the state total
-            measured = next((a for a in answers[attribute] if a.query.by == ("state",)), None)
-            if measured is not None:
-                sd = np.sqrt(measured.variance[0])
+            state_answer = next((a for a in answers[attribute] if a.query.by == ("state",)), None)
+            if state_answer is not None:
+                sd = np.sqrt(state_answer.variance[0])
             else:
                 sd = margin[state][attribute][r, 0] / z95
             state_z[attribute][r] = (protected[state][attribute][r, 0] - true[state][attribute][0]) / sd

@@ -12,6 +12,7 @@ from gedp.cli import app
 from gedp.config import load_config
 from gedp.evaluation import accuracy
 from gedp.measure.neighbors import SqrtPsi
+from gedp.postprocess.months import month_answers
 from gedp.postprocess.tabulate import qcew_keys, tabulate
 from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
 
@@ -47,7 +48,8 @@ def test_cells_are_the_releases_group_sums_and_margins_are_tabulates(simulated, 
                 np.testing.assert_allclose(cells.true[attribute], true[attribute].to_numpy(), rtol=1e-12)
                 np.testing.assert_allclose(cells.protected[attribute][r], got[attribute].to_numpy(), rtol=1e-12)
             if level in (54, 75):  # margins: what `gedp tabulate --moe` states for the same cells
-                table = tabulate(protected, by, ["m1emp", "wage"], moe=True, answers=answers, wage_psi=SqrtPsi())
+                turned = month_answers(answers, "smoothed", SqrtPsi(), protected)  # as a release's reader turns them
+                table = tabulate(protected, by, ["m1emp", "wage"], moe=True, answers=turned, wage_psi=SqrtPsi())
                 for attribute in ("m1emp", "wage"):
                     np.testing.assert_allclose(cells.margin[attribute][r], table[f"{attribute}_moe"], rtol=1e-9)
 
@@ -130,3 +132,34 @@ def test_published_flags_follow_the_keys(shared_data):
     in_file = {(a[2:], i) for lvl, a, i in published_rows_in_file(path) if lvl == 78}
     expected = np.array([(c, n) in in_file for c, n in zip(keys["county"], keys["naics"])])
     assert flags.sum() > 0 and np.array_equal(flags, expected)
+
+
+def test_accuracy_reports_what_gedp_protect_releases(small_state):
+    """The evaluation's cells and margins are those of a release `gedp protect` makes from the same
+    measurements (the recommended config: smoothed months, the wage prior): its county x NAICS-3 and
+    county x NAICS-6 tables and margins as `Release.tabulate(moe=True)` reads them."""
+    import gedp
+    from gedp.release.format import release_order
+    from gedp.release.reader import read_answers
+
+    config = load_config("recommended")
+    truth = release_order(small_state)  # the rows as the release holds them
+    release = gedp.protect(truth, config, seed=3, not_for_publication=True)
+    answers = read_answers(release.folder)
+
+    class Replayed:  # the release's own measurements, in place of a new draw
+        def for_attribute(self, attribute):
+            return answers[attribute]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(accuracy, "measure", lambda *args, **kwargs: Replayed())
+        result = accuracy.compute_accuracy(truth, config, published=None, replications=1, seed=1,
+                                           data_label="test")
+    for level in (75, 78):
+        by = qcew_keys(truth, level)
+        keys = truth.groupby(by, observed=True).size().reset_index()[by]
+        table = keys.merge(release.tabulate(by, moe=True), on=by, how="left")
+        cells = result.levels[level]
+        for attribute in ("m1emp", "m3emp", "wage"):
+            np.testing.assert_allclose(cells.protected[attribute][0], table[attribute], rtol=1e-6, atol=1e-6)
+            np.testing.assert_allclose(cells.margin[attribute][0], table[f"{attribute}_moe"], rtol=1e-6, atol=1e-6)

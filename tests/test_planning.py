@@ -20,7 +20,6 @@ from gedp.planning.search import Candidate, StandIn, combinations, predict_confi
 from gedp.planning.shapes import Allocation, Shape
 from gedp.planning.simulate import MIN_CELL_RELEASES, calibrated
 from gedp.postprocess.models import PostprocessOptions
-from gedp.postprocess.months import month_answers
 from gedp.postprocess.protect import protect_microdata
 from gedp.synth.schema import public_columns
 
@@ -115,9 +114,8 @@ def _simulated_medians(small_state, standin, config, seeds):
     errors: dict = {}
     for seed in seeds:
         answers = measure(small_state, config.plan, rng=np.random.default_rng(seed))
-        answers = month_answers({a: answers.for_attribute(a) for a in config.plan.attributes},
-                                config.variance_mode, config.plan.psi, public)
-        release, _ = protect_microdata(answers, public, PostprocessOptions.from_config(config))
+        release, _ = protect_microdata({a: answers.for_attribute(a) for a in config.plan.attributes}, public,
+                                       PostprocessOptions.from_config(config))
         for target in standin.cells:
             inside = target.codes >= 0
             for attribute in ("m1emp", "wage"):
@@ -206,3 +204,34 @@ def test_coarse_to_fine_refines_the_best_sets_only():
     assert {a.groups for a in asked if a.identity_share == 0.6} == set(sets)
     assert {a.groups for a in asked if a.identity_share == 0.8} == set(sets[:search.REFINED_SETS])
     assert len(asked) == len(set(asked)) == len(errors) == len(sets) + search.REFINED_SETS
+
+
+def test_simulated_release_is_what_gedp_protect_releases(small_state, monkeypatch):
+    """A simulated release of the stand-in is the release `gedp protect` makes from the same
+    measurements (months smoothed once, as the config says): its median errors per level are those
+    of the release's protected microdata, recomputed with pandas group-bys."""
+    from gedp.evaluation.accuracy import qcew_keys
+    from gedp.planning import simulate
+    from gedp.release.format import release_order
+    from gedp.release.reader import read_answers
+
+    config = load_config("recommended")
+    truth = release_order(small_state)
+    release = gedp.protect(truth, config, seed=3, not_for_publication=True)
+    answers = read_answers(release.folder)
+
+    class Replayed:
+        def for_attribute(self, attribute):
+            return answers[attribute]
+
+    monkeypatch.setattr(simulate, "measure", lambda *args, **kwargs: Replayed())
+    cells = target_cells(truth, None, (75, 78), ["m1emp", "m2emp", "wage"], max_cells=None)
+    medians, _ = simulate.simulated_errors(truth, cells, config, ["m1emp", "m2emp", "wage"], releases=1, seed=1)
+    for level in (75, 78):
+        by = qcew_keys(truth, level)
+        true = truth.groupby(by, observed=True)[["m1emp", "m2emp", "wage"]].sum()
+        got = release.microdata.groupby(by, observed=True)[["m1emp", "m2emp", "wage"]].sum().loc[true.index]
+        for attribute in ("m1emp", "m2emp", "wage"):
+            keep = true[attribute] >= 1
+            error = (got[attribute] - true[attribute]).abs()[keep] / true[attribute][keep]
+            assert medians[level][attribute] == pytest.approx(np.median(error), rel=1e-6), (level, attribute)

@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,15 @@ import pandas as pd
 
 from gedp.config import Config, load_config, parse_config
 from gedp.errors import InputError
+from gedp.evaluation.replicate import child_streams
 from gedp.measure.answers import NoisyAnswer
+from gedp.measure.queries import IDENTITY, Groupings
 from gedp.measure.workflows import measure
 from gedp.planning import shapes
 from gedp.planning.predict import DEFAULT_TARGETS, TargetCells, predicted_errors, prepared_answers, target_cells
 from gedp.planning.shapes import Allocation, Shape
-from gedp.planning.simulate import calibrated, simulated_errors
+from gedp.planning.simulate import calibrated, pooled_medians, release_errors
+from gedp.planning.workers import parallel_map
 from gedp.synth.establishments import synthesize_state
 from gedp.synth.qcew import PublishedState, read_qcew
 from gedp.synth.schema import public_columns
@@ -77,6 +81,11 @@ class StandIn:
     cells: list[TargetCells]
     source: str
     all_cells: list[TargetCells] | None = None
+
+    @cached_property
+    def groupings(self) -> Groupings:
+        """The groupings of the stand-in's public columns, shared by its measurements and solves."""
+        return Groupings(self.microdata[public_columns(self.microdata)])
 
 
 @dataclass(frozen=True)
@@ -115,14 +124,18 @@ def stand_in(published: PublishedState, source: str, levels: Sequence[int], seed
     """The stand-in state synthesized from ``published`` and its published target cells."""
     microdata = synthesize_state(published, rng=np.random.default_rng(seed))
     attributes = [EMPLOYMENT, "m2emp", WAGE]
-    return StandIn(microdata, target_cells(microdata, published, levels, attributes, seed=seed), source,
-                   target_cells(microdata, published, levels, attributes, max_cells=None))
+    standin = StandIn(microdata, target_cells(microdata, published, levels, attributes, seed=seed), source,
+                      target_cells(microdata, published, levels, attributes, max_cells=None))
+    for by in (IDENTITY, *shapes.QUERY_LABELS):  # grouped once, before the workers that share them start
+        standin.groupings(by)
+    return standin
 
 
 def _answers(standin: StandIn, config: Config, *, smoothed: bool) -> dict[str, list[NoisyAnswer]]:
     """One seeded measurement of the stand-in under ``config``, prepared as the margins take it
     (``smoothed``: months smoothed as the config says; else as measured, which the wage fit needs)."""
-    measurements = measure(standin.microdata, config.plan, rng=np.random.default_rng(STANDIN_SEED))
+    measurements = measure(standin.microdata, config.plan, rng=np.random.default_rng(STANDIN_SEED),
+                           groupings=standin.groupings)
     answers = {a: measurements.for_attribute(a) for a in config.plan.attributes}
     if not smoothed:
         return answers
@@ -162,30 +175,40 @@ def employment_errors(standin: StandIn, base: Config, mu_total: float, allocatio
         # a measurement of the public stand-in, never a release: capped at its own total
         total = math.sqrt(sum(mu**2 for by_attribute in mus.values() for mu in by_attribute.values()))
         config = parse_config(shapes.mapping_of(mus, base.raw, math.ceil(total * 1e4) / 1e4), "<measurement>")
-        answers = _answers(standin, config, smoothed=True)
-        for allocation in group:
-            shares = allocation.shares()
-            chosen = {month: [a if a.query.is_identity else _rescaled(a, month_mu * np.sqrt(shares[tuple(a.query.by)]))
-                              for a in month_answers if a.query.is_identity or shares.get(tuple(a.query.by), 0) > 0]
-                      for month, month_answers in answers.items()}
-            out[allocation] = predicted_errors(chosen, standin.microdata, standin.cells, [EMPLOYMENT], None)
-            step(f"employment: {allocation.label}")
+        measured = (standin, _answers(standin, config, smoothed=True), month_mu)
+        errors = parallel_map(_allocation_errors, measured, group,
+                              on_result=lambda index, _: step(f"employment: {group[index].label}"))
+        out.update(zip(group, errors))
     return out
+
+
+def _allocation_errors(measured: tuple[StandIn, dict[str, list[NoisyAnswer]], float], allocation: Allocation) -> Errors:
+    """Month-1 errors of one allocation from the measurement of its identity share (every group-by
+    query's answers rescaled to the allocation's mu, the others left out)."""
+    standin, answers, month_mu = measured
+    shares = allocation.shares()
+    chosen = {month: [a if a.query.is_identity else _rescaled(a, month_mu * np.sqrt(shares[tuple(a.query.by)]))
+                      for a in month_answers if a.query.is_identity or shares.get(tuple(a.query.by), 0) > 0]
+              for month, month_answers in answers.items()}
+    return predicted_errors(chosen, standin.microdata, standin.cells, [EMPLOYMENT], None)
 
 
 def wage_errors(standin: StandIn, base: Config, mu_total: float, allocations: Sequence[Allocation],
                 step: Callable[[str], None]) -> dict[Allocation, Errors]:
     """Wage errors of every wage allocation at the reference wage share (employment measured by the
     shipped five queries)."""
-    out = {}
-    for allocation in allocations:
-        shape = Shape(Allocation(shapes.query_sets()[0], 0.6), allocation)
-        config = _config(shape, mu_total, REFERENCE_WAGE_SHARE, base)
-        wage_psi = config.plan.psi if config.wages == "employment" else None
-        answers = _answers(standin, config, smoothed=False)
-        out[allocation] = predicted_errors(answers, standin.microdata, standin.cells, [WAGE], wage_psi)
-        step(f"wages: {allocation.label}")
-    return out
+    configs = [_config(Shape(Allocation(shapes.query_sets()[0], 0.6), allocation), mu_total, REFERENCE_WAGE_SHARE,
+                       base) for allocation in allocations]
+    errors = parallel_map(_wage_errors, standin, configs,
+                          on_result=lambda index, _: step(f"wages: {allocations[index].label}"))
+    return dict(zip(allocations, errors))
+
+
+def _wage_errors(standin: StandIn, config: Config) -> Errors:
+    """Wage errors under ``config``, from its measurement as measured (which the wage fit needs)."""
+    wage_psi = config.plan.psi if config.wages == "employment" else None
+    return predicted_errors(_answers(standin, config, smoothed=False), standin.microdata, standin.cells, [WAGE],
+                            wage_psi)
 
 
 def best_sets(errors: Mapping[Allocation, Errors], base: Errors, attribute: str,
@@ -281,32 +304,58 @@ def _finalists(standin: StandIn, base: Config, ranked: Sequence[Candidate], mu_t
         if len(chosen) == FINALISTS:
             break
     chosen.append(replace(chosen[0], shape=replace(chosen[0].shape, months_apart=True)))
+    asked = [(_config(c.shape, mu_total, c.wage_share, base),
+              [EMPLOYMENT, "m2emp", WAGE] if c.shape.months_apart else [EMPLOYMENT, WAGE]) for c in chosen]
+    predictions = parallel_map(_predicted, standin, asked, on_result=lambda index, _: step(
+        f"again at its budget: {chosen[index].shape.describe()}"))
     out = []
-    for candidate in chosen:
-        config = _config(candidate.shape, mu_total, candidate.wage_share, base)
-        months = [EMPLOYMENT, "m2emp"] if candidate.shape.months_apart else [EMPLOYMENT]
-        errors = predict_config(standin, config, [*months, WAGE])
+    for candidate, errors in zip(chosen, predictions):
         value, worst = score(errors, base_errors, weights)
         out.append(replace(candidate, score=value, worst_ratio=worst, errors=errors))
-        step(f"again at its budget: {candidate.shape.describe()}")
     return out
+
+
+def _predicted(standin: StandIn, asked: tuple[Config, Sequence[str]]) -> Errors:
+    """``predict_config`` of one (config, attributes) pair."""
+    return predict_config(standin, *asked)
 
 
 def calibrated_errors(standin: StandIn, config: Config, analytic: Errors) -> Errors:
     """``analytic`` (predicted errors under ``config``) calibrated by simulated releases of the stand-in."""
-    attributes = sorted({a for by in analytic.values() for a in by})
-    simulated, counts = simulated_errors(standin.microdata, standin.all_cells or standin.cells, config, attributes,
-                                         releases=SIMULATED_RELEASES, seed=SIMULATION_SEED)
-    return calibrated(analytic, simulated, counts)
+    return calibrated_all(standin, [config], [analytic])[0]
 
 
-def _calibrated(standin: StandIn, candidate: Candidate, mu_total: float, base: Config, base_errors: Errors,
-                weights: Mapping[str, float], step: Callable[[str], None]) -> Candidate:
-    """A finalist with its predicted errors calibrated by simulated releases, scored again."""
-    errors = calibrated_errors(standin, _config(candidate.shape, mu_total, candidate.wage_share, base),
-                               candidate.errors)
+def calibrated_all(standin: StandIn, configs: Sequence[Config], analytic: Sequence[Errors],
+                   on_config: Callable[[int], None] | None = None) -> list[Errors]:
+    """Each config's analytic errors calibrated by SIMULATED_RELEASES simulated releases of the stand-in
+    (paired seeds: the same streams for every config); ``on_config(k)`` is told when config k's
+    releases are done."""
+    attributes = [sorted({a for by in errors.values() for a in by}) for errors in analytic]
+    releases = [(config, chosen, rng) for config, chosen in zip(configs, attributes)
+                for rng in child_streams(SIMULATION_SEED, SIMULATED_RELEASES)]
+
+    def told(index: int, _: Any) -> None:
+        if on_config is not None and (index + 1) % SIMULATED_RELEASES == 0:
+            on_config(index // SIMULATED_RELEASES)
+
+    done = parallel_map(_release_errors, standin, releases, on_result=told)
+    out = []
+    for k, errors in enumerate(analytic):
+        simulated, counts = pooled_medians(done[k * SIMULATED_RELEASES:(k + 1) * SIMULATED_RELEASES])
+        out.append(calibrated(errors, simulated, counts))
+    return out
+
+
+def _release_errors(standin: StandIn, release: tuple[Config, Sequence[str], np.random.Generator]) -> dict:
+    """One simulated release's errors on every target cell of the stand-in (``simulate.release_errors``)."""
+    config, attributes, rng = release
+    return release_errors(standin.microdata, standin.all_cells or standin.cells, config, attributes, rng,
+                          standin.groupings)
+
+
+def _rescored(candidate: Candidate, errors: Errors, base_errors: Errors, weights: Mapping[str, float]) -> Candidate:
+    """A finalist with its calibrated errors (the analytic ones kept beside them), scored again."""
     value, worst = score(errors, base_errors, weights)
-    step(f"simulated: {candidate.shape.describe()}")
     return replace(candidate, score=value, worst_ratio=worst, errors=errors, analytic=candidate.errors)
 
 
@@ -332,12 +381,12 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     mu_total /= math.sqrt(quarters)
     standin = stand_in(read_qcew(published_qcew), Path(published_qcew).name, targets)
     step("stand-in synthesized")
-    base_errors = scaled(predict_config(standin, base_config, [EMPLOYMENT, WAGE]), base_total / mu_total)
-    step("base plan")
     uniform_config = load_config("uniform")
-    uniform = scaled(predict_config(standin, uniform_config, [EMPLOYMENT, WAGE]),
-                     uniform_config.plan.budget().total / mu_total)
-    step("uniform plan")
+    base_errors, uniform = parallel_map(_predicted, standin, [(base_config, [EMPLOYMENT, WAGE]),
+                                                              (uniform_config, [EMPLOYMENT, WAGE])],
+                                        on_result=lambda index, _: step(("base plan", "uniform plan")[index]))
+    base_errors = scaled(base_errors, base_total / mu_total)
+    uniform = scaled(uniform, uniform_config.plan.budget().total / mu_total)
     employment = coarse_to_fine(lambda chosen: employment_errors(standin, base_config, mu_total, chosen, step),
                                 shapes.query_sets(), shapes.IDENTITY_SHARES, shapes.STATE_SHARES, base_errors,
                                 EMPLOYMENT)
@@ -345,10 +394,13 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
                            shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES, shapes.STATE_SHARES[:1], base_errors, WAGE)
     ranked = combinations(employment, wages, base_errors, weights, tolerance)
     finalists = _finalists(standin, base_config, ranked, mu_total, base_errors, weights, step)
-    base_errors = scaled(calibrated_errors(standin, base_config, scaled(base_errors, mu_total / base_total)),
-                         base_total / mu_total)
-    step("base plan simulated")
-    finalists = [_calibrated(standin, c, mu_total, base_config, base_errors, weights, step) for c in finalists]
+    configs = [_config(c.shape, mu_total, c.wage_share, base_config) for c in finalists]
+    labels = ["base plan simulated", *(f"simulated: {c.shape.describe()}" for c in finalists)]
+    base_calibrated, *calibrations = calibrated_all(
+        standin, [base_config, *configs], [scaled(base_errors, mu_total / base_total), *(c.errors for c in finalists)],
+        on_config=lambda k: step(labels[k]))
+    base_errors = scaled(base_calibrated, base_total / mu_total)
+    finalists = [_rescored(c, errors, base_errors, weights) for c, errors in zip(finalists, calibrations)]
     chosen = min(finalists, key=lambda c: (c.worst_ratio > 1 + tolerance, c.score))
     shown = [c.shape for c in finalists if not c.shape.months_apart]
     level = 78 if 78 in targets else targets[0]

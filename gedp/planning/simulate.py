@@ -2,8 +2,8 @@
 
 The analytic prediction (``predict``) leaves out the nonnegativity bounds (which shrink small
 cells' employment errors) and the wage prior's bias (which grows county wage errors). A release of
-the stand-in simulated as ``gedp protect`` makes it (the plan's measurements, months smoothed, the
-config's postprocessing) has both; its error on the stand-in is a prediction made from public data
+the stand-in simulated as ``gedp protect`` makes it (the plan's measurements, then ``protect_microdata`` under the
+config's options: months smoothed once) has both; its error on the stand-in is a prediction made from public data
 only. A level's median over few cells is noisy, so a simulated median replaces the analytic one
 only where the cells with a true value of at least 1, times the releases, number at least
 ``MIN_CELL_RELEASES`` (the median's sampling error is then under about 10%); the state total and
@@ -18,10 +18,10 @@ import numpy as np
 
 from gedp.config import Config
 from gedp.evaluation.replicate import child_streams
+from gedp.measure.queries import Groupings
 from gedp.measure.workflows import measure
 from gedp.planning.predict import TargetCells
 from gedp.postprocess.models import PostprocessOptions
-from gedp.postprocess.months import month_answers
 from gedp.postprocess.protect import protect_microdata
 from gedp.synth.schema import public_columns
 
@@ -29,6 +29,7 @@ from gedp.synth.schema import public_columns
 MIN_CELL_RELEASES = 100
 
 Errors = dict[int, dict[str, float]]
+ReleaseErrors = dict[tuple[int, str], np.ndarray]
 
 
 def simulated_errors(microdata, cells: Sequence[TargetCells], config: Config, attributes: Sequence[str], *,
@@ -36,28 +37,39 @@ def simulated_errors(microdata, cells: Sequence[TargetCells], config: Config, at
     """Median relative error per level and attribute over ``releases`` simulated releases of the
     stand-in ``microdata`` (pooled over cells with a true value >= 1 and releases, as
     ``evaluation.accuracy`` pools them), and the number of cells x releases behind each."""
+    return pooled_medians([release_errors(microdata, cells, config, attributes, rng)
+                           for rng in child_streams(seed, releases)])
+
+
+def release_errors(microdata, cells: Sequence[TargetCells], config: Config, attributes: Sequence[str],
+                   rng: np.random.Generator, groupings: Groupings | None = None) -> ReleaseErrors:
+    """One simulated release's relative errors per (level, attribute) on the cells with a true value
+    >= 1 (``groupings``: of the stand-in's public columns, shared between releases)."""
     public = microdata[public_columns(microdata)]
     plan = config.plan
-    errors: dict[tuple[int, str], list[np.ndarray]] = {}
-    for rng in child_streams(seed, releases):
-        measurements = measure(microdata, plan, rng=rng)
-        answers = month_answers({a: measurements.for_attribute(a) for a in plan.attributes}, config.variance_mode,
-                                plan.psi, public)
-        release, _ = protect_microdata(answers, public, PostprocessOptions.from_config(config))
-        for target in cells:
-            inside = target.codes >= 0
-            for attribute in attributes:
-                true = target.true[attribute]
-                sums = np.bincount(target.codes[inside], weights=release[attribute].to_numpy()[inside],
-                                   minlength=target.n_cells)
-                keep = true >= 1
-                errors.setdefault((target.level, attribute), []).append(np.abs(sums - true)[keep] / true[keep])
-    medians: Errors = {target.level: {} for target in cells}
-    counts: dict[int, dict[str, int]] = {target.level: {} for target in cells}
-    for (level, attribute), values in errors.items():
-        pooled = np.concatenate(values)
-        medians[level][attribute] = float(np.median(pooled)) if len(pooled) else float("nan")
-        counts[level][attribute] = len(pooled)
+    measurements = measure(microdata, plan, rng=rng, groupings=groupings)
+    release, _ = protect_microdata({a: measurements.for_attribute(a) for a in plan.attributes}, public,
+                                   PostprocessOptions.from_config(config), groupings=groupings)
+    errors: ReleaseErrors = {}
+    for target in cells:
+        inside = target.codes >= 0
+        for attribute in attributes:
+            true = target.true[attribute]
+            sums = np.bincount(target.codes[inside], weights=release[attribute].to_numpy()[inside],
+                               minlength=target.n_cells)
+            keep = true >= 1
+            errors[(target.level, attribute)] = np.abs(sums - true)[keep] / true[keep]
+    return errors
+
+
+def pooled_medians(releases: Sequence[ReleaseErrors]) -> tuple[Errors, dict[int, dict[str, int]]]:
+    """The median per level and attribute of the releases' errors pooled, and the count behind each."""
+    medians: Errors = {}
+    counts: dict[int, dict[str, int]] = {}
+    for level, attribute in releases[0]:
+        pooled = np.concatenate([errors[(level, attribute)] for errors in releases])
+        medians.setdefault(level, {})[attribute] = float(np.median(pooled)) if len(pooled) else float("nan")
+        counts.setdefault(level, {})[attribute] = len(pooled)
     return medians, counts
 
 

@@ -1,0 +1,60 @@
+"""The planner's independent predictions and simulated releases, run on the machine's cores.
+
+Each task is a function of a shared, read-only context (the stand-in and what was measured of it)
+and one small item (a config, an allocation, a release's seed), and returns a small result (errors
+per level). The context is handed to forked worker processes by inheritance, never pickled; a task
+draws its noise from its own seeded generator, so the results do not depend on the number of
+workers or on the order in which they finish. Where processes cannot be forked (or one core is
+available), the tasks run one after the other in this process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+#: The context of the running map, inherited by the forked workers (None outside a map).
+_context: tuple[Callable[[Any, Any], Any], Any] | None = None
+
+
+def available_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[Any], *,
+                 on_result: Callable[[int, Any], None] | None = None, workers: int | None = None) -> list[Any]:
+    """``task(shared, item)`` for every item, in the items' order, on up to ``workers`` processes
+    (default: the available cores); ``on_result(index, result)`` is told of each result as it is
+    ready, in order."""
+    global _context
+    tell = on_result or (lambda index, result: None)
+    count = min(len(items), workers or available_cores())
+    if count <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        results = []
+        for index, item in enumerate(items):
+            results.append(task(shared, item))
+            tell(index, results[-1])
+        return results
+    _context = (task, shared)
+    try:
+        with multiprocessing.get_context("fork").Pool(count) as pool:
+            results = []
+            for index, result in enumerate(pool.imap(_run, items, chunksize=1)):
+                results.append(result)
+                tell(index, result)
+            return results
+    finally:
+        _context = None
+
+
+def _run(item: Any) -> Any:
+    """One task in a worker, on the context it inherited."""
+    if _context is None:
+        raise RuntimeError("a planner worker started outside parallel_map")  # a bug, not an input error
+    task, shared = _context
+    return task(shared, item)
