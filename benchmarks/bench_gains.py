@@ -1,9 +1,10 @@
 """Bias of gross job gains and losses from protected microdata, raw and corrected (run on demand).
 
-A state's stand-in (``gedp synth --from-qcew``) is the first quarter; ``gedp.evaluation.gains.next_quarter``
-makes the second at BED rates. Each replication protects both quarters under the recommended plan
-at half its mu (an annual budget of 2.3065 over four quarters) and compares the gains and losses of
-county x sector cells with the truth.
+A state's stand-in (``gedp synth --from-qcew``) is the first quarter; the panel synthesizer
+(``gedp.synth.panel``, as ``gedp synth --quarters``) grows the second at its BED rates. Each
+replication protects both quarters under the recommended plan at half its mu (an annual budget
+of 2.3065 over four quarters) and compares the gains and losses of county x sector cells with the
+truth.
 
     python benchmarks/bench_gains.py STATE.parquet --replications 5 --out results.json
 """
@@ -21,9 +22,9 @@ import pandas as pd
 
 import gedp
 from gedp.config import load_config
-from gedp.evaluation.gains import next_quarter
 from gedp.gains import between_releases
 from gedp.postprocess.gains import gains_losses
+from gedp.synth.panel import quarter_range, synthesize_panel
 
 BY = "county,sector"
 KEYS = ["state", "county", "sector"]
@@ -79,8 +80,9 @@ def main() -> None:
     parser.add_argument("--replications", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    first = pd.read_parquet(args.state)
-    second = next_quarter(first, np.random.default_rng(11))
+    panel = synthesize_panel(pd.read_parquet(args.state), quarter_range("2016Q1:2016Q2"),
+                             rng=np.random.default_rng(11))
+    first, second = (panel[panel["qtr"] == qtr].reset_index(drop=True) for qtr in (1, 2))
     config = quarter_config()
     with tempfile.TemporaryDirectory() as folder:
         cells = pd.concat([replication(first, second, config, seed, Path(folder)).assign(rep=seed)

@@ -1,9 +1,9 @@
-"""Noise designs across quarters at equal annual privacy cost, on stand-in panels of RI and NJ.
+"""Noise designs across quarters at equal annual privacy cost, on panels grown from RI and NJ.
 
 Five quarters (2016Q1 to 2017Q1) at the annual rate 2.3065 per four quarters (mu = 2.3065 sqrt(5/4)
 over the panel, mu_q = 1.153 per quarter for independent releases); employment (month 1), psi = sqrt,
 gamma = 0.5; county x NAICS-3 cells measured directly and through the identity query. The panels are
-the stand-in of ``gedp.evaluation.quarter_designs`` (one synthesized quarter moved at BED rates).
+those of ``gedp synth --from-qcew FILE --quarters 2016Q1:2017Q1`` (``gedp.synth.panel``).
 Also the continuing-series view: the same contrasts over 8 and 12 quarters, where every quarter has
 its over-the-year partner. Writes benchmarks/RESULTS-quarter-designs.md.
 
@@ -22,6 +22,7 @@ import numpy as np
 from gedp.evaluation import quarter_designs as qd
 from gedp.measure import over_time as ot
 from gedp.synth.establishments import synthesize_state
+from gedp.synth.panel import grown_panel
 from gedp.synth.qcew import read_qcew
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -44,7 +45,8 @@ def designs(quarters: int) -> list[ot.Design]:
 def state_table(state: str, replications: int) -> list[str]:
     """Measured medians for one state, each as a ratio to independent releases beside its value."""
     microdata = synthesize_state(read_qcew(DATA / STATES[state]), rng=np.random.default_rng(1))
-    public, panel = qd.stand_in_panel(microdata, QUARTERS, rng=np.random.default_rng(2))
+    grown = grown_panel(microdata, "2016Q1:2017Q1", rng=np.random.default_rng(2))
+    public, panel = qd.panel_levels(grown)
     mu = ANNUAL_MU * np.sqrt(QUARTERS / 4)
     table = qd.compare_designs(public, panel, designs(QUARTERS), mu=mu, gamma=GAMMA,
                                replications=replications, seed=3)

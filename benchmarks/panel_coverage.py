@@ -2,12 +2,15 @@
 
 A 5-quarter panel is grown from a state synthesized from its published QCEW file; it is protected
 ``--releases`` times (seeds 1000, 1001, ...), and each county x NAICS-3 cell's change from the first
-quarter to the last, with its margin at 95%, is compared with the panel's true change. Reported per
-attribute and size band (the cell's true month-1 employment in the first quarter): the share of
-cells whose true change lies within the margin, with its binomial standard error.
+quarter to the last, with its margin at 95%, is compared with the panel's true change. With
+``--annual-mu MU`` every quarter is protected with the recommended config scaled to MU / sqrt(4)
+(four quarters spend MU, as ``gedp plan --quarters 4 --mu-total MU`` plans them). Reported per
+attribute and size band (the cell's true month-1 employment in the first quarter; "all": every
+cell): the share of cells whose true change lies within the margin, with its binomial standard
+error, and the median absolute error of the change.
 
     nice -n 10 python benchmarks/panel_coverage.py --qcew ../shared/data/qcew_2016q1_44.csv \\
-        --releases 20 --out benchmarks/panel-coverage-ri.json
+        --releases 20 --annual-mu 2.3065 --out benchmarks/panel-coverage-annual-ri.json
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 import gedp
+from gedp.config import Config, load_config, parse_config
 from gedp.postprocess.changes import change_table
 from gedp.postprocess.tabulate import tabulate
 from gedp.synth.establishments import synthesize_state
@@ -51,19 +55,34 @@ def band_of(size: np.ndarray) -> np.ndarray:
     return names
 
 
+def annual_config(annual_mu: float) -> Config:
+    """The recommended config with every query's mu (and the cap) scaled so that a quarter spends
+    annual_mu / sqrt(4)."""
+    config = load_config("recommended")
+    factor = annual_mu / math.sqrt(4) / config.plan.budget().total
+    raw = dict(config.raw, mu_cap=round(config.raw["mu_cap"] * factor, 4),
+               queries=[dict(query, mu={a: mu * factor for a, mu in query["mu"].items()})
+                        for query in config.raw["queries"]])
+    return parse_config(raw, "recommended scaled")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--qcew", type=Path, required=True)
     parser.add_argument("--releases", type=int, default=20)
+    parser.add_argument("--annual-mu", type=float, default=None,
+                        help="protect each quarter at this mu / sqrt(4) (default: the recommended config)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    config = load_config("recommended") if args.annual_mu is None else annual_config(args.annual_mu)
+    print(f"each quarter at mu {config.plan.budget().total:.4f}", flush=True)
     rng = np.random.default_rng(1)
     panel = grown_panel(synthesize_state(read_qcew(args.qcew), rng=rng), "2016Q1:2017Q1", rng=rng)
     truth = true_changes(panel)
     rows = []
     start = time.perf_counter()
     for release_index in range(args.releases):
-        release = gedp.protect(panel, seed=1000 + release_index, not_for_publication=True)
+        release = gedp.protect(panel, config, seed=1000 + release_index, not_for_publication=True)
         estimate = release.tabulate(KEYS[1:], change=CHANGE, moe=True)
         joined = truth.merge(estimate, on=KEYS, suffixes=("_true", ""))
         for attribute in ATTRIBUTES:
@@ -74,10 +93,12 @@ def main() -> None:
                                       "error": error.to_numpy()}))
         print(f"release {release_index + 1}/{args.releases} done ({time.perf_counter() - start:.0f}s)", flush=True)
     cells = pd.concat(rows, ignore_index=True)
+    cells = pd.concat([cells, cells.assign(band="all")], ignore_index=True)  # every band together
     summary = cells.groupby(["attribute", "band"]).agg(cells=("covered", "size"), coverage=("covered", "mean"),
                                                        median_error=("error", "median")).reset_index()
     summary["se"] = np.sqrt(summary["coverage"] * (1 - summary["coverage"]) / summary["cells"])
-    result = {"qcew": args.qcew.name, "releases": args.releases, "change": CHANGE, "level": 0.95,
+    result = {"qcew": args.qcew.name, "releases": args.releases, "quarter_mu": config.plan.budget().total,
+              "change": CHANGE, "level": 0.95,
               "cells_per_release": len(truth), "summary": summary.to_dict(orient="records")}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(summary.to_string(index=False))

@@ -115,8 +115,9 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     caps any 4 consecutive quarters, by the input's ``year`` and ``qtr``.
 
     An input of several quarters (``year`` and ``qtr`` columns: a panel, ``gedp.synth.panel``) is
-    protected quarter by quarter into one panel release (``gedp.panel``); tabulate it with
-    ``quarter`` or ``change``.
+    protected quarter by quarter into one panel release (``gedp.panel``; with ``ledger``, reserved
+    as one release of all its quarters before any noise is drawn); tabulate it with ``quarter``,
+    ``change`` or ``gains_losses``.
 
     ``engine="dask"`` runs on a built-in local cluster (loopback only, TLS with keys made for the
     run), or on an existing ``scheduler``: a ``tls://`` address with ``security`` (a
@@ -214,7 +215,7 @@ class Release:
     def tabulate(self, by: str | Sequence[str] = "total", *, agglvl: int | None = None, format: str = "table",
                  titles: str | Path | None = None, out: str | Path | None = None, moe: bool = False,
                  level: float = 0.95, where: str | None = None, quarter: str | None = None,
-                 change: str | None = None) -> pd.DataFrame:
+                 change: str | None = None, gains_losses: str | None = None) -> pd.DataFrame:
         """Totals of the protected attributes by public columns (``"total"`` or [] for the grand
         total), optionally only over establishments matching ``where`` (a pandas query on public
         columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
@@ -232,10 +233,12 @@ class Release:
         A panel release (``manifest["quarters"]``) takes ``quarter`` (e.g. "2017Q1": that quarter's
         levels) or ``change`` ("2016Q1:2017Q1": ``<attribute>_chg``, ``_chg_moe``, ``_pct_chg``
         of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
-        BLS's ``oty_`` columns), see ``gedp.panel.tabulate_panel``."""
-        if quarter is not None or change is not None or "quarters" in self.manifest:
+        BLS's ``oty_`` columns), or ``gains_losses`` ("2016Q1:2016Q2": gross job gains and losses by
+        ``by``, raw and corrected, with margins when ``moe``), see ``gedp.panel.tabulate_panel``."""
+        if quarter is not None or change is not None or gains_losses is not None or "quarters" in self.manifest:
             return tabulate_panel(self.folder, None if agglvl is not None else by, quarter=quarter, change=change,
-                                  agglvl=agglvl, format=format, titles=titles, where=where, moe=moe, level=level)
+                                  gains_losses=gains_losses, agglvl=agglvl, format=format, titles=titles, where=where,
+                                  moe=moe, level=level)
         if format not in ("table", "qcew", "xlsx"):
             raise InputError(f"format {format!r}: choose one of table, qcew, xlsx")
         if format != "table" or agglvl is not None:

@@ -537,7 +537,8 @@ def protect_command(
 ) -> None:
     """Protect confidential establishment microdata, state by state: protected microdata, tables, manifest.
 
-    An input of several quarters (a panel) is protected quarter by quarter into one panel release."""
+    An input of several quarters (a panel) is protected quarter by quarter into one panel release
+    (with --ledger, reserved as one release of all its quarters)."""
     from gedp.synth.intake import configured_attributes, inspect_input, load_input, parse_columns
 
     start = time.perf_counter()
@@ -558,10 +559,9 @@ def protect_command(
             if is_panel(source):  # several quarters: one panel release
                 if jobs is not None:
                     raise InputError("--jobs goes with a release of one quarter, not a panel")
-                manifest, reservations = protect_panel(source, cfg, out, ledger=request, seed=seed, rng=rng,
-                                                       engine=engine, scheduler=access,
-                                                       on_quarter=lambda quarter: advance(f"quarter {quarter} done"))
-                reservation = reservations[-1] if reservations else None
+                manifest, reservation = protect_panel(source, cfg, out, ledger=request, seed=seed, rng=rng,
+                                                      engine=engine, scheduler=access,
+                                                      on_quarter=lambda quarter: advance(f"quarter {quarter} done"))
             else:
                 manifest, reservation = protect_recorded(
                     source, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=access, jobs=jobs,
@@ -571,7 +571,8 @@ def protect_command(
         console.print(f"  quarters {', '.join(manifest['quarters'])} ({manifest['design']['name']}): each quarter mu "
                       f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter")
     if reservation is not None:
-        console.print(f"  lifetime budget: this release charged mu {reservation.mu:.4f} in the accounts' terms; its "
+        console.print(f"  lifetime budget: this release charged mu {reservation.largest_charge:.4f} in the accounts' "
+                      f"terms (mu {reservation.mu:.4f} for each quarter an establishment is in); its "
                       f"most spent establishments are at mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
                       f"(release {reservation.release_id} committed in the ledger)")
         if reservation.annual_cap is not None:
@@ -702,10 +703,11 @@ def tabulate_command(
     change: Annotated[Optional[str], typer.Option(help="A panel release: the change FIRST:SECOND of every cell, "
                                                        "e.g. 2016Q1:2017Q1 (<attribute>_chg, _chg_moe, "
                                                        "_pct_chg).")] = None,
-    gains_losses: Annotated[Optional[str], typer.Option(help="FROM:TO quarters (e.g. 2016Q1:2016Q2) of panel "
-                                                             "microdata: gross job gains and losses of month-3 "
-                                                             "employment by --by instead of levels (raw sums: "
-                                                             "biased upward by the noise).")] = None,
+    gains_losses: Annotated[Optional[str], typer.Option(help="FROM:TO quarters (e.g. 2016Q1:2016Q2) of a panel "
+                                                             "release or panel microdata: gross job gains and losses "
+                                                             "of month-3 employment by --by instead of levels (of a "
+                                                             "release: corrected sums, and margins with --moe).")
+                            ] = None,
 ) -> None:
     """Tabulate microdata by any public columns or a QCEW level, optionally with margins of error.
 
@@ -723,19 +725,21 @@ def tabulate_command(
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
         table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
-        if gains_losses is not None and (moe or agglvl is not None or where or table_format in PUBLICATION_FORMATS):
-            raise InputError("--gains-losses goes with --by, --out and --format csv or parquet only (no --moe: the "
-                             "margins and corrected sums need each quarter's release, gedp.gains.between_releases)")
-        if quarter is not None or change is not None or (release and gains_losses is None
-                                                          and release_quarters(microdata)):
+        if gains_losses is not None and (agglvl is not None or where or table_format in PUBLICATION_FORMATS
+                                         or (moe and not release)):
+            raise InputError("--gains-losses goes with --by, --out and --format csv or parquet only, and --moe with a "
+                             "panel release (margins and corrected sums need the release's noise)")
+        if quarter is not None or change is not None or (release and release_quarters(microdata)):
             from gedp.panel import tabulate_panel
 
-            table = tabulate_panel(microdata, by, quarter=quarter, change=change, agglvl=agglvl,
+            table = tabulate_panel(microdata, by, quarter=quarter, change=change, gains_losses=gains_losses,
+                                   agglvl=agglvl,
                                    format=table_format if table_format in PUBLICATION_FORMATS else "table",
                                    titles=titles, where=where or None, moe=moe, level=level)
             if out is not None:
                 _write_tabulation(table, out, table_format, {"source": str(microdata), "quarter": quarter,
-                                                            "change": change, "rows": len(table)}, None)
+                                                            "change": change, "gains_losses": gains_losses,
+                                                            "rows": len(table)}, None)
             _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
             return
         indexed = (indexed_tabulation(microdata, by or "total", where=where or None, moe=moe, level=level)

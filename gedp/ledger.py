@@ -182,7 +182,8 @@ class Reservation:
     to cap) the cap, the earlier spending and this release's charge to it (``charged``: sqrt(k) mu
     for an establishment in k of its quarters); its charge per quarter in the account's terms
     (``mu``) and what that charge is made of; its quarters (None: none), the annual cap and the
-    largest spending of a rolling year after it (None without an annual cap)."""
+    largest spending of a rolling year after it (None without an annual cap); the release's largest
+    charge to one establishment (sqrt(k) mu for one in the most quarters, k; a panel's charge)."""
 
     path: Path
     release_id: str
@@ -197,6 +198,7 @@ class Reservation:
     quarters: tuple[str | None, ...] = (None,)
     annual_cap: float | None = None
     annual_spent_after: float | None = None
+    largest_charge: float = 0.0
 
     @property
     def spent_after(self) -> float:
@@ -208,7 +210,7 @@ class Reservation:
                 "mu": self.mu, "mu_planned": self.mu_planned, "charges": self.charges,
                 "account": {"psi": self.psi, "gammas": self.gammas}, "release_id": self.release_id,
                 "quarters": [q for q in self.quarters if q is not None], "annual_cap": self.annual_cap,
-                "annual_spent_after": self.annual_spent_after}
+                "annual_spent_after": self.annual_spent_after, "largest_charge": self.largest_charge}
 
     def pending_note(self) -> str:
         """What an operator must know when the release failed after it was reserved."""
@@ -647,7 +649,8 @@ def reserve(path: str | Path, estab_ids: Iterable[str] | pd.Series, plan: Measur
             path, secrets.token_hex(8), float(caps[most]), float(np.sqrt(budgets[0].spent2[most])), mu,
             plan.budget().total, charges, psi, gammas, float(np.sqrt(budgets[0].charge2[most])), tuple(blocks),
             None if np.isnan(annual).all() else float(np.nanmin(annual)),
-            max((float(np.max(np.sqrt(y.spent2 + y.charge2))) for y in years), default=None))
+            max((float(np.max(np.sqrt(y.spent2 + y.charge2))) for y in years), default=None),
+            float(np.sqrt(np.max(budgets[0].charge2))))
         _record(path, book, blocks, reservation, dataset_id, config, caps)
     return reservation
 

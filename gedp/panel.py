@@ -1,7 +1,8 @@
 """Panels of quarters through the release path: a panel input is protected quarter by quarter
 with the noise design of ``gedp.measure.design`` (each quarter as a release of one quarter is
-today, recorded in the lifetime ledger as its own release) and joined into one panel release
-(``gedp.release.panel``); tabulations of one quarter, and of the change between two, with margins.
+today; the lifetime ledger records the panel as one release of all its quarters, all or nothing)
+and joined into one panel release (``gedp.release.panel``); tabulations of one quarter, and of the
+change between two, with margins.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import numpy as np
 import pandas as pd
 
 from gedp.config import Config
-from gedp.engine import Scheduler, Source, read_source
+from gedp.engine import Scheduler, Source, check_request, read_source
 from gedp.errors import InputError
 from gedp.ledger import Reservation
-from gedp.lifetime import LedgerRequest, protect_recorded
+from gedp.lifetime import LedgerRequest, protect_recorded, publication_hooks, reserved
 from gedp.measure.design import INDEPENDENT, QuarterDesign, quarter_design
+from gedp.measure.workflows import MeasurementPlan
 from gedp.release.format import QUARTER_KEY
 from gedp.release.panel import write_panel
 from gedp.release.writer import check_output_directory, staged_directory
@@ -52,45 +54,53 @@ def quarter_seed(seed: int | None, quarter: tuple[int, int]) -> int | None:
     return int(np.random.SeedSequence([seed, *quarter]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def record_quarter(frame: pd.DataFrame, config: Config, folder: Path, ledger: LedgerRequest | None,
-                   **options) -> tuple[dict, Reservation | None]:
-    """Protect one quarter into ``folder``, recorded in the lifetime ledger as a release of its own
-    (``gedp.lifetime.protect_recorded``: each quarter charges every establishment in it). The
-    one place where a panel meets the ledger: accounting across quarters plugs in here."""
-    return protect_recorded(frame, config, folder, ledger=ledger, **options)
+def panel_plan(config: Config, design: QuarterDesign, quarters: int) -> MeasurementPlan:
+    """The one plan every quarter of a panel is measured with under ``design`` (what the ledger
+    charges each quarter); InputError for a design whose quarters' plans differ."""
+    plans = [design.quarter_plan(config.plan, index, quarters) for index in range(quarters)]
+    if any(plan != plans[0] for plan in plans[1:]):
+        raise InputError(f"quarter design '{design.name}' measures its quarters with different plans; the ledger "
+                         "charges a panel whose quarters share one plan")
+    return plans[0]
 
 
 def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                   seed: int | None = None, rng: str | None = None, engine: str = "local",
                   scheduler: Scheduler | None = None, design: QuarterDesign = INDEPENDENT,
-                  on_quarter: Callable[[str], None] | None = None) -> tuple[dict, list[Reservation]]:
+                  on_quarter: Callable[[str], None] | None = None) -> tuple[dict, Reservation | None]:
     """Protect every quarter of a panel (``synth.panel.check_panel``; each quarter's rows checked
     as microdata when protected) with the ``design`` and write one panel release to ``out`` (the
     quarters' releases are made in a hidden folder beside it, then joined); returns its manifest
-    and the quarters' ledger reservations."""
+    and its ledger reservation (None without a ledger).
+
+    With a ``ledger``, all quarters are reserved as one release before any noise is drawn (each row
+    charged in its quarter: ``gedp.lifetime.reserved``), so a panel past a cap is refused with nothing
+    charged or written; the reservation is committed once the panel release is complete, just before
+    its manifest is written, and the manifest's ``lifetime`` section states the panel's charge."""
     out = Path(out).resolve()
     check_output_directory(out)
     panel = check_panel(read_source(source))
     quarters = panel_quarters(panel)
-    reservations = []
+    plan = panel_plan(config, design, len(quarters))
+    check_request(config, list(pd.unique(panel["state"].astype(str))), seed=seed, rng=rng, engine=engine,
+                  scheduler=scheduler)  # before the ledger is touched, as for a release of one quarter
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.quarters-") as work:
+    with reserved(ledger, panel, dataclasses.replace(config, plan=plan)) as reservation, \
+            tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.quarters-") as work:
         folders: dict[str, Path] = {}
-        for index, quarter in enumerate(quarters):
+        for quarter in quarters:
             label = quarter_label(*quarter)
-            plan = design.quarter_plan(config.plan, index, len(quarters))
             rows = (panel["year"] == quarter[0]) & (panel["qtr"] == quarter[1])
             folders[label] = Path(work) / label
-            _, reservation = record_quarter(panel[rows.to_numpy()].reset_index(drop=True),
-                                            dataclasses.replace(config, plan=plan), folders[label], ledger,
-                                            seed=quarter_seed(seed, quarter), rng=rng, engine=engine,
-                                            scheduler=scheduler, key={QUARTER_KEY: label})
-            reservations += [reservation] if reservation is not None else []
+            protect_recorded(panel[rows.to_numpy()].reset_index(drop=True), dataclasses.replace(config, plan=plan),
+                             folders[label], ledger=None, seed=quarter_seed(seed, quarter), rng=rng, engine=engine,
+                             scheduler=scheduler, key={QUARTER_KEY: label})
             if on_quarter is not None:
                 on_quarter(label)
         with staged_directory(out) as staging:
-            manifest = write_panel(folders, staging, design, int(panel["estab_id"].astype(str).nunique()))
-    return manifest, reservations
+            manifest = write_panel(folders, staging, design, int(panel["estab_id"].astype(str).nunique()),
+                                   **publication_hooks(reservation))
+    return manifest, reservation
 
 
 def change_quarters(release: str | Path, change: str) -> tuple[str, str, int]:
@@ -164,18 +174,28 @@ def qcew_change(release: str | Path, agglvl: int, change: str, *, titles: str | 
 
 
 def tabulate_panel(release: str | Path, by: str | Sequence[str] | None, *, quarter: str | None = None,
-                   change: str | None = None, agglvl: int | None = None, format: str = "table",
-                   titles: str | Path | None = None, **options) -> pd.DataFrame:
+                   change: str | None = None, gains_losses: str | None = None, agglvl: int | None = None,
+                   format: str = "table", titles: str | Path | None = None, **options) -> pd.DataFrame:
     """A tabulation of a panel release: of one ``quarter`` (by ``by``, or the QCEW level ``agglvl``
-    in ``format`` table or qcew), or of the ``change`` between two quarters (by ``by``; or with
-    format qcew, the level ``agglvl`` of the second quarter with BLS's over-the-year columns).
+    in ``format`` table or qcew), of the ``change`` between two quarters (by ``by``; or with format
+    qcew, the level ``agglvl`` of the second quarter with BLS's over-the-year columns), or the gross
+    job gains and losses between the quarters ``gains_losses`` "FROM:TO" by ``by``
+    (``gedp.gains.panel_release_gains_losses``: raw and corrected sums, margins with moe).
     ``options``: where, moe, level."""
     from gedp.api import publish_levels
     from gedp.release.margins import kept_variances
     from gedp.release.reader import read_quarter
 
-    if (quarter is None) == (change is None):
-        raise InputError("give one of a quarter (levels) and a change FIRST:SECOND (changes)")
+    if sum(option is not None for option in (quarter, change, gains_losses)) != 1:
+        raise InputError("give one of a quarter (levels), a change FIRST:SECOND (changes) and gains_losses "
+                         "FROM:TO (gross job gains and losses)")
+    if gains_losses is not None:
+        from gedp.gains import panel_release_gains_losses
+
+        if agglvl is not None or format != "table" or options.get("where"):
+            raise InputError("gains and losses go with by (public columns) only: no agglvl, format or where")
+        return panel_release_gains_losses(release, gains_losses, "total" if by is None else by,
+                                          moe=bool(options.get("moe")), level=options.get("level", 0.95))
     if format not in ("table", "qcew"):
         raise InputError(f"format {format!r} with a quarter or a change: choose table or qcew")
     if change is not None:

@@ -5,14 +5,19 @@ A panel holds one row per establishment and quarter; an establishment keeps its 
 its public columns (state, county, naics, own) in every quarter it appears in, and may appear
 (an opening) or disappear (a closing) from one quarter to the next.
 
-The synthetic dynamics use round figures of the U.S. Bureau of Labor Statistics' Business
-Employment Dynamics (BED), private sector, seasonally adjusted, as published in the BED news
-releases for the quarters of 2016 (Table A, "Private sector gross job gains and losses", and
-Table 3 / Table 2, "... by direction of employment change", establishment counts; vintage: the
-releases of 2016-2017). Per quarter, as shares of the previous quarter: gross job gains about 6.0%
-of employment (expanding establishments 4.9%, opening ones 1.1%), gross job losses about 5.7%
+The synthetic dynamics (``BED_2016``, the one table of these rates in gedp) use round figures of
+the U.S. Bureau of Labor Statistics' Business Employment Dynamics (BED), private sector,
+seasonally adjusted, as first published in the BED news releases on the quarters of 2016 (vintage:
+the releases of 2016-2017, e.g. USDL-17-0476, "Business Employment Dynamics - Third Quarter 2016",
+April 26, 2017): Table A, "Private sector gross job gains and job losses", for the shares of
+employment, and Table 3, establishments by direction of employment change, for the shares of
+establishments. Per quarter, as shares of the previous quarter: gross job gains about 6.0% of
+employment (expanding establishments 4.9%, opening ones 1.1%), gross job losses about 5.7%
 (contracting 4.7%, closing 1.0%); openings about 3.6% and closings about 3.3% of establishments;
-about 28% of establishments expand and 27% contract. Most of the change comes from expanding and
+about 28% of establishments expand and 27% contract. Gains are at the low end of the releases'
+6.0-6.4% (6.4% in the third quarter of 2016, USDL-17-0476, with losses of 7.0 million against
+7.7 million of gains, about 5.8%; 6.2% in the fourth, USDL-17-1046; 6.0% in the first of 2017,
+USDL-17-1481). Most of the change comes from expanding and
 contracting establishments. Seasonal movement (``SEASONAL``) is a small table of approximate
 not-seasonally-adjusted employment by quarter relative to the annual average, from BLS Current
 Employment Statistics national series around 2016, for the four sectors with the clearest pattern.

@@ -1,12 +1,11 @@
 """Gross job gains and losses: the sums against a direct count, the bias formula and the margins'
 variance against simulation, the deconvolution's correction on simulated noisy changes, and the
-next quarter at the stated BED rates."""
+panel microdata and releases route."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from gedp.evaluation.gains import BED_RATES, next_quarter
 from gedp.postprocess.gains import (
     _positive_part_variance,
     establishment_changes,
@@ -14,6 +13,7 @@ from gedp.postprocess.gains import (
     gains_losses,
     posterior_positive_parts,
 )
+from gedp.synth.panel import quarter_range, synthesize_panel
 
 DRAWS = 400_000
 #: 4 standard errors: a false failure about 6e-5 per comparison.
@@ -40,6 +40,12 @@ def test_the_variance_of_a_positive_part_matches_simulation():
         # the variance of a sample variance: (m4 - s^4) / n
         error = np.sqrt((((draws - draws.mean()) ** 4).mean() - draws.var() ** 2) / DRAWS)
         assert abs(_positive_part_variance(np.array([d]), np.array([sd]))[0] - draws.var()) < Z * error, (d, sd)
+
+
+def next_quarter(first: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """The quarter after ``first`` grown by the panel synthesizer (``gedp.synth.panel``)."""
+    panel = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(seed))
+    return panel[panel["qtr"] == 2].reset_index(drop=True)
 
 
 def _quarters(rng, n=400):
@@ -119,31 +125,12 @@ def test_corrected_gains_and_margins_come_with_the_noise_sd():
     assert (table["net_moe"] ** 2).sum() == pytest.approx((1.959964 * 2.0) ** 2 * len(changes), rel=1e-5)
 
 
-def test_the_next_quarter_moves_at_the_stated_bed_rates(small_state):
-    rates = BED_RATES
-    before = small_state
-    after = next_quarter(before, np.random.default_rng(3), rates)
-    assert after["estab_id"].is_unique and set(after["qtr"]) == {2}
-    merged = before[["estab_id", "m3emp"]].merge(after[["estab_id", "m3emp"]], on="estab_id", how="outer",
-                                                  suffixes=("_1", "_2")).fillna(0.0)
-    change = merged["m3emp_2"] - merged["m3emp_1"]
-    employment, n = before["m3emp"].sum(), len(before)
-    opened = ~merged["estab_id"].isin(before["estab_id"])
-    closed = ~merged["estab_id"].isin(after["estab_id"])
-    assert opened.sum() == round(rates["opening"] * n) and closed.sum() == round(rates["closing"] * n)
-    assert ((change > 0) & ~opened).sum() == round(rates["expanding"] * n)
-    gains = change.clip(lower=0).sum() / employment
-    losses = (-change).clip(lower=0).sum() / employment
-    assert gains == pytest.approx(rates["expansion_gains"] + rates["opening_gains"], abs=0.005)
-    assert losses == pytest.approx(rates["contraction_losses"] + rates["closing_losses"], abs=0.01)
-
-
 def test_tabulate_gains_losses_of_a_panel_file_matches_the_library(small_state, tmp_path):
     from typer.testing import CliRunner
 
     from gedp.cli import app
 
-    later = next_quarter(small_state, np.random.default_rng(4))
+    later = next_quarter(small_state, 4)
     panel = tmp_path / "panel.parquet"
     pd.concat([small_state, later], ignore_index=True).to_parquet(panel)
     out = tmp_path / "gains.csv"
@@ -165,7 +152,7 @@ def test_gains_between_two_releases_are_corrected_with_the_releases_own_noise(sm
     import gedp
     from gedp.gains import between_releases
 
-    later = next_quarter(small_state, np.random.default_rng(5))
+    later = next_quarter(small_state, 5)
     folders = []
     for i, frame in enumerate((small_state, later)):
         folders.append(tmp_path / f"q{i}")

@@ -21,7 +21,7 @@ from gedp.cli import app
 runner = CliRunner()
 EMPLOYMENT_MU = math.sqrt(3 * 1.74)  # configs/employment.yaml
 LIFETIME_KEYS = {"lifetime_cap", "spent_before", "spent_after", "mu", "mu_planned", "charges", "account", "release_id",
-                 "quarters", "annual_cap", "annual_spent_after"}
+                 "quarters", "annual_cap", "annual_spent_after", "largest_charge"}
 
 
 @pytest.fixture

@@ -1,29 +1,34 @@
-"""The stand-in panel's dynamics and the design comparison on it."""
+"""A grown panel as employment by quarter, and the design comparison on it."""
 
 import numpy as np
 import pytest
 
 from gedp.evaluation import quarter_designs as qd
 from gedp.measure import over_time as ot
+from gedp.synth.panel import quarter_range, synthesize_panel
 
 
 @pytest.fixture(scope="module")
-def panel(small_state):
-    return qd.stand_in_panel(small_state, 5, rng=np.random.default_rng(3))
+def grown(small_state):
+    return synthesize_panel(small_state, quarter_range("2016Q1:2017Q1"), rng=np.random.default_rng(3))
 
 
-def test_stand_in_panel_moves_at_the_stated_rates(small_state, panel):
+@pytest.fixture(scope="module")
+def panel(grown):
+    return qd.panel_levels(grown)
+
+
+def test_panel_levels_hold_each_establishments_employment_by_quarter(grown, panel):
     public, values = panel
-    start = small_state[qd.ATTRIBUTE].to_numpy(dtype=float)
-    np.testing.assert_array_equal(values[: len(start), 0], start)
-    assert len(public) == len(values) and public["estab_id"].is_unique
-    change = np.diff(values, axis=1)
-    gains = np.clip(change, 0, None).sum(axis=0) / values[:, :-1].sum(axis=0)
-    # expansions plus openings, with rounding of small establishments: within 2 points of the BED rate
-    assert (np.abs(gains - (qd.EXPANDING_GAINS + qd.OPENING_GAINS)) < 0.02).all()
-    opened = (values[:, :-1] == 0) & (values[:, 1:] > 0)
-    closed = (values[:, :-1] > 0) & (values[:, 1:] == 0)
-    np.testing.assert_array_equal(opened.sum(axis=0), closed.sum(axis=0))
+    assert len(public) == len(values) == grown["estab_id"].nunique() and public["estab_id"].is_unique
+    quarters = sorted(set(zip(grown["year"], grown["qtr"])))
+    position = {estab: i for i, estab in enumerate(public["estab_id"])}
+    expected = np.zeros_like(values)
+    for estab, year, qtr, level in grown[["estab_id", "year", "qtr", qd.ATTRIBUTE]].itertuples(index=False):
+        expected[position[str(estab)], quarters.index((year, qtr))] = level
+    np.testing.assert_array_equal(values, expected)
+    first = grown.drop_duplicates("estab_id").set_index("estab_id")
+    assert (public.set_index("estab_id")["county"] == first["county"].reindex(public["estab_id"])).all()
 
 
 def test_cell_totals_add_up_to_the_state(panel):

@@ -10,6 +10,7 @@ quarter by quarter, each quarter's in its own release order.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from gedp.measure.design import QuarterDesign
@@ -27,10 +28,13 @@ def move_parts(source: Path, target: Path) -> None:
         os.replace(part, target / part.name)
 
 
-def write_panel(quarters: dict[str, Path], staging: Path, design: QuarterDesign, establishments: int) -> Manifest:
+def write_panel(quarters: dict[str, Path], staging: Path, design: QuarterDesign, establishments: int, *,
+                lifetime: dict | None = None, before_publish: Callable[[], None] | None = None) -> Manifest:
     """Join the quarters' release folders (label -> folder, in order; each written with its quarter
     key) into the staging folder of a panel release, moving their parts; returns its manifest,
-    written last (``writer.write_manifest``)."""
+    written last (``writer.write_manifest``). ``lifetime``: the manifest's lifetime-budget section
+    of the panel's ledger reservation; ``before_publish``: the ledger's commit, run just before the
+    manifest is written."""
     with (staging / TABLES_FILE).open("w") as tables:
         for index, (quarter, folder) in enumerate(quarters.items()):
             for name in (PROTECTED_FILE, MEASUREMENTS_FILE):
@@ -39,6 +43,8 @@ def write_panel(quarters: dict[str, Path], staging: Path, design: QuarterDesign,
             tables.writelines(lines if index == 0 else lines[1:])
     manifest = panel_manifest({quarter: read_manifest(folder) for quarter, folder in quarters.items()}, design,
                               establishments)
-    write_manifest(staging, manifest, {})
+    if lifetime is not None:
+        manifest["lifetime"] = lifetime
+    write_manifest(staging, manifest, {}, before_publish)
     return manifest
 
