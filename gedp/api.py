@@ -13,7 +13,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, release_answers, release_families
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.intake import prepare_input
-from gedp.synth.titles import Titles
 
 __all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
            "tabulate_job_frame"]
@@ -258,6 +256,7 @@ class Release:
     def _publish(self, agglvl: int | None, format: str, titles: str | Path | None, out: str | Path | None,
                  moe: bool, level: float, where: str | None) -> pd.DataFrame:
         """QCEW levels in BLS layout (``tabulate``'s ``agglvl`` and ``format``)."""
+        from gedp.postprocess.publication import publish_levels
         from gedp.release.margins import kept_variances
 
         options = {"where": where, "moe": moe, "level": level, "margins": kept_variances(self.folder) if moe else None}
@@ -280,35 +279,6 @@ class Release:
                 target = staging / entry.name
                 (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, target)
         return out
-
-
-@dataclass(frozen=True)
-class PublishedLevels:
-    """QCEW levels in BLS layout by level, and the titles they were given (None: raw layout)."""
-
-    levels: dict[int, pd.DataFrame]
-    titles: Titles | None
-
-
-def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, titles: str | Path | None,
-                   **options: Any) -> PublishedLevels:
-    """The QCEW level ``agglvl`` (every level present when None) of microdata: ready to publish
-    (``postprocess.publication``) for formats qcew and xlsx, else in the raw BLS layout of
-    ``qcew_level``; ``options`` as for ``tabulate``. InputError for a bad level or option."""
-    from gedp.postprocess.publication import publication_levels, qcew_publication
-    from gedp.postprocess.tabulate import qcew_level
-    from gedp.synth.titles import published_titles, shipped_titles
-
-    if agglvl is None and format != "xlsx":
-        raise InputError(f"format {format} needs an aggregation level (agglvl)")
-    levels = publication_levels(microdata) if agglvl is None else (agglvl,)
-    named = None if format not in ("qcew", "xlsx") else shipped_titles() if titles is None else published_titles(
-        titles)
-    try:
-        return PublishedLevels({level: qcew_level(microdata, level, **options) if named is None else
-                                qcew_publication(microdata, level, named, **options) for level in levels}, named)
-    except ValueError as err:
-        raise InputError(str(err)) from None
 
 
 def read_job_frame(folder: str | Path) -> pd.DataFrame:

@@ -717,9 +717,8 @@ def tabulate_command(
     import pandas
 
     from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
-    from gedp.release.cells import indexed_tabulation
     from gedp.release.format import MANIFEST_FILE
-    from gedp.release.margins import kept_variances
+    from gedp.release.margins import kept_tabulation, kept_variances
     from gedp.release.reader import release_quarters
 
     with reported_errors():
@@ -742,7 +741,7 @@ def tabulate_command(
                                                             "rows": len(table)}, None)
             _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
             return
-        indexed = (indexed_tabulation(microdata, by or "total", where=where or None, moe=moe, level=level)
+        indexed = (kept_tabulation(microdata, by or "total", where=where or None, moe=moe, level=level)
                    if release and gains_losses is None and agglvl is None and table_format not in PUBLICATION_FORMATS
                    else None)
         jobs = not indexed and agglvl is None and _has_worker_keys(by)
@@ -760,7 +759,7 @@ def tabulate_command(
                 if indexed:
                     keys, table = indexed
                 elif table_format in PUBLICATION_FORMATS:
-                    from gedp.api import publish_levels
+                    from gedp.postprocess.publication import publish_levels
 
                     published = publish_levels(data, agglvl, table_format, titles, **options)
                     table = pandas.concat(published.levels.values(), ignore_index=True)

@@ -63,7 +63,7 @@ def panel_release_gains_losses(release: str | Path, quarters: str, by: str | Seq
     panel release: raw and corrected sums, and with ``moe`` their margins at ``level`` (module
     docstring: what they cover); each establishment's noise from its quarters' margin structures
     and the release's noise design."""
-    from gedp.panel import change_quarters
+    from gedp.release.reader import change_quarters
 
     first, second, apart = change_quarters(release, quarters)
     design = quarter_design(read_manifest(release)["design"]["name"])

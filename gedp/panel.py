@@ -26,7 +26,7 @@ from gedp.measure.workflows import MeasurementPlan
 from gedp.release.format import QUARTER_KEY
 from gedp.release.panel import write_panel
 from gedp.release.writer import check_output_directory, staged_directory
-from gedp.synth.panel import check_panel, panel_quarters, parse_quarter, quarter_label
+from gedp.synth.panel import check_panel, panel_quarters, quarter_label
 
 
 def input_quarters(source: Source) -> list[tuple[int, int]]:
@@ -103,21 +103,6 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
     return manifest, reservation
 
 
-def change_quarters(release: str | Path, change: str) -> tuple[str, str, int]:
-    """The two quarters of a change "FIRST:SECOND" of a panel release, and how many quarters apart they are."""
-    from gedp.release.reader import check_quarter
-
-    if change.count(":") != 1:
-        raise InputError(f"change '{change}' must be FIRST:SECOND, e.g. 2016Q1:2017Q1")
-    first, second = (part.strip() for part in change.split(":"))
-    apart = [year * 4 + qtr for year, qtr in (parse_quarter(first), parse_quarter(second))]
-    for quarter in (first, second):
-        check_quarter(release, quarter)
-    if apart[1] <= apart[0]:
-        raise InputError(f"change '{change}': the second quarter must come after the first")
-    return first, second, apart[1] - apart[0]
-
-
 def tabulate_quarter(release: str | Path, by: str | Sequence[str], quarter: str, **options) -> pd.DataFrame:
     """``postprocess.tabulate`` of one quarter of a panel release (``options``: where, moe, level),
     margins from that quarter's least squares."""
@@ -139,7 +124,7 @@ def tabulate_change(release: str | Path, by: str | Sequence[str], change: str, *
     ("FIRST:SECOND"), with margins (``moe``) whose covariance term comes from the release's design
     (``postprocess.changes.change_table``)."""
     from gedp.postprocess.changes import change_table
-    from gedp.release.reader import read_manifest
+    from gedp.release.reader import change_quarters, read_manifest
     from gedp.synth.schema import CONFIDENTIAL
 
     first, second, apart = change_quarters(release, change)
@@ -156,10 +141,10 @@ def qcew_change(release: str | Path, agglvl: int, change: str, *, titles: str | 
                 where: str | None = None, moe: bool = False, level: float = 0.95) -> pd.DataFrame:
     """The QCEW publication of level ``agglvl`` for the second quarter of ``change`` (a year after
     the first) with BLS's over-the-year columns (``postprocess.changes.qcew_changes``)."""
-    from gedp.api import publish_levels
     from gedp.postprocess.changes import qcew_changes
+    from gedp.postprocess.publication import publish_levels
     from gedp.release.margins import kept_variances
-    from gedp.release.reader import read_manifest, read_quarter
+    from gedp.release.reader import change_quarters, read_manifest, read_quarter
 
     first, second, apart = change_quarters(release, change)
     if apart != 4:
@@ -182,7 +167,7 @@ def tabulate_panel(release: str | Path, by: str | Sequence[str] | None, *, quart
     job gains and losses between the quarters ``gains_losses`` "FROM:TO" by ``by``
     (``gedp.gains.panel_release_gains_losses``: raw and corrected sums, margins with moe).
     ``options``: where, moe, level."""
-    from gedp.api import publish_levels
+    from gedp.postprocess.publication import publish_levels
     from gedp.release.margins import kept_variances
     from gedp.release.reader import read_quarter
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from gedp.errors import InputError
 from gedp.postprocess.tabulate import OWNERSHIP_TOTAL_LEVELS, qcew_level
 from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
@@ -173,3 +175,30 @@ def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path
         sheet = writer.sheets["notes"]
         sheet.column_dimensions["A"].width = 22
         sheet.column_dimensions["B"].width = 140
+
+
+@dataclass(frozen=True)
+class PublishedLevels:
+    """QCEW levels in BLS layout by level, and the titles they were given (None: raw layout)."""
+
+    levels: dict[int, pd.DataFrame]
+    titles: Titles | None
+
+
+def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, titles: str | Path | None,
+                   **options: Any) -> PublishedLevels:
+    """The QCEW level ``agglvl`` (every level present when None) of microdata: ready to publish
+    (``qcew_publication``) for formats qcew and xlsx, else in the raw BLS layout of
+    ``qcew_level``; ``options`` as for ``tabulate``. InputError for a bad level or option."""
+    from gedp.synth.titles import published_titles, shipped_titles
+
+    if agglvl is None and format != "xlsx":
+        raise InputError(f"format {format} needs an aggregation level (agglvl)")
+    levels = publication_levels(microdata) if agglvl is None else (agglvl,)
+    named = None if format not in ("qcew", "xlsx") else shipped_titles() if titles is None else published_titles(
+        titles)
+    try:
+        return PublishedLevels({level: qcew_level(microdata, level, **options) if named is None else
+                                qcew_publication(microdata, level, named, **options) for level in levels}, named)
+    except ValueError as err:
+        raise InputError(str(err)) from None

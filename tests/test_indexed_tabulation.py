@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from gedp.cli import app
 from gedp.postprocess.tabulate import tabulate
-from gedp.release.cells import indexed_tabulation, read_cell_index
-from gedp.release.margins import DIGESTS_FOLDER, kept_path, kept_variances, release_digest
+from gedp.release.cells import read_cell_index
+from gedp.release.margins import DIGESTS_FOLDER, kept_path, kept_tabulation, kept_variances, release_digest
 from gedp.release.reader import read_protected
 
 BY = ["county,naics4", "state", "total", "sector", "own,supersector", "naics3,county", "domain,year,qtr"]
@@ -35,14 +35,14 @@ def filters(protected: pd.DataFrame) -> list[str | None]:
 
 
 def test_indexed_tables_are_bit_identical_to_reading_the_release(release):
-    assert indexed_tabulation(release, "county", moe=True) is None  # nothing kept yet
+    assert kept_tabulation(release, "county", moe=True) is None  # nothing kept yet
     protected = read_protected(release, without=("estab_id",))
     margins = kept_variances(release)  # the first request keeps the structure and the index
     compared = 0
     for by in BY:
         for where in filters(protected):
             for moe in (False, True):
-                answered = indexed_tabulation(release, by, where=where, moe=moe, level=0.9)
+                answered = kept_tabulation(release, by, where=where, moe=moe, level=0.9)
                 assert answered is not None, (by, where)
                 keys, table = answered
                 full = tabulate(protected, by, where=where, moe=moe, level=0.9, margins=margins if moe else None)
@@ -78,7 +78,7 @@ def test_the_index_holds_the_release_cells_with_the_readers_types(release):
 ])
 def test_requests_not_answered_from_the_cells_are_left_to_the_full_read(release, by, where):
     kept_variances(release)
-    assert indexed_tabulation(release, by, where=where, moe=True) is None
+    assert kept_tabulation(release, by, where=where, moe=True) is None
 
 
 def test_a_further_command_line_request_prints_the_same_table(release, tmp_path):

@@ -44,7 +44,7 @@ def test_protect_starts_without_scipy_stats():
 
 
 def test_an_indexed_tabulation_loads_neither_the_api_nor_the_release_builders():
-    modules = loaded("import gedp.cli\nfrom gedp.release.cells import indexed_tabulation\n"
+    modules = loaded("import gedp.cli\nfrom gedp.release.margins import kept_tabulation\n"
                      "from gedp.release.margins import kept_variances")
     assert not modules & {"gedp.api", "gedp.engine", "gedp.config", "gedp.release.manifest", "gedp.release.writer",
                           "gedp.measure.workflows", "gedp.synth.profiles", "scipy.stats"}

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import gedp
+import gedp.postprocess.publication
 from gedp.cli import app
 from gedp.errors import InputError
 from gedp.postprocess.publication import average_weekly_wage, qcew_publication, rounded_up, whole
@@ -114,7 +115,7 @@ def test_ownership_totals_need_several_own_codes(small_state):
     with pytest.raises(ValueError, match=r"level 50 totals over ownerships.*one own code \(5\)"):
         qcew_publication(small_state, 50, shipped_titles())
     with pytest.raises(InputError, match="format qcew needs an aggregation level"):
-        gedp.api.publish_levels(small_state, None, "qcew", None)
+        gedp.postprocess.publication.publish_levels(small_state, None, "qcew", None)
 
 
 @pytest.mark.shared_data

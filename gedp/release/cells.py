@@ -20,8 +20,10 @@ index) is not answered here: the caller reads the release.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -32,6 +34,9 @@ from gedp.measure.queries import Grouping, Groupings
 from gedp.postprocess.moe import half_widths
 from gedp.postprocess.tabulate import group_keys, select, tabulation_sums
 from gedp.synth.schema import CONFIDENTIAL, public_columns
+
+if TYPE_CHECKING:
+    from gedp.postprocess.models import VarianceFunction
 
 CELLS_FILE = "cells.parquet"
 CELL_CODES_FILE = "cell_codes.npy"
@@ -73,18 +78,14 @@ def read_cell_index(folder: Path) -> CellIndex | None:
     return CellIndex(cells, codes, pd.DataFrame(values, copy=False))
 
 
-def indexed_tabulation(release: str | Path, by: str, *, where: str | None = None, moe: bool = False,
-                       level: float = 0.95) -> tuple[list[str], pd.DataFrame] | None:
+def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceFunction] | None = None,
+                       where: str | None = None, level: float = 0.95) -> tuple[list[str], pd.DataFrame] | None:
     """``tabulate`` of a release's protected microdata by public columns (``by``, as for ``tabulate``),
-    from its kept cell index and margin structure: the keys grouped by and the table; None when it
-    cannot be answered from them (no kept index, a key or a filter that is not a function of the
-    public cells, an empty selection)."""
-    from gedp.release.margins import kept_path, read_structure
-
-    folder = kept_path(release)
+    from the cell index kept in ``folder`` (with the ``margins`` kept beside it, when given): the keys
+    grouped by and the table; None when it cannot be answered from them (no kept index, a key or a
+    filter that is not a function of the public cells, an empty selection)."""
     index = read_cell_index(folder)
-    margins = read_structure(folder) if moe and index is not None else None
-    if index is None or (moe and margins is None):
+    if index is None:
         return None
     try:
         keys = group_keys(index.cells, by)

@@ -36,7 +36,7 @@ from gedp.postprocess.models import VarianceFunction, WageVariances
 from gedp.postprocess.structured import DenseFactor, DenseInverse, GroupFactorizations
 from gedp.postprocess.variances import EstablishmentVariances
 from gedp.postprocess.wages import SharedRates, WageFit
-from gedp.release.cells import write_cell_index
+from gedp.release.cells import indexed_tabulation, write_cell_index
 from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.versions import versions
 
@@ -152,6 +152,18 @@ def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str,
     except OSError:
         pass  # a read-only cache: the margins are the same, only not kept
     return built
+
+
+def kept_tabulation(release: str | Path, by: str, *, where: str | None = None, moe: bool = False,
+                    level: float = 0.95) -> tuple[list[str], pd.DataFrame] | None:
+    """A tabulation of the release by public columns answered from its kept cell index and, with
+    ``moe``, its kept margin structure (``release.cells.indexed_tabulation``); None when nothing
+    for exactly these files is kept, or the request cannot be answered from the index."""
+    folder = kept_path(release)
+    margins = read_structure(folder) if moe else None
+    if moe and margins is None:
+        return None
+    return indexed_tabulation(folder, by, margins=margins, where=where, level=level)
 
 
 def _validated_protected(release: str | Path, quarter: str | None) -> pd.DataFrame:

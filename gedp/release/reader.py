@@ -16,6 +16,7 @@ from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
 from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
+from gedp.synth.panel import parse_quarter
 from gedp.synth.schema import CONFIDENTIAL
 
 if TYPE_CHECKING:
@@ -157,3 +158,16 @@ def release_families(release: str | Path) -> dict[str, list[str]]:
     """A release's job families and their worker columns ({} without a job frame)."""
     jobs = read_manifest(release).get("jobs", {})
     return {family: list(spec["columns"]) for family, spec in jobs.get("families", {}).items()}
+
+
+def change_quarters(release: str | Path, change: str) -> tuple[str, str, int]:
+    """The two quarters of a change "FIRST:SECOND" of a panel release, and how many quarters apart they are."""
+    if change.count(":") != 1:
+        raise InputError(f"change '{change}' must be FIRST:SECOND, e.g. 2016Q1:2017Q1")
+    first, second = (part.strip() for part in change.split(":"))
+    apart = [year * 4 + qtr for year, qtr in (parse_quarter(first), parse_quarter(second))]
+    for quarter in (first, second):
+        check_quarter(release, quarter)
+    if apart[1] <= apart[0]:
+        raise InputError(f"change '{change}': the second quarter must come after the first")
+    return first, second, apart[1] - apart[0]
