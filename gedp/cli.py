@@ -14,9 +14,10 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional, cast
+from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
 
 import typer
 from rich.console import Console
@@ -34,8 +35,8 @@ from gedp.errors import AuditError, GedpError, InputError, InputProblems, Solver
 if TYPE_CHECKING:
     import pandas as pd
 
-    from gedp.api import PublishedLevels
     from gedp.config import Config
+    from gedp.postprocess.publication import PublishedLevels
     from gedp.synth.qcew import PublishedState
     from gedp.synth.titles import Titles
 
@@ -546,38 +547,50 @@ def protect_command(
         intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
                                attributes=configured_attributes(config))
         from gedp.engine import scheduler_access, tls_credentials
-        from gedp.lifetime import ledger_request, protect_recorded
+        from gedp.lifetime import ledger_request
         from gedp.measure.rng import check_publication
-        from gedp.panel import is_panel, protect_panel
 
         check_publication(seed, rng, not_for_publication)
         access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
         request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication, annual_cap)
         cfg = _load(config, workflow, integer, allow_large_mu)
         with progress_steps(None) as advance:
-            source = load_input(intake)
-            if is_panel(source):  # several quarters: one panel release
-                if jobs is not None:
-                    raise InputError("--jobs goes with a release of one quarter, not a panel")
-                manifest, reservation = protect_panel(source, cfg, out, ledger=request, seed=seed, rng=rng,
-                                                      engine=engine, scheduler=access,
-                                                      on_quarter=lambda quarter: advance(f"quarter {quarter} done"))
-            else:
-                manifest, reservation = protect_recorded(
-                    source, cfg, out, ledger=request, seed=seed, rng=rng, engine=engine, scheduler=access, jobs=jobs,
-                    on_state=lambda state: advance(f"state {state} done"))
+            manifest, reservation = _protected(load_input(intake), cfg, out, request, jobs, advance, seed=seed,
+                                               rng=rng, engine=engine, scheduler=access)
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
+    _print_quarters_and_budget(manifest, reservation)
+
+
+def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Path], advance: Callable[[str], None],
+               **options: Any) -> tuple[dict, Any]:
+    """Protect a checked input: a panel (several quarters) into one panel release, else state by
+    state as one release; returns the manifest and the ledger reservation (None without a ledger)."""
+    from gedp.lifetime import protect_recorded
+    from gedp.panel import is_panel, protect_panel
+
+    if is_panel(source):  # several quarters: one panel release
+        if jobs is not None:
+            raise InputError("--jobs goes with a release of one quarter, not a panel")
+        return protect_panel(source, cfg, out, ledger=request,
+                             on_quarter=lambda quarter: advance(f"quarter {quarter} done"), **options)
+    return protect_recorded(source, cfg, out, ledger=request, jobs=jobs,
+                            on_state=lambda state: advance(f"state {state} done"), **options)
+
+
+def _print_quarters_and_budget(manifest: dict, reservation: Any) -> None:
+    """The lines of a protect summary on a panel's quarters and on the lifetime ledger's charge."""
     if "quarters" in manifest:
         console.print(f"  quarters {', '.join(manifest['quarters'])} ({manifest['design']['name']}): each quarter mu "
                       f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter")
-    if reservation is not None:
-        console.print(f"  lifetime budget: this release charged mu {reservation.largest_charge:.4f} in the accounts' "
-                      f"terms (mu {reservation.mu:.4f} for each quarter an establishment is in); its "
-                      f"most spent establishments are at mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
-                      f"(release {reservation.release_id} committed in the ledger)")
-        if reservation.annual_cap is not None:
-            console.print(f"  annual budget: the most spent year of an establishment is at mu "
-                          f"{reservation.annual_spent_after:.4f} of {reservation.annual_cap:.4f}")
+    if reservation is None:
+        return
+    console.print(f"  lifetime budget: this release charged mu {reservation.largest_charge:.4f} in the accounts' "
+                  f"terms (mu {reservation.mu:.4f} for each quarter an establishment is in); its "
+                  f"most spent establishments are at mu {reservation.spent_after:.4f} of {reservation.cap:.4f} "
+                  f"(release {reservation.release_id} committed in the ledger)")
+    if reservation.annual_cap is not None:
+        console.print(f"  annual budget: the most spent year of an establishment is at mu "
+                      f"{reservation.annual_spent_after:.4f} of {reservation.annual_cap:.4f}")
 
 
 ledger_app = typer.Typer(no_args_is_help=True, help="Inspect the lifetime budget ledger and clear pending releases.")
@@ -716,7 +729,7 @@ def tabulate_command(
     """
     import pandas
 
-    from gedp.postprocess.tabulate import SelectionWarning, group_keys, qcew_keys, qcew_level, tabulate
+    from gedp.postprocess.tabulate import SelectionWarning
     from gedp.release.format import MANIFEST_FILE
     from gedp.release.margins import kept_tabulation, kept_variances
     from gedp.release.reader import release_quarters
@@ -729,17 +742,8 @@ def tabulate_command(
             raise InputError("--gains-losses goes with --by, --out and --format csv or parquet only, and --moe with a "
                              "panel release (margins and corrected sums need the release's noise)")
         if quarter is not None or change is not None or (release and release_quarters(microdata)):
-            from gedp.panel import tabulate_panel
-
-            table = tabulate_panel(microdata, by, quarter=quarter, change=change, gains_losses=gains_losses,
-                                   agglvl=agglvl,
-                                   format=table_format if table_format in PUBLICATION_FORMATS else "table",
-                                   titles=titles, where=where or None, moe=moe, level=level)
-            if out is not None:
-                _write_tabulation(table, out, table_format, {"source": str(microdata), "quarter": quarter,
-                                                            "change": change, "gains_losses": gains_losses,
-                                                            "rows": len(table)}, None)
-            _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
+            _tabulate_panel_release(microdata, by, quarter, change, gains_losses, agglvl, table_format, titles,
+                                    where, moe, level, out)
             return
         indexed = (kept_tabulation(microdata, by or "total", where=where or None, moe=moe, level=level)
                    if release and gains_losses is None and agglvl is None and table_format not in PUBLICATION_FORMATS
@@ -752,38 +756,10 @@ def tabulate_command(
             raise InputError("worker columns need a release directory with a job frame")
         options = {"where": where or None, "moe": moe, "level": level,
                    "margins": kept_variances(microdata) if moe and not jobs and not indexed else None}
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", SelectionWarning)
-                published = None
-                if indexed:
-                    keys, table = indexed
-                elif table_format in PUBLICATION_FORMATS:
-                    from gedp.postprocess.publication import publish_levels
-
-                    published = publish_levels(data, agglvl, table_format, titles, **options)
-                    table = pandas.concat(published.levels.values(), ignore_index=True)
-                    keys = qcew_keys(data, agglvl) if agglvl is not None else None
-                elif agglvl is not None:
-                    keys = qcew_keys(data, agglvl)
-                    table = qcew_level(data, agglvl, **options)
-                elif gains_losses is not None:
-                    from gedp.postprocess.gains import panel_gains_losses
-
-                    table = panel_gains_losses(data, gains_losses, by or "total")
-                    keys = [c for c in table.columns if c in data.columns]
-                    typer.echo("warning: gains and losses summed from protected microdata are biased upward by the "
-                               "noise (see the gains and losses page)", err=True)
-                elif jobs:
-                    from gedp.api import tabulate_job_frame
-
-                    table = tabulate_job_frame(microdata, data, by, where=where or None, moe=moe, level=level)
-                    keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]
-                else:
-                    keys = group_keys(data, by or "total")
-                    table = tabulate(data, keys, **options)
-        except ValueError as err:
-            raise InputError(str(err)) from None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SelectionWarning)
+            keys, table, published = _tabulated(microdata, data, indexed, by, agglvl, table_format, titles,
+                                                gains_losses, jobs, options)
         for warning in caught:
             typer.echo(f"warning: {warning.message}", err=True)
         if out is not None:
@@ -794,6 +770,65 @@ def tabulate_command(
                 extra, notes = _publication_summary(published, table, microdata, release, level if moe else None)
                 summary, workbook = summary | extra, (published.levels, notes)
             _write_tabulation(table, out, table_format, summary, workbook)
+    _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
+
+
+def _tabulated(microdata: Path, data: pd.DataFrame, indexed: Any, by: Optional[str], agglvl: Optional[int],
+               table_format: str, titles: Optional[Path], gains_losses: Optional[str], jobs: bool,
+               options: dict[str, Any]) -> tuple[Any, pd.DataFrame, Any]:
+    """The keys, the table and (publication formats) the published levels of a tabulation request
+    that is not of a panel release; a ValueError of the tabulation becomes an InputError."""
+    import pandas
+
+    from gedp.postprocess.tabulate import group_keys, qcew_keys, qcew_level, tabulate
+
+    published = None
+    try:
+        if indexed:
+            keys, table = indexed
+        elif table_format in PUBLICATION_FORMATS:
+            from gedp.postprocess.publication import publish_levels
+
+            published = publish_levels(data, agglvl, table_format, titles, **options)
+            table = pandas.concat(published.levels.values(), ignore_index=True)
+            keys = qcew_keys(data, agglvl) if agglvl is not None else None
+        elif agglvl is not None:
+            keys = qcew_keys(data, agglvl)
+            table = qcew_level(data, agglvl, **options)
+        elif gains_losses is not None:
+            from gedp.postprocess.gains import panel_gains_losses
+
+            table = panel_gains_losses(data, gains_losses, by or "total")
+            keys = [c for c in table.columns if c in data.columns]
+            typer.echo("warning: gains and losses summed from protected microdata are biased upward by the "
+                       "noise (see the gains and losses page)", err=True)
+        elif jobs:
+            from gedp.api import tabulate_job_frame
+
+            table = tabulate_job_frame(microdata, data, by, where=options["where"], moe=options["moe"],
+                                       level=options["level"])
+            keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]
+        else:
+            keys = group_keys(data, by or "total")
+            table = tabulate(data, keys, **options)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    return keys, table, published
+
+
+def _tabulate_panel_release(microdata: Path, by: Optional[str], quarter: Optional[str], change: Optional[str],
+                            gains_losses: Optional[str], agglvl: Optional[int], table_format: str,
+                            titles: Optional[Path], where: Optional[str], moe: bool, level: float,
+                            out: Optional[Path]) -> None:
+    """Tabulate a panel release (a quarter, a change or gains and losses), write and show it."""
+    from gedp.panel import tabulate_panel
+
+    table = tabulate_panel(microdata, by, quarter=quarter, change=change, gains_losses=gains_losses, agglvl=agglvl,
+                           format=table_format if table_format in PUBLICATION_FORMATS else "table",
+                           titles=titles, where=where or None, moe=moe, level=level)
+    if out is not None:
+        _write_tabulation(table, out, table_format, {"source": str(microdata), "quarter": quarter, "change": change,
+                                                    "gains_losses": gains_losses, "rows": len(table)}, None)
     _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
 
 
