@@ -73,7 +73,8 @@ import pyarrow.compute as pc
 from gedp.measure.budget import MAX_MU, compose
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan
-from gedp.quarters import QUARTER, quarter_index, window_name, window_spending, windows
+from gedp.quarters import quarter_index, window_name, window_spending, windows
+from gedp.synth.panel import QUARTER_PATTERN
 from gedp.synth.schema import InputError
 
 LEDGER_VERSION = 3
@@ -281,7 +282,7 @@ def _check_quarters(release: dict, at: str) -> None:
     quarters = release["quarters"]
     _require(isinstance(quarters, list) and len(quarters) > 0 and all(
         isinstance(q, list) and len(q) == 2 and (q[0] is None or (isinstance(q[0], str) and bool(
-            QUARTER.fullmatch(q[0])))) and type(q[1]) is int and q[1] > 0 for q in quarters), f"{at}.quarters",
+            QUARTER_PATTERN.fullmatch(q[0])))) and type(q[1]) is int and q[1] > 0 for q in quarters), f"{at}.quarters",
         "must be a list of [quarter label or null, number of establishments > 0]")
     labels = [q[0] for q in quarters]
     _require(labels == [None] or (None not in labels and labels == sorted(set(labels), key=quarter_index)),

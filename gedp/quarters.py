@@ -16,30 +16,24 @@ the same releases.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from gedp.synth.panel import parse_quarter, quarter_label
 from gedp.synth.schema import InputError
 
-QUARTER = re.compile(r"([0-9]{4})Q([1-4])")
 #: Quarters in the window of the annual cap.
 YEAR = 4
 
 
-def quarter_label(year: int, qtr: int) -> str:
-    """The label ``YYYYQn`` of a year and quarter."""
-    return f"{int(year):04d}Q{int(qtr)}"
-
-
 def quarter_index(label: str) -> int:
     """Consecutive quarters have consecutive indexes (``2016Q4`` + 1 = ``2017Q1``)."""
-    match = QUARTER.fullmatch(label) if isinstance(label, str) else None
-    if match is None:
-        raise InputError(f"quarter '{label}' must be YYYYQn with n in 1-4, e.g. 2016Q1")
-    return int(match[1]) * 4 + int(match[2]) - 1
+    if not isinstance(label, str):
+        raise InputError(f"quarter '{label}' must be YYYYQn: a year, Q, and a quarter 1-4, e.g. 2016Q1")
+    year, qtr = parse_quarter(label)
+    return year * 4 + qtr - 1
 
 
 def index_label(index: int) -> str:

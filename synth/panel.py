@@ -87,15 +87,15 @@ SEASONAL: Seasonal = {
 
 
 def quarter_label(year: int, qtr: int) -> str:
-    """A quarter's label, e.g. "2016Q1"."""
-    return f"{year}Q{qtr}"
+    """A quarter's label ``YYYYQn``, e.g. "2016Q1"."""
+    return f"{int(year):04d}Q{int(qtr)}"
 
 
 def parse_quarter(text: str) -> tuple[int, int]:
     """(year, qtr) of a label such as "2016Q1"; InputError otherwise."""
     match = QUARTER_PATTERN.match(text.strip())
     if match is None:
-        raise InputError(f"quarter '{text}' must look like 2016Q1 (a year, Q, and a quarter 1-4)")
+        raise InputError(f"quarter '{text}' must be YYYYQn: a year, Q, and a quarter 1-4, e.g. 2016Q1")
     return int(match.group(1)), int(match.group(2))
 
 
