@@ -73,7 +73,7 @@ import pyarrow.compute as pc
 from gedp.measure.budget import MAX_MU, compose
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan
-from gedp.quarters import quarter_index, window_name, window_spending, windows
+from gedp.quarters import check_begun, quarter_index, window_name, window_spending, windows
 from gedp.synth.panel import QUARTER_PATTERN
 from gedp.synth.schema import InputError
 
@@ -631,6 +631,7 @@ def reserve(path: str | Path, estab_ids: Iterable[str] | pd.Series, plan: Measur
     path = check_ledger_path(path)
     with _locked(path, missing_ok=True) as book:
         blocks = _blocks(estab_ids, quarters, book["key"])
+        check_begun(label for label in blocks if label is not None)
         keys = np.unique(np.concatenate(list(blocks.values())))
         psi, gammas = _account(book, plan)
         charges = plan_charges(plan, gammas)

@@ -12,10 +12,17 @@ cap" then holds for every span of a year an attacker may look at, including one 
 a new year (with calendar years, spending a year's budget in the fourth quarter and another in the
 next first quarter would cost twice the cap over two quarters). For equal quarters both rules admit
 the same releases.
+
+The labels are the operator's: the ledger cannot tell which quarter a file's values belong to. It
+refuses a quarter that has not begun on the day of the release (``check_begun``), so spending cannot
+be moved into years still to come; relabelling past quarters (the same data called 2016 and 2012)
+moves spending between the years the annual cap sees but never past the lifetime cap, which binds
+whatever the labels: the lifetime cap is the guarantee, the annual cap a planning rule on labels.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -53,6 +60,18 @@ def row_quarters(year: Iterable, qtr: Iterable) -> pd.Series:
         raise InputError(f"row {row}: year and qtr must be a year 1900-2100 and a quarter 1-4 to label the "
                          "release's quarter in the ledger")
     return frame["year"].astype(int).astype(str).str.zfill(4) + "Q" + frame["qtr"].astype(int).astype(str)
+
+
+def check_begun(labels: Iterable[str], today: dt.date | None = None) -> None:
+    """Refuse a quarter that begins after ``today`` (UTC by default): no file can hold its values yet,
+    and recording it would move spending into a year the annual cap has not reached."""
+    today = today or dt.datetime.now(dt.timezone.utc).date()
+    current = today.year * 4 + (today.month - 1) // 3
+    future = sorted({label for label in labels if quarter_index(label) > current}, key=quarter_index)
+    if future:
+        raise InputError(f"quarter {future[0]} has not begun (today is {today.isoformat()}, in "
+                         f"{index_label(current)}): the ledger records only quarters that have begun; check "
+                         "the input's year and qtr")
 
 
 def windows(labels: Sequence[str]) -> list[tuple[int, ...]]:

@@ -2,6 +2,7 @@
 account, an annual cap over every 4 consecutive quarters beside the lifetime cap, refusals that say
 what is left, and copies of the records drawing on the same accounts whatever their files."""
 
+import datetime
 import json
 import math
 import os
@@ -112,6 +113,24 @@ def test_quarter_labels_are_checked():
     assert gedp.quarters.windows(["2017Q1"])[0] == tuple(range(2016 * 4 + 1, 2016 * 4 + 5))
     assert [gedp.quarters.window_name(w) for w in gedp.quarters.windows(["2017Q1"])] == [
         "2016Q2-2017Q1", "2016Q3-2017Q2", "2016Q4-2017Q3", "2017Q1-2017Q4"]
+
+
+def test_a_quarter_that_has_not_begun_is_refused_and_nothing_recorded(tmp_path):
+    today = datetime.date(2026, 11, 24)  # in 2026Q4
+    gedp.quarters.check_begun(["2016Q1", "2026Q4"], today)
+    with pytest.raises(InputError, match=r"quarter 2027Q1 has not begun \(today is 2026-11-24, in 2026Q4\)"):
+        gedp.quarters.check_begun(["2026Q4", "2028Q1", "2027Q1"], today)
+    with pytest.raises(InputError, match=r"quarter 2028Q1 has not begun \(today is 2027-12-31, in 2027Q4\)"):
+        gedp.quarters.check_begun(["2028Q1"], datetime.date(2027, 12, 31))
+    gedp.quarters.check_begun(["2028Q1"], datetime.date(2028, 1, 1))
+    # the relabelling of one year as 2016, 2020, 2024, 2028 to escape the annual cap: its last year is refused
+    ledger = tmp_path / "ledger.json"
+    now = datetime.datetime.now(datetime.timezone.utc).date()
+    coming = gedp.quarters.index_label(now.year * 4 + (now.month - 1) // 3 + 1)
+    reserve(ledger, IDS, "2016Q1", cap=10 * MU, annual_cap=2 * MU)
+    with pytest.raises(InputError, match=f"quarter {coming} has not begun"):
+        reserve(ledger, IDS, coming)
+    assert len(gedp.ledger.live(gedp.ledger.read_ledger(ledger))) == 1  # nothing recorded
 
 
 @pytest.fixture
