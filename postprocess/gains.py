@@ -15,7 +15,6 @@ deconvolution (:func:`posterior_positive_parts`) and margins of error.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +22,7 @@ import pandas as pd
 from scipy.stats import norm
 
 from gedp.postprocess.tabulate import group_keys
+from gedp.synth.panel import parse_quarter
 
 #: BED measures employment change from the third month of one quarter to the third of the next.
 EMPLOYMENT = "m3emp"
@@ -139,12 +139,10 @@ def _positive_part_variance(observed: np.ndarray, sd: np.ndarray) -> np.ndarray:
 
 def quarter_rows(microdata: pd.DataFrame, label: str) -> pd.DataFrame:
     """The rows of one quarter (``YYYYQn``) of microdata with ``year`` and ``qtr`` columns."""
-    match = re.fullmatch(r"([0-9]{4})Q([1-4])", label.strip())
-    if match is None:
-        raise ValueError(f"quarter '{label}' must be YYYYQn with n in 1-4, e.g. 2016Q1")
+    year, qtr = parse_quarter(label)
     if not {"year", "qtr"} <= set(microdata.columns):
         raise ValueError("gains and losses need the microdata's year and qtr columns (two quarters of one panel)")
-    rows = microdata[(microdata["year"] == int(match[1])) & (microdata["qtr"] == int(match[2]))]
+    rows = microdata[(microdata["year"] == year) & (microdata["qtr"] == qtr)]
     if len(rows) == 0:
         raise ValueError(f"the microdata have no rows of quarter {label.strip()}")
     return rows
