@@ -75,13 +75,12 @@ def plan(published_qcew: str | Path, out: str | Path | None = None, *, mu_total:
     a stand-in synthesized from it, by the errors the least squares' covariance predicts. With
     ``out``, writes the plan's YAML (a config for ``protect``), its summary JSON and frontier plot.
     Returns the ``PlanResult``. An agency plans on last year's or last quarter's published file.
-    ``quarters``: ``mu_total`` is the budget of that many quarters, each planned at mu_total /
-    sqrt(quarters)."""
+    ``targets``: the QCEW levels judged (default: every level the file publishes). ``quarters``:
+    ``mu_total`` is the budget of that many quarters, each planned at mu_total / sqrt(quarters)."""
     from gedp.planning.output import write_plan
-    from gedp.planning.predict import DEFAULT_TARGETS
     from gedp.planning.search import make_plan
 
-    result = make_plan(published_qcew, mu_total=mu_total, targets=tuple(targets or DEFAULT_TARGETS), base=base,
+    result = make_plan(published_qcew, mu_total=mu_total, targets=targets, base=base,
                        weights=weights, on_step=on_step, quarters=quarters)
     if out is not None:
         write_plan(result, Path(out))

@@ -431,8 +431,8 @@ def plan_command(
                                                            "--quarters, the budget of all the quarters.")] = None,
     quarters: Annotated[int, typer.Option(help="Quarters the budget covers (4: an annual budget); each "
                                                "quarter's plan gets mu / sqrt(quarters).")] = 1,
-    targets: Annotated[str, typer.Option(help="QCEW levels the plan is judged on, comma-separated.")] =
-        "78,75,74,58,54,51",
+    targets: Annotated[str, typer.Option(help="QCEW levels the plan is judged on, comma-separated (default: "
+                                              "every level the published file has).")] = "",
     base: Annotated[str, typer.Option(help="Config whose psi, gammas, zeta and options the plan keeps.")] =
         "baseline",
     weights: Annotated[str, typer.Option(help="Weights of employment and wages in the objective.")] =
@@ -443,7 +443,7 @@ def plan_command(
     A stand-in state is synthesized from the published file, plan shapes are scored by their
     predicted errors on it (calibrated by simulated releases of the stand-in), and the best is
     written as a config."""
-    from gedp.planning.output import comparison_rows, output_paths
+    from gedp.planning.output import acceptance_lines, comparison_rows, output_paths
     from gedp.planning.search import search_steps
 
     start = time.perf_counter()
@@ -453,13 +453,14 @@ def plan_command(
         weight_map = {key.strip(): _numbers(value, "--weights", float)[0]
                       for key, value in (_pair(item, "--weights") for item in weights.split(","))}
         with progress_steps(search_steps()) as advance:
-            result = gedp.plan(from_qcew, out, mu_total=mu_total, targets=levels, base=base, weights=weight_map,
+            result = gedp.plan(from_qcew, out, mu_total=mu_total, targets=levels or None, base=base, weights=weight_map,
                                on_step=advance, quarters=quarters)
     table = Table("level", "attribute", "plan", base, "uniform (analytic)", title="Predicted median relative error, "
                   "published cells")
     for row in comparison_rows(result):
         table.add_row(*row)
     console.print(table)
+    console.print(" ".join(acceptance_lines(result)))
     json_path, plot_path = output_paths(out)
     console.print(f"[bold]plan[/] {result.chosen.shape.describe()}; wages {result.chosen.wage_share:.0%} of mu^2, "
                   f"total mu {result.mu_total:.4f}" + (f" per quarter (mu {result.mu_annual:.4f} over {quarters} "

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ContextDecorator
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -47,6 +47,9 @@ REFINEMENT_STEPS = 1
 DENSE_GROUPS = 4_000
 #: Dense entries (tabulation cells x groups of a block of G) per step of the margins of error's forms.
 FORM_ENTRIES = 1 << 22
+#: Connected components of G smaller than this are gathered into blocks of up to this many rows (their
+#: inverse is block diagonal), so that thousands of tiny components are not visited one by one.
+GATHERED_ROWS = 256
 
 
 @cache
@@ -331,7 +334,7 @@ class CellOperator:
         g = _group_matrix(self.c_multi, self.w_multi, self.s_folded).tocsr()
         n_blocks, labels = connected_components(g, directed=False)
         blocks = []
-        for rows in np.split(np.argsort(labels, kind="stable"), np.cumsum(np.bincount(labels))[:-1]):
+        for rows in _gathered(np.split(np.argsort(labels, kind="stable"), np.cumsum(np.bincount(labels))[:-1])):
             block = g[rows][:, rows]
             if len(rows) <= DENSE_GROUPS:
                 inverse = scipy.linalg.cho_solve(scipy.linalg.cho_factor(block.toarray()), np.eye(len(rows)))
@@ -340,6 +343,26 @@ class CellOperator:
                 lu = splu(block.tocsc(), permc_spec="MMD_AT_PLUS_A")
                 blocks.append((rows, lambda part, lu=lu: lu.solve(part.toarray()).T))
         return blocks
+
+
+def _gathered(components: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The rows of G's blocks: each component of at least GATHERED_ROWS rows alone, the smaller ones
+    gathered, in order, into blocks of at most GATHERED_ROWS rows."""
+    out: list[np.ndarray] = []
+    pending: list[np.ndarray] = []
+    pending_rows = 0
+    for rows in components:
+        if len(rows) >= GATHERED_ROWS:
+            out.append(rows)
+            continue
+        if pending_rows + len(rows) > GATHERED_ROWS:
+            out.append(np.concatenate(pending))
+            pending, pending_rows = [], 0
+        pending.append(rows)
+        pending_rows += len(rows)
+    if pending:
+        out.append(np.concatenate(pending))
+    return out
 
 
 def _column_forms(p: sp.spmatrix, weights: np.ndarray) -> np.ndarray:

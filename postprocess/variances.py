@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -114,7 +115,7 @@ class EstablishmentVariances:
         if not self.identity:
             return CellVariances(_group_variances(self.groups, self.group_variance, cell_codes, entry, coefficient,
                                                   tab, n_tab, uneven=coefficients is not None), np.zeros(n_tab))
-        operator = CellOperator(self.groups, self.group_variance, np.bincount(cell_codes, weights=v, minlength=n_cells))
+        operator = self._operator
         base = np.bincount(tab, weights=coefficient**2 * v[entry], minlength=n_tab)
         # P[c, T]: identity variances of T's establishments in cell c, times their coefficients
         p = sp.csr_matrix((coefficient * v[entry], (cell_codes[entry], tab)), shape=(n_cells, n_tab)).tocsc()
@@ -131,6 +132,14 @@ class EstablishmentVariances:
             variances = variances + share**2 * _shared_variances(coefficient * self.loading[entry],
                                                                  self.pattern_cells[entry], tab, n_tab)
         return CellVariances(variances, slopes)
+
+
+    @cached_property
+    def _operator(self) -> CellOperator:
+        """The cell-level operator every tabulation's variances use (its factorizations made once)."""
+        n_cells = int(self.cell_codes.max()) + 1
+        return CellOperator(self.groups, self.group_variance, np.bincount(self.cell_codes, weights=self.v,
+                                                                          minlength=n_cells))
 
 
 def establishment_variances(

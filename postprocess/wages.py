@@ -178,8 +178,11 @@ class SharedRates:
         step = max(1, FORM_ENTRIES // max(self.links.shape[1], 1))
         for start in range(0, p.shape[1], step):
             z = operator.left_solve(self.links, p[:, start:start + step])
-            for index, factor in self.blocks:
-                out[start:start + step] += np.sum(z[index] * scipy.linalg.cho_solve(factor, z[index]), axis=0)
+            for index, (factor, lower) in self.blocks:
+                # z' M^-1 z = |L^-1 z|^2 with M = L L' (one triangular solve, not cho_solve's two)
+                half = scipy.linalg.solve_triangular(factor, z[index], trans=0 if lower else 1, lower=lower,
+                                                     check_finite=False)
+                out[start:start + step] += np.sum(half**2, axis=0)
         return out
 
 

@@ -20,6 +20,7 @@ def plan_yaml(result: PlanResult) -> str:
         "state synthesized from it; never confidential microdata).",
         f"Shape: {chosen.shape.describe()}.",
         f"Wages get {chosen.wage_share:.0%} of mu^2; total mu {result.mu_total:.4f}.",
+        *acceptance_lines(result),
         *quarters_header(result),
         "Predicted median relative error on the published cells (plan / base plan):",
         *(f"  level {level}: " + ", ".join(f"{ATTRIBUTE_NAMES[a]} {100 * chosen.errors[level][a]:.2f}% / "
@@ -28,6 +29,19 @@ def plan_yaml(result: PlanResult) -> str:
     ]
     body = yaml.safe_dump(result.config, sort_keys=False, default_flow_style=None)
     return "".join(f"# {line}\n" for line in header) + body
+
+
+def acceptance_lines(result: PlanResult) -> list[str]:
+    """Whether the plan keeps every target level within the tolerance of the base plan's error, or is
+    the least bad of the shapes searched when none does."""
+    level, kind, ratio = result.worst()
+    where = f"x{ratio:.2f} the base plan's error ({'wages' if kind == WAGE else kind}, level {level})"
+    if result.acceptable:
+        return [f"Every target level is predicted within {result.tolerance:.0%} of the base plan's error or better; "
+                f"the worst: {where}."]
+    return [f"No shape searched is predicted within {result.tolerance:.0%} of the base plan's error at every "
+            "target level; this is the one",
+            f"whose worst ratio to the base plan is smallest: {where}."]
 
 
 def quarters_header(result: PlanResult) -> list[str]:
@@ -67,11 +81,12 @@ def summary(result: PlanResult, frontier_file: str) -> dict:
         "quarters": result.quarters, "mu_over_quarters": result.mu_annual,
         "shape": result.chosen.shape.describe(), "wage_share": result.chosen.wage_share,
         "score": result.chosen.score, "worst_ratio_to_base": result.chosen.worst_ratio,
+        "acceptable": result.acceptable, "tolerance": result.tolerance,
         "predicted": {"plan": by_level(result.chosen.errors), "base": by_level(result.base),
                       "uniform": by_level(result.uniform)},
         "predicted_analytic": {"plan": by_level(result.chosen.analytic)},
         "finalists": [{"shape": c.shape.describe(), "wage_share": c.wage_share, "score": c.score,
-                       "worst_ratio_to_base": c.worst_ratio} for c in result.finalists],
+                       "worst_ratio_to_base": c.worst_ratio, "simulated": c.simulated} for c in result.finalists],
         "frontier_plot": frontier_file,
     }
 

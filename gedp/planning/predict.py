@@ -34,9 +34,8 @@ from gedp.postprocess.tabulate import qcew_keys
 from gedp.synth.qcew import PublishedState
 from gedp.synth.schema import public_columns
 
-#: The QCEW levels a plan is judged on by default: county x NAICS-6, county x NAICS-3, county x
-#: supersector, state x NAICS-6, state x supersector, the state total.
-DEFAULT_TARGETS = (78, 75, 74, 58, 54, 51)
+#: The QCEW levels a plan may be judged on: the state levels (51-58) and the county levels (71-78).
+QCEW_LEVELS = (*range(51, 59), *range(71, 79))
 #: Cells of a level the prediction takes at most (a public random subset of the published cells:
 #: the median of thousands of cells moves little, and the wage margins' cost grows with the cells).
 MAX_CELLS = 400
@@ -51,6 +50,14 @@ class TargetCells:
     codes: np.ndarray
     n_cells: int
     true: dict[str, np.ndarray]
+
+
+def published_levels(published: PublishedState) -> tuple[int, ...]:
+    """The QCEW levels (51-58, 71-78) of which ``published`` has at least one unsuppressed cell: the
+    planner's default targets, employment and wages weighted equally."""
+    aggregates = published.aggregates
+    present = set(aggregates.loc[~aggregates["suppressed"].astype(bool), "agglvl"].astype(int))
+    return tuple(level for level in QCEW_LEVELS if level in present)
 
 
 def target_cells(standin: pd.DataFrame, published: PublishedState | None, levels: Sequence[int],

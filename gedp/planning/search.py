@@ -4,21 +4,23 @@
    published cells of the target levels.
 2. Employment: allocations (``shapes.allocations``) are predicted at a reference budget, coarse
    to fine: every query set at the first identity share, then the best ``REFINED_SETS`` sets at
-   the other shares. The group-by answers of allocations with the same identity mu come from one
+   the other shares, then the best sets with a county query at fine shares (``county_variants``).
+   The group-by answers of allocations with the same identity mu come from one
    measurement, their pnc variances rescaled to each allocation's mu (exact: pnc's variance is
    (Delta_g / mu)^2 with Delta_g fixed by the identity answers). Wages: the wage allocations,
    likewise.
 3. Errors scale as 1 / mu within an allocation, so every pair of allocations is scored at every
    wage share without new predictions; the best few are predicted again at their own budgets (and
    the best with months 2-3 measured apart).
-4. The finalists and the base plan are calibrated by simulated releases of the stand-in
-   (``simulate``: the bounds and the wage prior's bias, which the analytic prediction leaves out),
-   scored again, and the best of them is the plan.
+4. The base plan and the finalists that could win are calibrated by simulated releases of the
+   stand-in (``simulate``: the bounds and the wage prior's bias, which the analytic prediction
+   leaves out; ``simulated_finalists``), scored again, and the best of them is the plan.
 
-The score is a weighted mean, over the target levels, of log(predicted error / the base plan's),
-employment (month 1; the months' mean for a shape that measures them apart) and wages weighted as
-``weights`` says; a plan predicted worse than the base plan by more than ``tolerance`` at some
-level and attribute is passed over while another is not.
+The score is a weighted mean, over the target levels (default: every level the published file
+has), of log(predicted error / the base plan's), employment (month 1; the months' mean for a shape
+that measures them apart) and wages weighted as ``weights`` says. Shapes are chosen in the order of
+``preference``: those predicted worse than the base plan by at most ``tolerance`` at every level
+and attribute by score, then the others by their worst ratio to the base plan.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.measure.workflows import measure
 from gedp.planning import shapes
-from gedp.planning.predict import DEFAULT_TARGETS, TargetCells, predicted_errors, prepared_answers, target_cells
+from gedp.planning.predict import TargetCells, predicted_errors, prepared_answers, published_levels, target_cells
 from gedp.planning.shapes import Allocation, Shape
 from gedp.planning.simulate import calibrated, pooled_medians, release_errors
 from gedp.planning.workers import parallel_map
@@ -54,10 +56,11 @@ WAGE = "wage"
 #: The wage share at which allocations are predicted first, and the shares searched.
 REFERENCE_WAGE_SHARE = 0.15
 WAGE_SHARES = tuple(np.round(np.arange(0.02, 0.501, 0.02), 2))
-#: Pairs of allocations predicted again at their own budgets.
-FINALISTS = 3
-#: Query sets (per attribute) predicted at the other identity shares after the first pass.
-REFINED_SETS = 3
+#: Pairs of allocations predicted again at their own budgets (and the best with months 2-3 apart).
+FINALISTS = 2
+#: Query sets (per attribute) predicted at the other identity shares after the first pass, and the
+#: sets without a county query given a small one.
+REFINED_SETS = 2
 #: Seed of the stand-in's synthesis and of its simulated measurements (public data only).
 STANDIN_SEED = 1
 #: The most quarters a budget is planned over (ten years).
@@ -67,6 +70,9 @@ MAX_QUARTERS = 40
 #: check a prediction are independent of the releases that calibrated it.
 SIMULATED_RELEASES = 3
 SIMULATION_SEED = 2016
+#: How far behind the best simulated finalist (in score, or in worst ratio) another finalist's proxy
+#: errors may be and still be simulated (``simulated_finalists``).
+SIMULATION_MARGIN = 0.03
 
 Errors = dict[int, dict[str, float]]
 
@@ -95,7 +101,8 @@ class Candidate:
     score: float
     worst_ratio: float  # largest predicted error / the base plan's, over levels and attributes
     errors: Errors
-    analytic: Errors | None = None  # the analytic prediction, when ``errors`` is calibrated
+    analytic: Errors | None = None  # the analytic prediction, when ``errors`` is calibrated (or a proxy)
+    simulated: bool = False  # whether ``errors`` is calibrated by simulated releases
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,19 @@ class PlanResult:
     source: str
     seconds: float
     quarters: int = 1
+    tolerance: float = 0.10
+
+    @property
+    def acceptable(self) -> bool:
+        """Whether the chosen plan is predicted worse than the base plan by at most ``tolerance`` at
+        every target level and attribute (else no shape searched was: it is the least bad)."""
+        return self.chosen.worst_ratio <= 1 + self.tolerance
+
+    def worst(self) -> tuple[int, str, float]:
+        """(level, "employment" or "wage", ratio): where the chosen plan is worst against the base plan."""
+        (level, kind), ratio = max(ratios(self.chosen.errors, self.base, ["employment", "wage"]).items(),
+                                   key=lambda item: item[1])
+        return level, kind, ratio
 
     @property
     def mu_annual(self) -> float:
@@ -211,32 +231,63 @@ def _wage_errors(standin: StandIn, config: Config) -> Errors:
                             wage_psi)
 
 
-def best_sets(errors: Mapping[Allocation, Errors], base: Errors, attribute: str,
-              count: int = REFINED_SETS) -> list[tuple[tuple[str, ...], ...]]:
-    """The ``count`` query sets whose best allocation has the lowest mean log error ratio to the base
-    plan's for ``attribute``."""
+def best_allocations(errors: Mapping[Allocation, Errors], base: Errors, attribute: str,
+                     count: int = REFINED_SETS) -> list[Allocation]:
+    """The best allocation of each of the ``count`` query sets whose best allocation has the lowest
+    mean log error ratio to the base plan's for ``attribute``."""
     def value(allocation: Allocation) -> float:
         return float(np.mean([np.log(errors[allocation][level][attribute] / base[level][attribute]) for level in base]))
 
-    out: list[tuple[tuple[str, ...], ...]] = []
+    out: list[Allocation] = []
     for allocation in sorted(errors, key=value):
-        if allocation.groups not in out:
-            out.append(allocation.groups)
+        if all(allocation.groups != a.groups for a in out):
+            out.append(allocation)
     return out[:count]
+
+
+def best_sets(errors: Mapping[Allocation, Errors], base: Errors, attribute: str,
+              count: int = REFINED_SETS) -> list[tuple[tuple[str, ...], ...]]:
+    """The ``count`` query sets whose best allocation is best (``best_allocations``)."""
+    return [allocation.groups for allocation in best_allocations(errors, base, attribute, count)]
+
+
+def county_variants(errors: Mapping[Allocation, Errors], base: Errors, attribute: str,
+                    county_shares: Sequence[float]) -> list[Allocation]:
+    """The best allocations of the best sets without a county query and of the best set with one
+    (each with NAICS-5 or county x NAICS-5 to take the county query's share from), with the county
+    query at every share of ``county_shares`` below what the group-by queries other than the state
+    query have."""
+    finer = {a: e for a, e in errors.items() if any(g in a.groups for g in (shapes.NAICS5, shapes.CELL))}
+    chosen = [*best_allocations({a: e for a, e in finer.items() if shapes.COUNTY not in a.groups}, base, attribute),
+              *best_allocations({a: e for a, e in finer.items() if shapes.COUNTY in a.groups}, base, attribute, 1)]
+    return [allocation.with_county(share) for allocation in chosen for share in county_shares
+            if share < allocation.group_share()]
 
 
 def coarse_to_fine(predict: Callable[[list[Allocation]], dict[Allocation, Errors]],
                    sets: Sequence[tuple[tuple[str, ...], ...]], shares: Sequence[float],
-                   state_shares: Sequence[float], base: Errors, attribute: str) -> dict[Allocation, Errors]:
-    """Every set at the first identity share, then the best sets at the other shares (module
-    docstring, step 2)."""
+                   state_shares: Sequence[float], base: Errors, attribute: str,
+                   county_shares: Sequence[float] = ()) -> dict[Allocation, Errors]:
+    """Every set at the first identity share, then the best sets at the other shares, then the best
+    sets without a county query with a small one at each of ``county_shares`` (module docstring,
+    step 2)."""
     errors = predict(shapes.allocations(sets, shares[:1], state_shares))
     refined = shapes.allocations(best_sets(errors, base, attribute), shares[1:], state_shares)
-    return {**errors, **predict([a for a in refined if a not in errors])}
+    errors.update(predict([a for a in refined if a not in errors]))
+    if county_shares:
+        errors.update(predict(county_variants(errors, base, attribute, county_shares)))
+    return errors
 
 
 def scaled(errors: Errors, factor: float) -> Errors:
     return {level: {a: e * factor for a, e in by.items()} for level, by in errors.items()}
+
+
+def ratios(errors: Errors, base: Errors, kinds: Sequence[str]) -> dict[tuple[int, str], float]:
+    """Error / the base plan's error per (level, kind) of ``kinds`` ("employment": month 1's, or the
+    months' mean under a shape measuring them apart; "wage")."""
+    return {(level, kind): (_employment(errors[level]) / base[level][EMPLOYMENT] if kind == "employment"
+                            else errors[level][WAGE] / base[level][WAGE]) for kind in kinds for level in base}
 
 
 def score(errors: Errors, base: Errors, weights: Mapping[str, float]) -> tuple[float, float]:
@@ -244,13 +295,18 @@ def score(errors: Errors, base: Errors, weights: Mapping[str, float]) -> tuple[f
 
     ``errors`` has the month-1 error under "m1emp" (or the months' mean under "employment"); the
     weights are by "employment" and "wage"."""
-    total, worst = 0.0, 0.0
-    for kind, weight in weights.items():
-        ratios = [_employment(errors[level]) / base[level][EMPLOYMENT] if kind == "employment"
-                  else errors[level][WAGE] / base[level][WAGE] for level in base]
-        total += weight * float(np.mean(np.log(ratios)))
-        worst = max(worst, max(ratios))
-    return total / sum(weights.values()), worst
+    by = ratios(errors, base, list(weights))
+    total = sum(weight * float(np.mean(np.log([r for (_, k), r in by.items() if k == kind])))
+                for kind, weight in weights.items())
+    return total / sum(weights.values()), max(by.values())
+
+
+def preference(candidate: Candidate, tolerance: float) -> tuple[bool, float]:
+    """The order shapes are chosen in: the acceptable ones (no target level and attribute predicted
+    worse than the base plan by more than ``tolerance``) first, best score first; then the others,
+    smallest worst ratio to the base plan first."""
+    acceptable = candidate.worst_ratio <= 1 + tolerance
+    return not acceptable, candidate.score if acceptable else candidate.worst_ratio
 
 
 def _employment(errors: Mapping[str, float]) -> float:
@@ -261,7 +317,7 @@ def _employment(errors: Mapping[str, float]) -> float:
 def combinations(employment: Mapping[Allocation, Errors], wages: Mapping[Allocation, Errors], base: Errors,
                  weights: Mapping[str, float], tolerance: float) -> list[Candidate]:
     """Every pair of allocations at every wage share, errors scaled from the reference share as
-    1 / mu; the allowed ones (worst ratio within 1 + tolerance) first, each group by score."""
+    1 / mu; in the order of ``preference``."""
     out = []
     for share in WAGE_SHARES:
         employment_factor = np.sqrt((1 - REFERENCE_WAGE_SHARE) / (1 - share))
@@ -272,7 +328,7 @@ def combinations(employment: Mapping[Allocation, Errors], wages: Mapping[Allocat
                                   WAGE: w_errors[level][WAGE] * wage_factor} for level in base}
                 value, worst = score(errors, base, weights)
                 out.append(Candidate(Shape(e_allocation, w_allocation), float(share), value, worst, errors))
-    return sorted(out, key=lambda c: (c.worst_ratio > 1 + tolerance, c.score))
+    return sorted(out, key=lambda c: preference(c, tolerance))
 
 
 def frontier(candidates: Sequence[Candidate], shapes_shown: Sequence[Shape], level: int) -> dict:
@@ -290,7 +346,7 @@ def search_steps() -> int:
     employment = shapes.allocations(shapes.query_sets(), shapes.IDENTITY_SHARES[:1])
     wages = shapes.allocations(shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES[:1], shapes.STATE_SHARES[:1])
     refined = REFINED_SETS * (len(shapes.IDENTITY_SHARES) - 1) * len(shapes.STATE_SHARES) + REFINED_SETS * (
-        len(shapes.WAGE_IDENTITY_SHARES) - 1)
+        len(shapes.WAGE_IDENTITY_SHARES) - 1) + (REFINED_SETS + 1) * len(shapes.COUNTY_SHARES)
     return 3 + len(employment) + len(wages) + refined + 2 * (FINALISTS + 1) + 1
 
 
@@ -353,24 +409,82 @@ def _release_errors(standin: StandIn, release: tuple[Config, Sequence[str], np.r
                           standin.groupings)
 
 
-def _rescored(candidate: Candidate, errors: Errors, base_errors: Errors, weights: Mapping[str, float]) -> Candidate:
-    """A finalist with its calibrated errors (the analytic ones kept beside them), scored again."""
+def simulated_finalists(standin: StandIn, base_config: Config, base_errors: Errors, finalists: Sequence[Candidate],
+                        mu_total: float, weights: Mapping[str, float], tolerance: float,
+                        step: Callable[[str], None]) -> tuple[Errors, list[Candidate]]:
+    """The base plan's errors and the finalists' calibrated by simulated releases of the stand-in
+    (module docstring, step 4): the base plan's and the first finalist's always; another's only where
+    its analytic errors times the base plan's calibration ratios come within SIMULATION_MARGIN of
+    the best simulated finalist (``close``); the others keep those proxy errors (not simulated)."""
+    base_total = base_config.plan.budget().total
+    finalists = sorted(finalists, key=lambda c: preference(c, tolerance))
+    base_calibrated, first = calibrated_all(
+        standin, [base_config, _config(finalists[0].shape, mu_total, finalists[0].wage_share, base_config)],
+        [scaled(base_errors, mu_total / base_total), finalists[0].errors],
+        on_config=lambda k: step(("base plan simulated", f"simulated: {finalists[0].shape.describe()}")[k]))
+    calibrated_base = scaled(base_calibrated, base_total / mu_total)
+    best = _rescored(finalists[0], first, calibrated_base, weights, simulated=True)
+    proxies = [_rescored(c, _proxy(c.errors, base_errors, calibrated_base), calibrated_base, weights)
+               for c in finalists[1:]]
+    chosen = [c for c in proxies if close(c, best, tolerance)]
+    for candidate in proxies:
+        if candidate not in chosen:
+            step(f"not simulated (predicted behind): {candidate.shape.describe()}")
+    calibrations = calibrated_all(standin, [_config(c.shape, mu_total, c.wage_share, base_config) for c in chosen],
+                                  [_analytic(c) for c in chosen],
+                                  on_config=lambda k: step(f"simulated: {chosen[k].shape.describe()}"))
+    simulated = {id(c): _rescored(c, errors, calibrated_base, weights, simulated=True)
+                 for c, errors in zip(chosen, calibrations)}
+    return calibrated_base, [best, *(simulated.get(id(c), c) for c in proxies)]
+
+
+def _proxy(errors: Errors, analytic_base: Errors, calibrated_base: Errors) -> Errors:
+    """``errors`` times the base plan's calibration ratio (calibrated / analytic) per level and attribute
+    (month 1's for month 2)."""
+    def ratio(level: int, attribute: str) -> float:
+        key = attribute if attribute in analytic_base[level] else EMPLOYMENT
+        analytic = analytic_base[level][key]
+        return calibrated_base[level][key] / analytic if analytic > 0 else 1.0
+
+    return {level: {a: e * ratio(level, a) for a, e in by.items()} for level, by in errors.items()}
+
+
+def close(candidate: Candidate, best: Candidate, tolerance: float) -> bool:
+    """Whether ``candidate`` comes within SIMULATION_MARGIN of ``best`` in the order of ``preference``
+    (its acceptability judged at ``tolerance`` + SIMULATION_MARGIN)."""
+    lenient, bar = preference(candidate, tolerance + SIMULATION_MARGIN), preference(best, tolerance)
+    return lenient[0] < bar[0] or (lenient[0] == bar[0] and lenient[1] <= bar[1] + SIMULATION_MARGIN)
+
+
+def _rescored(candidate: Candidate, errors: Errors, base_errors: Errors, weights: Mapping[str, float],
+              simulated: bool = False) -> Candidate:
+    """A finalist with calibrated (``simulated``) or proxy errors, scored again; its analytic errors
+    kept beside them."""
     value, worst = score(errors, base_errors, weights)
-    return replace(candidate, score=value, worst_ratio=worst, errors=errors, analytic=candidate.errors)
+    return replace(candidate, score=value, worst_ratio=worst, errors=errors, analytic=_analytic(candidate),
+                   simulated=simulated)
+
+
+def _analytic(candidate: Candidate) -> Errors:
+    """A candidate's analytic errors (kept beside calibrated or proxy ones)."""
+    return candidate.errors if candidate.analytic is None else candidate.analytic
 
 
 def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
-              targets: Sequence[int] = DEFAULT_TARGETS, base: str | Path | Config = "baseline",
+              targets: Sequence[int] | None = None, base: str | Path | Config = "baseline",
               weights: Mapping[str, float] | None = None, tolerance: float = 0.10,
               on_step: Callable[[str], None] | None = None, quarters: int = 1) -> PlanResult:
     """A plan chosen on a public stand-in of the published QCEW file ``published_qcew`` (module
-    docstring); ``base``'s psi, gammas, zeta and options, total ``mu_total`` (default the base's).
+    docstring); ``base``'s psi, gammas, zeta and options, total ``mu_total`` (default the base's);
+    ``targets``: the QCEW levels judged (default: every level the published file has).
     With ``quarters`` > 1, ``mu_total`` is the budget of that many quarters of equal cost: each
     quarter's plan gets mu_total / sqrt(quarters) (Gaussian composition)."""
     start = time.perf_counter()
     step = on_step or (lambda description: None)
     base_config = base if isinstance(base, Config) else load_config(base)
     weights = dict(weights or {"employment": 1.0, "wage": 1.0})
+    published = read_qcew(published_qcew)
+    targets = published_levels(published) if targets is None else tuple(targets)
     _check(base_config, weights, targets, tolerance)
     base_total = base_config.plan.budget().total
     mu_total = base_total if mu_total is None else float(mu_total)
@@ -379,7 +493,7 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     if isinstance(quarters, bool) or not isinstance(quarters, int) or not 1 <= quarters <= MAX_QUARTERS:
         raise InputError(f"quarters ({quarters!r}) must be a whole number of quarters from 1 to {MAX_QUARTERS}")
     mu_total /= math.sqrt(quarters)
-    standin = stand_in(read_qcew(published_qcew), Path(published_qcew).name, targets)
+    standin = stand_in(published, Path(published_qcew).name, targets)
     step("stand-in synthesized")
     uniform_config = load_config("uniform")
     base_errors, uniform = parallel_map(_predicted, standin, [(base_config, [EMPLOYMENT, WAGE]),
@@ -389,24 +503,19 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     uniform = scaled(uniform, uniform_config.plan.budget().total / mu_total)
     employment = coarse_to_fine(lambda chosen: employment_errors(standin, base_config, mu_total, chosen, step),
                                 shapes.query_sets(), shapes.IDENTITY_SHARES, shapes.STATE_SHARES, base_errors,
-                                EMPLOYMENT)
+                                EMPLOYMENT, shapes.COUNTY_SHARES)
     wages = coarse_to_fine(lambda chosen: wage_errors(standin, base_config, mu_total, chosen, step),
                            shapes.wage_sets(), shapes.WAGE_IDENTITY_SHARES, shapes.STATE_SHARES[:1], base_errors, WAGE)
     ranked = combinations(employment, wages, base_errors, weights, tolerance)
     finalists = _finalists(standin, base_config, ranked, mu_total, base_errors, weights, step)
-    configs = [_config(c.shape, mu_total, c.wage_share, base_config) for c in finalists]
-    labels = ["base plan simulated", *(f"simulated: {c.shape.describe()}" for c in finalists)]
-    base_calibrated, *calibrations = calibrated_all(
-        standin, [base_config, *configs], [scaled(base_errors, mu_total / base_total), *(c.errors for c in finalists)],
-        on_config=lambda k: step(labels[k]))
-    base_errors = scaled(base_calibrated, base_total / mu_total)
-    finalists = [_rescored(c, errors, base_errors, weights) for c, errors in zip(finalists, calibrations)]
-    chosen = min(finalists, key=lambda c: (c.worst_ratio > 1 + tolerance, c.score))
+    base_errors, finalists = simulated_finalists(standin, base_config, base_errors, finalists, mu_total, weights,
+                                                 tolerance, step)
+    chosen = min((c for c in finalists if c.simulated), key=lambda c: preference(c, tolerance))
     shown = [c.shape for c in finalists if not c.shape.months_apart]
     level = 78 if 78 in targets else targets[0]
     config = shapes.config_mapping(chosen.shape, mu_total, chosen.wage_share, base_config.raw)
     return PlanResult(config, chosen, base_errors, uniform, frontier(ranked, shown, level), finalists, mu_total,
-                      standin.source, time.perf_counter() - start, quarters)
+                      standin.source, time.perf_counter() - start, quarters, tolerance)
 
 
 def _check(base: Config, weights: Mapping[str, float], targets: Sequence[int], tolerance: float) -> None:

@@ -22,6 +22,7 @@ COUNTY = ("state", "county")
 CELL = ("state", "county", "naics5")
 #: Short names of the group-by queries in printed shapes.
 QUERY_LABELS = {STATE: "state", NAICS5: "NAICS-5", COUNTY: "county", CELL: "county x NAICS-5"}
+_QUERY_ORDER = list(QUERY_LABELS)
 #: Shares of an attribute's mu^2 the state query may get when a shape has it (the shipped baseline
 #: gives it 0.04 of a month's 1.74; the state total needs more where no other query sums to it).
 STATE_SHARES = (0.03, 0.12)
@@ -29,16 +30,23 @@ STATE_SHARES = (0.03, 0.12)
 #: searched for every query set, the others for the best sets (``search.coarse_to_fine``).
 IDENTITY_SHARES = (0.6, 0.8)
 WAGE_IDENTITY_SHARES = (0.65, 0.35)
+#: Shares of employment's mu^2 a county query may get, in the best sets without one and the best with
+#: one: the path between no county query (county totals from the finer cells) and the shipped five
+#: queries (about 21%).
+COUNTY_SHARES = (0.02, 0.05, 0.10, 0.15, 0.20, 0.25)
 
 
 @dataclass(frozen=True)
 class Allocation:
     """Group-by queries of one attribute, the state query's share of its mu^2 (when measured) and
-    the identity query's share of the rest; the other group-by queries share what is left equally."""
+    the identity query's share of the rest; the county query's share when ``county_share`` is set
+    (taken from the other group-by queries', the identity's left as it is); the other group-by
+    queries share what is left equally."""
 
     groups: tuple[tuple[str, ...], ...]
     identity_share: float = 1.0
     state_share: float = STATE_SHARES[0]
+    county_share: float | None = None
 
     def shares(self) -> dict[tuple[str, ...], float]:
         """Each query's share of the attribute's mu^2 (the identity query under key ())."""
@@ -46,14 +54,29 @@ class Allocation:
         others = [g for g in self.groups if g != STATE]
         identity = 1.0 - state if not others else (1.0 - state) * self.identity_share
         out = {(): identity, **({STATE: state} if state else {})}
-        out.update({g: (1.0 - state - identity) / len(others) for g in others})
+        rest = 1.0 - state - identity
+        if self.county_share is not None and COUNTY in others:
+            others.remove(COUNTY)
+            out[COUNTY] = self.county_share if others else rest
+            rest -= out[COUNTY]
+        out.update({g: rest / len(others) for g in others})
         return out
+
+    def group_share(self) -> float:
+        """The share of the attribute's mu^2 that the group-by queries other than the state query have."""
+        return sum(share for query, share in self.shares().items() if query not in ((), STATE))
+
+    def with_county(self, share: float) -> Allocation:
+        """This allocation with a county query getting ``share`` of the attribute's mu^2."""
+        groups = self.groups if COUNTY in self.groups else tuple(sorted((*self.groups, COUNTY), key=_QUERY_ORDER.index))
+        return Allocation(groups, self.identity_share, self.state_share, share)
 
     @property
     def label(self) -> str:
         names = ["identity", *(QUERY_LABELS[g] for g in self.groups)]
         parts = [f"{self.identity_share:.0%} identity"] if any(g != STATE for g in self.groups) else []
         parts += [f"{self.state_share:.0%} state"] if STATE in self.groups else []
+        parts += [f"{self.county_share:.0%} county"] if self.county_share is not None else []
         return " + ".join(names) + (f" ({', '.join(parts)})" if parts else "")
 
 
