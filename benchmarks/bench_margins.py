@@ -1,8 +1,9 @@
 """Margins in a second: whole-process `gedp tabulate REL --by county,naics4 --moe` on a large release,
 the first request (which builds the kept margin structure, in an empty cache folder each run) and a
-further one (the structure kept), beside the same request with another gedp (--before, e.g. a venv
-of main, which recomputes every time), alternated so all see the same load; the plain tabulation
-(no margins) and the request's import time (`python -X importtime`) for reference.
+further one (the structure kept), beside the same further request with another gedp (--before, e.g.
+a venv of main, in a cache folder of its own), alternated so all see the same load; the plain
+tabulation (no margins), the request's import time (`python -X importtime`) and the load average
+for reference.
 
     python benchmarks/bench_margins.py [--release REL | --establishments 1400000] [--repeat 5]
         [--before GEDP] [--note TEXT]
@@ -69,9 +70,12 @@ def main() -> None:
         cases = {"further request (structure kept)": [*gedp_command(), "tabulate", str(release), *REQUEST, *out],
                  "first request (builds the structure)": [*gedp_command(), "tabulate", str(release), *REQUEST, *out],
                  "plain tabulation (no margins)": [*gedp_command(), "tabulate", str(release), *REQUEST[:2], *out]}
-        if args.before:
-            cases["before: every request"] = [args.before, "tabulate", str(release), *REQUEST, *out]
+        if args.before:  # in a cache folder of its own: its structure stays kept
+            cases["before: further request"] = ["env", f"GEDP_CACHE_DIR={work / 'cache-before'}", args.before,
+                                                "tabulate", str(release), *REQUEST, *out]
+            timed_run(cases["before: further request"], work)
         timed_run(cases["further request (structure kept)"], work)  # builds it; warms the file cache
+        loads = [os.getloadavg()[0]]
         runs: dict[str, list[tuple[float, float]]] = {label: [] for label in cases}
         floors, imports = [], []
         for _ in range(args.repeat):
@@ -81,6 +85,7 @@ def main() -> None:
                 runs[label].append(timed_run(command, work))
             floors.append(tabulate_floor(release))
             imports.append(import_seconds(release, work))
+            loads.append(os.getloadavg()[0])
         rows = []
         for label, measured in runs.items():
             seconds = sorted(run[0] for run in measured)
@@ -94,7 +99,8 @@ def main() -> None:
              *([args.note + "\n"] if args.note else []),
              f"Release of {n:,} establishments. Reading its protected microdata and measurements with pyarrow "
              f"(the I/O floor): best {min(floors):.2f} s; the request's imports (-X importtime): median "
-             f"{sorted(imports)[len(imports) // 2]:.2f} s.\n",
+             f"{sorted(imports)[len(imports) // 2]:.2f} s. Load average (1 min) over the runs: "
+             f"{min(loads):.1f}-{max(loads):.1f}.\n",
              "| command | median s | best s | peak memory MiB |", "|---|---|---|---|", *rows]
     with RESULTS.open("a") as handle:
         handle.write("\n".join(lines) + "\n")

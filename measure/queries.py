@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from gedp.synth.schema import InputError
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 IDENTITY = ("estab_id",)
 
@@ -95,6 +98,8 @@ class Groupings:
     def rows(self, queries: Sequence[Sequence[str]]) -> sp.csr_matrix:
         """The 0/1 rows (groups x establishments) of several group-by queries, stacked in order; shared
         by every caller asking for the same queries, so read-only."""
+        import scipy.sparse as sp  # imported when first needed: a tabulation groups without it
+
         queries = tuple(tuple(by) for by in queries)
         if queries not in self._rows:
             n = len(self.public)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess.cellmargins import indexed_variances
 from gedp.postprocess.models import AttributeModel, PostprocessOptions, VarianceFunction, attribute_models
 from gedp.synth.schema import public_columns
 
@@ -25,9 +26,12 @@ def variance_functions(answers: Mapping[str, Sequence[NoisyAnswer]], protected: 
     """(tab_codes, n_tab) -> the variances of tabulation cells of a release's protected microdata, per
     attribute, from its model (``answers``: a release's, as its solve weighed them): from the wage fit
     (made once, here; slope 0) when ``wage_psi`` is given (the release's wages were informed by
-    employment), else from the least squares. Each is built once here and applies to any tabulation:
-    a function of the release's answers and protected microdata only."""
-    return {attribute: model.variances(protected) for attribute, model in _models(answers, protected, wage_psi).items()}
+    employment), else from the least squares. Each is built once here and applies to any tabulation,
+    those by public columns from its per-cell pieces (``cellmargins.indexed_variances``): a function
+    of the release's answers and protected microdata only."""
+    models = _models(answers, protected, wage_psi)
+    built = {attribute: model.variances(protected) for attribute, model in models.items()}
+    return indexed_variances(built, protected)
 
 
 def variance_function(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,

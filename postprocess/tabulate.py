@@ -5,19 +5,21 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from gedp.measure.answers import NoisyAnswer
-from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import Grouping, Groupings
 from gedp.postprocess.filters import FilterError, select_rows
-from gedp.postprocess.models import VarianceFunction
-from gedp.postprocess.moe import margins_of_error, variance_functions
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
 from gedp.synth.schema import CONFIDENTIAL, public_columns
+
+if TYPE_CHECKING:
+    from gedp.measure.answers import NoisyAnswer
+    from gedp.measure.neighbors import NeighborFunction
+    from gedp.postprocess.models import VarianceFunction
 
 QCEW_COLUMNS = (
     "area_fips", "own_code", "industry_code", "agglvl_code", "year", "qtr", "qtrly_estabs",
@@ -125,6 +127,8 @@ def tabulate(
     grouping = (groupings if groupings is not None and where is None else Groupings(selected))(keys) if keys else None
     table = tabulation_sums(selected, attributes, grouping)
     if moe:
+        from gedp.postprocess.moe import margins_of_error, variance_functions
+
         noisy = [a for a in CONFIDENTIAL if where is not None and re.search(rf"\b{a}\b", where)]
         if noisy:
             warnings.warn(f"where selects on protected values ({', '.join(noisy)}): the margins of error treat "

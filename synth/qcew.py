@@ -32,13 +32,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.schema import CONFIDENTIAL, InputError, count, validate_microdata
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 #: BLS open-data column of each confidential attribute.
 QCEW_VALUE_COLUMNS = {
@@ -298,6 +301,8 @@ def _membership(aggregates: pd.DataFrame, cells: pd.DataFrame, source: str) -> s
         found = ~np.isnan(position.astype(float))
         rows.append(position[found].astype(np.int64))
         columns.append(cell_index[found])
+    import scipy.sparse as sp  # imported when used: tabulating needs none
+
     rows, columns = np.concatenate(rows), np.concatenate(columns)
     return sp.csr_matrix((np.ones(len(rows)), (rows, columns)), shape=(len(aggregates), len(cells)))
 
@@ -397,6 +402,7 @@ def _feasible_point(totals: pd.DataFrame, attribute: str, matrix: sp.csr_matrix,
     """A nonnegative solution of ``matrix @ x == right`` by a linear program (HiGHS), used when the
     quadratic program fails; when there is none, the published cell (a row of ``totals``) that the
     least-violation solution misses most is named."""
+    import scipy.sparse as sp
     from scipy.optimize import linprog  # imported when used: reading microdata needs none
 
     n, m = matrix.shape[1], matrix.shape[0]

@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gedp.measure.queries import Grouping, Groupings
-from gedp.postprocess.moe import half_widths
+from gedp.postprocess.cellmargins import CellPieces, LeastSquaresCells, WageCells, cell_half_widths, finest_cells
 from gedp.postprocess.tabulate import group_keys, select, tabulation_sums
-from gedp.synth.schema import CONFIDENTIAL, public_columns
+from gedp.synth.schema import CONFIDENTIAL
 
 if TYPE_CHECKING:
     from gedp.postprocess.models import VarianceFunction
@@ -56,8 +56,7 @@ class CellIndex:
 def write_cell_index(protected: pd.DataFrame, folder: Path) -> None:
     """Write the cell index of a release's protected microdata (as the release reader gives them) into
     ``folder``."""
-    columns = [c for c in public_columns(protected) if c != "estab_id"]
-    grouping = Groupings(protected[columns])(columns)
+    grouping = finest_cells(protected)
     cells = pa.Table.from_pandas(grouping.keys, preserve_index=False)
     pq.write_table(cells.replace_schema_metadata(None), folder / CELLS_FILE)  # types as stored, as the reader's
     np.save(folder / CELL_CODES_FILE, grouping.codes.astype(np.int32), allow_pickle=False)
@@ -78,10 +77,11 @@ def read_cell_index(folder: Path) -> CellIndex | None:
     return CellIndex(cells, codes, pd.DataFrame(values, copy=False))
 
 
-def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceFunction] | None = None,
+def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceFunction | CellPieces] | None = None,
                        where: str | None = None, level: float = 0.95) -> tuple[list[str], pd.DataFrame] | None:
     """``tabulate`` of a release's protected microdata by public columns (``by``, as for ``tabulate``),
-    from the cell index kept in ``folder`` (with the ``margins`` kept beside it, when given): the keys
+    from the cell index kept in ``folder`` (with the ``margins`` kept beside it, when given: every
+    attribute's per-cell pieces, ``postprocess.cellmargins``, or its variance functions): the keys
     grouped by and the table; None when it cannot be answered from them (no kept index, a key or a
     filter that is not a function of the public cells, an empty selection)."""
     index = read_cell_index(folder)
@@ -95,16 +95,29 @@ def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceF
     if not kept_cells.any():
         return None
     keep = kept_cells[index.codes]
-    grouping = None
+    grouping = by_cell = None
     if keys:
         by_cell = Groupings(index.cells[kept_cells].reset_index(drop=True))(keys)
         position = np.cumsum(kept_cells) - 1  # each kept cell's row among the kept cells
         grouping = Grouping(tuple(keys), by_cell.codes[position[index.codes[keep]]], by_cell.keys)
     table = tabulation_sums(index.values if keep.all() else index.values[keep], list(index.values.columns), grouping)
     if margins is not None:
-        tab_codes = np.full(len(keep), -1, dtype=np.int64)
-        tab_codes[keep] = grouping.codes if grouping is not None else 0
-        wanted = {attribute: variance for attribute, variance in margins.items() if attribute in index.values}
-        for attribute, margin in half_widths(wanted, tab_codes, len(table), level).items():
+        for attribute, margin in _margins(margins, index, kept_cells, by_cell, level,
+                                          len(table)).items():
             table[f"{attribute}_moe"] = margin
     return keys, table
+
+
+def _margins(margins: Mapping[str, VarianceFunction | CellPieces], index: CellIndex, kept_cells: np.ndarray,
+             by_cell: Grouping | None, level: float, n_tab: int) -> dict[str, np.ndarray]:
+    """The margins of error of a tabulation of the kept cells (``by_cell``: their grouping, None for
+    the total), per attribute of the index: from per-cell pieces when every attribute has them, else
+    from the variance functions over the establishments."""
+    wanted = {attribute: variance for attribute, variance in margins.items() if attribute in index.values}
+    tab = np.full(len(kept_cells), -1, dtype=np.int64)
+    tab[kept_cells] = by_cell.codes if by_cell is not None else 0
+    if all(isinstance(variance, (LeastSquaresCells, WageCells)) for variance in wanted.values()):
+        return cell_half_widths(wanted, tab, n_tab, level)
+    from gedp.postprocess.moe import half_widths
+
+    return half_widths(wanted, tab[index.codes], n_tab, level)

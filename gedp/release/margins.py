@@ -2,9 +2,14 @@
 content, so that every further tabulation with margins of error only applies it.
 
 The structure is each attribute's variance function (``postprocess.moe.variance_functions``): the
-least squares' per-establishment variances and cell operator inputs, and the wage fit. It is a
-function of the release's files alone (its manifest, noisy answers and protected microdata), so
-it is rebuilt bit for bit from any copy of the release and tells nothing the release does not.
+least squares' per-establishment variances and cell operator inputs, and the wage fit; with it, the
+release's cell index (``release.cells``) and each variance function's per-cell pieces
+(``postprocess.cellmargins``: sums over the finest public cells and the rows of factors of the
+models' low-rank parts), through which every tabulation by public columns gets its margins, the
+first request (reading the release) and every further one (reading only the index and the pieces)
+alike, so they give the same bytes. All of it is a function of the release's files alone (its
+manifest, noisy answers and protected microdata), never of the confidential input, so it is rebuilt
+bit for bit from any copy of the release and tells nothing the release does not.
 
 It is kept as a folder of NumPy arrays (``.npy``, no pickle) and a JSON skeleton, named by the
 SHA-256 digest of the release's manifest, measurements and protected microdata (every byte of every
@@ -27,21 +32,21 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
-from gedp.postprocess.models import VarianceFunction, WageVariances
-from gedp.postprocess.structured import DenseFactor, DenseInverse, GroupFactorizations
-from gedp.postprocess.variances import EstablishmentVariances
-from gedp.postprocess.wages import SharedRates, WageFit
-from gedp.release.cells import indexed_tabulation, write_cell_index
+from gedp.postprocess.cellmargins import CellPieces, IndexedVariances, pieces_arrays, pieces_from
+from gedp.release.cells import CELL_CODES_FILE, indexed_tabulation, write_cell_index
 from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.versions import versions
 
+if TYPE_CHECKING:
+    from gedp.postprocess.models import VarianceFunction
+
 #: Bumped whenever what the structure holds, or how it is applied, changes.
-STRUCTURE_FORMAT = 4
+STRUCTURE_FORMAT = 5
 CACHE_ENV = "GEDP_CACHE_DIR"
 #: Structures kept at most (the least recently used are removed first).
 KEPT_STRUCTURES = 4
@@ -49,8 +54,21 @@ KEPT_STRUCTURES = 4
 DIGESTS_FOLDER = ".digests"
 KEPT_DIGESTS = 64
 SKELETON_FILE = "skeleton.json"
-_KINDS = {kind.__name__: kind for kind in (EstablishmentVariances, WageVariances, WageFit, SharedRates,
-                                           GroupFactorizations, DenseFactor, DenseInverse)}
+#: The per-cell pieces of the variance functions (``postprocess.cellmargins``): their skeleton, and
+#: the prefix of their arrays' files.
+PIECES_FILE = "pieces.json"
+PIECES_PREFIX = "pieces-"
+
+
+def _kinds() -> dict[str, type]:
+    """The classes a kept structure's skeleton names (imported when a structure is read)."""
+    from gedp.postprocess.models import WageVariances
+    from gedp.postprocess.structured import DenseFactor, DenseInverse, GroupFactorizations
+    from gedp.postprocess.variances import EstablishmentVariances
+    from gedp.postprocess.wages import SharedRates, WageFit
+
+    return {kind.__name__: kind for kind in (EstablishmentVariances, WageVariances, WageFit, SharedRates,
+                                             GroupFactorizations, DenseFactor, DenseInverse)}
 
 
 def cache_folder() -> Path:
@@ -129,41 +147,63 @@ def kept_path(release: str | Path, quarter: str | None = None) -> Path:
 
 
 def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str, VarianceFunction]:
-    """The release's variance functions by attribute (of one ``quarter`` of a panel release): read
-    from the kept structure when there is one for exactly these files, else built from the release's
-    files (its protected microdata read and validated here) and kept for the next request (nothing
-    is kept where the cache cannot be written)."""
+    """The release's variance functions by attribute (of one ``quarter`` of a panel release), which
+    answer tabulations by public columns from their per-cell pieces (``cellmargins.IndexedVariances``):
+    read from the kept structure when there is one for exactly these files, else built from the
+    release's files (its protected microdata read and validated here) and kept for the next request
+    (nothing is kept where the cache cannot be written)."""
     from gedp.release.reader import check_quarter
 
     check_quarter(release, quarter)
     path = kept_path(release, quarter)
     kept = read_structure(path)
-    if kept is not None:
+    pieces = read_pieces(path)
+    if kept is not None and pieces is not None:
         os.utime(path)  # most recently used
-        return kept
+        codes = np.load(path / CELL_CODES_FILE, mmap_mode="r", allow_pickle=False)
+        return _indexed(kept, pieces, codes)
     from gedp.postprocess.moe import variance_functions
     from gedp.release.reader import release_answers, release_wage_psi
 
     protected = _validated_protected(release, quarter)
     built = variance_functions(release_answers(release, protected, quarter), protected,
                                release_wage_psi(release, quarter))
+    structure = {attribute: variance.exact if isinstance(variance, IndexedVariances) else variance
+                 for attribute, variance in built.items()}
+    pieces = {attribute: variance.pieces if isinstance(variance, IndexedVariances) else None
+              for attribute, variance in built.items()}
     try:
-        write_structure(built, path, protected)
+        write_structure(structure, path, protected, pieces)
     except OSError:
         pass  # a read-only cache: the margins are the same, only not kept
     return built
 
 
+def _indexed(structure: Mapping[str, VarianceFunction], pieces: Mapping[str, CellPieces | None],
+             codes: np.ndarray) -> dict[str, VarianceFunction]:
+    """Each variance function, answering from its pieces where it has them (``codes``: each
+    establishment's finest cell)."""
+    return {attribute: variance if pieces.get(attribute) is None
+            else IndexedVariances(pieces[attribute], codes, variance)
+            for attribute, variance in structure.items()}
+
+
 def kept_tabulation(release: str | Path, by: str, *, where: str | None = None, moe: bool = False,
                     level: float = 0.95) -> tuple[list[str], pd.DataFrame] | None:
     """A tabulation of the release by public columns answered from its kept cell index and, with
-    ``moe``, its kept margin structure (``release.cells.indexed_tabulation``); None when nothing
-    for exactly these files is kept, or the request cannot be answered from the index."""
+    ``moe``, its kept margin structure's per-cell pieces (``release.cells.indexed_tabulation``); None
+    when nothing for exactly these files is kept, or the request cannot be answered from the index
+    (a first request reads the release, with the same pieces: ``kept_variances``)."""
     folder = kept_path(release)
-    margins = read_structure(folder) if moe else None
-    if moe and margins is None:
+    if not moe:
+        return indexed_tabulation(folder, by, where=where, level=level)
+    pieces = read_pieces(folder)
+    if pieces is None:
         return None
-    return indexed_tabulation(folder, by, margins=margins, where=where, level=level)
+    if all(kept is not None for kept in pieces.values()):
+        return indexed_tabulation(folder, by, margins=pieces, where=where, level=level)
+    # some attribute without pieces: all through the variance functions, those with pieces still from them
+    return indexed_tabulation(folder, by, margins=kept_variances(release), where=where, level=level)
 
 
 def _validated_protected(release: str | Path, quarter: str | None) -> pd.DataFrame:
@@ -178,10 +218,11 @@ def _validated_protected(release: str | Path, quarter: str | None) -> pd.DataFra
     return validate_microdata(frame, [column for column in CONFIDENTIAL if column in frame.columns])
 
 
-def write_structure(structure: Mapping[str, VarianceFunction], path: Path, protected: pd.DataFrame | None = None
-                    ) -> None:
+def write_structure(structure: Mapping[str, VarianceFunction], path: Path, protected: pd.DataFrame | None = None,
+                    pieces: Mapping[str, CellPieces | None] | None = None) -> None:
     """Write a structure (atomically) as a folder of arrays (``.npy``) and their skeleton (JSON), with
-    the cell index of the release's ``protected`` microdata when given (``release.cells``), then
+    the cell index of the release's ``protected`` microdata when given (``release.cells``) and the
+    per-cell ``pieces`` of its variance functions (by attribute; None for one without), then
     remove the least recently used structures beyond ``KEPT_STRUCTURES``."""
     arrays: dict[str, np.ndarray] = {}
     skeleton = {attribute: _encode(value, arrays) for attribute, value in structure.items()}
@@ -191,6 +232,8 @@ def write_structure(structure: Mapping[str, VarianceFunction], path: Path, prote
         np.save(staged / f"{name}.npy", array, allow_pickle=False)
     if protected is not None:
         write_cell_index(protected, staged)
+    if pieces is not None:
+        _write_pieces(pieces, staged)
     (staged / SKELETON_FILE).write_text(json.dumps(skeleton), encoding="utf-8")
     if path.exists() and read_structure(path) is None:
         shutil.rmtree(path, ignore_errors=True)  # a broken one (e.g. from a full disk)
@@ -202,6 +245,31 @@ def write_structure(structure: Mapping[str, VarianceFunction], path: Path, prote
                   key=lambda p: p.stat().st_mtime_ns, reverse=True)
     for stale in kept[KEPT_STRUCTURES:]:
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def _write_pieces(pieces: Mapping[str, CellPieces | None], folder: Path) -> None:
+    """Write the per-cell pieces of each attribute (None: it has none) into ``folder``."""
+    skeleton: dict[str, dict | None] = {}
+    for attribute, kept in pieces.items():
+        skeleton[attribute] = None
+        if kept is not None:
+            skeleton[attribute], arrays = pieces_arrays(kept)
+            for name, array in arrays.items():
+                np.save(folder / f"{PIECES_PREFIX}{attribute}-{name}.npy", array, allow_pickle=False)
+    (folder / PIECES_FILE).write_text(json.dumps(skeleton), encoding="utf-8")
+
+
+def read_pieces(path: Path) -> dict[str, CellPieces | None] | None:
+    """The per-cell pieces kept in a structure's folder, by attribute (None for one without; None
+    when there are none kept, or they cannot be read). Their arrays are mapped from the files, not
+    copied (a request reads the factors' rows in blocks)."""
+    try:
+        skeleton = json.loads((path / PIECES_FILE).read_text(encoding="utf-8"))
+        return {attribute: None if kept is None else pieces_from(kept, lambda name, attribute=attribute: np.load(
+                    path / f"{PIECES_PREFIX}{attribute}-{name}.npy", mmap_mode="r", allow_pickle=False))
+                for attribute, kept in skeleton.items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def read_structure(path: Path) -> dict[str, VarianceFunction] | None:
@@ -224,6 +292,8 @@ def _encode(value, arrays: dict[str, np.ndarray]):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"kind": type(value).__name__,
                 "fields": {f.name: _encode(getattr(value, f.name), arrays) for f in dataclasses.fields(value)}}
+    import scipy.sparse as sp
+
     if sp.issparse(value):
         value = value.tocsr() if value.format != "csr" else value
         return {"csr": [_encode(part, arrays) for part in (value.data, value.indices, value.indptr)],
@@ -244,8 +314,10 @@ def _decode(value, array: Callable[[str], np.ndarray]):
     if not isinstance(value, dict):
         return value
     if "kind" in value:
-        return _KINDS[value["kind"]](**{name: _decode(item, array) for name, item in value["fields"].items()})
+        return _kinds()[value["kind"]](**{name: _decode(item, array) for name, item in value["fields"].items()})
     if "csr" in value:  # copied: scipy may sort a matrix's indices in place
+        import scipy.sparse as sp
+
         parts = tuple(np.array(_decode(part, array)) for part in value["csr"])
         return sp.csr_matrix(parts, shape=tuple(value["shape"]))
     if "tuple" in value:
