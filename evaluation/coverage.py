@@ -95,7 +95,8 @@ def render_coverage(result: CoverageResult, out: Path) -> dict:
         "each "
         "tabulation, the margin of error is z x sqrt(c' (A' W A)^-1 c) (widened to the score interval's half-width "
         "where variances move with the noise, postprocess.moe) with the release's own (estimated or exact) "
-        "variances, ignoring the bound x >= 0. A cell is covered when |protected - true| <= margin. Standard errors "
+        "variances, those of values held near the bound x >= 0 shrunk (postprocess.variances). A cell is "
+        "covered when |protected - true| <= margin. Standard errors "
         "are binomial over cells and releases (cells of one release are not independent, so read them as a guide).",
     )
     shortfalls = []
@@ -136,7 +137,7 @@ def render_coverage(result: CoverageResult, out: Path) -> dict:
     report.section(
         "Findings",
         ("Coverage falls short of 95% by more than 3 binomial standard errors in: " + "; ".join(shortfalls) + ". "
-         "Small cells are where the bound x >= 0 binds (the margin ignores it) and where estimated identity "
+         "Small cells are where the bound x >= 0 binds and where estimated identity "
          "variances depend most on the estimate (see E3)." if shortfalls
          else "Every tabulation and size band covers within 3 standard errors of 95%."),
     )

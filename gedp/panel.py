@@ -124,13 +124,15 @@ def tabulate_change(release: str | Path, by: str | Sequence[str], change: str, *
     ("FIRST:SECOND"), with margins (``moe``) whose covariance term comes from the release's design
     (``postprocess.changes.change_table``)."""
     from gedp.postprocess.changes import change_table
+    from gedp.postprocess.moe import MOE_SLOPE
     from gedp.release.reader import change_quarters, read_manifest
     from gedp.synth.schema import CONFIDENTIAL
 
     first, second, apart = change_quarters(release, change)
-    tables = [tabulate_quarter(release, by, quarter, where=where, moe=moe, level=level) for quarter in (first, second)]
+    tables = [tabulate_quarter(release, by, quarter, where=where, moe=moe, level=level, slopes=moe)
+              for quarter in (first, second)]
     keys = [column for column in tables[0].columns if column not in ("estabs", *CONFIDENTIAL)
-            and not column.endswith("_moe")]
+            and not column.endswith(("_moe", MOE_SLOPE))]
     design = quarter_design(read_manifest(release)["design"]["name"])
     z = NormalDist().inv_cdf(0.5 + level / 2) if moe else None
     return change_table(*tables, keys, [a for a in CONFIDENTIAL if a in tables[0].columns], z=z,

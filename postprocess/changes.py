@@ -6,9 +6,18 @@ no error: which establishments exist is public). Its variance is
 
     Var(L2 - L1) = Var(L1) + Var(L2) - 2 Cov(L1, L2),
 
-each level's variance taken as its margin's (margin / z)^2 and the covariance from the noise
-design across quarters (``measure.design.QuarterDesign.covariance``; 0 for independent quarters).
-The margin of the change is z times its standard deviation. The percent change is 100 times the
+each level's variance taken from its margin (below) and the covariance C from the noise design
+across quarters (``measure.design.QuarterDesign.covariance``; 0 for independent quarters).
+
+A level's margin is the half-width of its score interval, z sqrt(V + (z g / 2)^2), g the slope of
+its stated variance V in its true total (``postprocess.variances``: the stated variance is V + g e
+at an error e). With the levels' slopes given, a change's margin is the half-width of its own
+score interval: its stated variance V1 + V2 - 2C moves with the errors as g1 e1 + g2 e2, whose
+regression on the change's error e2 - e1 has slope g = (g2 (V2 - C) - g1 (V1 - C)) / (V1 + V2 - 2C),
+so the margin is z sqrt(V1 + V2 - 2C + (z g / 2)^2). The levels' slopes mostly cancel in it (a
+cell's quarters carry alike slopes), where adding the two levels' widened variances (m / z)^2,
+as without slopes, widens a change of a small cell twice. Without the slopes each level's
+variance is (margin / z)^2. The percent change is 100 times the
 change over the first level (missing where the first level is 0).
 """
 
@@ -20,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.measure.design import ChangeCells
+from gedp.postprocess.moe import MOE_SLOPE
 
 #: Suffixes of the change columns of an attribute.
 CHANGE, CHANGE_MOE, PERCENT_CHANGE = "_chg", "_chg_moe", "_pct_chg"
@@ -27,15 +37,20 @@ CHANGE, CHANGE_MOE, PERCENT_CHANGE = "_chg", "_chg_moe", "_pct_chg"
 
 def change_columns(name: str, before: np.ndarray, after: np.ndarray, margins: tuple[np.ndarray, np.ndarray] | None,
                    z: float | None, covariance: Callable[[ChangeCells], np.ndarray] | None,
-                   quarters_apart: int) -> dict[str, np.ndarray]:
+                   quarters_apart: int, slopes: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """``<name>_chg``, ``<name>_chg_moe`` (with ``margins``, the two levels' margins at quantile
-    ``z``) and ``<name>_pct_chg`` of cells at levels ``before`` and ``after``."""
+    ``z``, and ``slopes``, their variances' slopes when known: module docstring) and
+    ``<name>_pct_chg`` of cells at levels ``before`` and ``after``."""
     columns = {name + CHANGE: after - before}
     if margins is not None and z is not None:
-        cells = ChangeCells(name, (margins[0] / z) ** 2, (margins[1] / z) ** 2, quarters_apart)
+        g1, g2 = (np.zeros(len(before)), np.zeros(len(before))) if slopes is None else slopes
+        v1, v2 = (np.maximum((margin / z) ** 2 - (z * g / 2) ** 2, 0.0) for margin, g in zip(margins, (g1, g2)))
+        cells = ChangeCells(name, v1, v2, quarters_apart)
         shared = np.zeros(len(before)) if covariance is None else covariance(cells)
-        variance = cells.first_variance + cells.second_variance - 2.0 * shared
-        columns[name + CHANGE_MOE] = z * np.sqrt(np.maximum(variance, 0.0))
+        variance = np.maximum(v1 + v2 - 2.0 * shared, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = np.where(variance > 0, (g2 * (v2 - shared) - g1 * (v1 - shared)) / variance, 0.0)
+        columns[name + CHANGE_MOE] = z * np.sqrt(variance + (z * slope / 2) ** 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         columns[name + PERCENT_CHANGE] = np.where(before > 0, 100.0 * (after - before) / before, np.nan)
     return columns
@@ -58,7 +73,8 @@ def change_table(first: pd.DataFrame, second: pd.DataFrame, keys: Sequence[str],
                  z: float | None = None, covariance: Callable[[ChangeCells], np.ndarray] | None = None,
                  quarters_apart: int = 1) -> pd.DataFrame:
     """The change of every cell present in either quarter's table (tables of ``tabulate`` by
-    ``keys``, with ``<attribute>_moe`` columns when ``z`` is given): keys, ``estabs_chg`` and, per
+    ``keys``, with ``<attribute>_moe`` columns when ``z`` is given, and ``<attribute>_moe_slope``
+    when known): keys, ``estabs_chg`` and, per
     attribute, ``<attribute>_chg``, ``<attribute>_chg_moe`` (with ``z``) and ``<attribute>_pct_chg``,
     sorted by the keys."""
     keys = list(keys)
@@ -66,11 +82,12 @@ def change_table(first: pd.DataFrame, second: pd.DataFrame, keys: Sequence[str],
     table = merged[keys].copy()
     table["estabs_chg"] = (merged["estabs@2"] - merged["estabs@1"]).astype(np.int64)
     for attribute in attributes:
-        margins = ((merged[f"{attribute}_moe@1"].to_numpy(), merged[f"{attribute}_moe@2"].to_numpy())
-                   if z is not None else None)
+        margins, slopes = (tuple(merged[f"{attribute}{suffix}@{side}"].to_numpy() for side in (1, 2))
+                           if z is not None and f"{attribute}{suffix}@1" in merged else None
+                           for suffix in ("_moe", MOE_SLOPE))
         for column, values in change_columns(attribute, merged[f"{attribute}@1"].to_numpy(),
                                              merged[f"{attribute}@2"].to_numpy(), margins, z, covariance,
-                                             quarters_apart).items():
+                                             quarters_apart, slopes).items():
             table[column] = values
     return table
 

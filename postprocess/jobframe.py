@@ -24,8 +24,9 @@ jobs still adding up to the (whole) E_j: the largest fractional parts go up.
 Why this is postprocessing (no privacy cost): its inputs are released answers, the protected
 employment and public attributes; nothing confidential.
 
-Margins of error linearize at the release (the bounds are ignored, as for every margin, SPEC
-section 5): they treat a cell's jobs of the categories K as Y_gK = (T_gK / T_g) E_g, so with
+Margins of error linearize at the release (the bounds are ignored: unlike establishment
+tabulations, ``postprocess.variances``, they do not shrink the variances of values held near 0):
+they treat a cell's jobs of the categories K as Y_gK = (T_gK / T_g) E_g, so with
 s_gK = Y_gK / Y_g (read from the released counts), a tabulation's total over the categories K is, to
 first order,
 
@@ -34,12 +35,12 @@ first order,
 a linear form in the categories' least-squares estimates and the employment's, which are
 independent (independent noise): its variance is the sum of their quadratic forms
 (``postprocess.moe.tabulation_variances`` with coefficients). Summed over every category it is
-exactly m1emp's margin. For county and sector tabulations, which the raking ties to sums of T, this
-is their first-order variance; for finer ones it is the variance of the cells' own measured mix,
-which the raked counts, pooling over the county and the sector, do not exceed in the measured
-releases. The quadratic forms weigh the identity answers by variances estimated at their noisy
-values, which overstate their spread: measured coverage of the 95% margins is 98-100%
-(README, "Job-frame releases"); so job margins are z sqrt(variance), without the score widening
+exactly m1emp's margin without that shrinkage. For county and sector tabulations, which the
+raking ties to sums of T, this is their first-order variance; for finer ones it is the variance
+of the cells' own measured mix, which the raked counts, pooling over the county and the sector, do
+not exceed in the measured releases. The quadratic forms weigh the identity answers by variances
+estimated at their noisy values, which overstate their spread: measured coverage of the 95% margins
+is 98-100% (README, "Job-frame releases"); so job margins are z sqrt(variance), without the score widening
 of establishment tabulations (``postprocess.moe``).
 """
 

@@ -155,8 +155,10 @@ class PlainModel(_ModelOf):
                                  exact_variances=None if exact is None else exact[self.attribute], groupings=groupings)
 
     def variances(self, protected: pd.DataFrame) -> VarianceFunction:
-        """The least squares' variances of tabulation cells (``variances.answers_structure``)."""
-        return answers_structure(self.answers, protected[public_columns(protected)])
+        """The least squares' variances of tabulation cells (``variances.answers_structure``), the
+        identity variances shrunk where the bound holds the protected values."""
+        return answers_structure(self.answers, protected[public_columns(protected)],
+                                 values=protected[self.attribute].to_numpy(dtype=float))
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,7 +174,8 @@ class MonthModel(PlainModel):
         public = protected[public_columns(protected)]
         identity = next((a for a in self.answers if a.query.is_identity), None)
         shared = identity is not None and identity.pattern_loading is not None
-        return answers_structure(self.answers, public, pattern_cells=pattern_cells(public) if shared else None)
+        return answers_structure(self.answers, public, pattern_cells=pattern_cells(public) if shared else None,
+                                 values=protected[self.attribute].to_numpy(dtype=float))
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,7 +18,11 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.cellmargins import indexed_variances
 from gedp.postprocess.models import AttributeModel, PostprocessOptions, VarianceFunction, attribute_models
+from gedp.postprocess.variances import CellVariances
 from gedp.synth.schema import public_columns
+
+#: Suffix of a tabulation column with the slope of each cell's stated variance in its true total.
+MOE_SLOPE = "_moe_slope"
 
 
 def variance_functions(answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
@@ -47,20 +51,25 @@ def _models(answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFram
 
 
 def margins_of_error(protected: pd.DataFrame, variances: Mapping[str, VarianceFunction], keep: np.ndarray,
-                     keys: Sequence[str], n_tab: int, level: float) -> dict[str, np.ndarray]:
-    """Half-widths (``CellVariances.half_width``), at confidence ``level``, of every cell of a
-    tabulation of a release's protected microdata by ``keys`` (cells in sorted key order) over the
-    establishments ``keep``, per attribute of ``variances`` (``variance_functions``)."""
+                     keys: Sequence[str], n_tab: int) -> dict[str, CellVariances]:
+    """The variances and slopes (``CellVariances``: ``half_width`` gives the margins) of every cell
+    of a tabulation of a release's protected microdata by ``keys`` (cells in sorted key order) over
+    the establishments ``keep``, per attribute of ``variances`` (``variance_functions``)."""
     public = protected[public_columns(protected)]
     tab_codes = np.full(len(protected), -1, dtype=np.int64)
     # the same groups, in the same order, as the tabulation's sorted group-by
     tab_codes[keep] = public[keep].groupby(list(keys), sort=True, observed=True).ngroup().to_numpy() if keys else 0
-    return half_widths(variances, tab_codes, n_tab, level)
+    return {attribute: variance(tab_codes, n_tab) for attribute, variance in variances.items()}
+
+
+def normal_quantile(level: float) -> float:
+    """z of a two-sided interval at confidence ``level``."""
+    return NormalDist().inv_cdf(0.5 + level / 2)
 
 
 def half_widths(variances: Mapping[str, VarianceFunction], tab_codes: np.ndarray, n_tab: int,
                 level: float) -> dict[str, np.ndarray]:
     """Margins of error (``CellVariances.half_width``) at confidence ``level`` of the ``n_tab`` cells
     of a tabulation whose cell of each establishment is ``tab_codes`` (-1: not tabulated), per attribute."""
-    z = NormalDist().inv_cdf(0.5 + level / 2)
+    z = normal_quantile(level)
     return {attribute: variance(tab_codes, n_tab).half_width(z) for attribute, variance in variances.items()}

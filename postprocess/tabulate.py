@@ -88,6 +88,7 @@ def tabulate(
     wage_psi: NeighborFunction | None = None,
     groupings: Groupings | None = None,
     margins: Mapping[str, VarianceFunction] | None = None,
+    slopes: bool = False,
 ) -> pd.DataFrame:
     """Sum the attributes by public columns (see ``group_keys``), with establishment counts.
 
@@ -108,6 +109,8 @@ def tabulate(
         margins: the release's variance functions by attribute, built already (instead of
             ``answers`` and ``wage_psi``: ``postprocess.moe.variance_functions``, or kept beside the
             release: the structure a release keeps beside it).
+        slopes: with ``moe``, add ``<attribute>_moe_slope``, the slope of each cell's stated variance
+            in its true total (``postprocess.variances``), from which changes take their margins.
 
     Returns one row per non-empty group, sorted by the keys, with the keys, ``estabs`` and the sums.
 
@@ -127,7 +130,7 @@ def tabulate(
     grouping = (groupings if groupings is not None and where is None else Groupings(selected))(keys) if keys else None
     table = tabulation_sums(selected, attributes, grouping)
     if moe:
-        from gedp.postprocess.moe import margins_of_error, variance_functions
+        from gedp.postprocess.moe import MOE_SLOPE, margins_of_error, normal_quantile, variance_functions
 
         noisy = [a for a in CONFIDENTIAL if where is not None and re.search(rf"\b{a}\b", where)]
         if noisy:
@@ -137,8 +140,11 @@ def tabulate(
         if margins is None:
             margins = variance_functions(answers or {}, microdata, wage_psi)
         wanted = {attribute: variance for attribute, variance in margins.items() if attribute in attributes}
-        for attribute, margin in margins_of_error(microdata, wanted, keep, keys, len(table), level).items():
-            table[f"{attribute}_moe"] = margin
+        z = normal_quantile(level)
+        for attribute, cells in margins_of_error(microdata, wanted, keep, keys, len(table)).items():
+            table[f"{attribute}_moe"] = cells.half_width(z)
+            if slopes:
+                table[attribute + MOE_SLOPE] = cells.slope
     return table
 
 

@@ -9,13 +9,14 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.optimize import brentq
 from typer.testing import CliRunner
 
 import gedp
 from gedp.cli import app
 from gedp.errors import InputError
 from gedp.measure.design import ChangeCells
-from gedp.panel import quarter_seed
+from gedp.panel import quarter_seed, tabulate_quarter
 from gedp.postprocess.changes import change_table
 from gedp.release.format import QUARTER_KEY
 from gedp.synth.panel import quarter_range, synthesize_panel
@@ -85,10 +86,22 @@ def test_changes_are_the_difference_of_the_level_tables(release):
     assert change.index.equals(cells)
     before = first.reindex(cells).fillna(0.0)
     after = second.reindex(cells).fillna(0.0)
+    slopes = [tabulate_quarter(release.folder, "county,naics3", quarter, moe=True, slopes=True).set_index(keys)
+              .reindex(cells).fillna(0.0) for quarter in ("2016Q1", "2017Q1")]
+    z = NormalDist().inv_cdf(0.975)
     for attribute in ("m1emp", "m3emp", "wage"):
         assert (change[f"{attribute}_chg"] == after[attribute] - before[attribute]).all()
-        margin = np.sqrt(before[f"{attribute}_moe"] ** 2 + after[f"{attribute}_moe"] ** 2)
-        np.testing.assert_allclose(change[f"{attribute}_chg_moe"], margin, rtol=1e-12)
+        # the change's score interval {d : d^2 <= z^2 (V + g d)}, g the levels' slopes' regression on d
+        g1, g2 = (table[f"{attribute}_moe_slope"] for table in slopes)
+        v1, v2 = ((level[f"{attribute}_moe"] / z) ** 2 - (z * g / 2) ** 2 for level, g in ((before, g1), (after, g2)))
+        g = ((g2 * v2 - g1 * v1) / (v1 + v2)).fillna(0.0)
+        margin = [(brentq(lambda d, v=v, s=s: d * d - z * z * (v + s * d), 0.0, 1e9)
+                   - brentq(lambda d, v=v, s=s: d * d - z * z * (v + s * d), -1e9, 0.0)) / 2 if v > 0 else 0.0
+                  for v, s in zip(v1 + v2, g)]
+        np.testing.assert_allclose(change[f"{attribute}_chg_moe"], margin, rtol=1e-9, atol=1e-9)
+        if attribute == "wage":  # no slopes: the levels' squared margins add
+            np.testing.assert_allclose(change["wage_chg_moe"], np.hypot(before["wage_moe"], after["wage_moe"]),
+                                       rtol=1e-12)
         positive = before[attribute] > 0
         np.testing.assert_allclose(change.loc[positive, f"{attribute}_pct_chg"],
                                    100 * (after[attribute] - before[attribute])[positive] / before[attribute][positive])

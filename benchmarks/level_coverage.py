@@ -1,0 +1,162 @@
+"""Coverage of the margins of levels by size band, with what the nonnegativity bound does to small
+cells (run on demand, not a test).
+
+A state is synthesized from its published QCEW file and protected ``--releases`` times (seeds 1000,
+1001, ...) with the recommended config scaled to a quarter's ``--mu``. For county x NAICS-6 and
+county x NAICS-3 cells, month-1 employment and wages: the share of cells whose true level lies
+within the 95% margin, per band of the cell's true level (employment < 10, 10-99, 100-999, >= 1,000;
+wages < $100k, 100k-1M, 1-10M, >= 10M), with the Wilson 95% interval of that share; the root mean
+square of error / (margin / z); and for month-1 employment the establishments the solve holds at
+0, the coverage of the margins the answers' variances state without the bound's shrinkage
+(``coverage_unshrunk``) and, with ``--unbounded``, the coverage of those margins for the least
+squares without the bound (the closed-form solve of the same answers, every establishment free: a
+diagnostic, not a release).
+
+    nice -n 10 python benchmarks/level_coverage.py --qcew ../shared/data/qcew_2016q1_44.csv \\
+        --mu 1.1533 --releases 20 --out benchmarks/level-coverage-ri-1.1533.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import gedp
+from gedp.config import Config, load_config, parse_config
+from gedp.measure.queries import group_establishments
+from gedp.postprocess.models import PostprocessOptions, attribute_models
+from gedp.postprocess.moe import half_widths, variance_functions
+from gedp.postprocess.months import pattern_cells
+from gedp.postprocess.structured import CellOperator, cell_to_group_matrix, pinned_at_zero
+from gedp.postprocess.variances import answers_structure
+from gedp.postprocess.wls import attribute_system, structured_parts
+from gedp.release.reader import release_answers, release_wage_psi
+from gedp.synth.establishments import synthesize_state
+from gedp.synth.qcew import read_qcew
+from gedp.synth.schema import public_columns
+
+LEVELS = {"county x NAICS-6": ["state", "county", "naics"], "county x NAICS-3": ["state", "county", "naics3"]}
+BANDS = {"m1emp": ((0, 10, "< 10"), (10, 100, "10-99"), (100, 1000, "100-999"), (1000, math.inf, ">= 1k")),
+         "wage": ((0, 1e5, "< 100k"), (1e5, 1e6, "100k-1M"), (1e6, 1e7, "1-10M"), (1e7, math.inf, ">= 10M"))}
+Z = 1.959963984540054
+
+
+def scaled_config(mu: float) -> Config:
+    """The recommended config with every query's mu (and the cap) scaled so that a release spends ``mu``."""
+    config = load_config("recommended")
+    factor = mu / config.plan.budget().total
+    raw = dict(config.raw, mu_cap=round(config.raw["mu_cap"] * factor, 4) + 1e-4,
+               queries=[dict(query, mu={a: m * factor for a, m in query["mu"].items()})
+                        for query in config.raw["queries"]])
+    return parse_config(raw, "recommended scaled")
+
+
+def unbounded_values(model_answers, public: pd.DataFrame) -> np.ndarray:
+    """Month-1 employment per establishment from the least squares of the release's answers (as its
+    model weighs them) without the bound x >= 0: x_j = a_j + v_j lambda_c(j), every establishment free."""
+    system, identity_rows, cell_codes = attribute_system(model_answers, public, "estimated")
+    a, v, groups, b, w = structured_parts(system, identity_rows)
+    exact, fixed = pinned_at_zero(groups, b, w)
+    n_cells = int(cell_codes.max()) + 1
+    c = cell_to_group_matrix(groups[~exact], cell_codes, n_cells)
+    b, w = b[~exact], w[~exact]
+    shifted = a + v * (c.T @ (b / w))[cell_codes]
+    s = np.bincount(cell_codes, weights=np.where(fixed, 0.0, v), minlength=n_cells)
+    q = np.bincount(cell_codes, weights=np.where(fixed, 0.0, shifted), minlength=n_cells)
+    t = CellOperator(c, w, s).solve(q)
+    lam = c.T @ ((b - c @ t) / w)
+    return np.where(fixed, 0.0, a + v * lam[cell_codes])
+
+
+def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbounded: bool) -> list[pd.DataFrame]:
+    """One row per cell, level and attribute of one release: band, covered, error / sd, and for
+    month-1 employment the establishments held at 0."""
+    protected = release.microdata.set_index("estab_id").loc[truth["estab_id"]].reset_index()
+    answers = release_answers(release.folder, protected)
+    variances = variance_functions(answers, protected, release_wage_psi(release.folder))
+    public = protected[public_columns(protected)]
+    model_answers = attribute_models(answers, public, PostprocessOptions.for_margins(None))["m1emp"].answers
+    unshrunk = {"m1emp": answers_structure(model_answers, public, pattern_cells=pattern_cells(public))}
+    free_values = unbounded_values(model_answers, public) if unbounded else None
+    rows = []
+    for level, keys in LEVELS.items():
+        grouping = group_establishments(public, keys)
+        margins = half_widths(variances, grouping.codes, grouping.n_groups, 0.95)
+        before = half_widths(unshrunk, grouping.codes, grouping.n_groups, 0.95)["m1emp"]
+        at_zero = grouping.sum((protected["m1emp"].to_numpy() <= 1e-9).astype(float))
+        for attribute, bands in BANDS.items():
+            true = grouping.sum(truth[attribute].to_numpy())
+            error = grouping.sum(protected[attribute].to_numpy()) - true
+            band = np.full(len(true), "", dtype=object)
+            for low, high, name in bands:
+                band[(true >= low) & (true < high)] = name
+            frame = pd.DataFrame({"release": index, "level": level, "attribute": attribute, "band": band,
+                                  "covered": np.abs(error) <= margins[attribute],
+                                  "ratio": error / (margins[attribute] / Z), "at_zero": at_zero,
+                                  "estabs": grouping.sum(np.ones(len(public)))})
+            if attribute == "m1emp":
+                frame["covered_unshrunk"] = np.abs(error) <= before
+                frame["ratio_unshrunk"] = error / (before / Z)
+            if free_values is not None and attribute == "m1emp":
+                free_error = grouping.sum(free_values) - true
+                frame["covered_unbounded"] = np.abs(free_error) <= before
+                frame["ratio_unbounded"] = free_error / (before / Z)
+            rows.append(frame)
+    return rows
+
+
+def wilson(covered: float, n: int) -> tuple[float, float]:
+    """The Wilson 95% interval of a share ``covered`` of ``n`` cells (taken as independent)."""
+    centre = (covered + Z**2 / (2 * n)) / (1 + Z**2 / n)
+    half = Z / (1 + Z**2 / n) * math.sqrt(covered * (1 - covered) / n + Z**2 / (4 * n**2))
+    return centre - half, centre + half
+
+
+def summarize(cells: pd.DataFrame) -> pd.DataFrame:
+    """Coverage per level, attribute and band, with its Wilson interval and the diagnostics."""
+    def rms(ratio: pd.Series) -> float:
+        return float(np.sqrt(np.mean(ratio**2)))
+
+    extra = {f"coverage_{name}": (f"covered_{name}", "mean") for name in ("unshrunk", "unbounded")
+             if f"covered_{name}" in cells}
+    extra |= {f"rms_ratio_{name}": (f"ratio_{name}", rms) for name in ("unshrunk", "unbounded")
+              if f"ratio_{name}" in cells}
+    summary = cells.groupby(["level", "attribute", "band"], sort=False).agg(
+        cells=("covered", "size"), coverage=("covered", "mean"), rms_ratio=("ratio", rms),
+        estabs=("estabs", "mean"), at_zero=("at_zero", "mean"), **extra).reset_index()
+    bounds = [wilson(p, n) for p, n in zip(summary["coverage"], summary["cells"])]
+    summary["low"], summary["high"] = [b[0] for b in bounds], [b[1] for b in bounds]
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--qcew", type=Path, required=True)
+    parser.add_argument("--mu", type=float, required=True, help="a release's total mu")
+    parser.add_argument("--releases", type=int, default=20)
+    parser.add_argument("--unbounded", action="store_true", help="also the coverage without the bound")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    config = scaled_config(args.mu)
+    truth = synthesize_state(read_qcew(args.qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
+    truth = truth.reset_index(drop=True)
+    rows, start = [], time.perf_counter()
+    for index in range(args.releases):
+        release = gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)
+        rows += release_rows(truth, release, index, args.unbounded)
+        print(f"release {index + 1}/{args.releases} ({time.perf_counter() - start:.0f}s)", flush=True)
+        summary = summarize(pd.concat(rows, ignore_index=True))
+        args.out.write_text(json.dumps({"qcew": args.qcew.name, "mu": config.plan.budget().total,
+                                        "releases": index + 1, "level": 0.95,
+                                        "summary": summary.to_dict(orient="records")}, indent=1) + "\n")
+    print(summary.round(4).to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
