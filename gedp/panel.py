@@ -152,9 +152,10 @@ def qcew_change(release: str | Path, agglvl: int, change: str, *, titles: str | 
     if apart != 4:
         raise InputError(f"change '{change}' is {apart} quarters apart; the QCEW format's oty_ columns are over "
                          "the year (4 quarters)")
-    tables = [publish_levels(read_quarter(release, quarter), agglvl, "qcew", titles, where=where, moe=moe,
-                             level=level, margins=kept_variances(release, quarter) if moe else None).levels[agglvl]
-              for quarter in (first, second)]
+    published = [publish_levels(read_quarter(release, quarter), agglvl, "qcew", titles, where=where, moe=moe,
+                                level=level, margins=kept_variances(release, quarter) if moe else None, slopes=moe)
+                 for quarter in (first, second)]
+    tables = [(levels.levels[agglvl], levels.tabulated[agglvl]) for levels in published]
     design = quarter_design(read_manifest(release)["design"]["name"])
     return qcew_changes(*tables, z=NormalDist().inv_cdf(0.5 + level / 2) if moe else None,
                         covariance=design.covariance)

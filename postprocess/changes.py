@@ -33,11 +33,13 @@ from gedp.postprocess.moe import MOE_SLOPE
 
 #: Suffixes of the change columns of an attribute.
 CHANGE, CHANGE_MOE, PERCENT_CHANGE = "_chg", "_chg_moe", "_pct_chg"
+#: Values of the two quarters' cells.
+Pair = tuple[np.ndarray, np.ndarray]
 
 
-def change_columns(name: str, before: np.ndarray, after: np.ndarray, margins: tuple[np.ndarray, np.ndarray] | None,
+def change_columns(name: str, before: np.ndarray, after: np.ndarray, margins: Pair | None,
                    z: float | None, covariance: Callable[[ChangeCells], np.ndarray] | None,
-                   quarters_apart: int, slopes: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                   quarters_apart: int, slopes: Pair | None = None) -> dict[str, np.ndarray]:
     """``<name>_chg``, ``<name>_chg_moe`` (with ``margins``, the two levels' margins at quantile
     ``z``, and ``slopes``, their variances' slopes when known: module docstring) and
     ``<name>_pct_chg`` of cells at levels ``before`` and ``after``."""
@@ -82,9 +84,7 @@ def change_table(first: pd.DataFrame, second: pd.DataFrame, keys: Sequence[str],
     table = merged[keys].copy()
     table["estabs_chg"] = (merged["estabs@2"] - merged["estabs@1"]).astype(np.int64)
     for attribute in attributes:
-        margins, slopes = (tuple(merged[f"{attribute}{suffix}@{side}"].to_numpy() for side in (1, 2))
-                           if z is not None and f"{attribute}{suffix}@1" in merged else None
-                           for suffix in ("_moe", MOE_SLOPE))
+        margins, slopes = _margins(merged, attribute, z)
         for column, values in change_columns(attribute, merged[f"{attribute}@1"].to_numpy(),
                                              merged[f"{attribute}@2"].to_numpy(), margins, z, covariance,
                                              quarters_apart, slopes).items():
@@ -92,30 +92,47 @@ def change_table(first: pd.DataFrame, second: pd.DataFrame, keys: Sequence[str],
     return table
 
 
+def _margins(merged: pd.DataFrame, column: str, z: float | None) -> tuple[Pair | None, Pair | None]:
+    """The two quarters' margins of ``column`` in paired tables (``_paired``) and their slopes, each
+    None where the tables lack them or without ``z``."""
+    def pair(suffix: str) -> Pair | None:
+        if z is None or f"{column}{suffix}@1" not in merged:
+            return None
+        return merged[f"{column}{suffix}@1"].to_numpy(), merged[f"{column}{suffix}@2"].to_numpy()
+
+    return pair("_moe"), pair(MOE_SLOPE)
+
+
 #: The columns of a QCEW publication table that BLS gives over-the-year changes of.
 QCEW_CHANGED = ("qtrly_estabs", "month1_emplvl", "month2_emplvl", "month3_emplvl", "total_qtrly_wages",
                 "avg_wkly_wage")
 QCEW_CELL = ["area_fips", "own_code", "industry_code", "agglvl_code"]
+#: A QCEW level's publication and the same rows as tabulated, unrounded with their margins' pieces.
+PublishedLevel = tuple[pd.DataFrame, pd.DataFrame]
 
 
-def qcew_changes(year_before: pd.DataFrame, table: pd.DataFrame, *, z: float | None = None,
+def qcew_changes(year_before: PublishedLevel, table: PublishedLevel, *, z: float | None = None,
                  covariance: Callable[[ChangeCells], np.ndarray] | None = None) -> pd.DataFrame:
     """A QCEW publication ``table`` with BLS's over-the-year columns ``oty_<column>_chg`` and
     ``oty_<column>_pct_chg`` (percent to one decimal, as BLS publishes it) against the same level's
     publication of the quarter a year before (``year_before``), and ``oty_<column>_chg_moe`` where
-    both tables have the column's margins (``z``: their normal quantile), rounded up to whole numbers."""
-    def values(frame: pd.DataFrame) -> pd.DataFrame:
-        return frame[QCEW_CELL + [c for c in frame.columns if c in QCEW_CHANGED or c.endswith("_moe")]]
+    both levels have the column's margins (``z``: their normal quantile): the margins of
+    ``change_table`` from the levels' unrounded margins and slopes, rounded up to whole numbers.
+
+    Each ``PublishedLevel`` is (publication, the same rows as tabulated: ``qcew_level``)."""
+    def values(level: PublishedLevel) -> pd.DataFrame:
+        published, tabulated = level
+        margins = [c for c in tabulated.columns if c.endswith(("_moe", MOE_SLOPE))]
+        return published[QCEW_CELL + [c for c in published.columns if c in QCEW_CHANGED]].join(tabulated[margins])
 
     merged = _paired(values(year_before), values(table), QCEW_CELL)
     changes = {}
     for column in QCEW_CHANGED:
-        margins = ((merged[f"{column}_moe@1"].to_numpy(), merged[f"{column}_moe@2"].to_numpy())
-                   if f"{column}_moe@2" in merged and z is not None else None)
+        margins, slopes = _margins(merged, column, z)
         for name, values in change_columns(column, merged[f"{column}@1"].to_numpy(), merged[f"{column}@2"].to_numpy(),
-                                           margins, z, covariance, 4).items():
+                                           margins, z, covariance, 4, slopes).items():
             rounded = np.round(values, 1) if name.endswith(PERCENT_CHANGE) else np.ceil(values) if name.endswith(
                 CHANGE_MOE) else values  # margins rounded up, as the levels' are
             changes["oty_" + name] = rounded
     oty = pd.concat([merged[QCEW_CELL], pd.DataFrame(changes)], axis=1)
-    return table.merge(oty, on=QCEW_CELL, how="left")
+    return table[0].merge(oty, on=QCEW_CELL, how="left")

@@ -77,11 +77,21 @@ def qcew_publication(microdata: pd.DataFrame, agglvl: int, titles: Titles, **opt
         ValueError: a bad level or option, or a total over ownerships (50, 70) of microdata with one
             own code (the private level 51 or 71 has the same cells).
     """
+    return published_table(tabulated_level(microdata, agglvl, **options), titles)
+
+
+def tabulated_level(microdata: pd.DataFrame, agglvl: int, **options: Any) -> pd.DataFrame:
+    """``qcew_level`` of a level a publication of the microdata can have (``qcew_publication``)."""
     owns = sorted(microdata["own"].unique())
     if agglvl in OWNERSHIP_TOTAL_LEVELS and len(owns) < 2:
         raise ValueError(f"aggregation level {agglvl} totals over ownerships, but the microdata have one own code "
                          f"({owns[0]}); level {OWNERSHIP_TOTAL_LEVELS[agglvl]} has the same cells")
-    table = qcew_level(microdata, agglvl, **options)
+    return qcew_level(microdata, agglvl, **options)
+
+
+def published_table(table: pd.DataFrame, titles: Titles) -> pd.DataFrame:
+    """A ``qcew_level`` table ready to publish, row for row: titles, whole numbers, average weekly
+    wages and margins rounded up (module docstring)."""
     out = table[["area_fips", "own_code", "industry_code", "agglvl_code"]].copy()
     out["size_code"] = ALL_SIZES
     out["year"], out["qtr"] = table["year"], table["qtr"]
@@ -179,10 +189,12 @@ def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path
 
 @dataclass(frozen=True)
 class PublishedLevels:
-    """QCEW levels in BLS layout by level, and the titles they were given (None: raw layout)."""
+    """QCEW levels in BLS layout by level, and the titles they were given (None: raw layout), with
+    the levels as tabulated (``qcew_level``: unrounded, with their margins' pieces) row for row."""
 
     levels: dict[int, pd.DataFrame]
     titles: Titles | None
+    tabulated: dict[int, pd.DataFrame]
 
 
 def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, titles: str | Path | None,
@@ -198,7 +210,10 @@ def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, tit
     named = None if format not in ("qcew", "xlsx") else shipped_titles() if titles is None else published_titles(
         titles)
     try:
-        return PublishedLevels({level: qcew_level(microdata, level, **options) if named is None else
-                                qcew_publication(microdata, level, named, **options) for level in levels}, named)
+        tabulated = {level: tabulated_level(microdata, level, **options) if named is not None else
+                     qcew_level(microdata, level, **options) for level in levels}
     except ValueError as err:
         raise InputError(str(err)) from None
+    published = tabulated if named is None else {level: published_table(table, named)
+                                                 for level, table in tabulated.items()}
+    return PublishedLevels(published, named, tabulated)

@@ -188,7 +188,8 @@ def qcew_industry(agglvl: int) -> str | None:
 
 def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
     """One QCEW aggregation level (50-58 state, 70-78 county) in BLS open-data layout; ``options``
-    (where, moe, level, answers, wage_psi, margins) as for ``tabulate``, margins named ``<BLS column>_moe``."""
+    (where, moe, level, answers, wage_psi, margins, slopes) as for ``tabulate``, margins named
+    ``<BLS column>_moe`` (and their slopes ``<BLS column>_moe_slope``)."""
     by = qcew_keys(microdata, agglvl)
     county = "county" in by
     industry = qcew_industry(agglvl)
@@ -209,8 +210,9 @@ def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
     for attribute, column in QCEW_VALUE_COLUMNS.items():
         out[column] = table[attribute] if attribute in table else pd.NA
     for attribute, column in QCEW_VALUE_COLUMNS.items():
-        if f"{attribute}_moe" in table:
-            out[f"{column}_moe"] = table[f"{attribute}_moe"]
+        for suffix in ("_moe", "_moe_slope"):
+            if attribute + suffix in table:
+                out[column + suffix] = table[attribute + suffix]
     return out
 
 
