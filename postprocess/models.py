@@ -158,7 +158,7 @@ class PlainModel(_ModelOf):
         """The least squares' variances of tabulation cells (``variances.answers_structure``), the
         identity variances shrunk where the bound holds the protected values."""
         return answers_structure(self.answers, protected[public_columns(protected)],
-                                 values=protected[self.attribute].to_numpy(dtype=float))
+                                 values=_protected_values(protected, self.attribute))
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,7 +175,7 @@ class MonthModel(PlainModel):
         identity = next((a for a in self.answers if a.query.is_identity), None)
         shared = identity is not None and identity.pattern_loading is not None
         return answers_structure(self.answers, public, pattern_cells=pattern_cells(public) if shared else None,
-                                 values=protected[self.attribute].to_numpy(dtype=float))
+                                 values=_protected_values(protected, self.attribute))
 
 
 @dataclass(frozen=True, eq=False)
@@ -224,3 +224,9 @@ def attribute_models(answers_by_attribute: Answers, public: pd.DataFrame | None,
         else:
             models[attribute] = PlainModel(attribute, turned, options)
     return models
+
+
+def _protected_values(protected: pd.DataFrame, attribute: str) -> np.ndarray | None:
+    """An attribute's protected values, whose bound shrinks its identity variances; None for an
+    attribute that is not a column of the microdata (a job family's worker categories)."""
+    return protected[attribute].to_numpy(dtype=float) if attribute in protected.columns else None

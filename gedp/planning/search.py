@@ -483,9 +483,6 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     step = on_step or (lambda description: None)
     base_config = base if isinstance(base, Config) else load_config(base)
     weights = dict(weights or {"employment": 1.0, "wage": 1.0})
-    published = read_qcew(published_qcew)
-    targets = published_levels(published) if targets is None else tuple(targets)
-    _check(base_config, weights, targets, tolerance)
     base_total = base_config.plan.budget().total
     mu_total = base_total if mu_total is None else float(mu_total)
     if not mu_total > 0:
@@ -493,6 +490,9 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     if isinstance(quarters, bool) or not isinstance(quarters, int) or not 1 <= quarters <= MAX_QUARTERS:
         raise InputError(f"quarters ({quarters!r}) must be a whole number of quarters from 1 to {MAX_QUARTERS}")
     mu_total /= math.sqrt(quarters)
+    published = read_qcew(published_qcew)
+    targets = published_levels(published) if targets is None else tuple(targets)
+    _check(base_config, weights, targets, tolerance)
     standin = stand_in(published, Path(published_qcew).name, targets)
     step("stand-in synthesized")
     uniform_config = load_config("uniform")
