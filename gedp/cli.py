@@ -884,8 +884,10 @@ def _write_tabulation(table: pd.DataFrame, out: Path, table_format: str, summary
 
         _write_atomically(out, lambda path: write_workbook(*workbook, path))
     else:
-        write_table = table.to_parquet if table_format == "parquet" else table.to_csv
-        _write_atomically(out, lambda path: write_table(path, index=False))
+        from gedp.csvtable import write_csv
+
+        _write_atomically(out, lambda path: table.to_parquet(path, index=False) if table_format == "parquet"
+                          else write_csv(table, path))
     _write_atomically(out.with_name(out.name + ".json"),
                       lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
 
@@ -898,7 +900,9 @@ def _show_tabulation(table: pd.DataFrame, out: Optional[Path], margins: str) -> 
     if out is not None:
         console.print(f"{count(len(table), 'row')} written to {out}{margins}")
     elif not sys.stdout.isatty():
-        table.to_csv(sys.stdout, index=False)
+        from gedp.csvtable import write_csv
+
+        write_csv(table, sys.stdout)
         errors.print(f"{count(len(table), 'row')} written as CSV to standard output{margins}")
     else:
         typer.echo(table.head(SHOWN_ROWS).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))

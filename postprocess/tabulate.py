@@ -161,8 +161,8 @@ def tabulation_sums(selected: pd.DataFrame, attributes: Sequence[str], grouping:
 def group_sums(microdata: pd.DataFrame, attributes: Sequence[str], grouping: Grouping) -> pd.DataFrame:
     """The keys, establishment count (``estabs``) and sums of ``attributes`` of every group, in group
     order: pandas' compensated sums over the rows in order, keyed by the grouping's codes."""
-    labels = pd.Categorical.from_codes(grouping.codes, categories=pd.RangeIndex(grouping.n_groups))
-    sums = microdata[list(attributes)].groupby(labels, observed=True).sum().reset_index(drop=True)
+    # every group has rows: grouped by the codes themselves, pandas numbers the groups as the codes do
+    sums = microdata[list(attributes)].groupby(grouping.codes).sum().reset_index(drop=True)
     estabs = pd.DataFrame({"estabs": np.bincount(grouping.codes, minlength=grouping.n_groups)})
     return pd.concat([grouping.keys, estabs, sums], axis=1)
 

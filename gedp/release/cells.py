@@ -66,13 +66,17 @@ def write_cell_index(protected: pd.DataFrame, folder: Path) -> None:
 
 
 def read_cell_index(folder: Path) -> CellIndex | None:
-    """The cell index kept in ``folder`` (None when there is none, or it cannot be read)."""
+    """The cell index kept in ``folder`` (None when there is none, or it cannot be read); its arrays are
+    mapped from the files, not copied."""
+    def mapped(name: str) -> np.ndarray:
+        return np.asarray(np.load(folder / name, mmap_mode="r", allow_pickle=False))
+
     try:
-        cells = pd.read_parquet(folder / CELLS_FILE)
-        codes = np.load(folder / CELL_CODES_FILE, allow_pickle=False)
-        values = {attribute: np.load(folder / f"{VALUES_PREFIX}{attribute}.npy", allow_pickle=False)
+        cells = pq.ParquetFile(folder / CELLS_FILE).read().to_pandas()  # as pandas.read_parquet, without datasets
+        codes = mapped(CELL_CODES_FILE)
+        values = {attribute: mapped(f"{VALUES_PREFIX}{attribute}.npy")
                   for attribute in CONFIDENTIAL if (folder / f"{VALUES_PREFIX}{attribute}.npy").is_file()}
-    except (OSError, ValueError):
+    except (OSError, ValueError, pa.ArrowException):
         return None
     return CellIndex(cells, codes, pd.DataFrame(values, copy=False))
 
@@ -94,13 +98,15 @@ def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceF
         return None
     if not kept_cells.any():
         return None
-    keep = kept_cells[index.codes]
+    every = bool(kept_cells.all())
+    keep = None if every else kept_cells[index.codes]
     grouping = by_cell = None
     if keys:
         by_cell = Groupings(index.cells[kept_cells].reset_index(drop=True))(keys)
         position = np.cumsum(kept_cells) - 1  # each kept cell's row among the kept cells
-        grouping = Grouping(tuple(keys), by_cell.codes[position[index.codes[keep]]], by_cell.keys)
-    table = tabulation_sums(index.values if keep.all() else index.values[keep], list(index.values.columns), grouping)
+        grouping = Grouping(tuple(keys), by_cell.codes[index.codes if every else position[index.codes[keep]]],
+                            by_cell.keys)
+    table = tabulation_sums(index.values if every else index.values[keep], list(index.values.columns), grouping)
     if margins is not None:
         for attribute, margin in _margins(margins, index, kept_cells, by_cell, level,
                                           len(table)).items():

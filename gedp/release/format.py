@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from gedp.synth.io import sorted_by
-
 if TYPE_CHECKING:  # a release's contents; a reader of the file names need not load the stages
     from gedp.measure.jobframe import FamilySpec
     from gedp.measure.workflows import Measurements
@@ -50,6 +48,8 @@ RELEASE_ORDER = ("state", "county", "naics", "estab_id")
 def release_order(microdata: pd.DataFrame) -> pd.DataFrame:
     """Rows sorted by public keys (state, county, naics, estab_id) so that no output keeps the
     input's order, which may follow confidential values."""
+    from gedp.synth.io import sorted_by  # with Arrow's datasets: imported by a writer, not a reader
+
     return sorted_by(microdata, RELEASE_ORDER)
 
 

@@ -40,7 +40,7 @@ import pandas as pd
 from gedp.postprocess.cellmargins import CellPieces, IndexedVariances, pieces_arrays, pieces_from
 from gedp.release.cells import CELL_CODES_FILE, indexed_tabulation, write_cell_index
 from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
-from gedp.release.versions import versions
+from gedp.release.versions import package_version
 
 if TYPE_CHECKING:
     from gedp.postprocess.models import VarianceFunction
@@ -84,7 +84,7 @@ def release_digest(release: str | Path) -> str:
     size and bytes), the gedp version and the structure's format; remembered for files whose
     file-system identity (``_identity``) has not changed since it was computed."""
     release = Path(release)
-    key = f"gedp {versions()['gedp']} margins {STRUCTURE_FORMAT}\n"
+    key = f"gedp {package_version('gedp')} margins {STRUCTURE_FORMAT}\n"
     parts = _release_parts(release)
     identity = _identity(release, parts)
     remembered = cache_folder() / "margins" / DIGESTS_FOLDER / hashlib.sha256(

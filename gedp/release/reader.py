@@ -11,15 +11,13 @@ import pyarrow.parquet as pq
 
 from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
-from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
-from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
 from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.synth.panel import parse_quarter
 from gedp.synth.schema import CONFIDENTIAL
 
 if TYPE_CHECKING:
+    from gedp.measure.neighbors import NeighborFunction
     from gedp.release.manifest import Manifest
 
 
@@ -131,6 +129,9 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
     months' identity answers turned by ``month_answers`` under the release's variance mode, over
     its protected microdata (``protected``, or read from the release: the public columns the month
     patterns are shared in); of one ``quarter`` of a panel release."""
+    from gedp.measure.neighbors import make_psi  # the stages' modules: loaded by what reads answers only
+    from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
+
     manifest = quarter_manifest(release, quarter)
     answers = read_answers(release, quarter)
     mode = manifest.get("variance_mode", "estimated")
@@ -146,6 +147,7 @@ def release_wage_psi(release: str | Path, quarter: str | None = None) -> Neighbo
     """The release's psi when its wages were informed by its protected employment (the manifest's
     wage model is "employment": their margins of error then follow ``postprocess.wages``), else None;
     of one ``quarter`` of a panel release."""
+    from gedp.measure.neighbors import make_psi
     from gedp.release.manifest import wage_model  # the manifest's builder: loaded only here
 
     manifest = quarter_manifest(release, quarter)
@@ -164,6 +166,8 @@ def change_quarters(release: str | Path, change: str) -> tuple[str, str, int]:
     """The two quarters of a change "FIRST:SECOND" of a panel release, and how many quarters apart they are."""
     if change.count(":") != 1:
         raise InputError(f"change '{change}' must be FIRST:SECOND, e.g. 2016Q1:2017Q1")
+    from gedp.synth.panel import parse_quarter  # with the panel readers: a request of one quarter needs none
+
     first, second = (part.strip() for part in change.split(":"))
     apart = [year * 4 + qtr for year, qtr in (parse_quarter(first), parse_quarter(second))]
     for quarter in (first, second):

@@ -17,10 +17,13 @@ def versions() -> dict[str, str]:
 
 @functools.cache
 def _versions() -> dict[str, str]:
-    found = {}
-    for package in VERSIONED_PACKAGES:
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
+    return {package: package_version(package) for package in VERSIONED_PACKAGES}
+
+
+def package_version(package: str) -> str:
+    """The installed version of one package ("not installed" when it is not): a request that needs
+    gedp's alone does not look up the others'."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
