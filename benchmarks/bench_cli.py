@@ -94,16 +94,18 @@ def tabulate_floor(release: Path) -> float:
     return time.perf_counter() - start
 
 
-def timed_run(command: list[str], cwd: Path) -> tuple[float, float]:
-    """Wall seconds and peak resident MiB of one command in its own process."""
+def timed_run(command: list[str], cwd: Path) -> tuple[float, float, float]:
+    """Wall seconds, peak resident MiB and processor seconds (user + system) of one command in its
+    own process."""
     # RUSAGE_CHILDREN is a high-water mark over all children: measure each case in its own process.
     probe = [sys.executable, "-c",
              "import resource, subprocess, sys, time; t = time.perf_counter(); "
              "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
-             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)",
+             "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+             "print(time.perf_counter() - t, u.ru_maxrss / 1024, u.ru_utime + u.ru_stime)",
              *command]
     out = subprocess.run(probe, cwd=cwd, check=True, capture_output=True, text=True).stdout.split()
-    return float(out[0]), float(out[1])
+    return float(out[0]), float(out[1]), float(out[2])
 
 
 def release_cases(label: str, source: str, release: str) -> list[tuple[str, list[str], Callable | None]]:

@@ -113,19 +113,21 @@ def protect_rows(sizes: list[int], national_states: int, work: Path, repeat: int
     rows = []
     for label, path in inputs:
         release = work / f"release-{path.stem}"
-        runs: dict[str, list[tuple[float, float]]] = {version: [] for version in versions}
-        floors = []
+        runs: dict[str, list[tuple[float, float, float]]] = {version: [] for version in versions}
+        floors, loads = [], []
         for _ in range(repeat):
             for version, command in versions.items():  # alternate: both see the same load
+                loads.append(os.getloadavg()[0])
                 runs[version].append(timed_run([*command, "protect", str(path), "--out", str(release)], work))
             scratch = work / "floor"
             scratch.mkdir(exist_ok=True)
             floors.append(protect_floor(path, release, scratch))
         for version, measured in runs.items():
-            seconds = sorted(run[0] for run in measured)
+            seconds, cpu = sorted(run[0] for run in measured), sorted(run[2] for run in measured)
             best, floor = seconds[0], min(floors)
-            line = (f"| gedp protect, {label}, baseline{version} | {seconds[len(seconds) // 2]:.1f} | {best:.1f} | "
-                    f"{floor:.2f} | {best / floor:.1f}x | {max(run[1] for run in measured):,.0f} |")
+            line = (f"| gedp protect, {label}, recommended plan{version} | {seconds[len(seconds) // 2]:.1f} | "
+                    f"{best:.1f} | {cpu[len(cpu) // 2]:.1f} | {floor:.2f} | {best / floor:.1f}x | "
+                    f"{max(run[1] for run in measured):,.0f} | {min(loads):.1f}-{max(loads):.1f} |")
             print(line, flush=True)
             rows.append(line)
     return rows
@@ -182,8 +184,9 @@ def main() -> None:
              f"Whole process, {args.repeat} run(s) each; I/O floor = a Python process that imports pyarrow, reads "
              "the input and writes files of the release's size once (bench_cli.protect_floor; best of the runs). "
              f"Load average (1 min) at the start: {load_before:.1f}, at the end: {os.getloadavg()[0]:.1f}.\n",
-             "| whole process | median s | best s | I/O floor s | best / floor | peak memory MiB |",
-             "|---|---|---|---|---|---|", *protect, "", startup_line()]
+             "| whole process | median s | best s | median CPU s (user + sys) | I/O floor s | best / floor | "
+             "peak memory MiB | load (1 min) before the runs |",
+             "|---|---|---|---|---|---|---|---|", *protect, "", startup_line()]
     with RESULTS.open("a") as handle:
         handle.write("\n".join(lines) + "\n")
     print(f"recorded in {RESULTS}")

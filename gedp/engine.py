@@ -7,7 +7,8 @@ from a generator derived from the seed and the state code, so the ``local`` and 
 give the same release. zeta is split among the states so the whole release keeps 1 - zeta. Only one
 state's working set is in memory at a time per worker: a state is read from the input (Parquet: with
 a filter, so only its rows are loaded), protected, written as one part of each output, and dropped
-(the local engine writes a state's parts on a thread while it protects the next one).
+(each part is written on a thread of the state's own as soon as it exists, while the state is
+computed further or the next one is protected).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from gedp.measure.rng import make_rng, secure_generator, state_rng
 from gedp.pipeline import check_job_table, protect
 from gedp.postprocess.wls import SolverError
 from gedp.release.manifest import release_manifest, state_section
-from gedp.release.writer import join_tables, staged_directory, table_part, write_manifest, write_parts
+from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
 from gedp.synth.io import read_columns
 from gedp.synth.schema import InputError, check_columns, estab_ids, normalize_code, validate_microdata
 
@@ -205,7 +206,7 @@ def protect_one_state(path: Source, state: str, stored: list, config: Config, en
     from its own secure generator (ChaCha20, OS key). ``states`` is the number of states of the
     release, among which zeta is split. ``jobs``: the state's job table, for a plan with job families.
     ``key``: columns of one value each added to the protected microdata and measurements
-    (``writer.write_parts``; a panel's quarter).
+    (``writer.StateParts``; a panel's quarter).
     """
     entry, write = _protect_state(path, state, stored, config, entropy, staging, states, jobs, key)
     write()
@@ -215,16 +216,23 @@ def protect_one_state(path: Source, state: str, stored: list, config: Config, en
 def _protect_state(path: Source, state: str, stored: list, config: Config, entropy: int | None, staging: str,
                    states: int, jobs: pd.DataFrame | None = None,
                    key: Mapping[str, str] | None = None) -> tuple[dict, Callable[[], None]]:
-    """``protect_one_state`` without the writing: its manifest entry, and the call that writes its parts."""
+    """``protect_one_state`` but for the end of the writing: its manifest entry, and the call that
+    writes the rest of its parts and waits for them (the measurements and the protected microdata
+    are written while the state is computed, ``writer.StateParts``)."""
     microdata = read_state(path, state, config.attributes, stored)
     rng = secure_generator() if entropy is None else state_rng(entropy, state)
     plan = dataclasses.replace(config.plan, states=states)
-    contents = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, jobs=jobs)
-    del microdata, jobs
     folder = Path(staging)
+    parts = StateParts(folder, state, table_part(folder, state), key)
+    try:
+        contents = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, jobs=jobs,
+                           on_measured=parts.measurements, on_protected=parts.protected)
+    except BaseException:
+        parts.close()
+        raise
+    del microdata, jobs
     entry = state_section(state, contents, plan.zeta_per_state)
-    write = functools.partial(write_parts, contents, folder, state, table_part(folder, state))
-    return entry, write if key is None else functools.partial(write, key=key)
+    return entry, functools.partial(parts.finish, contents)
 
 
 def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None] | None) -> list[dict]:

@@ -51,13 +51,17 @@ def protect(
     rng_description: dict | None = None,
     on_step: Callable[[str], None] | None = None,
     jobs: pd.DataFrame | None = None,
+    on_measured: Callable[[Measurements], None] | None = None,
+    on_protected: Callable[[pd.DataFrame], None] | None = None,
 ) -> StateRelease:
     """Measure validated microdata with the config's plan and postprocess it into a release's contents.
 
     Rows are put in release order (public keys) first, so every output is in that order. A plan
     with job families needs ``jobs``, the job table of these establishments (``synth.jobs``).
     ``rng_description`` is not used: the release's manifest describes the generator
-    (``gedp.release.manifest.release_manifest``).
+    (``gedp.release.manifest.release_manifest``). ``on_measured`` receives the measurements as soon
+    as they are complete and ``on_protected`` the protected microdata once final (neither is changed
+    afterwards), so a caller can write them while the rest is computed.
     """
     step = on_step or (lambda description: None)
     plan = config.plan
@@ -71,6 +75,8 @@ def protect(
     measurements = measure(microdata, plan, rng=rng, on_step=step, groupings=groupings)
     if not measurements.budget.complete:
         raise RuntimeError("a planned query was not charged")  # a bug, not an input error
+    if on_measured is not None:
+        on_measured(measurements)
 
     # each attribute is rounded as soon as it is solved, so the wage fit (last) takes the rounded
     # employment the release holds, and `gedp tabulate --moe` recomputes that very fit
@@ -81,6 +87,8 @@ def protect(
         rounding = {attribute: rounder.report[attribute] for attribute in config.attributes}
         protected = protected.astype({attribute: np.int64 for attribute in rounding})
         step("controlled rounding")
+    if on_protected is not None:
+        on_protected(protected)
     tables = qcew_tables(protected, groupings)
     step("QCEW tables")
     job_frame = None

@@ -76,6 +76,7 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings, group_establishments
 from gedp.postprocess.attributes import MONTHS, WAGE
+from gedp.postprocess.months import row_means
 from gedp.postprocess.structured import (
     FORM_ENTRIES,
     CellOperator,
@@ -241,7 +242,7 @@ def protected_employment(protected: pd.DataFrame, answers: Mapping[str, Sequence
         identity = [a for a in answers.get(month, []) if a.query.is_identity]
         if identity:
             variance += psi.estimate_variance(values[:, k], per_establishment(identity[0].sd, identity_codes))
-    return values.mean(axis=1), variance / len(months) ** 2
+    return row_means(values), variance / len(months) ** 2
 
 
 def per_establishment(values: np.ndarray | float, identity_codes: np.ndarray) -> np.ndarray:
@@ -405,16 +406,18 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
     codes, moving_target, moving_variance = cell_codes, target, variance  # of the moving cells' establishments
     for _ in range(SHARE_STEPS):
         middle = (low + high) / 2
-        shared = np.bincount(codes, weights=np.maximum(moving_target + moving_variance * middle[codes], 0.0),
-                             minlength=n_cells)
+        x = middle[codes]  # max(target + variance * middle, 0) per establishment, in place
+        x *= moving_variance
+        x += moving_target
+        shared = np.bincount(codes, weights=np.maximum(x, 0.0, out=x), minlength=n_cells)
         above = shared > totals
         new_high, new_low = np.where(moving & above, middle, high), np.where(moving & ~above, middle, low)
         moving = (new_high != high) | (new_low != low)  # NaN brackets keep moving
         high, low = new_high, new_low
         if not moving.any():
             break
-        if not moving[codes].all():
-            keep = moving[codes]
+        keep = moving[codes]
+        if not keep.all():
             codes, moving_target, moving_variance = codes[keep], moving_target[keep], moving_variance[keep]
     free = (target + variance * high[cell_codes] > 0) & (totals[cell_codes] > 0)
     free_variance = np.bincount(cell_codes, weights=np.where(free, variance, 0.0), minlength=n_cells)

@@ -47,11 +47,13 @@ def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("stage", ["protect", "write_parts", "release_manifest", "os.replace"])
+@pytest.mark.parametrize("stage", ["protect", "write_measurements", "release_manifest", "os.replace"])
 def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, monkeypatch, stage):
     source, out, before = earlier_release
     if stage == "os.replace":
         monkeypatch.setattr(gedp.release.writer.os, "replace", interrupt)
+    elif stage == "write_measurements":  # on the state's writing thread
+        monkeypatch.setattr(gedp.release.writer, stage, interrupt)
     else:
         monkeypatch.setattr(gedp.engine, stage, interrupt)
     with pytest.raises(KeyboardInterrupt):

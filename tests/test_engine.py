@@ -281,16 +281,17 @@ def test_a_state_that_fails_to_write_stops_the_release(two_states, tmp_path, mon
     raised (not lost in the writing thread), the second state is not reported done, nothing is
     published and the staging folder is removed."""
     import gedp.engine
+    import gedp.release.writer
     from gedp.config import load_config
 
-    write_parts, done = gedp.engine.write_parts, []
+    write_measurements, done = gedp.release.writer.write_measurements, []
 
-    def failing(release, staging, part, tables):
-        if part == "09":
+    def failing(measurements, path, key):  # runs on the state's writing thread
+        if path.name == "part-09.parquet":
             raise OSError("disk full")
-        write_parts(release, staging, part, tables)
+        write_measurements(measurements, path, key)
 
-    monkeypatch.setattr(gedp.engine, "write_parts", failing)
+    monkeypatch.setattr(gedp.release.writer, "write_measurements", failing)
     with pytest.raises(OSError, match="disk full"):
         gedp.engine.protect_input(two_states / "states.parquet", load_config("baseline"), tmp_path / "out", seed=1,
                                   on_state=done.append)

@@ -22,7 +22,7 @@ from gedp.release.writer import write_manifest
 
 def move_parts(source: Path, target: Path) -> None:
     """Move the Parquet parts of ``source`` (a quarter's output folder, its parts keyed and named by
-    the quarter already: ``writer.write_parts``) into ``target``."""
+    the quarter already: ``writer.StateParts``) into ``target``."""
     target.mkdir(exist_ok=True)
     for part in sorted(source.glob("part-*.parquet")):
         os.replace(part, target / part.name)

@@ -12,11 +12,13 @@ import json
 import os
 import shutil
 import stat
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +41,8 @@ from gedp.release.format import (
 from gedp.synth.schema import shown
 
 if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither
+    import pandas as pd
+
     from gedp.measure.answers import NoisyAnswer
     from gedp.measure.workflows import Measurements
 
@@ -140,6 +144,7 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[P
         _date_only(staging)
         _publish(staging, out)
     except BaseException:
+        StateParts.close_all(staging)  # parts still being written into the folder (a state not finished)
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
@@ -168,22 +173,70 @@ def table_part(staging: Path, state: str) -> Path:
     return staging / f".{TABLES_FILE}.part-{state}"
 
 
-def write_parts(contents: StateRelease, staging: Path, part: str, tables: Path,
-                key: Mapping[str, str] | None = None) -> None:
-    """Write one part of each output of a release: protected microdata and measurements as
-    Parquet files ``part-<part>.parquet`` in their folders, and the QCEW tables as CSV at ``tables``.
+class StateParts:
+    """One state's part of each output of a release, each written as soon as it exists, on a thread
+    of the state's own (Arrow and Parquet encode outside the GIL, so writing overlaps the state's
+    further computing): the measurements (Parquet, ``part-<part>.parquet`` in their folder) once
+    measured, the protected microdata once final, the job frame and the QCEW tables (CSV at
+    ``tables``) at the end. Each file has the bytes of writing the parts one after the other.
     ``key``: columns of one value each added last to the protected microdata and measurements (a
     panel's quarter), whose values also lead the parts' names (``part-<values>-<part>.parquet``)."""
-    name = "-".join([*(key or {}).values(), part])
-    for folder in (PROTECTED_FILE, MEASUREMENTS_FILE):
-        (staging / folder).mkdir(exist_ok=True)
-    protected = contents.protected if not key else contents.protected.assign(**key)
-    protected.to_parquet(staging / PROTECTED_FILE / f"part-{name}.parquet", index=False)
-    if contents.jobs is not None:
-        (staging / JOBS_FILE).mkdir(exist_ok=True)
-        contents.jobs.to_parquet(staging / JOBS_FILE / f"part-{name}.parquet", index=False)
-    write_measurements(contents.measurements, staging / MEASUREMENTS_FILE / f"part-{name}.parquet", key)
-    contents.tables.to_csv(tables, index=False)
+
+    _open: ClassVar[set[StateParts]] = set()  # the states' parts not finished nor closed, of every release
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, staging: Path, part: str, tables: Path, key: Mapping[str, str] | None = None):
+        self.staging, self.tables, self.key = staging, tables, key
+        self.name = "-".join([*(key or {}).values(), part])
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gedp-write-{part}")
+        self._writing: dict[str, Future] = {}
+        with StateParts._lock:
+            StateParts._open.add(self)
+
+    def _path(self, folder: str) -> Path:
+        (self.staging / folder).mkdir(exist_ok=True)
+        return self.staging / folder / f"part-{self.name}.parquet"
+
+    def measurements(self, measurements: Measurements) -> None:
+        """Start writing the state's measurements."""
+        self._writing[MEASUREMENTS_FILE] = self._thread.submit(
+            write_measurements, measurements, self._path(MEASUREMENTS_FILE), self.key)
+
+    def protected(self, protected: pd.DataFrame) -> None:
+        """Start writing the state's protected microdata."""
+        # a frame of its own (no copy of the data): the caller's goes on being read while this one is
+        frame = protected.copy(deep=False) if not self.key else protected.assign(**self.key)
+        self._writing[PROTECTED_FILE] = self._thread.submit(frame.to_parquet, self._path(PROTECTED_FILE), index=False)
+
+    def finish(self, contents: StateRelease) -> None:
+        """Write what is not written yet of ``contents`` and wait for every part, raising what the
+        writing raised."""
+        try:
+            if MEASUREMENTS_FILE not in self._writing:
+                self.measurements(contents.measurements)
+            if PROTECTED_FILE not in self._writing:
+                self.protected(contents.protected)
+            if contents.jobs is not None:
+                contents.jobs.to_parquet(self._path(JOBS_FILE), index=False)
+            contents.tables.to_csv(self.tables, index=False)
+            for writing in self._writing.values():
+                writing.result()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Wait for the part being written, if any, and write no further one (a failed state)."""
+        self._thread.shutdown(wait=True, cancel_futures=True)
+        with StateParts._lock:
+            StateParts._open.discard(self)
+
+    @classmethod
+    def close_all(cls, staging: Path) -> None:
+        """``close`` every state's parts that are written into ``staging`` (a failed release)."""
+        with cls._lock:
+            writing = [parts for parts in cls._open if parts.staging == staging]
+        for parts in writing:
+            parts.close()
 
 
 def join_tables(staging: Path, states: list[str]) -> None:
