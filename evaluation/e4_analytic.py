@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from gedp.evaluation.report import Report
-from gedp.synth.schema import count
+from gedp.synth.columns import count
 
 NS = (1, 2, 5, 10, 50)
 TAUS = (0.5, 2.0, 10.0)

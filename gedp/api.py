@@ -293,7 +293,7 @@ def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Se
     the establishments matching ``where``, with margins of error ``jobs_moe`` (``moe``); see
     ``postprocess.jobframe.tabulate_jobs``."""
     from gedp.postprocess.jobframe import tabulate_jobs
-    from gedp.postprocess.tabulate import by_columns
+    from gedp.postprocess.keys import by_columns
 
     keys = by_columns(by)
     jobs = read_job_frame(folder)

@@ -728,16 +728,21 @@ def tabulate_command(
     Margins of error come from the release's weighted least squares covariance: no new privacy
     budget is spent and no confidential data is read.
     """
-    import pandas
-
-    from gedp.postprocess.tabulate import SelectionWarning
     from gedp.release.format import MANIFEST_FILE
-    from gedp.release.margins import kept_tabulation, kept_variances
-    from gedp.release.reader import release_quarters
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
         table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
+        plain = all(option is None for option in (where, agglvl, quarter, change, gains_losses))
+        if (release and plain and table_format == "csv" and (out is not None or not sys.stdout.isatty())
+                and _quick_tabulation(microdata, by, moe, level, out)):
+            return
+        import pandas
+
+        from gedp.postprocess.tabulate import SelectionWarning
+        from gedp.release.margins import kept_tabulation, kept_variances
+        from gedp.release.reader import release_quarters
+
         if gains_losses is not None and (agglvl is not None or where or table_format in PUBLICATION_FORMATS
                                          or (moe and not release)):
             raise InputError("--gains-losses goes with --by, --out and --format csv or parquet only, and --moe with a "
@@ -764,14 +769,39 @@ def tabulate_command(
         for warning in caught:
             typer.echo(f"warning: {warning.message}", err=True)
         if out is not None:
-            summary = {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where,
-                       "moe_level": level if moe else None, "rows": len(table), "table": str(out)}
+            summary = _tabulation_summary(microdata, keys, agglvl, where, level if moe else None, len(table), out)
             workbook = None
             if published is not None:
                 extra, notes = _publication_summary(published, table, microdata, release, level if moe else None)
                 summary, workbook = summary | extra, (published.levels, notes)
             _write_tabulation(table, out, table_format, summary, workbook)
     _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
+
+
+def _quick_tabulation(microdata: Path, by: Optional[str], moe: bool, level: float, out: Optional[Path]) -> bool:
+    """Answer a further CSV request of a release from its kept index without pandas
+    (``gedp.release.quick``): the table written and its summary shown; False when it cannot be."""
+    from gedp.csvtable import write_columns
+    from gedp.release.quick import quick_tabulation
+
+    table = quick_tabulation(microdata, by or "total", moe=moe, level=level)
+    if table is None:
+        return False
+    if out is not None:
+        summary = _tabulation_summary(microdata, table.keys, None, None, level if moe else None, table.n_rows, out)
+        _write_atomically(out, lambda path: write_columns(table.columns, path))
+        _write_summary(out, summary)
+    else:
+        write_columns(table.columns, sys.stdout)
+    _show_written(table.n_rows, out, f"; margins of error at {level:.0%}" if moe else "")
+    return True
+
+
+def _tabulation_summary(microdata: Path, keys: Any, agglvl: Optional[int], where: Optional[str],
+                        moe_level: Optional[float], rows: int, out: Path) -> dict[str, Any]:
+    """The machine-readable summary written beside a tabulation (``out``.json)."""
+    return {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where, "moe_level": moe_level,
+            "rows": rows, "table": str(out)}
 
 
 def _tabulated(microdata: Path, data: pd.DataFrame, indexed: Any, by: Optional[str], agglvl: Optional[int],
@@ -888,22 +918,36 @@ def _write_tabulation(table: pd.DataFrame, out: Path, table_format: str, summary
 
         _write_atomically(out, lambda path: table.to_parquet(path, index=False) if table_format == "parquet"
                           else write_csv(table, path))
+    _write_summary(out, summary)
+
+
+def _write_summary(out: Path, summary: dict) -> None:
+    """A table's ``summary`` as JSON beside it (``out``.json)."""
     _write_atomically(out.with_name(out.name + ".json"),
                       lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+
+
+def _show_written(n_rows: int, out: Optional[Path], margins: str) -> None:
+    """Say where a table of ``n_rows`` rows went: ``out``, or (without it) standard output as CSV."""
+    from gedp.synth.columns import count
+
+    if out is not None:
+        console.print(f"{count(n_rows, 'row')} written to {out}{margins}")
+    else:
+        errors.print(f"{count(n_rows, 'row')} written as CSV to standard output{margins}")
 
 
 def _show_tabulation(table: pd.DataFrame, out: Optional[Path], margins: str) -> None:
     """Say where the table went; without --out, the whole table as CSV to a pipe, or its first rows
     to a terminal."""
-    from gedp.synth.schema import count
+    from gedp.synth.columns import count
 
-    if out is not None:
-        console.print(f"{count(len(table), 'row')} written to {out}{margins}")
-    elif not sys.stdout.isatty():
-        from gedp.csvtable import write_csv
+    if out is not None or not sys.stdout.isatty():
+        if out is None:
+            from gedp.csvtable import write_csv
 
-        write_csv(table, sys.stdout)
-        errors.print(f"{count(len(table), 'row')} written as CSV to standard output{margins}")
+            write_csv(table, sys.stdout)
+        _show_written(len(table), out, margins)
     else:
         typer.echo(table.head(SHOWN_ROWS).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
         shown = (f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)"
@@ -1071,7 +1115,7 @@ def evaluate(
     from gedp.evaluation.report import mark_confidentiality
     from gedp.release.format import SUMMARY_FILE
     from gedp.release.writer import staged_directory
-    from gedp.synth.schema import count
+    from gedp.synth.columns import count
 
     start = time.perf_counter()
     with reported_errors():

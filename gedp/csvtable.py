@@ -28,18 +28,24 @@ def write_csv(table: pd.DataFrame, target: str | Path | TextIO) -> None:
     if columns is None:
         table.to_csv(target, index=False)
         return
+    write_columns(dict(zip(table.columns, columns)), target)
+
+
+def write_columns(columns: dict[str, list], target: str | Path | TextIO) -> None:
+    """Write a table given as its columns by name (each a list of Python integers, finite floats or
+    text) as CSV to a file path or an open text stream: what pandas writes of the same table."""
     if isinstance(target, (str, Path)):
         with open(target, "w", encoding="utf-8", newline="") as file:
-            _write_rows(file, list(table.columns), columns)
+            _write_rows(file, columns)
     else:
-        _write_rows(target, list(table.columns), columns)
+        _write_rows(target, columns)
 
 
-def _write_rows(file: TextIO, names: list[str], columns: list[list]) -> None:
+def _write_rows(file: TextIO, columns: dict[str, list]) -> None:
     """The header and the rows, quoted where needed and ended as pandas ends them (``os.linesep``)."""
     writer = csv.writer(file, lineterminator=os.linesep)
-    writer.writerow(names)
-    writer.writerows(zip(*columns))
+    writer.writerow(list(columns))
+    writer.writerows(zip(*columns.values()))
 
 
 def _plain_columns(table: pd.DataFrame) -> list[list] | None:

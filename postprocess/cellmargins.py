@@ -186,7 +186,8 @@ def _row_norms(rows: np.ndarray, first: np.ndarray, tab: np.ndarray, weights: np
         return out
     starts = np.flatnonzero(np.r_[True, tab[1:] != tab[:-1]])  # where each tabulation cell's pairs start
     every = np.arange(0, len(tab), max(1, ROW_BLOCK // k))  # the start of the cell holding each: a bound
-    bounds = np.unique(np.r_[starts[np.searchsorted(starts, every, side="right") - 1], len(tab)])
+    bounds = np.r_[starts[np.searchsorted(starts, every, side="right") - 1], len(tab)]  # non-decreasing
+    bounds = bounds[np.r_[True, bounds[1:] != bounds[:-1]]]  # each once (np.unique would load numpy.ma)
     columns = np.arange(k)
     for low, high in zip(bounds[:-1], bounds[1:]):
         local = tab[low:high] - tab[low]

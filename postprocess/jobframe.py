@@ -237,7 +237,7 @@ def pick_family(families: Mapping[str, Sequence[str]], worker_keys: Sequence[str
 
 def worker_keys(by: str | Sequence[str]) -> list[str]:
     """The worker columns (of a job frame) among a tabulation's keys."""
-    from gedp.postprocess.tabulate import by_columns
+    from gedp.postprocess.keys import by_columns
 
     return [c for c in by_columns(by) if c in FAMILY_COLUMNS]
 

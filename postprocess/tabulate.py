@@ -12,6 +12,7 @@ import pandas as pd
 
 from gedp.measure.queries import Grouping, Groupings
 from gedp.postprocess.filters import FilterError, select_rows
+from gedp.postprocess.keys import tabulation_keys
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
 from gedp.synth.schema import CONFIDENTIAL, public_columns
@@ -36,33 +37,13 @@ class SelectionWarning(UserWarning):
     """A selection on noisy (protected) values: margins of error assume one on public columns only."""
 
 
-def by_columns(by: str | Sequence[str]) -> list[str]:
-    """The columns of a ``by``: a list, or a comma-separated string ("" or "total": none)."""
-    if isinstance(by, str):
-        return [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",") if c.strip()]
-    return list(by)
-
-
 def group_keys(microdata: pd.DataFrame, by: str | Sequence[str]) -> list[str]:
-    """The public columns a tabulation groups by.
-
-    ``by`` is a list of columns or a comma-separated string ("" or "total": the total). County codes
-    repeat across states, so a county key always carries the state (added before it).
+    """The public columns a tabulation of ``microdata`` groups by (``keys.tabulation_keys``).
 
     Raises:
         ValueError: a confidential attribute or a column the microdata do not have.
     """
-    keys = list(dict.fromkeys(by_columns(by)))
-    attributes = [c for c in keys if c in CONFIDENTIAL]
-    if attributes:
-        raise ValueError(f"cannot tabulate by {', '.join(attributes)}: confidential attributes are summed, not "
-                         f"grouped by; group by public columns ({', '.join(public_columns(microdata))})")
-    unknown = [c for c in keys if c not in microdata.columns]
-    if unknown:
-        raise ValueError(f"cannot tabulate by {', '.join(unknown)}: no such column")
-    if "county" in keys and "state" not in keys:
-        keys.insert(keys.index("county"), "state")
-    return keys
+    return tabulation_keys(by, list(microdata.columns), public_columns(microdata))
 
 
 def select(microdata: pd.DataFrame, where: str | None) -> np.ndarray:

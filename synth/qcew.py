@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from gedp.synth.columns import count
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
-from gedp.synth.schema import CONFIDENTIAL, InputError, count, validate_microdata
+from gedp.synth.schema import CONFIDENTIAL, InputError, validate_microdata
 
 if TYPE_CHECKING:
     import scipy.sparse as sp

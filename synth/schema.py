@@ -34,11 +34,6 @@ def shown(value: object) -> str:
     return text if len(text) <= SHOWN_CHARACTERS else text[: SHOWN_CHARACTERS - 3] + "..."
 
 
-def count(n: int, noun: str) -> str:
-    """``n`` and the noun, singular or plural: "1 row", "1,648 rows" (nouns taking an s)."""
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
 def _refuse(column: str, bad: np.ndarray, frame: pd.DataFrame, rule: str) -> None:
     """Raise an InputError naming the column, the rule and the first offending row (its number and
     estab_id): never a value or a count, which may be confidential."""

@@ -1,6 +1,7 @@
 """A further tabulation of a release, answered from its kept index, as a whole process: the bytes
 pandas writes for the kept table, without loading the release's readers of Arrow datasets, the
-panel readers or the stages' answer modules."""
+panel readers or the stages' answer modules, nor pandas itself where the groups are consecutive in
+the release."""
 
 import os
 import shutil
@@ -38,9 +39,13 @@ def further_request(arguments: list[str], out: str | None) -> tuple[set[str], by
     return modules, written
 
 
-@pytest.mark.parametrize("by, where, moe", [("county,naics4", None, True), ("sector", "own == '5'", True),
-                                            ("county,naics3", None, False), ("total", None, True)])
-def test_a_further_request_writes_pandas_bytes_and_loads_little(release, tmp_path, by, where, moe):
+@pytest.mark.parametrize("by, where, moe, quick", [("county,naics4", None, True, True),
+                                                   ("sector", "own == '5'", True, False),
+                                                   ("county,naics3", None, False, True), ("total", None, True, True),
+                                                   ("naics3", None, True, False)])
+def test_a_further_request_writes_pandas_bytes_and_loads_little(release, tmp_path, by, where, moe, quick):
+    """A filter, or groups not consecutive in the release, are answered through pandas; the rest
+    without importing it (``gedp.release.quick``)."""
     request = ["tabulate", str(release), "--by", by, *(["--where", where] if where else []),
                *(["--moe"] if moe else [])]
     first = CliRunner().invoke(app, ["tabulate", str(release), "--moe", "--out", str(tmp_path / "first.csv")])
@@ -52,3 +57,4 @@ def test_a_further_request_writes_pandas_bytes_and_loads_little(release, tmp_pat
         modules, written = further_request(request, out)
         assert written == expected
         assert "gedp.release.cells" in modules and not modules & NOT_LOADED, modules & NOT_LOADED
+        assert ("pandas" not in modules) == quick and ("gedp.release.quick" in modules) == (where is None)

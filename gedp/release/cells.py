@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gedp.measure.queries import Grouping, Groupings
 from gedp.postprocess.cellmargins import CellPieces, LeastSquaresCells, WageCells, cell_half_widths, finest_cells
-from gedp.postprocess.tabulate import group_keys, select, tabulation_sums
-from gedp.synth.schema import CONFIDENTIAL
+from gedp.synth.columns import CONFIDENTIAL
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas and the stages are loaded when a table is read (a name of a file needs neither)
+    import pandas as pd
+
+    from gedp.measure.queries import Grouping
     from gedp.postprocess.models import VarianceFunction
 
 CELLS_FILE = "cells.parquet"
@@ -68,6 +68,8 @@ def write_cell_index(protected: pd.DataFrame, folder: Path) -> None:
 def read_cell_index(folder: Path) -> CellIndex | None:
     """The cell index kept in ``folder`` (None when there is none, or it cannot be read); its arrays are
     mapped from the files, not copied."""
+    import pandas as pd
+
     def mapped(name: str) -> np.ndarray:
         return np.asarray(np.load(folder / name, mmap_mode="r", allow_pickle=False))
 
@@ -88,6 +90,9 @@ def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceF
     attribute's per-cell pieces, ``postprocess.cellmargins``, or its variance functions): the keys
     grouped by and the table; None when it cannot be answered from them (no kept index, a key or a
     filter that is not a function of the public cells, an empty selection)."""
+    from gedp.measure.queries import Grouping, Groupings
+    from gedp.postprocess.tabulate import group_keys, select, tabulation_sums
+
     index = read_cell_index(folder)
     if index is None:
         return None

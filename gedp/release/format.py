@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # a release's contents; a reader of the file names need not load the stages nor pandas
+    import pandas as pd
 
-if TYPE_CHECKING:  # a release's contents; a reader of the file names need not load the stages
     from gedp.measure.jobframe import FamilySpec
     from gedp.measure.workflows import Measurements
     from gedp.postprocess.wls import WLSResult

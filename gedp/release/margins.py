@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from gedp.postprocess.cellmargins import CellPieces, IndexedVariances, pieces_arrays, pieces_from
 from gedp.release.cells import CELL_CODES_FILE, indexed_tabulation, write_cell_index
@@ -43,6 +42,8 @@ from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.versions import package_version
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from gedp.postprocess.models import VarianceFunction
 
 #: Bumped whenever what the structure holds, or how it is applied, changes.
@@ -265,9 +266,9 @@ def read_pieces(path: Path) -> dict[str, CellPieces | None] | None:
     copied (a request reads the factors' rows in blocks)."""
     try:
         skeleton = json.loads((path / PIECES_FILE).read_text(encoding="utf-8"))
-        return {attribute: None if kept is None else pieces_from(kept, lambda name, attribute=attribute: np.load(
-                    path / f"{PIECES_PREFIX}{attribute}-{name}.npy", mmap_mode="r", allow_pickle=False))
-                for attribute, kept in skeleton.items()}
+        return {attribute: None if kept is None else pieces_from(kept, lambda name, attribute=attribute: np.asarray(
+                    np.load(path / f"{PIECES_PREFIX}{attribute}-{name}.npy", mmap_mode="r", allow_pickle=False)))
+                for attribute, kept in skeleton.items()}  # plain arrays over the mapping: no memmap per slice
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

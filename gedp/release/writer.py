@@ -38,9 +38,8 @@ from gedp.release.format import (
     TABLES_FILE,
     StateRelease,
 )
-from gedp.synth.schema import shown
 
-if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither
+if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither (nor pandas)
     import pandas as pd
 
     from gedp.measure.answers import NoisyAnswer
@@ -119,6 +118,8 @@ def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
         raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
     foreign = next((entry.name for entry in entries if not _is_gedp_entry(entry, names)), None)
     if foreign is not None:
+        from gedp.synth.schema import shown
+
         raise InputError(f"output '{out}': {shown(foreign)} is not part of a gedp {kind}; choose another --out")
 
 

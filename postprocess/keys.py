@@ -1,0 +1,37 @@
+"""The public columns a tabulation groups by: plain names, importable without pandas (a further
+request answered from a release's kept index, ``gedp.release.quick``, checks its keys here)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gedp.synth.columns import CONFIDENTIAL
+
+
+def by_columns(by: str | Sequence[str]) -> list[str]:
+    """The columns of a ``by``: a list, or a comma-separated string ("" or "total": none)."""
+    if isinstance(by, str):
+        return [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",") if c.strip()]
+    return list(by)
+
+
+def tabulation_keys(by: str | Sequence[str], columns: Sequence[str], public: Sequence[str]) -> list[str]:
+    """The public columns a tabulation of data with ``columns`` (``public`` of them) groups by.
+
+    ``by`` is a list of columns or a comma-separated string ("" or "total": the total). County codes
+    repeat across states, so a county key always carries the state (added before it).
+
+    Raises:
+        ValueError: a confidential attribute or a column the data do not have.
+    """
+    keys = list(dict.fromkeys(by_columns(by)))
+    attributes = [c for c in keys if c in CONFIDENTIAL]
+    if attributes:
+        raise ValueError(f"cannot tabulate by {', '.join(attributes)}: confidential attributes are summed, not "
+                         f"grouped by; group by public columns ({', '.join(public)})")
+    unknown = [c for c in keys if c not in columns]
+    if unknown:
+        raise ValueError(f"cannot tabulate by {', '.join(unknown)}: no such column")
+    if "county" in keys and "state" not in keys:
+        keys.insert(keys.index("county"), "state")
+    return keys
