@@ -95,8 +95,8 @@ def tabulate_floor(release: Path) -> float:
 
 
 def timed_run(command: list[str], cwd: Path) -> tuple[float, float, float]:
-    """Wall seconds, peak resident MiB and processor seconds (user + system) of one command in its
-    own process."""
+    """Wall seconds, peak resident MiB (of the largest process) and processor seconds (user + sys of
+    the command and of the processes it waited for, e.g. its worker processes) of one command."""
     # RUSAGE_CHILDREN is a high-water mark over all children: measure each case in its own process.
     probe = [sys.executable, "-c",
              "import resource, subprocess, sys, time; t = time.perf_counter(); "

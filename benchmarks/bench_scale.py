@@ -3,7 +3,7 @@ up to a national-size multi-state input. Results are appended to benchmarks/RESU
 
     python benchmarks/bench_scale.py [--solver-sizes 25000,251987,1400000,9400000]
         [--cvxpy-max 251987] [--protect-sizes 1400000] [--national-states 37] [--label TEXT]
-        [--repeat 3] [--before GEDP]
+        [--repeat 3] [--before GEDP] [--work DIR] [--protect-options '--processes 1']
 
 `gedp protect` runs as an agency runs it: secure generator, release for publication.
 
@@ -86,39 +86,51 @@ def _timed(call) -> float:
     return time.perf_counter() - start
 
 
-def protect_rows(sizes: list[int], national_states: int, work: Path, repeat: int = 1, before: str = "") -> list[str]:
+def make_inputs(sizes: list[int], national_states: int, work: Path) -> list[tuple[str, Path]]:
+    """The inputs of ``protect_rows`` in ``work``: one state of each size and the national folder of
+    ``national_states`` parts; an input already there (from an earlier run with ``--work``) is reused."""
+    inputs = []
+    for n in sizes:
+        path = work / f"state-{n}.parquet"
+        if not path.exists():
+            state_of_size(n).to_parquet(path, index=False)
+        inputs.append((f"{n:,} establishments, 1 state", path))
+    if national_states:
+        folder = work / f"national-{national_states}.parquet"
+        folder.mkdir(exist_ok=True)
+        for index, state in enumerate(NATIONAL_STATES[:national_states]):
+            part = folder / f"part-{state}.parquet"
+            if not part.exists():
+                frame = state_of_size(254_000, seed=index)
+                frame["state"] = state
+                frame["estab_id"] = state + "-" + frame["estab_id"]
+                frame.to_parquet(part.with_suffix(".tmp"), index=False)
+                part.with_suffix(".tmp").rename(part)
+        inputs.append((f"{national_states * 254_000:,} establishments, {national_states} states (national)", folder))
+    return inputs
+
+
+def protect_rows(sizes: list[int], national_states: int, work: Path, repeat: int = 1, before: str = "",
+                 extra: list[str] | None = None) -> list[str]:
     """`gedp protect` of each input, ``repeat`` times (alternating with the ``before`` executable when
-    given), beside its I/O floor (bench_cli.protect_floor): median, best, floor and peak memory."""
+    given), beside its I/O floor (bench_cli.protect_floor): median and best wall seconds, median processor
+    seconds (user + sys, worker processes included), floor, peak memory of the largest process, and the
+    range of the load average (1 min) before each run. ``extra``: options given to every protect."""
     from bench_cli import protect_floor, timed_run
 
     versions = {"": [shutil.which("gedp") or sys.executable, *(["-m", "gedp"] if not shutil.which("gedp") else [])]}
     if before:
         versions = {" (before)": [before], " (after)": versions[""]}
-    inputs = []
-    for n in sizes:
-        path = work / f"state-{n}.parquet"
-        state_of_size(n).to_parquet(path, index=False)
-        inputs.append((f"{n:,} establishments, 1 state", path))
-    if national_states:
-        folder = work / "national.parquet"
-        folder.mkdir()
-        total = 0
-        for index, state in enumerate(NATIONAL_STATES[:national_states]):
-            frame = state_of_size(254_000, seed=index)
-            frame["state"] = state
-            frame["estab_id"] = state + "-" + frame["estab_id"]
-            frame.to_parquet(folder / f"part-{state}.parquet", index=False)
-            total += len(frame)
-        inputs.append((f"{total:,} establishments, {national_states} states (national)", folder))
     rows = []
-    for label, path in inputs:
+    for label, path in make_inputs(sizes, national_states, work):
         release = work / f"release-{path.stem}"
         runs: dict[str, list[tuple[float, float, float]]] = {version: [] for version in versions}
         floors, loads = [], []
         for _ in range(repeat):
             for version, command in versions.items():  # alternate: both see the same load
                 loads.append(os.getloadavg()[0])
-                runs[version].append(timed_run([*command, "protect", str(path), "--out", str(release)], work))
+                runs[version].append(timed_run([*command, "protect", str(path), "--out", str(release),
+                                                *(extra or [])], work))
             scratch = work / "floor"
             scratch.mkdir(exist_ok=True)
             floors.append(protect_floor(path, release, scratch))
@@ -162,13 +174,19 @@ def main() -> None:
     parser.add_argument("--label", default="", help="added to the heading, e.g. the commit measured")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each `gedp protect` (median and best shown)")
     parser.add_argument("--before", default="", help="another gedp executable to run every protect with too")
+    parser.add_argument("--work", default="", help="folder where the inputs are made once and reused by later "
+                                                   "runs (default: a temporary folder)")
+    parser.add_argument("--protect-options", default="", help="options added to every `gedp protect`, e.g. "
+                                                              "'--processes 1'")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     sizes = [int(s) for s in args.solver_sizes.split(",") if s]
     solver = solver_rows(sizes, {"clarabel": args.cvxpy_max, "osqp": args.osqp_max})
     with tempfile.TemporaryDirectory() as tmp:
-        protect = protect_rows([int(s) for s in args.protect_sizes.split(",") if s], args.national_states, Path(tmp),
-                               args.repeat, args.before)
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        protect = protect_rows([int(s) for s in args.protect_sizes.split(",") if s], args.national_states, work,
+                               args.repeat, args.before, args.protect_options.split())
     from bench_cli import machine
 
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -507,6 +507,9 @@ def protect_command(
     scheduler: Annotated[Optional[str], typer.Option(help="With --engine dask: tls:// address of an existing "
                                                           "scheduler (default: a local cluster of 2 workers, "
                                                           "loopback only, TLS with keys made for the run).")] = None,
+    processes: Annotated[Optional[int], typer.Option(help="With the local engine: worker processes, each protecting "
+                                                          "one state at a time (default: one per usable CPU; 1: "
+                                                          "the states one after the other).")] = None,
     tls_ca_file: Annotated[Optional[Path], typer.Option(help="With --scheduler: the CA certificate of the "
                                                              "cluster (PEM).")] = None,
     tls_cert: Annotated[Optional[Path], typer.Option(help="With --scheduler: this client's certificate "
@@ -557,7 +560,7 @@ def protect_command(
         cfg = _load(config, workflow, integer, allow_large_mu)
         with progress_steps(None) as advance:
             manifest, reservation = _protected(load_input(intake), cfg, out, request, jobs, advance, seed=seed,
-                                               rng=rng, engine=engine, scheduler=access)
+                                               rng=rng, engine=engine, scheduler=access, processes=processes)
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     _print_quarters_and_budget(manifest, reservation)
 

@@ -6,9 +6,10 @@ Each state's noise comes from its own secure generator, or, in a release not for
 from a generator derived from the seed and the state code, so the ``local`` and ``dask`` engines
 give the same release. zeta is split among the states so the whole release keeps 1 - zeta. Only one
 state's working set is in memory at a time per worker: a state is read from the input (Parquet: with
-a filter, so only its rows are loaded), protected, written as one part of each output, and dropped
-(each part is written on a thread of the state's own as soon as it exists, while the state is
-computed further or the next one is protected).
+a filter, so only its rows are loaded), protected, written as one part of each output, and dropped.
+The local engine's workers are processes (``gedp.state_pool``); with one process it protects the
+states in its own process. Either way each part of a state is written on a thread of the state's own
+as soon as it exists, while the state is computed further or the next one is protected.
 """
 
 from __future__ import annotations
@@ -151,11 +152,14 @@ def read_state(source: Source, state: str, attributes, stored: list) -> pd.DataF
 
 
 def check_request(config: Config, states: list[str], *, seed: int | None, rng: str | None, engine: str,
-                  jobs: bool = False, scheduler: Scheduler | None = None) -> dict:
-    """Refuse a bad engine, seed and generator, a scheduler without the dask engine, a plan that spans
-    states, or a job table (``jobs``: whether one is given) that does not go with the config
-    (``gedp.pipeline.check_job_table``), before anything is read or reserved; returns how the
-    manifest describes the generator."""
+                  jobs: bool = False, scheduler: Scheduler | None = None, processes: int | None = None) -> dict:
+    """Refuse a bad engine, seed and generator, a scheduler without the dask engine, a number of
+    processes below 1, a plan that spans states, or a job table (``jobs``: whether one is given) that
+    does not go with the config (``gedp.pipeline.check_job_table``), before anything is read or
+    reserved; returns how the manifest describes the generator."""
+    from gedp.state_pool import pool_size
+
+    pool_size(processes, len(states))
     check_job_table(config, jobs)
     if engine not in ENGINES:
         raise InputError(f"engine '{engine}' is unknown; choose one of {', '.join(ENGINES)}")
@@ -235,9 +239,18 @@ def _protect_state(path: Source, state: str, stored: list, config: Config, entro
     return entry, functools.partial(parts.finish, contents)
 
 
-def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None] | None) -> list[dict]:
-    """Protect the states one after the other, each state's parts written (Arrow and Parquet encode
-    outside the GIL) while the next state is protected; at most one state waits to be written."""
+def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None] | None,
+                     processes: int | None = None, rows: int | None = None) -> list[dict]:
+    """Protect the states in a pool of worker processes (``gedp.state_pool``; ``processes``: None for
+    one per usable CPU and per ``state_pool.ROWS_PER_WORKER`` of the input's ``rows``) or, with one
+    state or one process, one after the other in this process, each state's parts written (Arrow and
+    Parquet encode outside the GIL) while the next state is protected; at most one state waits to be
+    written."""
+    from gedp.state_pool import pool_size, protect_in_pool
+
+    workers = pool_size(processes, len(arguments), rows)
+    if workers > 1:
+        return protect_in_pool(arguments, on_state, workers)
     pieces: list[dict] = []
     with ThreadPoolExecutor(max_workers=1) as writer:
         writing = None
@@ -276,6 +289,7 @@ def protect_input(
     extra_files: Callable[[Path], dict[str, dict]] | None = None,
     jobs: Source | None = None,
     key: Mapping[str, str] | None = None,
+    processes: int | None = None,
 ) -> dict:
     """Protect every state of ``path`` (a file, a Parquet folder or a DataFrame) into the release
     directory ``out``; returns the manifest. ``extra_files(staging)`` gives more JSON files to write,
@@ -287,11 +301,14 @@ def protect_input(
     release; if it raises, nothing is published.
     ``inputs`` is ``input_states(path)`` when the caller has read it already. ``jobs`` is the job
     table (``synth.jobs``) of a plan with job families. ``key``: see ``protect_one_state``.
+    ``processes``: the local engine's worker processes (None: one per usable CPU, at most one per
+    state and per 100,000 input rows; 1: the states one after the other in this process); the
+    release is the same whatever it is.
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
     rng_description = check_request(config, states, seed=seed, rng=rng, engine=engine, jobs=jobs is not None,
-                                    scheduler=scheduler)
+                                    scheduler=scheduler, processes=processes)
     job_tables = split_jobs(jobs, path, inputs) if jobs is not None else {}
     if rng_description["kind"] == "secure":
         entropy = None
@@ -302,7 +319,7 @@ def protect_input(
                              job_tables.get(state), key)
                      for state, stored in inputs.codes.items()}
         if engine == "local":
-            pieces = _protect_locally(arguments, on_state)
+            pieces = _protect_locally(arguments, on_state, processes, inputs.rows)
         else:
             pieces = _run_on_dask(arguments, scheduler, on_state)
         protected = sum(piece["establishments"] for piece in pieces)

@@ -93,20 +93,22 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
                      seed: int | None = None, rng: str | None = None, engine: str = "local",
                      scheduler: Scheduler | None = None, jobs: Source | None = None,
                      on_state: Callable[[str], None] | None = None,
-                     key: Mapping[str, str] | None = None) -> tuple[dict, Reservation | None]:
+                     key: Mapping[str, str] | None = None,
+                     processes: int | None = None) -> tuple[dict, Reservation | None]:
     """Protect ``source`` into the release folder ``out`` (``gedp.engine.protect_input``), recorded
     in the lifetime ledger when ``ledger`` is given; returns the manifest and the reservation.
 
     The output folder, engine, generator and job table are checked before the ledger is touched,
     and the ledger before any noise is drawn; ``on_state`` follows the protection of each state.
-    ``key``: columns of one value each added to the outputs (``gedp.engine.protect_one_state``).
+    ``key``: columns of one value each added to the outputs (``gedp.engine.protect_one_state``);
+    ``processes``: the local engine's worker processes (``gedp.engine.protect_input``).
     """
     check_output_directory(Path(out).resolve())
     inputs = input_states(source)
     check_request(config, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None,
-                  scheduler=scheduler)
+                  scheduler=scheduler, processes=processes)
     with reserved(ledger, source, config) as reservation:
         manifest = protect_input(source, config, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
-                                 jobs=jobs, on_state=on_state, inputs=inputs, key=key,
+                                 jobs=jobs, on_state=on_state, inputs=inputs, key=key, processes=processes,
                                  **publication_hooks(reservation))
     return manifest, reservation

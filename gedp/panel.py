@@ -67,7 +67,8 @@ def panel_plan(config: Config, design: QuarterDesign, quarters: int) -> Measurem
 def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                   seed: int | None = None, rng: str | None = None, engine: str = "local",
                   scheduler: Scheduler | None = None, design: QuarterDesign = INDEPENDENT,
-                  on_quarter: Callable[[str], None] | None = None) -> tuple[dict, Reservation | None]:
+                  on_quarter: Callable[[str], None] | None = None,
+                  processes: int | None = None) -> tuple[dict, Reservation | None]:
     """Protect every quarter of a panel (``synth.panel.check_panel``; each quarter's rows checked
     as microdata when protected) with the ``design`` and write one panel release to ``out`` (the
     quarters' releases are made in a hidden folder beside it, then joined); returns its manifest
@@ -82,8 +83,9 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
     panel = check_panel(read_source(source))
     quarters = panel_quarters(panel)
     plan = panel_plan(config, design, len(quarters))
+    # before the ledger is touched, as for a release of one quarter
     check_request(config, list(pd.unique(panel["state"].astype(str))), seed=seed, rng=rng, engine=engine,
-                  scheduler=scheduler)  # before the ledger is touched, as for a release of one quarter
+                  scheduler=scheduler, processes=processes)
     out.parent.mkdir(parents=True, exist_ok=True)
     with reserved(ledger, panel, dataclasses.replace(config, plan=plan)) as reservation, \
             tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.quarters-") as work:
@@ -94,7 +96,7 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
             folders[label] = Path(work) / label
             protect_recorded(panel[rows.to_numpy()].reset_index(drop=True), dataclasses.replace(config, plan=plan),
                              folders[label], ledger=None, seed=quarter_seed(seed, quarter), rng=rng, engine=engine,
-                             scheduler=scheduler, key={QUARTER_KEY: label})
+                             scheduler=scheduler, key={QUARTER_KEY: label}, processes=processes)
             if on_quarter is not None:
                 on_quarter(label)
         with staged_directory(out) as staging:

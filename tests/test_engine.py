@@ -277,7 +277,7 @@ def test_queries_spanning_states_are_refused(two_states, tmp_path):
 
 
 def test_a_state_that_fails_to_write_stops_the_release(two_states, tmp_path, monkeypatch):
-    """States are written while the next one is protected: a failed write of the first state is
+    """In one process, states are written while the next one is protected: a failed write of the first state is
     raised (not lost in the writing thread), the second state is not reported done, nothing is
     published and the staging folder is removed."""
     import gedp.engine
@@ -294,6 +294,6 @@ def test_a_state_that_fails_to_write_stops_the_release(two_states, tmp_path, mon
     monkeypatch.setattr(gedp.release.writer, "write_measurements", failing)
     with pytest.raises(OSError, match="disk full"):
         gedp.engine.protect_input(two_states / "states.parquet", load_config("baseline"), tmp_path / "out", seed=1,
-                                  on_state=done.append)
+                                  on_state=done.append, processes=1)
     assert done == []
     assert list(tmp_path.iterdir()) == []

@@ -345,8 +345,8 @@ def test_a_run_that_fails_after_its_reservation_leaves_it_pending(source, tmp_pa
         seen.append([r["status"] for r in releases(ledger)])
         raise SolverError("the solver did not converge")
 
-    monkeypatch.setattr(gedp.engine, "protect", fail)
-    line = one_error_line(protect(source, tmp_path / "r1", ledger, "--lifetime-cap", 3.0), code=1)
+    monkeypatch.setattr(gedp.engine, "protect", fail)  # in this process: the states one after the other
+    line = one_error_line(protect(source, tmp_path / "r1", ledger, "--lifetime-cap", 3.0, "--processes", 1), code=1)
     [pending] = releases(ledger)
     assert seen == [["pending"]]
     assert "did not converge" in line and f"release {pending['id']} stays pending" in line

@@ -1,0 +1,191 @@
+"""States protected in worker processes: the same release as one after the other, errors refused
+with nothing published, entries and progress in state order, Ctrl-C leaves no release."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gedp.config import load_config
+from gedp.engine import protect_input
+from gedp.errors import GedpError
+from gedp.state_pool import pool_size
+from gedp.synth.profiles import generate_profile, load_profile
+
+#: States of the input and their sizes: the first is the largest, so it tends to finish last.
+SIZES = {"05": 4_000, "23": 600, "44": 900}
+
+
+def _state(code: str, n: int, seed: int) -> pd.DataFrame:
+    frame = generate_profile(load_profile("small"), n_establishments=n, rng=np.random.default_rng(seed))
+    frame["state"] = code
+    frame["estab_id"] = code + "-" + frame["estab_id"]
+    return frame
+
+
+@pytest.fixture(scope="module")
+def three_states(tmp_path_factory) -> Path:
+    """Three states of different sizes as a folder of Parquet parts, one per state."""
+    folder = tmp_path_factory.mktemp("input") / "states.parquet"
+    folder.mkdir()
+    for seed, (code, n) in enumerate(SIZES.items()):
+        _state(code, n, seed).to_parquet(folder / f"part-{code}.parquet", index=False)
+    return folder
+
+
+def _files(release: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(release)): path.read_bytes() for path in sorted(release.rglob("*")) if path.is_file()}
+
+
+def _protected(source, out: Path, processes: int | None, **options) -> tuple[dict, list[str]]:
+    done: list[str] = []
+    manifest = protect_input(source, load_config("recommended"), out, on_state=done.append, processes=processes,
+                             **options)
+    return manifest, done
+
+
+def test_a_seeded_release_is_byte_identical_whatever_the_number_of_processes(three_states, tmp_path):
+    releases = {}
+    for processes in (1, 2, 3, None):
+        manifest, done = _protected(three_states, tmp_path / f"p{processes}", processes, seed=11)
+        assert done == list(SIZES) and [entry["state"] for entry in manifest["per_state"].values()] == list(SIZES)
+        releases[processes] = _files(tmp_path / f"p{processes}")
+    assert set(releases[1]) >= {"manifest.json", "qcew_tables.csv"}
+    assert len(releases[1]) > 3 and all(files == releases[1] for files in releases.values())
+    # and a different seed changes it: the comparison can see a difference
+    _protected(three_states, tmp_path / "other", 2, seed=12)
+    assert _files(tmp_path / "other")["qcew_tables.csv"] != releases[1]["qcew_tables.csv"]
+
+
+def test_an_input_in_memory_gives_the_same_release_in_processes(three_states, tmp_path):
+    frame = pd.read_parquet(three_states).sample(frac=1.0, random_state=0).reset_index(drop=True)
+    frame["state"] = frame["state"].astype(str)
+    _protected(frame, tmp_path / "one", 1, seed=5)
+    _protected(frame, tmp_path / "two", 2, seed=5)
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+
+
+def test_secure_releases_draw_fresh_noise_in_each_worker(three_states, tmp_path):
+    _protected(three_states, tmp_path / "a", 2, seed=None)
+    _protected(three_states, tmp_path / "b", 2, seed=None)
+    first, second = (pd.read_parquet(tmp_path / name / "protected.parquet") for name in "ab")
+    assert first["estab_id"].tolist() == second["estab_id"].tolist()
+    assert (first["m1emp"] != second["m1emp"]).mean() > 0.9
+
+
+@pytest.mark.parametrize("bad_state", ["05", "44"])
+def test_an_error_in_one_state_is_refused_with_nothing_published(three_states, tmp_path, bad_state):
+    """A state whose rows fail the microdata checks (read inside its worker) stops the release with
+    the message of a run in one process, and leaves nothing beside the input."""
+    bad = tmp_path / "bad.parquet"
+    bad.mkdir()
+    for part in three_states.iterdir():
+        frame = pd.read_parquet(part)
+        if part.name == f"part-{bad_state}.parquet":
+            frame.loc[3, "m1emp"] = -5
+        frame.to_parquet(bad / part.name, index=False)
+    messages, reported = {}, {}
+    for processes in (1, 2):
+        out = tmp_path / "releases" / f"p{processes}"
+        out.parent.mkdir()
+        reported[processes] = []
+        with pytest.raises(GedpError) as refused:
+            protect_input(bad, load_config("recommended"), out, seed=3, processes=processes,
+                          on_state=reported[processes].append)
+        messages[processes] = str(refused.value)
+        assert list(out.parent.iterdir()) == []  # no release, no staging folder
+        (out.parent).rmdir()
+    assert messages[2] == messages[1] and "m1emp" in messages[1] and f"{bad_state}-" in messages[1]
+    assert bad_state not in reported[2] and reported[2] == list(SIZES)[:len(reported[2])]
+
+
+def test_the_number_of_processes_is_checked_and_bounded_by_the_states():
+    assert pool_size(8, 3) == 3 and pool_size(1, 37) == 1
+    assert pool_size(None, 1) == 1 and pool_size(None, 100) == len(os.sched_getaffinity(0))
+    assert pool_size(None, 3, rows=5_500) == 1  # a worker's start would cost more than it saves
+    assert pool_size(None, 100, rows=10**9) == len(os.sched_getaffinity(0))
+    assert pool_size(2, 3, rows=5_500) == 2  # asked for: started whatever the size
+    for wrong in (0, -2, 1.5, True):
+        with pytest.raises(GedpError, match="processes"):
+            pool_size(wrong, 3)
+
+
+def test_ctrl_c_leaves_no_release_and_no_worker(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while the workers
+    protect: the command stops, publishes nothing, removes its staging folder, and no process of
+    its group is left."""
+    folder = tmp_path / "large.parquet"
+    folder.mkdir()
+    for seed, code in enumerate(("01", "02", "04", "05")):
+        _state(code, 60_000, seed).to_parquet(folder / f"part-{code}.parquet", index=False)
+    out = tmp_path / "release"
+    command = [sys.executable, "-m", "gedp", "protect", str(folder), "--out", str(out), "--seed", "1",
+               "--not-for-publication"]
+    run = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".release.partial-*/protected.parquet")):  # a worker has started writing
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGINT)
+    output = run.communicate(timeout=60)[0].decode()
+    assert run.returncode != 0, output
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["large.parquet"], output
+    deadline = time.monotonic() + 10
+    while _group_alive(run.pid):
+        assert time.monotonic() < deadline, "a process of the interrupted command is still running"
+        time.sleep(0.1)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_gedp_protect_takes_the_number_of_processes(three_states, tmp_path):
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+
+    runner = CliRunner()
+    arguments = ["protect", str(three_states), "--seed", "11", "--not-for-publication", "--out"]
+    assert runner.invoke(app, [*arguments, str(tmp_path / "one"), "--processes", "1"]).exit_code == 0
+    assert runner.invoke(app, [*arguments, str(tmp_path / "auto")]).exit_code == 0
+    assert _files(tmp_path / "one") == _files(tmp_path / "auto")
+    refused = runner.invoke(app, [*arguments, str(tmp_path / "none"), "--processes", "0"])
+    assert refused.exit_code == 2 and "processes 0 must be a whole number of at least 1" in refused.output
+    assert not (tmp_path / "none").exists()
+
+
+def test_a_worker_killed_midway_is_reported_with_nothing_published(three_states, tmp_path):
+    """A worker killed (as the system kills a process short of memory) gives one gedp error that says
+    what happened, and nothing is published."""
+    import multiprocessing
+    import threading
+
+    out, raised = tmp_path / "releases" / "r", []
+
+    def run():
+        try:
+            protect_input(three_states, load_config("recommended"), out, seed=1, processes=2)
+        except GedpError as err:
+            raised.append(err)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not multiprocessing.active_children():
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(multiprocessing.active_children()[0].pid, signal.SIGKILL)
+    thread.join(120)
+    assert len(raised) == 1 and "a worker process stopped before its state was protected" in str(raised[0])
+    assert list(out.parent.iterdir()) == [] and multiprocessing.active_children() == []
