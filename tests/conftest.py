@@ -12,6 +12,14 @@ from gedp.synth.profiles import generate_profile, load_profile
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """Workers for ``-n auto`` (pyproject's addopts): none when one test file is named, which would go
+    to a single worker anyway (``python3 -m pytest tests/test_x.py`` starts no worker processes);
+    otherwise pytest-xdist's count of cores."""
+    named = [arg.split("::")[0] for arg in config.args]
+    return 0 if len(named) == 1 and Path(named[0]).is_file() else None
+
+
 @pytest.fixture(scope="session")
 def small_state():
     """The small profile rescaled to 1,500 establishments (fixed seed): fast end-to-end solves."""

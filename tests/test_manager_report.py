@@ -128,8 +128,10 @@ def test_headless_browser_screenshot(page, tmp_path):
     out, _, _, _ = page
     shot = tmp_path / "shot.png"
     width, height = SCREENSHOT_SIZE
+    # a profile of its own: a browser already running on the user's profile would take the request
     subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync", "--no-first-run", f"--screenshot={shot}",
+                    f"--user-data-dir={tmp_path / 'profile'}",
                     f"--window-size={width},{height}", out.resolve().as_uri()],
                    check=True, capture_output=True, timeout=120)
     pixels = image.imread(shot)

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A user's module that the type check writes into the checkout for a moment (the wheel's copy leaves it out).
+TYPED_USE = "_typed_use_of_gedp.py"
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +20,8 @@ def wheel(tmp_path_factory) -> Path:
     build/lib would hold a second copy of the package)."""
     out = tmp_path_factory.mktemp("wheel")
     source = tmp_path_factory.mktemp("source") / "gedp"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "site", "docs", "tests", "benchmarks",
-                                                                 "*.egg-info", "__pycache__", ".*cache", ".venv"))
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "build", "site", "docs", "tests", "benchmarks",
+                                                                 "*.egg-info", "__pycache__", TYPED_USE))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", str(out), str(source)], check=True, capture_output=True, cwd=out)
     [built] = out.glob("gedp-*.whl")
@@ -83,7 +85,7 @@ def test_only_the_stage_folders_join_the_namespace():
 def test_the_public_api_is_typed_for_its_users(tmp_path):
     """A user's type checker sees gedp's signatures through the lazy top level (py.typed): a wrong
     argument and a missing attribute are reported, and correct use is clean."""
-    user = ROOT / "_typed_use_of_gedp.py"  # inside the checkout, where mypy finds gedp
+    user = ROOT / TYPED_USE  # inside the checkout, where mypy finds gedp
     user.write_text('import gedp\n\nrelease = gedp.read_release("r")\ntable = release.tabulate(by="total")\n'
                     'release.no_such_attribute\ngedp.protect("in.csv", config=3)\n')
     try:

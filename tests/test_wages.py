@@ -44,7 +44,9 @@ def test_shares_are_the_constrained_least_squares_solution():
 
 def _dense_variances(fit: wages.WageFit, tab_codes: np.ndarray, n_tab: int) -> np.ndarray:
     """Var(T) = g' Sigma g + sum over cells of s' (K - k k' / K_c) s, with dense matrices: Sigma the cell
-    block of the inverse Hessian of the joint least squares over cell totals and rates."""
+    block of the inverse Hessian of the joint least squares over cell totals and rates. What does not
+    depend on the tabulation (Sigma, each cell's members and K, each county's loading in each cell) is
+    computed once."""
     n_cells = len(fit.totals)
     free = ~fit.fixed_cells
     c = fit.groups.toarray()[:, free]
@@ -53,28 +55,24 @@ def _dense_variances(fit: wages.WageFit, tab_codes: np.ndarray, n_tab: int) -> n
     hessian = np.block([[cells, -links], [-links.T, fit.rates.precision.toarray()]])
     covariance = np.zeros((n_cells, n_cells))
     covariance[np.ix_(free, free)] = np.linalg.inv(hessian)[:free.sum(), :free.sum()]
+    cell_total = fit.totals[fit.cell_codes]
+    in_cell = np.bincount(fit.cell_codes)[fit.cell_codes]  # a cell at 0: its establishments alike
+    share = np.where(cell_total > 0, fit.values / np.maximum(cell_total, 1e-300), 1.0 / in_cell)
+    members = [fit.cell_codes == cell for cell in range(n_cells)]
+    varying = [(here, fit.share_variance[here]) for here in members if fit.share_variance[here].sum() > 0]
+    shares_k = [np.diag(k) - np.outer(k, k) / k.sum() for _, k in varying]
+    loadings = [np.where(fit.county_codes == county, fit.county_loading, 0.0) for county in np.unique(fit.county_codes)]
+    in_varying = np.array([[loading[here].sum() for here, _ in varying] for loading in loadings])  # county x cell
     out = np.zeros(n_tab)
     for t in range(n_tab):
         member = tab_codes == t
-        cell_total = fit.totals[fit.cell_codes]
-        in_cell = np.bincount(fit.cell_codes)[fit.cell_codes]  # a cell at 0: its establishments alike
-        share = np.where(cell_total > 0, fit.values / np.maximum(cell_total, 1e-300), 1.0 / in_cell)
         g = np.bincount(fit.cell_codes, weights=np.where(member, share, 0.0), minlength=n_cells)
         out[t] = g @ covariance @ g
-        for cell in range(n_cells):
-            k = fit.share_variance[fit.cell_codes == cell]
-            s = member[fit.cell_codes == cell].astype(float)
-            if k.sum() > 0:
-                out[t] += s @ (np.diag(k) - np.outer(k, k) / k.sum()) @ s
-        for county in np.unique(fit.county_codes):  # the counties' shared deviations
-            loading = np.where(fit.county_codes == county, fit.county_loading, 0.0)
-            absorbed = 0.0
-            for cell in range(n_cells):
-                here = fit.cell_codes == cell
-                k = fit.share_variance[here]
-                if k.sum() > 0:
-                    absorbed += k[member[here]].sum() / k.sum() * loading[here].sum()
-            out[t] += (loading[member].sum() - absorbed) ** 2
+        s_each = [member[here].astype(float) for here, _ in varying]
+        out[t] += sum(s @ shares @ s for s, shares in zip(s_each, shares_k))
+        taken = np.array([k[member[here]].sum() / k.sum() for here, k in varying])  # of each cell's K
+        for loading, in_cells in zip(loadings, in_varying):  # the counties' shared deviations
+            out[t] += (loading[member].sum() - taken @ in_cells) ** 2
     return out
 
 
