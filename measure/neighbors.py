@@ -146,12 +146,11 @@ class SqrtPsi(NeighborFunction):
 
     def estimate_variance(self, x, sd):
         # Var((m + Z)^2) = 4 m^2 sd^2 + 2 sd^4 with m^2 = x + a.
-        return 2 * sd**2 * (2 * (np.asarray(x, dtype=float) + self.a) + sd**2)
+        return _sqrt_variance(np.asarray(x, dtype=float) + self.a, sd)
 
     def releasable_variance(self, estimate, sd):
         # Floor x~ + a at 0 inside the formula so the variance is >= 2 sd^4 > 0.
-        shifted = np.maximum(np.asarray(estimate, dtype=float) + self.a, 0.0)
-        return 2 * sd**2 * (2 * shifted + sd**2)
+        return _sqrt_variance(np.maximum(np.asarray(estimate, dtype=float) + self.a, 0.0), sd)
 
     def clip_sensitivity(self, clip, gamma):
         # u - (sqrt(u + a) - gamma)^2 + a = 2 gamma sqrt(u + a) - gamma^2 while the lower end of
@@ -163,6 +162,16 @@ class SqrtPsi(NeighborFunction):
     def float_error(self, upper_total):
         # Rounding S to fl(S) moves sqrt(S + a) by <= 2^-54 sqrt(S + a); sqrt is correctly rounded.
         return 2.0**-52 * np.sqrt(np.asarray(upper_total, dtype=float) + self.a) + 2.0**-1000
+
+
+def _sqrt_variance(shifted: np.ndarray, sd: np.ndarray | float) -> np.ndarray:
+    """2 sd^2 (2 shifted + sd^2) for a ``shifted`` of its own (overwritten), with each operation of that
+    expression in its order (the same bits) but sd^2 computed once and two fresh arrays, not six."""
+    sd2 = sd**2
+    shifted *= 2
+    variance = shifted + sd2
+    variance *= 2 * sd2
+    return variance
 
 
 @dataclass(frozen=True)

@@ -99,17 +99,16 @@ def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray])
     a establishment falls in is independent of the noise in its moment. 0 everywhere when no band
     shows months that move more than their noise."""
     months = y.shape[1]
-    keys, levels, excesses, spreads = [], [], [], []
+    # month t's moments in row t: concatenated over the months without copies (keys: y month by month)
+    levels, excesses, spreads = (np.empty((months, len(y))) for _ in range(3))
     for t in range(months):
-        others = np.delete(y, t, axis=1)
+        other_months = [s for s in range(months) if s != t]
+        others = y[:, other_months]
         mean = row_means(others)[:, None]
-        spread = row_sums((others - mean) ** 2) / (months - 2)
-        keys.append(y[:, t])
-        levels.append(mean[:, 0])  # the band's size: the other months' mean (not selected on)
-        spreads.append(spread)
-        excesses.append(spread - row_means(np.delete(noise(np.repeat(mean, months, axis=1)), t, axis=1)))
-    fit = _power_law(np.concatenate(keys), np.concatenate(levels), np.concatenate(excesses),
-                     np.concatenate(spreads) ** 2)
+        np.divide(row_sums((others - mean) ** 2), months - 2, out=spreads[t])
+        levels[t] = mean[:, 0]  # the band's size: the other months' mean (not selected on)
+        np.subtract(spreads[t], row_means(noise(np.broadcast_to(mean, y.shape))[:, other_months]), out=excesses[t])
+    fit = _power_law(y.T.ravel(), levels.ravel(), excesses.ravel(), np.square(spreads.ravel()))
     return fit(row_means(y))
 
 
@@ -139,12 +138,14 @@ def _power_law(key: np.ndarray, size: np.ndarray, excess: np.ndarray,
 
 
 def _scale(level: np.ndarray) -> np.ndarray:
-    return np.maximum(level, 0.0) + 1.0
+    scale = np.maximum(level, 0.0)
+    scale += 1.0
+    return scale
 
 
 def _size_band(level: np.ndarray) -> np.ndarray:
     """Bands that double in size: 0 for levels below 1, then [1, 3), [3, 7), ..."""
-    return np.floor(np.log2(_scale(level))).astype(np.int64)
+    return np.log2(_scale(level)).astype(np.int64)  # log2 >= 0: truncation is the floor
 
 
 def blup(y: np.ndarray, v: np.ndarray, tau2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -154,7 +155,28 @@ def blup(y: np.ndarray, v: np.ndarray, tau2: np.ndarray) -> tuple[np.ndarray, np
     precision = row_sums(1.0 / total)[:, None]
     level = row_sums(y / total)[:, None] / precision
     k = tau2 / total
-    return level + k * (y - level), (1.0 - k) ** 2 / precision + tau2 * v / total
+    smoothed = y - level
+    smoothed *= k
+    smoothed += level  # level + k (y - level)
+    return smoothed, _blup_mse(v, tau2, total, precision, k)
+
+
+def blup_mse(v: np.ndarray, tau2: np.ndarray) -> np.ndarray:
+    """E(m^_t - m_t)^2 of ``blup`` alone (what does not need the answers)."""
+    total = tau2 + v
+    return _blup_mse(v, tau2, total, row_sums(1.0 / total)[:, None], tau2 / total)
+
+
+def _blup_mse(v: np.ndarray, tau2: np.ndarray, total: np.ndarray, precision: np.ndarray,
+              k: np.ndarray) -> np.ndarray:
+    """(1 - k)^2 / precision + tau2 v / total, each operation in its order, in two fresh arrays."""
+    mse = 1.0 - k
+    np.square(mse, out=mse)
+    mse /= precision
+    shared = tau2 * v
+    shared /= total
+    mse += shared
+    return mse
 
 
 def month_identity_answers(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]]) -> dict[str, NoisyAnswer]:
@@ -185,7 +207,7 @@ def pattern_spread(y: np.ndarray, noise_variance: np.ndarray, cells: np.ndarray)
     spread = np.column_stack([
         _power_law(level, level, (deviation2[:, t] - deviation_noise[:, t]) / scale2[:, 0],
                    (deviation2[:, t] / scale2[:, 0]) ** 2)(level) for t in range(months)])
-    return np.sqrt(np.maximum(spread, 0.0))[cells]
+    return _rows_of(np.sqrt(np.maximum(spread, 0.0)), cells)
 
 
 def month_pattern(y: np.ndarray, noise_variance: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
@@ -197,7 +219,8 @@ def month_pattern(y: np.ndarray, noise_variance: np.ndarray, groups: np.ndarray 
     months; n_g the noise variance of its month sums over their mean squared, averaged over the
     months): the share of that deviation that is not noise, estimated per group (sectors' patterns
     are far from normal around the common one: most move with it, a few seasonal ones do not)."""
-    common = _pattern(y.sum(axis=0), y.sum(axis=0).mean())
+    totals = _column_sums_in_row_order(y)
+    common = _pattern(totals, totals.mean())
     if groups is None:
         return common
     sums, months = _month_sums(groups, y), y.shape[1]
@@ -207,7 +230,18 @@ def month_pattern(y: np.ndarray, noise_variance: np.ndarray, groups: np.ndarray 
     deviation = _pattern(sums, mean) - common
     spread = (deviation**2).sum(axis=1)
     keep = np.maximum(1.0 - np.divide((months - 1) * noise, spread, out=np.ones(len(spread)), where=spread > 0), 0.0)
-    return (common + keep[:, None] * deviation)[groups]
+    return _rows_of(common + keep[:, None] * deviation, groups)
+
+
+def _column_sums_in_row_order(values: np.ndarray) -> np.ndarray:
+    """``values.sum(axis=0)`` of a C-ordered array (each column added row after row) for any layout."""
+    return np.array([np.add.accumulate(column)[-1] if len(column) else 0.0 for column in values.T])
+
+
+def _rows_of(table: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``table[codes]`` (groups x months -> establishments x months) laid out month by month (Fortran
+    order), so that arithmetic with the other month arrays runs along the establishments."""
+    return np.take(table.T, codes, axis=1).T
 
 
 def _pattern(sums: np.ndarray, mean: np.ndarray | float) -> np.ndarray:
@@ -253,15 +287,17 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
     out = {attribute: list(answers) for attribute, answers in answers_by_attribute.items()}
     if len(identity) < 3:
         return out
-    y = np.column_stack([answer.estimate for answer in identity.values()])
-    sd = np.column_stack([np.broadcast_to(answer.sd, len(y)) for answer in identity.values()])
+    # establishments x months, month by month in memory (Fortran order): every elementwise step below
+    # then runs along the establishments, also where a per-establishment column broadcasts over months
+    y = np.array([answer.estimate for answer in identity.values()], dtype=float).T
+    sd = _month_sds([answer.sd for answer in identity.values()], len(y))
     # the months' movement, from the sums of the answers: smoothing works on y_t / g_t
-    pattern = month_pattern(y, psi.estimate_variance(np.repeat(np.maximum(row_means(y)[:, None], 0.0),
-                                                               y.shape[1], axis=1), sd), groups)
-    scaled = y / pattern
+    pattern = month_pattern(y, psi.estimate_variance(np.broadcast_to(np.maximum(row_means(y)[:, None], 0.0),
+                                                                     y.shape), sd), groups)
+    scaled, pattern2 = y / pattern, pattern**2
 
     def noise(variance: Callable[[np.ndarray, np.ndarray], np.ndarray], level: np.ndarray) -> np.ndarray:
-        return variance(level * pattern, sd) / pattern**2  # on the pattern's scale
+        return variance(level * pattern, sd) / pattern2  # on the pattern's scale
 
     tau2 = deviation_variance(scaled, lambda x: noise(psi.estimate_variance, x))[:, None]
     at = np.maximum(row_means(scaled), 0.0)[:, None]
@@ -269,18 +305,31 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
     smoothed, mse = blup(scaled, v, tau2)
     # d mse / d level through the noise variances (forward difference; exact for sqrt's linear v)
     step = 1e-3 * (1.0 + at)
-    slope = (blup(scaled, noise(psi.releasable_variance, at + step), tau2)[1] - mse) / step * pattern
+    slope = blup_mse(noise(psi.releasable_variance, at + step), tau2)
+    slope -= mse
+    slope /= step
+    slope *= pattern
     loading = None
     if cells is not None:  # (1 - k_t) L^: what a cell's pattern moves m^_t by, per unit of relative pattern
         shrunk = np.maximum(smoothed - tau2 / (tau2 + v) * scaled, 0.0)
         loading = shrunk * pattern * pattern_spread(scaled, noise(psi.estimate_variance, at), cells)
-    smoothed, mse = smoothed * pattern, mse * pattern**2
+    smoothed *= pattern
+    mse *= pattern2
     for t, (month, answer) in enumerate(identity.items()):
         replaced = dataclasses.replace(answer, estimate=smoothed[:, t], variance=mse[:, t],
                                        variance_slope=slope[:, t],
                                        pattern_loading=None if loading is None else loading[:, t])
         out[month] = [replaced if a is answer else a for a in out[month]]
     return out
+
+
+def _month_sds(sds: Sequence[np.ndarray | float], n: int) -> np.ndarray:
+    """The months' noise sds (each a number or one per establishment) as establishments x months:
+    one row when every month's sd is one number (so the variances broadcast it), else a row for each
+    establishment, month by month in memory (Fortran order)."""
+    if n > 0 and all(np.all(np.asarray(sd) == np.ravel(sd)[0]) for sd in sds):
+        return np.array([[np.ravel(sd)[0] for sd in sds]], dtype=float)
+    return np.array([np.broadcast_to(sd, n) for sd in sds], dtype=float).T
 
 
 def pool_month_variances(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]],

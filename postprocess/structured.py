@@ -103,7 +103,8 @@ def cell_to_group_matrix(groups: sp.csr_matrix, cell_codes: np.ndarray, n_cells:
     Raises:
         NotNested: some group contains part of a cell only.
     """
-    cells = sp.csr_matrix((np.ones(len(cell_codes)), (np.arange(len(cell_codes)), cell_codes)),
+    # one entry per establishment, in its cell's column: built as CSR directly (no COO conversion)
+    cells = sp.csr_matrix((np.ones(len(cell_codes)), cell_codes, np.arange(len(cell_codes) + 1)),
                           shape=(len(cell_codes), n_cells))
     overlap = (groups @ cells).tocsr().tocoo()  # a product: no repeated entries; in the order of nonzero()
     nonzero = overlap.data != 0
@@ -415,6 +416,8 @@ def solve_structured_wls(
     start = time.perf_counter()
     exact, fixed = pinned_at_zero(groups, b, w)
     n_cells = int(cell_codes.max()) + 1 if len(cell_codes) else 0
-    c = cell_to_group_matrix(groups[~exact], cell_codes, n_cells)
-    values, iterations = solve_nested(a, v, cell_codes, c, b[~exact], w[~exact], fixed_zero=fixed)
+    if exact.any():  # else all rows: no copy
+        groups, b, w = groups[~exact], b[~exact], w[~exact]
+    c = cell_to_group_matrix(groups, cell_codes, n_cells)
+    values, iterations = solve_nested(a, v, cell_codes, c, b, w, fixed_zero=fixed)
     return values, iterations, time.perf_counter() - start

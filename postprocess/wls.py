@@ -223,12 +223,14 @@ def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
 def structured_parts(system: LinearSystem, identity_rows: np.ndarray) -> tuple[np.ndarray, ...]:
     """The structured solver's inputs from a stacked system: identity answers and variances per
     establishment (a, v), then the group rows, their answers and variances."""
-    establishment = system.matrix[identity_rows].indices  # one establishment per identity row, in row order
-    a = np.empty(system.matrix.shape[1])
-    v = np.empty(system.matrix.shape[1])
+    matrix = system.matrix
+    establishment = matrix.indices[matrix.indptr[identity_rows]]  # one establishment per identity row
+    a = np.empty(matrix.shape[1])
+    v = np.empty(matrix.shape[1])
     a[establishment], v[establishment] = system.b[identity_rows], system.v[identity_rows]
-    groups = ~np.isin(np.arange(system.matrix.shape[0]), identity_rows)
-    return a, v, system.matrix[groups], system.b[groups], system.v[groups]
+    groups = np.ones(matrix.shape[0], dtype=bool)
+    groups[identity_rows] = False
+    return a, v, matrix[groups], system.b[groups], system.v[groups]
 
 
 def solve_structured(system: LinearSystem, identity_rows: np.ndarray, cell_codes: np.ndarray) -> WLSResult:
