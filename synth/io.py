@@ -55,7 +55,7 @@ def read_columns(path: str | Path, columns: Sequence[str] | None = None,
             raise InputError(f"input file '{path}' is empty")
         check_columns(names, attributes=(), required=required)
         if is_parquet(path):
-            filters = None if where is None else [(where[0], "in", list(where[1]))]
+            filters = None if where is None or _every_row_holds(path, *where) else [(where[0], "in", list(where[1]))]
             return pd.read_parquet(path, columns=None if columns is None else list(columns), filters=filters)
         frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, encoding="utf-8", usecols=columns)
         return frame if where is None else frame[frame[where[0]].isin(where[1])].reset_index(drop=True)
@@ -68,6 +68,25 @@ def read_columns(path: str | Path, columns: Sequence[str] | None = None,
     except (pd.errors.ParserError, csv.Error, OSError, ValueError, KeyError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"input file '{path}' cannot be read: {first_line}") from None
+
+
+def _every_row_holds(path: Path, column: str, values: Sequence) -> bool:
+    """Whether the statistics of every row group of a Parquet input show ``column`` holding one of
+    ``values`` in all its rows (one value, none missing): then a filter on it would keep every row and
+    only cost its evaluation. A state is protected from the rows read this way only when the rows of
+    all states add up to the input's (``gedp.engine.protect_input``)."""
+    accepted = set(values)
+    for fragment in ds.dataset(path, format="parquet").get_fragments():
+        metadata = fragment.metadata
+        if column not in metadata.schema.names:
+            return False
+        index = metadata.schema.names.index(column)
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(index).statistics
+            if (stats is None or not stats.has_min_max or stats.null_count != 0 or stats.min != stats.max
+                    or stats.min not in accepted):
+                return False
+    return True
 
 
 def read_microdata(path: str | Path, attributes: Sequence[str] | None = CONFIDENTIAL) -> pd.DataFrame:
@@ -101,10 +120,35 @@ def write_microdata(microdata: pd.DataFrame, path: str | Path) -> None:
 def sorted_by(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """``frame`` sorted by ``columns`` (ascending, stable, missing values last), index reset: what
     ``sort_values(columns, kind="stable", ignore_index=True)`` gives, sorted in Arrow (text keys are
-    compared as bytes, in code point order, without pandas factorizing them)."""
-    keys = pa.table({column: pa.array(frame[column]) for column in columns})
-    order = pc.sort_indices(keys, sort_keys=[(column, "ascending") for column in columns])
+    compared as bytes, in code point order). The leading columns, codes with few distinct values, are
+    sorted as the ranks of their values folded into whole numbers (``_leading_ranks``), the last one
+    as it is: Arrow then compares strings only between rows of equal leading values."""
+    keys = {f"rank {index}": rank for index, rank in enumerate(_leading_ranks(frame, columns[:-1]))}
+    keys["last"] = pa.array(frame[columns[-1]])
+    order = pc.sort_indices(pa.table(keys), sort_keys=[(key, "ascending") for key in keys])
     return frame.take(np.asarray(order)).reset_index(drop=True)
+
+
+#: Largest number of combinations of ranks folded into one int64 key.
+MAX_FOLDED = 1 << 62
+
+
+def _leading_ranks(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarray]:
+    """int64 keys ordered as ``columns`` are: each value's rank among the column's sorted distinct
+    values (missing ones last), consecutive columns folded into one key while their combinations fit."""
+    keys: list[np.ndarray] = []
+    combinations = MAX_FOLDED
+    for column in columns:
+        codes, distinct = pd.factorize(frame[column], sort=True)
+        size = len(distinct) + 1
+        rank = np.where(codes < 0, size - 1, codes).astype(np.int64)
+        if combinations * size <= MAX_FOLDED:
+            keys[-1] = keys[-1] * size + rank
+            combinations *= size
+        else:
+            keys.append(rank)
+            combinations = size
+    return keys
 
 
 def read_jobs(path: str | Path, establishments: pd.DataFrame) -> pd.DataFrame:

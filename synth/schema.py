@@ -48,8 +48,17 @@ def _refuse(column: str, bad: np.ndarray, frame: pd.DataFrame, rule: str) -> Non
 
 def normalize_code(frame: pd.DataFrame, column: str, width: int) -> pd.Series:
     """Codes as strings of exactly ``width`` ASCII digits; text is stripped of surrounding blanks and
-    whole numbers are zero-padded (FIPS stored as int). The one normalization of codes in gedp."""
-    text, malformed = code_text(frame[column], width)
+    whole numbers are zero-padded (FIPS stored as int). The one normalization of codes in gedp.
+
+    Text and whole-number columns are normalized once per distinct value (a column of millions of
+    rows holds a few thousand codes at most); other columns value by value."""
+    raw = frame[column]
+    if pd.api.types.is_integer_dtype(raw) or pd.api.types.is_string_dtype(raw) and raw.dtype != object:
+        positions, distinct = pd.factorize(raw, use_na_sentinel=False)
+        text, malformed = code_text(pd.Series(distinct, name=column), width)
+        text, malformed = text.take(positions).set_axis(raw.index), malformed[positions]
+    else:
+        text, malformed = code_text(raw, width)
     _refuse(column, malformed, frame, f"codes must be {width} ASCII digit{'s' if width > 1 else ''}")
     return text.astype(str)
 
