@@ -74,7 +74,7 @@ from scipy.sparse.linalg import spsolve
 from gedp.errors import SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
-from gedp.measure.queries import IDENTITY, Groupings, group_establishments
+from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
 from gedp.postprocess.structured import (
@@ -312,15 +312,15 @@ def _prior_precision(children: np.ndarray, parents: np.ndarray, edge_variance: n
                            np.concatenate([np.arange(n_theta), parents, children]))), shape=(n_theta, n_theta))
 
 
-def _detail_cells(public: pd.DataFrame, cell_codes: np.ndarray, rate_codes: np.ndarray,
+def _detail_cells(groupings: Groupings, cell_codes: np.ndarray, rate_codes: np.ndarray,
                   n_rates: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The model's cells: the plan's cells split by the finest industry (DETAIL), each
     establishment's new cell code; and per detail rate (a DETAIL industry of a state whose NAICS-5
     rate group holds several), its rate group; and each establishment's detail rate (-1: none, its
     NAICS-5 group has one DETAIL industry)."""
-    if DETAIL not in public:
+    if DETAIL not in groupings.public:
         return cell_codes, np.zeros(0, dtype=np.int64), np.full(len(cell_codes), -1)
-    detail = pd.factorize(public[DETAIL], sort=True)[0]  # sorted: numbering independent of the row order
+    detail = groupings((DETAIL,)).codes  # sorted: numbering independent of the row order
     radix = int(detail.max()) + 1
     cells = pd.factorize(cell_codes * radix + detail, sort=True)[0]
     _, first, industry = np.unique(rate_codes * radix + detail, return_index=True, return_inverse=True)
@@ -351,18 +351,30 @@ def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray
     return np.maximum(spread2, MIN_RATE_SPREAD**2)[detail_state]
 
 
-def _cell_counties(public: pd.DataFrame, cell_codes: np.ndarray, n_cells: int) -> np.ndarray | None:
+def _cell_counties(groupings: Groupings, cell_codes: np.ndarray, n_cells: int) -> np.ndarray | None:
     """Each cell's county (state and county code), or None when the input has no county column or
     a cell spans several counties (a plan whose finest grouping is not within counties)."""
-    if "county" not in public:
+    if "county" not in groupings.public:
         return None
-    county = pd.factorize(public["state"].astype(str) + "/" + public["county"].astype(str))[0]
+    county = _county_codes(groupings)
     first, last = np.full(n_cells, county.max() + 1), np.full(n_cells, -1)
     np.minimum.at(first, cell_codes, county)
     np.maximum.at(last, cell_codes, county)
     if np.any(first != last):
         return None
     return pd.factorize(first)[0]
+
+
+def _county_codes(groupings: Groupings) -> np.ndarray:
+    """Each establishment's county (state and county), numbered in order of first appearance (as the
+    texts "state/county" were numbered; validated codes are digits, never missing)."""
+    return _first_appearance(groupings, ("state", "county"))
+
+
+def _first_appearance(groupings: Groupings, by: tuple[str, ...]) -> np.ndarray:
+    """Each establishment's group of ``by``, numbered in order of first appearance (pd.factorize's
+    numbering of the key values), from the shared grouping's codes."""
+    return pd.factorize(groupings(by).codes)[0]
 
 
 def _county_spread(cell_county: np.ndarray | None, county_state: np.ndarray, cell_state: np.ndarray,
@@ -391,39 +403,66 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
     final free set. Returns x and the free set (x_j > 0 or in a cell of positive total).
 
     A cell whose bracket a step left unchanged would stay unchanged (each step is a function of the
-    cell's own bracket), so later steps sum only over the establishments of cells still moving.
+    cell's own bracket), so later steps sum only over the establishments of cells still moving. The
+    establishments are grouped by cell once (in their order within a cell), so each step's sums are
+    ``_run_sums`` of contiguous runs: the same sums, in the same order, as ``np.bincount``.
     """
     n_cells = len(totals)
-    ratio = -target / variance  # x_j > 0 exactly when lambda > ratio_j
-    low, high = np.full(n_cells, np.inf), np.full(n_cells, -np.inf)
-    np.minimum.at(low, cell_codes, ratio)
-    np.maximum.at(high, cell_codes, ratio)
+    order = np.argsort(cell_codes, kind="stable")  # each cell's establishments together, in their order
+    counts = np.bincount(cell_codes, minlength=n_cells)  # the moving cells' establishments (0: stopped)
+    moving_target, moving_variance = target[order], variance[order]  # of the moving cells' establishments
+    low, high = _run_extremes(-moving_target / moving_variance, counts)  # x_j > 0 exactly when lambda > -t_j / v_j
     spare = totals - np.bincount(cell_codes, weights=target, minlength=n_cells)
     summed = np.bincount(cell_codes, weights=variance, minlength=n_cells)
     high = np.maximum(high, np.divide(spare, summed, out=np.zeros(n_cells), where=summed > 0))
     low = np.minimum(low, high)
     moving = np.ones(n_cells, dtype=bool)
-    codes, moving_target, moving_variance = cell_codes, target, variance  # of the moving cells' establishments
+    sums = _run_sums(counts)
     for _ in range(SHARE_STEPS):
         middle = (low + high) / 2
-        x = middle[codes]  # max(target + variance * middle, 0) per establishment, in place
+        x = np.repeat(middle, counts)  # max(target + variance * middle, 0) per establishment, in place
         x *= moving_variance
         x += moving_target
-        shared = np.bincount(codes, weights=np.maximum(x, 0.0, out=x), minlength=n_cells)
+        shared = sums @ np.maximum(x, 0.0, out=x)
         above = shared > totals
         new_high, new_low = np.where(moving & above, middle, high), np.where(moving & ~above, middle, low)
         moving = (new_high != high) | (new_low != low)  # NaN brackets keep moving
         high, low = new_high, new_low
         if not moving.any():
             break
-        keep = moving[codes]
+        keep = np.repeat(moving, counts)
         if not keep.all():
-            codes, moving_target, moving_variance = codes[keep], moving_target[keep], moving_variance[keep]
+            moving_target, moving_variance = moving_target[keep], moving_variance[keep]
+            counts = np.where(moving, counts, 0)
+            sums = _run_sums(counts)
     free = (target + variance * high[cell_codes] > 0) & (totals[cell_codes] > 0)
     free_variance = np.bincount(cell_codes, weights=np.where(free, variance, 0.0), minlength=n_cells)
     free_target = np.bincount(cell_codes, weights=np.where(free, target, 0.0), minlength=n_cells)
     lam = np.divide(totals - free_target, free_variance, out=np.zeros(n_cells), where=free_variance > 0)
     return np.where(free, np.maximum(target + variance * lam[cell_codes], 0.0), 0.0), free
+
+
+def _run_extremes(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least and greatest of each of the contiguous runs of ``counts`` values (inf and -inf for an
+    empty run): what ``np.minimum.at`` and ``np.maximum.at`` give by each value's run, without their
+    per-value dispatch."""
+    low, high = np.full(len(counts), np.inf), np.full(len(counts), -np.inf)
+    filled = counts > 0
+    if filled.any():
+        starts = (np.cumsum(counts) - counts)[filled]
+        low[filled], high[filled] = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)
+    return low, high
+
+
+def _run_sums(counts: np.ndarray) -> sp.csr_matrix:
+    """The cells x establishments matrix of ones summing contiguous runs of ``counts`` establishments:
+    its product adds each run's values in order from 0 (the sparse product's row loop), the bits of
+    ``np.bincount`` of the same values and their cells."""
+    n = int(counts.sum())
+    indptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return sp.csr_matrix((np.ones(n), np.arange(n), indptr), shape=(len(counts), n))
+
 
 @dataclass(frozen=True, eq=False)
 class _Cells:
@@ -439,11 +478,11 @@ class _Cells:
     w: np.ndarray
 
 
-def _model_cells(public: pd.DataFrame, plan_codes: np.ndarray, rate_codes: np.ndarray, n_rates: int,
+def _model_cells(groupings: Groupings, plan_codes: np.ndarray, rate_codes: np.ndarray, n_rates: int,
                  system: LinearSystem) -> tuple[_Cells, np.ndarray, np.ndarray]:
     """The model's cells from each establishment's plan cell ``plan_codes`` and the group answers'
     ``system``; and the detail rates' NAICS-5 groups and each establishment's detail rate (``_detail_cells``)."""
-    cell_codes, detail_group, establishment_detail = _detail_cells(public, plan_codes, rate_codes, n_rates)
+    cell_codes, detail_group, establishment_detail = _detail_cells(groupings, plan_codes, rate_codes, n_rates)
     n_cells = int(cell_codes.max()) + 1
     coarse_cells = np.zeros(n_cells, dtype=np.int64)  # each cell's plan cell
     coarse_cells[cell_codes] = plan_codes
@@ -482,11 +521,11 @@ class _Theta:
         return len(self.rate_state), len(self.parent_state), len(self.county_state), len(self.detail_group)
 
 
-def _theta_layout(public: pd.DataFrame, rate_answer: NoisyAnswer, rate_codes: np.ndarray, cells: _Cells,
+def _theta_layout(groupings: Groupings, rate_answer: NoisyAnswer, rate_codes: np.ndarray, cells: _Cells,
                   detail_group: np.ndarray, establishment_detail: np.ndarray) -> _Theta:
     """Where each establishment's and cell's state, rate, parent rate and county offset sit in theta."""
     n_cells, n_rates, n_details = len(cells.coarse), len(rate_answer), len(detail_group)
-    state = pd.factorize(public["state"])[0]
+    state = _first_appearance(groupings, ("state",))
     cell_state = np.zeros(n_cells, dtype=np.int64)
     cell_state[cells.codes] = state
     cell_rate = np.zeros(n_cells, dtype=np.int64)
@@ -498,7 +537,7 @@ def _theta_layout(public: pd.DataFrame, rate_answer: NoisyAnswer, rate_codes: np
     n_parents = int(parent.max()) + 1
     parent_state = np.zeros(n_parents, dtype=np.int64)
     parent_state[parent] = rate_state
-    cell_county = _cell_counties(public, cells.codes, n_cells)
+    cell_county = _cell_counties(groupings, cells.codes, n_cells)
     n_counties = 0 if cell_county is None else int(cell_county.max()) + 1
     county_state = np.zeros(n_counties, dtype=np.int64)
     first_detail = n_rates + n_parents + n_counties
@@ -541,6 +580,7 @@ class _Problem:
     parent_vagueness: np.ndarray  # per parent rate: its vague prior's variance
     detail_spread2: np.ndarray  # per detail rate
     lower: np.ndarray  # per establishment: its least wage (WAGE_FLOOR; 0 when fixed)
+    cell_lower: np.ndarray  # per cell: its establishments' least wages summed
     county_codes: np.ndarray  # per establishment: its county (state and county; 0 without counties)
 
 
@@ -566,18 +606,18 @@ class _Fit:
     rates: SharedRates
 
 
-def _problem(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: LinearSystem, plan_codes: np.ndarray,
-             identity_codes: np.ndarray, employment: np.ndarray, employment_variance: np.ndarray,
-             psi: NeighborFunction) -> tuple[_Problem, _Pass]:
+def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: LinearSystem, plan_codes: np.ndarray,
+             employment: np.ndarray, employment_variance: np.ndarray, psi: NeighborFunction
+             ) -> tuple[_Problem, _Pass]:
     """The fixed inputs of the cell fit (step 1: the cell measurements) and the first pass's start;
     ``employment``: each establishment's protected employment (``protected_employment``)."""
+    identity_codes, rate_codes = groupings(IDENTITY).codes, groupings(RATE_QUERY).codes
     [identity] = [a for a in answers if a.query.is_identity]
     [rate_answer] = [a for a in answers if not a.query.is_identity and tuple(a.query.by) == RATE_QUERY]
     answer, sd = identity.estimate[identity_codes], per_establishment(identity.sd, identity_codes)
-    rate_codes = group_establishments(public, list(RATE_QUERY)).codes
     n_rates = len(rate_answer)
-    cells, detail_group, establishment_detail = _model_cells(public, plan_codes, rate_codes, n_rates, system)
-    theta = _theta_layout(public, rate_answer, rate_codes, cells, detail_group, establishment_detail)
+    cells, detail_group, establishment_detail = _model_cells(groupings, plan_codes, rate_codes, n_rates, system)
+    theta = _theta_layout(groupings, rate_answer, rate_codes, cells, detail_group, establishment_detail)
     n_cells, state, n_states = len(cells.coarse), theta.state, theta.n_states
     protected_employment = np.maximum(employment, 0.0)
     employment = np.maximum(employment, EMPLOYMENT_FLOOR)
@@ -590,6 +630,7 @@ def _problem(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: Linea
     detail_spread2 = _detail_spread(answer, employment, psi.estimate_variance(weight_rate * employment, sd),
                                     establishment_detail, detail_group, rate_answer.estimate / rate_employment,
                                     rate_variance, theta.rate_state, n_states)
+    lower = np.where(cells.fixed, 0.0, WAGE_FLOOR * state_rate[state] * protected_employment)
     problem = _Problem(
         cells=cells, theta=theta, psi=psi, answer=answer, sd=sd, employment=employment,
         employment_variance=employment_variance, state_rate=state_rate,
@@ -599,9 +640,9 @@ def _problem(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: Linea
         rate_employment=rate_employment, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
         floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
         detail_spread2=detail_spread2,
-        lower=np.where(cells.fixed, 0.0, WAGE_FLOOR * state_rate[state] * protected_employment),
-        county_codes=(pd.factorize(public["state"].astype(str) + "/" + public["county"].astype(str))[0]
-                      if "county" in public else np.zeros(len(public), dtype=np.int64)))
+        lower=lower, cell_lower=np.bincount(cells.codes, weights=lower, minlength=n_cells),
+        county_codes=(_county_codes(groupings) if "county" in groupings.public
+                      else np.zeros(len(identity_codes), dtype=np.int64)))
     # the first pass: rates from the rate query's answers
     start = _Pass(rate_totals=np.maximum(rate_answer.estimate, 0.0), rate_variance=rate_variance,
                   cell_rate_variance=rate_variance[theta.cell_rate], weight_rate=weight_rate)
@@ -687,7 +728,7 @@ def _bounded_totals(p: _Problem, combined: np.ndarray, cell_variance: np.ndarray
     combined cell measurements and the group answers: t = lower + u with u >= 0 (the group answers
     less the lower bounds' sums), by the structured solver."""
     cells = p.cells
-    lower = np.bincount(cells.codes, weights=p.lower, minlength=len(combined))
+    lower = p.cell_lower
     lower_sums = cells.c @ np.bincount(cells.coarse, weights=lower, minlength=cells.c.shape[1])
     above, _ = solve_nested(combined - lower, cell_variance, cells.coarse, cells.c, cells.b - lower_sums, cells.w,
                             fixed_zero=cells.fixed_cells)
@@ -708,7 +749,7 @@ def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     spread_variance = (spread[state] * share_prior) ** 2 + employee_part + np.finfo(float).tiny
     share_precision = 1.0 / noise + 1.0 / spread_variance
     target = (p.answer / noise + share_prior / spread_variance) / share_precision
-    above, _ = share_cells(totals - np.bincount(codes, weights=p.lower, minlength=n_cells), codes, target - p.lower,
+    above, _ = share_cells(totals - p.cell_lower, codes, target - p.lower,
                            1.0 / share_precision)
     values = p.lower + above
     values[p.cells.fixed] = 0.0
@@ -741,17 +782,15 @@ def _county_loadings(p: _Problem, share_prior: np.ndarray, residual: np.ndarray,
 
 
 @one_blas_thread
-def fit_cells(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: LinearSystem, plan_codes: np.ndarray,
-              identity_codes: np.ndarray, employment: np.ndarray, employment_variance: np.ndarray,
-              psi: NeighborFunction) -> WageFit:
+def fit_cells(answers: Sequence[NoisyAnswer], groupings: Groupings, system: LinearSystem, plan_codes: np.ndarray,
+              employment: np.ndarray, employment_variance: np.ndarray, psi: NeighborFunction) -> WageFit:
     """Protected wages from the wage answers, public attributes and protected employment (see the module).
 
     ``system``: the group-by answers stacked over the establishments (``wls.build_system``);
-    ``plan_codes`` each establishment's plan cell and ``identity_codes`` its row in the identity
-    answers (``fit_wages`` gives them all).
+    ``plan_codes`` each establishment's plan cell (``fit_wages`` gives them all); ``groupings``: of the
+    public columns, shared (the identity rows, rate groups, industries, counties).
     """
-    problem, carry = _problem(answers, public, system, plan_codes, identity_codes, employment, employment_variance,
-                              psi)
+    problem, carry = _problem(answers, groupings, system, plan_codes, employment, employment_variance, psi)
     for _ in range(PASSES):  # spreads from the last fit
         carry, fit = _fit_pass(problem, carry)
     values, share_variance, county_loading = _shares(problem, fit.totals)
@@ -759,7 +798,7 @@ def fit_cells(answers: Sequence[NoisyAnswer], public: pd.DataFrame, system: Line
     return WageFit(values=values, cell_codes=cells.codes, totals=fit.totals, cell_measurement=fit.combined,
                    cell_variance=fit.cell_variance, coarse_groups=cells.c, coarse_cells=cells.coarse,
                    group_answers=cells.b, group_variance=cells.w, fixed_cells=cells.fixed_cells,
-                   lower=np.bincount(cells.codes, weights=problem.lower, minlength=len(fit.totals)),
+                   lower=problem.cell_lower,
                    share_variance=share_variance, county_codes=problem.county_codes,
                    county_loading=county_loading, rates=fit.rates)
 
@@ -776,8 +815,8 @@ def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], pr
     system = build_system(groups, public, [answer.variance for answer in groups], groupings)
     identity_codes = groupings(IDENTITY).codes
     employment, employment_variance = protected_employment(protected, measurements_by_attribute, identity_codes, psi)
-    return fit_cells(answers, public, system, system_structure(answers, public, groupings)[1], identity_codes,
-                     employment, employment_variance, psi)
+    return fit_cells(answers, groupings, system, system_structure(answers, public, groupings)[1], employment,
+                     employment_variance, psi)
 
 
 def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,

@@ -127,7 +127,10 @@ def test_ctrl_c_leaves_no_release_and_no_worker(tmp_path):
     out = tmp_path / "release"
     command = [sys.executable, "-m", "gedp", "protect", str(folder), "--out", str(out), "--seed", "1",
                "--not-for-publication"]
-    run = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # As a terminal's foreground command: Ctrl-C not ignored, even when this test runs in a shell's
+    # background job (which starts with SIGINT ignored, and children inherit that).
+    run = subprocess.Popen(command, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".release.partial-*/protected.parquet")):  # a worker has started writing
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]

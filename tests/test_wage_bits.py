@@ -1,0 +1,105 @@
+"""The wage fit's grouped computations give the bits of their plain forms (bincounts, texts)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gedp.measure.queries import Groupings
+from gedp.postprocess import wages
+
+
+def _unsorted_cells(rng, n_cells=40, n=3000):
+    """Cell codes in random order (some cells empty, a few large), values of very different sizes."""
+    sizes = rng.choice([0, 1, 2, 7, 30, 200], size=n_cells, p=[0.1, 0.2, 0.2, 0.2, 0.2, 0.1])
+    codes = rng.permutation(np.repeat(np.arange(n_cells), sizes))[:n]
+    values = rng.lognormal(0.0, 4.0, len(codes)) * rng.choice([-1.0, 1.0, 0.0], size=len(codes), p=[0.3, 0.6, 0.1])
+    return codes, values
+
+
+def test_run_sums_have_the_bits_of_bincount():
+    rng = np.random.default_rng(11)
+    codes, values = _unsorted_cells(rng)
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=40)
+    sums = wages._run_sums(counts) @ values[order]
+    assert sums.tobytes() == np.bincount(codes, weights=values, minlength=40).tobytes()
+    # power: the order within a cell matters for these values, so equal bits are not a coincidence
+    reversed_order = np.argsort(codes[::-1], kind="stable")
+    other = wages._run_sums(counts) @ values[::-1][reversed_order]
+    assert other.tobytes() != sums.tobytes()
+
+
+def test_run_extremes_match_ufunc_at():
+    rng = np.random.default_rng(12)
+    codes, values = _unsorted_cells(rng)
+    values[5] = np.nan
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=40)
+    low, high = np.full(40, np.inf), np.full(40, -np.inf)
+    with np.errstate(invalid="ignore"):  # the NaN
+        np.minimum.at(low, codes, values)
+        np.maximum.at(high, codes, values)
+        run_low, run_high = wages._run_extremes(values[order], counts)
+    np.testing.assert_array_equal(run_low, low)  # NaN where the cell holds one, inf / -inf where empty
+    np.testing.assert_array_equal(run_high, high)
+    assert np.isinf(run_low[counts == 0]).all() and np.isnan(run_low[codes[5]])
+
+
+def _bincount_shares(totals, cell_codes, target, variance):
+    """The bisection summed by np.bincount over every establishment at every step (no grouping)."""
+    n_cells = len(totals)
+    ratio = -target / variance
+    low, high = np.full(n_cells, np.inf), np.full(n_cells, -np.inf)
+    np.minimum.at(low, cell_codes, ratio)
+    np.maximum.at(high, cell_codes, ratio)
+    spare = totals - np.bincount(cell_codes, weights=target, minlength=n_cells)
+    summed = np.bincount(cell_codes, weights=variance, minlength=n_cells)
+    high = np.maximum(high, np.divide(spare, summed, out=np.zeros(n_cells), where=summed > 0))
+    low = np.minimum(low, high)
+    for _ in range(wages.SHARE_STEPS):
+        middle = (low + high) / 2
+        shared = np.bincount(cell_codes, weights=np.maximum(target + variance * middle[cell_codes], 0.0),
+                             minlength=n_cells)
+        high, low = np.where(shared > totals, middle, high), np.where(shared > totals, low, middle)
+    free = (target + variance * high[cell_codes] > 0) & (totals[cell_codes] > 0)
+    free_variance = np.bincount(cell_codes, weights=np.where(free, variance, 0.0), minlength=n_cells)
+    free_target = np.bincount(cell_codes, weights=np.where(free, target, 0.0), minlength=n_cells)
+    lam = np.divide(totals - free_target, free_variance, out=np.zeros(n_cells), where=free_variance > 0)
+    return np.where(free, np.maximum(target + variance * lam[cell_codes], 0.0), 0.0), free
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_shares_have_the_bits_of_the_plain_bisection(seed):
+    rng = np.random.default_rng(seed)
+    codes, target = _unsorted_cells(rng)
+    variance = rng.lognormal(0.0, 3.0, len(codes))
+    totals = np.bincount(codes, weights=np.abs(target), minlength=40) * rng.uniform(0.0, 2.0, 40)
+    totals[rng.choice(40, 4, replace=False)] = 0.0
+    values, free = wages.share_cells(totals, codes, target, variance)
+    expected, expected_free = _bincount_shares(totals, codes, target, variance)
+    assert values.tobytes() == expected.tobytes()
+    np.testing.assert_array_equal(free, expected_free)
+    # power: the cells' sums are at their totals, so a wrong free set would show
+    np.testing.assert_allclose(np.bincount(codes, weights=values, minlength=40)[totals > 0],
+                               totals[totals > 0], rtol=1e-9)
+
+
+def test_county_codes_number_the_state_county_texts(small_state):
+    """Numbered as the texts "state/county" are by first appearance, across states and in any row order."""
+    other = small_state.assign(state="09")
+    both = pd.concat([small_state, other], ignore_index=True).sample(frac=1.0, random_state=4)
+    for frame in (small_state, both):
+        texts = pd.factorize(frame["state"].astype(str) + "/" + frame["county"].astype(str))[0]
+        codes = wages._county_codes(Groupings(frame))
+        assert codes.dtype == texts.dtype and np.array_equal(codes, texts)
+    assert wages._county_codes(Groupings(both)).max() + 1 == 2 * small_state["county"].nunique()
+
+
+def test_shared_codes_number_as_pandas_factorize(small_state):
+    """The state numbering (first appearance) and the industries' (sorted) from the shared groupings."""
+    frame = small_state.sample(frac=1.0, random_state=5).reset_index(drop=True)
+    groupings = Groupings(frame)
+    assert np.array_equal(wages._first_appearance(groupings, ("state",)), pd.factorize(frame["state"])[0])
+    assert np.array_equal(groupings((wages.DETAIL,)).codes, pd.factorize(frame[wages.DETAIL], sort=True)[0])
