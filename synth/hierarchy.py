@@ -45,22 +45,22 @@ def derive_industry_codes(naics: pd.Series) -> pd.DataFrame:
 
     Returns columns naics5, naics4, naics3, sector, supersector and domain, aligned with ``naics``.
     Sectors outside SUPERSECTOR_OF_SECTOR map to missing supersector and domain (the caller validates).
+    The codes are derived once per distinct NAICS code (a state has about a thousand) and taken back
+    to the rows.
     """
-    codes = naics.astype(str)
-    out = pd.DataFrame(
-        {"naics5": codes.str[:5], "naics4": codes.str[:4], "naics3": codes.str[:3]}, index=naics.index
-    )
-    # Map on the few distinct prefixes, not on every row.
-    prefixes = codes.str[:2].astype("category")
-    sectors = [MERGED_SECTORS.get(c, c) for c in prefixes.cat.categories]
+    positions, distinct = pd.factorize(naics.astype(str))
+    coarser = _coarser_codes(pd.Series(distinct))
+    return pd.DataFrame({column: pd.Series(coarser[column].array.take(positions, allow_fill=True), index=naics.index)
+                         for column in coarser.columns})
+
+
+def _coarser_codes(codes: pd.Series) -> pd.DataFrame:
+    """``derive_industry_codes`` of distinct text codes: prefixes, and the sector's supersector and domain."""
+    out = pd.DataFrame({"naics5": codes.str[:5], "naics4": codes.str[:4], "naics3": codes.str[:3]})
+    sectors = [MERGED_SECTORS.get(c, c) for c in codes.str[:2]]
     supersectors = [SUPERSECTOR_OF_SECTOR.get(sector) for sector in sectors]
-
-    def by_prefix(values: list) -> pd.Series:
-        mapped = pd.array(values, dtype="str").take(prefixes.cat.codes.to_numpy(), allow_fill=True)
-        return pd.Series(mapped, index=naics.index)
-
-    out["sector"] = by_prefix(sectors)
-    out["supersector"] = by_prefix(supersectors)
-    out["domain"] = by_prefix([None if supersector is None else "101" if supersector in GOODS_SUPERSECTORS else "102"
-                               for supersector in supersectors])
+    out["sector"] = pd.array(sectors, dtype="str")
+    out["supersector"] = pd.array(supersectors, dtype="str")
+    out["domain"] = pd.array([None if supersector is None else "101" if supersector in GOODS_SUPERSECTORS else "102"
+                              for supersector in supersectors], dtype="str")
     return out

@@ -37,6 +37,23 @@ def test_industry_codes_follow_the_bls_hierarchy():
     assert codes["naics5"].iloc[0] == "31181" and codes["naics4"].iloc[0] == "3118"
 
 
+def test_industry_codes_of_repeated_and_missing_codes_are_row_by_row_codes():
+    """Codes derived once per distinct value and taken back to the rows are each row's own codes
+    (a shuffled index, repeats, a missing code, a sector outside the supersectors)."""
+    raw = ["311811", "445110", None, "311811", "921110", "445110", "541512", "311811"]
+    naics = pd.Series(raw, index=[7, 3, 5, 0, 1, 6, 2, 4], dtype="str")
+    codes = derive_industry_codes(naics)
+    assert codes.index.equals(naics.index)
+    for code, row in zip(raw, codes.itertuples(index=False)):
+        if code is None:
+            assert all(pd.isna(value) for value in row)
+            continue
+        alone = derive_industry_codes(pd.Series([code])).iloc[0].tolist()
+        assert [None if pd.isna(v) else v for v in row] == [None if pd.isna(v) else v for v in alone]
+        assert (row.naics5, row.naics4, row.naics3) == (code[:5], code[:4], code[:3])
+    assert pd.isna(codes.loc[1, "supersector"]) and pd.isna(codes.loc[1, "domain"])  # 921110: public administration
+
+
 def test_valid_records_get_canonical_columns():
     out = validate_microdata(records(county=[1, 7, 7]))  # integer FIPS are zero-padded
     assert list(out["county"]) == ["001", "007", "007"]
