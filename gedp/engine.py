@@ -250,7 +250,7 @@ def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None
 
     workers = pool_size(processes, len(arguments), rows)
     if workers > 1:
-        return protect_in_pool(arguments, on_state, workers)
+        return protect_in_pool(_protect_or_refuse, arguments, on_state, workers)
     pieces: list[dict] = []
     with ThreadPoolExecutor(max_workers=1) as writer:
         writing = None

@@ -1,7 +1,7 @@
 """Protect the states of a multi-state input in a pool of worker processes (the local engine).
 
 Each task is one state: its worker reads the state, protects it, writes its parts into the staging
-release and returns its manifest entry (``gedp.engine.protect_one_state``). The entries come back in
+release and returns its manifest entry (``gedp.engine``'s function, passed in). The entries come back in
 state order and each state is reported done once it and every state before it are, so neither the
 release nor the progress depends on which worker finished first or on how many there are: a state's
 noise comes from its own generator (``state_rng(entropy, state)`` for a seeded release, a secure
@@ -47,21 +47,20 @@ def pool_size(processes: int | None, states: int, rows: int | None = None) -> in
     return max(1, min(processes, states))
 
 
-def protect_in_pool(arguments: dict[str, tuple], on_state: Callable[[str], None] | None,
-                    processes: int) -> list[dict]:
-    """The manifest entries of every state of ``arguments`` (state -> ``protect_one_state``'s
-    arguments), in state order, each protected and written by one of ``processes`` workers.
+def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: dict[str, tuple],
+                    on_state: Callable[[str], None] | None, processes: int) -> list[dict]:
+    """The manifest entries of every state of ``arguments`` (state -> the arguments of
+    ``protect_state``, a module-level function that protects and writes one state and returns its
+    entry or its input or solver error), in state order, each run by one of ``processes`` workers.
 
     An input or solver error of any state is raised here (the first found in state order among those
     finished), and a worker that dies (e.g. killed short of memory) is reported as a GedpError; on
     these, or on any other exception or Ctrl-C, the workers are stopped before returning.
     """
-    from gedp.engine import _protect_or_refuse
-
     pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(START_METHOD),
                                initializer=_ignore_interrupts)
     try:
-        futures = {state: pool.submit(_protect_or_refuse, *task) for state, task in arguments.items()}
+        futures = {state: pool.submit(protect_state, *task) for state, task in arguments.items()}
         return _collect(futures, on_state)
     except BrokenProcessPool:
         _stop_workers(pool)
