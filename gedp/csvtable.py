@@ -50,14 +50,15 @@ def _write_rows(file: TextIO, columns: dict[str, list]) -> None:
 
 def _plain_columns(table: pd.DataFrame) -> list[list] | None:
     """Each column's values as Python objects whose text is the one pandas writes; None when a
-    column (or its name) is not an integer, a finite float or text without missing values."""
+    column (or its name) is not an integer, a finite float64 or text without missing values."""
     if not all(isinstance(name, str) for name in table.columns):
         return None
     columns = []
     for name in table.columns:
         series = table[name]
         kind = series.dtype.kind if isinstance(series.dtype, np.dtype) else None
-        if kind in ("i", "u") or (kind == "f" and np.isfinite(series.to_numpy()).all()):
+        # float64 only: a float32's Python float prints all of its float64 digits, pandas its shortest
+        if kind in ("i", "u") or (series.dtype == np.float64 and np.isfinite(series.to_numpy()).all()):
             columns.append(series.to_numpy().tolist())
             continue
         if kind is not None and kind != "O":

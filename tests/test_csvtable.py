@@ -46,6 +46,7 @@ def test_bytes_as_pandas_writes_them(tmp_path):
     pd.Series([1.5, np.nan]), pd.Series([1.0, np.inf]), pd.Series(["a", None], dtype=object),
     pd.Series(["a", None], dtype="str"), pd.Series([True, False]), pd.Series([1, None], dtype="Int64"),
     pd.to_datetime(pd.Series(["2016-01-01", "2016-04-01"])), pd.Series([1, "a"], dtype=object),
+    pd.Series([0.1, 1e20], dtype=np.float32),  # pandas writes a float32's shortest digits
 ])
 def test_other_columns_written_by_pandas(tmp_path, column):
     table = pd.DataFrame({"key": ["x", "y"], "value": column})
