@@ -65,22 +65,33 @@ def write_cell_index(protected: pd.DataFrame, folder: Path) -> None:
                 allow_pickle=False)
 
 
-def read_cell_index(folder: Path) -> CellIndex | None:
-    """The cell index kept in ``folder`` (None when there is none, or it cannot be read); its arrays are
-    mapped from the files, not copied."""
-    import pandas as pd
+def read_cell_arrays(folder: Path) -> tuple[pa.Table, np.ndarray, dict[str, np.ndarray]] | None:
+    """The cell index kept in ``folder`` as Arrow and numpy, without pandas: the cells' keys, each
+    establishment's cell code and each attribute's values, the arrays mapped from the files, not
+    copied (None when there is none, or it cannot be read)."""
 
     def mapped(name: str) -> np.ndarray:
         return np.asarray(np.load(folder / name, mmap_mode="r", allow_pickle=False))
 
     try:
-        cells = pq.ParquetFile(folder / CELLS_FILE).read().to_pandas()  # as pandas.read_parquet, without datasets
+        cells = pq.ParquetFile(folder / CELLS_FILE).read()  # as pandas.read_parquet, without datasets
         codes = mapped(CELL_CODES_FILE)
         values = {attribute: mapped(f"{VALUES_PREFIX}{attribute}.npy")
                   for attribute in CONFIDENTIAL if (folder / f"{VALUES_PREFIX}{attribute}.npy").is_file()}
     except (OSError, ValueError, pa.ArrowException):
         return None
-    return CellIndex(cells, codes, pd.DataFrame(values, copy=False))
+    return cells, codes, values
+
+
+def read_cell_index(folder: Path) -> CellIndex | None:
+    """The cell index kept in ``folder`` (``read_cell_arrays``, the cells and values as pandas frames)."""
+    import pandas as pd
+
+    arrays = read_cell_arrays(folder)
+    if arrays is None:
+        return None
+    cells, codes, values = arrays
+    return CellIndex(cells.to_pandas(), codes, pd.DataFrame(values, copy=False))
 
 
 def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceFunction | CellPieces] | None = None,

@@ -23,14 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from gedp.postprocess.cellmargins import cell_half_widths
 from gedp.postprocess.keys import tabulation_keys
-from gedp.release.cells import CELL_CODES_FILE, CELLS_FILE, VALUES_PREFIX
+from gedp.release.cells import read_cell_arrays
 from gedp.release.format import MANIFEST_FILE
 from gedp.release.margins import kept_path, read_pieces
-from gedp.synth.columns import CONFIDENTIAL
 
 
 @dataclass(frozen=True)
@@ -56,14 +54,13 @@ def quick_tabulation(release: str | Path, by: str, *, moe: bool = False, level: 
     if not isinstance(manifest, dict) or manifest.get("quarters"):
         return None  # a panel release: its quarters are tabulated by the full path
     folder = kept_path(release)
+    arrays = read_cell_arrays(folder)
+    if arrays is None:
+        return None
+    cells, codes, values = arrays
     try:
-        cells = pq.ParquetFile(folder / CELLS_FILE).read()
-        codes = np.asarray(np.load(folder / CELL_CODES_FILE, mmap_mode="r", allow_pickle=False))
-        values = {attribute: np.asarray(np.load(folder / f"{VALUES_PREFIX}{attribute}.npy", mmap_mode="r",
-                                                allow_pickle=False))
-                  for attribute in CONFIDENTIAL if (folder / f"{VALUES_PREFIX}{attribute}.npy").is_file()}
         keys = tabulation_keys(by, cells.column_names, cells.column_names)
-    except (OSError, ValueError, pa.ArrowException):
+    except ValueError:
         return None
     pieces = read_pieces(folder) if moe else {}
     if pieces is None or any(kept is None for kept in pieces.values()) or len(codes) == 0:
