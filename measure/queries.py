@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from gedp.synth.keycodes import sorted_codes
 from gedp.synth.schema import InputError
 
 if TYPE_CHECKING:
@@ -114,9 +115,9 @@ class Groupings:
         if column not in self._columns:
             values, factorized = self.public[column], None
             if values.dtype != object:
-                codes, uniques = pd.factorize(values, sort=True)
+                codes, uniques = sorted_codes(values)
                 if not (codes < 0).any():
-                    factorized = (codes.astype(np.int64, copy=False), uniques)
+                    factorized = (codes, uniques)
             self._columns[column] = factorized
         return self._columns[column]
 
@@ -136,16 +137,22 @@ class Groupings:
             grouped = public.groupby(list(by), sort=True, observed=True)
             codes = grouped.ngroup().to_numpy(dtype=np.int64)
             return Grouping(by, codes, grouped.size().index.to_frame(index=False)[list(by)])
-        # mixed-radix key: its numeric order is the lexicographic order of the sorted codes
-        combined = factorized[0][0]
-        for codes, uniques in factorized[1:]:
-            combined = combined * len(uniques) + codes
-        if np.prod(sizes, dtype=float) <= max(DENSE_KEYS, 4 * n):
-            present = np.bincount(combined, minlength=int(np.prod(sizes))) > 0
-            values = np.flatnonzero(present)
-            codes = (np.cumsum(present) - 1)[combined]
+        # mixed-radix key of the columns of several values: its numeric order is the lexicographic order
+        # of the sorted codes (a column of one value adds nothing to it)
+        varying = [(codes, len(uniques)) for codes, uniques in factorized if len(uniques) > 1]
+        if len(varying) <= 1:  # every value of the one column present: its codes are the groups'
+            codes = varying[0][0] if varying else np.zeros(n, dtype=np.int64)
+            values = np.arange(int(np.prod(sizes)))
         else:
-            values, codes = np.unique(combined, return_inverse=True)
+            combined = varying[0][0]
+            for column_codes, size in varying[1:]:
+                combined = combined * size + column_codes
+            if np.prod(sizes, dtype=float) <= max(DENSE_KEYS, 4 * n):
+                present = np.bincount(combined, minlength=int(np.prod(sizes))) > 0
+                values = np.flatnonzero(present)
+                codes = (np.cumsum(present) - 1)[combined]
+            else:
+                values, codes = np.unique(combined, return_inverse=True)
         keys = {}
         for column, (_, uniques) in zip(reversed(by), reversed(factorized)):
             values, digit = np.divmod(values, len(uniques))

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
+from gedp.synth.keycodes import sorted_codes
 from gedp.synth.paths import check_input_path, is_parquet
 from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
@@ -139,9 +140,9 @@ def _leading_ranks(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarr
     keys: list[np.ndarray] = []
     combinations = MAX_FOLDED
     for column in columns:
-        codes, distinct = pd.factorize(frame[column], sort=True)
+        codes, distinct = sorted_codes(frame[column])
         size = len(distinct) + 1
-        rank = np.where(codes < 0, size - 1, codes).astype(np.int64)
+        rank = np.where(codes < 0, size - 1, codes)
         if combinations * size <= MAX_FOLDED:
             keys[-1] = keys[-1] * size + rank
             combinations *= size
