@@ -148,7 +148,8 @@ def solve_nested(
     s, q = _free_cell_sums(cell_codes, free, v, a_shifted, n_cells)
 
     for iteration in range(1, MAX_ITERATIONS + 1):
-        t = CellOperator(c, w, s).solve(q)
+        operator = CellOperator(c, w, s)
+        t = operator.solve(q)
         lam = c.T @ ((b - c @ t) / w)
         # Unconstrained value a_j + v_j lambda_c: the free x_j, and minus v_j times the gradient of a
         # fixed one, so a free value < 0 or a fixed one > 0 breaks the KKT conditions.
@@ -158,7 +159,7 @@ def solve_nested(
         if count == 0:
             x = np.where(free, unconstrained, 0.0)
             for _ in range(REFINEMENT_STEPS):
-                x = _refine(x, free, s, a, v, cell_codes, c, b, w)
+                x = _refine(x, free, operator, a, v, cell_codes, b, w)
             return np.maximum(x, 0.0), iteration
         if count < best_infeasible:
             best_infeasible, tries = count, FULL_EXCHANGE_TRIES
@@ -197,15 +198,17 @@ def unbounded_cell_totals(a: np.ndarray, v: np.ndarray, cell_codes: np.ndarray, 
     return CellOperator(c, w, s).solve(q)
 
 
-def _refine(x, free, s, a, v, cell_codes, c, b, w) -> np.ndarray:
+def _refine(x, free, operator: CellOperator, a, v, cell_codes, b, w) -> np.ndarray:
     """One step of iterative refinement on the final free set: solve H_FF d = -g_F with the same
-    operator (answers a' = -g v, group answers 0) to remove the round-off of the first solve."""
+    operator, factorized already (answers a' = -g v, group answers 0) to remove the round-off of the
+    first solve."""
+    c = operator.c
     n_cells = c.shape[1]
     lam = c.T @ ((b - c @ np.bincount(cell_codes, weights=x, minlength=n_cells)) / w)
     gradient = np.where(free, (x - a) / v - lam[cell_codes], 0.0)
     correction_a = -gradient * v
     q = np.bincount(cell_codes, weights=correction_a, minlength=n_cells)  # correction_a is 0 where fixed
-    t = CellOperator(c, w, s).solve(q)
+    t = operator.solve(q)
     lam_correction = c.T @ (-(c @ t) / w)
     return x + np.where(free, correction_a + v * lam_correction[cell_codes], 0.0)
 
@@ -253,6 +256,7 @@ class CellOperator:
 
     def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, kept: GroupFactorizations | None = None):
         self.c, self.w, self.kept = c, w, kept
+        self._last_left: tuple | None = None  # (left, left' S' C_m') of the last left_solve
         single = np.diff(c.indptr) == 1
         self.diagonal = np.bincount(c[single].indices, weights=1.0 / w[single], minlength=c.shape[1])
         self.c_multi, self.w_multi = c[~single], w[~single]
@@ -300,7 +304,9 @@ class CellOperator:
         direct = (left.T @ f).toarray()
         if self.c_multi.shape[0] == 0:
             return direct
-        through_groups = left.T @ sp.diags(self.s_folded) @ self.c_multi.T
+        if self._last_left is None or self._last_left[0] is not left:  # callers solve several p with one left
+            self._last_left = (left, left.T @ sp.diags(self.s_folded) @ self.c_multi.T)
+        through_groups = self._last_left[1]
         return direct - through_groups @ self._solve_groups((self.c_multi @ f).toarray())
 
     def inverse_m_forms(self, p: sp.spmatrix) -> np.ndarray:

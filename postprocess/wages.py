@@ -128,6 +128,9 @@ WAGE_FLOOR = 0.05
 PASSES = 3
 #: Bisection steps of the shares (then solved exactly on the final free set).
 SHARE_STEPS = 100
+#: The bisection drops the establishments of cells that stopped moving once they are this share of
+#: those it sums (each drop copies the rest: dropping a few at every step costs more than summing them).
+COMPACT_SHARE = 0.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,11 +205,18 @@ class CellsInPlanCells:
         coarse_s = self.a @ s
         self.coarse = CellOperator(c, w, coarse_s, kept)
         self.inverse = np.divide(1.0, coarse_s, out=np.zeros(n_coarse), where=coarse_s > 0)
+        self._last_left: tuple | None = None  # (left, its coarse_left) of the last left_solve
+
+    def _coarse_left(self, left: sp.spmatrix) -> sp.csc_matrix:
+        """S_c^-1 A S left, kept for the last ``left`` (callers solve several p with one left)."""
+        if self._last_left is None or self._last_left[0] is not left:
+            self._last_left = (left, (sp.diags(self.inverse) @ self.a @ sp.diags(self.s) @ left).tocsc())
+        return self._last_left[1]
 
     def left_solve(self, left: sp.spmatrix, p: sp.spmatrix) -> np.ndarray:
         """left' (I + S A' M A)^-1 p, dense (columns of left x columns of p)."""
         coarse_p = (self.a @ p).tocsc()
-        coarse_left = (sp.diags(self.inverse) @ self.a @ sp.diags(self.s) @ left).tocsc()
+        coarse_left = self._coarse_left(left)
         return ((left.T @ p).toarray() - (coarse_left.T @ coarse_p).toarray()
                 + self.coarse.left_solve(coarse_left, coarse_p))
 
@@ -403,9 +413,11 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
     final free set. Returns x and the free set (x_j > 0 or in a cell of positive total).
 
     A cell whose bracket a step left unchanged would stay unchanged (each step is a function of the
-    cell's own bracket), so later steps sum only over the establishments of cells still moving. The
-    establishments are grouped by cell once (in their order within a cell), so each step's sums are
-    ``_run_sums`` of contiguous runs: the same sums, in the same order, as ``np.bincount``.
+    cell's own bracket), so later steps sum only over the establishments of cells still moving: the
+    stopped cells' establishments are dropped once they are at least COMPACT_SHARE of those summed
+    (their sums meanwhile are not used). The establishments are grouped by cell once (in their order
+    within a cell), so each step's sums are ``_run_sums`` of contiguous runs: the same sums, in the
+    same order, as ``np.bincount``.
     """
     n_cells = len(totals)
     order = np.argsort(cell_codes, kind="stable")  # each cell's establishments together, in their order
@@ -430,8 +442,8 @@ def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, 
         high, low = new_high, new_low
         if not moving.any():
             break
-        keep = np.repeat(moving, counts)
-        if not keep.all():
+        if counts[~moving].sum() >= COMPACT_SHARE * len(moving_target):
+            keep = np.repeat(moving, counts)
             moving_target, moving_variance = moving_target[keep], moving_variance[keep]
             counts = np.where(moving, counts, 0)
             sums = _run_sums(counts)
