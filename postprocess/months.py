@@ -93,8 +93,9 @@ def row_means(values: np.ndarray) -> np.ndarray:
 
 def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """tau^2 per establishment: c (level+ + 1)^p fitted by moments over size bands (module docstring).
-    ``y``: answers (establishments x months, at least 3); ``noise(x)``: each month's noise variance
-    at levels ``x`` (same shape), linear in x for an unbiased moment. Each month t in turn sorts the
+    ``y``: answers (establishments x months, at least 3); ``noise(x, months)``: the noise variances
+    of those months (a list of their columns) at levels ``x`` (establishments x 1, or one column per
+    month), linear in x for an unbiased moment. Each month t in turn sorts the
     establishments into bands by its answer y_t while the other months give the moment, so the band
     a establishment falls in is independent of the noise in its moment. 0 everywhere when no band
     shows months that move more than their noise."""
@@ -103,11 +104,12 @@ def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray])
     levels, excesses, spreads = (np.empty((months, len(y))) for _ in range(3))
     for t in range(months):
         other_months = [s for s in range(months) if s != t]
-        others = y[:, other_months]
+        others = y[:, other_months]  # a copy: squared deviations in place
         mean = row_means(others)[:, None]
-        np.divide(row_sums((others - mean) ** 2), months - 2, out=spreads[t])
+        others -= mean
+        np.divide(row_sums(np.square(others, out=others)), months - 2, out=spreads[t])
         levels[t] = mean[:, 0]  # the band's size: the other months' mean (not selected on)
-        np.subtract(spreads[t], row_means(noise(np.broadcast_to(mean, y.shape))[:, other_months]), out=excesses[t])
+        np.subtract(spreads[t], row_means(noise(mean, other_months)), out=excesses[t])
     fit = _power_law(y.T.ravel(), levels.ravel(), excesses.ravel(), np.square(spreads.ravel()))
     return fit(row_means(y))
 
@@ -296,10 +298,12 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
                                                                      y.shape), sd), groups)
     scaled, pattern2 = y / pattern, pattern**2
 
-    def noise(variance: Callable[[np.ndarray, np.ndarray], np.ndarray], level: np.ndarray) -> np.ndarray:
-        return variance(level * pattern, sd) / pattern2  # on the pattern's scale
+    def noise(variance: Callable[[np.ndarray, np.ndarray], np.ndarray], level: np.ndarray,
+              months: list[int] | slice = slice(None)) -> np.ndarray:
+        """The months' noise variances at ``level`` on the pattern's scale (all months, or those)."""
+        return variance(level * pattern[..., months], sd[:, months]) / pattern2[..., months]
 
-    tau2 = deviation_variance(scaled, lambda x: noise(psi.estimate_variance, x))[:, None]
+    tau2 = deviation_variance(scaled, lambda x, months: noise(psi.estimate_variance, x, months))[:, None]
     at = np.maximum(row_means(scaled), 0.0)[:, None]
     v = noise(psi.releasable_variance, at)
     smoothed, mse = blup(scaled, v, tau2)

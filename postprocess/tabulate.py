@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from pandas._libs import groupby as libgroupby
 
 from gedp.measure.queries import Grouping, Groupings
 from gedp.postprocess.filters import FilterError, select_rows
@@ -18,6 +20,8 @@ from gedp.synth.qcew import QCEW_VALUE_COLUMNS
 from gedp.synth.schema import CONFIDENTIAL, public_columns
 
 if TYPE_CHECKING:
+    from pandas.api.extensions import ExtensionArray
+
     from gedp.measure.answers import NoisyAnswer
     from gedp.measure.neighbors import NeighborFunction
     from gedp.postprocess.models import VarianceFunction
@@ -141,11 +145,55 @@ def tabulation_sums(selected: pd.DataFrame, attributes: Sequence[str], grouping:
 
 def group_sums(microdata: pd.DataFrame, attributes: Sequence[str], grouping: Grouping) -> pd.DataFrame:
     """The keys, establishment count (``estabs``) and sums of ``attributes`` of every group, in group
-    order: pandas' compensated sums over the rows in order, keyed by the grouping's codes."""
-    # every group has rows: grouped by the codes themselves, pandas numbers the groups as the codes do
-    sums = microdata[list(attributes)].groupby(grouping.codes).sum().reset_index(drop=True)
-    estabs = pd.DataFrame({"estabs": np.bincount(grouping.codes, minlength=grouping.n_groups)})
-    return pd.concat([grouping.keys, estabs, sums], axis=1)
+    order: pandas' sums over the rows in order, keyed by the grouping's codes (``sums_by_codes``)."""
+    sums = sums_by_codes(microdata[list(attributes)], grouping.codes, grouping.n_groups)
+    columns = {column: grouping.keys[column].array for column in grouping.keys.columns}
+    columns["estabs"] = np.bincount(grouping.codes, minlength=grouping.n_groups)
+    columns.update(zip(attributes, sums))
+    return pd.DataFrame(columns, copy=False)
+
+
+def sums_by_codes(values: pd.DataFrame, codes: np.ndarray, n_groups: int) -> list[np.ndarray | ExtensionArray]:
+    """Each column's sums over the rows of each group (codes 0 to ``n_groups`` - 1, every group with
+    rows), bit for bit those of ``values.groupby(codes).sum()``: for columns held in one int64 or
+    float64 block (``values_in_one_block``), the very kernels pandas runs on that block
+    (``kernel_sums``), without its grouping machinery, which factorizes the codes again; else pandas."""
+    block = values.to_numpy().T if len(values.columns) and len(codes) else None  # the block, when it is one
+    if (block is None or not block.flags.c_contiguous or block.dtype not in (np.int64, np.float64)
+            or not kernels_are_pandas()):
+        sums = values.groupby(codes).sum()
+        return [sums[column].array for column in values.columns]
+    return kernel_sums(block, codes, n_groups)
+
+
+def kernel_sums(block: np.ndarray, codes: np.ndarray, n_groups: int) -> list[np.ndarray]:
+    """The sums of each row of ``block`` (columns x establishments) by group, as the pandas installed
+    sums a block: for codes in order and no NaN, ``np.add.reduceat``; else its compensated group sum."""
+    if np.all(codes[1:] >= codes[:-1]) and not (block.dtype.kind == "f" and np.isnan(block).any()):
+        return list(np.add.reduceat(block, np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]), axis=1))
+    out = np.full((n_groups, len(block)), np.nan if block.dtype.kind == "f" else 0, dtype=block.dtype)
+    libgroupby.group_sum(out=out, counts=np.zeros(n_groups, dtype=np.int64), values=block.T,
+                         labels=codes.astype(np.intp, copy=False), mask=None, result_mask=None, min_count=0,
+                         is_datetimelike=False, initial=0)
+    return list(out.T)
+
+
+@functools.cache
+def kernels_are_pandas() -> bool:
+    """Whether ``kernel_sums`` gives the bits of the pandas installed (its kernels are pandas'
+    internals): checked once on sums that differ by kernel, codes in order and not."""
+    columns = {"a": [1e16, 1.0, -1e16, 1.0, 3.0, 0.5], "b": [0.1, 0.2, 0.3, 1e17, 0.4, -1e17]}
+    frame = values_in_one_block(pd.DataFrame(columns), list(columns))
+    for codes in (np.array([0, 0, 0, 0, 1, 1]), np.array([0, 1, 0, 0, 1, 0])):
+        try:
+            ours = kernel_sums(frame.to_numpy().T, codes, 2)
+        except (TypeError, ValueError):  # another signature
+            return False
+        theirs = frame.groupby(codes).sum()
+        if not all(np.array_equal(sums.view(np.int64), theirs[c].to_numpy().view(np.int64))
+                   for sums, c in zip(ours, columns)):
+            return False
+    return True
 
 
 def qcew_keys(microdata: pd.DataFrame, agglvl: int) -> list[str]:
@@ -175,26 +223,23 @@ def qcew_level(microdata: pd.DataFrame, agglvl: int, **options) -> pd.DataFrame:
     county = "county" in by
     industry = qcew_industry(agglvl)
     table = tabulate(microdata, by, list(QCEW_VALUE_COLUMNS), **options)
-    categorical = [c for c in by if isinstance(table[c].dtype, pd.CategoricalDtype)]
-    table = table.astype({c: table[c].cat.categories.dtype for c in categorical})  # keys as the codes' type
-    out = pd.DataFrame(
-        {
-            "area_fips": table["state"] + (table["county"] if county else "000"),
-            "own_code": table["own"] if "own" in table else ALL_OWNERSHIPS,
-            "industry_code": table[industry] if industry else ALL_INDUSTRIES,
-            "agglvl_code": agglvl,
-            "year": table["year"] if "year" in table else pd.NA,
-            "qtr": table["qtr"] if "qtr" in table else pd.NA,
-            "qtrly_estabs": table["estabs"],
-        }
-    )
-    for attribute, column in QCEW_VALUE_COLUMNS.items():
-        out[column] = table[attribute] if attribute in table else pd.NA
-    for attribute, column in QCEW_VALUE_COLUMNS.items():
-        for suffix in ("_moe", "_moe_slope"):
-            if attribute + suffix in table:
-                out[column + suffix] = table[attribute + suffix]
-    return out
+    categorical = {c: table[c].cat.categories.dtype for c in by if isinstance(table[c].dtype, pd.CategoricalDtype)}
+    if categorical:
+        table = table.astype(categorical)  # keys as the codes' type
+    columns = {
+        "area_fips": table["state"] + (table["county"] if county else "000"),
+        "own_code": table["own"] if "own" in table else ALL_OWNERSHIPS,
+        "industry_code": table[industry] if industry else ALL_INDUSTRIES,
+        "agglvl_code": agglvl,
+        "year": table["year"] if "year" in table else pd.NA,
+        "qtr": table["qtr"] if "qtr" in table else pd.NA,
+        "qtrly_estabs": table["estabs"],
+    }
+    columns.update((column, table[attribute] if attribute in table else pd.NA)
+                   for attribute, column in QCEW_VALUE_COLUMNS.items())
+    columns.update((column + suffix, table[attribute + suffix]) for attribute, column in QCEW_VALUE_COLUMNS.items()
+                   for suffix in ("_moe", "_moe_slope") if attribute + suffix in table)
+    return pd.DataFrame(columns)
 
 
 def qcew_tables(microdata: pd.DataFrame, groupings: Groupings | None = None) -> pd.DataFrame:
