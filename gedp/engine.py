@@ -33,7 +33,8 @@ from gedp.pipeline import check_job_table, protect
 from gedp.postprocess.wls import SolverError
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
-from gedp.synth.io import read_columns
+from gedp.synth.io import Parts, input_stamps, parts_holding, read_columns
+from gedp.synth.paths import check_input_path
 from gedp.synth.schema import InputError, check_columns, estab_ids, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
@@ -93,20 +94,23 @@ def tls_credentials(ca_file: Path | None, cert: Path | None, key: Path | None) -
 
 class InputStates(NamedTuple):
     """What is read of an input before any noise: each state code with the stored values that
-    normalize to it (e.g. " 44" and "44"), and the number of rows."""
+    normalize to it (e.g. " 44" and "44"), the number of rows, and for a Parquet input each part's
+    ``synth.io.stamp`` taken before it was read."""
 
     codes: dict[str, list]
     rows: int
+    stamps: dict[str, tuple[int, int]] | None = None
 
 
 #: An input: a CSV or Parquet file, a folder of Parquet parts, or microdata already in memory.
 Source: TypeAlias = str | Path | pd.DataFrame
 
 
-def read_source(source: Source, columns: list[str] | None = None,
+def read_source(source: Source | Parts, columns: list[str] | None = None,
                 where: tuple[str, list] | None = None) -> pd.DataFrame:
     """``columns`` of an input as stored (all when None), only the rows whose ``where[0]`` holds one
-    of ``where[1]``: files through ``synth.io.read_columns``, DataFrames in memory."""
+    of ``where[1]``: files (or some ``Parts`` of a Parquet input) through ``synth.io.read_columns``,
+    DataFrames in memory."""
     if not isinstance(source, pd.DataFrame):
         return read_columns(source, columns, where)
     check_columns([str(c) for c in source.columns], attributes=())
@@ -124,6 +128,7 @@ def source_name(source: Source) -> str:
 def input_states(source: Source) -> InputStates:
     """The state codes of an input, reading only its ``state`` and ``estab_id`` columns; estab_id is
     checked here to be unique across the whole input (every state and every Parquet part)."""
+    stamps = None if isinstance(source, pd.DataFrame) else input_stamps(check_input_path(source))
     frame = read_source(source, ["state", "estab_id"])
     if len(frame) == 0:
         raise InputError(f"input {source_name(source)} has zero establishments (no data rows)")
@@ -137,7 +142,7 @@ def input_states(source: Source) -> InputStates:
     codes: dict[str, list] = {}
     for code, stored in zip(normalized, distinct["state"].tolist()):
         codes.setdefault(code, []).append(stored)
-    return InputStates(dict(sorted(codes.items())), len(frame))
+    return InputStates(dict(sorted(codes.items())), len(frame), stamps)
 
 
 def input_establishments(source: Source) -> pd.Series:
@@ -145,10 +150,13 @@ def input_establishments(source: Source) -> pd.Series:
     return read_source(source, ["estab_id"])["estab_id"].astype(str)
 
 
-def read_state(source: Source, state: str, attributes, stored: list) -> pd.DataFrame:
+def read_state(source: Source | Parts, state: str, attributes, stored: list) -> pd.DataFrame:
     """Validated microdata of one state: the rows whose stored code is one of ``stored`` (the values
-    that normalize to ``state``; Parquet inputs are filtered while reading)."""
-    return validate_microdata(read_source(source, where=("state", stored)), attributes)
+    that normalize to ``state``; Parquet inputs are filtered while reading). The estab_id of a
+    DataFrame's rows or of unchanged ``Parts`` (``synth.io.read_columns`` refuses changed ones) were
+    checked unique over the whole input by ``input_states``: not again here."""
+    checked = isinstance(source, (pd.DataFrame, Parts))
+    return validate_microdata(read_source(source, where=("state", stored)), attributes, unique_ids_checked=checked)
 
 
 def check_request(config: Config, states: list[str], *, seed: int | None, rng: str | None, engine: str,
@@ -314,9 +322,10 @@ def protect_input(
         entropy = None
     else:
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
+    parts = {} if inputs.stamps is None else parts_holding(Path(path), "state", inputs.codes, inputs.stamps)
     with staged_directory(out) as staging:
-        arguments = {state: (_state_source(path, stored), state, stored, config, entropy, str(staging), len(states),
-                             job_tables.get(state), key)
+        arguments = {state: (parts.get(state) or _state_source(path, stored), state, stored, config, entropy,
+                             str(staging), len(states), job_tables.get(state), key)
                      for state, stored in inputs.codes.items()}
         if engine == "local":
             pieces = _protect_locally(arguments, on_state, processes, inputs.rows)

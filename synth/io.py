@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,71 @@ from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, ch
 TEXT_COLUMNS = ("estab_id", *CODE_WIDTHS, "own", *CARRIED, *JOB_COLUMNS)
 #: Longest CSV header read: a header is a few dozen names, and reading stops here on a file without lines.
 MAX_HEADER_CHARACTERS = 1 << 16
+
+
+class Parts(NamedTuple):
+    """Some parts of a Parquet input (a file is its one part), read as the whole input is read (with
+    its first part's columns ``schema``, in its order): those that may hold the rows asked
+    (``parts_holding``). ``stamps`` are the parts' sizes and modification times before the input was
+    first read."""
+
+    input: str
+    files: tuple[str, ...]
+    schema: pa.Schema
+    stamps: tuple[tuple[int, int], ...]
+
+
+def stamp(file: str | Path) -> tuple[int, int]:
+    """A file's size and modification time (ns): what changes when the file is written again."""
+    status = os.stat(file)
+    return status.st_size, status.st_mtime_ns
+
+
+def input_stamps(path: Path) -> dict[str, tuple[int, int]] | None:
+    """Every part of a Parquet input (a file: itself) with its ``stamp``, taken before the input is
+    read; None for CSV."""
+    if not is_parquet(path):
+        return None
+    files = ds.dataset(path, format="parquet", schema=pa.schema([])).files  # the input's order; none opened
+    return {file: stamp(file) for file in files}
+
+
+def parts_holding(path: Path, column: str, values: Mapping[str, Sequence],
+                  stamps: Mapping[str, tuple[int, int]]) -> dict[str, Parts]:
+    """For each key of ``values``, the parts of a Parquet input (those of ``stamps``) whose row-group
+    statistics of ``column`` allow a row holding one of the key's values: every footer is read once
+    here, so that each key's reader opens only its parts (all of them where no statistics tell)."""
+    dataset = ds.dataset(list(stamps), format="parquet")
+    ranges = [_value_ranges(fragment.metadata, column) for fragment in dataset.get_fragments()]
+    holding = {}
+    for key, accepted in values.items():
+        files = tuple(file for file, bounds in zip(stamps, ranges) if _may_hold(bounds, accepted)) or tuple(stamps)
+        holding[key] = Parts(str(path), files, dataset.schema, tuple(stamps[file] for file in files))
+    return holding
+
+
+def _value_ranges(metadata, column: str) -> list[tuple] | None:
+    """The (min, max) of ``column`` in each row group of a part's footer; None where one is unknown."""
+    if column not in metadata.schema.names:
+        return None
+    index = metadata.schema.names.index(column)
+    ranges = []
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        ranges.append((stats.min, stats.max))
+    return ranges
+
+
+def _may_hold(ranges: list[tuple] | None, values: Sequence) -> bool:
+    """Whether row groups of these ranges (None: unknown) may hold one of ``values``."""
+    try:
+        return ranges is None or any(low <= value <= high for low, high in ranges for value in values)
+    except TypeError:  # a value of another type than the statistics': no telling
+        return True
+
+
 def input_columns(path: Path) -> list[str]:
     """The column names of a checked input as stored (pandas would rename a repeated CSV column)."""
     if is_parquet(path):
@@ -39,25 +106,33 @@ def input_columns(path: Path) -> list[str]:
     return next(csv.reader([header]), [])
 
 
-def read_columns(path: str | Path, columns: Sequence[str] | None = None,
+def read_columns(path: str | Path | Parts, columns: Sequence[str] | None = None,
                  where: tuple[str, Sequence] | None = None, required: Sequence[str] | None = None) -> pd.DataFrame:
     """Read ``columns`` (all when None) of microdata as stored, CSV codes as text; with ``where =
     (column, values)`` only the rows whose column holds one of the values (Parquet: filtered while reading).
     ``required`` names the columns the file must have (default: those of establishment microdata).
+    ``Parts`` of a Parquet input are read as the input would be, but only they are opened.
 
     Raises:
         InputError: the path is not a regular input (``check_input_path``), a column is named twice
             or a required one is missing, or the file cannot be read.
     """
-    path = check_input_path(path)
+    parts = path if isinstance(path, Parts) else None
+    path = check_input_path(path.input if isinstance(path, Parts) else path)
     try:
-        names = input_columns(path)
+        names = list(parts.schema.names) if parts else input_columns(path)
         if not names:
             raise InputError(f"input file '{path}' is empty")
         check_columns(names, attributes=(), required=required)
         if is_parquet(path):
-            filters = None if where is None or _every_row_holds(path, *where) else [(where[0], "in", list(where[1]))]
-            return pd.read_parquet(path, columns=None if columns is None else list(columns), filters=filters)
+            source = list(parts.files) if parts else path
+            filters = None if where is None or _every_row_holds(source, *where) else [(where[0], "in", list(where[1]))]
+            frame = pd.read_parquet(source, columns=None if columns is None else list(columns), filters=filters,
+                                    schema=parts.schema if parts else None)
+            if parts and tuple(stamp(file) for file in parts.files) != parts.stamps:
+                raise InputError(f"input '{path}' was changed while gedp read it: its parts differ from those "
+                                 "read first")
+            return frame
         frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, encoding="utf-8", usecols=columns)
         return frame if where is None else frame[frame[where[0]].isin(where[1])].reset_index(drop=True)
     except InputError:
@@ -71,7 +146,7 @@ def read_columns(path: str | Path, columns: Sequence[str] | None = None,
         raise InputError(f"input file '{path}' cannot be read: {first_line}") from None
 
 
-def _every_row_holds(path: Path, column: str, values: Sequence) -> bool:
+def _every_row_holds(path: Path | list[str], column: str, values: Sequence) -> bool:
     """Whether the statistics of every row group of a Parquet input show ``column`` holding one of
     ``values`` in all its rows (one value, none missing): then a filter on it would keep every row and
     only cost its evaluation. A state is protected from the rows read this way only when the rows of

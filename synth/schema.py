@@ -117,12 +117,13 @@ def check_columns(columns: Sequence[object], attributes: Sequence[str], required
         )
 
 
-def estab_ids(frame: pd.DataFrame) -> pd.Series:
-    """The estab_id column as text, refused if one is missing or repeats an earlier one."""
+def estab_ids(frame: pd.DataFrame, unique_checked: bool = False) -> pd.Series:
+    """The estab_id column as text, refused if one is missing or (unless ``unique_checked``: the
+    caller checked them over rows that include these) repeats an earlier one."""
     ids = frame["estab_id"]
     _refuse("estab_id", ids.isna().to_numpy(), frame.drop(columns="estab_id"), "values must not be missing")
     ids = ids.astype(str)
-    if _any_repeat(ids):
+    if not unique_checked and _any_repeat(ids):
         _refuse("estab_id", ids.duplicated(keep="first").to_numpy(), frame.assign(estab_id=ids),
                 "values must be unique")
     return ids
@@ -136,8 +137,10 @@ def _any_repeat(texts: pd.Series) -> bool:
     return len(ordered) > 1 and pc.any(pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))).as_py()
 
 
-def validate_microdata(frame: pd.DataFrame, attributes: Sequence[str] = CONFIDENTIAL) -> pd.DataFrame:
-    """Check establishment microdata and return it in canonical form.
+def validate_microdata(frame: pd.DataFrame, attributes: Sequence[str] = CONFIDENTIAL,
+                       unique_ids_checked: bool = False) -> pd.DataFrame:
+    """Check establishment microdata and return it in canonical form (``unique_ids_checked``: the
+    estab_ids were checked unique over rows that include these, e.g. a whole input split by state).
 
     Canonical form: the public columns of ``PUBLIC`` as strings (derived industry codes added), the
     requested confidential ``attributes`` as float64, and ``year``/``qtr`` as int64 when present.
@@ -151,7 +154,7 @@ def validate_microdata(frame: pd.DataFrame, attributes: Sequence[str] = CONFIDEN
         raise InputError("input has zero establishments (no data rows)")
     check_columns(frame.columns, attributes)
     frame = frame.reset_index(drop=True)
-    out = pd.DataFrame({"estab_id": estab_ids(frame)})
+    out = pd.DataFrame({"estab_id": estab_ids(frame, unique_ids_checked)})
     for column, width in CODE_WIDTHS.items():
         out[column] = normalize_code(frame, column, width)
     out["own"] = normalize_code(frame, "own", 1) if "own" in frame.columns else PRIVATE_OWN
