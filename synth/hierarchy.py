@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+
+from gedp.synth.keycodes import digit_bytes, prefix_text, taken_text
 
 #: Two-digit NAICS prefixes that BLS publishes as one sector.
 MERGED_SECTORS = {
@@ -45,13 +48,21 @@ def derive_industry_codes(naics: pd.Series) -> pd.DataFrame:
 
     Returns columns naics5, naics4, naics3, sector, supersector and domain, aligned with ``naics``.
     Sectors outside SUPERSECTOR_OF_SECTOR map to missing supersector and domain (the caller validates).
-    The codes are derived once per distinct NAICS code (a state has about a thousand) and taken back
-    to the rows.
+    Arrow text of six digits (normalized codes) is cut as bytes: the prefixes are built from them and
+    the sector codes taken by the two-digit prefix. Other columns are derived once per distinct
+    NAICS code (a state has about a thousand) and taken back to the rows.
     """
-    positions, distinct = pd.factorize(naics.astype(str))
-    coarser = _coarser_codes(pd.Series(distinct))
-    return pd.DataFrame({column: pd.Series(coarser[column].array.take(positions, allow_fill=True), index=naics.index)
-                         for column in coarser.columns})
+    digits = digit_bytes(naics, 6)
+    if digits is None:
+        positions, distinct = pd.factorize(naics.astype(str))
+        coarser = _coarser_codes(pd.Series(distinct))
+        return pd.DataFrame({column: pd.Series(coarser[column].array.take(positions, allow_fill=True),
+                                               index=naics.index) for column in coarser.columns})
+    prefixes = {f"naics{width}": prefix_text(digits, width) for width in (5, 4, 3)}
+    two_digits = (digits[:, 0].astype(np.intp) - ord("0")) * 10 + (digits[:, 1] - ord("0"))
+    by_two_digits = _coarser_codes(pd.Series([f"{number:02d}" for number in range(100)], dtype="str"))
+    sectors = {column: taken_text(by_two_digits[column], two_digits) for column in ("sector", "supersector", "domain")}
+    return pd.DataFrame({**prefixes, **sectors}, index=naics.index)
 
 
 def _coarser_codes(codes: pd.Series) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from gedp.errors import InputError
 from gedp.synth.columns import CARRIED, CODE_WIDTHS, CONFIDENTIAL
 from gedp.synth.hierarchy import derive_industry_codes
+from gedp.synth.keycodes import digit_bytes
 
 #: Own code written when the input has no ``own`` column (QCEW private ownership).
 PRIVATE_OWN = "5"
@@ -50,9 +51,12 @@ def normalize_code(frame: pd.DataFrame, column: str, width: int) -> pd.Series:
     """Codes as strings of exactly ``width`` ASCII digits; text is stripped of surrounding blanks and
     whole numbers are zero-padded (FIPS stored as int). The one normalization of codes in gedp.
 
-    Text and whole-number columns are normalized once per distinct value (a column of millions of
-    rows holds a few thousand codes at most); other columns value by value."""
+    Arrow text already of ``width`` digits is its own answer (checked on its bytes); other text and
+    whole-number columns are normalized once per distinct value (a column of millions of rows holds
+    a few thousand codes at most); other columns value by value."""
     raw = frame[column]
+    if digit_bytes(raw, width) is not None:  # already normalized: every value is its own text
+        return raw.astype(str)
     if pd.api.types.is_integer_dtype(raw) or pd.api.types.is_string_dtype(raw) and raw.dtype != object:
         positions, distinct = pd.factorize(raw, use_na_sentinel=False)
         text, malformed = code_text(pd.Series(distinct, name=column), width)
