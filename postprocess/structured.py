@@ -142,25 +142,26 @@ def solve_nested(
     free = np.ones(len(a), dtype=bool) if fixed_zero is None else ~fixed_zero
     movable = free.copy()
     tolerance = 1e-12 * max(float(np.max(np.abs(a), initial=0.0)), 1.0)
-    a_shifted = a + v * mu[cell_codes]  # per free establishment: a_j + v_j mu_c (fixed across pivots)
+    a_shifted = _plus_scaled(a, v, mu[cell_codes])  # per free establishment: a_j + v_j mu_c (fixed across pivots)
     best_infeasible, tries = np.inf, FULL_EXCHANGE_TRIES
     # Cell sums over the free establishments, updated from the flipped ones only after the first pass.
     s, q = _free_cell_sums(cell_codes, free, v, a_shifted, n_cells)
 
+    groups = CellGroups.split(c, w)  # C does not change across pivots, only S
     for iteration in range(1, MAX_ITERATIONS + 1):
-        operator = CellOperator(c, w, s)
+        operator = CellOperator.at(groups, s)
         t = operator.solve(q)
         lam = c.T @ ((b - c @ t) / w)
         # Unconstrained value a_j + v_j lambda_c: the free x_j, and minus v_j times the gradient of a
         # fixed one, so a free value < 0 or a fixed one > 0 breaks the KKT conditions.
-        unconstrained = a + v * lam[cell_codes]
+        unconstrained = _plus_scaled(a, v, lam[cell_codes])
         infeasible = movable & np.where(free, unconstrained < -tolerance, unconstrained > tolerance)
         count = int(np.count_nonzero(infeasible))
         if count == 0:
-            x = np.where(free, unconstrained, 0.0)
+            x = _zero_where_fixed(unconstrained, free)
             for _ in range(REFINEMENT_STEPS):
                 x = _refine(x, free, operator, a, v, cell_codes, b, w)
-            return np.maximum(x, 0.0), iteration
+            return np.maximum(x, 0.0, out=x), iteration
         if count < best_infeasible:
             best_infeasible, tries = count, FULL_EXCHANGE_TRIES
             flip = infeasible
@@ -180,8 +181,26 @@ def solve_nested(
 
 def _free_cell_sums(cell_codes, free, v, a_shifted, n_cells) -> tuple[np.ndarray, np.ndarray]:
     """Per cell, over its free establishments: the sum of v_j (S) and of a_j + v_j mu_c (q)."""
+    if free.all():  # the values themselves: no zeroed copies
+        return (np.bincount(cell_codes, weights=v, minlength=n_cells),
+                np.bincount(cell_codes, weights=a_shifted, minlength=n_cells))
     return (np.bincount(cell_codes, weights=np.where(free, v, 0.0), minlength=n_cells),
             np.bincount(cell_codes, weights=np.where(free, a_shifted, 0.0), minlength=n_cells))
+
+
+def _plus_scaled(a: np.ndarray, v: np.ndarray, gathered: np.ndarray) -> np.ndarray:
+    """a + v * gathered, computed in ``gathered`` (a fresh array the caller gives up): the same bits
+    without two temporaries of the establishments' length."""
+    gathered *= v
+    gathered += a
+    return gathered
+
+
+def _zero_where_fixed(values: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """np.where(free, values, 0.0), in ``values`` (a fresh array the caller gives up)."""
+    if not free.all():
+        values[~free] = 0.0
+    return values
 
 
 @one_blas_thread
@@ -205,12 +224,18 @@ def _refine(x, free, operator: CellOperator, a, v, cell_codes, b, w) -> np.ndarr
     c = operator.c
     n_cells = c.shape[1]
     lam = c.T @ ((b - c @ np.bincount(cell_codes, weights=x, minlength=n_cells)) / w)
-    gradient = np.where(free, (x - a) / v - lam[cell_codes], 0.0)
-    correction_a = -gradient * v
-    q = np.bincount(cell_codes, weights=correction_a, minlength=n_cells)  # correction_a is 0 where fixed
+    correction_a = x - a  # then the gradient (x - a) / v - lambda_c on the free, then -gradient v
+    correction_a /= v
+    correction_a -= lam[cell_codes]
+    correction_a = _zero_where_fixed(correction_a, free)
+    np.negative(correction_a, out=correction_a)
+    correction_a *= v
+    q = np.bincount(cell_codes, weights=correction_a, minlength=n_cells)  # correction_a is -0 where fixed
     t = operator.solve(q)
     lam_correction = c.T @ (-(c @ t) / w)
-    return x + np.where(free, correction_a + v * lam_correction[cell_codes], 0.0)
+    step = _zero_where_fixed(_plus_scaled(correction_a, v, lam_correction[cell_codes]), free)
+    step += x
+    return step
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,6 +270,25 @@ class GroupFactorizations:
     group_blocks: tuple[tuple[np.ndarray, DenseInverse], ...]
 
 
+@dataclass(frozen=True, eq=False)
+class CellGroups:
+    """The groups x cells matrix C and the groups' variances w, split into the single-cell groups (their
+    precisions summed per cell: ``diagonal``) and the multi-cell ones (``c_multi``, ``w_multi``)."""
+
+    c: sp.csr_matrix
+    w: np.ndarray
+    diagonal: np.ndarray
+    c_multi: sp.csr_matrix
+    w_multi: np.ndarray
+
+    @classmethod
+    def split(cls, c: sp.csr_matrix, w: np.ndarray) -> CellGroups:
+        """C and w split by the number of cells in each group."""
+        single = np.diff(c.indptr) == 1
+        diagonal = np.bincount(c[single].indices, weights=1.0 / w[single], minlength=c.shape[1])
+        return cls(c, w, diagonal, c[~single], w[~single])
+
+
 class CellOperator:
     """Solves (I + S C' W C) t = p at the cell level for fixed cell variances S (may be inf).
 
@@ -255,11 +299,19 @@ class CellOperator:
     """
 
     def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, kept: GroupFactorizations | None = None):
-        self.c, self.w, self.kept = c, w, kept
+        self._setup(CellGroups.split(c, w), s, kept)
+
+    @classmethod
+    def at(cls, groups: CellGroups, s: np.ndarray, kept: GroupFactorizations | None = None) -> CellOperator:
+        """The operator of ``groups`` (split already: callers with one C and several S split it once) at S."""
+        operator = cls.__new__(cls)
+        operator._setup(groups, s, kept)
+        return operator
+
+    def _setup(self, groups: CellGroups, s: np.ndarray, kept: GroupFactorizations | None) -> None:
+        self.c, self.w, self.kept = groups.c, groups.w, kept
         self._last_left: tuple | None = None  # (left, left' S' C_m') of the last left_solve
-        single = np.diff(c.indptr) == 1
-        self.diagonal = np.bincount(c[single].indices, weights=1.0 / w[single], minlength=c.shape[1])
-        self.c_multi, self.w_multi = c[~single], w[~single]
+        self.diagonal, self.c_multi, self.w_multi = groups.diagonal, groups.c_multi, groups.w_multi
         with np.errstate(divide="ignore", invalid="ignore"):
             self.shrink = np.where(np.isinf(s), 0.0, 1.0 / (1.0 + s * self.diagonal))
             self.s_folded = np.where(np.isinf(s), 1.0 / self.diagonal, s * self.shrink)

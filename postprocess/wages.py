@@ -79,6 +79,7 @@ from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
 from gedp.postprocess.structured import (
     FORM_ENTRIES,
+    CellGroups,
     CellOperator,
     GroupFactorizations,
     cell_to_group_matrix,
@@ -199,12 +200,22 @@ class CellsInPlanCells:
 
     def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, coarse_cells: np.ndarray,
                  kept: GroupFactorizations | None = None):
-        n_coarse = c.shape[1]
-        self.a = _inside(coarse_cells, n_coarse)
-        self.s = s
+        self._setup(CellGroups.split(c, w), _inside(coarse_cells, c.shape[1]), s, kept)
+
+    @classmethod
+    def at(cls, groups: CellGroups, inside: sp.csr_matrix, s: np.ndarray) -> CellsInPlanCells:
+        """The operator of the plan's ``groups`` (split already) and the cells ``inside`` the plan's
+        (``_inside``) at the cells' variances S: callers with one layout and several S build those once."""
+        operator = cls.__new__(cls)
+        operator._setup(groups, inside, s, None)
+        return operator
+
+    def _setup(self, groups: CellGroups, inside: sp.csr_matrix, s: np.ndarray,
+               kept: GroupFactorizations | None) -> None:
+        self.a, self.s = inside, s
         coarse_s = self.a @ s
-        self.coarse = CellOperator(c, w, coarse_s, kept)
-        self.inverse = np.divide(1.0, coarse_s, out=np.zeros(n_coarse), where=coarse_s > 0)
+        self.coarse = CellOperator.at(groups, coarse_s, kept)
+        self.inverse = np.divide(1.0, coarse_s, out=np.zeros(len(coarse_s)), where=coarse_s > 0)
         self._last_left: tuple | None = None  # (left, its coarse_left) of the last left_solve
 
     def _coarse_left(self, left: sp.spmatrix) -> sp.csc_matrix:
@@ -271,40 +282,70 @@ def _squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, n_
     return np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0)
 
 
-def _solve_rates(c: sp.csr_matrix, w: np.ndarray, cell_variance: np.ndarray, cell_state: np.ndarray,
-                 coarse_cells: np.ndarray, links: sp.csr_matrix, precision: sp.csr_matrix, theta_state: np.ndarray,
-                 right: np.ndarray, rate_prior: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
-    """The rates theta of the joint least squares with the cell totals unconstrained, their posterior
-    variances, and the per-state factors (``SharedRates.blocks``).
+@dataclass(frozen=True, eq=False)
+class _RateBlock:
+    """One block of the rates' system (``_solve_rates``; a state's, when every query groups by state):
+    its cells, its entries in theta, its plan's groups and the cells inside its plan's cells."""
 
-    Eliminating the cells (t = K^-1 (right + links theta)) leaves M theta = links' K^-1 right +
-    rate_prior, M = precision - links' K^-1 links; links' K^-1 x = links' (I + D M_c)^-1 D x comes
-    from the cell operator (``CellsInPlanCells.left_solve``: sparse products and the multi-cell groups'
-    G^-1; ``c`` over the plan's cells, ``coarse_cells`` each cell's) with D = ``cell_variance``. When
-    every query groups by state (the shipped plans), K is block diagonal by state: one small dense
-    system per state; otherwise one for all states.
-    """
+    cells: np.ndarray
+    index: np.ndarray
+    groups: CellGroups
+    inside: sp.csr_matrix
+
+
+def _rate_blocks(c: sp.csr_matrix, w: np.ndarray, cell_state: np.ndarray, coarse_cells: np.ndarray,
+                 theta_state: np.ndarray) -> tuple[_RateBlock, ...]:
+    """The blocks of the rates' system (``c`` over the plan's cells, ``coarse_cells`` each cell's): one
+    per state when every query groups by state (the shipped plans), otherwise one for all states. Made
+    once per fit: every pass solves the same blocks at other variances."""
     coarse_state = np.zeros(c.shape[1], dtype=np.int64)
     coarse_state[coarse_cells] = cell_state
     row_state = coarse_state[c.indices[c.indptr[:-1]]]
     if np.any(coarse_state[c.indices] != np.repeat(row_state, np.diff(c.indptr))):  # a query across states
         cell_state, coarse_state, row_state, theta_state = (
             np.zeros_like(codes) for codes in (cell_state, coarse_state, row_state, theta_state))
-    theta, variance, blocks = np.zeros(len(theta_state)), np.zeros(len(theta_state)), []
+    blocks = []
     for state in range(int(cell_state.max()) + 1):
         cells, rows = np.flatnonzero(cell_state == state), np.flatnonzero(row_state == state)
         coarse = np.flatnonzero(coarse_state == state)
-        index = np.flatnonzero(theta_state == state)
-        operator = CellsInPlanCells(c[rows][:, coarse], w[rows], cell_variance[cells],
-                                    np.searchsorted(coarse, coarse_cells[cells]))
-        link, variance_of = links[cells][:, index].tocsc(), sp.diags(cell_variance[cells])
-        factor = scipy.linalg.cho_factor(precision[index][:, index].toarray()
+        blocks.append(_RateBlock(cells, np.flatnonzero(theta_state == state),
+                                 CellGroups.split(c[rows][:, coarse], w[rows]),
+                                 _inside(np.searchsorted(coarse, coarse_cells[cells]), len(coarse))))
+    return tuple(blocks)
+
+
+def _solve_rates(rate_blocks: Sequence[_RateBlock], cell_variance: np.ndarray, links: sp.csr_matrix,
+                 precision: sp.csr_matrix, right: np.ndarray, rate_prior: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """The rates theta of the joint least squares with the cell totals unconstrained, their posterior
+    variances, and the per-block factors (``SharedRates.blocks``).
+
+    Eliminating the cells (t = K^-1 (right + links theta)) leaves M theta = links' K^-1 right +
+    rate_prior, M = precision - links' K^-1 links; links' K^-1 x = links' (I + D M_c)^-1 D x comes
+    from the cell operator (``CellsInPlanCells.left_solve``: sparse products and the multi-cell groups'
+    G^-1) with D = ``cell_variance``. K is block diagonal by the ``rate_blocks`` (``_rate_blocks``):
+    one small dense system per block.
+    """
+    theta, variance, blocks = np.zeros(len(rate_prior)), np.zeros(len(rate_prior)), []
+    for block in rate_blocks:
+        cells, index = block.cells, block.index
+        operator = CellsInPlanCells.at(block.groups, block.inside, cell_variance[cells])
+        link, variance_of = _part(links, cells, index).tocsc(), sp.diags(cell_variance[cells])
+        factor = scipy.linalg.cho_factor(_part(precision, index, index).toarray()
                                          - operator.left_solve(link, variance_of @ link))
         link_right = operator.left_solve(link, sp.csc_matrix(variance_of @ right[cells][:, None]))[:, 0]
         theta[index] = scipy.linalg.cho_solve(factor, link_right + rate_prior[index])
         variance[index] = np.diag(scipy.linalg.lapack.dpotri(*factor)[0])  # diag of M^-1 from its Cholesky factor
         blocks.append((index, factor))
     return theta, variance, tuple(blocks)
+
+
+def _part(matrix: sp.csr_matrix, rows: np.ndarray, columns: np.ndarray) -> sp.csr_matrix:
+    """matrix[rows][:, columns] for sorted distinct ``rows`` and ``columns``: the matrix itself (no copy)
+    where they are all its rows and columns (one block: a fit of one state)."""
+    if len(rows) == matrix.shape[0] and len(columns) == matrix.shape[1]:
+        return matrix
+    return matrix[rows][:, columns]
 
 
 def _prior_precision(children: np.ndarray, parents: np.ndarray, edge_variance: np.ndarray,
@@ -333,10 +374,10 @@ def _detail_cells(groupings: Groupings, cell_codes: np.ndarray, rate_codes: np.n
     detail = groupings((DETAIL,)).codes  # sorted: numbering independent of the row order
     radix = int(detail.max()) + 1
     cells = pd.factorize(cell_codes * radix + detail, sort=True)[0]
-    _, first, industry = np.unique(rate_codes * radix + detail, return_index=True, return_inverse=True)
-    group = rate_codes[first]
+    industry, keys = pd.factorize(rate_codes * radix + detail, sort=True)  # as np.unique's inverse, by hashing
+    group = keys // radix
     several = np.bincount(group, minlength=n_rates)[group] > 1
-    node = np.full(len(first), -1)
+    node = np.full(len(keys), -1)
     node[several] = np.arange(np.count_nonzero(several))
     return cells, group[several], node[industry]
 
@@ -499,7 +540,8 @@ def _model_cells(groupings: Groupings, plan_codes: np.ndarray, rate_codes: np.nd
     coarse_cells = np.zeros(n_cells, dtype=np.int64)  # each cell's plan cell
     coarse_cells[cell_codes] = plan_codes
     exact, fixed = pinned_at_zero(system.matrix, system.b, system.v)
-    c = cell_to_group_matrix(system.matrix[~exact], plan_codes, int(plan_codes.max()) + 1)
+    c = cell_to_group_matrix(system.matrix[~exact] if exact.any() else system.matrix, plan_codes,
+                             int(plan_codes.max()) + 1)
     fixed_cells = np.zeros(n_cells, dtype=bool)
     fixed_cells[cell_codes[fixed]] = True
     return (_Cells(cell_codes, coarse_cells, fixed, fixed_cells, c, system.b[~exact], system.v[~exact]),
@@ -594,6 +636,7 @@ class _Problem:
     lower: np.ndarray  # per establishment: its least wage (WAGE_FLOOR; 0 when fixed)
     cell_lower: np.ndarray  # per cell: its establishments' least wages summed
     county_codes: np.ndarray  # per establishment: its county (state and county; 0 without counties)
+    rate_blocks: tuple[_RateBlock, ...]  # the blocks of the rates' system (``_rate_blocks``)
 
 
 @dataclass(frozen=True, eq=False)
@@ -654,7 +697,8 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
         detail_spread2=detail_spread2,
         lower=lower, cell_lower=np.bincount(cells.codes, weights=lower, minlength=n_cells),
         county_codes=(_county_codes(groupings) if "county" in groupings.public
-                      else np.zeros(len(identity_codes), dtype=np.int64)))
+                      else np.zeros(len(identity_codes), dtype=np.int64)),
+        rate_blocks=_rate_blocks(cells.c, cells.w, theta.cell_state, cells.coarse, theta.theta_state))
     # the first pass: rates from the rate query's answers
     start = _Pass(rate_totals=np.maximum(rate_answer.estimate, 0.0), rate_variance=rate_variance,
                   cell_rate_variance=rate_variance[theta.cell_rate], weight_rate=weight_rate)
@@ -719,8 +763,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
                                     own_variance)).tocsr()
     theta_prior = np.concatenate([np.zeros(n_rates), parent_rate / p.parent_vagueness,
                                   np.zeros(n_counties + n_details)])
-    rates, theta_variance, blocks = _solve_rates(cells.c, cells.w, free_variance, theta.cell_state, cells.coarse,
-                                                 links.tocsr(), precision, theta.theta_state,
+    rates, theta_variance, blocks = _solve_rates(p.rate_blocks, free_variance, links.tocsr(), precision,
                                                  p.direct / direct_variance + p.group_right, theta_prior)
     for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
         cell_rates = np.maximum(theta.incidence @ rates, p.floor[theta.cell_state])  # never near 0

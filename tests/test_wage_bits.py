@@ -131,3 +131,69 @@ def test_left_solve_keeps_one_left_per_operator():
             assert solved.tobytes() == fresh.tobytes()
             dense = left.toarray().T @ np.linalg.solve(np.eye(n_cells) + np.diag(s) @ m, right.toarray())
             np.testing.assert_allclose(solved, dense, rtol=1e-9, atol=1e-12)
+
+
+def test_detail_rates_number_as_sorted_unique(small_state):
+    """Each establishment's detail rate and the detail rates' NAICS-5 groups, against np.unique of the
+    (rate group, industry) pairs: sorted pairs, the group of each pair's first establishment."""
+    frame = small_state.sample(frac=1.0, random_state=6).reset_index(drop=True)
+    groupings = Groupings(frame)
+    rate_codes = groupings(wages.RATE_QUERY).codes
+    detail = groupings((wages.DETAIL,)).codes
+    n_rates = int(rate_codes.max()) + 1
+    _, group, node = wages._detail_cells(groupings, rate_codes, rate_codes, n_rates)
+    pairs, first, inverse = np.unique(np.stack([rate_codes, detail], axis=1), axis=0, return_index=True,
+                                      return_inverse=True)
+    pair_group = rate_codes[first]
+    several = np.bincount(pair_group, minlength=n_rates)[pair_group] > 1
+    assert several.any() and not several.all()  # both kinds of NAICS-5 group are in the state
+    assert np.array_equal(group, pair_group[several])
+    expected = np.where(several, np.cumsum(several) - 1, -1)[inverse.ravel()]
+    assert np.array_equal(node, expected)
+
+
+def _nested_groups(rng, n_cells):
+    """0/1 groups x cells: every cell alone, and a few random unions of cells."""
+    unions = sp.csr_matrix((rng.random((5, n_cells)) < 0.4).astype(float))
+    groups = sp.vstack([sp.identity(n_cells, format="csr"), unions], format="csr")
+    return groups[np.diff(groups.indptr) > 0]
+
+
+def test_operators_of_split_groups_have_the_bits_of_fresh_ones():
+    """One split of C used at several S (the pivots, the rates' passes) gives the bits of operators built
+    from C at each S, and solves the dense system (I + S C' W C) t = p."""
+    rng = np.random.default_rng(17)
+    n_coarse, n_cells = 10, 25
+    coarse_cells = np.sort(np.concatenate([np.arange(n_coarse), rng.integers(0, n_coarse, n_cells - n_coarse)]))
+    groups = _nested_groups(rng, n_coarse)
+    w = rng.uniform(0.5, 2.0, groups.shape[0])
+    split = wages.CellGroups.split(groups, w)
+    inside = wages._inside(coarse_cells, n_coarse)
+    m = groups.T.toarray() @ np.diag(1.0 / w) @ groups.toarray()
+    left, right = sp.csc_matrix(rng.random((n_cells, 3))), sp.csc_matrix(rng.random((n_cells, 2)))
+    for _ in range(3):
+        s, p = rng.uniform(0.1, 3.0, n_coarse), rng.normal(size=n_coarse)
+        solved = wages.CellOperator.at(split, s).solve(p)
+        assert solved.tobytes() == wages.CellOperator(groups, w, s).solve(p).tobytes()
+        np.testing.assert_allclose(solved, np.linalg.solve(np.eye(n_coarse) + np.diag(s) @ m, p), rtol=1e-10)
+        fine_s = rng.uniform(0.1, 3.0, n_cells)
+        fine = wages.CellsInPlanCells.at(split, inside, fine_s).left_solve(left, right)
+        fresh = wages.CellsInPlanCells(groups, w, fine_s, coarse_cells)
+        assert fine.tobytes() == fresh.left_solve(left, right).tobytes()
+        fine_m = inside.T.toarray() @ m @ inside.toarray()
+        dense = left.toarray().T @ np.linalg.solve(np.eye(n_cells) + np.diag(fine_s) @ fine_m, right.toarray())
+        np.testing.assert_allclose(fine, dense, rtol=1e-9, atol=1e-12)
+
+
+def test_in_place_steps_of_the_structured_solver_have_the_plain_bits():
+    """The structured solver's in-place steps against their plain numpy forms, with free and fixed values."""
+    from gedp.postprocess import structured
+
+    rng = np.random.default_rng(19)
+    a, v, lam = rng.normal(0, 1e3, 500), rng.lognormal(0, 3, 500), rng.normal(0, 1e-2, 40)
+    codes = rng.integers(0, 40, 500)
+    assert structured._plus_scaled(a, v, lam[codes]).tobytes() == (a + v * lam[codes]).tobytes()
+    for free in (rng.random(500) < 0.7, np.ones(500, dtype=bool)):
+        values = -rng.normal(size=500)
+        expected = np.where(free, values, 0.0)
+        assert structured._zero_where_fixed(values.copy(), free).tobytes() == expected.tobytes()

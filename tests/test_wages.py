@@ -222,8 +222,8 @@ def test_rates_solve_the_joint_least_squares(across_states):
     dense_links = links.toarray()
     precision = dense_links.T @ np.diag(1 / d) @ dense_links + np.diag(rng.uniform(0.5, 1.0, n_theta))
     right, prior = rng.normal(size=n_cells), rng.normal(size=n_theta)
-    theta, variance, blocks = wages._solve_rates(c, w, d, cell_state, coarse_cells, links, sp.csr_matrix(precision),
-                                                 theta_state, right, prior)
+    rate_blocks = wages._rate_blocks(c, w, cell_state, coarse_cells, theta_state)
+    theta, variance, blocks = wages._solve_rates(rate_blocks, d, links, sp.csr_matrix(precision), right, prior)
     groups = (c @ inside).toarray()
     cells = np.diag(1 / d) + groups.T @ np.diag(1 / w) @ groups
     hessian = np.block([[cells, -dense_links], [-dense_links.T, precision]])
