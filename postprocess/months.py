@@ -56,7 +56,11 @@ the least squares and the margins.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -72,6 +76,8 @@ MONTH_MODES = ("smoothed", "pooled")
 PATTERN_GROUP = ("state", "sector")
 #: The cells whose establishments share a month pattern of their own (public columns).
 PATTERN_CELL = ("state", "county", "naics")
+
+T = TypeVar("T")
 
 
 def row_sums(values: np.ndarray) -> np.ndarray:
@@ -91,6 +97,19 @@ def row_means(values: np.ndarray) -> np.ndarray:
     return row_sums(values) / values.shape[1]
 
 
+def on_threads(tasks: Sequence[Callable[[], T]]) -> list[T]:
+    """Each task's result, in order, the tasks run on as many threads as there are processors: for
+    tasks of large numpy steps (which release the GIL) that share no array they write. Each computes
+    what it would alone (no random draws inside); the first exception, in the tasks' order, is raised
+    here once all are done."""
+    workers = min(len(tasks), os.cpu_count() or 1)
+    if workers <= 1:
+        return [task() for task in tasks]
+    with ThreadPoolExecutor(workers) as pool:
+        done = [pool.submit(task) for task in tasks]
+    return [future.result() for future in done]
+
+
 def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """tau^2 per establishment: c (level+ + 1)^p fitted by moments over size bands (module docstring).
     ``y``: answers (establishments x months, at least 3); ``noise(x, months)``: the noise variances
@@ -102,7 +121,9 @@ def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray])
     months = y.shape[1]
     # month t's moments in row t: concatenated over the months without copies (keys: y month by month)
     levels, excesses, spreads = (np.empty((months, len(y))) for _ in range(3))
-    for t in range(months):
+
+    def moments(t: int) -> None:
+        """Month t's moments, written to row t only (so the months can run on threads at once)."""
         other_months = [s for s in range(months) if s != t]
         others = y[:, other_months]  # a copy: squared deviations in place
         mean = row_means(others)[:, None]
@@ -110,6 +131,8 @@ def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray])
         np.divide(row_sums(np.square(others, out=others)), months - 2, out=spreads[t])
         levels[t] = mean[:, 0]  # the band's size: the other months' mean (not selected on)
         np.subtract(spreads[t], row_means(noise(mean, other_months)), out=excesses[t])
+
+    on_threads([functools.partial(moments, t) for t in range(months)])
     fit = _power_law(y.T.ravel(), levels.ravel(), excesses.ravel(), np.square(spreads.ravel()))
     return fit(row_means(y))
 
@@ -306,10 +329,11 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
     tau2 = deviation_variance(scaled, lambda x, months: noise(psi.estimate_variance, x, months))[:, None]
     at = np.maximum(row_means(scaled), 0.0)[:, None]
     v = noise(psi.releasable_variance, at)
-    smoothed, mse = blup(scaled, v, tau2)
-    # d mse / d level through the noise variances (forward difference; exact for sqrt's linear v)
+    # d mse / d level through the noise variances (forward difference; exact for sqrt's linear v): the
+    # mse a step up is independent of the smoothing, so the two run on threads at once
     step = 1e-3 * (1.0 + at)
-    slope = blup_mse(noise(psi.releasable_variance, at + step), tau2)
+    (smoothed, mse), slope = on_threads([lambda: blup(scaled, v, tau2),
+                                         lambda: blup_mse(noise(psi.releasable_variance, at + step), tau2)])
     slope -= mse
     slope /= step
     slope *= pattern
