@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
-from gedp.synth.keycodes import sorted_codes
+from gedp.synth.keycodes import sorted_codes, taken_frame
 from gedp.synth.paths import check_input_path, is_parquet
 from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
@@ -198,11 +198,12 @@ def sorted_by(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     ``sort_values(columns, kind="stable", ignore_index=True)`` gives, sorted in Arrow (text keys are
     compared as bytes, in code point order). The leading columns, codes with few distinct values, are
     sorted as the ranks of their values folded into whole numbers (``_leading_ranks``), the last one
-    as it is: Arrow then compares strings only between rows of equal leading values."""
+    as it is: Arrow then compares strings only between rows of equal leading values. Rows are taken
+    in that order by ``taken_frame`` (fixed-width text as bytes)."""
     keys = {f"rank {index}": rank for index, rank in enumerate(_leading_ranks(frame, columns[:-1]))}
     keys["last"] = pa.array(frame[columns[-1]])
     order = pc.sort_indices(pa.table(keys), sort_keys=[(key, "ascending") for key in keys])
-    return frame.take(np.asarray(order)).reset_index(drop=True)
+    return taken_frame(frame, np.asarray(order))
 
 
 #: Largest number of combinations of ranks folded into one int64 key.

@@ -1,6 +1,6 @@
 """Sorted codes of key columns: ``pandas.factorize(values, sort=True)``, computed faster for the
 columns that key establishments (Arrow text, whole numbers) and by pandas for every other column;
-and Arrow text of fixed-width digit codes read and built as bytes, without a string per row."""
+and Arrow text of fixed-width codes read, taken and built as bytes, without a string per row."""
 
 from __future__ import annotations
 
@@ -48,20 +48,38 @@ def _one_value(text: pa.ChunkedArray) -> bool:
     return bool(first == text[-1] and pc.all(pc.equal(text, first)).as_py())
 
 
+def fixed_width_bytes(values: pd.Series) -> np.ndarray | None:
+    """The bytes of Arrow text whose every value has the same number of bytes (UTF-8, at least one),
+    one item per value (numpy ``S<width>``, a view of the Arrow data); None for any other column
+    (another dtype, a missing value, values of several widths, no values)."""
+    if not _is_arrow_text(values.dtype) or values.hasnans or len(values) == 0:
+        return None
+    text = _arrow_text(values)
+    widths = pc.min_max(pc.binary_length(text))
+    width = widths["min"].as_py()
+    if width == 0 or widths["max"].as_py() != width:
+        return None
+    offset_type = np.int64 if pa.types.is_large_string(text.type) else np.int32
+    start = int(np.frombuffer(text.buffers()[1], dtype=offset_type)[text.offset])
+    return np.frombuffer(text.buffers()[2], dtype=f"S{width}", count=len(text), offset=start)
+
+
+def _arrow_text(values: pd.Series) -> pa.Array:
+    """The Arrow array (one chunk) of Arrow text ``values``: its own when it has one chunk (no copy)."""
+    text = pa.chunked_array(pa.array(values.array))
+    return text.chunk(0) if text.num_chunks == 1 else text.combine_chunks()
+
+
 def digit_bytes(values: pd.Series, width: int) -> np.ndarray | None:
     """The bytes of Arrow text whose every value is ``width`` ASCII digits, one row per value (uint8,
     shape ``(len(values), width)``, a view of the Arrow data); None for any other column (another
     dtype, a missing value, another length, another character)."""
-    if not _is_arrow_text(values.dtype) or values.hasnans:
-        return None
-    text = pa.chunked_array(pa.array(values.array)).combine_chunks()
-    if len(text) == 0:
+    if len(values) == 0 and _is_arrow_text(values.dtype):
         return np.zeros((0, width), dtype=np.uint8)
-    offset_type = np.int64 if pa.types.is_large_string(text.type) else np.int32
-    offsets = np.frombuffer(text.buffers()[1], dtype=offset_type)[text.offset: text.offset + len(text) + 1]
-    if not (np.diff(offsets) == width).all():
+    items = fixed_width_bytes(values)
+    if items is None or items.itemsize != width:
         return None
-    data = np.frombuffer(text.buffers()[2], dtype=np.uint8)[offsets[0]: offsets[-1]].reshape(len(text), width)
+    data = items.view(np.uint8).reshape(len(items), width)
     return data if data.min() >= ord("0") and data.max() <= ord("9") else None
 
 
@@ -70,10 +88,45 @@ def prefix_text(rows: np.ndarray, width: int) -> pd.api.extensions.ExtensionArra
     C-contiguous, as ``digit_bytes`` gives them): one value per row."""
     count, row_width = rows.shape
     prefix = np.dtype({"names": ["prefix"], "formats": [f"S{width}"], "offsets": [0], "itemsize": row_width})
-    data = np.ascontiguousarray(rows.reshape(-1).view(prefix)["prefix"]) if count else b""
-    offsets = np.arange(0, (count + 1) * width, width, dtype=np.int64)
-    text = pa.LargeStringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data))
-    return pd.array(text, dtype="str")
+    items = np.ascontiguousarray(rows.reshape(-1).view(prefix)["prefix"]) if count else np.zeros(0, f"S{width}")
+    return _text_of_items(items, count, width, pa.large_string(), "str")
+
+
+def _text_of_items(data: object, count: int, width: int, arrow_type: pa.DataType,
+                   dtype: object) -> pd.api.extensions.ExtensionArray:
+    """Text of ``dtype`` stored as ``arrow_type`` whose ``count`` values are the consecutive ``width``
+    bytes of ``data`` (a numpy array or Arrow buffer; trailing zero bytes included)."""
+    offset_type = np.int64 if pa.types.is_large_string(arrow_type) else np.int32
+    offsets = np.arange(0, (count + 1) * width, width, dtype=offset_type)
+    text = pa.Array.from_buffers(arrow_type, count, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pd.array(text, dtype=dtype)
+
+
+def taken_column(values: pd.Series, positions: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """``values.array.take(positions)`` of Arrow text (``positions`` in range). A column of one value
+    taken to its own length is that column (a shallow copy of its array); a column in one chunk whose
+    values all have one width is taken as items of that width (``fixed_width_bytes``); any other by
+    Arrow's take (which needs no chunks joined first)."""
+    text = pa.chunked_array(pa.array(values.array))
+    if len(positions) == len(values) > 0 and not values.hasnans and _one_value(text):
+        return values.array.copy()
+    items = fixed_width_bytes(values) if text.num_chunks == 1 else None
+    if items is None:
+        return values.array.take(positions)
+    return _text_of_items(items.take(positions), len(positions), items.itemsize, text.type, values.dtype)
+
+
+def taken_frame(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
+    """``frame.take(positions)`` with the index reset (``positions`` in range): Arrow text columns are
+    taken by ``taken_column``, the others by pandas, block by block."""
+    text = [] if frame.columns.has_duplicates else [column for column in frame.columns
+                                                     if _is_arrow_text(frame[column].dtype)]
+    if not text:
+        return frame.take(positions).reset_index(drop=True)
+    taken = frame.drop(columns=text).take(positions).reset_index(drop=True)
+    for column in text:
+        taken[column] = taken_column(frame[column], positions)
+    return taken[frame.columns]
 
 
 def taken_text(values: pd.Series, positions: np.ndarray) -> pd.api.extensions.ExtensionArray:
