@@ -550,17 +550,20 @@ def protect_command(
     with reported_errors():  # the input is checked first, before the numerical stack is imported
         intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
                                attributes=configured_attributes(config))
-        from gedp.engine import scheduler_access, tls_credentials
-        from gedp.lifetime import ledger_request
-        from gedp.measure.rng import check_publication
+        from gedp.state_pool import early_workers  # started while the input is checked and read
 
-        check_publication(seed, rng, not_for_publication)
-        access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
-        request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication, annual_cap)
-        cfg = _load(config, workflow, integer, allow_large_mu)
-        with progress_steps(None) as advance:
-            manifest, reservation = _protected(load_input(intake), cfg, out, request, jobs, advance, seed=seed,
-                                               rng=rng, engine=engine, scheduler=access, processes=processes)
+        with early_workers(intake.path, processes if engine == "local" else 1):
+            from gedp.engine import scheduler_access, tls_credentials
+            from gedp.lifetime import ledger_request
+            from gedp.measure.rng import check_publication
+
+            check_publication(seed, rng, not_for_publication)
+            access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
+            request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication, annual_cap)
+            cfg = _load(config, workflow, integer, allow_large_mu)
+            with progress_steps(None) as advance:
+                manifest, reservation = _protected(load_input(intake), cfg, out, request, jobs, advance, seed=seed,
+                                                   rng=rng, engine=engine, scheduler=access, processes=processes)
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     _print_quarters_and_budget(manifest, reservation)
 

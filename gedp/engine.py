@@ -254,11 +254,12 @@ def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None
     state or one process, one after the other in this process, each state's parts written (Arrow and
     Parquet encode outside the GIL) while the next state is protected; at most one state waits to be
     written."""
-    from gedp.state_pool import pool_size, protect_in_pool
+    from gedp.state_pool import pool_size, protect_in_pool, release_started
 
     workers = pool_size(processes, len(arguments), rows)
     if workers > 1:
         return protect_in_pool(_protect_or_refuse, arguments, on_state, workers)
+    release_started()
     pieces: list[dict] = []
     with ThreadPoolExecutor(max_workers=1) as writer:
         writing = None

@@ -12,16 +12,24 @@ threads are running could deadlock; ``forkserver`` was no faster on the national
 server process behind whose children's processor time no parent accounts for). They ignore Ctrl-C:
 the main process stops them all before the staging release is removed, so an interrupted or refused
 run leaves neither a release nor a worker writing into one.
+
+A fresh interpreter takes about a second to import gedp, so ``early_workers`` starts the workers of an
+input that holds several states (by its Parquet footers) while the main process is still checking and
+reading it: they only import what protecting a state needs and receive no state before
+``protect_in_pool``, which the checks precede; a run that stops before it stops them.
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from pathlib import Path
 
 from gedp.errors import GedpError, InputError
 
@@ -57,8 +65,7 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
     finished), and a worker that dies (e.g. killed short of memory) is reported as a GedpError; on
     these, or on any other exception or Ctrl-C, the workers are stopped before returning.
     """
-    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(START_METHOD),
-                               initializer=_ignore_interrupts)
+    pool = _take_started(processes) or _new_pool(processes)
     try:
         futures = {state: pool.submit(protect_state, *task) for state, task in arguments.items()}
         return _collect(futures, on_state)
@@ -71,6 +78,92 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+#: Modules a worker imports before its first state (``early_workers``): what protecting a state needs.
+WARM_MODULES = ("gedp.engine",)
+
+#: The pool ``early_workers`` started, until ``protect_in_pool`` takes it (one run at a time per process).
+_started: list[ProcessPoolExecutor] = []
+
+
+@contextmanager
+def early_workers(path: str | Path, processes: int | None) -> Iterator[None]:
+    """Start, for the duration of the block, the worker processes that ``protect_in_pool`` will use for
+    the Parquet input ``path`` if its footers show several states (a folder of parts or a file whose
+    ``state`` statistics hold several values): they import ``WARM_MODULES`` while this process checks
+    and reads the input. No state reaches them here; the block's end stops any still running, so a
+    refused run leaves no worker behind. Nothing is started for one state, a CSV or ``processes`` 1."""
+    size = _expected_size(Path(path), processes)
+    if size < 2:
+        yield
+        return
+    pool = _new_pool(size)
+    for _ in range(size):
+        pool.submit(_warm)
+    _started.append(pool)
+    try:
+        yield
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    finally:
+        if pool in _started:
+            _started.remove(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _expected_size(path: Path, processes: int | None) -> int:
+    """``pool_size`` for the states and rows the footers of a Parquet input show (0 when they show
+    one state, for a CSV input and for a number of processes ``pool_size`` refuses)."""
+    from gedp.synth.paths import is_parquet
+
+    if not is_parquet(path):
+        return 0
+    import pyarrow.dataset as ds
+
+    from gedp.synth.io import _value_ranges
+
+    fragments = list(ds.dataset(path, format="parquet").get_fragments())
+    values: set = set()
+    for fragment in fragments:
+        ranges = _value_ranges(fragment.metadata, "state")
+        values.update([len(fragments)] if ranges is None else [bound for pair in ranges for bound in pair])
+    rows = sum(fragment.metadata.num_rows for fragment in fragments)
+    try:
+        return pool_size(processes, len(values), rows) if len(values) > 1 else 0
+    except InputError:
+        return 0
+
+
+def _warm() -> None:
+    """A worker's first task: import what protecting a state needs."""
+    for module in WARM_MODULES:
+        importlib.import_module(module)
+
+
+def _new_pool(processes: int) -> ProcessPoolExecutor:
+    """A pool of ``processes`` spawned workers that ignore Ctrl-C."""
+    return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(START_METHOD),
+                               initializer=_ignore_interrupts)
+
+
+def _take_started(processes: int) -> ProcessPoolExecutor | None:
+    """The pool ``early_workers`` started if it has ``processes`` workers (taken: the caller shuts it
+    down); a started pool of another size is stopped, so that it holds no CPU."""
+    if not _started:
+        return None
+    pool = _started.pop()
+    if pool._max_workers == processes:
+        return pool
+    _stop_workers(pool)
+    pool.shutdown(wait=True, cancel_futures=True)
+    return None
+
+
+def release_started() -> None:
+    """Stop the workers ``early_workers`` started when the states are protected in this process."""
+    _take_started(0)
 
 
 def _collect(futures: dict[str, Future], on_state: Callable[[str], None] | None) -> list[dict]:

@@ -1,6 +1,9 @@
 """States protected in worker processes: the same release as one after the other, errors refused
-with nothing published, entries and progress in state order, Ctrl-C leaves no release."""
+with nothing published, entries and progress in state order, Ctrl-C leaves no release; workers
+started early (while the input is checked and read) only for several states, and stopped, with
+nothing written, when the run is refused after they started."""
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -12,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gedp import state_pool
 from gedp.config import load_config
 from gedp.engine import protect_input
 from gedp.errors import GedpError
@@ -171,7 +175,6 @@ def test_gedp_protect_takes_the_number_of_processes(three_states, tmp_path):
 def test_a_worker_killed_midway_is_reported_with_nothing_published(three_states, tmp_path):
     """A worker killed (as the system kills a process short of memory) gives one gedp error that says
     what happened, and nothing is published."""
-    import multiprocessing
     import threading
 
     out, raised = tmp_path / "releases" / "r", []
@@ -192,3 +195,82 @@ def test_a_worker_killed_midway_is_reported_with_nothing_published(three_states,
     thread.join(120)
     assert len(raised) == 1 and "a worker process stopped before its state was protected" in str(raised[0])
     assert list(out.parent.iterdir()) == [] and multiprocessing.active_children() == []
+
+
+@pytest.fixture
+def pools(monkeypatch) -> list[int]:
+    """The sizes of the pools started during a test, in order."""
+    sizes: list[int] = []
+    new_pool = state_pool._new_pool
+
+    def recorded(processes: int):
+        sizes.append(processes)
+        return new_pool(processes)
+
+    monkeypatch.setattr(state_pool, "_new_pool", recorded)
+    return sizes
+
+
+def _protect(source: Path, out: Path, *options: str):
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+
+    return CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *options])
+
+
+def test_the_workers_started_early_protect_the_states(three_states, tmp_path, pools):
+    seeded = ["--seed", "4", "--not-for-publication"]
+    assert _protect(three_states, tmp_path / "one", *seeded, "--processes", "1").exit_code == 0
+    assert pools == []
+    assert _protect(three_states, tmp_path / "two", *seeded, "--processes", "2").exit_code == 0
+    assert pools == [2]  # started before the input was read, and no second pool after it
+    assert _files(tmp_path / "two") == _files(tmp_path / "one") and len(_files(tmp_path / "one")) > 3
+    assert multiprocessing.active_children() == [] and state_pool._started == []
+
+
+def _repeated_id(three_states: Path, folder: Path) -> Path:
+    for part in three_states.iterdir():
+        frame = pd.read_parquet(part)
+        frame.loc[1, "estab_id"] = frame.loc[0, "estab_id"]
+        frame.to_parquet(folder / part.name, index=False)
+    return folder
+
+
+@pytest.mark.parametrize("refusal", ["repeated estab_id", "seed without --not-for-publication", "unknown workflow",
+                                     "ledger cap below the release's mu"])
+def test_a_refused_run_leaves_no_worker_and_nothing_written(three_states, tmp_path, pools, refusal):
+    source, options = three_states, ["--seed", "4", "--not-for-publication", "--processes", "2"]
+    if refusal.startswith("ledger"):  # employment alone spends mu 2.28 > 1
+        options = ["--processes", "2", "--ledger", str(tmp_path / "ledger.json"), "--lifetime-cap", "1"]
+    elif refusal == "repeated estab_id":
+        folder = tmp_path / "input.parquet"
+        folder.mkdir()
+        source = _repeated_id(three_states, folder)
+    elif refusal == "unknown workflow":
+        options += ["--workflow", "nope"]
+    else:
+        options.remove("--not-for-publication")
+    out = tmp_path / "releases" / "r"
+    out.parent.mkdir()
+    result = _protect(source, out, *options)
+    assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+    assert "over their lifetime cap" in result.output or not refusal.startswith("ledger")
+    assert pools == [2]  # the workers had started before the refusal
+    assert multiprocessing.active_children() == [] and state_pool._started == []
+    assert list(out.parent.iterdir()) == []
+
+
+def test_no_worker_starts_early_for_one_state_or_one_process(three_states, tmp_path):
+    one_state = tmp_path / "one.parquet"
+    pd.read_parquet(three_states / "part-23.parquet").to_parquet(one_state, index=False)
+    mixed = tmp_path / "mixed.parquet"
+    pd.concat([pd.read_parquet(part) for part in sorted(three_states.iterdir())]).to_parquet(mixed, index=False)
+    csv = tmp_path / "states.csv"
+    pd.read_parquet(mixed).to_csv(csv, index=False)
+    assert state_pool._expected_size(one_state, 2) == 0
+    assert state_pool._expected_size(csv, 2) == 0
+    assert state_pool._expected_size(three_states, 1) == 1 and state_pool._expected_size(three_states, 0) == 0
+    assert state_pool._expected_size(three_states, None) == 1  # 5,500 rows: one process is quicker
+    assert state_pool._expected_size(three_states, 2) == 2 and state_pool._expected_size(three_states, 4) == 3
+    assert state_pool._expected_size(mixed, 4) == 2  # one row group: its min 05 and max 44 show two states
