@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import highspy
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -98,6 +97,8 @@ def _vertex(cost: np.ndarray, low: np.ndarray, high: np.ndarray, matrix: sp.csr_
     """An optimal vertex of min cost'x, low <= x <= high, row_low <= matrix x <= row_high, by the dual
     simplex (whole-numbered: the matrix is totally unimodular and the bounds whole); the integer
     program only if round-off left a vertex fractional."""
+    import highspy  # imported when used: only a release rounded to whole numbers needs the LP solver
+
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("solver", "simplex")
