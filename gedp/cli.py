@@ -550,6 +550,10 @@ def protect_command(
     with reported_errors():  # the input is checked first, before the numerical stack is imported
         intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
                                attributes=configured_attributes(config))
+        if engine == "local" and intake.parquet and not intake.needs_translation():
+            from gedp.synth.prefetch import prefetch_input
+
+            prefetch_input(intake.path)  # read on a thread while the numerical stack is imported
         from gedp.state_pool import early_workers  # started while the input is checked and read
 
         with early_workers(intake.path, processes if engine == "local" else 1):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-import os
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -13,10 +13,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
 from gedp.synth.keycodes import sorted_codes, taken_frame
 from gedp.synth.paths import check_input_path, is_parquet
+from gedp.synth.prefetch import prefetched_table, stamp
 from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
 #: Columns read as text from CSV so that leading zeros of codes survive (and year/qtr are checked as text).
@@ -35,12 +37,6 @@ class Parts(NamedTuple):
     files: tuple[str, ...]
     schema: pa.Schema
     stamps: tuple[tuple[int, int], ...]
-
-
-def stamp(file: str | Path) -> tuple[int, int]:
-    """A file's size and modification time (ns): what changes when the file is written again."""
-    status = os.stat(file)
-    return status.st_size, status.st_mtime_ns
 
 
 def input_stamps(path: Path) -> dict[str, tuple[int, int]] | None:
@@ -127,8 +123,10 @@ def read_columns(path: str | Path | Parts, columns: Sequence[str] | None = None,
         if is_parquet(path):
             source = list(parts.files) if parts else path
             filters = None if where is None or _every_row_holds(source, *where) else [(where[0], "in", list(where[1]))]
-            frame = pd.read_parquet(source, columns=None if columns is None else list(columns), filters=filters,
-                                    schema=parts.schema if parts else None)
+            frame = _prefetched_frame(source, columns, filters)
+            if frame is None:
+                frame = pd.read_parquet(source, columns=None if columns is None else list(columns), filters=filters,
+                                        schema=parts.schema if parts else None)
             if parts and tuple(stamp(file) for file in parts.files) != parts.stamps:
                 raise InputError(f"input '{path}' was changed while gedp read it: its parts differ from those "
                                  "read first")
@@ -144,6 +142,26 @@ def read_columns(path: str | Path | Parts, columns: Sequence[str] | None = None,
     except (pd.errors.ParserError, csv.Error, OSError, ValueError, KeyError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"input file '{path}' cannot be read: {first_line}") from None
+
+
+def _prefetched_frame(source: Path | list[str], columns: Sequence[str] | None,
+                      filters: list[tuple] | None) -> pd.DataFrame | None:
+    """``pd.read_parquet(source, columns, filters)`` from the table ``synth.prefetch`` read ahead,
+    when it is of ``source``'s files and they are unchanged since; None otherwise. A read of every
+    column is its last use."""
+    files = tuple(source) if isinstance(source, list) else (str(source),)
+    table = prefetched_table(files, take=columns is None)
+    if table is None or any(pa.types.is_timestamp(kind) for kind in table.schema.types):
+        return None  # pandas adjusts time zones after converting: left to it
+    if columns is not None:  # pd.read_parquet reads the stored index columns too
+        index = (table.schema.pandas_metadata or {}).get("index_columns", [])
+        table = table.select([*columns, *(c for c in index if isinstance(c, str) and c not in columns)])
+    if filters is not None:
+        table = table.filter(pq.filters_to_expression(filters))
+    frame = table.to_pandas()
+    if table.schema.metadata and b"PANDAS_ATTRS" in table.schema.metadata:
+        frame.attrs = json.loads(table.schema.metadata[b"PANDAS_ATTRS"])
+    return frame
 
 
 def _every_row_holds(path: Path | list[str], column: str, values: Sequence) -> bool:
