@@ -95,7 +95,7 @@ def tls_credentials(ca_file: Path | None, cert: Path | None, key: Path | None) -
 class InputStates(NamedTuple):
     """What is read of an input before any noise: each state code with the stored values that
     normalize to it (e.g. " 44" and "44"), the number of rows, and for a Parquet input each part's
-    ``synth.io.stamp`` taken before it was read."""
+    ``synth.footers.stamp`` taken before it was read."""
 
     codes: dict[str, list]
     rows: int

@@ -122,13 +122,16 @@ def _expected_size(path: Path, processes: int | None) -> int:
         return 0
     import pyarrow.dataset as ds
 
-    from gedp.synth.io import _value_ranges
+    from gedp.synth.footers import value_ranges
 
     fragments = list(ds.dataset(path, format="parquet").get_fragments())
     values: set = set()
     for fragment in fragments:
-        ranges = _value_ranges(fragment.metadata, "state")
-        values.update([len(fragments)] if ranges is None else [bound for pair in ranges for bound in pair])
+        ranges = value_ranges(fragment.metadata, "state")
+        if ranges is None:  # a part that does not say: take the input for one of several states
+            values.add(("unknown part", fragment.path))
+        else:
+            values.update(bound for low, high, _ in ranges for bound in (low, high))
     rows = sum(fragment.metadata.num_rows for fragment in fragments)
     try:
         return pool_size(processes, len(values), rows) if len(values) > 1 else 0

@@ -15,10 +15,11 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from gedp.synth.footers import stamp, value_ranges
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
 from gedp.synth.keycodes import sorted_codes, taken_frame
 from gedp.synth.paths import check_input_path, is_parquet
-from gedp.synth.prefetch import prefetched_table, stamp
+from gedp.synth.prefetch import prefetched_table
 from gedp.synth.schema import CARRIED, CODE_WIDTHS, CONFIDENTIAL, InputError, check_columns, validate_microdata
 
 #: Columns read as text from CSV so that leading zeros of codes survive (and year/qtr are checked as text).
@@ -54,7 +55,7 @@ def parts_holding(path: Path, column: str, values: Mapping[str, Sequence],
     statistics of ``column`` allow a row holding one of the key's values: every footer is read once
     here, so that each key's reader opens only its parts (all of them where no statistics tell)."""
     dataset = ds.dataset(list(stamps), format="parquet")
-    ranges = [_value_ranges(fragment.metadata, column) for fragment in dataset.get_fragments()]
+    ranges = [value_ranges(fragment.metadata, column) for fragment in dataset.get_fragments()]
     holding = {}
     for key, accepted in values.items():
         files = tuple(file for file, bounds in zip(stamps, ranges) if _may_hold(bounds, accepted)) or tuple(stamps)
@@ -62,24 +63,10 @@ def parts_holding(path: Path, column: str, values: Mapping[str, Sequence],
     return holding
 
 
-def _value_ranges(metadata, column: str) -> list[tuple] | None:
-    """The (min, max) of ``column`` in each row group of a part's footer; None where one is unknown."""
-    if column not in metadata.schema.names:
-        return None
-    index = metadata.schema.names.index(column)
-    ranges = []
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(index).statistics
-        if stats is None or not stats.has_min_max:
-            return None
-        ranges.append((stats.min, stats.max))
-    return ranges
-
-
 def _may_hold(ranges: list[tuple] | None, values: Sequence) -> bool:
     """Whether row groups of these ranges (None: unknown) may hold one of ``values``."""
     try:
-        return ranges is None or any(low <= value <= high for low, high in ranges for value in values)
+        return ranges is None or any(low <= value <= high for low, high, _ in ranges for value in values)
     except TypeError:  # a value of another type than the statistics': no telling
         return True
 
@@ -171,15 +158,9 @@ def _every_row_holds(path: Path | list[str], column: str, values: Sequence) -> b
     all states add up to the input's (``gedp.engine.protect_input``)."""
     accepted = set(values)
     for fragment in ds.dataset(path, format="parquet").get_fragments():
-        metadata = fragment.metadata
-        if column not in metadata.schema.names:
+        ranges = value_ranges(fragment.metadata, column)
+        if ranges is None or not all(low == high and low in accepted and not missing for low, high, missing in ranges):
             return False
-        index = metadata.schema.names.index(column)
-        for group in range(metadata.num_row_groups):
-            stats = metadata.row_group(group).column(index).statistics
-            if (stats is None or not stats.has_min_max or stats.null_count != 0 or stats.min != stats.max
-                    or stats.min not in accepted):
-                return False
     return True
 
 

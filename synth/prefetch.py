@@ -4,7 +4,6 @@ the file is unchanged. Importable before pandas (only pyarrow and the standard l
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import NamedTuple
@@ -12,11 +11,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-
-def stamp(file: str | Path) -> tuple[int, int]:
-    """A file's size and modification time (ns): what changes when the file is written again."""
-    status = os.stat(file)
-    return status.st_size, status.st_mtime_ns
+from gedp.synth.footers import stamp, value_ranges
 
 
 class _Prefetch(NamedTuple):
@@ -58,17 +53,10 @@ def prefetch_input(path: Path) -> None:
 def _one_state(path: Path) -> bool:
     """Whether the footer's row-group statistics show one ``state`` value in the whole file."""
     try:
-        metadata = pq.read_metadata(path)
-        index = metadata.schema.names.index("state")
-    except (OSError, ValueError, pa.ArrowException):
+        ranges = value_ranges(pq.read_metadata(path), "state")
+    except (OSError, pa.ArrowException):
         return False
-    values = set()
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(index).statistics
-        if stats is None or not stats.has_min_max:
-            return False
-        values.update((stats.min, stats.max))
-    return len(values) == 1
+    return ranges is not None and len({bound for low, high, _ in ranges for bound in (low, high)}) == 1
 
 
 def prefetched_table(files: tuple[str, ...], *, take: bool) -> pa.Table | None:

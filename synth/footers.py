@@ -1,0 +1,30 @@
+"""What a Parquet input's files tell before their rows are read: each file's stamp (size and
+modification time) and its footer's row-group statistics of a column. Standard library only, so the
+read-ahead (``synth.prefetch``) and the pool's early start (``gedp.state_pool``) use it before pandas."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def stamp(file: str | Path) -> tuple[int, int]:
+    """A file's size and modification time (ns): what changes when the file is written again."""
+    status = os.stat(file)
+    return status.st_size, status.st_mtime_ns
+
+
+def value_ranges(metadata, column: str) -> list[tuple] | None:
+    """The (min, max, missing values) of ``column`` in each row group of a Parquet footer
+    (``pyarrow.parquet.FileMetaData``); None when the footer has no such column or a row group
+    no minimum and maximum."""
+    if column not in metadata.schema.names:
+        return None
+    index = metadata.schema.names.index(column)
+    ranges = []
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        ranges.append((stats.min, stats.max, stats.null_count))
+    return ranges
