@@ -93,7 +93,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
             jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
             dataset_id: str | None = None, allow_large_mu: bool = False, security: Any = None,
             insecure_scheduler: bool = False, columns: Mapping[str, str] | None = None,
-            pad_codes: bool = False, annual_cap: float | None = None) -> Release:
+            pad_codes: bool = False, annual_cap: float | None = None, processes: int | None = None) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
     ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
@@ -118,7 +118,9 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
 
     ``engine="dask"`` runs on a built-in local cluster (loopback only, TLS with keys made for the
     run), or on an existing ``scheduler``: a ``tls://`` address with ``security`` (a
-    ``distributed.security.Security``), unless ``insecure_scheduler`` (warned on stderr).
+    ``distributed.security.Security``), unless ``insecure_scheduler`` (warned on stderr). With the
+    local engine, ``processes`` worker processes protect the states of a multi-state input, as
+    ``gedp protect --processes`` (None: one per usable CPU and per 100,000 rows; 1: one after the other).
     """
     check_publication(seed, None, not_for_publication)
     access = scheduler_access(scheduler, security, insecure_scheduler)
@@ -132,10 +134,11 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     if is_panel(microdata):  # several quarters: a panel release (gedp.panel)
         if jobs is not None:
             raise InputError("a job table goes with a release of one quarter, not a panel")
-        protect_panel(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access)
+        protect_panel(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
+                      processes=processes)
     else:
         protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
-                         jobs=jobs)
+                         jobs=jobs, processes=processes)
     return Release(folder, holder)
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
-import os
 import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -31,6 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
+from gedp.cpus import usable_cpus
 from gedp.errors import GedpError, InputError
 
 #: How worker processes start.
@@ -47,7 +47,7 @@ def pool_size(processes: int | None, states: int, rows: int | None = None) -> in
     when given (at least 1), else the CPUs this process may run on (all CPUs where the system does not
     say: macOS, Windows), and no more than one per ROWS_PER_WORKER rows; never more than the states."""
     if processes is None:
-        processes = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        processes = usable_cpus()
         if rows is not None:
             processes = min(processes, rows // ROWS_PER_WORKER)
     elif isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -65,6 +64,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from gedp.cpus import usable_cpus
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import group_establishments
@@ -98,11 +98,12 @@ def row_means(values: np.ndarray) -> np.ndarray:
 
 
 def on_threads(tasks: Sequence[Callable[[], T]]) -> list[T]:
-    """Each task's result, in order, the tasks run on as many threads as there are processors: for
-    tasks of large numpy steps (which release the GIL) that share no array they write. Each computes
+    """Each task's result, in order, the tasks run on as many threads as this process has processors
+    (``gedp.cpus.usable_cpus``): for tasks of large numpy steps (which release the GIL) that share no
+    array they write. Each computes
     what it would alone (no random draws inside); the first exception, in the tasks' order, is raised
     here once all are done."""
-    workers = min(len(tasks), os.cpu_count() or 1)
+    workers = min(len(tasks), usable_cpus())
     if workers <= 1:
         return [task() for task in tasks]
     with ThreadPoolExecutor(workers) as pool:

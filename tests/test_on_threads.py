@@ -29,9 +29,9 @@ def _noise(x: np.ndarray, other_months: list[int]) -> np.ndarray:
 @pytest.mark.parametrize("n_months", [3, 12])
 def test_deviation_variance_on_threads_has_the_bits_of_one_thread(monkeypatch, n_months):
     y = _answers(200_000, n_months, seed=n_months)
-    monkeypatch.setattr(months.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(months, "usable_cpus", lambda: 1)
     alone = deviation_variance(y, _noise)
-    monkeypatch.setattr(months.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(months, "usable_cpus", lambda: 4)
     both_running, calls, lock = threading.Barrier(2, timeout=60), [], threading.Lock()
 
     def noise(x, other_months):
@@ -49,7 +49,7 @@ def test_deviation_variance_on_threads_has_the_bits_of_one_thread(monkeypatch, n
 
 
 def test_a_tasks_error_is_raised_in_the_caller_after_every_task_ran(monkeypatch):
-    monkeypatch.setattr(months.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(months, "usable_cpus", lambda: 2)
     ran = []
 
     def task(item: int) -> int:
@@ -65,7 +65,7 @@ def test_a_tasks_error_is_raised_in_the_caller_after_every_task_ran(monkeypatch)
 
 
 def test_a_noise_error_surfaces_from_deviation_variance(monkeypatch):
-    monkeypatch.setattr(months.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(months, "usable_cpus", lambda: 2)
 
     def noise(x, other_months):
         raise FloatingPointError("noise variance undefined")
@@ -75,7 +75,7 @@ def test_a_noise_error_surfaces_from_deviation_variance(monkeypatch):
 
 
 def test_one_processor_runs_the_tasks_in_order_in_the_callers_thread(monkeypatch):
-    monkeypatch.setattr(months.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(months, "usable_cpus", lambda: 1)
     seen = on_threads([lambda item=item: (item, threading.get_ident()) for item in range(4)])
     assert seen == [(item, threading.get_ident()) for item in range(4)]
 
@@ -85,7 +85,7 @@ def test_smoothed_months_on_threads_have_the_bits_of_one_thread(small_state, mon
     answers = {m: measure(small_state, plan, rng=np.random.default_rng(5)).for_attribute(m) for m in MONTHS}
 
     def smoothed(n_cpu: int) -> list[bytes]:
-        monkeypatch.setattr(months.os, "cpu_count", lambda: n_cpu)
+        monkeypatch.setattr(months, "usable_cpus", lambda: n_cpu)
         out = smooth_months(answers, plan.psi)
         return [getattr(a, field).tobytes() for m in MONTHS for a in out[m] if a.query.is_identity
                 for field in ("estimate", "variance", "variance_slope")]

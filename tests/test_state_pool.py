@@ -172,6 +172,38 @@ def test_gedp_protect_takes_the_number_of_processes(three_states, tmp_path):
     assert not (tmp_path / "none").exists()
 
 
+def test_the_python_api_takes_the_number_of_processes(three_states, tmp_path):
+    """``gedp.protect(..., processes=N)`` as ``gedp protect --processes N``: two workers give the
+    bytes of one process; a count below 1 is refused before anything is written."""
+    import gedp
+
+    options = dict(config="recommended", seed=11, not_for_publication=True)
+    gedp.protect(three_states, processes=2, **options).write(tmp_path / "two")
+    gedp.protect(three_states, processes=1, **options).write(tmp_path / "one")
+    assert _files(tmp_path / "two") == _files(tmp_path / "one")
+    with pytest.raises(GedpError, match="processes 0 must be a whole number of at least 1"):
+        gedp.protect(three_states, processes=0, **options)
+
+
+AFFINITY_PROBE = """
+import os, threading
+from gedp.postprocess.months import on_threads
+from gedp.state_pool import pool_size
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+threads = on_threads([threading.get_ident for _ in range(3)])
+print(pool_size(None, 100), len(set(threads)), threads[0] == threading.get_ident())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a system with CPU affinity and at least two usable CPUs")
+def test_workers_and_threads_count_the_cpus_this_process_may_run_on():
+    """Held to one CPU (as by a container or taskset) on a machine of more: one worker process, and
+    the month steps on the calling thread, not on a thread per CPU of the machine."""
+    probe = subprocess.run([sys.executable, "-c", AFFINITY_PROBE], capture_output=True, text=True, check=True)
+    assert probe.stdout.split() == ["1", "1", "True"], probe.stderr
+
+
 def test_a_worker_killed_midway_is_reported_with_nothing_published(three_states, tmp_path):
     """A worker killed (as the system kills a process short of memory) gives one gedp error that says
     what happened, and nothing is published."""
