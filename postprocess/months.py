@@ -80,6 +80,24 @@ PATTERN_CELL = ("state", "county", "naics")
 T = TypeVar("T")
 
 
+#: Establishments per block of the months' per-establishment steps (``row_blocks``): a block's arrays
+#: (1.5 MB of three months) are reused by the allocator and stay in the processor's cache, where arrays
+#: of a whole state's establishments x months (34 MB at 1.4 million) are fresh memory at every step,
+#: which the kernel allocates and zeroes page by page.
+BLOCK_ROWS = 1 << 16
+
+
+def row_blocks(n: int) -> list[slice]:
+    """Consecutive slices of at most BLOCK_ROWS of ``n`` rows, in order (none for 0)."""
+    return [slice(start, min(start + BLOCK_ROWS, n)) for start in range(0, n, BLOCK_ROWS)]
+
+
+def _rows(values: np.ndarray, rows: slice) -> np.ndarray:
+    """The ``rows`` of an array of one row per establishment; one row shared by all (or a vector of
+    months) as it is."""
+    return values[rows] if values.ndim == 2 and len(values) > 1 else values
+
+
 def row_sums(values: np.ndarray) -> np.ndarray:
     """``values.sum(axis=1)`` of a float array, bit for bit, several times faster for the few columns
     of months: numpy adds fewer than 8 terms of a row one after the other from 0, which adding the
@@ -111,30 +129,32 @@ def on_threads(tasks: Sequence[Callable[[], T]]) -> list[T]:
     return [future.result() for future in done]
 
 
-def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray, list[int], slice], np.ndarray]) -> np.ndarray:
     """tau^2 per establishment: c (level+ + 1)^p fitted by moments over size bands (module docstring).
-    ``y``: answers (establishments x months, at least 3); ``noise(x, months)``: the noise variances
-    of those months (a list of their columns) at levels ``x`` (establishments x 1, or one column per
-    month), linear in x for an unbiased moment. Each month t in turn sorts the
-    establishments into bands by its answer y_t while the other months give the moment, so the band
-    a establishment falls in is independent of the noise in its moment. 0 everywhere when no band
-    shows months that move more than their noise."""
+    ``y``: answers (establishments x months, at least 3); ``noise(x, months, rows)``: the noise
+    variances of those months (a list of their columns) at levels ``x`` (one row per establishment of
+    ``rows``, a slice of them: x 1, or one column per month), linear in x for an unbiased moment. Each
+    month t in turn sorts the establishments into bands by its answer y_t while the other months give
+    the moment, so the band a establishment falls in is independent of the noise in its moment. 0
+    everywhere when no band shows months that move more than their noise."""
     months = y.shape[1]
     # month t's moments in row t: concatenated over the months without copies (keys: y month by month)
     levels, excesses, spreads = (np.empty((months, len(y))) for _ in range(3))
 
-    def moments(t: int) -> None:
-        """Month t's moments, written to row t only (so the months can run on threads at once)."""
-        other_months = [s for s in range(months) if s != t]
-        others = y[:, other_months]  # a copy: squared deviations in place
-        mean = row_means(others)[:, None]
-        others -= mean
-        np.divide(row_sums(np.square(others, out=others)), months - 2, out=spreads[t])
-        levels[t] = mean[:, 0]  # the band's size: the other months' mean (not selected on)
-        np.subtract(spreads[t], row_means(noise(mean, other_months)), out=excesses[t])
+    def moments(rows: slice) -> None:
+        """Every month's moments of the establishments ``rows``, written there only (so blocks of
+        establishments can run on threads at once)."""
+        for t in range(months):
+            other_months = [s for s in range(months) if s != t]
+            others = y[rows, other_months]  # a copy: squared deviations in place
+            mean = row_means(others)[:, None]
+            others -= mean
+            np.divide(row_sums(np.square(others, out=others)), months - 2, out=spreads[t, rows])
+            levels[t, rows] = mean[:, 0]  # the band's size: the other months' mean (not selected on)
+            np.subtract(spreads[t, rows], row_means(noise(mean, other_months, rows)), out=excesses[t, rows])
 
-    on_threads([functools.partial(moments, t) for t in range(months)])
-    fit = _power_law(y.T.ravel(), levels.ravel(), excesses.ravel(), np.square(spreads.ravel()))
+    on_threads([functools.partial(moments, rows) for rows in row_blocks(len(y))])
+    fit = _power_law(y.T.ravel(), levels.ravel(), excesses.ravel(), np.square(spreads.ravel(), out=spreads.ravel()))
     return fit(row_means(y))
 
 
@@ -170,8 +190,12 @@ def _scale(level: np.ndarray) -> np.ndarray:
 
 
 def _size_band(level: np.ndarray) -> np.ndarray:
-    """Bands that double in size: 0 for levels below 1, then [1, 3), [3, 7), ..."""
-    return np.log2(_scale(level)).astype(np.int64)  # log2 >= 0: truncation is the floor
+    """Bands that double in size: 0 for levels below 1, then [1, 3), [3, 7), ... (``row_blocks`` of
+    them at a time)."""
+    band = np.empty(len(level), dtype=np.int64)
+    for rows in row_blocks(len(level)):
+        band[rows] = np.log2(_scale(level[rows])).astype(np.int64)  # log2 >= 0: truncation is the floor
+    return band
 
 
 def blup(y: np.ndarray, v: np.ndarray, tau2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -323,27 +347,40 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
     scaled, pattern2 = y / pattern, pattern**2
 
     def noise(variance: Callable[[np.ndarray, np.ndarray], np.ndarray], level: np.ndarray,
-              months: list[int] | slice = slice(None)) -> np.ndarray:
-        """The months' noise variances at ``level`` on the pattern's scale (all months, or those)."""
-        return variance(level * pattern[..., months], sd[:, months]) / pattern2[..., months]
+              months: list[int] | slice, rows: slice) -> np.ndarray:
+        """The months' noise variances (all months, or those) of the establishments ``rows`` at their
+        ``level``, on the pattern's scale."""
+        return (variance(level * _rows(pattern, rows)[..., months], _rows(sd, rows)[:, months])
+                / _rows(pattern2, rows)[..., months])
 
-    tau2 = deviation_variance(scaled, lambda x, months: noise(psi.estimate_variance, x, months))[:, None]
-    at = np.maximum(row_means(scaled), 0.0)[:, None]
-    v = noise(psi.releasable_variance, at)
-    # d mse / d level through the noise variances (forward difference; exact for sqrt's linear v): the
-    # mse a step up is independent of the smoothing, so the two run on threads at once
-    step = 1e-3 * (1.0 + at)
-    (smoothed, mse), slope = on_threads([lambda: blup(scaled, v, tau2),
-                                         lambda: blup_mse(noise(psi.releasable_variance, at + step), tau2)])
-    slope -= mse
-    slope /= step
-    slope *= pattern
+    tau2 = deviation_variance(scaled, lambda x, months, rows: noise(psi.estimate_variance, x, months, rows))[:, None]
+    smoothed, mse, slope = (np.empty(y.shape, order="F") for _ in range(3))
+    shrunk, noise_at = (np.empty(y.shape, order="F") for _ in range(2)) if cells is not None else (None, None)
+
+    def smooth(rows: slice) -> None:
+        """m^_t, its mse and the mse's slope of the establishments ``rows`` (so blocks of
+        establishments can run on threads at once)."""
+        block, deviation = scaled[rows], tau2[rows]
+        at = np.maximum(row_means(block), 0.0)[:, None]
+        v = noise(psi.releasable_variance, at, slice(None), rows)
+        # d mse / d level through the noise variances (forward difference; exact for sqrt's linear v)
+        step = 1e-3 * (1.0 + at)
+        smoothed_rows, mse_rows = blup(block, v, deviation)
+        slope_rows = blup_mse(noise(psi.releasable_variance, at + step, slice(None), rows), deviation)
+        slope_rows -= mse_rows
+        slope_rows /= step
+        slope_rows *= _rows(pattern, rows)
+        if shrunk is not None and noise_at is not None:  # (1 - k_t) L^: what a cell's pattern moves m^_t by
+            shrunk[rows] = np.maximum(smoothed_rows - deviation / (deviation + v) * block, 0.0)
+            noise_at[rows] = noise(psi.estimate_variance, at, slice(None), rows)
+        smoothed_rows *= _rows(pattern, rows)
+        mse_rows *= _rows(pattern2, rows)
+        smoothed[rows], mse[rows], slope[rows] = smoothed_rows, mse_rows, slope_rows
+
+    on_threads([functools.partial(smooth, rows) for rows in row_blocks(len(y))])
     loading = None
-    if cells is not None:  # (1 - k_t) L^: what a cell's pattern moves m^_t by, per unit of relative pattern
-        shrunk = np.maximum(smoothed - tau2 / (tau2 + v) * scaled, 0.0)
-        loading = shrunk * pattern * pattern_spread(scaled, noise(psi.estimate_variance, at), cells)
-    smoothed *= pattern
-    mse *= pattern2
+    if cells is not None:  # per unit of relative pattern, times the cell patterns' spread
+        loading = shrunk * pattern * pattern_spread(scaled, noise_at, cells)
     for t, (month, answer) in enumerate(identity.items()):
         replaced = dataclasses.replace(answer, estimate=smoothed[:, t], variance=mse[:, t],
                                        variance_slope=slope[:, t],

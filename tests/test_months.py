@@ -66,21 +66,22 @@ def test_deviation_variance_recovers_a_power_law_by_moments():
     y = level[:, None] + rng.normal(0, np.sqrt(true_tau2)[:, None], (n, 3)) + rng.normal(0, np.sqrt(noise)[:, None],
                                                                                           (n, 3))
     mean = y.mean(axis=1)
-    fitted = deviation_variance(y, lambda x, months: np.repeat(2 * x + 1, len(months), axis=1))
+    fitted = deviation_variance(y, lambda x, months, rows: np.repeat(2 * x + 1, len(months), axis=1))
     def ratio(tau2, size):
         near = np.abs(mean - size) < 0.1 * size
         return np.median(tau2[near]) / (0.05 * (size + 1) ** 1.6)
 
     for size in (3, 30, 300, 3000):
         assert 0.9 < ratio(fitted, size) < 1.1, (size, ratio(fitted, size))
-    assert ratio(deviation_variance(y, lambda x, months: np.zeros((len(x), len(months)))), 30) > 2
+    assert ratio(deviation_variance(y, lambda x, months, rows: np.zeros((len(x), len(months)))), 30) > 2
 
 
 def test_no_movement_beyond_noise_means_full_pooling():
     rng = np.random.default_rng(7)
     level = rng.uniform(1, 100, 5000)
     y = level[:, None] + rng.normal(0, 1, (5000, 3))
-    np.testing.assert_array_equal(deviation_variance(y, lambda x, months: np.full((len(x), len(months)), 4.0)), 0.0)
+    fitted = deviation_variance(y, lambda x, months, rows: np.full((len(x), len(months)), 4.0))
+    np.testing.assert_array_equal(fitted, 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +203,7 @@ def test_one_size_only_gives_one_deviation_variance():
     for all, not a slope through one size (which made numpy's least squares fail). Checked against the
     moments computed directly."""
     y = np.array([[1.5, -3.0, -2.5], [-3.0, -2.0, -4.0]])
-    tau2 = deviation_variance(y, lambda x, months: np.full((len(x), len(months)), 0.01))
+    tau2 = deviation_variance(y, lambda x, months, rows: np.full((len(x), len(months)), 0.01))
     moments = [((np.delete(row, t) - np.delete(row, t).mean()) ** 2).sum() - 0.01 for row in y for t in range(3)]
     np.testing.assert_allclose(tau2, np.mean(moments), rtol=1e-12)
 

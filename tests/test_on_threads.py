@@ -21,7 +21,7 @@ def _answers(n: int, n_months: int, seed: int) -> np.ndarray:
     return np.asfortranarray(level * rng.lognormal(0.0, 0.1, (n, n_months)) + rng.normal(0.0, 3.0, (n, n_months)))
 
 
-def _noise(x: np.ndarray, other_months: list[int]) -> np.ndarray:
+def _noise(x: np.ndarray, other_months: list[int], rows: slice | None = None) -> np.ndarray:
     """A noise variance linear in the level, its slope differing by month."""
     return np.column_stack([(1.0 + 0.1 * month) * np.maximum(x[:, 0], 0.0) + 9.0 for month in other_months])
 
@@ -34,13 +34,13 @@ def test_deviation_variance_on_threads_has_the_bits_of_one_thread(monkeypatch, n
     monkeypatch.setattr(months, "usable_cpus", lambda: 4)
     both_running, calls, lock = threading.Barrier(2, timeout=60), [], threading.Lock()
 
-    def noise(x, other_months):
+    def noise(x, other_months, rows):
         with lock:
             calls.append(threading.get_ident())
             first_two = len(calls) <= 2
         if first_two:  # returns only once two months run at the same time (else BrokenBarrierError)
             both_running.wait()
-        return _noise(x, other_months)
+        return _noise(x, other_months, rows)
 
     together = deviation_variance(y, noise)
     assert len(set(calls[:2])) == 2
@@ -67,7 +67,7 @@ def test_a_tasks_error_is_raised_in_the_caller_after_every_task_ran(monkeypatch)
 def test_a_noise_error_surfaces_from_deviation_variance(monkeypatch):
     monkeypatch.setattr(months, "usable_cpus", lambda: 2)
 
-    def noise(x, other_months):
+    def noise(x, other_months, rows):
         raise FloatingPointError("noise variance undefined")
 
     with pytest.raises(FloatingPointError, match="undefined"):
@@ -80,12 +80,37 @@ def test_one_processor_runs_the_tasks_in_order_in_the_callers_thread(monkeypatch
     assert seen == [(item, threading.get_ident()) for item in range(4)]
 
 
+@pytest.mark.parametrize("n_cpu", [1, 2])
+def test_smoothed_months_by_blocks_have_the_bits_of_the_whole_state(small_state, monkeypatch, n_cpu):
+    """The months are smoothed a block of establishments at a time (``months.BLOCK_ROWS``): blocks of
+    97 (the last one short), on one thread or two, give the estimates, variances, slopes and pattern
+    loadings of one block of every establishment, toward the sectors' patterns and with the cells'."""
+    plan = load_config("baseline").plan
+    answers = {m: measure(small_state, plan, rng=np.random.default_rng(8)).for_attribute(m) for m in MONTHS}
+    keys = next(a for a in answers["m1emp"] if a.query.is_identity).keys["estab_id"]
+    cells = months.pattern_cells(small_state, keys)
+    groups = months.pattern_cells(small_state, keys, columns=months.PATTERN_GROUP)
+    monkeypatch.setattr(months, "usable_cpus", lambda: n_cpu)
+
+    def smoothed(block_rows: int) -> list[bytes]:
+        monkeypatch.setattr(months, "BLOCK_ROWS", block_rows)
+        out = smooth_months(answers, plan.psi, cells, groups)
+        return [getattr(a, field).tobytes() for m in MONTHS for a in out[m] if a.query.is_identity
+                for field in ("estimate", "variance", "variance_slope", "pattern_loading")]
+
+    assert len(small_state) % 97 and len(months.row_blocks(len(small_state))) == 1
+    whole = smoothed(len(small_state))
+    assert smoothed(97) == whole
+    assert len(whole) == 4 * len(MONTHS) and len(set(whole)) == len(whole)  # every array its own
+
+
 def test_smoothed_months_on_threads_have_the_bits_of_one_thread(small_state, monkeypatch):
     plan = load_config("baseline").plan
     answers = {m: measure(small_state, plan, rng=np.random.default_rng(5)).for_attribute(m) for m in MONTHS}
 
     def smoothed(n_cpu: int) -> list[bytes]:
         monkeypatch.setattr(months, "usable_cpus", lambda: n_cpu)
+        monkeypatch.setattr(months, "BLOCK_ROWS", 256)  # several blocks, on the threads at once
         out = smooth_months(answers, plan.psi)
         return [getattr(a, field).tobytes() for m in MONTHS for a in out[m] if a.query.is_identity
                 for field in ("estimate", "variance", "variance_slope")]
