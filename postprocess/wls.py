@@ -145,13 +145,22 @@ def kkt_residual(system: LinearSystem, x: np.ndarray, pinned: np.ndarray | None 
     ``pinned`` at 0 by an exact answer are not free variables and are left out.
     """
     a, w = system.matrix, 1.0 / system.v
-    gradient = 2 * (a.T @ (w * (a @ x - system.b)))
+    weighted = a @ x
+    weighted -= system.b
+    weighted *= w
+    gradient = a.T @ weighted
+    gradient *= 2
     squares = a if a.has_canonical_format and np.all(a.data == 1.0) else a.multiply(a)  # 0/1 rows: a itself
-    curvature = 2 * (squares.T @ w)
-    step = np.divide(gradient, curvature, out=np.zeros_like(gradient), where=curvature > 0)
-    residual = np.abs(np.minimum(x, step))
+    curvature = squares.T @ w
+    curvature *= 2
+    # the Newton step, then min(x, step) and its size, each in the gradient's array (no fresh memory)
+    positive = curvature > 0
+    residual = np.divide(gradient, curvature, out=gradient, where=positive)
+    residual[~positive] = 0.0
+    np.minimum(x, residual, out=residual)
+    np.abs(residual, out=residual)
     if pinned is not None:
-        residual = residual[~pinned]
+        residual[pinned] = 0.0  # not free variables: left out (every residual is >= 0, or NaN)
     return float(np.max(residual, initial=0.0))
 
 
@@ -167,7 +176,11 @@ def checked_result(system: LinearSystem, values: np.ndarray, *, solver: str, sta
     values = values.copy()
     values[values < ROUNDOFF * max(scale, 1.0)] = 0.0  # interior-point solvers stop just above 0
     kept = system if keep.all() else LinearSystem(system.matrix[keep], system.b[keep], system.v[keep])
-    objective = float(np.sum((kept.matrix @ values - kept.b) ** 2 / kept.v))
+    misfit = kept.matrix @ values
+    misfit -= kept.b
+    np.square(misfit, out=misfit)
+    misfit /= kept.v
+    objective = float(np.sum(misfit))
     residual = kkt_residual(kept, values, pinned=fixed)
     if not (np.all(np.isfinite(values)) and np.isfinite(objective)):
         raise SolverError(f"{solver} returned a non-finite solution or objective")

@@ -87,6 +87,30 @@ def test_solution_satisfies_kkt_and_matches_an_independent_solver(seed, solver):
     assert kkt_residual(system, result.values) == pytest.approx(result.kkt_residual)
 
 
+def test_kkt_residual_is_the_newton_step_bound_computed_densely():
+    """kkt_residual against the formula on dense arrays: max over free x_j of |min(x_j, g_j / H_jj)|,
+    g = 2 A^T W (A x - b), H_jj = 2 sum_i A_ij^2 W_i; a column no row touches has step 0, and pinned
+    establishments are left out (here the one with the largest residual). Also for rows that are not
+    0/1 (A_ij^2 then differs from A_ij)."""
+    rng = np.random.default_rng(12)
+    for scale in (1.0, 1.5):
+        system = random_system(5)
+        matrix = system.matrix.tolil()
+        matrix[:, 7] = 0.0  # a column no row touches
+        matrix = (matrix * scale).tocsr()
+        system = LinearSystem(matrix, system.b, system.v)
+        x = rng.uniform(-5.0, 50.0, matrix.shape[1])
+        dense, w = matrix.toarray(), 1.0 / system.v
+        gradient = 2 * dense.T @ (w * (dense @ x - system.b))
+        curvature = 2 * (dense**2).T @ w
+        step = np.where(curvature > 0, gradient / np.where(curvature > 0, curvature, 1.0), 0.0)
+        residual = np.abs(np.minimum(x, step))
+        assert residual[7] == abs(min(x[7], 0.0))
+        np.testing.assert_allclose(kkt_residual(system, x), residual.max(), rtol=1e-12)
+        pinned = residual == residual.max()
+        np.testing.assert_allclose(kkt_residual(system, x, pinned=pinned), residual[~pinned].max(), rtol=1e-12)
+
+
 def test_kkt_residual_detects_a_non_optimal_point():
     system = random_system(4)
     optimum = solve_wls(system).values
