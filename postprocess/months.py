@@ -81,15 +81,21 @@ T = TypeVar("T")
 
 
 #: Establishments per block of the months' per-establishment steps (``row_blocks``): a block's arrays
-#: (1.5 MB of three months) are reused by the allocator and stay in the processor's cache, where arrays
-#: of a whole state's establishments x months (34 MB at 1.4 million) are fresh memory at every step,
-#: which the kernel allocates and zeroes page by page.
+#: (1.5 MB each for three months) are memory the allocator reuses, where arrays of a whole state's
+#: establishments x months (34 MB at 1.4 million) are fresh memory at every step, which the kernel
+#: allocates and zeroes page by page.
 BLOCK_ROWS = 1 << 16
 
 
 def row_blocks(n: int) -> list[slice]:
-    """Consecutive slices of at most BLOCK_ROWS of ``n`` rows, in order (none for 0)."""
-    return [slice(start, min(start + BLOCK_ROWS, n)) for start in range(0, n, BLOCK_ROWS)]
+    """Consecutive slices of BLOCK_ROWS of ``n`` rows, in order (none for 0), the last one shorter, or
+    longer where it would hold one row only: a single row is both C- and Fortran-contiguous, and
+    numpy sums 8 or more months of one row pairwise (``row_sums``), of several rows one after the
+    other, so a row alone would not have the bits it has among others."""
+    starts = list(range(0, n, BLOCK_ROWS))
+    if len(starts) > 1 and n - starts[-1] == 1:
+        starts.pop()
+    return [slice(start, end) for start, end in zip(starts, [*starts[1:], n])]
 
 
 def _rows(values: np.ndarray, rows: slice) -> np.ndarray:
@@ -117,10 +123,10 @@ def row_means(values: np.ndarray) -> np.ndarray:
 
 def on_threads(tasks: Sequence[Callable[[], T]]) -> list[T]:
     """Each task's result, in order, the tasks run on as many threads as this process has processors
-    (``gedp.cpus.usable_cpus``): for tasks of large numpy steps (which release the GIL) that share no
-    array they write. Each computes
-    what it would alone (no random draws inside); the first exception, in the tasks' order, is raised
-    here once all are done."""
+    (``gedp.cpus.usable_cpus``): for tasks of large numpy steps (which release the GIL) that write
+    disjoint parts of any array they share (e.g. their own rows). Each computes what it would alone
+    (no random draws inside); the first exception, in the tasks' order, is raised here once all are
+    done."""
     workers = min(len(tasks), usable_cpus())
     if workers <= 1:
         return [task() for task in tasks]
@@ -132,8 +138,9 @@ def on_threads(tasks: Sequence[Callable[[], T]]) -> list[T]:
 def deviation_variance(y: np.ndarray, noise: Callable[[np.ndarray, list[int], slice], np.ndarray]) -> np.ndarray:
     """tau^2 per establishment: c (level+ + 1)^p fitted by moments over size bands (module docstring).
     ``y``: answers (establishments x months, at least 3); ``noise(x, months, rows)``: the noise
-    variances of those months (a list of their columns) at levels ``x`` (one row per establishment of
-    ``rows``, a slice of them: x 1, or one column per month), linear in x for an unbiased moment. Each
+    variances of the establishments ``rows`` (a slice) in those months (a list of their columns) at
+    levels ``x`` (a column, or one per month, with a row per establishment of ``rows``), linear in x
+    for an unbiased moment. Each
     month t in turn sorts the establishments into bands by its answer y_t while the other months give
     the moment, so the band a establishment falls in is independent of the noise in its moment. 0
     everywhere when no band shows months that move more than their noise."""

@@ -145,7 +145,7 @@ def kkt_residual(system: LinearSystem, x: np.ndarray, pinned: np.ndarray | None 
     ``pinned`` at 0 by an exact answer are not free variables and are left out.
     """
     a, w = system.matrix, 1.0 / system.v
-    weighted = a @ x
+    weighted = np.asarray(a @ x, dtype=float)  # its own array (a product), float even for integer rows
     weighted -= system.b
     weighted *= w
     gradient = a.T @ weighted

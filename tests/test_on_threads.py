@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -80,14 +81,19 @@ def test_one_processor_runs_the_tasks_in_order_in_the_callers_thread(monkeypatch
     assert seen == [(item, threading.get_ident()) for item in range(4)]
 
 
-@pytest.mark.parametrize("n_cpu", [1, 2])
-def test_smoothed_months_by_blocks_have_the_bits_of_the_whole_state(small_state, monkeypatch, n_cpu):
+@pytest.mark.parametrize(("n_cpu", "per_row_sd"), [(1, False), (2, False), (2, True)])
+def test_smoothed_months_by_blocks_have_the_bits_of_the_whole_state(small_state, monkeypatch, n_cpu, per_row_sd):
     """The months are smoothed a block of establishments at a time (``months.BLOCK_ROWS``): blocks of
     97 (the last one short), on one thread or two, give the estimates, variances, slopes and pattern
-    loadings of one block of every establishment, toward the sectors' patterns and with the cells'."""
+    loadings of one block of every establishment, toward the sectors' patterns and with the cells',
+    also with a noise sd of its own for each establishment."""
     plan = load_config("baseline").plan
     answers = {m: measure(small_state, plan, rng=np.random.default_rng(8)).for_attribute(m) for m in MONTHS}
     keys = next(a for a in answers["m1emp"] if a.query.is_identity).keys["estab_id"]
+    if per_row_sd:  # sds of their own per establishment: the blocks take their rows of them too
+        spread = np.random.default_rng(9).uniform(0.8, 1.25, len(keys))
+        answers = {m: [dataclasses.replace(a, sd=a.sd * spread) if a.query.is_identity else a for a in answers[m]]
+                   for m in MONTHS}
     cells = months.pattern_cells(small_state, keys)
     groups = months.pattern_cells(small_state, keys, columns=months.PATTERN_GROUP)
     monkeypatch.setattr(months, "usable_cpus", lambda: n_cpu)
@@ -102,6 +108,22 @@ def test_smoothed_months_by_blocks_have_the_bits_of_the_whole_state(small_state,
     whole = smoothed(len(small_state))
     assert smoothed(97) == whole
     assert len(whole) == 4 * len(MONTHS) and len(set(whole)) == len(whole)  # every array its own
+
+
+@pytest.mark.parametrize("n", [9, 17, 18])
+def test_deviation_variance_by_blocks_has_the_bits_of_one_block_for_many_months(monkeypatch, n):
+    """Twelve months (numpy sums 8 or more of a row pairwise when the row stands alone, one after the
+    other among several rows): blocks of 8 give one block's bits also when 1 row is left over after
+    the full blocks (that row goes with the block before it) or 2 are."""
+    monkeypatch.setattr(months, "BLOCK_ROWS", 8)
+    assert all(block.stop - block.start > 1 for block in months.row_blocks(n))
+    assert [i for block in months.row_blocks(n) for i in range(block.start, block.stop)] == list(range(n))
+    for seed in range(30):
+        y = _answers(n, 12, seed=seed)
+        monkeypatch.setattr(months, "BLOCK_ROWS", 8)
+        blocks = deviation_variance(y, _noise)
+        monkeypatch.setattr(months, "BLOCK_ROWS", n)
+        assert deviation_variance(y, _noise).tobytes() == blocks.tobytes(), seed
 
 
 def test_smoothed_months_on_threads_have_the_bits_of_one_thread(small_state, monkeypatch):

@@ -111,6 +111,14 @@ def test_kkt_residual_is_the_newton_step_bound_computed_densely():
         np.testing.assert_allclose(kkt_residual(system, x, pinned=pinned), residual[~pinned].max(), rtol=1e-12)
 
 
+def test_kkt_residual_of_integer_rows_and_values_is_a_float():
+    """Rows and values of whole numbers (int64) give the residual of the same system in floats."""
+    system = random_system(6)
+    x = np.random.default_rng(2).integers(0, 40, system.matrix.shape[1])
+    as_integers = LinearSystem(system.matrix.astype(np.int64), system.b, system.v)
+    assert kkt_residual(as_integers, x) == kkt_residual(system, x.astype(float))
+
+
 def test_kkt_residual_detects_a_non_optimal_point():
     system = random_system(4)
     optimum = solve_wls(system).values

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from gedp.cpus import usable_cpus
 from gedp.errors import AuditError
 from gedp.measure.queries import group_establishments
 from gedp.synth.hierarchy import (
@@ -319,7 +319,7 @@ def _solve(jobs: list[tuple], workers: int | None):
     """``_interval_lps`` of every job, yielded in order. With more than one worker and enough intervals,
     the jobs run in worker processes, largest first. Each job is solved the same way wherever it runs,
     so the results do not depend on the number of workers."""
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    workers = min(workers or usable_cpus(), len(jobs))
     # fork: the workers inherit the loaded modules and never re-run the caller's script (spawn and
     # forkserver would, in a script without a __main__ guard). Where there is no fork, run here.
     can_fork = "fork" in multiprocessing.get_all_start_methods()

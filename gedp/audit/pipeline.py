@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ import pandas as pd
 from gedp.api import load, synthesize
 from gedp.audit.bounds import mu_lower_bound_at
 from gedp.config import Config
+from gedp.cpus import usable_cpus
 from gedp.lifetime import protect_recorded
 from gedp.measure import mechanisms
 from gedp.measure.budget import compose
@@ -49,7 +49,7 @@ PIPELINE_ALPHA = 0.01
 THRESHOLDS = (-0.5, 0.0, 0.5)
 STATISTICS = ("identity answer", "group answers", "likelihood ratio", "protected value")
 #: Worker processes of a pipeline audit, and runs per task handed to one.
-WORKERS = min(2, os.cpu_count() or 1)
+WORKERS = min(2, usable_cpus())
 BATCH = 10
 #: Columns of a release's measurements that may change from run to run (the others name the answer;
 #: an answer's recorded mu can differ in its last bit between runs).

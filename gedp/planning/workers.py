@@ -11,19 +11,13 @@ available), the tasks run one after the other in this process.
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gedp.cpus import usable_cpus
+
 #: The context of the running map, inherited by the forked workers (None outside a map).
 _context: tuple[Callable[[Any, Any], Any], Any] | None = None
-
-
-def available_cores() -> int:
-    """The cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[Any], *,
@@ -33,7 +27,7 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
     ready, in order."""
     global _context
     tell = on_result or (lambda index, result: None)
-    count = min(len(items), workers or available_cores())
+    count = min(len(items), workers or usable_cpus())
     if count <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         results = []
         for index, item in enumerate(items):
