@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import scipy.sparse as sp
 
 IDENTITY = ("estab_id",)
+T = TypeVar("T")
 
 
 def query_name(by: Sequence[str]) -> str:
@@ -89,6 +90,7 @@ class Groupings:
         self._columns: dict[str, tuple[np.ndarray, object] | None] = {}
         self._groupings: dict[tuple[str, ...], Grouping] = {}
         self._rows: dict[tuple[tuple[str, ...], ...], sp.csr_matrix] = {}
+        self._made: dict[Hashable, object] = {}
 
     def __call__(self, by: Sequence[str]) -> Grouping:
         by = tuple(by)
@@ -108,6 +110,14 @@ class Groupings:
                       for grouping in map(self, queries)]
             self._rows[queries] = sp.vstack(blocks, format="csr")
         return self._rows[queries]
+
+    def made_once(self, key: Hashable, make: Callable[[], T]) -> T:
+        """``make()`` the first time ``key`` is asked for, the same object after: a structure derived
+        from these groupings alone (e.g. of the solves of several attributes over the same queries),
+        shared by its callers, so read-only."""
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]  # type: ignore[return-value]
 
     def _column(self, column: str) -> tuple[np.ndarray, object] | None:
         """Sorted factorization of one column; None for an object column (pandas infers its keys' type)

@@ -468,14 +468,18 @@ def solve_structured_wls(
     groups: sp.csr_matrix,
     b: np.ndarray,
     w: np.ndarray,
+    cells_inside: Callable[[], sp.csr_matrix] | None = None,
 ) -> tuple[np.ndarray, int, float]:
     """Structured solve from group rows over establishments; zero-variance groups pin their
-    establishments at 0. Returns the values, the iterations and the seconds taken."""
+    establishments at 0. Returns the values, the iterations and the seconds taken. ``cells_inside``
+    gives ``cell_to_group_matrix`` of all the group rows, made already (used when no row is exact)."""
     start = time.perf_counter()
     exact, fixed = pinned_at_zero(groups, b, w)
     n_cells = int(cell_codes.max()) + 1 if len(cell_codes) else 0
     if exact.any():  # else all rows: no copy
         groups, b, w = groups[~exact], b[~exact], w[~exact]
-    c = cell_to_group_matrix(groups, cell_codes, n_cells)
+        c = cell_to_group_matrix(groups, cell_codes, n_cells)
+    else:
+        c = cell_to_group_matrix(groups, cell_codes, n_cells) if cells_inside is None else cells_inside()
     values, iterations = solve_nested(a, v, cell_codes, c, b, w, fixed_zero=fixed)
     return values, iterations, time.perf_counter() - start

@@ -12,6 +12,7 @@ it. This module reads only public attributes and noisy answers, never confidenti
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,13 @@ import scipy.sparse as sp
 from gedp.errors import ConfigError, SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import Groupings
-from gedp.postprocess.structured import NotNested, pinned_at_zero, solve_structured_wls, unbounded_cell_totals
+from gedp.postprocess.structured import (
+    NotNested,
+    cell_to_group_matrix,
+    pinned_at_zero,
+    solve_structured_wls,
+    unbounded_cell_totals,
+)
 
 VARIANCE_MODES = ("smoothed", "pooled", "estimated", "exact", "hybrid")
 #: Variance modes a release may use: computed from released values only.
@@ -49,6 +56,9 @@ class LinearSystem:
     matrix: sp.csr_matrix
     b: np.ndarray
     v: np.ndarray
+    #: the ``Groupings`` whose query rows ``matrix`` is and those queries (``build_system``): the solves
+    #: of several attributes over the same queries then share their structure (``NestedRows``)
+    rows_of: tuple[Groupings, tuple[tuple[str, ...], ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,8 +131,9 @@ def build_system(
                 f"answers of query {answer.query.name} do not match the groups of the public data "
                 f"({len(answer)} answers, {grouping.n_groups} groups)"
             )
-    return LinearSystem(groupings.rows([answer.query.by for answer in answers]),
-                        np.concatenate([answer.estimate for answer in answers]), np.concatenate(variances))
+    queries = tuple(answer.query.by for answer in answers)
+    return LinearSystem(groupings.rows(queries), np.concatenate([answer.estimate for answer in answers]),
+                        np.concatenate(variances), rows_of=(groupings, queries))
 
 
 def system_structure(answers: Sequence[NoisyAnswer], public: pd.DataFrame,
@@ -233,25 +244,60 @@ def solve_wls(system: LinearSystem, *, solver: str = "osqp") -> WLSResult:
     return checked_result(system, values, solver=solver, status=str(problem.status), start=start)
 
 
-def structured_parts(system: LinearSystem, identity_rows: np.ndarray) -> tuple[np.ndarray, ...]:
+@dataclass(eq=False)
+class NestedRows:
+    """What the structured solver takes of a stacked system's rows alone: the establishment of each
+    identity row, which rows are group rows, those rows, and (made when first needed) the cells x
+    groups matrix of ``cell_codes``: the same for every attribute answered by the same queries."""
+
+    establishment: np.ndarray
+    groups: np.ndarray
+    group_rows: sp.csr_matrix
+    cell_codes: np.ndarray
+
+    @classmethod
+    def of(cls, matrix: sp.csr_matrix, identity_rows: np.ndarray, cell_codes: np.ndarray) -> NestedRows:
+        groups = np.ones(matrix.shape[0], dtype=bool)
+        groups[identity_rows] = False
+        return cls(matrix.indices[matrix.indptr[identity_rows]], groups, matrix[groups], cell_codes)
+
+    @functools.cached_property
+    def cells_inside(self) -> sp.csr_matrix:
+        """``structured.cell_to_group_matrix`` of the group rows and cells."""
+        n_cells = int(self.cell_codes.max()) + 1 if len(self.cell_codes) else 0
+        return cell_to_group_matrix(self.group_rows, self.cell_codes, n_cells)
+
+
+def nested_rows(system: LinearSystem, identity_rows: np.ndarray, cell_codes: np.ndarray) -> NestedRows:
+    """``NestedRows`` of a stacked system (``system_structure``'s identity rows and cells), made once
+    per queries when the system says whose rows it holds (``LinearSystem.rows_of``)."""
+    if system.rows_of is None:
+        return NestedRows.of(system.matrix, identity_rows, cell_codes)
+    groupings, queries = system.rows_of
+    return groupings.made_once(("nested rows", queries),
+                               lambda: NestedRows.of(system.matrix, identity_rows, cell_codes))
+
+
+def structured_parts(system: LinearSystem, identity_rows: np.ndarray,
+                     nested: NestedRows | None = None) -> tuple[np.ndarray, ...]:
     """The structured solver's inputs from a stacked system: identity answers and variances per
-    establishment (a, v), then the group rows, their answers and variances."""
-    matrix = system.matrix
-    establishment = matrix.indices[matrix.indptr[identity_rows]]  # one establishment per identity row
-    a = np.empty(matrix.shape[1])
-    v = np.empty(matrix.shape[1])
-    a[establishment], v[establishment] = system.b[identity_rows], system.v[identity_rows]
-    groups = np.ones(matrix.shape[0], dtype=bool)
-    groups[identity_rows] = False
-    return a, v, matrix[groups], system.b[groups], system.v[groups]
+    establishment (a, v), then the group rows, their answers and variances (``nested``: the rows'
+    structure, made already)."""
+    nested = nested or NestedRows.of(system.matrix, identity_rows, np.zeros(0, dtype=np.int64))
+    a = np.empty(system.matrix.shape[1])
+    v = np.empty(system.matrix.shape[1])
+    a[nested.establishment], v[nested.establishment] = system.b[identity_rows], system.v[identity_rows]
+    return a, v, nested.group_rows, system.b[nested.groups], system.v[nested.groups]
 
 
 def solve_structured(system: LinearSystem, identity_rows: np.ndarray, cell_codes: np.ndarray) -> WLSResult:
     """Exact structured solve (see postprocess.structured): identity rows and nested group rows."""
     start = time.perf_counter()
-    a, v, groups, b, w = structured_parts(system, identity_rows)
+    nested = nested_rows(system, identity_rows, cell_codes)
+    a, v, groups, b, w = structured_parts(system, identity_rows, nested)
     try:
-        values, iterations, _ = solve_structured_wls(a, v, cell_codes, groups, b, w)
+        values, iterations, _ = solve_structured_wls(a, v, cell_codes, groups, b, w,
+                                                     cells_inside=lambda: nested.cells_inside)
     except RuntimeError as err:  # pivoting did not converge
         raise SolverError(f"structured solver: {err}") from None
     # "optimal" only once checked_result has checked the KKT conditions.

@@ -11,13 +11,14 @@ from scipy.optimize import lsq_linear
 from gedp.config import load_config
 from gedp.errors import ConfigError
 from gedp.measure.mechanisms import psi_exact_variance
-from gedp.measure.queries import group_establishments
+from gedp.measure.queries import Groupings, group_establishments
 from gedp.measure.workflows import measure
 from gedp.postprocess.months import pool_month_variances
 from gedp.postprocess.structured import unbounded_cell_totals
 from gedp.postprocess.wls import (
     LinearSystem,
     answer_variances,
+    attribute_system,
     build_system,
     kkt_residual,
     protect_attribute,
@@ -85,6 +86,24 @@ def test_solution_satisfies_kkt_and_matches_an_independent_solver(seed, solver):
     assert result.objective <= objective(system, reference) * (1 + 1e-6)
     assert result.kkt_residual < 1e-3
     assert kkt_residual(system, result.values) == pytest.approx(result.kkt_residual)
+
+
+def test_attributes_over_the_same_queries_share_the_structured_solvers_rows(small_state):
+    """The months' systems (same queries) are solved over one ``NestedRows`` made once in their
+    Groupings, and each solve has the bits of the same system solved with nothing shared."""
+    plan = load_config("baseline").plan
+    measurements = measure(small_state, plan, rng=np.random.default_rng(7))
+    public = small_state[public_columns(small_state)]
+    groupings = Groupings(public)
+    made = []
+    for month in ("m1emp", "m2emp", "m3emp"):
+        system, identity_rows, cells = attribute_system(measurements.for_attribute(month), public, "estimated",
+                                                        groupings=groupings)
+        shared = solve_structured(system, identity_rows, cells)
+        alone = solve_structured(LinearSystem(system.matrix, system.b, system.v), identity_rows, cells)
+        assert shared.values.tobytes() == alone.values.tobytes() and shared.objective == alone.objective
+        made.append(groupings.made_once(("nested rows", system.rows_of[1]), lambda: pytest.fail("made again")))
+    assert made[0] is made[1] is made[2] and made[0].cells_inside.shape[1] == cells.max() + 1
 
 
 def test_kkt_residual_is_the_newton_step_bound_computed_densely():
