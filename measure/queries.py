@@ -89,7 +89,6 @@ class Groupings:
         self.public = public
         self._columns: dict[str, tuple[np.ndarray, object] | None] = {}
         self._groupings: dict[tuple[str, ...], Grouping] = {}
-        self._rows: dict[tuple[tuple[str, ...], ...], sp.csr_matrix] = {}
         self._made: dict[Hashable, object] = {}
 
     def __call__(self, by: Sequence[str]) -> Grouping:
@@ -104,17 +103,18 @@ class Groupings:
         import scipy.sparse as sp  # imported when first needed: a tabulation groups without it
 
         queries = tuple(tuple(by) for by in queries)
-        if queries not in self._rows:
-            n = len(self.public)
-            blocks = [sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n))
-                      for grouping in map(self, queries)]
-            self._rows[queries] = sp.vstack(blocks, format="csr")
-        return self._rows[queries]
+        n = len(self.public)
+
+        def stacked() -> sp.csr_matrix:
+            return sp.vstack([sp.csr_matrix((np.ones(n), (grouping.codes, np.arange(n))), shape=(grouping.n_groups, n))
+                              for grouping in map(self, queries)], format="csr")
+
+        return self.made_once(("rows", queries), stacked)
 
     def made_once(self, key: Hashable, make: Callable[[], T]) -> T:
         """``make()`` the first time ``key`` is asked for, the same object after: a structure derived
-        from these groupings alone (e.g. of the solves of several attributes over the same queries),
-        shared by its callers, so read-only."""
+        from these groupings alone (stacked query rows, the structure the solves of several attributes
+        over the same queries share), shared by its callers, so read-only."""
         if key not in self._made:
             self._made[key] = make()
         return self._made[key]  # type: ignore[return-value]

@@ -478,8 +478,7 @@ def solve_structured_wls(
     n_cells = int(cell_codes.max()) + 1 if len(cell_codes) else 0
     if exact.any():  # else all rows: no copy
         groups, b, w = groups[~exact], b[~exact], w[~exact]
-        c = cell_to_group_matrix(groups, cell_codes, n_cells)
-    else:
-        c = cell_to_group_matrix(groups, cell_codes, n_cells) if cells_inside is None else cells_inside()
+        cells_inside = None  # made for all the group rows, not these
+    c = cell_to_group_matrix(groups, cell_codes, n_cells) if cells_inside is None else cells_inside()
     values, iterations = solve_nested(a, v, cell_codes, c, b, w, fixed_zero=fixed)
     return values, iterations, time.perf_counter() - start
