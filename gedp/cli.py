@@ -28,7 +28,7 @@ from typer.core import TyperOption
 import gedp
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import AuditError, GedpError, InputError, InputProblems, SolverError
-from gedp.pages import prefer_small_pages
+from gedp.pages import set_up_command_memory
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
 # matplotlib and the stage packages (which import them) are imported inside the commands that use
@@ -1311,7 +1311,7 @@ def _readable(value: float) -> str:
 def main() -> None:
     """Console entry point: usage errors (a bad option value, an unknown command), too, end in one
     line ``error: ...`` and exit status 2."""
-    prefer_small_pages()
+    set_up_command_memory()
     try:
         code = app(standalone_mode=False)
     except click_errors.NoArgsIsHelpError:

@@ -1,19 +1,27 @@
-"""How a gedp command's arrays get their memory from the kernel: in 4 KiB pages.
+"""How a gedp process gets its memory from the kernel: in 4 KiB pages, and again from memory it has
+freed rather than from fresh pages.
 
-numpy asks the kernel for 2 MiB ("transparent huge") pages for every array of 4 MiB or more. A
-1.4M-establishment `gedp protect` faults in about 3 GB of such pages, and each one is a 2 MiB block
-the kernel must find whole and zero at once; on a virtual machine that hands freed memory back to its
-host, such blocks are the ones handed back, and the fault waits for the host too. Measured there
-(benchmarks/RESULTS.md): system time 3.6-5.7 s -> 2.3-2.7 s, whole runs 8.5-10.3 s -> 7.3-8.3 s, the
-same pages allocated. Small pages come from memory the machine has just freed.
+Every fresh page the kernel hands a process is zeroed first, and a 1.4M-establishment `gedp protect`
+makes about 4 GB of arrays in turn. By default numpy asks for 2 MiB ("transparent huge") pages for
+every array of 4 MiB or more, and glibc gives every allocation of 32 MiB or more its own mapping and
+returns it to the kernel when freed, so the next array of that size faults in fresh pages again. On a
+virtual machine that hands freed memory back to its host, a fresh 2 MiB block waits for the host too.
+Measured there (alternated whole runs, benchmarks/RESULTS.md): system time 3.6-5.7 s -> 1.7-2.3 s.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
+#: glibc's mallopt parameters (malloc.h): how many allocations get their own mapping, and how much
+#: free memory at the top of the heap is kept before it is returned to the kernel.
+M_MMAP_MAX, M_TRIM_THRESHOLD = -4, -1
+#: Freed memory a process keeps for its next arrays (the largest of a 1.4M protect are 34-70 MB).
+KEPT_FREE_BYTES = 1 << 30
 
 
 def prefer_small_pages() -> None:
@@ -21,3 +29,23 @@ def prefer_small_pages() -> None:
     starts), leave its arrays to the kernel's default page size. ``NUMPY_MADVISE_HUGEPAGE=1`` in the
     environment keeps huge pages (on a machine where they are faster)."""
     os.environ.setdefault(NUMPY_HUGE_PAGES, "0")
+
+
+def reuse_freed_memory() -> bool:
+    """Have glibc's malloc serve large allocations from the process heap and keep up to
+    ``KEPT_FREE_BYTES`` of freed memory there, so that an array made after another was freed reuses
+    its pages. False (nothing changed) where the C library is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process runs on
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT_FREE_BYTES))
+
+
+def set_up_command_memory() -> None:
+    """A gedp command's process (and its workers): small pages, freed memory reused."""
+    prefer_small_pages()
+    reuse_freed_memory()

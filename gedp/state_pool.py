@@ -32,6 +32,7 @@ from pathlib import Path
 
 from gedp.cpus import usable_cpus
 from gedp.errors import GedpError, InputError
+from gedp.pages import reuse_freed_memory
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -148,7 +149,7 @@ def _warm() -> None:
 def _new_pool(processes: int) -> ProcessPoolExecutor:
     """A pool of ``processes`` spawned workers that ignore Ctrl-C."""
     return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(START_METHOD),
-                               initializer=_ignore_interrupts)
+                               initializer=_start_worker)
 
 
 def _take_started(processes: int) -> ProcessPoolExecutor | None:
@@ -191,9 +192,11 @@ def _collect(futures: dict[str, Future], on_state: Callable[[str], None] | None)
     return [entries[state] for state in states]
 
 
-def _ignore_interrupts() -> None:
-    """A worker ignores Ctrl-C (sent to the whole process group): the main process stops it."""
+def _start_worker() -> None:
+    """A worker ignores Ctrl-C (sent to the whole process group: the main process stops it) and
+    reuses the memory it frees (gedp/pages.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    reuse_freed_memory()
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:

@@ -1,8 +1,11 @@
-"""gedp's commands leave numpy's arrays in the kernel's default pages (gedp/pages.py)."""
+"""gedp's commands leave numpy's arrays in the kernel's default pages and reuse the memory they free
+(gedp/pages.py)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import resource
 import subprocess
 import sys
 
@@ -32,6 +35,24 @@ print(os.environ.get("NUMPY_MADVISE_HUGEPAGE"))
 """
 
 
+#: Fresh pages (minor faults) of filling a 256 MiB array made after one of that size was freed.
+REFILL_PROBE = """
+import resource, sys
+import numpy
+if sys.argv[1] == "gedp":
+    from gedp.pages import reuse_freed_memory
+    assert reuse_freed_memory()
+size = 256 << 20
+first = numpy.empty(size, numpy.uint8)
+first.fill(1)
+del first
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+second = numpy.empty(size, numpy.uint8)
+second.fill(2)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
 def numpy_asks_huge_pages(*, after_gedp: bool, setting: str | None = None) -> bool:
     environment = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
     if setting is not None:
@@ -57,3 +78,42 @@ def test_the_command_line_sets_small_pages_for_itself_and_its_workers():
     out = subprocess.run([sys.executable, "-c", COMMAND_PROBE], capture_output=True, text=True, check=True,
                          env=environment).stdout
     assert out.split()[-1] == "0"
+
+
+def fresh_pages_of_refill(*, after_gedp: bool) -> int:
+    environment = {**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}  # 4 KiB pages: one fault per page
+    out = subprocess.run([sys.executable, "-c", REFILL_PROBE, "gedp" if after_gedp else "plain"],
+                         capture_output=True, text=True, check=True, env=environment).stdout
+    return int(out.split()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"),
+                    reason="mallopt is glibc's")
+def test_an_array_made_after_one_was_freed_reuses_its_pages():
+    pages = (256 << 20) // 4096
+    assert fresh_pages_of_refill(after_gedp=False) > pages // 2  # glibc's default: a fresh mapping
+    assert fresh_pages_of_refill(after_gedp=True) < pages // 100
+
+
+def refill_fresh_pages() -> int:
+    """REFILL_PROBE's count in the process that calls it, as it is set up."""
+    import numpy
+
+    size = 256 << 20
+    first = numpy.empty(size, numpy.uint8)
+    first.fill(1)
+    del first
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    second = numpy.empty(size, numpy.uint8)
+    second.fill(2)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"),
+                    reason="mallopt is glibc's")
+def test_the_workers_reuse_freed_memory_too(monkeypatch):
+    from gedp import state_pool
+
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "0")  # the spawned worker's numpy: one fault per page
+    with state_pool._new_pool(1) as pool:
+        assert pool.submit(refill_fresh_pages).result() < (256 << 20) // 4096 // 100
