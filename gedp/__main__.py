@@ -1,5 +1,5 @@
 """``python -m gedp`` runs the command line."""
 
-from gedp.cli import main
+from gedp.cli import command
 
-main()
+command()

@@ -28,7 +28,7 @@ from typer.core import TyperOption
 import gedp
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import AuditError, GedpError, InputError, InputProblems, SolverError
-from gedp.pages import set_up_command_memory
+from gedp.process import end_process, set_up_command_memory
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
 # matplotlib and the stage packages (which import them) are imported inside the commands that use
@@ -1325,5 +1325,16 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+def command() -> None:
+    """The ``gedp`` executable and ``python -m gedp``: ``main``, then the process ends without the
+    interpreter's teardown (``gedp.process.end_process``)."""
+    try:
+        main()
+    except SystemExit as done:
+        if done.code is not None and not isinstance(done.code, int):
+            raise  # a message: Python prints it
+        end_process(done.code or 0)
+
+
 if __name__ == "__main__":
-    main()
+    command()

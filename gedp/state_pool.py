@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gedp.cpus import usable_cpus
 from gedp.errors import GedpError, InputError
-from gedp.pages import reuse_freed_memory
+from gedp.process import reuse_freed_memory
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -194,7 +194,7 @@ def _collect(futures: dict[str, Future], on_state: Callable[[str], None] | None)
 
 def _start_worker() -> None:
     """A worker ignores Ctrl-C (sent to the whole process group: the main process stops it) and
-    reuses the memory it frees (gedp/pages.py)."""
+    reuses the memory it frees (gedp/process.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     reuse_freed_memory()
 

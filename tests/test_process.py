@@ -1,5 +1,5 @@
 """gedp's commands leave numpy's arrays in the kernel's default pages and reuse the memory they free
-(gedp/pages.py)."""
+(gedp/process.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 HUGE_PAGES_PROBE = """
 import sys
 if sys.argv[1] == "gedp":
-    from gedp.pages import prefer_small_pages
+    from gedp.process import prefer_small_pages
     prefer_small_pages()
 import numpy
 multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
@@ -40,7 +40,7 @@ REFILL_PROBE = """
 import resource, sys
 import numpy
 if sys.argv[1] == "gedp":
-    from gedp.pages import reuse_freed_memory
+    from gedp.process import reuse_freed_memory
     assert reuse_freed_memory()
 size = 256 << 20
 first = numpy.empty(size, numpy.uint8)
@@ -117,3 +117,28 @@ def test_the_workers_reuse_freed_memory_too(monkeypatch):
     monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "0")  # the spawned worker's numpy: one fault per page
     with state_pool._new_pool(1) as pool:
         assert pool.submit(refill_fresh_pages).result() < (256 << 20) // 4096 // 100
+
+
+#: `gedp --version` through the executable's entry point, with an atexit callback that shows whether
+#: the interpreter's normal exit ran; argv[1] "thread": a thread still runs beside the command.
+END_PROBE = """
+import atexit, sys, threading, time
+atexit.register(lambda: print("normal exit", flush=True))
+if sys.argv[1] == "thread":
+    threading.Thread(target=time.sleep, args=(3,)).start()  # longer than the command takes
+sys.argv = ["gedp", *sys.argv[2:]]
+from gedp.cli import command
+print("before", flush=False)  # left in the buffer: the end must flush it
+command()
+"""
+
+
+@pytest.mark.parametrize("arguments, code", [(["--version"], 0), (["tabulate", "no-such-release"], 2)])
+def test_a_command_ends_at_once_with_its_code_and_its_output(arguments, code):
+    alone = subprocess.run([sys.executable, "-c", END_PROBE, "alone", *arguments], capture_output=True, text=True)
+    assert alone.returncode == code
+    assert alone.stdout.startswith("before\n") and "normal exit" not in alone.stdout
+    assert ("gedp" in alone.stdout) if code == 0 else ("error:" in alone.stderr)
+    # power: a thread still running gets the interpreter's normal exit (it waits for the thread)
+    beside = subprocess.run([sys.executable, "-c", END_PROBE, "thread", *arguments], capture_output=True, text=True)
+    assert beside.returncode == code and beside.stdout.rstrip().endswith("normal exit")
