@@ -26,7 +26,9 @@ from gedp.measure.workflows import MeasurementPlan
 from gedp.release.format import QUARTER_KEY
 from gedp.release.panel import write_panel
 from gedp.release.writer import check_output_directory, staged_directory
+from gedp.synth.io import footers_one_value
 from gedp.synth.panel import check_panel, panel_quarters, quarter_label
+from gedp.synth.paths import check_input_path
 
 
 def input_quarters(source: Source) -> list[tuple[int, int]]:
@@ -43,8 +45,21 @@ def input_quarters(source: Source) -> list[tuple[int, int]]:
 
 
 def is_panel(source: Source) -> bool:
-    """Whether an input holds more than one quarter (then it is protected as a panel)."""
+    """Whether an input holds more than one quarter (then it is protected as a panel); a Parquet input
+    whose footers show one year and one quarter is not, without reading its rows."""
+    if not isinstance(source, pd.DataFrame) and _footers_show_one_quarter(source):
+        return False
     return len(input_quarters(source)) > 1
+
+
+def _footers_show_one_quarter(path: str | Path) -> bool:
+    """Whether a Parquet input's footers show one year and one quarter (``footers_one_value``); False
+    for any other input, and for one the checks that read it will refuse."""
+    try:
+        checked = check_input_path(path)
+        return footers_one_value(checked, "year") and footers_one_value(checked, "qtr")
+    except (InputError, OSError, ValueError):  # ValueError: pyarrow's ArrowInvalid
+        return False
 
 
 def quarter_seed(seed: int | None, quarter: tuple[int, int]) -> int | None:

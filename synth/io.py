@@ -63,6 +63,21 @@ def parts_holding(path: Path, column: str, values: Mapping[str, Sequence],
     return holding
 
 
+def footers_one_value(path: Path, column: str) -> bool:
+    """Whether the footers of a Parquet input show ``column`` to hold one value wherever it has one:
+    in every row group of every part its statistics' minimum and maximum are that value (missing
+    values aside). False when they do not tell (CSV, a part without statistics or without the column)."""
+    if not is_parquet(path):
+        return False
+    values = set()
+    for fragment in ds.dataset(path, format="parquet").get_fragments():
+        ranges = value_ranges(fragment.metadata, column)
+        if ranges is None:
+            return False
+        values.update(bound for low, high, _ in ranges for bound in (low, high))
+    return len(values) == 1
+
+
 def _may_hold(ranges: list[tuple] | None, values: Sequence) -> bool:
     """Whether row groups of these ranges (None: unknown) may hold one of ``values``."""
     try:

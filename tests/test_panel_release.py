@@ -220,3 +220,33 @@ def test_a_panel_csv_in_agency_names_is_checked_per_quarter_and_protected(panel,
     result = runner.invoke(app, ["protect", str(repeated), "--out", str(tmp_path / "r2"), "--not-for-publication"])
     assert result.exit_code == 2 and "repeating an earlier row" in result.output
     assert f"row {len(stored) + 1}" in result.output and not (tmp_path / "r2").exists()
+
+
+def _quarters_read(monkeypatch) -> list:
+    """Calls of ``input_quarters`` (which reads the rows' year and qtr) made from now on."""
+    import gedp.panel as panel_module
+
+    calls: list = []
+    monkeypatch.setattr(panel_module, "input_quarters", lambda source, read=panel_module.input_quarters:
+                        calls.append(source) or read(source))
+    return calls
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_a_panel_is_told_by_its_footers_or_its_rows(panel, tmp_path, monkeypatch, statistics):
+    """One quarter in every footer: not a panel, rows unread; several quarters, or footers without
+    statistics: the rows tell (a panel in parts of one quarter each, a CSV, one file)."""
+    from gedp.panel import is_panel
+
+    one_quarter = panel[(panel["year"] == 2016) & (panel["qtr"] == 1)]
+    folder = tmp_path / f"parts-{statistics}"
+    folder.mkdir()
+    for (year, qtr), rows in panel.groupby(["year", "qtr"]):
+        rows.to_parquet(folder / f"part-{year}-{qtr}.parquet", index=False, write_statistics=statistics)
+    one_quarter.to_parquet(tmp_path / "one.parquet", index=False, write_statistics=statistics)
+    panel.to_csv(tmp_path / "panel.csv", index=False)
+    calls = _quarters_read(monkeypatch)
+    assert not is_panel(tmp_path / "one.parquet")
+    assert len(calls) == (0 if statistics else 1)  # read only when the footers do not tell
+    assert is_panel(folder) and is_panel(tmp_path / "panel.csv") and is_panel(panel)
+    assert not is_panel(one_quarter)
