@@ -15,6 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from gedp.config import Config
 from gedp.engine import Scheduler, Source, check_request, read_source
@@ -58,7 +59,7 @@ def _footers_show_one_quarter(path: str | Path) -> bool:
     try:
         checked = check_input_path(path)
         return footers_one_value(checked, "year") and footers_one_value(checked, "qtr")
-    except (InputError, OSError, ValueError):  # ValueError: pyarrow's ArrowInvalid
+    except (InputError, OSError, ValueError, pa.ArrowException):
         return False
 
 

@@ -41,7 +41,8 @@ def prefer_small_pages() -> None:
 def reuse_freed_memory() -> bool:
     """Have glibc's malloc serve large allocations from the process heap and keep up to
     ``KEPT_FREE_BYTES`` of freed memory there, so that an array made after another was freed reuses
-    its pages. False (nothing changed) where the C library is not glibc."""
+    its pages (those of the main thread's heap; Arrow's buffers have their own allocator). False
+    (nothing changed) where the C library is not glibc."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -50,6 +51,16 @@ def reuse_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT_FREE_BYTES))
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap's free pages to the kernel (glibc ``malloc_trim``): a worker process does so
+    after each state, so that it does not keep a large state's memory while it protects small ones."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(0))
+        except (OSError, AttributeError):
+            pass
 
 
 def set_up_command_memory() -> None:
@@ -69,6 +80,9 @@ def end_process(code: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`gedp ... | head`) or stream: nothing more to say
+        except (BrokenPipeError, ValueError):  # the reader has gone (`gedp ... | head`), a closed stream
             pass
+        except OSError as err:  # e.g. a full disk: what Python's own exit does (a message, status 120)
+            os.write(2, f"error: output not written: {err}\n".encode())
+            code = code or 120
     os._exit(code)

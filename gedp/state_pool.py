@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gedp.cpus import usable_cpus
 from gedp.errors import GedpError, InputError
-from gedp.process import reuse_freed_memory
+from gedp.process import give_back_freed_memory, reuse_freed_memory
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -68,7 +68,7 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
     """
     pool = _take_started(processes) or _new_pool(processes)
     try:
-        futures = {state: pool.submit(protect_state, *task) for state, task in arguments.items()}
+        futures = {state: pool.submit(_state_in_worker, protect_state, *task) for state, task in arguments.items()}
         return _collect(futures, on_state)
     except BrokenProcessPool:
         _stop_workers(pool)
@@ -190,6 +190,15 @@ def _collect(futures: dict[str, Future], on_state: Callable[[str], None] | None)
                 on_state(states[reported])
             reported += 1
     return [entries[state] for state in states]
+
+
+def _state_in_worker(protect_state: Callable[..., dict | Exception], *task) -> dict | Exception:
+    """One state's task in a worker; then the heap's free pages go back to the kernel, so that a
+    worker does not hold a large state's memory while it protects the next (gedp/process.py)."""
+    try:
+        return protect_state(*task)
+    finally:
+        give_back_freed_memory()
 
 
 def _start_worker() -> None:

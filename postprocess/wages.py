@@ -132,6 +132,8 @@ SHARE_STEPS = 100
 #: Steps between the checks for cells whose free set is settled (a check costs about two steps; at
 #: 1.4M establishments every cell had stopped after 28 steps rather than 75).
 SETTLE_EVERY = 4
+#: Brackets with an end beyond this are bisected to the end, as before the check existed.
+MAX_SETTLED = 2.0**1022
 #: The bisection drops the establishments of cells that stopped moving once they are this share of
 #: those it sums (each drop copies the rest: dropping a few at every step costs more than summing them).
 COMPACT_SHARE = 0.5
@@ -514,9 +516,11 @@ def _free_set_settled(low: np.ndarray, high: np.ndarray, counts: np.ndarray, tar
     lambda, computed as ``share_cells`` computes it, is <= 0 at ``low`` and > 0 at ``high``. In floating
     point as in exact numbers that value does not decrease as lambda grows (a product and a sum,
     each rounded monotonically), so every lambda of the bracket, the last bisection step's among
-    them, gives such a cell the same free set. A bracket with an infinite or NaN end is not settled."""
+    them, gives such a cell the same free set. A bracket with an end beyond MAX_SETTLED (where the
+    bisection's middle could overflow and leave it), infinite or NaN is not settled."""
     changing = (_shifted(high, counts, target, variance) > 0) & ~(_shifted(low, counts, target, variance) > 0)
-    return (sums @ changing.astype(float) == 0) & np.isfinite(low) & np.isfinite(high) & (counts > 0)
+    bounded = (np.abs(low) <= MAX_SETTLED) & (np.abs(high) <= MAX_SETTLED)  # (low + high) / 2 stays inside
+    return (sums @ changing.astype(float) == 0) & bounded & (counts > 0)
 
 
 def _run_extremes(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

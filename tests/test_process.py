@@ -87,8 +87,21 @@ def fresh_pages_of_refill(*, after_gedp: bool) -> int:
     return int(out.split()[-1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"),
-                    reason="mallopt is glibc's")
+def _huge_pages_always() -> bool:
+    """Whether the kernel gives huge pages to every large mapping, whatever numpy asks (then a
+    refill's faults count 2 MiB pages, not 4 KiB ones)."""
+    try:
+        return "[always]" in open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return False
+
+
+GLIBC = sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
+COUNTED_PAGES = pytest.mark.skipif(not GLIBC or _huge_pages_always(),
+                                   reason="mallopt is glibc's; faults count 4 KiB pages unless huge pages are on")
+
+
+@COUNTED_PAGES
 def test_an_array_made_after_one_was_freed_reuses_its_pages():
     pages = (256 << 20) // 4096
     assert fresh_pages_of_refill(after_gedp=False) > pages // 2  # glibc's default: a fresh mapping
@@ -109,8 +122,7 @@ def refill_fresh_pages() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "gnu_get_libc_version"),
-                    reason="mallopt is glibc's")
+@COUNTED_PAGES
 def test_the_workers_reuse_freed_memory_too(monkeypatch):
     from gedp import state_pool
 
@@ -133,12 +145,84 @@ command()
 """
 
 
+def buffered_environment() -> dict:
+    """This environment with standard output buffered (a test run may set PYTHONUNBUFFERED)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
 @pytest.mark.parametrize("arguments, code", [(["--version"], 0), (["tabulate", "no-such-release"], 2)])
 def test_a_command_ends_at_once_with_its_code_and_its_output(arguments, code):
-    alone = subprocess.run([sys.executable, "-c", END_PROBE, "alone", *arguments], capture_output=True, text=True)
+    alone = subprocess.run([sys.executable, "-c", END_PROBE, "alone", *arguments], capture_output=True, text=True,
+                           env=buffered_environment())
     assert alone.returncode == code
     assert alone.stdout.startswith("before\n") and "normal exit" not in alone.stdout
     assert ("gedp" in alone.stdout) if code == 0 else ("error:" in alone.stderr)
     # power: a thread still running gets the interpreter's normal exit (it waits for the thread)
-    beside = subprocess.run([sys.executable, "-c", END_PROBE, "thread", *arguments], capture_output=True, text=True)
+    beside = subprocess.run([sys.executable, "-c", END_PROBE, "thread", *arguments], capture_output=True, text=True,
+                            env=buffered_environment())
     assert beside.returncode == code and beside.stdout.rstrip().endswith("normal exit")
+
+
+#: Output left in the buffer, then the process ended by end_process with argv[1] as the command's code.
+FULL_DISK_PROBE = """
+import sys
+from gedp.process import end_process
+print("rows that a full disk will not take")
+end_process(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux's")
+@pytest.mark.parametrize("code, expected", [(0, 120), (2, 2)])
+def test_output_a_full_disk_refuses_is_an_error(code, expected):
+    """As Python's own exit: a message, and status 120 for a command that had succeeded."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-c", FULL_DISK_PROBE, str(code)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=buffered_environment())
+    assert done.returncode == expected
+    assert "error: output not written" in done.stderr
+
+
+#: Resident MiB after a 300 MiB array was freed beneath a small one still held, before and after
+#: give_back_freed_memory (argv[1] "give": call it).
+GIVE_BACK_PROBE = """
+import sys
+import numpy
+from gedp.process import give_back_freed_memory, reuse_freed_memory
+
+def resident():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+
+assert reuse_freed_memory()
+big = numpy.ones(300 << 17)  # 300 MiB of float64
+held = numpy.ones(1000)
+del big
+before = resident()
+if sys.argv[1] == "give":
+    give_back_freed_memory()
+print(before, resident())
+"""
+
+
+@COUNTED_PAGES
+def test_freed_memory_goes_back_between_states():
+    def resident(mode):
+        out = subprocess.run([sys.executable, "-c", GIVE_BACK_PROBE, mode], capture_output=True, text=True,
+                             check=True, env={**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"}).stdout.split()
+        return int(out[0]), int(out[1])
+
+    kept_before, kept_after = resident("keep")
+    assert kept_after > 250  # power: reused memory stays with the process
+    given_before, given_after = resident("give")
+    assert given_before > 250 and given_after < 100
+
+
+def test_each_state_of_a_pool_gives_its_freed_memory_back(monkeypatch):
+    from gedp import state_pool
+
+    calls = []
+    monkeypatch.setattr(state_pool, "give_back_freed_memory", lambda: calls.append(1))
+    assert state_pool._state_in_worker(dict, [("entry", 1)]) == {"entry": 1}
+    with pytest.raises(ZeroDivisionError):  # a state that fails gives its memory back too
+        state_pool._state_in_worker(divmod, 1, 0)
+    assert len(calls) == 2

@@ -220,3 +220,20 @@ def test_settled_cells_stop_the_bisection_early(monkeypatch):
         monkeypatch.undo()
         evaluations[settle_every] = len(calls)
     assert evaluations[wages.SETTLE_EVERY] < 0.6 * evaluations[never], evaluations  # 48 against 100
+
+
+@pytest.mark.parametrize("settle_every", [1, wages.SETTLE_EVERY])
+def test_shares_near_the_largest_floats_have_the_bits_of_the_plain_bisection(settle_every, monkeypatch):
+    """Brackets near 1e308, where the bisection's middle overflows: such a cell is never taken as
+    settled, so it ends as the plain bisection ends (the case a review found)."""
+    monkeypatch.setattr(wages, "SETTLE_EVERY", settle_every)
+    codes = np.array([2, 1, 1, 3])
+    target = np.array([-6.947089732868628e307, -1.0430136638219817e308, -3.100575703030018e307,
+                       -1.3306947352681913e308])
+    variance = np.array([0.6631566609383533, 0.8753128749480874, 0.8319210047814558, 0.544837391222531])
+    totals = np.array([3.587097636934566e306, 3.584900099249124e307, 5.851400405651813e307, 5.408733174396423e307])
+    with np.errstate(over="ignore", invalid="ignore"):
+        values, free = wages.share_cells(totals, codes, target, variance)
+        expected, expected_free = _bincount_shares(totals, codes, target, variance)
+    assert values.tobytes() == expected.tobytes()
+    np.testing.assert_array_equal(free, expected_free)
