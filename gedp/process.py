@@ -43,11 +43,8 @@ def reuse_freed_memory() -> bool:
     ``KEPT_FREE_BYTES`` of freed memory there, so that an array made after another was freed reuses
     its pages (those of the main thread's heap; Arrow's buffers have their own allocator). False
     (nothing changed) where the C library is not glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt  # the C library this process runs on
-    except (OSError, AttributeError):
+    mallopt = _c_function("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, KEPT_FREE_BYTES))
@@ -56,11 +53,20 @@ def reuse_freed_memory() -> bool:
 def give_back_freed_memory() -> None:
     """Return the heap's free pages to the kernel (glibc ``malloc_trim``): a worker process does so
     after each state, so that it does not keep a large state's memory while it protects small ones."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(0))
-        except (OSError, AttributeError):
-            pass
+    malloc_trim = _c_function("malloc_trim")
+    if malloc_trim is not None:
+        malloc_trim(ctypes.c_size_t(0))
+
+
+def _c_function(name: str):
+    """A function of the C library this process runs on, on Linux (None elsewhere, or where that
+    library has no such function: musl's malloc_trim)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
+        return None
 
 
 def set_up_command_memory() -> None:

@@ -123,16 +123,14 @@ def _expected_size(path: Path, processes: int | None) -> int:
         return 0
     import pyarrow.dataset as ds
 
-    from gedp.synth.footers import value_ranges
+    from gedp.synth.footers import range_bounds
 
     fragments = list(ds.dataset(path, format="parquet").get_fragments())
     values: set = set()
     for fragment in fragments:
-        ranges = value_ranges(fragment.metadata, "state")
-        if ranges is None:  # a part that does not say: take the input for one of several states
-            values.add(("unknown part", fragment.path))
-        else:
-            values.update(bound for low, high, _ in ranges for bound in (low, high))
+        bounds = range_bounds(fragment.metadata, "state")
+        # a part that does not say: take the input for one of several states
+        values |= {("unknown part", fragment.path)} if bounds is None else bounds
     rows = sum(fragment.metadata.num_rows for fragment in fragments)
     try:
         return pool_size(processes, len(values), rows) if len(values) > 1 else 0
@@ -147,7 +145,7 @@ def _warm() -> None:
 
 
 def _new_pool(processes: int) -> ProcessPoolExecutor:
-    """A pool of ``processes`` spawned workers that ignore Ctrl-C."""
+    """A pool of ``processes`` spawned workers that ignore Ctrl-C and reuse freed memory."""
     return ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(START_METHOD),
                                initializer=_start_worker)
 

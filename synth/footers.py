@@ -28,3 +28,10 @@ def value_ranges(metadata, column: str) -> list[tuple] | None:
             return None
         ranges.append((stats.min, stats.max, stats.null_count))
     return ranges
+
+
+def range_bounds(metadata, column: str) -> set | None:
+    """The least and greatest values of ``column`` in the row groups of a Parquet footer, as one set
+    (one value: every row group holds only it); None when ``value_ranges`` does not tell."""
+    ranges = value_ranges(metadata, column)
+    return None if ranges is None else {bound for low, high, _ in ranges for bound in (low, high)}

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from gedp.synth.footers import stamp, value_ranges
+from gedp.synth.footers import range_bounds, stamp, value_ranges
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
 from gedp.synth.keycodes import sorted_codes, taken_frame
 from gedp.synth.paths import check_input_path, is_parquet
@@ -69,12 +69,12 @@ def footers_one_value(path: Path, column: str) -> bool:
     values aside). False when they do not tell (CSV, a part without statistics or without the column)."""
     if not is_parquet(path):
         return False
-    values = set()
+    values: set = set()
     for fragment in ds.dataset(path, format="parquet").get_fragments():
-        ranges = value_ranges(fragment.metadata, column)
-        if ranges is None:
+        bounds = range_bounds(fragment.metadata, column)
+        if bounds is None:
             return False
-        values.update(bound for low, high, _ in ranges for bound in (low, high))
+        values |= bounds
     return len(values) == 1
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import resource
 import subprocess
@@ -35,21 +36,29 @@ print(os.environ.get("NUMPY_MADVISE_HUGEPAGE"))
 """
 
 
-#: Fresh pages (minor faults) of filling a 256 MiB array made after one of that size was freed.
-REFILL_PROBE = """
+def refill_fresh_pages() -> int:
+    """Fresh pages (minor faults) of filling a 256 MiB array made after one of that size was freed, in
+    the process that calls it, as it is set up."""
+    import numpy
+
+    size = 256 << 20
+    first = numpy.empty(size, numpy.uint8)
+    first.fill(1)
+    del first
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    second = numpy.empty(size, numpy.uint8)
+    second.fill(2)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+#: ``refill_fresh_pages`` in a fresh process, after gedp's set-up when argv[1] is "gedp".
+REFILL_PROBE = f"""
 import resource, sys
-import numpy
 if sys.argv[1] == "gedp":
     from gedp.process import reuse_freed_memory
     assert reuse_freed_memory()
-size = 256 << 20
-first = numpy.empty(size, numpy.uint8)
-first.fill(1)
-del first
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-second = numpy.empty(size, numpy.uint8)
-second.fill(2)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+{inspect.getsource(refill_fresh_pages)}
+print(refill_fresh_pages())
 """
 
 
@@ -106,20 +115,6 @@ def test_an_array_made_after_one_was_freed_reuses_its_pages():
     pages = (256 << 20) // 4096
     assert fresh_pages_of_refill(after_gedp=False) > pages // 2  # glibc's default: a fresh mapping
     assert fresh_pages_of_refill(after_gedp=True) < pages // 100
-
-
-def refill_fresh_pages() -> int:
-    """REFILL_PROBE's count in the process that calls it, as it is set up."""
-    import numpy
-
-    size = 256 << 20
-    first = numpy.empty(size, numpy.uint8)
-    first.fill(1)
-    del first
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    second = numpy.empty(size, numpy.uint8)
-    second.fill(2)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
 @COUNTED_PAGES
