@@ -26,9 +26,9 @@ from gedp.errors import InputError
 from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
 from gedp.panel import is_panel, protect_panel, tabulate_panel
-from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
+from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, release_answers, release_families
+from gedp.release.reader import read_manifest, read_stored, release_answers, release_families
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.intake import prepare_input
 
@@ -194,13 +194,13 @@ class Release:
     def microdata(self) -> pd.DataFrame:
         """The protected microdata (public columns and protected attributes)."""
         if self._microdata is None:
-            self._microdata = pd.read_parquet(self.folder / PROTECTED_FILE)
+            self._microdata = read_stored(self.folder)
         return self._microdata
 
     @property
     def measurements(self) -> pd.DataFrame:
         """Every noisy answer: query, attribute, mechanism, mu, keys, released, estimate, variance, sd, grid."""
-        return pd.read_parquet(self.folder / MEASUREMENTS_FILE)
+        return read_stored(self.folder, MEASUREMENTS_FILE)
 
     @property
     def qcew_tables(self) -> pd.DataFrame:
@@ -287,7 +287,7 @@ def read_job_frame(folder: str | Path) -> pd.DataFrame:
     """A release's protected job frame; InputError when the release has none."""
     if not release_families(folder):
         raise InputError(f"release '{folder}' has no job frame (protect with --jobs and a config with job families)")
-    return pd.read_parquet(Path(folder) / JOBS_FILE)
+    return read_stored(folder, JOBS_FILE)
 
 
 def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Sequence[str], *,
