@@ -128,8 +128,8 @@ def release_digest(release: str | Path) -> str:
 def _release_parts(release: Path) -> list[Path]:
     """The files a release's digest reads, in order: its manifest, then the parts of its measurements
     and protected microdata its manifest lists (sorted by name; a folder holding anything else is
-    refused, ``reader.release_parts``)."""
-    from gedp.release.reader import read_manifest, release_parts
+    refused, ``validation.release_parts``)."""
+    from gedp.release.validation import read_manifest, release_parts
 
     manifest = read_manifest(release)
     return [release / MANIFEST_FILE, *(Path(part) for name in (MEASUREMENTS_FILE, PROTECTED_FILE)

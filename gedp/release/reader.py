@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -13,31 +12,13 @@ from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
-from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.release.validation import checked_manifest, listed_parts
+from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
+from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
 
 if TYPE_CHECKING:
     from gedp.measure.neighbors import NeighborFunction
     from gedp.release.manifest import Manifest
-
-
-def read_manifest(release: str | Path) -> Manifest:
-    """The manifest of a release directory, checked to be gedp's and every field that names or counts
-    something checked as untrusted input (``release.validation``)."""
-    path = Path(release) / MANIFEST_FILE
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
-    return checked_manifest(content, release)  # type: ignore[return-value]
-
-
-def release_parts(release: str | Path, output: str = PROTECTED_FILE, manifest: Manifest | None = None) -> list[str]:
-    """The parts of one Parquet output of a release (protected microdata, measurements, job frame)
-    that its manifest lists, checked to be exactly what the folder holds (``validation.listed_parts``):
-    what every reader of the release reads, never a file the manifest does not account for."""
-    return listed_parts(release, output, read_manifest(release) if manifest is None else manifest)
 
 
 def check_count(release: str | Path, frame: pd.DataFrame, expected: int, what: str = "") -> pd.DataFrame:

@@ -19,13 +19,18 @@ field, and no reader silently includes a file the manifest does not account for:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
 from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, RELEASE_FILES
+
+if TYPE_CHECKING:
+    from gedp.release.manifest import Manifest
 
 #: A state: its two-digit FIPS code.
 STATE_PATTERN = re.compile(r"\d{2}")
@@ -156,3 +161,21 @@ def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[st
         if not entries[name].is_file(follow_symlinks=False):
             raise InputError(f"release '{release}': {output}/{name} is not a regular file")
     return [str(folder / name) for name in expected]
+
+
+def read_manifest(release: str | Path) -> Manifest:
+    """The manifest of a release directory, checked to be gedp's and every field that names or counts
+    something checked as untrusted input (this module)."""
+    path = Path(release) / MANIFEST_FILE
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
+    return checked_manifest(content, release)  # type: ignore[return-value]
+
+
+def release_parts(release: str | Path, output: str = PROTECTED_FILE, manifest: Mapping | None = None) -> list[str]:
+    """The parts of one Parquet output of a release (protected microdata, measurements, job frame)
+    that its manifest lists, checked to be exactly what the folder holds (``listed_parts``):
+    what every reader of the release reads, never a file the manifest does not account for."""
+    return listed_parts(release, output, read_manifest(release) if manifest is None else manifest)
