@@ -27,11 +27,10 @@ from gedp.measure.budget import compose
 from gedp.measure.conversions import gdp_epsilon
 from gedp.measure.neighbors import make_psi
 from gedp.postprocess.tabulate import qcew_level
-from gedp.release.format import PROTECTED_FILE, TABLES_FILE
+from gedp.release.format import TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import check_one_quarter, read_manifest, release_answers, release_wage_psi
+from gedp.release.reader import check_one_quarter, read_manifest, read_validated, release_answers, release_wage_psi
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL
-from gedp.synth.io import read_microdata
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS, PublishedState
 
 #: Names a reader understands, for the release's attributes.
@@ -132,7 +131,7 @@ def cell_counts(tables: pd.DataFrame, published: PublishedState | None) -> pd.Da
 def margin_cells(folder: Path, levels: tuple[int, ...] = MARGIN_LEVELS) -> pd.DataFrame:
     """The release's cells at ``levels`` with their 95% margins of error, long: agglvl, attribute,
     value, margin (computed from the release's answers; no budget spent, nothing confidential read)."""
-    protected = read_microdata(folder / PROTECTED_FILE, attributes=None)
+    protected = read_validated(folder)  # exactly the parts its manifest lists
     options = {"moe": True, "answers": release_answers(folder, protected), "wage_psi": release_wage_psi(folder)}
     pieces = []
     for agglvl in levels:

@@ -26,9 +26,9 @@ from gedp.errors import InputError
 from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
 from gedp.panel import is_panel, protect_panel, tabulate_panel
-from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, TABLES_FILE
+from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, read_stored, release_answers, release_families
+from gedp.release.reader import read_manifest, read_stored, release_answers, release_families, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.intake import prepare_input
 
@@ -273,9 +273,13 @@ class Release:
         return pd.concat(tables.levels.values(), ignore_index=True)
 
     def write(self, out: str | Path) -> Path:
-        """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release)."""
+        """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release);
+        a release holding a file its manifest does not account for is refused, not copied."""
         out = Path(out).resolve()
         check_output_directory(out)
+        manifest = read_manifest(self.folder)
+        for output in (MEASUREMENTS_FILE, PROTECTED_FILE, *([JOBS_FILE] if "jobs" in manifest else [])):
+            release_parts(self.folder, output, manifest)
         with staged_directory(out) as staging:
             for entry in self.folder.iterdir():
                 target = staging / entry.name

@@ -175,6 +175,11 @@ def test_a_part_the_manifest_does_not_list_is_refused_by_every_reader(one_quarte
     pd.read_parquet(part).head(50).to_parquet(copy / "protected.parquet" / "extra.parquet", index=False)
     with pytest.raises(InputError, match="'extra.parquet', which its manifest does not list"):
         _ = gedp.Release(copy).microdata
+    with pytest.raises(InputError, match="does not list"):
+        gedp.Release(copy).write(tmp_path / "copied")
+    assert not (tmp_path / "copied").exists()
+    report = runner.invoke(app, ["report", str(copy), "--out", str(tmp_path / "report.html")])
+    assert report.exit_code == 2 and "does not list" in report.output, report.output
     for request in (["--by", "county"], ["--by", "county", "--moe"], ["--by", "county", "--where", "own == '5'"]):
         result = runner.invoke(app, ["tabulate", str(copy), *request])
         assert result.exit_code == 2 and "does not list" in result.output, result.output

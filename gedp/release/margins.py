@@ -240,9 +240,9 @@ def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str,
     if kept is not None:
         return kept
     from gedp.postprocess.moe import variance_functions
-    from gedp.release.reader import release_answers, release_wage_psi
+    from gedp.release.reader import read_validated, release_answers, release_wage_psi
 
-    protected = _validated_protected(release, quarter)
+    protected = read_validated(release, quarter)
     built = variance_functions(release_answers(release, protected, quarter), protected,
                                release_wage_psi(release, quarter))
     structure = {attribute: variance.exact if isinstance(variance, IndexedVariances) else variance
@@ -302,15 +302,6 @@ def kept_tabulation(release: str | Path, by: str, *, where: str | None = None, m
     with shared_cache():
         return indexed_tabulation(folder, by, margins=margins, where=where, level=level) if is_complete(folder) \
             else None
-
-
-def _validated_protected(release: str | Path, quarter: str | None) -> pd.DataFrame:
-    """The release's protected microdata (of one ``quarter`` of a panel release), validated."""
-    from gedp.release.reader import read_quarter, read_stored
-    from gedp.synth.schema import CONFIDENTIAL, validate_microdata
-
-    frame = read_stored(release) if quarter is None else read_quarter(release, quarter)
-    return validate_microdata(frame, [column for column in CONFIDENTIAL if column in frame.columns])
 
 
 def write_structure(structure: Mapping[str, VarianceFunction], path: Path, protected: pd.DataFrame | None = None,

@@ -150,6 +150,15 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
 
+def read_validated(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
+    """A release's protected microdata as stored (of one ``quarter`` of a panel: ``read_quarter``),
+    validated as microdata are (``synth.schema.validate_microdata``, its attributes those present)."""
+    from gedp.synth.schema import validate_microdata
+
+    frame = read_stored(release) if quarter is None else read_quarter(release, quarter)
+    return validate_microdata(frame, [column for column in CONFIDENTIAL if column in frame.columns])
+
+
 def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
                     quarter: str | None = None) -> dict[str, list[NoisyAnswer]]:
     """A release's answers as its postprocessing weighed them (what its margins of error take): the
