@@ -194,6 +194,19 @@ def test_an_unlisted_measurement_part_is_refused(one_quarter, tmp_path):
         read_answers(copy)
 
 
+@pytest.mark.parametrize(("column", "value", "message"), [("attribute", "../../x", "an attribute '../../x'"),
+                                                         ("query", "state,nothing", "a query 'state,nothing'")])
+def test_measurements_naming_what_they_do_not_hold_are_refused(one_quarter, tmp_path, column, value, message):
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    part = copy / "measurements.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    frame.loc[frame["attribute"] == "wage", column] = value
+    frame.to_parquet(part, index=False)
+    with pytest.raises(InputError, match=message):
+        read_answers(copy)
+
+
 def test_a_missing_or_linked_part_is_refused(one_quarter, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(one_quarter, copy)
@@ -273,10 +286,16 @@ def test_pruning_removes_only_the_cache_own_folders(one_quarter, margins_cache, 
     (root / ("f" * 64)).symlink_to(outside, target_is_directory=True)
     (root / ("e" * 64)).write_text("a file, not a folder")
     stale = root / ("0" * 64)
-    stale.mkdir()
-    os.utime(stale, (1, 1))
+    earlier = root / f"{'2' * 64}-2016Q1"  # as the format before named a quarter's
+    left = root / ".partial-abc123"  # a stopped request's
+    fresh_left = root / ".partial-def456"
+    for folder in (stale, earlier, left, fresh_left):
+        folder.mkdir()
+    for folder in (stale, earlier, left):
+        os.utime(folder, (1, 1))
     write_structure({}, root / ("1" * 64))
     assert not stale.exists() and not kept_path(one_quarter).exists()  # older than the newest
+    assert not earlier.exists() and not left.exists() and fresh_left.is_dir()
     assert (root / "photos").is_dir() and (outside / "keep").is_dir() and (root / ("e" * 64)).is_file()
     assert (root / ("f" * 64)).is_symlink()
 

@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -77,8 +78,13 @@ PIECES_PREFIX = "pieces-"
 COMPLETE_FILE = "complete.json"
 #: The lock requests sharing the cache take (``shared_cache``, ``exclusive_cache``).
 LOCK_FILE = ".lock"
-#: The names of the structures' folders (SHA-256 digests): the only entries pruning removes.
+#: The names of the structures' folders (SHA-256 digests): the only entries pruning removes, with
+#: those an earlier format named (``<digest>-<quarter>``) and folders a stopped request left
+#: (``.partial-*``, ``.retired-*``) an hour after they were last written.
 STRUCTURE_NAME = re.compile(r"[0-9a-f]{64}")
+EARLIER_NAME = re.compile(r"[0-9a-f]{64}-\d{4}Q[1-4]")
+LEFT_NAME = re.compile(r"\.(partial|retired)-[0-9A-Za-z_]+")
+LEFT_AGE_NS = 3600 * 10**9
 
 
 def _kinds() -> dict[str, type]:
@@ -353,11 +359,17 @@ def _remove(folder: Path) -> None:
 def _prune(root: Path) -> None:
     """Remove the least recently used structures beyond ``KEPT_STRUCTURES`` (under the exclusive
     lock): only folders named as structures are (``STRUCTURE_NAME``), directly in ``root``."""
-    kept = []
+    kept, stale = [], []
+    now = time.time_ns()
     for entry in os.scandir(root):
-        if STRUCTURE_NAME.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
-            kept.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
-    for _, name in sorted(kept, reverse=True)[KEPT_STRUCTURES:]:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        written = entry.stat(follow_symlinks=False).st_mtime_ns
+        if STRUCTURE_NAME.fullmatch(entry.name) or EARLIER_NAME.fullmatch(entry.name):
+            kept.append((written, entry.name))
+        elif LEFT_NAME.fullmatch(entry.name) and now - written > LEFT_AGE_NS:
+            stale.append(entry.name)
+    for name in [*stale, *(name for _, name in sorted(kept, reverse=True)[KEPT_STRUCTURES:])]:
         _remove(root / name)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -15,6 +16,9 @@ from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
 from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
+
+#: An attribute of a release's answers: a plain name, or a job family's category ("worker[1,E1]").
+ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\[[^\[\]/\\\x00-\x1f]{1,64}\])?")
 
 if TYPE_CHECKING:
     from gedp.measure.neighbors import NeighborFunction
@@ -83,6 +87,7 @@ def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, l
     answers: dict[str, list[NoisyAnswer]] = {}
     for (name, attribute), rows in frame.groupby(["query", "attribute"], sort=False):
         by = checked_query(release, name, frame.columns)
+        attribute = checked_attribute(release, attribute)
         keys = rows[list(by)].reset_index(drop=True) if by else pd.DataFrame(index=range(1))
         answers.setdefault(attribute, []).append(NoisyAnswer(
             query=Query(by, attribute), keys=keys, released=rows["released"].to_numpy(),
@@ -104,6 +109,17 @@ def checked_query(release: str | Path, name: object, columns: pd.Index) -> tuple
         raise InputError(f"release '{release}': the measurements name a query {shown(name)} by columns they do "
                          "not hold (an edited or damaged copy)")
     return by
+
+
+def checked_attribute(release: str | Path, attribute: object) -> str:
+    """An attribute named by a release's measurements: a plain name, or a job family's category
+    (``worker[1,E1]``)."""
+    if not isinstance(attribute, str) or not ATTRIBUTE_PATTERN.fullmatch(attribute):
+        from gedp.synth.schema import shown
+
+        raise InputError(f"release '{release}': the measurements name an attribute {shown(attribute)}, which is "
+                         "not an attribute's name (an edited or damaged copy)")
+    return attribute
 
 
 def release_quarters(release: str | Path) -> list[str]:

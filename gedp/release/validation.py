@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
-from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, RELEASE_FILES
+from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, RELEASE_FILES
 
 if TYPE_CHECKING:
     from gedp.release.manifest import Manifest
@@ -106,7 +106,7 @@ def checked_manifest(content: object, release: str | Path) -> dict:
     if not isinstance(content, dict) or not MANIFEST_KEYS <= content.keys():
         raise InputError(f"'{release}' is not a gedp release ({MANIFEST_FILE} lacks gedp's keys)")
     files = content["files"]
-    if not isinstance(files, dict) or not all(isinstance(name, str) and name in RELEASE_FILES | {"quarter"}
+    if not isinstance(files, dict) or not all(isinstance(name, str) and name in RELEASE_FILES | {QUARTER_KEY}
                                                for name in files.values()):
         raise _refuse(release, "'files' must name gedp's files only")
     if "jobs" in content:
