@@ -551,6 +551,8 @@ def protect_command(
     with reported_errors():  # the input is checked first, before the numerical stack is imported
         intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
                                attributes=configured_attributes(config))
+        for note in intake.notes:
+            typer.echo(f"note: {note}", err=True)
         if engine == "local" and intake.parquet and not intake.needs_translation():
             from gedp.synth.prefetch import prefetch_input
 

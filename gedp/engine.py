@@ -35,7 +35,7 @@ from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
 from gedp.synth.io import Parts, input_stamps, parts_holding, read_columns
 from gedp.synth.paths import check_input_path
-from gedp.synth.schema import InputError, check_columns, estab_ids, normalize_code, validate_microdata
+from gedp.synth.schema import InputError, canonical_ids, check_columns, estab_ids, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
 #: Where the built-in dask cluster listens: the loopback interface only, never the network.
@@ -147,7 +147,7 @@ def input_states(source: Source) -> InputStates:
 
 def input_establishments(source: Source) -> pd.Series:
     """The estab_id column of an input as text (the establishments a lifetime ledger charges)."""
-    return read_source(source, ["estab_id"])["estab_id"].astype(str)
+    return canonical_ids(read_source(source, ["estab_id"])["estab_id"])
 
 
 def read_state(source: Source | Parts, state: str, attributes, stored: list) -> pd.DataFrame:
@@ -202,8 +202,8 @@ def split_jobs(jobs: Source, source: Source, inputs: InputStates) -> dict[str, p
     establishments = read_source(source, ["state", "estab_id"])
     code_of = {value: code for code, stored in inputs.codes.items() for value in stored}
     state = establishments["state"].map(code_of).to_numpy(dtype=object)
-    positions, uniques = pd.factorize(table["estab_id"])
-    found = pd.Index(establishments["estab_id"].astype(str)).get_indexer(pd.Index(uniques).astype(str))
+    positions, uniques = pd.factorize(canonical_ids(table["estab_id"]))
+    found = pd.Index(canonical_ids(establishments["estab_id"])).get_indexer(pd.Index(uniques))
     row = np.where(positions >= 0, found[positions] if len(found) else -1, -1)
     _refuse("estab_id", row < 0, table, "values of the job table must be an estab_id of the input")
     job_state = state[row]

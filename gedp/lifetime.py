@@ -24,6 +24,7 @@ from gedp.ledger import Reservation, check_cap, check_dataset_id, check_ledger_p
 from gedp.quarters import row_quarters
 from gedp.release.writer import check_output_directory
 from gedp.synth.io import check_input_path, input_columns
+from gedp.synth.schema import canonical_ids
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def input_quarters(source: Source) -> tuple[pd.Series, pd.Series | None]:
     if not {"year", "qtr"} <= set(names):
         return input_establishments(source), None
     frame = read_source(source, ["estab_id", "year", "qtr"])
-    return frame["estab_id"].astype(str), row_quarters(frame["year"], frame["qtr"])
+    return canonical_ids(frame["estab_id"]), row_quarters(frame["year"], frame["qtr"])
 
 
 @contextmanager

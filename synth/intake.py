@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import difflib
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,14 @@ NUMBER = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 THOUSANDS = r"^[+-]?[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?$"
 DECIMAL_COMMA = r"^[+-]?[0-9]+,[0-9]+$"
 NEGATIVE_HINT = "hint: values must be >= 0 (a correction or an adjustment is not an establishment's value)"
+#: An id written as a whole number with a decimal point (gedp.synth.schema.WHOLE_NUMBER_TEXT).
+WHOLE_NUMBER_ID = r"^\s*[0-9]+\.0*\s*$"
+WHOLE_NUMBER_NOTE = ("{name} holds ids {how}; each is read as its whole number (1002.0 as 1002), the one id of "
+                     "that establishment in the release and in the ledger")
+
+
+class InputNote(UserWarning):
+    """Something gedp did to read an input that its operator should know (e.g. ids read as whole numbers)."""
 
 
 def normalized(name: str) -> str:
@@ -82,6 +91,7 @@ class Intake:
     area: str | None = None
     pad_codes: bool = False
     counts: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def needs_translation(self) -> bool:
         """Whether the usual readers cannot read the input as it is."""
@@ -155,6 +165,7 @@ def inspect_input(path: str | Path, *, columns: Mapping[str, str] | None = None,
     intake.pad_codes = pad_codes
     if parquet:
         _check_parquet_types(intake, schema, attributes, problems)
+        _check_id_type(intake, schema, problems)
     else:
         _check_csv_values(intake, attributes, problems)
     problems.raise_any()
@@ -266,6 +277,24 @@ def _check_parquet_types(intake: Intake, schema: Mapping[str, Any], attributes: 
                          "write it as a numeric column (thousands separators and blanks removed)")
 
 
+def _check_id_type(intake: Intake, schema: Mapping[str, Any], problems: Problems) -> None:
+    """Parquet ids must be text or whole numbers (``gedp.synth.schema.canonical_ids``): floating-point
+    and decimal ids get a note (they are read as whole numbers), booleans and dates a problem."""
+    import pyarrow as pa
+
+    if "estab_id" not in intake.names:
+        return
+    stored = intake.names["estab_id"]
+    kind = schema[stored]
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        how = "stored as floating-point numbers" if pa.types.is_floating(kind) else "stored as decimal numbers"
+        intake.notes.append(WHOLE_NUMBER_NOTE.format(name=_label(stored, "estab_id"), how=how))
+    elif pa.types.is_boolean(kind) or pa.types.is_temporal(kind):
+        problems.add(f"{_label(stored, 'estab_id')} is stored as {kind}; hint: ids must be text or whole numbers")
+
+
 def _label(stored: str, column: str) -> str:
     """How a message names a column: its stored name, and gedp's name when that differs."""
     return f"column {stored!r}" + (f" ({column})" if normalized(stored) != column else "")
@@ -296,7 +325,7 @@ def _check_csv_values(intake: Intake, attributes: Sequence[str], problems: Probl
     used = {name: stored for name, stored in intake.names.items() if name in (*ALIASES, *attributes)}
     wanted = [*used.values(), *([intake.area] if intake.area else []), *([intake.counts] if intake.counts else [])]
     wrong_width: list[int] = []
-    ids, offset = [], 0
+    ids, whole_number_ids, offset = [], [], 0
     try:
         reader = pacsv.open_csv(
             intake.path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, encoding="utf8"),
@@ -308,7 +337,9 @@ def _check_csv_values(intake: Intake, attributes: Sequence[str], problems: Probl
         for batch in reader:
             _check_batch(batch, intake, used, attributes, offset, logs)
             if "estab_id" in used:
-                ids.append(_record_keys(batch, used))
+                key, whole_number = _record_keys(batch, used)
+                ids.append(key)
+                whole_number_ids.append(whole_number)
             offset += batch.num_rows
     except pa.ArrowInvalid as err:
         problems.add(f"it cannot be read as CSV ({str(err).splitlines()[0][:200]}); hint: save it as CSV UTF-8")
@@ -317,6 +348,9 @@ def _check_csv_values(intake: Intake, attributes: Sequence[str], problems: Probl
         problems.add(_wrong_widths(intake))
     if ids:
         _check_repeats(pa.chunked_array(ids).combine_chunks(), used["estab_id"], logs)
+    if any(whole_number_ids):
+        intake.notes.append(WHOLE_NUMBER_NOTE.format(name=_label(used["estab_id"], "estab_id"),
+                                                     how="written with a decimal point"))
     for log in logs.values():
         problems.add(log.line())
 
@@ -429,14 +463,20 @@ def _all_codes(text: Any, width: int) -> bool:
     return pc.all(pc.match_substring_regex(text, f"^[0-9]{{{width}}}$")).as_py() is not False
 
 
-def _record_keys(batch: Any, used: Mapping[str, str]) -> Any:
-    """A row's record key, blanks stripped: its estab_id, with its year and quarter when the input has
-    them (a panel holds each establishment once per quarter)."""
+def _record_keys(batch: Any, used: Mapping[str, str]) -> tuple[Any, bool]:
+    """A row's record key, blanks stripped: its estab_id as the establishment's one id ("1002.0" is
+    "1002", ``WHOLE_NUMBER_ID``), with its year and quarter when the input has them (a panel holds each
+    establishment once per quarter); and whether an id was written as a whole number with a point."""
     import pyarrow.compute as pc
 
     parts = [pc.utf8_trim_whitespace(batch.column(used[name])) for name in ("estab_id", "year", "qtr")
              if name in used]
-    return parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "\x1f")
+    whole_number = pc.any(pc.match_substring(parts[0], ".")).as_py() and \
+        pc.any(pc.match_substring_regex(parts[0], WHOLE_NUMBER_ID)).as_py()
+    if whole_number:
+        parts[0] = pc.replace_substring_regex(parts[0], WHOLE_NUMBER_ID.replace("[0-9]+", "([0-9]+)"), r"\1")
+    key = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "\x1f")
+    return key, bool(whole_number)
 
 
 def _check_repeats(ids: Any, stored: str, logs: dict[str, _RowLog]) -> None:
@@ -505,7 +545,10 @@ def prepare_input(source: Any, *, columns: Mapping[str, str] | None = None, pad_
     ``inspect_input`` and ``load_input``; a DataFrame renamed (``columns``, then ``ALIASES``) and
     padded, its values left to the validation of microdata."""
     if isinstance(source, (str, Path)):
-        return load_input(inspect_input(source, columns=columns, pad_codes=pad_codes, attributes=attributes))
+        intake = inspect_input(source, columns=columns, pad_codes=pad_codes, attributes=attributes)
+        for note in intake.notes:
+            warnings.warn(note, InputNote, stacklevel=2)
+        return load_input(intake)
     problems = Problems("the microdata")
     header = [str(name) for name in source.columns]
     intake = _resolve(Path(), False, header, ",", columns or {}, attributes, problems)
