@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gedp.errors import InputError, InputProblems
-from gedp.synth.columns import CODE_WIDTHS, CONFIDENTIAL
+from gedp.synth.columns import CODE_WIDTHS, CONFIDENTIAL, data_like_fields, headerless_rule
 
 #: Names that mean each of gedp's columns (compared in lower case, blanks and hyphens as "_"): BLS
 #: open-data names, and the names of agency and UI files. The docs' table is checked against it.
@@ -190,7 +190,11 @@ def _csv_header(path: Path, problems: Problems) -> tuple[list[str], str]:
     if score(delimiter)[1] < 2:
         problems.add("its header has a single column: is it delimited by something other than "
                      "',' ';' tab or '|'? hint: save it as comma-separated CSV")
-    return next(csv.reader([line.rstrip("\r\n")], delimiter=delimiter), []), delimiter
+    names = next(csv.reader([line.rstrip("\r\n")], delimiter=delimiter), [])
+    if data_like_fields(names):  # nothing else said about its names: they are an establishment's values
+        problems.add(headerless_rule(data_like_fields(names)))
+        problems.raise_any()
+    return names, delimiter
 
 
 def _resolve(path: Path, parquet: bool, stored: list[str], delimiter: str, columns: Mapping[str, str],
@@ -342,7 +346,7 @@ def _check_csv_values(intake: Intake, attributes: Sequence[str], problems: Probl
                 whole_number_ids.append(whole_number)
             offset += batch.num_rows
     except pa.ArrowInvalid as err:
-        problems.add(f"it cannot be read as CSV ({str(err).splitlines()[0][:200]}); hint: save it as CSV UTF-8")
+        problems.add(f"it cannot be read as CSV ({read_error(err)}); hint: save it as CSV UTF-8")
         return
     if wrong_width:
         problems.add(_wrong_widths(intake))
@@ -353,6 +357,28 @@ def _check_csv_values(intake: Intake, attributes: Sequence[str], problems: Probl
                                                      how="written with a decimal point"))
     for log in logs.values():
         problems.add(log.line())
+
+
+def read_error(err: Exception) -> str:
+    """Why a reader failed, from its message but never quoting it: Arrow and pandas messages may hold
+    the offending value or the whole row, so only what they say about where (row and column numbers)
+    and what kind of problem is kept."""
+    message = str(err)
+    if "UTF8" in message or "UTF-8" in message or isinstance(err, UnicodeDecodeError):
+        return "it is not UTF-8 text"
+    parts = []
+    if found := re.search(r"Expected (\d+) (?:columns|fields)(?: in line (\d+))?, (?:got|saw) (\d+)", message):
+        expected, line, got = found.groups()
+        parts.append(f"a row{f' (line {line})' if line else ''} has {got} fields, the header {expected}")
+    elif "conversion error" in message or "convert" in message or "parse string" in message:
+        parts.append("a value is not of its column's type")
+    else:
+        parts.append("malformed CSV, e.g. an unclosed quote")
+    if column := re.search(r"column #(\d+)", message):
+        parts.append(f"column {int(column.group(1)) + 1}")
+    if row := re.search(r"[Rr]ow #(\d+)", message):
+        parts.append(f"row {row.group(1)}")
+    return ", ".join(parts)
 
 
 def _wrong_widths(intake: Intake) -> str:
@@ -385,7 +411,7 @@ def _check_batch(batch: Any, intake: Intake, used: Mapping[str, str], attributes
 
     for column in attributes:  # year and qtr are left to the validation of microdata, which names their rules
         if column in used:
-            _check_numbers(pc.utf8_trim_whitespace(batch.column(used[column])), used[column], column,
+            _check_numbers(pc.ascii_trim_whitespace(batch.column(used[column])), used[column], column,
                            intake.delimiter, offset, logs)
     codes = [(used[c], c, w) for c, w in {**CODE_WIDTHS, "own": 1}.items() if c in used]
     if intake.area is not None:
@@ -511,12 +537,35 @@ def load_input(intake: Intake) -> Any:
     if intake.parquet:
         table = pq.read_table(intake.path, columns=stored)
     else:
-        numeric = {intake.names[c] for c in CONFIDENTIAL if c in intake.names}
-        table = pacsv.read_csv(intake.path, parse_options=pacsv.ParseOptions(delimiter=intake.delimiter),
-                               convert_options=pacsv.ConvertOptions(
-                                   include_columns=stored,
-                                   column_types={n: pa.float64() if n in numeric else pa.string() for n in stored}))
+        try:
+            table = pacsv.read_csv(intake.path, parse_options=pacsv.ParseOptions(delimiter=intake.delimiter),
+                                   convert_options=pacsv.ConvertOptions(
+                                       include_columns=stored, column_types={n: pa.string() for n in stored}))
+        except (pa.ArrowInvalid, UnicodeDecodeError) as err:  # its message may quote a value: never shown
+            raise InputError(f"input '{intake.path}' cannot be read as CSV ({read_error(err)})") from None
+        table = _numbers_read(table, intake)
     return canonical_frame(table.to_pandas(), intake)
+
+
+def _numbers_read(table: Any, intake: Intake) -> Any:
+    """The attribute columns of a CSV table read as text, as numbers: blanks stripped as the first
+    check strips them (``_check_numbers``), then cast; a value the check let through and the cast
+    refuses is named by its column and row, never shown."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for column in (c for c in CONFIDENTIAL if c in intake.names):
+        stored = intake.names[column]
+        text = pc.ascii_trim_whitespace(table.column(stored))
+        try:
+            numbers = pc.cast(text, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            rows = pc.indices_nonzero(pc.invert(pc.match_substring_regex(text, NUMBER))).to_pylist()
+            where = f" at row {rows[0] + 1}" if rows else ""
+            raise InputError(f"input '{intake.path}': {_label(stored, column)} holds a value that is not a "
+                             f"number{where}; hint: plain numbers only") from None
+        table = table.set_column(table.schema.get_field_index(stored), stored, numbers)
+    return table
 
 
 def canonical_frame(frame: Any, intake: Intake) -> Any:

@@ -15,7 +15,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from gedp.synth.columns import data_like_fields, headerless_rule
 from gedp.synth.footers import range_bounds, stamp, value_ranges
+from gedp.synth.intake import read_error
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
 from gedp.synth.keycodes import sorted_codes, taken_frame
 from gedp.synth.paths import check_input_path, is_parquet
@@ -101,7 +103,10 @@ def input_columns(path: Path) -> list[str]:
         header = file.readline(MAX_HEADER_CHARACTERS)
     if len(header) == MAX_HEADER_CHARACTERS:
         raise InputError(f"input file '{path}': the header line is longer than {MAX_HEADER_CHARACTERS:,} characters")
-    return next(csv.reader([header]), [])
+    names = next(csv.reader([header]), [])
+    if data_like_fields(names):
+        raise InputError(f"input file '{path}': {headerless_rule(data_like_fields(names))}")
+    return names
 
 
 def read_columns(path: str | Path | Parts, columns: Sequence[str] | None = None,
@@ -141,9 +146,10 @@ def read_columns(path: str | Path | Parts, columns: Sequence[str] | None = None,
         raise InputError(f"input file '{path}' is empty") from None
     except UnicodeDecodeError:
         raise InputError(f"input file '{path}' cannot be read: it is not UTF-8 text") from None
-    except (pd.errors.ParserError, csv.Error, OSError, ValueError, KeyError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"input file '{path}' cannot be read: {first_line}") from None
+    except OSError as err:
+        raise InputError(f"input file '{path}' cannot be read: {err.strerror or type(err).__name__}") from None
+    except (pd.errors.ParserError, csv.Error, ValueError, KeyError) as err:  # messages may quote a value
+        raise InputError(f"input file '{path}' cannot be read: {read_error(err)}") from None
 
 
 def _prefetched_frame(source: Path | list[str], columns: Sequence[str] | None,
