@@ -7,6 +7,12 @@ margin is never smaller than the computed one. ``avg_wkly_wage`` is BLS's averag
 total_qtrly_wages / (mean of the three months' employment) / 13, from the published (rounded)
 values and rounded to whole dollars, half up; it is empty where the mean employment is 0 (no
 employees to average over). ``disclosure_code`` is empty: nothing is suppressed.
+
+Text that a spreadsheet would run as a formula (a title from a ``--titles`` file beginning with
+``=``, ``+``, ``-``, ``@``, a tab or a carriage return, OWASP's CSV-injection list, or their
+full-width forms) is never written as one: a table in the qcew format, written as CSV, carries such
+text behind a single quote (``'=HYPERLINK(...)``), which spreadsheets show and never evaluate; a
+workbook writes every text cell as a string, never as a formula.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ EXAMPLE_EMPLOYMENT = (10, 100, 1000)
 EXAMPLE_WAGES = (100_000, 1_000_000)
 #: delta of the (epsilon, delta) statement in the notes.
 NOTES_DELTA = 1e-6
+#: First characters that make a spreadsheet read a cell as a formula (OWASP CSV injection), with
+#: their full-width forms, which some spreadsheets read alike.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
 
 def whole(values: pd.Series) -> pd.Series:
@@ -106,6 +115,22 @@ def published_table(table: pd.DataFrame, titles: Titles) -> pd.DataFrame:
     for column in QCEW_VALUE_COLUMNS.values():
         if f"{column}_moe" in table:
             out[f"{column}_moe"] = rounded_up(table[f"{column}_moe"])
+    return out
+
+
+def formula_safe(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every text value that begins with one of ``FORMULA_STARTS`` behind a single
+    quote, so that a spreadsheet opening the table as CSV shows it and never runs it (other values,
+    and tables without such text, unchanged)."""
+    out = table
+    for column in table.columns:
+        values = table[column]
+        if not (pd.api.types.is_string_dtype(values) or values.dtype == object):
+            continue
+        risky = values.map(lambda v: isinstance(v, str) and v.startswith(FORMULA_STARTS)).to_numpy(dtype=bool)
+        if risky.any():
+            out = out.copy() if out is table else out
+            out[column] = values.where(~risky, "'" + values.astype(str))
     return out
 
 
@@ -177,7 +202,8 @@ def publication_notes(manifest: Mapping[str, Any] | None, titles: Titles, source
 
 
 def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path: str | Path) -> None:
-    """An Excel workbook: one sheet per QCEW level ("agglvl 78"), then the notes sheet ("notes")."""
+    """An Excel workbook: one sheet per QCEW level ("agglvl 78"), then the notes sheet ("notes");
+    every text cell a string, never a formula (openpyxl takes text beginning with "=" for one)."""
     with pd.ExcelWriter(path, engine="openpyxl") as writer:
         for agglvl, table in tables.items():
             table.to_excel(writer, sheet_name=f"agglvl {agglvl}", index=False, freeze_panes=(1, 0))
@@ -185,6 +211,16 @@ def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path
         sheet = writer.sheets["notes"]
         sheet.column_dimensions["A"].width = 22
         sheet.column_dimensions["B"].width = 140
+        for sheet in writer.sheets.values():
+            _no_formulas(sheet)
+
+
+def _no_formulas(sheet: Any) -> None:
+    """Every cell of an openpyxl sheet that would be written as a formula written as the string it is."""
+    for row in sheet.iter_rows():
+        for cell in row:
+            if cell.data_type == "f":
+                cell.data_type = "s"
 
 
 @dataclass(frozen=True)
@@ -216,4 +252,6 @@ def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, tit
         raise InputError(str(err)) from None
     published = tabulated if named is None else {level: published_table(table, named)
                                                  for level, table in tabulated.items()}
+    if format == "qcew":  # a table ready to publish as CSV: no cell a spreadsheet would run
+        published = {level: formula_safe(table) for level, table in published.items()}
     return PublishedLevels(published, named, tabulated)
