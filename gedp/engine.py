@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import logging
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -363,7 +364,8 @@ def _protect_or_refuse(*arguments) -> dict | Exception:
 def _run_on_dask(arguments: dict[str, tuple], scheduler: Scheduler | None, on_state) -> list[dict]:
     from dask.distributed import Client, as_completed
 
-    cluster = None if scheduler else local_cluster()
+    scratch = None if scheduler else tempfile.TemporaryDirectory(prefix="gedp-dask-")  # mode 0700: this user's
+    cluster = None if scratch is None else local_cluster(Path(scratch.name))
     address, security = (scheduler.address, scheduler.security) if scheduler else (cluster, cluster.security)
     try:
         with Client(address, security=security) as client:
@@ -379,18 +381,23 @@ def _run_on_dask(arguments: dict[str, tuple], scheduler: Scheduler | None, on_st
     finally:
         if cluster is not None:
             cluster.close()
+        if scratch is not None:
+            scratch.cleanup()
     refused = next((piece for piece in pieces if isinstance(piece, Exception)), None)
     if refused is not None:
         raise refused
     return pieces
 
 
-def local_cluster() -> Any:
+def local_cluster(scratch: Path) -> Any:
     """The built-in cluster of 2 worker processes, locked down: it listens on the loopback interface
     only, with TLS and keys made for this run (``Security.temporary()``: a throwaway CA and
     certificate, held in memory, that every connection must present), and serves no dashboard nor
     any other HTTP page (scheduler and worker HTTP routes are emptied; their servers answer 404).
-    Another local process cannot connect to it, so cannot read the confidential input it holds."""
+    Another local process cannot connect to it, so cannot read the confidential input it holds.
+    Its workers keep their files (data spilled to disk holds input rows) in ``scratch``, a folder
+    only this user can enter (dask's default, ``dask-scratch-space`` in the temporary folder, is
+    created readable by every user)."""
     import dask
     from distributed import LocalCluster
     from distributed.security import Security
@@ -400,4 +407,5 @@ def local_cluster() -> Any:
         # the empty HTTP server moves off dask's default port when another cluster holds it: not news
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host=LOOPBACK, protocol="tls://",
-                            security=Security.temporary(), dashboard_address=None, silence_logs=logging.CRITICAL)
+                            security=Security.temporary(), dashboard_address=None, silence_logs=logging.CRITICAL,
+                            local_directory=str(scratch))

@@ -26,7 +26,8 @@ def hostile_titles(small_release, tmp_path):
     codes = []
     for agglvl in ("71", "78"):
         out = tmp_path / f"plain{agglvl}.csv"
-        result = runner.invoke(app, ["tabulate", str(release), "--agglvl", agglvl, "--format", "qcew", "--out", str(out)])
+        result = runner.invoke(app, ["tabulate", str(release), "--agglvl", agglvl, "--format", "qcew",
+                                     "--out", str(out)])
         assert result.exit_code == 0, result.output
         codes.append(pd.read_csv(out, dtype=str)[["area_fips", "industry_code"]])
     codes = pd.concat(codes).drop_duplicates().reset_index(drop=True)
