@@ -34,7 +34,15 @@ from gedp.pipeline import check_job_table, protect
 from gedp.postprocess.wls import SolverError
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
-from gedp.synth.io import Parts, input_stamps, parts_holding, read_columns
+from gedp.synth.io import (
+    Parts,
+    PinnedCsv,
+    every_part,
+    input_stamps,
+    parts_holding,
+    read_columns,
+    read_csv_pinned,
+)
 from gedp.synth.paths import check_input_path
 from gedp.synth.schema import InputError, canonical_ids, check_columns, estab_ids, normalize_code, validate_microdata
 
@@ -95,19 +103,21 @@ def tls_credentials(ca_file: Path | None, cert: Path | None, key: Path | None) -
 
 class InputStates(NamedTuple):
     """What is read of an input before any noise: each state code with the stored values that
-    normalize to it (e.g. " 44" and "44"), the number of rows, and for a Parquet input each part's
-    ``synth.footers.stamp`` taken before it was read."""
+    normalize to it (e.g. " 44" and "44"), the number of rows, for a Parquet input each part's
+    ``synth.footers.stamp`` taken before it was read, and for a CSV input the input pinned to the
+    bytes read (``synth.io.PinnedCsv``)."""
 
     codes: dict[str, list]
     rows: int
-    stamps: dict[str, tuple[int, int]] | None = None
+    stamps: dict[str, tuple[int, ...]] | None = None
+    pinned: PinnedCsv | None = None
 
 
 #: An input: a CSV or Parquet file, a folder of Parquet parts, or microdata already in memory.
 Source: TypeAlias = str | Path | pd.DataFrame
 
 
-def read_source(source: Source | Parts, columns: list[str] | None = None,
+def read_source(source: Source | Parts | PinnedCsv, columns: list[str] | None = None,
                 where: tuple[str, list] | None = None) -> pd.DataFrame:
     """``columns`` of an input as stored (all when None), only the rows whose ``where[0]`` holds one
     of ``where[1]``: files (or some ``Parts`` of a Parquet input) through ``synth.io.read_columns``,
@@ -130,7 +140,11 @@ def input_states(source: Source) -> InputStates:
     """The state codes of an input, reading only its ``state`` and ``estab_id`` columns; estab_id is
     checked here to be unique across the whole input (every state and every Parquet part)."""
     stamps = None if isinstance(source, pd.DataFrame) else input_stamps(check_input_path(source))
-    frame = read_source(source, ["state", "estab_id"])
+    pinned = None
+    if isinstance(source, pd.DataFrame) or stamps is not None:
+        frame = read_source(source, ["state", "estab_id"])
+    else:  # CSV: every later read is of the bytes read here
+        frame, pinned = read_csv_pinned(source, ["state", "estab_id"])
     if len(frame) == 0:
         raise InputError(f"input {source_name(source)} has zero establishments (no data rows)")
     estab_ids(frame)
@@ -143,20 +157,31 @@ def input_states(source: Source) -> InputStates:
     codes: dict[str, list] = {}
     for code, stored in zip(normalized, distinct["state"].tolist()):
         codes.setdefault(code, []).append(stored)
-    return InputStates(dict(sorted(codes.items())), len(frame), stamps)
+    return InputStates(dict(sorted(codes.items())), len(frame), stamps, pinned)
 
 
-def input_establishments(source: Source) -> pd.Series:
+def pinned_input(source: Source, inputs: InputStates) -> Source | Parts | PinnedCsv:
+    """The input as read by ``input_states``: its later reads (the ledger's, the job table's, each
+    state's) are of the same data, or refused (``synth.io.read_columns``): a CSV file's bytes of the
+    same digest, a Parquet input's parts with the same stamps; a DataFrame is itself."""
+    if inputs.pinned is not None:
+        return inputs.pinned
+    if inputs.stamps is not None:
+        return every_part(Path(source), inputs.stamps)
+    return source
+
+
+def input_establishments(source: Source | Parts | PinnedCsv) -> pd.Series:
     """The estab_id column of an input as text (the establishments a lifetime ledger charges)."""
     return canonical_ids(read_source(source, ["estab_id"])["estab_id"])
 
 
-def read_state(source: Source | Parts, state: str, attributes, stored: list) -> pd.DataFrame:
+def read_state(source: Source | Parts | PinnedCsv, state: str, attributes, stored: list) -> pd.DataFrame:
     """Validated microdata of one state: the rows whose stored code is one of ``stored`` (the values
     that normalize to ``state``; Parquet inputs are filtered while reading). The estab_id of a
-    DataFrame's rows or of unchanged ``Parts`` (``synth.io.read_columns`` refuses changed ones) were
-    checked unique over the whole input by ``input_states``: not again here."""
-    checked = isinstance(source, (pd.DataFrame, Parts))
+    DataFrame's rows, of unchanged ``Parts`` or of a ``PinnedCsv`` (``synth.io.read_columns`` refuses
+    changed ones) were checked unique over the whole input by ``input_states``: not again here."""
+    checked = isinstance(source, (pd.DataFrame, Parts, PinnedCsv))
     return validate_microdata(read_source(source, where=("state", stored)), attributes, unique_ids_checked=checked)
 
 
@@ -200,7 +225,7 @@ def split_jobs(jobs: Source, source: Source, inputs: InputStates) -> dict[str, p
         table = jobs.reset_index(drop=True)
     else:
         table = read_columns(jobs, required=JOB_COLUMNS[:-1])
-    establishments = read_source(source, ["state", "estab_id"])
+    establishments = read_source(pinned_input(source, inputs), ["state", "estab_id"])
     code_of = {value: code for code, stored in inputs.codes.items() for value in stored}
     state = establishments["state"].map(code_of).to_numpy(dtype=object)
     positions, uniques = pd.factorize(canonical_ids(table["estab_id"]))
@@ -326,7 +351,7 @@ def protect_input(
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     parts = {} if inputs.stamps is None else parts_holding(Path(path), "state", inputs.codes, inputs.stamps)
     with staged_directory(out) as staging:
-        arguments = {state: (parts.get(state) or _state_source(path, stored), state, stored, config, entropy,
+        arguments = {state: (parts.get(state) or _state_source(path, stored, inputs), state, stored, config, entropy,
                              str(staging), len(states), job_tables.get(state), key)
                      for state, stored in inputs.codes.items()}
         if engine == "local":
@@ -346,10 +371,12 @@ def protect_input(
     return manifest
 
 
-def _state_source(source: Source, stored: list) -> Source:
-    """What a state's task reads: the input's path, or only that state's rows of an in-memory input
-    (so a dask task ships one state, not the whole frame)."""
-    return read_source(source, where=("state", stored)) if isinstance(source, pd.DataFrame) else str(source)
+def _state_source(source: Source, stored: list, inputs: InputStates) -> Source | Parts | PinnedCsv:
+    """What a state's task reads: the input as ``input_states`` read it (``pinned_input``), or only
+    that state's rows of an in-memory input (so a dask task ships one state, not the whole frame)."""
+    if isinstance(source, pd.DataFrame):
+        return read_source(source, where=("state", stored))
+    return pinned_input(source, inputs)
 
 
 def _protect_or_refuse(*arguments) -> dict | Exception:
