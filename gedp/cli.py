@@ -690,10 +690,13 @@ def _table_format(table_format: Optional[str], out: Optional[Path], agglvl: Opti
 
 
 def _tabulation_format(release: bool, by: Optional[str], agglvl: Optional[int], moe: bool, level: float,
-                       table_format: Optional[str], out: Optional[Path], titles: Optional[Path]) -> str:
+                       table_format: Optional[str], out: Optional[Path], titles: Optional[Path],
+                       unprotected: bool = False) -> str:
     """Refuse a tabulation's options that do not go together; returns the output format."""
     if titles is not None and table_format not in PUBLICATION_FORMATS and not (out and out.suffix == ".xlsx"):
         raise InputError("--titles goes with --format qcew or xlsx (tables ready to publish)")
+    if unprotected and release:
+        raise InputError("--unprotected goes with a confidential microdata file, not a release")
     if table_format == "xlsx" and by is not None:
         raise InputError("--format xlsx writes QCEW levels: give --agglvl (or neither, for every level), not --by")
     if moe and not release:
@@ -702,7 +705,12 @@ def _tabulation_format(release: bool, by: Optional[str], agglvl: Optional[int], 
         raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
     if not 0 < level < 1:
         raise InputError(f"--level ({level}) must be between 0 and 1")
-    return _table_format(table_format, out, agglvl)
+    chosen = _table_format(table_format, out, agglvl)
+    if chosen in PUBLICATION_FORMATS and not release and not unprotected:
+        raise InputError(f"--format {chosen} writes a table ready to publish, but this input is not a gedp release: "
+                         "its values are confidential, not protected. Tabulate a release (gedp protect first), or "
+                         "give --unprotected for a table marked NOT PROTECTED in every row, for internal use")
+    return chosen
 
 
 @app.command(name="tabulate")
@@ -730,6 +738,10 @@ def tabulate_command(
     change: Annotated[Optional[str], typer.Option(help="A panel release: the change FIRST:SECOND of every cell, "
                                                        "e.g. 2016Q1:2017Q1 (<attribute>_chg, _chg_moe, "
                                                        "_pct_chg).")] = None,
+    unprotected: Annotated[bool, typer.Option("--unprotected", help="Allow --format qcew or xlsx of confidential "
+                                                                     "microdata (not a release): every row's "
+                                                                     "disclosure_code then says NOT PROTECTED.")
+                           ] = False,
     gains_losses: Annotated[Optional[str], typer.Option(help="FROM:TO quarters (e.g. 2016Q1:2016Q2) of a panel "
                                                              "release or panel microdata: gross job gains and losses "
                                                              "of month-3 employment by --by instead of levels (of a "
@@ -745,7 +757,7 @@ def tabulate_command(
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
-        table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
+        table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles, unprotected)
         plain = all(option is None for option in (where, agglvl, quarter, change, gains_losses))
         if (release and plain and table_format == "csv" and (out is not None or not sys.stdout.isatty())
                 and _quick_tabulation(microdata, by, moe, level, out)):
@@ -778,7 +790,7 @@ def tabulate_command(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SelectionWarning)
             keys, table, published = _tabulated(microdata, data, indexed, by, agglvl, table_format, titles,
-                                                gains_losses, jobs, options)
+                                                gains_losses, jobs, options, release)
         for warning in caught:
             typer.echo(f"warning: {warning.message}", err=True)
         if out is not None:
@@ -819,9 +831,10 @@ def _tabulation_summary(microdata: Path, keys: Any, agglvl: Optional[int], where
 
 def _tabulated(microdata: Path, data: pd.DataFrame, indexed: Any, by: Optional[str], agglvl: Optional[int],
                table_format: str, titles: Optional[Path], gains_losses: Optional[str], jobs: bool,
-               options: dict[str, Any]) -> tuple[Any, pd.DataFrame, Any]:
+               options: dict[str, Any], release: bool = True) -> tuple[Any, pd.DataFrame, Any]:
     """The keys, the table and (publication formats) the published levels of a tabulation request
-    that is not of a panel release; a ValueError of the tabulation becomes an InputError."""
+    that is not of a panel release (of confidential microdata unless ``release``: marked and warned
+    about); a ValueError of the tabulation becomes an InputError."""
     import pandas
 
     from gedp.postprocess.tabulate import group_keys, qcew_keys, qcew_level, tabulate
@@ -833,7 +846,10 @@ def _tabulated(microdata: Path, data: pd.DataFrame, indexed: Any, by: Optional[s
         elif table_format in PUBLICATION_FORMATS:
             from gedp.postprocess.publication import publish_levels
 
-            published = publish_levels(data, agglvl, table_format, titles, **options)
+            published = publish_levels(data, agglvl, table_format, titles, protected=release, **options)
+            if not release:
+                typer.echo(f"warning: NOT PROTECTED: this table of {microdata} holds confidential values (no noise); "
+                           "every row's disclosure_code says so. Never publish it.", err=True)
             table = pandas.concat(published.levels.values(), ignore_index=True)
             keys = qcew_keys(data, agglvl) if agglvl is not None else None
         elif agglvl is not None:

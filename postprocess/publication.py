@@ -6,7 +6,9 @@ whole employees and dollars); margins of error up to the next whole number, so t
 margin is never smaller than the computed one. ``avg_wkly_wage`` is BLS's average weekly wage,
 total_qtrly_wages / (mean of the three months' employment) / 13, from the published (rounded)
 values and rounded to whole dollars, half up; it is empty where the mean employment is 0 (no
-employees to average over). ``disclosure_code`` is empty: nothing is suppressed.
+employees to average over). ``disclosure_code`` is empty: nothing is suppressed; in a table of
+confidential microdata (not a release, written only on request) it is ``UNPROTECTED`` in every row,
+so that the mark travels with any row copied out of it.
 
 Text that a spreadsheet would run as a formula (a title from a ``--titles`` file beginning with
 ``=``, ``+``, ``-``, ``@``, a tab or a carriage return, OWASP's CSV-injection list, or their
@@ -48,6 +50,8 @@ EXAMPLE_EMPLOYMENT = (10, 100, 1000)
 EXAMPLE_WAGES = (100_000, 1_000_000)
 #: delta of the (epsilon, delta) statement in the notes.
 NOTES_DELTA = 1e-6
+#: ``disclosure_code`` of every row of a table of confidential microdata, not of a release.
+UNPROTECTED = "NOT PROTECTED"
 #: First characters that make a spreadsheet read a cell as a formula (OWASP CSV injection), with
 #: their full-width forms, which some spreadsheets read alike.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
@@ -234,10 +238,12 @@ class PublishedLevels:
 
 
 def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, titles: str | Path | None,
-                   **options: Any) -> PublishedLevels:
+                   protected: bool = True, **options: Any) -> PublishedLevels:
     """The QCEW level ``agglvl`` (every level present when None) of microdata: ready to publish
     (``qcew_publication``) for formats qcew and xlsx, else in the raw BLS layout of
-    ``qcew_level``; ``options`` as for ``tabulate``. InputError for a bad level or option."""
+    ``qcew_level``; ``options`` as for ``tabulate``. InputError for a bad level or option.
+    ``protected=False``: the microdata are confidential (not a release's), and every row of a table
+    ready to publish says so in its ``disclosure_code`` (``UNPROTECTED``)."""
     from gedp.synth.titles import published_titles, shipped_titles
 
     if agglvl is None and format != "xlsx":
@@ -252,6 +258,8 @@ def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, tit
         raise InputError(str(err)) from None
     published = tabulated if named is None else {level: published_table(table, named)
                                                  for level, table in tabulated.items()}
+    if named is not None and not protected:
+        published = {level: table.assign(disclosure_code=UNPROTECTED) for level, table in published.items()}
     if format == "qcew":  # a table ready to publish as CSV: no cell a spreadsheet would run
         published = {level: formula_safe(table) for level, table in published.items()}
     return PublishedLevels(published, named, tabulated)
