@@ -489,6 +489,21 @@ def _all_codes(text: Any, width: int) -> bool:
     return pc.all(pc.match_substring_regex(text, f"^[0-9]{{{width}}}$")).as_py() is not False
 
 
+def may_hold_point(text: Any) -> bool:
+    """Whether an Arrow text array (or chunked array) may hold a "." : a scan of its character
+    buffers, far faster than a search value by value (a sliced array's buffer may hold more than its
+    values, which only costs a closer look)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):  # e.g. views: inline text
+        return bool(pc.any(pc.match_substring(text.cast(pa.large_string()), ".")).as_py())
+    chunks = text.chunks if hasattr(text, "chunks") else [text]
+    return any(len(chunk) and chunk.buffers()[2] is not None
+               and bool((np.frombuffer(chunk.buffers()[2], dtype=np.uint8) == ord(".")).any()) for chunk in chunks)
+
+
 def _record_keys(batch: Any, used: Mapping[str, str]) -> tuple[Any, bool]:
     """A row's record key, blanks stripped: its estab_id as the establishment's one id ("1002.0" is
     "1002", ``WHOLE_NUMBER_ID``), with its year and quarter when the input has them (a panel holds each
@@ -497,8 +512,7 @@ def _record_keys(batch: Any, used: Mapping[str, str]) -> tuple[Any, bool]:
 
     parts = [pc.utf8_trim_whitespace(batch.column(used[name])) for name in ("estab_id", "year", "qtr")
              if name in used]
-    whole_number = pc.any(pc.match_substring(parts[0], ".")).as_py() and \
-        pc.any(pc.match_substring_regex(parts[0], WHOLE_NUMBER_ID)).as_py()
+    whole_number = may_hold_point(parts[0]) and pc.any(pc.match_substring_regex(parts[0], WHOLE_NUMBER_ID)).as_py()
     if whole_number:
         parts[0] = pc.replace_substring_regex(parts[0], WHOLE_NUMBER_ID.replace("[0-9]+", "([0-9]+)"), r"\1")
     key = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "\x1f")

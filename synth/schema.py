@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from gedp.errors import InputError
 from gedp.synth.columns import CARRIED, CODE_WIDTHS, CONFIDENTIAL
 from gedp.synth.hierarchy import derive_industry_codes
+from gedp.synth.intake import may_hold_point
 from gedp.synth.keycodes import digit_bytes
 
 #: Own code written when the input has no ``own`` column (QCEW private ownership).
@@ -159,12 +160,17 @@ def canonical_ids(ids: pd.Series) -> pd.Series:
     if pd.api.types.is_integer_dtype(ids) and not pd.api.types.is_bool_dtype(ids):
         return ids.astype(str)
     if not isinstance(ids.dtype, pd.StringDtype):
-        ids = pd.Series(_arrow_id_text(ids), index=ids.index, name=ids.name)
+        ids = _as_series(_arrow_id_text(ids), ids)
     text = pa.array(ids)
-    if pc.any(pc.match_substring(text, ".")).as_py():  # the usual ids hold no point: nothing to rewrite
+    if may_hold_point(text):  # the usual ids hold no point: nothing to rewrite
         text = pc.replace_substring_regex(text, WHOLE_NUMBER_TEXT, r"\1")
-        ids = pd.Series(text.to_pandas(), index=ids.index, name=ids.name)
+        ids = _as_series(text, ids)
     return ids.astype(str)
+
+
+def _as_series(text: pa.Array | pa.ChunkedArray, like: pd.Series) -> pd.Series:
+    """Arrow text as a pandas Series with the index and name of ``like``, row for row."""
+    return text.to_pandas().set_axis(like.index).rename(like.name)
 
 
 def _arrow_id_text(ids: pd.Series) -> pa.Array:

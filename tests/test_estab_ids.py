@@ -136,3 +136,36 @@ def test_a_repeated_id_under_two_spellings_is_found_on_intake(tmp_path, records)
                                  "--seed", "1", "--not-for-publication"])
     assert result.exit_code == 2, result.output
     assert "ids repeating an earlier row's at row 10" in result.output
+
+
+def test_canonical_ids_keep_each_row_in_its_place():
+    """A selection of rows (the ledger's ids of one quarter) keeps its index: each id stays on its row."""
+    ids = pd.Series(["1002.0", "x", "7.00", "8"], index=[10, 5, 3, 99], name="estab_id")
+    assert canonical_ids(ids).to_dict() == {10: "1002", 5: "x", 3: "7", 99: "8"}
+    floats = pd.Series([3.0, 4.0], index=[7, 9])
+    assert canonical_ids(floats).to_dict() == {7: "3", 9: "4"}
+
+
+def test_ledger_keys_of_quarters_of_float_text_ids():
+    from gedp.ledger import _blocks
+
+    key = "0123456789abcdef"
+    texts = ["1002", "1003", "1002", "1004"]
+    quarters = ["2016Q1", "2016Q1", "2016Q2", "2016Q2"]
+    expected = _blocks(texts, quarters, key)
+    for ids in ([t + ".0" for t in texts], [float(t) for t in texts]):
+        found = _blocks(ids, quarters, key)
+        assert list(found) == list(expected) == ["2016Q1", "2016Q2"]
+        assert all(np.array_equal(found[q], expected[q]) for q in expected)
+
+
+@pytest.mark.parametrize("text, expected", [
+    (pa.array(["a", "b.0"]), True), (pa.array(["a", "b"]), False), (pa.array([], type=pa.string()), False),
+    (pa.array(["a", "1.0"], type=pa.string_view()), True),
+    (pa.chunked_array([pa.array(["x"]), pa.array(["1."])]), True),
+    (pa.array(["a", "b"], type=pa.large_string()), False),
+])
+def test_may_hold_point(text, expected):
+    from gedp.synth.intake import may_hold_point
+
+    assert may_hold_point(text) is expected
