@@ -108,3 +108,20 @@ def test_a_non_breaking_space_is_not_a_blank_of_a_number(tmp_path, rows):
     result = runner.invoke(app, ["protect", str(path), "--config", "employment", "--out", str(tmp_path / "no")])
     assert result.exit_code == 2
     assert "column 'month1_emplvl' (m1emp): values that are not numbers at row 6" in result.output
+
+
+@pytest.mark.parametrize("message, reason", [
+    (f"CSV parse error: Expected 9 columns, got 10: 44-0000005,44,001,238321,5,{SECRET},4,4,1",
+     "a row has 10 fields, the header 9"),
+    (f"In CSV column #5: Row #7: CSV conversion error to double: invalid value '{SECRET}\u00a0'",
+     "a value is not of its column's type, column 6, row 7"),
+    ("Error tokenizing data. C error: Expected 9 fields in line 7, saw 10",
+     "a row (line 7) has 10 fields, the header 9"),
+    (f"could not convert string to float: '{SECRET}'", "a value is not of its column's type"),
+    (f"CSV parse error: Row #3: unterminated quoted field \"{SECRET}", "malformed CSV, e.g. an unclosed quote, row 3"),
+    ("CSV conversion error to string: invalid UTF8 data", "it is not UTF-8 text"),
+])
+def test_a_reader_error_is_told_without_its_text(message, reason):
+    from gedp.synth.intake import read_error
+
+    assert read_error(ValueError(message)) == reason
