@@ -617,7 +617,11 @@ def prepare_input(source: Any, *, columns: Mapping[str, str] | None = None, pad_
     intake = _resolve(Path(), False, header, ",", columns or {}, attributes, problems)
     problems.raise_any()
     intake.pad_codes = pad_codes
-    return canonical_frame(source.set_axis(header, axis=1), intake) if intake.needs_translation() else source
+    named = source.set_axis(header, axis=1)
+    if "estab_id" in intake.names and str(named[intake.names["estab_id"]].dtype).startswith("float"):
+        warnings.warn(WHOLE_NUMBER_NOTE.format(name=_label(intake.names["estab_id"], "estab_id"),
+                                               how="stored as floating-point numbers"), InputNote, stacklevel=2)
+    return canonical_frame(named, intake) if intake.needs_translation() else source
 
 
 def read_input(path: str | Path, *, columns: Mapping[str, str] | None = None, pad_codes: bool = False,

@@ -169,3 +169,13 @@ def test_may_hold_point(text, expected):
     from gedp.synth.intake import may_hold_point
 
     assert may_hold_point(text) is expected
+
+
+def test_the_api_notes_float_ids(small_state):
+    import gedp
+    from gedp.synth.intake import InputNote
+
+    frame = small_state.head(200).assign(estab_id=np.arange(200, dtype=float))
+    with pytest.warns(InputNote, match="read as its whole number"):
+        release = gedp.protect(frame, "employment", seed=1, not_for_publication=True)
+    assert set(release.microdata["estab_id"]) == {str(i) for i in range(200)}
