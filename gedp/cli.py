@@ -522,6 +522,8 @@ def protect_command(
     with reported_errors():  # the input is checked first, before the numerical stack is imported
         intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
                                attributes=configured_attributes(config))
+        for note in intake.notes:
+            typer.echo(f"note: {note}", err=True)
         if engine == "local" and intake.parquet and not intake.needs_translation():
             from gedp.synth.prefetch import prefetch_input
 
@@ -661,6 +663,10 @@ def tabulate_command(
     change: Annotated[Optional[str], typer.Option(help="A panel release: the change FIRST:SECOND of every cell, "
                                                        "e.g. 2016Q1:2017Q1 (<attribute>_chg, _chg_moe, "
                                                        "_pct_chg).")] = None,
+    unprotected: Annotated[bool, typer.Option("--unprotected", help="Allow --format qcew or xlsx of confidential "
+                                                                     "microdata (not a release): every row's "
+                                                                     "disclosure_code then says NOT PROTECTED.")
+                           ] = False,
     gains_losses: Annotated[Optional[str], typer.Option(help="FROM:TO quarters (e.g. 2016Q1:2016Q2) of a panel "
                                                              "release or panel microdata: gross job gains and losses "
                                                              "of month-3 employment by --by instead of levels (of a "
@@ -677,7 +683,7 @@ def tabulate_command(
     with reported_errors():
         request = TabulationRequest(microdata, by=by, agglvl=agglvl, where=where, moe=moe, level=level,
                                     format=table_format, titles=titles, out=out, quarter=quarter, change=change,
-                                    gains_losses=gains_losses)
+                                    gains_losses=gains_losses, unprotected=unprotected)
         answer = tabulate_request(request, frame=out is None and sys.stdout.isatty())
         for said in answer.warnings:
             typer.echo(f"warning: {said}", err=True)

@@ -3,8 +3,9 @@
 A ledger is a JSON file kept by the agency (never published), with a folder of key files beside it
 (``FILE.keys/``). Budget is spent per establishment: every release records the set of establishments
 it includes, as the sorted 64-bit keyed hashes (SipHash-2-4 under the ledger's secret key) of their
-normalized ``estab_id`` (surrounding white space removed, upper case, leading zeros removed; a
-normalization that can only merge two accounts, never split one). A new release is admitted only if,
+normalized ``estab_id``: its canonical text (``gedp.synth.schema.canonical_ids``: 1002, 1002.0,
+"1002.0" and a decimal 1002.00 are all "1002"), surrounding white space removed, upper case, leading
+zeros removed; a normalization that can only merge two accounts, never split one. A new release is admitted only if,
 for every establishment it includes, sqrt(earlier spending^2 + this release's charge^2) stays within
 that establishment's cap. An edited copy, a subset, a superset or the next quarter of the same
 establishments draws on the same accounts, whatever else changed in the file.
@@ -75,7 +76,7 @@ from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan
 from gedp.quarters import check_begun, quarter_index, window_name, window_spending, windows
 from gedp.synth.panel import QUARTER_PATTERN
-from gedp.synth.schema import InputError
+from gedp.synth.schema import InputError, canonical_ids
 
 LEDGER_VERSION = 3
 PENDING, COMMITTED, CLEARED = "pending", "committed", "cleared"
@@ -127,7 +128,7 @@ def check_ledger_path(path: str | Path) -> Path:
 
 def establishment_keys(estab_ids: Iterable[str] | pd.Series, key: str) -> np.ndarray:
     """The sorted distinct keyed 64-bit hashes of normalized estab_ids (see the module docstring)."""
-    ids = pa.array(pd.Series(estab_ids).astype(str), type=pa.large_string())
+    ids = pa.array(canonical_ids(pd.Series(estab_ids)), type=pa.large_string())
     ids = pc.utf8_ltrim(pc.utf8_upper(pc.utf8_trim_whitespace(ids)), characters="0")
     hashes = np.sort(pd.util.hash_array(ids.to_numpy(zero_copy_only=False), hash_key=key, categorize=False))
     return hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))].astype("<u8")
@@ -553,7 +554,7 @@ def _blocks(estab_ids: Iterable[str] | pd.Series, quarters: Iterable[str] | pd.S
     """A release's establishments' sorted keys per quarter, quarters in order (None: no quarters)."""
     if quarters is None:
         return {None: establishment_keys(estab_ids, key)}
-    frame = pd.DataFrame({"estab_id": pd.Series(estab_ids).astype(str).to_numpy(),
+    frame = pd.DataFrame({"estab_id": canonical_ids(pd.Series(estab_ids)).to_numpy(),
                           "quarter": pd.Series(quarters).astype(str).to_numpy()})
     labels = sorted(frame["quarter"].unique(), key=quarter_index)
     return {label: establishment_keys(frame.loc[frame["quarter"] == label, "estab_id"], key) for label in labels}

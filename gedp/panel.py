@@ -30,6 +30,7 @@ from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.io import footers_one_value
 from gedp.synth.panel import check_panel, panel_quarters, quarter_label
 from gedp.synth.paths import check_input_path
+from gedp.synth.schema import canonical_ids
 
 
 def input_quarters(source: Source) -> list[tuple[int, int]]:
@@ -116,7 +117,7 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
             if on_quarter is not None:
                 on_quarter(label)
         with staged_directory(out) as staging:
-            manifest = write_panel(folders, staging, design, int(panel["estab_id"].astype(str).nunique()),
+            manifest = write_panel(folders, staging, design, int(canonical_ids(panel["estab_id"]).nunique()),
                                    **publication_hooks(reservation))
     return manifest, reservation
 

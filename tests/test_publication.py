@@ -82,7 +82,7 @@ def test_xlsx_has_a_sheet_per_level_and_notes(small_state, tmp_path):
     micro.loc[micro.index % 7 == 0, "own"] = "3"  # local government beside private: totals over ownerships
     micro.to_parquet(tmp_path / "micro.parquet")
     out = tmp_path / "t.xlsx"
-    result = CliRunner().invoke(app, ["tabulate", str(tmp_path / "micro.parquet"), "--out", str(out)])
+    result = CliRunner().invoke(app, ["tabulate", str(tmp_path / "micro.parquet"), "--out", str(out), "--unprotected"])
     assert result.exit_code == 0, result.output
     book = openpyxl.load_workbook(out)
     levels = [50, *range(51, 59), 70, *range(71, 79)]
@@ -92,6 +92,7 @@ def test_xlsx_has_a_sheet_per_level_and_notes(small_state, tmp_path):
     header = [cell.value for cell in book["agglvl 50"][1]]
     total = dict(zip(header, [cell.value for cell in book["agglvl 50"][2]]))
     assert (total["own_code"], total["industry_code"], total["own_title"]) == ("0", "10", "Total Covered")
+    assert total["disclosure_code"] == "NOT PROTECTED"
     assert total["month1_emplvl"] == int(np.floor(micro["m1emp"].sum() + 0.5))
     assert total["qtrly_estabs"] == len(micro)
 
