@@ -28,7 +28,7 @@ from typer.core import TyperOption
 import gedp
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import AuditError, GedpError, InputError, InputProblems, SolverError
-from gedp.process import end_process, set_up_command_memory
+from gedp.process import end_process, exit_status, set_up_command_memory, stop_on_sigterm
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
 # matplotlib and the stage packages (which import them) are imported inside the commands that use
@@ -536,6 +536,10 @@ def protect_command(
     allow_large_mu: Annotated[bool, typer.Option("--allow-large-mu",
                                                  help="Accept a query mu above 2 (refused by default: a typo such "
                                                       "as 70 for 0.70 releases nearly exact values).")] = False,
+    allow_over_cap: Annotated[bool, typer.Option("--allow-over-cap",
+                                                 help="Protect a panel whose quarters together spend more than the "
+                                                      "config's mu_cap (refused by default: sqrt(quarters) x a "
+                                                      "quarter's mu).")] = False,
     columns: Annotated[Optional[str], typer.Option(help="Column names of the input: STORED=GEDP,... (e.g. "
                                                         "ruid=estab_id), beyond the names gedp knows.")] = None,
     pad_codes: Annotated[bool, typer.Option("--pad-codes", help="Zero-pad state, county, NAICS and own codes that "
@@ -568,13 +572,14 @@ def protect_command(
             cfg = _load(config, workflow, integer, allow_large_mu)
             with progress_steps(None) as advance:
                 manifest, reservation = _protected(load_input(intake), cfg, out, request, jobs, advance, seed=seed,
-                                                   rng=rng, engine=engine, scheduler=access, processes=processes)
+                                                   rng=rng, engine=engine, scheduler=access, processes=processes,
+                                                   allow_over_cap=allow_over_cap)
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     _print_quarters_and_budget(manifest, reservation)
 
 
 def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Path], advance: Callable[[str], None],
-               **options: Any) -> tuple[dict, Any]:
+               allow_over_cap: bool = False, **options: Any) -> tuple[dict, Any]:
     """Protect a checked input: a panel (several quarters) into one panel release, else state by
     state as one release; returns the manifest and the ledger reservation (None without a ledger)."""
     from gedp.lifetime import protect_recorded
@@ -583,7 +588,7 @@ def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Pa
     if is_panel(source):  # several quarters: one panel release
         if jobs is not None:
             raise InputError("--jobs goes with a release of one quarter, not a panel")
-        return protect_panel(source, cfg, out, ledger=request,
+        return protect_panel(source, cfg, out, ledger=request, allow_over_cap=allow_over_cap,
                              on_quarter=lambda quarter: advance(f"quarter {quarter} done"), **options)
     return protect_recorded(source, cfg, out, ledger=request, jobs=jobs,
                             on_state=lambda state: advance(f"state {state} done"), **options)
@@ -592,8 +597,10 @@ def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Pa
 def _print_quarters_and_budget(manifest: dict, reservation: Any) -> None:
     """The lines of a protect summary on a panel's quarters and on the lifetime ledger's charge."""
     if "quarters" in manifest:
+        beyond = (f", over the config's mu_cap {manifest['mu_cap']:.4f} ({manifest['over_cap']})"
+                  if "over_cap" in manifest else "")
         console.print(f"  quarters {', '.join(manifest['quarters'])} ({manifest['design']['name']}): each quarter mu "
-                      f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter")
+                      f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter{beyond}")
     if reservation is None:
         return
     console.print(f"  lifetime budget: this release charged mu {reservation.largest_charge:.4f} in the accounts' "
@@ -616,10 +623,11 @@ def ledger_show(
     """Print every release of a ledger (its dataset, cap, charge and status).
 
     Then the accounts' psi and gammas, the most spent account and the head of the ledger's chain."""
-    from gedp.ledger import CLEARED, PENDING, check_ledger_path, largest_spending, live, read_ledger
+    from gedp.ledger import CLEARED, PENDING, check_ledger_path, largest_spending, live, read_ledger, release_charge
 
     with reported_errors():
-        book = read_ledger(check_ledger_path(ledger))
+        path = check_ledger_path(ledger)
+        book = read_ledger(path)
         most, cap = largest_spending(ledger, book)
     releases = Table(Column("dataset", overflow="fold"), *(Column(c, no_wrap=True) for c in (
         "release", "status", "cap", "charge mu", "establishments", "date (UTC)")), Column("quarters", overflow="fold"),
@@ -629,7 +637,8 @@ def ledger_show(
         status = f"[red]{r['status']}[/]" if r["status"] == PENDING else r["status"]
         annual = "" if r.get("annual_cap") is None else f", {r['annual_cap']:.4f} a year"
         quarters = ", ".join(q for q, _ in r.get("quarters", []) if q is not None) or "-"
-        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}{annual}", f"{r['mu']:.4f}",
+        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}{annual}",
+                         _charge(None if r["status"] == CLEARED else release_charge(path, r), r),
                          f"{r['establishments']:,}", r["date_utc"][:16].replace("T", " "), quarters, r["config"])
     console.print(releases)
     counting = live(book)
@@ -657,8 +666,18 @@ def ledger_clear(
 
     with reported_errors():
         entry = clear(ledger, release)
-    console.print(f"Cleared pending release {entry['id']} (charge mu {entry['mu']:.4f}, reserved {entry['date_utc']}): "
-                  "it no longer counts against its establishments' caps.")
+    console.print(f"Cleared pending release {entry['id']} (charge mu {_charge(entry['charge'], entry)}, reserved "
+                  f"{entry['date_utc']}): it no longer counts against its establishments' caps.")
+
+
+def _charge(charge: float | None, release: dict) -> str:
+    """A ledger release's charge as ``gedp protect`` states it: its largest charge to one establishment
+    (``ledger.release_charge``; None: not known, the key file of a cleared release is gone) and, for a
+    release of several quarters, its charge per quarter an establishment is in."""
+    if len(release.get("quarters") or []) <= 1:
+        return f"{release['mu']:.4f}"
+    per_quarter = f"{release['mu']:.4f} a quarter"
+    return per_quarter if charge is None else f"{charge:.4f} ({per_quarter})"
 
 
 TABLE_FORMATS = ("csv", "parquet", "qcew", "xlsx")
@@ -1312,6 +1331,7 @@ def main() -> None:
     """Console entry point: usage errors (a bad option value, an unknown command), too, end in one
     line ``error: ...`` and exit status 2."""
     set_up_command_memory()
+    stop_on_sigterm()  # SIGTERM stops a command as Ctrl-C does (exit 143, nothing left)
     try:
         code = app(standalone_mode=False)
     except click_errors.NoArgsIsHelpError:
@@ -1322,7 +1342,7 @@ def main() -> None:
     except typer.Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    sys.exit(exit_status(code if isinstance(code, int) else 0))
 
 
 def command() -> None:
