@@ -32,7 +32,7 @@ def panel() -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def folder(panel, tmp_path_factory):
     out = tmp_path_factory.mktemp("panel") / "release"
-    gedp.protect(panel, seed=SEED, not_for_publication=True).write(out)
+    gedp.protect(panel, seed=SEED, not_for_publication=True, allow_over_cap=True).write(out)
     return out
 
 

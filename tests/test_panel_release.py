@@ -34,7 +34,7 @@ def panel() -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def release(panel):
-    return gedp.protect(panel, seed=SEED, not_for_publication=True)
+    return gedp.protect(panel, seed=SEED, not_for_publication=True, allow_over_cap=True)
 
 
 def test_the_release_holds_every_quarter_under_its_key(panel, release):
@@ -160,7 +160,8 @@ def test_the_command_line_protects_and_tabulates_a_panel(tmp_path):
                                  "2016Q1:2016Q3", "--out", str(panel)])
     assert result.exit_code == 0, result.output
     release = tmp_path / "release"
-    result = runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "2", "--not-for-publication"])
+    result = runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "2", "--not-for-publication",
+                                 "--allow-over-cap"])
     assert result.exit_code == 0, result.output
     out = tmp_path / "change.csv"
     result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--change", "2016Q1:2016Q3", "--moe",
@@ -179,7 +180,7 @@ def test_the_panel_is_recorded_in_the_ledger_as_one_release_of_its_quarters(pane
     ledger = tmp_path / "ledger.json"
     two = panel[panel["year"] == 2016]
     two = two[two["qtr"] <= 2]
-    release = gedp.protect(two, ledger=ledger, lifetime_cap=20.0, dataset_id="panel")
+    release = gedp.protect(two, ledger=ledger, lifetime_cap=20.0, dataset_id="panel", allow_over_cap=True)
     releases = list(read_ledger(ledger)["releases"].values())
     assert len(releases) == 1 and releases[0]["status"] == "committed"
     assert releases[0]["quarters"] == [[q, n] for q, n in zip(QUARTERS[:2], two.groupby("qtr").size().tolist())]
@@ -202,7 +203,7 @@ def test_a_bad_quarter_leaves_nothing_behind(panel, tmp_path):
     broken = panel.copy()
     broken.loc[broken.index[-1], "wage"] = -1.0  # a row of the last quarter
     with pytest.raises(InputError, match="wage.*>= 0"):
-        protect_panel(broken, load(), tmp_path / "release", ledger=None, seed=1)
+        protect_panel(broken, load(), tmp_path / "release", ledger=None, seed=1, allow_over_cap=True)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -212,12 +213,14 @@ def test_a_panel_csv_in_agency_names_is_checked_per_quarter_and_protected(panel,
     good = tmp_path / "panel.csv"
     stored.to_csv(good, index=False)
     release = tmp_path / "release"
-    result = runner.invoke(app, ["protect", str(good), "--out", str(release), "--seed", "2", "--not-for-publication"])
+    result = runner.invoke(app, ["protect", str(good), "--out", str(release), "--seed", "2", "--not-for-publication",
+                                 "--allow-over-cap"])
     assert result.exit_code == 0, result.output
     assert gedp.Release(release).manifest["quarters"] == QUARTERS
     repeated = tmp_path / "repeated.csv"
     pd.concat([stored, stored.iloc[[3]]]).to_csv(repeated, index=False)  # one id twice in the same quarter
-    result = runner.invoke(app, ["protect", str(repeated), "--out", str(tmp_path / "r2"), "--not-for-publication"])
+    result = runner.invoke(app, ["protect", str(repeated), "--out", str(tmp_path / "r2"), "--not-for-publication",
+                                 "--allow-over-cap"])
     assert result.exit_code == 2 and "repeating an earlier row" in result.output
     assert f"row {len(stored) + 1}" in result.output and not (tmp_path / "r2").exists()
 
