@@ -24,7 +24,7 @@ from matplotlib.figure import Figure  # drawn without pyplot: no backend, no dis
 
 from gedp.errors import InputError
 from gedp.measure.budget import compose
-from gedp.measure.conversions import gdp_epsilon
+from gedp.measure.conversions import STATED_DELTA, delta_text, gdp_epsilon
 from gedp.measure.neighbors import make_psi
 from gedp.postprocess.tabulate import qcew_level
 from gedp.release.format import PROTECTED_FILE, TABLES_FILE
@@ -45,8 +45,6 @@ INDUSTRY_WORDS = {None: "all industries", "domain": "domain (goods / services)",
 SHOWN = ("m1emp", "wage")
 #: QCEW levels whose margins of error the page shows (state and county, coarse to fine).
 MARGIN_LEVELS = (51, 54, 58, 71, 74, 78)
-#: delta of the page's epsilon.
-STATEMENT_DELTA = 1e-6
 #: Example values of the privacy statement: employees, and dollars of quarterly wages.
 EXAMPLES = {"employment": (3.0, 36.0, 360.0, 3_600.0), "wage": (10_000.0, 100_000.0, 1_000_000.0)}
 #: Tolerances of the comparison with published numbers.
@@ -96,7 +94,7 @@ def attribute_mu(manifest: Manifest) -> dict[str, float]:
 
 
 def privacy_facts(manifest: Manifest) -> dict:
-    """The guarantee in numbers: mu and epsilon (at STATEMENT_DELTA) in total and per attribute,
+    """The guarantee in numbers: mu and epsilon (at the delta gedp states, STATED_DELTA) in total and per attribute,
     and the uncertainty interval of example values of each attribute under the release's psi."""
     psi = make_psi(**manifest["psi"])
     attributes = {}
@@ -104,11 +102,11 @@ def privacy_facts(manifest: Manifest) -> dict:
         examples = EXAMPLES["wage" if attribute == "wage" else "employment"]
         lower, upper = psi.interval(np.asarray(examples), manifest["gammas"][attribute])
         attributes[attribute] = {
-            "mu": mu, "epsilon": gdp_epsilon(mu, STATEMENT_DELTA), "gamma": manifest["gammas"][attribute],
+            "mu": mu, "epsilon": gdp_epsilon(mu, STATED_DELTA), "gamma": manifest["gammas"][attribute],
             "intervals": [[x, float(low), float(high)] for x, low, high in zip(examples, lower, upper)],
         }
-    return {"mu": manifest["mu_total"], "epsilon": gdp_epsilon(manifest["mu_total"], STATEMENT_DELTA),
-            "delta": STATEMENT_DELTA, "psi": manifest["psi"], "zeta": manifest.get("zeta"),
+    return {"mu": manifest["mu_total"], "epsilon": gdp_epsilon(manifest["mu_total"], STATED_DELTA),
+            "delta": STATED_DELTA, "psi": manifest["psi"], "zeta": manifest.get("zeta"),
             "attributes": attributes}
 
 
@@ -294,12 +292,6 @@ def _figure(figure: Figure, caption: str) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def _short(value: float) -> str:
-    """A small number as people write it: 1e-6, not 1e-06."""
-    mantissa, exponent = f"{value:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 def _amount(value: float, attribute: str) -> str:
     return f"${value:,.0f}" if attribute == "wage" else f"{value:,.0f} employees"
 
@@ -315,22 +307,22 @@ def privacy_section(facts: dict) -> str:
         f"{_amount(x, 'wage')} cannot be told from any amount between ${low:,.0f} and ${high:,.0f}"
         for x, low, high in wage["intervals"]) + ".")
     power = NormalDist().cdf(NormalDist().inv_cdf(0.05) + facts["mu"])
-    delta = _short(facts["delta"])
-    rows = [[ATTRIBUTE_NAMES.get(a, a), f"{g['mu']:.3f}", f"{g['epsilon']:.2f}"]
+    delta = delta_text(facts["delta"])
+    rows = [[ATTRIBUTE_NAMES.get(a, a), f"{g['mu']:.4f}", f"{g['epsilon']:.2f}"]
             for a, g in facts["attributes"].items()]
-    rows.append(["Whole release", f"{facts['mu']:.3f}", f"{facts['epsilon']:.2f}"])
+    rows.append(["Whole release", f"{facts['mu']:.4f}", f"{facts['epsilon']:.2f}"])
     return (
         "<h2>What is protected</h2>"
         "<p>Each establishment's employment and wages are hidden among nearby values, its <em>neighbours</em>: "
         "whatever else a reader knows, this release does not let them tell an establishment's true value from any "
         f"other value close to it. An establishment of {'; one of '.join(examples)}.{html.escape(wages)}</p>"
         "<h2>How strongly</h2>"
-        f"<p>The release spends a privacy budget of <strong>mu = {facts['mu']:.3f}</strong> (Gaussian differential "
+        f"<p>The release spends a privacy budget of <strong>mu = {facts['mu']:.4f}</strong> (Gaussian differential "
         f"privacy), which is <strong>epsilon = {facts['epsilon']:.2f} at delta = {delta}</strong> in the more "
         "common terms. In plain words: a reader trying to tell an establishment's value from a neighbouring value, "
         f"who may mistake the neighbour for it at most 5% of the time, recognizes the true value at most {power:.0%} "
         "of the time.</p>"
-        + _table(["Attribute", "mu", f"epsilon at delta {_short(facts['delta'])}"], rows) +
+        + _table(["Attribute", "mu", f"epsilon at delta {delta}"], rows) +
         "<h2>What it does not hide</h2>"
         "<p>Neighbours here are values within the ranges above (psi-neighbours), not the add-or-remove-one "
         "neighbours of textbook differential privacy. The release still tells a small establishment from a large "
@@ -449,8 +441,8 @@ def _key_figures(facts: dict, counts: pd.DataFrame, summary: pd.DataFrame, share
     """The figures a reader sees first."""
     finest = summary[(summary["agglvl"] == summary["agglvl"].max()) & (summary["attribute"] == "m1emp")]
     boxes = [(f"{int(counts['released'].sum()):,}", "cells published, none withheld"),
-             (f"mu {facts['mu']:.2f}",
-              f"privacy budget (epsilon {facts['epsilon']:.1f} at delta {_short(facts['delta'])})")]
+             (f"mu {facts['mu']:.4f}",
+              f"privacy budget (epsilon {facts['epsilon']:.2f} at delta {delta_text(facts['delta'])})")]
     if len(finest):
         level = level_name(int(finest["agglvl"].iloc[0])).lower()
         boxes.append((f"{finest['median'].iloc[0]:.1%}", f"typical employment margin of error, {level}"))

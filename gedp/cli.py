@@ -201,10 +201,11 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
         f"  {manifest['establishments']:,} establishments in {len(states)} state{'s' if len(states) > 1 else ''}, "
         f"workflow {manifest['workflow']}, psi {manifest['psi']['name']}, zeta {manifest['zeta']}"
     )
-    privacy = manifest["privacy"]
-    spent = ", ".join(f"{a} {g['mu']:.3f}" for a, g in privacy["attributes"].items())
-    console.print(f"  privacy budget: total mu = {privacy['mu']:.4f} ({spent}); epsilon "
-                  f"{privacy['epsilon']['1e-06']:.2f} at delta 1e-6 for psi-neighbours")
+    from gedp.measure.conversions import stated_guarantee
+
+    spent = ", ".join(f"{a} {g['mu']:.4f}" for a, g in manifest["privacy"]["attributes"].items())
+    console.print(f"  privacy budget: total {stated_guarantee(manifest['mu_total'])} for psi-neighbours; per "
+                  f"attribute mu {spent}")
     solvers = ", ".join(f"{a} {r['status']}" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
     if manifest.get("integer"):

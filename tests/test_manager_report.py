@@ -66,7 +66,7 @@ def test_privacy_statement_in_plain_words(page):
     mu = manifest["mu_total"]
     # epsilon at delta 1e-6, recomputed from Dong, Roth & Su's Corollary 2.13 by root finding
     epsilon = brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - 1e-6, 0, 100)
-    assert f"mu = {mu:.3f}" in text
+    assert f"mu = {mu:.4f}" in text and f"mu {mu:.4f}" in text  # the statement and the key figure
     assert f"epsilon = {epsilon:.2f} at delta = 1e-6" in text
     assert manifest["psi"]["name"] == "sqrt" and manifest["gammas"]["m1emp"] == 0.5
     low, high = (math.sqrt(36) - 0.5) ** 2, (math.sqrt(36) + 0.5) ** 2  # sqrt-neighbours of 36 at gamma 0.5
