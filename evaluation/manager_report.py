@@ -33,6 +33,7 @@ from gedp.release.reader import check_one_quarter, read_manifest, release_answer
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL
 from gedp.synth.io import read_microdata
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS, PublishedState
+from gedp.synth.titles import state_names
 
 #: Names a reader understands, for the release's attributes.
 ATTRIBUTE_NAMES = {"m1emp": "Employment, month 1", "m2emp": "Employment, month 2",
@@ -115,13 +116,46 @@ def read_tables(folder: Path) -> pd.DataFrame:
     return pd.read_csv(folder / TABLES_FILE, dtype={"area_fips": str, "industry_code": str, "own_code": str})
 
 
+def release_quarter(tables: pd.DataFrame) -> tuple[int, int] | None:
+    """The quarter (year, qtr) of a release's QCEW tables: their one ``year`` and ``qtr`` (read from
+    the release, so checked: a year of 4 digits, a quarter 1-4); None without one."""
+    if not {"year", "qtr"} <= set(tables.columns):
+        return None
+    pairs = tables[["year", "qtr"]].apply(pd.to_numeric, errors="coerce").drop_duplicates()
+    if len(pairs) != 1:
+        return None
+    year, qtr = pairs.iloc[0]
+    if not (1000 <= year <= 9999 and qtr in (1, 2, 3, 4) and year == int(year)):
+        return None
+    return int(year), int(qtr)
+
+
+def check_same_quarter(tables: pd.DataFrame, published: PublishedState, name: str | None) -> None:
+    """Refuse a published file of another quarter than the release's (one without a quarter is taken)."""
+    quarter = release_quarter(tables)
+    if quarter is not None and quarter != (published.year, published.qtr):
+        raise InputError(f"published file {name or ''} is of {published.year} Q{published.qtr}, the release of "
+                         f"{quarter[0]} Q{quarter[1]}: give the same quarter's file")
+
+
+def report_title(manifest: Manifest, quarter: tuple[int, int] | None) -> str:
+    """The page's title: the states by name (their FIPS code where the shipped list has none) and the quarter."""
+    names = state_names()
+    states = ", ".join(names.get(code, f"state {code}") for code in manifest["states"])
+    return f"Protected QCEW release: {states}" + ("" if quarter is None else f", {quarter[0]} Q{quarter[1]}")
+
+
 def cell_counts(tables: pd.DataFrame, published: PublishedState | None) -> pd.DataFrame:
     """Per level: the cells this release publishes and, with ``published``, the agency's private
-    cells and the share of them it withheld (disclosure_code "N")."""
+    cells, how many of them have no establishment (listed with zeros, they have no row in a
+    release: no establishment is in them) and the share it withheld (disclosure_code "N")."""
     counts = tables.groupby("agglvl_code").size().rename("released").to_frame()
     if published is not None:
-        agency = published.aggregates.groupby("agglvl")["suppressed"].agg(["size", "mean"])
+        rows = published.aggregates.assign(empty=published.aggregates["estabs"] == 0)
+        agency = rows.groupby("agglvl").agg(size=("suppressed", "size"), mean=("suppressed", "mean"),
+                                            empty=("empty", "sum"))
         counts["agency_cells"] = agency["size"]
+        counts["agency_empty"] = agency["empty"]
         counts["agency_withheld"] = agency["mean"]
     counts.index.name = "agglvl"
     return counts.reset_index()
@@ -344,13 +378,18 @@ def cells_section(counts: pd.DataFrame, agency: str | None) -> str:
     finest = counts.set_index("agglvl")["agency_withheld"].get(78)
     rows = [[level_name(int(r.agglvl)), f"{int(r.released):,}",
              "-" if r.agency_cells != r.agency_cells else f"{int(r.agency_cells):,}",
+             "-" if r.agency_empty != r.agency_empty else f"{int(r.agency_empty):,}",
              "-" if r.agency_withheld != r.agency_withheld else f"{r.agency_withheld:.1%}"]
             for r in counts.itertuples()]
+    empty = int(counts["agency_empty"].sum())
     return (text + (f"The agency's published file ({html.escape(agency)}) withholds {finest:.0%} of its county x "
-                    "6-digit industry cells by cell suppression." if finest == finest and finest is not None else "")
+                    "6-digit industry cells by cell suppression. " if finest == finest and finest is not None else "")
+            + (f"It also lists {empty:,} cells without any establishment this quarter (published as zeros); no "
+               "establishment of the release is in them, so the release has no row for them and withholds nothing "
+               "there either: that is why it counts fewer cells than the agency's file." if empty else "")
             + "</p>" + _figure(cells_figure(counts), "Share of cells published, per level of detail")
             + _table(["Level of detail", "Cells in this release", "Cells in the agency's file",
-                      "Withheld by cell suppression"], rows))
+                      "of which without establishments", "Withheld by cell suppression"], rows))
 
 
 def _by_level(summary: pd.DataFrame, columns) -> list[list[str]]:
@@ -462,8 +501,11 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
     if published is not None and published.state not in manifest["states"]:
         raise InputError(f"published file {published_name or ''} is of state {published.state}, which the release "
                          f"(states {', '.join(manifest['states'])}) does not hold: give the same state's file")
-    facts = privacy_facts(manifest)
     tables = read_tables(folder)
+    if published is not None:
+        check_same_quarter(tables, published, published_name)
+    quarter = release_quarter(tables)
+    facts = privacy_facts(manifest)
     counts = cell_counts(tables, published)
     cells = margin_cells(folder, levels)
     summary = margin_summary(cells)
@@ -474,9 +516,8 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
         comparison = published_comparison(tables, published)
         shares = within_shares(comparison)
         sections.append(comparison_section(comparison, shares, agency or ""))
-    states = ", ".join(manifest["states"])
     page = PAGE.substitute(
-        title=html.escape(f"Protected QCEW release, state{'s' if len(manifest['states']) > 1 else ''} {states}"),
+        title=html.escape(report_title(manifest, quarter)),
         subtitle=html.escape(f"{manifest['establishments']:,} establishments; release of {manifest['created_date']}"),
         banner="" if manifest["publishable"] else ('<p class="banner"><strong>Not for publication.</strong> This '
                                                    "release was made with a replayable noise seed.</p>"),
@@ -486,7 +527,8 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
                            + "; no confidential data was read."),
     )
     return ManagerReport(page, {
-        "command": "report", "states": manifest["states"], "privacy": facts,
+        "command": "report", "states": manifest["states"],
+        "quarter": None if quarter is None else f"{quarter[0]}Q{quarter[1]}", "privacy": facts,
         "cells": counts.to_dict(orient="records"), "margins": summary.to_dict(orient="records"),
         "published": None if shares is None else {"file": agency, "shares": shares.to_dict(orient="records")},
     })
