@@ -661,8 +661,8 @@ def ledger_clear(
     """Clear a pending release (a run that failed or was killed before publishing): its mu stops counting.
 
     Clear only a release you know was not published; committed releases cannot be cleared. A run
-    killed before its commit leaves a hidden staging folder beside its --out without a manifest:
-    no gedp reader takes it for a release; delete it."""
+    killed before its commit leaves hidden staging folders beside its --out without a manifest: no
+    gedp reader takes them for a release, and the next run writing that --out removes them."""
     from gedp.ledger import clear
 
     with reported_errors():
