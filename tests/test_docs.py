@@ -149,6 +149,14 @@ def test_stated_budget_is_the_recommended_plans_and_its_epsilon_at_the_one_state
             assert (match.group(1) or match.group(2)) == "1e-6", f"{page.name}: {match.group(0)}"
 
 
+def test_the_api_page_documents_every_public_name() -> None:
+    import gedp
+
+    page = (DOCS / "reference" / "api.md").read_text()
+    for name in set(gedp.__all__) - {"__version__"}:
+        assert f"::: gedp.api.{name}\n" in page and f"`gedp.{name}`" in page, f"api.md omits gedp.{name}"
+
+
 def test_release_format_lists_every_manifest_key(workspace: Path) -> None:
     manifest = json.loads((workspace / "gedp-release" / "manifest.json").read_text())
     page = (DOCS / "reference" / "release-format.md").read_text()

@@ -136,6 +136,22 @@ def test_the_qcew_format_adds_over_the_year_columns(release):
     assert (joined["oty_month3_emplvl_chg_moe"] >= np.sqrt(joined["month3_emplvl_moe"] ** 2)).all()
 
 
+def test_over_the_year_changes_and_their_margins_are_whole_numbers_as_bls_writes_them(release, tmp_path):
+    published = release.tabulate(agglvl=75, format="qcew", change="2016Q1:2017Q1", moe=True)
+    result = CliRunner().invoke(app, ["tabulate", str(release.folder), "--agglvl", "75", "--format", "qcew",
+                                      "--change", "2016Q1:2017Q1", "--moe", "--out", str(tmp_path / "oty.csv")])
+    assert result.exit_code == 0, result.output
+    whole = [c for c in published.columns if c.startswith("oty_") and c.endswith(("_chg", "_chg_moe"))
+             and not c.endswith("_pct_chg")]
+    assert len(whole) == 6 + 4  # every changed column's change; the margins of the four attributes
+    for column in whole:
+        assert pd.api.types.is_integer_dtype(published[column]), column
+    written = pd.read_csv(tmp_path / "oty.csv", dtype=str, keep_default_na=False)
+    for column in whole:
+        assert written[column].str.fullmatch(r"-?\d*").all(), column  # 12, -3 or empty; never 12.0
+    assert written["oty_month1_emplvl_pct_chg"].str.contains(r"\.").any()  # percents keep their decimal
+
+
 @pytest.mark.parametrize("options, rule", [
     ({}, "give one of a quarter"),
     ({"quarter": "2018Q1"}, "2018Q1 is not in"),
