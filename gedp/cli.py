@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
+from rich.text import Text
 from typer.core import TyperOption
 
 import gedp
@@ -148,9 +149,18 @@ def _one_line(err: Exception) -> str:
     return "".join(c.encode("unicode_escape").decode() if c in LINE_BREAKS else c for c in str(err))
 
 
+class StepsColumn(ProgressColumn):
+    """The steps done, out of the total when it is known ("3/12"), else alone ("3"; the bar then
+    moves to and fro: rich's indeterminate bar)."""
+
+    def render(self, task: Task) -> Text:
+        done = f"{task.completed:,.0f}"
+        return Text(done if task.total is None else f"{done}/{task.total:,.0f}")
+
+
 def _progress_bar() -> Progress:
     return Progress(
-        TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.description:<28}"), BarColumn(), StepsColumn(),
         TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
     )
 
@@ -419,8 +429,10 @@ def synth(
     if from_qcew is not None:
         _print_validation(summary)
     written = f" and {len(job_table):,} jobs to {jobs_out.name}" if jobs else ""
-    console.print(f"Wrote {len(microdata):,} establishments to {out}{written} and {sidecar.name} in "
-                  f"{summary['seconds']:.1f}s")
+    rows = (f"{len(microdata):,} rows ({microdata['estab_id'].nunique():,} establishments in "
+            f"{microdata[['year', 'qtr']].drop_duplicates().shape[0]} quarters)" if quarters is not None
+            else f"{len(microdata):,} establishments")
+    console.print(f"Wrote {rows} to {out}{written} and {sidecar.name} in {summary['seconds']:.1f}s")
 
 
 @app.command(name="plan")
@@ -1116,7 +1128,7 @@ def evaluate(
                                               "accuracy.")] = DEFAULT_PROFILE,
     config: Annotated[Optional[str], typer.Option(help="e1, e5, coverage, accuracy: config name or YAML "
                                                        "file (default employment, employment, baseline, "
-                                                       "baseline).")] = None,
+                                                       "recommended, the shipped plan).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
     counties: Annotated[int, typer.Option(help="e3: counties.")] = E3_DEFAULTS["counties"],
@@ -1172,8 +1184,11 @@ def evaluate(
                 request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
             chosen.render(_computed(chosen, request, name), staging)
             summary = mark_confidentiality(staging, confidential=chosen.uses_data and data is not None)
-    console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
-                  f"{count(len(summary['figures']), 'plot')}) in {time.perf_counter() - start:.0f}s")
+    plots = sorted(out.rglob("*.png"))  # a plan's accuracy beside baseline: each report in its own folder
+    inner = sorted({f"{path.parent.name}/" for path in plots if path.parent != out})
+    where = f" in {', '.join(inner)}" if inner else ""
+    console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, {count(len(plots), 'plot')}"
+                  f"{where}) in {time.perf_counter() - start:.0f}s")
     _say_if_confidential(summary)
 
 

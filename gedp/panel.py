@@ -30,6 +30,9 @@ from gedp.synth.io import footers_one_value
 from gedp.synth.panel import check_panel, panel_quarters, quarter_label
 from gedp.synth.paths import check_input_path
 
+#: A panel tabulation in the QCEW format without its level, as the command line's options say it.
+NEEDS_AGGLVL = "--format qcew needs an aggregation level (--agglvl N; agglvl in Python)"
+
 
 def input_quarters(source: Source) -> list[tuple[int, int]]:
     """The quarters (year, qtr) of an input, reading only those columns ([] without them)."""
@@ -217,27 +220,28 @@ def tabulate_panel(release: str | Path, by: str | Sequence[str] | None, *, quart
     from gedp.release.reader import read_quarter
 
     if sum(option is not None for option in (quarter, change, gains_losses)) != 1:
-        raise InputError("give one of a quarter (levels), a change FIRST:SECOND (changes) and gains_losses "
-                         "FROM:TO (gross job gains and losses)")
+        raise InputError("give one of --quarter Q (levels), --change FIRST:SECOND (changes) and --gains-losses "
+                         "FROM:TO (gross job gains and losses); in Python quarter, change or gains_losses")
     if gains_losses is not None:
         from gedp.gains import panel_release_gains_losses
 
         if agglvl is not None or format != "table" or options.get("where"):
-            raise InputError("gains and losses go with by (public columns) only: no agglvl, format or where")
+            raise InputError("--gains-losses goes with --by (public columns) only: no --agglvl, --format or --where "
+                             "(in Python: gains_losses with by, no agglvl, format or where)")
         return panel_release_gains_losses(release, gains_losses, "total" if by is None else by,
                                           moe=bool(options.get("moe")), level=options.get("level", 0.95))
     if format not in ("table", "qcew"):
-        raise InputError(f"format {format!r} with a quarter or a change: choose table or qcew")
+        raise InputError(f"--format {format!r} with --quarter or --change: choose table or qcew")
     if change is not None:
         if format == "qcew" or agglvl is not None:
             if agglvl is None:
-                raise InputError("format qcew needs an aggregation level (agglvl)")
+                raise InputError(NEEDS_AGGLVL)
             return qcew_change(release, agglvl, change, titles=titles, **options)
         return tabulate_change(release, "total" if by is None else by, change, **options)
     if format == "table" and agglvl is None:
         return tabulate_quarter(release, "total" if by is None else by, quarter, **options)
     if agglvl is None:
-        raise InputError("format qcew needs an aggregation level (agglvl)")
+        raise InputError(NEEDS_AGGLVL)
     margins = kept_variances(release, quarter) if options.get("moe") else None
     levels = publish_levels(read_quarter(release, quarter), agglvl, format, titles, margins=margins, **options)
     return levels.levels[agglvl]

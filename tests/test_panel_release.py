@@ -153,7 +153,7 @@ def test_over_the_year_changes_and_their_margins_are_whole_numbers_as_bls_writes
 
 
 @pytest.mark.parametrize("options, rule", [
-    ({}, "give one of a quarter"),
+    ({}, "give one of --quarter"),
     ({"quarter": "2018Q1"}, "2018Q1 is not in"),
     ({"change": "2017Q1:2016Q1"}, "must come after the first"),
     ({"change": "2016Q1:2016Q2", "agglvl": 75, "format": "qcew"}, "over the year"),
@@ -186,7 +186,8 @@ def test_the_command_line_protects_and_tabulates_a_panel(tmp_path):
     table = pd.read_csv(out, dtype={"county": str})
     assert {"m3emp_chg", "m3emp_chg_moe", "m3emp_pct_chg"} <= set(table.columns)
     result = runner.invoke(app, ["tabulate", str(release), "--by", "county"])
-    assert result.exit_code == 2 and "give one of a quarter" in result.output
+    assert result.exit_code == 2 and "give one of --quarter Q" in result.output
+    assert "--gains-losses FROM:TO" in result.output and "gains_losses FROM" not in result.output
 
 
 def test_the_panel_is_recorded_in_the_ledger_as_one_release_of_its_quarters(panel, tmp_path):

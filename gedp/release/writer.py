@@ -105,6 +105,18 @@ def _is_gedp_entry(entry: os.DirEntry, names: frozenset[str]) -> bool:
                     and part.name.endswith(".parquet") for part in os.scandir(entry.path)))
 
 
+def _is_inner_report(entry: os.DirEntry, marker: str) -> bool:
+    """A report's folder inside a report (``gedp evaluate accuracy --config PLAN`` writes the plan's
+    and baseline's reports in their own folders), itself verifiably gedp's."""
+    if marker == MANIFEST_FILE or not entry.is_dir(follow_symlinks=False):
+        return False
+    try:
+        check_output_directory(Path(entry.path), marker)
+    except InputError:
+        return False
+    return any(os.scandir(entry.path))
+
+
 def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
     """Refuse, before any work, an output folder that gedp cannot create or must not replace.
 
@@ -124,7 +136,8 @@ def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
     names = _gedp_names(out, marker)
     if names is None:
         raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
-    foreign = next((entry.name for entry in entries if not _is_gedp_entry(entry, names)), None)
+    foreign = next((entry.name for entry in entries
+                    if not (_is_gedp_entry(entry, names) or _is_inner_report(entry, marker))), None)
     if foreign is not None:
         from gedp.synth.schema import shown
 
