@@ -1184,12 +1184,21 @@ def evaluate(
                 request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
             chosen.render(_computed(chosen, request, name), staging)
             summary = mark_confidentiality(staging, confidential=chosen.uses_data and data is not None)
-    plots = sorted(out.rglob("*.png"))  # a plan's accuracy beside baseline: each report in its own folder
-    inner = sorted({f"{path.parent.name}/" for path in plots if path.parent != out})
+    plots = _report_plots(out)
+    inner = sorted({f"{folder}/" for folder in plots if folder})
     where = f" in {', '.join(inner)}" if inner else ""
-    console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, {count(len(plots), 'plot')}"
-                  f"{where}) in {time.perf_counter() - start:.0f}s")
+    console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
+                  f"{count(sum(plots.values()), 'plot')}{where}) in {time.perf_counter() - start:.0f}s")
     _say_if_confidential(summary)
+
+
+def _report_plots(out: Path) -> dict[str, int]:
+    """The plots of a report folder and of the reports inside it (a plan's accuracy beside baseline
+    writes each in its own folder), as their summaries list them: folder name ("" for ``out``) -> count."""
+    from gedp.release.format import SUMMARY_FILE
+
+    return {("" if path.parent == out else path.parent.name): len(json.loads(path.read_text()).get("figures", []))
+            for path in sorted(out.rglob(SUMMARY_FILE))}
 
 
 def _say_if_confidential(summary: dict) -> None:
