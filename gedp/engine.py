@@ -32,6 +32,7 @@ from gedp.config import Config
 from gedp.measure.rng import make_rng, secure_generator, state_rng
 from gedp.pipeline import check_job_table, protect
 from gedp.postprocess.wls import SolverError
+from gedp.release.format import MANIFEST_FILE
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
 from gedp.synth.io import (
@@ -325,6 +326,7 @@ def protect_input(
     jobs: Source | None = None,
     key: Mapping[str, str] | None = None,
     processes: int | None = None,
+    manifest_name: str = MANIFEST_FILE,
 ) -> dict:
     """Protect every state of ``path`` (a file, a Parquet folder or a DataFrame) into the release
     directory ``out``; returns the manifest. ``extra_files(staging)`` gives more JSON files to write,
@@ -338,7 +340,8 @@ def protect_input(
     table (``synth.jobs``) of a plan with job families. ``key``: see ``protect_one_state``.
     ``processes``: the local engine's worker processes (None: one per usable CPU, at most one per
     state and per 100,000 input rows; 1: the states one after the other in this process); the
-    release is the same whatever it is.
+    release is the same whatever it is. ``manifest_name``: the manifest's file name (a panel's
+    quarters are written with another, so that none of them is ever a release).
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
@@ -367,7 +370,8 @@ def protect_input(
                                     None if scheduler is None else scheduler.address)
         if lifetime is not None:
             manifest["lifetime"] = lifetime
-        write_manifest(staging, manifest, extra_files(staging) if extra_files else {}, before_publish)
+        write_manifest(staging, manifest, extra_files(staging) if extra_files else {}, before_publish,
+                       manifest_name)
     return manifest
 
 

@@ -41,7 +41,8 @@ file must belong to a release and match its digest, so an edited, reordered or d
 a deleted release, is detected when the ledger is read and the ledger is refused. (Someone who
 recomputes every hash and removes a key file is not detected by the file alone: keep the head gedp
 prints after each release elsewhere.) A release goes through the ledger in two steps, each under an
-exclusive ``fcntl`` lock on ``FILE.lock``, created only beside a ledger path that was accepted:
+exclusive ``fcntl`` lock on ``FILE.lock``, created only beside a ledger path that was accepted and
+removed when the lock is let go:
 
 1. :func:`reserve`, before any noise is drawn: check the caps and record the release as pending.
 2. :func:`commit`, when the release is complete in its staging directory: mark it committed, before
@@ -442,19 +443,37 @@ def _save(path: Path, book: dict) -> None:
 
 @contextmanager
 def _locked(path: Path, *, missing_ok: bool = False) -> Iterator[dict]:
-    """Check the ledger, then hold its exclusive lock and yield it read again under the lock."""
+    """Check the ledger, then hold its exclusive lock and yield it read again under the lock. The
+    lock file ``FILE.lock`` lives only while a process holds it (removed before the lock is let
+    go), so none is left beside the ledger, nor beside a ledger a refused first release never made."""
     path = check_ledger_path(path)
     read_ledger(path, missing_ok=missing_ok)  # refused before a lock file is created beside it
-    try:
-        handle = open(path.with_name(path.name + ".lock"), "a")
-    except OSError as err:
-        raise InputError(f"cannot lock ledger '{path}' ({err.strerror or type(err).__name__})") from None
+    lock = path.with_name(path.name + ".lock")
+    handle = _lock_file(lock, path)
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield read_ledger(path, missing_ok=missing_ok)
         finally:
+            lock.unlink(missing_ok=True)  # still held: a process waiting for it finds it gone and retries
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _lock_file(lock: Path, path: Path):
+    """The open lock file ``lock``, exclusively locked: taken again when the file was removed (by the
+    process that held it) between its opening and the lock, so that two processes never hold locks on
+    two files of that name."""
+    while True:
+        try:
+            handle = open(lock, "a")
+        except OSError as err:
+            raise InputError(f"cannot lock ledger '{path}' ({err.strerror or type(err).__name__})") from None
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()
 
 
 def live(book: dict) -> list[dict]:
@@ -474,6 +493,17 @@ def release_blocks(path: Path, release: dict) -> list[tuple[str | None, np.ndarr
     quarters = release.get("quarters") or [[None, len(keys)]]
     ends = np.cumsum([count for _, count in quarters])
     return [(label, block) for (label, _), block in zip(quarters, np.split(keys, ends[:-1]))]
+
+
+def release_charge(path: Path, release: dict) -> float:
+    """A release's largest charge to one establishment: sqrt(k) x its charge per quarter (``mu``) for an
+    establishment in k of its quarters, k the most of any (1 for a release of one quarter or none),
+    from its key file; the figure its manifest states as its charge (``lifetime.largest_charge``)."""
+    blocks = [block for _, block in release_blocks(path, release)]
+    if len(blocks) == 1:
+        return float(release["mu"])
+    _, counts = np.unique(np.concatenate(blocks), return_counts=True)
+    return math.sqrt(int(counts.max(initial=1))) * float(release["mu"])
 
 
 def _members(block: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -706,16 +736,18 @@ def commit(reservation: Reservation) -> None:
 
 def clear(path: str | Path, release_id: str) -> dict:
     """Under the lock: clear a pending release (an operator's decision that it was never published)
-    and remove its key file; returns the cleared release. Committed releases cannot be cleared."""
+    and remove its key file; returns the cleared release, with its ``charge`` (``release_charge``).
+    Committed releases cannot be cleared."""
     path = check_ledger_path(path)
     with _locked(path) as book:
         release = _find(book, release_id)
         if release["status"] != PENDING:
             raise InputError(f"release {release_id} is {release['status']}: only a pending release can be cleared")
+        charge = release_charge(path, release)
         _append(book, {"event": "clear", "release_id": release_id, "date_utc": _now()})
         _save(path, book)
     (keys_folder(path) / f"{release_id}.u64").unlink(missing_ok=True)
-    return release
+    return {**release, "charge": charge}
 
 
 def largest_spending(path: str | Path, book: dict) -> tuple[float, float]:

@@ -9,6 +9,7 @@ the input's ``year`` and ``qtr`` (``input_quarters``): a panel input is reserved
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,7 +30,16 @@ from gedp.engine import (
     read_source,
 )
 from gedp.errors import InputError, SolverError
-from gedp.ledger import Reservation, check_cap, check_dataset_id, check_ledger_path, commit, reserve
+from gedp.ledger import (
+    PENDING,
+    Reservation,
+    check_cap,
+    check_dataset_id,
+    check_ledger_path,
+    commit,
+    read_ledger,
+    reserve,
+)
 from gedp.quarters import row_quarters
 from gedp.release.writer import check_output_directory
 from gedp.synth.io import Parts, PinnedCsv, check_input_path, input_columns
@@ -96,6 +106,19 @@ def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv,
         yield reservation
     except (InputError, SolverError) as err:
         raise type(err)(f"{err}; {reservation.pending_note()}") from None
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM on the command line (gedp.process.Terminated)
+        if still_pending(reservation):
+            print(f"stopped: {reservation.pending_note()}", file=sys.stderr)
+        raise
+
+
+def still_pending(reservation: Reservation) -> bool:
+    """Whether the ledger still holds the reservation as pending (not committed: a run stopped before
+    its commit); False when the ledger cannot be read."""
+    try:
+        return read_ledger(reservation.path)["releases"][reservation.release_id]["status"] == PENDING
+    except (InputError, KeyError):
+        return False
 
 
 def publication_hooks(reservation: Reservation | None) -> dict[str, Any]:

@@ -48,8 +48,6 @@ PUBLICATION_COLUMNS = (
 #: Example employment and quarterly wages whose uncertainty intervals the notes show.
 EXAMPLE_EMPLOYMENT = (10, 100, 1000)
 EXAMPLE_WAGES = (100_000, 1_000_000)
-#: delta of the (epsilon, delta) statement in the notes.
-NOTES_DELTA = 1e-6
 #: ``disclosure_code`` of every row of a table of confidential microdata, not of a release.
 UNPROTECTED = "NOT PROTECTED"
 #: First characters that make a spreadsheet read a cell as a formula (OWASP CSV injection), with
@@ -169,8 +167,9 @@ def _hidden(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _privacy_notes(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The privacy statement of a release: mu, epsilon at NOTES_DELTA, and what psi and gamma hide."""
-    from gedp.measure.conversions import gdp_epsilon
+    """The privacy statement of a release: mu and epsilon as gedp states them
+    (``conversions.stated_guarantee``), and what psi and gamma hide."""
+    from gedp.measure.conversions import stated_guarantee
 
     mu_total = manifest["mu_total"]
     per_attribute = ", ".join(f"{a} {mu:.4f}" for a, mu in _composed_mu(manifest["mu"]).items())
@@ -178,9 +177,9 @@ def _privacy_notes(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Release", f"Protected by gedp {manifest['gedp_version']} on {manifest['created_date']}: "
                     f"{manifest['establishments']:,} establishments, states {', '.join(manifest['states'])}."
                     + ("" if manifest["publishable"] else " NOT FOR PUBLICATION: its noise came from a seed.")),
-        ("Privacy guarantee", f"Gaussian differential privacy with mu = {mu_total:.4f} in total (per attribute: "
-                              f"{per_attribute}); equivalently (epsilon, delta)-differential privacy with epsilon = "
-                              f"{gdp_epsilon(mu_total, NOTES_DELTA):.3f} at delta = {NOTES_DELTA:g}."),
+        ("Privacy guarantee", f"Gaussian differential privacy: total {stated_guarantee(mu_total)}, the "
+                              f"(epsilon, delta)-differential privacy it is equivalent to; per attribute mu "
+                              f"{per_attribute}."),
     ]
     return notes + _hidden(manifest)
 
