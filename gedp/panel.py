@@ -93,9 +93,11 @@ def over_cap(config: Config, plan: MeasurementPlan, design: QuarterDesign, quart
     if cap is None or total <= cap * (1 + 1e-12):
         return False
     if not allow_over_cap:
+        over = (f"the config's mu_cap {cap:.4f}" if config.raw.get("mu_cap") is not None
+                else f"{cap:.4f}, the cap of a config without mu_cap")
         raise BudgetError(
             f"a panel of {quarters} quarters under config '{config.name}' spends mu {total:.4f} for an establishment "
-            f"in every quarter (sqrt({quarters}) x {quarter_mu:.4f} a quarter), over the config's mu_cap {cap:.4f}; "
+            f"in every quarter (sqrt({quarters}) x {quarter_mu:.4f} a quarter), over {over}; "
             f"nothing was measured. Protect fewer quarters, use a config whose quarters fit the cap (gedp plan "
             f"--quarters {quarters} --mu-total {cap:g} writes one), or give --allow-over-cap (allow_over_cap=True) "
             f"to spend mu {total:.4f}")

@@ -101,6 +101,11 @@ def test_the_cap_binds_at_its_value():
     with pytest.raises(BudgetError):
         over_cap(config, config.plan, INDEPENDENT, quarters + 1)
     assert over_cap(config, config.plan, INDEPENDENT, quarters + 1, allow_over_cap=True) is True
+    raw = yaml.safe_load(open(config.source))
+    del raw["mu_cap"]  # the default cap then binds, and the refusal says which cap it is
+    uncapped = parse_config(raw, "<no mu_cap>")
+    with pytest.raises(BudgetError, match=r"over 2\.5000, the cap of a config without mu_cap"):
+        over_cap(uncapped, uncapped.plan, INDEPENDENT, 2)
 
 
 def test_a_plan_over_four_quarters_caps_their_budget_so_a_panel_of_four_fits():
