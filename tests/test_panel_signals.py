@@ -171,3 +171,20 @@ def test_a_staging_folder_held_by_a_running_process_is_left_alone(tmp_path):
     finally:
         os.close(hold)
     assert remove_stale_staging(out) == [held.name]
+
+
+def test_a_release_folder_keeps_the_mode_of_any_folder_and_unnamed_leftovers_go(small_state, tmp_path):
+    """The staging folder is made as any folder is (the umask's mode, which the published output
+    keeps, not a private temporary folder's 0700); an empty ``.OUT.new-*`` folder a run killed while
+    naming its staging folder left is removed once a minute old, a fresh one is left to its run."""
+    from gedp.release.writer import remove_stale_staging
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    stale, fresh = tmp_path / ".rel.new-0badc0de", tmp_path / ".rel.new-5eed5eed"
+    stale.mkdir()
+    fresh.mkdir()
+    os.utime(stale, (time.time() - 120, time.time() - 120))
+    assert remove_stale_staging(tmp_path / "rel") == [] and not stale.exists() and fresh.exists()
+    gedp.protect(small_state, seed=1, not_for_publication=True).write(tmp_path / "rel")
+    assert (tmp_path / "rel").stat().st_mode & 0o7777 == plain.stat().st_mode & 0o7777

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -188,9 +187,10 @@ def held_folder(out: Path, kind: str) -> tuple[Path, int]:
     holds its lock (close it when the folder is published or removed). The folder is made under
     another name and locked before it is given its own, so a run never sees one that is not held."""
     remove_stale_staging(out)
+    made = out.parent / f".{out.name}.new-{uuid.uuid4().hex[:8]}"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        made = tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-")
+        made.mkdir()  # the mode of any folder (the umask's): the published output keeps it
     except OSError as err:
         raise InputError(f"output '{out}' cannot be created ({err.strerror or type(err).__name__})") from None
     hold = os.open(made, os.O_RDONLY | os.O_DIRECTORY)
@@ -205,6 +205,19 @@ def held_folder(out: Path, kind: str) -> tuple[Path, int]:
     return folder, hold
 
 
+def _remove_unnamed(out: Path) -> None:
+    """Remove the empty ``.OUT.new-*`` folders of runs killed in the instant between making a staging
+    folder and naming it (``held_folder``); one younger than a minute may be a running process's."""
+    old = dt.datetime.now().timestamp() - 60
+    for entry in os.scandir(out.parent):
+        if entry.name.startswith(f".{out.name}.new-") and entry.is_dir(follow_symlinks=False) \
+                and entry.stat(follow_symlinks=False).st_mtime < old:
+            try:
+                os.rmdir(entry.path)  # empty only: a folder with anything in it is left alone
+            except OSError:
+                pass
+
+
 def remove_stale_staging(out: Path) -> list[str]:
     """Remove the staging folders beside ``out`` (``STAGING_KINDS``) that no process holds: those of
     runs killed before they could remove them (a run stopped otherwise removes its own). A folder a
@@ -213,6 +226,7 @@ def remove_stale_staging(out: Path) -> list[str]:
     try:
         entries = [entry for entry in os.scandir(out.parent)
                    if entry.name.startswith(prefixes) and entry.is_dir(follow_symlinks=False)]
+        _remove_unnamed(out)
     except OSError:
         return []
     removed = []
