@@ -93,7 +93,8 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
             jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
             dataset_id: str | None = None, allow_large_mu: bool = False, security: Any = None,
             insecure_scheduler: bool = False, columns: Mapping[str, str] | None = None,
-            pad_codes: bool = False, annual_cap: float | None = None, processes: int | None = None) -> Release:
+            pad_codes: bool = False, annual_cap: float | None = None, processes: int | None = None,
+            allow_over_cap: bool = False) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
     ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
@@ -114,7 +115,9 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     An input of several quarters (``year`` and ``qtr`` columns: a panel, ``gedp.synth.panel``) is
     protected quarter by quarter into one panel release (``gedp.panel``; with ``ledger``, reserved
     as one release of all its quarters before any noise is drawn); tabulate it with ``quarter``,
-    ``change`` or ``gains_losses``.
+    ``change`` or ``gains_losses``. A panel whose quarters together spend more than the config's
+    ``mu_cap`` (sqrt(quarters) x a quarter's mu, for an establishment in every quarter) is refused
+    unless ``allow_over_cap=True``.
 
     ``engine="dask"`` runs on a built-in local cluster (loopback only, TLS with keys made for the
     run), or on an existing ``scheduler``: a ``tls://`` address with ``security`` (a
@@ -135,7 +138,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
         if jobs is not None:
             raise InputError("a job table goes with a release of one quarter, not a panel")
         protect_panel(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
-                      processes=processes)
+                      processes=processes, allow_over_cap=allow_over_cap)
     else:
         protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
                          jobs=jobs, processes=processes)
