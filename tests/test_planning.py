@@ -16,6 +16,7 @@ from gedp.config import load_config, parse_config
 from gedp.measure.workflows import measure
 from gedp.planning import search, shapes
 from gedp.planning.predict import median_relative_error, target_cells
+from gedp.planning.rule import Rule
 from gedp.planning.search import Candidate, StandIn, combinations, predict_config
 from gedp.planning.shapes import Allocation, Shape
 from gedp.planning.simulate import MIN_CELL_RELEASES, calibrated
@@ -84,16 +85,14 @@ def test_search_picks_what_brute_force_picks(standin):
                               Allocation(())]
     wage_allocations = [Allocation((shapes.NAICS5,), 0.65), Allocation(())]
     base_errors = predict_config(standin, base, ["m1emp", "wage"])
-    weights = {"employment": 1.0, "wage": 1.0}
+    rule = Rule(dict.fromkeys(LEVELS, 1.0), tolerance=np.inf)
     employment = search.employment_errors(standin, base, 2.3065, employment_allocations, lambda d: None)
     wages = search.wage_errors(standin, base, 2.3065, wage_allocations, lambda d: None)
-    ranked = [c for c in combinations(employment, wages, base_errors, weights, np.inf)
-              if c.wage_share in (0.1, 0.2, 0.3)]
+    ranked = [c for c in combinations(employment, wages, base_errors, rule) if c.wage_share in (0.1, 0.2, 0.3)]
     brute = []
     for candidate in ranked:
         errors = _direct(standin, candidate.shape, candidate.wage_share)
-        brute.append(Candidate(candidate.shape, candidate.wage_share, search.score(errors, base_errors, weights)[0],
-                               0.0, errors))
+        brute.append(Candidate(candidate.shape, candidate.wage_share, rule.judge(errors, base_errors), errors))
     best = min(brute, key=lambda c: c.score)
     assert (ranked[0].shape, ranked[0].wage_share) == (best.shape, best.wage_share) or (
         next(c.score for c in brute if (c.shape, c.wage_share) == (ranked[0].shape, ranked[0].wage_share))
