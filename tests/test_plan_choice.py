@@ -284,3 +284,33 @@ def test_gathered_blocks_give_the_forms_of_one_block_per_component(monkeypatch):
     m = (c.T @ sp.diags(1.0 / w) @ c).toarray()
     dense = np.einsum("ij,ij->j", p.toarray(), m @ np.linalg.solve(np.eye(n_cells) + np.diag(s) @ m, p.toarray()))
     assert forms == pytest.approx(dense, rel=1e-8)
+
+
+def test_combinations_judge_every_pair_as_the_rule_judges_one():
+    """The search's grid of pairs x wage shares, judged at once, against ``Rule.judge`` of each
+    candidate's errors (scaled by hand: employment x sqrt(0.85 / (1 - s)), wages x sqrt(0.15 / s))."""
+    rng = np.random.default_rng(7)
+    levels = [51, 71, 77, 78]
+    base = {level: {"m1emp": 0.01, "wage": 0.02} for level in levels}
+    employment = {Allocation((shapes.CELL,), share): {lv: {"m1emp": 0.01 * rng.uniform(0.7, 1.3)} for lv in levels}
+                  for share in (0.6, 0.8)}
+    wages = {Allocation((shapes.NAICS5,), share): {lv: {"wage": 0.02 * rng.uniform(0.3, 1.3)} for lv in levels}
+             for share in (0.35, 0.65)}
+    reference = {level: {"m1emp": 0.0125, "wage": 0.02} for level in levels}
+    rule = Rule({51: 1.0, 71: 5.0, 77: 300.0, 78: 400.0}, reference=reference, major=(78, 77))
+    ranked = search.combinations(employment, wages, base, rule)
+    assert len(ranked) == 2 * 2 * len(search.WAGE_SHARES)
+    for candidate in ranked:
+        e = employment[candidate.shape.employment]
+        w = wages[candidate.shape.wage]
+        s = candidate.wage_share
+        by_hand = {lv: {"m1emp": e[lv]["m1emp"] * math.sqrt(0.85 / (1 - s)),
+                        "wage": w[lv]["wage"] * math.sqrt(0.15 / s)} for lv in levels}
+        for level in levels:
+            assert candidate.errors[level] == pytest.approx(by_hand[level], rel=1e-12)
+        one = rule.judge(by_hand, base)
+        assert candidate.judgement.behind == one.behind
+        assert [candidate.score, candidate.worst_ratio, candidate.judgement.excess] == pytest.approx(
+            [one.score, one.worst_ratio, one.excess], rel=1e-12)
+    assert [preference(c.judgement) for c in ranked] == sorted(preference(c.judgement) for c in ranked)
+    assert any(c.judgement.behind for c in ranked) and not all(c.judgement.behind for c in ranked)

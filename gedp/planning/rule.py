@@ -113,19 +113,36 @@ class Rule:
 
     def judge(self, errors: Errors, base: Errors) -> Judgement:
         """Score, worst ratio, excess and whether behind the reference, of ``errors``."""
-        total = sum(self.weights[kind] * self.attribute_score(errors, base, kind) for kind in self.kinds)
-        pairs = [(level, kind) for level in self.levels for kind in self.kinds]
-        worst = max(kind_error(errors[lv], k) / kind_error(base[lv], k) for lv, k in pairs)
-        excess = max(kind_error(errors[lv], k) / self.allowed(base[lv], k) for lv, k in pairs)
-        return Judgement(total / sum(self.weights[kind] for kind in self.kinds), worst, excess,
-                         self.behind(errors))
+        rows = {kind: np.array([[kind_error(errors[level], kind) for level in self.levels]]) for kind in KINDS}
+        return self.judge_all(rows["employment"], rows["wage"], base, self.levels)[0]
+
+    def judge_all(self, employment: np.ndarray, wage: np.ndarray, base: Errors, levels: Sequence[int]
+                  ) -> list[Judgement]:
+        """``judge`` of n plans at once: ``employment`` and ``wage`` (n x len(levels), ``levels``
+        holding the rule's) are their errors, employment's as ``kind_error`` takes it."""
+        columns = [list(levels).index(level) for level in self.levels]
+        errors = {"employment": employment[:, columns], "wage": wage[:, columns]}
+        base_row = {kind: np.array([kind_error(base[level], kind) for level in self.levels]) for kind in KINDS}
+        level_weights = np.array([self.level_weights[level] for level in self.levels], dtype=float)
+        level_weights /= level_weights.sum()
+        kinds = self.kinds
+        score = sum(self.weights[kind] * (np.log(errors[kind] / base_row[kind]) @ level_weights) for kind in kinds)
+        score = score / sum(self.weights[kind] for kind in kinds)
+        worst = np.max([np.max(errors[kind] / base_row[kind], axis=1) for kind in kinds], axis=0)
+        excess = np.max([np.max(errors[kind] / np.maximum(base_row[kind] * (1 + self.tolerance),
+                                                           base_row[kind] + self.absolute), axis=1)
+                         for kind in kinds], axis=0)
+        behind = np.zeros(len(employment), dtype=bool)
+        if self.reference is not None:
+            major = [list(levels).index(level) for level in self.major]
+            for kind, values in (("employment", employment), ("wage", wage)):
+                reference = np.array([kind_error(self.reference[level], kind) for level in self.major])
+                behind |= np.any(values[:, major] > reference * (1 + self.lead), axis=1)
+        return [Judgement(*row) for row in zip(score.tolist(), worst.tolist(), excess.tolist(), behind.tolist())]
 
     def behind(self, errors: Errors) -> bool:
         """Whether ``errors`` are worse than the reference's (by more than ``lead``) on a major level."""
-        if self.reference is None:
-            return False
-        return any(kind_error(errors[level], kind) > kind_error(self.reference[level], kind) * (1 + self.lead)
-                   for level in self.major for kind in KINDS)
+        return self.judge(errors, self.reference or errors).behind
 
     def lenient(self, margin: float) -> Rule:
         """This rule with ``margin`` more tolerance, and ``margin`` of lead on the reference."""

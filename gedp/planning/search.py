@@ -396,16 +396,24 @@ def ranked_by(candidates: Sequence[Candidate]) -> list[Candidate]:
 def combinations(employment: Mapping[Allocation, Errors], wages: Mapping[Allocation, Errors], base: Errors,
                  rule: Rule) -> list[Candidate]:
     """Every pair of allocations at every wage share, errors scaled from the reference share as
-    1 / mu; in the rule's order."""
+    1 / mu; in the rule's order (judged all at once)."""
+    levels = list(base)
+    shares = np.array(WAGE_SHARES, dtype=float)
+    e_pairs, w_pairs = list(employment), list(wages)
+    e_errors = np.array([[employment[a][level][EMPLOYMENT] for level in levels] for a in e_pairs])
+    w_errors = np.array([[wages[a][level][WAGE] for level in levels] for a in w_pairs])
+    e_scaled = e_errors[None, :, None, :] * np.sqrt((1 - REFERENCE_WAGE_SHARE) / (1 - shares))[:, None, None, None]
+    w_scaled = w_errors[None, None, :, :] * np.sqrt(REFERENCE_WAGE_SHARE / shares)[:, None, None, None]
+    grid = (len(shares), len(e_pairs), len(w_pairs), len(levels))
+    e_rows = np.broadcast_to(e_scaled, grid).reshape(-1, len(levels))
+    w_rows = np.broadcast_to(w_scaled, grid).reshape(-1, len(levels))
+    judgements = rule.judge_all(e_rows, w_rows, base, levels)
     out = []
-    for share in WAGE_SHARES:
-        employment_factor = np.sqrt((1 - REFERENCE_WAGE_SHARE) / (1 - share))
-        wage_factor = np.sqrt(REFERENCE_WAGE_SHARE / share)
-        for e_allocation, e_errors in employment.items():
-            for w_allocation, w_errors in wages.items():
-                errors = {level: {EMPLOYMENT: e_errors[level][EMPLOYMENT] * employment_factor,
-                                  WAGE: w_errors[level][WAGE] * wage_factor} for level in base}
-                out.append(Candidate(Shape(e_allocation, w_allocation), float(share), rule.judge(errors, base), errors))
+    for index, judgement in enumerate(judgements):
+        s, e, w = np.unravel_index(index, grid[:3])
+        errors = {level: {EMPLOYMENT: float(e_rows[index, k]), WAGE: float(w_rows[index, k])}
+                  for k, level in enumerate(levels)}
+        out.append(Candidate(Shape(e_pairs[e], w_pairs[w]), float(shares[s]), judgement, errors))
     return ranked_by(out)
 
 
