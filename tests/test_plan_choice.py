@@ -314,3 +314,17 @@ def test_combinations_judge_every_pair_as_the_rule_judges_one():
             [one.score, one.worst_ratio, one.excess], rel=1e-12)
     assert [preference(c.judgement) for c in ranked] == sorted(preference(c.judgement) for c in ranked)
     assert any(c.judgement.behind for c in ranked) and not all(c.judgement.behind for c in ranked)
+
+
+def test_a_simulated_finalist_moves_its_wage_share_with_errors_scaled_as_one_over_mu():
+    errors = {78: {"m1emp": 0.04, "m2emp": 0.05, "wage": 0.08}}
+    rule = Rule({78: 1.0})
+    base = {78: {"m1emp": 0.05, "wage": 0.2}}
+    finalist = Candidate(SHAPE, 0.16, rule.judge(errors, base), errors, simulated=True)
+    moved = search.shifted(finalist, base, rule)
+    assert sorted(c.wage_share for c in moved) == [0.1, 0.12, 0.14, 0.18, 0.2, 0.22]
+    at_22 = next(c for c in moved if c.wage_share == 0.22)
+    assert at_22.errors[78]["wage"] == pytest.approx(0.08 * math.sqrt(0.16 / 0.22), rel=1e-12)
+    assert at_22.errors[78]["m2emp"] == pytest.approx(0.05 * math.sqrt(0.84 / 0.78), rel=1e-12)
+    assert at_22.scaled_from == 0.16 and at_22.simulated
+    assert at_22.score == pytest.approx(rule.judge(at_22.errors, base).score)

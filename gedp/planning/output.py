@@ -21,6 +21,8 @@ def plan_yaml(result: PlanResult) -> str:
         "state synthesized from it; never confidential microdata).",
         f"Shape: {chosen.shape.describe()}.",
         f"Wages get {chosen.wage_share:.0%} of mu^2; total mu {result.mu_total:.4f}.",
+        *([f"(Simulated at a wage share of {chosen.scaled_from:.0%}; its errors scaled to {chosen.wage_share:.0%} as "
+           "1 / mu.)"] if chosen.scaled_from is not None else []),
         *acceptance_lines(result),
         *reference_lines(result),
         *quarters_header(result),
@@ -120,6 +122,7 @@ def summary(result: PlanResult, frontier_file: str) -> dict:
                                 theirs in costs(result.chosen.errors, result.recommended.errors, list(result.base),
                                                 tolerance=result.tolerance, absolute=result.rule.absolute)],
         "finalists": [_finalist(c) for c in (*result.finalists, result.recommended)],
+        "chosen_scaled_from_wage_share": result.chosen.scaled_from,
         "frontier_plot": frontier_file,
     }
 
@@ -128,7 +131,9 @@ def _finalist(candidate: Candidate) -> dict:
     judgement = candidate.judgement
     return {"shape": candidate.shape.describe(), "wage_share": candidate.wage_share, "score": judgement.score,
             "worst_ratio_to_base": judgement.worst_ratio, "excess": judgement.excess,
-            "behind_recommended": judgement.behind, "simulated": candidate.simulated}
+            "behind_recommended": judgement.behind, "simulated": candidate.simulated,
+            "scaled_from_wage_share": candidate.scaled_from,
+            "errors": {str(level): errors for level, errors in candidate.errors.items()}}
 
 
 def output_paths(out: Path) -> tuple[Path, Path]:

@@ -80,6 +80,8 @@ SIMULATION_SEED = 2016
 #: How far behind the best simulated finalist (in score, or in worst ratio) another finalist's proxy
 #: errors may be and still be simulated (``simulated_finalists``).
 SIMULATION_MARGIN = 0.03
+#: How far a simulated finalist's wage share may be moved with its calibrated errors scaled as 1 / mu.
+SHARE_SHIFT = 0.06
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Candidate:
     errors: Errors
     analytic: Errors | None = None  # the analytic prediction, when ``errors`` is calibrated (or a proxy)
     simulated: bool = False  # whether ``errors`` is calibrated by simulated releases
+    scaled_from: float | None = None  # the wage share whose calibrated errors were scaled to this one
 
     @property
     def score(self) -> float:
@@ -537,6 +540,23 @@ def simulated_finalists(standin: StandIn, base_config: Config, base_errors: Erro
     return Simulated(calibrated_base, reference, [best, *(simulated.get(id(c), c) for c in proxies)], rule)
 
 
+def shifted(candidate: Candidate, base: Errors, rule: Rule) -> list[Candidate]:
+    """A simulated finalist at the other searched wage shares within SHARE_SHIFT of its own, its
+    calibrated errors scaled as 1 / mu (employment by sqrt((1 - s) / (1 - s')), wages by sqrt(s / s')):
+    the simulated releases calibrate a shape, and a small move of its wage share keeps what they found."""
+    out = []
+    for share in WAGE_SHARES:
+        if share == candidate.wage_share or abs(share - candidate.wage_share) > SHARE_SHIFT + 1e-9:
+            continue
+        factors = {WAGE: math.sqrt(candidate.wage_share / share),
+                   EMPLOYMENT: math.sqrt((1 - candidate.wage_share) / (1 - share))}
+        errors = {level: {a: e * factors.get(a, factors[EMPLOYMENT]) for a, e in by.items()}
+                  for level, by in candidate.errors.items()}
+        out.append(replace(candidate, wage_share=float(share), judgement=rule.judge(errors, base), errors=errors,
+                           analytic=None, scaled_from=candidate.wage_share))
+    return out
+
+
 def _proxy(errors: Errors, analytic_base: Errors, calibrated_base: Errors) -> Errors:
     """``errors`` times the base plan's calibration ratio (calibrated / analytic) per level and attribute
     (month 1's for month 2)."""
@@ -614,7 +634,9 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     ranked = combinations(employment, wages, base_errors, rule)
     finalists = _finalists(standin, base_config, ranked, mu_total, base_errors, rule, step)
     done = simulated_finalists(standin, base_config, base_errors, finalists, reference, mu_total, rule, step)
-    chosen = min((c for c in (*done.finalists, done.reference) if c.simulated), key=lambda c: preference(c.judgement))
+    moved = [other for c in done.finalists if c.simulated for other in shifted(c, done.base, done.rule)]
+    chosen = min((c for c in (*done.finalists, *moved, done.reference) if c.simulated),
+                 key=lambda c: preference(c.judgement))
     shown = [c.shape for c in done.finalists if not c.shape.months_apart]
     level = 78 if 78 in targets else targets[0]
     config = shapes.config_mapping(chosen.shape, mu_total, chosen.wage_share, base_config.raw)
