@@ -41,7 +41,7 @@ def acceptance_lines(result: PlanResult) -> list[str]:
     the least bad of the shapes searched when none does."""
     level, kind, ratio = result.worst()
     where = f"x{ratio:.2f} the base plan's error ({'wages' if kind == WAGE else kind}, level {level})"
-    within = (f"within {result.tolerance:.0%} of the base plan's error (or {100 * result.rule.absolute:.1f} "
+    within = (f"within {result.tolerance:.0%} of the base plan's error (or {100 * result.rule.absolute:g} "
               "percentage point)")
     if result.acceptable:
         return [f"Every target level is predicted {within} or better; the worst ratio: {where}."]
@@ -62,11 +62,11 @@ def reference_lines(result: PlanResult) -> list[str]:
                   absolute=result.rule.absolute)
     if not worse:
         return [f"With the weights and targets set, predicted within {result.tolerance:.0%} (or "
-                f"{100 * result.rule.absolute:.1f} percentage point) of `{REFERENCE}` at every published level."]
+                f"{100 * result.rule.absolute:g} percentage point) of `{REFERENCE}` at every published level."]
     shown = "; ".join(f"level {level} {'wages' if kind == 'wage' else kind} {100 * error:.2f}% against "
                       f"{100 * theirs:.2f}%" for level, kind, error, theirs in worse)
     return [f"What the weights and targets set cost against `{REFERENCE}` (worse by more than {result.tolerance:.0%} "
-            f"and {100 * result.rule.absolute:.1f} percentage point): {shown}."]
+            f"and {100 * result.rule.absolute:g} percentage point): {shown}."]
 
 
 def quarters_header(result: PlanResult) -> list[str]:
