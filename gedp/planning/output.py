@@ -56,8 +56,8 @@ def reference_lines(result: PlanResult) -> list[str]:
         return [f"This is `{REFERENCE}` (no shape searched is predicted better on the levels that carry most cells)."]
     if not result.custom:
         levels = ", ".join(map(str, result.rule.major))
-        return [f"Predicted no worse than `{REFERENCE}` at levels {levels} (the levels that carry most published "
-                "cells), employment and wages."]
+        return [f"Predicted at least {-result.rule.lead:.0%} better than `{REFERENCE}` at levels {levels} (the levels "
+                "that carry most published cells), employment and wages."]
     worse = costs(result.chosen.errors, result.recommended.errors, list(result.base), tolerance=result.tolerance,
                   absolute=result.rule.absolute)
     if not worse:

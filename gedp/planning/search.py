@@ -49,7 +49,19 @@ from gedp.planning.predict import (
     published_levels,
     target_cells,
 )
-from gedp.planning.rule import EMPLOYMENT, WAGE, Errors, Judgement, Rule, kind_error, major_levels, preference, within
+from gedp.planning.rule import (
+    EMPLOYMENT,
+    REFERENCE_MARGIN,
+    WAGE,
+    Errors,
+    Judgement,
+    Rule,
+    as_reference,
+    kind_error,
+    major_levels,
+    preference,
+    within,
+)
 from gedp.planning.shapes import Allocation, Shape
 from gedp.planning.simulate import calibrated, pooled_medians, release_errors
 from gedp.planning.workers import parallel_map
@@ -525,6 +537,7 @@ def simulated_finalists(standin: StandIn, base_config: Config, base_errors: Erro
         rule = replace(rule, reference=calibrations[1])
     best, reference = (_rescored(c, errors, calibrated_base, rule, simulated=True)
                        for c, errors in zip(first, calibrations))
+    reference = replace(reference, judgement=as_reference(reference.judgement))
     proxies = [_rescored(c, _proxy(c.errors, base_errors, calibrated_base), calibrated_base, rule)
                for c in finalists[1:]]
     leader = min((best, reference), key=lambda c: preference(c.judgement))
@@ -629,8 +642,8 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
         _config(reference_shape_, mu_total, reference_share, base_config), rule)
     if not custom:
         rule = replace(rule, reference=reference_errors)
-    reference = Candidate(reference_shape_, reference_share, rule.judge(reference_errors, base_errors),
-                          reference_errors)
+    reference = Candidate(reference_shape_, reference_share,
+                          as_reference(rule.judge(reference_errors, base_errors)), reference_errors)
     ranked = combinations(employment, wages, base_errors, rule)
     finalists = _finalists(standin, base_config, ranked, mu_total, base_errors, rule, step)
     done = simulated_finalists(standin, base_config, base_errors, finalists, reference, mu_total, rule, step)
@@ -650,7 +663,9 @@ def _rule(standin: StandIn, targets: Sequence[int], weights: Mapping[str, float]
     against the reference when the agency chose neither targets nor weights) among them."""
     cells = {target.level: target.n_cells for target in standin.all_cells or standin.cells}
     level_weights = {level: float(cells[level]) for level in targets}
-    return Rule(level_weights, weights, tolerance, major=() if custom else major_levels(level_weights))
+    if custom:
+        return Rule(level_weights, weights, tolerance)
+    return Rule(level_weights, weights, tolerance, major=major_levels(level_weights), lead=-REFERENCE_MARGIN)
 
 
 def _check(base: Config, weights: Mapping[str, float], targets: Sequence[int], tolerance: float,
