@@ -161,9 +161,9 @@ def test_the_plan_says_when_it_is_the_least_bad():
     assert "worst ratio: x1.02 the base plan's error (employment, level 71)" in header
     accepted = _result(_candidates()["B"], EQUAL)
     assert accepted.acceptable
-    assert acceptance_lines(accepted) == ["Every target level is predicted within 10% of the base plan's error (or "
-                                          "0.05 percentage point) or better; the worst ratio: x1.08 the base plan's error "
-                                          "(employment, level 71)."]
+    assert acceptance_lines(accepted) == [
+        "Every target level is predicted within 10% of the base plan's error (or 0.05 percentage point) or better; "
+        "the worst ratio: x1.08 the base plan's error (employment, level 71)."]
 
 
 def test_the_plan_says_what_custom_weights_cost_against_recommended():
