@@ -339,3 +339,17 @@ def test_a_simulated_finalist_moves_its_wage_share_with_errors_scaled_as_one_ove
     assert at_22.errors[78]["m2emp"] == pytest.approx(0.05 * math.sqrt(0.84 / 0.78), rel=1e-12)
     assert at_22.scaled_from == 0.16 and at_22.simulated
     assert at_22.score == pytest.approx(rule.judge(at_22.errors, base).score)
+
+
+def test_the_reference_is_written_as_the_shipped_plan():
+    """At its own total the reference's mapping is the shipped recommended plan, queries in its order
+    (the order noise is drawn in); at another total every mu scales alike."""
+    shipped = load_config("recommended")
+    made = parse_config(search.reference_mapping(shipped.plan.budget().total, load_config("baseline")), "<t>")
+    assert [(q.by, dict(q.mu)) for q in made.plan.queries] == [(q.by, dict(q.mu)) for q in shipped.plan.queries]
+    half = parse_config(search.reference_mapping(1.0, load_config("baseline")), "<t>")
+    assert 1.0 - 1e-3 < half.plan.budget().total <= 1.0
+    factor = 1.0 / shipped.plan.budget().total
+    for mine, theirs in zip(half.plan.queries, shipped.plan.queries):
+        assert mine.by == theirs.by
+        assert dict(mine.mu) == pytest.approx({a: m * factor for a, m in theirs.mu.items()}, abs=1.01e-4)

@@ -529,7 +529,7 @@ def simulated_finalists(standin: StandIn, base_config: Config, base_errors: Erro
     finalists = ranked_by(finalists)
     first = [finalists[0], reference]
     base_calibrated, *calibrations = calibrated_all(
-        standin, [base_config, *(_config(c.shape, mu_total, c.wage_share, base_config) for c in first)],
+        standin, [base_config, *(parse_config(plan_mapping(c, mu_total, base_config), "<plan>") for c in first)],
         [scaled(base_errors, mu_total / base_total), *(c.errors for c in first)],
         on_config=lambda k: step("base plan simulated" if k == 0 else f"simulated: {first[k - 1].shape.describe()}"))
     calibrated_base = scaled(base_calibrated, base_total / mu_total)
@@ -600,6 +600,25 @@ def _analytic(candidate: Candidate) -> Errors:
     return candidate.errors if candidate.analytic is None else candidate.analytic
 
 
+def reference_mapping(mu_total: float, base: Config, name: str = REFERENCE) -> dict[str, Any]:
+    """The shipped plan ``name`` at ``mu_total`` under ``base``'s psi, gammas, zeta and options: its
+    queries in its own order (the order noise is drawn in), every mu scaled by mu_total / its total
+    and rounded down to 4 decimals, as ``shapes.config_mapping`` rounds."""
+    shipped = load_config(name)
+    factor = mu_total / shipped.plan.budget().total
+    mus = {tuple(q["by"]) if q["by"] != "identity" else (): {a: m * factor for a, m in q["mu"].items()}
+           for q in shipped.raw["queries"]}
+    return shapes.mapping_of(mus, base.raw, math.ceil(mu_total * 1e3) / 1e3)
+
+
+def plan_mapping(candidate: Candidate, mu_total: float, base: Config) -> dict[str, Any]:
+    """The config mapping of a candidate: the shipped plan's own (``reference_mapping``) for the
+    reference, its shape's at its wage share otherwise."""
+    if candidate.shape.label == REFERENCE:
+        return reference_mapping(mu_total, base)
+    return shapes.config_mapping(candidate.shape, mu_total, candidate.wage_share, base.raw)
+
+
 def reference_shape(name: str = REFERENCE) -> tuple[Shape, float]:
     """The shape and wage share of the shipped plan ``name``, labelled with its name."""
     return shapes.shape_of(load_config(name).plan, name)
@@ -639,7 +658,7 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     reference_shape_, reference_share = reference_shape()
     base_errors, reference_errors, employment, wages = searched(
         Predictor(standin, base_config, mu_total, step),
-        _config(reference_shape_, mu_total, reference_share, base_config), rule)
+        parse_config(reference_mapping(mu_total, base_config), "<plan>"), rule)
     if not custom:
         rule = replace(rule, reference=reference_errors)
     reference = Candidate(reference_shape_, reference_share,
@@ -652,7 +671,7 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
                  key=lambda c: preference(c.judgement))
     shown = [c.shape for c in done.finalists if not c.shape.months_apart]
     level = 78 if 78 in targets else targets[0]
-    config = shapes.config_mapping(chosen.shape, mu_total, chosen.wage_share, base_config.raw)
+    config = plan_mapping(chosen, mu_total, base_config)
     return PlanResult(config, chosen, done.base, done.reference, frontier(ranked, shown, level), done.finalists,
                       mu_total, standin.source, time.perf_counter() - start, done.rule, quarters, custom)
 
