@@ -600,23 +600,24 @@ def _analytic(candidate: Candidate) -> Errors:
     return candidate.errors if candidate.analytic is None else candidate.analytic
 
 
-def reference_mapping(mu_total: float, base: Config, name: str = REFERENCE) -> dict[str, Any]:
+def reference_mapping(mu_total: float, base: Config, quarters: int = 1, name: str = REFERENCE) -> dict[str, Any]:
     """The shipped plan ``name`` at ``mu_total`` under ``base``'s psi, gammas, zeta and options: its
     queries in its own order (the order noise is drawn in), every mu scaled by mu_total / its total
-    and rounded down to 4 decimals, as ``shapes.config_mapping`` rounds."""
+    and rounded down to 4 decimals, and the cap of ``quarters`` quarters, as ``shapes.config_mapping``
+    makes them."""
     shipped = load_config(name)
     factor = mu_total / shipped.plan.budget().total
     mus = {tuple(q["by"]) if q["by"] != "identity" else (): {a: m * factor for a, m in q["mu"].items()}
            for q in shipped.raw["queries"]}
-    return shapes.mapping_of(mus, base.raw, math.ceil(mu_total * 1e3) / 1e3)
+    return shapes.mapping_of(mus, base.raw, math.ceil(math.sqrt(quarters) * mu_total * 1e3) / 1e3)
 
 
-def plan_mapping(candidate: Candidate, mu_total: float, base: Config) -> dict[str, Any]:
+def plan_mapping(candidate: Candidate, mu_total: float, base: Config, quarters: int = 1) -> dict[str, Any]:
     """The config mapping of a candidate: the shipped plan's own (``reference_mapping``) for the
-    reference, its shape's at its wage share otherwise."""
+    reference, its shape's at its wage share otherwise (capped at ``quarters`` quarters' budget)."""
     if candidate.shape.label == REFERENCE:
-        return reference_mapping(mu_total, base)
-    return shapes.config_mapping(candidate.shape, mu_total, candidate.wage_share, base.raw)
+        return reference_mapping(mu_total, base, quarters)
+    return shapes.config_mapping(candidate.shape, mu_total, candidate.wage_share, base.raw, quarters)
 
 
 def reference_shape(name: str = REFERENCE) -> tuple[Shape, float]:
@@ -671,7 +672,7 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
                  key=lambda c: preference(c.judgement))
     shown = [c.shape for c in done.finalists if not c.shape.months_apart]
     level = 78 if 78 in targets else targets[0]
-    config = plan_mapping(chosen, mu_total, base_config)
+    config = plan_mapping(chosen, mu_total, base_config, quarters)
     return PlanResult(config, chosen, done.base, done.reference, frontier(ranked, shown, level), done.finalists,
                       mu_total, standin.source, time.perf_counter() - start, done.rule, quarters, custom)
 
