@@ -347,6 +347,7 @@ def test_the_reference_is_written_as_the_shipped_plan():
     shipped = load_config("recommended")
     made = parse_config(search.reference_mapping(shipped.plan.budget().total, load_config("baseline")), "<t>")
     assert [(q.by, dict(q.mu)) for q in made.plan.queries] == [(q.by, dict(q.mu)) for q in shipped.plan.queries]
+    assert search.reference_mapping(1.0, load_config("baseline"), quarters=4)["mu_cap"] == 2.0  # 4 quarters' budget
     half = parse_config(search.reference_mapping(1.0, load_config("baseline")), "<t>")
     assert 1.0 - 1e-3 < half.plan.budget().total <= 1.0
     factor = 1.0 / shipped.plan.budget().total
