@@ -10,11 +10,12 @@
    (Delta_g / mu)^2 with Delta_g fixed by the identity answers). Wages: the wage allocations,
    likewise.
 3. Errors scale as 1 / mu within an allocation, so every pair of allocations is scored at every
-   wage share without new predictions; the best few are predicted again at their own budgets (and
-   the best with months 2-3 measured apart).
-4. The base plan and the finalists that could win are calibrated by simulated releases of the
-   stand-in (``simulate``: the bounds and the wage prior's bias, which the analytic prediction
-   leaves out; ``simulated_finalists``), scored again, and the best of them is the plan.
+   wage share without new predictions (the grid judged at once); the best few are the finalists
+   (and the best with months 2-3 measured apart, its employment predicted at its own budget).
+4. The base plan, ``recommended`` and the finalists that could win are calibrated by simulated
+   releases of the stand-in (``simulate``: the bounds and the wage prior's bias, which the analytic
+   prediction leaves out; ``simulated_finalists``), judged again (a simulated finalist also at
+   wage shares within SHARE_SHIFT of its own, ``shifted``), and the best of them is the plan.
 
 Plans are judged by ``rule`` (the choice rule: levels weighted by their published cells, small
 absolute losses tolerated, never behind ``recommended`` on the levels that carry most cells);
