@@ -420,32 +420,33 @@ def plan_command(
                                               "every level the published file has).")] = "",
     base: Annotated[str, typer.Option(help="Config whose psi, gammas, zeta and options the plan keeps.")] =
         "baseline",
-    weights: Annotated[str, typer.Option(help="Weights of employment and wages in the objective.")] =
-        "employment=1,wage=1",
+    weights: Annotated[str, typer.Option(help="Weights of employment and wages in the objective (default "
+                                              "employment=1,wage=1, and never worse than recommended on the levels "
+                                              "that carry most cells).")] = "",
 ) -> None:
     """Choose a budget plan from a published QCEW file alone.
 
     A stand-in state is synthesized from the published file, plan shapes are scored by their
     predicted errors on it (calibrated by simulated releases of the stand-in), and the best is
     written as a config."""
-    from gedp.planning.output import acceptance_lines, comparison_rows, output_paths
-    from gedp.planning.search import search_steps
+    from gedp.planning.output import acceptance_lines, comparison_rows, output_paths, reference_lines
+    from gedp.planning.search import REFERENCE, search_steps
 
     start = time.perf_counter()
     with reported_errors():
         check_output_file(out)
         levels = _numbers(targets, "--targets", int)
         weight_map = {key.strip(): _numbers(value, "--weights", float)[0]
-                      for key, value in (_pair(item, "--weights") for item in weights.split(","))}
+                      for key, value in (_pair(item, "--weights") for item in weights.split(",") if item.strip())}
         with progress_steps(search_steps()) as advance:
-            result = gedp.plan(from_qcew, out, mu_total=mu_total, targets=levels or None, base=base, weights=weight_map,
-                               on_step=advance, quarters=quarters)
-    table = Table("level", "attribute", "plan", base, "uniform (analytic)", title="Predicted median relative error, "
-                  "published cells")
+            result = gedp.plan(from_qcew, out, mu_total=mu_total, targets=levels or None, base=base,
+                               weights=weight_map or None, on_step=advance, quarters=quarters)
+    table = Table("level", "cells", "attribute", "plan", base, REFERENCE, title="Predicted median relative error, "
+                  "published cells (cells: the level's weight, - not a target)")
     for row in comparison_rows(result):
         table.add_row(*row)
     console.print(table)
-    console.print(" ".join(acceptance_lines(result)))
+    console.print(" ".join(acceptance_lines(result) + reference_lines(result)))
     json_path, plot_path = output_paths(out)
     console.print(f"[bold]plan[/] {result.chosen.shape.describe()}; wages {result.chosen.wage_share:.0%} of mu^2, "
                   f"total mu {result.mu_total:.4f}" + (f" per quarter (mu {result.mu_annual:.4f} over {quarters} "

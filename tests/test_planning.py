@@ -16,6 +16,7 @@ from gedp.config import load_config, parse_config
 from gedp.measure.workflows import measure
 from gedp.planning import search, shapes
 from gedp.planning.predict import median_relative_error, target_cells
+from gedp.planning.rule import Rule, kind_error
 from gedp.planning.search import Candidate, StandIn, combinations, predict_config
 from gedp.planning.shapes import Allocation, Shape
 from gedp.planning.simulate import MIN_CELL_RELEASES, calibrated
@@ -84,16 +85,14 @@ def test_search_picks_what_brute_force_picks(standin):
                               Allocation(())]
     wage_allocations = [Allocation((shapes.NAICS5,), 0.65), Allocation(())]
     base_errors = predict_config(standin, base, ["m1emp", "wage"])
-    weights = {"employment": 1.0, "wage": 1.0}
+    rule = Rule(dict.fromkeys(LEVELS, 1.0), tolerance=np.inf)
     employment = search.employment_errors(standin, base, 2.3065, employment_allocations, lambda d: None)
     wages = search.wage_errors(standin, base, 2.3065, wage_allocations, lambda d: None)
-    ranked = [c for c in combinations(employment, wages, base_errors, weights, np.inf)
-              if c.wage_share in (0.1, 0.2, 0.3)]
+    ranked = [c for c in combinations(employment, wages, base_errors, rule) if c.wage_share in (0.1, 0.2, 0.3)]
     brute = []
     for candidate in ranked:
         errors = _direct(standin, candidate.shape, candidate.wage_share)
-        brute.append(Candidate(candidate.shape, candidate.wage_share, search.score(errors, base_errors, weights)[0],
-                               0.0, errors))
+        brute.append(Candidate(candidate.shape, candidate.wage_share, rule.judge(errors, base_errors), errors))
     best = min(brute, key=lambda c: c.score)
     assert (ranked[0].shape, ranked[0].wage_share) == (best.shape, best.wage_share) or (
         next(c.score for c in brute if (c.shape, c.wage_share) == (ranked[0].shape, ranked[0].wage_share))
@@ -235,3 +234,31 @@ def test_simulated_release_is_what_gedp_protect_releases(small_state, monkeypatc
             keep = true[attribute] >= 1
             error = (got[attribute] - true[attribute]).abs()[keep] / true[attribute][keep]
             assert medians[level][attribute] == pytest.approx(np.median(error), rel=1e-6), (level, attribute)
+
+
+def test_plan_command_passes_the_agency_choices_only_when_set(shared_data, tmp_path, monkeypatch):
+    """Without --weights and --targets the planner gets None (its default rule, guarded by
+    recommended); with them, what the agency set."""
+    seen = []
+
+    def stop(*args, **kwargs):
+        seen.append((kwargs["weights"], kwargs["targets"]))
+        raise gedp.errors.InputError("stopped")
+
+    monkeypatch.setattr(gedp, "plan", stop)
+    source = str(shared_data / "qcew_2016q1_44.csv")
+    for extra in ([], ["--weights", "employment=1,wage=3", "--targets", "78,75"]):
+        CliRunner().invoke(app, ["plan", "--from-qcew", source, "--out", str(tmp_path / "p.yaml"), *extra])
+    assert seen == [(None, None), ({"employment": 1.0, "wage": 3.0}, [78, 75])]
+
+
+@pytest.mark.slow
+def test_the_same_file_gives_the_same_plan(shared_data):
+    """Twice from Rhode Island's published file: the same plan, choice and predictions."""
+    runs = [gedp.plan(shared_data / "qcew_2016q1_44.csv") for _ in range(2)]
+    assert runs[0].config == runs[1].config
+    assert runs[0].chosen.errors == runs[1].chosen.errors and runs[0].base == runs[1].base
+    # never behind recommended on the levels that carry most cells (the rule's guard, on its own predictions)
+    chosen, reference = runs[0].chosen.errors, runs[0].recommended.errors
+    assert all(kind_error(chosen[level], kind) <= kind_error(reference[level], kind)
+               for level in runs[0].rule.major for kind in ("employment", "wage"))

@@ -223,13 +223,15 @@ def test_tampered_quarters_are_refused_and_the_ledger_left_as_it_is(quarter_file
 
 def test_a_plan_over_four_quarters_gives_each_quarter_the_budget_over_sqrt_4():
     from gedp.planning.output import quarters_header
+    from gedp.planning.rule import Rule
     from gedp.planning.search import PlanResult
 
-    result = PlanResult({}, None, {}, None, {}, [], mu_total=2.3065 / 2, source="x.csv", seconds=0.0, quarters=4)
+    result = PlanResult({}, None, {}, None, {}, [], mu_total=2.3065 / 2, source="x.csv", seconds=0.0, rule=Rule({}),
+                        quarters=4)
     header = " ".join(quarters_header(result))
     assert "mu 2.3065 / sqrt(4) = 1.1533" in header and "--annual-cap 2.3065" in header
     assert math.sqrt(4 * 1.15325**2) == pytest.approx(2.3065)  # the composition the header states
-    assert quarters_header(PlanResult({}, None, {}, None, {}, [], 2.3065, "x.csv", 0.0)) == []
+    assert quarters_header(PlanResult({}, None, {}, None, {}, [], 2.3065, "x.csv", 0.0, Rule({}))) == []
 
 
 @pytest.mark.parametrize("quarters", [0, 41, 2.5, True])

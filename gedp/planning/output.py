@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from gedp.planning.search import EMPLOYMENT, WAGE, Errors, PlanResult
+from gedp.planning.rule import EMPLOYMENT, WAGE, Errors, costs
+from gedp.planning.search import REFERENCE, Candidate, PlanResult
 
 ATTRIBUTE_NAMES = {EMPLOYMENT: "employment (month 1)", WAGE: "wages"}
 
@@ -20,11 +21,15 @@ def plan_yaml(result: PlanResult) -> str:
         "state synthesized from it; never confidential microdata).",
         f"Shape: {chosen.shape.describe()}.",
         f"Wages get {chosen.wage_share:.0%} of mu^2; total mu {result.mu_total:.4f}.",
+        *([f"(Simulated at a wage share of {chosen.scaled_from:.0%}; its errors scaled to {chosen.wage_share:.0%} as "
+           "1 / mu.)"] if chosen.scaled_from is not None else []),
         *acceptance_lines(result),
+        *reference_lines(result),
         *quarters_header(result),
-        "Predicted median relative error on the published cells (plan / base plan):",
+        f"Predicted median relative error on the published cells (plan / base plan / {REFERENCE}):",
         *(f"  level {level}: " + ", ".join(f"{ATTRIBUTE_NAMES[a]} {100 * chosen.errors[level][a]:.2f}% / "
-                                          f"{100 * result.base[level][a]:.2f}%" for a in ATTRIBUTE_NAMES)
+                                          f"{100 * result.base[level][a]:.2f}% / "
+                                          f"{100 * result.recommended.errors[level][a]:.2f}%" for a in ATTRIBUTE_NAMES)
           for level in result.base),
     ]
     body = yaml.safe_dump(result.config, sort_keys=False, default_flow_style=None)
@@ -36,12 +41,32 @@ def acceptance_lines(result: PlanResult) -> list[str]:
     the least bad of the shapes searched when none does."""
     level, kind, ratio = result.worst()
     where = f"x{ratio:.2f} the base plan's error ({'wages' if kind == WAGE else kind}, level {level})"
+    within = (f"within {result.tolerance:.0%} of the base plan's error (or {100 * result.rule.absolute:g} "
+              "percentage point)")
     if result.acceptable:
-        return [f"Every target level is predicted within {result.tolerance:.0%} of the base plan's error or better; "
-                f"the worst: {where}."]
-    return [f"No shape searched is predicted within {result.tolerance:.0%} of the base plan's error at every "
-            "target level; this is the one",
-            f"whose worst ratio to the base plan is smallest: {where}."]
+        return [f"Every target level is predicted {within} or better; the worst ratio: {where}."]
+    return [f"No shape searched is predicted {within} at every target level; this is the one",
+            f"whose worst excess over that is smallest (x{result.chosen.judgement.excess:.2f}); worst ratio: {where}."]
+
+
+def reference_lines(result: PlanResult) -> list[str]:
+    """The plan against ``recommended``: what the rule guards (the levels that carry most cells), or,
+    when the agency set its own weights or targets, what that choice costs."""
+    if result.chosen is result.recommended:
+        return [f"This is `{REFERENCE}` (no shape searched is predicted better on the levels that carry most cells)."]
+    if not result.custom:
+        levels = ", ".join(map(str, result.rule.major))
+        return [f"Predicted at least {-result.rule.lead:.0%} better than `{REFERENCE}` at levels {levels} (the levels "
+                "that carry most published cells), employment and wages."]
+    worse = costs(result.chosen.errors, result.recommended.errors, list(result.base), tolerance=result.tolerance,
+                  absolute=result.rule.absolute)
+    if not worse:
+        return [f"With the weights and targets set, predicted within {result.tolerance:.0%} (or "
+                f"{100 * result.rule.absolute:g} percentage point) of `{REFERENCE}` at every published level."]
+    shown = "; ".join(f"level {level} {'wages' if kind == 'wage' else kind} {100 * error:.2f}% against "
+                      f"{100 * theirs:.2f}%" for level, kind, error, theirs in worse)
+    return [f"What the weights and targets set cost against `{REFERENCE}` (worse by more than {result.tolerance:.0%} "
+            f"and {100 * result.rule.absolute:g} percentage point): {shown}."]
 
 
 def quarters_header(result: PlanResult) -> list[str]:
@@ -58,13 +83,15 @@ def quarters_header(result: PlanResult) -> list[str]:
 
 
 def comparison_rows(result: PlanResult) -> list[list[str]]:
-    """Rows level, attribute, plan, base, uniform (predicted median relative errors, %)."""
+    """Rows level, published cells, attribute, plan, base, recommended (predicted median relative
+    errors, %; employment: month 1's)."""
     rows = []
     for level in result.base:
+        cells = result.rule.level_weights.get(level)
         for attribute, name in ATTRIBUTE_NAMES.items():
-            rows.append([str(level), name, _pct(result.chosen.errors, level, attribute),
-                         _pct(result.base, level, attribute),
-                         "n/a" if result.uniform is None else _pct(result.uniform, level, attribute)])
+            rows.append([str(level), "-" if cells is None else f"{cells:.0f}", name,
+                         _pct(result.chosen.errors, level, attribute), _pct(result.base, level, attribute),
+                         _pct(result.recommended.errors, level, attribute)])
     return rows
 
 
@@ -82,14 +109,32 @@ def summary(result: PlanResult, frontier_file: str) -> dict:
         "quarters": result.quarters, "mu_over_quarters": result.mu_annual,
         "shape": result.chosen.shape.describe(), "wage_share": result.chosen.wage_share,
         "score": result.chosen.score, "worst_ratio_to_base": result.chosen.worst_ratio,
-        "acceptable": result.acceptable, "tolerance": result.tolerance,
+        "excess": result.chosen.judgement.excess, "acceptable": result.acceptable,
+        "is_recommended": result.chosen is result.recommended,
+        "rule": {"tolerance": result.tolerance, "absolute_tolerance": result.rule.absolute,
+                 "weights": dict(result.rule.weights), "custom": result.custom,
+                 "level_weights": {str(level): w for level, w in result.rule.level_weights.items()},
+                 "guarded_levels": list(result.rule.major)},
         "predicted": {"plan": by_level(result.chosen.errors), "base": by_level(result.base),
-                      "uniform": by_level(result.uniform)},
-        "predicted_analytic": {"plan": by_level(result.chosen.analytic)},
-        "finalists": [{"shape": c.shape.describe(), "wage_share": c.wage_share, "score": c.score,
-                       "worst_ratio_to_base": c.worst_ratio, "simulated": c.simulated} for c in result.finalists],
+                      REFERENCE: by_level(result.recommended.errors)},
+        "predicted_analytic": {"plan": by_level(result.chosen.analytic),
+                               REFERENCE: by_level(result.recommended.analytic)},
+        "against_recommended": [{"level": level, "kind": kind, "plan": error, REFERENCE: theirs} for level, kind, error,
+                                theirs in costs(result.chosen.errors, result.recommended.errors, list(result.base),
+                                                tolerance=result.tolerance, absolute=result.rule.absolute)],
+        "finalists": [_finalist(c) for c in (*result.finalists, result.recommended)],
+        "chosen_scaled_from_wage_share": result.chosen.scaled_from,
         "frontier_plot": frontier_file,
     }
+
+
+def _finalist(candidate: Candidate) -> dict:
+    judgement = candidate.judgement
+    return {"shape": candidate.shape.describe(), "wage_share": candidate.wage_share, "score": judgement.score,
+            "worst_ratio_to_base": judgement.worst_ratio, "excess": judgement.excess,
+            "behind_recommended": judgement.behind, "simulated": candidate.simulated,
+            "scaled_from_wage_share": candidate.scaled_from,
+            "errors": {str(level): errors for level, errors in candidate.errors.items()}}
 
 
 def output_paths(out: Path) -> tuple[Path, Path]:

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gedp.errors import InputError
+from gedp.measure.queries import IDENTITY
 from gedp.postprocess.attributes import MONTHS, WAGE
 
 STATE = ("state",)
@@ -91,7 +93,8 @@ class Shape:
 
     def describe(self) -> str:
         apart = "; months 2-3 by the identity query only" if self.months_apart else ""
-        return f"employment: {self.employment.label}; wages: {self.wage.label}{apart}"
+        named = f"`{self.label}`: " if self.label else ""
+        return f"{named}employment: {self.employment.label}; wages: {self.wage.label}{apart}"
 
 
 def query_sets() -> list[tuple[tuple[str, ...], ...]]:
@@ -119,6 +122,47 @@ def allocations(sets: Sequence[tuple[tuple[str, ...], ...]], shares: Sequence[fl
 def wage_sets() -> list[tuple[tuple[str, ...], ...]]:
     """Wage group-by sets: the wage model's (NAICS-5 measured) and the plain least squares' best."""
     return [(STATE, NAICS5, COUNTY, CELL), (NAICS5, CELL), (NAICS5,), (CELL,), ()]
+
+
+def shape_of(plan: Any, label: str = "") -> tuple[Shape, float]:
+    """The shape and wage share of a measurement plan (``config.plan``) whose months are measured
+    alike by queries of this module: the inverse of ``plan_mus`` up to the plan's rounding (its mus
+    to 4 decimals). InputError for a plan no shape makes."""
+    squares: dict[str, dict[tuple[str, ...], float]] = {}
+    for query in plan.queries:
+        by = () if tuple(query.by) == IDENTITY else tuple(query.by)
+        if by and by not in QUERY_LABELS:
+            raise InputError(f"query {list(query.by)} is not one the planner searches "
+                             f"({', '.join(QUERY_LABELS.values())})")
+        for attribute, mu in query.mu.items():
+            squares.setdefault(attribute, {})[by] = float(mu) ** 2
+    months = [squares.get(m, {}) for m in MONTHS]
+    if any(month.keys() != months[0].keys() or any(not math.isclose(month[q], months[0][q], rel_tol=1e-6)
+                                                   for q in month) for month in months):
+        raise InputError("the plan measures the three months differently; a shape measures them alike")
+    wage = squares.get(WAGE, {})
+    total = sum(months[0].values()) * len(MONTHS) + sum(wage.values())
+    shape = Shape(_allocation_of(months[0]), _allocation_of(wage) if wage else Allocation(()), label=label)
+    return shape, sum(wage.values()) / total
+
+
+def _allocation_of(squares: Mapping[tuple[str, ...], float]) -> Allocation:
+    """The allocation whose shares are ``squares`` (mu^2 per query) up to rounding, or InputError."""
+    total = sum(squares.values())
+    shares = {query: value / total for query, value in squares.items()}
+    groups = tuple(g for g in _QUERY_ORDER if g in shares)
+    state = shares.get(STATE, STATE_SHARES[0])
+    others = [g for g in groups if g != STATE]
+    identity = shares.get((), 0.0) / (1.0 - shares.get(STATE, 0.0)) if others else 1.0
+    rest = [shares[g] for g in others if g != COUNTY]
+    county = shares[COUNTY] if COUNTY in others and rest and not math.isclose(shares[COUNTY], rest[0], rel_tol=1e-3) \
+        else None
+    allocation = Allocation(groups, identity, state, county)
+    made = allocation.shares()
+    if made.keys() != shares.keys() or any(not math.isclose(made[q], shares[q], rel_tol=2e-3) for q in shares):
+        raise InputError("the plan shares its mu between queries in a way no shape does (the group-by queries other "
+                         "than the state and county ones take equal shares)")
+    return allocation
 
 
 def plan_mus(shape: Shape, mu_total: float, wage_share: float) -> dict[tuple[str, ...], dict[str, float]]:
