@@ -93,6 +93,8 @@ class Tabulation:
     published: PublishedLevels | None = None
     warnings: list[str] = field(default_factory=list)
     panel: bool = False
+    #: The bytes of the file written of it, where a caller kept them (a server's download).
+    written: bytes | None = None
 
     @property
     def n_rows(self) -> int:

@@ -1,6 +1,10 @@
 """QCEW tables ready to publish: BLS's open-data layout with titles, whole numbers, average weekly
 wages and margins of error, as CSV or as an Excel workbook with a notes sheet.
 
+Quality flags: with margins of error, each value's flag ``<column>_flag`` follows its margins
+(``postprocess.quality``: the band of its coefficient of variation, A to D, and X for a value as
+noisy as itself).
+
 Rounding: employment, wages and establishment counts to whole numbers, half up (BLS publishes
 whole employees and dollars); margins of error up to the next whole number, so that a published
 margin is never smaller than the computed one. ``avg_wkly_wage`` is BLS's average weekly wage,
@@ -12,6 +16,8 @@ employees to average over). ``disclosure_code`` is empty: nothing is suppressed.
 from __future__ import annotations
 
 import math
+import re
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.errors import InputError
+from gedp.postprocess.quality import FLAG_MEANINGS, quality_flags
 from gedp.postprocess.tabulate import OWNERSHIP_TOTAL_LEVELS, qcew_level
 from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
@@ -40,6 +47,9 @@ PUBLICATION_COLUMNS = (
 #: Example employment and quarterly wages whose uncertainty intervals the notes show.
 EXAMPLE_EMPLOYMENT = (10, 100, 1000)
 EXAMPLE_WAGES = (100_000, 1_000_000)
+#: A workbook's document properties, and the time its members carry (the earliest a zip file holds).
+CORE_PROPERTIES = "docProps/core.xml"
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 #: delta of the (epsilon, delta) statement in the notes.
 NOTES_DELTA = 1e-6
 
@@ -77,7 +87,8 @@ def qcew_publication(microdata: pd.DataFrame, agglvl: int, titles: Titles, **opt
         ValueError: a bad level or option, or a total over ownerships (50, 70) of microdata with one
             own code (the private level 51 or 71 has the same cells).
     """
-    return published_table(tabulated_level(microdata, agglvl, **options), titles)
+    return published_table(tabulated_level(microdata, agglvl, **options), titles,
+                           options.get("level", 0.95) if options.get("moe") else None)
 
 
 def tabulated_level(microdata: pd.DataFrame, agglvl: int, **options: Any) -> pd.DataFrame:
@@ -89,9 +100,11 @@ def tabulated_level(microdata: pd.DataFrame, agglvl: int, **options: Any) -> pd.
     return qcew_level(microdata, agglvl, **options)
 
 
-def published_table(table: pd.DataFrame, titles: Titles) -> pd.DataFrame:
+def published_table(table: pd.DataFrame, titles: Titles, level: float | None = None) -> pd.DataFrame:
     """A ``qcew_level`` table ready to publish, row for row: titles, whole numbers, average weekly
-    wages and margins rounded up (module docstring)."""
+    wages and margins rounded up (module docstring), and with margins at confidence ``level`` each
+    value's quality flag ``<column>_flag`` (``postprocess.quality``: its CV's band, from the value
+    and margin before rounding), after the margins."""
     out = table[["area_fips", "own_code", "industry_code", "agglvl_code"]].copy()
     out["size_code"] = ALL_SIZES
     out["year"], out["qtr"] = table["year"], table["qtr"]
@@ -106,6 +119,11 @@ def published_table(table: pd.DataFrame, titles: Titles) -> pd.DataFrame:
     for column in QCEW_VALUE_COLUMNS.values():
         if f"{column}_moe" in table:
             out[f"{column}_moe"] = rounded_up(table[f"{column}_moe"])
+    if level is not None:
+        for column in QCEW_VALUE_COLUMNS.values():
+            if f"{column}_moe" in table:
+                out[f"{column}_flag"] = quality_flags(table[column].to_numpy(), table[f"{column}_moe"].to_numpy(),
+                                                      level)
     return out
 
 
@@ -173,11 +191,16 @@ def publication_notes(manifest: Mapping[str, Any] | None, titles: Titles, source
          f"release's least squares covariance (no further privacy cost), rounded up to whole numbers so that "
          f"none is understated. avg_wkly_wage has no margin."),
     ]
+    if level is not None:
+        notes.append(("Quality flags", "Columns ending in _flag: the band of the value's coefficient of variation "
+                                       "(CV: the error's standard deviation over the value): " + "; ".join(
+                                           f"{flag} {meaning}" for flag, meaning in FLAG_MEANINGS.items()) + "."))
     return pd.DataFrame(notes, columns=["topic", "note"])
 
 
 def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path: str | Path) -> None:
-    """An Excel workbook: one sheet per QCEW level ("agglvl 78"), then the notes sheet ("notes")."""
+    """An Excel workbook: one sheet per QCEW level ("agglvl 78"), then the notes sheet ("notes"); the
+    same tables and notes give the same bytes (no time stamped on it)."""
     with pd.ExcelWriter(path, engine="openpyxl") as writer:
         for agglvl, table in tables.items():
             table.to_excel(writer, sheet_name=f"agglvl {agglvl}", index=False, freeze_panes=(1, 0))
@@ -185,6 +208,21 @@ def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path
         sheet = writer.sheets["notes"]
         sheet.column_dimensions["A"].width = 22
         sheet.column_dimensions["B"].width = 140
+    _without_timestamps(path)
+
+
+def _without_timestamps(path: str | Path) -> None:
+    """Rewrite a workbook without the times openpyxl stamps on it (the members' times and the
+    document's created and modified dates), so that the same tables always give the same bytes."""
+    with zipfile.ZipFile(path) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info, data in members:
+            if info.filename == CORE_PROPERTIES:
+                data = re.sub(rb"<dcterms:(created|modified)\b[^>]*>[^<]*</dcterms:\1>", b"", data)
+            member = zipfile.ZipInfo(info.filename, date_time=ZIP_EPOCH)
+            member.compress_type, member.external_attr = zipfile.ZIP_DEFLATED, info.external_attr
+            archive.writestr(member, data)
 
 
 @dataclass(frozen=True)
@@ -214,6 +252,7 @@ def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, tit
                      qcew_level(microdata, level, **options) for level in levels}
     except ValueError as err:
         raise InputError(str(err)) from None
-    published = tabulated if named is None else {level: published_table(table, named)
+    confidence = options.get("level", 0.95) if options.get("moe") else None
+    published = tabulated if named is None else {level: published_table(table, named, confidence)
                                                  for level, table in tabulated.items()}
     return PublishedLevels(published, named, tabulated)
