@@ -216,7 +216,7 @@ def main() -> None:
         f"Release `{release.name}`: {manifest['establishments']:,} establishments, states "
         f"{', '.join(manifest['states'])}; {len(wanted)} distinct requests (state or county x no industry or one "
         f"level x ownership or not x three filters), 95% margins, JSON; {args.clients} concurrent clients on "
-        f"loopback; load average before/after {load_average[0]:.1f} (2 cores shared with other work).",
+        f"loopback; load average {load_average[0]:.1f} at the end (2 cores shared with other work).",
         "",
         "| measure | value |",
         "| --- | --- |",

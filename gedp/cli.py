@@ -722,10 +722,10 @@ def serve_command(
     max_rows: Annotated[int, typer.Option(help="Most rows a table answered may have.")] = 100_000,
     timeout: Annotated[float, typer.Option(help="Most seconds a request may compute.")] = 30.0,
 ) -> None:
-    """Serve releases to data users: a page (tables with margins and quality flags, charts, CSV and
-    xlsx downloads) and a JSON API (/api/tabulate, /api/releases, /api/openapi.json).
+    """Serve releases to data users: a web page and a JSON API of tabulations with margins of error.
 
-    Every number is the one gedp tabulate gives for the same request; tables are computed from the
+    The page shows tables with margins and quality flags, charts, and CSV and xlsx downloads; the
+    API answers /api/tabulate, /api/releases and /api/openapi.json. Every number is the one gedp tabulate gives for the same request; tables are computed from the
     releases alone, so they spend no further privacy budget.
     """
     started = time.perf_counter()

@@ -294,7 +294,7 @@ def _tabulated(request: TabulationRequest, data: pd.DataFrame, indexed: Any, job
         elif request.format in PUBLICATION_FORMATS:
             from gedp.postprocess.publication import publish_levels
 
-            published = publish_levels(data, agglvl, cast(str, request.format), request.titles, **options)
+            published = publish_levels(data, agglvl, str(request.format), request.titles, **options)
             table = pandas.concat(published.levels.values(), ignore_index=True)
             keys = qcew_keys(data, agglvl) if agglvl is not None else None
         elif agglvl is not None:
@@ -309,7 +309,7 @@ def _tabulated(request: TabulationRequest, data: pd.DataFrame, indexed: Any, job
         elif jobs:
             from gedp.api import tabulate_job_frame
 
-            table = tabulate_job_frame(request.source, data, by, where=options["where"], moe=options["moe"],
+            table = tabulate_job_frame(request.source, data, by or "", where=options["where"], moe=options["moe"],
                                        level=options["level"])
             keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]
         else:

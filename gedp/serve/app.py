@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gedp.errors import GedpError, InputError
-from gedp.serve.releases import ServedRelease
+from gedp.serve.releases import ID_CHARACTERS, ServedRelease
 from gedp.tabulation import Tabulation, TabulationRequest
 
 #: Bounds of a request (``gedp serve`` options set the rows and seconds).
@@ -256,7 +256,7 @@ def download(answer: Tabulation, release: ServedRelease, output: str) -> Respons
     request = answer.request
     parts = [release.id, request.quarter, request.change, request.by, f"agglvl{request.agglvl}" if request.agglvl
              else None]
-    name = "-".join(part.replace(",", "_").replace(":", "_") for part in parts if part)
+    name = ID_CHARACTERS.sub("_", "-".join(part for part in parts if part))[:120]
     suffix = "xlsx" if output == "xlsx" else "csv"
     return Response(content, media_type=DOWNLOADS[output],
                     headers={"content-disposition": f'attachment; filename="{name}.{suffix}"'})

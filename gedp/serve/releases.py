@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gedp.errors import InputError
 from gedp.tabulation import Tabulation, TabulationRequest, tabulate_request
@@ -103,15 +103,16 @@ class ServedRelease:
         if (request.quarter is None) == (request.change is None):
             raise InputError(f"release {self.id} holds the quarters {', '.join(self.quarters)}: give a quarter or a "
                              "change FIRST:SECOND")
-        options = {"where": request.where or None, "moe": request.moe, "level": request.level}
-        by = request.by or "total"
+        by, where = request.by or "total", request.where or None
         if request.quarter is not None:
             if request.quarter not in self.quarters_held:
                 raise InputError(f"quarter {request.quarter} is not in release {self.id}, which holds the quarters "
                                  f"{', '.join(self.quarters)}")
-            table = tabulate_quarter(self.folder, by, request.quarter, loaded=self._quarter, **options)
+            table = tabulate_quarter(self.folder, by, request.quarter, loaded=self._quarter, where=where,
+                                     moe=request.moe, level=request.level)
         else:
-            table = tabulate_change(self.folder, by, request.change, loaded=self._quarter, **options)
+            table = tabulate_change(self.folder, by, str(request.change), loaded=self._quarter, where=where,
+                                    moe=request.moe, level=request.level)
         return Tabulation(request, None, table, panel=True)
 
     def _quarter(self, quarter: str) -> tuple[pd.DataFrame, Mapping[str, Any]]:
@@ -146,7 +147,7 @@ def check_public_names(request: TabulationRequest, columns: list[str]) -> None:
                                  f"groups and filters by {', '.join(columns)} (gedp tabulate answers the rest)")
 
 
-def _refusal(cells: pd.DataFrame, request: TabulationRequest) -> None:
+def _refusal(cells: pd.DataFrame, request: TabulationRequest) -> NoReturn:
     """Raise what ``gedp tabulate`` says of a request the kept index does not answer (a key or
     filter the cells do not have, an empty selection): the same check run on the cells."""
     from gedp.postprocess.tabulate import tabulate
