@@ -725,8 +725,9 @@ def serve_command(
     """Serve releases to data users: a web page and a JSON API of tabulations with margins of error.
 
     The page shows tables with margins and quality flags, charts, and CSV and xlsx downloads; the
-    API answers /api/tabulate, /api/releases and /api/openapi.json. Every number is the one gedp tabulate gives for the same request; tables are computed from the
-    releases alone, so they spend no further privacy budget.
+    API answers /api/tabulate, /api/releases and /api/openapi.json. Every number is the one gedp
+    tabulate gives for the same request; tables are computed from the releases alone, so they spend
+    no further privacy budget.
     """
     started = time.perf_counter()
     with reported_errors():
