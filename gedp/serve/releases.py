@@ -9,10 +9,11 @@ protected microdata and variance functions, and answered by ``gedp.panel``'s tab
 quarter or a change, given those (``loaded``). QCEW levels (tables ready to publish, the xlsx
 workbook) are written by ``gedp.tabulation`` itself from the release's files.
 
-Every field of a release that the server uses is checked before it is served: a release whose
-quarter labels are not YEARQn (a label names a cache folder), whose states are not two-digit codes,
-or whose counts and budget are not numbers is refused at start-up with a message naming the field.
-A request never names a file: it names a release by the id given at start-up.
+Every field of a release that the server uses is checked before it is served: the reader checks
+the manifest's states, quarter labels (a label names a cache folder), counts and files
+(``release.validation``), the server the number of quarters and the budget it states; a release
+that fails is refused at start-up with a message naming the field. A request never names a file:
+it names a release by the id given at start-up.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 
     from gedp.release.cells import CellIndex
 
-#: A quarter label of a panel release.
-QUARTER_LABEL = re.compile(r"[0-9]{4}Q[1-4]")
 #: Most quarters a served panel may hold.
 MAX_QUARTERS = 80
 #: Characters kept in a release's id (from its folder's name).
@@ -192,24 +191,16 @@ def load_release(folder: Path, id: str) -> ServedRelease:
 
 
 def check_manifest(manifest: dict[str, Any], folder: Path) -> list[str]:
-    """The quarters of a release whose manifest's served fields are as gedp writes them; InputError
-    naming the first field that is not."""
+    """The quarters of a release whose manifest the reader accepted (``release.validation``: states,
+    quarters, counts, files), with what the server adds: at most ``MAX_QUARTERS`` quarters, and a
+    budget that is a finite number >= 0 (the page states it); InputError naming the field."""
     where = f"release '{folder.name}'"
-    quarters = manifest.get("quarters", [])
-    if not isinstance(quarters, list) or len(quarters) > MAX_QUARTERS:
-        raise InputError(f"{where}: quarters must be a list of at most {MAX_QUARTERS} labels")
-    for label in quarters:
-        if not isinstance(label, str) or not QUARTER_LABEL.fullmatch(label):
-            raise InputError(f"{where}: quarter label {str(label)[:40]!r} is not YEARQn (e.g. 2016Q1)")
-    if len(set(quarters)) != len(quarters) or (quarters and set(manifest.get("per_quarter", {})) != set(quarters)):
-        raise InputError(f"{where}: quarters must be distinct and each have its per_quarter manifest")
-    states = manifest.get("states")
-    if not isinstance(states, list) or not all(isinstance(s, str) and re.fullmatch(r"[0-9]{2}", s) for s in states):
-        raise InputError(f"{where}: states must be a list of two-digit codes")
-    for key in ("establishments", "mu_total"):
-        value = manifest.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise InputError(f"{where}: {key} must be a finite number >= 0")
+    quarters = list(manifest.get("quarters", []))
+    if len(quarters) > MAX_QUARTERS:
+        raise InputError(f"{where}: {len(quarters)} quarters, more than the {MAX_QUARTERS} a server holds")
+    value = manifest.get("mu_total")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise InputError(f"{where}: mu_total must be a finite number >= 0")
     return quarters
 
 
