@@ -208,6 +208,8 @@ def test_releases_manifest_page_and_openapi(server, releases):
     listed = json.loads(body)
     assert status == 200 and [r["id"] for r in listed] == ["single", "panel"]
     assert listed[1]["quarters"] == PANEL_QUARTERS and "spend nothing more" in listed[0]["guarantee"]
+    mu = json.loads((releases["single"] / "manifest.json").read_text())["mu_total"]
+    assert f"mu {mu:.4f} (epsilon " in listed[0]["guarantee"] and "at delta 1e-6)" in listed[0]["guarantee"]
     manifest = json.loads(server.get("/api/release/panel/manifest")[2])
     assert manifest == json.loads((releases["panel"] / "manifest.json").read_text())
     assert server.get("/api/release/nothing/manifest")[0] == 404
@@ -242,8 +244,9 @@ def hostile(release: Path, tmp_path: Path, change) -> Path:
     ("panel", lambda m: m.update(quarters=[*m["quarters"], "2017Q1"]), "'per_quarter' must hold exactly the quarters"),
     ("single", lambda m: m.update(quarters=[1]), "'quarters' holds 1, which is not of the form"),
     ("single", lambda m: m.update(states=["<script>alert(1)</script>"]), "'states' holds '<script>"),
-    ("single", lambda m: m.update(mu_total="1e999"), "mu_total must be a finite number"),
-    ("single", lambda m: m.update(mu_total=float("nan")), "mu_total must be a finite number"),
+    ("single", lambda m: m.update(mu_total="1e999"), "mu_total must be a finite number > 0"),
+    ("single", lambda m: m.update(mu_total=float("nan")), "mu_total must be a finite number > 0"),
+    ("single", lambda m: m.update(mu_total=0), "mu_total must be a finite number > 0"),
     ("single", lambda m: m.update(establishments=-1), "'establishments' (-1) must be a whole number >= 0"),
 ])
 def test_hostile_releases_are_refused_at_load(releases, tmp_path, margins_cache, kind, change, message):

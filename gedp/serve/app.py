@@ -337,15 +337,13 @@ def describe(release: ServedRelease) -> dict[str, Any]:
 
 def guarantee(manifest: dict[str, Any]) -> str:
     """The release's privacy guarantee and the budget it spent, in plain words."""
-    from gedp.measure.conversions import gdp_epsilon
+    from gedp.measure.conversions import stated_guarantee
 
-    mu = float(manifest["mu_total"])
-    epsilon = gdp_epsilon(mu, 1e-6)
     words = (f"Every number here is computed from a release protected with Gaussian differential privacy: the "
-             f"whole release spent a privacy budget of mu = {mu:.4f} (equivalently epsilon = {epsilon:.2f} at "
-             f"delta = 1e-6) when it was made. Tables you make here are computed from the release alone, so "
-             f"they spend nothing more, however many you make. Each value has a margin of error: the range "
-             f"that holds the value without noise at the stated confidence.")
+             f"whole release spent a privacy budget of {stated_guarantee(float(manifest['mu_total']))} when it was "
+             f"made. Tables you make here are computed from the release alone, so they spend nothing more, however "
+             f"many you make. Each value has a margin of error: the range that holds the value without noise at "
+             f"the stated confidence.")
     if manifest.get("publishable") is not True:
         words += " This release is NOT FOR PUBLICATION: its noise came from a seed."
     return words

@@ -193,14 +193,14 @@ def load_release(folder: Path, id: str) -> ServedRelease:
 def check_manifest(manifest: dict[str, Any], folder: Path) -> list[str]:
     """The quarters of a release whose manifest the reader accepted (``release.validation``: states,
     quarters, counts, files), with what the server adds: at most ``MAX_QUARTERS`` quarters, and a
-    budget that is a finite number >= 0 (the page states it); InputError naming the field."""
+    budget that is a finite number > 0 (the page states it); InputError naming the field."""
     where = f"release '{folder.name}'"
     quarters = list(manifest.get("quarters", []))
     if len(quarters) > MAX_QUARTERS:
         raise InputError(f"{where}: {len(quarters)} quarters, more than the {MAX_QUARTERS} a server holds")
     value = manifest.get("mu_total")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InputError(f"{where}: mu_total must be a finite number >= 0")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(f"{where}: mu_total must be a finite number > 0")
     return quarters
 
 
