@@ -752,6 +752,58 @@ def _show_tabulation(answer: Tabulation, out: Optional[Path], margins: str) -> N
         console.print(f"{count(len(table), 'row')}{shown}{margins}")
 
 
+@app.command(name="serve")
+def serve_command(
+    releases: Annotated[list[Path], typer.Argument(help="Release directories to serve (each loaded once).")],
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback unless told: 0.0.0.0 exposes the server "
+                                           "to the network).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one, printed).")] = 8000,
+    max_rows: Annotated[int, typer.Option(help="Most rows a table answered may have.")] = 100_000,
+    timeout: Annotated[float, typer.Option(help="Most seconds a request may compute.")] = 30.0,
+) -> None:
+    """Serve releases to data users: a web page and a JSON API of tabulations with margins of error.
+
+    The page shows tables with margins and quality flags, charts, and CSV and xlsx downloads; the
+    API answers /api/tabulate, /api/releases and /api/openapi.json. Every number is the one gedp
+    tabulate gives for the same request; tables are computed from the releases alone, so they spend
+    no further privacy budget.
+    """
+    started = time.perf_counter()
+    with reported_errors():
+        from gedp.serve.app import Limits, create_app
+        from gedp.serve.releases import load_releases
+
+        if max_rows < 1 or not timeout > 0:
+            raise InputError("--max-rows must be >= 1 and --timeout > 0")
+        with errors.status("loading releases"):
+            served = load_releases(releases)
+        application = create_app(served, Limits(max_rows=max_rows, timeout=timeout))
+        listening = _listening_socket(host, port)
+    import uvicorn
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        errors.print(f"warning: listening on {host}: anyone who can reach this address can use the server")
+    port = listening.getsockname()[1]
+    console.print(f"Serving {', '.join(served)} at http://{'[' + host + ']' if ':' in host else host}:{port}/ "
+                  f"(loaded in {time.perf_counter() - started:.1f} s; Ctrl-C stops)", highlight=False)
+    uvicorn.Server(uvicorn.Config(application, log_level="warning", access_log=False)).run(sockets=[listening])
+
+
+def _listening_socket(host: str, port: int):
+    """A socket bound to ``host`` and ``port`` (0: a free port), refused in one line when it cannot be."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except (OSError, OverflowError) as err:
+        listening.close()
+        raise InputError(f"cannot listen on {host} port {port} ({getattr(err, 'strerror', None) or err})") from None
+    return listening
+
+
 @app.command(name="report")
 def report_command(
     release: Annotated[Path, typer.Argument(help="A release directory.")],

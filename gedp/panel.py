@@ -8,9 +8,10 @@ change between two, with margins.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -151,15 +152,23 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
     return manifest, reservation
 
 
-def tabulate_quarter(release: str | Path, by: str | Sequence[str], quarter: str, **options) -> pd.DataFrame:
+#: A panel release's quarters held in memory (a server's): a quarter's protected microdata and its
+#: variance functions by attribute.
+LoadedQuarter = Callable[[str], "tuple[pd.DataFrame, Mapping[str, Any]]"]
+
+
+def tabulate_quarter(release: str | Path, by: str | Sequence[str], quarter: str, *,
+                     loaded: LoadedQuarter | None = None, **options) -> pd.DataFrame:
     """``postprocess.tabulate`` of one quarter of a panel release (``options``: where, moe, level),
-    margins from that quarter's least squares."""
+    margins from that quarter's least squares; the quarter's microdata and variance functions read
+    from the release, or given by ``loaded`` (quarter -> both)."""
     from gedp.postprocess.tabulate import group_keys, tabulate
     from gedp.release.margins import kept_variances
     from gedp.release.reader import read_quarter
 
-    data = read_quarter(release, quarter)
-    margins = kept_variances(release, quarter) if options.get("moe") else None
+    data, variances = loaded(quarter) if loaded is not None else (read_quarter(release, quarter), None)
+    margins = (variances if variances is not None else kept_variances(release, quarter)) if options.get("moe") \
+        else None
     try:
         return tabulate(data, group_keys(data, by), margins=margins, **options)
     except ValueError as err:
@@ -167,7 +176,7 @@ def tabulate_quarter(release: str | Path, by: str | Sequence[str], quarter: str,
 
 
 def tabulate_change(release: str | Path, by: str | Sequence[str], change: str, *, where: str | None = None,
-                    moe: bool = False, level: float = 0.95) -> pd.DataFrame:
+                    moe: bool = False, level: float = 0.95, loaded: LoadedQuarter | None = None) -> pd.DataFrame:
     """The change of every cell of a tabulation by ``by`` between the quarters of ``change``
     ("FIRST:SECOND"), with margins (``moe``) whose covariance term comes from the release's design
     (``postprocess.changes.change_table``)."""
@@ -177,7 +186,7 @@ def tabulate_change(release: str | Path, by: str | Sequence[str], change: str, *
     from gedp.synth.schema import CONFIDENTIAL
 
     first, second, apart = change_quarters(release, change)
-    tables = [tabulate_quarter(release, by, quarter, where=where, moe=moe, level=level, slopes=moe)
+    tables = [tabulate_quarter(release, by, quarter, where=where, moe=moe, level=level, slopes=moe, loaded=loaded)
               for quarter in (first, second)]
     keys = [column for column in tables[0].columns if column not in ("estabs", *CONFIDENTIAL)
             and not column.endswith(("_moe", MOE_SLOPE))]

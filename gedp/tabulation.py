@@ -99,6 +99,8 @@ class Tabulation:
     published: PublishedLevels | None = None
     warnings: list[str] = field(default_factory=list)
     panel: bool = False
+    #: The bytes of the file written of it, where a caller kept them (a server's download).
+    written: bytes | None = None
 
     @property
     def n_rows(self) -> int:
@@ -306,7 +308,7 @@ def _tabulated(request: TabulationRequest, data: pd.DataFrame, indexed: Any, job
             from gedp.postprocess.publication import publish_levels
 
             release = request.is_release
-            published = publish_levels(data, agglvl, cast(str, request.format), request.titles, protected=release,
+            published = publish_levels(data, agglvl, str(request.format), request.titles, protected=release,
                                        **options)
             if not release:
                 said.append(UNPROTECTED_WARNING.format(source=request.source))
@@ -324,7 +326,7 @@ def _tabulated(request: TabulationRequest, data: pd.DataFrame, indexed: Any, job
         elif jobs:
             from gedp.api import tabulate_job_frame
 
-            table = tabulate_job_frame(request.source, data, by, where=options["where"], moe=options["moe"],
+            table = tabulate_job_frame(request.source, data, by or "", where=options["where"], moe=options["moe"],
                                        level=options["level"])
             keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]
         else:

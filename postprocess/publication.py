@@ -1,6 +1,10 @@
 """QCEW tables ready to publish: BLS's open-data layout with titles, whole numbers, average weekly
 wages and margins of error, as CSV or as an Excel workbook with a notes sheet.
 
+Quality flags: with margins of error, each value's flag ``<column>_flag`` follows its margins
+(``postprocess.quality``: the band of its coefficient of variation, A to D, and X for a value as
+noisy as itself).
+
 Rounding: employment, wages and establishment counts to whole numbers, half up (BLS publishes
 whole employees and dollars); margins of error up to the next whole number, so that a published
 margin is never smaller than the computed one. ``avg_wkly_wage`` is BLS's average weekly wage,
@@ -20,6 +24,8 @@ workbook writes every text cell as a string, never as a formula.
 from __future__ import annotations
 
 import math
+import re
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.errors import InputError
+from gedp.postprocess.quality import FLAG_MEANINGS, quality_flags
 from gedp.postprocess.tabulate import OWNERSHIP_TOTAL_LEVELS, qcew_level
 from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS
@@ -48,6 +55,9 @@ PUBLICATION_COLUMNS = (
 #: Example employment and quarterly wages whose uncertainty intervals the notes show.
 EXAMPLE_EMPLOYMENT = (10, 100, 1000)
 EXAMPLE_WAGES = (100_000, 1_000_000)
+#: A workbook's document properties, and the time its members carry (the earliest a zip file holds).
+CORE_PROPERTIES = "docProps/core.xml"
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 #: ``disclosure_code`` of every row of a table of confidential microdata, not of a release.
 UNPROTECTED = "NOT PROTECTED"
 #: First characters that make a spreadsheet read a cell as a formula (OWASP CSV injection), with
@@ -88,7 +98,8 @@ def qcew_publication(microdata: pd.DataFrame, agglvl: int, titles: Titles, **opt
         ValueError: a bad level or option, or a total over ownerships (50, 70) of microdata with one
             own code (the private level 51 or 71 has the same cells).
     """
-    return published_table(tabulated_level(microdata, agglvl, **options), titles)
+    return published_table(tabulated_level(microdata, agglvl, **options), titles,
+                           options.get("level", 0.95) if options.get("moe") else None)
 
 
 def tabulated_level(microdata: pd.DataFrame, agglvl: int, **options: Any) -> pd.DataFrame:
@@ -100,9 +111,11 @@ def tabulated_level(microdata: pd.DataFrame, agglvl: int, **options: Any) -> pd.
     return qcew_level(microdata, agglvl, **options)
 
 
-def published_table(table: pd.DataFrame, titles: Titles) -> pd.DataFrame:
+def published_table(table: pd.DataFrame, titles: Titles, level: float | None = None) -> pd.DataFrame:
     """A ``qcew_level`` table ready to publish, row for row: titles, whole numbers, average weekly
-    wages and margins rounded up (module docstring)."""
+    wages and margins rounded up (module docstring), and with margins at confidence ``level`` each
+    value's quality flag ``<column>_flag`` (``postprocess.quality``: its CV's band, from the value
+    and margin before rounding), after the margins."""
     out = table[["area_fips", "own_code", "industry_code", "agglvl_code"]].copy()
     out["size_code"] = ALL_SIZES
     out["year"], out["qtr"] = table["year"], table["qtr"]
@@ -117,6 +130,11 @@ def published_table(table: pd.DataFrame, titles: Titles) -> pd.DataFrame:
     for column in QCEW_VALUE_COLUMNS.values():
         if f"{column}_moe" in table:
             out[f"{column}_moe"] = rounded_up(table[f"{column}_moe"])
+    if level is not None:
+        for column in QCEW_VALUE_COLUMNS.values():
+            if f"{column}_moe" in table:
+                out[f"{column}_flag"] = quality_flags(table[column].to_numpy(), table[f"{column}_moe"].to_numpy(),
+                                                      level)
     return out
 
 
@@ -201,12 +219,17 @@ def publication_notes(manifest: Mapping[str, Any] | None, titles: Titles, source
          f"release's least squares covariance (no further privacy cost), rounded up to whole numbers so that "
          f"none is understated. avg_wkly_wage has no margin."),
     ]
+    if level is not None:
+        notes.append(("Quality flags", "Columns ending in _flag: the band of the value's coefficient of variation "
+                                       "(CV: the error's standard deviation over the value): " + "; ".join(
+                                           f"{flag} {meaning}" for flag, meaning in FLAG_MEANINGS.items()) + "."))
     return pd.DataFrame(notes, columns=["topic", "note"])
 
 
 def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path: str | Path) -> None:
     """An Excel workbook: one sheet per QCEW level ("agglvl 78"), then the notes sheet ("notes");
-    every text cell a string, never a formula (openpyxl takes text beginning with "=" for one)."""
+    every text cell a string, never a formula (openpyxl takes text beginning with "=" for one); the
+    same tables and notes give the same bytes (no time stamped on it)."""
     with pd.ExcelWriter(path, engine="openpyxl") as writer:
         for agglvl, table in tables.items():
             table.to_excel(writer, sheet_name=f"agglvl {agglvl}", index=False, freeze_panes=(1, 0))
@@ -216,6 +239,7 @@ def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path
         sheet.column_dimensions["B"].width = 140
         for sheet in writer.sheets.values():
             _no_formulas(sheet)
+    _without_timestamps(path)
 
 
 def _no_formulas(sheet: Any) -> None:
@@ -224,6 +248,20 @@ def _no_formulas(sheet: Any) -> None:
         for cell in row:
             if cell.data_type == "f":
                 cell.data_type = "s"
+
+
+def _without_timestamps(path: str | Path) -> None:
+    """Rewrite a workbook without the times openpyxl stamps on it (the members' times and the
+    document's created and modified dates), so that the same tables always give the same bytes."""
+    with zipfile.ZipFile(path) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info, data in members:
+            if info.filename == CORE_PROPERTIES:
+                data = re.sub(rb"<dcterms:(created|modified)\b[^>]*>[^<]*</dcterms:\1>", b"", data)
+            member = zipfile.ZipInfo(info.filename, date_time=ZIP_EPOCH)
+            member.compress_type, member.external_attr = zipfile.ZIP_DEFLATED, info.external_attr
+            archive.writestr(member, data)
 
 
 @dataclass(frozen=True)
@@ -255,7 +293,8 @@ def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, tit
                      qcew_level(microdata, level, **options) for level in levels}
     except ValueError as err:
         raise InputError(str(err)) from None
-    published = tabulated if named is None else {level: published_table(table, named)
+    confidence = options.get("level", 0.95) if options.get("moe") else None
+    published = tabulated if named is None else {level: published_table(table, named, confidence)
                                                  for level, table in tabulated.items()}
     if named is not None and not protected:
         published = {level: table.assign(disclosure_code=UNPROTECTED) for level, table in published.items()}

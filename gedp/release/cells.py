@@ -101,12 +101,18 @@ def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceF
     attribute's per-cell pieces, ``postprocess.cellmargins``, or its variance functions): the keys
     grouped by and the table; None when it cannot be answered from them (no kept index, a key or a
     filter that is not a function of the public cells, an empty selection)."""
-    from gedp.measure.queries import Grouping, Groupings
-    from gedp.postprocess.tabulate import group_keys, select, tabulation_sums
-
     index = read_cell_index(folder)
     if index is None:
         return None
+    return index_tabulation(index, by, margins=margins, where=where, level=level)
+
+
+def index_tabulation(index: CellIndex, by: str, *, margins: Mapping[str, VarianceFunction | CellPieces] | None = None,
+                     where: str | None = None, level: float = 0.95) -> tuple[list[str], pd.DataFrame] | None:
+    """``indexed_tabulation`` of a cell index held in memory (a server reads it once)."""
+    from gedp.measure.queries import Grouping, Groupings
+    from gedp.postprocess.tabulate import group_keys, select, tabulation_sums
+
     try:
         keys = group_keys(index.cells, by)
         kept_cells = select(index.cells, where)

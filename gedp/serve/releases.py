@@ -1,0 +1,230 @@
+"""Releases held by ``gedp serve``: each read once at start-up, checked as untrusted input, and kept
+in memory read-only, so that a request is answered without touching a file.
+
+A release of one quarter is held as its kept cell index and its margins' per-cell pieces
+(``gedp.release.cells``, ``gedp.release.margins``), built once if the cache has none: a request is
+answered by ``release.cells.index_tabulation``, the function ``gedp tabulate`` answers a further
+request with, so the numbers are the same bit for bit. A panel release is held as each quarter's
+protected microdata and variance functions, and answered by ``gedp.panel``'s tabulations of a
+quarter or a change, given those (``loaded``). QCEW levels (tables ready to publish, the xlsx
+workbook) are written by ``gedp.tabulation`` itself from the release's files.
+
+Every field of a release that the server uses is checked before it is served: the reader checks
+the manifest's states, quarter labels (a label names a cache folder), counts and files
+(``release.validation``), the server the number of quarters and the budget it states; a release
+that fails is refused at start-up with a message naming the field. A request never names a file:
+it names a release by the id given at start-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from gedp.errors import InputError
+from gedp.tabulation import Tabulation, TabulationRequest, tabulate_request
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gedp.release.cells import CellIndex
+
+#: Most quarters a served panel may hold.
+MAX_QUARTERS = 80
+#: Characters kept in a release's id (from its folder's name).
+ID_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
+#: Names a request's keys and filters may use: the public columns but estab_id, and the filter words.
+FILTER_WORDS = ("total", "and", "or", "not", "in")
+QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+@dataclass
+class ServedRelease:
+    """A release held in memory: its ``id``, ``folder``, manifest and quarters; of one quarter, its
+    cell ``index`` and ``margins`` (per-cell pieces, or variance functions); of a panel, each
+    quarter's protected microdata and variance functions (``quarters_held``)."""
+
+    id: str
+    folder: Path
+    manifest: dict[str, Any]
+    quarters: list[str]
+    index: CellIndex | None = None
+    margins: Mapping[str, Any] | None = None
+    quarters_held: dict[str, tuple[pd.DataFrame, Mapping[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def public_columns(self) -> list[str]:
+        """The public columns a request may group and filter by."""
+        if self.index is not None:
+            return [str(column) for column in self.index.cells.columns]
+        frame = next(iter(self.quarters_held.values()))[0]
+        return [column for column in public_names() if column in frame.columns]
+
+    def own_codes(self) -> list[str]:
+        """The ownership codes the release holds (public)."""
+        frames = [self.index.cells] if self.index is not None else [frame for frame, _ in self.quarters_held.values()]
+        return sorted({str(code) for frame in frames if "own" in frame.columns for code in frame["own"].unique()})
+
+    def answer(self, request: TabulationRequest) -> Tabulation:
+        """The tabulation of a request of this release (its ``source`` is this release's folder):
+        what ``gedp tabulate`` answers for it."""
+        if request.agglvl is not None:
+            return self._written_by_the_library(request)
+        request = request.checked()
+        check_public_names(request, self.public_columns)
+        if self.quarters:
+            return self._panel_answer(request)
+        return self._index_answer(request)
+
+    def _index_answer(self, request: TabulationRequest) -> Tabulation:
+        from gedp.release.cells import index_tabulation
+
+        if request.quarter is not None or request.change is not None:
+            raise InputError(f"release {self.id} holds one quarter: no quarter or change")
+        index = self.index
+        assert index is not None
+        found = index_tabulation(index, request.by or "total", margins=self.margins if request.moe else None,
+                                 where=request.where or None, level=request.level)
+        if found is None:
+            _refusal(index.cells, request)
+        keys, table = found
+        return Tabulation(request, keys, table)
+
+    def _panel_answer(self, request: TabulationRequest) -> Tabulation:
+        from gedp.panel import tabulate_change, tabulate_quarter
+
+        if (request.quarter is None) == (request.change is None):
+            raise InputError(f"release {self.id} holds the quarters {', '.join(self.quarters)}: give a quarter or a "
+                             "change FIRST:SECOND")
+        by, where = request.by or "total", request.where or None
+        if request.quarter is not None:
+            if request.quarter not in self.quarters_held:
+                raise InputError(f"quarter {request.quarter} is not in release {self.id}, which holds the quarters "
+                                 f"{', '.join(self.quarters)}")
+            table = tabulate_quarter(self.folder, by, request.quarter, loaded=self._quarter, where=where,
+                                     moe=request.moe, level=request.level)
+        else:
+            table = tabulate_change(self.folder, by, str(request.change), loaded=self._quarter, where=where,
+                                    moe=request.moe, level=request.level)
+        return Tabulation(request, None, table, panel=True)
+
+    def _quarter(self, quarter: str) -> tuple[pd.DataFrame, Mapping[str, Any]]:
+        return self.quarters_held[quarter]
+
+    def _written_by_the_library(self, request: TabulationRequest) -> Tabulation:
+        """A QCEW level (ready to publish, or the xlsx workbook): ``gedp tabulate``'s own path,
+        reading the release's files; the table read back from the file written."""
+        with tempfile.TemporaryDirectory(prefix="gedp-serve-") as folder:
+            out = Path(folder) / f"table.{'xlsx' if request.format == 'xlsx' else 'csv'}"
+            answer = tabulate_request(dataclasses.replace(request, out=out))
+            answer.write_table(out)
+            answer.written = out.read_bytes()
+        return answer
+
+
+def public_names() -> tuple[str, ...]:
+    """The public columns but ``estab_id``, and the columns carried with them."""
+    from gedp.synth.schema import CARRIED, PUBLIC
+
+    return tuple(column for column in (*PUBLIC, *CARRIED) if column != "estab_id")
+
+
+def check_public_names(request: TabulationRequest, columns: list[str]) -> None:
+    """Refuse keys or a filter naming anything but the release's public columns (text in quotes aside):
+    the server answers tabulations by public columns; gedp tabulate answers the rest."""
+    allowed = {*columns, *FILTER_WORDS}
+    for option, text in (("by", request.by or ""), ("where", QUOTED.sub("", request.where or ""))):
+        for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text):
+            if name not in allowed:
+                raise InputError(f"{option}: {name[:40]!r} is not a public column of this release; the explorer "
+                                 f"groups and filters by {', '.join(columns)} (gedp tabulate answers the rest)")
+
+
+def _refusal(cells: pd.DataFrame, request: TabulationRequest) -> NoReturn:
+    """Raise what ``gedp tabulate`` says of a request the kept index does not answer (a key or
+    filter the cells do not have, an empty selection): the same check run on the cells."""
+    from gedp.postprocess.tabulate import tabulate
+
+    try:
+        tabulate(cells.assign(_one=1.0), request.by or "total", ["_one"], where=request.where or None)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    raise InputError("this request is not a tabulation by public columns; gedp tabulate answers it")
+
+
+def load_releases(folders: list[Path]) -> dict[str, ServedRelease]:
+    """Each release folder read, checked and held (``load_release``), by id: the folder's name (other
+    characters than letters, digits, ``_.-`` dropped), made unique with ``-2``, ``-3``, ..."""
+    served: dict[str, ServedRelease] = {}
+    for folder in folders:
+        base = ID_CHARACTERS.sub("", folder.resolve().name)[:60] or "release"
+        name, n = base, 1
+        while name in served:
+            n += 1
+            name = f"{base}-{n}"
+        served[name] = load_release(folder, name)
+    return served
+
+
+def load_release(folder: Path, id: str) -> ServedRelease:
+    """A release read once and held (see the module), refused when a field the server uses is not
+    what gedp writes."""
+    from gedp.release.reader import read_manifest
+
+    folder = folder.resolve()
+    if not folder.is_dir():
+        raise InputError(f"release '{folder}' is not a folder")
+    manifest = dict(read_manifest(folder))
+    quarters = check_manifest(manifest, folder)
+    release = ServedRelease(id, folder, manifest, quarters)
+    if quarters:
+        _hold_quarters(release)
+    else:
+        _hold_index(release)
+    return release
+
+
+def check_manifest(manifest: dict[str, Any], folder: Path) -> list[str]:
+    """The quarters of a release whose manifest the reader accepted (``release.validation``: states,
+    quarters, counts, files), with what the server adds: at most ``MAX_QUARTERS`` quarters, and a
+    budget that is a finite number > 0 (the page states it); InputError naming the field."""
+    where = f"release '{folder.name}'"
+    quarters = list(manifest.get("quarters", []))
+    if len(quarters) > MAX_QUARTERS:
+        raise InputError(f"{where}: {len(quarters)} quarters, more than the {MAX_QUARTERS} a server holds")
+    value = manifest.get("mu_total")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(f"{where}: mu_total must be a finite number > 0")
+    return quarters
+
+
+def _hold_index(release: ServedRelease) -> None:
+    """Hold a release of one quarter: its margins built (or read) once, its kept index and pieces."""
+    from gedp.release.cells import read_cell_index
+    from gedp.release.margins import kept_path, kept_variances, read_pieces
+
+    variances = kept_variances(release.folder)
+    folder = kept_path(release.folder)
+    index = read_cell_index(folder)
+    pieces = read_pieces(folder)
+    if index is None:
+        raise InputError(f"release '{release.folder.name}': its cell index could not be kept (is the cache "
+                         "folder writable? GEDP_CACHE_DIR)")
+    release.index = index
+    release.margins = pieces if pieces is not None and all(p is not None for p in pieces.values()) else variances
+
+
+def _hold_quarters(release: ServedRelease) -> None:
+    """Hold a panel release: each quarter's protected microdata and variance functions."""
+    from gedp.release.margins import kept_variances
+    from gedp.release.reader import read_quarter
+
+    for quarter in release.quarters:
+        release.quarters_held[quarter] = (read_quarter(release.folder, quarter),
+                                          kept_variances(release.folder, quarter))

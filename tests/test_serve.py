@@ -1,0 +1,262 @@
+"""``gedp serve``: the API gives the numbers and bytes ``gedp tabulate`` gives for the same request
+(releases of one quarter and panels), refuses what it must (unknown parameters, files, keys that are
+not public, too many rows, too long), says so safely (security headers, one-line JSON errors), and
+refuses hostile releases at load."""
+
+import csv
+import io
+import json
+import math
+import re
+import shutil
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from gedp.cli import app
+from gedp.errors import InputError
+from gedp.serve.app import PARAMETERS, Limits, create_app
+from gedp.serve.releases import load_releases
+
+PANEL_QUARTERS = ["2016Q1", "2016Q2", "2016Q3"]
+SINGLE_REQUESTS = [
+    {"by": "county"}, {"by": "county", "moe": "1"}, {"by": "county,naics3", "moe": "1"},
+    {"by": "sector", "moe": "1", "level": "0.9"}, {"by": "naics3", "moe": "1"}, {"by": "total", "moe": "1"},
+    {"by": "county,sector", "where": "own == '5'", "moe": "1"}, {"by": "naics4", "where": "sector == '31-33'"},
+    {"by": "county,naics", "moe": "1", "level": "0.99", "where": "sector in ['44-45', '72']"},
+    {"by": "supersector,own", "moe": "1"},
+    {"by": "domain", "where": "county in ['001', '003'] and not naics3 == '722'", "moe": "1"},
+    {"by": "state,naics5", "moe": "1", "where": "naics3 != '236'"},
+]
+PANEL_REQUESTS = [
+    {"by": "county", "quarter": "2016Q1", "moe": "1"}, {"by": "sector", "quarter": "2016Q3", "moe": "1"},
+    {"by": "total", "quarter": "2016Q2", "moe": "1", "level": "0.9"}, {"by": "naics3", "quarter": "2016Q2"},
+    {"by": "sector", "change": "2016Q1:2016Q3", "moe": "1"}, {"by": "total", "change": "2016Q2:2016Q3", "moe": "1"},
+    {"by": "county,sector", "quarter": "2016Q3", "where": "sector == '44-45'", "moe": "1"},
+]
+
+
+@pytest.fixture(scope="module")
+def releases(small_release, tmp_path_factory):
+    """A release of one quarter and a panel of three quarters (small, seeded)."""
+    folder = tmp_path_factory.mktemp("served")
+    single = folder / "single"
+    shutil.copytree(small_release[0], single)
+    runner = CliRunner()
+    panel_input = folder / "panel.parquet"
+    done = runner.invoke(app, ["synth", "--profile", "small", "--establishments", "600", "--quarters",
+                               f"{PANEL_QUARTERS[0]}:{PANEL_QUARTERS[-1]}", "--out", str(panel_input), "--seed", "2"])
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(app, ["protect", str(panel_input), "--out", str(folder / "panel"), "--seed", "3",
+                               "--not-for-publication", "--allow-over-cap"])
+    assert done.exit_code == 0, done.output
+    return {"single": single, "panel": folder / "panel"}
+
+
+class Served:
+    """A server on a free loopback port, in a thread of this process."""
+
+    def __init__(self, application):
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(application, log_level="warning", access_log=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+
+    def get(self, path: str, params: dict | None = None) -> tuple[int, dict, bytes]:
+        url = self.url + path + ("?" + urllib.parse.urlencode(params) if params is not None else "")
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                return response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, dict(err.headers), err.read()
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(releases, tmp_path_factory):
+    served = Served(create_app(load_releases([releases["single"], releases["panel"]]), Limits(max_rows=500)))
+    yield served
+    served.stop()
+
+
+def command_line(release: Path, request: dict, out: Path | None = None) -> str:
+    """What ``gedp tabulate`` writes for the same request (standard output, or ``out``)."""
+    arguments = ["tabulate", str(release)]
+    for name in ("by", "where", "quarter", "change", "level", "agglvl"):
+        if name in request:
+            arguments += [f"--{name}", request[name]]
+    if request.get("moe") == "1":
+        arguments.append("--moe")
+    if request.get("format") in ("qcew", "xlsx"):
+        arguments += ["--format", request["format"]]
+    if out is not None:
+        arguments += ["--out", str(out)]
+    done = CliRunner().invoke(app, arguments)
+    assert done.exit_code == 0, done.output
+    return done.stdout
+
+
+def same_rows(answer: dict, text: str) -> None:
+    """The API's rows are the CSV's rows: the same columns in order, text the same, numbers equal
+    to the CSV's text read as a float (so equal to the last bit), an empty field null."""
+    rows = list(csv.reader(io.StringIO(text)))
+    assert answer["columns"] == rows[0]
+    assert len(answer["rows"]) == len(rows) - 1 > 0
+    for given, written in zip(answer["rows"], rows[1:]):
+        assert list(given) == rows[0]
+        for value, field in zip(given.values(), written):
+            if value is None:
+                assert field == ""
+            elif isinstance(value, str):
+                assert value == field
+            else:
+                assert value == float(field) and not isinstance(value, bool)
+
+
+@pytest.mark.parametrize("kind, request_", [*(("single", r) for r in SINGLE_REQUESTS),
+                                            *(("panel", r) for r in PANEL_REQUESTS)])
+def test_the_api_gives_the_numbers_and_bytes_of_gedp_tabulate(server, releases, kind, request_, tmp_path):
+    release = releases[kind]
+    status, _, body = server.get("/api/tabulate", {"release": kind, **request_})
+    assert status == 200, body
+    expected = command_line(release, request_)
+    same_rows(json.loads(body), expected)
+    status, headers, body = server.get("/api/tabulate", {"release": kind, **request_, "format": "csv"})
+    assert status == 200 and headers["content-disposition"].startswith("attachment")
+    written = tmp_path / "table.csv"
+    command_line(release, request_, written)
+    assert body == written.read_bytes()
+
+
+@pytest.mark.parametrize("request_", [{"agglvl": "75", "moe": "1", "format": "qcew"},
+                                      {"agglvl": "74", "moe": "1", "format": "xlsx"},
+                                      {"agglvl": "54", "moe": "1", "where": "county == '001'", "format": "xlsx"}])
+def test_qcew_downloads_are_the_files_of_gedp_tabulate(server, releases, request_, tmp_path):
+    status, _, body = server.get("/api/tabulate", {"release": "single", **request_})
+    assert status == 200, body
+    written = tmp_path / f"table.{'xlsx' if request_['format'] == 'xlsx' else 'csv'}"
+    command_line(releases["single"], request_, written)
+    assert body == written.read_bytes()
+
+
+def test_the_flags_of_a_table_are_the_bands_of_each_value_cv(server):
+    """Flags recomputed here from the API's values and margins (CV = margin / z / value)."""
+    z = {0.9: 1.6448536269514722, 0.95: 1.959963984540054}
+    for level in z:
+        answer = json.loads(server.get("/api/tabulate", {"release": "single", "by": "county,sector", "moe": "1",
+                                                         "level": str(level)})[2])
+        for attribute, flags in answer["flags"].items():
+            for row, flag in zip(answer["rows"], flags):
+                cv = row[f"{attribute}_moe"] / z[level] / abs(row[attribute]) if row[attribute] else math.inf
+                expected = "A" if cv < 0.05 else "B" if cv < 0.15 else "C" if cv < 0.30 else "D" if cv < 1 else "X"
+                assert flag == expected
+        assert {flag for flags in answer["flags"].values() for flag in flags} >= {"A", "X"}
+
+
+@pytest.mark.parametrize("params, status, message", [
+    ({"release": "single", "by": "estab_id"}, 400, "'estab_id' is not a public column"),
+    ({"release": "single", "by": "county", "where": "m1emp > 10"}, 400, "'m1emp' is not a public column"),
+    ({"release": "single", "by": "county", "where": "__import__('os')"}, 400, "'__import__' is not a public"),
+    ({"release": "../../etc", "by": "county"}, 400, "give release=ID, one of single, panel"),
+    ({"release": "single", "path": "/etc/passwd"}, 400, "unknown parameter 'path'"),
+    ({"release": "single", "by": "county", "where": "naics3 == '000'"}, 400, "no establishments to tabulate"),
+    ({"release": "single", "by": "county,sector", "moe": "1", "where": "own == '5'"}, 200, ""),
+    ({"release": "single", "by": "naics,county,own", "moe": "1"}, 400, "more than 500:"),
+    ({"release": "single", "by": "county", "level": "nan"}, 400, "level must be a finite number"),
+    ({"release": "single", "by": "county", "moe": "1", "level": "1.5"}, 400, "--level (1.5) must be between 0"),
+    ({"release": "panel", "by": "county"}, 400, "give a quarter or a change"),
+    ({"release": "panel", "by": "county", "quarter": "../x"}, 400, "quarter ../x is not in release panel"),
+    ({"release": "single", "by": "county", "format": "xlsx"}, 400, "format xlsx needs agglvl"),
+    ({"release": "single", "by": "x" * 5000}, 414, "longer than 4096 bytes"),
+])
+def test_requests_are_bounded_and_refused_in_one_line(server, params, status, message):
+    got, headers, body = server.get("/api/tabulate", params)
+    assert got == status, body[:300]
+    assert "default-src 'none'" in headers["content-security-policy"] and headers["x-content-type-options"] == "nosniff"
+    if status != 200:
+        assert message in json.loads(body)["error"]
+
+
+def test_a_request_past_its_time_is_answered_503(releases):
+    served = Served(create_app(load_releases([releases["single"]]), Limits(timeout=1e-9)))
+    try:
+        status, _, body = served.get("/api/tabulate", {"release": "single", "by": "county,naics", "moe": "1"})
+    finally:
+        served.stop()
+    assert status == 503 and "longer than" in json.loads(body)["error"]
+
+
+def test_releases_manifest_page_and_openapi(server, releases):
+    status, headers, body = server.get("/api/releases")
+    listed = json.loads(body)
+    assert status == 200 and [r["id"] for r in listed] == ["single", "panel"]
+    assert listed[1]["quarters"] == PANEL_QUARTERS and "spend nothing more" in listed[0]["guarantee"]
+    mu = json.loads((releases["single"] / "manifest.json").read_text())["mu_total"]
+    assert f"mu {mu:.4f} (epsilon " in listed[0]["guarantee"] and "at delta 1e-6)" in listed[0]["guarantee"]
+    manifest = json.loads(server.get("/api/release/panel/manifest")[2])
+    assert manifest == json.loads((releases["panel"] / "manifest.json").read_text())
+    assert server.get("/api/release/nothing/manifest")[0] == 404
+    assert server.get("/static/..%2Freleases.py")[0] == 404
+    status, headers, page = server.get("/")
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    assert b"<script src=\"/static/explorer.js\"" in page and b"http" not in page.replace(b"http-equiv", b"")
+    openapi = json.loads(server.get("/api/openapi.json")[2])
+    assert [p["name"] for p in openapi["paths"]["/api/tabulate"]["get"]["parameters"]] == list(PARAMETERS)
+
+
+def test_the_page_never_parses_text_as_html(server):
+    """The script builds every element with textContent: no HTML sink, no eval, nothing external."""
+    script = server.get("/static/explorer.js")[2].decode()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+                 "http://", "https://"):
+        assert sink not in script.replace("http://www.w3.org/2000/svg", ""), sink
+
+
+def hostile(release: Path, tmp_path: Path, change) -> Path:
+    copy = tmp_path / "hostile"
+    shutil.copytree(release, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    change(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+@pytest.mark.parametrize("kind, change, message", [
+    ("panel", lambda m: m.update(quarters=["../../../../victim/docs/e", *m["quarters"][1:]]),
+     "'quarters' holds '../../../../victim/docs/e', which is not of the form"),
+    ("panel", lambda m: m.update(quarters=[*m["quarters"], "2017Q1"]), "'per_quarter' must hold exactly the quarters"),
+    ("single", lambda m: m.update(quarters=[1]), "'quarters' holds 1, which is not of the form"),
+    ("single", lambda m: m.update(states=["<script>alert(1)</script>"]), "'states' holds '<script>"),
+    ("single", lambda m: m.update(mu_total="1e999"), "mu_total must be a finite number > 0"),
+    ("single", lambda m: m.update(mu_total=float("nan")), "mu_total must be a finite number > 0"),
+    ("single", lambda m: m.update(mu_total=0), "mu_total must be a finite number > 0"),
+    ("single", lambda m: m.update(establishments=-1), "'establishments' (-1) must be a whole number >= 0"),
+])
+def test_hostile_releases_are_refused_at_load(releases, tmp_path, margins_cache, kind, change, message):
+    victim = tmp_path / "victim" / "docs"
+    victim.mkdir(parents=True)
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([hostile(releases[kind], tmp_path, change)])
+    assert victim.is_dir() and not any(margins_cache.rglob("*victim*"))
+
+
+def test_gedp_serve_refuses_a_folder_that_is_not_a_release(tmp_path):
+    done = CliRunner().invoke(app, ["serve", str(tmp_path)])
+    assert done.exit_code == 2 and "is not a gedp release" in done.output
