@@ -10,25 +10,25 @@ import dataclasses
 import importlib.util
 import json
 import math
-import re
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
+from rich.text import Text
 from typer.core import TyperOption
 
 import gedp
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import AuditError, GedpError, InputError, InputProblems, SolverError
-from gedp.process import end_process, set_up_command_memory
+from gedp.outputs import check_output_file, write_atomically
+from gedp.process import end_process, exit_status, set_up_command_memory, stop_on_sigterm
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
 # matplotlib and the stage packages (which import them) are imported inside the commands that use
@@ -37,9 +37,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gedp.config import Config
-    from gedp.postprocess.publication import PublishedLevels
     from gedp.synth.qcew import PublishedState
-    from gedp.synth.titles import Titles
+    from gedp.tabulation import Tabulation
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -148,9 +147,18 @@ def _one_line(err: Exception) -> str:
     return "".join(c.encode("unicode_escape").decode() if c in LINE_BREAKS else c for c in str(err))
 
 
+class StepsColumn(ProgressColumn):
+    """The steps done, out of the total when it is known ("3/12"), else alone ("3"; the bar then
+    moves to and fro: rich's indeterminate bar)."""
+
+    def render(self, task: Task) -> Text:
+        done = f"{task.completed:,.0f}"
+        return Text(done if task.total is None else f"{done}/{task.total:,.0f}")
+
+
 def _progress_bar() -> Progress:
     return Progress(
-        TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.description:<28}"), BarColumn(), StepsColumn(),
         TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
     )
 
@@ -201,10 +209,11 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
         f"  {manifest['establishments']:,} establishments in {len(states)} state{'s' if len(states) > 1 else ''}, "
         f"workflow {manifest['workflow']}, psi {manifest['psi']['name']}, zeta {manifest['zeta']}"
     )
-    privacy = manifest["privacy"]
-    spent = ", ".join(f"{a} {g['mu']:.3f}" for a, g in privacy["attributes"].items())
-    console.print(f"  privacy budget: total mu = {privacy['mu']:.4f} ({spent}); epsilon "
-                  f"{privacy['epsilon']['1e-06']:.2f} at delta 1e-6 for psi-neighbours")
+    from gedp.measure.conversions import stated_guarantee
+
+    spent = ", ".join(f"{a} {g['mu']:.4f}" for a, g in manifest["privacy"]["attributes"].items())
+    console.print(f"  privacy budget: total {stated_guarantee(manifest['mu_total'])} for psi-neighbours; per "
+                  f"attribute mu {spent}")
     solvers = ", ".join(f"{a} {r['status']}" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
     if manifest.get("integer"):
@@ -279,33 +288,6 @@ def run(
         first = next(iter(by_attribute.values()))
         table.add_row(label, f"{first['groups']:,}", *[f"{s['median_relative']:.2%}" for s in by_attribute.values()])
     console.print(table)
-
-
-def _check_output_file(path: Path) -> None:
-    """Refuse a path that cannot become a file: a folder, a parent that is not a folder, a name too
-    long, a parent that cannot be created."""
-    from gedp.release.writer import check_output_path
-
-    check_output_path(path.resolve())
-    if path.is_dir():
-        raise InputError(f"output '{path}' is a folder; give a file name")
-
-
-def _write_atomically(path: Path, write) -> None:
-    """Write a file through a temporary name in the same folder, renamed only when complete; a path
-    that cannot be a file (a folder, a parent that is not a folder, a name too long) is refused."""
-    _check_output_file(path)
-    staging = path.with_name(f".{path.stem}.partial{path.suffix}")  # same suffix: same format
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(staging)
-        staging.replace(path)
-    except OSError as err:
-        staging.unlink(missing_ok=True)
-        raise InputError(f"output '{path}' cannot be written ({err.strerror or type(err).__name__})") from None
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
 
 
 def _print_validation(report: dict) -> None:
@@ -405,21 +387,23 @@ def synth(
             jobs_out = out.with_name(f"{out.stem}.jobs{out.suffix}")
             summary["jobs"] = {"file": jobs_out.name, "jobs": len(job_table), "shares": "illustrative"}
         summary["seconds"] = time.perf_counter() - start
-        _write_atomically(out, lambda path: write_microdata(microdata, path))
+        write_atomically(out, lambda path: write_microdata(microdata, path))
         if jobs:
-            _write_atomically(jobs_out, lambda path: write_microdata(job_table, path))
+            write_atomically(jobs_out, lambda path: write_microdata(job_table, path))
         sidecar = out.with_name(out.stem + (".validation.json" if from_qcew else ".summary.json"))
-        _write_atomically(sidecar, lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+        write_atomically(sidecar, lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
         if fit_profile_to is not None and from_qcew is not None:
             fitted = fit_profile(published, microdata, name=fit_profile_to.stem,
                                  description=f"Fitted to {from_qcew.name} (gedp synth --from-qcew, {within_cell}, seed "
                                              f"{seed})")
-            _write_atomically(fit_profile_to, lambda path: path.write_text(json.dumps(fitted, indent=1) + "\n"))
+            write_atomically(fit_profile_to, lambda path: path.write_text(json.dumps(fitted, indent=1) + "\n"))
     if from_qcew is not None:
         _print_validation(summary)
     written = f" and {len(job_table):,} jobs to {jobs_out.name}" if jobs else ""
-    console.print(f"Wrote {len(microdata):,} establishments to {out}{written} and {sidecar.name} in "
-                  f"{summary['seconds']:.1f}s")
+    rows = (f"{len(microdata):,} rows ({microdata['estab_id'].nunique():,} establishments in "
+            f"{microdata[['year', 'qtr']].drop_duplicates().shape[0]} quarters)" if quarters is not None
+            else f"{len(microdata):,} establishments")
+    console.print(f"Wrote {rows} to {out}{written} and {sidecar.name} in {summary['seconds']:.1f}s")
 
 
 @app.command(name="plan")
@@ -449,7 +433,7 @@ def plan_command(
 
     start = time.perf_counter()
     with reported_errors():
-        _check_output_file(out)
+        check_output_file(out)
         levels = _numbers(targets, "--targets", int)
         weight_map = {key.strip(): _numbers(value, "--weights", float)[0]
                       for key, value in (_pair(item, "--weights") for item in weights.split(","))}
@@ -536,6 +520,10 @@ def protect_command(
     allow_large_mu: Annotated[bool, typer.Option("--allow-large-mu",
                                                  help="Accept a query mu above 2 (refused by default: a typo such "
                                                       "as 70 for 0.70 releases nearly exact values).")] = False,
+    allow_over_cap: Annotated[bool, typer.Option("--allow-over-cap",
+                                                 help="Protect a panel whose quarters together spend more than the "
+                                                      "config's mu_cap (refused by default: sqrt(quarters) x a "
+                                                      "quarter's mu).")] = False,
     columns: Annotated[Optional[str], typer.Option(help="Column names of the input: STORED=GEDP,... (e.g. "
                                                         "ruid=estab_id), beyond the names gedp knows.")] = None,
     pad_codes: Annotated[bool, typer.Option("--pad-codes", help="Zero-pad state, county, NAICS and own codes that "
@@ -551,6 +539,8 @@ def protect_command(
     with reported_errors():  # the input is checked first, before the numerical stack is imported
         intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
                                attributes=configured_attributes(config))
+        for note in intake.notes:
+            typer.echo(f"note: {note}", err=True)
         if engine == "local" and intake.parquet and not intake.needs_translation():
             from gedp.synth.prefetch import prefetch_input
 
@@ -568,13 +558,14 @@ def protect_command(
             cfg = _load(config, workflow, integer, allow_large_mu)
             with progress_steps(None) as advance:
                 manifest, reservation = _protected(load_input(intake), cfg, out, request, jobs, advance, seed=seed,
-                                                   rng=rng, engine=engine, scheduler=access, processes=processes)
+                                                   rng=rng, engine=engine, scheduler=access, processes=processes,
+                                                   allow_over_cap=allow_over_cap)
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     _print_quarters_and_budget(manifest, reservation)
 
 
 def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Path], advance: Callable[[str], None],
-               **options: Any) -> tuple[dict, Any]:
+               allow_over_cap: bool = False, **options: Any) -> tuple[dict, Any]:
     """Protect a checked input: a panel (several quarters) into one panel release, else state by
     state as one release; returns the manifest and the ledger reservation (None without a ledger)."""
     from gedp.lifetime import protect_recorded
@@ -583,7 +574,7 @@ def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Pa
     if is_panel(source):  # several quarters: one panel release
         if jobs is not None:
             raise InputError("--jobs goes with a release of one quarter, not a panel")
-        return protect_panel(source, cfg, out, ledger=request,
+        return protect_panel(source, cfg, out, ledger=request, allow_over_cap=allow_over_cap,
                              on_quarter=lambda quarter: advance(f"quarter {quarter} done"), **options)
     return protect_recorded(source, cfg, out, ledger=request, jobs=jobs,
                             on_state=lambda state: advance(f"state {state} done"), **options)
@@ -592,8 +583,10 @@ def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Pa
 def _print_quarters_and_budget(manifest: dict, reservation: Any) -> None:
     """The lines of a protect summary on a panel's quarters and on the lifetime ledger's charge."""
     if "quarters" in manifest:
+        beyond = (f", over the config's mu_cap {manifest['mu_cap']:.4f} ({manifest['over_cap']})"
+                  if "over_cap" in manifest else "")
         console.print(f"  quarters {', '.join(manifest['quarters'])} ({manifest['design']['name']}): each quarter mu "
-                      f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter")
+                      f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter{beyond}")
     if reservation is None:
         return
     console.print(f"  lifetime budget: this release charged mu {reservation.largest_charge:.4f} in the accounts' "
@@ -616,10 +609,11 @@ def ledger_show(
     """Print every release of a ledger (its dataset, cap, charge and status).
 
     Then the accounts' psi and gammas, the most spent account and the head of the ledger's chain."""
-    from gedp.ledger import CLEARED, PENDING, check_ledger_path, largest_spending, live, read_ledger
+    from gedp.ledger import CLEARED, PENDING, check_ledger_path, largest_spending, live, read_ledger, release_charge
 
     with reported_errors():
-        book = read_ledger(check_ledger_path(ledger))
+        path = check_ledger_path(ledger)
+        book = read_ledger(path)
         most, cap = largest_spending(ledger, book)
     releases = Table(Column("dataset", overflow="fold"), *(Column(c, no_wrap=True) for c in (
         "release", "status", "cap", "charge mu", "establishments", "date (UTC)")), Column("quarters", overflow="fold"),
@@ -629,7 +623,8 @@ def ledger_show(
         status = f"[red]{r['status']}[/]" if r["status"] == PENDING else r["status"]
         annual = "" if r.get("annual_cap") is None else f", {r['annual_cap']:.4f} a year"
         quarters = ", ".join(q for q, _ in r.get("quarters", []) if q is not None) or "-"
-        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}{annual}", f"{r['mu']:.4f}",
+        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}{annual}",
+                         _charge(None if r["status"] == CLEARED else release_charge(path, r), r),
                          f"{r['establishments']:,}", r["date_utc"][:16].replace("T", " "), quarters, r["config"])
     console.print(releases)
     counting = live(book)
@@ -651,56 +646,28 @@ def ledger_clear(
     """Clear a pending release (a run that failed or was killed before publishing): its mu stops counting.
 
     Clear only a release you know was not published; committed releases cannot be cleared. A run
-    killed before its commit leaves a hidden staging folder beside its --out without a manifest:
-    no gedp reader takes it for a release; delete it."""
+    killed before its commit leaves hidden staging folders beside its --out without a manifest: no
+    gedp reader takes them for a release, and the next run writing that --out removes them."""
     from gedp.ledger import clear
 
     with reported_errors():
         entry = clear(ledger, release)
-    console.print(f"Cleared pending release {entry['id']} (charge mu {entry['mu']:.4f}, reserved {entry['date_utc']}): "
-                  "it no longer counts against its establishments' caps.")
+    console.print(f"Cleared pending release {entry['id']} (charge mu {_charge(entry['charge'], entry)}, reserved "
+                  f"{entry['date_utc']}): it no longer counts against its establishments' caps.")
 
 
-TABLE_FORMATS = ("csv", "parquet", "qcew", "xlsx")
-#: Formats of QCEW tables ready to publish (titles, whole numbers, average weekly wage).
-PUBLICATION_FORMATS = ("qcew", "xlsx")
+def _charge(charge: float | None, release: dict) -> str:
+    """A ledger release's charge as ``gedp protect`` states it: its largest charge to one establishment
+    (``ledger.release_charge``; None: not known, the key file of a cleared release is gone) and, for a
+    release of several quarters, its charge per quarter an establishment is in."""
+    if len(release.get("quarters") or []) <= 1:
+        return f"{release['mu']:.4f}"
+    per_quarter = f"{release['mu']:.4f} a quarter"
+    return per_quarter if charge is None else f"{charge:.4f} ({per_quarter})"
+
+
 #: Rows shown on a terminal; a pipe or --out gets the whole table as CSV.
 SHOWN_ROWS = 25
-
-
-def _table_format(table_format: Optional[str], out: Optional[Path], agglvl: Optional[int]) -> str:
-    """The output format: --format, else from the --out name; refused when it cannot be told."""
-    if out is not None and out.is_dir():
-        raise InputError(f"--out '{out}' is a folder; give a file name, e.g. {out / 'tabulation.csv'}")
-    if table_format is None and out is not None:
-        table_format = out.suffix.lower().lstrip(".")
-        if table_format not in TABLE_FORMATS:
-            raise InputError(f"--out '{out}': the name does not tell the format; end it in .csv, .parquet or .xlsx, "
-                             f"or give --format ({', '.join(TABLE_FORMATS)})")
-    table_format = table_format or "csv"
-    if table_format not in TABLE_FORMATS:
-        raise InputError(f"--format '{table_format}': choose one of {', '.join(TABLE_FORMATS)}")
-    if table_format == "qcew" and agglvl is None:
-        raise InputError("--format qcew needs --agglvl (a QCEW aggregation level)")
-    if table_format in ("parquet", "xlsx") and out is None:
-        raise InputError(f"--format {table_format} needs --out FILE")
-    return table_format
-
-
-def _tabulation_format(release: bool, by: Optional[str], agglvl: Optional[int], moe: bool, level: float,
-                       table_format: Optional[str], out: Optional[Path], titles: Optional[Path]) -> str:
-    """Refuse a tabulation's options that do not go together; returns the output format."""
-    if titles is not None and table_format not in PUBLICATION_FORMATS and not (out and out.suffix == ".xlsx"):
-        raise InputError("--titles goes with --format qcew or xlsx (tables ready to publish)")
-    if table_format == "xlsx" and by is not None:
-        raise InputError("--format xlsx writes QCEW levels: give --agglvl (or neither, for every level), not --by")
-    if moe and not release:
-        raise InputError("--moe needs a release directory (it reads the release's measurements)")
-    if agglvl is not None and by is not None:
-        raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
-    if not 0 < level < 1:
-        raise InputError(f"--level ({level}) must be between 0 and 1")
-    return _table_format(table_format, out, agglvl)
 
 
 @app.command(name="tabulate")
@@ -728,6 +695,10 @@ def tabulate_command(
     change: Annotated[Optional[str], typer.Option(help="A panel release: the change FIRST:SECOND of every cell, "
                                                        "e.g. 2016Q1:2017Q1 (<attribute>_chg, _chg_moe, "
                                                        "_pct_chg).")] = None,
+    unprotected: Annotated[bool, typer.Option("--unprotected", help="Allow --format qcew or xlsx of confidential "
+                                                                     "microdata (not a release): every row's "
+                                                                     "disclosure_code then says NOT PROTECTED.")
+                           ] = False,
     gains_losses: Annotated[Optional[str], typer.Option(help="FROM:TO quarters (e.g. 2016Q1:2016Q2) of a panel "
                                                              "release or panel microdata: gross job gains and losses "
                                                              "of month-3 employment by --by instead of levels (of a "
@@ -739,203 +710,18 @@ def tabulate_command(
     Margins of error come from the release's weighted least squares covariance: no new privacy
     budget is spent and no confidential data is read.
     """
-    from gedp.release.format import MANIFEST_FILE
+    from gedp.tabulation import TabulationRequest, tabulate_request
 
     with reported_errors():
-        release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
-        table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
-        plain = all(option is None for option in (where, agglvl, quarter, change, gains_losses))
-        if (release and plain and table_format == "csv" and (out is not None or not sys.stdout.isatty())
-                and _quick_tabulation(microdata, by, moe, level, out)):
-            return
-        import pandas
-
-        from gedp.postprocess.tabulate import SelectionWarning
-        from gedp.release.margins import kept_tabulation, kept_variances
-        from gedp.release.reader import release_quarters
-
-        if gains_losses is not None and (agglvl is not None or where or table_format in PUBLICATION_FORMATS
-                                         or (moe and not release)):
-            raise InputError("--gains-losses goes with --by, --out and --format csv or parquet only, and --moe with a "
-                             "panel release (margins and corrected sums need the release's noise)")
-        if quarter is not None or change is not None or (release and release_quarters(microdata)):
-            _tabulate_panel_release(microdata, by, quarter, change, gains_losses, agglvl, table_format, titles,
-                                    where, moe, level, out)
-            return
-        indexed = (kept_tabulation(microdata, by or "total", where=where or None, moe=moe, level=level)
-                   if release and gains_losses is None and agglvl is None and table_format not in PUBLICATION_FORMATS
-                   else None)
-        jobs = not indexed and agglvl is None and _has_worker_keys(by)
-        ids = jobs or gains_losses is not None or not _names_only_columns(f"{by or ''} {where or ''}")
-        data = pandas.DataFrame() if indexed else _microdata_to_tabulate(microdata, release, ids,
-                                                                         panel=gains_losses is not None)
-        if jobs and not release:
-            raise InputError("worker columns need a release directory with a job frame")
-        options = {"where": where or None, "moe": moe, "level": level,
-                   "margins": kept_variances(microdata) if moe and not jobs and not indexed else None}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SelectionWarning)
-            keys, table, published = _tabulated(microdata, data, indexed, by, agglvl, table_format, titles,
-                                                gains_losses, jobs, options)
-        for warning in caught:
-            typer.echo(f"warning: {warning.message}", err=True)
+        request = TabulationRequest(microdata, by=by, agglvl=agglvl, where=where, moe=moe, level=level,
+                                    format=table_format, titles=titles, out=out, quarter=quarter, change=change,
+                                    gains_losses=gains_losses, unprotected=unprotected)
+        answer = tabulate_request(request, frame=out is None and sys.stdout.isatty())
+        for said in answer.warnings:
+            typer.echo(f"warning: {said}", err=True)
         if out is not None:
-            summary = _tabulation_summary(microdata, keys, agglvl, where, level if moe else None, len(table), out)
-            workbook = None
-            if published is not None:
-                extra, notes = _publication_summary(published, table, microdata, release, level if moe else None)
-                summary, workbook = summary | extra, (published.levels, notes)
-            _write_tabulation(table, out, table_format, summary, workbook)
-    _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
-
-
-def _quick_tabulation(microdata: Path, by: Optional[str], moe: bool, level: float, out: Optional[Path]) -> bool:
-    """Answer a further CSV request of a release from its kept index without pandas
-    (``gedp.release.quick``): the table written and its summary shown; False when it cannot be."""
-    from gedp.csvtable import write_columns
-    from gedp.release.quick import quick_tabulation
-
-    table = quick_tabulation(microdata, by or "total", moe=moe, level=level)
-    if table is None:
-        return False
-    if out is not None:
-        summary = _tabulation_summary(microdata, table.keys, None, None, level if moe else None, table.n_rows, out)
-        _write_atomically(out, lambda path: write_columns(table.columns, path))
-        _write_summary(out, summary)
-    else:
-        write_columns(table.columns, sys.stdout)
-    _show_written(table.n_rows, out, f"; margins of error at {level:.0%}" if moe else "")
-    return True
-
-
-def _tabulation_summary(microdata: Path, keys: Any, agglvl: Optional[int], where: Optional[str],
-                        moe_level: Optional[float], rows: int, out: Path) -> dict[str, Any]:
-    """The machine-readable summary written beside a tabulation (``out``.json)."""
-    return {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where, "moe_level": moe_level,
-            "rows": rows, "table": str(out)}
-
-
-def _tabulated(microdata: Path, data: pd.DataFrame, indexed: Any, by: Optional[str], agglvl: Optional[int],
-               table_format: str, titles: Optional[Path], gains_losses: Optional[str], jobs: bool,
-               options: dict[str, Any]) -> tuple[Any, pd.DataFrame, Any]:
-    """The keys, the table and (publication formats) the published levels of a tabulation request
-    that is not of a panel release; a ValueError of the tabulation becomes an InputError."""
-    import pandas
-
-    from gedp.postprocess.tabulate import group_keys, qcew_keys, qcew_level, tabulate
-
-    published = None
-    try:
-        if indexed:
-            keys, table = indexed
-        elif table_format in PUBLICATION_FORMATS:
-            from gedp.postprocess.publication import publish_levels
-
-            published = publish_levels(data, agglvl, table_format, titles, **options)
-            table = pandas.concat(published.levels.values(), ignore_index=True)
-            keys = qcew_keys(data, agglvl) if agglvl is not None else None
-        elif agglvl is not None:
-            keys = qcew_keys(data, agglvl)
-            table = qcew_level(data, agglvl, **options)
-        elif gains_losses is not None:
-            from gedp.postprocess.gains import panel_gains_losses
-
-            table = panel_gains_losses(data, gains_losses, by or "total")
-            keys = [c for c in table.columns if c in data.columns]
-            typer.echo("warning: gains and losses summed from protected microdata are biased upward by the "
-                       "noise (see the gains and losses page)", err=True)
-        elif jobs:
-            from gedp.api import tabulate_job_frame
-
-            table = tabulate_job_frame(microdata, data, by, where=options["where"], moe=options["moe"],
-                                       level=options["level"])
-            keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]
-        else:
-            keys = group_keys(data, by or "total")
-            table = tabulate(data, keys, **options)
-    except ValueError as err:
-        raise InputError(str(err)) from None
-    return keys, table, published
-
-
-def _tabulate_panel_release(microdata: Path, by: Optional[str], quarter: Optional[str], change: Optional[str],
-                            gains_losses: Optional[str], agglvl: Optional[int], table_format: str,
-                            titles: Optional[Path], where: Optional[str], moe: bool, level: float,
-                            out: Optional[Path]) -> None:
-    """Tabulate a panel release (a quarter, a change or gains and losses), write and show it."""
-    from gedp.panel import tabulate_panel
-
-    table = tabulate_panel(microdata, by, quarter=quarter, change=change, gains_losses=gains_losses, agglvl=agglvl,
-                           format=table_format if table_format in PUBLICATION_FORMATS else "table",
-                           titles=titles, where=where or None, moe=moe, level=level)
-    if out is not None:
-        _write_tabulation(table, out, table_format, {"source": str(microdata), "quarter": quarter, "change": change,
-                                                    "gains_losses": gains_losses, "rows": len(table)}, None)
-    _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
-
-
-def _has_worker_keys(by: Optional[str]) -> bool:
-    """Whether a tabulation's keys hold worker columns (of a job frame)."""
-    from gedp.postprocess.jobframe import worker_keys
-
-    return bool(worker_keys(by or ""))
-
-
-def _microdata_to_tabulate(microdata: Path, release: bool, ids: bool, panel: bool = False) -> pd.DataFrame:
-    """A release's protected microdata (``estab_id`` only with ``ids``), or a microdata file, validated
-    (a ``panel`` file: one row per establishment and quarter, read as stored)."""
-    from gedp.release.reader import read_protected
-    from gedp.synth.io import read_columns, read_microdata
-
-    if release:
-        return read_protected(microdata, without=() if ids else ("estab_id",))
-    return read_columns(microdata) if panel else read_microdata(microdata, attributes=None)
-
-
-def _names_only_columns(text: str) -> bool:
-    """Whether every name in a tabulation's --by and --where is a public column other than estab_id
-    (or total, and, or, not, in): then a release's ids need not be read (anything else, e.g. a
-    text literal or a name an error message lists the columns for, reads them all)."""
-    from gedp.synth.schema import CARRIED, PUBLIC
-
-    allowed = {*PUBLIC, *CARRIED, "total", "and", "or", "not", "in"} - {"estab_id"}
-    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) <= allowed
-
-
-def _publication_summary(published: PublishedLevels, table: pd.DataFrame, source: Path, release: bool,
-                         level: Optional[float]) -> tuple[dict, pd.DataFrame]:
-    """What a table ready to publish adds to its JSON (levels, titles' sources, untitled codes, the
-    notes) and its notes, whose privacy statement comes from the release's manifest."""
-    from gedp.postprocess.publication import publication_notes
-    from gedp.release.reader import read_manifest
-
-    titles = cast("Titles", published.titles)  # tables ready to publish always have titles
-    notes = publication_notes(read_manifest(source) if release else None, titles, str(source), level)
-    return ({"levels": list(published.levels), "titles": titles.sources,
-             "untitled_codes": titles.untitled(table["area_fips"], table["industry_code"]),
-             "notes": dict(zip(notes["topic"], notes["note"]))}, notes)
-
-
-def _write_tabulation(table: pd.DataFrame, out: Path, table_format: str, summary: dict,
-                      workbook: Optional[tuple[dict[int, pd.DataFrame], pd.DataFrame]] = None) -> None:
-    """The table at ``out`` as Parquet or CSV, or (xlsx) the ``workbook``'s levels and notes sheets;
-    ``summary`` as JSON beside it (``out``.json)."""
-    if table_format == "xlsx" and workbook is not None:
-        from gedp.postprocess.publication import write_workbook
-
-        _write_atomically(out, lambda path: write_workbook(*workbook, path))
-    else:
-        from gedp.csvtable import write_csv
-
-        _write_atomically(out, lambda path: table.to_parquet(path, index=False) if table_format == "parquet"
-                          else write_csv(table, path))
-    _write_summary(out, summary)
-
-
-def _write_summary(out: Path, summary: dict) -> None:
-    """A table's ``summary`` as JSON beside it (``out``.json)."""
-    _write_atomically(out.with_name(out.name + ".json"),
-                      lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+            answer.write()
+    _show_tabulation(answer, out, request.margins_note)
 
 
 def _show_written(n_rows: int, out: Optional[Path], margins: str) -> None:
@@ -948,18 +734,17 @@ def _show_written(n_rows: int, out: Optional[Path], margins: str) -> None:
         errors.print(f"{count(n_rows, 'row')} written as CSV to standard output{margins}")
 
 
-def _show_tabulation(table: pd.DataFrame, out: Optional[Path], margins: str) -> None:
+def _show_tabulation(answer: Tabulation, out: Optional[Path], margins: str) -> None:
     """Say where the table went; without --out, the whole table as CSV to a pipe, or its first rows
     to a terminal."""
     from gedp.synth.columns import count
 
     if out is not None or not sys.stdout.isatty():
         if out is None:
-            from gedp.csvtable import write_csv
-
-            write_csv(table, sys.stdout)
-        _show_written(len(table), out, margins)
+            answer.write_csv(sys.stdout)
+        _show_written(answer.n_rows, out, margins)
     else:
+        table = answer.frame()
         typer.echo(table.head(SHOWN_ROWS).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
         shown = (f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)"
                  if len(table) > SHOWN_ROWS else "")
@@ -982,11 +767,11 @@ def report_command(
     public published file, never confidential data.
     """
     with reported_errors():
-        _check_output_file(out)
+        check_output_file(out)
         with errors.status(f"reporting on {release}"):
             page = gedp.report(release, published=published)
-        _write_atomically(out, lambda path: path.write_text(page.html, encoding="utf-8"))
-        _write_atomically(out.with_name(out.name + ".json"),
+        write_atomically(out, lambda path: path.write_text(page.html, encoding="utf-8"))
+        write_atomically(out.with_name(out.name + ".json"),
                           lambda path: path.write_text(json.dumps(page.summary, indent=2) + "\n"))
     console.print(f"[bold]report[/] written to {out} ({len(page.html) / 1e6:.1f} MB, one self-contained file) and "
                   f"{out.name}.json")
@@ -1113,7 +898,7 @@ def evaluate(
                                               "utility.")] = DEFAULT_PROFILE,
     config: Annotated[Optional[str], typer.Option(help="e1, e5, coverage, accuracy, utility: config name or "
                                                        "YAML file (default employment, employment, baseline, "
-                                                       "baseline, recommended).")] = None,
+                                                       "recommended, recommended: the shipped plan).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
     counties: Annotated[int, typer.Option(help="e3: counties.")] = E3_DEFAULTS["counties"],
@@ -1180,9 +965,21 @@ def evaluate(
                 request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
             chosen.render(_computed(chosen, request, name), staging)
             summary = mark_confidentiality(staging, confidential=chosen.uses_data and data is not None)
+    plots = _report_plots(out)
+    inner = sorted({f"{folder}/" for folder in plots if folder})
+    where = f" in {', '.join(inner)}" if inner else ""
     console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
-                  f"{count(len(summary['figures']), 'plot')}) in {time.perf_counter() - start:.0f}s")
+                  f"{count(sum(plots.values()), 'plot')}{where}) in {time.perf_counter() - start:.0f}s")
     _say_if_confidential(summary)
+
+
+def _report_plots(out: Path) -> dict[str, int]:
+    """The plots of a report folder and of the reports inside it (a plan's accuracy beside baseline
+    writes each in its own folder), as their summaries list them: folder name ("" for ``out``) -> count."""
+    from gedp.release.format import SUMMARY_FILE
+
+    return {("" if path.parent == out else path.parent.name): len(json.loads(path.read_text()).get("figures", []))
+            for path in sorted(out.rglob(SUMMARY_FILE))}
 
 
 def _say_if_confidential(summary: dict) -> None:
@@ -1287,11 +1084,11 @@ def audit(
         if workers < 1:
             raise InputError(f"--workers ({workers}) must be >= 1")
         if out is not None:  # refused before the audit runs, not after
-            _check_output_file(out)
+            check_output_file(out)
         rows = _audit_release(release) if release is not None else _audit_pipeline(runs, config, broken, workers)
     if out is not None:
         with reported_errors():
-            _write_atomically(out, lambda path: path.write_text(json.dumps(rows, indent=2) + "\n"))
+            write_atomically(out, lambda path: path.write_text(json.dumps(rows, indent=2) + "\n"))
     failed = [row for row in rows if not row["passed"]]
     if failed and release is not None:
         errors.print(f"[red]release audit failed[/]: {'; '.join(row['name'] for row in failed)}")
@@ -1340,6 +1137,7 @@ def main() -> None:
     """Console entry point: usage errors (a bad option value, an unknown command), too, end in one
     line ``error: ...`` and exit status 2."""
     set_up_command_memory()
+    stop_on_sigterm()  # SIGTERM stops a command as Ctrl-C does (exit 143, nothing left)
     try:
         code = app(standalone_mode=False)
     except click_errors.NoArgsIsHelpError:
@@ -1350,7 +1148,7 @@ def main() -> None:
     except typer.Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    sys.exit(exit_status(code if isinstance(code, int) else 0))
 
 
 def command() -> None:
