@@ -926,8 +926,7 @@ def evaluate(
     implicates: Annotated[Optional[int], typer.Option(help="utility: implicates per release (default 10; 0: "
                                                            "none).")] = None,
 ) -> None:
-    """Run an evaluation experiment (e1-e6, coverage, accuracy, risk, utility) and write its report, summary and
-    plots."""
+    """Run an evaluation experiment (e1-e6, coverage, accuracy, risk, utility) and write its report and plots."""
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.evaluation.experiments import ExperimentRequest, experiment
