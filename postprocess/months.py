@@ -87,14 +87,14 @@ PATTERN_GROUP = ("state", "sector")
 #: The cells whose establishments share a month pattern of their own (public columns).
 PATTERN_CELL = ("state", "county", "naics")
 #: Prior variances of a cell's relative month deviations: the support of their scale mixture's NPMLE.
-DEVIATION_GRID = np.r_[0.0, np.geomspace(1e-6, 1.0, 37)]
+DEVIATION_GRID = np.r_[0.0, np.geomspace(1e-5, 1.0, 21)]
 #: Bounds of the cells' size bands (their mean month sum), each band's mixture fitted on its own.
 CELL_BANDS = (10.0, 100.0, 1000.0)
 #: A size band of fewer positive cells joins its neighbour.
 MIN_BAND_CELLS = 200
 #: EM steps of the mixture's weights, and the most cells they are fitted on (taken evenly).
-EM_STEPS = 200
-MAX_FIT_CELLS = 20_000
+EM_STEPS = 100
+MAX_FIT_CELLS = 5_000
 #: The smallest month pattern an establishment's answers are divided by.
 PATTERN_FLOOR = 0.01
 

@@ -14,8 +14,8 @@ from gedp.postprocess import months
 from gedp.postprocess.months import (
     MONTHS,
     blup,
-    deviation_variance,
     cell_patterns,
+    deviation_variance,
     month_contrasts,
     month_pattern,
     pattern_cells,
@@ -237,15 +237,20 @@ def test_posterior_shares_are_bayes_over_the_grid():
 
 
 def test_scale_mixture_recovers_a_share_that_moves():
-    """20,000 contrasts: 80% exactly 0, 20% N(0, 0.25^2), each observed with noise of variance
-    0.01: the NPMLE puts 20% (within 3 points; the binomial sd of the share is 0.3 points) on grid
-    variances of 0.01 or more, and its mixture variance is 0.2 x 0.0625 within 15%."""
+    """20,000 contrasts: 80% exactly 0, 20% N(0, 0.25^2), each observed with noise of variance 0.01.
+    The NPMLE's mixture has the true variance 0.2 x 0.0625 within 15% (measured +11%) and its heavy
+    tail: E s^4 / (E s^2)^2 = 5 for the truth, above 3 fitted (measured 5.3). Power: contrasts of
+    the same variance from one normal give a ratio under 2 (measured 1.5)."""
     rng = np.random.default_rng(3)
     moving = rng.random(20_000) < 0.2
     z = np.where(moving, rng.normal(0, 0.25, 20_000), 0.0) + rng.normal(0, 0.1, 20_000)
+    grid = months.DEVIATION_GRID
     weights = months._scale_mixture(z[:, None], np.full(20_000, 0.01), 1)
-    assert weights[months.DEVIATION_GRID >= 0.01].sum() == pytest.approx(0.2, abs=0.03)
-    assert weights @ months.DEVIATION_GRID == pytest.approx(0.2 * 0.0625, rel=0.15)
+    assert weights @ grid == pytest.approx(0.2 * 0.0625, rel=0.15)
+    assert (weights @ grid**2) / (weights @ grid) ** 2 > 3
+    normal = rng.normal(0, np.sqrt(0.2 * 0.0625), 20_000) + rng.normal(0, 0.1, 20_000)
+    weights = months._scale_mixture(normal[:, None], np.full(20_000, 0.01), 1)
+    assert (weights @ grid**2) / (weights @ grid) ** 2 < 2
 
 
 def test_cell_patterns_keep_what_moves_and_state_their_error():
