@@ -51,7 +51,8 @@ def releases(truth, tmp_path_factory) -> dict[str, Path]:
 def panel(tmp_path_factory) -> Path:
     first = generate_profile(load_profile("small"), n_establishments=1_500, rng=np.random.default_rng(22))
     quarters = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(22))
-    return gedp.protect(quarters, seed=5, not_for_publication=True).write(tmp_path_factory.mktemp("panel") / "r")
+    release = gedp.protect(quarters, seed=5, not_for_publication=True, allow_over_cap=True)
+    return release.write(tmp_path_factory.mktemp("panel") / "r")
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +184,7 @@ def test_a_panel_with_its_quarters_swapped_fails(panel, tmp_path):
 def test_a_panel_quarter_with_true_values_fails(tmp_path):
     first = generate_profile(load_profile("small"), n_establishments=1_500, rng=np.random.default_rng(23))
     quarters = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(23))
-    folder = gedp.protect(quarters, seed=6, not_for_publication=True).write(tmp_path / "panel")
+    folder = gedp.protect(quarters, seed=6, not_for_publication=True, allow_over_cap=True).write(tmp_path / "panel")
     part = folder / "protected.parquet" / "part-2016Q2-44.parquet"
     known = quarters[quarters["qtr"] == 2].set_index("estab_id")
     rewrite(part, lambda f: f.assign(**{a: known.loc[f["estab_id"], a].to_numpy() for a in ATTRIBUTES}))

@@ -30,7 +30,7 @@ def three_releases(tmp_path_factory) -> dict[str, Path]:
     panel = synthesize_panel(state, quarter_range("2016Q1:2016Q3"), rng=np.random.default_rng(31))
     return {"a": gedp.protect(state, seed=1, not_for_publication=True).write(root / "a"),
             "b": gedp.protect(state, seed=2, not_for_publication=True).write(root / "b"),
-            "p": gedp.protect(panel, seed=3, not_for_publication=True).write(root / "p")}
+            "p": gedp.protect(panel, seed=3, not_for_publication=True, allow_over_cap=True).write(root / "p")}
 
 
 def requests(releases: dict[str, Path]) -> list[list[str]]:

@@ -33,7 +33,7 @@ def panel_release(tmp_path_factory) -> Path:
     first = generate_profile(load_profile("small"), n_establishments=400, rng=np.random.default_rng(3))
     panel = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(3))
     folder = tmp_path_factory.mktemp("panel") / "release"
-    gedp.protect(panel, seed=4, not_for_publication=True).write(folder)
+    gedp.protect(panel, seed=4, not_for_publication=True, allow_over_cap=True).write(folder)
     return folder
 
 
