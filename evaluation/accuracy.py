@@ -21,6 +21,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from gedp.evaluation.moving_cells import (
+    CELL_MIN_EMPLOYMENT,
+    INDUSTRY_CHANGE,
+    INDUSTRY_MIN_EMPLOYMENT,
+    MONTHS,
+    moving_summary,
+)
 from gedp.evaluation.replicate import child_streams
 from gedp.evaluation.report import Report
 from gedp.measure.queries import group_establishments
@@ -214,6 +221,7 @@ def summarize(result: AccuracyResult) -> dict:
                               "min": float(np.min(z)), "max": float(np.max(z))} for a, z in result.state_z.items()},
         "state_sd_source": result.state_sd_source,
         "employers_paid_zero_share": float(np.nanmean(result.employer_zero_share)),
+        **({"moving": moving_summary(result)} if set(MONTHS) <= set(attributes) else {}),
     }
 
 
@@ -306,6 +314,8 @@ def render_accuracy(result: AccuracyResult, out: Path) -> dict:
             rows.append(row)
         report.section(f"{attribute} by QCEW level")
         report.table(header, rows)
+    if "moving" in figures:
+        _moving_section(report, figures["moving"])
     report.section("Coverage of the 95% margins by cell size (all levels pooled)")
     per_band = figures["coverage_95_by_band_all_levels"]
     report.table(["attribute", "true cell value", "coverage"],
@@ -315,6 +325,22 @@ def render_accuracy(result: AccuracyResult, out: Path) -> dict:
                "seed": result.seed, "seconds": result.seconds, **figures}
     report.write(summary)
     return summary
+
+
+def _moving_section(report: Report, moving: dict) -> None:
+    """Coverage and error of the cells whose employment moves within the quarter."""
+    report.section(
+        "Cells that move within the quarter",
+        f"Moving cells: county x NAICS-6 cells whose month-3 employment is outside [2/3, 1.5] times month 1's, "
+        f"with {CELL_MIN_EMPLOYMENT}+ employees; moving industries: statewide NAICS-3 to NAICS-6 cells of "
+        f"{INDUSTRY_MIN_EMPLOYMENT:,}+ employees changing by more than {INDUSTRY_CHANGE:.0%} from month 1 to 3.")
+    rows = []
+    for key, label in (("moving_cells", "moving cells"), ("other_cells_10plus", "other cells of 10+ employees"),
+                       ("moving_industries", "moving industries")):
+        entry = moving[key]
+        rows.append([label, entry["cells"], *(_pct(entry[m]["coverage_95"]) if m in entry else "n/a" for m in MONTHS),
+                     *(_pct(entry[m].get("median_relative_error")) if m in entry else "n/a" for m in MONTHS)])
+    report.table(["cells", "count", *(f"{m} coverage" for m in MONTHS), *(f"{m} median error" for m in MONTHS)], rows)
 
 
 def _pct(value: float | None) -> str:

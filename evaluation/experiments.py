@@ -34,6 +34,7 @@ class ExperimentRequest:
     disclosure codes). ``jobs`` is the job table of ``truth`` (e6; None: synthetic jobs drawn with ``seed``);
     ``gedp_replications`` the gedp job-frame releases per eps of e6 (None: ``e6_gedp_replications``).
     ``release`` is a release of part of ``truth`` (risk; None: a random half is protected).
+    ``implicates`` is the number of implicates per release of utility (None: its default).
     """
 
     truth: pd.DataFrame | None = None
@@ -48,6 +49,7 @@ class ExperimentRequest:
     jobs: pd.DataFrame | None = None
     gedp_replications: int | None = None
     release: Path | None = None
+    implicates: int | None = None
     on_step: Callable[[str], None] | None = field(default=None, compare=False)
 
 
@@ -223,6 +225,17 @@ def _risk(request: ExperimentRequest):
                         release_label=f"the release {request.release.name}")
 
 
+def _utility(request: ExperimentRequest):
+    """The statistics of microdata users on the truth, point releases and their implicates."""
+    from gedp.config import load_config
+    from gedp.evaluation.utility import DEFAULT_IMPLICATES, compute_utility
+
+    return compute_utility(_truth(request), load_config(request.config or "recommended"),
+                           replications=request.replications or 5, seed=request.seed,
+                           data_label=request.data_label, on_step=request.on_step,
+                           implicates=DEFAULT_IMPLICATES if request.implicates is None else request.implicates)
+
+
 def _beside_baseline(request: ExperimentRequest) -> bool:
     return request.config is not None and request.config != "baseline"
 
@@ -250,6 +263,10 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("accuracy", "errors, zeros, state totals and margin coverage per QCEW level, on the cells BLS "
                "published (plan: recommended, or --config beside baseline; 20 replications)", True, _accuracy,
                "gedp.evaluation.plan_comparison:render", steps=_accuracy_steps),
+    Experiment("utility", "analytic validity for microdata users: size classes, average weekly wage, job flows, "
+               "growth rates, concentration and the size-wage slope on the truth, point releases and implicates "
+               "(plan: recommended; 5 releases, 10 implicates each)", True, _utility,
+               "gedp.evaluation.utility:render_utility", steps=lambda request: request.replications or 5),
     Experiment("risk", "disclosure risk of a release (--release, or a random half protected with --config, default "
                "recommended): singling out, linkability, size-class and wage-decile inference, beside noise "
                "infusion and rounding", True, _risk, "gedp.evaluation.risk_report:render_risk"),

@@ -888,6 +888,21 @@ def _experiment_data(data: Optional[Path], from_qcew: Optional[Path], profile: s
             None)
 
 
+def _structured(truth: pd.DataFrame, label: str, names: list[str], seed: int) -> tuple[pd.DataFrame, str]:
+    """The experiment's microdata rewritten under the named structures (``gedp.synth.structures``)."""
+    import numpy as np
+
+    from gedp.synth.structures import apply_structures
+
+    if not names:
+        return truth, label
+    try:
+        return (apply_structures(truth, names, np.random.default_rng(seed)),
+                f"{label}, rewritten under {' + '.join(names)} (seed {seed})")
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
 def _experiment_jobs(name: str, jobs: Path, data: Optional[Path], truth: Optional[pd.DataFrame]) -> pd.DataFrame:
     """The validated job table of --data for e6."""
     from gedp.synth.io import read_jobs
@@ -922,19 +937,21 @@ def evaluate(
     name: Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias), e4 (analytic), e5 (earlier "
                                              "mechanisms, noise infusion, cell suppression), e6 (employer-employee "
                                              "workloads on a job frame), accuracy (QCEW), coverage (margins of "
-                                             "error), risk (disclosure risk of a release).")],
+                                             "error), risk (disclosure risk of a release), utility (for "
+                                             "microdata users).")],
     out: Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")],
     replications: Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, e6: 20, "
-                                                             "coverage: 40, accuracy: 20 by default).")] = None,
-    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, e6, coverage, accuracy) instead "
-                                                      "of a profile.")] = None,
+                                                             "coverage: 40, accuracy: 20, utility: 5 by "
+                                                             "default).")] = None,
+    data: Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, e6, coverage, accuracy, utility) "
+                                                      "instead of a profile.")] = None,
     from_qcew: Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized from "
                                                            "it.")] = None,
-    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5, e6, coverage and "
-                                              "accuracy.")] = DEFAULT_PROFILE,
-    config: Annotated[Optional[str], typer.Option(help="e1, e5, coverage, accuracy: config name or YAML "
-                                                       "file (default employment, employment, baseline, "
-                                                       "recommended, the shipped plan).")] = None,
+    profile: Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5, e6, coverage, accuracy and "
+                                              "utility.")] = DEFAULT_PROFILE,
+    config: Annotated[Optional[str], typer.Option(help="e1, e5, coverage, accuracy, utility: config name or "
+                                                       "YAML file (default employment, employment, baseline, "
+                                                       "recommended, recommended: the shipped plan).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
     counties: Annotated[int, typer.Option(help="e3: counties.")] = E3_DEFAULTS["counties"],
@@ -956,8 +973,13 @@ def evaluate(
     release: Annotated[Optional[Path], typer.Option(help="risk: a release of part of --data (the rest is the "
                                                          "control); default: a random half protected with "
                                                          "--config.")] = None,
+    structure: Annotated[Optional[list[str]], typer.Option(help="Rewrite the state's establishments under a "
+                                                                "structure of gedp.synth.structures first "
+                                                                "(repeatable; e.g. moving-cells).")] = None,
+    implicates: Annotated[Optional[int], typer.Option(help="utility: implicates per release (default 10; 0: "
+                                                           "none).")] = None,
 ) -> None:
-    """Run an evaluation experiment (e1-e6, coverage, accuracy, risk) and write its report, summary and plots."""
+    """Run an evaluation experiment (e1-e6, coverage, accuracy, risk, utility) and write its report and plots."""
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup
     from gedp.evaluation.experiments import ExperimentRequest, experiment
@@ -981,11 +1003,16 @@ def evaluate(
             raise InputError(str(err)) from None
         if release is not None and name != "risk":
             raise InputError("--release goes with risk")
-        request = dataclasses.replace(request, release=release)
+        if implicates is not None and (name != "utility" or implicates < 0):
+            raise InputError(f"--implicates ({implicates}) goes with utility and must be >= 0")
+        request = dataclasses.replace(request, release=release, implicates=implicates)
         with staged_directory(out, marker=SUMMARY_FILE) as staging:
             if chosen.uses_data:
                 truth, label, published = _experiment_data(data, from_qcew, profile, seed)
+                truth, label = _structured(truth, label, structure or [], seed)
                 request = dataclasses.replace(request, truth=truth, data_label=label, published=published)
+            elif structure:
+                raise InputError(f"--structure goes with an experiment on data, not {name}")
             if jobs is not None:
                 request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
             chosen.render(_computed(chosen, request, name), staging)

@@ -35,19 +35,29 @@ Rhode Island). Each smoothed answer therefore also carries how its MSE moves wit
 (``variance_slope``: d MSE / d level through the noise variances), from which the margins of error
 take the half-width of the score interval (``postprocess.moe``).
 
-Shrinking toward the sector's pattern g_t errs alike for every establishment of a county x NAICS-6
-cell (PATTERN_CELL) whose months move otherwise (an industry hiring in March): by about
--(1 - k_t) L^ (pi_t - g_t) each, pi the cell's own pattern. Independent per establishment in the
-MSE above, these errors add up in a cell's total (95% margins covered 92% of New Jersey's month-3
-cells of 1,000 employees or more; 95% with the true cell patterns). The cells' patterns are too
-noisy to smooth toward, so their error is stated instead: ``pattern_spread`` fits the relative sd
-of pi_t - g_t by moments over cells in size bands, and each smoothed answer carries its loading
-a_t = (1 - k_t) L^ g_t x that sd (``NoisyAnswer.pattern_loading``); the margins of error add the
-covariances a_i a_j of the answers of one cell (``postprocess.moe``). The loadings need the public
-cells (``month_answers`` with the public microdata); the estimates do not.
+Shrinking toward the sector's pattern g_t alone errs alike for every establishment of a county x
+NAICS-6 cell (PATTERN_CELL) whose months move otherwise (a seasonal industry, a plant that hires
+or lays off): by about -(1 - k_t) L^ (pi_t - g_t) each, pi the cell's own pattern, which added up
+to a biased cell total (cells moving by a third or more from month 1 to 3 were covered by their 95%
+margins 77-81% of the time, statewide industries moving by 10%+ 47-76%). So each cell's own
+pattern is estimated by empirical Bayes (``cell_patterns``) and the months are shrunk toward
+g_t (1 + delta^_t): the cell's month sums on the g scale give two contrasts (trend, curvature),
+each the cell's true contrast plus noise of known variance; the true contrasts of the cells of a
+size band follow a scale mixture of normals whose mixing weights are a nonparametric maximum
+likelihood estimate on a grid of variances (an NPMLE by EM: Jiang and Zhang 2009; Koenker and
+Mizera 2014), and a cell keeps
+the posterior share of its contrasts: a cell whose answers clearly move keeps its movement, a noisy
+one is pulled toward its sector. What remains uncertain about the cell's pattern is an error its
+establishments share: its sd, the posterior sd plus an unbiased estimate of the cell's squared
+shrinkage bias (so a cell that does move is not stated as sure as its neighbours that do not),
+loads each smoothed answer by a_t = (1 - k_t) L^ g_t (1 + delta^_t) sd_t
+(``NoisyAnswer.pattern_loading``), and the margins of error add the covariances a_i a_j of the
+answers of one cell (``postprocess.moe``). tau^2 is fitted on the g scale (before the cell
+patterns, which would take the answers' own noise with them in cells of one establishment). The
+estimates and the loadings need the public cells (``month_answers`` with the public microdata).
 
 Why this is postprocessing (no privacy cost): its inputs are released identity answers and their
-public noise scales (and, for the loadings, public columns); every constant is fixed here. The
+public noise scales and public columns (the sectors and cells); every constant is fixed here. The
 module also holds the ``pooled`` mode (``pool_month_variances``: each month weighted at the other
 months' answers) and ``month_answers``, which turns a release's answers by its variance mode before
 the least squares and the margins.
@@ -76,6 +86,17 @@ MONTH_MODES = ("smoothed", "pooled")
 PATTERN_GROUP = ("state", "sector")
 #: The cells whose establishments share a month pattern of their own (public columns).
 PATTERN_CELL = ("state", "county", "naics")
+#: Prior variances of a cell's relative month deviations: the support of their scale mixture's NPMLE.
+DEVIATION_GRID = np.r_[0.0, np.geomspace(1e-5, 1.0, 21)]
+#: Bounds of the cells' size bands (their mean month sum), each band's mixture fitted on its own.
+CELL_BANDS = (10.0, 100.0, 1000.0)
+#: A size band of fewer positive cells joins its neighbour.
+MIN_BAND_CELLS = 200
+#: EM steps of the mixture's weights, and the most cells they are fitted on (taken evenly).
+EM_STEPS = 100
+MAX_FIT_CELLS = 5_000
+#: The smallest month pattern an establishment's answers are divided by.
+PATTERN_FLOOR = 0.01
 
 T = TypeVar("T")
 
@@ -248,23 +269,98 @@ def month_identity_answers(answers_by_attribute: Mapping[str, Sequence[NoisyAnsw
     return identity
 
 
-def pattern_spread(y: np.ndarray, noise_variance: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """Per establishment and month: the relative sd of its cell's month pattern around the common one,
-    by moments (module docstring). ``y``: answers on the common pattern's scale (establishments x
-    months), ``noise_variance`` theirs, ``cells`` each establishment's cell. Each cell's month sums
-    less their mean over the months, squared, less their noise variance, over (level+ + 1)^2, fitted as
-    c (level+ + 1)^p over cells in bands of their level (a month's deviation is uncorrelated with
-    the mean of equally noisy months, so the bands do not select on its noise)."""
+def cell_patterns(y: np.ndarray, noise_variance: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per establishment and month: its cell's own relative month deviation from the pattern of ``y``
+    (empirical Bayes, module docstring) and the sd of its error. ``y``: answers on the group
+    pattern's scale (establishments x months), ``noise_variance`` theirs, ``cells`` each
+    establishment's cell. A cell's month sums S over their mean give its orthonormal polynomial
+    contrasts z_k = q_k' S / level (``month_contrasts``: for three months the trend and the
+    curvature), each with noise variance n = mean_t (noise of S_t) / level^2; each contrast's true
+    values follow a scale mixture of normals whose weights are an NPMLE on DEVIATION_GRID fitted
+    per size band of cells (``cell_bands``). The posterior keeps the share B_k of z_k (B_k the
+    posterior mean of s^2 / (s^2 + n)); the error's variance in month t is
+    sum_k q_kt^2 (B_k n + (E B_k^2 - B_k^2) z_k^2 + (1 - B_k)^2 max(z_k^2 - n, 0)): the posterior
+    variance plus an unbiased estimate of the squared shrinkage bias of this cell, so a cell that
+    moves otherwise than its neighbours states what the shrinkage may have cost it. Cells without a
+    positive level keep nothing, with their band's prior variance."""
     sums, noise = _month_sums(cells, y), _month_sums(cells, noise_variance)
-    months = y.shape[1]
+    contrasts = month_contrasts(y.shape[1])
     level = sums.mean(axis=1)
-    centering = np.eye(months) - 1.0 / months
-    deviation2, deviation_noise = (sums @ centering) ** 2, noise @ centering**2
-    scale2 = _scale(level)[:, None] ** 2
-    spread = np.column_stack([
-        _power_law(level, level, (deviation2[:, t] - deviation_noise[:, t]) / scale2[:, 0],
-                   (deviation2[:, t] / scale2[:, 0]) ** 2)(level) for t in range(months)])
-    return _rows_of(np.sqrt(np.maximum(spread, 0.0)), cells)
+    positive = level > 0
+    scale = np.where(positive, level, 1.0)
+    z = (sums / scale[:, None]) @ contrasts
+    z[~positive] = 0.0
+    n = noise.mean(axis=1) / scale**2
+    kept, variance = np.zeros_like(z), np.zeros_like(z)
+    for band in cell_bands(level, positive):
+        fitted = band & positive
+        for k in range(z.shape[1]):
+            zk, nk = z[fitted, k], n[fitted]
+            weights = _scale_mixture(zk[:, None], nk, 1)
+            share, share2 = _posterior_shares(zk[:, None], nk, 1, weights)
+            kept[fitted, k] = share * zk
+            variance[fitted, k] = (share * nk + (share2 - share**2) * zk**2
+                                   + (1.0 - share) ** 2 * np.maximum(zk**2 - nk, 0.0))
+            variance[band & ~positive, k] = weights @ DEVIATION_GRID
+    deviation, error = kept @ contrasts.T, variance @ (contrasts**2).T
+    return _rows_of(deviation, cells), _rows_of(np.sqrt(np.maximum(error, 0.0)), cells)
+
+
+def month_contrasts(months: int) -> np.ndarray:
+    """Orthonormal polynomial contrasts of ``months`` months (months x months - 1): columns orthogonal
+    to the constant and to each other, of degree 1, 2, ... (for three months the trend
+    (-1, 0, 1) / sqrt 2 and the curvature (1, -2, 1) / sqrt 6, up to sign)."""
+    basis, _ = np.linalg.qr(np.vander(np.arange(months, dtype=float), months, increasing=True))
+    return basis[:, 1:]
+
+
+def cell_bands(level: np.ndarray, positive: np.ndarray) -> list[np.ndarray]:
+    """Masks of cells by size band (CELL_BANDS of their level; those without a positive level go
+    with the smallest), a band of fewer than MIN_BAND_CELLS positive cells merged into the band
+    below it (the smallest into the one above); none without a positive cell."""
+    band = np.searchsorted(np.asarray(CELL_BANDS, dtype=float), np.where(positive, level, 0.0), side="right")
+    counts = np.bincount(band[positive], minlength=len(CELL_BANDS) + 1)
+    merged = np.arange(len(counts))
+    for b in range(len(counts) - 1, 0, -1):  # small bands join the one below
+        if counts[b] < MIN_BAND_CELLS:
+            merged[merged == b] = merged[b - 1]
+            counts[b - 1] += counts[b]
+            counts[b] = 0
+    if counts[0] < MIN_BAND_CELLS and len(np.unique(merged)) > 1:
+        merged[merged == 0] = np.unique(merged)[1]
+    return [merged[band] == b for b in np.unique(merged) if positive[merged[band] == b].any()]
+
+
+def _scale_mixture(deviation: np.ndarray, noise: np.ndarray, dimensions: int) -> np.ndarray:
+    """The NPMLE weights on DEVIATION_GRID of a scale mixture of N(0, s^2 I) observed with noise
+    N(0, n I) in ``dimensions`` directions (EM, EM_STEPS steps, at most MAX_FIT_CELLS cells taken
+    evenly)."""
+    step = max(1, len(noise) // MAX_FIT_CELLS)
+    likelihood = _likelihoods(deviation[::step], noise[::step], dimensions)
+    weights = np.full(len(DEVIATION_GRID), 1.0 / len(DEVIATION_GRID))
+    for _ in range(EM_STEPS):
+        posterior = likelihood * weights
+        posterior /= posterior.sum(axis=1, keepdims=True)
+        weights = posterior.mean(axis=0)
+    return weights
+
+
+def _likelihoods(deviation: np.ndarray, noise: np.ndarray, dimensions: int) -> np.ndarray:
+    """Each cell's likelihood under each grid variance (cells x grid), up to a factor per cell: the
+    centred deviations' sum of squares is the contrasts' (orthonormal) squared norm."""
+    total = DEVIATION_GRID[None, :] + noise[:, None]
+    log = -0.5 * dimensions * np.log(total) - 0.5 * np.square(deviation).sum(axis=1)[:, None] / total
+    return np.exp(log - log.max(axis=1, keepdims=True))
+
+
+def _posterior_shares(deviation: np.ndarray, noise: np.ndarray, dimensions: int,
+                      weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell: the posterior means of B = s^2 / (s^2 + n) and of B^2 under the mixture ``weights``."""
+    posterior = _likelihoods(deviation, noise, dimensions) * weights
+    posterior /= posterior.sum(axis=1, keepdims=True)
+    total = DEVIATION_GRID[None, :] + noise[:, None]
+    share = np.divide(DEVIATION_GRID[None, :], total, out=np.ones_like(total), where=total > 0)
+    return (posterior * share).sum(axis=1), (posterior * share**2).sum(axis=1)
 
 
 def month_pattern(y: np.ndarray, noise_variance: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
@@ -333,13 +429,16 @@ def _in_order(public: pd.DataFrame, estab_ids: pd.Series | None) -> pd.DataFrame
 
 
 def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi: NeighborFunction,
-                  cells: np.ndarray | None = None, groups: np.ndarray | None = None) -> dict[str, list[NoisyAnswer]]:
+                  cells: np.ndarray | None = None, groups: np.ndarray | None = None, *,
+                  loadings: bool = True) -> dict[str, list[NoisyAnswer]]:
     """The answers with the months' identity answers smoothed across the months (module docstring):
     estimates m^_t, variances their mean squared errors; with ``groups`` (each identity answer's
     PATTERN_GROUP) shrunk toward their group's month pattern, else toward the common one; with
-    ``cells`` (each identity answer's PATTERN_CELL, ``pattern_cells``) also the sd of the error
-    shared within each cell (``NoisyAnswer.pattern_loading``). Fewer than three months with identity
-    answers, other attributes and other queries are returned as they are."""
+    ``cells`` (each identity answer's PATTERN_CELL, ``pattern_cells``) toward that pattern moved by
+    their cell's own movement as far as its answers show it (``cell_patterns``) and, with
+    ``loadings``, with the sd of the error shared within each cell (``NoisyAnswer.pattern_loading``).
+    Fewer than three months with identity answers, other attributes and other queries are returned
+    as they are."""
     identity = month_identity_answers(answers_by_attribute)
     out = {attribute: list(answers) for attribute, answers in answers_by_attribute.items()}
     if len(identity) < 3:
@@ -360,9 +459,16 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
         return (variance(level * _rows(pattern, rows)[..., months], _rows(sd, rows)[:, months])
                 / _rows(pattern2, rows)[..., months])
 
+    # tau^2 on the group pattern's scale: a cell pattern taken from the answers would take their noise with it
     tau2 = deviation_variance(scaled, lambda x, months, rows: noise(psi.estimate_variance, x, months, rows))[:, None]
+    cell_sd = None
+    if cells is not None:  # each cell's own movement, as far as its answers show it (empirical Bayes)
+        at = np.maximum(row_means(scaled), 0.0)[:, None]
+        own, cell_sd = cell_patterns(scaled, noise(psi.estimate_variance, at, slice(None), slice(None)), cells)
+        pattern = pattern * np.maximum(1.0 + own, PATTERN_FLOOR)
+        scaled, pattern2 = y / pattern, pattern**2
     smoothed, mse, slope = (np.empty(y.shape, order="F") for _ in range(3))
-    shrunk, noise_at = (np.empty(y.shape, order="F") for _ in range(2)) if cells is not None else (None, None)
+    shrunk = np.empty(y.shape, order="F") if cell_sd is not None and loadings else None
 
     def smooth(rows: slice) -> None:
         """m^_t, its mse and the mse's slope of the establishments ``rows`` (so blocks of
@@ -377,17 +483,16 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
         slope_rows -= mse_rows
         slope_rows /= step
         slope_rows *= _rows(pattern, rows)
-        if shrunk is not None and noise_at is not None:  # (1 - k_t) L^: what a cell's pattern moves m^_t by
+        if shrunk is not None:  # (1 - k_t) L^: what a cell's pattern moves m^_t by
             shrunk[rows] = np.maximum(smoothed_rows - deviation / (deviation + v) * block, 0.0)
-            noise_at[rows] = noise(psi.estimate_variance, at, slice(None), rows)
         smoothed_rows *= _rows(pattern, rows)
         mse_rows *= _rows(pattern2, rows)
         smoothed[rows], mse[rows], slope[rows] = smoothed_rows, mse_rows, slope_rows
 
     on_threads([functools.partial(smooth, rows) for rows in row_blocks(len(y))])
     loading = None
-    if cells is not None:  # per unit of relative pattern, times the cell patterns' spread
-        loading = shrunk * pattern * pattern_spread(scaled, noise_at, cells)
+    if shrunk is not None and cell_sd is not None:  # per unit of relative pattern, times its posterior sd
+        loading = shrunk * pattern * cell_sd
     for t, (month, answer) in enumerate(identity.items()):
         replaced = dataclasses.replace(answer, estimate=smoothed[:, t], variance=mse[:, t],
                                        variance_slope=slope[:, t],
@@ -445,5 +550,5 @@ def month_answers(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]]
     if public is None or keys is None:
         return smooth_months(measurements_by_attribute, psi)
     public = _in_order(public, keys["estab_id"])  # once, for both groupings
-    cells = pattern_cells(public) if loadings else None
-    return smooth_months(measurements_by_attribute, psi, cells, pattern_cells(public, columns=PATTERN_GROUP))
+    return smooth_months(measurements_by_attribute, psi, pattern_cells(public),
+                         pattern_cells(public, columns=PATTERN_GROUP), loadings=loadings)

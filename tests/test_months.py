@@ -14,10 +14,11 @@ from gedp.postprocess import months
 from gedp.postprocess.months import (
     MONTHS,
     blup,
+    cell_patterns,
     deviation_variance,
+    month_contrasts,
     month_pattern,
     pattern_cells,
-    pattern_spread,
     smooth_months,
 )
 from gedp.synth.profiles import generate_profile, load_profile
@@ -208,27 +209,81 @@ def test_one_size_only_gives_one_deviation_variance():
     np.testing.assert_allclose(tau2, np.mean(moments), rtol=1e-12)
 
 
-def test_pattern_spread_recovers_the_cells_patterns_by_moments():
-    """6,000 cells of 1-30 establishments whose months move together by a cell pattern of relative sd
-    0.04 per month (centred over the months: sd 0.04 sqrt(2/3) about the cell's mean month), plus
-    noise of variance 2x + 1: the moments give that sd within 15% in cells of 100-2,000 employees.
-    Power: without cell patterns the stated spread there is under half of it (not 0: bands whose
-    excess comes out negative are left out of the fit, so pure noise states a small spread, about a
-    third of the real one here; margins err wide)."""
+def test_month_contrasts_are_orthonormal_polynomials():
+    for months_count in (2, 3, 5):
+        contrasts = month_contrasts(months_count)
+        assert contrasts.shape == (months_count, months_count - 1)
+        np.testing.assert_allclose(contrasts.T @ contrasts, np.eye(months_count - 1), atol=1e-12)
+        np.testing.assert_allclose(contrasts.sum(axis=0), 0.0, atol=1e-12)
+    three = month_contrasts(3)
+    np.testing.assert_allclose(np.abs(three[:, 0]), np.abs([-1, 0, 1]) / np.sqrt(2), atol=1e-12)
+    np.testing.assert_allclose(np.abs(three[:, 1]), np.abs([1, -2, 1]) / np.sqrt(6), atol=1e-12)
+
+
+def test_posterior_shares_are_bayes_over_the_grid():
+    """The posterior means of B = s^2 / (s^2 + n) and B^2, written out cell by cell from Bayes' rule over
+    the grid's variances (normal likelihood of the contrast z given s^2 + n)."""
+    rng = np.random.default_rng(2)
+    z, n = rng.normal(0, 0.2, 30), rng.uniform(0.001, 0.05, 30)
+    weights = rng.dirichlet(np.ones(len(months.DEVIATION_GRID)))
+    share, share2 = months._posterior_shares(z[:, None], n, 1, weights)
+    for j in range(len(z)):
+        total = months.DEVIATION_GRID + n[j]
+        posterior = weights * np.exp(-z[j] ** 2 / (2 * total)) / np.sqrt(2 * np.pi * total)
+        posterior /= posterior.sum()
+        b = months.DEVIATION_GRID / total
+        assert share[j] == pytest.approx(posterior @ b, rel=1e-10)
+        assert share2[j] == pytest.approx(posterior @ b**2, rel=1e-10)
+
+
+def test_scale_mixture_recovers_a_share_that_moves():
+    """20,000 contrasts: 80% exactly 0, 20% N(0, 0.25^2), each observed with noise of variance 0.01.
+    The NPMLE's mixture has the true variance 0.2 x 0.0625 within 15% (measured +11%) and its heavy
+    tail: E s^4 / (E s^2)^2 = 5 for the truth, above 3 fitted (measured 5.3). Power: contrasts of
+    the same variance from one normal give a ratio under 2 (measured 1.5)."""
+    rng = np.random.default_rng(3)
+    moving = rng.random(20_000) < 0.2
+    z = np.where(moving, rng.normal(0, 0.25, 20_000), 0.0) + rng.normal(0, 0.1, 20_000)
+    grid = months.DEVIATION_GRID
+    weights = months._scale_mixture(z[:, None], np.full(20_000, 0.01), 1)
+    assert weights @ grid == pytest.approx(0.2 * 0.0625, rel=0.15)
+    assert (weights @ grid**2) / (weights @ grid) ** 2 > 3
+    normal = rng.normal(0, np.sqrt(0.2 * 0.0625), 20_000) + rng.normal(0, 0.1, 20_000)
+    weights = months._scale_mixture(normal[:, None], np.full(20_000, 0.01), 1)
+    assert (weights @ grid**2) / (weights @ grid) ** 2 < 2
+
+
+def test_cell_patterns_keep_what_moves_and_state_their_error():
+    """6,000 cells of 1-30 establishments: a fifth move by +-30-60% from month 1 to 3 (month 2 half way),
+    every cell's months also scatter by a relative sd of 0.03; answers with noise of variance 2x + 1.
+    Among cells of 100+ employees, the moving cells keep most of their movement (median error of the
+    kept trend under 25%; measured 20%) and the others next to none (median |kept month-3 deviation|
+    under 1.5%, against 3% of scatter); the errors of the kept deviations are covered by 1.96 stated
+    sds 93-99% of the time over cells of 10+ employees (measured 96%), and 90% or more for the
+    moving cells of 100+ (measured 93%; the stated sd holds each cell's estimated shrinkage bias).
+    Power: with 0.7 times the stated sd the moving cells' coverage falls below 85%."""
     rng = np.random.default_rng(21)
     cells = np.repeat(np.arange(6000), rng.integers(1, 31, 6000))
     level = rng.lognormal(2.5, 1.0, len(cells))[:, None]
-    cell_size = np.bincount(cells, level[:, 0])[cells]
-    for sd, check in ((0.04, lambda got: np.allclose(got, 0.04 * np.sqrt(2 / 3), rtol=0.15)),
-                      (0.0, lambda got: np.all(got < 0.02 * np.sqrt(2 / 3)))):
-        pattern = rng.normal(0, sd, (6000, 3))
-        pattern -= pattern.mean(axis=1, keepdims=True)
-        months = level * (1 + pattern[cells])
-        y = months + rng.normal(0, np.sqrt(2 * months + 1))
-        noise = 2 * np.repeat(np.maximum(y.mean(axis=1), 0)[:, None], 3, axis=1) + 1
-        got = pattern_spread(y, noise, cells)
-        middle = (cell_size >= 100) & (cell_size < 2000)
-        assert check(np.median(got[middle], axis=0)), (sd, np.median(got[middle], axis=0))
+    moves = rng.random(6000) < 0.2
+    change = np.where(moves, rng.choice([-1, 1], 6000) * rng.uniform(0.3, 0.6, 6000), 0.0)
+    path = 1 + change[:, None] * np.array([0.0, 0.5, 1.0]) + rng.normal(0, 0.03, (6000, 3))
+    truth = level * path[cells]
+    y = truth + rng.normal(0, np.sqrt(2 * truth + 1))
+    noise = 2 * np.repeat(np.maximum(y.mean(axis=1), 0)[:, None], 3, axis=1) + 1
+    kept, sd = cell_patterns(y, noise, cells)
+    first = np.unique(cells, return_index=True)[1]
+    kept, sd = kept[first], sd[first]
+    size = np.bincount(cells, truth.mean(axis=1))
+    true_deviation = np.column_stack([np.bincount(cells, truth[:, t]) for t in range(3)]) / size[:, None] - 1
+    big, moving = size >= 100, (size >= 100) & moves
+    true_trend = true_deviation[:, 2] - true_deviation[:, 0]
+    assert np.median(np.abs((kept[:, 2] - kept[:, 0]) / true_trend - 1)[moving]) < 0.25
+    assert np.median(np.abs(kept[big & ~moves, 2])) < 0.015
+    covered = np.abs(kept - true_deviation) <= 1.959964 * sd
+    assert 0.93 <= covered[size >= 10].mean() <= 0.99
+    assert covered[moving].mean() >= 0.90
+    assert (np.abs(kept - true_deviation) <= 0.7 * 1.959964 * sd)[moving].mean() < 0.85
 
 
 def test_cell_totals_are_covered_with_their_shared_pattern_error():
@@ -301,8 +356,9 @@ def test_sector_patterns_make_statewide_industry_margins_cover(shared_data, monk
     the state's pattern errs alike for all of a sector's establishments, beyond the county x NAICS-6
     cells' shared errors. On New Jersey's synthesized state, 2 releases, statewide supersector and
     sector employment cells (levels 53-54, months 1 and 3): the mean squared z of the errors against
-    the stated margins is below 1.5 with sector patterns (measured 1.1-1.3) and above 1.8 with the
-    state's pattern for all (PATTERN_GROUP = state; measured 1.9-3.3)."""
+    the stated margins is below 1.5 with sector patterns (measured 1.1-1.3) and above 1.6 with the
+    state's pattern for all (PATTERN_GROUP = state; measured 1.69: the cells' own patterns now carry
+    part of a seasonal sector's movement, which took it to 1.9-3.3 before them)."""
     from gedp.evaluation.accuracy import compute_accuracy
     from gedp.synth.establishments import synthesize_state
     from gedp.synth.qcew import read_qcew
@@ -318,4 +374,4 @@ def test_sector_patterns_make_statewide_industry_margins_cover(shared_data, monk
         return np.mean(np.concatenate([z.ravel() for z in z2]))
 
     assert mean_z2(("state", "sector")) < 1.5
-    assert mean_z2(("state",)) > 1.8
+    assert mean_z2(("state",)) > 1.6
