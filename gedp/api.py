@@ -26,13 +26,14 @@ from gedp.errors import InputError
 from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
 from gedp.panel import is_panel, protect_panel, tabulate_panel
+from gedp.postprocess.combine import combine
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, release_answers, release_families
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.intake import prepare_input
 
-__all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
+__all__ = ["Release", "combine", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
            "tabulate_job_frame"]
 
 
@@ -235,6 +236,12 @@ class Release:
         of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
         BLS's ``oty_`` columns), or ``gains_losses`` ("2016Q1:2016Q2": gross job gains and losses by
         ``by``, raw and corrected, with margins when ``moe``), see ``gedp.panel.tabulate_panel``."""
+        from gedp.postprocess.derived import has_derived
+
+        if has_derived(by) and change is None and gains_losses is None:
+            from gedp.release.implicates import tabulate_derived
+
+            return tabulate_derived(self.folder, by, where=where, moe=moe, level=level, format=format, quarter=quarter)
         if quarter is not None or change is not None or gains_losses is not None or "quarters" in self.manifest:
             return tabulate_panel(self.folder, None if agglvl is not None else by, quarter=quarter, change=change,
                                   gains_losses=gains_losses, agglvl=agglvl, format=format, titles=titles, where=where,
@@ -271,6 +278,16 @@ class Release:
             notes = publication_notes(self.manifest, tables.titles, str(self.folder), level if moe else None)
             write_workbook(tables.levels, notes, out)
         return pd.concat(tables.levels.values(), ignore_index=True)
+
+    def implicates(self, m: int, seed: int | None = None, *, quarter: str | None = None) -> pd.DataFrame:
+        """``m`` complete microdata files drawn from the posterior of the confidential values given
+        this release's answers, stacked: an ``implicate`` column (1..m), then the release's columns
+        (``gedp.release.implicates``; no budget spent, nothing of the release changed). Draws come
+        from the secure generator unless ``seed`` is given; a panel release takes a ``quarter``.
+        Combine a statistic computed on each with ``gedp.combine``."""
+        from gedp.release.implicates import implicates_in_memory
+
+        return implicates_in_memory(self.folder, m, seed=seed, quarter=quarter)
 
     def write(self, out: str | Path) -> Path:
         """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release)."""

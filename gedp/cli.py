@@ -743,6 +743,9 @@ def tabulate_command(
 
     with reported_errors():
         release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
+        if release and by is not None and _has_derived_keys(by):
+            _tabulate_derived(microdata, by, where, moe, level, table_format, out, quarter)
+            return
         table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
         plain = all(option is None for option in (where, agglvl, quarter, change, gains_losses))
         if (release and plain and table_format == "csv" and (out is not None or not sys.stdout.isatty())
@@ -874,6 +877,32 @@ def _tabulate_panel_release(microdata: Path, by: Optional[str], quarter: Optiona
     _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
 
 
+def _has_derived_keys(by: str) -> bool:
+    """Whether a tabulation's keys hold a derived column (size_class), tabulated over implicates."""
+    from gedp.postprocess.derived import has_derived
+
+    return has_derived(by)
+
+
+def _tabulate_derived(microdata: Path, by: str, where: Optional[str], moe: bool, level: float,
+                      table_format: Optional[str], out: Optional[Path], quarter: Optional[str]) -> None:
+    """A release tabulated by a derived column (``gedp.release.implicates.tabulate_derived``), written
+    (csv or parquet; ``--format qcew``: BLS's size-class layout, as CSV) and shown."""
+    from gedp.release.implicates import tabulate_derived
+
+    layout = "qcew" if table_format == "qcew" else "table"
+    written = _table_format(None if layout == "qcew" else table_format, out, None)
+    if written == "xlsx":
+        raise InputError("--format xlsx writes QCEW levels; a size-class table is csv, parquet or --format qcew")
+    with errors.status("drawing implicates for the size classes"):
+        table = tabulate_derived(microdata, by, where=where, moe=moe, level=level, format=layout, quarter=quarter)
+    if out is not None:
+        _write_tabulation(table, out, written, {"source": str(microdata), "by": by, "where": where,
+                                                "moe_level": level if moe else None, "rows": len(table),
+                                                "table": str(out), "implicates": "combined (Rubin's rules)"})
+    _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
+
+
 def _has_worker_keys(by: Optional[str]) -> bool:
     """Whether a tabulation's keys hold worker columns (of a job frame)."""
     from gedp.postprocess.jobframe import worker_keys
@@ -964,6 +993,31 @@ def _show_tabulation(table: pd.DataFrame, out: Optional[Path], margins: str) -> 
         shown = (f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)"
                  if len(table) > SHOWN_ROWS else "")
         console.print(f"{count(len(table), 'row')}{shown}{margins}")
+
+
+@app.command(name="implicates")
+def implicates_command(
+    release: Annotated[Path, typer.Argument(help="A release directory.")],
+    out: Annotated[Path, typer.Option(help="The folder of implicates to write (one Parquet file per implicate; "
+                                           "pandas.read_parquet(OUT) reads them all).")],
+    n: Annotated[int, typer.Option("--n", help="Number of implicates M.")] = 10,
+    seed: Annotated[Optional[int], typer.Option(help="Seed the draws (reproducible; default: the secure "
+                                                     "generator).")] = None,
+    quarter: Annotated[Optional[str], typer.Option(help="A panel release: the quarter drawn, e.g. 2016Q1.")] = None,
+) -> None:
+    """Draw M complete microdata files from the posterior of the confidential values given a release.
+
+    Reads the release's files only, spends no privacy budget and changes nothing in the release;
+    combine a statistic computed on each implicate with gedp.combine (Rubin's rules).
+    """
+    from gedp.release.implicates import write_implicates
+
+    with reported_errors():
+        start = time.perf_counter()
+        with progress_counts("drawing implicates") as (update, say):
+            write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say)
+    console.print(f"[bold]{n} implicates[/] written to {out} in {time.perf_counter() - start:.0f} s "
+                  "(pandas.read_parquet reads them with an implicate column)")
 
 
 @app.command(name="report")

@@ -1,0 +1,278 @@
+"""Implicates: draws of establishments' values from their posterior given a release's answers.
+
+The model (``docs/method/implicates.md``), per state, in the neighbour function's scale theta = psi(x):
+
+* each month's identity answer is omega_k = theta_k + N(0, sd_k^2) and the wage's omega_w =
+  psi(w) + N(0, sd_w^2), independently (the psi-mechanism; the sds are public);
+* month 1's level theta_1 has a prior g (a Gaussian mixture with an atom at psi(0): zero employment);
+* the changes delta_2 = theta_2 - theta_1 and delta_3 = theta_3 - theta_2 have priors h_2, h_3 with an
+  atom at 0 (no change) and no mass in (0, the smallest change of one employee) (headcounts are whole
+  numbers), one per size band of the answers' mean (a public function of the release);
+* a wage per employee z = log(w / E), E the quarter's average employment, has a prior on a grid per
+  supersector and band of E, with an atom at w = 0; an establishment with E = 0 has a prior on
+  psi(w) itself.
+
+Every prior is a nonparametric maximum likelihood estimate from the release's answers
+(``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_1, delta_2, delta_3) whose each
+step is an exact draw from a Gaussian-mixture posterior, then the wage given the months' draw.
+Employment is drawn as whole numbers (the months rounded), wages as reals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess.deconvolve import Mixture, draw_on_grid, draw_posterior, em_weights, fit_mixture, truncated_normal
+
+MONTHS = ("m1emp", "m2emp", "m3emp")
+#: Size bands (employment; the answers' mean for the changes' priors, a draw's average for wages).
+SIZE_EDGES = np.array([2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 1000.0])
+#: Fewest establishments of a band (or wage cell) with a prior of its own; smaller ones share the
+#: band below's (the supersector's band's: the band's over every supersector).
+MIN_BAND = 400
+MIN_WAGE_CELL = 300
+#: Gibbs sweeps before the first implicate and between two implicates.
+BURN_IN = 8
+THIN = 2
+#: A level prior's components: every sd / 3 up to LEVEL_CUT sds above psi(0); rows whose answers'
+#: mean is above it draw from their likelihood alone (a prior that flat there changes nothing).
+LEVEL_STEPS = 3.0
+LEVEL_CUT = 40.0
+#: Wage per employee grid: log of quarterly wages per employee from $100 to $2,000,000, every 0.07.
+WAGE_Z = np.arange(np.log(100.0), np.log(2e6), 0.07)
+#: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
+WAGE_FLAT_STEPS = 2.0
+#: Establishments per state of the pass that fits the wage priors.
+WAGE_FIT_ROWS = 20_000
+WAGE_FIT_PER_CELL = 3000
+
+
+@dataclass
+class StateAnswers:
+    """One state's identity answers in psi scale, in release order."""
+
+    months: np.ndarray  # (n, 3) omega of m1emp, m2emp, m3emp
+    month_sd: np.ndarray  # (3,)
+    wage: np.ndarray  # (n,)
+    wage_sd: float
+    supersector: np.ndarray  # (n,) integer codes
+
+
+@dataclass
+class Priors:
+    """A state's fitted priors."""
+
+    level: Mixture
+    level_cut: float
+    bands: np.ndarray  # edges in psi scale of the changes' bands
+    changes: list[tuple[Mixture, Mixture]]  # per band: h_2, h_3
+    wage_cells: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (supersector, band) -> weights
+    wage_bands: dict[int, np.ndarray] = field(default_factory=dict)
+    zero_wage: Mixture | None = None  # psi(w) of establishments with no employment
+
+
+class PosteriorModel:
+    """Priors of one state fitted on its answers, and draws of its establishments' values."""
+
+    def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator) -> None:
+        self.answers, self.psi = answers, psi
+        self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
+        self.priors = Priors(*self._month_priors())
+        self._wage_priors(rng)
+
+    # --- priors -----------------------------------------------------------------------------------
+    def _month_priors(self) -> tuple[Mixture, float, np.ndarray, list[tuple[Mixture, Mixture]]]:
+        omega, sd = self.answers.months, self.answers.month_sd
+        cut = (self.floor if np.isfinite(self.floor) else omega[:, 0].min()) + LEVEL_CUT * sd[0]
+        level = fit_mixture(omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
+                            *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min()))
+        edges = self.psi(SIZE_EDGES)
+        band = np.searchsorted(edges, omega.mean(axis=1))
+        kept = merged_bands(np.bincount(band, minlength=len(edges) + 1), MIN_BAND)
+        bands = edges[[k - 1 for k in kept[1:-1]]]
+        band = np.searchsorted(bands, omega.mean(axis=1))
+        changes = []
+        for b in range(len(bands) + 1):
+            rows = band == b
+            upper = SIZE_EDGES[kept[b + 1] - 1] if b < len(bands) else float(self.psi.inverse(omega.mean(axis=1).max()))
+            step = float(self.psi(np.array([2 * upper + 1.0]))[0] - self.psi(np.array([2 * upper]))[0])
+            changes.append(tuple(self._change_prior(omega[rows, k + 1] - omega[rows, k],
+                                                    float(np.hypot(sd[k], sd[k + 1])), step) for k in (0, 1)))
+        return level, cut, bands, changes
+
+    @staticmethod
+    def _change_prior(difference: np.ndarray, sd: float, step: float) -> Mixture:
+        reach = max(float(np.abs(difference).max()), 4 * sd) + sd
+        return fit_mixture(difference, sd, *change_components(step, reach, sd))
+
+    def _wage_priors(self, rng: np.random.Generator) -> None:
+        n = len(self.answers.wage)
+        rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
+        months = self.months_chain(rows, rng, BURN_IN, 1).__next__()
+        average = months.mean(axis=1)
+        omega, sd = self.answers.wage[rows], self.answers.wage_sd
+        zero = average == 0
+        if zero.any():
+            top = max(float(omega[zero].max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
+            self.priors.zero_wage = fit_mixture(omega[zero], sd, *level_components(self.floor, top, sd, omega.min()))
+        band = np.searchsorted(SIZE_EDGES, average)
+        group = self.answers.supersector[rows]
+        likelihood = self.wage_likelihood(omega, average)
+        for b in np.unique(band[~zero]):
+            in_band = (band == b) & ~zero
+            self.priors.wage_bands[int(b)] = fitted_weights(likelihood[in_band], rng)
+            for g in np.unique(group[in_band]):
+                cell = in_band & (group == g)
+                if cell.sum() >= MIN_WAGE_CELL:
+                    self.priors.wage_cells[(int(g), int(b))] = fitted_weights(likelihood[cell], rng)
+
+    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
+        """Likelihood of wage answers at the z grid and (last column) at w = 0, rows x points, each row
+        scaled to its largest value."""
+        sd = self.answers.wage_sd
+        points = np.concatenate([self.psi(np.maximum(average, 1e-300)[:, None] * np.exp(WAGE_Z)[None, :]),
+                                 np.full((len(omega), 1), self.psi(np.zeros(1))[0])], axis=1)
+        log_lik = -0.5 * ((omega[:, None] - points) / sd) ** 2
+        return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
+
+    def summary(self) -> dict:
+        """The fitted priors in a few public numbers (they are functions of the release's answers)."""
+        p = self.priors
+        return {"zero_employment_share": p.level.mass_at(self.floor) if np.isfinite(self.floor) else 0.0,
+                "no_change_share": [[round(h.mass_at(0.0), 4) for h in pair] for pair in p.changes],
+                "change_bands": [float(b) for b in self.psi.inverse(p.bands)],
+                "wage_cells": len(p.wage_cells)}
+
+    # --- draws ------------------------------------------------------------------------------------
+    def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int,
+                     thin: int = THIN) -> Iterator[np.ndarray]:
+        """``count`` draws of the months (whole numbers, rows x 3) of establishments ``rows``, after
+        ``burn_in`` sweeps and ``thin`` sweeps apart."""
+        omega, sd = self.answers.months[rows], self.answers.month_sd
+        band = np.searchsorted(self.priors.bands, omega.mean(axis=1))
+        floor = self.floor if np.isfinite(self.floor) else -np.inf
+        theta1 = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
+        delta = np.zeros((len(rows), 2))
+        sweeps = 0
+        for _ in range(count):
+            for _ in range(burn_in if sweeps == 0 else thin):
+                theta1 = self._level_step(omega, sd, theta1, delta, floor, rng)
+                for k in (0, 1):
+                    delta[:, k] = self._change_step(omega, sd, theta1, delta, k, band, floor, rng)
+                sweeps += 1
+            levels = theta1[:, None] + np.concatenate([np.zeros((len(rows), 1)), np.cumsum(delta, axis=1)], axis=1)
+            yield np.rint(self.psi.inverse(levels))
+
+    def _level_step(self, omega, sd, theta1, delta, floor, rng) -> np.ndarray:
+        shifted = omega - np.concatenate([np.zeros((len(omega), 1)), np.cumsum(delta, axis=1)], axis=1)
+        precision = 1.0 / sd**2
+        center = shifted @ precision / precision.sum()
+        spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
+        lower = floor - np.minimum(0.0, np.minimum(delta[:, 0], delta.sum(axis=1)))
+        flat = center > self.priors.level_cut
+        out = np.empty(len(omega))
+        out[flat] = truncated_normal(center[flat], spread[flat], lower[flat], rng)
+        out[~flat] = draw_posterior(center[~flat], spread[~flat], self.priors.level, lower[~flat], rng)
+        return out
+
+    def _change_step(self, omega, sd, theta1, delta, k, band, floor, rng) -> np.ndarray:
+        # delta_k enters months k+1.. : each gives omega_j - theta1 - (other deltas before j) = delta_k + noise.
+        later = range(k + 1, 3)
+        residual = np.stack([omega[:, j] - theta1 - delta[:, :j].sum(axis=1) + delta[:, k] for j in later], axis=1)
+        precision = 1.0 / sd[list(later)] ** 2
+        center = residual @ precision / precision.sum()
+        spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
+        base = theta1 + delta[:, :k].sum(axis=1)
+        after = np.minimum(0.0, delta[:, k + 1:].sum(axis=1)) if k == 0 else 0.0
+        lower = floor - base - after
+        out = np.empty(len(omega))
+        for b in np.unique(band):
+            rows = band == b
+            out[rows] = draw_posterior(center[rows], spread[rows], self.priors.changes[b][k], lower[rows], rng)
+        return out
+
+    def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """A draw of the wages of ``rows`` given a draw of their months."""
+        average = months.mean(axis=1)
+        omega, sd = self.answers.wage[rows], self.answers.wage_sd
+        floor = self.floor if np.isfinite(self.floor) else -np.inf
+        out = np.empty(len(rows))
+        zero = average == 0
+        if zero.any():
+            prior = self.priors.zero_wage
+            out[zero] = (self.psi.inverse(draw_posterior(omega[zero], np.full(zero.sum(), sd), prior,
+                                                         np.full(zero.sum(), floor), rng))
+                         if prior is not None else self.psi.inverse(truncated_normal(
+                             omega[zero], np.full(zero.sum(), sd), np.full(zero.sum(), floor), rng)))
+        naive = np.maximum(self.psi.inverse(omega), 1e-9)
+        z_sd = sd / (naive * self.psi.derivative(naive))
+        flat = ~zero & (z_sd < WAGE_FLAT_STEPS * (WAGE_Z[1] - WAGE_Z[0]))
+        out[flat] = self.psi.inverse(truncated_normal(omega[flat], np.full(flat.sum(), sd),
+                                                      np.full(flat.sum(), floor), rng))
+        band = np.searchsorted(SIZE_EDGES, average)
+        group = self.answers.supersector[rows]
+        spacing = np.append(np.full(len(WAGE_Z), WAGE_Z[1] - WAGE_Z[0]), 0.0)
+        points = np.append(WAGE_Z, -np.inf)
+        todo = ~zero & ~flat
+        for b, g in set(zip(band[todo].tolist(), group[todo].tolist())):
+            cell = todo & (band == b) & (group == g)
+            weights = self.priors.wage_cells.get((g, b), self.priors.wage_bands.get(b))
+            if weights is None:
+                weights = self.priors.wage_bands[min(self.priors.wage_bands, key=lambda k: abs(k - b))]
+            with np.errstate(divide="ignore"):
+                log_lik = np.log(self.wage_likelihood(omega[cell], average[cell]))
+                z = draw_on_grid(log_lik, points, np.log(weights), spacing, rng)
+            out[cell] = average[cell] * np.exp(z)
+        return out
+
+
+def level_components(floor: float, top: float, sd: float, lowest: float) -> tuple[np.ndarray, np.ndarray]:
+    """A level prior's components: an atom at psi(0) (when finite), then every sd / LEVEL_STEPS up to
+    ``top`` with that bandwidth."""
+    step = sd / LEVEL_STEPS
+    start = floor if np.isfinite(floor) else lowest - 3 * sd
+    grid = np.arange(start + step, top + step, step)
+    atoms = np.array([floor]) if np.isfinite(floor) else np.empty(0)
+    return np.concatenate([atoms, grid]), np.concatenate([np.zeros(atoms.size), np.full(grid.size, step)])
+
+
+def change_components(smallest: float, reach: float, sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """A change prior's components: an atom at 0 (no change), then both signs from ``smallest`` (one
+    employee's change) every sd / 4 up to 4 sd, then 15% apart up to ``reach``, each with half its step."""
+    near = np.arange(smallest, 4 * sd, sd / 4)
+    far = near[-1] * 1.15 ** np.arange(1, max(2, int(np.ceil(np.log(reach / near[-1]) / np.log(1.15))) + 1))
+    side = np.concatenate([near, far])
+    width = np.diff(side, prepend=side[0] - (side[1] - side[0])) / 2
+    return np.concatenate([[0.0], side, -side]), np.concatenate([[0.0], width, width])
+
+
+def merged_bands(counts: np.ndarray, smallest: int) -> list[int]:
+    """Band boundaries (indices into the counts' edges, 0 and len(counts) at the ends) after merging
+    each band of fewer than ``smallest`` rows into the one below (the lowest into the one above)."""
+    bounds = [0]
+    total = 0
+    for k, count in enumerate(counts):
+        total += count
+        if total >= smallest:
+            bounds.append(k + 1)
+            total = 0
+    if bounds[-1] != len(counts):
+        if len(bounds) > 1:
+            bounds[-1] = len(counts)
+        else:
+            bounds.append(len(counts))
+    return bounds
+
+
+def fitted_weights(likelihood: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Prior weights on the wage grid (and w = 0) fitted by EM on at most WAGE_FIT_PER_CELL rows."""
+    if len(likelihood) > WAGE_FIT_PER_CELL:
+        likelihood = likelihood[rng.choice(len(likelihood), WAGE_FIT_PER_CELL, replace=False)]
+    return np.maximum(em_weights(likelihood, np.ones(len(likelihood)), 300), 1e-300)
+
+
+ProgressCallback = Callable[[int, int], None]
