@@ -5,9 +5,12 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
 * each month's identity answer is omega_k = theta_k + N(0, sd_k^2) and the wage's omega_w =
   psi(w) + N(0, sd_w^2), independently (the psi-mechanism; the sds are public);
 * month 1's level theta_1 has a prior g (a Gaussian mixture with an atom at psi(0): zero employment);
-* the changes delta_2 = theta_2 - theta_1 and delta_3 = theta_3 - theta_2 have priors h_2, h_3 with an
-  atom at 0 (no change) and no mass in (0, the smallest change of one employee) (headcounts are whole
-  numbers), one per size band of the answers' mean (a public function of the release);
+* the changes from month 1, delta_2 = theta_2 - theta_1 and delta_3 = theta_3 - theta_1, have priors
+  h_2, h_3 with an atom at 0 (no change) and no mass in (0, the smallest change of one employee)
+  (headcounts are whole numbers), one per size band of the answers' mean (a public function of the
+  release), independent given theta_1 (each change from month 1 is deconvolved from its own
+  differences omega_k - omega_1, so the share without change over the quarter is the data's, not
+  the product of two monthly shares);
 * a wage per employee z = log(w / E), E the quarter's average employment, has a prior on a grid per
   supersector and band of E, with an atom at w = 0; an establishment with E = 0 has a prior on
   psi(w) itself.
@@ -100,8 +103,8 @@ class PosteriorModel:
             rows = band == b
             upper = SIZE_EDGES[kept[b + 1] - 1] if b < len(bands) else float(self.psi.inverse(omega.mean(axis=1).max()))
             step = float(self.psi(np.array([2 * upper + 1.0]))[0] - self.psi(np.array([2 * upper]))[0])
-            changes.append(tuple(self._change_prior(omega[rows, k + 1] - omega[rows, k],
-                                                    float(np.hypot(sd[k], sd[k + 1])), step) for k in (0, 1)))
+            changes.append(tuple(self._change_prior(omega[rows, k] - omega[rows, 0],
+                                                    float(np.hypot(sd[0], sd[k])), step) for k in (1, 2)))
         return level, cut, bands, changes
 
     @staticmethod
@@ -164,15 +167,15 @@ class PosteriorModel:
                 for k in (0, 1):
                     delta[:, k] = self._change_step(omega, sd, theta1, delta, k, band, floor, rng)
                 sweeps += 1
-            levels = theta1[:, None] + np.concatenate([np.zeros((len(rows), 1)), np.cumsum(delta, axis=1)], axis=1)
+            levels = theta1[:, None] + np.concatenate([np.zeros((len(rows), 1)), delta], axis=1)
             yield np.rint(self.psi.inverse(levels))
 
     def _level_step(self, omega, sd, theta1, delta, floor, rng) -> np.ndarray:
-        shifted = omega - np.concatenate([np.zeros((len(omega), 1)), np.cumsum(delta, axis=1)], axis=1)
+        shifted = omega - np.concatenate([np.zeros((len(omega), 1)), delta], axis=1)
         precision = 1.0 / sd**2
         center = shifted @ precision / precision.sum()
         spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
-        lower = floor - np.minimum(0.0, np.minimum(delta[:, 0], delta.sum(axis=1)))
+        lower = floor - np.minimum(0.0, delta.min(axis=1))
         flat = center > self.priors.level_cut
         out = np.empty(len(omega))
         out[flat] = truncated_normal(center[flat], spread[flat], lower[flat], rng)
@@ -180,15 +183,10 @@ class PosteriorModel:
         return out
 
     def _change_step(self, omega, sd, theta1, delta, k, band, floor, rng) -> np.ndarray:
-        # delta_k enters months k+1.. : each gives omega_j - theta1 - (other deltas before j) = delta_k + noise.
-        later = range(k + 1, 3)
-        residual = np.stack([omega[:, j] - theta1 - delta[:, :j].sum(axis=1) + delta[:, k] for j in later], axis=1)
-        precision = 1.0 / sd[list(later)] ** 2
-        center = residual @ precision / precision.sum()
-        spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
-        base = theta1 + delta[:, :k].sum(axis=1)
-        after = np.minimum(0.0, delta[:, k + 1:].sum(axis=1)) if k == 0 else 0.0
-        lower = floor - base - after
+        # Month k + 2's answer less month 1's level is delta_k plus its own noise.
+        center = omega[:, k + 1] - theta1
+        spread = np.full(len(omega), float(sd[k + 1]))
+        lower = floor - theta1
         out = np.empty(len(omega))
         for b in np.unique(band):
             rows = band == b

@@ -102,7 +102,8 @@ def small_model(omega_sd: float) -> PosteriorModel:
 
 
 def brute_force_posterior(omega, sd, model, grid):
-    """p(theta1, delta2, delta3 | omega) on a grid, every month >= 0, as weights over the grid."""
+    """p(theta1, delta2, delta3 | omega) on a grid (delta_k = theta_k - theta_1), every month >= 0, as
+    weights over the grid."""
     t1, d2, d3 = np.meshgrid(grid["t"], grid["d"], grid["d"], indexing="ij")
 
     def density(prior, x, step):
@@ -114,10 +115,10 @@ def brute_force_posterior(omega, sd, model, grid):
     level, change = model.priors.level, model.priors.changes[0][0]
     weight = (density(level, t1, grid["t"][1] - grid["t"][0]) * density(change, d2, grid["d"][1] - grid["d"][0])
               * density(change, d3, grid["d"][1] - grid["d"][0]))
-    months = [t1, t1 + d2, t1 + d2 + d3]
+    months = [t1, t1 + d2, t1 + d3]  # both changes from month 1
     for k in range(3):
         weight = weight * stats.norm.pdf(omega[k], months[k], sd) * (months[k] >= -1e-12)
-    return t1, d2, weight / weight.sum()
+    return t1, d2, d3, weight / weight.sum()
 
 
 def test_gibbs_months_match_the_brute_force_posterior():
@@ -139,11 +140,13 @@ def test_gibbs_months_match_the_brute_force_posterior():
         implicates.np.rint = original
     theta = np.sqrt(months)
     grid = {"t": np.round(np.arange(0, 4.5, 0.02), 10), "d": np.round(np.arange(-2, 2.0001, 0.02), 10)}
-    t1, d2, weight = brute_force_posterior(omega, sd, model, grid)
+    t1, d2, d3, weight = brute_force_posterior(omega, sd, model, grid)
     exact_no_change = weight[np.isclose(d2, 0)].sum()
     drawn_no_change = np.mean(np.isclose(theta[:, 1] - theta[:, 0], 0))
     # Binomial sd at n = 30,000 is <= 0.0029; 0.015 (5 sds) plus the grid's discretization.
     assert abs(drawn_no_change - exact_no_change) < 0.015
+    exact_quarter = weight[np.isclose(d3, 0)].sum()
+    assert abs(np.mean(np.isclose(theta[:, 2] - theta[:, 0], 0)) - exact_quarter) < 0.015
     exact_mean = (t1 * weight).sum()
     assert abs(theta[:, 0].mean() - exact_mean) < 5 * theta[:, 0].std() / np.sqrt(n) + 0.01
     # Power: a chain that never moves from its start (no burn-in) is told apart.
