@@ -27,7 +27,7 @@ EM_ITERATIONS = 400
 #: Bins per answer sd when answers are binned for a fit.
 BINS_PER_SD = 10
 #: Likelihood sds around an answer within which a draw's components are looked at.
-WINDOW_SDS = 9.0
+WINDOW_SDS = 7.0
 #: A mixture's components whose weight is below this are dropped after a fit.
 NEGLIGIBLE_WEIGHT = 1e-7
 
@@ -107,9 +107,8 @@ def draw_posterior(center: np.ndarray, sd: np.ndarray, prior: Mixture, lower: np
     post_mean = (means * sd * sd + center * prior_var) / total
     with np.errstate(divide="ignore", invalid="ignore"):
         log_weight = np.log(weights) - 0.5 * np.log(total) - 0.5 * (center - means) ** 2 / total
-        above = np.where(post_sd > 0, log_ndtr((post_mean - lower) / post_sd),
-                         np.where(post_mean >= lower, 0.0, -np.inf))
-    log_weight = log_weight + above
+        above = (post_mean - lower) / post_sd  # atoms: +inf above the bound, -inf below, nan on it
+    log_weight = log_weight + truncation_log_mass(np.where(np.isnan(above), np.inf, above))
     best = log_weight.max(axis=1, keepdims=True)
     feasible = np.isfinite(best[:, 0])
     cdf = np.cumsum(np.exp(log_weight - np.where(np.isfinite(best), best, 0.0)), axis=1)
@@ -122,10 +121,19 @@ def draw_posterior(center: np.ndarray, sd: np.ndarray, prior: Mixture, lower: np
     return truncated_normal(mean, spread, lower[:, 0], rng)
 
 
+def truncation_log_mass(z: np.ndarray) -> np.ndarray:
+    """log P(Z >= -z) = log Phi(z), computed only where it differs from 0 in double precision
+    (z < 9: Phi(9) = 1 - 1e-19)."""
+    out = np.zeros_like(z)
+    low = z < 9.0
+    out[low] = log_ndtr(z[low])
+    return out
+
+
 def nearby_components(prior: Mixture, center: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's components (rows x W: means, sds, weights) within WINDOW_SDS likelihood sds of its
-    center, W the most any row has (a further component's posterior weight is below exp(-WINDOW_SDS^2 / 2)
-    of the nearest's likelihood: nothing a draw can see); rows padded with weight-0 copies."""
+    """Each row's components (rows x W: means, sds, weights) within WINDOW_SDS sds of its center, W
+    the most any row has (a further component's likelihood is below exp(-WINDOW_SDS^2 / 2) = 2e-11 of
+    a component at the center's); rows padded with weight-0 copies."""
     order = np.argsort(prior.means, kind="stable")
     means, sds, weights = prior.means[order], prior.sds[order], prior.weights[order]
     reach = WINDOW_SDS * np.sqrt(sd * sd + float(sds.max()) ** 2)
