@@ -113,9 +113,15 @@ class PosteriorModel:
         return fit_mixture(difference, sd, *change_components(step, reach, sd))
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
+        """Wage priors by stochastic EM: fitted on a draw of the months of a sample of establishments
+        (drawn without wages), then again on a draw of the months coupled to the first fit's wages."""
         n = len(self.answers.wage)
         rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
-        months = self.months_chain(rows, rng, BURN_IN, 1).__next__()
+        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)), rng)
+        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)), rng)
+
+    def _fit_wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> None:
+        self.priors.wage_cells, self.priors.wage_bands = {}, {}
         average = months.mean(axis=1)
         omega, sd = self.answers.wage[rows], self.answers.wage_sd
         zero = average == 0
@@ -132,6 +138,23 @@ class PosteriorModel:
                 cell = in_band & (group == g)
                 if cell.sum() >= MIN_WAGE_CELL:
                     self.priors.wage_cells[(int(g), int(b))] = fitted_weights(likelihood[cell], rng)
+        groups = int(self.answers.supersector.max()) + 1
+        self.wage_table = np.stack([np.stack([self.cell_weights(g, b) for b in range(len(SIZE_EDGES) + 1)])
+                                    for g in range(groups)])
+
+    def cell_weights(self, group: int, band: int) -> np.ndarray:
+        """The wage prior's weights of a supersector x band (its band's over every supersector when the
+        cell has none of its own, the nearest band's when the band has none)."""
+        p = self.priors
+        weights = p.wage_cells.get((group, band), p.wage_bands.get(band))
+        return weights if weights is not None else p.wage_bands[min(p.wage_bands, key=lambda k: abs(k - band))]
+
+    def log_wage_prior(self, z: np.ndarray, average: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """log prior weight of the z grid cell holding each z, in the cell of its establishment's average
+        employment (z finite, average > 0)."""
+        step = WAGE_Z[1] - WAGE_Z[0]
+        k = np.clip(np.rint((z - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
+        return np.log(self.wage_table[group, np.searchsorted(SIZE_EDGES, average), k])
 
     def wage_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
         """Likelihood of wage answers at the z grid and (last column) at w = 0, rows x points, each row
@@ -160,15 +183,42 @@ class PosteriorModel:
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         theta1 = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
         delta = np.zeros((len(rows), 2))
+        coupling = WageCoupling(self, rows) if hasattr(self, "wage_table") else None
         sweeps = 0
         for _ in range(count):
             for _ in range(burn_in if sweeps == 0 else thin):
-                theta1 = self._level_step(omega, sd, theta1, delta, floor, rng)
+                theta1 = self._coupled(coupling, theta1, delta, self._level_step(omega, sd, theta1, delta, floor, rng),
+                                       None, rng)
                 for k in (0, 1):
-                    delta[:, k] = self._change_step(omega, sd, theta1, delta, k, band, floor, rng)
+                    proposal = self._change_step(omega, sd, theta1, delta, k, band, floor, rng)
+                    delta[:, k] = self._coupled(coupling, theta1, delta, proposal, k, rng)
+                if coupling is not None:
+                    coupling.redraw(self.average(theta1, delta), rng)
                 sweeps += 1
-            levels = theta1[:, None] + np.concatenate([np.zeros((len(rows), 1)), delta], axis=1)
-            yield np.rint(self.psi.inverse(levels))
+            yield np.rint(self.psi.inverse(self.levels(theta1, delta)))
+
+    def levels(self, theta1: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        return theta1[:, None] + np.concatenate([np.zeros((len(theta1), 1)), delta], axis=1)
+
+    def average(self, theta1: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        return self.psi.inverse(self.levels(theta1, delta)).mean(axis=1)
+
+    def _coupled(self, coupling, theta1, delta, proposal, k, rng) -> np.ndarray:
+        """A Metropolis-Hastings step: the proposal (an exact draw of theta_1, or of change k, given
+        the months' answers) accepted with the ratio of the wage's density given the new and the
+        current average employment (the wage's z held)."""
+        current = theta1 if k is None else delta[:, k]
+        if coupling is None:
+            return proposal
+        moved = delta.copy()
+        if k is None:
+            new_average = self.average(proposal, delta)
+        else:
+            moved[:, k] = proposal
+            new_average = self.average(theta1, moved)
+        log_ratio = coupling.log_density(new_average) - coupling.log_density(self.average(theta1, delta))
+        accept = np.log(rng.random(len(current))) < np.nan_to_num(log_ratio, nan=0.0)
+        return np.where(accept, proposal, current)
 
     def _level_step(self, omega, sd, theta1, delta, floor, rng) -> np.ndarray:
         shifted = omega - np.concatenate([np.zeros((len(omega), 1)), delta], axis=1)
@@ -195,7 +245,11 @@ class PosteriorModel:
 
     def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """A draw of the wages of ``rows`` given a draw of their months."""
-        average = months.mean(axis=1)
+        return self.wage_draw(rows, months.mean(axis=1), rng)[0]
+
+    def wage_draw(self, rows: np.ndarray, average: np.ndarray,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """A draw of the wages of ``rows`` given their average employment, and which were drawn on the z grid."""
         omega, sd = self.answers.wage[rows], self.answers.wage_sd
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         out = np.empty(len(rows))
@@ -225,6 +279,33 @@ class PosteriorModel:
                 log_lik = np.log(self.wage_likelihood(omega[cell], average[cell]))
                 z = draw_on_grid(log_lik, points, np.log(weights), spacing, rng)
             out[cell] = average[cell] * np.exp(z)
+        return out, todo
+
+
+class WageCoupling:
+    """The wage's z = log(w / E) of a chain's establishments, drawn each sweep given their months, and
+    its density given an average employment E: the wage answer's likelihood at w = E e^z times the z
+    prior of E's cell. Rows whose wage was drawn from its likelihood alone (large wages), or is 0, or
+    whose E is 0 are not coupled (their density ratio is taken as 1)."""
+
+    def __init__(self, model: PosteriorModel, rows: np.ndarray) -> None:
+        self.model, self.rows = model, rows
+        self.z = np.full(len(rows), np.nan)
+
+    def redraw(self, average: np.ndarray, rng: np.random.Generator) -> None:
+        wages, on_grid = self.model.wage_draw(self.rows, average, rng)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.z = np.where(on_grid & (wages > 0) & (average > 0), np.log(wages / average), np.nan)
+
+    def log_density(self, average: np.ndarray) -> np.ndarray:
+        coupled = np.isfinite(self.z) & (average > 0)
+        out = np.full(len(average), np.nan)
+        if coupled.any():
+            model, rows = self.model, self.rows[coupled]
+            wage = average[coupled] * np.exp(self.z[coupled])
+            residual = (model.answers.wage[rows] - model.psi(wage)) / model.answers.wage_sd
+            out[coupled] = -0.5 * residual**2 + model.log_wage_prior(
+                self.z[coupled], average[coupled], model.answers.supersector[rows])
         return out
 
 
