@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -26,9 +26,11 @@ from gedp.errors import InputError
 from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
 from gedp.panel import is_panel, protect_panel, tabulate_panel
-from gedp.postprocess.combine import combine
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
+
+if TYPE_CHECKING:
+    from gedp.postprocess.combine import Combined
 from gedp.release.reader import read_manifest, release_answers, release_families
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.intake import prepare_input
@@ -324,6 +326,22 @@ def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Se
                              answers=release_answers(folder, protected) if moe else None)
     except ValueError as err:
         raise InputError(str(err)) from None
+
+
+def combine(estimates: Any, variances: Any = None) -> Combined:
+    """Combine a statistic computed on each of M implicates (``Release.implicates``) by Rubin's (1987)
+    rules: ``estimates`` has one row per implicate (further axes: statistics combined separately),
+    ``variances`` their complete-data variances u, or None for a statistic of the establishments
+    themselves (a census: u = 0). Returns the mean, T = U_bar + (1 + 1/M) B, the degrees of freedom
+    and ``margin(level)`` / ``interval(level)`` (t intervals). Why Rubin's rules and not the
+    synthetic-data ones: see the Implicates method page.
+
+    Raises:
+        ValueError: fewer than 2 implicates, shapes that differ, non-finite values or negative variances.
+    """
+    from gedp.postprocess.combine import combine as rubin
+
+    return rubin(estimates, variances)
 
 
 def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: float | None = None,

@@ -141,3 +141,17 @@ def test_margins_by_a_column_the_user_added_are_refused_in_words(lone_release):
     with pytest.raises(InputError, match="cannot give margins of error by big"):
         release.tabulate("big", moe=True)
     assert len(release.tabulate("big")) == 2  # without margins, any column of the microdata
+
+
+def test_a_panel_release_is_drawn_one_quarter_at_a_time(tmp_path):
+    panel = tmp_path / "panel.parquet"
+    assert runner.invoke(app, ["synth", "--profile", "small", "--establishments", "300", "--quarters",
+                               "2016Q1:2016Q2", "--out", str(panel)]).exit_code == 0
+    release = tmp_path / "panel-release"
+    assert runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "1",
+                               "--not-for-publication"]).exit_code == 0
+    result = runner.invoke(app, ["implicates", str(release), "--n", "2", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "give a quarter" in result.output
+    write_implicates(release, 2, tmp_path / "q2", seed=1, quarter="2016Q2")
+    drawn = pd.read_parquet(tmp_path / "q2")
+    assert len(drawn) == 2 * len(pd.read_parquet(release / "protected.parquet", filters=[("quarter", "==", "2016Q2")]))
