@@ -10,14 +10,12 @@ import dataclasses
 import importlib.util
 import json
 import math
-import re
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -28,6 +26,7 @@ from typer.core import TyperOption
 import gedp
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import AuditError, GedpError, InputError, InputProblems, SolverError
+from gedp.outputs import check_output_file, write_atomically
 from gedp.process import end_process, set_up_command_memory
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
@@ -37,9 +36,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gedp.config import Config
-    from gedp.postprocess.publication import PublishedLevels
     from gedp.synth.qcew import PublishedState
-    from gedp.synth.titles import Titles
+    from gedp.tabulation import Tabulation
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -281,33 +279,6 @@ def run(
     console.print(table)
 
 
-def _check_output_file(path: Path) -> None:
-    """Refuse a path that cannot become a file: a folder, a parent that is not a folder, a name too
-    long, a parent that cannot be created."""
-    from gedp.release.writer import check_output_path
-
-    check_output_path(path.resolve())
-    if path.is_dir():
-        raise InputError(f"output '{path}' is a folder; give a file name")
-
-
-def _write_atomically(path: Path, write) -> None:
-    """Write a file through a temporary name in the same folder, renamed only when complete; a path
-    that cannot be a file (a folder, a parent that is not a folder, a name too long) is refused."""
-    _check_output_file(path)
-    staging = path.with_name(f".{path.stem}.partial{path.suffix}")  # same suffix: same format
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(staging)
-        staging.replace(path)
-    except OSError as err:
-        staging.unlink(missing_ok=True)
-        raise InputError(f"output '{path}' cannot be written ({err.strerror or type(err).__name__})") from None
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
-
-
 def _print_validation(report: dict) -> None:
     table = Table("agglvl", "cells", "published", "suppressed", "max |synthetic - published|",
                   "median estabs", "median m1emp", "median wages", title="synthetic versus published cells")
@@ -405,16 +376,16 @@ def synth(
             jobs_out = out.with_name(f"{out.stem}.jobs{out.suffix}")
             summary["jobs"] = {"file": jobs_out.name, "jobs": len(job_table), "shares": "illustrative"}
         summary["seconds"] = time.perf_counter() - start
-        _write_atomically(out, lambda path: write_microdata(microdata, path))
+        write_atomically(out, lambda path: write_microdata(microdata, path))
         if jobs:
-            _write_atomically(jobs_out, lambda path: write_microdata(job_table, path))
+            write_atomically(jobs_out, lambda path: write_microdata(job_table, path))
         sidecar = out.with_name(out.stem + (".validation.json" if from_qcew else ".summary.json"))
-        _write_atomically(sidecar, lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+        write_atomically(sidecar, lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
         if fit_profile_to is not None and from_qcew is not None:
             fitted = fit_profile(published, microdata, name=fit_profile_to.stem,
                                  description=f"Fitted to {from_qcew.name} (gedp synth --from-qcew, {within_cell}, seed "
                                              f"{seed})")
-            _write_atomically(fit_profile_to, lambda path: path.write_text(json.dumps(fitted, indent=1) + "\n"))
+            write_atomically(fit_profile_to, lambda path: path.write_text(json.dumps(fitted, indent=1) + "\n"))
     if from_qcew is not None:
         _print_validation(summary)
     written = f" and {len(job_table):,} jobs to {jobs_out.name}" if jobs else ""
@@ -449,7 +420,7 @@ def plan_command(
 
     start = time.perf_counter()
     with reported_errors():
-        _check_output_file(out)
+        check_output_file(out)
         levels = _numbers(targets, "--targets", int)
         weight_map = {key.strip(): _numbers(value, "--weights", float)[0]
                       for key, value in (_pair(item, "--weights") for item in weights.split(","))}
@@ -661,46 +632,8 @@ def ledger_clear(
                   "it no longer counts against its establishments' caps.")
 
 
-TABLE_FORMATS = ("csv", "parquet", "qcew", "xlsx")
-#: Formats of QCEW tables ready to publish (titles, whole numbers, average weekly wage).
-PUBLICATION_FORMATS = ("qcew", "xlsx")
 #: Rows shown on a terminal; a pipe or --out gets the whole table as CSV.
 SHOWN_ROWS = 25
-
-
-def _table_format(table_format: Optional[str], out: Optional[Path], agglvl: Optional[int]) -> str:
-    """The output format: --format, else from the --out name; refused when it cannot be told."""
-    if out is not None and out.is_dir():
-        raise InputError(f"--out '{out}' is a folder; give a file name, e.g. {out / 'tabulation.csv'}")
-    if table_format is None and out is not None:
-        table_format = out.suffix.lower().lstrip(".")
-        if table_format not in TABLE_FORMATS:
-            raise InputError(f"--out '{out}': the name does not tell the format; end it in .csv, .parquet or .xlsx, "
-                             f"or give --format ({', '.join(TABLE_FORMATS)})")
-    table_format = table_format or "csv"
-    if table_format not in TABLE_FORMATS:
-        raise InputError(f"--format '{table_format}': choose one of {', '.join(TABLE_FORMATS)}")
-    if table_format == "qcew" and agglvl is None:
-        raise InputError("--format qcew needs --agglvl (a QCEW aggregation level)")
-    if table_format in ("parquet", "xlsx") and out is None:
-        raise InputError(f"--format {table_format} needs --out FILE")
-    return table_format
-
-
-def _tabulation_format(release: bool, by: Optional[str], agglvl: Optional[int], moe: bool, level: float,
-                       table_format: Optional[str], out: Optional[Path], titles: Optional[Path]) -> str:
-    """Refuse a tabulation's options that do not go together; returns the output format."""
-    if titles is not None and table_format not in PUBLICATION_FORMATS and not (out and out.suffix == ".xlsx"):
-        raise InputError("--titles goes with --format qcew or xlsx (tables ready to publish)")
-    if table_format == "xlsx" and by is not None:
-        raise InputError("--format xlsx writes QCEW levels: give --agglvl (or neither, for every level), not --by")
-    if moe and not release:
-        raise InputError("--moe needs a release directory (it reads the release's measurements)")
-    if agglvl is not None and by is not None:
-        raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
-    if not 0 < level < 1:
-        raise InputError(f"--level ({level}) must be between 0 and 1")
-    return _table_format(table_format, out, agglvl)
 
 
 @app.command(name="tabulate")
@@ -739,232 +672,18 @@ def tabulate_command(
     Margins of error come from the release's weighted least squares covariance: no new privacy
     budget is spent and no confidential data is read.
     """
-    from gedp.release.format import MANIFEST_FILE
+    from gedp.tabulation import TabulationRequest, tabulate_request
 
     with reported_errors():
-        release = microdata.is_dir() and (microdata / MANIFEST_FILE).is_file()
-        if release and by is not None and _has_derived_keys(by):
-            _tabulate_derived(microdata, by, where, moe, level, table_format, out, quarter)
-            return
-        table_format = _tabulation_format(release, by, agglvl, moe, level, table_format, out, titles)
-        plain = all(option is None for option in (where, agglvl, quarter, change, gains_losses))
-        if (release and plain and table_format == "csv" and (out is not None or not sys.stdout.isatty())
-                and _quick_tabulation(microdata, by, moe, level, out)):
-            return
-        import pandas
-
-        from gedp.postprocess.tabulate import SelectionWarning
-        from gedp.release.margins import kept_tabulation, kept_variances
-        from gedp.release.reader import release_quarters
-
-        if gains_losses is not None and (agglvl is not None or where or table_format in PUBLICATION_FORMATS
-                                         or (moe and not release)):
-            raise InputError("--gains-losses goes with --by, --out and --format csv or parquet only, and --moe with a "
-                             "panel release (margins and corrected sums need the release's noise)")
-        if quarter is not None or change is not None or (release and release_quarters(microdata)):
-            _tabulate_panel_release(microdata, by, quarter, change, gains_losses, agglvl, table_format, titles,
-                                    where, moe, level, out)
-            return
-        indexed = (kept_tabulation(microdata, by or "total", where=where or None, moe=moe, level=level)
-                   if release and gains_losses is None and agglvl is None and table_format not in PUBLICATION_FORMATS
-                   else None)
-        jobs = not indexed and agglvl is None and _has_worker_keys(by)
-        ids = jobs or gains_losses is not None or not _names_only_columns(f"{by or ''} {where or ''}")
-        data = pandas.DataFrame() if indexed else _microdata_to_tabulate(microdata, release, ids,
-                                                                         panel=gains_losses is not None)
-        if jobs and not release:
-            raise InputError("worker columns need a release directory with a job frame")
-        options = {"where": where or None, "moe": moe, "level": level,
-                   "margins": kept_variances(microdata) if moe and not jobs and not indexed else None}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SelectionWarning)
-            keys, table, published = _tabulated(microdata, data, indexed, by, agglvl, table_format, titles,
-                                                gains_losses, jobs, options)
-        for warning in caught:
-            typer.echo(f"warning: {warning.message}", err=True)
+        request = TabulationRequest(microdata, by=by, agglvl=agglvl, where=where, moe=moe, level=level,
+                                    format=table_format, titles=titles, out=out, quarter=quarter, change=change,
+                                    gains_losses=gains_losses)
+        answer = tabulate_request(request, frame=out is None and sys.stdout.isatty())
+        for said in answer.warnings:
+            typer.echo(f"warning: {said}", err=True)
         if out is not None:
-            summary = _tabulation_summary(microdata, keys, agglvl, where, level if moe else None, len(table), out)
-            workbook = None
-            if published is not None:
-                extra, notes = _publication_summary(published, table, microdata, release, level if moe else None)
-                summary, workbook = summary | extra, (published.levels, notes)
-            _write_tabulation(table, out, table_format, summary, workbook)
-    _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
-
-
-def _quick_tabulation(microdata: Path, by: Optional[str], moe: bool, level: float, out: Optional[Path]) -> bool:
-    """Answer a further CSV request of a release from its kept index without pandas
-    (``gedp.release.quick``): the table written and its summary shown; False when it cannot be."""
-    from gedp.csvtable import write_columns
-    from gedp.release.quick import quick_tabulation
-
-    table = quick_tabulation(microdata, by or "total", moe=moe, level=level)
-    if table is None:
-        return False
-    if out is not None:
-        summary = _tabulation_summary(microdata, table.keys, None, None, level if moe else None, table.n_rows, out)
-        _write_atomically(out, lambda path: write_columns(table.columns, path))
-        _write_summary(out, summary)
-    else:
-        write_columns(table.columns, sys.stdout)
-    _show_written(table.n_rows, out, f"; margins of error at {level:.0%}" if moe else "")
-    return True
-
-
-def _tabulation_summary(microdata: Path, keys: Any, agglvl: Optional[int], where: Optional[str],
-                        moe_level: Optional[float], rows: int, out: Path) -> dict[str, Any]:
-    """The machine-readable summary written beside a tabulation (``out``.json)."""
-    return {"source": str(microdata), "by": keys, "agglvl": agglvl, "where": where, "moe_level": moe_level,
-            "rows": rows, "table": str(out)}
-
-
-def _tabulated(microdata: Path, data: pd.DataFrame, indexed: Any, by: Optional[str], agglvl: Optional[int],
-               table_format: str, titles: Optional[Path], gains_losses: Optional[str], jobs: bool,
-               options: dict[str, Any]) -> tuple[Any, pd.DataFrame, Any]:
-    """The keys, the table and (publication formats) the published levels of a tabulation request
-    that is not of a panel release; a ValueError of the tabulation becomes an InputError."""
-    import pandas
-
-    from gedp.postprocess.tabulate import group_keys, qcew_keys, qcew_level, tabulate
-
-    published = None
-    try:
-        if indexed:
-            keys, table = indexed
-        elif table_format in PUBLICATION_FORMATS:
-            from gedp.postprocess.publication import publish_levels
-
-            published = publish_levels(data, agglvl, table_format, titles, **options)
-            table = pandas.concat(published.levels.values(), ignore_index=True)
-            keys = qcew_keys(data, agglvl) if agglvl is not None else None
-        elif agglvl is not None:
-            keys = qcew_keys(data, agglvl)
-            table = qcew_level(data, agglvl, **options)
-        elif gains_losses is not None:
-            from gedp.postprocess.gains import panel_gains_losses
-
-            table = panel_gains_losses(data, gains_losses, by or "total")
-            keys = [c for c in table.columns if c in data.columns]
-            typer.echo("warning: gains and losses summed from protected microdata are biased upward by the "
-                       "noise (see the gains and losses page)", err=True)
-        elif jobs:
-            from gedp.api import tabulate_job_frame
-
-            table = tabulate_job_frame(microdata, data, by, where=options["where"], moe=options["moe"],
-                                       level=options["level"])
-            keys = [c for c in table.columns if c not in ("estabs", "jobs", "jobs_moe")]
-        else:
-            keys = group_keys(data, by or "total")
-            table = tabulate(data, keys, **options)
-    except ValueError as err:
-        raise InputError(str(err)) from None
-    return keys, table, published
-
-
-def _tabulate_panel_release(microdata: Path, by: Optional[str], quarter: Optional[str], change: Optional[str],
-                            gains_losses: Optional[str], agglvl: Optional[int], table_format: str,
-                            titles: Optional[Path], where: Optional[str], moe: bool, level: float,
-                            out: Optional[Path]) -> None:
-    """Tabulate a panel release (a quarter, a change or gains and losses), write and show it."""
-    from gedp.panel import tabulate_panel
-
-    table = tabulate_panel(microdata, by, quarter=quarter, change=change, gains_losses=gains_losses, agglvl=agglvl,
-                           format=table_format if table_format in PUBLICATION_FORMATS else "table",
-                           titles=titles, where=where or None, moe=moe, level=level)
-    if out is not None:
-        _write_tabulation(table, out, table_format, {"source": str(microdata), "quarter": quarter, "change": change,
-                                                    "gains_losses": gains_losses, "rows": len(table)}, None)
-    _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
-
-
-def _has_derived_keys(by: str) -> bool:
-    """Whether a tabulation's keys hold a derived column (size_class), tabulated over implicates."""
-    from gedp.postprocess.derived import has_derived
-
-    return has_derived(by)
-
-
-def _tabulate_derived(microdata: Path, by: str, where: Optional[str], moe: bool, level: float,
-                      table_format: Optional[str], out: Optional[Path], quarter: Optional[str]) -> None:
-    """A release tabulated by a derived column (``gedp.release.implicates.tabulate_derived``), written
-    (csv or parquet; ``--format qcew``: BLS's size-class layout, as CSV) and shown."""
-    from gedp.release.implicates import tabulate_derived
-
-    layout = "qcew" if table_format == "qcew" else "table"
-    written = _table_format(None if layout == "qcew" else table_format, out, None)
-    if written == "xlsx":
-        raise InputError("--format xlsx writes QCEW levels; a size-class table is csv, parquet or --format qcew")
-    with errors.status("drawing implicates for the size classes"):
-        table = tabulate_derived(microdata, by, where=where, moe=moe, level=level, format=layout, quarter=quarter)
-    if out is not None:
-        _write_tabulation(table, out, written, {"source": str(microdata), "by": by, "where": where,
-                                                "moe_level": level if moe else None, "rows": len(table),
-                                                "table": str(out), "implicates": "combined (Rubin's rules)"})
-    _show_tabulation(table, out, f"; margins of error at {level:.0%}" if moe else "")
-
-
-def _has_worker_keys(by: Optional[str]) -> bool:
-    """Whether a tabulation's keys hold worker columns (of a job frame)."""
-    from gedp.postprocess.jobframe import worker_keys
-
-    return bool(worker_keys(by or ""))
-
-
-def _microdata_to_tabulate(microdata: Path, release: bool, ids: bool, panel: bool = False) -> pd.DataFrame:
-    """A release's protected microdata (``estab_id`` only with ``ids``), or a microdata file, validated
-    (a ``panel`` file: one row per establishment and quarter, read as stored)."""
-    from gedp.release.reader import read_protected
-    from gedp.synth.io import read_columns, read_microdata
-
-    if release:
-        return read_protected(microdata, without=() if ids else ("estab_id",))
-    return read_columns(microdata) if panel else read_microdata(microdata, attributes=None)
-
-
-def _names_only_columns(text: str) -> bool:
-    """Whether every name in a tabulation's --by and --where is a public column other than estab_id
-    (or total, and, or, not, in): then a release's ids need not be read (anything else, e.g. a
-    text literal or a name an error message lists the columns for, reads them all)."""
-    from gedp.synth.schema import CARRIED, PUBLIC
-
-    allowed = {*PUBLIC, *CARRIED, "total", "and", "or", "not", "in"} - {"estab_id"}
-    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) <= allowed
-
-
-def _publication_summary(published: PublishedLevels, table: pd.DataFrame, source: Path, release: bool,
-                         level: Optional[float]) -> tuple[dict, pd.DataFrame]:
-    """What a table ready to publish adds to its JSON (levels, titles' sources, untitled codes, the
-    notes) and its notes, whose privacy statement comes from the release's manifest."""
-    from gedp.postprocess.publication import publication_notes
-    from gedp.release.reader import read_manifest
-
-    titles = cast("Titles", published.titles)  # tables ready to publish always have titles
-    notes = publication_notes(read_manifest(source) if release else None, titles, str(source), level)
-    return ({"levels": list(published.levels), "titles": titles.sources,
-             "untitled_codes": titles.untitled(table["area_fips"], table["industry_code"]),
-             "notes": dict(zip(notes["topic"], notes["note"]))}, notes)
-
-
-def _write_tabulation(table: pd.DataFrame, out: Path, table_format: str, summary: dict,
-                      workbook: Optional[tuple[dict[int, pd.DataFrame], pd.DataFrame]] = None) -> None:
-    """The table at ``out`` as Parquet or CSV, or (xlsx) the ``workbook``'s levels and notes sheets;
-    ``summary`` as JSON beside it (``out``.json)."""
-    if table_format == "xlsx" and workbook is not None:
-        from gedp.postprocess.publication import write_workbook
-
-        _write_atomically(out, lambda path: write_workbook(*workbook, path))
-    else:
-        from gedp.csvtable import write_csv
-
-        _write_atomically(out, lambda path: table.to_parquet(path, index=False) if table_format == "parquet"
-                          else write_csv(table, path))
-    _write_summary(out, summary)
-
-
-def _write_summary(out: Path, summary: dict) -> None:
-    """A table's ``summary`` as JSON beside it (``out``.json)."""
-    _write_atomically(out.with_name(out.name + ".json"),
-                      lambda path: path.write_text(json.dumps(summary, indent=2) + "\n"))
+            answer.write()
+    _show_tabulation(answer, out, request.margins_note)
 
 
 def _show_written(n_rows: int, out: Optional[Path], margins: str) -> None:
@@ -977,18 +696,17 @@ def _show_written(n_rows: int, out: Optional[Path], margins: str) -> None:
         errors.print(f"{count(n_rows, 'row')} written as CSV to standard output{margins}")
 
 
-def _show_tabulation(table: pd.DataFrame, out: Optional[Path], margins: str) -> None:
+def _show_tabulation(answer: Tabulation, out: Optional[Path], margins: str) -> None:
     """Say where the table went; without --out, the whole table as CSV to a pipe, or its first rows
     to a terminal."""
     from gedp.synth.columns import count
 
     if out is not None or not sys.stdout.isatty():
         if out is None:
-            from gedp.csvtable import write_csv
-
-            write_csv(table, sys.stdout)
-        _show_written(len(table), out, margins)
+            answer.write_csv(sys.stdout)
+        _show_written(answer.n_rows, out, margins)
     else:
+        table = answer.frame()
         typer.echo(table.head(SHOWN_ROWS).to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
         shown = (f" (the first {SHOWN_ROWS} shown; --out FILE or a pipe gives them all as CSV)"
                  if len(table) > SHOWN_ROWS else "")
@@ -1036,11 +754,11 @@ def report_command(
     public published file, never confidential data.
     """
     with reported_errors():
-        _check_output_file(out)
+        check_output_file(out)
         with errors.status(f"reporting on {release}"):
             page = gedp.report(release, published=published)
-        _write_atomically(out, lambda path: path.write_text(page.html, encoding="utf-8"))
-        _write_atomically(out.with_name(out.name + ".json"),
+        write_atomically(out, lambda path: path.write_text(page.html, encoding="utf-8"))
+        write_atomically(out.with_name(out.name + ".json"),
                           lambda path: path.write_text(json.dumps(page.summary, indent=2) + "\n"))
     console.print(f"[bold]report[/] written to {out} ({len(page.html) / 1e6:.1f} MB, one self-contained file) and "
                   f"{out.name}.json")
@@ -1313,11 +1031,11 @@ def audit(
         if workers < 1:
             raise InputError(f"--workers ({workers}) must be >= 1")
         if out is not None:  # refused before the audit runs, not after
-            _check_output_file(out)
+            check_output_file(out)
         rows = _audit_release(release) if release is not None else _audit_pipeline(runs, config, broken, workers)
     if out is not None:
         with reported_errors():
-            _write_atomically(out, lambda path: path.write_text(json.dumps(rows, indent=2) + "\n"))
+            write_atomically(out, lambda path: path.write_text(json.dumps(rows, indent=2) + "\n"))
     failed = [row for row in rows if not row["passed"]]
     if failed and release is not None:
         errors.print(f"[red]release audit failed[/]: {'; '.join(row['name'] for row in failed)}")

@@ -129,10 +129,11 @@ def test_the_workers_reuse_freed_memory_too(monkeypatch):
 #: `gedp --version` through the executable's entry point, with an atexit callback that shows whether
 #: the interpreter's normal exit ran; argv[1] "thread": a thread still runs beside the command.
 END_PROBE = """
-import atexit, sys, threading, time
+import atexit, sys, threading
 atexit.register(lambda: print("normal exit", flush=True))
 if sys.argv[1] == "thread":
-    threading.Thread(target=time.sleep, args=(3,)).start()  # longer than the command takes
+    # alive until the interpreter's shutdown begins, however long the command takes on a loaded machine
+    threading.Thread(target=threading.main_thread().join).start()
 sys.argv = ["gedp", *sys.argv[2:]]
 from gedp.cli import command
 print("before", flush=False)  # left in the buffer: the end must flush it
