@@ -640,7 +640,8 @@ SHOWN_ROWS = 25
 def tabulate_command(
     microdata: Annotated[Path, typer.Argument(help="A release directory or a microdata file.")],
     by: Annotated[Optional[str], typer.Option(help="Public columns, comma-separated ('total' for the total); "
-                                                   "county keys always carry the state.")] = None,
+                                                   "county keys always carry the state; size_class (BLS size "
+                                                   "codes 1-9) is estimated over implicates.")] = None,
     agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (50-58, 70-78; 50 "
                                                        "and 70 total over ownerships) instead of --by.")] = None,
     where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter of columns, "
