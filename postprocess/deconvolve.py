@@ -160,8 +160,8 @@ def draw_on_grid(log_likelihood: np.ndarray, points: np.ndarray, log_prior: np.n
                  rng: np.random.Generator) -> np.ndarray:
     """Draws from a prior on grid cells (``points`` with half-widths ``spacing`` / 2; ``spacing`` 0 for an
     atom) times a likelihood evaluated at the points (rows x points): a cell by its posterior weight,
-    then uniformly within it."""
-    log_weight = log_likelihood + log_prior[None, :]
+    then uniformly within it. ``log_prior``: one for every row (points), or one per row (rows x points)."""
+    log_weight = log_likelihood + np.atleast_2d(log_prior)
     best = log_weight.max(axis=1, keepdims=True)
     cdf = np.cumsum(np.exp(log_weight - best), axis=1)
     pick = np.minimum((cdf < rng.random(len(cdf))[:, None] * cdf[:, -1:]).sum(axis=1), len(points) - 1)

@@ -159,11 +159,15 @@ class PosteriorModel:
     def wage_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
         """Likelihood of wage answers at the z grid and (last column) at w = 0, rows x points, each row
         scaled to its largest value."""
+        log_lik = self.wage_log_likelihood(omega, average)
+        return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
+
+    def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
+        """log likelihood (up to a constant) of wage answers at the z grid and (last column) at w = 0."""
         sd = self.answers.wage_sd
         points = np.concatenate([self.psi(np.maximum(average, 1e-300)[:, None] * np.exp(WAGE_Z)[None, :]),
                                  np.full((len(omega), 1), self.psi(np.zeros(1))[0])], axis=1)
-        log_lik = -0.5 * ((omega[:, None] - points) / sd) ** 2
-        return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
+        return -0.5 * ((omega[:, None] - points) / sd) ** 2
 
     def summary(self) -> dict:
         """The fitted priors in a few public numbers (they are functions of the release's answers)."""
@@ -270,15 +274,11 @@ class PosteriorModel:
         spacing = np.append(np.full(len(WAGE_Z), WAGE_Z[1] - WAGE_Z[0]), 0.0)
         points = np.append(WAGE_Z, -np.inf)
         todo = ~zero & ~flat
-        for b, g in set(zip(band[todo].tolist(), group[todo].tolist())):
-            cell = todo & (band == b) & (group == g)
-            weights = self.priors.wage_cells.get((g, b), self.priors.wage_bands.get(b))
-            if weights is None:
-                weights = self.priors.wage_bands[min(self.priors.wage_bands, key=lambda k: abs(k - b))]
+        if todo.any():
             with np.errstate(divide="ignore"):
-                log_lik = np.log(self.wage_likelihood(omega[cell], average[cell]))
-                z = draw_on_grid(log_lik, points, np.log(weights), spacing, rng)
-            out[cell] = average[cell] * np.exp(z)
+                log_prior = np.log(self.wage_table[group[todo], band[todo]])
+                z = draw_on_grid(self.wage_log_likelihood(omega[todo], average[todo]), points, log_prior, spacing, rng)
+            out[todo] = average[todo] * np.exp(z)
         return out, todo
 
 
