@@ -57,13 +57,14 @@ def main() -> None:
     parser.add_argument("--qcew", type=Path, required=True)
     parser.add_argument("--structure", default="none")
     parser.add_argument("--releases", type=int, default=5)
+    parser.add_argument("--first", type=int, default=1, help="the first release's seed")
     parser.add_argument("--m", type=int, default=10)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)
     parts = []
-    for seed in range(1, args.releases + 1):
+    for seed in range(args.first, args.first + args.releases):
         with tempfile.TemporaryDirectory() as tmp:
             part = one_release(truth, Path(tmp) / "release", seed, args.m)
         part.insert(0, "release_seed", seed)
