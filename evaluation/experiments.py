@@ -181,8 +181,13 @@ def _coverage(request: ExperimentRequest):
                             data_label=request.data_label)
 
 
+#: The config ``gedp evaluate accuracy`` evaluates without --config: the shipped plan (gedp protect's default).
+ACCURACY_CONFIG = "recommended"
+
+
 def _accuracy(request: ExperimentRequest):
-    """One config's accuracy; a config other than baseline is run beside baseline (paired seeds)."""
+    """One config's accuracy: the shipped plan's alone without --config; a config given other than
+    baseline beside baseline (paired seeds)."""
     from gedp.config import load_config
     from gedp.evaluation.accuracy import compute_accuracy
     from gedp.evaluation.plan_comparison import Comparison
@@ -192,9 +197,10 @@ def _accuracy(request: ExperimentRequest):
                                 replications=request.replications or 20, seed=request.seed,
                                 data_label=request.data_label, on_step=request.on_step)
 
+    config = str(request.config or ACCURACY_CONFIG)
     if _beside_baseline(request):
-        return Comparison(run(str(request.config)), run("baseline"), Path(str(request.config)).stem)
-    return run(request.config or "baseline")
+        return Comparison(run(config), run("baseline"), Path(config).stem)
+    return run(config)
 
 
 def _risk(request: ExperimentRequest):
@@ -242,7 +248,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in (
     Experiment("coverage", "coverage of the margins of error (plan: baseline; 40 replications)", True, _coverage,
                "gedp.evaluation.coverage:render_coverage"),
     Experiment("accuracy", "errors, zeros, state totals and margin coverage per QCEW level, on the cells BLS "
-               "published (plan: baseline, or --config beside baseline; 20 replications)", True, _accuracy,
+               "published (plan: recommended, or --config beside baseline; 20 replications)", True, _accuracy,
                "gedp.evaluation.plan_comparison:render", steps=_accuracy_steps),
     Experiment("risk", "disclosure risk of a release (--release, or a random half protected with --config, default "
                "recommended): singling out, linkability, size-class and wage-decile inference, beside noise "

@@ -24,15 +24,15 @@ from matplotlib.figure import Figure  # drawn without pyplot: no backend, no dis
 
 from gedp.errors import InputError
 from gedp.measure.budget import compose
-from gedp.measure.conversions import gdp_epsilon
+from gedp.measure.conversions import STATED_DELTA, delta_text, gdp_epsilon
 from gedp.measure.neighbors import make_psi
 from gedp.postprocess.tabulate import qcew_level
-from gedp.release.format import PROTECTED_FILE, TABLES_FILE
+from gedp.release.format import TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import check_one_quarter, read_manifest, release_answers, release_wage_psi
+from gedp.release.reader import check_one_quarter, read_manifest, read_validated, release_answers, release_wage_psi
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL
-from gedp.synth.io import read_microdata
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS, PublishedState
+from gedp.synth.titles import state_names
 
 #: Names a reader understands, for the release's attributes.
 ATTRIBUTE_NAMES = {"m1emp": "Employment, month 1", "m2emp": "Employment, month 2",
@@ -45,8 +45,6 @@ INDUSTRY_WORDS = {None: "all industries", "domain": "domain (goods / services)",
 SHOWN = ("m1emp", "wage")
 #: QCEW levels whose margins of error the page shows (state and county, coarse to fine).
 MARGIN_LEVELS = (51, 54, 58, 71, 74, 78)
-#: delta of the page's epsilon.
-STATEMENT_DELTA = 1e-6
 #: Example values of the privacy statement: employees, and dollars of quarterly wages.
 EXAMPLES = {"employment": (3.0, 36.0, 360.0, 3_600.0), "wage": (10_000.0, 100_000.0, 1_000_000.0)}
 #: Tolerances of the comparison with published numbers.
@@ -96,7 +94,7 @@ def attribute_mu(manifest: Manifest) -> dict[str, float]:
 
 
 def privacy_facts(manifest: Manifest) -> dict:
-    """The guarantee in numbers: mu and epsilon (at STATEMENT_DELTA) in total and per attribute,
+    """The guarantee in numbers: mu and epsilon (at the delta gedp states, STATED_DELTA) in total and per attribute,
     and the uncertainty interval of example values of each attribute under the release's psi."""
     psi = make_psi(**manifest["psi"])
     attributes = {}
@@ -104,11 +102,11 @@ def privacy_facts(manifest: Manifest) -> dict:
         examples = EXAMPLES["wage" if attribute == "wage" else "employment"]
         lower, upper = psi.interval(np.asarray(examples), manifest["gammas"][attribute])
         attributes[attribute] = {
-            "mu": mu, "epsilon": gdp_epsilon(mu, STATEMENT_DELTA), "gamma": manifest["gammas"][attribute],
+            "mu": mu, "epsilon": gdp_epsilon(mu, STATED_DELTA), "gamma": manifest["gammas"][attribute],
             "intervals": [[x, float(low), float(high)] for x, low, high in zip(examples, lower, upper)],
         }
-    return {"mu": manifest["mu_total"], "epsilon": gdp_epsilon(manifest["mu_total"], STATEMENT_DELTA),
-            "delta": STATEMENT_DELTA, "psi": manifest["psi"], "zeta": manifest.get("zeta"),
+    return {"mu": manifest["mu_total"], "epsilon": gdp_epsilon(manifest["mu_total"], STATED_DELTA),
+            "delta": STATED_DELTA, "psi": manifest["psi"], "zeta": manifest.get("zeta"),
             "attributes": attributes}
 
 
@@ -117,13 +115,46 @@ def read_tables(folder: Path) -> pd.DataFrame:
     return pd.read_csv(folder / TABLES_FILE, dtype={"area_fips": str, "industry_code": str, "own_code": str})
 
 
+def release_quarter(tables: pd.DataFrame) -> tuple[int, int] | None:
+    """The quarter (year, qtr) of a release's QCEW tables: their one ``year`` and ``qtr`` (read from
+    the release, so checked: a year of 4 digits, a quarter 1-4); None without one."""
+    if not {"year", "qtr"} <= set(tables.columns):
+        return None
+    pairs = tables[["year", "qtr"]].apply(pd.to_numeric, errors="coerce").drop_duplicates()
+    if len(pairs) != 1:
+        return None
+    year, qtr = pairs.iloc[0]
+    if not (1000 <= year <= 9999 and qtr in (1, 2, 3, 4) and year == int(year)):
+        return None
+    return int(year), int(qtr)
+
+
+def check_same_quarter(tables: pd.DataFrame, published: PublishedState, name: str | None) -> None:
+    """Refuse a published file of another quarter than the release's (one without a quarter is taken)."""
+    quarter = release_quarter(tables)
+    if quarter is not None and quarter != (published.year, published.qtr):
+        raise InputError(f"published file {name or ''} is of {published.year} Q{published.qtr}, the release of "
+                         f"{quarter[0]} Q{quarter[1]}: give the same quarter's file")
+
+
+def report_title(manifest: Manifest, quarter: tuple[int, int] | None) -> str:
+    """The page's title: the states by name (their FIPS code where the shipped list has none) and the quarter."""
+    names = state_names()
+    states = ", ".join(names.get(code, f"state {code}") for code in manifest["states"])
+    return f"Protected QCEW release: {states}" + ("" if quarter is None else f", {quarter[0]} Q{quarter[1]}")
+
+
 def cell_counts(tables: pd.DataFrame, published: PublishedState | None) -> pd.DataFrame:
     """Per level: the cells this release publishes and, with ``published``, the agency's private
-    cells and the share of them it withheld (disclosure_code "N")."""
+    cells, how many of them have no establishment (listed with zeros, they have no row in a
+    release: no establishment is in them) and the share it withheld (disclosure_code "N")."""
     counts = tables.groupby("agglvl_code").size().rename("released").to_frame()
     if published is not None:
-        agency = published.aggregates.groupby("agglvl")["suppressed"].agg(["size", "mean"])
+        rows = published.aggregates.assign(empty=published.aggregates["estabs"] == 0)
+        agency = rows.groupby("agglvl").agg(size=("suppressed", "size"), mean=("suppressed", "mean"),
+                                            empty=("empty", "sum"))
         counts["agency_cells"] = agency["size"]
+        counts["agency_empty"] = agency["empty"]
         counts["agency_withheld"] = agency["mean"]
     counts.index.name = "agglvl"
     return counts.reset_index()
@@ -132,7 +163,7 @@ def cell_counts(tables: pd.DataFrame, published: PublishedState | None) -> pd.Da
 def margin_cells(folder: Path, levels: tuple[int, ...] = MARGIN_LEVELS) -> pd.DataFrame:
     """The release's cells at ``levels`` with their 95% margins of error, long: agglvl, attribute,
     value, margin (computed from the release's answers; no budget spent, nothing confidential read)."""
-    protected = read_microdata(folder / PROTECTED_FILE, attributes=None)
+    protected = read_validated(folder)  # exactly the parts its manifest lists
     options = {"moe": True, "answers": release_answers(folder, protected), "wage_psi": release_wage_psi(folder)}
     pieces = []
     for agglvl in levels:
@@ -294,12 +325,6 @@ def _figure(figure: Figure, caption: str) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def _short(value: float) -> str:
-    """A small number as people write it: 1e-6, not 1e-06."""
-    mantissa, exponent = f"{value:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
 def _amount(value: float, attribute: str) -> str:
     return f"${value:,.0f}" if attribute == "wage" else f"{value:,.0f} employees"
 
@@ -315,22 +340,22 @@ def privacy_section(facts: dict) -> str:
         f"{_amount(x, 'wage')} cannot be told from any amount between ${low:,.0f} and ${high:,.0f}"
         for x, low, high in wage["intervals"]) + ".")
     power = NormalDist().cdf(NormalDist().inv_cdf(0.05) + facts["mu"])
-    delta = _short(facts["delta"])
-    rows = [[ATTRIBUTE_NAMES.get(a, a), f"{g['mu']:.3f}", f"{g['epsilon']:.2f}"]
+    delta = delta_text(facts["delta"])
+    rows = [[ATTRIBUTE_NAMES.get(a, a), f"{g['mu']:.4f}", f"{g['epsilon']:.2f}"]
             for a, g in facts["attributes"].items()]
-    rows.append(["Whole release", f"{facts['mu']:.3f}", f"{facts['epsilon']:.2f}"])
+    rows.append(["Whole release", f"{facts['mu']:.4f}", f"{facts['epsilon']:.2f}"])
     return (
         "<h2>What is protected</h2>"
         "<p>Each establishment's employment and wages are hidden among nearby values, its <em>neighbours</em>: "
         "whatever else a reader knows, this release does not let them tell an establishment's true value from any "
         f"other value close to it. An establishment of {'; one of '.join(examples)}.{html.escape(wages)}</p>"
         "<h2>How strongly</h2>"
-        f"<p>The release spends a privacy budget of <strong>mu = {facts['mu']:.3f}</strong> (Gaussian differential "
+        f"<p>The release spends a privacy budget of <strong>mu = {facts['mu']:.4f}</strong> (Gaussian differential "
         f"privacy), which is <strong>epsilon = {facts['epsilon']:.2f} at delta = {delta}</strong> in the more "
         "common terms. In plain words: a reader trying to tell an establishment's value from a neighbouring value, "
         f"who may mistake the neighbour for it at most 5% of the time, recognizes the true value at most {power:.0%} "
         "of the time.</p>"
-        + _table(["Attribute", "mu", f"epsilon at delta {_short(facts['delta'])}"], rows) +
+        + _table(["Attribute", "mu", f"epsilon at delta {delta}"], rows) +
         "<h2>What it does not hide</h2>"
         "<p>Neighbours here are values within the ranges above (psi-neighbours), not the add-or-remove-one "
         "neighbours of textbook differential privacy. The release still tells a small establishment from a large "
@@ -352,13 +377,18 @@ def cells_section(counts: pd.DataFrame, agency: str | None) -> str:
     finest = counts.set_index("agglvl")["agency_withheld"].get(78)
     rows = [[level_name(int(r.agglvl)), f"{int(r.released):,}",
              "-" if r.agency_cells != r.agency_cells else f"{int(r.agency_cells):,}",
+             "-" if r.agency_empty != r.agency_empty else f"{int(r.agency_empty):,}",
              "-" if r.agency_withheld != r.agency_withheld else f"{r.agency_withheld:.1%}"]
             for r in counts.itertuples()]
+    empty = int(counts["agency_empty"].sum())
     return (text + (f"The agency's published file ({html.escape(agency)}) withholds {finest:.0%} of its county x "
-                    "6-digit industry cells by cell suppression." if finest == finest and finest is not None else "")
+                    "6-digit industry cells by cell suppression. " if finest == finest and finest is not None else "")
+            + (f"It also lists {empty:,} cells without any establishment this quarter (published as zeros); no "
+               "establishment of the release is in them, so the release has no row for them and withholds nothing "
+               "there either: that is why it counts fewer cells than the agency's file." if empty else "")
             + "</p>" + _figure(cells_figure(counts), "Share of cells published, per level of detail")
             + _table(["Level of detail", "Cells in this release", "Cells in the agency's file",
-                      "Withheld by cell suppression"], rows))
+                      "of which without establishments", "Withheld by cell suppression"], rows))
 
 
 def _by_level(summary: pd.DataFrame, columns) -> list[list[str]]:
@@ -449,8 +479,8 @@ def _key_figures(facts: dict, counts: pd.DataFrame, summary: pd.DataFrame, share
     """The figures a reader sees first."""
     finest = summary[(summary["agglvl"] == summary["agglvl"].max()) & (summary["attribute"] == "m1emp")]
     boxes = [(f"{int(counts['released'].sum()):,}", "cells published, none withheld"),
-             (f"mu {facts['mu']:.2f}",
-              f"privacy budget (epsilon {facts['epsilon']:.1f} at delta {_short(facts['delta'])})")]
+             (f"mu {facts['mu']:.4f}",
+              f"privacy budget (epsilon {facts['epsilon']:.2f} at delta {delta_text(facts['delta'])})")]
     if len(finest):
         level = level_name(int(finest["agglvl"].iloc[0])).lower()
         boxes.append((f"{finest['median'].iloc[0]:.1%}", f"typical employment margin of error, {level}"))
@@ -470,8 +500,11 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
     if published is not None and published.state not in manifest["states"]:
         raise InputError(f"published file {published_name or ''} is of state {published.state}, which the release "
                          f"(states {', '.join(manifest['states'])}) does not hold: give the same state's file")
-    facts = privacy_facts(manifest)
     tables = read_tables(folder)
+    if published is not None:
+        check_same_quarter(tables, published, published_name)
+    quarter = release_quarter(tables)
+    facts = privacy_facts(manifest)
     counts = cell_counts(tables, published)
     cells = margin_cells(folder, levels)
     summary = margin_summary(cells)
@@ -482,9 +515,8 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
         comparison = published_comparison(tables, published)
         shares = within_shares(comparison)
         sections.append(comparison_section(comparison, shares, agency or ""))
-    states = ", ".join(manifest["states"])
     page = PAGE.substitute(
-        title=html.escape(f"Protected QCEW release, state{'s' if len(manifest['states']) > 1 else ''} {states}"),
+        title=html.escape(report_title(manifest, quarter)),
         subtitle=html.escape(f"{manifest['establishments']:,} establishments; release of {manifest['created_date']}"),
         banner="" if manifest["publishable"] else ('<p class="banner"><strong>Not for publication.</strong> This '
                                                    "release was made with a replayable noise seed.</p>"),
@@ -494,7 +526,8 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
                            + "; no confidential data was read."),
     )
     return ManagerReport(page, {
-        "command": "report", "states": manifest["states"], "privacy": facts,
+        "command": "report", "states": manifest["states"],
+        "quarter": None if quarter is None else f"{quarter[0]}Q{quarter[1]}", "privacy": facts,
         "cells": counts.to_dict(orient="records"), "margins": summary.to_dict(orient="records"),
         "published": None if shares is None else {"file": agency, "shares": shares.to_dict(orient="records")},
     })

@@ -28,12 +28,12 @@ from gedp.measure.rng import check_publication
 from gedp.panel import is_panel, protect_panel, tabulate_panel
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
+from gedp.release.reader import read_manifest, read_stored, release_answers, release_families, release_parts
+from gedp.release.writer import check_output_directory, staged_directory
+from gedp.synth.intake import prepare_input
 
 if TYPE_CHECKING:
     from gedp.postprocess.combine import Combined
-from gedp.release.reader import read_manifest, release_answers, release_families
-from gedp.release.writer import check_output_directory, staged_directory
-from gedp.synth.intake import prepare_input
 
 __all__ = ["Release", "combine", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
            "tabulate_job_frame"]
@@ -96,7 +96,8 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
             jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
             dataset_id: str | None = None, allow_large_mu: bool = False, security: Any = None,
             insecure_scheduler: bool = False, columns: Mapping[str, str] | None = None,
-            pad_codes: bool = False, annual_cap: float | None = None, processes: int | None = None) -> Release:
+            pad_codes: bool = False, annual_cap: float | None = None, processes: int | None = None,
+            allow_over_cap: bool = False) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
     parts) state by state; returns the release, held in a temporary folder until ``write``.
     ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
@@ -117,7 +118,9 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     An input of several quarters (``year`` and ``qtr`` columns: a panel, ``gedp.synth.panel``) is
     protected quarter by quarter into one panel release (``gedp.panel``; with ``ledger``, reserved
     as one release of all its quarters before any noise is drawn); tabulate it with ``quarter``,
-    ``change`` or ``gains_losses``.
+    ``change`` or ``gains_losses``. A panel whose quarters together spend more than the config's
+    ``mu_cap`` (sqrt(quarters) x a quarter's mu, for an establishment in every quarter) is refused
+    unless ``allow_over_cap=True``.
 
     ``engine="dask"`` runs on a built-in local cluster (loopback only, TLS with keys made for the
     run), or on an existing ``scheduler``: a ``tls://`` address with ``security`` (a
@@ -138,7 +141,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
         if jobs is not None:
             raise InputError("a job table goes with a release of one quarter, not a panel")
         protect_panel(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
-                      processes=processes)
+                      processes=processes, allow_over_cap=allow_over_cap)
     else:
         protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
                          jobs=jobs, processes=processes)
@@ -197,13 +200,13 @@ class Release:
     def microdata(self) -> pd.DataFrame:
         """The protected microdata (public columns and protected attributes)."""
         if self._microdata is None:
-            self._microdata = pd.read_parquet(self.folder / PROTECTED_FILE)
+            self._microdata = read_stored(self.folder)
         return self._microdata
 
     @property
     def measurements(self) -> pd.DataFrame:
         """Every noisy answer: query, attribute, mechanism, mu, keys, released, estimate, variance, sd, grid."""
-        return pd.read_parquet(self.folder / MEASUREMENTS_FILE)
+        return read_stored(self.folder, MEASUREMENTS_FILE)
 
     @property
     def qcew_tables(self) -> pd.DataFrame:
@@ -292,9 +295,13 @@ class Release:
         return implicates_in_memory(self.folder, m, seed=seed, quarter=quarter)
 
     def write(self, out: str | Path) -> Path:
-        """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release)."""
+        """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release);
+        a release holding a file its manifest does not account for is refused, not copied."""
         out = Path(out).resolve()
         check_output_directory(out)
+        manifest = read_manifest(self.folder)
+        for output in (MEASUREMENTS_FILE, PROTECTED_FILE, *([JOBS_FILE] if "jobs" in manifest else [])):
+            release_parts(self.folder, output, manifest)
         with staged_directory(out) as staging:
             for entry in self.folder.iterdir():
                 target = staging / entry.name
@@ -306,7 +313,7 @@ def read_job_frame(folder: str | Path) -> pd.DataFrame:
     """A release's protected job frame; InputError when the release has none."""
     if not release_families(folder):
         raise InputError(f"release '{folder}' has no job frame (protect with --jobs and a config with job families)")
-    return pd.read_parquet(Path(folder) / JOBS_FILE)
+    return read_stored(folder, JOBS_FILE)
 
 
 def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Sequence[str], *,

@@ -19,15 +19,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
+from rich.text import Text
 from typer.core import TyperOption
 
 import gedp
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import AuditError, GedpError, InputError, InputProblems, SolverError
 from gedp.outputs import check_output_file, write_atomically
-from gedp.process import end_process, set_up_command_memory
+from gedp.process import end_process, exit_status, set_up_command_memory, stop_on_sigterm
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
 # matplotlib and the stage packages (which import them) are imported inside the commands that use
@@ -146,9 +147,18 @@ def _one_line(err: Exception) -> str:
     return "".join(c.encode("unicode_escape").decode() if c in LINE_BREAKS else c for c in str(err))
 
 
+class StepsColumn(ProgressColumn):
+    """The steps done, out of the total when it is known ("3/12"), else alone ("3"; the bar then
+    moves to and fro: rich's indeterminate bar)."""
+
+    def render(self, task: Task) -> Text:
+        done = f"{task.completed:,.0f}"
+        return Text(done if task.total is None else f"{done}/{task.total:,.0f}")
+
+
 def _progress_bar() -> Progress:
     return Progress(
-        TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TextColumn("{task.description:<28}"), BarColumn(), StepsColumn(),
         TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
     )
 
@@ -199,10 +209,11 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
         f"  {manifest['establishments']:,} establishments in {len(states)} state{'s' if len(states) > 1 else ''}, "
         f"workflow {manifest['workflow']}, psi {manifest['psi']['name']}, zeta {manifest['zeta']}"
     )
-    privacy = manifest["privacy"]
-    spent = ", ".join(f"{a} {g['mu']:.3f}" for a, g in privacy["attributes"].items())
-    console.print(f"  privacy budget: total mu = {privacy['mu']:.4f} ({spent}); epsilon "
-                  f"{privacy['epsilon']['1e-06']:.2f} at delta 1e-6 for psi-neighbours")
+    from gedp.measure.conversions import stated_guarantee
+
+    spent = ", ".join(f"{a} {g['mu']:.4f}" for a, g in manifest["privacy"]["attributes"].items())
+    console.print(f"  privacy budget: total {stated_guarantee(manifest['mu_total'])} for psi-neighbours; per "
+                  f"attribute mu {spent}")
     solvers = ", ".join(f"{a} {r['status']}" for a, r in manifest["solver"].items())
     console.print(f"  postprocessing ({manifest['variance_mode']} variances): {solvers}")
     if manifest.get("integer"):
@@ -389,8 +400,10 @@ def synth(
     if from_qcew is not None:
         _print_validation(summary)
     written = f" and {len(job_table):,} jobs to {jobs_out.name}" if jobs else ""
-    console.print(f"Wrote {len(microdata):,} establishments to {out}{written} and {sidecar.name} in "
-                  f"{summary['seconds']:.1f}s")
+    rows = (f"{len(microdata):,} rows ({microdata['estab_id'].nunique():,} establishments in "
+            f"{microdata[['year', 'qtr']].drop_duplicates().shape[0]} quarters)" if quarters is not None
+            else f"{len(microdata):,} establishments")
+    console.print(f"Wrote {rows} to {out}{written} and {sidecar.name} in {summary['seconds']:.1f}s")
 
 
 @app.command(name="plan")
@@ -507,6 +520,10 @@ def protect_command(
     allow_large_mu: Annotated[bool, typer.Option("--allow-large-mu",
                                                  help="Accept a query mu above 2 (refused by default: a typo such "
                                                       "as 70 for 0.70 releases nearly exact values).")] = False,
+    allow_over_cap: Annotated[bool, typer.Option("--allow-over-cap",
+                                                 help="Protect a panel whose quarters together spend more than the "
+                                                      "config's mu_cap (refused by default: sqrt(quarters) x a "
+                                                      "quarter's mu).")] = False,
     columns: Annotated[Optional[str], typer.Option(help="Column names of the input: STORED=GEDP,... (e.g. "
                                                         "ruid=estab_id), beyond the names gedp knows.")] = None,
     pad_codes: Annotated[bool, typer.Option("--pad-codes", help="Zero-pad state, county, NAICS and own codes that "
@@ -522,6 +539,8 @@ def protect_command(
     with reported_errors():  # the input is checked first, before the numerical stack is imported
         intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
                                attributes=configured_attributes(config))
+        for note in intake.notes:
+            typer.echo(f"note: {note}", err=True)
         if engine == "local" and intake.parquet and not intake.needs_translation():
             from gedp.synth.prefetch import prefetch_input
 
@@ -539,13 +558,14 @@ def protect_command(
             cfg = _load(config, workflow, integer, allow_large_mu)
             with progress_steps(None) as advance:
                 manifest, reservation = _protected(load_input(intake), cfg, out, request, jobs, advance, seed=seed,
-                                                   rng=rng, engine=engine, scheduler=access, processes=processes)
+                                                   rng=rng, engine=engine, scheduler=access, processes=processes,
+                                                   allow_over_cap=allow_over_cap)
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     _print_quarters_and_budget(manifest, reservation)
 
 
 def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Path], advance: Callable[[str], None],
-               **options: Any) -> tuple[dict, Any]:
+               allow_over_cap: bool = False, **options: Any) -> tuple[dict, Any]:
     """Protect a checked input: a panel (several quarters) into one panel release, else state by
     state as one release; returns the manifest and the ledger reservation (None without a ledger)."""
     from gedp.lifetime import protect_recorded
@@ -554,7 +574,7 @@ def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Pa
     if is_panel(source):  # several quarters: one panel release
         if jobs is not None:
             raise InputError("--jobs goes with a release of one quarter, not a panel")
-        return protect_panel(source, cfg, out, ledger=request,
+        return protect_panel(source, cfg, out, ledger=request, allow_over_cap=allow_over_cap,
                              on_quarter=lambda quarter: advance(f"quarter {quarter} done"), **options)
     return protect_recorded(source, cfg, out, ledger=request, jobs=jobs,
                             on_state=lambda state: advance(f"state {state} done"), **options)
@@ -563,8 +583,10 @@ def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Pa
 def _print_quarters_and_budget(manifest: dict, reservation: Any) -> None:
     """The lines of a protect summary on a panel's quarters and on the lifetime ledger's charge."""
     if "quarters" in manifest:
+        beyond = (f", over the config's mu_cap {manifest['mu_cap']:.4f} ({manifest['over_cap']})"
+                  if "over_cap" in manifest else "")
         console.print(f"  quarters {', '.join(manifest['quarters'])} ({manifest['design']['name']}): each quarter mu "
-                      f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter")
+                      f"{manifest['mu_quarter']:.4f}; the total above is an establishment's in every quarter{beyond}")
     if reservation is None:
         return
     console.print(f"  lifetime budget: this release charged mu {reservation.largest_charge:.4f} in the accounts' "
@@ -587,10 +609,11 @@ def ledger_show(
     """Print every release of a ledger (its dataset, cap, charge and status).
 
     Then the accounts' psi and gammas, the most spent account and the head of the ledger's chain."""
-    from gedp.ledger import CLEARED, PENDING, check_ledger_path, largest_spending, live, read_ledger
+    from gedp.ledger import CLEARED, PENDING, check_ledger_path, largest_spending, live, read_ledger, release_charge
 
     with reported_errors():
-        book = read_ledger(check_ledger_path(ledger))
+        path = check_ledger_path(ledger)
+        book = read_ledger(path)
         most, cap = largest_spending(ledger, book)
     releases = Table(Column("dataset", overflow="fold"), *(Column(c, no_wrap=True) for c in (
         "release", "status", "cap", "charge mu", "establishments", "date (UTC)")), Column("quarters", overflow="fold"),
@@ -600,7 +623,8 @@ def ledger_show(
         status = f"[red]{r['status']}[/]" if r["status"] == PENDING else r["status"]
         annual = "" if r.get("annual_cap") is None else f", {r['annual_cap']:.4f} a year"
         quarters = ", ".join(q for q, _ in r.get("quarters", []) if q is not None) or "-"
-        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}{annual}", f"{r['mu']:.4f}",
+        releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}{annual}",
+                         _charge(None if r["status"] == CLEARED else release_charge(path, r), r),
                          f"{r['establishments']:,}", r["date_utc"][:16].replace("T", " "), quarters, r["config"])
     console.print(releases)
     counting = live(book)
@@ -622,14 +646,24 @@ def ledger_clear(
     """Clear a pending release (a run that failed or was killed before publishing): its mu stops counting.
 
     Clear only a release you know was not published; committed releases cannot be cleared. A run
-    killed before its commit leaves a hidden staging folder beside its --out without a manifest:
-    no gedp reader takes it for a release; delete it."""
+    killed before its commit leaves hidden staging folders beside its --out without a manifest: no
+    gedp reader takes them for a release, and the next run writing that --out removes them."""
     from gedp.ledger import clear
 
     with reported_errors():
         entry = clear(ledger, release)
-    console.print(f"Cleared pending release {entry['id']} (charge mu {entry['mu']:.4f}, reserved {entry['date_utc']}): "
-                  "it no longer counts against its establishments' caps.")
+    console.print(f"Cleared pending release {entry['id']} (charge mu {_charge(entry['charge'], entry)}, reserved "
+                  f"{entry['date_utc']}): it no longer counts against its establishments' caps.")
+
+
+def _charge(charge: float | None, release: dict) -> str:
+    """A ledger release's charge as ``gedp protect`` states it: its largest charge to one establishment
+    (``ledger.release_charge``; None: not known, the key file of a cleared release is gone) and, for a
+    release of several quarters, its charge per quarter an establishment is in."""
+    if len(release.get("quarters") or []) <= 1:
+        return f"{release['mu']:.4f}"
+    per_quarter = f"{release['mu']:.4f} a quarter"
+    return per_quarter if charge is None else f"{charge:.4f} ({per_quarter})"
 
 
 #: Rows shown on a terminal; a pipe or --out gets the whole table as CSV.
@@ -662,6 +696,10 @@ def tabulate_command(
     change: Annotated[Optional[str], typer.Option(help="A panel release: the change FIRST:SECOND of every cell, "
                                                        "e.g. 2016Q1:2017Q1 (<attribute>_chg, _chg_moe, "
                                                        "_pct_chg).")] = None,
+    unprotected: Annotated[bool, typer.Option("--unprotected", help="Allow --format qcew or xlsx of confidential "
+                                                                     "microdata (not a release): every row's "
+                                                                     "disclosure_code then says NOT PROTECTED.")
+                           ] = False,
     gains_losses: Annotated[Optional[str], typer.Option(help="FROM:TO quarters (e.g. 2016Q1:2016Q2) of a panel "
                                                              "release or panel microdata: gross job gains and losses "
                                                              "of month-3 employment by --by instead of levels (of a "
@@ -678,7 +716,7 @@ def tabulate_command(
     with reported_errors():
         request = TabulationRequest(microdata, by=by, agglvl=agglvl, where=where, moe=moe, level=level,
                                     format=table_format, titles=titles, out=out, quarter=quarter, change=change,
-                                    gains_losses=gains_losses)
+                                    gains_losses=gains_losses, unprotected=unprotected)
         answer = tabulate_request(request, frame=out is None and sys.stdout.isatty())
         for said in answer.warnings:
             typer.echo(f"warning: {said}", err=True)
@@ -869,7 +907,7 @@ def evaluate(
                                               "accuracy.")] = DEFAULT_PROFILE,
     config: Annotated[Optional[str], typer.Option(help="e1, e5, coverage, accuracy: config name or YAML "
                                                        "file (default employment, employment, baseline, "
-                                                       "baseline).")] = None,
+                                                       "recommended, the shipped plan).")] = None,
     seed: Annotated[int, typer.Option(help="Seed; replications use independent child streams.")] = 1,
     trials: Annotated[int, typer.Option(help="e3 and e4: simulated trials.")] = 100_000,
     counties: Annotated[int, typer.Option(help="e3: counties.")] = E3_DEFAULTS["counties"],
@@ -925,9 +963,21 @@ def evaluate(
                 request = dataclasses.replace(request, jobs=_experiment_jobs(name, jobs, data, request.truth))
             chosen.render(_computed(chosen, request, name), staging)
             summary = mark_confidentiality(staging, confidential=chosen.uses_data and data is not None)
+    plots = _report_plots(out)
+    inner = sorted({f"{folder}/" for folder in plots if folder})
+    where = f" in {', '.join(inner)}" if inner else ""
     console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
-                  f"{count(len(summary['figures']), 'plot')}) in {time.perf_counter() - start:.0f}s")
+                  f"{count(sum(plots.values()), 'plot')}{where}) in {time.perf_counter() - start:.0f}s")
     _say_if_confidential(summary)
+
+
+def _report_plots(out: Path) -> dict[str, int]:
+    """The plots of a report folder and of the reports inside it (a plan's accuracy beside baseline
+    writes each in its own folder), as their summaries list them: folder name ("" for ``out``) -> count."""
+    from gedp.release.format import SUMMARY_FILE
+
+    return {("" if path.parent == out else path.parent.name): len(json.loads(path.read_text()).get("figures", []))
+            for path in sorted(out.rglob(SUMMARY_FILE))}
 
 
 def _say_if_confidential(summary: dict) -> None:
@@ -1085,6 +1135,7 @@ def main() -> None:
     """Console entry point: usage errors (a bad option value, an unknown command), too, end in one
     line ``error: ...`` and exit status 2."""
     set_up_command_memory()
+    stop_on_sigterm()  # SIGTERM stops a command as Ctrl-C does (exit 143, nothing left)
     try:
         code = app(standalone_mode=False)
     except click_errors.NoArgsIsHelpError:
@@ -1095,7 +1146,7 @@ def main() -> None:
     except typer.Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(1)
-    sys.exit(code if isinstance(code, int) else 0)
+    sys.exit(exit_status(code if isinstance(code, int) else 0))
 
 
 def command() -> None:

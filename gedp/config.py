@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,11 +81,24 @@ def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode,
         key = loader.construct_object(key_node, deep=deep)
         line = key_node.start_mark.line + 1
         if not isinstance(key, str):
-            raise ConfigError(f"a key at line {line} is a {type(key).__name__}; keys must be plain text")
+            raise ConfigError(_key_not_text(key, key_node, node))
         if key in seen:
             raise ConfigError(f"duplicate key {shown(key)} at line {line}")
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
+
+
+def _key_not_text(key: object, key_node: yaml.Node, node: yaml.MappingNode) -> str:
+    """The message for a key that is not text: where it is, what it is, and (a number in a flow
+    mapping: ``{m1emp: 0,7}`` reads 7 as a key) the decimal comma it likely is."""
+    mark = key_node.start_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    if isinstance(key, (int, float)) and not isinstance(key, bool):
+        hint = ("; a decimal comma? In {m1emp: 0,7} the comma ends the value 0 and 7 becomes a key: write 0.7"
+                if node.flow_style else "")
+        return f"a key at {where} is the number {shown(key)}; keys must be plain text{hint}"
+    kind = {bool: "true or false", type(None): "empty (null)"}.get(type(key), f"a {type(key).__name__}")
+    return f"a key at {where} is {kind}; keys must be plain text"
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
@@ -152,7 +166,9 @@ def _number(value: Any, where: str) -> float:
     except OverflowError:  # a 400-digit int
         number = math.inf
     if not math.isfinite(number):
-        raise ConfigError(f"{where} must be a finite number, got {shown(value)}")
+        hint = ("; a decimal comma? write a decimal point" if isinstance(value, str)
+                and re.fullmatch(r"\s*[+-]?[0-9]+,[0-9]+\s*", value) else "")
+        raise ConfigError(f"{where} must be a finite number, got {shown(value)}{hint}")
     return number
 
 
@@ -307,6 +323,22 @@ def _job_plan(spec: Any, where: str) -> JobPlan:
         raise ConfigError(f"{where}: {err}") from None
 
 
+def _yaml_problem(err: Exception) -> str:
+    """Where and what a YAML error is: "at line 7, column 9: expected ',' or ']', but got ':' (while
+    parsing a flow sequence started at line 6, column 9)"; PyYAML counts lines and columns from 0."""
+    def at(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    problem_mark = getattr(err, "problem_mark", None)
+    context_mark = getattr(err, "context_mark", None)
+    problem, context = getattr(err, "problem", None), getattr(err, "context", None)
+    if problem_mark is None or not problem:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"({first})"
+    started = f" started at {at(context_mark)}" if context_mark is not None else ""
+    return f"at {at(problem_mark)}: {problem}" + (f" ({context}{started})" if context else "")
+
+
 def load_config(name_or_path: str | Path, allow_large_mu: bool = False) -> Config:
     """Load a config from a YAML file, or a shipped one by name ('recommended', 'baseline', 'uniform', ...);
     ``allow_large_mu`` as for ``parse_config``."""
@@ -324,6 +356,5 @@ def load_config(name_or_path: str | Path, allow_large_mu: bool = False) -> Confi
     except ConfigError as err:
         raise ConfigError(f"config {path}: {err}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(f"config {path}: not valid YAML ({first})") from None
+        raise ConfigError(f"config {path}: not valid YAML {_yaml_problem(err)}") from None
     return parse_config(raw, str(path), allow_large_mu)

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import logging
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,11 +32,20 @@ from gedp.config import Config
 from gedp.measure.rng import make_rng, secure_generator, state_rng
 from gedp.pipeline import check_job_table, protect
 from gedp.postprocess.wls import SolverError
+from gedp.release.format import MANIFEST_FILE
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
-from gedp.synth.io import Parts, input_stamps, parts_holding, read_columns
+from gedp.synth.io import (
+    Parts,
+    PinnedCsv,
+    every_part,
+    input_stamps,
+    parts_holding,
+    read_columns,
+    read_csv_pinned,
+)
 from gedp.synth.paths import check_input_path
-from gedp.synth.schema import InputError, check_columns, estab_ids, normalize_code, validate_microdata
+from gedp.synth.schema import InputError, canonical_ids, check_columns, estab_ids, normalize_code, validate_microdata
 
 ENGINES = ("local", "dask")
 #: Where the built-in dask cluster listens: the loopback interface only, never the network.
@@ -94,19 +104,21 @@ def tls_credentials(ca_file: Path | None, cert: Path | None, key: Path | None) -
 
 class InputStates(NamedTuple):
     """What is read of an input before any noise: each state code with the stored values that
-    normalize to it (e.g. " 44" and "44"), the number of rows, and for a Parquet input each part's
-    ``synth.footers.stamp`` taken before it was read."""
+    normalize to it (e.g. " 44" and "44"), the number of rows, for a Parquet input each part's
+    ``synth.footers.stamp`` taken before it was read, and for a CSV input the input pinned to the
+    bytes read (``synth.io.PinnedCsv``)."""
 
     codes: dict[str, list]
     rows: int
-    stamps: dict[str, tuple[int, int]] | None = None
+    stamps: dict[str, tuple[int, ...]] | None = None
+    pinned: PinnedCsv | None = None
 
 
 #: An input: a CSV or Parquet file, a folder of Parquet parts, or microdata already in memory.
 Source: TypeAlias = str | Path | pd.DataFrame
 
 
-def read_source(source: Source | Parts, columns: list[str] | None = None,
+def read_source(source: Source | Parts | PinnedCsv, columns: list[str] | None = None,
                 where: tuple[str, list] | None = None) -> pd.DataFrame:
     """``columns`` of an input as stored (all when None), only the rows whose ``where[0]`` holds one
     of ``where[1]``: files (or some ``Parts`` of a Parquet input) through ``synth.io.read_columns``,
@@ -129,7 +141,11 @@ def input_states(source: Source) -> InputStates:
     """The state codes of an input, reading only its ``state`` and ``estab_id`` columns; estab_id is
     checked here to be unique across the whole input (every state and every Parquet part)."""
     stamps = None if isinstance(source, pd.DataFrame) else input_stamps(check_input_path(source))
-    frame = read_source(source, ["state", "estab_id"])
+    pinned = None
+    if isinstance(source, pd.DataFrame) or stamps is not None:
+        frame = read_source(source, ["state", "estab_id"])
+    else:  # CSV: every later read is of the bytes read here
+        frame, pinned = read_csv_pinned(source, ["state", "estab_id"])
     if len(frame) == 0:
         raise InputError(f"input {source_name(source)} has zero establishments (no data rows)")
     estab_ids(frame)
@@ -142,20 +158,31 @@ def input_states(source: Source) -> InputStates:
     codes: dict[str, list] = {}
     for code, stored in zip(normalized, distinct["state"].tolist()):
         codes.setdefault(code, []).append(stored)
-    return InputStates(dict(sorted(codes.items())), len(frame), stamps)
+    return InputStates(dict(sorted(codes.items())), len(frame), stamps, pinned)
 
 
-def input_establishments(source: Source) -> pd.Series:
+def pinned_input(source: Source, inputs: InputStates) -> Source | Parts | PinnedCsv:
+    """The input as read by ``input_states``: its later reads (the ledger's, the job table's, each
+    state's) are of the same data, or refused (``synth.io.read_columns``): a CSV file's bytes of the
+    same digest, a Parquet input's parts with the same stamps; a DataFrame is itself."""
+    if inputs.pinned is not None:
+        return inputs.pinned
+    if inputs.stamps is not None:
+        return every_part(Path(source), inputs.stamps)
+    return source
+
+
+def input_establishments(source: Source | Parts | PinnedCsv) -> pd.Series:
     """The estab_id column of an input as text (the establishments a lifetime ledger charges)."""
-    return read_source(source, ["estab_id"])["estab_id"].astype(str)
+    return canonical_ids(read_source(source, ["estab_id"])["estab_id"])
 
 
-def read_state(source: Source | Parts, state: str, attributes, stored: list) -> pd.DataFrame:
+def read_state(source: Source | Parts | PinnedCsv, state: str, attributes, stored: list) -> pd.DataFrame:
     """Validated microdata of one state: the rows whose stored code is one of ``stored`` (the values
     that normalize to ``state``; Parquet inputs are filtered while reading). The estab_id of a
-    DataFrame's rows or of unchanged ``Parts`` (``synth.io.read_columns`` refuses changed ones) were
-    checked unique over the whole input by ``input_states``: not again here."""
-    checked = isinstance(source, (pd.DataFrame, Parts))
+    DataFrame's rows, of unchanged ``Parts`` or of a ``PinnedCsv`` (``synth.io.read_columns`` refuses
+    changed ones) were checked unique over the whole input by ``input_states``: not again here."""
+    checked = isinstance(source, (pd.DataFrame, Parts, PinnedCsv))
     return validate_microdata(read_source(source, where=("state", stored)), attributes, unique_ids_checked=checked)
 
 
@@ -199,11 +226,11 @@ def split_jobs(jobs: Source, source: Source, inputs: InputStates) -> dict[str, p
         table = jobs.reset_index(drop=True)
     else:
         table = read_columns(jobs, required=JOB_COLUMNS[:-1])
-    establishments = read_source(source, ["state", "estab_id"])
+    establishments = read_source(pinned_input(source, inputs), ["state", "estab_id"])
     code_of = {value: code for code, stored in inputs.codes.items() for value in stored}
     state = establishments["state"].map(code_of).to_numpy(dtype=object)
-    positions, uniques = pd.factorize(table["estab_id"])
-    found = pd.Index(establishments["estab_id"].astype(str)).get_indexer(pd.Index(uniques).astype(str))
+    positions, uniques = pd.factorize(canonical_ids(table["estab_id"]))
+    found = pd.Index(canonical_ids(establishments["estab_id"])).get_indexer(pd.Index(uniques))
     row = np.where(positions >= 0, found[positions] if len(found) else -1, -1)
     _refuse("estab_id", row < 0, table, "values of the job table must be an estab_id of the input")
     job_state = state[row]
@@ -299,6 +326,7 @@ def protect_input(
     jobs: Source | None = None,
     key: Mapping[str, str] | None = None,
     processes: int | None = None,
+    manifest_name: str = MANIFEST_FILE,
 ) -> dict:
     """Protect every state of ``path`` (a file, a Parquet folder or a DataFrame) into the release
     directory ``out``; returns the manifest. ``extra_files(staging)`` gives more JSON files to write,
@@ -312,7 +340,8 @@ def protect_input(
     table (``synth.jobs``) of a plan with job families. ``key``: see ``protect_one_state``.
     ``processes``: the local engine's worker processes (None: one per usable CPU, at most one per
     state and per 100,000 input rows; 1: the states one after the other in this process); the
-    release is the same whatever it is.
+    release is the same whatever it is. ``manifest_name``: the manifest's file name (a panel's
+    quarters are written with another, so that none of them is ever a release).
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
@@ -325,7 +354,7 @@ def protect_input(
         entropy = seed if seed is not None else int(np.random.SeedSequence().entropy)
     parts = {} if inputs.stamps is None else parts_holding(Path(path), "state", inputs.codes, inputs.stamps)
     with staged_directory(out) as staging:
-        arguments = {state: (parts.get(state) or _state_source(path, stored), state, stored, config, entropy,
+        arguments = {state: (parts.get(state) or _state_source(path, stored, inputs), state, stored, config, entropy,
                              str(staging), len(states), job_tables.get(state), key)
                      for state, stored in inputs.codes.items()}
         if engine == "local":
@@ -341,14 +370,17 @@ def protect_input(
                                     None if scheduler is None else scheduler.address)
         if lifetime is not None:
             manifest["lifetime"] = lifetime
-        write_manifest(staging, manifest, extra_files(staging) if extra_files else {}, before_publish)
+        write_manifest(staging, manifest, extra_files(staging) if extra_files else {}, before_publish,
+                       manifest_name)
     return manifest
 
 
-def _state_source(source: Source, stored: list) -> Source:
-    """What a state's task reads: the input's path, or only that state's rows of an in-memory input
-    (so a dask task ships one state, not the whole frame)."""
-    return read_source(source, where=("state", stored)) if isinstance(source, pd.DataFrame) else str(source)
+def _state_source(source: Source, stored: list, inputs: InputStates) -> Source | Parts | PinnedCsv:
+    """What a state's task reads: the input as ``input_states`` read it (``pinned_input``), or only
+    that state's rows of an in-memory input (so a dask task ships one state, not the whole frame)."""
+    if isinstance(source, pd.DataFrame):
+        return read_source(source, where=("state", stored))
+    return pinned_input(source, inputs)
 
 
 def _protect_or_refuse(*arguments) -> dict | Exception:
@@ -363,7 +395,8 @@ def _protect_or_refuse(*arguments) -> dict | Exception:
 def _run_on_dask(arguments: dict[str, tuple], scheduler: Scheduler | None, on_state) -> list[dict]:
     from dask.distributed import Client, as_completed
 
-    cluster = None if scheduler else local_cluster()
+    scratch = None if scheduler else tempfile.TemporaryDirectory(prefix="gedp-dask-")  # mode 0700: this user's
+    cluster = None if scratch is None else local_cluster(Path(scratch.name))
     address, security = (scheduler.address, scheduler.security) if scheduler else (cluster, cluster.security)
     try:
         with Client(address, security=security) as client:
@@ -379,18 +412,23 @@ def _run_on_dask(arguments: dict[str, tuple], scheduler: Scheduler | None, on_st
     finally:
         if cluster is not None:
             cluster.close()
+        if scratch is not None:
+            scratch.cleanup()
     refused = next((piece for piece in pieces if isinstance(piece, Exception)), None)
     if refused is not None:
         raise refused
     return pieces
 
 
-def local_cluster() -> Any:
+def local_cluster(scratch: Path) -> Any:
     """The built-in cluster of 2 worker processes, locked down: it listens on the loopback interface
     only, with TLS and keys made for this run (``Security.temporary()``: a throwaway CA and
     certificate, held in memory, that every connection must present), and serves no dashboard nor
     any other HTTP page (scheduler and worker HTTP routes are emptied; their servers answer 404).
-    Another local process cannot connect to it, so cannot read the confidential input it holds."""
+    Another local process cannot connect to it, so cannot read the confidential input it holds.
+    Its workers keep their files (data spilled to disk holds input rows) in ``scratch``, a folder
+    only this user can enter (dask's default, ``dask-scratch-space`` in the temporary folder, is
+    created readable by every user)."""
     import dask
     from distributed import LocalCluster
     from distributed.security import Security
@@ -400,4 +438,5 @@ def local_cluster() -> Any:
         # the empty HTTP server moves off dask's default port when another cluster holds it: not news
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host=LOOPBACK, protocol="tls://",
-                            security=Security.temporary(), dashboard_address=None, silence_logs=logging.CRITICAL)
+                            security=Security.temporary(), dashboard_address=None, silence_logs=logging.CRITICAL,
+                            local_directory=str(scratch))

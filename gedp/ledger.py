@@ -3,8 +3,9 @@
 A ledger is a JSON file kept by the agency (never published), with a folder of key files beside it
 (``FILE.keys/``). Budget is spent per establishment: every release records the set of establishments
 it includes, as the sorted 64-bit keyed hashes (SipHash-2-4 under the ledger's secret key) of their
-normalized ``estab_id`` (surrounding white space removed, upper case, leading zeros removed; a
-normalization that can only merge two accounts, never split one). A new release is admitted only if,
+normalized ``estab_id``: its canonical text (``gedp.synth.schema.canonical_ids``: 1002, 1002.0,
+"1002.0" and a decimal 1002.00 are all "1002"), surrounding white space removed, upper case, leading
+zeros removed; a normalization that can only merge two accounts, never split one. A new release is admitted only if,
 for every establishment it includes, sqrt(earlier spending^2 + this release's charge^2) stays within
 that establishment's cap. An edited copy, a subset, a superset or the next quarter of the same
 establishments draws on the same accounts, whatever else changed in the file.
@@ -40,7 +41,8 @@ file must belong to a release and match its digest, so an edited, reordered or d
 a deleted release, is detected when the ledger is read and the ledger is refused. (Someone who
 recomputes every hash and removes a key file is not detected by the file alone: keep the head gedp
 prints after each release elsewhere.) A release goes through the ledger in two steps, each under an
-exclusive ``fcntl`` lock on ``FILE.lock``, created only beside a ledger path that was accepted:
+exclusive ``fcntl`` lock on ``FILE.lock``, created only beside a ledger path that was accepted and
+removed when the lock is let go:
 
 1. :func:`reserve`, before any noise is drawn: check the caps and record the release as pending.
 2. :func:`commit`, when the release is complete in its staging directory: mark it committed, before
@@ -75,7 +77,7 @@ from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan
 from gedp.quarters import check_begun, quarter_index, window_name, window_spending, windows
 from gedp.synth.panel import QUARTER_PATTERN
-from gedp.synth.schema import InputError
+from gedp.synth.schema import InputError, canonical_ids
 
 LEDGER_VERSION = 3
 PENDING, COMMITTED, CLEARED = "pending", "committed", "cleared"
@@ -127,7 +129,7 @@ def check_ledger_path(path: str | Path) -> Path:
 
 def establishment_keys(estab_ids: Iterable[str] | pd.Series, key: str) -> np.ndarray:
     """The sorted distinct keyed 64-bit hashes of normalized estab_ids (see the module docstring)."""
-    ids = pa.array(pd.Series(estab_ids).astype(str), type=pa.large_string())
+    ids = pa.array(canonical_ids(pd.Series(estab_ids)), type=pa.large_string())
     ids = pc.utf8_ltrim(pc.utf8_upper(pc.utf8_trim_whitespace(ids)), characters="0")
     hashes = np.sort(pd.util.hash_array(ids.to_numpy(zero_copy_only=False), hash_key=key, categorize=False))
     return hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))].astype("<u8")
@@ -441,19 +443,37 @@ def _save(path: Path, book: dict) -> None:
 
 @contextmanager
 def _locked(path: Path, *, missing_ok: bool = False) -> Iterator[dict]:
-    """Check the ledger, then hold its exclusive lock and yield it read again under the lock."""
+    """Check the ledger, then hold its exclusive lock and yield it read again under the lock. The
+    lock file ``FILE.lock`` lives only while a process holds it (removed before the lock is let
+    go), so none is left beside the ledger, nor beside a ledger a refused first release never made."""
     path = check_ledger_path(path)
     read_ledger(path, missing_ok=missing_ok)  # refused before a lock file is created beside it
-    try:
-        handle = open(path.with_name(path.name + ".lock"), "a")
-    except OSError as err:
-        raise InputError(f"cannot lock ledger '{path}' ({err.strerror or type(err).__name__})") from None
+    lock = path.with_name(path.name + ".lock")
+    handle = _lock_file(lock, path)
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield read_ledger(path, missing_ok=missing_ok)
         finally:
+            lock.unlink(missing_ok=True)  # still held: a process waiting for it finds it gone and retries
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _lock_file(lock: Path, path: Path):
+    """The open lock file ``lock``, exclusively locked: taken again when the file was removed (by the
+    process that held it) between its opening and the lock, so that two processes never hold locks on
+    two files of that name."""
+    while True:
+        try:
+            handle = open(lock, "a")
+        except OSError as err:
+            raise InputError(f"cannot lock ledger '{path}' ({err.strerror or type(err).__name__})") from None
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+                return handle
+        except FileNotFoundError:
+            pass
+        handle.close()
 
 
 def live(book: dict) -> list[dict]:
@@ -473,6 +493,17 @@ def release_blocks(path: Path, release: dict) -> list[tuple[str | None, np.ndarr
     quarters = release.get("quarters") or [[None, len(keys)]]
     ends = np.cumsum([count for _, count in quarters])
     return [(label, block) for (label, _), block in zip(quarters, np.split(keys, ends[:-1]))]
+
+
+def release_charge(path: Path, release: dict) -> float:
+    """A release's largest charge to one establishment: sqrt(k) x its charge per quarter (``mu``) for an
+    establishment in k of its quarters, k the most of any (1 for a release of one quarter or none),
+    from its key file; the figure its manifest states as its charge (``lifetime.largest_charge``)."""
+    blocks = [block for _, block in release_blocks(path, release)]
+    if len(blocks) == 1:
+        return float(release["mu"])
+    _, counts = np.unique(np.concatenate(blocks), return_counts=True)
+    return math.sqrt(int(counts.max(initial=1))) * float(release["mu"])
 
 
 def _members(block: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -553,7 +584,7 @@ def _blocks(estab_ids: Iterable[str] | pd.Series, quarters: Iterable[str] | pd.S
     """A release's establishments' sorted keys per quarter, quarters in order (None: no quarters)."""
     if quarters is None:
         return {None: establishment_keys(estab_ids, key)}
-    frame = pd.DataFrame({"estab_id": pd.Series(estab_ids).astype(str).to_numpy(),
+    frame = pd.DataFrame({"estab_id": canonical_ids(pd.Series(estab_ids)).to_numpy(),
                           "quarter": pd.Series(quarters).astype(str).to_numpy()})
     labels = sorted(frame["quarter"].unique(), key=quarter_index)
     return {label: establishment_keys(frame.loc[frame["quarter"] == label, "estab_id"], key) for label in labels}
@@ -705,16 +736,18 @@ def commit(reservation: Reservation) -> None:
 
 def clear(path: str | Path, release_id: str) -> dict:
     """Under the lock: clear a pending release (an operator's decision that it was never published)
-    and remove its key file; returns the cleared release. Committed releases cannot be cleared."""
+    and remove its key file; returns the cleared release, with its ``charge`` (``release_charge``).
+    Committed releases cannot be cleared."""
     path = check_ledger_path(path)
     with _locked(path) as book:
         release = _find(book, release_id)
         if release["status"] != PENDING:
             raise InputError(f"release {release_id} is {release['status']}: only a pending release can be cleared")
+        charge = release_charge(path, release)
         _append(book, {"event": "clear", "release_id": release_id, "date_utc": _now()})
         _save(path, book)
     (keys_folder(path) / f"{release_id}.u64").unlink(missing_ok=True)
-    return release
+    return {**release, "charge": charge}
 
 
 def largest_spending(path: str | Path, book: dict) -> tuple[float, float]:

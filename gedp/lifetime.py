@@ -9,6 +9,7 @@ the input's ``year`` and ``qtr`` (``input_quarters``): a panel input is reserved
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,12 +19,31 @@ from typing import Any
 import pandas as pd
 
 from gedp.config import Config
-from gedp.engine import Scheduler, Source, check_request, input_establishments, input_states, protect_input, read_source
+from gedp.engine import (
+    Scheduler,
+    Source,
+    check_request,
+    input_establishments,
+    input_states,
+    pinned_input,
+    protect_input,
+    read_source,
+)
 from gedp.errors import InputError, SolverError
-from gedp.ledger import Reservation, check_cap, check_dataset_id, check_ledger_path, commit, reserve
+from gedp.ledger import (
+    PENDING,
+    Reservation,
+    check_cap,
+    check_dataset_id,
+    check_ledger_path,
+    commit,
+    read_ledger,
+    reserve,
+)
 from gedp.quarters import row_quarters
 from gedp.release.writer import check_output_directory
-from gedp.synth.io import check_input_path, input_columns
+from gedp.synth.io import Parts, PinnedCsv, check_input_path, input_columns
+from gedp.synth.schema import canonical_ids
 
 
 @dataclass(frozen=True)
@@ -54,18 +74,25 @@ def ledger_request(ledger: str | Path | None, lifetime_cap: float | None, datase
                          None if annual_cap is None else check_cap(annual_cap, "--annual-cap"))
 
 
-def input_quarters(source: Source) -> tuple[pd.Series, pd.Series | None]:
+def input_quarters(source: Source | Parts | PinnedCsv) -> tuple[pd.Series, pd.Series | None]:
     """The establishments of an input and each row's quarter label from its ``year`` and ``qtr``
-    columns (None when it has neither: the release is charged without a quarter)."""
-    names = list(source.columns) if isinstance(source, pd.DataFrame) else input_columns(check_input_path(source))
+    columns (None when it has neither: the release is charged without a quarter). An input pinned
+    by ``gedp.engine.pinned_input`` is read as it was first read, or refused."""
+    if isinstance(source, pd.DataFrame):
+        names = list(source.columns)
+    elif isinstance(source, Parts):
+        names = list(source.schema.names)
+    else:
+        names = input_columns(check_input_path(source.input if isinstance(source, PinnedCsv) else source))
     if not {"year", "qtr"} <= set(names):
         return input_establishments(source), None
     frame = read_source(source, ["estab_id", "year", "qtr"])
-    return frame["estab_id"].astype(str), row_quarters(frame["year"], frame["qtr"])
+    return canonical_ids(frame["estab_id"]), row_quarters(frame["year"], frame["qtr"])
 
 
 @contextmanager
-def reserved(request: LedgerRequest | None, source: Source, config: Config) -> Iterator[Reservation | None]:
+def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv,
+             config: Config) -> Iterator[Reservation | None]:
     """Reserve the config's plan for the input's establishments in the ledger (None without a
     request), charged in the accounts' terms; an input or solver error raised inside the block keeps
     the reservation pending and says so."""
@@ -79,6 +106,19 @@ def reserved(request: LedgerRequest | None, source: Source, config: Config) -> I
         yield reservation
     except (InputError, SolverError) as err:
         raise type(err)(f"{err}; {reservation.pending_note()}") from None
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM on the command line (gedp.process.Terminated)
+        if still_pending(reservation):
+            print(f"stopped: {reservation.pending_note()}", file=sys.stderr)
+        raise
+
+
+def still_pending(reservation: Reservation) -> bool:
+    """Whether the ledger still holds the reservation as pending (not committed: a run stopped before
+    its commit); False when the ledger cannot be read."""
+    try:
+        return read_ledger(reservation.path)["releases"][reservation.release_id]["status"] == PENDING
+    except (InputError, KeyError):
+        return False
 
 
 def publication_hooks(reservation: Reservation | None) -> dict[str, Any]:
@@ -107,7 +147,7 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
     inputs = input_states(source)
     check_request(config, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None,
                   scheduler=scheduler, processes=processes)
-    with reserved(ledger, source, config) as reservation:
+    with reserved(ledger, pinned_input(source, inputs), config) as reservation:
         manifest = protect_input(source, config, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
                                  jobs=jobs, on_state=on_state, inputs=inputs, key=key, processes=processes,
                                  **publication_hooks(reservation))

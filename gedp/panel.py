@@ -8,7 +8,6 @@ change between two, with margins.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import NormalDist
@@ -18,18 +17,22 @@ import pandas as pd
 import pyarrow as pa
 
 from gedp.config import Config
-from gedp.engine import Scheduler, Source, check_request, read_source
-from gedp.errors import InputError
+from gedp.engine import Scheduler, Source, check_request, protect_input, read_source
+from gedp.errors import BudgetError, InputError
 from gedp.ledger import Reservation
-from gedp.lifetime import LedgerRequest, protect_recorded, publication_hooks, reserved
+from gedp.lifetime import LedgerRequest, publication_hooks, reserved
 from gedp.measure.design import INDEPENDENT, QuarterDesign, quarter_design
 from gedp.measure.workflows import MeasurementPlan
 from gedp.release.format import QUARTER_KEY
-from gedp.release.panel import write_panel
-from gedp.release.writer import check_output_directory, staged_directory
+from gedp.release.panel import QUARTER_MANIFEST_FILE, write_panel
+from gedp.release.writer import check_output_directory, staged_directory, work_folder
 from gedp.synth.io import footers_one_value
 from gedp.synth.panel import check_panel, panel_quarters, quarter_label
 from gedp.synth.paths import check_input_path
+from gedp.synth.schema import canonical_ids
+
+#: A panel tabulation in the QCEW format without its level, as the command line's options say it.
+NEEDS_AGGLVL = "--format qcew needs an aggregation level (--agglvl N; agglvl in Python)"
 
 
 def input_quarters(source: Source) -> list[tuple[int, int]]:
@@ -80,44 +83,69 @@ def panel_plan(config: Config, design: QuarterDesign, quarters: int) -> Measurem
     return plans[0]
 
 
+def over_cap(config: Config, plan: MeasurementPlan, design: QuarterDesign, quarters: int,
+             allow_over_cap: bool = False) -> bool:
+    """Whether a panel of ``quarters`` quarters, each measured with ``plan``, spends more than the
+    config's cap (``mu_cap``, or the default cap of a config without one) for an establishment in
+    every quarter; refused (BudgetError, before the ledger is touched) unless ``allow_over_cap``."""
+    quarter_mu = plan.budget().total
+    total, cap = design.panel_mu(quarter_mu, quarters), config.plan.cap
+    if cap is None or total <= cap * (1 + 1e-12):
+        return False
+    if not allow_over_cap:
+        raise BudgetError(
+            f"a panel of {quarters} quarters under config '{config.name}' spends mu {total:.4f} for an establishment "
+            f"in every quarter (sqrt({quarters}) x {quarter_mu:.4f} a quarter), over the config's mu_cap {cap:.4f}; "
+            f"nothing was measured. Protect fewer quarters, use a config whose quarters fit the cap (gedp plan "
+            f"--quarters {quarters} --mu-total {cap:g} writes one), or give --allow-over-cap (allow_over_cap=True) "
+            f"to spend mu {total:.4f}")
+    return True
+
+
 def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                   seed: int | None = None, rng: str | None = None, engine: str = "local",
                   scheduler: Scheduler | None = None, design: QuarterDesign = INDEPENDENT,
                   on_quarter: Callable[[str], None] | None = None,
-                  processes: int | None = None) -> tuple[dict, Reservation | None]:
+                  processes: int | None = None, allow_over_cap: bool = False) -> tuple[dict, Reservation | None]:
     """Protect every quarter of a panel (``synth.panel.check_panel``; each quarter's rows checked
-    as microdata when protected) with the ``design`` and write one panel release to ``out`` (the
-    quarters' releases are made in a hidden folder beside it, then joined); returns its manifest
-    and its ledger reservation (None without a ledger).
+    as microdata when protected) with the ``design`` and write one panel release to ``out``; returns
+    its manifest and its ledger reservation (None without a ledger). The quarters are made in a
+    staging folder beside ``out`` that this run holds (``writer.work_folder``: removed when the run
+    ends, also on Ctrl-C and SIGTERM, and by the next run after a SIGKILL), each with its manifest
+    under a name no reader takes for a release's, and then joined.
 
     With a ``ledger``, all quarters are reserved as one release before any noise is drawn (each row
     charged in its quarter: ``gedp.lifetime.reserved``), so a panel past a cap is refused with nothing
     charged or written; the reservation is committed once the panel release is complete, just before
-    its manifest is written, and the manifest's ``lifetime`` section states the panel's charge."""
+    its manifest is written, and the manifest's ``lifetime`` section states the panel's charge. A
+    panel that spends more than the config's cap is refused first unless ``allow_over_cap``
+    (``over_cap``)."""
     out = Path(out).resolve()
     check_output_directory(out)
     panel = check_panel(read_source(source))
     quarters = panel_quarters(panel)
     plan = panel_plan(config, design, len(quarters))
+    beyond_cap = over_cap(config, plan, design, len(quarters), allow_over_cap)
     # before the ledger is touched, as for a release of one quarter
     check_request(config, list(pd.unique(panel["state"].astype(str))), seed=seed, rng=rng, engine=engine,
                   scheduler=scheduler, processes=processes)
     out.parent.mkdir(parents=True, exist_ok=True)
     with reserved(ledger, panel, dataclasses.replace(config, plan=plan)) as reservation, \
-            tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.quarters-") as work:
+            work_folder(out, "quarters") as work:
         folders: dict[str, Path] = {}
         for quarter in quarters:
             label = quarter_label(*quarter)
             rows = (panel["year"] == quarter[0]) & (panel["qtr"] == quarter[1])
-            folders[label] = Path(work) / label
-            protect_recorded(panel[rows.to_numpy()].reset_index(drop=True), dataclasses.replace(config, plan=plan),
-                             folders[label], ledger=None, seed=quarter_seed(seed, quarter), rng=rng, engine=engine,
-                             scheduler=scheduler, key={QUARTER_KEY: label}, processes=processes)
+            folders[label] = work / label
+            protect_input(panel[rows.to_numpy()].reset_index(drop=True), dataclasses.replace(config, plan=plan),
+                          folders[label], seed=quarter_seed(seed, quarter), rng=rng, engine=engine,
+                          scheduler=scheduler, key={QUARTER_KEY: label}, processes=processes,
+                          manifest_name=QUARTER_MANIFEST_FILE)
             if on_quarter is not None:
                 on_quarter(label)
         with staged_directory(out) as staging:
-            manifest = write_panel(folders, staging, design, int(panel["estab_id"].astype(str).nunique()),
-                                   **publication_hooks(reservation))
+            manifest = write_panel(folders, staging, design, int(canonical_ids(panel["estab_id"]).nunique()),
+                                   over_cap=beyond_cap, **publication_hooks(reservation))
     return manifest, reservation
 
 
@@ -193,27 +221,28 @@ def tabulate_panel(release: str | Path, by: str | Sequence[str] | None, *, quart
     from gedp.release.reader import read_quarter
 
     if sum(option is not None for option in (quarter, change, gains_losses)) != 1:
-        raise InputError("give one of a quarter (levels), a change FIRST:SECOND (changes) and gains_losses "
-                         "FROM:TO (gross job gains and losses)")
+        raise InputError("give one of --quarter Q (levels), --change FIRST:SECOND (changes) and --gains-losses "
+                         "FROM:TO (gross job gains and losses); in Python quarter, change or gains_losses")
     if gains_losses is not None:
         from gedp.gains import panel_release_gains_losses
 
         if agglvl is not None or format != "table" or options.get("where"):
-            raise InputError("gains and losses go with by (public columns) only: no agglvl, format or where")
+            raise InputError("--gains-losses goes with --by (public columns) only: no --agglvl, --format or --where "
+                             "(in Python: gains_losses with by, no agglvl, format or where)")
         return panel_release_gains_losses(release, gains_losses, "total" if by is None else by,
                                           moe=bool(options.get("moe")), level=options.get("level", 0.95))
     if format not in ("table", "qcew"):
-        raise InputError(f"format {format!r} with a quarter or a change: choose table or qcew")
+        raise InputError(f"--format {format!r} with --quarter or --change: choose table or qcew")
     if change is not None:
         if format == "qcew" or agglvl is not None:
             if agglvl is None:
-                raise InputError("format qcew needs an aggregation level (agglvl)")
+                raise InputError(NEEDS_AGGLVL)
             return qcew_change(release, agglvl, change, titles=titles, **options)
         return tabulate_change(release, "total" if by is None else by, change, **options)
     if format == "table" and agglvl is None:
         return tabulate_quarter(release, "total" if by is None else by, quarter, **options)
     if agglvl is None:
-        raise InputError("format qcew needs an aggregation level (agglvl)")
+        raise InputError(NEEDS_AGGLVL)
     margins = kept_variances(release, quarter) if options.get("moe") else None
     levels = publish_levels(read_quarter(release, quarter), agglvl, format, titles, margins=margins, **options)
     return levels.levels[agglvl]

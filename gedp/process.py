@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import signal
 import sys
 import threading
 from typing import NoReturn
@@ -73,6 +74,35 @@ def set_up_command_memory() -> None:
     """A gedp command's process (and its workers): small pages, freed memory reused."""
     prefer_small_pages()
     reuse_freed_memory()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``timeout``, Slurm and systemd send) as Ctrl-C: raised in the main thread, so the
+    command stops the same way (staging folders removed, workers stopped, nothing published)."""
+
+
+#: Exit status of a command stopped by SIGTERM (128 + the signal's number, as a shell reports it).
+TERMINATED_STATUS = 128 + signal.SIGTERM
+
+
+_signalled: list[int] = []  # the SIGTERMs received, for the exit status
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    _signalled.append(signum)
+    raise Terminated()
+
+
+def stop_on_sigterm() -> None:
+    """Have SIGTERM raise ``Terminated`` in the main thread (call from the main thread). SIGKILL
+    cannot be handled: a killed run's staging folders are removed by the next run that writes the
+    same output (``gedp.release.writer.remove_stale_staging``)."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def exit_status(code: int) -> int:
+    """A command's exit status: ``TERMINATED_STATUS`` once SIGTERM was received, else ``code``."""
+    return TERMINATED_STATUS if _signalled else code
 
 
 def end_process(code: int) -> NoReturn:

@@ -34,6 +34,9 @@ PUBLICATION_FORMATS = ("qcew", "xlsx")
 #: Said when gains and losses are summed from protected microdata.
 GAINS_BIAS_WARNING = ("gains and losses summed from protected microdata are biased upward by the noise (see the "
                       "gains and losses page)")
+#: Said of a table ready to publish made of confidential microdata (``unprotected``).
+UNPROTECTED_WARNING = ("NOT PROTECTED: this table of {source} holds confidential values (no noise); every row's "
+                       "disclosure_code says so. Never publish it.")
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,9 @@ class TabulationRequest:
     the establishments matching ``where``, with margins of error at ``level`` (``moe``), in an output
     ``format`` (None: from ``out``'s name, else csv) with the ``titles`` of a published QCEW CSV,
     written to ``out`` (None: not written); of a panel release, one ``quarter``, a ``change``
-    FIRST:SECOND or the gross job ``gains_losses`` FROM:TO."""
+    FIRST:SECOND or the gross job ``gains_losses`` FROM:TO. A table ready to publish (formats qcew
+    and xlsx) is of a release only, unless ``unprotected`` allows one of confidential microdata,
+    marked ``NOT PROTECTED`` in every row."""
 
     source: Path
     by: str | None = None
@@ -57,6 +62,7 @@ class TabulationRequest:
     quarter: str | None = None
     change: str | None = None
     gains_losses: str | None = None
+    unprotected: bool = False
 
     def checked(self) -> TabulationRequest:
         """The request with its output format settled; InputError for options that do not go together."""
@@ -242,6 +248,8 @@ def _tabulation_format(request: TabulationRequest) -> str:
     table_format, out, by = request.format, request.out, request.by
     if request.titles is not None and table_format not in PUBLICATION_FORMATS and not (out and out.suffix == ".xlsx"):
         raise InputError("--titles goes with --format qcew or xlsx (tables ready to publish)")
+    if request.unprotected and request.is_release:
+        raise InputError("--unprotected goes with a confidential microdata file, not a release")
     if table_format == "xlsx" and by is not None:
         raise InputError("--format xlsx writes QCEW levels: give --agglvl (or neither, for every level), not --by")
     if request.moe and not request.is_release:
@@ -250,7 +258,12 @@ def _tabulation_format(request: TabulationRequest) -> str:
         raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
     if not 0 < request.level < 1:
         raise InputError(f"--level ({request.level}) must be between 0 and 1")
-    return _table_format(table_format, out, request.agglvl)
+    chosen = _table_format(table_format, out, request.agglvl)
+    if chosen in PUBLICATION_FORMATS and not request.is_release and not request.unprotected:
+        raise InputError(f"--format {chosen} writes a table ready to publish, but this input is not a gedp release: "
+                         "its values are confidential, not protected. Tabulate a release (gedp protect first), or "
+                         "give --unprotected for a table marked NOT PROTECTED in every row, for internal use")
+    return chosen
 
 
 def _quick_tabulation(request: TabulationRequest) -> Tabulation | None:
@@ -319,7 +332,11 @@ def _tabulated(request: TabulationRequest, data: pd.DataFrame, indexed: Any, job
         elif request.format in PUBLICATION_FORMATS:
             from gedp.postprocess.publication import publish_levels
 
-            published = publish_levels(data, agglvl, cast(str, request.format), request.titles, **options)
+            release = request.is_release
+            published = publish_levels(data, agglvl, cast(str, request.format), request.titles, protected=release,
+                                       **options)
+            if not release:
+                said.append(UNPROTECTED_WARNING.format(source=request.source))
             table = pandas.concat(published.levels.values(), ignore_index=True)
             keys = qcew_keys(data, agglvl) if agglvl is not None else None
         elif agglvl is not None:

@@ -19,6 +19,9 @@ from scipy import optimize, special
 
 #: The deltas at which a privacy statement gives epsilon.
 STATEMENT_DELTAS = (1e-5, 1e-6, 1e-9)
+#: The delta of every epsilon gedp states in words (the command line, a publication's notes, the
+#: manager's page, the documentation): one of STATEMENT_DELTAS, so the manifest holds the same figure.
+STATED_DELTA = 1e-6
 #: Smallest delta converted (below it Phi^-1(delta) leaves double precision's normal range).
 MIN_DELTA = 1e-300
 
@@ -63,6 +66,17 @@ def gdp_mu(eps: float, delta: float = 1e-6) -> float:
     if not (math.isfinite(eps) and eps > 0 and 0 < delta < 1):
         raise ValueError(f"eps ({eps}) must be finite and > 0 and delta ({delta}) in (0, 1)")
     return float(optimize.brentq(lambda mu: gdp_delta(eps, mu) - delta, 1e-6, 2 * eps + 10, xtol=1e-14))
+
+
+def delta_text(delta: float = STATED_DELTA) -> str:
+    """A delta as people write it: 1e-6, not 1e-06."""
+    mantissa, exponent = f"{delta:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def stated_guarantee(mu: float) -> str:
+    """A budget in words, the one way gedp states it: "mu 2.3063 (epsilon 13.08 at delta 1e-6)"."""
+    return f"mu {mu:.4f} (epsilon {gdp_epsilon(mu, STATED_DELTA):.2f} at delta {delta_text()})"
 
 
 def _guarantee(mu: float) -> dict:

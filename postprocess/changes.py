@@ -135,4 +135,7 @@ def qcew_changes(year_before: PublishedLevel, table: PublishedLevel, *, z: float
                 CHANGE_MOE) else values  # margins rounded up, as the levels' are
             changes["oty_" + name] = rounded
     oty = pd.concat([merged[QCEW_CELL], pd.DataFrame(changes)], axis=1)
-    return table[0].merge(oty, on=QCEW_CELL, how="left")
+    # changes of whole published numbers, and margins rounded up: whole numbers, as BLS writes them
+    # (empty where a cell has no level a year before)
+    whole = [name for name in changes if not name.endswith(PERCENT_CHANGE)]
+    return table[0].merge(oty, on=QCEW_CELL, how="left").astype({name: "Int64" for name in whole})

@@ -24,6 +24,9 @@ COMPARISONS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
                ast.Gt: operator.gt, ast.GtE: operator.ge}
 
 
+SYMBOLS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+
+
 class FilterError(ValueError):
     """A filter outside the language, or naming a column the frame does not have."""
 
@@ -78,7 +81,10 @@ def _membership(left: object, node: ast.AST, negated: bool) -> np.ndarray:
         raise FilterError(f"in needs a list of literals, e.g. county in ['001', '003']; got {_construct(node)}")
     if not isinstance(left, pd.Series):
         raise FilterError("in needs a column on its left")
-    inside = left.isin([_literal(element) for element in node.elts]).to_numpy()
+    values = [_literal(element) for element in node.elts]
+    for value in values:
+        _same_kind(left, value, "in")
+    inside = left.isin(values).to_numpy()
     return ~inside if negated else inside
 
 
@@ -92,6 +98,7 @@ def _comparison(node: ast.Compare, frame: pd.DataFrame) -> np.ndarray:
         if type(op) not in COMPARISONS:
             raise FilterError(f"the comparison {type(op).__name__} is not allowed; use == != < <= > >= in, not in")
         right = _operand(right_node, frame)
+        _same_kind(left, right, SYMBOLS[type(op)])
         try:
             result = COMPARISONS[type(op)](left, right)
         except TypeError:
@@ -99,6 +106,36 @@ def _comparison(node: ast.Compare, frame: pd.DataFrame) -> np.ndarray:
         keep &= np.broadcast_to(np.asarray(result, dtype=bool), keep.shape)
         left = right
     return keep
+
+
+def _holds_text(column: pd.Series) -> bool:
+    """Whether a column holds text (codes), categories of text included."""
+    kind = column.dtype
+    if isinstance(kind, pd.CategoricalDtype):
+        return pd.api.types.is_string_dtype(kind.categories)
+    return pd.api.types.is_string_dtype(kind)
+
+
+def _same_kind(left: object, right: object, op: str) -> None:
+    """Refuse a column of text compared with a number (``naics3 == 236`` keeps nothing: codes are
+    text) or a numeric column with a text, with the comparison as it should be written."""
+    column, literal = (left, right) if isinstance(left, pd.Series) else (right, left)
+    if not isinstance(column, pd.Series) or isinstance(literal, pd.Series):
+        return
+    name = str(column.name)[:40]
+    if isinstance(literal, (int, float)) and _holds_text(column):
+        codes = column.dropna()
+        width = len(str(codes.iloc[0])) if len(codes) else 0
+        text = f"'{str(literal).zfill(width) if isinstance(literal, int) and literal >= 0 else literal}'"
+        rule = f"column {name!r} holds codes as text, and {literal} is a number, which no code equals"
+    elif isinstance(literal, str) and pd.api.types.is_numeric_dtype(column.dtype):
+        text = literal[:40]
+        rule = f"column {name!r} holds numbers, and {literal[:40]!r} is a text"
+    else:
+        return
+    written = f"{name} in [{text}]" if op == "in" else (
+        f"{name} {op} {text}" if column is left else f"{text} {op} {name}")
+    raise FilterError(f"{rule}; hint: {'quote it' if text.startswith(chr(39)) else 'write it unquoted'}, {written}")
 
 
 def evaluate_filter(tree: ast.AST, frame: pd.DataFrame) -> np.ndarray:

@@ -56,6 +56,11 @@ def margins_of_error(protected: pd.DataFrame, variances: Mapping[str, VarianceFu
     of a tabulation of a release's protected microdata by ``keys`` (cells in sorted key order) over
     the establishments ``keep``, per attribute of ``variances`` (``variance_functions``)."""
     public = protected[public_columns(protected)]
+    unknown = [key for key in keys if key not in public.columns]
+    if unknown:
+        raise ValueError(f"margins of error by {unknown[0]!r}: margins are given by the release's public columns "
+                         f"only ({', '.join(public.columns)}), and {unknown[0]!r} is not one of them (tabulate it "
+                         "without --moe, or by public columns)")
     tab_codes = np.full(len(protected), -1, dtype=np.int64)
     # the same groups, in the same order, as the tabulation's sorted group-by
     tab_codes[keep] = public[keep].groupby(list(keys), sort=True, observed=True).ngroup().to_numpy() if keys else 0

@@ -6,7 +6,15 @@ whole employees and dollars); margins of error up to the next whole number, so t
 margin is never smaller than the computed one. ``avg_wkly_wage`` is BLS's average weekly wage,
 total_qtrly_wages / (mean of the three months' employment) / 13, from the published (rounded)
 values and rounded to whole dollars, half up; it is empty where the mean employment is 0 (no
-employees to average over). ``disclosure_code`` is empty: nothing is suppressed.
+employees to average over). ``disclosure_code`` is empty: nothing is suppressed; in a table of
+confidential microdata (not a release, written only on request) it is ``UNPROTECTED`` in every row,
+so that the mark travels with any row copied out of it.
+
+Text that a spreadsheet would run as a formula (a title from a ``--titles`` file beginning with
+``=``, ``+``, ``-``, ``@``, a tab or a carriage return, OWASP's CSV-injection list, or their
+full-width forms) is never written as one: a table in the qcew format, written as CSV, carries such
+text behind a single quote (``'=HYPERLINK(...)``), which spreadsheets show and never evaluate; a
+workbook writes every text cell as a string, never as a formula.
 """
 
 from __future__ import annotations
@@ -40,8 +48,11 @@ PUBLICATION_COLUMNS = (
 #: Example employment and quarterly wages whose uncertainty intervals the notes show.
 EXAMPLE_EMPLOYMENT = (10, 100, 1000)
 EXAMPLE_WAGES = (100_000, 1_000_000)
-#: delta of the (epsilon, delta) statement in the notes.
-NOTES_DELTA = 1e-6
+#: ``disclosure_code`` of every row of a table of confidential microdata, not of a release.
+UNPROTECTED = "NOT PROTECTED"
+#: First characters that make a spreadsheet read a cell as a formula (OWASP CSV injection), with
+#: their full-width forms, which some spreadsheets read alike.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
 
 
 def whole(values: pd.Series) -> pd.Series:
@@ -109,6 +120,22 @@ def published_table(table: pd.DataFrame, titles: Titles) -> pd.DataFrame:
     return out
 
 
+def formula_safe(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with every text value that begins with one of ``FORMULA_STARTS`` behind a single
+    quote, so that a spreadsheet opening the table as CSV shows it and never runs it (other values,
+    and tables without such text, unchanged)."""
+    out = table
+    for column in table.columns:
+        values = table[column]
+        if not (pd.api.types.is_string_dtype(values) or values.dtype == object):
+            continue
+        risky = values.map(lambda v: isinstance(v, str) and v.startswith(FORMULA_STARTS)).to_numpy(dtype=bool)
+        if risky.any():
+            out = out.copy() if out is table else out
+            out[column] = values.where(~risky, "'" + values.astype(str))
+    return out
+
+
 def _composed_mu(mu_by_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """Each attribute's mu over every query that measured it: sqrt(sum of mu^2)."""
     squares: dict[str, float] = {}
@@ -140,8 +167,9 @@ def _hidden(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _privacy_notes(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The privacy statement of a release: mu, epsilon at NOTES_DELTA, and what psi and gamma hide."""
-    from gedp.measure.conversions import gdp_epsilon
+    """The privacy statement of a release: mu and epsilon as gedp states them
+    (``conversions.stated_guarantee``), and what psi and gamma hide."""
+    from gedp.measure.conversions import stated_guarantee
 
     mu_total = manifest["mu_total"]
     per_attribute = ", ".join(f"{a} {mu:.4f}" for a, mu in _composed_mu(manifest["mu"]).items())
@@ -149,9 +177,9 @@ def _privacy_notes(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Release", f"Protected by gedp {manifest['gedp_version']} on {manifest['created_date']}: "
                     f"{manifest['establishments']:,} establishments, states {', '.join(manifest['states'])}."
                     + ("" if manifest["publishable"] else " NOT FOR PUBLICATION: its noise came from a seed.")),
-        ("Privacy guarantee", f"Gaussian differential privacy with mu = {mu_total:.4f} in total (per attribute: "
-                              f"{per_attribute}); equivalently (epsilon, delta)-differential privacy with epsilon = "
-                              f"{gdp_epsilon(mu_total, NOTES_DELTA):.3f} at delta = {NOTES_DELTA:g}."),
+        ("Privacy guarantee", f"Gaussian differential privacy: total {stated_guarantee(mu_total)}, the "
+                              f"(epsilon, delta)-differential privacy it is equivalent to; per attribute mu "
+                              f"{per_attribute}."),
     ]
     return notes + _hidden(manifest)
 
@@ -177,7 +205,8 @@ def publication_notes(manifest: Mapping[str, Any] | None, titles: Titles, source
 
 
 def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path: str | Path) -> None:
-    """An Excel workbook: one sheet per QCEW level ("agglvl 78"), then the notes sheet ("notes")."""
+    """An Excel workbook: one sheet per QCEW level ("agglvl 78"), then the notes sheet ("notes");
+    every text cell a string, never a formula (openpyxl takes text beginning with "=" for one)."""
     with pd.ExcelWriter(path, engine="openpyxl") as writer:
         for agglvl, table in tables.items():
             table.to_excel(writer, sheet_name=f"agglvl {agglvl}", index=False, freeze_panes=(1, 0))
@@ -185,6 +214,16 @@ def write_workbook(tables: Mapping[int, pd.DataFrame], notes: pd.DataFrame, path
         sheet = writer.sheets["notes"]
         sheet.column_dimensions["A"].width = 22
         sheet.column_dimensions["B"].width = 140
+        for sheet in writer.sheets.values():
+            _no_formulas(sheet)
+
+
+def _no_formulas(sheet: Any) -> None:
+    """Every cell of an openpyxl sheet that would be written as a formula written as the string it is."""
+    for row in sheet.iter_rows():
+        for cell in row:
+            if cell.data_type == "f":
+                cell.data_type = "s"
 
 
 @dataclass(frozen=True)
@@ -198,10 +237,12 @@ class PublishedLevels:
 
 
 def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, titles: str | Path | None,
-                   **options: Any) -> PublishedLevels:
+                   protected: bool = True, **options: Any) -> PublishedLevels:
     """The QCEW level ``agglvl`` (every level present when None) of microdata: ready to publish
     (``qcew_publication``) for formats qcew and xlsx, else in the raw BLS layout of
-    ``qcew_level``; ``options`` as for ``tabulate``. InputError for a bad level or option."""
+    ``qcew_level``; ``options`` as for ``tabulate``. InputError for a bad level or option.
+    ``protected=False``: the microdata are confidential (not a release's), and every row of a table
+    ready to publish says so in its ``disclosure_code`` (``UNPROTECTED``)."""
     from gedp.synth.titles import published_titles, shipped_titles
 
     if agglvl is None and format != "xlsx":
@@ -216,4 +257,8 @@ def publish_levels(microdata: pd.DataFrame, agglvl: int | None, format: str, tit
         raise InputError(str(err)) from None
     published = tabulated if named is None else {level: published_table(table, named)
                                                  for level, table in tabulated.items()}
+    if named is not None and not protected:
+        published = {level: table.assign(disclosure_code=UNPROTECTED) for level, table in published.items()}
+    if format == "qcew":  # a table ready to publish as CSV: no cell a spreadsheet would run
+        published = {level: formula_safe(table) for level, table in published.items()}
     return PublishedLevels(published, named, tabulated)

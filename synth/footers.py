@@ -1,6 +1,7 @@
-"""What a Parquet input's files tell before their rows are read: each file's stamp (size and
-modification time) and its footer's row-group statistics of a column. Standard library only, so the
-read-ahead (``synth.prefetch``) and the pool's early start (``gedp.state_pool``) use it before pandas."""
+"""What a Parquet input's files tell before their rows are read: each file's stamp (which file it
+is, its size and its modification and change times) and its footer's row-group statistics of a
+column. Standard library only, so the read-ahead (``synth.prefetch``) and the pool's early start
+(``gedp.state_pool``) use it before pandas."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import os
 from pathlib import Path
 
 
-def stamp(file: str | Path) -> tuple[int, int]:
-    """A file's size and modification time (ns): what changes when the file is written again."""
+def stamp(file: str | Path) -> tuple[int, ...]:
+    """A file's device and inode, size, modification and change times (ns): what changes when the
+    file is written again or another is moved in its place. The change time cannot be set back
+    (``touch`` sets the modification time, and the change time to now), so a file changed and its
+    times restored still has another stamp."""
     status = os.stat(file)
-    return status.st_size, status.st_mtime_ns
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
 
 
 def value_ranges(metadata, column: str) -> list[tuple] | None:

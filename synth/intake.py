@@ -20,13 +20,14 @@ from __future__ import annotations
 import csv
 import difflib
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gedp.errors import InputError, InputProblems
-from gedp.synth.columns import CODE_WIDTHS, CONFIDENTIAL
+from gedp.synth.columns import CODE_WIDTHS, CONFIDENTIAL, data_like_fields, headerless_rule
 
 #: Names that mean each of gedp's columns (compared in lower case, blanks and hyphens as "_"): BLS
 #: open-data names, and the names of agency and UI files. The docs' table is checked against it.
@@ -62,6 +63,14 @@ NUMBER = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 THOUSANDS = r"^[+-]?[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?$"
 DECIMAL_COMMA = r"^[+-]?[0-9]+,[0-9]+$"
 NEGATIVE_HINT = "hint: values must be >= 0 (a correction or an adjustment is not an establishment's value)"
+#: An id written as a whole number with a decimal point (gedp.synth.schema.WHOLE_NUMBER_TEXT).
+WHOLE_NUMBER_ID = r"^\s*[0-9]+\.0*\s*$"
+WHOLE_NUMBER_NOTE = ("{name} holds ids {how}; each is read as its whole number (1002.0 as 1002), the one id of "
+                     "that establishment in the release and in the ledger")
+
+
+class InputNote(UserWarning):
+    """Something gedp did to read an input that its operator should know (e.g. ids read as whole numbers)."""
 
 
 def normalized(name: str) -> str:
@@ -82,6 +91,7 @@ class Intake:
     area: str | None = None
     pad_codes: bool = False
     counts: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def needs_translation(self) -> bool:
         """Whether the usual readers cannot read the input as it is."""
@@ -155,6 +165,7 @@ def inspect_input(path: str | Path, *, columns: Mapping[str, str] | None = None,
     intake.pad_codes = pad_codes
     if parquet:
         _check_parquet_types(intake, schema, attributes, problems)
+        _check_id_type(intake, schema, problems)
     else:
         _check_csv_values(intake, attributes, problems)
     problems.raise_any()
@@ -179,7 +190,11 @@ def _csv_header(path: Path, problems: Problems) -> tuple[list[str], str]:
     if score(delimiter)[1] < 2:
         problems.add("its header has a single column: is it delimited by something other than "
                      "',' ';' tab or '|'? hint: save it as comma-separated CSV")
-    return next(csv.reader([line.rstrip("\r\n")], delimiter=delimiter), []), delimiter
+    names = next(csv.reader([line.rstrip("\r\n")], delimiter=delimiter), [])
+    if data_like_fields(names):  # nothing else said about its names: they are an establishment's values
+        problems.add(headerless_rule(data_like_fields(names)))
+        problems.raise_any()
+    return names, delimiter
 
 
 def _resolve(path: Path, parquet: bool, stored: list[str], delimiter: str, columns: Mapping[str, str],
@@ -266,6 +281,24 @@ def _check_parquet_types(intake: Intake, schema: Mapping[str, Any], attributes: 
                          "write it as a numeric column (thousands separators and blanks removed)")
 
 
+def _check_id_type(intake: Intake, schema: Mapping[str, Any], problems: Problems) -> None:
+    """Parquet ids must be text or whole numbers (``gedp.synth.schema.canonical_ids``): floating-point
+    and decimal ids get a note (they are read as whole numbers), booleans and dates a problem."""
+    import pyarrow as pa
+
+    if "estab_id" not in intake.names:
+        return
+    stored = intake.names["estab_id"]
+    kind = schema[stored]
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        how = "stored as floating-point numbers" if pa.types.is_floating(kind) else "stored as decimal numbers"
+        intake.notes.append(WHOLE_NUMBER_NOTE.format(name=_label(stored, "estab_id"), how=how))
+    elif pa.types.is_boolean(kind) or pa.types.is_temporal(kind):
+        problems.add(f"{_label(stored, 'estab_id')} is stored as {kind}; hint: ids must be text or whole numbers")
+
+
 def _label(stored: str, column: str) -> str:
     """How a message names a column: its stored name, and gedp's name when that differs."""
     return f"column {stored!r}" + (f" ({column})" if normalized(stored) != column else "")
@@ -296,7 +329,7 @@ def _check_csv_values(intake: Intake, attributes: Sequence[str], problems: Probl
     used = {name: stored for name, stored in intake.names.items() if name in (*ALIASES, *attributes)}
     wanted = [*used.values(), *([intake.area] if intake.area else []), *([intake.counts] if intake.counts else [])]
     wrong_width: list[int] = []
-    ids, offset = [], 0
+    ids, whole_number_ids, offset = [], [], 0
     try:
         reader = pacsv.open_csv(
             intake.path, read_options=pacsv.ReadOptions(block_size=BLOCK_BYTES, encoding="utf8"),
@@ -308,17 +341,44 @@ def _check_csv_values(intake: Intake, attributes: Sequence[str], problems: Probl
         for batch in reader:
             _check_batch(batch, intake, used, attributes, offset, logs)
             if "estab_id" in used:
-                ids.append(_record_keys(batch, used))
+                key, whole_number = _record_keys(batch, used)
+                ids.append(key)
+                whole_number_ids.append(whole_number)
             offset += batch.num_rows
     except pa.ArrowInvalid as err:
-        problems.add(f"it cannot be read as CSV ({str(err).splitlines()[0][:200]}); hint: save it as CSV UTF-8")
+        problems.add(f"it cannot be read as CSV ({read_error(err)}); hint: save it as CSV UTF-8")
         return
     if wrong_width:
         problems.add(_wrong_widths(intake))
     if ids:
         _check_repeats(pa.chunked_array(ids).combine_chunks(), used["estab_id"], logs)
+    if any(whole_number_ids):
+        intake.notes.append(WHOLE_NUMBER_NOTE.format(name=_label(used["estab_id"], "estab_id"),
+                                                     how="written with a decimal point"))
     for log in logs.values():
         problems.add(log.line())
+
+
+def read_error(err: Exception) -> str:
+    """Why a reader failed, from its message but never quoting it: Arrow and pandas messages may hold
+    the offending value or the whole row, so only what they say about where (row and column numbers)
+    and what kind of problem is kept."""
+    message = str(err)
+    if "UTF8" in message or "UTF-8" in message or isinstance(err, UnicodeDecodeError):
+        return "it is not UTF-8 text"
+    parts = []
+    if found := re.search(r"Expected (\d+) (?:columns|fields)(?: in line (\d+))?, (?:got|saw) (\d+)", message):
+        expected, line, got = found.groups()
+        parts.append(f"a row{f' (line {line})' if line else ''} has {got} fields, the header {expected}")
+    elif "conversion error" in message or "convert" in message or "parse string" in message:
+        parts.append("a value is not of its column's type")
+    else:
+        parts.append("malformed CSV, e.g. an unclosed quote")
+    if column := re.search(r"column #(\d+)", message):
+        parts.append(f"column {int(column.group(1)) + 1}")
+    if row := re.search(r"[Rr]ow #(\d+)", message):
+        parts.append(f"row {row.group(1)}")
+    return ", ".join(parts)
 
 
 def _wrong_widths(intake: Intake) -> str:
@@ -351,7 +411,7 @@ def _check_batch(batch: Any, intake: Intake, used: Mapping[str, str], attributes
 
     for column in attributes:  # year and qtr are left to the validation of microdata, which names their rules
         if column in used:
-            _check_numbers(pc.utf8_trim_whitespace(batch.column(used[column])), used[column], column,
+            _check_numbers(pc.ascii_trim_whitespace(batch.column(used[column])), used[column], column,
                            intake.delimiter, offset, logs)
     codes = [(used[c], c, w) for c, w in {**CODE_WIDTHS, "own": 1}.items() if c in used]
     if intake.area is not None:
@@ -429,14 +489,34 @@ def _all_codes(text: Any, width: int) -> bool:
     return pc.all(pc.match_substring_regex(text, f"^[0-9]{{{width}}}$")).as_py() is not False
 
 
-def _record_keys(batch: Any, used: Mapping[str, str]) -> Any:
-    """A row's record key, blanks stripped: its estab_id, with its year and quarter when the input has
-    them (a panel holds each establishment once per quarter)."""
+def may_hold_point(text: Any) -> bool:
+    """Whether an Arrow text array (or chunked array) may hold a "." : a scan of its character
+    buffers, far faster than a search value by value (a sliced array's buffer may hold more than its
+    values, which only costs a closer look)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_string(text.type) or pa.types.is_large_string(text.type)):  # e.g. views: inline text
+        return bool(pc.any(pc.match_substring(text.cast(pa.large_string()), ".")).as_py())
+    chunks = text.chunks if hasattr(text, "chunks") else [text]
+    return any(len(chunk) and chunk.buffers()[2] is not None
+               and bool((np.frombuffer(chunk.buffers()[2], dtype=np.uint8) == ord(".")).any()) for chunk in chunks)
+
+
+def _record_keys(batch: Any, used: Mapping[str, str]) -> tuple[Any, bool]:
+    """A row's record key, blanks stripped: its estab_id as the establishment's one id ("1002.0" is
+    "1002", ``WHOLE_NUMBER_ID``), with its year and quarter when the input has them (a panel holds each
+    establishment once per quarter); and whether an id was written as a whole number with a point."""
     import pyarrow.compute as pc
 
     parts = [pc.utf8_trim_whitespace(batch.column(used[name])) for name in ("estab_id", "year", "qtr")
              if name in used]
-    return parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "\x1f")
+    whole_number = may_hold_point(parts[0]) and pc.any(pc.match_substring_regex(parts[0], WHOLE_NUMBER_ID)).as_py()
+    if whole_number:
+        parts[0] = pc.replace_substring_regex(parts[0], WHOLE_NUMBER_ID.replace("[0-9]+", "([0-9]+)"), r"\1")
+    key = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "\x1f")
+    return key, bool(whole_number)
 
 
 def _check_repeats(ids: Any, stored: str, logs: dict[str, _RowLog]) -> None:
@@ -471,12 +551,35 @@ def load_input(intake: Intake) -> Any:
     if intake.parquet:
         table = pq.read_table(intake.path, columns=stored)
     else:
-        numeric = {intake.names[c] for c in CONFIDENTIAL if c in intake.names}
-        table = pacsv.read_csv(intake.path, parse_options=pacsv.ParseOptions(delimiter=intake.delimiter),
-                               convert_options=pacsv.ConvertOptions(
-                                   include_columns=stored,
-                                   column_types={n: pa.float64() if n in numeric else pa.string() for n in stored}))
+        try:
+            table = pacsv.read_csv(intake.path, parse_options=pacsv.ParseOptions(delimiter=intake.delimiter),
+                                   convert_options=pacsv.ConvertOptions(
+                                       include_columns=stored, column_types={n: pa.string() for n in stored}))
+        except (pa.ArrowInvalid, UnicodeDecodeError) as err:  # its message may quote a value: never shown
+            raise InputError(f"input '{intake.path}' cannot be read as CSV ({read_error(err)})") from None
+        table = _numbers_read(table, intake)
     return canonical_frame(table.to_pandas(), intake)
+
+
+def _numbers_read(table: Any, intake: Intake) -> Any:
+    """The attribute columns of a CSV table read as text, as numbers: blanks stripped as the first
+    check strips them (``_check_numbers``), then cast; a value the check let through and the cast
+    refuses is named by its column and row, never shown."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for column in (c for c in CONFIDENTIAL if c in intake.names):
+        stored = intake.names[column]
+        text = pc.ascii_trim_whitespace(table.column(stored))
+        try:
+            numbers = pc.cast(text, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            rows = pc.indices_nonzero(pc.invert(pc.match_substring_regex(text, NUMBER))).to_pylist()
+            where = f" at row {rows[0] + 1}" if rows else ""
+            raise InputError(f"input '{intake.path}': {_label(stored, column)} holds a value that is not a "
+                             f"number{where}; hint: plain numbers only") from None
+        table = table.set_column(table.schema.get_field_index(stored), stored, numbers)
+    return table
 
 
 def canonical_frame(frame: Any, intake: Intake) -> Any:
@@ -505,13 +608,20 @@ def prepare_input(source: Any, *, columns: Mapping[str, str] | None = None, pad_
     ``inspect_input`` and ``load_input``; a DataFrame renamed (``columns``, then ``ALIASES``) and
     padded, its values left to the validation of microdata."""
     if isinstance(source, (str, Path)):
-        return load_input(inspect_input(source, columns=columns, pad_codes=pad_codes, attributes=attributes))
+        intake = inspect_input(source, columns=columns, pad_codes=pad_codes, attributes=attributes)
+        for note in intake.notes:
+            warnings.warn(note, InputNote, stacklevel=2)
+        return load_input(intake)
     problems = Problems("the microdata")
     header = [str(name) for name in source.columns]
     intake = _resolve(Path(), False, header, ",", columns or {}, attributes, problems)
     problems.raise_any()
     intake.pad_codes = pad_codes
-    return canonical_frame(source.set_axis(header, axis=1), intake) if intake.needs_translation() else source
+    named = source.set_axis(header, axis=1)
+    if "estab_id" in intake.names and str(named[intake.names["estab_id"]].dtype).startswith("float"):
+        warnings.warn(WHOLE_NUMBER_NOTE.format(name=_label(intake.names["estab_id"], "estab_id"),
+                                               how="stored as floating-point numbers"), InputNote, stacklevel=2)
+    return canonical_frame(named, intake) if intake.needs_translation() else source
 
 
 def read_input(path: str | Path, *, columns: Mapping[str, str] | None = None, pad_codes: bool = False,

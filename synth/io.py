@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,7 +17,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from gedp.synth.columns import data_like_fields, headerless_rule
 from gedp.synth.footers import range_bounds, stamp, value_ranges
+from gedp.synth.intake import read_error
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
 from gedp.synth.keycodes import sorted_codes, taken_frame
 from gedp.synth.paths import check_input_path, is_parquet
@@ -37,10 +41,19 @@ class Parts(NamedTuple):
     input: str
     files: tuple[str, ...]
     schema: pa.Schema
-    stamps: tuple[tuple[int, int], ...]
+    stamps: tuple[tuple[int, ...], ...]
 
 
-def input_stamps(path: Path) -> dict[str, tuple[int, int]] | None:
+class PinnedCsv(NamedTuple):
+    """A CSV input and the SHA-256 of its bytes when it was first read (``read_csv_pinned``):
+    ``read_columns`` parses it only from bytes of that digest, and refuses it when the file holds
+    others (changed or swapped between two reads of one release)."""
+
+    input: str
+    sha256: str
+
+
+def input_stamps(path: Path) -> dict[str, tuple[int, ...]] | None:
     """Every part of a Parquet input (a file: itself) with its ``stamp``, taken before the input is
     read; None for CSV."""
     if not is_parquet(path):
@@ -49,8 +62,13 @@ def input_stamps(path: Path) -> dict[str, tuple[int, int]] | None:
     return {file: stamp(file) for file in files}
 
 
+def every_part(path: Path, stamps: Mapping[str, tuple[int, ...]]) -> Parts:
+    """All the parts of a Parquet input (those of ``stamps``) as ``Parts``: read only while unchanged."""
+    return Parts(str(path), tuple(stamps), ds.dataset(list(stamps), format="parquet").schema, tuple(stamps.values()))
+
+
 def parts_holding(path: Path, column: str, values: Mapping[str, Sequence],
-                  stamps: Mapping[str, tuple[int, int]]) -> dict[str, Parts]:
+                  stamps: Mapping[str, tuple[int, ...]]) -> dict[str, Parts]:
     """For each key of ``values``, the parts of a Parquet input (those of ``stamps``) whose row-group
     statistics of ``column`` allow a row holding one of the key's values: every footer is read once
     here, so that each key's reader opens only its parts (all of them where no statistics tell)."""
@@ -101,22 +119,37 @@ def input_columns(path: Path) -> list[str]:
         header = file.readline(MAX_HEADER_CHARACTERS)
     if len(header) == MAX_HEADER_CHARACTERS:
         raise InputError(f"input file '{path}': the header line is longer than {MAX_HEADER_CHARACTERS:,} characters")
-    return next(csv.reader([header]), [])
+    names = next(csv.reader([header]), [])
+    if data_like_fields(names):
+        raise InputError(f"input file '{path}': {headerless_rule(data_like_fields(names))}")
+    return names
 
 
-def read_columns(path: str | Path | Parts, columns: Sequence[str] | None = None,
-                 where: tuple[str, Sequence] | None = None, required: Sequence[str] | None = None) -> pd.DataFrame:
+def read_csv_pinned(path: str | Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, PinnedCsv]:
+    """``read_columns`` of a CSV input, and the input pinned to the bytes read (``PinnedCsv``), so
+    that every later read of it is of the same data."""
+    digest: list[str] = []
+    frame = read_columns(path, columns, digest=digest)
+    return frame, PinnedCsv(str(path), digest[0])
+
+
+def read_columns(path: str | Path | Parts | PinnedCsv, columns: Sequence[str] | None = None,
+                 where: tuple[str, Sequence] | None = None, required: Sequence[str] | None = None,
+                 digest: list[str] | None = None) -> pd.DataFrame:
     """Read ``columns`` (all when None) of microdata as stored, CSV codes as text; with ``where =
     (column, values)`` only the rows whose column holds one of the values (Parquet: filtered while reading).
     ``required`` names the columns the file must have (default: those of establishment microdata).
-    ``Parts`` of a Parquet input are read as the input would be, but only they are opened.
+    ``Parts`` of a Parquet input are read as the input would be, but only they are opened, and only
+    while their stamps are unchanged; a ``PinnedCsv`` only from bytes of its digest. A CSV file's
+    bytes are read once into memory and parsed from there; their SHA-256 is appended to ``digest``.
 
     Raises:
         InputError: the path is not a regular input (``check_input_path``), a column is named twice
-            or a required one is missing, or the file cannot be read.
+            or a required one is missing, the file cannot be read, or Parts or a PinnedCsv changed.
     """
     parts = path if isinstance(path, Parts) else None
-    path = check_input_path(path.input if isinstance(path, Parts) else path)
+    pinned = path.sha256 if isinstance(path, PinnedCsv) else None
+    path = check_input_path(path.input if isinstance(path, (Parts, PinnedCsv)) else path)
     try:
         names = list(parts.schema.names) if parts else input_columns(path)
         if not names:
@@ -133,7 +166,8 @@ def read_columns(path: str | Path | Parts, columns: Sequence[str] | None = None,
                 raise InputError(f"input '{path}' was changed while gedp read it: its parts differ from those "
                                  "read first")
             return frame
-        frame = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS}, encoding="utf-8", usecols=columns)
+        frame = pd.read_csv(_csv_bytes(path, pinned, digest), dtype={c: str for c in TEXT_COLUMNS}, encoding="utf-8",
+                            usecols=columns)
         return frame if where is None else frame[frame[where[0]].isin(where[1])].reset_index(drop=True)
     except InputError:
         raise
@@ -141,9 +175,21 @@ def read_columns(path: str | Path | Parts, columns: Sequence[str] | None = None,
         raise InputError(f"input file '{path}' is empty") from None
     except UnicodeDecodeError:
         raise InputError(f"input file '{path}' cannot be read: it is not UTF-8 text") from None
-    except (pd.errors.ParserError, csv.Error, OSError, ValueError, KeyError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"input file '{path}' cannot be read: {first_line}") from None
+    except OSError as err:
+        raise InputError(f"input file '{path}' cannot be read: {err.strerror or type(err).__name__}") from None
+    except (pd.errors.ParserError, csv.Error, ValueError, KeyError) as err:  # messages may quote a value
+        raise InputError(f"input file '{path}' cannot be read: {read_error(err)}") from None
+
+
+def _csv_bytes(path: Path, pinned: str | None, digest: list[str] | None) -> io.BytesIO:
+    """A CSV file's bytes, read once; refused when ``pinned`` is another digest than theirs."""
+    data = path.read_bytes()
+    sha256 = hashlib.sha256(data).hexdigest()
+    if pinned is not None and sha256 != pinned:
+        raise InputError(f"input '{path}' was changed while gedp read it: its bytes differ from those read first")
+    if digest is not None:
+        digest.append(sha256)
+    return io.BytesIO(data)
 
 
 def _prefetched_frame(source: Path | list[str], columns: Sequence[str] | None,

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from gedp.synth.schema import InputError, _refuse, check_columns, code_text
+from gedp.synth.schema import InputError, _refuse, canonical_ids, check_columns, code_text
 
 #: QWI worker codes (LEHD QWI schema): sex 1 male, 2 female; agegrp A01 14-18, A02 19-21, A03 22-24,
 #: A04 25-34, A05 35-44, A06 45-54, A07 55-64, A08 65-99; education E1 below high school, E2 high
@@ -125,8 +125,8 @@ def validate_jobs(jobs: pd.DataFrame, establishments: pd.DataFrame) -> pd.DataFr
     jobs = jobs.reset_index(drop=True)
     _refuse("estab_id", jobs["estab_id"].isna().to_numpy(), jobs.drop(columns="estab_id"), "values must not be missing")
     ids = pd.Index(establishments["estab_id"].astype(str))
-    positions, uniques = pd.factorize(jobs["estab_id"])
-    index = ids.get_indexer(pd.Index(uniques).astype(str))
+    positions, uniques = pd.factorize(canonical_ids(jobs["estab_id"]))
+    index = ids.get_indexer(pd.Index(uniques))
     position = np.where(positions >= 0, index[positions] if len(index) else -1, -1)
     _refuse("estab_id", position < 0, jobs, "values must be an estab_id of the establishment table")
     out = pd.DataFrame({"estab_id": pd.Categorical.from_codes(position, categories=ids)})

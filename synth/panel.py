@@ -43,6 +43,7 @@ from gedp.synth.schema import (
     CONFIDENTIAL,
     InputError,
     _refuse,
+    canonical_ids,
     check_columns,
     normalize_code,
     validate_microdata,
@@ -145,7 +146,7 @@ def check_panel(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.reset_index(drop=True)
     carried = {column: whole_numbers(frame, column, *CARRIED[column]) for column in ("year", "qtr")}
     frame = frame.assign(**carried)
-    ids = frame["estab_id"].astype(str)
+    ids = canonical_ids(frame["estab_id"])
     repeated = pd.DataFrame({"estab_id": ids, **carried}).duplicated().to_numpy()
     _refuse("estab_id", repeated, frame, "values must be unique within a quarter (year, qtr)")
     codes = pd.DataFrame({column: normalize_code(frame, column, width) for column, width in STABLE_COLUMNS.items()

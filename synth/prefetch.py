@@ -19,7 +19,7 @@ class _Prefetch(NamedTuple):
     once read with the file unchanged (stays empty if the read failed or the file changed)."""
 
     file: str
-    stamp: tuple[int, int]
+    stamp: tuple[int, ...]
     thread: threading.Thread
     table: list[pa.Table]
 

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from gedp.errors import InputError
 from gedp.synth.columns import CARRIED, CODE_WIDTHS, CONFIDENTIAL
 from gedp.synth.hierarchy import derive_industry_codes
+from gedp.synth.intake import may_hold_point
 from gedp.synth.keycodes import digit_bytes
 
 #: Own code written when the input has no ``own`` column (QCEW private ownership).
@@ -122,15 +123,107 @@ def check_columns(columns: Sequence[object], attributes: Sequence[str], required
 
 
 def estab_ids(frame: pd.DataFrame, unique_checked: bool = False) -> pd.Series:
-    """The estab_id column as text, refused if one is missing or (unless ``unique_checked``: the
-    caller checked them over rows that include these) repeats an earlier one."""
+    """The estab_id column as canonical text (``canonical_ids``), refused if one is missing or
+    (unless ``unique_checked``: the caller checked them over rows that include these) repeats an
+    earlier one."""
     ids = frame["estab_id"]
     _refuse("estab_id", ids.isna().to_numpy(), frame.drop(columns="estab_id"), "values must not be missing")
-    ids = ids.astype(str)
+    ids = canonical_ids(ids)
     if not unique_checked and _any_repeat(ids):
         _refuse("estab_id", ids.duplicated(keep="first").to_numpy(), frame.assign(estab_id=ids),
                 "values must be unique")
     return ids
+
+
+#: Text of a whole number written with a decimal point ("1002.0", " 17.00 "), as spreadsheets and
+#: floating-point columns write ids: its digits are the id.
+WHOLE_NUMBER_TEXT = r"^\s*([0-9]+)\.0*\s*$"
+#: Largest whole number a float64 holds exactly: a floating-point id beyond it may be another id rounded.
+EXACT_FLOAT_INTEGER = 2**53
+#: The rule of establishment ids, as messages state it.
+ID_RULE = "ids must be text or whole numbers"
+
+
+def canonical_ids(ids: pd.Series) -> pd.Series:
+    """Establishment ids as canonical text, the one form of an establishment's id in gedp (in a
+    release and in the ledger's keys), whatever the column's type:
+
+    * text stays as it is, except text of a whole number written with a decimal point, "1002.0" or
+      "1002.00", which is its digits, "1002" (``WHOLE_NUMBER_TEXT``);
+    * integers are their decimal digits;
+    * floating-point and decimal numbers must be whole (floats below 2**53, where every whole number
+      is exact) and are their integer's digits: 1002.0 is "1002";
+    * binary values must be UTF-8 text, then read as text.
+
+    Anything else (booleans, dates, non-whole numbers, a mix of types) is refused, naming the first
+    offending row, never its value. Missing ids are left to the caller (``estab_ids``)."""
+    if pd.api.types.is_integer_dtype(ids) and not pd.api.types.is_bool_dtype(ids):
+        return ids.astype(str)
+    if not isinstance(ids.dtype, pd.StringDtype):
+        ids = _as_series(_arrow_id_text(ids), ids)
+    text = pa.array(ids)
+    if may_hold_point(text):  # the usual ids hold no point: nothing to rewrite
+        text = pc.replace_substring_regex(text, WHOLE_NUMBER_TEXT, r"\1")
+        ids = _as_series(text, ids)
+    return ids.astype(str)
+
+
+def _as_series(text: pa.Array | pa.ChunkedArray, like: pd.Series) -> pd.Series:
+    """Arrow text as a pandas Series with the index and name of ``like``, row for row."""
+    return text.to_pandas().set_axis(like.index).rename(like.name)
+
+
+def _arrow_id_text(ids: pd.Series) -> pa.Array:
+    """Ids of a column that is not text nor integers as Arrow text (see ``canonical_ids``)."""
+    frame = pd.DataFrame({"row": np.arange(len(ids))})
+    try:
+        values = pa.array(ids, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        raise InputError(f"column 'estab_id': {ID_RULE}, not a mix of types (e.g. numbers and text in one "
+                         "column); write every id as text") from None
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    kind = values.type
+    if pa.types.is_floating(kind):
+        numbers = ids.to_numpy(dtype=float, na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            bad = ~((numbers == np.floor(numbers)) & (np.abs(numbers) < EXACT_FLOAT_INTEGER)) & ~np.isnan(numbers)
+        _refuse("estab_id", bad, frame, f"{ID_RULE}: floating-point ids must be whole numbers below 2**53 "
+                "(write ids as text or integers)")
+        return pc.cast(pc.cast(values, pa.int64()), pa.string())
+    if pa.types.is_decimal(kind):
+        whole = pc.equal(pc.round(values, 0), values).to_numpy(zero_copy_only=False)
+        _refuse("estab_id", ~pd.Series(whole).fillna(True).to_numpy(dtype=bool), frame,
+                f"{ID_RULE}: decimal ids must be whole numbers")
+        return pc.cast(values, pa.string())  # "1002.00": its digits by WHOLE_NUMBER_TEXT
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
+        try:
+            return pc.cast(values, pa.large_string())
+        except pa.ArrowInvalid:
+            bad = np.array([not _utf8(v) for v in values.to_pylist()])
+            _refuse("estab_id", bad, frame, f"{ID_RULE}: binary ids must be UTF-8 text")
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind) or \
+            pa.types.is_null(kind):
+        return pc.cast(values, pa.large_string())
+    raise InputError(f"column 'estab_id': {ID_RULE}, not {_type_name(kind)}; write every id as text")
+
+
+def _utf8(value: bytes | None) -> bool:
+    """Whether a binary id is UTF-8 text (a missing one is left to the caller)."""
+    try:
+        value is None or value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _type_name(kind: pa.DataType) -> str:
+    """How a message names an Arrow type: booleans, dates and times, or the type itself."""
+    if pa.types.is_boolean(kind):
+        return "booleans"
+    if pa.types.is_temporal(kind):
+        return "dates or times"
+    return str(kind)
 
 
 def _any_repeat(texts: pd.Series) -> bool:

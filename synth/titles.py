@@ -87,17 +87,23 @@ def _industry_title(code: str, title: str) -> str:
 
 
 @functools.cache
+def state_names() -> dict[str, str]:
+    """Each state's name by its 2-digit FIPS code ("44" -> "Rhode Island"), from the shipped list."""
+    states = pd.read_csv(REFERENCE / "states.csv", dtype=str)
+    return dict(zip(states["state"], states["name"]))
+
+
+@functools.cache
 def shipped_titles() -> Titles:
     """Titles from the lists shipped with gedp, in BLS's forms ("Rhode Island -- Statewide",
     "Bristol County, Rhode Island", "NAICS 111150 Corn Farming")."""
-    states = pd.read_csv(REFERENCE / "states.csv", dtype=str)
     counties = pd.read_csv(REFERENCE / "counties.csv", dtype=str)
     naics = pd.read_csv(REFERENCE / "naics.csv", dtype=str)
-    state_names = dict(zip(states["state"], states["name"]))
-    areas = {f"{state}000": f"{name} -- Statewide" for state, name in state_names.items()}
-    areas |= {f"{state}{UNKNOWN_COUNTY[0]}": f"{UNKNOWN_COUNTY[1]}, {name}" for state, name in state_names.items()}
-    areas |= {f"{s}{c}": f"{name}, {state_names[s]}" for s, c, name in counties[["state", "county", "name"]].itertuples(
-        index=False) if s in state_names}
+    names = state_names()
+    areas = {f"{state}000": f"{name} -- Statewide" for state, name in names.items()}
+    areas |= {f"{state}{UNKNOWN_COUNTY[0]}": f"{UNKNOWN_COUNTY[1]}, {name}" for state, name in names.items()}
+    areas |= {f"{s}{c}": f"{name}, {names[s]}" for s, c, name in counties[["state", "county", "name"]].itertuples(
+        index=False) if s in names}
     industries = {code: _industry_title(code, title)
                   for code, title in (*zip(naics["code"], naics["title"]), *AGGREGATE_INDUSTRY_TITLES.items())}
     return Titles(areas, industries, dict(SHIPPED_SOURCES))

@@ -78,7 +78,7 @@ def failed(folder):
 
 def test_every_check_passes_a_good_release(good_release):
     checks = audit_release(good_release)
-    assert [c.name for c in checks] == list(CHECKS) and all(c.passed for c in checks), checks
+    assert [c.name for c in checks] == ["files", *CHECKS] and all(c.passed for c in checks), checks
 
 
 def _identity_row(frame, attribute="m1emp"):
@@ -101,7 +101,7 @@ BROKEN = {
     "a value off its grid": (
         "grid", dict(edit_measurements=lambda f: _set(f, _identity_row(f), "released",
                                                           f.loc[_identity_row(f), "released"] + f["grid"].min() / 2))),
-    "two protected rows swapped": ("order", dict(edit_protected=_swap_rows)),
+    "two protected rows swapped": ("order", dict(edit_protected=_swap_rows)),  # their ids too: counts
     "a query's mu edited": ("mu", dict(edit_manifest=lambda m: m["per_state"]["44"]["mu"]["state"].update(m1emp=0.25))),
     "the total mu edited": ("mu", dict(edit_manifest=lambda m: m.update(mu_total=2.0))),
     "a psi answer's sd edited": (
@@ -123,19 +123,20 @@ def test_each_check_fails_on_its_broken_copy(good_release, tmp_path, case):
     a row moved, an sd or tau also move the estimates and clip levels computed from them."""
     check, edits = BROKEN[case]
     found = failed(broken_copy(good_release, tmp_path, **edits))
-    assert check in found and found <= {check, "psi answers", "pnc variances"}, found
+    assert check in found and found <= {check, "psi answers", "pnc variances", "counts"}, found
+    assert "counts" not in found or case == "two protected rows swapped"
 
 
 def test_audit_command_on_a_release(good_release, tmp_path):
     runner = CliRunner()
     ok = runner.invoke(app, ["audit", "--release", str(good_release), "--out", str(tmp_path / "a.json")])
-    assert ok.exit_code == 0 and "8 of 8 checks passed" in ok.output, ok.output
+    assert ok.exit_code == 0 and "11 of 11 checks passed" in ok.output, ok.output
     assert all(row["passed"] for row in json.loads((tmp_path / "a.json").read_text()))
     broken = broken_copy(good_release, tmp_path, edit_protected=_swap_rows,
                          edit_manifest=lambda m: m["rng"].update(seed=1))
     caught = runner.invoke(app, ["audit", "--release", str(broken)])
     assert caught.exit_code == 2, caught.output
-    assert "release audit failed: order; pnc variances; no seed" in caught.output
+    assert "release audit failed: counts; order; pnc variances; no seed" in caught.output
     assert runner.invoke(app, ["audit"]).exit_code == 2
 
 

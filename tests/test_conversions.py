@@ -98,4 +98,4 @@ def test_protect_summary_states_epsilon(tmp_path):
     assert result.exit_code == 0, result.output
     mu = json.loads((tmp_path / "out" / "manifest.json").read_text())["mu_total"]
     line = next(line for line in result.output.splitlines() if "privacy budget" in line)
-    assert f"epsilon {epsilon_mp(mu, 1e-6):.2f} at delta 1e-6 for psi-neighbours" in line
+    assert f"total mu {mu:.4f} (epsilon {epsilon_mp(mu, 1e-6):.2f} at delta 1e-6) for psi-neighbours" in line

@@ -128,11 +128,33 @@ def gdp_delta(eps: float, mu: float) -> float:
     return float(norm.cdf(-eps / mu + mu / 2) - np.exp(eps) * norm.cdf(-eps / mu - mu / 2))
 
 
-def test_stated_epsilon_matches_the_exact_gdp_conversion() -> None:
-    eps = brentq(lambda e: gdp_delta(e, 2.3065) - 1e-5, 0.0, 100.0)
-    assert f"{eps:.2f}" == "11.93"
-    for page in (ROOT / "README.md", DOCS / "method" / "privacy-model.md"):
-        assert "11.93" in page.read_text(), f"{page.name} should state epsilon 11.93 at delta 1e-5"
+def test_stated_budget_is_the_recommended_plans_and_its_epsilon_at_the_one_stated_delta() -> None:
+    """The recommended plan's total (from its YAML: sqrt of the sum of every mu^2) and its epsilon at
+    delta 1e-6 (root finding) as the pages state them, and every epsilon the pages state at 1e-6."""
+    import yaml
+
+    from gedp.measure.conversions import STATED_DELTA
+
+    raw = yaml.safe_load((ROOT / "configs" / "recommended.yaml").read_text())
+    mu = float(np.sqrt(sum(value**2 for query in raw["queries"] for value in query["mu"].values())))
+    eps = brentq(lambda e: gdp_delta(e, mu) - 1e-6, 0.0, 100.0)
+    assert STATED_DELTA == 1e-6
+    for page in (ROOT / "README.md", DOCS / "method" / "privacy-model.md", DOCS / "how-to" / "plan-budget.md"):
+        text = " ".join(page.read_text().split())
+        assert f"mu {mu:.4f}" in text, f"{page.name} should state the recommended plan's mu {mu:.4f}"
+        assert re.search(rf"epsilon {eps:.2f} at delta 1e-6", text), f"{page.name} should state epsilon {eps:.2f}"
+    statement = re.compile(r"(?:epsilon|eps)[ =]+[0-9.]+ at delta[ =]+([0-9e.-]+)|\([0-9.]+, (1e-[0-9]+)\)-DP")
+    for page in PAGES:
+        for match in statement.finditer(" ".join(page.read_text().split())):
+            assert (match.group(1) or match.group(2)) == "1e-6", f"{page.name}: {match.group(0)}"
+
+
+def test_the_api_page_documents_every_public_name() -> None:
+    import gedp
+
+    page = (DOCS / "reference" / "api.md").read_text()
+    for name in set(gedp.__all__) - {"__version__"}:
+        assert f"::: gedp.api.{name}\n" in page and f"`gedp.{name}`" in page, f"api.md omits gedp.{name}"
 
 
 def test_release_format_lists_every_manifest_key(workspace: Path) -> None:

@@ -2,6 +2,7 @@
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,7 @@ def protect(source, out, *extra):
 
 def test_reading_one_state_at_a_time(two_states):
     assert input_states(two_states / "states.parquet")[:2] == ({"09": ["09"], "44": ["44"]}, 2_400)
-    assert input_states(two_states / "states.csv") == ({"09": ["09"], "44": ["44"]}, 2_400, None)
+    assert input_states(two_states / "states.csv")[:3] == ({"09": ["09"], "44": ["44"]}, 2_400, None)
     one = read_state(two_states / "states.parquet", "44", ("m1emp", "wage"), ["44"])
     assert len(one) == 1_200 and set(one["state"]) == {"44"}
 
@@ -150,6 +151,32 @@ def test_the_local_cluster_admits_no_other_process(two_states, tmp_path, monkeyp
     assert len(attempts["workers"]) == 2 and all(w.startswith("tls://127.0.0.1:") for w in attempts["workers"])
     assert not attempts["plain"].startswith("read") and not attempts["other keys"].startswith("read"), attempts
     assert [attempts[page] for page in ("/json/counts.json", "/info/main/workers.html", "/status")] == [404] * 3
+
+
+def test_the_local_cluster_spills_into_a_private_folder(two_states, tmp_path, monkeypatch):
+    """Before: the workers kept their files (spilled input rows) in dask-scratch-space of the temporary
+    folder, created readable by every user. Now: in a folder of mode 0700, removed after the run."""
+    import stat
+
+    import dask.distributed
+    import distributed
+
+    seen: list[dict] = []
+
+    class Observed(distributed.LocalCluster):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            folder = Path(kwargs["local_directory"])
+            workers = [Path(w.local_directory) for w in self.workers.values()]
+            seen.append({"folder": folder, "mode": stat.S_IMODE(folder.stat().st_mode), "workers": workers})
+
+    monkeypatch.setattr(distributed, "LocalCluster", Observed)
+    monkeypatch.setattr(dask.distributed, "LocalCluster", Observed)
+    protect(two_states / "alone.parquet", tmp_path / "dask", "--engine", "dask")
+    (used,) = seen
+    assert used["mode"] & 0o077 == 0, oct(used["mode"])
+    assert used["workers"] and all(used["folder"] in w.parents for w in used["workers"]), used
+    assert not used["folder"].exists()
 
 
 @pytest.mark.parametrize("extra, message", [

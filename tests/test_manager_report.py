@@ -66,7 +66,7 @@ def test_privacy_statement_in_plain_words(page):
     mu = manifest["mu_total"]
     # epsilon at delta 1e-6, recomputed from Dong, Roth & Su's Corollary 2.13 by root finding
     epsilon = brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - 1e-6, 0, 100)
-    assert f"mu = {mu:.3f}" in text
+    assert f"mu = {mu:.4f}" in text and f"mu {mu:.4f}" in text  # the statement and the key figure
     assert f"epsilon = {epsilon:.2f} at delta = 1e-6" in text
     assert manifest["psi"]["name"] == "sqrt" and manifest["gammas"]["m1emp"] == 0.5
     low, high = (math.sqrt(36) - 0.5) ** 2, (math.sqrt(36) + 0.5) ** 2  # sqrt-neighbours of 36 at gamma 0.5
@@ -149,3 +149,50 @@ def test_typical_suppression_shares_are_those_of_the_public_files(shared_data):
     for state, name in files.items():
         withheld = read_qcew(shared_data / name).aggregates.query("agglvl == 78")["suppressed"].mean()
         assert TYPICAL_WITHHELD[state] == pytest.approx(withheld, abs=5e-4), state
+
+
+def _tables(release) -> pd.DataFrame:
+    return pd.read_csv(release / "qcew_tables.csv", dtype={"area_fips": str, "industry_code": str, "own_code": str})
+
+
+def test_published_file_of_another_quarter_is_refused(small_release, tmp_path):
+    release, _ = small_release
+    tables = _tables(release)
+    [(year, qtr)] = tables[["year", "qtr"]].drop_duplicates().itertuples(index=False)
+    other = 1 if qtr != 1 else 2
+    tables.assign(qtr=other).to_csv(tmp_path / "other.csv", index=False)
+    result = CliRunner().invoke(app, ["report", str(release), "--published", str(tmp_path / "other.csv"),
+                                      "--out", str(tmp_path / "page.html")])
+    assert result.exit_code == 2
+    assert f"is of {year} Q{other}, the release of {year} Q{qtr}: give the same quarter's file" in result.output
+    assert not (tmp_path / "page.html").exists()
+
+
+def test_the_title_names_the_state_and_the_quarter(page, small_release):
+    from gedp.synth.titles import REFERENCE
+
+    out, summary, manifest, _ = page
+    names = pd.read_csv(REFERENCE / "states.csv", dtype=str).set_index("state")["name"]
+    [(year, qtr)] = _tables(small_release[0])[["year", "qtr"]].drop_duplicates().itertuples(index=False)
+    [state] = manifest["states"]
+    title = re.search(r"<title>(.*)</title>", out.read_text()).group(1)
+    assert title == f"Protected QCEW release: {names[state]}, {year} Q{qtr}"
+    assert summary["quarter"] == f"{year}Q{qtr}"
+
+
+def test_cells_of_the_agency_without_establishments_are_counted_and_explained(small_release, tmp_path):
+    """Cells the agency lists with no establishment (zeros) have no row in a release; the page says how
+    many, so "no cell is withheld" beside fewer cells than the agency's file is explained."""
+    release, _ = small_release
+    tables = _tables(release)
+    finest = tables[tables["agglvl_code"] == 78]
+    empty = finest.head(7).assign(industry_code=[f"99999{i}" for i in range(7)], qtrly_estabs=0, month1_emplvl=0,
+                                  month2_emplvl=0, month3_emplvl=0, total_qtrly_wages=0)
+    pd.concat([tables, empty]).assign(disclosure_code="").to_csv(tmp_path / "published.csv", index=False)
+    result = CliRunner().invoke(app, ["report", str(release), "--published", str(tmp_path / "published.csv"),
+                                      "--out", str(tmp_path / "page.html")])
+    assert result.exit_code == 0, result.output
+    cells = {row["agglvl"]: row for row in json.loads((tmp_path / "page.html.json").read_text())["cells"]}
+    assert cells[78]["agency_empty"] == 7 and cells[78]["agency_cells"] - cells[78]["released"] == 7
+    assert all(row["agency_empty"] == 0 for level, row in cells.items() if level != 78)
+    assert "It also lists 7 cells without any establishment this quarter" in (tmp_path / "page.html").read_text()

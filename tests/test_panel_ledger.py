@@ -34,10 +34,12 @@ def panel() -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def half_config(tmp_path_factory) -> str:
-    """The recommended config with every mu halved: four quarters spend the recommended total."""
+    """The recommended config with every mu halved: four quarters spend the recommended total; its
+    cap, the five quarters' (a panel over the cap is refused)."""
     raw = yaml.safe_load(open(load_config("recommended").source))
     for query in raw["queries"]:
         query["mu"] = {attribute: mu / 2 for attribute, mu in query["mu"].items()}
+    raw["mu_cap"] = math.ceil(math.sqrt(5) * QUARTER_MU / 2 * 1e3) / 1e3
     path = tmp_path_factory.mktemp("config") / "half.yaml"
     path.write_text(yaml.safe_dump(raw))
     return str(path)
@@ -64,7 +66,8 @@ def test_a_panel_past_the_annual_cap_is_refused_whole_with_nothing_charged_or_wr
     data, ledger = tmp_path / "panel.parquet", tmp_path / "books" / "ledger.json"
     ledger.parent.mkdir()
     panel.to_parquet(data)
-    refused = protect(data, tmp_path / "release", ledger, "--lifetime-cap", 10, "--annual-cap", ANNUAL_CAP)
+    refused = protect(data, tmp_path / "release", ledger, "--lifetime-cap", 10, "--annual-cap", ANNUAL_CAP,
+                      "--allow-over-cap")
     assert refused.exit_code == 2, refused.output
     needs = 2 * QUARTER_MU  # four quarters of a year at the quarter's mu, composed
     assert f"annual cap {ANNUAL_CAP:.4f} in the year 2016Q" in refused.output
@@ -143,7 +146,7 @@ def test_a_panel_that_fails_after_its_reservation_stays_pending_and_says_so(pane
     broken.loc[broken.index[-1], "wage"] = -1.0  # a row of the last quarter, checked when it is protected
     ledger = tmp_path / "ledger.json"
     with pytest.raises(InputError, match="wage.*>= 0.*stays pending in ledger"):
-        gedp.protect(broken, ledger=ledger, lifetime_cap=10)
+        gedp.protect(broken, ledger=ledger, lifetime_cap=10, allow_over_cap=True)
     releases = live(read_ledger(ledger))
     assert len(releases) == 1 and releases[0]["status"] == "pending"
 
@@ -155,5 +158,6 @@ def test_a_bad_request_is_refused_before_the_ledger_is_touched(panel, tmp_path):
 
     ledger = tmp_path / "ledger.json"
     with pytest.raises(InputError, match="engine 'bogus' is unknown"):
-        protect_panel(panel, load(), tmp_path / "release", ledger=LedgerRequest(ledger, 10.0), engine="bogus")
+        protect_panel(panel, load(), tmp_path / "release", ledger=LedgerRequest(ledger, 10.0), engine="bogus",
+                      allow_over_cap=True)
     assert not ledger.exists() and not (tmp_path / "release").exists()

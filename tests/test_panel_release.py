@@ -34,7 +34,7 @@ def panel() -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def release(panel):
-    return gedp.protect(panel, seed=SEED, not_for_publication=True)
+    return gedp.protect(panel, seed=SEED, not_for_publication=True, allow_over_cap=True)
 
 
 def test_the_release_holds_every_quarter_under_its_key(panel, release):
@@ -136,8 +136,24 @@ def test_the_qcew_format_adds_over_the_year_columns(release):
     assert (joined["oty_month3_emplvl_chg_moe"] >= np.sqrt(joined["month3_emplvl_moe"] ** 2)).all()
 
 
+def test_over_the_year_changes_and_their_margins_are_whole_numbers_as_bls_writes_them(release, tmp_path):
+    published = release.tabulate(agglvl=75, format="qcew", change="2016Q1:2017Q1", moe=True)
+    result = CliRunner().invoke(app, ["tabulate", str(release.folder), "--agglvl", "75", "--format", "qcew",
+                                      "--change", "2016Q1:2017Q1", "--moe", "--out", str(tmp_path / "oty.csv")])
+    assert result.exit_code == 0, result.output
+    whole = [c for c in published.columns if c.startswith("oty_") and c.endswith(("_chg", "_chg_moe"))
+             and not c.endswith("_pct_chg")]
+    assert len(whole) == 6 + 4  # every changed column's change; the margins of the four attributes
+    for column in whole:
+        assert pd.api.types.is_integer_dtype(published[column]), column
+    written = pd.read_csv(tmp_path / "oty.csv", dtype=str, keep_default_na=False)
+    for column in whole:
+        assert written[column].str.fullmatch(r"-?\d*").all(), column  # 12, -3 or empty; never 12.0
+    assert written["oty_month1_emplvl_pct_chg"].str.contains(r"\.").any()  # percents keep their decimal
+
+
 @pytest.mark.parametrize("options, rule", [
-    ({}, "give one of a quarter"),
+    ({}, "give one of --quarter"),
     ({"quarter": "2018Q1"}, "2018Q1 is not in"),
     ({"change": "2017Q1:2016Q1"}, "must come after the first"),
     ({"change": "2016Q1:2016Q2", "agglvl": 75, "format": "qcew"}, "over the year"),
@@ -160,7 +176,8 @@ def test_the_command_line_protects_and_tabulates_a_panel(tmp_path):
                                  "2016Q1:2016Q3", "--out", str(panel)])
     assert result.exit_code == 0, result.output
     release = tmp_path / "release"
-    result = runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "2", "--not-for-publication"])
+    result = runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "2", "--not-for-publication",
+                                 "--allow-over-cap"])
     assert result.exit_code == 0, result.output
     out = tmp_path / "change.csv"
     result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--change", "2016Q1:2016Q3", "--moe",
@@ -169,7 +186,8 @@ def test_the_command_line_protects_and_tabulates_a_panel(tmp_path):
     table = pd.read_csv(out, dtype={"county": str})
     assert {"m3emp_chg", "m3emp_chg_moe", "m3emp_pct_chg"} <= set(table.columns)
     result = runner.invoke(app, ["tabulate", str(release), "--by", "county"])
-    assert result.exit_code == 2 and "give one of a quarter" in result.output
+    assert result.exit_code == 2 and "give one of --quarter Q" in result.output
+    assert "--gains-losses FROM:TO" in result.output and "gains_losses FROM" not in result.output
 
 
 def test_the_panel_is_recorded_in_the_ledger_as_one_release_of_its_quarters(panel, tmp_path):
@@ -179,20 +197,20 @@ def test_the_panel_is_recorded_in_the_ledger_as_one_release_of_its_quarters(pane
     ledger = tmp_path / "ledger.json"
     two = panel[panel["year"] == 2016]
     two = two[two["qtr"] <= 2]
-    release = gedp.protect(two, ledger=ledger, lifetime_cap=20.0, dataset_id="panel")
+    release = gedp.protect(two, ledger=ledger, lifetime_cap=20.0, dataset_id="panel", allow_over_cap=True)
     releases = list(read_ledger(ledger)["releases"].values())
     assert len(releases) == 1 and releases[0]["status"] == "committed"
     assert releases[0]["quarters"] == [[q, n] for q, n in zip(QUARTERS[:2], two.groupby("qtr").size().tolist())]
     assert set(release.manifest["lifetime"]) >= {"spent_before", "spent_after", "largest_charge"}
 
 
-def test_report_and_audit_refuse_a_panel_release(release):
+def test_report_refuses_a_panel_release_and_audit_checks_each_quarter(release):
     from gedp.audit.release import audit_release
 
     with pytest.raises(InputError, match="panel release.*gedp report"):
         gedp.report(release)
-    with pytest.raises(InputError, match="panel release.*gedp audit"):
-        audit_release(release.folder)
+    checks = audit_release(release.folder)
+    assert all(check.passed for check in checks) and len(checks) == 11, checks
 
 
 def test_a_bad_quarter_leaves_nothing_behind(panel, tmp_path):
@@ -202,7 +220,7 @@ def test_a_bad_quarter_leaves_nothing_behind(panel, tmp_path):
     broken = panel.copy()
     broken.loc[broken.index[-1], "wage"] = -1.0  # a row of the last quarter
     with pytest.raises(InputError, match="wage.*>= 0"):
-        protect_panel(broken, load(), tmp_path / "release", ledger=None, seed=1)
+        protect_panel(broken, load(), tmp_path / "release", ledger=None, seed=1, allow_over_cap=True)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -212,12 +230,14 @@ def test_a_panel_csv_in_agency_names_is_checked_per_quarter_and_protected(panel,
     good = tmp_path / "panel.csv"
     stored.to_csv(good, index=False)
     release = tmp_path / "release"
-    result = runner.invoke(app, ["protect", str(good), "--out", str(release), "--seed", "2", "--not-for-publication"])
+    result = runner.invoke(app, ["protect", str(good), "--out", str(release), "--seed", "2", "--not-for-publication",
+                                 "--allow-over-cap"])
     assert result.exit_code == 0, result.output
     assert gedp.Release(release).manifest["quarters"] == QUARTERS
     repeated = tmp_path / "repeated.csv"
     pd.concat([stored, stored.iloc[[3]]]).to_csv(repeated, index=False)  # one id twice in the same quarter
-    result = runner.invoke(app, ["protect", str(repeated), "--out", str(tmp_path / "r2"), "--not-for-publication"])
+    result = runner.invoke(app, ["protect", str(repeated), "--out", str(tmp_path / "r2"), "--not-for-publication",
+                                 "--allow-over-cap"])
     assert result.exit_code == 2 and "repeating an earlier row" in result.output
     assert f"row {len(stored) + 1}" in result.output and not (tmp_path / "r2").exists()
 

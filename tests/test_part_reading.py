@@ -50,7 +50,7 @@ def test_a_part_changed_after_the_first_read_is_refused(folder, tmp_path):
     frame = pd.read_parquet(part)
     frame.loc[1, "estab_id"] = frame.loc[0, "estab_id"]  # same rows, a repeated id the first read never saw
     frame.to_parquet(part, index=False)
-    os.utime(part, ns=(0, inputs.stamps[str(part)][1] + 1))
+    os.utime(part, ns=(0, inputs.stamps[str(part)][3] + 1))
     with pytest.raises(InputError, match="was changed while gedp read it"):
         protect_input(folder, load_config("recommended"), tmp_path / "out", seed=1, inputs=inputs, processes=1)
     assert not (tmp_path / "out").exists()
@@ -72,6 +72,6 @@ def test_a_parquet_file_is_its_one_part_and_refused_when_rewritten(folder, tmp_p
     assert {state: held.files for state, held in parts.items()} == {"09": (str(single),), "44": (str(single),)}
     pd.testing.assert_frame_equal(read_columns(parts["44"], where=("state", ["44", " 44"])),
                                   read_columns(single, where=("state", ["44", " 44"])))
-    os.utime(single, ns=(0, inputs.stamps[str(single)][1] + 1))
+    os.utime(single, ns=(0, inputs.stamps[str(single)][3] + 1))
     with pytest.raises(InputError, match=f"input '{single}' was changed while gedp read it"):
         read_columns(parts["09"], where=("state", ["09"]))

@@ -82,7 +82,7 @@ def test_xlsx_has_a_sheet_per_level_and_notes(small_state, tmp_path):
     micro.loc[micro.index % 7 == 0, "own"] = "3"  # local government beside private: totals over ownerships
     micro.to_parquet(tmp_path / "micro.parquet")
     out = tmp_path / "t.xlsx"
-    result = CliRunner().invoke(app, ["tabulate", str(tmp_path / "micro.parquet"), "--out", str(out)])
+    result = CliRunner().invoke(app, ["tabulate", str(tmp_path / "micro.parquet"), "--out", str(out), "--unprotected"])
     assert result.exit_code == 0, result.output
     book = openpyxl.load_workbook(out)
     levels = [50, *range(51, 59), 70, *range(71, 79)]
@@ -92,6 +92,7 @@ def test_xlsx_has_a_sheet_per_level_and_notes(small_state, tmp_path):
     header = [cell.value for cell in book["agglvl 50"][1]]
     total = dict(zip(header, [cell.value for cell in book["agglvl 50"][2]]))
     assert (total["own_code"], total["industry_code"], total["own_title"]) == ("0", "10", "Total Covered")
+    assert total["disclosure_code"] == "NOT PROTECTED"
     assert total["month1_emplvl"] == int(np.floor(micro["m1emp"].sum() + 0.5))
     assert total["qtrly_estabs"] == len(micro)
 
@@ -102,11 +103,13 @@ def test_release_tabulate_xlsx_states_the_privacy(small_release, tmp_path):
     book = openpyxl.load_workbook(tmp_path / "s.xlsx")
     assert book.sheetnames == ["agglvl 54", "notes"]
     notes = {row[0]: row[1] for row in book["notes"].iter_rows(min_row=2, values_only=True)}
-    from gedp.measure.conversions import gdp_epsilon
+    from scipy.optimize import brentq
+    from scipy.stats import norm
 
-    epsilon = gdp_epsilon(release.manifest["mu_total"], 1e-6)
-    assert f"mu = {release.manifest['mu_total']:.4f}" in notes["Privacy guarantee"]
-    assert f"epsilon = {epsilon:.3f} at delta = 1e-06" in notes["Privacy guarantee"]
+    mu = release.manifest["mu_total"]
+    # epsilon at delta 1e-6 by Dong, Roth & Su's Corollary 2.13, solved here by root finding
+    epsilon = brentq(lambda e: norm.cdf(-e / mu + mu / 2) - np.exp(e) * norm.cdf(-e / mu - mu / 2) - 1e-6, 0, 100)
+    assert f"total mu {mu:.4f} (epsilon {epsilon:.2f} at delta 1e-6)" in notes["Privacy guarantee"]
     assert "rounded up" in notes["Margins of error"]
     assert len(table) == book["agglvl 54"].max_row - 1
 

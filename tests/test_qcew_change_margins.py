@@ -22,7 +22,7 @@ def year_release():
     start = generate_profile(load_profile("small"), n_establishments=700, rng=np.random.default_rng(23))
     panel = synthesize_panel(start, quarter_range(CHANGE), rng=np.random.default_rng(23))
     assert panel["own"].nunique() == 1
-    return gedp.protect(panel, seed=7, not_for_publication=True)
+    return gedp.protect(panel, seed=7, not_for_publication=True, allow_over_cap=True)
 
 
 @pytest.fixture(scope="module")

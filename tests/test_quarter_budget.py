@@ -218,7 +218,7 @@ def test_tampered_quarters_are_refused_and_the_ledger_left_as_it_is(quarter_file
     refused = protect(quarter_files["2016Q2"], tmp_path / "r2", ledger)
     assert refused.exit_code == 2 and reason in refused.output and "was not changed" in refused.output, refused.output
     assert ledger.read_bytes() == before and not (tmp_path / "r2").exists()
-    assert sorted(os.listdir(tmp_path)) == ["in", "ledger.json", "ledger.json.keys", "ledger.json.lock", "r1"]
+    assert sorted(os.listdir(tmp_path)) == ["in", "ledger.json", "ledger.json.keys", "r1"]
 
 
 def test_a_plan_over_four_quarters_gives_each_quarter_the_budget_over_sqrt_4():

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from gedp.release.margins import kept_path, kept_tabulation, kept_variances, read_pieces
+from gedp.release.margins import kept_path, kept_tabulation, kept_variances, read_pieces, seal
 from gedp.release.quick import quick_tabulation
 
 #: Keys following the release's order (state, county, naics) and keys that do not.
@@ -59,6 +59,7 @@ def test_margins_without_per_cell_pieces_are_left_to_the_full_path(release):
     assert pieces is not None and "wage" in pieces
     skeleton = json.loads((folder / "pieces.json").read_text())
     (folder / "pieces.json").write_text(json.dumps(skeleton | {"wage": None}))  # as kept for a sparse model
+    seal(folder)  # and listed complete so
     assert read_pieces(folder)["wage"] is None
     assert quick_tabulation(release, "county", moe=True) is None
     assert quick_tabulation(release, "county", moe=False) is not None  # sums need no pieces

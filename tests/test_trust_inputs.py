@@ -264,7 +264,8 @@ BASELINE_TEXT = configs.path("baseline").read_text()
 BOMB = BASELINE_TEXT.replace("zeta: 0.01", "zeta: [&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1],\n" + "".join(
     f"  &a{i} [{', '.join([f'*a{i - 1}'] * 9)}],\n" for i in range(1, 12)) + "  *a11]")
 STRUCTURE_CONFIGS = {
-    "unhashable key": (BASELINE_TEXT + "? [a, b]\n: 1\n", "a key at line 26 is a list; keys must be plain text"),
+    "unhashable key": (BASELINE_TEXT + "? [a, b]\n: 1\n",
+                       "a key at line 26, column 3 is a list; keys must be plain text"),
     "psi name a list": (BASELINE_TEXT.replace("psi: {name: sqrt, a: 0}", "psi: {name: [sqrt]}"),
                         "psi ['sqrt'] is unknown; choose one of sqrt, log, linear, sqrt-linear"),
     "5000-deep nesting": ("queries: " + "[" * 5000 + "]" * 5000 + "\n", "line 1 is nested more than 20 levels deep"),

@@ -1,37 +1,59 @@
 """An audit of a written release: its bytes checked against what its manifest claims.
 
 Each check reads only the release folder (public files) and recomputes what it can from the
-released answers and public columns: every noisy value on its stated grid; rows in release order;
-the mu of every answer, each state's composed total and the release's; the sd of psi-mechanism
-answers (their sensitivity over mu) with their estimates and variances; tau and zeta; pnc's sd and
-variances from the clip levels the released identity answers give; no seed in a publishable
-manifest; no path anywhere in it. One state's files are the parts ``part-<state>.parquet``.
+released answers and public columns: every file is one the manifest accounts for; every count
+(establishments per state and quarter, one identity answer per protected row, the same ids) is the
+manifest's; the protected values are a fit of the noisy answers, not values the noise never touched
+(``check_fit``); every noisy value on its stated grid; rows in release order; the mu of every
+answer, each state's composed total and the release's; the sd of psi-mechanism answers (their
+sensitivity over mu) with their estimates and variances; tau and zeta; pnc's sd and variances from
+the clip levels the released identity answers give; no seed in a publishable manifest; no path
+anywhere in it. One state's files are the parts ``part-<state>.parquet``; a panel release's
+``part-<quarter>-<state>.parquet``, each quarter audited against its own manifest (``per_quarter``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
+from gedp.errors import InputError
 from gedp.measure.budget import compose
 from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
 from gedp.measure.mechanisms import pnc_released_sensitivity, pnc_tau, psi_sensitivity
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY, Groupings
-from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, RELEASE_ORDER
-from gedp.release.reader import check_one_quarter, parse_query_name, read_manifest
+from gedp.release.format import (
+    ACCURACY_FILE,
+    JOBS_FILE,
+    MANIFEST_FILE,
+    MEASUREMENTS_FILE,
+    PROTECTED_FILE,
+    QUARTER_KEY,
+    RELEASE_ORDER,
+    TABLES_FILE,
+)
+from gedp.release.reader import parse_query_name, read_manifest
+from gedp.release.validation import listed_parts
 from gedp.synth.io import sorted_by
 
 #: Relative tolerance of recomputed figures: they are computed by the same float operations.
 RTOL = 1e-12
 #: A string that names a file system location: a separator between names, a home or drive prefix.
 PATH_PATTERN = re.compile(r"[\w.-]/[\w.-]|\\|^~|^[A-Za-z]:")
+#: Probability, over the whole release, that the fit check passes protected values that are the
+#: noisy answers' true values (the noise their whole residual): shared among its tests (Bonferroni).
+FIT_ALPHA = 1e-6
+#: The fit check tells a part and attribute only when its residuals, were they the whole noise,
+#: would fall below this share of it with probability FIT_ALPHA at most (enough establishments).
+FIT_RESOLUTION = 0.8
 
 
 @dataclass(frozen=True)
@@ -45,23 +67,33 @@ class Check:
 
 @dataclass(frozen=True)
 class StatePart:
-    """One state's files of a release: its protected microdata and its noisy answers."""
+    """One state's files of a release (of one quarter of a panel): its protected microdata and its
+    noisy answers, the quarter key dropped once checked (``keyed``: rows of another quarter)."""
 
     state: str
     protected: pd.DataFrame
     measurements: pd.DataFrame
+    quarter: str | None = None
+    keyed: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.state if self.quarter is None else f"{self.quarter} {self.state}"
 
 
-def state_parts(folder: Path) -> list[StatePart]:
-    """The release's per-state parts, in file order (a single file counts as one part)."""
-    def files(name: str) -> list[Path]:
-        path = folder / name
-        return sorted(path.glob("part-*.parquet")) if path.is_dir() else [path]
-
+def state_parts(folder: Path, manifest: dict, quarter: str | None = None) -> list[StatePart]:
+    """The parts of the states the manifest lists (of one ``quarter`` of a panel), in name order;
+    a part missing from the folder is left out (``check_files`` names it)."""
+    section = manifest if quarter is None else manifest["per_quarter"][quarter]
     parts = []
-    for protected, measured in zip(files(PROTECTED_FILE), files(MEASUREMENTS_FILE), strict=True):
-        frame = pd.read_parquet(protected)
-        parts.append(StatePart(str(frame["state"].iloc[0]), frame, pd.read_parquet(measured)))
+    for state in sorted(section["states"]):
+        name = f"part-{state if quarter is None else f'{quarter}-{state}'}.parquet"
+        files = [folder / output / name for output in (PROTECTED_FILE, MEASUREMENTS_FILE)]
+        if all(file.is_file() and not file.is_symlink() for file in files):
+            frames = [pd.read_parquet(file) for file in files]
+            keyed = sum(int((frame[QUARTER_KEY] != quarter).sum()) for frame in frames) if quarter else 0
+            protected, measured = (frame.drop(columns=QUARTER_KEY) if quarter else frame for frame in frames)
+            parts.append(StatePart(state, protected, measured, quarter, keyed))
     return parts
 
 
@@ -71,8 +103,80 @@ def answers_of(part: StatePart) -> Iterator[tuple[str, str, tuple[str, ...], pd.
         yield str(query), str(attribute), parse_query_name(str(query)), rows.reset_index(drop=True)
 
 
+def family(attribute: str) -> str:
+    """The manifest's name of an answer's attribute: a job family's for one of its categories
+    ("worker[1,E1]" -> "worker"), else the attribute's."""
+    return attribute.split("[", 1)[0]
+
+
 def _close(found: np.ndarray | float, expected: np.ndarray | float) -> bool:
     return bool(np.allclose(found, expected, rtol=RTOL, atol=0.0))
+
+
+def check_counts(manifest: dict, parts: list[StatePart]) -> list[str]:
+    """Each state's protected rows: as many as the manifest states, of that state, each id once, and
+    one identity answer per row and attribute, of the same ids in the same order; the states' rows
+    add up to the manifest's establishments."""
+    failures = [f"{part.label}: {part.keyed:,} row(s) keyed to another quarter" for part in parts if part.keyed]
+    for part in parts:
+        stated = manifest["per_state"][part.state]["establishments"]
+        if len(part.protected) != stated:
+            failures.append(f"{part.label}: {len(part.protected):,} protected rows, the manifest states {stated:,}")
+        if not (part.protected["state"].astype(str) == part.state).all():
+            failures.append(f"{part.label}: protected rows of another state")
+        ids = part.protected["estab_id"].astype(str).reset_index(drop=True)
+        if ids.duplicated().any():
+            failures.append(f"{part.label}: an estab_id is listed twice")
+        for query, attribute, by, rows in answers_of(part):
+            if by == IDENTITY and not rows["estab_id"].astype(str).equals(ids):
+                failures.append(f"{part.label} {query} on {attribute}: the answers' ids are not the protected rows'")
+    if sum(len(part.protected) for part in parts) != manifest["establishments"]:
+        failures.append(f"{sum(len(part.protected) for part in parts):,} protected rows, the manifest states "
+                        f"{manifest['establishments']:,} establishments")
+    return failures
+
+
+def fit_statistic(part: StatePart, attribute: str, psi: NeighborFunction) -> tuple[float, int] | None:
+    """The mean squared standardized residual ``V`` of a part's identity answers on ``attribute``
+    against its protected values, on the scale the noise was added on (psi's for the psi mechanism),
+    and how many answers (those with noise); None when it has no identity answer on it."""
+    rows = part.measurements[(part.measurements["query"] == "identity")
+                             & (part.measurements["attribute"] == attribute)]
+    if rows.empty or attribute not in part.protected or len(rows) != len(part.protected):
+        return None
+    values = part.protected[attribute].to_numpy(dtype=np.float64)
+    scaled = psi(values) if rows["mechanism"].iloc[0] == "psi" else values
+    sd = rows["sd"].to_numpy(dtype=np.float64)
+    noisy = sd > 0
+    residual = (rows["released"].to_numpy(dtype=np.float64)[noisy] - scaled[noisy]) / sd[noisy]
+    return float(np.mean(residual**2)) if noisy.any() else 0.0, int(noisy.sum())
+
+
+def check_fit(manifest: dict, parts: list[StatePart]) -> list[str]:
+    """The protected values are the least squares' fit of the noisy answers, not values the noise
+    never touched (e.g. the true confidential values).
+
+    Each identity answer is released = f(x) + e, e ~ N(0, sd^2) (f = psi for the psi mechanism, the
+    identity for pnc), independent draws. Were the protected values the true x, the residuals
+    z = (released - f(protected)) / sd would be the noise itself, n V = sum z^2 ~ chi^2(n) exactly.
+    The release's fit takes part of every answer's noise into the values it draws from several
+    answers, so its residuals are smaller (V well below 1: 0.33 to 0.73 in our releases). A part
+    and attribute passes when n V is below the FIT_ALPHA / (tests) quantile of chi^2(n): protected
+    values that are the truth, or that follow the answers less than the truth does (values of
+    other establishments, another release's answers), then fail except with probability
+    FIT_ALPHA over the whole release. With too few answers to tell (that quantile above
+    FIT_RESOLUTION of n) a part is not judged."""
+    psi = make_psi(**manifest["psi"])
+    found = [(part, attribute, fit_statistic(part, attribute, psi))
+             for part in parts for attribute in manifest["gammas"]]
+    tests = [(part, attribute, fit) for part, attribute, fit in found if fit is not None and fit[1] > 0]
+    failures = []
+    for part, attribute, (mean_square, n) in tests:
+        if stats.chi2.ppf(FIT_ALPHA / len(tests), n) / n > FIT_RESOLUTION:
+            if stats.chi2.cdf(n * mean_square, n) >= FIT_ALPHA / len(tests):
+                failures.append(f"{part.label} {attribute}: residuals of the identity answers are as large as their "
+                                f"noise (mean square {mean_square:.3f} over {n:,}): not a fit of the answers")
+    return failures
 
 
 def check_grid(manifest: dict, parts: list[StatePart]) -> list[str]:
@@ -80,10 +184,10 @@ def check_grid(manifest: dict, parts: list[StatePart]) -> list[str]:
     failures = []
     for part in parts:
         for query, attribute, _, rows in answers_of(part):
-            grid = manifest["grid"][query][attribute]
+            grid = manifest["grid"][query][family(attribute)]
             off = ~np.isfinite(rows["released"]) | (np.mod(rows["released"], grid) != 0)
             if not (rows["grid"] == grid).all() or off.any():
-                failures.append(f"{part.state} {query} on {attribute}: {int(off.sum())} value(s) off the grid "
+                failures.append(f"{part.label} {query} on {attribute}: {int(off.sum())} value(s) off the grid "
                                 f"{grid:g}")
     return failures
 
@@ -95,34 +199,38 @@ def check_order(manifest: dict, parts: list[StatePart]) -> list[str]:
     for part in parts:
         positions = part.protected.assign(_row=np.arange(len(part.protected)))
         if not (sorted_by(positions, RELEASE_ORDER)["_row"].to_numpy() == positions["_row"].to_numpy()).all():
-            failures.append(f"{part.state} protected rows are not sorted by {', '.join(RELEASE_ORDER)}")
+            failures.append(f"{part.label} protected rows are not sorted by {', '.join(RELEASE_ORDER)}")
         groupings = Groupings(part.protected)
         for query, attribute, by, rows in answers_of(part):
             expected = groupings(by).keys.reset_index(drop=True) if by else None
             if expected is not None and not rows[list(by)].astype(str).equals(expected.astype(str)):
-                failures.append(f"{part.state} {query} on {attribute}: rows not in the order of the groups' keys")
+                failures.append(f"{part.label} {query} on {attribute}: rows not in the order of the groups' keys")
     return failures
 
 
 def check_mu(manifest: dict, parts: list[StatePart]) -> list[str]:
-    """Each answer's mu is the manifest's for its state; each state's total is those composed; the
-    release's totals are the largest state's."""
+    """Each answer's mu is the manifest's for its state (a job family's: its categories' composed);
+    each state's total is those composed; the release's totals are the largest state's."""
     failures = []
     for part in parts:
         section = manifest["per_state"][part.state]
-        charged = {}
+        charged: dict[tuple[str, str], list[float]] = {}
         for query, attribute, _, rows in answers_of(part):
-            charged[query, attribute] = float(rows["mu"].iloc[0])
-            claimed = section["mu"].get(query, {}).get(attribute)
-            if claimed is None or not _close(rows["mu"].to_numpy(), claimed):
-                failures.append(f"{part.state} {query} on {attribute}: answers charge mu "
-                                f"{charged[query, attribute]:g}, manifest says {claimed}")
-            if not _close(manifest["mu"][query][attribute], max(
-                    s["mu"][query][attribute] for s in manifest["per_state"].values())):
-                failures.append(f"{query} on {attribute}: release mu is not the largest state's")
-        if not _close(section["mu_total"], compose(charged.values())):
-            failures.append(f"{part.state}: mu_total {section['mu_total']:g} is not the answers' composed "
-                            f"{compose(charged.values()):g}")
+            if not _close(rows["mu"].to_numpy(), float(rows["mu"].iloc[0])):
+                failures.append(f"{part.label} {query} on {attribute}: answers charge different mu")
+            charged.setdefault((query, family(attribute)), []).append(float(rows["mu"].iloc[0]))
+        for (query, name), mus in charged.items():
+            spent = mus[0] if len(mus) == 1 else compose(mus)
+            claimed = section["mu"].get(query, {}).get(name)
+            if claimed is None or not _close(spent, claimed):
+                failures.append(f"{part.label} {query} on {name}: answers charge mu {spent:g}, manifest says {claimed}")
+            if not _close(manifest["mu"][query][name], max(
+                    s["mu"][query][name] for s in manifest["per_state"].values())):
+                failures.append(f"{query} on {name}: release mu is not the largest state's")
+        every = [mu for mus in charged.values() for mu in mus]
+        if not _close(section["mu_total"], compose(every)):
+            failures.append(f"{part.label}: mu_total {section['mu_total']:g} is not the answers' composed "
+                            f"{compose(every):g}")
     if not _close(manifest["mu_total"], max(s["mu_total"] for s in manifest["per_state"].values())):
         failures.append(f"mu_total {manifest['mu_total']:g} is not the largest state's")
     return failures
@@ -139,11 +247,12 @@ def check_psi_answers(manifest: dict, parts: list[StatePart]) -> list[str]:
             if rows["mechanism"].iloc[0] != "psi":
                 continue
             grid, mu = float(rows["grid"].iloc[0]), float(rows["mu"].iloc[0])
-            sd = float(rounded_noise_sd(psi_sensitivity(psi, manifest["gammas"][attribute], groupings(by)) / mu, grid))
+            sensitivity = psi_sensitivity(psi, manifest["gammas"][family(attribute)], groupings(by))
+            sd = float(rounded_noise_sd(sensitivity / mu, grid))
             estimate = psi.unbiased_estimate(rows["released"].to_numpy(), sd)
             if not (_close(rows["sd"], sd) and _close(rows["estimate"], estimate)
                     and _close(rows["variance"], psi.releasable_variance(estimate, sd))):
-                failures.append(f"{part.state} {query} on {attribute}: sd, estimates or variances are not those of mu "
+                failures.append(f"{part.label} {query} on {attribute}: sd, estimates or variances are not those of mu "
                                 f"{mu:g} (sd {sd:.6g}, recorded {float(rows['sd'].iloc[0]):.6g})")
     return failures
 
@@ -160,7 +269,8 @@ def check_tau_zeta(manifest: dict, parts: list[StatePart]) -> list[str]:
     if manifest["workflow"] != "pnc":
         return failures
     for part in parts:
-        tau = pnc_tau(zeta_state, len(manifest["gammas"]) * len(part.protected))
+        measured = part.measurements.loc[part.measurements["query"] == "identity", "attribute"].nunique()
+        tau = pnc_tau(zeta_state, measured * len(part.protected))
         if not _close(manifest["tau"][part.state], tau):
             failures.append(f"{part.state}: tau {manifest['tau'][part.state]:g} is not {tau:g}")
     return failures
@@ -180,10 +290,10 @@ def check_pnc_answers(manifest: dict, parts: list[StatePart]) -> list[str]:
             if rows["mechanism"].iloc[0] != "pnc":
                 continue
             clip = groupings(by).max(upper[attribute])
-            sd = pnc_released_sensitivity(clip, psi, manifest["gammas"][attribute]) / float(rows["mu"].iloc[0])
+            sd = pnc_released_sensitivity(clip, psi, manifest["gammas"][family(attribute)]) / float(rows["mu"].iloc[0])
             noise_sd = np.where(sd > 0, rounded_noise_sd(sd, VALUE_GRID), 0.0)
             if not (_close(rows["sd"], noise_sd) and _close(rows["variance"], noise_sd**2)):
-                failures.append(f"{part.state} {query} on {attribute}: sd or variances are not those the released "
+                failures.append(f"{part.label} {query} on {attribute}: sd or variances are not those the released "
                                 "identity answers give")
     return failures
 
@@ -226,6 +336,8 @@ def check_no_paths(manifest: dict, parts: list[StatePart]) -> list[str]:
 
 
 CHECKS: dict[str, Callable[[dict, list[StatePart]], list[str]]] = {
+    "counts": check_counts,
+    "fit to the answers": check_fit,
     "grid": check_grid,
     "order": check_order,
     "mu": check_mu,
@@ -237,16 +349,65 @@ CHECKS: dict[str, Callable[[dict, list[StatePart]], list[str]]] = {
 }
 
 
-def audit_release(folder: str | Path) -> list[Check]:
-    """Every check of ``CHECKS`` on the release in ``folder`` (a release of one quarter)."""
-    check_one_quarter(folder, "gedp audit")
-    manifest = dict(read_manifest(folder))
-    parts = state_parts(Path(folder))
-    results = []
-    for name, check in CHECKS.items():
+def check_files(folder: Path, manifest: dict) -> list[str]:
+    """The release holds gedp's files only (no link), and each Parquet output exactly the parts its
+    manifest lists (``validation.listed_parts``)."""
+    outputs = [PROTECTED_FILE, MEASUREMENTS_FILE, *([JOBS_FILE] if "jobs" in manifest else [])]
+    allowed = {MANIFEST_FILE, TABLES_FILE, ACCURACY_FILE, *outputs}
+    failures = [f"{entry.name!r} is not a file of a gedp release" if entry.name not in allowed
+                else f"{entry.name!r} is a link" for entry in sorted(folder.iterdir())
+                if entry.name not in allowed or entry.is_symlink()]
+    failures += [f"{name} is missing" for name in (TABLES_FILE,) if not (folder / name).is_file()]
+    for output in outputs:
         try:
-            failures = check(manifest, parts)
-        except (KeyError, IndexError, TypeError, ValueError) as err:  # a manifest or file missing what it must hold
-            failures = [f"cannot be checked: {type(err).__name__} {err}"]
-        results.append(Check(name, not failures, "; ".join(failures[:5]) + (" ..." if len(failures) > 5 else "")))
-    return results
+            listed_parts(folder, output, manifest)
+        except InputError as err:
+            failures.append(str(err).split(": ", 1)[-1])
+    return failures
+
+
+def _run(checks: Mapping[str, Callable[[dict, list[StatePart]], list[str]]], manifest: dict,
+         parts: list[StatePart]) -> dict[str, list[str]]:
+    """Each check's failures (a manifest or file missing what it must hold: cannot be checked)."""
+    found = {}
+    for name, check in checks.items():
+        try:
+            found[name] = check(manifest, parts)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            found[name] = [f"cannot be checked: {type(err).__name__} {err}"]
+    return found
+
+
+def _panel_failures(folder: Path, manifest: dict) -> dict[str, list[str]]:
+    """Every check of every quarter of a panel release against the quarter's own manifest, and the
+    panel's distinct establishments against its manifest's."""
+    found: dict[str, list[str]] = {name: [] for name in CHECKS}
+    ids: set[str] = set()
+    for quarter, section in manifest["per_quarter"].items():
+        parts = state_parts(folder, manifest, quarter)
+        ids.update(id_ for part in parts for id_ in part.protected["estab_id"].astype(str))
+        for name, failures in _run(CHECKS, dict(section), parts).items():
+            found[name] += [f"{quarter}: {failure}" for failure in failures]
+    if len(ids) != manifest["establishments"]:
+        found["counts"].append(f"{len(ids):,} distinct establishments over the quarters, the manifest states "
+                               f"{manifest['establishments']:,}")
+    found["no seed"] += check_no_seed(manifest, [])
+    found["no paths"] += check_no_paths(manifest, [])
+    return found
+
+
+def audit_release(folder: str | Path) -> list[Check]:
+    """Every check of ``CHECKS`` on the release in ``folder``, after ``check_files`` (a panel release:
+    on each of its quarters). A manifest that cannot be read as a release's is the one failed check."""
+    folder = Path(folder)
+    try:
+        manifest = dict(read_manifest(folder))
+    except InputError as err:
+        return [Check("manifest", False, str(err))]
+    found = {"files": check_files(folder, manifest)}
+    if "quarters" in manifest:
+        found |= _panel_failures(folder, manifest)
+    else:
+        found |= _run(CHECKS, manifest, state_parts(folder, manifest))
+    return [Check(name, not failures, "; ".join(failures[:5]) + (" ..." if len(failures) > 5 else ""))
+            for name, failures in found.items()]

@@ -51,7 +51,8 @@ def quarters_header(result: PlanResult) -> list[str]:
     return [f"Budget over {result.quarters} quarters: mu {result.mu_annual:.4f}; each quarter's release is planned "
             f"at mu {result.mu_annual:.4f} / sqrt({result.quarters}) = {result.mu_total:.4f}",
             f"(Gaussian composition: sqrt({result.quarters} x {result.mu_total:.4f}^2) = {result.mu_annual:.4f}); an "
-            "establishment in every quarter spends the whole budget. Record each quarter in the ledger",
+            "establishment in every quarter spends the whole budget, the plan's mu_cap (a panel of these quarters",
+            "protected as one release fits it). Record each quarter in the ledger",
             f"with --annual-cap {result.mu_annual:.4f} (any 4 consecutive quarters) to have it enforced."
             if result.quarters == 4 else "with a --lifetime-cap or --annual-cap to have it enforced."]
 

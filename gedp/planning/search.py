@@ -513,7 +513,7 @@ def make_plan(published_qcew: str | Path, *, mu_total: float | None = None,
     chosen = min((c for c in finalists if c.simulated), key=lambda c: preference(c, tolerance))
     shown = [c.shape for c in finalists if not c.shape.months_apart]
     level = 78 if 78 in targets else targets[0]
-    config = shapes.config_mapping(chosen.shape, mu_total, chosen.wage_share, base_config.raw)
+    config = shapes.config_mapping(chosen.shape, mu_total, chosen.wage_share, base_config.raw, quarters)
     return PlanResult(config, chosen, base_errors, uniform, frontier(ranked, shown, level), finalists, mu_total,
                       standin.source, time.perf_counter() - start, quarters, tolerance)
 

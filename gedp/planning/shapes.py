@@ -139,10 +139,13 @@ def plan_mus(shape: Shape, mu_total: float, wage_share: float) -> dict[tuple[str
     return out
 
 
-def config_mapping(shape: Shape, mu_total: float, wage_share: float, base: Mapping[str, Any]) -> dict[str, Any]:
+def config_mapping(shape: Shape, mu_total: float, wage_share: float, base: Mapping[str, Any],
+                   quarters: int = 1) -> dict[str, Any]:
     """The YAML mapping of a shape's plan under ``base``'s psi, gammas, zeta and options: mus
-    rounded down to 4 decimals (the total stays within mu_total) and a cap at mu_total rounded up."""
-    return mapping_of(plan_mus(shape, mu_total, wage_share), base, math.ceil(mu_total * 1e3) / 1e3)
+    rounded down to 4 decimals (the total stays within mu_total) and a cap at sqrt(quarters) x
+    mu_total rounded up, the budget of ``quarters`` quarters of this plan (a panel of them fits it)."""
+    cap = math.ceil(math.sqrt(quarters) * mu_total * 1e3) / 1e3
+    return mapping_of(plan_mus(shape, mu_total, wage_share), base, cap)
 
 
 def mapping_of(mus: Mapping[tuple[str, ...], Mapping[str, float]], base: Mapping[str, Any],

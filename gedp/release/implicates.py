@@ -51,7 +51,9 @@ def identity_answers(release: Path, quarter: str | None, ids: pd.Series) -> tupl
     filters = [("query", "==", "identity")]
     if quarter is not None:
         filters.append((QUARTER_KEY, "==", quarter))
-    frame = pd.read_parquet(release / MEASUREMENTS_FILE, filters=filters,
+    from gedp.release.reader import release_parts
+
+    frame = pd.read_parquet(release_parts(release, MEASUREMENTS_FILE), filters=filters,
                             columns=["attribute", "estab_id", "released", "sd", "mechanism"])
     values = np.full((len(ids), len(CONFIDENTIAL)), np.nan)
     sds = np.full((len(ids), len(CONFIDENTIAL)), np.nan)
@@ -64,7 +66,7 @@ def identity_answers(release: Path, quarter: str | None, ids: pd.Series) -> tupl
         found = where >= 0
         values[where[found], k] = rows["released"].to_numpy(dtype=float)[found]
         sds[where[found], k] = rows["sd"].to_numpy(dtype=float)[found]
-    missing = np.isnan(values) | ~(sds > 0)
+    missing = ~np.isfinite(values) | ~(np.isfinite(sds) & (sds > 0))
     if missing.any():
         k = int(np.argmax(missing.any(axis=0)))
         raise InputError(f"release '{release}' has no identity answer of {CONFIDENTIAL[k]} for "
@@ -186,13 +188,12 @@ def tabulation_seed(release: Path) -> int:
     import hashlib
 
     from gedp.release.format import MANIFEST_FILE
+    from gedp.release.reader import release_parts
 
     digest = hashlib.sha256()
-    for name in (MANIFEST_FILE, MEASUREMENTS_FILE):
-        path = release / name
-        for part in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
-            with part.open("rb") as file:
-                digest.update(hashlib.file_digest(file, "sha256").digest())
+    for part in [release / MANIFEST_FILE, *map(Path, release_parts(release, MEASUREMENTS_FILE))]:
+        with part.open("rb") as file:
+            digest.update(hashlib.file_digest(file, "sha256").digest())
     return int.from_bytes(digest.digest()[:8], "little")
 
 

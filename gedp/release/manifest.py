@@ -64,6 +64,7 @@ class Manifest(TypedDict, total=False):
     quarters: list[str]  # a panel release's quarters, e.g. ["2016Q1", "2016Q2"] (its rows carry a quarter key)
     design: dict[str, Any]  # a panel release's noise design across quarters (measure.design)
     mu_quarter: float  # a panel release: the most any quarter spent (mu_total: an establishment in every quarter)
+    over_cap: str  # a panel release whose mu_total is over mu_cap: how the user allowed it
     per_quarter: dict[str, dict[str, Any]]  # a panel release: each quarter's own manifest
 
 
@@ -221,10 +222,12 @@ def wage_model(manifest: Manifest) -> str | None:
     return solver[WAGE]["model"]
 
 
-def panel_manifest(quarters: dict[str, Manifest], design: QuarterDesign, establishments: int) -> Manifest:
+def panel_manifest(quarters: dict[str, Manifest], design: QuarterDesign, establishments: int,
+                   over_cap: bool = False) -> Manifest:
     """The manifest of a panel release from its quarters' manifests (kept whole under
     ``per_quarter``): the panel's spending by the ``design`` (``QuarterDesign.panel_mu`` of the
-    largest quarter's), for an establishment present in every quarter of the panel; ``establishments``
+    largest quarter's), for an establishment present in every quarter of the panel, and the config's
+    cap on it (``mu_cap``; ``over_cap``: the panel spends more, as the user allowed); ``establishments``
     is the number of distinct establishments over the quarters."""
     first = next(iter(quarters.values()))
     count = len(quarters)
@@ -246,6 +249,8 @@ def panel_manifest(quarters: dict[str, Manifest], design: QuarterDesign, establi
         "design": design.describe(),
         "mu_quarter": mu_quarter,
         "mu_total": mu_total,
+        "mu_cap": first["mu_cap"],
+        **({"over_cap": "allowed (--allow-over-cap)"} if over_cap else {}),
         "privacy": privacy_statement(mu_total, attributes),
         "composition": f"{design.name} quarters: an establishment in every one of the {count} quarters spends "
                        f"mu_total; one in k quarters spends sqrt(k) * mu_quarter",

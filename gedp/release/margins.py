@@ -20,17 +20,32 @@ release's files is remembered (``margins/.digests``, named by a digest of the re
 their file-system identity: device, inode, size, modification and change times. Any write to a
 file or its replacement changes its change time or inode, so a further request reads the files'
 bytes again only when one may have changed.
+
+Nothing of the cache is named from a release's content: a structure's folder is the digest (of
+one quarter of a panel: the digest of the release's digest and the quarter), its pieces' files the
+digests of their attributes' names. A structure is built in a temporary folder whose last file,
+``complete.json``, lists every file with its size; the folder is then renamed into place. A kept
+structure is used only when its files are those ``complete.json`` lists (one deleted or cut short:
+rebuilt, never a column silently dropped). Requests sharing a cache hold a shared lock on
+``margins/.lock`` (``fcntl.flock``) while they open a kept structure's files; putting a structure
+into place and removing the least recently used hold it exclusively, and only ever remove folders
+named as gedp names them, directly inside ``margins/``, not symbolic links.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +62,7 @@ if TYPE_CHECKING:
     from gedp.postprocess.models import VarianceFunction
 
 #: Bumped whenever what the structure holds, or how it is applied, changes.
-STRUCTURE_FORMAT = 6
+STRUCTURE_FORMAT = 7
 CACHE_ENV = "GEDP_CACHE_DIR"
 #: Structures kept at most (the least recently used are removed first).
 KEPT_STRUCTURES = 4
@@ -59,6 +74,17 @@ SKELETON_FILE = "skeleton.json"
 #: the prefix of their arrays' files.
 PIECES_FILE = "pieces.json"
 PIECES_PREFIX = "pieces-"
+#: Written last into a structure's folder: each of its files and its size.
+COMPLETE_FILE = "complete.json"
+#: The lock requests sharing the cache take (``shared_cache``, ``exclusive_cache``).
+LOCK_FILE = ".lock"
+#: The names of the structures' folders (SHA-256 digests): the only entries pruning removes, with
+#: those an earlier format named (``<digest>-<quarter>``) and folders a stopped request left
+#: (``.partial-*``, ``.retired-*``) an hour after they were last written.
+STRUCTURE_NAME = re.compile(r"[0-9a-f]{64}")
+EARLIER_NAME = re.compile(r"[0-9a-f]{64}-\d{4}Q[1-4]")
+LEFT_NAME = re.compile(r"\.(partial|retired)-[0-9A-Za-z_]+")
+LEFT_AGE_NS = 3600 * 10**9
 
 
 def _kinds() -> dict[str, type]:
@@ -106,12 +132,14 @@ def release_digest(release: str | Path) -> str:
 
 
 def _release_parts(release: Path) -> list[Path]:
-    """The files a release's digest reads, in order (a Parquet output's parts sorted by name)."""
-    parts = []
-    for name in (MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE):
-        path = release / name
-        parts += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    return parts
+    """The files a release's digest reads, in order: its manifest, then the parts of its measurements
+    and protected microdata its manifest lists (sorted by name; a folder holding anything else is
+    refused, ``validation.release_parts``)."""
+    from gedp.release.validation import read_manifest, release_parts
+
+    manifest = read_manifest(release)
+    return [release / MANIFEST_FILE, *(Path(part) for name in (MEASUREMENTS_FILE, PROTECTED_FILE)
+                                       for part in release_parts(release, name, manifest))]
 
 
 def _identity(release: Path, parts: list[Path]) -> list[list]:
@@ -144,7 +172,64 @@ def kept_path(release: str | Path, quarter: str | None = None) -> Path:
     """The file a release's margin structure (of one ``quarter`` of a panel release) is kept in
     (present or not)."""
     digest = release_digest(release)
-    return cache_folder() / "margins" / (digest if quarter is None else f"{digest}-{quarter}")
+    if quarter is not None:  # named by a digest: nothing of the cache's paths comes from a release's content
+        digest = hashlib.sha256(f"{digest} quarter {quarter}".encode()).hexdigest()
+    return cache_folder() / "margins" / digest
+
+
+@contextmanager
+def _cache_lock(kind: int) -> Iterator[None]:
+    """Hold ``kind`` (``fcntl.LOCK_SH`` or ``LOCK_EX``) on the cache's lock file; nothing where it
+    cannot be opened (a cache that cannot be written: nobody prunes it)."""
+    root = cache_folder() / "margins"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(handle, kind)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
+def shared_cache() -> AbstractContextManager[None]:
+    """The lock a request holds while it opens a kept structure's files (many at once)."""
+    return _cache_lock(fcntl.LOCK_SH)
+
+
+def exclusive_cache() -> AbstractContextManager[None]:
+    """The lock held while a structure is put into place or removed (one at a time, no reader)."""
+    return _cache_lock(fcntl.LOCK_EX)
+
+
+def is_complete(path: Path) -> bool:
+    """Whether the structure kept at ``path`` holds every file its ``complete.json`` lists, each a
+    regular file of the size listed."""
+    try:
+        listed = json.loads((path / COMPLETE_FILE).read_text(encoding="utf-8"))
+        if listed.get("format") != STRUCTURE_FORMAT:
+            return False
+        for name, size in listed["files"].items():
+            status = (path / name).lstat()
+            if not (os.path.basename(name) == name and os.path.isfile(path / name)
+                    and not os.path.islink(path / name) and status.st_size == size):
+                return False
+        return True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def seal(folder: Path) -> None:
+    """Write ``complete.json`` (atomically, last) listing each file of ``folder`` and its size."""
+    files = {entry.name: entry.stat(follow_symlinks=False).st_size for entry in os.scandir(folder)
+             if entry.is_file(follow_symlinks=False) and entry.name != COMPLETE_FILE}
+    staged = folder / f".{COMPLETE_FILE}.partial"
+    staged.write_text(json.dumps({"format": STRUCTURE_FORMAT, "files": dict(sorted(files.items()))}),
+                      encoding="utf-8")
+    staged.replace(folder / COMPLETE_FILE)
 
 
 def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str, VarianceFunction]:
@@ -157,16 +242,13 @@ def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str,
 
     check_quarter(release, quarter)
     path = kept_path(release, quarter)
-    kept = read_structure(path)
-    pieces = read_pieces(path)
-    if kept is not None and pieces is not None:
-        os.utime(path)  # most recently used
-        codes = np.load(path / CELL_CODES_FILE, mmap_mode="r", allow_pickle=False)
-        return _indexed(kept, pieces, codes)
+    kept = _read_kept(path)
+    if kept is not None:
+        return kept
     from gedp.postprocess.moe import variance_functions
-    from gedp.release.reader import release_answers, release_wage_psi
+    from gedp.release.reader import read_validated, release_answers, release_wage_psi
 
-    protected = _validated_protected(release, quarter)
+    protected = read_validated(release, quarter)
     built = variance_functions(release_answers(release, protected, quarter), protected,
                                release_wage_psi(release, quarter))
     structure = {attribute: variance.exact if isinstance(variance, IndexedVariances) else variance
@@ -178,6 +260,21 @@ def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str,
     except OSError:
         pass  # a read-only cache: the margins are the same, only not kept
     return built
+
+
+def _read_kept(path: Path) -> dict[str, VarianceFunction] | None:
+    """The variance functions of the complete structure kept at ``path``, its files opened under the
+    shared lock (None when there is none, it is incomplete or was removed meanwhile: rebuilt)."""
+    with shared_cache():
+        if not is_complete(path):
+            return None
+        kept, pieces = read_structure(path), read_pieces(path)
+        try:
+            codes = np.load(path / CELL_CODES_FILE, mmap_mode="r", allow_pickle=False)
+            os.utime(path)  # most recently used
+        except (OSError, ValueError):
+            return None
+    return None if kept is None or pieces is None else _indexed(kept, pieces, codes)
 
 
 def _indexed(structure: Mapping[str, VarianceFunction], pieces: Mapping[str, CellPieces | None],
@@ -196,27 +293,21 @@ def kept_tabulation(release: str | Path, by: str, *, where: str | None = None, m
     when nothing for exactly these files is kept, or the request cannot be answered from the index
     (a first request reads the release, with the same pieces: ``kept_variances``)."""
     folder = kept_path(release)
-    if not moe:
-        return indexed_tabulation(folder, by, where=where, level=level)
-    pieces = read_pieces(folder)
-    if pieces is None:
-        return None
-    if all(kept is not None for kept in pieces.values()):
-        return indexed_tabulation(folder, by, margins=pieces, where=where, level=level)
+    with shared_cache():
+        if not is_complete(folder):
+            return None
+        if not moe:
+            return indexed_tabulation(folder, by, where=where, level=level)
+        pieces = read_pieces(folder)
+        if pieces is None:
+            return None
+        if all(kept is not None for kept in pieces.values()):
+            return indexed_tabulation(folder, by, margins=pieces, where=where, level=level)
     # some attribute without pieces: all through the variance functions, those with pieces still from them
-    return indexed_tabulation(folder, by, margins=kept_variances(release), where=where, level=level)
-
-
-def _validated_protected(release: str | Path, quarter: str | None) -> pd.DataFrame:
-    """The release's protected microdata (of one ``quarter`` of a panel release), validated."""
-    from gedp.release.reader import read_quarter
-    from gedp.synth.io import read_microdata
-    from gedp.synth.schema import CONFIDENTIAL, validate_microdata
-
-    if quarter is None:
-        return read_microdata(Path(release) / PROTECTED_FILE, attributes=None)
-    frame = read_quarter(release, quarter)
-    return validate_microdata(frame, [column for column in CONFIDENTIAL if column in frame.columns])
+    margins = kept_variances(release)  # outside the shared lock: it may put a structure into place
+    with shared_cache():
+        return indexed_tabulation(folder, by, margins=margins, where=where, level=level) if is_complete(folder) \
+            else None
 
 
 def write_structure(structure: Mapping[str, VarianceFunction], path: Path, protected: pd.DataFrame | None = None,
@@ -236,16 +327,50 @@ def write_structure(structure: Mapping[str, VarianceFunction], path: Path, prote
     if pieces is not None:
         _write_pieces(pieces, staged)
     (staged / SKELETON_FILE).write_text(json.dumps(skeleton), encoding="utf-8")
-    if path.exists() and read_structure(path) is None:
-        shutil.rmtree(path, ignore_errors=True)  # a broken one (e.g. from a full disk)
+    seal(staged)
+    with exclusive_cache():
+        _put_in_place(staged, path)
+        _prune(path.parent)
+
+
+def _put_in_place(staged: Path, path: Path) -> None:
+    """Rename the complete ``staged`` folder to ``path`` (under the exclusive lock): one kept there
+    already and complete is the same structure (``staged`` removed); an incomplete one is replaced."""
+    retired = None
+    if os.path.lexists(path) and not is_complete(path):
+        retired = path.with_name(f".retired-{uuid.uuid4().hex}")
+        os.replace(path, retired)  # a broken one (a file deleted, a full disk)
     try:
         staged.rename(path)
     except OSError:  # kept meanwhile by another request: the same structure
         shutil.rmtree(staged, ignore_errors=True)
-    kept = sorted((p for p in path.parent.iterdir() if not p.name.startswith(".")),
-                  key=lambda p: p.stat().st_mtime_ns, reverse=True)
-    for stale in kept[KEPT_STRUCTURES:]:
-        shutil.rmtree(stale, ignore_errors=True)
+    if retired is not None:
+        _remove(retired)
+
+
+def _remove(folder: Path) -> None:
+    """Remove a folder of the cache: never a symbolic link, never anything outside ``margins/``."""
+    root = (cache_folder() / "margins").resolve()
+    if folder.is_symlink() or not folder.is_dir() or folder.resolve().parent != root:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _prune(root: Path) -> None:
+    """Remove the least recently used structures beyond ``KEPT_STRUCTURES`` (under the exclusive
+    lock): only folders named as structures are (``STRUCTURE_NAME``), directly in ``root``."""
+    kept, stale = [], []
+    now = time.time_ns()
+    for entry in os.scandir(root):
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        written = entry.stat(follow_symlinks=False).st_mtime_ns
+        if STRUCTURE_NAME.fullmatch(entry.name) or EARLIER_NAME.fullmatch(entry.name):
+            kept.append((written, entry.name))
+        elif LEFT_NAME.fullmatch(entry.name) and now - written > LEFT_AGE_NS:
+            stale.append(entry.name)
+    for name in [*stale, *(name for _, name in sorted(kept, reverse=True)[KEPT_STRUCTURES:])]:
+        _remove(root / name)
 
 
 def _write_pieces(pieces: Mapping[str, CellPieces | None], folder: Path) -> None:
@@ -256,8 +381,16 @@ def _write_pieces(pieces: Mapping[str, CellPieces | None], folder: Path) -> None
         if kept is not None:
             skeleton[attribute], arrays = pieces_arrays(kept)
             for name, array in arrays.items():
-                np.save(folder / f"{PIECES_PREFIX}{attribute}-{name}.npy", array, allow_pickle=False)
+                np.save(folder / _pieces_file(attribute, name), array, allow_pickle=False)
     (folder / PIECES_FILE).write_text(json.dumps(skeleton), encoding="utf-8")
+
+
+def _pieces_file(attribute: str, name: str) -> str:
+    """The file of an attribute's piece ``name``: named by the digest of the attribute's name (which
+    a release's measurements give), so no release content reaches a path."""
+    if not re.fullmatch(r"[a-z_]+", name):
+        raise ValueError(f"a piece's name ({name!r}) must be lower-case letters")
+    return f"{PIECES_PREFIX}{hashlib.sha256(attribute.encode()).hexdigest()[:32]}-{name}.npy"
 
 
 def read_pieces(path: Path) -> dict[str, CellPieces | None] | None:
@@ -267,7 +400,7 @@ def read_pieces(path: Path) -> dict[str, CellPieces | None] | None:
     try:
         skeleton = json.loads((path / PIECES_FILE).read_text(encoding="utf-8"))
         return {attribute: None if kept is None else pieces_from(kept, lambda name, attribute=attribute: np.asarray(
-                    np.load(path / f"{PIECES_PREFIX}{attribute}-{name}.npy", mmap_mode="r", allow_pickle=False)))
+                    np.load(path / _pieces_file(attribute, name), mmap_mode="r", allow_pickle=False)))
                 for attribute, kept in skeleton.items()}  # plain arrays over the mapping: no memmap per slice
     except (OSError, ValueError, KeyError, TypeError):
         return None

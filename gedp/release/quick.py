@@ -28,7 +28,7 @@ from gedp.postprocess.cellmargins import cell_half_widths
 from gedp.postprocess.keys import tabulation_keys
 from gedp.release.cells import read_cell_arrays
 from gedp.release.format import MANIFEST_FILE
-from gedp.release.margins import kept_path, read_pieces
+from gedp.release.margins import is_complete, kept_path, read_pieces, shared_cache
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,9 @@ def quick_tabulation(release: str | Path, by: str, *, moe: bool = False, level: 
     if not isinstance(manifest, dict) or manifest.get("quarters"):
         return None  # a panel release: its quarters are tabulated by the full path
     folder = kept_path(release)
-    arrays = read_cell_arrays(folder)
+    with shared_cache():  # the kept files opened (mapped) while no request may remove them
+        arrays = read_cell_arrays(folder) if is_complete(folder) else None
+        pieces = read_pieces(folder) if moe and arrays is not None else {}
     if arrays is None:
         return None
     cells, codes, values = arrays
@@ -62,7 +64,6 @@ def quick_tabulation(release: str | Path, by: str, *, moe: bool = False, level: 
         keys = tabulation_keys(by, cells.column_names, cells.column_names)
     except ValueError:
         return None
-    pieces = read_pieces(folder) if moe else {}
     if pieces is None or any(kept is None for kept in pieces.values()) or len(codes) == 0:
         return None
     grouped = _cell_groups(cells, keys)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -13,24 +13,35 @@ from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
-from gedp.release.format import MANIFEST_FILE, MANIFEST_KEYS, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
+from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
+from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
+
+#: An attribute of a release's answers: a plain name, or a job family's category ("worker[1,E1]").
+ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\[[^\[\]/\\\x00-\x1f]{1,64}\])?")
 
 if TYPE_CHECKING:
     from gedp.measure.neighbors import NeighborFunction
     from gedp.release.manifest import Manifest
 
 
-def read_manifest(release: str | Path) -> Manifest:
-    """The manifest of a release directory, checked to be gedp's."""
-    path = Path(release) / MANIFEST_FILE
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
-    if not isinstance(content, dict) or not MANIFEST_KEYS <= content.keys():
-        raise InputError(f"'{release}' is not a gedp release ({MANIFEST_FILE} lacks gedp's keys)")
-    return content  # type: ignore[return-value]
+def check_count(release: str | Path, frame: pd.DataFrame, expected: int, what: str = "") -> pd.DataFrame:
+    """``frame`` (a release's protected rows), refused when it does not hold the ``expected`` number
+    of establishments its manifest states."""
+    if len(frame) != expected:
+        raise InputError(f"release '{release}': its protected microdata{what} hold {len(frame):,} rows, its "
+                         f"manifest states {expected:,} establishments (an edited or damaged copy)")
+    return frame
+
+
+def manifest_count(manifest: Manifest, quarter: str | None = None) -> int:
+    """The protected rows a manifest states: its establishments (of one ``quarter`` of a panel; of a
+    whole panel, one row per establishment and quarter)."""
+    if quarter is not None:
+        return int(manifest["per_quarter"][quarter]["establishments"])
+    if "quarters" in manifest:
+        return sum(int(section["establishments"]) for section in manifest["per_quarter"].values())
+    return int(manifest["establishments"])
 
 
 def parse_query_name(name: str) -> tuple[str, ...]:
@@ -42,9 +53,16 @@ def parse_query_name(name: str) -> tuple[str, ...]:
 
 def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[NoisyAnswer]]]:
     """A release's protected microdata and its noisy answers by attribute (all public)."""
-    release = Path(release)
     answers = read_answers(release)
-    return pd.read_parquet(release / PROTECTED_FILE), answers
+    return read_stored(release), answers
+
+
+def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFrame:
+    """One Parquet output of a release as stored (its listed parts: ``release_parts``); the protected
+    microdata refused unless they hold the establishments the manifest states."""
+    manifest = read_manifest(release)
+    frame = pd.read_parquet(release_parts(release, output, manifest))
+    return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
 
 
 def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -52,9 +70,10 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
     attributes as float64 (as validation gives them; an integer release stores whole numbers),
     without the columns ``without`` (a tabulation by public columns needs no ``estab_id``: reading a
     large release's ids takes longer than the rest)."""
-    path = Path(release) / PROTECTED_FILE
-    columns = [name for name in pq.ParquetDataset(path).schema.names if name not in without]
-    frame = pd.read_parquet(path, columns=columns)
+    manifest = read_manifest(release)
+    parts = release_parts(release, PROTECTED_FILE, manifest)
+    columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in without]
+    frame = check_count(release, pd.read_parquet(parts, columns=columns), manifest_count(manifest))
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
 
@@ -62,14 +81,13 @@ def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, l
     """A release's noisy answers by attribute (without reading its protected microdata); of one
     ``quarter`` of a panel release (``release_quarters``), which needs one."""
     release = Path(release)
-    if not (release / MANIFEST_FILE).is_file():
-        raise InputError(f"'{release}' is not a gedp release (no {MANIFEST_FILE})")
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
-    frame = pd.read_parquet(release / MEASUREMENTS_FILE, filters=filters)
+    frame = pd.read_parquet(release_parts(release, MEASUREMENTS_FILE), filters=filters)
     answers: dict[str, list[NoisyAnswer]] = {}
     for (name, attribute), rows in frame.groupby(["query", "attribute"], sort=False):
-        by = parse_query_name(name)
+        by = checked_query(release, name, frame.columns)
+        attribute = checked_attribute(release, attribute)
         keys = rows[list(by)].reset_index(drop=True) if by else pd.DataFrame(index=range(1))
         answers.setdefault(attribute, []).append(NoisyAnswer(
             query=Query(by, attribute), keys=keys, released=rows["released"].to_numpy(),
@@ -79,6 +97,29 @@ def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, l
             grid=float(rows["grid"].iloc[0]) if "grid" in rows else 0.0,
         ))
     return answers
+
+
+def checked_query(release: str | Path, name: object, columns: pd.Index) -> tuple[str, ...]:
+    """The group-by columns of a query name read from a release's measurements, each a column of them."""
+    by = parse_query_name(str(name))
+    missing = [column for column in by if column not in columns]
+    if not isinstance(name, str) or missing:
+        from gedp.synth.schema import shown
+
+        raise InputError(f"release '{release}': the measurements name a query {shown(name)} by columns they do "
+                         "not hold (an edited or damaged copy)")
+    return by
+
+
+def checked_attribute(release: str | Path, attribute: object) -> str:
+    """An attribute named by a release's measurements: a plain name, or a job family's category
+    (``worker[1,E1]``)."""
+    if not isinstance(attribute, str) or not ATTRIBUTE_PATTERN.fullmatch(attribute):
+        from gedp.synth.schema import shown
+
+        raise InputError(f"release '{release}': the measurements name an attribute {shown(attribute)}, which is "
+                         "not an attribute's name (an edited or damaged copy)")
+    return attribute
 
 
 def release_quarters(release: str | Path) -> list[str]:
@@ -117,10 +158,21 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
     check_quarter(release, quarter)
     if quarter is None:
         return read_protected(release, without)
-    path = Path(release) / PROTECTED_FILE
-    columns = [name for name in pq.ParquetDataset(path).schema.names if name not in (*without, QUARTER_KEY)]
-    frame = pd.read_parquet(path, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
+    manifest = read_manifest(release)
+    parts = release_parts(release, PROTECTED_FILE, manifest)
+    columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in (*without, QUARTER_KEY)]
+    frame = pd.read_parquet(parts, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
+    check_count(release, frame, manifest_count(manifest, quarter), f" of {quarter}")
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
+
+
+def read_validated(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
+    """A release's protected microdata as stored (of one ``quarter`` of a panel: ``read_quarter``),
+    validated as microdata are (``synth.schema.validate_microdata``, its attributes those present)."""
+    from gedp.synth.schema import validate_microdata
+
+    frame = read_stored(release) if quarter is None else read_quarter(release, quarter)
+    return validate_microdata(frame, [column for column in CONFIDENTIAL if column in frame.columns])
 
 
 def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
@@ -136,7 +188,7 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
     answers = read_answers(release, quarter)
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
-        dataset = pq.ParquetDataset(Path(release) / PROTECTED_FILE,
+        dataset = pq.ParquetDataset(release_parts(release, PROTECTED_FILE),
                                     filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
         protected = dataset.read(columns=[column for column in dict.fromkeys(
             ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()

@@ -2,17 +2,22 @@
 of every output, the measurements file, the joined tables and the manifest.
 
 A release is written completely or not at all: everything goes into a temporary folder beside the
-output, renamed into place only when complete.
+output, renamed into place only when complete. Each such staging folder is held by the run writing it
+(an exclusive ``flock`` on the folder, which the kernel releases when the process ends, however it
+ends): a run stopped by Ctrl-C or SIGTERM removes its own, and the folders of a killed run (SIGKILL, a
+crash of the machine) are removed by the next run writing the same output, which can take their lock.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import re
 import shutil
 import stat
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -52,6 +57,9 @@ MAX_MARKER_BYTES = 64 << 20
 MAX_NAME_BYTES = 200
 #: Rows per row group of the measurements file (Arrow's default, which the file has always used).
 MEASUREMENT_ROW_GROUP = 1 << 20
+#: The kinds of staging folder a run keeps beside its output ``OUT``: ``.OUT.partial-<8 hex>``, the
+#: output being written; ``.OUT.quarters-<8 hex>``, the quarters of a panel before they are joined.
+STAGING_KINDS = ("partial", "quarters")
 
 
 def check_output_path(out: Path) -> None:
@@ -105,6 +113,18 @@ def _is_gedp_entry(entry: os.DirEntry, names: frozenset[str]) -> bool:
                     and part.name.endswith(".parquet") for part in os.scandir(entry.path)))
 
 
+def _is_inner_report(entry: os.DirEntry, marker: str) -> bool:
+    """A report's folder inside a report (``gedp evaluate accuracy --config PLAN`` writes the plan's
+    and baseline's reports in their own folders), itself verifiably gedp's."""
+    if marker == MANIFEST_FILE or not entry.is_dir(follow_symlinks=False):
+        return False
+    try:
+        check_output_directory(Path(entry.path), marker)
+    except InputError:
+        return False
+    return any(os.scandir(entry.path))
+
+
 def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
     """Refuse, before any work, an output folder that gedp cannot create or must not replace.
 
@@ -124,7 +144,8 @@ def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
     names = _gedp_names(out, marker)
     if names is None:
         raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
-    foreign = next((entry.name for entry in entries if not _is_gedp_entry(entry, names)), None)
+    foreign = next((entry.name for entry in entries
+                    if not (_is_gedp_entry(entry, names) or _is_inner_report(entry, marker))), None)
     if foreign is not None:
         from gedp.synth.schema import shown
 
@@ -142,12 +163,7 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[P
     """
     out = Path(out).resolve()
     check_output_directory(out, marker)
-    staging = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:8]}"
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir()
-    except OSError as err:
-        raise InputError(f"output '{out}' cannot be created ({err.strerror or type(err).__name__})") from None
+    staging, hold = held_folder(out, "partial")
     try:
         yield staging
         _date_only(staging)
@@ -156,6 +172,74 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[P
         StateParts.close_all(staging)  # parts still being written into the folder (a state not finished)
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        os.close(hold)
+
+
+@contextmanager
+def work_folder(out: str | Path, kind: str) -> Iterator[Path]:
+    """Yield a staging folder of ``kind`` beside ``out`` (``held_folder``) that is removed when the
+    block ends, however it ends (and by the next run if this one is killed)."""
+    folder, hold = held_folder(Path(out).resolve(), kind)
+    try:
+        yield folder
+    finally:
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(hold)
+
+
+def held_folder(out: Path, kind: str) -> tuple[Path, int]:
+    """A new staging folder ``.OUT.KIND-<8 hex>`` beside ``out`` (``STAGING_KINDS``), after removing
+    the stale ones of killed runs (``remove_stale_staging``); returns it and the open descriptor that
+    holds its lock (close it when the folder is published or removed). The folder is made under
+    another name and locked before it is given its own, so a run never sees one that is not held."""
+    remove_stale_staging(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        made = tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.new-")
+    except OSError as err:
+        raise InputError(f"output '{out}' cannot be created ({err.strerror or type(err).__name__})") from None
+    hold = os.open(made, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(hold, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a folder of this run's own: nobody else holds it
+        folder = out.parent / f".{out.name}.{kind}-{uuid.uuid4().hex[:8]}"
+        os.rename(made, folder)
+    except BaseException:
+        os.close(hold)
+        shutil.rmtree(made, ignore_errors=True)
+        raise
+    return folder, hold
+
+
+def remove_stale_staging(out: Path) -> list[str]:
+    """Remove the staging folders beside ``out`` (``STAGING_KINDS``) that no process holds: those of
+    runs killed before they could remove them (a run stopped otherwise removes its own). A folder a
+    running process holds is left alone. Returns the names removed."""
+    prefixes = tuple(f".{out.name}.{kind}-" for kind in STAGING_KINDS)
+    try:
+        entries = [entry for entry in os.scandir(out.parent)
+                   if entry.name.startswith(prefixes) and entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        try:
+            hold = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(hold, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by a run in progress
+            os.close(hold)
+            continue
+        try:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        finally:
+            os.close(hold)
+        removed.append(entry.name)
+    return removed
 
 
 def _publish(staging: Path, out: Path) -> None:
@@ -259,17 +343,19 @@ def join_tables(staging: Path, states: list[str]) -> None:
 
 
 def write_manifest(staging: Path, manifest: Mapping[str, Any], extra_files: dict[str, dict],
-                   before_publish: Callable[[], None] | None = None) -> None:
+                   before_publish: Callable[[], None] | None = None, name: str = MANIFEST_FILE) -> None:
     """Further JSON files computed from the staged release (e.g. accuracy.json), then the manifest.
 
     ``before_publish`` (the lifetime ledger's commit) runs before the manifest is written: a run
     stopped during the commit leaves a staging folder without a manifest, which no reader accepts.
+    ``name``: the manifest's file name (a panel's quarter has ``QUARTER_MANIFEST_FILE``: no reader
+    takes it for a release).
     """
-    for name, content in extra_files.items():
-        (staging / name).write_text(json.dumps(content, indent=2) + "\n")
+    for file, content in extra_files.items():
+        (staging / file).write_text(json.dumps(content, indent=2) + "\n")
     if before_publish is not None:
         before_publish()
-    (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
+    (staging / name).write_text(json.dumps(manifest, indent=2, default=float) + "\n")
 
 
 def answer_table(answer: NoisyAnswer, rows: slice = slice(None), key: Mapping[str, str] | None = None) -> pa.Table:

@@ -1,0 +1,181 @@
+"""A release read as untrusted input: its manifest's fields that name things (states, quarters, job
+families and their columns, files) and count things (establishments), and the exact files of its
+Parquet outputs, checked where a release is read.
+
+Releases are files people download: a manifest or a part may have been written by anyone. Every
+reader of a release goes through ``checked_manifest`` (``reader.read_manifest``) and reads the parts
+``listed_parts`` names, so no later step builds a path, a column name or a count from an unchecked
+field, and no reader silently includes a file the manifest does not account for:
+
+* a state is two digits (``^\\d{2}$``), a quarter a label like 2016Q1 (``^\\d{4}Q[1-4]$``), each
+  listed once; a panel's ``per_quarter`` holds exactly its quarters, each checked as a release of
+  one quarter; ``per_state`` holds exactly its states;
+* ``establishments`` is a whole number >= 0: the sum of ``per_state``'s;
+* ``files`` names gedp's files only; a job family and its worker columns are plain names;
+* a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
+  a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
+  state (``part-<quarter>-<state>.parquet``) that the manifest lists: no other entry, no symbolic link.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gedp.errors import InputError
+from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, RELEASE_FILES
+
+if TYPE_CHECKING:
+    from gedp.release.manifest import Manifest
+
+#: A state: its two-digit FIPS code.
+STATE_PATTERN = re.compile(r"\d{2}")
+#: A quarter of a panel release: year and quarter, e.g. 2016Q1.
+QUARTER_PATTERN = re.compile(r"\d{4}Q[1-4]")
+#: A job family or a worker column: a plain name.
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+#: The Parquet outputs of a release, each a folder of parts.
+PART_OUTPUTS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
+
+
+def _refuse(release: str | Path, rule: str) -> InputError:
+    return InputError(f"'{release}' is not a readable gedp release: {MANIFEST_FILE} {rule}")
+
+
+def _shown(value: object) -> str:
+    from gedp.synth.schema import shown  # the schema's cut repr: no message grows with a hostile value
+
+    return shown(value)
+
+
+def _labels(release: str | Path, values: object, field: str, pattern: re.Pattern) -> list[str]:
+    """A non-empty list of distinct strings each matching ``pattern`` in full."""
+    if not isinstance(values, list) or not values:
+        raise _refuse(release, f"'{field}' must be a non-empty list")
+    for value in values:
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise _refuse(release, f"'{field}' holds {_shown(value)}, which is not of the form {pattern.pattern}")
+    if len(set(values)) != len(values):
+        raise _refuse(release, f"'{field}' lists a value twice")
+    return values
+
+
+def _count(release: str | Path, value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _refuse(release, f"'{field}' ({_shown(value)}) must be a whole number >= 0")
+    return value
+
+
+def _check_jobs(release: str | Path, jobs: object) -> None:
+    """A job section's families and worker columns are plain names."""
+    families = jobs.get("families") if isinstance(jobs, dict) else None
+    if not isinstance(families, dict):
+        raise _refuse(release, "'jobs' must hold its 'families'")
+    for family, spec in families.items():
+        columns = spec.get("columns") if isinstance(spec, dict) else None
+        if not NAME_PATTERN.fullmatch(family) or not isinstance(columns, list) or not all(
+                isinstance(column, str) and NAME_PATTERN.fullmatch(column) for column in columns):
+            raise _refuse(release, f"job family {_shown(family)}: its name and worker columns must be plain names")
+
+
+def _check_quarter_release(release: str | Path, manifest: Mapping, where: str) -> None:
+    """The fields of a release of one quarter (the release itself, or a quarter of a panel)."""
+    states = _labels(release, manifest.get("states"), f"{where}states", STATE_PATTERN)
+    establishments = _count(release, manifest.get("establishments"), f"{where}establishments")
+    per_state = manifest.get("per_state")
+    if per_state is None:
+        return
+    if not isinstance(per_state, dict) or sorted(per_state) != sorted(states):
+        raise _refuse(release, f"'{where}per_state' must hold exactly the states {', '.join(states)}")
+    counts = [_count(release, section.get("establishments") if isinstance(section, dict) else None,
+                     f"{where}per_state.{state}.establishments") for state, section in per_state.items()]
+    if sum(counts) != establishments:
+        raise _refuse(release, f"'{where}establishments' ({establishments}) is not the sum of its states' "
+                               f"({sum(counts)})")
+
+
+def checked_manifest(content: object, release: str | Path) -> dict:
+    """``content`` (a parsed manifest.json of ``release``) once every field that names or counts
+    something is checked (see the module); InputError naming the field and the rule otherwise."""
+    from gedp.release.format import MANIFEST_KEYS
+
+    if not isinstance(content, dict) or not MANIFEST_KEYS <= content.keys():
+        raise InputError(f"'{release}' is not a gedp release ({MANIFEST_FILE} lacks gedp's keys)")
+    files = content["files"]
+    if not isinstance(files, dict) or not all(isinstance(name, str) and name in RELEASE_FILES | {QUARTER_KEY}
+                                               for name in files.values()):
+        raise _refuse(release, "'files' must name gedp's files only")
+    if "jobs" in content:
+        _check_jobs(release, content["jobs"])
+    if "quarters" not in content:
+        _check_quarter_release(release, content, "")
+        return content
+    quarters = _labels(release, content["quarters"], "quarters", QUARTER_PATTERN)
+    _labels(release, content.get("states"), "states", STATE_PATTERN)
+    _count(release, content.get("establishments"), "establishments")
+    per_quarter = content.get("per_quarter")
+    if not isinstance(per_quarter, dict) or list(per_quarter) != quarters:
+        raise _refuse(release, "'per_quarter' must hold exactly the quarters, in their order")
+    for quarter, section in per_quarter.items():
+        if not isinstance(section, dict) or "quarters" in section:
+            raise _refuse(release, f"'per_quarter.{quarter}' must be the manifest of one quarter")
+        _check_quarter_release(release, section, f"per_quarter.{quarter}.")
+    return content
+
+
+def part_names(manifest: Mapping) -> list[str]:
+    """The parts each Parquet output of a release holds, in name order: one per state
+    (``part-<state>.parquet``), or per quarter and state of a panel (``part-<quarter>-<state>.parquet``)."""
+    if "quarters" in manifest:
+        labels = [f"{quarter}-{state}" for quarter in manifest["quarters"]
+                  for state in manifest["per_quarter"][quarter]["states"]]
+    else:
+        labels = list(manifest["states"])
+    return sorted(f"part-{label}.parquet" for label in labels)
+
+
+def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[str]:
+    """The files of ``output`` (one of ``PART_OUTPUTS``) of ``release`` that its ``manifest`` lists
+    (``part_names``), in name order, after checking that the folder holds exactly them, each a
+    regular file; InputError naming the first missing or unlisted entry otherwise."""
+    folder = Path(release) / output
+    expected = part_names(manifest)
+    try:
+        entries = {entry.name: entry for entry in os.scandir(folder)}
+    except NotADirectoryError:
+        raise InputError(f"release '{release}': {output} is not a folder of parts") from None
+    except OSError:
+        raise InputError(f"release '{release}' has no {output} (its manifest lists "
+                         f"{len(expected)} part{'s' if len(expected) != 1 else ''})") from None
+    unlisted = sorted(set(entries) - set(expected))
+    if unlisted:
+        raise InputError(f"release '{release}': {output} holds {_shown(unlisted[0])}, which its manifest does "
+                         "not list; a release holds only the parts gedp wrote (check where this copy came from)")
+    for name in expected:
+        if name not in entries:
+            raise InputError(f"release '{release}': {output} lacks {name}, which its manifest lists")
+        if not entries[name].is_file(follow_symlinks=False):
+            raise InputError(f"release '{release}': {output}/{name} is not a regular file")
+    return [str(folder / name) for name in expected]
+
+
+def read_manifest(release: str | Path) -> Manifest:
+    """The manifest of a release directory, checked to be gedp's and every field that names or counts
+    something checked as untrusted input (this module)."""
+    path = Path(release) / MANIFEST_FILE
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
+    return checked_manifest(content, release)  # type: ignore[return-value]
+
+
+def release_parts(release: str | Path, output: str = PROTECTED_FILE, manifest: Mapping | None = None) -> list[str]:
+    """The parts of one Parquet output of a release (protected microdata, measurements, job frame)
+    that its manifest lists, checked to be exactly what the folder holds (``listed_parts``):
+    what every reader of the release reads, never a file the manifest does not account for."""
+    return listed_parts(release, output, read_manifest(release) if manifest is None else manifest)

@@ -1,0 +1,181 @@
+"""One establishment, one id: integer, floating-point, decimal, binary and text ids of the same
+establishments are the same ids in a release and the same accounts in the lifetime ledger; ids that
+are not text or whole numbers are refused without echoing them."""
+
+import decimal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gedp.cli import app
+from gedp.errors import InputError
+from gedp.ledger import establishment_keys
+from gedp.synth.schema import canonical_ids, validate_microdata
+
+runner = CliRunner()
+FIRST_ID = 1000
+
+
+@pytest.fixture
+def records(small_state):
+    """400 establishments with integer ids FIRST_ID, FIRST_ID + 1, ..."""
+    frame = small_state.head(400).copy()
+    frame["estab_id"] = np.arange(FIRST_ID, FIRST_ID + len(frame), dtype=np.int64)
+    return frame
+
+
+def as_ids(frame: pd.DataFrame, kind: str) -> pa.Table:
+    """``frame`` as an Arrow table whose estab_id column is of ``kind``."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    ids = frame["estab_id"].to_numpy()
+    column = {"int": pa.array(ids), "float": pa.array(ids.astype(np.float64)),
+              "decimal": pa.array([decimal.Decimal(f"{i}.00") for i in ids], type=pa.decimal128(12, 2)),
+              "binary": pa.array([str(i).encode() for i in ids], type=pa.binary())}[kind]
+    return table.set_column(table.schema.get_field_index("estab_id"), "estab_id", column)
+
+
+def protect(source, out, ledger, *extra):
+    return runner.invoke(app, ["protect", str(source), "--config", "employment", "--out", str(out),
+                               "--ledger", str(ledger), *map(str, extra)])
+
+
+@pytest.mark.parametrize("kind", ["float", "decimal", "binary", "csv text"])
+def test_same_establishments_under_another_id_type_draw_on_the_same_accounts(tmp_path, records, kind):
+    """cap 3, employment's charge 2.28 per release: once is admitted, twice is over the cap (3.2 > 3)
+    whatever type the second file's ids are."""
+    first = tmp_path / "int.parquet"
+    pq.write_table(as_ids(records, "int"), first)
+    ledger = tmp_path / "ledger.json"
+    admitted = protect(first, tmp_path / "r1", ledger, "--lifetime-cap", 3)
+    assert admitted.exit_code == 0, admitted.output
+    if kind == "csv text":
+        second = tmp_path / "again.csv"
+        records.assign(estab_id=records["estab_id"].astype(float)).to_csv(second, index=False)
+        assert f"{FIRST_ID}.0," in second.read_text()  # the ids as a float column writes them
+    else:
+        second = tmp_path / f"{kind}.parquet"
+        pq.write_table(as_ids(records, kind), second)
+    refused = protect(second, tmp_path / "r2", ledger, "--lifetime-cap", 3)
+    assert refused.exit_code == 2, refused.output
+    assert "over their lifetime cap" in refused.output
+    assert not (tmp_path / "r2").exists()
+
+
+def test_a_release_writes_one_id_whatever_the_type(tmp_path, records):
+    """The float-id input's release is the int-id input's, byte for byte."""
+    releases = {}
+    for kind in ("int", "float"):
+        source = tmp_path / f"{kind}.parquet"
+        pq.write_table(as_ids(records, kind), source)
+        out = tmp_path / kind
+        result = runner.invoke(app, ["protect", str(source), "--config", "employment", "--out", str(out),
+                                     "--seed", "5", "--not-for-publication"])
+        assert result.exit_code == 0, result.output
+        releases[kind] = out
+    assert "read as its whole number" in result.output  # the float ids' note
+    files = sorted(p.relative_to(releases["int"]) for p in releases["int"].rglob("*") if p.is_file())
+    assert files
+    for name in files:
+        if name.name != "manifest.json":
+            assert (releases["int"] / name).read_bytes() == (releases["float"] / name).read_bytes(), name
+    ids = pd.read_parquet(releases["float"] / "protected.parquet")["estab_id"]
+    assert set(ids) == {str(i) for i in records["estab_id"]}
+
+
+@pytest.mark.parametrize("ids, expected", [
+    (pd.Series([1002, 7], dtype="int64"), ["1002", "7"]),
+    (pd.Series([1002, 7], dtype="uint16"), ["1002", "7"]),
+    (pd.Series([1002.0, 7.0]), ["1002", "7"]),
+    (pd.Series([2.0**53 - 1]), ["9007199254740991"]),
+    (pd.Series(["1002.0", " 17.00 ", "7.", "A1.0", "12.5", "0012"]), ["1002", "17", "7", "A1.0", "12.5", "0012"]),
+    (pd.Series([decimal.Decimal("1002.00"), decimal.Decimal("3")]), ["1002", "3"]),
+    (pd.Series([b"1002", b"x1"]), ["1002", "x1"]),
+    (pd.Series(["1002.0", "b"], dtype="category"), ["1002", "b"]),
+    (pd.Series(["a", "b"], dtype="string"), ["a", "b"]),
+])
+def test_canonical_ids(ids, expected):
+    assert canonical_ids(ids).tolist() == expected
+
+
+@pytest.mark.parametrize("ids, rule", [
+    (pd.Series([5.0, 1002.5]), "floating-point ids must be whole numbers below 2\\*\\*53.*first at row 2"),
+    (pd.Series([2.0**53]), "below 2\\*\\*53.*first at row 1"),
+    (pd.Series([np.inf]), "below 2\\*\\*53.*first at row 1"),
+    (pd.Series([decimal.Decimal("3"), decimal.Decimal("1002.5")]), "decimal ids must be whole numbers; first at row 2"),
+    (pd.Series([b"ok", b"\xff1002"]), "binary ids must be UTF-8 text; first at row 2"),
+    (pd.Series([True, False]), "not booleans"),
+    (pd.Series(pd.to_datetime(["2016-01-01"])), "not dates or times"),
+    (pd.Series([1002, "x"], dtype=object), "not a mix of types"),
+])
+def test_ids_that_are_not_text_or_whole_numbers_are_refused_without_their_value(ids, rule):
+    with pytest.raises(InputError, match=f"column 'estab_id': ids must be text or whole numbers.*{rule}") as caught:
+        canonical_ids(ids)
+    assert "1002" not in str(caught.value)
+
+
+def test_validation_and_ledger_keys_agree_across_types(small_state):
+    frame = small_state.head(50).copy()
+    frame["estab_id"] = np.arange(7, 57)
+    key = "0123456789abcdef"
+    texts = validate_microdata(frame)["estab_id"]
+    for ids in (frame["estab_id"], frame["estab_id"].astype(float), frame["estab_id"].astype(str) + ".0"):
+        assert validate_microdata(frame.assign(estab_id=ids))["estab_id"].tolist() == texts.tolist()
+        assert np.array_equal(establishment_keys(ids, key), establishment_keys(texts, key))
+
+
+def test_a_repeated_id_under_two_spellings_is_found_on_intake(tmp_path, records):
+    frame = records.astype({"estab_id": str})
+    frame.loc[frame.index[9], "estab_id"] = f"{FIRST_ID + 3}.0"  # row 10 spells row 4's id with a point
+    path = tmp_path / "in.csv"
+    frame.to_csv(path, index=False)
+    result = runner.invoke(app, ["protect", str(path), "--config", "employment", "--out", str(tmp_path / "r"),
+                                 "--seed", "1", "--not-for-publication"])
+    assert result.exit_code == 2, result.output
+    assert "ids repeating an earlier row's at row 10" in result.output
+
+
+def test_canonical_ids_keep_each_row_in_its_place():
+    """A selection of rows (the ledger's ids of one quarter) keeps its index: each id stays on its row."""
+    ids = pd.Series(["1002.0", "x", "7.00", "8"], index=[10, 5, 3, 99], name="estab_id")
+    assert canonical_ids(ids).to_dict() == {10: "1002", 5: "x", 3: "7", 99: "8"}
+    floats = pd.Series([3.0, 4.0], index=[7, 9])
+    assert canonical_ids(floats).to_dict() == {7: "3", 9: "4"}
+
+
+def test_ledger_keys_of_quarters_of_float_text_ids():
+    from gedp.ledger import _blocks
+
+    key = "0123456789abcdef"
+    texts = ["1002", "1003", "1002", "1004"]
+    quarters = ["2016Q1", "2016Q1", "2016Q2", "2016Q2"]
+    expected = _blocks(texts, quarters, key)
+    for ids in ([t + ".0" for t in texts], [float(t) for t in texts]):
+        found = _blocks(ids, quarters, key)
+        assert list(found) == list(expected) == ["2016Q1", "2016Q2"]
+        assert all(np.array_equal(found[q], expected[q]) for q in expected)
+
+
+@pytest.mark.parametrize("text, expected", [
+    (pa.array(["a", "b.0"]), True), (pa.array(["a", "b"]), False), (pa.array([], type=pa.string()), False),
+    (pa.array(["a", "1.0"], type=pa.string_view()), True),
+    (pa.chunked_array([pa.array(["x"]), pa.array(["1."])]), True),
+    (pa.array(["a", "b"], type=pa.large_string()), False),
+])
+def test_may_hold_point(text, expected):
+    from gedp.synth.intake import may_hold_point
+
+    assert may_hold_point(text) is expected
+
+
+def test_the_api_notes_float_ids(small_state):
+    import gedp
+    from gedp.synth.intake import InputNote
+
+    frame = small_state.head(200).assign(estab_id=np.arange(200, dtype=float))
+    with pytest.warns(InputNote, match="read as its whole number"):
+        release = gedp.protect(frame, "employment", seed=1, not_for_publication=True)
+    assert set(release.microdata["estab_id"]) == {str(i) for i in range(200)}

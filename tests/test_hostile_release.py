@@ -1,0 +1,333 @@
+"""A release is untrusted input (issue 46): a hostile manifest or part is refused where the release
+is read, the margin cache never builds a path from a release's content and removes only folders it
+made, readers read exactly the parts the manifest lists and as many establishments as it states."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import gedp
+from gedp.cli import app
+from gedp.errors import InputError
+from gedp.release import margins
+from gedp.release.margins import kept_path, kept_variances, write_structure
+from gedp.release.reader import read_answers, read_manifest, read_quarter
+from gedp.synth.panel import quarter_range, synthesize_panel
+from gedp.synth.profiles import generate_profile, load_profile
+
+HOSTILE = "../../../../victim/docs/e"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def panel_release(tmp_path_factory) -> Path:
+    """A seeded panel release of 400 establishments over 2016Q1 and 2016Q2."""
+    first = generate_profile(load_profile("small"), n_establishments=400, rng=np.random.default_rng(3))
+    panel = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(3))
+    folder = tmp_path_factory.mktemp("panel") / "release"
+    gedp.protect(panel, seed=4, not_for_publication=True, allow_over_cap=True).write(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def one_quarter(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("one") / "release"
+    gedp.protect(gedp.synthesize("small", establishments=400, seed=5), seed=6, not_for_publication=True).write(folder)
+    return folder
+
+
+def edit_manifest(folder: Path, edit) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    edit(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def relabel(folder: Path, old: str, new: str) -> None:
+    """The red team's release: quarter ``old`` called ``new`` in the manifest and in every part."""
+    def quarters(manifest):
+        manifest["quarters"] = [new if q == old else q for q in manifest["quarters"]]
+        manifest["per_quarter"] = {new if q == old else q: section for q, section in manifest["per_quarter"].items()}
+
+    edit_manifest(folder, quarters)
+    for part in [*(folder / "protected.parquet").iterdir(), *(folder / "measurements.parquet").iterdir()]:
+        frame = pd.read_parquet(part)
+        frame["quarter"] = frame["quarter"].replace(old, new)
+        frame.to_parquet(part, index=False)
+
+
+@pytest.fixture
+def victim(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """A cache at home/cache and six folders of a user's documents at home/victim/docs, where the
+    hostile label leads from the cache's margins/ folder."""
+    home = tmp_path / "home"
+    docs = home / "victim" / "docs"
+    for name in "abcdef":
+        (docs / name).mkdir(parents=True)
+        (docs / name / "thesis.txt").write_text(f"chapter {name}")
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(home / "cache"))
+    return home, docs
+
+
+def documents(docs: Path) -> dict[str, str]:
+    return {str(p.relative_to(docs)): p.read_text() for p in sorted(docs.rglob("*")) if p.is_file()}
+
+
+def test_a_quarter_label_that_is_a_path_is_refused_on_the_command_line(panel_release, victim, tmp_path):
+    """Red team item 1: exit 0, victim/docs/e replaced and all but 4 of its folders removed at 9a0ff4e."""
+    home, docs = victim
+    before = documents(docs)
+    hostile = tmp_path / "hostile"
+    shutil.copytree(panel_release, hostile)
+    relabel(hostile, "2016Q2", HOSTILE)
+    result = runner.invoke(app, ["tabulate", str(hostile), "--quarter", HOSTILE, "--by", "county", "--moe"])
+    assert result.exit_code == 2, result.output
+    assert "quarters" in result.output and "is not of the form" in result.output
+    assert documents(docs) == before
+    assert sorted(p.name for p in home.iterdir()) in (["victim"], ["cache", "victim"])
+
+
+def test_a_quarter_label_that_is_a_path_is_refused_through_the_api(panel_release, victim, tmp_path):
+    """The natural loop over the manifest's quarters: refused at the manifest, nothing written."""
+    _, docs = victim
+    before = documents(docs)
+    hostile = tmp_path / "hostile"
+    shutil.copytree(panel_release, hostile)
+    relabel(hostile, "2016Q2", HOSTILE)
+    release = gedp.Release(hostile)
+    with pytest.raises(InputError, match="is not of the form"):
+        for quarter in release.manifest["quarters"]:
+            release.tabulate("county", quarter=quarter, moe=True)
+    with pytest.raises(InputError, match="is not of the form"):
+        gedp.read_release(hostile)
+    assert documents(docs) == before
+
+
+def test_a_genuine_panel_tabulates_every_quarter_in_a_loop(panel_release):
+    release = gedp.read_release(panel_release)
+    tables = [release.tabulate("county", quarter=quarter, moe=True) for quarter in release.manifest["quarters"]]
+    assert len(tables) == 2 and all(np.isfinite(table["m1emp_moe"]).all() for table in tables)
+
+
+HOSTILE_FIELDS = {
+    "a state that is a path": (lambda m: m.update(states=["../44"]), "'states' holds"),
+    "a state twice": (lambda m: m.update(states=["44", "44"]), "lists a value twice"),
+    "no states": (lambda m: m.update(states=[]), "non-empty list"),
+    "a negative count": (lambda m: m.update(establishments=-1), "whole number >= 0"),
+    "a fractional count": (lambda m: m.update(establishments=399.5), "whole number >= 0"),
+    "a count that is not the states' sum": (lambda m: m.update(establishments=m["establishments"] + 1),
+                                             "is not the sum of its states'"),
+    "per_state of another state": (lambda m: m.update(per_state={"45": m["per_state"]["44"]}),
+                                   "must hold exactly the states"),
+    "a file that is not gedp's": (lambda m: m["files"].update(protected_microdata="/etc/passwd"),
+                                  "'files' must name gedp's files only"),
+    "a job family that is a path": (lambda m: m.update(jobs={"families": {"../x": {"columns": ["sex"]}}}),
+                                    "plain names"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_FIELDS))
+def test_every_field_that_names_or_counts_is_checked_where_the_release_is_read(one_quarter, tmp_path, case):
+    edit, message = HOSTILE_FIELDS[case]
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    edit_manifest(copy, edit)
+    with pytest.raises(InputError, match=message):
+        read_manifest(copy)
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--moe"])
+    assert result.exit_code == 2 and message.split("'")[0] in result.output, result.output
+
+
+PANEL_FIELDS = {
+    "a quarter of another form": (lambda m: m.update(quarters=["2016Q1", "2016-Q2"]), "is not of the form"),
+    "a fifth quarter": (lambda m: m.update(quarters=["2016Q1", "2016Q5"]), "is not of the form"),
+    "per_quarter not the quarters": (lambda m: m["per_quarter"].pop("2016Q2"), "'per_quarter' must hold exactly"),
+    "a quarter's count edited": (lambda m: m["per_quarter"]["2016Q2"].update(establishments=1),
+                                 "is not the sum of its states'"),
+}
+
+
+@pytest.mark.parametrize("case", list(PANEL_FIELDS))
+def test_a_panel_manifest_is_checked_quarter_by_quarter(panel_release, tmp_path, case):
+    edit, message = PANEL_FIELDS[case]
+    copy = tmp_path / "copy"
+    shutil.copytree(panel_release, copy)
+    edit_manifest(copy, edit)
+    with pytest.raises(InputError, match=message):
+        read_manifest(copy)
+
+
+# --- the parts a reader reads ------------------------------------------------------------------
+def test_a_part_the_manifest_does_not_list_is_refused_by_every_reader(one_quarter, tmp_path):
+    """Red team item 4: an extra protected.parquet/extra.parquet of raw records was tabulated with
+    the release's (2,050 establishments, manifest 2,000) by every reader at 9a0ff4e."""
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--moe"])  # a kept index exists
+    part = next((copy / "protected.parquet").iterdir())
+    pd.read_parquet(part).head(50).to_parquet(copy / "protected.parquet" / "extra.parquet", index=False)
+    with pytest.raises(InputError, match="'extra.parquet', which its manifest does not list"):
+        _ = gedp.Release(copy).microdata
+    with pytest.raises(InputError, match="does not list"):
+        gedp.Release(copy).write(tmp_path / "copied")
+    assert not (tmp_path / "copied").exists()
+    report = runner.invoke(app, ["report", str(copy), "--out", str(tmp_path / "report.html")])
+    assert report.exit_code == 2 and "does not list" in report.output, report.output
+    for request in (["--by", "county"], ["--by", "county", "--moe"], ["--by", "county", "--where", "own == '5'"]):
+        result = runner.invoke(app, ["tabulate", str(copy), *request])
+        assert result.exit_code == 2 and "does not list" in result.output, result.output
+
+
+def test_an_unlisted_measurement_part_is_refused(one_quarter, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    part = next((copy / "measurements.parquet").iterdir())
+    shutil.copy(part, copy / "measurements.parquet" / "part-45.parquet")
+    with pytest.raises(InputError, match="'part-45.parquet', which its manifest does not list"):
+        read_answers(copy)
+
+
+@pytest.mark.parametrize(("column", "value", "message"), [("attribute", "../../x", "an attribute '../../x'"),
+                                                         ("query", "state,nothing", "a query 'state,nothing'")])
+def test_measurements_naming_what_they_do_not_hold_are_refused(one_quarter, tmp_path, column, value, message):
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    part = copy / "measurements.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    frame.loc[frame["attribute"] == "wage", column] = value
+    frame.to_parquet(part, index=False)
+    with pytest.raises(InputError, match=message):
+        read_answers(copy)
+
+
+def test_a_missing_or_linked_part_is_refused(one_quarter, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    moved = tmp_path / "elsewhere.parquet"
+    part.rename(moved)
+    with pytest.raises(InputError, match="lacks part-44.parquet, which its manifest lists"):
+        _ = gedp.Release(copy).microdata
+    part.symlink_to(moved)
+    with pytest.raises(InputError, match="is not a regular file"):
+        _ = gedp.Release(copy).microdata
+
+
+def test_rows_added_to_a_part_are_refused(one_quarter, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    pd.concat([frame, frame.tail(3)]).to_parquet(part, index=False)
+    with pytest.raises(InputError, match="hold 403 rows, its manifest states 400 establishments"):
+        _ = gedp.Release(copy).microdata
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--moe"])
+    assert result.exit_code == 2 and "its manifest states 400 establishments" in result.output, result.output
+
+
+def test_a_quarter_holding_rows_of_another_is_refused(panel_release, tmp_path):
+    """A panel's 2016Q2 rows relabelled 2016Q1: the quarters no longer hold the counts stated."""
+    copy = tmp_path / "copy"
+    shutil.copytree(panel_release, copy)
+    part = copy / "protected.parquet" / "part-2016Q2-44.parquet"
+    frame = pd.read_parquet(part)
+    frame.assign(quarter="2016Q1").to_parquet(part, index=False)
+    with pytest.raises(InputError, match="of 2016Q1 hold"):
+        read_quarter(copy, "2016Q1")
+
+
+@pytest.mark.parametrize("folder", ["empty", "manifest only", "parts only"])
+def test_a_folder_without_a_release_gets_a_clear_error(one_quarter, tmp_path, folder):
+    """Newcomer: a raw pyarrow error at 9a0ff4e."""
+    path = tmp_path / "folder"
+    path.mkdir()
+    if folder == "manifest only":
+        shutil.copy(one_quarter / "manifest.json", path)
+    if folder == "parts only":
+        shutil.copytree(one_quarter / "protected.parquet", path / "protected.parquet")
+    with pytest.raises(InputError, match="is not a gedp release|has no measurements.parquet|has no protected"):
+        gedp.Release(path).tabulate("county", moe=True)
+    with pytest.raises(InputError, match="is not a gedp release|has no protected"):
+        _ = gedp.Release(path).microdata
+
+
+def test_moe_by_a_column_the_user_added_names_it(one_quarter):
+    """Newcomer: a bare pandas KeyError at 9a0ff4e."""
+    release = gedp.read_release(one_quarter)
+    release.microdata["big"] = np.where(release.microdata["county"] < "005", "yes", "no")
+    assert len(release.tabulate("big")) == 2  # sums: any column
+    with pytest.raises(InputError, match=r"margins of error by 'big'.*public columns only \(.*county"):
+        release.tabulate("big", moe=True)
+
+
+# --- the margin cache --------------------------------------------------------------------------
+def test_the_cache_names_nothing_from_a_release(one_quarter, margins_cache):
+    root = margins_cache / "margins"
+    for quarter in (None, "2016Q1", HOSTILE, "/etc"):
+        path = kept_path(one_quarter, quarter)
+        assert path.parent == root and margins.STRUCTURE_NAME.fullmatch(path.name), path
+
+
+def test_pruning_removes_only_the_cache_own_folders(one_quarter, margins_cache, tmp_path, monkeypatch):
+    """Only folders named as structures, directly in margins/ and not links, are ever removed."""
+    monkeypatch.setattr(margins, "KEPT_STRUCTURES", 1)
+    kept_variances(one_quarter)
+    root = margins_cache / "margins"
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (root / "photos").mkdir()
+    (root / ("f" * 64)).symlink_to(outside, target_is_directory=True)
+    (root / ("e" * 64)).write_text("a file, not a folder")
+    stale = root / ("0" * 64)
+    earlier = root / f"{'2' * 64}-2016Q1"  # as the format before named a quarter's
+    left = root / ".partial-abc123"  # a stopped request's
+    fresh_left = root / ".partial-def456"
+    for folder in (stale, earlier, left, fresh_left):
+        folder.mkdir()
+    for folder in (stale, earlier, left):
+        os.utime(folder, (1, 1))
+    write_structure({}, root / ("1" * 64))
+    assert not stale.exists() and not kept_path(one_quarter).exists()  # older than the newest
+    assert not earlier.exists() and not left.exists() and fresh_left.is_dir()
+    assert (root / "photos").is_dir() and (outside / "keep").is_dir() and (root / ("e" * 64)).is_file()
+    assert (root / ("f" * 64)).is_symlink()
+
+
+def test_a_deleted_values_file_is_detected_and_rebuilt(one_quarter, tmp_path):
+    """Red team item 8: without values-wage.npy later --moe requests had no wage columns, exit 0."""
+    request = ["tabulate", str(one_quarter), "--by", "county", "--moe", "--out"]
+    first = runner.invoke(app, [*request, str(tmp_path / "first.csv")])
+    assert first.exit_code == 0, first.output
+    folder = kept_path(one_quarter)
+    (folder / "values-wage.npy").unlink()
+    assert not margins.is_complete(folder)
+    for name in ("second", "third"):  # the second rebuilds the structure, the third reads it
+        result = runner.invoke(app, [*request, str(tmp_path / f"{name}.csv")])
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / f"{name}.csv").read_bytes() == (tmp_path / "first.csv").read_bytes()
+    assert (folder / "values-wage.npy").is_file() and margins.is_complete(folder)
+    assert "wage_moe" in pd.read_csv(tmp_path / "third.csv").columns
+
+
+@pytest.mark.parametrize("damage", ["cut short", "pieces.json deleted", "complete.json deleted"])
+def test_any_damaged_kept_file_is_rebuilt(one_quarter, tmp_path, damage):
+    from gedp.release.margins import kept_tabulation
+
+    fresh = gedp.read_release(one_quarter).tabulate("county,own", moe=True)
+    folder = kept_path(one_quarter)
+    if damage == "cut short":
+        target = folder / "values-m1emp.npy"
+        target.write_bytes(target.read_bytes()[:-8])
+    else:
+        (folder / damage.split()[0]).unlink()
+    assert kept_tabulation(one_quarter, "county,own", moe=True) is None
+    again = gedp.read_release(one_quarter).tabulate("county,own", moe=True)
+    pd.testing.assert_frame_equal(again, fresh)
+    assert margins.is_complete(folder)

@@ -1,0 +1,173 @@
+"""A panel run stopped part way (SIGTERM, as `timeout`, Slurm and systemd send; SIGKILL) leaves no
+release anyone could publish: SIGTERM ends it as Ctrl-C does (exit 143, nothing beside the output
+but the ledger, the old release intact); after SIGKILL its staging folders hold no ``manifest.json``
+(no reader takes them for a release) and the next run writing the same output removes them. The
+ledger page's promise holds for panels: what is not committed is not readable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gedp
+from gedp.errors import InputError
+from gedp.ledger import live, read_ledger
+from gedp.synth.panel import quarter_range, synthesize_panel
+from gedp.synth.profiles import generate_profile, load_profile
+
+#: Where in a run the signal is sent: the glob (beside the output ``rel``) whose appearance marks it.
+POINTS = {
+    "inside a quarter": ".rel.quarters-*/.2016Q2.partial-*",
+    "between quarters": ".rel.quarters-*/2016Q2/quarter-manifest.json",
+    "joining the panel": ".rel.partial-*",
+}
+#: Longest wait for a point, and for a stopped run to end (seconds).
+WAIT = 120
+
+
+@pytest.fixture(scope="module")
+def panel_file(tmp_path_factory) -> Path:
+    """Three quarters of 12,000 establishments: long enough a run to be stopped at each point."""
+    first = generate_profile(load_profile("small"), n_establishments=12_000, rng=np.random.default_rng(5))
+    path = tmp_path_factory.mktemp("input") / "panel.parquet"
+    synthesize_panel(first, quarter_range("2016Q1:2016Q3"), rng=np.random.default_rng(5)).to_parquet(path)
+    return path
+
+
+def start(panel: Path, folder: Path) -> subprocess.Popen:
+    """`gedp protect` of the panel into ``folder / "rel"``, recorded in ``folder / "books.json"``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.Popen([sys.executable, "-m", "gedp", "protect", str(panel), "--out", str(folder / "rel"),
+                             "--ledger", str(folder / "books.json"), "--lifetime-cap", "20", "--allow-over-cap"],
+                            cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def stop_at(run: subprocess.Popen, folder: Path, point: str, sig: int) -> str:
+    """Send ``sig`` once ``point`` exists; returns what the run printed."""
+    deadline = time.monotonic() + WAIT
+    while not list(folder.glob(POINTS[point])):
+        assert run.poll() is None, f"the run ended before {point}: {run.communicate()[0]}"
+        assert time.monotonic() < deadline, f"{point} not reached in {WAIT} s"
+        time.sleep(0.01)
+    run.send_signal(sig)
+    return run.communicate(timeout=WAIT)[0]
+
+
+def manifests(folder: Path) -> list[Path]:
+    """Every file named manifest.json under ``folder``, hidden folders included."""
+    return sorted(folder.rglob("manifest.json"))
+
+
+def release_bytes(release: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(release)): p.read_bytes() for p in sorted(release.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def first_release(panel_file, tmp_path_factory) -> Path:
+    """A folder holding a committed panel release ``rel`` and its ledger, to be copied by each test."""
+    folder = tmp_path_factory.mktemp("first")
+    run = start(panel_file, folder)
+    assert run.wait(timeout=600) == 0, run.communicate()[0]
+    return folder
+
+
+def copy_of(first: Path, folder: Path) -> dict[str, bytes]:
+    import shutil
+
+    for name in ("rel", "books.json", "books.json.keys"):
+        source = first / name
+        (shutil.copytree if source.is_dir() else shutil.copy2)(source, folder / name)
+    return release_bytes(folder / "rel")
+
+
+def finished_first(run: subprocess.Popen, folder: Path) -> bool:
+    """Whether the run had published its release before the signal came (possible when joining,
+    its last step): then the new release is complete and committed, and nothing else is left."""
+    if run.returncode != 0:
+        return False
+    assert sorted(p.name for p in folder.iterdir()) == ["books.json", "books.json.keys", "rel"]
+    assert [r["status"] for r in live(read_ledger(folder / "books.json"))] == ["committed", "committed"]
+    return True
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_sigterm_stops_a_panel_as_ctrl_c_does(panel_file, first_release, tmp_path, point):
+    before = copy_of(first_release, tmp_path)
+    run = start(panel_file, tmp_path)
+    output = stop_at(run, tmp_path, point, signal.SIGTERM)
+    if finished_first(run, tmp_path):
+        return
+    assert run.returncode == 128 + signal.SIGTERM and "Traceback" not in output, output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["books.json", "books.json.keys", "rel"], output
+    assert release_bytes(tmp_path / "rel") == before  # the old release intact
+    assert manifests(tmp_path) == [tmp_path / "rel" / "manifest.json"]
+    releases = live(read_ledger(tmp_path / "books.json"))
+    if point == "joining the panel" and releases[1]["status"] == "committed":
+        return  # stopped between its commit and its rename: charged, never published (the safe side)
+    assert [r["status"] for r in releases] == ["committed", "pending"]  # the stopped run counts until cleared
+    assert f"stopped: nothing was published; release {releases[1]['id']} stays pending" in " ".join(output.split())
+
+
+def test_sigterm_before_any_release_leaves_only_the_ledger(panel_file, tmp_path):
+    run = start(panel_file, tmp_path)
+    stop_at(run, tmp_path, "between quarters", signal.SIGTERM)
+    assert run.returncode == 128 + signal.SIGTERM
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["books.json", "books.json.keys"]
+
+
+@pytest.mark.parametrize("point", [pytest.param(point, marks=[] if point == "between quarters" else pytest.mark.slow)
+                                   for point in POINTS])
+def test_a_killed_panel_leaves_nothing_readable_and_the_next_run_removes_it(panel_file, first_release, tmp_path,
+                                                                            point):
+    before = copy_of(first_release, tmp_path)
+    run = start(panel_file, tmp_path)
+    stop_at(run, tmp_path, point, signal.SIGKILL)
+    if finished_first(run, tmp_path):
+        return
+    assert run.returncode == -signal.SIGKILL
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".rel.")]
+    assert left, "a killed run leaves its staging folders (nothing can remove them)"
+    assert manifests(tmp_path) == [tmp_path / "rel" / "manifest.json"]  # no quarter is a release
+    for folder in [*left, *(sub for p in left for sub in p.iterdir() if sub.is_dir())]:
+        with pytest.raises(InputError, match="not a gedp release"):
+            gedp.read_release(folder)
+    assert release_bytes(tmp_path / "rel") == before
+    # the documented recovery: clear the pending release, run again
+    [pending] = [r for r in live(read_ledger(tmp_path / "books.json")) if r["status"] == "pending"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cleared = subprocess.run([sys.executable, "-m", "gedp", "ledger", "clear", "--ledger",
+                              str(tmp_path / "books.json"), "--release", pending["id"]], env=env, timeout=WAIT)
+    assert cleared.returncode == 0
+    again = start(panel_file, tmp_path)
+    assert again.wait(timeout=600) == 0, again.communicate()[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["books.json", "books.json.keys", "rel"]
+    [manifest] = manifests(tmp_path)
+    charged = {r["id"] for r in live(read_ledger(tmp_path / "books.json")) if r["status"] == "committed"}
+    assert json.loads(manifest.read_text())["lifetime"]["release_id"] in charged
+
+
+def test_a_staging_folder_held_by_a_running_process_is_left_alone(tmp_path):
+    """Only folders no process holds are stale: one held (as a run in progress holds its own) stays."""
+    from gedp.release.writer import held_folder, remove_stale_staging
+
+    out = tmp_path / "rel"
+    held, hold = held_folder(out, "quarters")
+    try:
+        stale = tmp_path / ".rel.partial-0badc0de"
+        stale.mkdir()
+        (stale / "manifest.json").write_text("{}")
+        other = tmp_path / ".other.partial-0badc0de"  # another output's
+        other.mkdir()
+        assert remove_stale_staging(out) == [stale.name]
+        assert held.is_dir() and other.is_dir() and not stale.exists()
+    finally:
+        os.close(hold)
+    assert remove_stale_staging(out) == [held.name]
