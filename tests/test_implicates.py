@@ -148,7 +148,7 @@ def test_a_panel_release_is_drawn_one_quarter_at_a_time(tmp_path):
                                "2016Q1:2016Q2", "--out", str(panel)]).exit_code == 0
     release = tmp_path / "panel-release"
     assert runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "1",
-                               "--not-for-publication"]).exit_code == 0
+                               "--not-for-publication", "--allow-over-cap"]).exit_code == 0
     result = runner.invoke(app, ["implicates", str(release), "--n", "2", "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "give a quarter" in result.output
     write_implicates(release, 2, tmp_path / "q2", seed=1, quarter="2016Q2")
