@@ -17,13 +17,15 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
 
 Every prior is a nonparametric maximum likelihood estimate from the release's answers
 (``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_1, delta_2, delta_3) whose each
-step is an exact draw from a Gaussian-mixture posterior, then the wage given the months' draw.
+step is an exact draw from a Gaussian-mixture posterior given the months' answers, accepted or not
+by a Metropolis-Hastings step on the wage's density given the new average employment
+(``WageCoupling``), and the wage's z drawn given the months every sweep.
 Employment is drawn as whole numbers (the months rounded), wages as reals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -353,5 +355,3 @@ def fitted_weights(likelihood: np.ndarray, rng: np.random.Generator) -> np.ndarr
         likelihood = likelihood[rng.choice(len(likelihood), WAGE_FIT_PER_CELL, replace=False)]
     return np.maximum(em_weights(likelihood, np.ones(len(likelihood)), 300), 1e-300)
 
-
-ProgressCallback = Callable[[int, int], None]
