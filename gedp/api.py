@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,10 @@ from gedp.release.reader import read_manifest, read_stored, release_answers, rel
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.synth.intake import prepare_input
 
-__all__ = ["Release", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
+if TYPE_CHECKING:
+    from gedp.postprocess.combine import Combined
+
+__all__ = ["Release", "combine", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
            "tabulate_job_frame"]
 
 
@@ -238,6 +241,12 @@ class Release:
         of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
         BLS's ``oty_`` columns), or ``gains_losses`` ("2016Q1:2016Q2": gross job gains and losses by
         ``by``, raw and corrected, with margins when ``moe``), see ``gedp.panel.tabulate_panel``."""
+        from gedp.postprocess.derived import has_derived
+
+        if has_derived(by) and change is None and gains_losses is None:
+            from gedp.release.implicates import tabulate_derived
+
+            return tabulate_derived(self.folder, by, where=where, moe=moe, level=level, format=format, quarter=quarter)
         if quarter is not None or change is not None or gains_losses is not None or "quarters" in self.manifest:
             return tabulate_panel(self.folder, None if agglvl is not None else by, quarter=quarter, change=change,
                                   gains_losses=gains_losses, agglvl=agglvl, format=format, titles=titles, where=where,
@@ -274,6 +283,16 @@ class Release:
             notes = publication_notes(self.manifest, tables.titles, str(self.folder), level if moe else None)
             write_workbook(tables.levels, notes, out)
         return pd.concat(tables.levels.values(), ignore_index=True)
+
+    def implicates(self, m: int, seed: int | None = None, *, quarter: str | None = None) -> pd.DataFrame:
+        """``m`` complete microdata files drawn from the posterior of the confidential values given
+        this release's answers, stacked: an ``implicate`` column (1..m), then the release's columns
+        (``gedp.release.implicates``; no budget spent, nothing of the release changed). Draws come
+        from the secure generator unless ``seed`` is given; a panel release takes a ``quarter``.
+        Combine a statistic computed on each with ``gedp.combine``."""
+        from gedp.release.implicates import implicates_in_memory
+
+        return implicates_in_memory(self.folder, m, seed=seed, quarter=quarter)
 
     def write(self, out: str | Path) -> Path:
         """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release);
@@ -314,6 +333,22 @@ def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Se
                              answers=release_answers(folder, protected) if moe else None)
     except ValueError as err:
         raise InputError(str(err)) from None
+
+
+def combine(estimates: Any, variances: Any = None) -> Combined:
+    """Combine a statistic computed on each of M implicates (``Release.implicates``) by Rubin's (1987)
+    rules: ``estimates`` has one row per implicate (further axes: statistics combined separately),
+    ``variances`` their complete-data variances u, or None for a statistic of the establishments
+    themselves (a census: u = 0). Returns the mean, T = U_bar + (1 + 1/M) B, the degrees of freedom
+    and ``margin(level)`` / ``interval(level)`` (t intervals). Why Rubin's rules and not the
+    synthetic-data ones: see the Implicates method page.
+
+    Raises:
+        ValueError: fewer than 2 implicates, shapes that differ, non-finite values or negative variances.
+    """
+    from gedp.postprocess.combine import combine as rubin
+
+    return rubin(estimates, variances)
 
 
 def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: float | None = None,

@@ -675,7 +675,8 @@ SHOWN_ROWS = 25
 def tabulate_command(
     microdata: Annotated[Path, typer.Argument(help="A release directory or a microdata file.")],
     by: Annotated[Optional[str], typer.Option(help="Public columns, comma-separated ('total' for the total); "
-                                                   "county keys always carry the state.")] = None,
+                                                   "county keys always carry the state; size_class (BLS size "
+                                                   "codes 1-9) is estimated over implicates.")] = None,
     agglvl: Annotated[Optional[int], typer.Option(help="A QCEW aggregation level (50-58, 70-78; 50 "
                                                        "and 70 total over ownerships) instead of --by.")] = None,
     where: Annotated[Optional[str], typer.Option(help="Keep establishments matching this filter of columns, "
@@ -802,6 +803,31 @@ def _listening_socket(host: str, port: int):
         listening.close()
         raise InputError(f"cannot listen on {host} port {port} ({getattr(err, 'strerror', None) or err})") from None
     return listening
+
+
+@app.command(name="implicates")
+def implicates_command(
+    release: Annotated[Path, typer.Argument(help="A release directory.")],
+    out: Annotated[Path, typer.Option(help="The folder of implicates to write (one Parquet file per implicate; "
+                                           "pandas.read_parquet(OUT) reads them all).")],
+    n: Annotated[int, typer.Option("--n", help="Number of implicates M.")] = 10,
+    seed: Annotated[Optional[int], typer.Option(help="Seed the draws (reproducible; default: the secure "
+                                                     "generator).")] = None,
+    quarter: Annotated[Optional[str], typer.Option(help="A panel release: the quarter drawn, e.g. 2016Q1.")] = None,
+) -> None:
+    """Draw M complete microdata files from the posterior of the confidential values given a release.
+
+    Reads the release's files only, spends no privacy budget and changes nothing in the release;
+    combine a statistic computed on each implicate with gedp.combine (Rubin's rules).
+    """
+    from gedp.release.implicates import write_implicates
+
+    with reported_errors():
+        start = time.perf_counter()
+        with progress_counts("drawing implicates") as (update, say):
+            write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say)
+    console.print(f"[bold]{n} implicates[/] written to {out} in {time.perf_counter() - start:.0f} s "
+                  "(pandas.read_parquet reads them with an implicate column)")
 
 
 @app.command(name="report")

@@ -179,6 +179,8 @@ class Tabulation:
 def tabulate_request(request: TabulationRequest, *, frame: bool = False) -> Tabulation:
     """The answer to a tabulation request (checked here; nothing written: ``Tabulation.write``).
     Without ``frame``, a further CSV request of a release may be answered as columns without pandas."""
+    if request.by is not None and request.is_release and _has_derived_keys(request.by):
+        return _derived_tabulation(request)
     request = request.checked()
     release = request.is_release
     plain = all(option is None for option in (request.where, request.agglvl, request.quarter, request.change,
@@ -197,6 +199,31 @@ def tabulate_request(request: TabulationRequest, *, frame: bool = False) -> Tabu
     if request.quarter is not None or request.change is not None or (release and release_quarters(request.source)):
         return _panel_tabulation(request)
     return _tabulation(request, release)
+
+
+def _has_derived_keys(by: str) -> bool:
+    """Whether a tabulation's keys hold a derived column (size_class), tabulated over implicates."""
+    from gedp.postprocess.derived import has_derived
+
+    return has_derived(by)
+
+
+def _derived_tabulation(request: TabulationRequest) -> Tabulation:
+    """A release tabulated by a derived column (``gedp.release.implicates.tabulate_derived``), as csv or
+    parquet; ``--format qcew``: BLS's size-class layout, written as CSV."""
+    from gedp.postprocess.keys import by_columns
+    from gedp.release.implicates import tabulate_derived
+
+    layout = "qcew" if request.format == "qcew" else "table"
+    written = _table_format(None if layout == "qcew" else request.format, request.out, None)
+    if written == "xlsx" or request.agglvl is not None or request.titles is not None:
+        raise InputError("a size-class table goes with --by, --where, --moe and --format csv, parquet or qcew")
+    if not 0 < request.level < 1:
+        raise InputError(f"--level ({request.level}) must be between 0 and 1")
+    request = dataclasses.replace(request, format=written)
+    table = tabulate_derived(request.source, cast(str, request.by), where=request.where or None, moe=request.moe,
+                             level=request.level, format=layout, quarter=request.quarter)
+    return Tabulation(request, by_columns(cast(str, request.by)), table)
 
 
 def _table_format(table_format: str | None, out: Path | None, agglvl: int | None) -> str:

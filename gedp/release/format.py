@@ -29,6 +29,10 @@ MANIFEST_KEYS = frozenset({"gedp_version", "mu_total", "files"})
 #: (e.g. "2016Q1"); a release of one quarter has none.
 QUARTER_KEY = "quarter"
 
+#: The summary of a folder of implicates (``gedp implicates``): its leading "_" keeps it out of
+#: ``pandas.read_parquet(FOLDER)``; it lists the implicates' files (``implicate-NN.parquet``).
+IMPLICATES_SUMMARY = "_implicates.json"
+
 #: A report's files (``gedp evaluate``, ``gedp suppress``); summary.json marks a report's folder.
 SUMMARY_FILE = "summary.json"
 REPORT_FILES = frozenset({SUMMARY_FILE, "report.md"})

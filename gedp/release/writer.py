@@ -14,6 +14,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import threading
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 from gedp.errors import InputError
 from gedp.release.format import (
     CONFIDENTIAL_PREFIX,
+    IMPLICATES_SUMMARY,
     JOBS_FILE,
     MANIFEST_FILE,
     MANIFEST_KEYS,
@@ -87,6 +89,12 @@ def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
         return None
     if marker == MANIFEST_FILE:
         return RELEASE_FILES if MANIFEST_KEYS <= content.keys() else None
+    if marker == IMPLICATES_SUMMARY:
+        files = content.get("files")
+        if not (isinstance(files, list) and all(isinstance(f, str) and re.fullmatch(r"implicate-\d+\.parquet", f)
+                                                for f in files)):
+            return None
+        return frozenset({IMPLICATES_SUMMARY, *files})
     figures = content.get("figures")
     if not (isinstance(figures, list) and all(isinstance(f, str) and f.endswith(".png") for f in figures)):
         return None

@@ -1,0 +1,77 @@
+"""Implicates against the truth on synthetic states (run on demand; results in docs/method/implicates.md).
+
+    python benchmarks/implicates_utility.py --qcew FILE --structure NAME[,NAME] --releases 5 --out rows.csv
+
+For each release of the ``recommended`` plan (seeds 1..releases) of a state synthesized from the
+published QCEW file (seed 1) with the named structures (``synth.structures``; "none": the synthesizer's
+own rules): every statistic of ``evaluation.microdata_stats`` on the truth, on the point release and
+on each of M implicates, combined with Rubin's rules (u = 0: the truth is the census value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import gedp
+from gedp.evaluation.microdata_stats import microdata_statistics
+from gedp.release.implicates import implicates_in_memory
+from gedp.synth.structures import apply_structures
+
+KEYS = ["statistic", "sector", "size_class"]
+
+
+def truth_frame(qcew: Path, structures: list[str]) -> pd.DataFrame:
+    frame = gedp.synthesize(from_qcew=qcew, seed=1)
+    return apply_structures(frame, structures, np.random.default_rng(2)) if structures else frame
+
+
+def one_release(truth: pd.DataFrame, folder: Path, seed: int, m: int) -> pd.DataFrame:
+    release = gedp.protect(truth, "recommended", seed=seed, not_for_publication=True)
+    release.write(folder)
+    start = time.perf_counter()
+    implicates = implicates_in_memory(folder, m, seed=seed + 1000)
+    seconds = time.perf_counter() - start
+    rows = microdata_statistics(truth).rename(columns={"value": "truth"}).drop(columns="variance")
+    point = microdata_statistics(release.microdata).rename(columns={"value": "release"}).drop(columns="variance")
+    each = [microdata_statistics(g).set_index(KEYS)["value"] for _, g in implicates.groupby("implicate")]
+    stack = pd.concat(each, axis=1).reindex(rows.set_index(KEYS).index)
+    values = stack.to_numpy().T
+    ok = np.isfinite(values).all(axis=0)
+    combined = gedp.combine(np.where(np.isfinite(values), values, 0.0))
+    lo, hi = combined.interval(0.95)
+    out = rows.merge(point, on=KEYS, how="left")
+    out["implicates"] = np.where(ok, combined.estimate, np.nan)
+    out["lo"], out["hi"] = np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+    out["seconds"] = seconds
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--qcew", type=Path, required=True)
+    parser.add_argument("--structure", default="none")
+    parser.add_argument("--releases", type=int, default=5)
+    parser.add_argument("--first", type=int, default=1, help="the first release's seed")
+    parser.add_argument("--m", type=int, default=10)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    structures = [] if args.structure == "none" else args.structure.split(",")
+    truth = truth_frame(args.qcew, structures)
+    parts = []
+    for seed in range(args.first, args.first + args.releases):
+        with tempfile.TemporaryDirectory() as tmp:
+            part = one_release(truth, Path(tmp) / "release", seed, args.m)
+        part.insert(0, "release_seed", seed)
+        parts.append(part)
+        pd.concat(parts).to_csv(args.out, index=False)
+        print(f"release {seed}: implicates in {part['seconds'].iloc[0]:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

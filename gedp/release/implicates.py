@@ -1,0 +1,227 @@
+"""Implicates of a release: M complete microdata files drawn from the posterior of the confidential
+values given the release's answers (``postprocess.implicates``), written implicate by implicate.
+
+They read the release's files only (its manifest, protected public columns and identity answers),
+spend no budget (postprocessing) and change none of the release's bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gedp.errors import InputError
+from gedp.release.format import IMPLICATES_SUMMARY, MEASUREMENTS_FILE, QUARTER_KEY
+from gedp.synth.schema import CONFIDENTIAL
+
+IMPLICATE_KEY = "implicate"
+#: Establishments drawn at a time (memory: a few arrays of this many rows x ~150 prior components).
+BLOCK_ROWS = 32_768
+#: Most implicates of one request.
+MAX_IMPLICATES = 1000
+
+
+@dataclass
+class ReleaseDraws:
+    """What drawing a release's implicates needs, read from its files."""
+
+    public: pd.DataFrame  # the protected microdata's columns but the attributes, release order
+    models: list  # per state: (row positions, PosteriorModel)
+
+
+def implicate_file(k: int, m: int) -> str:
+    """The file name of implicate ``k`` of ``m`` (names sort in implicate order)."""
+    return f"implicate-{k:0{max(2, len(str(m)))}d}.parquet"
+
+
+def check_count(m: object) -> int:
+    """The number of implicates, refused unless a whole number in 1..MAX_IMPLICATES."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or not 1 <= m <= MAX_IMPLICATES:
+        raise InputError(f"number of implicates ({m!r}) must be a whole number from 1 to {MAX_IMPLICATES}")
+    return int(m)
+
+
+def identity_answers(release: Path, quarter: str | None, ids: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Released psi-scale identity answers and their sds (rows in ``ids``' order x attributes)."""
+    filters = [("query", "==", "identity")]
+    if quarter is not None:
+        filters.append((QUARTER_KEY, "==", quarter))
+    from gedp.release.reader import release_parts
+
+    frame = pd.read_parquet(release_parts(release, MEASUREMENTS_FILE), filters=filters,
+                            columns=["attribute", "estab_id", "released", "sd", "mechanism"])
+    values = np.full((len(ids), len(CONFIDENTIAL)), np.nan)
+    sds = np.full((len(ids), len(CONFIDENTIAL)), np.nan)
+    position = pd.Index(ids)
+    for k, attribute in enumerate(CONFIDENTIAL):
+        rows = frame[frame["attribute"] == attribute]
+        if len(rows) and (rows["mechanism"] != "psi").any():
+            raise InputError(f"release '{release}': the identity answers of {attribute} are not the psi-mechanism's")
+        where = position.get_indexer(rows["estab_id"])
+        found = where >= 0
+        values[where[found], k] = rows["released"].to_numpy(dtype=float)[found]
+        sds[where[found], k] = rows["sd"].to_numpy(dtype=float)[found]
+    missing = ~np.isfinite(values) | ~(np.isfinite(sds) & (sds > 0))
+    if missing.any():
+        k = int(np.argmax(missing.any(axis=0)))
+        raise InputError(f"release '{release}' has no identity answer of {CONFIDENTIAL[k]} for "
+                         f"{int(missing[:, k].sum()):,} establishments: implicates need a plan with the identity "
+                         "query for every attribute")
+    return values, sds
+
+
+def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None = None,
+            note: Callable[[str], None] | None = None) -> ReleaseDraws:
+    """Read a release (one ``quarter`` of a panel release) and fit each state's priors."""
+    from gedp.measure.neighbors import make_psi
+    from gedp.postprocess.implicates import PosteriorModel, StateAnswers
+    from gedp.release.reader import quarter_manifest, read_quarter
+
+    release = Path(release)
+    manifest = quarter_manifest(release, quarter)
+    psi = make_psi(**manifest["psi"])
+    protected = read_quarter(release, quarter)
+    public = protected.drop(columns=[c for c in CONFIDENTIAL if c in protected.columns])
+    values, sds = identity_answers(release, quarter, public["estab_id"])
+    models = []
+    for state, rows in public.groupby("state", sort=False).indices.items():
+        if note is not None:
+            note(f"fitting priors of state {state} ({len(rows):,} establishments)")
+        answers = StateAnswers(months=values[rows, :3], month_sd=sds[rows, :3].mean(axis=0), wage=values[rows, 3],
+                               wage_sd=float(sds[rows, 3].mean()),
+                               supersector=pd.factorize(public["supersector"].to_numpy()[rows])[0])
+        models.append((rows, PosteriorModel(answers, psi, rng)))
+    return ReleaseDraws(public, models)
+
+
+def draw_blocks(draws: ReleaseDraws, m: int, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
+    """For each block of establishments (positions into the release's rows, in order): its ``m``
+    draws of the attributes (rows x m1emp, m2emp, m3emp, wage)."""
+    from gedp.postprocess.implicates import BURN_IN
+
+    for rows, model in draws.models:
+        for start in range(0, len(rows), BLOCK_ROWS):
+            local = np.arange(start, min(start + BLOCK_ROWS, len(rows)))
+            drawn = []
+            for months in model.months_chain(local, rng, BURN_IN, m):
+                drawn.append(np.column_stack([months, model.wages(local, months, rng)]))
+            yield rows[local], drawn
+
+
+def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int | None = None,
+                     quarter: str | None = None, progress: Callable[[int, int], None] | None = None,
+                     note: Callable[[str], None] | None = None) -> Path:
+    """Draw ``m`` implicates of a release into the folder ``out`` (one Parquet file per implicate,
+    ``pandas.read_parquet(out)`` reads them all with an ``implicate`` column), atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gedp.measure.rng import make_rng
+    from gedp.release.writer import staged_directory
+
+    m = check_count(m)
+    rng, rng_description = make_rng(seed, "pcg64" if seed is not None else "secure")
+    with staged_directory(out, IMPLICATES_SUMMARY) as staging:
+        draws = prepare(release, rng, quarter, note)
+        total, done = len(draws.public), 0
+        writers: list = [None] * m
+        try:
+            for positions, drawn in draw_blocks(draws, m, rng):
+                for k, values in enumerate(drawn):
+                    table = pa.Table.from_pandas(implicate_frame(draws.public.iloc[positions], values, k + 1),
+                                                 preserve_index=False)
+                    if writers[k] is None:
+                        writers[k] = pq.ParquetWriter(staging / implicate_file(k + 1, m), table.schema)
+                    writers[k].write_table(table)
+                done += len(positions)
+                if progress is not None:
+                    progress(done, total)
+        finally:
+            for writer in writers:
+                if writer is not None:
+                    writer.close()
+        summary = {"gedp_implicates": 1, "implicates": m, "release": Path(release).name, "quarter": quarter,
+                   "establishments": total, "rng": rng_description,
+                   "files": [implicate_file(k + 1, m) for k in range(m)],
+                   "priors": [model.summary() for _, model in draws.models]}
+        (staging / IMPLICATES_SUMMARY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return Path(out)
+
+
+def implicate_frame(public: pd.DataFrame, values: np.ndarray, k: int) -> pd.DataFrame:
+    """One block of implicate ``k``: its number, the release's public columns, the drawn attributes."""
+    frame = public.reset_index(drop=True).copy()
+    frame.insert(0, IMPLICATE_KEY, np.int32(k))
+    for j, attribute in enumerate(CONFIDENTIAL):
+        frame[attribute] = values[:, j]
+    return frame
+
+
+def implicates_in_memory(release: str | Path, m: int, *, seed: int | None = None, quarter: str | None = None,
+                         rng: np.random.Generator | None = None) -> pd.DataFrame:
+    """``m`` implicates of a release as one frame (``implicate`` 1..m, then the release's columns)."""
+    from gedp.measure.rng import make_rng
+
+    m = check_count(m)
+    if rng is None:
+        rng = make_rng(seed, "pcg64" if seed is not None else "secure")[0]
+    draws = prepare(release, rng, quarter)
+    values = np.empty((m, len(draws.public), len(CONFIDENTIAL)))
+    for positions, drawn in draw_blocks(draws, m, rng):
+        for k, block in enumerate(drawn):
+            values[k, positions] = block
+    return pd.concat([implicate_frame(draws.public, values[k], k + 1) for k in range(m)], ignore_index=True)
+
+
+#: Implicates a tabulation by a derived column draws (Rubin's margins with M - 1 = 19 degrees of freedom).
+TABULATION_IMPLICATES = 20
+
+
+def tabulation_seed(release: Path) -> int:
+    """A seed fixed by the release's manifest and answers: the same request of the same release gives
+    the same table (the draws are postprocessing of public values: their seed need not be secret)."""
+    import hashlib
+
+    from gedp.release.format import MANIFEST_FILE
+    from gedp.release.reader import release_parts
+
+    digest = hashlib.sha256()
+    for part in [release / MANIFEST_FILE, *map(Path, release_parts(release, MEASUREMENTS_FILE))]:
+        with part.open("rb") as file:
+            digest.update(hashlib.file_digest(file, "sha256").digest())
+    return int.from_bytes(digest.digest()[:8], "little")
+
+
+def tabulate_derived(release: str | Path, by, *, where: str | None = None, moe: bool = False, level: float = 0.95,
+                     format: str = "table", quarter: str | None = None) -> pd.DataFrame:
+    """A release tabulated by public columns and derived ones (``size_class``), combined over
+    TABULATION_IMPLICATES implicates (``postprocess.derived``); ``format`` "qcew" gives BLS's
+    size-class layout (keys among state, sector and size_class)."""
+    from gedp.postprocess.derived import SIZE_CLASS, size_class_publication, tabulate_implicates
+    from gedp.postprocess.keys import by_columns
+    release = Path(release)
+    keys = by_columns(by)
+    if format not in ("table", "qcew"):
+        raise InputError(f"format {format!r}: a tabulation by {SIZE_CLASS} is a table or the qcew size-class layout")
+    if format == "qcew":
+        extra = [key for key in keys if key not in ("state", "sector", SIZE_CLASS)]
+        if extra or SIZE_CLASS not in keys:
+            raise InputError(f"the qcew size-class layout groups by state, sector and {SIZE_CLASS}; "
+                             f"got {', '.join(keys)}")
+        keys = list(dict.fromkeys(["state", *keys]))
+    frame = implicates_in_memory(release, TABULATION_IMPLICATES, seed=tabulation_seed(release), quarter=quarter)
+    try:
+        table = tabulate_implicates(frame, keys, where=where, moe=moe or format == "qcew", level=level)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    if format == "qcew":
+        year, qtr = (int(frame[c].iloc[0]) if c in frame else 0 for c in ("year", "qtr"))
+        table = size_class_publication(table, year, qtr)
+        if not moe:
+            table = table[[c for c in table.columns if not c.endswith("_moe")]]
+    return table

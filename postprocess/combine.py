@@ -1,0 +1,75 @@
+"""Combining a statistic over implicates: Rubin's (1987) rules for multiple imputation.
+
+gedp's implicates are draws of the confidential values from their posterior given the release (the
+release is the observed data, the confidential values the missing data), which is Rubin's setting
+of multiple imputation, not the fully synthetic one of Raghunathan, Reiter and Rubin (2003) (there,
+new populations are drawn from a model fitted to the confidential data, and T = (1 + 1/M) B - U_bar).
+For M implicates with estimates q_m and complete-data variances u_m:
+
+    q_bar = mean q_m,  B = sample variance of q_m,  U_bar = mean u_m,  T = U_bar + (1 + 1/M) B,
+    nu = (M - 1) (1 + U_bar / ((1 + 1/M) B))^2,  interval q_bar -+ t_nu(1 - alpha/2) sqrt(T).
+
+A statistic of the establishments themselves (a total, a rate, a decile of the QCEW, a census) has
+u_m = 0: T = (1 + 1/M) B with M - 1 degrees of freedom. A model parameter of a superpopulation (a
+regression coefficient read as a behavioural parameter) takes each implicate's usual variance as u_m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Combined:
+    """A statistic combined over implicates (arrays of the statistics' shape)."""
+
+    estimate: np.ndarray
+    variance: np.ndarray  # T
+    between: np.ndarray  # B
+    within: np.ndarray  # U_bar
+    df: np.ndarray  # nu
+    m: int
+
+    def margin(self, level: float = 0.95) -> np.ndarray:
+        """Half-width of the interval at ``level``: t_nu((1 + level) / 2) sqrt(T)."""
+        if not 0 < level < 1:
+            raise ValueError(f"level ({level}) must be between 0 and 1")
+        from scipy import stats  # scipy.stats takes a while to import: loaded when a margin is asked for
+
+        return stats.t.ppf((1 + level) / 2, self.df) * np.sqrt(self.variance)
+
+    def interval(self, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """The interval estimate -+ margin at ``level``."""
+        half = self.margin(level)
+        return self.estimate - half, self.estimate + half
+
+
+def combine(estimates, variances=None) -> Combined:
+    """Rubin's rules over the first axis of ``estimates`` (one row per implicate; any further axes
+    are statistics combined separately); ``variances`` the complete-data variances of the same
+    shape, or None for statistics of the establishments themselves (u = 0).
+
+    Raises:
+        ValueError: fewer than 2 implicates, shapes that differ, non-finite values or negative variances.
+    """
+    q = np.asarray(estimates, dtype=float)
+    if q.ndim == 0 or q.shape[0] < 2:
+        raise ValueError(f"combining needs estimates of at least 2 implicates along the first axis, got shape "
+                         f"{q.shape}")
+    u = np.zeros_like(q) if variances is None else np.asarray(variances, dtype=float)
+    if u.shape != q.shape:
+        raise ValueError(f"variances' shape {u.shape} must be the estimates' {q.shape}")
+    if not (np.isfinite(q).all() and np.isfinite(u).all()):
+        raise ValueError("estimates and variances must be finite")
+    if (u < 0).any():
+        raise ValueError("variances must be >= 0")
+    m = q.shape[0]
+    between = q.var(axis=0, ddof=1)
+    within = u.mean(axis=0)
+    inflated = (1 + 1 / m) * between
+    total = within + inflated
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(inflated > 0, (m - 1) * (1 + within / inflated) ** 2, np.inf)
+    return Combined(q.mean(axis=0), total, between, within, df, m)

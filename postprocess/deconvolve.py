@@ -1,0 +1,168 @@
+"""Deconvolution priors and exact draws from their posteriors.
+
+A release measures each establishment's value x through a Gaussian in the neighbour function's scale,
+omega = psi(x) + N(0, sd^2), with sd public. The distribution of theta = psi(x) over establishments
+is estimated from the omegas alone by a nonparametric maximum likelihood estimate (Kiefer and
+Wolfowitz 1956) of a Gaussian mixture on a fixed grid: the marginal density of an answer is
+sum_k w_k N(omega; t_k, h_k^2 + sd^2), with atoms (h_k = 0) where a point mass is real (no change,
+zero employment) and a small bandwidth h_k elsewhere (a smooth density between the grid's points).
+The weights w are fitted by EM (a convex problem: the EM iterates increase the likelihood to its
+maximum; Jiang and Zhang 2009, Koenker and Mizera 2014), on answers binned to a width far below sd.
+
+With a Gaussian-mixture prior and a Gaussian likelihood the posterior is again a Gaussian mixture,
+so draws are exact (no grid, no MCMC): pick a component with its posterior weight, then draw from its
+Gaussian truncated below at the value's lower bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import log_ndtr, ndtr, ndtri
+
+#: EM iterations of a fit (each costs one bins x grid product; the log-likelihood gain of the last
+#: hundred is below 1e-4 per answer on the tests' mixtures).
+EM_ITERATIONS = 400
+#: Bins per answer sd when answers are binned for a fit.
+BINS_PER_SD = 10
+#: Likelihood sds around an answer within which a draw's components are looked at.
+WINDOW_SDS = 7.0
+#: A mixture's components whose weight is below this are dropped after a fit.
+NEGLIGIBLE_WEIGHT = 1e-7
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """A prior: a Gaussian mixture (``sds`` 0 for atoms) with its weights (summing to 1)."""
+
+    means: np.ndarray
+    sds: np.ndarray
+    weights: np.ndarray
+
+    def mass_at(self, value: float) -> float:
+        """The weight of the atom at ``value`` (0 without one)."""
+        return float(self.weights[(self.sds == 0) & (self.means == value)].sum())
+
+    def pruned(self) -> Mixture:
+        """The mixture without its negligible components."""
+        kept = self.weights > NEGLIGIBLE_WEIGHT
+        return Mixture(self.means[kept], self.sds[kept], self.weights[kept] / self.weights[kept].sum())
+
+
+def fit_mixture(observed: np.ndarray, sd: float, means: np.ndarray, sds: np.ndarray,
+                iterations: int = EM_ITERATIONS) -> Mixture:
+    """The NPMLE of a Gaussian-mixture prior on fixed components from answers ``observed`` =
+    theta + N(0, sd^2): the weights maximizing sum_i log sum_k w_k N(observed_i; means_k, sds_k^2 + sd^2).
+
+    Raises:
+        ValueError: no finite answer, or sd not positive.
+    """
+    observed = np.asarray(observed, dtype=float)
+    observed = observed[np.isfinite(observed)]
+    if observed.size == 0:
+        raise ValueError("a prior needs at least one finite answer")
+    if not sd > 0:
+        raise ValueError(f"answer sd ({sd}) must be > 0")
+    centers, counts = binned(observed, sd / BINS_PER_SD)
+    spread = np.sqrt(np.asarray(sds, dtype=float) ** 2 + sd * sd)
+    likelihood = np.exp(-0.5 * ((centers[:, None] - means[None, :]) / spread) ** 2) / spread
+    weights = em_weights(likelihood, counts, iterations)
+    return Mixture(np.asarray(means, dtype=float), np.asarray(sds, dtype=float), weights).pruned()
+
+
+def binned(values: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
+    """Occupied bins of ``width`` (their centers, the mean of their values) and their counts."""
+    index = np.floor((values - values.min()) / width).astype(np.int64)
+    occupied, inverse, counts = np.unique(index, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=values, minlength=occupied.size)
+    return sums / counts, counts.astype(float)
+
+
+def em_weights(likelihood: np.ndarray, counts: np.ndarray, iterations: int) -> np.ndarray:
+    """EM for mixture weights with fixed components: ``likelihood`` (answers x components), each
+    answer (row) counted ``counts`` times; rows of zero likelihood everywhere are left out."""
+    keep = likelihood.max(axis=1) > 0
+    likelihood, counts = likelihood[keep], counts[keep]
+    likelihood = likelihood / likelihood.max(axis=1, keepdims=True)  # each row's scale does not matter
+    weights = np.full(likelihood.shape[1], 1.0 / likelihood.shape[1])
+    share = counts / counts.sum()
+    for _ in range(iterations):
+        weights = weights * (likelihood.T @ (share / (likelihood @ weights)))
+    return weights / weights.sum()
+
+
+def draw_posterior(center: np.ndarray, sd: np.ndarray, prior: Mixture, lower: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:
+    """Exact draws of theta from prior(theta) N(center; theta, sd^2) restricted to theta >= lower,
+    one per row (``center``, ``sd``, ``lower`` of one length; sd > 0).
+
+    A row whose every component lies below its lower bound (possible only far in a tail) draws from
+    its likelihood alone, truncated at the bound."""
+    center, sd, lower = (np.asarray(a, dtype=float)[:, None] for a in (center, sd, lower))
+    means, sds, weights = nearby_components(prior, center[:, 0], float(sd.max()) if sd.size else 0.0)
+    prior_var = sds**2
+    total = prior_var + sd * sd
+    post_sd = np.sqrt(prior_var * sd * sd / total)
+    post_mean = (means * sd * sd + center * prior_var) / total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_weight = np.log(weights) - 0.5 * np.log(total) - 0.5 * (center - means) ** 2 / total
+        above = (post_mean - lower) / post_sd  # atoms: +inf above the bound, -inf below, nan on it
+    log_weight = log_weight + truncation_log_mass(np.where(np.isnan(above), np.inf, above))
+    best = log_weight.max(axis=1, keepdims=True)
+    feasible = np.isfinite(best[:, 0])
+    cdf = np.cumsum(np.exp(log_weight - np.where(np.isfinite(best), best, 0.0)), axis=1)
+    pick = (cdf < rng.random(len(cdf))[:, None] * cdf[:, -1:]).sum(axis=1)
+    pick = np.minimum(pick, cdf.shape[1] - 1)
+    rows = np.arange(len(cdf))
+    mean, spread = post_mean[rows, pick], post_sd[rows, pick]
+    mean = np.where(feasible, mean, center[:, 0])
+    spread = np.where(feasible, spread, sd[:, 0])
+    return truncated_normal(mean, spread, lower[:, 0], rng)
+
+
+def truncation_log_mass(z: np.ndarray) -> np.ndarray:
+    """log P(Z >= -z) = log Phi(z), computed only where it differs from 0 in double precision
+    (z < 9: Phi(9) = 1 - 1e-19)."""
+    out = np.zeros_like(z)
+    low = z < 9.0
+    out[low] = log_ndtr(z[low])
+    return out
+
+
+def nearby_components(prior: Mixture, center: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's components (rows x W: means, sds, weights) within WINDOW_SDS sds of its center, W
+    the most any row has (a further component's likelihood is below exp(-WINDOW_SDS^2 / 2) = 2e-11 of
+    a component at the center's); rows padded with weight-0 copies."""
+    order = np.argsort(prior.means, kind="stable")
+    means, sds, weights = prior.means[order], prior.sds[order], prior.weights[order]
+    reach = WINDOW_SDS * np.sqrt(sd * sd + float(sds.max()) ** 2)
+    start = np.searchsorted(means, center - reach)
+    width = int((np.searchsorted(means, center + reach, side="right") - start).max(initial=1))
+    if width >= len(means) or len(center) == 0:
+        return means[None, :], sds[None, :], weights[None, :]
+    index = np.minimum(start[:, None] + np.arange(max(width, 1))[None, :], len(means) - 1)
+    padded = start[:, None] + np.arange(max(width, 1))[None, :] >= len(means)
+    return means[index], sds[index], np.where(padded, 0.0, weights[index])
+
+
+def truncated_normal(mean: np.ndarray, sd: np.ndarray, lower: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Draws of N(mean, sd^2) restricted to >= lower (sd 0: the mean, which is then >= lower)."""
+    u = rng.random(len(mean))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        start = np.where(sd > 0, (lower - mean) / sd, -np.inf)
+        # Z >= start as -ndtri(u * P(Z >= start)): exact far into the upper tail.
+        z = -ndtri(np.maximum(u * ndtr(-start), np.finfo(float).tiny))
+    return np.where(sd > 0, np.maximum(mean + sd * z, lower), mean)
+
+
+def draw_on_grid(log_likelihood: np.ndarray, points: np.ndarray, log_prior: np.ndarray, spacing: np.ndarray,
+                 rng: np.random.Generator) -> np.ndarray:
+    """Draws from a prior on grid cells (``points`` with half-widths ``spacing`` / 2; ``spacing`` 0 for an
+    atom) times a likelihood evaluated at the points (rows x points): a cell by its posterior weight,
+    then uniformly within it. ``log_prior``: one for every row (points), or one per row (rows x points)."""
+    log_weight = log_likelihood + np.atleast_2d(log_prior)
+    best = log_weight.max(axis=1, keepdims=True)
+    cdf = np.cumsum(np.exp(log_weight - best), axis=1)
+    pick = np.minimum((cdf < rng.random(len(cdf))[:, None] * cdf[:, -1:]).sum(axis=1), len(points) - 1)
+    return points[pick] + spacing[pick] * (rng.random(len(pick)) - 0.5)

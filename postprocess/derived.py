@@ -1,0 +1,84 @@
+"""Tabulations of a release by attributes derived from the confidential values (BLS size classes), estimated over
+implicates and combined with Rubin's rules (``postprocess.combine``): a size class is a function of
+month-3 employment, which the release only knows with noise, so its tables come from the posterior.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from gedp.postprocess.combine import combine
+from gedp.postprocess.keys import by_columns
+from gedp.postprocess.publication import WEEKS_PER_QUARTER
+from gedp.postprocess.sizeclass import SIZE_TITLES, size_class
+from gedp.synth.schema import CONFIDENTIAL
+
+SIZE_CLASS = "size_class"
+#: Derived columns a release can be tabulated by (from implicates).
+DERIVED = (SIZE_CLASS,)
+ESTABS = "estabs"
+
+
+def has_derived(by: str | Sequence[str]) -> bool:
+    """Whether a tabulation's keys hold a derived column."""
+    return any(column in DERIVED for column in by_columns(by))
+
+
+def tabulate_implicates(implicates: pd.DataFrame, by: str | Sequence[str], *, where: str | None = None,
+                        moe: bool = True, level: float = 0.95) -> pd.DataFrame:
+    """Establishments and attribute totals by ``by`` (public columns and ``size_class``) of each
+    implicate (``implicate`` column), combined: the mean over implicates, and with ``moe`` the
+    margin ``<column>_moe`` of Rubin's interval at ``level`` (u = 0: statistics of the establishments).
+
+    Raises:
+        ValueError: a key that is neither a column nor derived, a bad filter, or fewer than 2 implicates.
+    """
+    from gedp.postprocess.tabulate import group_keys, select
+
+    frame = implicates.assign(**{SIZE_CLASS: size_class(implicates["m3emp"])})
+    keys = group_keys(frame, by)
+    frame = frame[select(frame, where)]
+    count = implicates["implicate"].nunique()
+    columns = [ESTABS, *CONFIDENTIAL]
+    sums = frame.assign(**{ESTABS: 1.0}).groupby(["implicate", *keys], observed=True, sort=True)[columns].sum()
+    cells = sums.index.droplevel(0).unique().sort_values() if keys else None
+    stack = np.stack([sums.xs(k, level="implicate").reindex(cells, fill_value=0.0).to_numpy() if keys
+                      else sums.loc[[k]].to_numpy() for k in sorted(implicates["implicate"].unique())])
+    if stack.shape[0] != count:
+        raise ValueError("every implicate must have rows")
+    combined = combine(stack)
+    table = (pd.DataFrame(combined.estimate, columns=columns, index=cells).reset_index() if keys
+             else pd.DataFrame(combined.estimate, columns=columns))
+    if moe:
+        for j, column in enumerate(columns):
+            table[f"{column}_moe"] = combined.margin(level)[:, j]
+    return table
+
+
+def size_class_publication(table: pd.DataFrame, year: int, qtr: int) -> pd.DataFrame:
+    """A combined size-class table (``tabulate_implicates`` by state, size_class and optionally
+    sector) in BLS's layout: area_fips, own_code, industry_code, size_code, size_title, year, qtr,
+    qtrly_estabs, month1..3_emplvl, total_qtrly_wages, avg_wkly_wage (and margins), private
+    ownership, whole numbers."""
+    out = pd.DataFrame({
+        "area_fips": table["state"].astype(str) + "000",
+        "own_code": "5",
+        "industry_code": table["sector"].astype(str) if "sector" in table else "10",
+        "size_code": table[SIZE_CLASS].astype(int),
+        "size_title": table[SIZE_CLASS].map(SIZE_TITLES),
+        "year": year, "qtr": qtr,
+    })
+    names = {ESTABS: "qtrly_estabs", "m1emp": "month1_emplvl", "m2emp": "month2_emplvl", "m3emp": "month3_emplvl",
+             "wage": "total_qtrly_wages"}
+    for source, name in names.items():
+        out[name] = np.floor(table[source].to_numpy() + 0.5)
+        if f"{source}_moe" in table:
+            out[f"{name}_moe"] = np.ceil(table[f"{source}_moe"].to_numpy())
+    employment = table[["m1emp", "m2emp", "m3emp"]].mean(axis=1).to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weekly = table["wage"].to_numpy() / employment / WEEKS_PER_QUARTER
+        out["avg_wkly_wage"] = np.where(employment > 0, np.floor(weekly + 0.5), 0.0)
+    return out

@@ -1,0 +1,357 @@
+"""Implicates: draws of establishments' values from their posterior given a release's answers.
+
+The model (``docs/method/implicates.md``), per state, in the neighbour function's scale theta = psi(x):
+
+* each month's identity answer is omega_k = theta_k + N(0, sd_k^2) and the wage's omega_w =
+  psi(w) + N(0, sd_w^2), independently (the psi-mechanism; the sds are public);
+* month 1's level theta_1 has a prior g (a Gaussian mixture with an atom at psi(0): zero employment);
+* the changes from month 1, delta_2 = theta_2 - theta_1 and delta_3 = theta_3 - theta_1, have priors
+  h_2, h_3 with an atom at 0 (no change) and no mass in (0, the smallest change of one employee)
+  (headcounts are whole numbers), one per size band of the answers' mean (a public function of the
+  release), independent given theta_1 (each change from month 1 is deconvolved from its own
+  differences omega_k - omega_1, so the share without change over the quarter is the data's, not
+  the product of two monthly shares);
+* a wage per employee z = log(w / E), E the quarter's average employment, has a prior on a grid per
+  supersector and band of E, with an atom at w = 0; an establishment with E = 0 has a prior on
+  psi(w) itself.
+
+Every prior is a nonparametric maximum likelihood estimate from the release's answers
+(``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_1, delta_2, delta_3) whose each
+step is an exact draw from a Gaussian-mixture posterior given the months' answers, accepted or not
+by a Metropolis-Hastings step on the wage's density given the new average employment
+(``WageCoupling``), and the wage's z drawn given the months every sweep.
+Employment is drawn as whole numbers (the months rounded), wages as reals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess.deconvolve import Mixture, draw_on_grid, draw_posterior, em_weights, fit_mixture, truncated_normal
+
+MONTHS = ("m1emp", "m2emp", "m3emp")
+#: Size bands (employment; the answers' mean for the changes' priors, a draw's average for wages).
+SIZE_EDGES = np.array([2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 1000.0])
+#: Fewest establishments of a band (or wage cell) with a prior of its own; smaller ones share the
+#: band below's (the supersector's band's: the band's over every supersector).
+MIN_BAND = 400
+MIN_WAGE_CELL = 300
+#: Gibbs sweeps before the first implicate and between two implicates.
+BURN_IN = 8
+THIN = 2
+#: A level prior's components: every sd / 3 up to LEVEL_CUT sds above psi(0); rows whose answers'
+#: mean is above it draw from their likelihood alone (a prior that flat there changes nothing).
+LEVEL_STEPS = 3.0
+LEVEL_CUT = 40.0
+#: Wage per employee grid: log of quarterly wages per employee from $100 to $2,000,000, every 0.07.
+WAGE_Z = np.arange(np.log(100.0), np.log(2e6), 0.07)
+#: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
+WAGE_FLAT_STEPS = 2.0
+#: Establishments per state of the pass that fits the wage priors.
+WAGE_FIT_ROWS = 20_000
+WAGE_FIT_PER_CELL = 3000
+
+
+@dataclass
+class StateAnswers:
+    """One state's identity answers in psi scale, in release order."""
+
+    months: np.ndarray  # (n, 3) omega of m1emp, m2emp, m3emp
+    month_sd: np.ndarray  # (3,)
+    wage: np.ndarray  # (n,)
+    wage_sd: float
+    supersector: np.ndarray  # (n,) integer codes
+
+
+@dataclass
+class Priors:
+    """A state's fitted priors."""
+
+    level: Mixture
+    level_cut: float
+    bands: np.ndarray  # edges in psi scale of the changes' bands
+    changes: list[tuple[Mixture, Mixture]]  # per band: h_2, h_3
+    wage_cells: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (supersector, band) -> weights
+    wage_bands: dict[int, np.ndarray] = field(default_factory=dict)
+    zero_wage: Mixture | None = None  # psi(w) of establishments with no employment
+
+
+class PosteriorModel:
+    """Priors of one state fitted on its answers, and draws of its establishments' values."""
+
+    def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator) -> None:
+        self.answers, self.psi = answers, psi
+        self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
+        self.priors = Priors(*self._month_priors())
+        self._wage_priors(rng)
+
+    # --- priors -----------------------------------------------------------------------------------
+    def _month_priors(self) -> tuple[Mixture, float, np.ndarray, list[tuple[Mixture, Mixture]]]:
+        omega, sd = self.answers.months, self.answers.month_sd
+        cut = (self.floor if np.isfinite(self.floor) else omega[:, 0].min()) + LEVEL_CUT * sd[0]
+        level = fit_mixture(omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
+                            *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min()))
+        edges = self.psi(SIZE_EDGES)
+        band = np.searchsorted(edges, omega.mean(axis=1))
+        kept = merged_bands(np.bincount(band, minlength=len(edges) + 1), MIN_BAND)
+        bands = edges[[k - 1 for k in kept[1:-1]]]
+        band = np.searchsorted(bands, omega.mean(axis=1))
+        changes = []
+        for b in range(len(bands) + 1):
+            rows = band == b
+            upper = SIZE_EDGES[kept[b + 1] - 1] if b < len(bands) else float(self.psi.inverse(omega.mean(axis=1).max()))
+            step = float(self.psi(np.array([2 * upper + 1.0]))[0] - self.psi(np.array([2 * upper]))[0])
+            changes.append(tuple(self._change_prior(omega[rows, k] - omega[rows, 0],
+                                                    float(np.hypot(sd[0], sd[k])), step) for k in (1, 2)))
+        return level, cut, bands, changes
+
+    @staticmethod
+    def _change_prior(difference: np.ndarray, sd: float, step: float) -> Mixture:
+        reach = max(float(np.abs(difference).max()), 4 * sd) + sd
+        return fit_mixture(difference, sd, *change_components(step, reach, sd))
+
+    def _wage_priors(self, rng: np.random.Generator) -> None:
+        """Wage priors by stochastic EM: fitted on a draw of the months of a sample of establishments
+        (drawn without wages), then again on a draw of the months coupled to the first fit's wages."""
+        n = len(self.answers.wage)
+        rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
+        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)), rng)
+        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)), rng)
+
+    def _fit_wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> None:
+        self.priors.wage_cells, self.priors.wage_bands = {}, {}
+        average = months.mean(axis=1)
+        omega, sd = self.answers.wage[rows], self.answers.wage_sd
+        zero = average == 0
+        if zero.any():
+            top = max(float(omega[zero].max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
+            self.priors.zero_wage = fit_mixture(omega[zero], sd, *level_components(self.floor, top, sd, omega.min()))
+        band = np.searchsorted(SIZE_EDGES, average)
+        group = self.answers.supersector[rows]
+        likelihood = self.wage_likelihood(omega, average)
+        for b in np.unique(band[~zero]):
+            in_band = (band == b) & ~zero
+            self.priors.wage_bands[int(b)] = fitted_weights(likelihood[in_band], rng)
+            for g in np.unique(group[in_band]):
+                cell = in_band & (group == g)
+                if cell.sum() >= MIN_WAGE_CELL:
+                    self.priors.wage_cells[(int(g), int(b))] = fitted_weights(likelihood[cell], rng)
+        groups = int(self.answers.supersector.max()) + 1
+        self.wage_table = np.stack([np.stack([self.cell_weights(g, b) for b in range(len(SIZE_EDGES) + 1)])
+                                    for g in range(groups)])
+
+    def cell_weights(self, group: int, band: int) -> np.ndarray:
+        """The wage prior's weights of a supersector x band (its band's over every supersector when the
+        cell has none of its own, the nearest band's when the band has none)."""
+        p = self.priors
+        weights = p.wage_cells.get((group, band), p.wage_bands.get(band))
+        return weights if weights is not None else p.wage_bands[min(p.wage_bands, key=lambda k: abs(k - band))]
+
+    def log_wage_prior(self, z: np.ndarray, average: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """log prior weight of the z grid cell holding each z, in the cell of its establishment's average
+        employment (z finite, average > 0)."""
+        step = WAGE_Z[1] - WAGE_Z[0]
+        k = np.clip(np.rint((z - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
+        return np.log(self.wage_table[group, np.searchsorted(SIZE_EDGES, average), k])
+
+    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
+        """Likelihood of wage answers at the z grid and (last column) at w = 0, rows x points, each row
+        scaled to its largest value."""
+        log_lik = self.wage_log_likelihood(omega, average)
+        return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
+
+    def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
+        """log likelihood (up to a constant) of wage answers at the z grid and (last column) at w = 0."""
+        sd = self.answers.wage_sd
+        points = np.concatenate([self.psi(np.maximum(average, 1e-300)[:, None] * np.exp(WAGE_Z)[None, :]),
+                                 np.full((len(omega), 1), self.psi(np.zeros(1))[0])], axis=1)
+        return -0.5 * ((omega[:, None] - points) / sd) ** 2
+
+    def summary(self) -> dict:
+        """The fitted priors in a few public numbers (they are functions of the release's answers)."""
+        p = self.priors
+        return {"zero_employment_share": p.level.mass_at(self.floor) if np.isfinite(self.floor) else 0.0,
+                "no_change_share": [[round(h.mass_at(0.0), 4) for h in pair] for pair in p.changes],
+                "change_bands": [float(b) for b in self.psi.inverse(p.bands)],
+                "wage_cells": len(p.wage_cells)}
+
+    # --- draws ------------------------------------------------------------------------------------
+    def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int,
+                     thin: int = THIN) -> Iterator[np.ndarray]:
+        """``count`` draws of the months (whole numbers, rows x 3) of establishments ``rows``, after
+        ``burn_in`` sweeps and ``thin`` sweeps apart."""
+        omega, sd = self.answers.months[rows], self.answers.month_sd
+        band = np.searchsorted(self.priors.bands, omega.mean(axis=1))
+        floor = self.floor if np.isfinite(self.floor) else -np.inf
+        theta1 = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
+        delta = np.zeros((len(rows), 2))
+        coupling = WageCoupling(self, rows) if hasattr(self, "wage_table") else None
+        sweeps = 0
+        for _ in range(count):
+            for _ in range(burn_in if sweeps == 0 else thin):
+                theta1 = self._coupled(coupling, theta1, delta, self._level_step(omega, sd, theta1, delta, floor, rng),
+                                       None, rng)
+                for k in (0, 1):
+                    proposal = self._change_step(omega, sd, theta1, delta, k, band, floor, rng)
+                    delta[:, k] = self._coupled(coupling, theta1, delta, proposal, k, rng)
+                if coupling is not None:
+                    coupling.redraw(self.average(theta1, delta), rng)
+                sweeps += 1
+            yield np.rint(self.psi.inverse(self.levels(theta1, delta)))
+
+    def levels(self, theta1: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        return theta1[:, None] + np.concatenate([np.zeros((len(theta1), 1)), delta], axis=1)
+
+    def average(self, theta1: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        return self.psi.inverse(self.levels(theta1, delta)).mean(axis=1)
+
+    def _coupled(self, coupling, theta1, delta, proposal, k, rng) -> np.ndarray:
+        """A Metropolis-Hastings step: the proposal (an exact draw of theta_1, or of change k, given
+        the months' answers) accepted with the ratio of the wage's density given the new and the
+        current average employment (the wage's z held)."""
+        current = theta1 if k is None else delta[:, k]
+        if coupling is None:
+            return proposal
+        moved = delta.copy()
+        if k is None:
+            new_average = self.average(proposal, delta)
+        else:
+            moved[:, k] = proposal
+            new_average = self.average(theta1, moved)
+        log_ratio = coupling.log_density(new_average) - coupling.log_density(self.average(theta1, delta))
+        accept = np.log(rng.random(len(current))) < np.nan_to_num(log_ratio, nan=0.0)
+        return np.where(accept, proposal, current)
+
+    def _level_step(self, omega, sd, theta1, delta, floor, rng) -> np.ndarray:
+        shifted = omega - np.concatenate([np.zeros((len(omega), 1)), delta], axis=1)
+        precision = 1.0 / sd**2
+        center = shifted @ precision / precision.sum()
+        spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
+        lower = floor - np.minimum(0.0, delta.min(axis=1))
+        flat = center > self.priors.level_cut
+        out = np.empty(len(omega))
+        out[flat] = truncated_normal(center[flat], spread[flat], lower[flat], rng)
+        out[~flat] = draw_posterior(center[~flat], spread[~flat], self.priors.level, lower[~flat], rng)
+        return out
+
+    def _change_step(self, omega, sd, theta1, delta, k, band, floor, rng) -> np.ndarray:
+        # Month k + 2's answer less month 1's level is delta_k plus its own noise.
+        center = omega[:, k + 1] - theta1
+        spread = np.full(len(omega), float(sd[k + 1]))
+        lower = floor - theta1
+        out = np.empty(len(omega))
+        for b in np.unique(band):
+            rows = band == b
+            out[rows] = draw_posterior(center[rows], spread[rows], self.priors.changes[b][k], lower[rows], rng)
+        return out
+
+    def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """A draw of the wages of ``rows`` given a draw of their months."""
+        return self.wage_draw(rows, months.mean(axis=1), rng)[0]
+
+    def wage_draw(self, rows: np.ndarray, average: np.ndarray,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """A draw of the wages of ``rows`` given their average employment, and which were drawn on the z grid."""
+        omega, sd = self.answers.wage[rows], self.answers.wage_sd
+        floor = self.floor if np.isfinite(self.floor) else -np.inf
+        out = np.empty(len(rows))
+        zero = average == 0
+        if zero.any():
+            prior = self.priors.zero_wage
+            out[zero] = (self.psi.inverse(draw_posterior(omega[zero], np.full(zero.sum(), sd), prior,
+                                                         np.full(zero.sum(), floor), rng))
+                         if prior is not None else self.psi.inverse(truncated_normal(
+                             omega[zero], np.full(zero.sum(), sd), np.full(zero.sum(), floor), rng)))
+        naive = np.maximum(self.psi.inverse(omega), 1e-9)
+        z_sd = sd / (naive * self.psi.derivative(naive))
+        flat = ~zero & (z_sd < WAGE_FLAT_STEPS * (WAGE_Z[1] - WAGE_Z[0]))
+        out[flat] = self.psi.inverse(truncated_normal(omega[flat], np.full(flat.sum(), sd),
+                                                      np.full(flat.sum(), floor), rng))
+        band = np.searchsorted(SIZE_EDGES, average)
+        group = self.answers.supersector[rows]
+        spacing = np.append(np.full(len(WAGE_Z), WAGE_Z[1] - WAGE_Z[0]), 0.0)
+        points = np.append(WAGE_Z, -np.inf)
+        todo = ~zero & ~flat
+        if todo.any():
+            with np.errstate(divide="ignore"):
+                log_prior = np.log(self.wage_table[group[todo], band[todo]])
+                z = draw_on_grid(self.wage_log_likelihood(omega[todo], average[todo]), points, log_prior, spacing, rng)
+            out[todo] = average[todo] * np.exp(z)
+        return out, todo
+
+
+class WageCoupling:
+    """The wage's z = log(w / E) of a chain's establishments, drawn each sweep given their months, and
+    its density given an average employment E: the wage answer's likelihood at w = E e^z times the z
+    prior of E's cell. Rows whose wage was drawn from its likelihood alone (large wages), or is 0, or
+    whose E is 0 are not coupled (their density ratio is taken as 1)."""
+
+    def __init__(self, model: PosteriorModel, rows: np.ndarray) -> None:
+        self.model, self.rows = model, rows
+        self.z = np.full(len(rows), np.nan)
+
+    def redraw(self, average: np.ndarray, rng: np.random.Generator) -> None:
+        wages, on_grid = self.model.wage_draw(self.rows, average, rng)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.z = np.where(on_grid & (wages > 0) & (average > 0), np.log(wages / average), np.nan)
+
+    def log_density(self, average: np.ndarray) -> np.ndarray:
+        coupled = np.isfinite(self.z) & (average > 0)
+        out = np.full(len(average), np.nan)
+        if coupled.any():
+            model, rows = self.model, self.rows[coupled]
+            wage = average[coupled] * np.exp(self.z[coupled])
+            residual = (model.answers.wage[rows] - model.psi(wage)) / model.answers.wage_sd
+            out[coupled] = -0.5 * residual**2 + model.log_wage_prior(
+                self.z[coupled], average[coupled], model.answers.supersector[rows])
+        return out
+
+
+def level_components(floor: float, top: float, sd: float, lowest: float) -> tuple[np.ndarray, np.ndarray]:
+    """A level prior's components: an atom at psi(0) (when finite), then every sd / LEVEL_STEPS up to
+    ``top`` with that bandwidth."""
+    step = sd / LEVEL_STEPS
+    start = floor if np.isfinite(floor) else lowest - 3 * sd
+    grid = np.arange(start + step, top + step, step)
+    atoms = np.array([floor]) if np.isfinite(floor) else np.empty(0)
+    return np.concatenate([atoms, grid]), np.concatenate([np.zeros(atoms.size), np.full(grid.size, step)])
+
+
+def change_components(smallest: float, reach: float, sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """A change prior's components: an atom at 0 (no change), then both signs from ``smallest`` (one
+    employee's change) every sd / 4 up to 4 sd, then 15% apart up to ``reach``, each with half its step."""
+    near = np.arange(smallest, 4 * sd, sd / 4)
+    far = near[-1] * 1.15 ** np.arange(1, max(2, int(np.ceil(np.log(reach / near[-1]) / np.log(1.15))) + 1))
+    side = np.concatenate([near, far])
+    width = np.diff(side, prepend=side[0] - (side[1] - side[0])) / 2
+    return np.concatenate([[0.0], side, -side]), np.concatenate([[0.0], width, width])
+
+
+def merged_bands(counts: np.ndarray, smallest: int) -> list[int]:
+    """Band boundaries (indices into the counts' edges, 0 and len(counts) at the ends) after merging
+    each band of fewer than ``smallest`` rows into the one below (the lowest into the one above)."""
+    bounds = [0]
+    total = 0
+    for k, count in enumerate(counts):
+        total += count
+        if total >= smallest:
+            bounds.append(k + 1)
+            total = 0
+    if bounds[-1] != len(counts):
+        if len(bounds) > 1:
+            bounds[-1] = len(counts)
+        else:
+            bounds.append(len(counts))
+    return bounds
+
+
+def fitted_weights(likelihood: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Prior weights on the wage grid (and w = 0) fitted by EM on at most WAGE_FIT_PER_CELL rows."""
+    if len(likelihood) > WAGE_FIT_PER_CELL:
+        likelihood = likelihood[rng.choice(len(likelihood), WAGE_FIT_PER_CELL, replace=False)]
+    return np.maximum(em_weights(likelihood, np.ones(len(likelihood)), 300), 1e-300)
+

@@ -1,0 +1,162 @@
+"""Deconvolution priors and their posterior draws against independent computations: the NPMLE's
+likelihood against a convex solver's optimum, the mixture posterior against quadrature, the Gibbs
+sampler of the months against a brute-force posterior on a grid."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from gedp.measure.neighbors import make_psi
+from gedp.postprocess.deconvolve import Mixture, binned, draw_posterior, em_weights, fit_mixture
+from gedp.postprocess.implicates import PosteriorModel, Priors, change_components, level_components
+
+#: KS tests reject at p < 1e-4: a false failure in fewer than 1 run in 10,000 per test.
+P_REJECT = 1e-4
+
+
+def test_npmle_reaches_the_convex_optimum_and_the_true_cdf():
+    cvxpy = pytest.importorskip("cvxpy")
+    rng = np.random.default_rng(11)
+    n, sd = 6000, 0.5
+    truth = np.where(rng.random(n) < 0.45, 0.0, rng.normal(1.5, 0.6, n))
+    observed = truth + rng.normal(0, sd, n)
+    means, sds = change_components(0.2, 5.0, sd)
+    prior = fit_mixture(observed, sd, means, sds)
+    # The optimum over the same components, by an interior-point solver on the binned answers.
+    centers, counts = binned(observed, sd / 10)
+    likelihood = stats.norm.pdf(centers[:, None], means, np.sqrt(sds**2 + sd**2))
+    w = cvxpy.Variable(len(means), nonneg=True)
+    problem = cvxpy.Problem(cvxpy.Maximize(counts @ cvxpy.log(likelihood @ w)), [cvxpy.sum(w) == 1])
+    problem.solve(solver="CLARABEL")
+    ours = float(counts @ np.log(likelihood @ _on(means, sds, prior)))
+    assert problem.value - ours < 1.0  # within 1 nat of the optimum over 6,000 answers
+    # The atom alone is weakly identified at this noise (the likelihood is flat between an atom and
+    # mass just beside it); the prior's CDF is what the NPMLE estimates consistently.
+    # The fitted prior's CDF against the truth's, away from the atom (deconvolution resolves a jump
+    # only to within a fraction of the noise sd).
+    grid = np.concatenate([np.linspace(-1, -0.3, 8), np.linspace(0.3, 4, 38)])
+    fitted = np.array([(prior.weights * stats.norm.cdf(g, prior.means, np.maximum(prior.sds, 1e-12))).sum()
+                       for g in grid])
+    assert np.abs(fitted - (truth[:, None] <= grid).mean(axis=0)).max() < 0.06
+
+
+def _on(means, sds, prior):
+    """The prior's weights on the components (means, sds) it was fitted on (0 for pruned ones)."""
+    out = np.zeros(len(means))
+    for m, s, w in zip(prior.means, prior.sds, prior.weights):
+        out[np.flatnonzero((means == m) & (sds == s))[0]] = w
+    return out
+
+
+def test_em_weights_of_a_known_two_point_mixture():
+    rng = np.random.default_rng(3)
+    observed = np.where(rng.random(20000) < 0.3, -2.0, 2.0) + rng.normal(0, 1, 20000)
+    likelihood = stats.norm.pdf(observed[:, None], [-2.0, 2.0], 1.0)
+    weights = em_weights(likelihood, np.ones(len(observed)), 200)
+    # Binomial sd of the share: sqrt(0.21 / 20000) = 0.0032; 0.015 is 4.6 sds.
+    assert abs(weights[0] - 0.3) < 0.015
+
+
+PRIOR = Mixture(np.array([0.0, 0.8, 2.0, 3.5]), np.array([0.0, 0.3, 0.5, 0.2]), np.array([0.3, 0.2, 0.3, 0.2]))
+
+
+def quadrature_cdf(center, sd, lower, points):
+    """The posterior CDF of theta >= lower at ``points``, by a fine grid (continuous part) plus the atom."""
+    grid = np.linspace(lower, 8, 200_001)
+    continuous = PRIOR.sds > 0
+    density = (PRIOR.weights[continuous] * stats.norm.pdf(grid[:, None], PRIOR.means[continuous],
+                                                          PRIOR.sds[continuous])).sum(axis=1)
+    posterior = density * stats.norm.pdf(center, grid, sd)
+    atom = sum(w * stats.norm.pdf(center, m, sd) for m, s, w in zip(PRIOR.means, PRIOR.sds, PRIOR.weights)
+               if s == 0 and m >= lower)
+    cells = np.concatenate([[0], np.cumsum((posterior[1:] + posterior[:-1]) / 2 * np.diff(grid))])
+    total = cells[-1] + atom
+    atom_at_start = 0.0 in PRIOR.means[~continuous] and lower <= 0.0
+    return (np.interp(points, grid, cells) + (atom if atom_at_start else 0.0) * (np.asarray(points) >= 0)) / total
+
+
+@pytest.mark.parametrize("center, sd, lower", [(0.4, 0.6, 0.0), (2.5, 0.4, 0.0), (1.0, 0.5, 0.9)])
+def test_mixture_posterior_draws_follow_the_quadrature_posterior(center, sd, lower):
+    rng = np.random.default_rng(5)
+    n = 40_000
+    draws = draw_posterior(np.full(n, center), np.full(n, sd), PRIOR, np.full(n, lower), rng)
+    assert draws.min() >= lower
+    points = np.quantile(draws, np.linspace(0.02, 0.98, 49))
+    gap = np.abs((draws[:, None] <= points).mean(axis=0) - quadrature_cdf(center, sd, lower, points)).max()
+    # Kolmogorov's bound: P(sqrt(n) max gap > 2.2) < 2e-4 at any points.
+    assert gap * np.sqrt(n) < 2.2
+    # Power: the same draws against the posterior of a likelihood 1.3x as wide are refused.
+    wrong = np.abs((draws[:, None] <= points).mean(axis=0) - quadrature_cdf(center, sd * 1.3, lower, points)).max()
+    assert wrong * np.sqrt(n) > 2.2
+
+
+def small_model(omega_sd: float) -> PosteriorModel:
+    """A PosteriorModel with priors set by hand (few components), bypassing the fit."""
+    model = PosteriorModel.__new__(PosteriorModel)
+    model.psi = make_psi("sqrt", a=0.0)
+    model.floor = 0.0
+    level = Mixture(np.array([0.0, 1.5, 2.5]), np.array([0.0, 0.3, 0.3]), np.array([0.2, 0.5, 0.3]))
+    change = Mixture(np.array([0.0, 0.4, -0.4]), np.array([0.0, 0.1, 0.1]), np.array([0.6, 0.2, 0.2]))
+    model.priors = Priors(level, 100.0, np.empty(0), [(change, change)])
+    return model
+
+
+def brute_force_posterior(omega, sd, model, grid):
+    """p(theta1, delta2, delta3 | omega) on a grid (delta_k = theta_k - theta_1), every month >= 0, as
+    weights over the grid."""
+    t1, d2, d3 = np.meshgrid(grid["t"], grid["d"], grid["d"], indexing="ij")
+
+    def density(prior, x, step):
+        out = np.zeros_like(x)
+        for m, s, w in zip(prior.means, prior.sds, prior.weights):
+            out += w * (np.isclose(x, m) / step if s == 0 else stats.norm.pdf(x, m, s))
+        return out
+
+    level, change = model.priors.level, model.priors.changes[0][0]
+    weight = (density(level, t1, grid["t"][1] - grid["t"][0]) * density(change, d2, grid["d"][1] - grid["d"][0])
+              * density(change, d3, grid["d"][1] - grid["d"][0]))
+    months = [t1, t1 + d2, t1 + d3]  # both changes from month 1
+    for k in range(3):
+        weight = weight * stats.norm.pdf(omega[k], months[k], sd) * (months[k] >= -1e-12)
+    return t1, d2, d3, weight / weight.sum()
+
+
+def test_gibbs_months_match_the_brute_force_posterior():
+    from gedp.postprocess.implicates import StateAnswers
+
+    sd = 0.5
+    omega = np.array([1.6, 2.1, 1.9])
+    model = small_model(sd)
+    n = 30_000
+    model.answers = StateAnswers(np.tile(omega, (n, 1)), np.full(3, sd), np.zeros(n), 1.0, np.zeros(n, dtype=int))
+    rng = np.random.default_rng(9)
+    import gedp.postprocess.implicates as implicates
+
+    original = implicates.np.rint
+    implicates.np.rint = lambda x: x  # the chain's months before they are rounded to whole employees
+    try:
+        months = next(model.months_chain(np.arange(n), rng, implicates.BURN_IN, 1))
+    finally:
+        implicates.np.rint = original
+    theta = np.sqrt(months)
+    grid = {"t": np.round(np.arange(0, 4.5, 0.02), 10), "d": np.round(np.arange(-2, 2.0001, 0.02), 10)}
+    t1, d2, d3, weight = brute_force_posterior(omega, sd, model, grid)
+    exact_no_change = weight[np.isclose(d2, 0)].sum()
+    drawn_no_change = np.mean(np.isclose(theta[:, 1] - theta[:, 0], 0))
+    # Binomial sd at n = 30,000 is <= 0.0029; 0.015 (5 sds) plus the grid's discretization.
+    assert abs(drawn_no_change - exact_no_change) < 0.015
+    exact_quarter = weight[np.isclose(d3, 0)].sum()
+    assert abs(np.mean(np.isclose(theta[:, 2] - theta[:, 0], 0)) - exact_quarter) < 0.015
+    exact_mean = (t1 * weight).sum()
+    assert abs(theta[:, 0].mean() - exact_mean) < 5 * theta[:, 0].std() / np.sqrt(n) + 0.01
+    # Power: a chain that never moves from its start (no burn-in) is told apart.
+    frozen = np.full(n, max(omega.mean(), 0))
+    assert abs(frozen.mean() - exact_mean) > 0.03 or abs(1.0 - exact_no_change) > 0.05
+
+
+def test_level_components_start_with_the_zero_atom():
+    means, sds = level_components(0.0, 3.0, 0.6, 0.0)
+    assert means[0] == 0.0 and sds[0] == 0.0 and (np.diff(means) > 0).all() and means[-1] >= 3.0 - 0.2
+    means, sds = change_components(0.15, 10.0, 0.8)
+    assert (sds == 0).sum() == 1 and means[sds == 0][0] == 0.0
+    assert np.abs(means[means != 0]).min() == pytest.approx(0.15)

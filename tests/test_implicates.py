@@ -1,0 +1,156 @@
+"""gedp implicates end to end: a release's files only, no budget, its bytes unchanged, reproducible
+when seeded; size-class tabulations combined over implicates."""
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+import gedp
+from gedp.cli import app
+from gedp.errors import InputError
+from gedp.postprocess.derived import tabulate_implicates
+from gedp.postprocess.sizeclass import size_class
+from gedp.release.implicates import write_implicates
+
+runner = CliRunner()
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def lone_release(small_release, tmp_path_factory):
+    """The small release copied alone into an empty folder (nothing else around it)."""
+    folder = tmp_path_factory.mktemp("lone") / "release"
+    shutil.copytree(small_release[0], folder)
+    return folder
+
+
+def test_implicates_read_the_release_only_and_change_none_of_its_bytes(lone_release, tmp_path, monkeypatch):
+    before = digests(lone_release)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(cache))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    out = tmp_path / "draws"
+    result = runner.invoke(app, ["implicates", str(lone_release), "--n", "3", "--out", str(out), "--seed", "4"])
+    assert result.exit_code == 0, result.output
+    assert digests(lone_release) == before
+    assert not cache.exists() and not (tmp_path / "home").exists()
+    frame = pd.read_parquet(out)
+    release = pd.read_parquet(lone_release / "protected.parquet")
+    assert sorted(frame["implicate"].unique()) == [1, 2, 3]
+    assert list(frame.columns) == ["implicate", *release.columns]
+    for _, one in frame.groupby("implicate"):
+        one = one.drop(columns="implicate").reset_index(drop=True)
+        public = [c for c in release.columns if c not in ("m1emp", "m2emp", "m3emp", "wage")]
+        pd.testing.assert_frame_equal(one[public], release[public])
+        months = one[["m1emp", "m2emp", "m3emp"]].to_numpy()
+        assert (months >= 0).all() and (months == np.rint(months)).all() and (one["wage"] >= 0).all()
+    # Seeded: the same draws again; another seed: others.
+    again = tmp_path / "again"
+    write_implicates(lone_release, 3, again, seed=4)
+    pd.testing.assert_frame_equal(pd.read_parquet(again), frame)
+    other = gedp.read_release(lone_release).implicates(2, seed=5)
+    assert not np.array_equal(other.loc[other.implicate == 1, "wage"].to_numpy(),
+                              frame.loc[frame.implicate == 1, "wage"].to_numpy())
+    # An earlier folder of implicates is replaced; a release folder never is.
+    write_implicates(lone_release, 2, out, seed=1)
+    assert sorted(pd.read_parquet(out)["implicate"].unique()) == [1, 2]
+    with pytest.raises(InputError, match="not a gedp output"):
+        write_implicates(lone_release, 2, lone_release, seed=1)
+    assert digests(lone_release) == before
+
+
+def test_secure_draws_without_a_seed(lone_release, tmp_path):
+    import json
+
+    out = write_implicates(lone_release, 2, tmp_path / "secure")
+    summary = json.loads((out / "_implicates.json").read_text())
+    assert summary["rng"]["kind"] == "secure" and "seed" not in summary["rng"]
+
+
+def test_refusals(lone_release, tmp_path):
+    result = runner.invoke(app, ["implicates", str(lone_release), "--n", "0", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "from 1 to 1000" in result.output
+    broken = tmp_path / "broken"
+    shutil.copytree(lone_release, broken)
+    for part in sorted((broken / "measurements.parquet").glob("part-*.parquet")):  # each part rewritten in place
+        measurements = pd.read_parquet(part)
+        kept = measurements[~((measurements["query"] == "identity") & (measurements["attribute"] == "wage"))]
+        kept.to_parquet(part, index=False)
+    with pytest.raises(InputError, match="no identity answer of wage"):
+        write_implicates(broken, 2, tmp_path / "y", seed=1)
+    assert not (tmp_path / "y").exists()
+
+
+def test_size_class_table_is_the_mean_over_implicates_with_rubins_margin(lone_release):
+    release = gedp.read_release(lone_release)
+    draws = release.implicates(4, seed=2)
+    table = tabulate_implicates(draws, "sector,size_class", moe=True)
+    # Independently: counts per implicate with numpy, then mean and t_3 sqrt((1 + 1/4) B).
+    from scipy import stats
+
+    counts = []
+    for k in range(1, 5):
+        one = draws[draws.implicate == k]
+        keys = list(zip(one["sector"], size_class(one["m3emp"])))
+        counts.append(pd.Series(1, index=pd.MultiIndex.from_tuples(keys)).groupby(level=[0, 1]).sum())
+    matrix = pd.concat(counts, axis=1).fillna(0.0)
+    expected = matrix.mean(axis=1)
+    margin = stats.t.ppf(0.975, 3) * np.sqrt(1.25 * matrix.var(axis=1, ddof=1))
+    got = table.set_index(["sector", "size_class"])
+    np.testing.assert_allclose(got["estabs"].to_numpy(), expected.reindex(got.index).to_numpy())
+    np.testing.assert_allclose(got["estabs_moe"].to_numpy(), margin.reindex(got.index).to_numpy())
+    # Every establishment is in one class of every implicate: the classes add up to the release exactly.
+    assert table["estabs"].sum() == pytest.approx(len(release.microdata))
+
+
+def test_tabulate_by_size_class_from_the_release_and_the_cli(lone_release, tmp_path):
+    release = gedp.read_release(lone_release)
+    table = release.tabulate("size_class", moe=True)
+    assert set(table["size_class"]) <= set(range(1, 10))
+    assert {"estabs", "estabs_moe", "m3emp_moe", "wage_moe"} <= set(table.columns)
+    assert table.equals(release.tabulate("size_class", moe=True))  # the same request, the same table
+    published = release.tabulate("sector,size_class", format="qcew", moe=True)
+    assert {"size_code", "size_title", "qtrly_estabs", "avg_wkly_wage", "qtrly_estabs_moe"} <= set(published.columns)
+    assert published["size_title"].notna().all()
+    out = tmp_path / "sizes.csv"
+    result = runner.invoke(app, ["tabulate", str(lone_release), "--by", "sector,size_class", "--moe",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert {"sector", "size_class", "estabs_moe"} <= set(pd.read_csv(out).columns)
+    result = runner.invoke(app, ["tabulate", str(lone_release), "--by", "county,size_class", "--format", "qcew"])
+    assert result.exit_code == 2 and "size-class layout" in result.output
+    with pytest.raises(InputError, match="no such column"):
+        release.tabulate("size_class,nonsense", moe=True)
+    with pytest.raises(InputError, match="no such column"):
+        release.tabulate("nonsense", moe=True)
+
+
+def test_margins_by_a_column_the_user_added_are_refused_in_words(lone_release):
+    release = gedp.read_release(lone_release)
+    release.microdata["big"] = release.microdata["m3emp"] > 10
+    with pytest.raises(InputError, match="cannot give margins of error by big"):
+        release.tabulate("big", moe=True)
+    assert len(release.tabulate("big")) == 2  # without margins, any column of the microdata
+
+
+def test_a_panel_release_is_drawn_one_quarter_at_a_time(tmp_path):
+    panel = tmp_path / "panel.parquet"
+    assert runner.invoke(app, ["synth", "--profile", "small", "--establishments", "300", "--quarters",
+                               "2016Q1:2016Q2", "--out", str(panel)]).exit_code == 0
+    release = tmp_path / "panel-release"
+    assert runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "1",
+                               "--not-for-publication", "--allow-over-cap"]).exit_code == 0
+    result = runner.invoke(app, ["implicates", str(release), "--n", "2", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "give a quarter" in result.output
+    write_implicates(release, 2, tmp_path / "q2", seed=1, quarter="2016Q2")
+    drawn = pd.read_parquet(tmp_path / "q2")
+    assert len(drawn) == 2 * len(pd.read_parquet(release / "protected.parquet", filters=[("quarter", "==", "2016Q2")]))
