@@ -3,9 +3,9 @@
 A ledger is a JSON file kept by the agency (never published), with a folder of key files beside it
 (``FILE.keys/``). Budget is spent per establishment: every release records the set of establishments
 it includes, as the sorted 64-bit keyed hashes (SipHash-2-4 under the ledger's secret key) of their
-normalized ``estab_id``: its canonical text (``gedp.synth.schema.canonical_ids``: 1002, 1002.0,
-"1002.0" and a decimal 1002.00 are all "1002"), surrounding white space removed, upper case, leading
-zeros removed; a normalization that can only merge two accounts, never split one. A new release is admitted only if,
+normalized ``estab_id``: its account text (``gedp.synth.schema.account_ids``: 1002, 1002.0,
+"1002.0", "+1002", "1.002e3", fullwidth "１００２" and a decimal 1002.00 are all "1002"; invisible and
+non-ASCII characters refused), upper case, leading zeros removed; a normalization that can only merge two accounts, never split one. A new release is admitted only if,
 for every establishment it includes, sqrt(earlier spending^2 + this release's charge^2) stays within
 that establishment's cap. An edited copy, a subset, a superset or the next quarter of the same
 establishments draws on the same accounts, whatever else changed in the file.
@@ -77,7 +77,7 @@ from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan
 from gedp.quarters import check_begun, quarter_index, window_name, window_spending, windows
 from gedp.synth.panel import QUARTER_PATTERN
-from gedp.synth.schema import InputError, canonical_ids
+from gedp.synth.schema import InputError, account_ids, canonical_ids
 
 LEDGER_VERSION = 3
 PENDING, COMMITTED, CLEARED = "pending", "committed", "cleared"
@@ -129,8 +129,7 @@ def check_ledger_path(path: str | Path) -> Path:
 
 def establishment_keys(estab_ids: Iterable[str] | pd.Series, key: str) -> np.ndarray:
     """The sorted distinct keyed 64-bit hashes of normalized estab_ids (see the module docstring)."""
-    ids = pa.array(canonical_ids(pd.Series(estab_ids)), type=pa.large_string())
-    ids = pc.utf8_ltrim(pc.utf8_upper(pc.utf8_trim_whitespace(ids)), characters="0")
+    ids = pc.utf8_ltrim(account_ids(pd.Series(estab_ids)), characters="0")
     hashes = np.sort(pd.util.hash_array(ids.to_numpy(zero_copy_only=False), hash_key=key, categorize=False))
     return hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))].astype("<u8")
 

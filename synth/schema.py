@@ -269,3 +269,65 @@ def validate_microdata(frame: pd.DataFrame, attributes: Sequence[str] = CONFIDEN
 def public_columns(microdata: pd.DataFrame) -> list[str]:
     """The public columns present in validated microdata (everything a release may show exactly)."""
     return [c for c in (*PUBLIC, *CARRIED) if c in microdata.columns]
+
+
+#: Text of a number with a sign, a point or an exponent ("+12", "1e0", "1.2E+05", "-3"): an id read
+#: by the rule of numbers (``account_ids``).
+NUMBER_TEXT = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
+#: Most digits of an id written as a number with an exponent ("1e400" is refused, not expanded).
+MAX_ID_DIGITS = 64
+#: The rule of ids in a ledger's accounts, as messages state it.
+ACCOUNT_ID_RULE = ("ids must be ASCII text after NFKC normalization, without invisible, format or non-ASCII "
+                   "space characters, and numbers written with an exponent must be at most "
+                   f"{MAX_ID_DIGITS} digits")
+
+
+def account_ids(ids: pd.Series) -> pa.Array:
+    """Establishment ids as the text of their lifetime account (the ledger's keys, ``gedp.ledger``):
+    their canonical text (``canonical_ids``) NFKC-normalized (fullwidth digits are digits), trimmed of
+    white space and upper-cased, with text that is a number (sign, point, exponent) written by the rule
+    of numbers: a whole number is its integer's digits ("+1", "1e0", "1.0E+00" are "1"; "-1e0" is
+    "-1"), other numbers stay as written. Refused, naming the row but never the value: invisible and
+    format characters (Unicode category Cf), spaces other than ASCII space (Zs), anything non-ASCII
+    after normalization, and a number of more than MAX_ID_DIGITS digits. A normalization that can only
+    merge two accounts, never split one."""
+    text = pa.array(canonical_ids(ids), type=pa.large_string())
+    if not pc.all(pc.string_is_ascii(text)).as_py():
+        text = _ascii_ids(text)
+    text = pc.utf8_upper(pc.utf8_trim_whitespace(text))
+    numeric = pc.match_substring_regex(text, NUMBER_TEXT)
+    if pc.any(pc.and_(numeric, pc.invert(pc.match_substring_regex(text, "^[0-9]+$")))).as_py():
+        values = text.to_pylist()
+        for row in np.flatnonzero(numeric.to_numpy(zero_copy_only=False)):
+            values[row] = _number_id(values[row], int(row))
+        text = pa.array(values, type=pa.large_string())
+    return text
+
+
+def _ascii_ids(text: pa.Array) -> pa.Array:
+    """Ids with non-ASCII characters NFKC-normalized, refused if any is invisible, a format or a
+    non-ASCII space character, or stays non-ASCII (``account_ids``)."""
+    import unicodedata
+
+    values = text.to_pylist()
+    for row, value in enumerate(values):
+        if value is None or value.isascii():
+            continue
+        if any(unicodedata.category(c) in ("Cf", "Zs") and c != " " for c in value) or \
+                not (value := unicodedata.normalize("NFKC", value)).isascii():
+            _refuse("estab_id", np.arange(len(values)) == row, pd.DataFrame(index=range(len(values))),
+                    ACCOUNT_ID_RULE)
+        values[row] = value
+    return pa.array(values, type=pa.large_string())
+
+
+def _number_id(value: str, row: int) -> str:
+    """An id written as a number by the rule of numbers: a whole number is its integer's digits."""
+    from decimal import Decimal
+
+    number = Decimal(value)
+    if number.adjusted() >= MAX_ID_DIGITS:
+        raise InputError(f"column 'estab_id': {ACCOUNT_ID_RULE}; first at row {row + 1}")
+    if number != number.to_integral_value():
+        return value
+    return str(int(number)) if number else "0"

@@ -179,3 +179,48 @@ def test_the_api_notes_float_ids(small_state):
     with pytest.warns(InputNote, match="read as its whole number"):
         release = gedp.protect(frame, "employment", seed=1, not_for_publication=True)
     assert set(release.microdata["estab_id"]) == {str(i) for i in range(200)}
+
+
+SPELLINGS = {"plus": "+{}", "exponent": "{}e0", "scaled exponent": "{}0E-1", "fullwidth": "{}",
+             "padded": "  {} "}
+FULLWIDTH = str.maketrans("0123456789", "０１２３４５６７８９")
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_numbers_written_with_a_sign_an_exponent_or_fullwidth_digits_draw_on_the_same_accounts(
+        tmp_path, records, spelling):
+    """The same establishments as text ids +1000, 1000e0, 10000E-1, fullwidth digits: over the cap."""
+    first = tmp_path / "plain.csv"
+    records.to_csv(first, index=False)
+    ledger = tmp_path / "ledger.json"
+    assert protect(first, tmp_path / "r1", ledger, "--lifetime-cap", 3).exit_code == 0
+    ids = [SPELLINGS[spelling].format(i) for i in records["estab_id"]]
+    if spelling == "fullwidth":
+        ids = [i.translate(FULLWIDTH) for i in ids]
+    second = tmp_path / "spelled.parquet"
+    pq.write_table(pa.Table.from_pandas(records.assign(estab_id=ids), preserve_index=False), second)
+    refused = protect(second, tmp_path / "r2", ledger, "--lifetime-cap", 3)
+    assert refused.exit_code == 2, refused.output
+    assert "over their lifetime cap" in refused.output
+
+
+@pytest.mark.parametrize("hidden", ["\u200b", "\u00a0", "\ufeff", "é"])
+def test_ids_with_invisible_or_non_ascii_characters_are_refused_by_the_ledger_without_the_value(
+        tmp_path, records, hidden):
+    ids = [str(i) for i in records["estab_id"]]
+    ids[5] = hidden + ids[5]
+    source = tmp_path / "hidden.parquet"
+    pq.write_table(pa.Table.from_pandas(records.assign(estab_id=ids), preserve_index=False), source)
+    refused = protect(source, tmp_path / "r", tmp_path / "ledger.json", "--lifetime-cap", 3)
+    assert refused.exit_code == 2, refused.output
+    assert "row 6" in refused.output and "ASCII" in refused.output
+    assert str(FIRST_ID + 5) not in refused.output
+
+
+def test_account_ids_follow_the_rule_of_numbers():
+    from gedp.synth.schema import account_ids
+
+    texts = ["+7", "7e0", "0.7E1", "70e-1", "-7e0", "7.5", "1E+05", "ab"]
+    assert account_ids(pd.Series(texts)).to_pylist() == ["7", "7", "7", "7", "-7", "7.5", "100000", "AB"]
+    with pytest.raises(InputError, match="at most 64 digits"):
+        account_ids(pd.Series(["1e400"]))
