@@ -5,8 +5,9 @@ A ledger is a JSON file kept by the agency (never published), with a folder of k
 it includes, as the sorted 64-bit keyed hashes (SipHash-2-4 under the ledger's secret key) of their
 normalized ``estab_id``: its account text (``gedp.synth.schema.account_ids``: 1002, 1002.0,
 "1002.0", "+1002", "1.002e3", fullwidth "１００２" and a decimal 1002.00 are all "1002"; invisible and
-non-ASCII characters refused), upper case, leading zeros removed; a normalization that can only merge two accounts, never split one. A new release is admitted only if,
-for every establishment it includes, sqrt(earlier spending^2 + this release's charge^2) stays within
+non-ASCII characters refused), upper case, leading zeros removed; a normalization
+that can only merge two accounts, never split one. A new release is admitted only if, for every
+establishment it includes, sqrt(earlier spending^2 + this release's charge^2) stays within
 that establishment's cap. An edited copy, a subset, a superset or the next quarter of the same
 establishments draws on the same accounts, whatever else changed in the file.
 
@@ -69,7 +70,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from gedp.measure.budget import MAX_MU, compose
