@@ -32,7 +32,7 @@ from gedp.measure.jobframe import EMPLOYMENT, JobPlan
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
-from gedp.mu_limits import DEFAULT_MU_CAP, check_query_mus
+from gedp.mu_limits import DEFAULT_MU_CAP, MAX_STATED_MU, check_query_mus
 from gedp.postprocess.wages import WAGE_METHODS
 from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, SOLVERS, VARIANCE_MODES
 from gedp.synth.schema import CONFIDENTIAL, PUBLIC, shown
@@ -258,6 +258,9 @@ def _capped_plan(raw: dict, where: str, allow_large_mu: bool, **fields: Any) -> 
         plan = MeasurementPlan(**fields)
         total = plan.budget().total  # every mu valid
         check_query_mus(plan, where, allow_large_mu)
+        if max(total, cap) > MAX_STATED_MU:
+            raise ConfigError(f"{where}: total mu and mu_cap must be <= {MAX_STATED_MU:g}, the most a release "
+                              "may state")
         if not explicit and total > cap:
             raise ConfigError(f"{where}: planned total mu ({total:.4f}) exceeds {cap:g}, the cap of a config without "
                               "mu_cap; set mu_cap to spend more")

@@ -23,6 +23,10 @@ from gedp.measure.workflows import MeasurementPlan
 MAX_QUERY_MU = 2.0
 #: The cap of a config without ``mu_cap``: the shipped plans' totals (2.28-2.31) with a small margin.
 DEFAULT_MU_CAP = 2.5
+#: Largest mu a release may state, in total or for one query, even with ``allow_large_mu``: far above
+#: any plan (at mu 1e6 every value is released to within a millionth of its noise scale), far below
+#: where its epsilon overflows (mu near 1e10). A config above it is refused; so is a release stating more.
+MAX_STATED_MU = 1e6
 #: A typical establishment's value and unit for each attribute (anything else: jobs of a job family).
 TYPICAL_VALUES = {"m1emp": (36.0, "employees"), "m2emp": (36.0, "employees"), "m3emp": (36.0, "employees"),
                   "wage": (500_000.0, "dollars")}

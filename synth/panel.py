@@ -52,7 +52,7 @@ from gedp.synth.schema import (
 
 #: The columns an establishment keeps the same in every quarter it appears in, and their codes' widths.
 STABLE_COLUMNS = {**CODE_WIDTHS, "own": 1}
-QUARTER_PATTERN = re.compile(r"^(\d{4})Q([1-4])$")
+QUARTER_PATTERN = re.compile(r"^([0-9]{4})Q([1-4])$")
 #: Most quarters a panel may hold (25 years).
 MAX_QUARTERS = 100
 

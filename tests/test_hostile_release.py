@@ -331,3 +331,57 @@ def test_any_damaged_kept_file_is_rebuilt(one_quarter, tmp_path, damage):
     again = gedp.read_release(one_quarter).tabulate("county,own", moe=True)
     pd.testing.assert_frame_equal(again, fresh)
     assert margins.is_complete(folder)
+
+
+# --- numbers, psi, links and non-ASCII digits (second red team) --------------------------------
+HOSTILE_NUMBERS = {
+    "a huge mu_total": (lambda m: m.update(mu_total=1e300), "'mu_total'"),
+    "an infinite mu_total": (lambda m: m.update(mu_total=float("inf")), "'mu_total'"),
+    "a negative mu_total": (lambda m: m.update(mu_total=-1.0), "'mu_total'"),
+    "a mu_total as text": (lambda m: m.update(mu_total="2.3"), "'mu_total'"),
+    "a huge query mu": (lambda m: m["mu"]["identity"].update(wage=1e12), "'mu.identity.wage'"),
+    "a psi with an extra key": (lambda m: m["psi"].update(b=1.0), "not a parameter of psi"),
+    "a psi parameter as text": (lambda m: m["psi"].update(a="0"), "'psi.a'"),
+    "an unknown psi": (lambda m: m["psi"].update(name="cube"), "'psi' must name one of"),
+    "a negative gamma": (lambda m: m["gammas"].update(wage=-1.0), "'gammas.wage'"),
+    "a state of Arabic-Indic digits": (lambda m: m.update(states=["\u0664\u0664"],
+                                                          per_state={"\u0664\u0664": m["per_state"]["44"]}),
+                                       "'states' holds"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_NUMBERS))
+def test_every_number_and_the_psi_of_a_manifest_are_checked(one_quarter, tmp_path, case):
+    edit, message = HOSTILE_NUMBERS[case]
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    edit_manifest(copy, edit)
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        read_manifest(copy)
+
+
+def test_a_config_stating_a_mu_beyond_the_limit_is_refused():
+    import yaml
+
+    from gedp import configs
+    from gedp.config import parse_config
+    from gedp.errors import ConfigError
+    from gedp.mu_limits import MAX_STATED_MU
+
+    raw = yaml.safe_load(configs.path("employment").read_text()) | {"mu_cap": MAX_STATED_MU * 10}
+    with pytest.raises(ConfigError, match="the most a release may state"):
+        parse_config(raw, allow_large_mu=True)
+
+
+@pytest.mark.parametrize("linked", ["manifest.json", "protected.parquet", "measurements.parquet"])
+def test_a_linked_manifest_or_output_folder_is_refused(one_quarter, tmp_path, linked):
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    moved = tmp_path / f"elsewhere-{linked}"
+    (copy / linked).rename(moved)
+    (copy / linked).symlink_to(moved)
+    with pytest.raises(InputError, match="symbolic link"):
+        read_manifest(copy) if linked == "manifest.json" else (read_answers(copy) if linked.startswith("meas")
+                                                               else gedp.Release(copy).microdata)
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--moe"])
+    assert result.exit_code == 2 and "symbolic link" in result.output, result.output

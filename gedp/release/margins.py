@@ -82,7 +82,7 @@ LOCK_FILE = ".lock"
 #: those an earlier format named (``<digest>-<quarter>``) and folders a stopped request left
 #: (``.partial-*``, ``.retired-*``) an hour after they were last written.
 STRUCTURE_NAME = re.compile(r"[0-9a-f]{64}")
-EARLIER_NAME = re.compile(r"[0-9a-f]{64}-\d{4}Q[1-4]")
+EARLIER_NAME = re.compile(r"[0-9a-f]{64}-[0-9]{4}Q[1-4]")
 LEFT_NAME = re.compile(r"\.(partial|retired)-[0-9A-Za-z_]+")
 LEFT_AGE_NS = 3600 * 10**9
 

@@ -47,12 +47,13 @@ class QuickTable:
 def quick_tabulation(release: str | Path, by: str, *, moe: bool = False, level: float = 0.95) -> QuickTable | None:
     """``margins.kept_tabulation(release, by, moe=moe, level=level)`` (no filter) without pandas:
     the same keys, columns and numbers; None when it cannot be answered so (see the module)."""
+    path = Path(release) / MANIFEST_FILE
     try:
-        manifest = json.loads((Path(release) / MANIFEST_FILE).read_text(encoding="utf-8"))
+        manifest = None if path.is_symlink() else json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict) or manifest.get("quarters"):
-        return None  # a panel release: its quarters are tabulated by the full path
+        return None  # a linked manifest, or a panel release: both left to the full path
     folder = kept_path(release)
     with shared_cache():  # the kept files opened (mapped) while no request may remove them
         arrays = read_cell_arrays(folder) if is_complete(folder) else None

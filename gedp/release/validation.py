@@ -7,19 +7,26 @@ reader of a release goes through ``checked_manifest`` (``reader.read_manifest``)
 ``listed_parts`` names, so no later step builds a path, a column name or a count from an unchecked
 field, and no reader silently includes a file the manifest does not account for:
 
-* a state is two digits (``^\\d{2}$``), a quarter a label like 2016Q1 (``^\\d{4}Q[1-4]$``), each
+* a state is two digits (``^[0-9]{2}$``, ASCII digits), a quarter a label like 2016Q1 (``^[0-9]{4}Q[1-4]$``), each
   listed once; a panel's ``per_quarter`` holds exactly its quarters, each checked as a release of
   one quarter; ``per_state`` holds exactly its states;
 * ``establishments`` is a whole number >= 0: the sum of ``per_state``'s;
 * ``files`` names gedp's files only; a job family and its worker columns are plain names;
+* ``mu_total``, ``mu_planned_total``, ``mu_cap`` and every query's mu (``mu``) are finite numbers in
+  [0, MAX_STATED_MU] (``gedp.mu_limits``, refused in a config at protect time); ``gammas``, ``zeta``
+  and ``zeta_per_state`` finite numbers >= 0; ``psi`` names a neighbor function and only its
+  parameters, each a finite number, within the function's own rules;
+* ``manifest.json`` is a regular file, not a symbolic link;
 * a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
   a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
-  state (``part-<quarter>-<state>.parquet``) that the manifest lists: no other entry, no symbolic link.
+  state (``part-<quarter>-<state>.parquet``) that the manifest lists: no other entry, no symbolic link
+  (neither the folder nor a part).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -33,9 +40,9 @@ if TYPE_CHECKING:
     from gedp.release.manifest import Manifest
 
 #: A state: its two-digit FIPS code.
-STATE_PATTERN = re.compile(r"\d{2}")
+STATE_PATTERN = re.compile(r"[0-9]{2}")
 #: A quarter of a panel release: year and quarter, e.g. 2016Q1.
-QUARTER_PATTERN = re.compile(r"\d{4}Q[1-4]")
+QUARTER_PATTERN = re.compile(r"[0-9]{4}Q[1-4]")
 #: A job family or a worker column: a plain name.
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 #: The Parquet outputs of a release, each a folder of parts.
@@ -98,6 +105,62 @@ def _check_quarter_release(release: str | Path, manifest: Mapping, where: str) -
                                f"({sum(counts)})")
 
 
+def _number(release: str | Path, value: object, field: str, high: float = math.inf) -> float:
+    """A finite number in [0, high] (not a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high:
+        limit = f"<= {high:g}" if math.isfinite(high) else "finite"
+        raise _refuse(release, f"'{field}' ({_shown(value)}) must be a number >= 0 and {limit}")
+    return float(value)
+
+
+def _numbers(release: str | Path, values: object, field: str, high: float = math.inf) -> None:
+    """A mapping of names to numbers (``_number``), nested mappings (per query, per attribute) allowed."""
+    if not isinstance(values, dict):
+        raise _refuse(release, f"'{field}' must map names to numbers")
+    for name, value in values.items():
+        if isinstance(value, dict):
+            _numbers(release, value, f"{field}.{name}", high)
+        else:
+            _number(release, value, f"{field}.{name}", high)
+
+
+def _check_psi(release: str | Path, psi: object) -> None:
+    """``psi`` names a neighbor function and only its parameters, each a finite number, within its rules."""
+    from gedp.measure.neighbors import NEIGHBOR_FUNCTIONS, make_psi
+
+    if not isinstance(psi, dict) or psi.get("name") not in NEIGHBOR_FUNCTIONS:
+        raise _refuse(release, f"'psi' must name one of {', '.join(NEIGHBOR_FUNCTIONS)}")
+    parameters = {key: value for key, value in psi.items() if key != "name"}
+    allowed = NEIGHBOR_FUNCTIONS[psi["name"]].__dataclass_fields__
+    for key, value in parameters.items():
+        if key not in allowed:
+            raise _refuse(release, f"'psi' holds {_shown(key)}, which is not a parameter of psi {psi['name']}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _refuse(release, f"'psi.{key}' ({_shown(value)}) must be a finite number")
+    try:
+        make_psi(**psi)
+    except (ValueError, TypeError):
+        raise _refuse(release, f"'psi' is not a valid psi {psi['name']} (its parameters break its rules)") from None
+
+
+def _check_budget(release: str | Path, content: Mapping) -> None:
+    """The numbers a reader computes with or states: mu (finite, within MAX_STATED_MU), gammas, zeta, psi."""
+    from gedp.mu_limits import MAX_STATED_MU
+
+    for field in ("mu_total", "mu_planned_total", "mu_cap"):
+        if field in content and (field == "mu_total" or content[field] is not None):
+            _number(release, content[field], field, MAX_STATED_MU)
+    if "mu" in content:
+        _numbers(release, content["mu"], "mu", MAX_STATED_MU)
+    if "gammas" in content:
+        _numbers(release, content["gammas"], "gammas")
+    for field in ("zeta", "zeta_per_state"):
+        if content.get(field) is not None:
+            _number(release, content[field], field)
+    if "psi" in content:
+        _check_psi(release, content["psi"])
+
+
 def checked_manifest(content: object, release: str | Path) -> dict:
     """``content`` (a parsed manifest.json of ``release``) once every field that names or counts
     something is checked (see the module); InputError naming the field and the rule otherwise."""
@@ -111,6 +174,7 @@ def checked_manifest(content: object, release: str | Path) -> dict:
         raise _refuse(release, "'files' must name gedp's files only")
     if "jobs" in content:
         _check_jobs(release, content["jobs"])
+    _check_budget(release, content)
     if "quarters" not in content:
         _check_quarter_release(release, content, "")
         return content
@@ -144,6 +208,8 @@ def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[st
     regular file; InputError naming the first missing or unlisted entry otherwise."""
     folder = Path(release) / output
     expected = part_names(manifest)
+    if folder.is_symlink():
+        raise InputError(f"release '{release}': {output} is a symbolic link; a release holds its own folders")
     try:
         entries = {entry.name: entry for entry in os.scandir(folder)}
     except NotADirectoryError:
@@ -167,6 +233,8 @@ def read_manifest(release: str | Path) -> Manifest:
     """The manifest of a release directory, checked to be gedp's and every field that names or counts
     something checked as untrusted input (this module)."""
     path = Path(release) / MANIFEST_FILE
+    if path.is_symlink():
+        raise InputError(f"'{release}' is not a readable gedp release: {MANIFEST_FILE} is a symbolic link")
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):

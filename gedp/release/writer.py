@@ -91,7 +91,7 @@ def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
         return RELEASE_FILES if MANIFEST_KEYS <= content.keys() else None
     if marker == IMPLICATES_SUMMARY:
         files = content.get("files")
-        if not (isinstance(files, list) and all(isinstance(f, str) and re.fullmatch(r"implicate-\d+\.parquet", f)
+        if not (isinstance(files, list) and all(isinstance(f, str) and re.fullmatch(r"implicate-[0-9]+\.parquet", f)
                                                 for f in files)):
             return None
         return frozenset({IMPLICATES_SUMMARY, *files})
