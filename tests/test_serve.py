@@ -260,3 +260,25 @@ def test_hostile_releases_are_refused_at_load(releases, tmp_path, margins_cache,
 def test_gedp_serve_refuses_a_folder_that_is_not_a_release(tmp_path):
     done = CliRunner().invoke(app, ["serve", str(tmp_path)])
     assert done.exit_code == 2 and "is not a gedp release" in done.output
+
+
+@pytest.mark.parametrize("params", [{"release": "panel", "by": "county", "change": "9999Q1:2016Q2"},
+                                    {"release": "panel", "by": "county", "change": "2016Q1:9999Q2", "moe": "1"},
+                                    {"release": "panel", "by": "county", "quarter": "9999Q1"}])
+def test_a_refusal_names_the_release_by_its_id_never_its_folder(server, releases, params):
+    status, _, body = server.get("/api/tabulate", params)
+    error = json.loads(body)["error"]
+    assert status == 400 and "9999Q" in error, error
+    assert str(releases["panel"].resolve()) not in error and str(releases["panel"].parent) not in error, error
+    assert "/" not in error.replace("9999Q1:2016Q2", ""), error
+
+
+def test_without_paths_replaces_the_folder_and_its_files_by_the_id(releases):
+    from gedp.serve.app import without_paths
+    from gedp.serve.releases import ServedRelease
+
+    folder = releases["panel"].resolve()
+    served = {"panel": ServedRelease("panel", folder, {}, [])}
+    message = f"quarter 9999Q1 is not in '{folder}'; {folder}/protected.parquet lacks '/etc/x'"
+    assert without_paths(message, served) == ("quarter 9999Q1 is not in release panel; release panel lacks "
+                                              "a file of the server")

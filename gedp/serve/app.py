@@ -20,6 +20,7 @@ a request holds is ever parsed as HTML).
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -179,7 +180,7 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits()) ->
         except TimeoutError:
             return JSONResponse({"error": f"the request took longer than {limits.timeout:g} s"}, status_code=503)
         except GedpError as err:
-            return JSONResponse({"error": str(err)}, status_code=400)
+            return JSONResponse({"error": without_paths(str(err), releases)}, status_code=400)
         if answer.n_rows > limits.max_rows:
             return JSONResponse({"error": f"the table has {answer.n_rows:,} rows, more than {limits.max_rows:,}: "
                                           "narrow it with a filter or fewer keys"}, status_code=400)
@@ -194,6 +195,17 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits()) ->
               Route("/api/release/{id}/manifest", manifest), Route("/api/tabulate", tabulate),
               Route("/api/openapi.json", openapi_document)]
     return SecurityHeaders(Starlette(routes=routes))
+
+
+def without_paths(message: str, releases: dict[str, ServedRelease]) -> str:
+    """``message`` naming each release by its id, never by the server's folder (a path, quoted or not,
+    to the folder or a file in it, is the release's id); any other absolute path left quoted is
+    replaced by "a file of the server"."""
+    for release in sorted(releases.values(), key=lambda r: len(str(r.folder)), reverse=True):
+        folder = str(release.folder)
+        message = re.sub(rf"'{re.escape(folder)}(/[^']*)?'|{re.escape(folder)}(/\S*)?", f"release {release.id}",
+                         message)
+    return re.sub(r"'/[^']*'", "a file of the server", message)
 
 
 def parse(items: list[tuple[str, str]], releases: dict[str, ServedRelease]
