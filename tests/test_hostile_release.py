@@ -385,3 +385,28 @@ def test_a_linked_manifest_or_output_folder_is_refused(one_quarter, tmp_path, li
                                                                else gedp.Release(copy).microdata)
     result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--moe"])
     assert result.exit_code == 2 and "symbolic link" in result.output, result.output
+
+
+# --- a cache others can write (second red team, M1) ---------------------------------------------
+@pytest.mark.parametrize("loose", ["cache folder", "margins folder"])
+def test_a_cache_others_can_write_is_refused(one_quarter, tmp_path, monkeypatch, loose):
+    """Whoever can write the cache could scale every kept value: a cache folder or its margins/
+    writable by group or others is refused in one line, before anything is read from it."""
+    cache = tmp_path / "shared"
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(cache))
+    assert runner.invoke(app, ["tabulate", str(one_quarter), "--by", "county", "--moe"]).exit_code == 0
+    assert (cache.stat().st_mode & 0o777, (cache / "margins").stat().st_mode & 0o777) == (0o700, 0o700)
+    (cache if loose == "cache folder" else cache / "margins").chmod(0o777)
+    for request in (["--by", "county"], ["--by", "county", "--moe"]):
+        result = runner.invoke(app, ["tabulate", str(one_quarter), *request])
+        assert result.exit_code == 2 and "is not private" in result.output, result.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_cache_of_another_user_is_refused(one_quarter, tmp_path, monkeypatch):
+    cache = tmp_path / "theirs"
+    cache.mkdir(mode=0o700)
+    os.chown(cache, 54321, 54321)
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(cache))
+    result = runner.invoke(app, ["tabulate", str(one_quarter), "--by", "county", "--moe"])
+    assert result.exit_code == 2 and "owned by you" in result.output, result.output

@@ -41,6 +41,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gedp.errors import InputError
 from gedp.postprocess.cellmargins import CellPieces, IndexedVariances, pieces_arrays, pieces_from
 from gedp.release.cells import CELL_CODES_FILE, indexed_tabulation, write_cell_index
 from gedp.release.format import MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
@@ -106,6 +108,33 @@ def cache_folder() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gedp"
 
 
+def margins_folder() -> Path:
+    """The cache's ``margins/`` folder, the cache folder and it created private (mode 0700) when
+    missing (nothing where they cannot be created: nothing is kept then), and refused when either is
+    not private (``check_private``)."""
+    root = cache_folder()
+    for folder in (root, root / "margins"):
+        try:
+            folder.mkdir(mode=0o700, parents=folder == root, exist_ok=True)
+        except OSError:
+            pass
+        check_private(folder)
+    return root / "margins"
+
+
+def check_private(folder: Path) -> None:
+    """Refuse a cache folder owned by another user or writable by its group or others: whoever can
+    write it could change every value and margin of error read from it (a missing folder passes)."""
+    try:
+        status = folder.stat()
+    except OSError:
+        return
+    if status.st_uid != os.geteuid() or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InputError(f"the margin cache '{folder}' is not private: it must be owned by you and not writable by "
+                         f"group or others (chmod go-w), since whoever can write it could change every value and "
+                         f"margin of error read from it; or set {CACHE_ENV} to a folder of your own")
+
+
 def release_digest(release: str | Path) -> str:
     """SHA-256 of the release's manifest, measurements and protected microdata (each part's name,
     size and bytes), the gedp version and the structure's format; remembered for files whose
@@ -114,7 +143,7 @@ def release_digest(release: str | Path) -> str:
     key = f"gedp {package_version('gedp')} margins {STRUCTURE_FORMAT}\n"
     parts = _release_parts(release)
     identity = _identity(release, parts)
-    remembered = cache_folder() / "margins" / DIGESTS_FOLDER / hashlib.sha256(
+    remembered = margins_folder() / DIGESTS_FOLDER / hashlib.sha256(
         str(release.resolve()).encode()).hexdigest()
     try:
         known = json.loads(remembered.read_text(encoding="utf-8"))
@@ -157,7 +186,7 @@ def _remember(path: Path, content: dict) -> None:
     """Write a remembered digest (atomically; nothing where the cache cannot be written), keeping the
     ``KEPT_DIGESTS`` most recent."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         staged = path.with_name(f".partial-{path.name}-{os.getpid()}")
         staged.write_text(json.dumps(content), encoding="utf-8")
         staged.replace(path)
@@ -174,16 +203,15 @@ def kept_path(release: str | Path, quarter: str | None = None) -> Path:
     digest = release_digest(release)
     if quarter is not None:  # named by a digest: nothing of the cache's paths comes from a release's content
         digest = hashlib.sha256(f"{digest} quarter {quarter}".encode()).hexdigest()
-    return cache_folder() / "margins" / digest
+    return margins_folder() / digest
 
 
 @contextmanager
 def _cache_lock(kind: int) -> Iterator[None]:
     """Hold ``kind`` (``fcntl.LOCK_SH`` or ``LOCK_EX``) on the cache's lock file; nothing where it
     cannot be opened (a cache that cannot be written: nobody prunes it)."""
-    root = cache_folder() / "margins"
+    root = margins_folder()
     try:
-        root.mkdir(parents=True, exist_ok=True)
         handle = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
         yield
@@ -208,6 +236,7 @@ def exclusive_cache() -> AbstractContextManager[None]:
 def is_complete(path: Path) -> bool:
     """Whether the structure kept at ``path`` holds every file its ``complete.json`` lists, each a
     regular file of the size listed."""
+    check_private(path)
     try:
         listed = json.loads((path / COMPLETE_FILE).read_text(encoding="utf-8"))
         if listed.get("format") != STRUCTURE_FORMAT:
@@ -318,7 +347,8 @@ def write_structure(structure: Mapping[str, VarianceFunction], path: Path, prote
     remove the least recently used structures beyond ``KEPT_STRUCTURES``."""
     arrays: dict[str, np.ndarray] = {}
     skeleton = {attribute: _encode(value, arrays) for attribute, value in structure.items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
+    margins_folder()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(dir=path.parent, prefix=".partial-"))
     for name, array in arrays.items():
         np.save(staged / f"{name}.npy", array, allow_pickle=False)
@@ -350,7 +380,7 @@ def _put_in_place(staged: Path, path: Path) -> None:
 
 def _remove(folder: Path) -> None:
     """Remove a folder of the cache: never a symbolic link, never anything outside ``margins/``."""
-    root = (cache_folder() / "margins").resolve()
+    root = margins_folder().resolve()
     if folder.is_symlink() or not folder.is_dir() or folder.resolve().parent != root:
         return
     shutil.rmtree(folder, ignore_errors=True)
