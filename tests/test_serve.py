@@ -244,8 +244,9 @@ def hostile(release: Path, tmp_path: Path, change) -> Path:
     ("panel", lambda m: m.update(quarters=[*m["quarters"], "2017Q1"]), "'per_quarter' must hold exactly the quarters"),
     ("single", lambda m: m.update(quarters=[1]), "'quarters' holds 1, which is not of the form"),
     ("single", lambda m: m.update(states=["<script>alert(1)</script>"]), "'states' holds '<script>"),
-    ("single", lambda m: m.update(mu_total="1e999"), "mu_total must be a finite number > 0"),
-    ("single", lambda m: m.update(mu_total=float("nan")), "mu_total must be a finite number > 0"),
+    ("single", lambda m: m.update(mu_total="1e999"), "'mu_total' ('1e999') must be a number >= 0 and <= 1e+06"),
+    ("single", lambda m: m.update(mu_total=float("nan")), "'mu_total' (nan) must be a number >= 0 and <= 1e+06"),
+    ("single", lambda m: m.update(mu_total=1e300), "'mu_total' (1e+300) must be a number >= 0 and <= 1e+06"),
     ("single", lambda m: m.update(mu_total=0), "mu_total must be a finite number > 0"),
     ("single", lambda m: m.update(establishments=-1), "'establishments' (-1) must be a whole number >= 0"),
 ])
