@@ -410,3 +410,38 @@ def test_a_cache_of_another_user_is_refused(one_quarter, tmp_path, monkeypatch):
     monkeypatch.setenv("GEDP_CACHE_DIR", str(cache))
     result = runner.invoke(app, ["tabulate", str(one_quarter), "--by", "county", "--moe"])
     assert result.exit_code == 2 and "owned by you" in result.output, result.output
+
+
+# --- implicates and size classes read the protected data as tabulate does (L1/L2) ---------------
+def _edit_part(copy: Path, edit) -> None:
+    part = copy / "protected.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    edit(frame)
+    frame.to_parquet(part, index=False)
+
+
+EDITED_PARTS = {
+    "a repeated estab_id": (lambda f: f.__setitem__("estab_id", [f["estab_id"].iloc[0]] * 2
+                                                    + list(f["estab_id"].iloc[2:])), "must be unique"),
+    "markup in county": (lambda f: f.__setitem__("county", ["<b>x</b>"] + list(f["county"].iloc[1:])),
+                         "codes must be 3 ASCII digits"),
+    "a value that is not finite": (lambda f: f.__setitem__("m1emp", [np.inf] + list(f["m1emp"].iloc[1:])),
+                                   "values must be finite numbers"),
+}
+
+
+@pytest.mark.parametrize("case", list(EDITED_PARTS))
+def test_implicates_and_size_classes_refuse_protected_data_that_tabulate_refuses(one_quarter, tmp_path,
+                                                                                 monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = EDITED_PARTS[case]
+    copy = tmp_path / "copy"
+    shutil.copytree(one_quarter, copy)
+    _edit_part(copy, edit)
+    for request in (["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"],
+                    ["tabulate", str(copy), "--by", "sector,size_class"],
+                    ["tabulate", str(copy), "--by", "county", "--moe"]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert "<b>" not in result.output
+    assert not (tmp_path / "imp").exists()

@@ -80,12 +80,12 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     """Read a release (one ``quarter`` of a panel release) and fit each state's priors."""
     from gedp.measure.neighbors import make_psi
     from gedp.postprocess.implicates import PosteriorModel, StateAnswers
-    from gedp.release.reader import quarter_manifest, read_quarter
+    from gedp.release.reader import quarter_manifest, read_validated
 
     release = Path(release)
     manifest = quarter_manifest(release, quarter)
     psi = make_psi(**manifest["psi"])
-    protected = read_quarter(release, quarter)
+    protected = in_stored_order(release, read_validated(release, quarter))  # refused as tabulate refuses it
     public = protected.drop(columns=[c for c in CONFIDENTIAL if c in protected.columns])
     values, sds = identity_answers(release, quarter, public["estab_id"])
     models = []
@@ -97,6 +97,17 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
                                supersector=pd.factorize(public["supersector"].to_numpy()[rows])[0])
         models.append((rows, PosteriorModel(answers, psi, rng)))
     return ReleaseDraws(public, models)
+
+
+def in_stored_order(release: Path, validated: pd.DataFrame) -> pd.DataFrame:
+    """The validated protected microdata (``reader.read_validated``: duplicated ids, codes that are not
+    codes, values that are not finite refused) in the release's column order (the implicates' order)."""
+    import pyarrow.parquet as pq
+
+    from gedp.release.reader import release_parts
+
+    stored = [c for c in pq.ParquetDataset(release_parts(release)).schema.names if c in validated.columns]
+    return validated[[*stored, *(c for c in validated.columns if c not in stored)]]
 
 
 def draw_blocks(draws: ReleaseDraws, m: int, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
