@@ -138,16 +138,55 @@ def a_value_shifted(copy, truth, releases):
             lambda f: f.assign(m1emp=np.where(np.arange(len(f)) < 300, f["m1emp"] * 10 + 50, f["m1emp"])))
 
 
+def sector_scaled(copy, truth, releases):
+    """Red team: the months of sector 62 (health care) multiplied by 1.25 and their wages by 1.4."""
+    def scaled(frame):
+        health = (frame["sector"].astype(str) == "62").to_numpy()
+        assert 0 < health.sum() < len(frame)
+        factors = {a: np.where(health, 1.4 if a == "wage" else 1.25, 1.0) for a in ATTRIBUTES}
+        return frame.assign(**{a: frame[a] * factors[a] for a in ATTRIBUTES})
+
+    rewrite(copy / "protected.parquet" / "part-44.parquet", scaled)
+
+
+def true_values_in_some_rows(rows: int):
+    """Red team: the true confidential values written over ``rows`` protected rows (random ones; one row:
+    the largest establishment's)."""
+    def edit(copy, truth, releases):
+        def partly_true(frame):
+            order = (np.random.default_rng(8).permutation(len(frame)) if rows > 1
+                     else np.argsort(-frame["m1emp"].to_numpy()))
+            chosen = np.isin(np.arange(len(frame)), order[:rows])
+            known = truth.set_index("estab_id").loc[frame["estab_id"]]
+            return frame.assign(**{a: np.where(chosen, known[a].to_numpy(), frame[a]) for a in ATTRIBUTES})
+
+        rewrite(copy / "protected.parquet" / "part-44.parquet", partly_true)
+    return edit
+
+
+def a_table_cell_rewritten(copy, truth, releases):
+    """Red team: the last figure of qcew_tables.csv's first row rewritten (sed '2s/,[0-9.]*$/,999999999/')."""
+    lines = (copy / "qcew_tables.csv").read_text().splitlines(keepends=True)
+    lines[1] = lines[1].rstrip("\n").rsplit(",", 1)[0] + ",999999999\n"
+    (copy / "qcew_tables.csv").write_text("".join(lines))
+
+
 BROKEN = {
-    "true values over the part": (true_values, {"fit to the answers"}),
+    "true values over the part": (true_values, {"fit to the answers", "re-solved values", "tables"}),
+    "sector 62 scaled": (sector_scaled, {"re-solved values", "tables"}),
+    "true values in 30% of rows": (true_values_in_some_rows(450), {"re-solved values", "tables"}),
+    "true values in 60% of rows": (true_values_in_some_rows(900), {"re-solved values", "tables"}),
+    "true values in 1 row of 1,500": (true_values_in_some_rows(1), {"re-solved values"}),
+    "a table cell rewritten": (a_table_cell_rewritten, {"tables"}),
     "an extra part of raw records": (raw_records, {"files"}),
     "the manifest's count edited": (count_edited, {"counts"}),
-    "another release's measurements": (measurements_of_another_release, {"fit to the answers"}),
-    "another release's protected values": (protected_of_another_release, {"fit to the answers"}),
+    "another release's measurements": (measurements_of_another_release, {"fit to the answers", "re-solved values"}),
+    "another release's protected values": (protected_of_another_release,
+                                           {"fit to the answers", "re-solved values", "tables"}),
     "a part dropped": (part_dropped, {"files"}),
     "rows duplicated": (rows_duplicated, {"counts"}),
     "ids altered": (ids_altered, {"counts"}),
-    "values shifted in 300 rows": (a_value_shifted, {"fit to the answers"}),
+    "values shifted in 300 rows": (a_value_shifted, {"fit to the answers", "re-solved values", "tables"}),
 }
 
 
@@ -188,7 +227,7 @@ def test_a_panel_quarter_with_true_values_fails(tmp_path):
     part = folder / "protected.parquet" / "part-2016Q2-44.parquet"
     known = quarters[quarters["qtr"] == 2].set_index("estab_id")
     rewrite(part, lambda f: f.assign(**{a: known.loc[f["estab_id"], a].to_numpy() for a in ATTRIBUTES}))
-    assert failed(folder) == {"fit to the answers"}
+    assert failed(folder) == {"fit to the answers", "re-solved values", "tables"}
     assert "2016Q2" in next(c.detail for c in audit_release(folder) if not c.passed)
 
 
