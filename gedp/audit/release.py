@@ -3,8 +3,9 @@
 Each check reads only the release folder (public files) and recomputes what it can from the
 released answers and public columns: every file is one the manifest accounts for; every count
 (establishments per state and quarter, one identity answer per protected row, the same ids) is the
-manifest's; the protected values are a fit of the noisy answers, not values the noise never touched
-(``check_fit``); every noisy value on its stated grid; rows in release order; the mu of every
+manifest's; the protected values are, bit for bit, the postprocessing of the noisy answers and
+public columns (``check_refit``), and the QCEW tables those of the protected values, byte for byte
+(``check_tables``); every noisy value on its stated grid; rows in release order; the mu of every
 answer, each state's composed total and the release's; the sd of psi-mechanism answers (their
 sensitivity over mu) with their estimates and variances; tau and zeta; pnc's sd and variances from
 the clip levels the released identity answers give; no seed in a publishable manifest; no path
@@ -22,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from gedp.config import parse_config
 from gedp.errors import InputError
@@ -54,12 +54,6 @@ from gedp.synth.schema import public_columns
 RTOL = 1e-12
 #: A string that names a file system location: a separator between names, a home or drive prefix.
 PATH_PATTERN = re.compile(r"[\w.-]/[\w.-]|\\|^~|^[A-Za-z]:")
-#: Probability, over the whole release, that the fit check passes protected values that are the
-#: noisy answers' true values (the noise their whole residual): shared among its tests (Bonferroni).
-FIT_ALPHA = 1e-6
-#: The fit check tells a part and attribute only when its residuals, were they the whole noise,
-#: would fall below this share of it with probability FIT_ALPHA at most (enough establishments).
-FIT_RESOLUTION = 0.8
 
 
 @dataclass(frozen=True)
@@ -139,49 +133,6 @@ def check_counts(manifest: dict, parts: list[StatePart]) -> list[str]:
     if sum(len(part.protected) for part in parts) != manifest["establishments"]:
         failures.append(f"{sum(len(part.protected) for part in parts):,} protected rows, the manifest states "
                         f"{manifest['establishments']:,} establishments")
-    return failures
-
-
-def fit_statistic(part: StatePart, attribute: str, psi: NeighborFunction) -> tuple[float, int] | None:
-    """The mean squared standardized residual ``V`` of a part's identity answers on ``attribute``
-    against its protected values, on the scale the noise was added on (psi's for the psi mechanism),
-    and how many answers (those with noise); None when it has no identity answer on it."""
-    rows = part.measurements[(part.measurements["query"] == "identity")
-                             & (part.measurements["attribute"] == attribute)]
-    if rows.empty or attribute not in part.protected or len(rows) != len(part.protected):
-        return None
-    values = part.protected[attribute].to_numpy(dtype=np.float64)
-    scaled = psi(values) if rows["mechanism"].iloc[0] == "psi" else values
-    sd = rows["sd"].to_numpy(dtype=np.float64)
-    noisy = sd > 0
-    residual = (rows["released"].to_numpy(dtype=np.float64)[noisy] - scaled[noisy]) / sd[noisy]
-    return float(np.mean(residual**2)) if noisy.any() else 0.0, int(noisy.sum())
-
-
-def check_fit(manifest: dict, parts: list[StatePart]) -> list[str]:
-    """The protected values are the least squares' fit of the noisy answers, not values the noise
-    never touched (e.g. the true confidential values).
-
-    Each identity answer is released = f(x) + e, e ~ N(0, sd^2) (f = psi for the psi mechanism, the
-    identity for pnc), independent draws. Were the protected values the true x, the residuals
-    z = (released - f(protected)) / sd would be the noise itself, n V = sum z^2 ~ chi^2(n) exactly.
-    The release's fit takes part of every answer's noise into the values it draws from several
-    answers, so its residuals are smaller (V well below 1: 0.33 to 0.73 in our releases). A part
-    and attribute passes when n V is below the FIT_ALPHA / (tests) quantile of chi^2(n): protected
-    values that are the truth, or that follow the answers less than the truth does (values of
-    other establishments, another release's answers), then fail except with probability
-    FIT_ALPHA over the whole release. With too few answers to tell (that quantile above
-    FIT_RESOLUTION of n) a part is not judged."""
-    psi = make_psi(**manifest["psi"])
-    found = [(part, attribute, fit_statistic(part, attribute, psi))
-             for part in parts for attribute in manifest["gammas"]]
-    tests = [(part, attribute, fit) for part, attribute, fit in found if fit is not None and fit[1] > 0]
-    failures = []
-    for part, attribute, (mean_square, n) in tests:
-        if stats.chi2.ppf(FIT_ALPHA / len(tests), n) / n > FIT_RESOLUTION:
-            if stats.chi2.cdf(n * mean_square, n) >= FIT_ALPHA / len(tests):
-                failures.append(f"{part.label} {attribute}: residuals of the identity answers are as large as their "
-                                f"noise (mean square {mean_square:.3f} over {n:,}): not a fit of the answers")
     return failures
 
 
@@ -408,7 +359,6 @@ def check_no_paths(manifest: dict, parts: list[StatePart]) -> list[str]:
 
 CHECKS: dict[str, Callable[[dict, list[StatePart]], list[str]]] = {
     "counts": check_counts,
-    "fit to the answers": check_fit,
     "re-solved values": check_refit,
     "grid": check_grid,
     "order": check_order,
