@@ -241,7 +241,7 @@ class Release:
         of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
         BLS's ``oty_`` columns), or ``gains_losses`` ("2016Q1:2016Q2": gross job gains and losses by
         ``by``, raw and corrected, with margins when ``moe``), see ``gedp.panel.tabulate_panel``."""
-        from gedp.postprocess.derived import has_derived
+        from gedp.postprocess.keys import has_derived
 
         if has_derived(by) and change is None and gains_losses is None:
             from gedp.release.implicates import tabulate_derived

@@ -203,7 +203,7 @@ def tabulate_request(request: TabulationRequest, *, frame: bool = False) -> Tabu
 
 def _has_derived_keys(by: str) -> bool:
     """Whether a tabulation's keys hold a derived column (size_class), tabulated over implicates."""
-    from gedp.postprocess.derived import has_derived
+    from gedp.postprocess.keys import has_derived
 
     return has_derived(by)
 

@@ -11,20 +11,12 @@ import numpy as np
 import pandas as pd
 
 from gedp.postprocess.combine import combine
-from gedp.postprocess.keys import by_columns
+from gedp.postprocess.keys import SIZE_CLASS
 from gedp.postprocess.publication import WEEKS_PER_QUARTER
 from gedp.postprocess.sizeclass import SIZE_TITLES, size_class
 from gedp.synth.schema import CONFIDENTIAL
 
-SIZE_CLASS = "size_class"
-#: Derived columns a release can be tabulated by (from implicates).
-DERIVED = (SIZE_CLASS,)
 ESTABS = "estabs"
-
-
-def has_derived(by: str | Sequence[str]) -> bool:
-    """Whether a tabulation's keys hold a derived column."""
-    return any(column in DERIVED for column in by_columns(by))
 
 
 def tabulate_implicates(implicates: pd.DataFrame, by: str | Sequence[str], *, where: str | None = None,

@@ -35,3 +35,14 @@ def tabulation_keys(by: str | Sequence[str], columns: Sequence[str], public: Seq
     if "county" in keys and "state" not in keys:
         keys.insert(keys.index("county"), "state")
     return keys
+
+
+SIZE_CLASS = "size_class"
+#: Derived columns a release can be tabulated by (from implicates; ``postprocess.derived``).
+DERIVED = (SIZE_CLASS,)
+
+
+def has_derived(by: str | Sequence[str]) -> bool:
+    """Whether a tabulation's keys hold a derived column (kept here, without pandas, so that a
+    request by public columns alone does not import the implicates' tabulation)."""
+    return any(column in DERIVED for column in by_columns(by))

@@ -108,11 +108,13 @@ def tabulate(
         raise ValueError("margins of error need the release's answers (a release directory)")
     if moe and not 0 < level < 1:
         raise ValueError(f"level ({level}) must be between 0 and 1")
-    added = [key for key in keys if moe and key not in public_columns(microdata)]
+    public = public_columns(microdata)
+    added = [key for key in keys if moe and key not in public]
     if added:
-        raise ValueError(f"cannot give margins of error by {', '.join(added)}: margins follow the release's public "
-                         "columns; a column derived from protected values (e.g. a size) is tabulated over implicates "
-                         "(by size_class, or gedp implicates and gedp.combine)")
+        raise ValueError(f"cannot give margins of error by {', '.join(map(repr, added))}: margins follow the "
+                         f"release's public columns only ({', '.join(public)}); a column derived from protected "
+                         "values (e.g. a size) is tabulated over implicates (by size_class, or gedp implicates and "
+                         "gedp.combine)")
     keep = select(microdata, where)
     if not keep.any():
         raise ValueError("no establishments to tabulate" + (f" match where {where!r}" if where is not None else ""))

@@ -78,7 +78,7 @@ def failed(folder):
 
 def test_every_check_passes_a_good_release(good_release):
     checks = audit_release(good_release)
-    assert [c.name for c in checks] == ["files", *CHECKS] and all(c.passed for c in checks), checks
+    assert [c.name for c in checks] == ["files", *CHECKS, "tables"] and all(c.passed for c in checks), checks
 
 
 def _identity_row(frame, attribute="m1emp"):
@@ -120,23 +120,27 @@ BROKEN = {
 @pytest.mark.parametrize("case", list(BROKEN))
 def test_each_check_fails_on_its_broken_copy(good_release, tmp_path, case):
     """The check named fails, and only checks that recompute from what was edited: an off-grid value,
-    a row moved, an sd or tau also move the estimates and clip levels computed from them."""
+    a row moved, an sd or tau also move the estimates and clip levels computed from them, and a row
+    moved, an sd or a variance the postprocessing that weighs the answers by them (re-solved values,
+    tables)."""
     check, edits = BROKEN[case]
     found = failed(broken_copy(good_release, tmp_path, **edits))
-    assert check in found and found <= {check, "psi answers", "pnc variances", "counts"}, found
+    recomputed = {"psi answers", "pnc variances", "counts", "re-solved values", "tables"}
+    assert check in found and found <= {check, *recomputed}, found
+    assert "tables" not in found or case == "two protected rows swapped"
     assert "counts" not in found or case == "two protected rows swapped"
 
 
 def test_audit_command_on_a_release(good_release, tmp_path):
     runner = CliRunner()
     ok = runner.invoke(app, ["audit", "--release", str(good_release), "--out", str(tmp_path / "a.json")])
-    assert ok.exit_code == 0 and "11 of 11 checks passed" in ok.output, ok.output
+    assert ok.exit_code == 0 and "12 of 12 checks passed" in ok.output, ok.output
     assert all(row["passed"] for row in json.loads((tmp_path / "a.json").read_text()))
     broken = broken_copy(good_release, tmp_path, edit_protected=_swap_rows,
                          edit_manifest=lambda m: m["rng"].update(seed=1))
     caught = runner.invoke(app, ["audit", "--release", str(broken)])
     assert caught.exit_code == 2, caught.output
-    assert "release audit failed: counts; order; pnc variances; no seed" in caught.output
+    assert "release audit failed: counts; re-solved values; order; pnc variances; no seed; tables" in caught.output
     assert runner.invoke(app, ["audit"]).exit_code == 2
 
 

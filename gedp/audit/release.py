@@ -3,8 +3,9 @@
 Each check reads only the release folder (public files) and recomputes what it can from the
 released answers and public columns: every file is one the manifest accounts for; every count
 (establishments per state and quarter, one identity answer per protected row, the same ids) is the
-manifest's; the protected values are a fit of the noisy answers, not values the noise never touched
-(``check_fit``); every noisy value on its stated grid; rows in release order; the mu of every
+manifest's; the protected values are, bit for bit, the postprocessing of the noisy answers and
+public columns (``check_refit``), and the QCEW tables those of the protected values, byte for byte
+(``check_tables``); every noisy value on its stated grid; rows in release order; the mu of every
 answer, each state's composed total and the release's; the sd of psi-mechanism answers (their
 sensitivity over mu) with their estimates and variances; tau and zeta; pnc's sd and variances from
 the clip levels the released identity answers give; no seed in a publishable manifest; no path
@@ -22,14 +23,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from gedp.config import parse_config
 from gedp.errors import InputError
 from gedp.measure.budget import compose
 from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
 from gedp.measure.mechanisms import pnc_released_sensitivity, pnc_tau, psi_sensitivity
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY, Groupings
+from gedp.postprocess.models import PostprocessOptions
+from gedp.postprocess.protect import protect_microdata
+from gedp.postprocess.rounding import Rounder
+from gedp.postprocess.tabulate import qcew_tables
 from gedp.release.format import (
     ACCURACY_FILE,
     JOBS_FILE,
@@ -40,20 +45,15 @@ from gedp.release.format import (
     RELEASE_ORDER,
     TABLES_FILE,
 )
-from gedp.release.reader import parse_query_name, read_manifest
+from gedp.release.reader import answers_of_frame, parse_query_name, read_manifest
 from gedp.release.validation import listed_parts
 from gedp.synth.io import sorted_by
+from gedp.synth.schema import public_columns
 
 #: Relative tolerance of recomputed figures: they are computed by the same float operations.
 RTOL = 1e-12
 #: A string that names a file system location: a separator between names, a home or drive prefix.
 PATH_PATTERN = re.compile(r"[\w.-]/[\w.-]|\\|^~|^[A-Za-z]:")
-#: Probability, over the whole release, that the fit check passes protected values that are the
-#: noisy answers' true values (the noise their whole residual): shared among its tests (Bonferroni).
-FIT_ALPHA = 1e-6
-#: The fit check tells a part and attribute only when its residuals, were they the whole noise,
-#: would fall below this share of it with probability FIT_ALPHA at most (enough establishments).
-FIT_RESOLUTION = 0.8
 
 
 @dataclass(frozen=True)
@@ -136,47 +136,69 @@ def check_counts(manifest: dict, parts: list[StatePart]) -> list[str]:
     return failures
 
 
-def fit_statistic(part: StatePart, attribute: str, psi: NeighborFunction) -> tuple[float, int] | None:
-    """The mean squared standardized residual ``V`` of a part's identity answers on ``attribute``
-    against its protected values, on the scale the noise was added on (psi's for the psi mechanism),
-    and how many answers (those with noise); None when it has no identity answer on it."""
-    rows = part.measurements[(part.measurements["query"] == "identity")
-                             & (part.measurements["attribute"] == attribute)]
-    if rows.empty or attribute not in part.protected or len(rows) != len(part.protected):
-        return None
-    values = part.protected[attribute].to_numpy(dtype=np.float64)
-    scaled = psi(values) if rows["mechanism"].iloc[0] == "psi" else values
-    sd = rows["sd"].to_numpy(dtype=np.float64)
-    noisy = sd > 0
-    residual = (rows["released"].to_numpy(dtype=np.float64)[noisy] - scaled[noisy]) / sd[noisy]
-    return float(np.mean(residual**2)) if noisy.any() else 0.0, int(noisy.sum())
+def refit(manifest: dict, part: StatePart) -> pd.DataFrame:
+    """A part's protected microdata recomputed as the release computed them: its noisy answers
+    postprocessed (``protect_microdata``, the models and options of the manifest's config, each
+    attribute rounded as solved in an integer release) over its public columns."""
+    config = parse_config(manifest["config"], "manifest config", allow_large_mu=True).with_integer(
+        bool(manifest["integer"]))
+    public = part.protected[public_columns(part.protected)]
+    answers = answers_of_frame(part.label, part.measurements)
+    rounder = Rounder(public) if config.integer else None
+    solved, _ = protect_microdata({attribute: answers[attribute] for attribute in config.attributes}, public,
+                                  PostprocessOptions.from_config(config), finish=rounder, groupings=Groupings(public))
+    return solved
 
 
-def check_fit(manifest: dict, parts: list[StatePart]) -> list[str]:
-    """The protected values are the least squares' fit of the noisy answers, not values the noise
-    never touched (e.g. the true confidential values).
-
-    Each identity answer is released = f(x) + e, e ~ N(0, sd^2) (f = psi for the psi mechanism, the
-    identity for pnc), independent draws. Were the protected values the true x, the residuals
-    z = (released - f(protected)) / sd would be the noise itself, n V = sum z^2 ~ chi^2(n) exactly.
-    The release's fit takes part of every answer's noise into the values it draws from several
-    answers, so its residuals are smaller (V well below 1: 0.33 to 0.73 in our releases). A part
-    and attribute passes when n V is below the FIT_ALPHA / (tests) quantile of chi^2(n): protected
-    values that are the truth, or that follow the answers less than the truth does (values of
-    other establishments, another release's answers), then fail except with probability
-    FIT_ALPHA over the whole release. With too few answers to tell (that quantile above
-    FIT_RESOLUTION of n) a part is not judged."""
-    psi = make_psi(**manifest["psi"])
-    found = [(part, attribute, fit_statistic(part, attribute, psi))
-             for part in parts for attribute in manifest["gammas"]]
-    tests = [(part, attribute, fit) for part, attribute, fit in found if fit is not None and fit[1] > 0]
+def check_refit(manifest: dict, parts: list[StatePart]) -> list[str]:
+    """Every protected value is the one the release's postprocessing gives from its noisy answers
+    and public columns (``refit``), bit for bit: the protected microdata are a function of the
+    answers, so a value edited, replaced (by a true one) or of another release differs."""
     failures = []
-    for part, attribute, (mean_square, n) in tests:
-        if stats.chi2.ppf(FIT_ALPHA / len(tests), n) / n > FIT_RESOLUTION:
-            if stats.chi2.cdf(n * mean_square, n) >= FIT_ALPHA / len(tests):
-                failures.append(f"{part.label} {attribute}: residuals of the identity answers are as large as their "
-                                f"noise (mean square {mean_square:.3f} over {n:,}): not a fit of the answers")
+    for part in parts:
+        try:
+            solved = refit(manifest, part)
+        except Exception as err:  # noqa: BLE001 (untrusted files: whatever stops the solve fails the check)
+            failures.append(f"{part.label}: the answers cannot be postprocessed again ({type(err).__name__})")
+            continue
+        for attribute in solved.columns.drop(public_columns(part.protected)):
+            if attribute not in part.protected:
+                failures.append(f"{part.label} {attribute}: missing from the protected microdata")
+                continue
+            found = part.protected[attribute].to_numpy(dtype=np.float64)
+            differ = int((found != solved[attribute].to_numpy(dtype=np.float64)).sum())
+            if differ:
+                failures.append(f"{part.label} {attribute}: {differ:,} of {len(found):,} value(s) are not the "
+                                "postprocessing of the release's answers")
     return failures
+
+
+def tables_text(parts: list[StatePart]) -> str:
+    """The QCEW tables CSV the release writer writes of these parts (states, quarters in order): each
+    part's ``qcew_tables`` of its protected microdata, one header."""
+    texts = []
+    for part in parts:
+        public = part.protected[public_columns(part.protected)]
+        lines = qcew_tables(part.protected, Groupings(public)).to_csv(index=False).splitlines(keepends=True)
+        texts += lines if not texts else lines[1:]
+    return "".join(texts)
+
+
+def check_tables(folder: Path, parts: list[StatePart]) -> list[str]:
+    """``qcew_tables.csv`` holds, byte for byte, the tables of the release's protected microdata."""
+    file = folder / TABLES_FILE
+    if not file.is_file() or file.is_symlink():
+        return []  # check_files names it
+    try:
+        expected = tables_text(parts).encode()
+    except Exception as err:  # noqa: BLE001 (untrusted files: whatever stops the tables fails the check)
+        return [f"{TABLES_FILE}: the protected microdata cannot be tabulated ({type(err).__name__})"]
+    found = file.read_bytes()
+    if found == expected:
+        return []
+    lines = [found.splitlines(), expected.splitlines()]
+    differ = sum(a != b for a, b in zip(*lines)) + abs(len(lines[0]) - len(lines[1]))
+    return [f"{TABLES_FILE}: {differ:,} line(s) are not the tables of the protected microdata"]
 
 
 def check_grid(manifest: dict, parts: list[StatePart]) -> list[str]:
@@ -337,7 +359,7 @@ def check_no_paths(manifest: dict, parts: list[StatePart]) -> list[str]:
 
 CHECKS: dict[str, Callable[[dict, list[StatePart]], list[str]]] = {
     "counts": check_counts,
-    "fit to the answers": check_fit,
+    "re-solved values": check_refit,
     "grid": check_grid,
     "order": check_order,
     "mu": check_mu,
@@ -383,14 +405,17 @@ def _panel_failures(folder: Path, manifest: dict) -> dict[str, list[str]]:
     panel's distinct establishments against its manifest's."""
     found: dict[str, list[str]] = {name: [] for name in CHECKS}
     ids: set[str] = set()
+    every: list[StatePart] = []
     for quarter, section in manifest["per_quarter"].items():
         parts = state_parts(folder, manifest, quarter)
+        every += parts
         ids.update(id_ for part in parts for id_ in part.protected["estab_id"].astype(str))
         for name, failures in _run(CHECKS, dict(section), parts).items():
             found[name] += [f"{quarter}: {failure}" for failure in failures]
     if len(ids) != manifest["establishments"]:
         found["counts"].append(f"{len(ids):,} distinct establishments over the quarters, the manifest states "
                                f"{manifest['establishments']:,}")
+    found["tables"] = check_tables(folder, every)
     found["no seed"] += check_no_seed(manifest, [])
     found["no paths"] += check_no_paths(manifest, [])
     return found
@@ -408,6 +433,7 @@ def audit_release(folder: str | Path) -> list[Check]:
     if "quarters" in manifest:
         found |= _panel_failures(folder, manifest)
     else:
-        found |= _run(CHECKS, manifest, state_parts(folder, manifest))
+        parts = state_parts(folder, manifest)
+        found |= _run(CHECKS, manifest, parts) | {"tables": check_tables(folder, parts)}
     return [Check(name, not failures, "; ".join(failures[:5]) + (" ..." if len(failures) > 5 else ""))
             for name, failures in found.items()]

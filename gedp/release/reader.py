@@ -83,7 +83,11 @@ def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, l
     release = Path(release)
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
-    frame = pd.read_parquet(release_parts(release, MEASUREMENTS_FILE), filters=filters)
+    return answers_of_frame(release, pd.read_parquet(release_parts(release, MEASUREMENTS_FILE), filters=filters))
+
+
+def answers_of_frame(release: str | Path, frame: pd.DataFrame) -> dict[str, list[NoisyAnswer]]:
+    """The noisy answers by attribute of measurements read from ``release`` (named in messages)."""
     answers: dict[str, list[NoisyAnswer]] = {}
     for (name, attribute), rows in frame.groupby(["query", "attribute"], sort=False):
         by = checked_query(release, name, frame.columns)
