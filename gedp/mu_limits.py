@@ -10,10 +10,14 @@ the noise sd, in the attribute's units, of the identity query's answer for a typ
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from gedp.errors import ConfigError
-from gedp.measure.workflows import MeasurementPlan
+
+if TYPE_CHECKING:  # for annotations only: a release's reader checks MAX_STATED_MU without the workflows
+    from gedp.measure.workflows import MeasurementPlan
 
 #: Largest mu of one query on one attribute accepted without ``allow_large_mu``: room for the plans
 #: the planner writes (an identity-only plan of total 2.3065 spends up to 1.33 on one month's

@@ -360,6 +360,33 @@ def test_every_number_and_the_psi_of_a_manifest_are_checked(one_quarter, tmp_pat
         read_manifest(copy)
 
 
+def test_the_readers_psi_rules_are_the_neighbor_functions_own():
+    """The reader checks psi without importing the neighbor functions (a further request stays light):
+    its table names each function's parameters, and a psi passes it exactly when make_psi accepts it."""
+    import dataclasses
+
+    from gedp.measure.neighbors import NEIGHBOR_FUNCTIONS, make_psi
+    from gedp.release.validation import PSI_PARAMETERS, _check_psi
+
+    assert set(PSI_PARAMETERS) == set(NEIGHBOR_FUNCTIONS)
+    for name, function in NEIGHBOR_FUNCTIONS.items():
+        assert set(PSI_PARAMETERS[name]) == {field.name for field in dataclasses.fields(function) if field.init}
+        for key in PSI_PARAMETERS[name]:
+            for value in (-1.0, 0.0, 0.5, 1e13, 2e13):
+                psi = {"name": name, key: value}
+                try:
+                    make_psi(**psi)
+                    made = True
+                except ValueError:
+                    made = False
+                try:
+                    _check_psi("r", psi)
+                    passed = True
+                except InputError:
+                    passed = False
+                assert passed == made, (psi, passed, made)
+
+
 def test_a_config_stating_a_mu_beyond_the_limit_is_refused():
     import yaml
 

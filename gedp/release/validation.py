@@ -124,23 +124,29 @@ def _numbers(release: str | Path, values: object, field: str, high: float = math
             _number(release, value, f"{field}.{name}", high)
 
 
-def _check_psi(release: str | Path, psi: object) -> None:
-    """``psi`` names a neighbor function and only its parameters, each a finite number, within its rules."""
-    from gedp.measure.neighbors import NEIGHBOR_FUNCTIONS, make_psi
+#: Each neighbor function's parameters with their rules, (whether 0 is allowed, largest value)
+#: (``measure.neighbors``: a in [0, 1e13], d in (0, 1e13], gamma_sqrt > 0), kept here so that reading
+#: a manifest imports no mathematics (a further request answers from the kept cells alone); tests
+#: check it against the neighbor functions themselves.
+PSI_PARAMETERS = {"sqrt": {"a": (True, 1e13)}, "log": {"a": (True, 1e13)}, "linear": {"d": (False, 1e13)},
+                  "sqrt-linear": {"gamma_sqrt": (False, math.inf), "d": (False, 1e13)}}
 
-    if not isinstance(psi, dict) or psi.get("name") not in NEIGHBOR_FUNCTIONS:
-        raise _refuse(release, f"'psi' must name one of {', '.join(NEIGHBOR_FUNCTIONS)}")
-    parameters = {key: value for key, value in psi.items() if key != "name"}
-    allowed = NEIGHBOR_FUNCTIONS[psi["name"]].__dataclass_fields__
-    for key, value in parameters.items():
+
+def _check_psi(release: str | Path, psi: object) -> None:
+    """``psi`` names a neighbor function and only its parameters, each a finite number within its rules."""
+    if not isinstance(psi, dict) or psi.get("name") not in PSI_PARAMETERS:
+        raise _refuse(release, f"'psi' must name one of {', '.join(PSI_PARAMETERS)}")
+    allowed = PSI_PARAMETERS[psi["name"]]
+    for key, value in psi.items():
+        if key == "name":
+            continue
         if key not in allowed:
             raise _refuse(release, f"'psi' holds {_shown(key)}, which is not a parameter of psi {psi['name']}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise _refuse(release, f"'psi.{key}' ({_shown(value)}) must be a finite number")
-    try:
-        make_psi(**psi)
-    except (ValueError, TypeError):
-        raise _refuse(release, f"'psi' is not a valid psi {psi['name']} (its parameters break its rules)") from None
+        zero_allowed, largest = allowed[key]
+        if not (0 <= value <= largest and (value > 0 or zero_allowed)):
+            raise _refuse(release, f"'psi' is not a valid psi {psi['name']} (its parameters break its rules)")
 
 
 def _check_budget(release: str | Path, content: Mapping) -> None:
