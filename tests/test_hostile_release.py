@@ -44,6 +44,13 @@ def one_quarter(tmp_path_factory) -> Path:
     return folder
 
 
+def copied(release: Path, tmp_path: Path) -> Path:
+    """A copy of ``release`` in ``tmp_path`` (``copy``), for a test to edit."""
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    return copy
+
+
 def edit_manifest(folder: Path, edit) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
     edit(manifest)
@@ -136,8 +143,7 @@ HOSTILE_FIELDS = {
 @pytest.mark.parametrize("case", list(HOSTILE_FIELDS))
 def test_every_field_that_names_or_counts_is_checked_where_the_release_is_read(one_quarter, tmp_path, case):
     edit, message = HOSTILE_FIELDS[case]
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     edit_manifest(copy, edit)
     with pytest.raises(InputError, match=message):
         read_manifest(copy)
@@ -157,8 +163,7 @@ PANEL_FIELDS = {
 @pytest.mark.parametrize("case", list(PANEL_FIELDS))
 def test_a_panel_manifest_is_checked_quarter_by_quarter(panel_release, tmp_path, case):
     edit, message = PANEL_FIELDS[case]
-    copy = tmp_path / "copy"
-    shutil.copytree(panel_release, copy)
+    copy = copied(panel_release, tmp_path)
     edit_manifest(copy, edit)
     with pytest.raises(InputError, match=message):
         read_manifest(copy)
@@ -168,8 +173,7 @@ def test_a_panel_manifest_is_checked_quarter_by_quarter(panel_release, tmp_path,
 def test_a_part_the_manifest_does_not_list_is_refused_by_every_reader(one_quarter, tmp_path):
     """Red team item 4: an extra protected.parquet/extra.parquet of raw records was tabulated with
     the release's (2,050 establishments, manifest 2,000) by every reader at 9a0ff4e."""
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--moe"])  # a kept index exists
     part = next((copy / "protected.parquet").iterdir())
     pd.read_parquet(part).head(50).to_parquet(copy / "protected.parquet" / "extra.parquet", index=False)
@@ -186,8 +190,7 @@ def test_a_part_the_manifest_does_not_list_is_refused_by_every_reader(one_quarte
 
 
 def test_an_unlisted_measurement_part_is_refused(one_quarter, tmp_path):
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     part = next((copy / "measurements.parquet").iterdir())
     shutil.copy(part, copy / "measurements.parquet" / "part-45.parquet")
     with pytest.raises(InputError, match="'part-45.parquet', which its manifest does not list"):
@@ -197,8 +200,7 @@ def test_an_unlisted_measurement_part_is_refused(one_quarter, tmp_path):
 @pytest.mark.parametrize(("column", "value", "message"), [("attribute", "../../x", "an attribute '../../x'"),
                                                          ("query", "state,nothing", "a query 'state,nothing'")])
 def test_measurements_naming_what_they_do_not_hold_are_refused(one_quarter, tmp_path, column, value, message):
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     part = copy / "measurements.parquet" / "part-44.parquet"
     frame = pd.read_parquet(part)
     frame.loc[frame["attribute"] == "wage", column] = value
@@ -208,8 +210,7 @@ def test_measurements_naming_what_they_do_not_hold_are_refused(one_quarter, tmp_
 
 
 def test_a_missing_or_linked_part_is_refused(one_quarter, tmp_path):
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     part = copy / "protected.parquet" / "part-44.parquet"
     moved = tmp_path / "elsewhere.parquet"
     part.rename(moved)
@@ -221,8 +222,7 @@ def test_a_missing_or_linked_part_is_refused(one_quarter, tmp_path):
 
 
 def test_rows_added_to_a_part_are_refused(one_quarter, tmp_path):
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     part = copy / "protected.parquet" / "part-44.parquet"
     frame = pd.read_parquet(part)
     pd.concat([frame, frame.tail(3)]).to_parquet(part, index=False)
@@ -234,8 +234,7 @@ def test_rows_added_to_a_part_are_refused(one_quarter, tmp_path):
 
 def test_a_quarter_holding_rows_of_another_is_refused(panel_release, tmp_path):
     """A panel's 2016Q2 rows relabelled 2016Q1: the quarters no longer hold the counts stated."""
-    copy = tmp_path / "copy"
-    shutil.copytree(panel_release, copy)
+    copy = copied(panel_release, tmp_path)
     part = copy / "protected.parquet" / "part-2016Q2-44.parquet"
     frame = pd.read_parquet(part)
     frame.assign(quarter="2016Q1").to_parquet(part, index=False)
@@ -353,8 +352,7 @@ HOSTILE_NUMBERS = {
 @pytest.mark.parametrize("case", list(HOSTILE_NUMBERS))
 def test_every_number_and_the_psi_of_a_manifest_are_checked(one_quarter, tmp_path, case):
     edit, message = HOSTILE_NUMBERS[case]
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     edit_manifest(copy, edit)
     with pytest.raises(InputError, match=message.replace("(", r"\(")):
         read_manifest(copy)
@@ -402,8 +400,7 @@ def test_a_config_stating_a_mu_beyond_the_limit_is_refused():
 
 @pytest.mark.parametrize("linked", ["manifest.json", "protected.parquet", "measurements.parquet"])
 def test_a_linked_manifest_or_output_folder_is_refused(one_quarter, tmp_path, linked):
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     moved = tmp_path / f"elsewhere-{linked}"
     (copy / linked).rename(moved)
     (copy / linked).symlink_to(moved)
@@ -462,8 +459,7 @@ def test_implicates_and_size_classes_refuse_protected_data_that_tabulate_refuses
                                                                                  monkeypatch, case):
     monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
     edit, message = EDITED_PARTS[case]
-    copy = tmp_path / "copy"
-    shutil.copytree(one_quarter, copy)
+    copy = copied(one_quarter, tmp_path)
     _edit_part(copy, edit)
     for request in (["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"],
                     ["tabulate", str(copy), "--by", "sector,size_class"],

@@ -9,6 +9,7 @@ import math
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -108,16 +109,21 @@ def test_level_names():
     assert level_name(74) == "County x sector (2-digit industry)"
 
 
+def refused_report(release: Path, published: Path, page: Path):
+    """``gedp report`` of ``release`` against ``published``: refused (exit 2), no page written."""
+    result = CliRunner().invoke(app, ["report", str(release), "--published", str(published), "--out", str(page)])
+    assert result.exit_code == 2
+    assert not page.exists()
+    return result
+
+
 def test_published_file_of_another_state_is_refused(small_release, tmp_path):
     release, _ = small_release
     tables = pd.read_csv(release / "qcew_tables.csv", dtype={"area_fips": str, "industry_code": str, "own_code": str})
     other = "01" if tables["area_fips"].str[:2].iloc[0] != "01" else "02"
     tables.assign(area_fips=other + tables["area_fips"].str[2:]).to_csv(tmp_path / "other.csv", index=False)
-    result = CliRunner().invoke(app, ["report", str(release), "--published", str(tmp_path / "other.csv"),
-                                      "--out", str(tmp_path / "page.html")])
-    assert result.exit_code == 2
+    result = refused_report(release, tmp_path / "other.csv", tmp_path / "page.html")
     assert f"is of state {other}, which the release" in result.output
-    assert not (tmp_path / "page.html").exists()
 
 
 def test_headless_browser_screenshot(page, tmp_path):
@@ -161,11 +167,8 @@ def test_published_file_of_another_quarter_is_refused(small_release, tmp_path):
     [(year, qtr)] = tables[["year", "qtr"]].drop_duplicates().itertuples(index=False)
     other = 1 if qtr != 1 else 2
     tables.assign(qtr=other).to_csv(tmp_path / "other.csv", index=False)
-    result = CliRunner().invoke(app, ["report", str(release), "--published", str(tmp_path / "other.csv"),
-                                      "--out", str(tmp_path / "page.html")])
-    assert result.exit_code == 2
+    result = refused_report(release, tmp_path / "other.csv", tmp_path / "page.html")
     assert f"is of {year} Q{other}, the release of {year} Q{qtr}: give the same quarter's file" in result.output
-    assert not (tmp_path / "page.html").exists()
 
 
 def test_the_title_names_the_state_and_the_quarter(page, small_release):
