@@ -19,18 +19,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from gedp.accounting.lifetime import ledger_request, protect_recorded
 from gedp.config import Config, load_config, parse_config
 from gedp.configs import DEFAULT_CONFIG
-from gedp.engine import Source, scheduler_access
 from gedp.errors import InputError
-from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
-from gedp.panel import is_panel, protect_panel, tabulate_panel
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, read_stored, release_answers, release_families, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
+from gedp.running.engine import Source, scheduler_access
+from gedp.running.panel_protect import is_panel, protect_panel
 from gedp.synth.intake import prepare_input
+from gedp.tabulation.panel_tables import tabulate_panel
 
 if TYPE_CHECKING:
     from gedp.postprocess.combine import Combined
@@ -43,7 +44,7 @@ def load(config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, workf
          allow_large_mu: bool = False) -> Config:
     """A config from a shipped name ("recommended", the default), a YAML path, a mapping with the YAML's keys, or a
     Config; ``workflow`` ("pnc" or "psi") overrides the config's. A query's mu above
-    ``gedp.mu_limits.MAX_QUERY_MU`` is refused unless ``allow_large_mu``."""
+    ``gedp.accounting.mu_limits.MAX_QUERY_MU`` is refused unless ``allow_large_mu``."""
     if isinstance(config, Config):
         loaded = config
     elif isinstance(config, Mapping):
@@ -116,7 +117,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     caps any 4 consecutive quarters, by the input's ``year`` and ``qtr``.
 
     An input of several quarters (``year`` and ``qtr`` columns: a panel, ``gedp.synth.panel``) is
-    protected quarter by quarter into one panel release (``gedp.panel``; with ``ledger``, reserved
+    protected quarter by quarter into one panel release (``gedp.running.panel_protect``; with ``ledger``, reserved
     as one release of all its quarters before any noise is drawn); tabulate it with ``quarter``,
     ``change`` or ``gains_losses``. A panel whose quarters together spend more than the config's
     ``mu_cap`` (sqrt(quarters) x a quarter's mu, for an establishment in every quarter) is refused
@@ -137,7 +138,7 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     microdata = prepare_input(microdata, columns=columns, pad_codes=pad_codes, attributes=loaded.attributes)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
     folder = Path(holder.name) / "release"
-    if is_panel(microdata):  # several quarters: a panel release (gedp.panel)
+    if is_panel(microdata):  # several quarters: a panel release (gedp.running.panel_protect)
         if jobs is not None:
             raise InputError("a job table goes with a release of one quarter, not a panel")
         protect_panel(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
@@ -240,7 +241,7 @@ class Release:
         levels) or ``change`` ("2016Q1:2017Q1": ``<attribute>_chg``, ``_chg_moe``, ``_pct_chg``
         of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
         BLS's ``oty_`` columns), or ``gains_losses`` ("2016Q1:2016Q2": gross job gains and losses by
-        ``by``, raw and corrected, with margins when ``moe``), see ``gedp.panel.tabulate_panel``."""
+        ``by``, raw and corrected, with margins when ``moe``), see ``gedp.tabulation.panel_tables.tabulate_panel``."""
         from gedp.postprocess.keys import has_derived
 
         if has_derived(by) and change is None and gains_losses is None:

@@ -27,8 +27,8 @@ from typer.core import TyperOption
 import gedp
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import AuditError, GedpError, InputError, InputProblems, SolverError
-from gedp.outputs import check_output_file, write_atomically
-from gedp.process import end_process, exit_status, set_up_command_memory, stop_on_sigterm
+from gedp.running.process import end_process, exit_status, set_up_command_memory, stop_on_sigterm
+from gedp.tabulation.output_files import check_output_file, write_atomically
 
 # `gedp --help` and `gedp --version` start in well under a second: numpy, pandas, scipy, cvxpy,
 # matplotlib and the stage packages (which import them) are imported inside the commands that use
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from gedp.config import Config
     from gedp.synth.qcew import PublishedState
-    from gedp.tabulation import Tabulation
+    from gedp.tabulation.request import Tabulation
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click import exceptions as click_errors
@@ -257,9 +257,9 @@ def run(
     """Protect a synthetic state (the small profile by default) and report accuracy against its truth."""
     import numpy as np
 
-    from gedp.engine import protect_input
     from gedp.release.format import ACCURACY_FILE
     from gedp.release.writer import check_output_directory
+    from gedp.running.engine import protect_input
     from gedp.synth.profiles import generate_profile, load_profile
     from gedp.synth.schema import CONFIDENTIAL
 
@@ -546,12 +546,12 @@ def protect_command(
             from gedp.synth.prefetch import prefetch_input
 
             prefetch_input(intake.path)  # read on a thread while the numerical stack is imported
-        from gedp.state_pool import early_workers  # started while the input is checked and read
+        from gedp.running.state_pool import early_workers  # started while the input is checked and read
 
         with early_workers(intake.path, processes if engine == "local" else 1):
-            from gedp.engine import scheduler_access, tls_credentials
-            from gedp.lifetime import ledger_request
+            from gedp.accounting.lifetime import ledger_request
             from gedp.measure.rng import check_publication
+            from gedp.running.engine import scheduler_access, tls_credentials
 
             check_publication(seed, rng, not_for_publication)
             access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
@@ -569,8 +569,8 @@ def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Pa
                allow_over_cap: bool = False, **options: Any) -> tuple[dict, Any]:
     """Protect a checked input: a panel (several quarters) into one panel release, else state by
     state as one release; returns the manifest and the ledger reservation (None without a ledger)."""
-    from gedp.lifetime import protect_recorded
-    from gedp.panel import is_panel, protect_panel
+    from gedp.accounting.lifetime import protect_recorded
+    from gedp.running.panel_protect import is_panel, protect_panel
 
     if is_panel(source):  # several quarters: one panel release
         if jobs is not None:
@@ -610,7 +610,15 @@ def ledger_show(
     """Print every release of a ledger (its dataset, cap, charge and status).
 
     Then the accounts' psi and gammas, the most spent account and the head of the ledger's chain."""
-    from gedp.ledger import CLEARED, PENDING, check_ledger_path, largest_spending, live, read_ledger, release_charge
+    from gedp.accounting.ledger import (
+        CLEARED,
+        PENDING,
+        check_ledger_path,
+        largest_spending,
+        live,
+        read_ledger,
+        release_charge,
+    )
 
     with reported_errors():
         path = check_ledger_path(ledger)
@@ -649,7 +657,7 @@ def ledger_clear(
     Clear only a release you know was not published; committed releases cannot be cleared. A run
     killed before its commit leaves hidden staging folders beside its --out without a manifest: no
     gedp reader takes them for a release, and the next run writing that --out removes them."""
-    from gedp.ledger import clear
+    from gedp.accounting.ledger import clear
 
     with reported_errors():
         entry = clear(ledger, release)
@@ -712,7 +720,7 @@ def tabulate_command(
     Margins of error come from the release's weighted least squares covariance: no new privacy
     budget is spent and no confidential data is read.
     """
-    from gedp.tabulation import TabulationRequest, tabulate_request
+    from gedp.tabulation.request import TabulationRequest, tabulate_request
 
     with reported_errors():
         request = TabulationRequest(microdata, by=by, agglvl=agglvl, where=where, moe=moe, level=level,
@@ -1231,7 +1239,7 @@ def main() -> None:
 
 def command() -> None:
     """The ``gedp`` executable and ``python -m gedp``: ``main``, then the process ends without the
-    interpreter's teardown (``gedp.process.end_process``)."""
+    interpreter's teardown (``gedp.running.process.end_process``)."""
     try:
         main()
     except SystemExit as done:

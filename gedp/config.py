@@ -26,13 +26,13 @@ from typing import Any
 import yaml
 
 from gedp import configs
+from gedp.accounting.mu_limits import DEFAULT_MU_CAP, MAX_STATED_MU, check_query_mus
 from gedp.errors import ConfigError
 from gedp.measure.combined import combined_psi
 from gedp.measure.jobframe import EMPLOYMENT, JobPlan
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
-from gedp.mu_limits import DEFAULT_MU_CAP, MAX_STATED_MU, check_query_mus
 from gedp.postprocess.wages import WAGE_METHODS
 from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, SOLVERS, VARIANCE_MODES
 from gedp.synth.schema import CONFIDENTIAL, PUBLIC, shown

@@ -283,7 +283,7 @@ ACCOUNT_ID_RULE = ("ids must be ASCII text after NFKC normalization, without inv
 
 
 def account_ids(ids: pd.Series) -> pa.Array:
-    """Establishment ids as the text of their lifetime account (the ledger's keys, ``gedp.ledger``):
+    """Establishment ids as the text of their lifetime account (the ledger's keys, ``gedp.accounting.ledger``):
     their canonical text (``canonical_ids``) NFKC-normalized (fullwidth digits are digits), trimmed of
     white space and upper-cased, with text that is a number (sign, point, exponent) written by the rule
     of numbers: a whole number is its integer's digits ("+1", "1e0", "1.0E+00" are "1"; "-1e0" is

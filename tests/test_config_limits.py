@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 import gedp
 from gedp import configs
+from gedp.accounting.mu_limits import DEFAULT_MU_CAP, MAX_QUERY_MU
 from gedp.cli import app
 from gedp.config import parse_config
 from gedp.errors import ConfigError
-from gedp.mu_limits import DEFAULT_MU_CAP, MAX_QUERY_MU
 from gedp.synth.profiles import generate_profile, load_profile
 
 runner = CliRunner()

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from gedp.accounting.ledger import establishment_keys
 from gedp.cli import app
 from gedp.errors import InputError
-from gedp.ledger import establishment_keys
 from gedp.synth.schema import canonical_ids, validate_microdata
 
 runner = CliRunner()
@@ -147,7 +147,7 @@ def test_canonical_ids_keep_each_row_in_its_place():
 
 
 def test_ledger_keys_of_quarters_of_float_text_ids():
-    from gedp.ledger import _blocks
+    from gedp.accounting.ledger import _blocks
 
     key = "0123456789abcdef"
     texts = ["1002", "1003", "1002", "1004"]

@@ -20,9 +20,9 @@ from gedp.cli import app
 from gedp.config import load_config, parse_config
 from gedp.errors import BudgetError
 from gedp.measure.design import INDEPENDENT
-from gedp.panel import over_cap
 from gedp.planning import shapes
 from gedp.planning.shapes import Allocation, Shape
+from gedp.running.panel_protect import over_cap
 from gedp.synth.panel import quarter_range, synthesize_panel
 from gedp.synth.profiles import generate_profile, load_profile
 
@@ -82,7 +82,7 @@ def test_allowed_over_its_cap_the_panel_states_its_total_its_cap_and_that_it_was
 
 def test_a_cleared_panel_states_its_charge_too(panel, tmp_path):
     """A pending panel cleared: the message states the panel's charge, not a quarter's."""
-    from gedp.ledger import reserve
+    from gedp.accounting.ledger import reserve
 
     config = load_config("recommended")
     labels = panel["year"].astype(str) + "Q" + panel["qtr"].astype(str)
@@ -131,7 +131,7 @@ def test_a_refused_first_release_leaves_no_lock_file(small_state, tmp_path):
 COUNTER = """
 import sys, time
 from pathlib import Path
-from gedp.ledger import _locked
+from gedp.accounting.ledger import _locked
 ledger, counter = Path(sys.argv[1]), Path(sys.argv[2])
 for _ in range(int(sys.argv[3])):
     with _locked(ledger, missing_ok=True):

@@ -13,10 +13,10 @@ import yaml
 from typer.testing import CliRunner
 
 import gedp
+from gedp.accounting.ledger import establishment_keys, live, read_ledger, spending
 from gedp.cli import app
 from gedp.config import load_config
 from gedp.errors import InputError
-from gedp.ledger import establishment_keys, live, read_ledger, spending
 from gedp.synth.panel import quarter_range, synthesize_panel
 from gedp.synth.profiles import generate_profile, load_profile
 
@@ -152,9 +152,9 @@ def test_a_panel_that_fails_after_its_reservation_stays_pending_and_says_so(pane
 
 
 def test_a_bad_request_is_refused_before_the_ledger_is_touched(panel, tmp_path):
+    from gedp.accounting.lifetime import LedgerRequest
     from gedp.api import load
-    from gedp.lifetime import LedgerRequest
-    from gedp.panel import protect_panel
+    from gedp.running.panel_protect import protect_panel
 
     ledger = tmp_path / "ledger.json"
     with pytest.raises(InputError, match="engine 'bogus' is unknown"):

@@ -1,5 +1,5 @@
 """gedp's commands leave numpy's arrays in the kernel's default pages and reuse the memory they free
-(gedp/process.py)."""
+(gedp/running/process.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 HUGE_PAGES_PROBE = """
 import sys
 if sys.argv[1] == "gedp":
-    from gedp.process import prefer_small_pages
+    from gedp.running.process import prefer_small_pages
     prefer_small_pages()
 import numpy
 multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
@@ -55,7 +55,7 @@ def refill_fresh_pages() -> int:
 REFILL_PROBE = f"""
 import resource, sys
 if sys.argv[1] == "gedp":
-    from gedp.process import reuse_freed_memory
+    from gedp.running.process import reuse_freed_memory
     assert reuse_freed_memory()
 {inspect.getsource(refill_fresh_pages)}
 print(refill_fresh_pages())
@@ -162,7 +162,7 @@ def test_a_command_ends_at_once_with_its_code_and_its_output(arguments, code):
 #: Output left in the buffer, then the process ended by end_process with argv[1] as the command's code.
 FULL_DISK_PROBE = """
 import sys
-from gedp.process import end_process
+from gedp.running.process import end_process
 print("rows that a full disk will not take")
 end_process(int(sys.argv[1]))
 """
@@ -184,7 +184,7 @@ def test_output_a_full_disk_refuses_is_an_error(code, expected):
 GIVE_BACK_PROBE = """
 import sys
 import numpy
-from gedp.process import give_back_freed_memory, reuse_freed_memory
+from gedp.running.process import give_back_freed_memory, reuse_freed_memory
 
 def resident():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20

@@ -17,9 +17,9 @@ import pytest
 
 from gedp import state_pool
 from gedp.config import load_config
-from gedp.engine import protect_input
 from gedp.errors import GedpError
-from gedp.state_pool import pool_size
+from gedp.running.engine import protect_input
+from gedp.running.state_pool import pool_size
 from gedp.synth.profiles import generate_profile, load_profile
 
 #: States of the input and their sizes: the first is the largest, so it tends to finish last.
@@ -188,7 +188,7 @@ def test_the_python_api_takes_the_number_of_processes(three_states, tmp_path):
 AFFINITY_PROBE = """
 import os, threading
 from gedp.postprocess.months import on_threads
-from gedp.state_pool import pool_size
+from gedp.running.state_pool import pool_size
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 threads = on_threads([threading.get_ident for _ in range(3)])
 print(pool_size(None, 100), len(set(threads)), threads[0] == threading.get_ident())

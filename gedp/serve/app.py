@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from gedp.errors import GedpError, InputError
 from gedp.serve.releases import ID_CHARACTERS, ServedRelease
-from gedp.tabulation import Tabulation, TabulationRequest
+from gedp.tabulation.request import Tabulation, TabulationRequest
 
 #: Bounds of a request (``gedp serve`` options set the rows and seconds).
 MAX_QUERY_BYTES = 4096

@@ -5,9 +5,9 @@ A release of one quarter is held as its kept cell index and its margins' per-cel
 (``gedp.release.cells``, ``gedp.release.margins``), built once if the cache has none: a request is
 answered by ``release.cells.index_tabulation``, the function ``gedp tabulate`` answers a further
 request with, so the numbers are the same bit for bit. A panel release is held as each quarter's
-protected microdata and variance functions, and answered by ``gedp.panel``'s tabulations of a
+protected microdata and variance functions, and answered by ``gedp.tabulation.panel_tables``'s tabulations of a
 quarter or a change, given those (``loaded``). QCEW levels (tables ready to publish, the xlsx
-workbook) are written by ``gedp.tabulation`` itself from the release's files.
+workbook) are written by ``gedp.tabulation.request`` itself from the release's files.
 
 Every field of a release that the server uses is checked before it is served: the reader checks
 the manifest's states, quarter labels (a label names a cache folder), counts and files
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gedp.errors import InputError
-from gedp.tabulation import Tabulation, TabulationRequest, tabulate_request
+from gedp.tabulation.request import Tabulation, TabulationRequest, tabulate_request
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -97,7 +97,7 @@ class ServedRelease:
         return Tabulation(request, keys, table)
 
     def _panel_answer(self, request: TabulationRequest) -> Tabulation:
-        from gedp.panel import tabulate_change, tabulate_quarter
+        from gedp.tabulation.panel_tables import tabulate_change, tabulate_quarter
 
         if (request.quarter is None) == (request.change is None):
             raise InputError(f"release {self.id} holds the quarters {', '.join(self.quarters)}: give a quarter or a "

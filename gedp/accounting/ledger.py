@@ -11,7 +11,7 @@ establishment it includes, sqrt(earlier spending^2 + this release's charge^2) st
 that establishment's cap. An edited copy, a subset, a superset or the next quarter of the same
 establishments draws on the same accounts, whatever else changed in the file.
 
-A release records its quarters (``gedp.quarters``): its key file holds each quarter's sorted keys in
+A release records its quarters (``gedp.accounting.quarters``): its key file holds each quarter's sorted keys in
 turn, and an establishment in k of them is charged sqrt(k) times the release's charge. Beside the
 lifetime cap, an optional annual cap bounds every 4 consecutive quarters; a release recorded
 without quarters (an input without ``year`` and ``qtr``) counts in every year.
@@ -72,10 +72,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
+from gedp.accounting.quarters import check_begun, quarter_index, window_name, window_spending, windows
 from gedp.measure.budget import MAX_MU, compose
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan
-from gedp.quarters import check_begun, quarter_index, window_name, window_spending, windows
 from gedp.synth.panel import QUARTER_PATTERN
 from gedp.synth.schema import InputError, account_ids, canonical_ids
 
@@ -647,7 +647,7 @@ def reserve(path: str | Path, estab_ids: Iterable[str] | pd.Series, plan: Measur
         quarters: each row's quarter label (``YYYYQn``; None: the release has no quarter). An
             establishment in k of the release's quarters is charged sqrt(k) times the plan's charge.
         cap: the lifetime cap of establishments new to the ledger; a recorded cap cannot change.
-        annual_cap: the cap of every 4 consecutive quarters (``gedp.quarters``), recorded as the
+        annual_cap: the cap of every 4 consecutive quarters (``gedp.accounting.quarters``), recorded as the
             lifetime cap is; establishments without one have none.
         dataset_id: a name that recalls the caps the ledger records (it never resets an account).
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from gedp.errors import InputError
-from gedp.outputs import write_atomically, write_summary
+from gedp.tabulation.output_files import write_atomically, write_summary
 
 if TYPE_CHECKING:  # pandas and the stages are loaded by the requests that need them
     import pandas as pd
@@ -117,8 +117,8 @@ class Tabulation:
         return pandas.DataFrame(self.columns)
 
     def write_csv(self, target: str | Path | TextIO) -> None:
-        """The table as CSV (pandas' bytes, ``gedp.csvtable``) to a file path or an open text stream."""
-        from gedp.csvtable import write_columns, write_csv
+        """The table as CSV (pandas' bytes, ``gedp.tabulation.csvtable``) to a file path or an open text stream."""
+        from gedp.tabulation.csvtable import write_columns, write_csv
 
         if self.columns is not None:
             write_columns(self.columns, target)
@@ -281,7 +281,7 @@ def _quick_tabulation(request: TabulationRequest) -> Tabulation | None:
 
 def _panel_tabulation(request: TabulationRequest) -> Tabulation:
     """A tabulation of a panel release (a quarter, a change or gains and losses)."""
-    from gedp.panel import tabulate_panel
+    from gedp.tabulation.panel_tables import tabulate_panel
 
     table = tabulate_panel(request.source, request.by, quarter=request.quarter, change=request.change,
                            gains_losses=request.gains_losses, agglvl=request.agglvl,
