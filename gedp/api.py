@@ -31,6 +31,7 @@ from gedp.release.writer import check_output_directory, staged_directory
 from gedp.running.engine import Source, scheduler_access
 from gedp.running.panel_protect import is_panel, protect_panel
 from gedp.synth.intake import prepare_input
+from gedp.tabulation.output_files import check_output_file
 from gedp.tabulation.panel_tables import tabulate_panel
 
 if TYPE_CHECKING:
@@ -159,6 +160,8 @@ def report(release: str | Path | Release, out: str | Path | None = None, *,
     from gedp.evaluation.manager_report import build_report
     from gedp.synth.qcew import read_qcew
 
+    if out is not None:  # refused before the page is built
+        check_output_file(Path(out))
     folder = release.folder if isinstance(release, Release) else Path(release)
     agency = None if published is None else read_qcew(published)
     page = build_report(folder, agency, None if published is None else Path(published).name)

@@ -361,3 +361,12 @@ def load_config(name_or_path: str | Path, allow_large_mu: bool = False) -> Confi
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ConfigError(f"config {path}: not valid YAML {_yaml_problem(err)}") from None
     return parse_config(raw, str(path), allow_large_mu)
+
+
+def load_named(name_or_path: str | Path, workflow: str | None = None, integer: bool | None = None,
+               allow_large_mu: bool = False) -> Config:
+    """A config by shipped name or YAML path (``load_config``) with a command's ``--workflow``,
+    ``--integer`` and ``--allow-large-mu``."""
+    config = load_config(name_or_path, allow_large_mu=allow_large_mu)
+    config = config if workflow is None else config.with_workflow(workflow)
+    return config if integer is None else config.with_integer(integer)
