@@ -19,19 +19,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from gedp.accounting.lifetime import protect_recorded
-from gedp.config import Config, load_config, parse_config
+from gedp.config import Config, resolve_config
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import InputError
 from gedp.measure.rng import check_publication
 from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, read_stored, release_answers, release_families, release_parts
+from gedp.release.reader import read_manifest, read_stored, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.running.engine import Source
 from gedp.running.panel_protect import is_panel, protect_panel
+from gedp.running.recorded_release import protect_recorded
 from gedp.synth.intake import prepare_input
+from gedp.tabulation.job_frame_tables import read_job_frame, tabulate_job_frame
 from gedp.tabulation.panel_tables import tabulate_panel
 
 if TYPE_CHECKING:
@@ -47,14 +48,7 @@ def load(config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, workf
     Config; ``workflow`` ("pnc" or "psi") overrides the config's, ``integer`` its rounding to whole numbers
     (controlled rounding). A query's mu above ``gedp.accounting.mu_limits.MAX_QUERY_MU`` is refused unless
     ``allow_large_mu``."""
-    if isinstance(config, Config):
-        loaded = config
-    elif isinstance(config, Mapping):
-        loaded = parse_config(dict(config), source="<dict>", allow_large_mu=allow_large_mu)
-    else:
-        loaded = load_config(config, allow_large_mu=allow_large_mu)
-    loaded = loaded if workflow is None else loaded.with_workflow(workflow)
-    return loaded if integer is None else loaded.with_integer(integer)
+    return resolve_config(config, workflow, allow_large_mu, integer)
 
 
 def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, establishments: int | None = None,
@@ -304,32 +298,6 @@ class Release:
                 target = staging / entry.name
                 (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, target)
         return out
-
-
-def read_job_frame(folder: str | Path) -> pd.DataFrame:
-    """A release's protected job frame; InputError when the release has none."""
-    if not release_families(folder):
-        raise InputError(f"release '{folder}' has no job frame (protect with --jobs and a config with job families)")
-    return read_stored(folder, JOBS_FILE)
-
-
-def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Sequence[str], *,
-                       where: str | None = None, moe: bool = False, level: float = 0.95) -> pd.DataFrame:
-    """Protected jobs of a release's job frame by establishment and worker columns (``by``), over
-    the establishments matching ``where``, with margins of error ``jobs_moe`` (``moe``); see
-    ``postprocess.jobframe.tabulate_jobs``."""
-    from gedp.postprocess.jobframe import tabulate_jobs
-    from gedp.postprocess.keys import by_columns
-
-    keys = by_columns(by)
-    jobs = read_job_frame(folder)
-    if moe and not 0 < level < 1:
-        raise InputError(f"level ({level}) must be between 0 and 1")
-    try:
-        return tabulate_jobs(protected, jobs, release_families(folder), keys, where=where, moe=moe, level=level,
-                             answers=release_answers(folder, protected) if moe else None)
-    except ValueError as err:
-        raise InputError(str(err)) from None
 
 
 def combine(estimates: Any, variances: Any = None) -> Combined:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
-    from gedp.accounting.lifetime import LedgerRequest
     from gedp.running.engine import Scheduler
+    from gedp.running.recorded_release import LedgerRequest
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class Ledger:
     dataset_id: str | None = None
 
     def request(self, not_for_publication: bool) -> LedgerRequest | None:
-        """The checked request of a release (``gedp.accounting.lifetime.ledger_request``)."""
-        from gedp.accounting.lifetime import ledger_request
+        """The checked request of a release (``gedp.running.recorded_release.ledger_request``)."""
+        from gedp.running.recorded_release import ledger_request
 
         return ledger_request(self.path, self.lifetime_cap, self.dataset_id, not_for_publication, self.annual_cap)
 
@@ -114,7 +114,7 @@ def accepts_legacy_keywords(protect: Protect) -> Protect:
 
 def _gathered(keywords: dict[str, Any]) -> dict[str, Any]:
     """``keywords`` with the legacy ones folded into Ledger, Engine, Input and the loaded config."""
-    from gedp.api import load
+    from gedp.config import resolve_config
     from gedp.configs import DEFAULT_CONFIG
 
     gathered = dict(keywords)
@@ -123,12 +123,12 @@ def _gathered(keywords: dict[str, Any]) -> dict[str, Any]:
         current = gathered.get(holder)
         if holder == "config":
             if given:
-                gathered["config"] = load(DEFAULT_CONFIG if current is None else current, **given)
+                gathered["config"] = resolve_config(DEFAULT_CONFIG if current is None else current, **given)
             continue
         if isinstance(current, (str, Path)):  # ledger="file.json", engine="dask"
             given = {("path" if holder == "ledger" else "name"): current, **given}
         elif holder == "ledger" and given and current is None:  # caps without a ledger: refused as before
-            from gedp.accounting.lifetime import ledger_request
+            from gedp.running.recorded_release import ledger_request
 
             ledger_request(None, given.get("lifetime_cap"), given.get("dataset_id"), False, given.get("annual_cap"))
         elif current is not None and given:

@@ -152,9 +152,9 @@ def test_a_panel_that_fails_after_its_reservation_stays_pending_and_says_so(pane
 
 
 def test_a_bad_request_is_refused_before_the_ledger_is_touched(panel, tmp_path):
-    from gedp.accounting.lifetime import LedgerRequest
     from gedp.api import load
     from gedp.running.panel_protect import protect_panel
+    from gedp.running.recorded_release import LedgerRequest
 
     ledger = tmp_path / "ledger.json"
     with pytest.raises(InputError, match="engine 'bogus' is unknown"):
