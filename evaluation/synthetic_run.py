@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gedp.config import Config, load_named
+from gedp.config import Config, resolve_config
 from gedp.evaluation.compare import compare_tabulations, error_summary
 from gedp.evaluation.synthetic_states import DEFAULT_STATE_SEED
 from gedp.release.format import ACCURACY_FILE, PROTECTED_FILE
@@ -47,7 +47,7 @@ def protect_synthetic(out: Path, config: str, *, profile: str, establishments: i
     """Protect the state of ``profile`` (``establishments`` rescales it; drawn with
     ``DEFAULT_STATE_SEED``, synthetic jobs too when the config has job families) into ``out``, with
     its accuracy against the truth (``ACCURACY_CHECKS``) written beside the release."""
-    cfg = load_named(config, workflow)
+    cfg = resolve_config(config, workflow)
     check_output_directory(out.resolve())
     spec = load_profile(profile)
     truth = generate_profile(spec, n_establishments=establishments, rng=np.random.default_rng(DEFAULT_STATE_SEED))

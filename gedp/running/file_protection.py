@@ -13,8 +13,8 @@ from gedp.errors import InputError
 
 if TYPE_CHECKING:
     from gedp.accounting.ledger import Reservation
-    from gedp.accounting.lifetime import LedgerRequest
     from gedp.config import Config
+    from gedp.running.recorded_release import LedgerRequest
 
 
 def protect_file(input: Path, config: str, out: Path, *, jobs: Path | None = None,
@@ -50,15 +50,15 @@ def protect_file(input: Path, config: str, out: Path, *, jobs: Path | None = Non
     from gedp.running.state_pool import early_workers  # started while the input is checked and read
 
     with early_workers(intake.path, processes if engine == "local" else 1):
-        from gedp.accounting.lifetime import ledger_request
-        from gedp.config import load_named
+        from gedp.config import resolve_config
         from gedp.measure.rng import check_publication
         from gedp.running.engine import scheduler_access, tls_credentials
+        from gedp.running.recorded_release import ledger_request
 
         check_publication(seed, rng, not_for_publication)
         access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
         request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication, annual_cap)
-        cfg = load_named(config, workflow, integer, allow_large_mu)
+        cfg = resolve_config(config, workflow, allow_large_mu, integer)
         return _protected(load_input(intake), cfg, out, request, jobs, on_step, seed=seed, rng=rng, engine=engine,
                           scheduler=access, processes=processes, allow_over_cap=allow_over_cap)
 
@@ -68,8 +68,8 @@ def _protected(source: Any, cfg: Config, out: Path, request: LedgerRequest | Non
                **options: Any) -> tuple[dict, Reservation | None]:
     """Protect a checked input: a panel (several quarters) into one panel release, else state by
     state as one release; returns the manifest and the ledger reservation (None without a ledger)."""
-    from gedp.accounting.lifetime import protect_recorded
     from gedp.running.panel_protect import is_panel, protect_panel
+    from gedp.running.recorded_release import protect_recorded
 
     if is_panel(source):  # several quarters: one panel release
         if jobs is not None:
