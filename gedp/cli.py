@@ -610,15 +610,8 @@ def ledger_show(
     """Print every release of a ledger (its dataset, cap, charge and status).
 
     Then the accounts' psi and gammas, the most spent account and the head of the ledger's chain."""
-    from gedp.accounting.ledger import (
-        CLEARED,
-        PENDING,
-        check_ledger_path,
-        largest_spending,
-        live,
-        read_ledger,
-        release_charge,
-    )
+    from gedp.accounting.ledger_file import CLEARED, PENDING, check_ledger_path, live, read_ledger
+    from gedp.accounting.ledger_spending import largest_spending, release_charge
 
     with reported_errors():
         path = check_ledger_path(ledger)
