@@ -429,8 +429,9 @@ def plan_command(
     A stand-in state is synthesized from the published file, plan shapes are scored by their
     predicted errors on it (calibrated by simulated releases of the stand-in), and the best is
     written as a config."""
+    from gedp.planning.candidates import REFERENCE
     from gedp.planning.output import acceptance_lines, comparison_rows, output_paths, reference_lines
-    from gedp.planning.search import REFERENCE, search_steps
+    from gedp.planning.search import search_steps
 
     start = time.perf_counter()
     with reported_errors():
