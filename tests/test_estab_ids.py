@@ -166,7 +166,7 @@ def test_ledger_keys_of_quarters_of_float_text_ids():
     (pa.array(["a", "b"], type=pa.large_string()), False),
 ])
 def test_may_hold_point(text, expected):
-    from gedp.synth.intake import may_hold_point
+    from gedp.synth.csv_values import may_hold_point
 
     assert may_hold_point(text) is expected
 
