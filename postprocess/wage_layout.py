@@ -24,7 +24,7 @@ DETAIL = "naics"
 
 
 def detail_cells(groupings: Groupings, cell_codes: np.ndarray, rate_codes: np.ndarray,
-                  n_rates: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 n_rates: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The model's cells: the plan's cells split by the finest industry (DETAIL), each
     establishment's new cell code; and per detail rate (a DETAIL industry of a state whose NAICS-5
     rate group holds several), its rate group; and each establishment's detail rate (-1: none, its
@@ -83,7 +83,7 @@ class ModelCells:
 
 
 def model_cells(groupings: Groupings, plan_codes: np.ndarray, rate_codes: np.ndarray, n_rates: int,
-                 system: LinearSystem) -> tuple[ModelCells, np.ndarray, np.ndarray]:
+                system: LinearSystem) -> tuple[ModelCells, np.ndarray, np.ndarray]:
     """The model's cells from each establishment's plan cell ``plan_codes`` and the group answers'
     ``system``; and the detail rates' NAICS-5 groups and each establishment's detail rate (``detail_cells``)."""
     cell_codes, detail_group, establishment_detail = detail_cells(groupings, plan_codes, rate_codes, n_rates)
@@ -127,7 +127,7 @@ class ThetaLayout:
 
 
 def theta_layout(groupings: Groupings, rate_answer: NoisyAnswer, rate_codes: np.ndarray, cells: ModelCells,
-                  detail_group: np.ndarray, establishment_detail: np.ndarray) -> ThetaLayout:
+                 detail_group: np.ndarray, establishment_detail: np.ndarray) -> ThetaLayout:
     """Where each establishment's and cell's state, rate, parent rate and county offset sit in theta."""
     n_cells, n_rates, n_details = len(cells.coarse), len(rate_answer), len(detail_group)
     state = first_appearance(groupings, ("state",))
@@ -156,9 +156,9 @@ def theta_layout(groupings: Groupings, rate_answer: NoisyAnswer, rate_codes: np.
                                                                   np.concatenate(columns))),
                               shape=(n_cells, first_detail + n_details))
     return ThetaLayout(state=state, n_states=int(state.max()) + 1, rate_codes=rate_codes, cell_state=cell_state,
-                  cell_rate=cell_rate, cell_county=cell_county, cell_node=cell_node, rate_state=rate_state,
-                  parent=parent, parent_state=parent_state, county_state=county_state, detail_group=detail_group,
-                  incidence=incidence,
-                  theta_state=np.concatenate([rate_state, parent_state, county_state, rate_state[detail_group]]),
-                  edges=(np.concatenate([np.arange(n_rates), first_detail + np.arange(n_details)]),
+                       cell_rate=cell_rate, cell_county=cell_county, cell_node=cell_node, rate_state=rate_state,
+                       parent=parent, parent_state=parent_state, county_state=county_state, detail_group=detail_group,
+                       incidence=incidence,
+                       theta_state=np.concatenate([rate_state, parent_state, county_state, rate_state[detail_group]]),
+                       edges=(np.concatenate([np.arange(n_rates), first_detail + np.arange(n_details)]),
                          np.concatenate([n_rates + parent, detail_group])))

@@ -109,7 +109,7 @@ class RateBlock:
 
 
 def rate_system_blocks(c: sp.csr_matrix, w: np.ndarray, cell_state: np.ndarray, coarse_cells: np.ndarray,
-                 theta_state: np.ndarray) -> tuple[RateBlock, ...]:
+                       theta_state: np.ndarray) -> tuple[RateBlock, ...]:
     """The blocks of the rates' system (``c`` over the plan's cells, ``coarse_cells`` each cell's): one
     per state when every query groups by state (the shipped plans), otherwise one for all states. Made
     once per fit: every pass solves the same blocks at other variances."""
@@ -124,14 +124,14 @@ def rate_system_blocks(c: sp.csr_matrix, w: np.ndarray, cell_state: np.ndarray, 
         cells, rows = np.flatnonzero(cell_state == state), np.flatnonzero(row_state == state)
         coarse = np.flatnonzero(coarse_state == state)
         blocks.append(RateBlock(cells, np.flatnonzero(theta_state == state),
-                                 CellGroups.split(c[rows][:, coarse], w[rows]),
-                                 cells_inside(np.searchsorted(coarse, coarse_cells[cells]), len(coarse))))
+                                CellGroups.split(c[rows][:, coarse], w[rows]),
+                                cells_inside(np.searchsorted(coarse, coarse_cells[cells]), len(coarse))))
     return tuple(blocks)
 
 
 def solve_rates(rate_blocks: Sequence[RateBlock], cell_variance: np.ndarray, links: sp.csr_matrix,
-                 precision: sp.csr_matrix, right: np.ndarray, rate_prior: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, tuple]:
+                precision: sp.csr_matrix, right: np.ndarray, rate_prior: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, tuple]:
     """The rates theta of the joint least squares with the cell totals unconstrained, their posterior
     variances, and the per-block factors (``SharedRates.blocks``).
 
@@ -164,7 +164,7 @@ def _part(matrix: sp.csr_matrix, rows: np.ndarray, columns: np.ndarray) -> sp.cs
 
 
 def prior_precision(children: np.ndarray, parents: np.ndarray, edge_variance: np.ndarray,
-                     own_variance: np.ndarray) -> sp.csr_matrix:
+                    own_variance: np.ndarray) -> sp.csr_matrix:
     """The priors' part of the Hessian over theta = (rates, parent rates, county offsets, detail
     rates): (theta_i - theta_j)^2 / v for each edge (a rate and its parent rate, a detail rate and
     its NAICS-5 rate), and theta_i^2 / own_i for the parents' vague priors and the county offsets

@@ -381,11 +381,11 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
                                    np.full(n_details, np.inf)])
     precision = (theta.incidence.T @ sp.diags(cell_links * p.cell_employment) @ theta.incidence
                  + prior_precision(*theta.edges, np.concatenate([rate_spread_variance, detail_variance]),
-                                    own_variance)).tocsr()
+                                   own_variance)).tocsr()
     theta_prior = np.concatenate([np.zeros(n_rates), parent_rate / p.parent_vagueness,
                                   np.zeros(n_counties + n_details)])
     rates, theta_variance, blocks = solve_rates(p.rate_blocks, free_variance, links.tocsr(), precision,
-                                                 p.direct / direct_variance + p.group_right, theta_prior)
+                                                p.direct / direct_variance + p.group_right, theta_prior)
     for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
         cell_rates = np.maximum(theta.incidence @ rates, p.floor[theta.cell_state])  # never near 0
         combined = (p.direct / direct_variance + cell_rates * p.cell_employment / prior_variance) * cell_variance

@@ -114,7 +114,7 @@ def csv_header(path: Path, problems: Problems) -> tuple[list[str], str]:
 
 
 def resolve_columns(path: Path, parquet: bool, stored: list[str], delimiter: str, columns: Mapping[str, str],
-             attributes: Sequence[str], problems: Problems) -> Intake:
+                    attributes: Sequence[str], problems: Problems) -> Intake:
     """Which stored column is each of gedp's columns; problems for unknown, missing and ambiguous names."""
     intake = Intake(path, parquet, delimiter)
     for old, new in columns.items():

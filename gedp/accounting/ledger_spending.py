@@ -105,7 +105,7 @@ def release_caps(book: dict, cap: float | None, dataset_id: str | None, caps: np
 
 
 def keys_by_quarter(estab_ids: Iterable[str] | pd.Series, quarters: Iterable[str] | pd.Series | None,
-            key: str) -> dict[str | None, np.ndarray]:
+                    key: str) -> dict[str | None, np.ndarray]:
     """A release's establishments' sorted keys per quarter, quarters in order (None: no quarters)."""
     if quarters is None:
         return {None: establishment_keys(estab_ids, key)}
@@ -131,7 +131,7 @@ class Budget:
 
 
 def release_budgets(spent: Spending, present: dict[str | None, np.ndarray], mu: float, caps: np.ndarray,
-             annual_caps: np.ndarray) -> list[Budget]:
+                    annual_caps: np.ndarray) -> list[Budget]:
     """The lifetime account and every rolling year the release touches (those around every recorded
     quarter when the release, or an earlier one, has no quarters: it counts in every year)."""
     count = sum(present.values(), np.zeros(len(caps)))

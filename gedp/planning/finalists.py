@@ -35,7 +35,7 @@ SHARE_SHIFT = 0.06
 
 
 def choose_finalists(standin: StandIn, base: Config, ranked: Sequence[Candidate], mu_total: float, base_errors: Errors,
-               rule: Rule, step: Callable[[str], None]) -> list[Candidate]:
+                     rule: Rule, step: Callable[[str], None]) -> list[Candidate]:
     """The best FINALISTS shapes (their errors scaled from the search's predictions, which the
     simulated releases then calibrate), and the best with months 2-3 apart (its employment
     predicted at its own budget; its wages are the best's)."""

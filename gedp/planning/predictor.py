@@ -124,7 +124,7 @@ class Predictor:
     def wage_config(self, allocation: Allocation) -> Config:
         """The config a wage allocation is predicted under: employment by the shipped five queries."""
         return shape_config(Shape(Allocation(shapes.query_sets()[0], 0.6), allocation), self.mu_total,
-                       REFERENCE_WAGE_SHARE, self.base)
+                            REFERENCE_WAGE_SHARE, self.base)
 
     def _measure(self, allocation: Allocation) -> float:
         """The key of the measurement of ``allocation``'s identity share, made once."""
