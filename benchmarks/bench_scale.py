@@ -149,7 +149,7 @@ def protect_rows(sizes: list[int], national_states: int, work: Path, repeat: int
 #: `gedp protect` imports before it reads its input.
 STARTUPS = {"python": "pass", "python + pyarrow (the floor's start-up)": "import pyarrow.parquet",
             "python + gedp protect's imports": "import gedp.cli, gedp.api, gedp.running.engine, "
-                                                 "gedp.accounting.lifetime, gedp.running.state_pipeline"}
+                                                 "gedp.running.recorded_release, gedp.running.state_pipeline"}
 
 
 def startup_line(repeat: int = 5) -> str:

@@ -550,9 +550,9 @@ def protect_command(
         from gedp.running.state_pool import early_workers  # started while the input is checked and read
 
         with early_workers(intake.path, processes if engine == "local" else 1):
-            from gedp.accounting.lifetime import ledger_request
             from gedp.measure.rng import check_publication
             from gedp.running.engine import scheduler_access, tls_credentials
+            from gedp.running.recorded_release import ledger_request
 
             check_publication(seed, rng, not_for_publication)
             access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
@@ -570,8 +570,8 @@ def _protected(source: Any, cfg: Any, out: Path, request: Any, jobs: Optional[Pa
                allow_over_cap: bool = False, **options: Any) -> tuple[dict, Any]:
     """Protect a checked input: a panel (several quarters) into one panel release, else state by
     state as one release; returns the manifest and the ledger reservation (None without a ledger)."""
-    from gedp.accounting.lifetime import protect_recorded
     from gedp.running.panel_protect import is_panel, protect_panel
+    from gedp.running.recorded_release import protect_recorded
 
     if is_panel(source):  # several quarters: one panel release
         if jobs is not None:

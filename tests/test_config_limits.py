@@ -68,7 +68,7 @@ def test_large_mu_passes_when_allowed(microdata):
     with pytest.raises(ConfigError, match="is above 2"):
         gedp.protect(microdata, raw, seed=1, not_for_publication=True)
     assert gedp.load(raw, allow_large_mu=True).plan.identity_plan.mu["m1emp"] == 2.5
-    release = gedp.protect(microdata, raw, seed=1, not_for_publication=True, allow_large_mu=True)
+    release = gedp.protect(microdata, gedp.load(raw, allow_large_mu=True), seed=1, not_for_publication=True)
     assert release.manifest["mu"]["identity"]["m1emp"] == pytest.approx(2.5, rel=1e-9)
 
 

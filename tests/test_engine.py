@@ -206,7 +206,7 @@ def test_an_insecure_scheduler_is_accepted_with_a_warning(capsys):
     warning = capsys.readouterr().err
     assert warning.startswith("warning: --insecure-scheduler") and "tcp://10.0.0.1:8786" in warning
     with pytest.raises(errors.InputError, match="must be a tls:// address"):
-        gedp.protect(pd.DataFrame(), engine="dask", scheduler="tcp://10.0.0.1:8786")
+        gedp.protect(pd.DataFrame(), engine=gedp.Engine("dask", scheduler="tcp://10.0.0.1:8786"))
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +280,8 @@ def test_dask_engine_protects_job_frames_held_in_memory(two_job_states, tmp_path
     states, jobs = (pd.read_parquet(path) for path in two_job_states)
     files = []
     for engine in ("local", "dask"):
-        release = gedp.protect(states, "jobs", jobs=jobs, seed=7, not_for_publication=True, engine=engine)
+        release = gedp.protect(states, "jobs", input=gedp.Input(jobs=jobs), seed=7, not_for_publication=True,
+                                   engine=gedp.Engine(engine))
         release.write(tmp_path / engine)
         files.append(released_files(tmp_path / engine))
     manifests = [json.loads(f.pop("manifest.json")) for f in files]

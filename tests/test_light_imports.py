@@ -39,7 +39,7 @@ def loaded(code: str) -> set[str]:
 
 
 def test_protect_starts_without_scipy_stats_or_the_rounding_lp_solver():
-    modules = loaded("import gedp.cli, gedp.api, gedp.running.engine, gedp.accounting.lifetime, "
+    modules = loaded("import gedp.cli, gedp.api, gedp.running.engine, gedp.running.recorded_release, "
                      "gedp.running.state_pipeline")
     assert not modules & {"scipy.stats", "highspy"}
 

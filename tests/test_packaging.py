@@ -105,7 +105,7 @@ def test_stages_import_only_earlier_stages():
     checks = {f"gedp.{stage}": ([f"gedp.{stage}.{p.stem}" for p in sorted((ROOT / stage).glob("*.py"))],
                                 tuple(f"gedp.{later}" for later in stages[i + 1:]))
               for i, stage in enumerate(stages[:-1])}
-    release_path = ("gedp.running.state_pipeline", "gedp.running.engine", "gedp.api", "gedp.accounting.lifetime",
+    release_path = ("gedp.running.state_pipeline", "gedp.running.engine", "gedp.api", "gedp.running.recorded_release",
                     "gedp.release.writer", "gedp.release.reader")
     checks |= {name: ([name], ("gedp.evaluation",)) for name in release_path}
     for label, (modules, forbidden) in checks.items():

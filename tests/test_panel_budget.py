@@ -51,7 +51,7 @@ def test_a_panel_over_its_configs_cap_is_refused_before_the_ledger(panel, tmp_pa
     assert panel_mu > RECOMMENDED_CAP  # three quarters of the recommended plan: over its cap
     with pytest.raises(BudgetError, match=rf"spends mu {panel_mu:.4f} .*sqrt\(3\) x {RECOMMENDED:.4f} a quarter.*"
                                           rf"over the config's mu_cap {RECOMMENDED_CAP:.4f}.*--allow-over-cap"):
-        gedp.protect(panel, ledger=ledger, lifetime_cap=10)
+        gedp.protect(panel, ledger=gedp.Ledger(ledger, lifetime_cap=10))
     assert list(tmp_path.iterdir()) == []  # no ledger, no lock file, no staging folder
     refused = runner.invoke(app, ["protect", str(_saved(panel, tmp_path)), "--out", str(tmp_path / "rel"),
                                   "--seed", "1", "--not-for-publication"])
@@ -67,7 +67,7 @@ def _saved(panel, folder):
 
 def test_allowed_over_its_cap_the_panel_states_its_total_its_cap_and_that_it_was_allowed(panel, tmp_path):
     ledger = tmp_path / "books.json"
-    release = gedp.protect(panel, ledger=ledger, lifetime_cap=10, allow_over_cap=True)
+    release = gedp.protect(panel, ledger=gedp.Ledger(ledger, lifetime_cap=10), allow_over_cap=True)
     manifest = release.manifest
     assert manifest["mu_total"] == pytest.approx(math.sqrt(3) * RECOMMENDED, rel=1e-9)
     assert manifest["mu_quarter"] == pytest.approx(RECOMMENDED, rel=1e-9)

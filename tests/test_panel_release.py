@@ -198,7 +198,7 @@ def test_the_panel_is_recorded_in_the_ledger_as_one_release_of_its_quarters(pane
     ledger = tmp_path / "ledger.json"
     two = panel[panel["year"] == 2016]
     two = two[two["qtr"] <= 2]
-    release = gedp.protect(two, ledger=ledger, lifetime_cap=20.0, dataset_id="panel", allow_over_cap=True)
+    release = gedp.protect(two, ledger=gedp.Ledger(ledger, lifetime_cap=20.0, dataset_id="panel"), allow_over_cap=True)
     releases = list(read_ledger(ledger)["releases"].values())
     assert len(releases) == 1 and releases[0]["status"] == "committed"
     assert releases[0]["quarters"] == [[q, n] for q, n in zip(QUARTERS[:2], two.groupby("qtr").size().tolist())]

@@ -119,7 +119,7 @@ def test_an_array_made_after_one_was_freed_reuses_its_pages():
 
 @COUNTED_PAGES
 def test_the_workers_reuse_freed_memory_too(monkeypatch):
-    from gedp import state_pool
+    from gedp.running import state_pool
 
     monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "0")  # the spawned worker's numpy: one fault per page
     with state_pool._new_pool(1) as pool:
@@ -214,7 +214,7 @@ def test_freed_memory_goes_back_between_states():
 
 
 def test_each_state_of_a_pool_gives_its_freed_memory_back(monkeypatch):
-    from gedp import state_pool
+    from gedp.running import state_pool
 
     calls = []
     monkeypatch.setattr(state_pool, "give_back_freed_memory", lambda: calls.append(1))

@@ -276,9 +276,10 @@ def test_the_api_takes_an_annual_cap_as_the_command_line_does(small_state, tmp_p
 
     ledger, cap = tmp_path / "ledger.json", 1.2 * MU
     frame = small_state.head(200).assign(year=2016, qtr=3)
-    release = gedp.protect(frame, "employment", ledger=ledger, lifetime_cap=10, annual_cap=cap)
+    release = gedp.protect(frame, "employment", ledger=gedp.Ledger(ledger, lifetime_cap=10, annual_cap=cap))
     assert release.manifest["lifetime"]["quarters"] == ["2016Q3"]
     with pytest.raises(InputError, match=f"over their annual cap {cap:.4f} in the year 2016Q1-2016Q4"):
-        gedp.protect(frame.assign(qtr=4), "employment", ledger=ledger)
+        gedp.protect(frame.assign(qtr=4), "employment", ledger=gedp.Ledger(ledger))
     with pytest.raises(InputError, match="--annual-cap, --lifetime-cap|--lifetime-cap, --annual-cap"):
-        gedp.protect(frame, "employment", annual_cap=cap)
+        with pytest.warns(DeprecationWarning, match="annual_cap"):
+            gedp.protect(frame, "employment", annual_cap=cap)

@@ -31,7 +31,6 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 
-from gedp.accounting.lifetime import protect_recorded
 from gedp.api import load, synthesize
 from gedp.audit.bounds import mu_lower_bound_at
 from gedp.config import Config
@@ -42,6 +41,7 @@ from gedp.measure.queries import IDENTITY
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.reader import parse_query_name
 from gedp.running.cpus import usable_cpus
+from gedp.running.recorded_release import protect_recorded
 
 #: Family-wise false-failure rate of a pipeline audit (all statistics and thresholds together).
 PIPELINE_ALPHA = 0.01

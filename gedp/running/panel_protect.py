@@ -16,7 +16,6 @@ import pandas as pd
 import pyarrow as pa
 
 from gedp.accounting.ledger import Reservation
-from gedp.accounting.lifetime import LedgerRequest, publication_hooks, reserved
 from gedp.config import Config
 from gedp.errors import BudgetError, InputError
 from gedp.measure.design import INDEPENDENT, QuarterDesign
@@ -25,6 +24,7 @@ from gedp.release.format import QUARTER_KEY
 from gedp.release.panel import QUARTER_MANIFEST_FILE, write_panel
 from gedp.release.writer import check_output_directory, staged_directory, work_folder
 from gedp.running.engine import Scheduler, Source, check_request, protect_input, read_source
+from gedp.running.recorded_release import LedgerRequest, publication_hooks, reserved
 from gedp.synth.io import footers_one_value
 from gedp.synth.panel import check_panel, panel_quarters, quarter_label
 from gedp.synth.paths import check_input_path
@@ -113,7 +113,7 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
     under a name no reader takes for a release's, and then joined.
 
     With a ``ledger``, all quarters are reserved as one release before any noise is drawn (each row
-    charged in its quarter: ``gedp.accounting.lifetime.reserved``), so a panel past a cap is refused with nothing
+    charged in its quarter: ``gedp.running.recorded_release.reserved``), so a panel past a cap is refused with nothing
     charged or written; the reservation is committed once the panel release is complete, just before
     its manifest is written, and the manifest's ``lifetime`` section states the panel's charge. A
     panel that spends more than the config's cap is refused first unless ``allow_over_cap``

@@ -351,7 +351,7 @@ def _tabulated(request: TabulationRequest, data: pd.DataFrame, indexed: Any, job
             keys = [c for c in table.columns if c in data.columns]
             said.append(GAINS_BIAS_WARNING)
         elif jobs:
-            from gedp.api import tabulate_job_frame
+            from gedp.tabulation.job_frame_tables import tabulate_job_frame
 
             table = tabulate_job_frame(request.source, data, by or "", where=options["where"], moe=options["moe"],
                                        level=options["level"])
