@@ -429,8 +429,9 @@ def plan_command(
     A stand-in state is synthesized from the published file, plan shapes are scored by their
     predicted errors on it (calibrated by simulated releases of the stand-in), and the best is
     written as a config."""
+    from gedp.planning.candidates import REFERENCE
     from gedp.planning.output import acceptance_lines, comparison_rows, output_paths, reference_lines
-    from gedp.planning.search import REFERENCE, search_steps
+    from gedp.planning.search import search_steps
 
     start = time.perf_counter()
     with reported_errors():
@@ -610,15 +611,8 @@ def ledger_show(
     """Print every release of a ledger (its dataset, cap, charge and status).
 
     Then the accounts' psi and gammas, the most spent account and the head of the ledger's chain."""
-    from gedp.accounting.ledger import (
-        CLEARED,
-        PENDING,
-        check_ledger_path,
-        largest_spending,
-        live,
-        read_ledger,
-        release_charge,
-    )
+    from gedp.accounting.ledger_file import CLEARED, PENDING, check_ledger_path, live, read_ledger
+    from gedp.accounting.ledger_spending import largest_spending, release_charge
 
     with reported_errors():
         path = check_ledger_path(ledger)
