@@ -14,7 +14,7 @@ import multiprocessing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gedp.running.cpus import usable_cpus
+from gedp.postprocess.cpus import usable_cpus
 
 #: The context of the running map, inherited by the forked workers (None outside a map).
 _context: tuple[Callable[[Any, Any], Any], Any] | None = None
