@@ -277,7 +277,7 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
     import scipy.linalg
     import scipy.sparse as sp
 
-    from gedp.postprocess.wages import _cell_operator
+    from gedp.postprocess.wage_margins import _cell_operator
 
     fit = variance.fit
     cell = _per_finest(codes, fit.cell_codes, n_finest)

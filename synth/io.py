@@ -18,8 +18,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from gedp.synth.columns import data_like_fields, headerless_rule
+from gedp.synth.csv_values import read_error
 from gedp.synth.footers import range_bounds, stamp, value_ranges
-from gedp.synth.intake import read_error
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
 from gedp.synth.keycodes import sorted_codes, taken_frame
 from gedp.synth.paths import check_input_path, is_parquet

@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 
 from gedp.errors import InputError
 from gedp.synth.columns import CARRIED, CODE_WIDTHS, CONFIDENTIAL
+from gedp.synth.csv_values import may_hold_point
 from gedp.synth.hierarchy import derive_industry_codes
-from gedp.synth.intake import may_hold_point
 from gedp.synth.keycodes import digit_bytes
 
 #: Own code written when the input has no ``own`` column (QCEW private ownership).

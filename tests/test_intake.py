@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 import gedp
 from gedp.cli import app
 from gedp.errors import InputError, InputProblems
-from gedp.synth.intake import ALIASES, inspect_input, parse_columns
+from gedp.synth.input_layout import ALIASES
+from gedp.synth.intake import inspect_input, parse_columns
 from gedp.synth.schema import CONFIDENTIAL
 
 runner = CliRunner()

@@ -184,8 +184,8 @@ def test_job_and_establishment_tabulations_of_one_release_agree(release):
 
 
 def test_integer_job_frames_are_whole_and_add_up(state, jobs):
-    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), "jobs", input=gedp.Input(jobs=jobs), seed=4,
-                         not_for_publication=True, integer=True)
+    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), gedp.load("jobs", integer=True),
+                         input=gedp.Input(jobs=jobs), seed=4, not_for_publication=True)
     frame = whole.jobs
     assert np.all(frame["jobs"] == np.round(frame["jobs"]))
     sums = frame[frame["family"] == "worker"].groupby("estab_id")["jobs"].sum()

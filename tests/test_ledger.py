@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import gedp.accounting.ledger as ledger_module
+import gedp.accounting.ledger_file as ledger_file
 import gedp.running.engine
 from gedp.cli import app
 
@@ -54,7 +55,7 @@ def one_error_line(result, code=2):
 
 def releases(ledger):
     """The releases that count (pending or committed)."""
-    return ledger_module.live(ledger_module.read_ledger(ledger))
+    return ledger_file.live(ledger_file.read_ledger(ledger))
 
 
 def copies(tmp_path, source, records):
@@ -302,7 +303,7 @@ def test_a_failed_commit_publishes_nothing_and_the_release_stays_pending(source,
     """The ledger write that commits the release fails (disk full): no release is published, the
     error is one line, and the pending release keeps counting until an operator clears it."""
     ledger = tmp_path / "ledger.json"
-    write = ledger_module._write
+    write = ledger_file._write
     calls = []
 
     def full_disk_on_commit(path, book):
@@ -311,13 +312,13 @@ def test_a_failed_commit_publishes_nothing_and_the_release_stays_pending(source,
             raise OSError(errno.ENOSPC, "No space left on device")
         write(path, book)
 
-    monkeypatch.setattr(gedp.accounting.ledger, "_write", full_disk_on_commit)
+    monkeypatch.setattr(ledger_file, "_write", full_disk_on_commit)
     line = one_error_line(protect(source, tmp_path / "r1", ledger, "--lifetime-cap", 3.0))
     assert "cannot write ledger" in line and "No space left on device" in line and "stays pending" in line
     assert not (tmp_path / "r1").exists() and not list(tmp_path.glob(".r1*"))
     [pending] = releases(ledger)
     assert pending["status"] == "pending" and pending["id"] in line
-    monkeypatch.setattr(gedp.accounting.ledger, "_write", write)
+    monkeypatch.setattr(ledger_file, "_write", write)
 
     shown = runner.invoke(app, ["ledger", "show", "--ledger", str(ledger)])
     assert shown.exit_code == 0 and pending["id"] in shown.output and "pending" in shown.output
@@ -442,10 +443,10 @@ def test_two_processes_cannot_both_spend_the_last_of_the_budget(source, tmp_path
 
 KILLED_AT_COMMIT = """
 import os, signal, sys
-import gedp.accounting.ledger as ledger_module
+import gedp.accounting.ledger_file as ledger_file
 from gedp.cli import app
 
-write = ledger_module._write
+write = ledger_file._write
 calls = []
 
 
@@ -456,7 +457,7 @@ def killed_at_the_second_write(path, book):  # the first write reserves, the sec
     write(path, book)
 
 
-ledger_module._write = killed_at_the_second_write
+ledger_file._write = killed_at_the_second_write
 app(sys.argv[1:])
 """
 

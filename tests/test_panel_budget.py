@@ -131,10 +131,10 @@ def test_a_refused_first_release_leaves_no_lock_file(small_state, tmp_path):
 COUNTER = """
 import sys, time
 from pathlib import Path
-from gedp.accounting.ledger import _locked
+from gedp.accounting.ledger_file import locked_ledger
 ledger, counter = Path(sys.argv[1]), Path(sys.argv[2])
 for _ in range(int(sys.argv[3])):
-    with _locked(ledger, missing_ok=True):
+    with locked_ledger(ledger, missing_ok=True):
         value = int(counter.read_text())
         time.sleep(0.0005)
         counter.write_text(str(value + 1))

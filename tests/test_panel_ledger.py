@@ -13,7 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 import gedp
-from gedp.accounting.ledger import establishment_keys, live, read_ledger, spending
+from gedp.accounting.ledger_file import establishment_keys, live, read_ledger
+from gedp.accounting.ledger_spending import spending
 from gedp.cli import app
 from gedp.config import load_config
 from gedp.errors import InputError

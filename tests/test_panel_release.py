@@ -193,7 +193,7 @@ def test_the_command_line_protects_and_tabulates_a_panel(tmp_path):
 
 def test_the_panel_is_recorded_in_the_ledger_as_one_release_of_its_quarters(panel, tmp_path):
     """With a ledger, the panel is one release whose quarters each charge the establishments in them."""
-    from gedp.accounting.ledger import read_ledger
+    from gedp.accounting.ledger_file import read_ledger
 
     ledger = tmp_path / "ledger.json"
     two = panel[panel["year"] == 2016]

@@ -222,3 +222,14 @@ def test_each_state_of_a_pool_gives_its_freed_memory_back(monkeypatch):
     with pytest.raises(ZeroDivisionError):  # a state that fails gives its memory back too
         state_pool._state_in_worker(divmod, 1, 0)
     assert len(calls) == 2
+
+
+def test_the_planners_forked_workers_end_quietly_under_a_command():
+    """A command's SIGTERM handler (``stop_on_sigterm``) is not inherited by the planner's forked
+    workers: the pool's terminate() at the end of a map ends them without a Terminated traceback."""
+    code = ("from gedp.running.process import stop_on_sigterm\nstop_on_sigterm()\n"
+            "from gedp.planning.workers import parallel_map\n"
+            "print(parallel_map(lambda shared, item: shared + item, 10, [1, 2, 3, 4], workers=2))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[11, 12, 13, 14]", done.stderr
+    assert "Terminated" not in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -14,6 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 import gedp.accounting.ledger as ledger_module
+import gedp.accounting.ledger_file as ledger_file
+import gedp.accounting.ledger_spending as ledger_spending
 import gedp.accounting.quarters as quarters_module
 from gedp.cli import app
 from gedp.config import load_config
@@ -32,9 +34,9 @@ def reserve(ledger, ids, quarters, **caps):
 
 def spent(ledger, ids):
     """Each id's lifetime spending, recomputed from the ledger's releases (not from a reservation)."""
-    book = ledger_module.read_ledger(ledger)
-    keys = np.concatenate([ledger_module.establishment_keys([estab], book["key"]) for estab in ids])  # in ids' order
-    return np.sqrt(ledger_module.spending(ledger, book, keys).lifetime)
+    book = ledger_file.read_ledger(ledger)
+    keys = np.concatenate([ledger_file.establishment_keys([estab], book["key"]) for estab in ids])  # in ids' order
+    return np.sqrt(ledger_spending.spending(ledger, book, keys).lifetime)
 
 
 def test_the_plan_costs_its_stated_mu():
@@ -51,7 +53,7 @@ def test_four_quarters_at_annual_over_sqrt_4_are_accepted_and_the_fifth_is_refus
         reserve(ledger, IDS, "2017Q1")
     assert (f"over their lifetime cap {annual:.4f}: they have mu 0.0000 of {annual:.4f} left" in str(refused.value)
             and f"this release needs its charge {MU:.4f}" in str(refused.value))
-    assert len(ledger_module.live(ledger_module.read_ledger(ledger))) == 4  # nothing recorded
+    assert len(ledger_file.live(ledger_file.read_ledger(ledger))) == 4  # nothing recorded
 
 
 def test_a_rolling_year_admits_a_steady_series_and_refuses_a_fifth_quarter_inside_a_year(tmp_path):
@@ -130,7 +132,7 @@ def test_a_quarter_that_has_not_begun_is_refused_and_nothing_recorded(tmp_path):
     reserve(ledger, IDS, "2016Q1", cap=10 * MU, annual_cap=2 * MU)
     with pytest.raises(InputError, match=f"quarter {coming} has not begun"):
         reserve(ledger, IDS, coming)
-    assert len(ledger_module.live(ledger_module.read_ledger(ledger))) == 1  # nothing recorded
+    assert len(ledger_file.live(ledger_file.read_ledger(ledger))) == 1  # nothing recorded
 
 
 @pytest.fixture
@@ -173,15 +175,15 @@ def test_copies_subsets_and_other_quarters_of_the_same_establishments_draw_on_th
             f"left" in refused.output and f"needs its charge {MU:.4f}" in refused.output)
     assert ledger.read_bytes() == before and not (tmp_path / "r5").exists()
     assert spent(ledger, ["E-not-in-any"]) == pytest.approx([0.0])
-    assert ledger_module.largest_spending(ledger, ledger_module.read_ledger(ledger))[0] == pytest.approx(annual)
+    assert ledger_spending.largest_spending(ledger, ledger_file.read_ledger(ledger))[0] == pytest.approx(annual)
 
 
 def _rehashed(book):
     """The ledger with every event's hash recomputed in chain (an attacker who knows the format)."""
-    previous = ledger_module._genesis(book["key"])
+    previous = ledger_file._genesis(book["key"])
     for event in book["events"]:
         event["previous"] = previous
-        event["hash"] = previous = ledger_module._event_hash(event)
+        event["hash"] = previous = ledger_file._event_hash(event)
     book["head"] = previous
     return book
 

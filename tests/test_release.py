@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import gedp
-import gedp.accounting.ledger
+import gedp.accounting.ledger_file
 from gedp.cli import app
 from gedp.errors import InputError
 from gedp.release.format import MANIFEST_FILE, REPORT_FILES, SUMMARY_FILE
@@ -22,7 +22,7 @@ EMPLOYMENT_MU = math.sqrt(3 * 1.74)  # configs/employment.yaml
 
 def releases(ledger):
     """The releases of a ledger that count (pending or committed)."""
-    return gedp.accounting.ledger.live(gedp.accounting.ledger.read_ledger(ledger))
+    return gedp.accounting.ledger_file.live(gedp.accounting.ledger_file.read_ledger(ledger))
 
 
 @pytest.mark.parametrize("config, expected", [("baseline", "wage prior"), ({"wages": "wls"}, "plain"),

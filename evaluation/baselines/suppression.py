@@ -30,7 +30,7 @@ from scipy.sparse.csgraph import connected_components
 
 from gedp.errors import AuditError
 from gedp.measure.queries import group_establishments
-from gedp.running.cpus import usable_cpus
+from gedp.postprocess.cpus import usable_cpus
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
     COUNTY_LEVELS,

@@ -6,14 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gedp.accounting.ledger import (
-    CLEARED,
-    check_ledger_path,
-    largest_spending,
-    live,
-    read_ledger,
-    release_charge,
-)
+from gedp.accounting.ledger_file import CLEARED, check_ledger_path, live, read_ledger
+from gedp.accounting.ledger_spending import largest_spending, release_charge
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ def ledger_show(ledger: Ledger) -> None:
     """Print every release of a ledger (its dataset, cap, charge and status).
 
     Then the accounts' psi and gammas, the most spent account and the head of the ledger's chain."""
-    from gedp.accounting.ledger import CLEARED, PENDING
+    from gedp.accounting.ledger_file import CLEARED, PENDING
     from gedp.accounting.ledger_listing import list_ledger
 
     with reported_errors():

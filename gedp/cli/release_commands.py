@@ -257,8 +257,8 @@ def _print_synthesis(written: SyntheticState, out: Path, panel: bool) -> None:
 
 
 def _print_plan(result: PlanResult, base: str, out: Path, quarters: int, seconds: float) -> None:
+    from gedp.planning.candidates import REFERENCE
     from gedp.planning.output import acceptance_lines, comparison_rows, output_paths, reference_lines
-    from gedp.planning.search import REFERENCE
 
     table = Table("level", "cells", "attribute", "plan", base, REFERENCE, title="Predicted median relative error, "
                   "published cells (cells: the level's weight, - not a target)")

@@ -94,7 +94,8 @@ def _kinds() -> dict[str, type]:
     from gedp.postprocess.models import WageVariances
     from gedp.postprocess.structured import DenseFactor, DenseInverse, GroupFactorizations
     from gedp.postprocess.variances import EstablishmentVariances
-    from gedp.postprocess.wages import SharedRates, WageFit
+    from gedp.postprocess.wage_rates import SharedRates
+    from gedp.postprocess.wages import WageFit
 
     return {kind.__name__: kind for kind in (EstablishmentVariances, WageVariances, WageFit, SharedRates,
                                              GroupFactorizations, DenseFactor, DenseInverse)}

@@ -19,16 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from gedp.accounting.ledger import (
-    PENDING,
-    Reservation,
-    check_cap,
-    check_dataset_id,
-    check_ledger_path,
-    commit,
-    read_ledger,
-    reserve,
-)
+from gedp.accounting.ledger import Reservation, check_cap, check_dataset_id, commit, reserve
+from gedp.accounting.ledger_file import PENDING, check_ledger_path, read_ledger
 from gedp.accounting.quarters import row_quarters
 from gedp.config import Config
 from gedp.errors import InputError, SolverError

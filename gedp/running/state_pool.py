@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gedp.errors import GedpError, InputError
-from gedp.running.cpus import usable_cpus
+from gedp.postprocess.cpus import usable_cpus
 from gedp.running.process import give_back_freed_memory, reuse_freed_memory
 
 #: How worker processes start.
