@@ -175,17 +175,19 @@ def protect_command(
 
     An input of several quarters (a panel) is protected quarter by quarter into one panel release
     (with --ledger, reserved as one release of all its quarters)."""
+    import gedp.options as runs
     from gedp.running.file_protection import protect_file  # the input is checked before numpy is imported
+    from gedp.synth.intake import parse_columns
 
     start = time.perf_counter()
     with reported_errors(), progress_steps(None) as advance:
         manifest, reservation = protect_file(
-            input, config, out, jobs=jobs, columns=columns, pad_codes=pad_codes, seed=seed, rng=rng,
+            input, config, out, reading=runs.Input(parse_columns(columns), pad_codes, jobs),
+            engine=runs.Engine(engine, scheduler, runs.TlsFiles(tls_ca_file, tls_cert, tls_key), insecure_scheduler,
+                               processes),
+            ledger=runs.Ledger.from_flags(ledger, lifetime_cap, annual_cap, dataset_id), seed=seed, rng=rng,
             not_for_publication=not_for_publication, workflow=workflow, integer=integer, allow_large_mu=allow_large_mu,
-            allow_over_cap=allow_over_cap, engine=engine, scheduler=scheduler, processes=processes,
-            tls_ca_file=tls_ca_file, tls_cert=tls_cert, tls_key=tls_key, insecure_scheduler=insecure_scheduler,
-            ledger=ledger, lifetime_cap=lifetime_cap, dataset_id=dataset_id, annual_cap=annual_cap,
-            on_note=lambda note: typer.echo(f"note: {note}", err=True), on_step=advance)
+            allow_over_cap=allow_over_cap, on_note=lambda note: typer.echo(f"note: {note}", err=True), on_step=advance)
     _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
     _print_quarters_and_budget(manifest, reservation)
 

@@ -14,53 +14,45 @@ from gedp.errors import InputError
 if TYPE_CHECKING:
     from gedp.accounting.ledger import Reservation
     from gedp.config import Config
+    from gedp.options import Engine, Input, Ledger
     from gedp.running.recorded_release import LedgerRequest
 
 
-def protect_file(input: Path, config: str, out: Path, *, jobs: Path | None = None,
-                 # the input's reading
-                 columns: str | None = None, pad_codes: bool = False,
-                 # the release
+def protect_file(input: Path, config: str, out: Path, *, reading: Input, engine: Engine, ledger: Ledger | None,
                  seed: int | None = None, rng: str | None = None, not_for_publication: bool = False,
                  workflow: str | None = None, integer: bool | None = None, allow_large_mu: bool = False,
-                 allow_over_cap: bool = False,
-                 # where it runs
-                 engine: str = "local", scheduler: str | None = None, processes: int | None = None,
-                 tls_ca_file: Path | None = None, tls_cert: Path | None = None, tls_key: Path | None = None,
-                 insecure_scheduler: bool = False,
-                 # the budget's accounting
-                 ledger: Path | None = None, lifetime_cap: float | None = None, dataset_id: str | None = None,
-                 annual_cap: float | None = None,
-                 on_note: Callable[[str], None] = lambda note: None,
+                 allow_over_cap: bool = False, on_note: Callable[[str], None] = lambda note: None,
                  on_step: Callable[[str], None] = lambda step: None) -> tuple[dict, Reservation | None]:
-    """Protect the microdata file ``input`` (as ``gedp protect`` takes it: ``columns`` as
-    STORED=GEDP,...) into the release folder ``out``; returns the manifest and the ledger's
-    reservation (None without ``ledger``). ``on_note`` receives each note on the input's reading,
-    ``on_step`` each state or quarter done."""
-    from gedp.synth.intake import configured_attributes, inspect_input, load_input, parse_columns
+    """Protect the microdata file ``input`` (as ``gedp protect`` takes it) into the release folder
+    ``out``, read as ``reading`` says, run on ``engine`` and recorded in ``ledger``; returns the
+    manifest and the ledger's reservation (None without one). The config is loaded (``workflow``,
+    ``integer``, ``allow_large_mu`` as ``gedp.load`` takes them) once the input has been checked.
+    ``on_note`` receives each note on the input's reading, ``on_step`` each state or quarter done."""
+    from gedp.synth.intake import configured_attributes, inspect_input, load_input
 
-    intake = inspect_input(input, columns=parse_columns(columns), pad_codes=pad_codes,
+    intake = inspect_input(input, columns=reading.columns, pad_codes=reading.pad_codes,
                            attributes=configured_attributes(config))
     for note in intake.notes:
         on_note(note)
-    if engine == "local" and intake.parquet and not intake.needs_translation():
+    if engine.name == "local" and intake.parquet and not intake.needs_translation():
         from gedp.synth.prefetch import prefetch_input
 
         prefetch_input(intake.path)  # read on a thread while the numerical stack is imported
     from gedp.running.state_pool import early_workers  # started while the input is checked and read
 
-    with early_workers(intake.path, processes if engine == "local" else 1):
+    with early_workers(intake.path, engine.processes if engine.name == "local" else 1):
         from gedp.config import resolve_config
         from gedp.measure.rng import check_publication
-        from gedp.running.engine import scheduler_access, tls_credentials
-        from gedp.running.recorded_release import ledger_request
+        from gedp.running.engine import engine_access
+        from gedp.running.recorded_release import requested_ledger
 
         check_publication(seed, rng, not_for_publication)
-        access = scheduler_access(scheduler, tls_credentials(tls_ca_file, tls_cert, tls_key), insecure_scheduler)
-        request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication, annual_cap)
+        access = engine_access(engine)
+        request = requested_ledger(ledger, not_for_publication)
         cfg = resolve_config(config, workflow, allow_large_mu, integer)
-        return _protected(load_input(intake), cfg, out, request, jobs, on_step, seed=seed, rng=rng, engine=engine,
-                          scheduler=access, processes=processes, allow_over_cap=allow_over_cap)
+        return _protected(load_input(intake), cfg, out, request, reading.jobs, on_step, seed=seed, rng=rng,
+                          engine=engine.name, scheduler=access, processes=engine.processes,
+                          allow_over_cap=allow_over_cap)
 
 
 def _protected(source: Any, cfg: Config, out: Path, request: LedgerRequest | None, jobs: Path | None,
