@@ -2,9 +2,11 @@
 in memory read-only, so that a request is answered without touching a file.
 
 A release of one quarter is held as its kept cell index and its margins' per-cell pieces
-(``gedp.release.cells``, ``gedp.release.margins``), built once if the cache has none: a request is
-answered by ``release.cells.index_tabulation``, the function ``gedp tabulate`` answers a further
-request with, so the numbers are the same bit for bit. A panel release is held as each quarter's
+(``gedp.release.cells``, ``gedp.release.margins``), built once if the cache has none, and the cells
+of its standard groupings computed from them (``gedp.release.lattice``): a request is answered by
+``release.cells.index_tabulation``, the function ``gedp tabulate`` answers a further request with
+(looking its rows up in the lattice where they are cells of it), so the numbers are the same bit
+for bit. A panel release is held as each quarter's
 protected microdata and variance functions, and answered by ``gedp.panel``'s tabulations of a
 quarter or a change, given those (``loaded``). QCEW levels (tables ready to publish, the xlsx
 workbook) are written by ``gedp.tabulation`` itself from the release's files.
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gedp.release.cells import CellIndex
+    from gedp.release.lattice import CellLattice
 
 #: Most quarters a served panel may hold.
 MAX_QUARTERS = 80
@@ -56,6 +59,7 @@ class ServedRelease:
     quarters: list[str]
     index: CellIndex | None = None
     margins: Mapping[str, Any] | None = None
+    lattice: CellLattice | None = None
     quarters_held: dict[str, tuple[pd.DataFrame, Mapping[str, Any]]] = field(default_factory=dict)
 
     @property
@@ -90,7 +94,7 @@ class ServedRelease:
         index = self.index
         assert index is not None
         found = index_tabulation(index, request.by or "total", margins=self.margins if request.moe else None,
-                                 where=request.where or None, level=request.level)
+                                 where=request.where or None, level=request.level, lattice=self.lattice)
         if found is None:
             _refusal(index.cells, request)
         keys, table = found
@@ -207,6 +211,7 @@ def check_manifest(manifest: dict[str, Any], folder: Path) -> list[str]:
 def _hold_index(release: ServedRelease) -> None:
     """Hold a release of one quarter: its margins built (or read) once, its kept index and pieces."""
     from gedp.release.cells import read_cell_index
+    from gedp.release.lattice import build_lattice
     from gedp.release.margins import kept_path, kept_variances, read_pieces
 
     variances = kept_variances(release.folder)
@@ -218,6 +223,7 @@ def _hold_index(release: ServedRelease) -> None:
                          "folder writable? GEDP_CACHE_DIR)")
     release.index = index
     release.margins = pieces if pieces is not None and all(p is not None for p in pieces.values()) else variances
+    release.lattice = build_lattice(index, release.margins)
 
 
 def _hold_quarters(release: ServedRelease) -> None:
