@@ -300,6 +300,8 @@ def answer_json(answer: Tabulation, release: ServedRelease) -> dict[str, Any]:
 def key_titles(table: Any) -> dict[str, list[str]]:
     """The titles of a table's area, ownership and industry keys, row by row, as BLS writes them
     (``synth.titles``: the lists shipped with gedp)."""
+    from gedp.postprocess.keys import SIZE_CLASS
+    from gedp.postprocess.sizeclass import SIZE_TITLES
     from gedp.synth.hierarchy import INDUSTRY_OF_STATE_LEVEL
     from gedp.synth.titles import OWN_TITLES, shipped_titles
 
@@ -313,6 +315,9 @@ def key_titles(table: Any) -> dict[str, list[str]]:
         found["own"] = _titled(table["own"].astype(str), OWN_TITLES, "{}")
     for column in (c for c in INDUSTRY_OF_STATE_LEVEL.values() if c is not None and c in table.columns):
         found[column] = _titled(table[column].astype(str), titles.industries, "NAICS {}")
+    if SIZE_CLASS in table.columns:
+        found[SIZE_CLASS] = _titled(table[SIZE_CLASS].astype(str), {str(code): title for code, title in
+                                                                      SIZE_TITLES.items()}, "size class {}")
     return found
 
 
@@ -361,6 +366,7 @@ def describe(release: ServedRelease) -> dict[str, Any]:
             "establishments": manifest["establishments"], "publishable": manifest.get("publishable") is True,
             "columns": release.public_columns,
             "owns": [[code, OWN_TITLES.get(code, f"ownership {code}")] for code in release.own_codes()],
+            "size_classes": release.size_classes,
             "mu_total": manifest["mu_total"], "guarantee": guarantee(manifest), "flags": FLAG_MEANINGS}
 
 

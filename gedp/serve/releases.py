@@ -24,6 +24,7 @@ import dataclasses
 import math
 import re
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
 
 #: Most quarters a served panel may hold.
 MAX_QUARTERS = 80
+#: Most establishments of a release whose size-class tables a server answers: it holds their 20
+#: implicates (New Jersey's 251,987 establishments: 5 million rows, about 1 GiB).
+MAX_DERIVED_ESTABLISHMENTS = 300_000
 #: Characters kept in a release's id (from its folder's name).
 ID_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
 #: Names a request's keys and filters may use: the public columns but estab_id, and the filter words.
@@ -61,6 +65,8 @@ class ServedRelease:
     margins: Mapping[str, Any] | None = None
     lattice: CellLattice | None = None
     quarters_held: dict[str, tuple[pd.DataFrame, Mapping[str, Any]]] = field(default_factory=dict)
+    implicates_held: dict[str | None, pd.DataFrame] = field(default_factory=dict)
+    drawing: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def public_columns(self) -> list[str]:
@@ -78,8 +84,12 @@ class ServedRelease:
     def answer(self, request: TabulationRequest) -> Tabulation:
         """The tabulation of a request of this release (its ``source`` is this release's folder):
         what ``gedp tabulate`` answers for it."""
+        from gedp.postprocess.keys import has_derived
+
         if request.agglvl is not None:
             return self._written_by_the_library(request)
+        if request.by is not None and has_derived(request.by):
+            return self._derived_answer(request)
         request = request.checked()
         check_public_names(request, self.public_columns)
         if self.quarters:
@@ -117,6 +127,45 @@ class ServedRelease:
             table = tabulate_change(self.folder, by, str(request.change), loaded=self._quarter, where=where,
                                     moe=request.moe, level=request.level)
         return Tabulation(request, None, table, panel=True)
+
+    def _derived_answer(self, request: TabulationRequest) -> Tabulation:
+        """A table by a derived column (``size_class``): ``gedp tabulate``'s, combined over the
+        implicates this release holds (drawn at its first such request, ``implicates``)."""
+        from gedp.postprocess.keys import DERIVED
+
+        check_public_names(request, [*self.public_columns, *DERIVED])
+        if request.change is not None or (self.quarters and request.quarter not in self.quarters_held):
+            raise InputError(f"a size-class table is of one quarter: give quarter=, one of {', '.join(self.quarters)}"
+                             if self.quarters else f"release {self.id} holds one quarter: no quarter or change")
+        if not self.quarters and request.quarter is not None:
+            raise InputError(f"release {self.id} holds one quarter: no quarter or change")
+        return tabulate_request(request, implicates=self.implicates(request.quarter))
+
+    def implicates(self, quarter: str | None) -> pd.DataFrame:
+        """The implicates tables by a derived column are combined over (of one ``quarter`` of a panel),
+        drawn once and held; InputError for a release larger than ``MAX_DERIVED_ESTABLISHMENTS``."""
+        from gedp.release.implicates import tabulation_implicates
+
+        if not self.size_classes:
+            raise InputError(f"release {self.id}: size-class tables are combined over implicates of all its "
+                             f"{self.establishments:,} establishments, more than this server draws "
+                             f"({MAX_DERIVED_ESTABLISHMENTS:,}); gedp tabulate gives them")
+        with self.drawing:
+            if quarter not in self.implicates_held:
+                self.implicates_held[quarter] = tabulation_implicates(self.folder, quarter)
+            return self.implicates_held[quarter]
+
+    @property
+    def size_classes(self) -> bool:
+        """Whether this server answers the release's tables by size class (``implicates``)."""
+        return self.establishments <= MAX_DERIVED_ESTABLISHMENTS
+
+    @property
+    def establishments(self) -> int:
+        """Establishments held (of the largest quarter of a panel)."""
+        if self.index is not None:
+            return len(self.index.codes)
+        return max((len(frame) for frame, _ in self.quarters_held.values()), default=0)
 
     def _quarter(self, quarter: str) -> tuple[pd.DataFrame, Mapping[str, Any]]:
         return self.quarters_held[quarter]
