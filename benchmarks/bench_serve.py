@@ -92,6 +92,12 @@ def memory_mib(pid: int) -> tuple[float, float]:
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def load(port: int, wanted: list[dict], clients: int, limit: int, seconds: float
          ) -> tuple[list[tuple[float, bool]], list[int]]:
     """Latencies (s) of answers by ``clients`` threads, each on its own keep-alive connection, each
@@ -201,9 +207,9 @@ def main() -> None:
             idle, _ = memory_mib(server.pid)
             wanted = requests(release.name)
             load(port, wanted[:2], 1, 2, 60)  # the first answers (imports of the tabulation path)
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), cpu_seconds(server.pid)
             latencies, rows = load(port, wanted, args.clients, args.requests, args.seconds)
-            wall = time.perf_counter() - started
+            wall, cpu = time.perf_counter() - started, cpu_seconds(server.pid) - cpu
             resident, peak = memory_mib(server.pid)
         finally:
             server.terminate()
@@ -221,6 +227,7 @@ def main() -> None:
         "| measure | value |",
         "| --- | --- |",
         f"| warm answers | {len(latencies)} in {wall:.1f} s ({len(latencies) / wall:.1f} per s) |",
+        f"| server CPU time per answer (all answers: user + system) | {cpu / len(latencies) * 1000:.1f} ms |",
         *summary("computed (each request's first time)", [t for t, again in latencies if not again]),
         *summary("asked again (the server's answer cache)", [t for t, again in latencies if again]),
         f"| rows per answer (median, max) | {statistics.median(rows):.0f}, {max(rows):,} |",

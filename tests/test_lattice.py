@@ -128,3 +128,18 @@ def test_the_lattice_cells_are_the_sets_a_brute_force_finds(kept):
     counties = index.cells.loc[index.cells["sector"] == sector, "county"].unique()[:2]
     union = np.where(index.cells["county"].isin(counties) & (index.cells["sector"] == sector), 0, -1)
     assert len(counties) == 2 and lattice.cells_of(union, 1) is None
+
+
+def test_a_groupings_variances_are_computed_at_the_first_request_that_needs_them(kept):
+    index, pieces = kept
+    lattice = build_lattice(index, pieces)
+    assert not lattice.computed.any() and np.isnan(lattice.variance).all()
+    first = index_tabulation(index, "county", margins=pieces, lattice=lattice)
+    assert lattice.computed.sum() == 1 and first is not None
+    index_tabulation(index, "county", margins=pieces, lattice=lattice, level=0.9)  # the same grouping
+    index_tabulation(index, "sector", lattice=lattice)  # no margins: none computed
+    assert lattice.computed.sum() == 1
+    group = int(np.flatnonzero(lattice.computed)[0])
+    low, high = lattice.offsets[group], lattice.offsets[group + 1]
+    assert np.isfinite(lattice.variance[:, low:high]).all() and np.isnan(np.delete(lattice.variance, np.s_[low:high],
+                                                                                     axis=1)).all()

@@ -1,7 +1,7 @@
 """Tabulations answered by looking up cells computed once: every cell of a release's standard
-groupings (area x industry level x ownership, ``STANDARD``) with its establishment count, sums and
-margins' variances, so that a request whose cells are such cells touches its cells, not its
-establishments.
+groupings (area x industry level x ownership, ``STANDARD``) with its establishment count and sums
+(at load) and its margins' variances (each grouping's at the first request that needs them), so
+that a request whose cells are such cells touches its cells, not its establishments.
 
 A tabulation by public columns with a filter on public columns is a union of the release's finest
 cells per row (``release.cells``), and everything ``release.cells.index_tabulation`` computes of a
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -73,7 +74,7 @@ class CellLattice:
         estabs: each cell's number of establishments.
         ordered, compensated, whole: attributes x cells, each cell's sums by each kernel (module).
         variance, slope: attributes x cells (None: some attribute has no per-cell pieces, or no
-            margins were given).
+            margins were given; NaN until their grouping's are computed, ``margins``).
         finest_hash: each finest cell's hash number; hashes: the cells' hashes, sorted, and
             ``hash_cells`` their cells.
         runs: the finest cell of each run of consecutive establishments of one finest cell.
@@ -95,14 +96,36 @@ class CellLattice:
     hash_cells: np.ndarray
     runs: np.ndarray
     with_nan: np.ndarray
+    #: Each attribute's per-cell pieces, the first cell of each grouping (and the number of cells
+    #: last), whether each grouping's variances are computed (``margins``).
+    pieces: list = dataclasses.field(default_factory=list)
+    offsets: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    computed: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
     #: The groupings of all the cells by keys asked for (``kept_grouping``), made once.
     groupings: dict[tuple[str, ...], Grouping] = dataclasses.field(default_factory=dict)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     @property
     def nbytes(self) -> int:
         """Memory held, bytes."""
         return sum(getattr(self, name).nbytes for name in self.__dataclass_fields__
                    if isinstance(getattr(self, name), np.ndarray))
+
+    def margins(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The variances and slopes (attributes x ``cells``) of cells, their groupings' computed from
+        the pieces at the first request that needs them (``LeastSquaresCells.variances`` and
+        ``WageCells.variances`` of the grouping as a tabulation), under the lock."""
+        assert self.variance is not None and self.slope is not None
+        wanted = np.unique(self.grouping[cells])
+        if not self.computed[wanted].all():
+            with self.lock:
+                for group in wanted[~self.computed[wanted]]:
+                    low, high = self.offsets[group], self.offsets[group + 1]
+                    for number, kept in enumerate(self.pieces):
+                        self.variance[number, low:high], self.slope[number, low:high] = kept.variances(
+                            self.codes[group] - low, high - low)
+                    self.computed[group] = True
+        return self.variance[:, cells], self.slope[:, cells]
 
     def kept_grouping(self, index: CellIndex, keys: list[str], kept_cells: np.ndarray) -> Grouping:
         """``Groupings(index.cells[kept_cells].reset_index(drop=True))(keys)``, from the grouping of
@@ -159,39 +182,39 @@ class CellLattice:
 
 def build_lattice(index: CellIndex, pieces: Mapping[str, object] | None = None) -> CellLattice:
     """The lattice of a release's cell index (``release.cells.CellIndex``), with the variances of the
-    per-cell ``pieces`` (by attribute, as kept) when every attribute has them."""
+    per-cell ``pieces`` (by attribute, as kept) when every attribute has them: each grouping's
+    computed at its first request (``CellLattice.margins``)."""
     codes = _standard_codes(index)
     sizes = [np.bincount(row) for row in codes]
     offsets = np.cumsum([0, *map(len, sizes)])
-    codes = codes + offsets[:-1, None]
     block = np.ascontiguousarray(index.values.to_numpy(dtype=np.float64).T)  # attributes x establishments
-    per_row = [row[index.codes] for row in codes]
-    ordered, compensated, whole = zip(*(_kernel_sums(block, row - offset, len(size))
-                                        for row, offset, size in zip(per_row, offsets, sizes)))
+    estabs, ordered, compensated, whole = [], [], [], []
+    for row, size in zip(codes, sizes):
+        per_establishment = row[index.codes]
+        estabs.append(np.bincount(per_establishment, minlength=len(size)))
+        for kept, summed in zip((ordered, compensated, whole), _kernel_sums(block, per_establishment, len(size))):
+            kept.append(summed)
     attributes = [str(column) for column in index.values.columns]
-    variance = slope = None
     margins = {a: kept for a, kept in (pieces or {}).items() if a in attributes}
-    if pieces is not None and set(margins) == set(attributes) and all(
-            isinstance(kept, (LeastSquaresCells, WageCells)) for kept in margins.values()):
-        found = [[margins[a].variances(row - offset, len(size)) for row, offset, size in zip(codes, offsets, sizes)]
-                 for a in attributes]
-        variance = np.array([np.concatenate([v for v, _ in rows]) for rows in found])
-        slope = np.array([np.concatenate([s for _, s in rows]) for rows in found])
+    with_pieces = set(margins) == set(attributes) and all(isinstance(kept, (LeastSquaresCells, WageCells))
+                                                          for kept in margins.values())
     finest_hash = np.random.default_rng(HASH_SEED).integers(0, 2**63, size=codes.shape[1], dtype=np.uint64) * 2 + 1
-    cell_hash = np.concatenate([_summed(finest_hash, row - offset, len(size))
-                                for row, offset, size in zip(codes, offsets, sizes)])
+    cell_hash = np.concatenate([_summed(finest_hash, row, len(size)) for row, size in zip(codes, sizes)])
     order = np.argsort(cell_hash, kind="stable")
     runs = np.flatnonzero(np.r_[True, index.codes[1:] != index.codes[:-1]])
     with_nan = np.zeros(codes.shape[1], dtype=bool)
     with_nan[index.codes[np.isnan(block).any(axis=0)]] = True
+    unknown = np.full((len(attributes), offsets[-1]), np.nan)
+    codes = codes + offsets[:-1, None]
     return CellLattice(attributes=attributes, codes=codes.astype(np.int32 if offsets[-1] < 2**31 else np.int64),
-                       grouping=np.repeat(np.arange(len(sizes)), list(map(len, sizes))),
-                       sizes=np.concatenate(sizes), estabs=np.concatenate([np.bincount(row - offset, minlength=len(
-                           size)) for row, offset, size in zip(per_row, offsets, sizes)]),
-                       ordered=np.concatenate(ordered, axis=1), compensated=np.concatenate(compensated, axis=1),
-                       whole=np.concatenate(whole, axis=1), variance=variance, slope=slope, finest_hash=finest_hash,
-                       hashes=cell_hash[order], hash_cells=order, runs=np.asarray(index.codes[runs]),
-                       with_nan=with_nan)
+                       grouping=np.repeat(np.arange(len(sizes)), list(map(len, sizes))), sizes=np.concatenate(sizes),
+                       estabs=np.concatenate(estabs), ordered=np.concatenate(ordered, axis=1),
+                       compensated=np.concatenate(compensated, axis=1), whole=np.concatenate(whole, axis=1),
+                       variance=unknown if with_pieces else None, slope=unknown.copy() if with_pieces else None,
+                       finest_hash=finest_hash, hashes=cell_hash[order], hash_cells=order,
+                       runs=np.asarray(index.codes[runs]), with_nan=with_nan,
+                       pieces=[margins[a] for a in attributes] if with_pieces else [], offsets=offsets,
+                       computed=np.zeros(len(sizes), dtype=bool))
 
 
 def _standard_codes(index: CellIndex) -> np.ndarray:
@@ -263,9 +286,8 @@ def lattice_table(lattice: CellLattice, index: CellIndex, kept_cells: np.ndarray
         table.insert(0, "estabs", int(lattice.estabs[cells[0]]))
     if margins is not None:
         z = normal_quantile(level)
-        variance, slope = lattice.variance, lattice.slope
-        assert variance is not None and slope is not None
+        variance, slope = lattice.margins(cells)
         for attribute in margins:
             number = lattice.attributes.index(attribute)
-            table[f"{attribute}_moe"] = CellVariances(variance[number, cells], slope[number, cells]).half_width(z)
+            table[f"{attribute}_moe"] = CellVariances(variance[number], slope[number]).half_width(z)
     return table
