@@ -1,6 +1,7 @@
 """Tabulations answered by looking up cells computed once: every cell of a release's standard
 groupings (area x industry level x ownership, ``STANDARD``) with its establishment count and sums
-(at load) and its margins' variances (each grouping's at the first request that needs them), so
+(at load) and its margins' variances (each grouping's at the first request that needs it, or in the
+background, ``CellLattice.compute_all``), so
 that a request whose cells are such cells touches its cells, not its establishments.
 
 A tabulation by public columns with a filter on public columns is a union of the release's finest
@@ -103,7 +104,7 @@ class CellLattice:
     computed: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=bool))
     #: The groupings of all the cells by keys asked for (``kept_grouping``), made once.
     groupings: dict[tuple[str, ...], Grouping] = dataclasses.field(default_factory=dict)
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+    locks: list[threading.Lock] = dataclasses.field(default_factory=list, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -113,19 +114,31 @@ class CellLattice:
 
     def margins(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The variances and slopes (attributes x ``cells``) of cells, their groupings' computed from
-        the pieces at the first request that needs them (``LeastSquaresCells.variances`` and
-        ``WageCells.variances`` of the grouping as a tabulation), under the lock."""
+        the pieces at the first request that needs them (``compute``)."""
         assert self.variance is not None and self.slope is not None
-        wanted = np.unique(self.grouping[cells])
-        if not self.computed[wanted].all():
-            with self.lock:
-                for group in wanted[~self.computed[wanted]]:
-                    low, high = self.offsets[group], self.offsets[group + 1]
-                    for number, kept in enumerate(self.pieces):
-                        self.variance[number, low:high], self.slope[number, low:high] = kept.variances(
-                            self.codes[group] - low, high - low)
-                    self.computed[group] = True
+        for group in np.unique(self.grouping[cells]):
+            self.compute(int(group))
         return self.variance[:, cells], self.slope[:, cells]
+
+    def compute(self, group: int) -> None:
+        """Compute one grouping's variances and slopes, once (under its lock): the pieces'
+        ``LeastSquaresCells.variances`` and ``WageCells.variances`` of the grouping as a tabulation."""
+        if self.computed[group] or self.variance is None or self.slope is None:
+            return
+        with self.locks[group]:
+            if self.computed[group]:
+                return
+            low, high = self.offsets[group], self.offsets[group + 1]
+            for number, kept in enumerate(self.pieces):
+                self.variance[number, low:high], self.slope[number, low:high] = kept.variances(
+                    self.codes[group] - low, high - low)
+            self.computed[group] = True
+
+    def compute_all(self) -> None:
+        """Compute every grouping's variances, the groupings of fewer cells first (a server does it
+        in the background once it is ready)."""
+        for group in np.argsort(np.diff(self.offsets), kind="stable"):
+            self.compute(int(group))
 
     def kept_grouping(self, index: CellIndex, keys: list[str], kept_cells: np.ndarray) -> Grouping:
         """``Groupings(index.cells[kept_cells].reset_index(drop=True))(keys)``, from the grouping of
@@ -214,7 +227,7 @@ def build_lattice(index: CellIndex, pieces: Mapping[str, object] | None = None) 
                        finest_hash=finest_hash, hashes=cell_hash[order], hash_cells=order,
                        runs=np.asarray(index.codes[runs]), with_nan=with_nan,
                        pieces=[margins[a] for a in attributes] if with_pieces else [], offsets=offsets,
-                       computed=np.zeros(len(sizes), dtype=bool))
+                       computed=np.zeros(len(sizes), dtype=bool), locks=[threading.Lock() for _ in sizes])
 
 
 def _standard_codes(index: CellIndex) -> np.ndarray:

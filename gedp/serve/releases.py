@@ -3,7 +3,8 @@ in memory read-only, so that a request is answered without touching a file.
 
 A release of one quarter is held as its kept cell index and its margins' per-cell pieces
 (``gedp.release.cells``, ``gedp.release.margins``), built once if the cache has none, and the cells
-of its standard groupings computed from them (``gedp.release.lattice``): a request is answered by
+of its standard groupings computed from them (``gedp.release.lattice``; their margins in a
+background thread once the server is ready): a request is answered by
 ``release.cells.index_tabulation``, the function ``gedp tabulate`` answers a further request with
 (looking its rows up in the lattice where they are cells of it), so the numbers are the same bit
 for bit. A panel release is held as each quarter's
@@ -41,9 +42,10 @@ if TYPE_CHECKING:
 
 #: Most quarters a served panel may hold.
 MAX_QUARTERS = 80
-#: Most establishments of a release whose size-class tables a server answers: it holds their 20
-#: implicates (New Jersey's 251,987 establishments: 5 million rows, about 1 GiB).
-MAX_DERIVED_ESTABLISHMENTS = 300_000
+#: Most establishments of a release whose size-class tables a server answers: it draws their 20
+#: implicates at the first such request and holds them (about 3.5 KiB and 0.5 ms of processor time
+#: per establishment: New Jersey's 251,987 took 883 MiB and 729 s at load 13, past a request's time).
+MAX_DERIVED_ESTABLISHMENTS = 50_000
 #: Characters kept in a release's id (from its folder's name).
 ID_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
 #: Names a request's keys and filters may use: the public columns but estab_id, and the filter words.
@@ -273,6 +275,7 @@ def _hold_index(release: ServedRelease) -> None:
     release.index = index
     release.margins = pieces if pieces is not None and all(p is not None for p in pieces.values()) else variances
     release.lattice = build_lattice(index, release.margins)
+    threading.Thread(target=release.lattice.compute_all, name=f"margins of {release.id}", daemon=True).start()
 
 
 def _hold_quarters(release: ServedRelease) -> None:
