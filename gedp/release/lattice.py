@@ -201,7 +201,10 @@ def build_lattice(index: CellIndex, pieces: Mapping[str, object] | None = None) 
     sizes = [np.bincount(row) for row in codes]
     offsets = np.cumsum([0, *map(len, sizes)])
     block = np.ascontiguousarray(index.values.to_numpy(dtype=np.float64).T)  # attributes x establishments
-    estabs, ordered, compensated, whole = [], [], [], []
+    estabs: list[np.ndarray] = []
+    ordered: list[np.ndarray] = []
+    compensated: list[np.ndarray] = []
+    whole: list[np.ndarray] = []
     for row, size in zip(codes, sizes):
         per_establishment = row[index.codes]
         estabs.append(np.bincount(per_establishment, minlength=len(size)))
@@ -211,7 +214,8 @@ def build_lattice(index: CellIndex, pieces: Mapping[str, object] | None = None) 
     margins = {a: kept for a, kept in (pieces or {}).items() if a in attributes}
     with_pieces = set(margins) == set(attributes) and all(isinstance(kept, (LeastSquaresCells, WageCells))
                                                           for kept in margins.values())
-    finest_hash = np.random.default_rng(HASH_SEED).integers(0, 2**63, size=codes.shape[1], dtype=np.uint64) * 2 + 1
+    drawn = np.random.default_rng(HASH_SEED).integers(0, 2**63, size=codes.shape[1], dtype=np.uint64)
+    finest_hash = np.asarray(drawn * np.uint64(2) + np.uint64(1))  # odd numbers below 2^64
     cell_hash = np.concatenate([_summed(finest_hash, row, len(size)) for row, size in zip(codes, sizes)])
     order = np.argsort(cell_hash, kind="stable")
     runs = np.flatnonzero(np.r_[True, index.codes[1:] != index.codes[:-1]])
