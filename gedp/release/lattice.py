@@ -140,6 +140,11 @@ class CellLattice:
         for group in np.argsort(np.diff(self.offsets), kind="stable"):
             self.compute(int(group))
 
+    def table(self, index: CellIndex, kept_cells: np.ndarray, by_cell: Grouping | None, margins: list[str] | None,
+              level: float) -> pd.DataFrame | None:
+        """``lattice_table`` of this lattice (what ``release.cells.index_tabulation`` asks of it)."""
+        return lattice_table(self, index, kept_cells, by_cell, margins, level)
+
     def kept_grouping(self, index: CellIndex, keys: list[str], kept_cells: np.ndarray) -> Grouping:
         """``Groupings(index.cells[kept_cells].reset_index(drop=True))(keys)``, from the grouping of
         all the cells (groups sorted by their keys: those of the kept cells keep their order)."""
