@@ -100,6 +100,7 @@ def draw(arrows: set[tuple[str, str]], out: Path = PICTURE) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "gedp-layout"  # the same file for the same map
     import matplotlib.pyplot as plt
     import networkx as nx
 
