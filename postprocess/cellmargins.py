@@ -43,9 +43,10 @@ if TYPE_CHECKING:
     from gedp.postprocess.structured import CellOperator
     from gedp.postprocess.variances import CellVariances
 
-#: The most entries (cells x rank) a kept factor may have: beyond it, no pieces are kept and the
-#: per-establishment computation answers (its cost grows with the groups' blocks instead).
-MAX_FACTOR_ENTRIES = 1 << 24
+#: The most entries (cells x rank) a kept factor may have (8 bytes each: 256 MiB): beyond it, no pieces
+#: are kept and the per-establishment computation answers (its cost grows with the groups' blocks
+#: instead). New Jersey's wage rates (13,663 model cells x 1,289 shared rates: 134 MiB) fit.
+MAX_FACTOR_ENTRIES = 1 << 25
 #: Entries of the factors' rows summed at a time (``_row_norms``).
 ROW_BLOCK = 1 << 15
 
@@ -277,7 +278,7 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
     import scipy.linalg
     import scipy.sparse as sp
 
-    from gedp.postprocess.wages import _cell_operator
+    from gedp.postprocess.wage_margins import _cell_operator
 
     fit = variance.fit
     cell = _per_finest(codes, fit.cell_codes, n_finest)

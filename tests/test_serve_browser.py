@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from test_serve import PANEL_QUARTERS, Served, command_line, releases  # noqa: F401 (the fixture)
 
+from gedp.postprocess.sizeclass import SIZE_TITLES
 from gedp.serve.app import Limits, create_app
 from gedp.serve.releases import load_releases
 
@@ -180,6 +181,31 @@ def test_a_user_reads_a_table_and_downloads_its_csv(browser, page_server, releas
     written = tmp_path / "cli.csv"
     command_line(releases["single"], {"by": "county,sector", "moe": "1"}, written)
     assert downloaded.read_bytes() == written.read_bytes()
+    assert browser.problems == []
+
+
+def test_a_user_reads_a_table_by_size_class(browser, page_server, releases):  # noqa: F811
+    browser.send("Page.navigate", session=True, url=page_server.url + "/")
+    browser.wait_for("document.querySelectorAll('#release option').length === 2")
+    assert browser.run("document.getElementById('size-label').hidden") is False
+    choose(browser, release="single", geography="state", industry="supersector", ownership="all", size="size_class",
+           measure="m3emp")
+    shown = shown_table(browser)
+    assert shown[0] == ["State", "Supersector", "Size class", "Establishments", "Employment, month 3",
+                        "± margin of error (95%)", "Quality"]
+    expected = list(csv.DictReader(io.StringIO(command_line(releases["single"], {"by": "state,supersector,size_class",
+                                                                                 "moe": "1"}))))
+    assert len(shown) - 1 == len(expected)
+    titles = browser.run("[...document.querySelectorAll('#table tbody tr')].map(r => r.cells[2].textContent)")
+    for row, title, truth in zip(shown[1:], titles, expected):
+        assert row[:3] == [truth["state"], truth["supersector"], truth["size_class"]]
+        assert title == SIZE_TITLES[int(truth["size_class"])]
+        for text, value in ((row[3], float(truth["estabs"])), (row[4], float(truth["m3emp"])),
+                            (row[5], float(truth["m3emp_moe"]))):
+            assert abs(number(text) - value) <= (0.05 if abs(value) < 10 else 0.5) + 1e-9  # shown rounded
+    assert browser.run("document.getElementById('xlsx-part').hidden") is True  # a table, not a QCEW level
+    choose(browser, size="")  # and back: no size classes
+    assert "Size class" not in shown_table(browser)[0]
     assert browser.problems == []
 
 
