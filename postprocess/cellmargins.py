@@ -109,7 +109,7 @@ class WageCells:
     projection: np.ndarray
 
     def variances(self, tab: np.ndarray, n_tab: int) -> tuple[np.ndarray, np.ndarray]:
-        """Variance (slope 0) of each tabulation cell, as ``wages.wage_variances`` defines it."""
+        """Variance (slope 0) of each tabulation cell, as ``wage_margins.wage_variances`` defines it."""
         inside = tab >= 0
         cell, t, gs = _pair_sums(self.cell[inside], tab[inside], self.share[inside])
         p = self.cell_variance[cell] * gs

@@ -68,7 +68,7 @@ def ledger_clear(ledger: Ledger, release: PendingRelease) -> None:
 
 def _charge(charge: float | None, release: dict) -> str:
     """A ledger release's charge as ``gedp protect`` states it: its largest charge to one establishment
-    (``ledger.release_charge``; None: not known, the key file of a cleared release is gone) and, for a
+    (``ledger_spending.release_charge``; None: not known, the key file of a cleared release is gone) and, for a
     release of several quarters, its charge per quarter an establishment is in."""
     if len(release.get("quarters") or []) <= 1:
         return f"{release['mu']:.4f}"
