@@ -107,7 +107,9 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
             frame = pd.DataFrame({"release": index, "level": level, "attribute": attribute, "band": band,
                                   "covered": np.abs(error) <= margins[attribute],
                                   "ratio": error / (margins[attribute] / Z), "at_zero": at_zero,
-                                  "estabs": grouping.sum(np.ones(len(public)))})
+                                  "estabs": grouping.sum(np.ones(len(public))),
+                                  "relative_error": np.divide(np.abs(error), true, out=np.full(len(true), np.nan),
+                                                              where=true > 0)})
             if attribute == "m1emp":
                 frame["covered_unshrunk"] = np.abs(error) <= before
                 frame["ratio_unshrunk"] = error / (before / Z)
@@ -138,6 +140,14 @@ def without_employment(cells: pd.DataFrame) -> list[dict]:
     return cells.groupby("level", sort=False).agg(
         cells=("covered", "size"), coverage=("covered", "mean"),
         median_estimate_over_truth=("estimate_over_truth", "median")).reset_index().to_dict(orient="records")
+
+
+def accuracy(cells: pd.DataFrame) -> list[dict]:
+    """Per level and attribute: the median relative error |estimate - truth| / truth of the cells with
+    truth > 0, over the releases."""
+    return cells.groupby(["level", "attribute"], sort=False).agg(
+        cells=("relative_error", "count"), median_relative_error=("relative_error", "median")
+    ).reset_index().to_dict(orient="records")
 
 
 def summarize(cells: pd.DataFrame) -> pd.DataFrame:
@@ -183,7 +193,8 @@ def main() -> None:
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "mu": config.plan.budget().total,
                                         "config": args.config, "releases": index + 1, "level": 0.95,
                                         "summary": summary.to_dict(orient="records"),
-                                        "no_employment": without_employment(cells)}, indent=1) + "\n")
+                                        "no_employment": without_employment(cells),
+                                        "accuracy": accuracy(cells)}, indent=1) + "\n")
     print(summary.round(4).to_string(index=False))
 
 

@@ -7,7 +7,8 @@ A state is synthesized from its published QCEW file and protected ``--releases``
 * **the fit's spreads** (``postprocess.wages``: detail rates around their NAICS-5 rate, sibling rates
   around their parent, cells around their prior, shares), each pass's moment estimate of the squared
   relative spread with its sandwich standard error (sum of (excess - s^2 scale)^2, square root, over
-  the summed scale), from the first release. A negative estimate is raised to the module's floor.
+  the summed scale; marked (w): the weighted moments of ``postprocess.spread_moments`` and their own
+  standard error), from the first release. A negative estimate is raised to the module's floor.
 * **per QCEW level**, over the releases: the measured ratio of squared error to stated variance
   (sum (T^ - T)^2 / sum V_T), the coverage of the 95% margins, and the ratio a release alone
   estimates by moments from its identity answers: with D_T the sum of T's identity wage answers
@@ -70,7 +71,14 @@ def spread_recorder() -> list[tuple[str, float, float]]:
         seen.append((traceback.extract_stack(limit=2)[0].name, float(out[0]), float(se[0])))
         return out
 
-    wages._squared_spread = recorded
+    weighted_spread = wages.weighted_squared_spread
+
+    def recorded_weighted(codes, excess, scale, noise, n_states, start):
+        out, se = weighted_spread(codes, excess, scale, noise, n_states, start)
+        seen.append((traceback.extract_stack(limit=2)[0].name + " (w)", float(out[0]), float(se[0])))
+        return out, se
+
+    wages._squared_spread, wages.weighted_squared_spread = recorded, recorded_weighted
     return seen
 
 

@@ -16,7 +16,9 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    prior; a NAICS-5 group with several NAICS-6 industries gives each its own rate around r_g (spread
    by moments per state: the NAICS-6 industries' summed identity answers per protected employee
    against the rate query's r_g, at least MIN_RATE_SPREAD), so the NAICS-6 split of a plan's cell,
-   shared by its industry in every county, is an unknown of the fit and of the margins; each county
+   shared by its industry in every county, is an unknown of the fit and of the margins (both
+   spreads by weighted moments, ``spread_moments``: each industry counts by what its noise lets it
+   tell, so the noisiest ones do not drive the estimate negative at a small wage share); each county
    k has an offset kappa_k to its industries' rates (sd by moments per state).
    Rates, parent rates and offsets are latent variables of the least squares, not plug-ins: a
    cell's prior error is shared by every cell of its industry (or county), and the margins carry
@@ -81,6 +83,7 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
+from gedp.postprocess.spread_moments import weighted_squared_spread
 from gedp.postprocess.structured import one_blas_thread, solve_nested
 from gedp.postprocess.wage_layout import ModelCells, ThetaLayout, establishment_counties, model_cells, theta_layout
 from gedp.postprocess.wage_rates import (
@@ -199,9 +202,10 @@ def _squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, n_
 def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray, establishment_detail: np.ndarray,
                    detail_group: np.ndarray, rate: np.ndarray, rate_variance: np.ndarray, rate_state: np.ndarray,
                    n_states: int) -> np.ndarray:
-    """Squared relative spread of the detail rates around their NAICS-5 rate, by moments per state,
-    per detail rate (at least MIN_RATE_SPREAD): each detail industry's identity answers summed over
-    its employment (noise ``noise`` summed) against the rate query's rate (independent noise)."""
+    """Squared relative spread of the detail rates around their NAICS-5 rate, by weighted moments per
+    state (``spread_moments``), per detail rate (at least MIN_RATE_SPREAD): each detail industry's
+    identity answers summed over its employment (noise ``noise`` summed) against the rate query's
+    rate (independent noise)."""
     n_details = len(detail_group)
     if n_details == 0:
         return np.zeros(0)
@@ -211,8 +215,10 @@ def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray
     observed = np.bincount(codes, weights=answer[inside], minlength=n_details) / detail_employment
     observed_noise = np.bincount(codes, weights=noise[inside], minlength=n_details) / detail_employment**2
     detail_state = rate_state[detail_group]
-    excess = (observed - rate[detail_group]) ** 2 - observed_noise - rate_variance[detail_group]
-    spread2 = _squared_spread(detail_state, excess, np.maximum(rate[detail_group], 0.0) ** 2, n_states)
+    term_noise = observed_noise + rate_variance[detail_group]
+    spread2, _ = weighted_squared_spread(detail_state, (observed - rate[detail_group]) ** 2 - term_noise,
+                                         np.maximum(rate[detail_group], 0.0) ** 2, term_noise, n_states,
+                                         MIN_RATE_SPREAD**2)
     return np.maximum(spread2, MIN_RATE_SPREAD**2)[detail_state]
 
 
@@ -328,15 +334,18 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
 
 def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Step 2: the observed rates, their parent rates, and the variances of the sibling rates around
-    their parent and of the detail rates around their NAICS-5 rate (spreads by moments per state)."""
+    their parent and of the detail rates around their NAICS-5 rate (spreads by weighted moments per
+    state, ``spread_moments``)."""
     theta = p.theta
     parent, rate_state = theta.parent, theta.rate_state
     n_parents = len(theta.parent_state)
     observed = last.rate_totals / p.rate_employment
     parent_rate = np.maximum(np.bincount(parent, weights=last.rate_totals, minlength=n_parents)
                              / np.bincount(parent, weights=p.rate_employment, minlength=n_parents), 0.0)
-    spread2 = np.maximum(_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - last.rate_variance,
-                                         parent_rate[parent] ** 2, theta.n_states), MIN_RATE_SPREAD**2)
+    spread2, _ = weighted_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - last.rate_variance,
+                                         parent_rate[parent] ** 2, last.rate_variance, theta.n_states,
+                                         MIN_RATE_SPREAD**2)
+    spread2 = np.maximum(spread2, MIN_RATE_SPREAD**2)
     rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], p.floor[rate_state]) ** 2
     detail_variance = p.detail_spread2 * np.maximum(observed, p.floor[rate_state])[theta.detail_group] ** 2
     return observed, parent_rate, rate_spread_variance, detail_variance
