@@ -11,6 +11,9 @@ estimating equation sum w (d - n - s^2 c) = 0 with w = c / (n + s^2 c)^2 asks (d
 ones hardly count. s^2 is found by a few fixed-point steps from ``start`` (weights at s^2 at least
 ``start``: a negative estimate does not make a weight infinite); the sandwich standard error
 sqrt(sum w^2 (d - n - s^2 c)^2) / sum w c says what the estimate is worth.
+
+``idle_wage_variance`` uses the same estimate (c = 1: a variance in dollars^2) for the wages of
+establishments without protected employment around their prior.
 """
 
 from __future__ import annotations
@@ -37,3 +40,15 @@ def weighted_squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.nda
     error = np.divide(np.sqrt(np.bincount(codes, weights=residual**2, minlength=n_states)), summed_scale,
                       out=np.zeros(n_states), where=summed_scale > 0)
     return spread2, error
+
+
+def idle_wage_variance(answer: np.ndarray, prior: np.ndarray, noise: np.ndarray, weighing: np.ndarray,
+                       idle: np.ndarray, state: np.ndarray, n_states: int) -> np.ndarray:
+    """Per establishment: the variance of the wages of an ``idle`` one (no protected employment) around
+    its employment ``prior``, by weighted moments per state over the idle establishments' identity
+    ``answer``s (``noise``: each answer's noise variance, unbiased for it; ``weighing``: that variance
+    at the prior, for the weights); at least 0, and 0 for an establishment that is not idle."""
+    codes = state[idle]
+    excess = (answer[idle] - prior[idle]) ** 2 - noise[idle]
+    variance, _ = weighted_squared_spread(codes, excess, np.ones(len(codes)), weighing[idle], n_states, 0.0)
+    return np.where(idle, np.maximum(variance, 0.0)[state], 0.0)

@@ -32,7 +32,10 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    and New Jersey, 2016 Q1, the squared relative deviation from the statewide NAICS-6 rate (county
    effect removed) fits s^2 + b / E with b = 2.8 and 3.8 (tests/test_wages.py re-derives it; an
    agency can set it from its own earlier publications). The two fits differ; the larger (3.8) is
-   kept, the conservative choice (wider small-cell priors). The least squares over cell totals
+   kept, the conservative choice (wider small-cell priors). An establishment without protected
+   employment (under EMPLOYMENT_FLOOR) adds the variance of such establishments' wages around their
+   prior, by weighted moments per state from their identity answers (``spread_moments``; at least
+   0), to its cell's prior variance and to its share's. The least squares over cell totals
    t >= 0 and rates,
 
        sum_c (d_c - t_c)^2 / vd_c + (t_c - E_c (r_g(c) + kappa_k(c)))^2 / vp_c
@@ -83,7 +86,7 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
-from gedp.postprocess.spread_moments import weighted_squared_spread
+from gedp.postprocess.spread_moments import idle_wage_variance, weighted_squared_spread
 from gedp.postprocess.structured import one_blas_thread, solve_nested
 from gedp.postprocess.wage_layout import ModelCells, ThetaLayout, establishment_counties, model_cells, theta_layout
 from gedp.postprocess.wage_rates import (
@@ -255,6 +258,8 @@ class _Problem:
     direct: np.ndarray  # per cell: its summed identity answers
     cell_employment: np.ndarray
     cell_employment_variance: np.ndarray
+    idle_variance: np.ndarray  # per establishment: its wages' variance without protected employment (0 if employed)
+    cell_idle_variance: np.ndarray  # per cell: its establishments' idle_variance summed
     rate_employment: np.ndarray  # per rate
     group_right: np.ndarray  # per cell: C' W^-1 b
     floor: np.ndarray  # per state: RATE_FLOOR of its rate
@@ -313,12 +318,17 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
                                     establishment_detail, detail_group, rate_answer.estimate / rate_employment,
                                     rate_variance, theta.rate_state, n_states)
     lower = np.where(cells.fixed, 0.0, WAGE_FLOOR * state_rate[state] * protected_employment)
+    idle_variance = idle_wage_variance(answer, weight_rate * employment, psi.estimate_variance(answer, sd),
+                                       psi.estimate_variance(weight_rate * employment, sd),
+                                       (protected_employment < EMPLOYMENT_FLOOR) & ~cells.fixed, state, n_states)
     problem = _Problem(
         cells=cells, theta=theta, psi=psi, answer=answer, sd=sd, employment=employment,
         employment_variance=employment_variance, state_rate=state_rate,
         direct=np.bincount(cells.codes, weights=answer, minlength=n_cells),
         cell_employment=np.bincount(cells.codes, weights=employment, minlength=n_cells),
         cell_employment_variance=np.bincount(cells.codes, weights=employment_variance, minlength=n_cells),
+        idle_variance=idle_variance, cell_idle_variance=np.bincount(cells.codes, weights=idle_variance,
+                                                                    minlength=n_cells),
         rate_employment=rate_employment, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
         floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
         detail_spread2=detail_spread2,
@@ -367,7 +377,8 @@ def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray) -> tuple[np.nda
                                      p.direct if last.totals is None else last.totals,
                                      direct_variance if last.totals is None else np.zeros(n_cells),
                                      observed[theta.cell_rate] * p.cell_employment, p.state_rate)
-    employee_part = cell_rates**2 * (EMPLOYEE_VARIANCE * p.cell_employment + p.cell_employment_variance) + 1.0
+    employee_part = (cell_rates**2 * (EMPLOYEE_VARIANCE * p.cell_employment + p.cell_employment_variance) + 1.0
+                     + p.cell_idle_variance)
     cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
         cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
         - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states), 0.0)), *CELL_SPREAD_BOUNDS)
@@ -428,7 +439,7 @@ def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     share_prior = totals[codes] * p.employment / p.cell_employment[codes]
     noise = p.psi.estimate_variance(share_prior, p.sd)
     cell_rate_now = np.divide(totals, p.cell_employment, out=np.zeros(n_cells), where=p.cell_employment > 0)[codes]
-    employee_part = cell_rate_now**2 * (EMPLOYEE_VARIANCE * p.employment + p.employment_variance)
+    employee_part = cell_rate_now**2 * (EMPLOYEE_VARIANCE * p.employment + p.employment_variance) + p.idle_variance
     spread = np.clip(np.sqrt(np.maximum(_squared_spread(state, (p.answer - share_prior) ** 2 - noise - employee_part,
                                                         share_prior**2, p.theta.n_states), 0.0)), *SPREAD_BOUNDS)
     spread_variance = (spread[state] * share_prior) ** 2 + employee_part + np.finfo(float).tiny
