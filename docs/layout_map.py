@@ -95,20 +95,24 @@ def floors(arrows: set[tuple[str, str]]) -> dict[str, int]:
 
 
 def draw(arrows: set[tuple[str, str]], out: Path = PICTURE) -> Path:
-    """The rooms on their floors (top: the command line; ground: errors) with the arrows between them."""
+    """The rooms on their floors (top: the command line; ground: errors) with the arrows between them
+    that no path through other rooms implies (the transitive reduction; the page's table lists all)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "gedp-layout"  # the same file for the same map
     import matplotlib.pyplot as plt
+    import networkx as nx
 
     floor = floors(arrows)
+    drawn = set(nx.transitive_reduction(nx.DiGraph(sorted(arrows))).edges)
     levels: dict[int, list[str]] = {}
     for room in sorted(floor, key=lambda r: (r.startswith("gedp/"), r)):
         levels.setdefault(floor[room], []).append(room)
     place = {room: ((i + 1) / (len(rooms) + 1), level) for level, rooms in levels.items()
              for i, room in enumerate(rooms)}
     figure, axes = plt.subplots(figsize=(11, 0.75 * max(levels) + 1))
-    for source, target in sorted(arrows):
+    for source, target in sorted(drawn):
         axes.annotate("", xy=place[target], xytext=place[source], zorder=1,
                       arrowprops={"arrowstyle": "-|>", "color": "#9aa5b1", "lw": 0.7, "shrinkA": 11, "shrinkB": 11})
     for room, (x, y) in place.items():
@@ -122,7 +126,9 @@ def draw(arrows: set[tuple[str, str]], out: Path = PICTURE) -> Path:
     axes.set_xticks([])
     for side in ("top", "right", "bottom"):
         axes.spines[side].set_visible(False)
-    axes.set_title("gedp's rooms, each above what it imports (blue: the stage folders; yellow: gedp/)", fontsize=10)
+    axes.set_title("gedp's rooms, each above what it imports (blue: the stage folders; yellow: gedp/);\n"
+                   "an arrow is drawn where no path through other rooms already leads (the table lists them all)",
+                   fontsize=10)
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(figure)

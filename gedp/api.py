@@ -28,11 +28,12 @@ from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TA
 from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, read_stored, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
-from gedp.running.engine import Source
+from gedp.running.engine import Source, engine_access
 from gedp.running.panel_protect import is_panel, protect_panel
-from gedp.running.recorded_release import protect_recorded
+from gedp.running.recorded_release import protect_recorded, requested_ledger
 from gedp.synth.intake import prepare_input
 from gedp.tabulation.job_frame_tables import read_job_frame, tabulate_job_frame
+from gedp.tabulation.output_files import check_output_file
 from gedp.tabulation.panel_tables import tabulate_panel
 
 if TYPE_CHECKING:
@@ -121,8 +122,8 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     """
     engine, input = engine or Engine(), input or Input()
     check_publication(seed, None, not_for_publication)
-    access = engine.scheduler_access()
-    request = None if ledger is None else ledger.request(not_for_publication)
+    access = engine_access(engine)
+    request = requested_ledger(ledger, not_for_publication)
     loaded = load(config)
     microdata = prepare_input(microdata, columns=input.columns, pad_codes=input.pad_codes,
                               attributes=loaded.attributes)
@@ -149,6 +150,8 @@ def report(release: str | Path | Release, out: str | Path | None = None, *,
     from gedp.evaluation.manager_report import build_report
     from gedp.synth.qcew import read_qcew
 
+    if out is not None:  # refused before the page is built
+        check_output_file(Path(out))
     folder = release.folder if isinstance(release, Release) else Path(release)
     agency = None if published is None else read_qcew(published)
     page = build_report(folder, agency, None if published is None else Path(published).name)

@@ -18,11 +18,12 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
-if TYPE_CHECKING:
-    from gedp.running.engine import Scheduler
-    from gedp.running.recorded_release import LedgerRequest
+from gedp.errors import InputError
+
+#: A ledger's caps or id given without the ledger.
+CAPS_WITHOUT_LEDGER = "--lifetime-cap, --annual-cap and --dataset-id go with --ledger FILE"
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,23 @@ class Ledger:
     annual_cap: float | None = None
     dataset_id: str | None = None
 
-    def request(self, not_for_publication: bool) -> LedgerRequest | None:
-        """The checked request of a release (``gedp.running.recorded_release.ledger_request``)."""
-        from gedp.running.recorded_release import ledger_request
+    @classmethod
+    def from_flags(cls, path: str | Path | None, lifetime_cap: float | None = None, annual_cap: float | None = None,
+                   dataset_id: str | None = None) -> Ledger | None:
+        """The ledger ``gedp protect --ledger --lifetime-cap --annual-cap --dataset-id`` names (None
+        without ``--ledger``; a cap or an id without it is refused)."""
+        if path is None and (lifetime_cap is not None or annual_cap is not None or dataset_id is not None):
+            raise InputError(CAPS_WITHOUT_LEDGER)
+        return None if path is None else cls(path, lifetime_cap, annual_cap, dataset_id)
 
-        return ledger_request(self.path, self.lifetime_cap, self.dataset_id, not_for_publication, self.annual_cap)
+
+class TlsFiles(NamedTuple):
+    """The TLS files that reach an existing scheduler (``--tls-ca-file``, ``--tls-cert``, ``--tls-key``),
+    read when the engine starts: an ``Engine``'s ``security`` may be these or a ``Security``."""
+
+    ca_file: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -57,12 +70,6 @@ class Engine:
     security: Any = None
     insecure_scheduler: bool = False
     processes: int | None = None
-
-    def scheduler_access(self) -> Scheduler | None:
-        """The existing scheduler's checked access (None for the built-in cluster or the local engine)."""
-        from gedp.running.engine import scheduler_access
-
-        return scheduler_access(self.scheduler, self.security, self.insecure_scheduler)
 
 
 @dataclass(frozen=True)
@@ -128,9 +135,7 @@ def _gathered(keywords: dict[str, Any]) -> dict[str, Any]:
         if isinstance(current, (str, Path)):  # ledger="file.json", engine="dask"
             given = {("path" if holder == "ledger" else "name"): current, **given}
         elif holder == "ledger" and given and current is None:  # caps without a ledger: refused as before
-            from gedp.running.recorded_release import ledger_request
-
-            ledger_request(None, given.get("lifetime_cap"), given.get("dataset_id"), False, given.get("annual_cap"))
+            raise InputError(CAPS_WITHOUT_LEDGER)
         elif current is not None and given:
             raise TypeError(f"gedp.protect: {', '.join(given)} cannot be given beside {holder}={current!r}")
         if given:

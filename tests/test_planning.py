@@ -247,7 +247,9 @@ def test_plan_command_passes_the_agency_choices_only_when_set(shared_data, tmp_p
         seen.append((kwargs["weights"], kwargs["targets"]))
         raise gedp.errors.InputError("stopped")
 
-    monkeypatch.setattr(gedp, "plan", stop)
+    from gedp.planning import plan_request
+
+    monkeypatch.setattr(plan_request, "make_plan", stop)  # the planner that gedp plan calls
     source = str(shared_data / "qcew_2016q1_44.csv")
     for extra in ([], ["--weights", "employment=1,wage=3", "--targets", "78,75"]):
         CliRunner().invoke(app, ["plan", "--from-qcew", source, "--out", str(tmp_path / "p.yaml"), *extra])

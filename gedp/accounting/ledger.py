@@ -297,7 +297,7 @@ def commit(reservation: Reservation) -> None:
 
 def clear(path: str | Path, release_id: str) -> dict:
     """Under the lock: clear a pending release (an operator's decision that it was never published)
-    and remove its key file; returns the cleared release, with its ``charge`` (``release_charge``).
+    and remove its key file; returns the cleared release, with its ``charge`` (``ledger_spending.release_charge``).
     Committed releases cannot be cleared."""
     path = check_ledger_path(path)
     with locked_ledger(path) as book:

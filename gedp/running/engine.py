@@ -30,6 +30,7 @@ import pandas as pd
 
 from gedp.config import Config
 from gedp.measure.rng import make_rng, secure_generator, state_rng
+from gedp.options import Engine, TlsFiles
 from gedp.postprocess.wls import SolverError
 from gedp.release.format import MANIFEST_FILE
 from gedp.release.manifest import release_manifest, state_section
@@ -83,6 +84,13 @@ def scheduler_access(address: str | None, security: Any = None, insecure: bool =
         raise InputError(f"scheduler '{address}' needs TLS credentials: --tls-ca-file and --tls-cert (and "
                          "--tls-key), or a distributed.security.Security")
     return Scheduler(address, security, insecure)
+
+
+def engine_access(engine: Engine) -> Scheduler | None:
+    """The checked access of ``engine``'s existing scheduler (``scheduler_access``; its TLS files read
+    now), None for the built-in cluster or the local engine."""
+    security = tls_credentials(*engine.security) if isinstance(engine.security, TlsFiles) else engine.security
+    return scheduler_access(engine.scheduler, security, engine.insecure_scheduler)
 
 
 def tls_credentials(ca_file: Path | None, cert: Path | None, key: Path | None) -> Any:

@@ -24,6 +24,7 @@ from gedp.accounting.ledger_file import PENDING, check_ledger_path, read_ledger
 from gedp.accounting.quarters import row_quarters
 from gedp.config import Config
 from gedp.errors import InputError, SolverError
+from gedp.options import CAPS_WITHOUT_LEDGER, Ledger
 from gedp.release.writer import check_output_directory
 from gedp.running.engine import (
     Scheduler,
@@ -56,7 +57,7 @@ def ledger_request(ledger: str | Path | None, lifetime_cap: float | None, datase
     a cap or dataset id without a ledger, a ledger for a release not for publication, a bad cap or id."""
     if ledger is None:
         if lifetime_cap is not None or dataset_id is not None or annual_cap is not None:
-            raise InputError("--lifetime-cap, --annual-cap and --dataset-id go with --ledger FILE")
+            raise InputError(CAPS_WITHOUT_LEDGER)
         return None
     if not_for_publication:
         raise InputError("--ledger records releases for publication only: a --not-for-publication release "
@@ -65,6 +66,13 @@ def ledger_request(ledger: str | Path | None, lifetime_cap: float | None, datase
     return LedgerRequest(Path(ledger), None if lifetime_cap is None else check_cap(lifetime_cap),
                          None if dataset_id is None else check_dataset_id(dataset_id),
                          None if annual_cap is None else check_cap(annual_cap, "--annual-cap"))
+
+
+def requested_ledger(ledger: Ledger | None, not_for_publication: bool) -> LedgerRequest | None:
+    """The checked request of a release recorded in ``ledger`` (``ledger_request``)."""
+    if ledger is None:
+        return None
+    return ledger_request(ledger.path, ledger.lifetime_cap, ledger.dataset_id, not_for_publication, ledger.annual_cap)
 
 
 def input_quarters(source: Source | Parts | PinnedCsv) -> tuple[pd.Series, pd.Series | None]:

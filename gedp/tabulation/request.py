@@ -176,11 +176,13 @@ class Tabulation:
                 "notes": dict(zip(notes["topic"], notes["note"]))}
 
 
-def tabulate_request(request: TabulationRequest, *, frame: bool = False) -> Tabulation:
+def tabulate_request(request: TabulationRequest, *, frame: bool = False,
+                     implicates: pd.DataFrame | None = None) -> Tabulation:
     """The answer to a tabulation request (checked here; nothing written: ``Tabulation.write``).
-    Without ``frame``, a further CSV request of a release may be answered as columns without pandas."""
+    Without ``frame``, a further CSV request of a release may be answered as columns without pandas;
+    ``implicates``: a request by a derived column's implicates, drawn already (a server holds them)."""
     if request.by is not None and request.is_release and _has_derived_keys(request.by):
-        return _derived_tabulation(request)
+        return _derived_tabulation(request, implicates)
     request = request.checked()
     release = request.is_release
     plain = all(option is None for option in (request.where, request.agglvl, request.quarter, request.change,
@@ -208,7 +210,7 @@ def _has_derived_keys(by: str) -> bool:
     return has_derived(by)
 
 
-def _derived_tabulation(request: TabulationRequest) -> Tabulation:
+def _derived_tabulation(request: TabulationRequest, implicates: pd.DataFrame | None = None) -> Tabulation:
     """A release tabulated by a derived column (``gedp.release.implicates.tabulate_derived``), as csv or
     parquet; ``--format qcew``: BLS's size-class layout, written as CSV."""
     from gedp.postprocess.keys import by_columns
@@ -222,7 +224,7 @@ def _derived_tabulation(request: TabulationRequest) -> Tabulation:
         raise InputError(f"--level ({request.level}) must be between 0 and 1")
     request = dataclasses.replace(request, format=written)
     table = tabulate_derived(request.source, cast(str, request.by), where=request.where or None, moe=request.moe,
-                             level=request.level, format=layout, quarter=request.quarter)
+                             level=request.level, format=layout, quarter=request.quarter, implicates=implicates)
     return Tabulation(request, by_columns(cast(str, request.by)), table)
 
 
