@@ -13,7 +13,9 @@ squares without the bound (the closed-form solve of the same answers, every esta
 diagnostic, not a release). With ``--config`` another plan (a shipped config's name or a path,
 scaled to ``--mu``), with ``--levels`` QCEW aggregation levels (51-58, 71-78) in place of the two
 county levels; the output also gives, per level, the wage cells with wages but no true employment
-in the quarter (their coverage and median estimate / truth).
+in the quarter (their coverage and median estimate / truth). ``se_releases``: a band's coverage's
+standard error between releases (the cells of one release share its noise, so it can exceed the
+binomial one); ``--cells``: every cell-release's row, for ``coverage_compare.py``.
 
     nice -n 10 python benchmarks/level_coverage.py --qcew ../shared/data/qcew_2016q1_44.csv \\
         --mu 1.1533 --releases 20 --out benchmarks/level-coverage-ri-1.1533.json
@@ -107,7 +109,7 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
             frame = pd.DataFrame({"release": index, "level": level, "attribute": attribute, "band": band,
                                   "covered": np.abs(error) <= margins[attribute],
                                   "ratio": error / (margins[attribute] / Z), "at_zero": at_zero,
-                                  "estabs": grouping.sum(np.ones(len(public))),
+                                  "estabs": grouping.sum(np.ones(len(public))), "cell": np.arange(len(true)),
                                   "relative_error": np.divide(np.abs(error), true, out=np.full(len(true), np.nan),
                                                               where=true > 0)})
             if attribute == "m1emp":
@@ -164,6 +166,10 @@ def summarize(cells: pd.DataFrame) -> pd.DataFrame:
         estabs=("estabs", "mean"), at_zero=("at_zero", "mean"), **extra).reset_index()
     bounds = [wilson(p, n) for p, n in zip(summary["coverage"], summary["cells"])]
     summary["low"], summary["high"] = [b[0] for b in bounds], [b[1] for b in bounds]
+    by_release = cells.groupby(["level", "attribute", "band", "release"], sort=False)["covered"].mean()
+    spread = by_release.groupby(["level", "attribute", "band"], sort=False).agg(["std", "size"])
+    summary["se_releases"] = (spread["std"] / np.sqrt(spread["size"])).reindex(
+        pd.MultiIndex.from_frame(summary[["level", "attribute", "band"]])).to_numpy()
     return summary
 
 
@@ -177,6 +183,8 @@ def main() -> None:
     parser.add_argument("--levels", type=int, nargs="*", help="QCEW aggregation levels (default: county x "
                         "NAICS-6 and NAICS-3 cells)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cells", type=Path, help="also every cell-release's row (parquet): to compare two runs "
+                        "cell by cell, benchmarks/coverage_compare.py")
     args = parser.parse_args()
     config = scaled_config(args.mu, args.config)
     truth = synthesize_state(read_qcew(args.qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
@@ -195,6 +203,8 @@ def main() -> None:
                                         "summary": summary.to_dict(orient="records"),
                                         "no_employment": without_employment(cells),
                                         "accuracy": accuracy(cells)}, indent=1) + "\n")
+    if args.cells is not None:
+        cells.to_parquet(args.cells)
     print(summary.round(4).to_string(index=False))
 
 
