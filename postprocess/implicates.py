@@ -25,7 +25,7 @@ Employment is drawn as whole numbers (the months rounded), wages as reals.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,11 +90,24 @@ class PosteriorModel:
         self._wage_priors(rng)
 
     # --- priors -----------------------------------------------------------------------------------
-    def _month_priors(self) -> tuple[Mixture, float, np.ndarray, list[tuple[Mixture, Mixture]]]:
+    def replicate(self, rng: np.random.Generator) -> Priors:
+        """A draw of the months' priors from their posterior (every NPMLE refitted on a Bayesian bootstrap
+        of the answers), with the fitted wage priors: one per implicate makes the imputation proper (the
+        spread between implicates carries the priors' estimation error)."""
+        drawn = Priors(*self._month_priors(rng, self.priors))
+        drawn.wage_cells, drawn.wage_bands, drawn.zero_wage = (self.priors.wage_cells, self.priors.wage_bands,
+                                                               self.priors.zero_wage)
+        return drawn
+
+    def _month_priors(self, rng: np.random.Generator | None = None, start: Priors | None = None
+                      ) -> tuple[Mixture, float, np.ndarray, list[tuple[Mixture, Mixture]]]:
+        """The level and change priors (fitted, or with ``rng`` a Bayesian bootstrap replicate started
+        from the fitted ``start``)."""
         omega, sd = self.answers.months, self.answers.month_sd
         cut = (self.floor if np.isfinite(self.floor) else omega[:, 0].min()) + LEVEL_CUT * sd[0]
         level = fit_mixture(omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
-                            *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min()))
+                            *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min()), rng=rng,
+                            start=None if start is None else start.level)
         edges = self.psi(SIZE_EDGES)
         band = np.searchsorted(edges, omega.mean(axis=1))
         kept = merged_bands(np.bincount(band, minlength=len(edges) + 1), MIN_BAND)
@@ -105,14 +118,16 @@ class PosteriorModel:
             rows = band == b
             upper = SIZE_EDGES[kept[b + 1] - 1] if b < len(bands) else float(self.psi.inverse(omega.mean(axis=1).max()))
             step = float(self.psi(np.array([2 * upper + 1.0]))[0] - self.psi(np.array([2 * upper]))[0])
-            changes.append(tuple(self._change_prior(omega[rows, k] - omega[rows, 0],
-                                                    float(np.hypot(sd[0], sd[k])), step) for k in (1, 2)))
+            changes.append(tuple(self._change_prior(omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])),
+                                                    step, rng, None if start is None else start.changes[b][k - 1])
+                                 for k in (1, 2)))
         return level, cut, bands, changes
 
     @staticmethod
-    def _change_prior(difference: np.ndarray, sd: float, step: float) -> Mixture:
+    def _change_prior(difference: np.ndarray, sd: float, step: float, rng: np.random.Generator | None,
+                      start: Mixture | None) -> Mixture:
         reach = max(float(np.abs(difference).max()), 4 * sd) + sd
-        return fit_mixture(difference, sd, *change_components(step, reach, sd))
+        return fit_mixture(difference, sd, *change_components(step, reach, sd), rng=rng, start=start)
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
         """Wage priors by stochastic EM: fitted on a draw of the months of a sample of establishments
@@ -181,9 +196,10 @@ class PosteriorModel:
 
     # --- draws ------------------------------------------------------------------------------------
     def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int,
-                     thin: int = THIN) -> Iterator[np.ndarray]:
+                     thin: int = THIN, priors: Sequence[Priors] | None = None) -> Iterator[np.ndarray]:
         """``count`` draws of the months (whole numbers, rows x 3) of establishments ``rows``, after
-        ``burn_in`` sweeps and ``thin`` sweeps apart."""
+        ``burn_in`` sweeps and ``thin`` sweeps apart; draw j under ``priors[j]`` (the fitted priors
+        without them)."""
         omega, sd = self.answers.months[rows], self.answers.month_sd
         band = np.searchsorted(self.priors.bands, omega.mean(axis=1))
         floor = self.floor if np.isfinite(self.floor) else -np.inf
@@ -191,12 +207,13 @@ class PosteriorModel:
         delta = np.zeros((len(rows), 2))
         coupling = WageCoupling(self, rows) if hasattr(self, "wage_table") else None
         sweeps = 0
-        for _ in range(count):
+        for j in range(count):
+            prior = self.priors if priors is None else priors[j]
             for _ in range(burn_in if sweeps == 0 else thin):
-                theta1 = self._coupled(coupling, theta1, delta, self._level_step(omega, sd, theta1, delta, floor, rng),
-                                       None, rng)
+                theta1 = self._coupled(coupling, theta1, delta,
+                                       self._level_step(prior, omega, sd, delta, floor, rng), None, rng)
                 for k in (0, 1):
-                    proposal = self._change_step(omega, sd, theta1, delta, k, band, floor, rng)
+                    proposal = self._change_step(prior, omega, sd, theta1, k, band, floor, rng)
                     delta[:, k] = self._coupled(coupling, theta1, delta, proposal, k, rng)
                 if coupling is not None:
                     coupling.redraw(self.average(theta1, delta), rng)
@@ -226,19 +243,21 @@ class PosteriorModel:
         accept = np.log(rng.random(len(current))) < np.nan_to_num(log_ratio, nan=0.0)
         return np.where(accept, proposal, current)
 
-    def _level_step(self, omega, sd, theta1, delta, floor, rng) -> np.ndarray:
+    @staticmethod
+    def _level_step(priors: Priors, omega, sd, delta, floor, rng) -> np.ndarray:
         shifted = omega - np.concatenate([np.zeros((len(omega), 1)), delta], axis=1)
         precision = 1.0 / sd**2
         center = shifted @ precision / precision.sum()
         spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
         lower = floor - np.minimum(0.0, delta.min(axis=1))
-        flat = center > self.priors.level_cut
+        flat = center > priors.level_cut
         out = np.empty(len(omega))
         out[flat] = truncated_normal(center[flat], spread[flat], lower[flat], rng)
-        out[~flat] = draw_posterior(center[~flat], spread[~flat], self.priors.level, lower[~flat], rng)
+        out[~flat] = draw_posterior(center[~flat], spread[~flat], priors.level, lower[~flat], rng)
         return out
 
-    def _change_step(self, omega, sd, theta1, delta, k, band, floor, rng) -> np.ndarray:
+    @staticmethod
+    def _change_step(priors: Priors, omega, sd, theta1, k, band, floor, rng) -> np.ndarray:
         # Month k + 2's answer less month 1's level is delta_k plus its own noise.
         center = omega[:, k + 1] - theta1
         spread = np.full(len(omega), float(sd[k + 1]))
@@ -246,7 +265,7 @@ class PosteriorModel:
         out = np.empty(len(omega))
         for b in np.unique(band):
             rows = band == b
-            out[rows] = draw_posterior(center[rows], spread[rows], self.priors.changes[b][k], lower[rows], rng)
+            out[rows] = draw_posterior(center[rows], spread[rows], priors.changes[b][k], lower[rows], rng)
         return out
 
     def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> np.ndarray:

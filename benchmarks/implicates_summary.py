@@ -1,0 +1,87 @@
+"""Coverage, bias and spread of the implicates' combined estimates, from implicates_utility.py's rows.
+
+    python benchmarks/implicates_summary.py rows.csv [rows2.csv ...] [--statistics]
+
+Per file: the share of releases whose combined 95% interval holds the truth, over the statewide
+statistics (every size class's establishments, month-3 employment and average weekly wage, and the
+flows, deciles, concentration and slopes) and over the sector x size-class cells of 20+ true
+establishments (establishments and month-3 employment). With ``--statistics``, each statewide
+statistic's diagnosis over the releases: its mean relative error, its bias and its spread between
+releases each over the interval's standard error sqrt(T) (a bias many times sqrt(T) is a posterior
+that is wrong, a spread many times sqrt(T) an interval that is too narrow).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+BY_CLASS = ("estabs", "m3emp", "avg_weekly_wage")
+FLOWS = ("job_creation_rate", "job_destruction_rate", "no_change_share", "growth_p10", "growth_p25", "growth_p75",
+         "growth_p90", "top10_share", "hhi", "slope_pooled", "slope_cells")
+MIN_SECTOR_CLASS_ESTABS = 20
+
+
+def load(path: Path) -> pd.DataFrame:
+    rows = pd.read_csv(path, dtype={"sector": str}, keep_default_na=False, na_values={"implicates": [""], "lo": [""],
+                                                                                       "hi": [""], "truth": [""]})
+    rows["covered"] = (rows["lo"] <= rows["truth"]) & (rows["truth"] <= rows["hi"])
+    releases = rows["release_seed"].nunique()
+    m = 10
+    rows["sqrt_t"] = (rows["hi"] - rows["lo"]) / 2 / stats.t.ppf(0.975, m - 1)
+    rows.attrs["releases"] = releases
+    return rows
+
+
+def statewide(rows: pd.DataFrame) -> pd.DataFrame:
+    state = rows[rows["sector"] == ""]
+    judged = (state["statistic"].isin(BY_CLASS) & (state["size_class"] > 0)) | state["statistic"].isin(FLOWS)
+    return state[judged & state["lo"].notna()]
+
+
+def sector_cells(rows: pd.DataFrame) -> pd.DataFrame:
+    cells = rows[(rows["sector"] != "") & (rows["size_class"] > 0)]
+    estabs = cells[cells["statistic"] == "estabs"].groupby(["sector", "size_class"])["truth"].first()
+    big = estabs[estabs >= MIN_SECTOR_CLASS_ESTABS].index
+    cells = cells[cells["statistic"].isin(("estabs", "m3emp")) & cells["lo"].notna()]
+    return cells[pd.MultiIndex.from_frame(cells[["sector", "size_class"]]).isin(big)]
+
+
+def diagnosis(rows: pd.DataFrame) -> pd.DataFrame:
+    grouped = statewide(rows).assign(error=lambda r: r["implicates"] - r["truth"]).groupby(
+        ["statistic", "size_class"], sort=True)
+    out = pd.DataFrame({"truth": grouped["truth"].first(), "relative_error": grouped["error"].mean()
+                        / grouped["truth"].first().abs(), "coverage": grouped["covered"].mean()})
+    sqrt_t = grouped["sqrt_t"].mean()
+    out["bias_over_sqrt_t"] = grouped["error"].mean() / sqrt_t
+    out["spread_over_sqrt_t"] = grouped["implicates"].std() / sqrt_t
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("rows", type=Path, nargs="+")
+    parser.add_argument("--statistics", action="store_true")
+    args = parser.parse_args()
+    for path in args.rows:
+        rows = load(path)
+        state, cells = statewide(rows), sector_cells(rows)
+        by_statistic = cells.groupby("statistic")["covered"].mean()
+        diagnosed = diagnosis(rows)
+        print(f"{path.name}: {rows.attrs['releases']} releases; coverage, statewide statistics "
+              f"{state['covered'].mean():.0%} ({state.groupby(['statistic', 'size_class']).ngroups}); sector x class "
+              f"(20+ estabs) estabs {by_statistic.get('estabs', np.nan):.0%} / m3emp "
+              f"{by_statistic.get('m3emp', np.nan):.0%} ({cells.groupby(['sector', 'size_class']).ngroups} cells); "
+              f"median |bias| / sqrt(T) {diagnosed['bias_over_sqrt_t'].abs().median():.2f}, median spread between "
+              f"releases / sqrt(T) {diagnosed['spread_over_sqrt_t'].median():.2f}")
+        if args.statistics:
+            with pd.option_context("display.width", 160, "display.max_rows", 200):
+                print(diagnosed.round(3).to_string())
+
+
+if __name__ == "__main__":
+    main()
