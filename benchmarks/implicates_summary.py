@@ -1,6 +1,6 @@
 """Coverage, bias and spread of the implicates' combined estimates, from implicates_utility.py's rows.
 
-    python benchmarks/implicates_summary.py rows.csv [rows2.csv ...] [--statistics]
+    python benchmarks/implicates_summary.py rows.csv [rows2.csv ...] [--statistics] [--table]
 
 Per file: the share of releases whose combined 95% interval holds the truth, over the statewide
 statistics (every size class's establishments, month-3 employment and average weekly wage, and the
@@ -8,7 +8,8 @@ flows, deciles, concentration and slopes) and over the sector x size-class cells
 establishments (establishments and month-3 employment). With ``--statistics``, each statewide
 statistic's diagnosis over the releases: its mean relative error, its bias and its spread between
 releases each over the interval's standard error sqrt(T) (a bias many times sqrt(T) is a posterior
-that is wrong, a spread many times sqrt(T) an interval that is too narrow).
+that is wrong, a spread many times sqrt(T) an interval that is too narrow). With ``--table``, one
+Markdown table of every file: each statewide statistic's coverage and mean relative error.
 """
 
 from __future__ import annotations
@@ -26,24 +27,27 @@ FLOWS = ("job_creation_rate", "job_destruction_rate", "no_change_share", "growth
 MIN_SECTOR_CLASS_ESTABS = 20
 
 
-def load(path: Path) -> pd.DataFrame:
+def load(path: Path, m: int = 10) -> pd.DataFrame:
+    """The rows of implicates_utility.py (drawn with ``m`` implicates), with ``covered`` and ``sqrt_t``
+    (the interval's half-width over t_{m-1, 0.975}: Rubin's standard error sqrt(T))."""
     rows = pd.read_csv(path, dtype={"sector": str}, keep_default_na=False, na_values={"implicates": [""], "lo": [""],
                                                                                        "hi": [""], "truth": [""]})
     rows["covered"] = (rows["lo"] <= rows["truth"]) & (rows["truth"] <= rows["hi"])
     releases = rows["release_seed"].nunique()
-    m = 10
     rows["sqrt_t"] = (rows["hi"] - rows["lo"]) / 2 / stats.t.ppf(0.975, m - 1)
     rows.attrs["releases"] = releases
     return rows
 
 
 def statewide(rows: pd.DataFrame) -> pd.DataFrame:
+    """The judged statewide rows: each size class's BY_CLASS statistics and the FLOWS."""
     state = rows[rows["sector"] == ""]
     judged = (state["statistic"].isin(BY_CLASS) & (state["size_class"] > 0)) | state["statistic"].isin(FLOWS)
     return state[judged & state["lo"].notna()]
 
 
 def sector_cells(rows: pd.DataFrame) -> pd.DataFrame:
+    """Establishments and month-3 employment of the sector x size-class cells of 20+ true establishments."""
     cells = rows[(rows["sector"] != "") & (rows["size_class"] > 0)]
     estabs = cells[cells["statistic"] == "estabs"].groupby(["sector", "size_class"])["truth"].first()
     big = estabs[estabs >= MIN_SECTOR_CLASS_ESTABS].index
@@ -52,6 +56,8 @@ def sector_cells(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def diagnosis(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per statewide statistic over the releases: truth, mean relative error, coverage, mean bias and
+    the spread of the combined estimates between releases, each over the mean sqrt(T)."""
     grouped = statewide(rows).assign(error=lambda r: r["implicates"] - r["truth"]).groupby(
         ["statistic", "size_class"], sort=True)
     out = pd.DataFrame({"truth": grouped["truth"].first(), "relative_error": grouped["error"].mean()
@@ -62,13 +68,38 @@ def diagnosis(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def markdown(diagnosed: dict[str, pd.DataFrame]) -> str:
+    """Statistic x file: coverage (mean relative error, in points for the no-change share)."""
+    index = sorted(set().union(*(d.index for d in diagnosed.values())),
+                   key=lambda key: (key[0] not in BY_CLASS, key[0], key[1]))
+    lines = ["| statistic | " + " | ".join(diagnosed) + " |", "|---" * (len(diagnosed) + 1) + "|"]
+    for statistic, size_class in index:
+        cells = []
+        for d in diagnosed.values():
+            if (statistic, size_class) not in d.index:
+                cells.append("-")
+                continue
+            row = d.loc[(statistic, size_class)]
+            error = (f"{100 * row['relative_error'] * abs(row['truth']):+.1f} pts" if statistic == "no_change_share"
+                     else f"{100 * row['relative_error']:+.1f}%")
+            cells.append(f"{row['coverage']:.0%} ({error})")
+        name = f"{statistic} {size_class}" if size_class else statistic
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("rows", type=Path, nargs="+")
     parser.add_argument("--statistics", action="store_true")
+    parser.add_argument("--table", action="store_true")
+    parser.add_argument("--m", type=int, default=10, help="implicates per release of the rows")
     args = parser.parse_args()
+    if args.table:
+        print(markdown({path.stem: diagnosis(load(path, args.m)) for path in args.rows}))
+        return
     for path in args.rows:
-        rows = load(path)
+        rows = load(path, args.m)
         state, cells = statewide(rows), sector_cells(rows)
         by_statistic = cells.groupby("statistic")["covered"].mean()
         diagnosed = diagnosis(rows)
