@@ -56,20 +56,31 @@ def sector_cells(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def diagnosis(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per statewide statistic over the releases: truth, mean relative error, coverage, mean bias and
-    the spread of the combined estimates between releases, each over the mean sqrt(T)."""
+    """Per statewide statistic over the releases: truth, mean error (relative: NaN where the truth is 0),
+    coverage, mean bias and the spread of the combined estimates between releases, each over the mean
+    sqrt(T)."""
     grouped = statewide(rows).assign(error=lambda r: r["implicates"] - r["truth"]).groupby(
         ["statistic", "size_class"], sort=True)
-    out = pd.DataFrame({"truth": grouped["truth"].first(), "relative_error": grouped["error"].mean()
-                        / grouped["truth"].first().abs(), "coverage": grouped["covered"].mean()})
+    out = pd.DataFrame({"truth": grouped["truth"].first(), "error": grouped["error"].mean(),
+                        "coverage": grouped["covered"].mean()})
+    out["relative_error"] = out["error"] / out["truth"].abs().where(out["truth"] != 0)
     sqrt_t = grouped["sqrt_t"].mean()
     out["bias_over_sqrt_t"] = grouped["error"].mean() / sqrt_t
     out["spread_over_sqrt_t"] = grouped["implicates"].std() / sqrt_t
     return out
 
 
+def error_text(statistic: str, row: pd.Series) -> str:
+    """The mean error: in points for the no-change share, absolute where the truth is 0, else relative."""
+    if statistic == "no_change_share":
+        return f"{100 * row['error']:+.1f} pts"
+    if row["truth"] == 0:
+        return f"{row['error']:+.3g}, truth 0"
+    return f"{100 * row['relative_error']:+.1f}%"
+
+
 def markdown(diagnosed: dict[str, pd.DataFrame]) -> str:
-    """Statistic x file: coverage (mean relative error, in points for the no-change share)."""
+    """Statistic x file: coverage (mean error, ``error_text``)."""
     index = sorted(set().union(*(d.index for d in diagnosed.values())),
                    key=lambda key: (key[0] not in BY_CLASS, key[0], key[1]))
     lines = ["| statistic | " + " | ".join(diagnosed) + " |", "|---" * (len(diagnosed) + 1) + "|"]
@@ -80,8 +91,7 @@ def markdown(diagnosed: dict[str, pd.DataFrame]) -> str:
                 cells.append("-")
                 continue
             row = d.loc[(statistic, size_class)]
-            error = (f"{100 * row['relative_error'] * abs(row['truth']):+.1f} pts" if statistic == "no_change_share"
-                     else f"{100 * row['relative_error']:+.1f}%")
+            error = error_text(statistic, row)
             cells.append(f"{row['coverage']:.0%} ({error})")
         name = f"{statistic} {size_class}" if size_class else statistic
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

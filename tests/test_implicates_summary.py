@@ -52,3 +52,7 @@ def test_coverage_and_diagnosis_by_hand(summary, tmp_path):
     assert d["coverage"] == pytest.approx(1 / 3)
     table = summary.markdown({"run": summary.diagnosis(rows)})
     assert "| job_creation_rate | 33% (+20.0%) |" in table
+    zero = summary.diagnosis(rows).loc[("job_creation_rate", 0)].copy()
+    zero["truth"], zero["error"] = 0.0, 0.05
+    assert summary.error_text("growth_p25", zero) == "+0.05, truth 0"
+    assert summary.error_text("no_change_share", zero) == "+5.0 pts"
