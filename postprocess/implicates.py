@@ -11,9 +11,10 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   release), independent given theta_1 (each change from month 1 is deconvolved from its own
   differences omega_k - omega_1, so the share without change over the quarter is the data's, not
   the product of two monthly shares);
-* a wage per employee z = log(w / E), E the quarter's average employment, has a prior on a grid per
-  supersector and band of E, with an atom at w = 0; an establishment with E = 0 has a prior on
-  psi(w) itself.
+* a wage per employee z = log(w / E), E the quarter's average employment, is z = s(log E) + r, s
+  piecewise linear in log E (through the size bands' deconvolved means) and r with a prior on a grid
+  per supersector and band of E, with an atom at w = 0 (``postprocess.wage_priors``); an
+  establishment with E = 0 has a prior on psi(w) itself.
 
 Every prior is a nonparametric maximum likelihood estimate from the release's answers
 (``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_1, delta_2, delta_3) whose each
@@ -31,15 +32,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Mixture, draw_on_grid, draw_posterior, em_weights, fit_mixture, truncated_normal
+from gedp.postprocess.deconvolve import Mixture, draw_on_grid, draw_posterior, fit_mixture, truncated_normal
+from gedp.postprocess.wage_priors import SIZE_EDGES, WAGE_Z, WageFit, fitted_shift, size_shift
 
 MONTHS = ("m1emp", "m2emp", "m3emp")
-#: Size bands (employment; the answers' mean for the changes' priors, a draw's average for wages).
-SIZE_EDGES = np.array([2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 1000.0])
-#: Fewest establishments of a band (or wage cell) with a prior of its own; smaller ones share the
-#: band below's (the supersector's band's: the band's over every supersector).
+#: Fewest establishments of a band with change priors of its own; smaller ones share the band below's.
+#: (Size bands: SIZE_EDGES, of the answers' mean for the changes' priors, of a draw's average for wages.)
 MIN_BAND = 400
-MIN_WAGE_CELL = 300
 #: Gibbs sweeps before the first implicate and between two implicates.
 BURN_IN = 8
 THIN = 2
@@ -47,13 +46,10 @@ THIN = 2
 #: mean is above it draw from their likelihood alone (a prior that flat there changes nothing).
 LEVEL_STEPS = 3.0
 LEVEL_CUT = 40.0
-#: Wage per employee grid: log of quarterly wages per employee from $100 to $2,000,000, every 0.07.
-WAGE_Z = np.arange(np.log(100.0), np.log(2e6), 0.07)
 #: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
 WAGE_FLAT_STEPS = 2.0
 #: Establishments per state of the pass that fits the wage priors.
 WAGE_FIT_ROWS = 20_000
-WAGE_FIT_PER_CELL = 3000
 
 
 @dataclass
@@ -75,9 +71,10 @@ class Priors:
     level_cut: float
     bands: np.ndarray  # edges in psi scale of the changes' bands
     changes: list[tuple[Mixture, Mixture]]  # per band: h_2, h_3
-    wage_cells: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (supersector, band) -> weights
-    wage_bands: dict[int, np.ndarray] = field(default_factory=dict)
+    wage_weights: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (supersector or -1, band)
     zero_wage: Mixture | None = None  # psi(w) of establishments with no employment
+    wage_table: np.ndarray | None = None  # supersector x band x (z grid, w = 0): prior weights of the residual
+    wage_shift: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))  # (log E anchors, levels)
 
 
 class PosteriorModel:
@@ -91,12 +88,16 @@ class PosteriorModel:
 
     # --- priors -----------------------------------------------------------------------------------
     def replicate(self, rng: np.random.Generator) -> Priors:
-        """A draw of the months' priors from their posterior (every NPMLE refitted on a Bayesian bootstrap
-        of the answers), with the fitted wage priors: one per implicate makes the imputation proper (the
-        spread between implicates carries the priors' estimation error)."""
+        """A draw of the priors from their posterior (every NPMLE refitted on a Bayesian bootstrap of the
+        answers; the wages' on their fit's sample, with the fitted size shift s): one per implicate makes
+        the imputation proper (the spread between implicates carries the priors' estimation error)."""
         drawn = Priors(*self._month_priors(rng, self.priors))
-        drawn.wage_cells, drawn.wage_bands, drawn.zero_wage = (self.priors.wage_cells, self.priors.wage_bands,
-                                                               self.priors.zero_wage)
+        fitted = self.priors
+        drawn.wage_weights = self.wage_fit.solve(rng.exponential(size=len(self.wage_fit.likelihood)),
+                                                 start=fitted.wage_weights)
+        drawn.wage_table, drawn.wage_shift = self.wage_fit.table(drawn.wage_weights), fitted.wage_shift
+        if fitted.zero_wage is not None:
+            drawn.zero_wage = self._zero_wage_prior(self.zero_wage_answers, rng, fitted.zero_wage)
         return drawn
 
     def _month_priors(self, rng: np.random.Generator | None = None, start: Priors | None = None
@@ -130,59 +131,64 @@ class PosteriorModel:
         return fit_mixture(difference, sd, *change_components(step, reach, sd), rng=rng, start=start)
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
-        """Wage priors by stochastic EM: fitted on a draw of the months of a sample of establishments
-        (drawn without wages), then again on a draw of the months coupled to the first fit's wages."""
+        """Wage priors by stochastic EM on a sample of establishments: fitted flat within each size band
+        on a draw of their months without wages, which places the size shift s; then fitted again, as
+        priors of the residual from s, on a draw of the months coupled to the first fit's wages."""
         n = len(self.answers.wage)
         rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
-        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)), rng)
-        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)), rng)
+        first = next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1)
+        band = self._fit_wages(rows, first, rng)
+        employing = first > 0
+        shift = fitted_shift(self.priors.wage_weights, band[employing], np.log(first[employing]))
+        second = next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1)
+        self.priors.wage_shift = shift
+        self._fit_wages(rows, second, rng)
 
-    def _fit_wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> None:
-        self.priors.wage_cells, self.priors.wage_bands = {}, {}
-        average = months.mean(axis=1)
+    def _fit_wages(self, rows: np.ndarray, average: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Fit the wage priors of ``rows`` given their average employment (under the priors' current
+        size shift); returns each row's band."""
         omega, sd = self.answers.wage[rows], self.answers.wage_sd
         zero = average == 0
-        if zero.any():
-            top = max(float(omega[zero].max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
-            self.priors.zero_wage = fit_mixture(omega[zero], sd, *level_components(self.floor, top, sd, omega.min()))
+        self.zero_wage_answers = omega[zero]
+        self.priors.zero_wage = self._zero_wage_prior(omega[zero], None, None) if zero.any() else None
         band = np.searchsorted(SIZE_EDGES, average)
-        group = self.answers.supersector[rows]
-        likelihood = self.wage_likelihood(omega, average)
-        for b in np.unique(band[~zero]):
-            in_band = (band == b) & ~zero
-            self.priors.wage_bands[int(b)] = fitted_weights(likelihood[in_band], rng)
-            for g in np.unique(group[in_band]):
-                cell = in_band & (group == g)
-                if cell.sum() >= MIN_WAGE_CELL:
-                    self.priors.wage_cells[(int(g), int(b))] = fitted_weights(likelihood[cell], rng)
-        groups = int(self.answers.supersector.max()) + 1
-        self.wage_table = np.stack([np.stack([self.cell_weights(g, b) for b in range(len(SIZE_EDGES) + 1)])
-                                    for g in range(groups)])
+        likelihood = self.wage_likelihood(omega[~zero], average[~zero], self.priors.wage_shift)
+        self.wage_fit = WageFit.of(likelihood, band[~zero], self.answers.supersector[rows][~zero],
+                                   int(self.answers.supersector.max()) + 1, rng)
+        self.priors.wage_weights = self.wage_fit.solve(np.ones(len(likelihood)))
+        self.priors.wage_table = self.wage_fit.table(self.priors.wage_weights)
+        return band
 
-    def cell_weights(self, group: int, band: int) -> np.ndarray:
-        """The wage prior's weights of a supersector x band (its band's over every supersector when the
-        cell has none of its own, the nearest band's when the band has none)."""
-        p = self.priors
-        weights = p.wage_cells.get((group, band), p.wage_bands.get(band))
-        return weights if weights is not None else p.wage_bands[min(p.wage_bands, key=lambda k: abs(k - band))]
+    def _zero_wage_prior(self, omega: np.ndarray, rng: np.random.Generator | None, start: Mixture | None) -> Mixture:
+        """The prior of psi(w) of establishments without employment (a bootstrap replicate with ``rng``)."""
+        sd = self.answers.wage_sd
+        top = max(float(omega.max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
+        return fit_mixture(omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min())),
+                           rng=rng, start=start)
 
-    def log_wage_prior(self, z: np.ndarray, average: np.ndarray, group: np.ndarray) -> np.ndarray:
-        """log prior weight of the z grid cell holding each z, in the cell of its establishment's average
-        employment (z finite, average > 0)."""
+    def log_wage_prior(self, z: np.ndarray, average: np.ndarray, group: np.ndarray, priors: Priors) -> np.ndarray:
+        """log prior weight of the grid cell holding each z's residual r = z - s(log E), in the cell of
+        its establishment's average employment E (z finite, E > 0)."""
         step = WAGE_Z[1] - WAGE_Z[0]
-        k = np.clip(np.rint((z - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
-        return np.log(self.wage_table[group, np.searchsorted(SIZE_EDGES, average), k])
+        r = z - size_shift(average, priors.wage_shift)
+        k = np.clip(np.rint((r - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
+        return np.log(priors.wage_table[group, np.searchsorted(SIZE_EDGES, average), k])
 
-    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
-        """Likelihood of wage answers at the z grid and (last column) at w = 0, rows x points, each row
-        scaled to its largest value."""
-        log_lik = self.wage_log_likelihood(omega, average)
+    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray, shift: tuple[np.ndarray, np.ndarray]
+                        ) -> np.ndarray:
+        """Likelihood of wage answers at the residual's grid and (last column) at w = 0, rows x points,
+        each row scaled to its largest value."""
+        log_lik = self.wage_log_likelihood(omega, average, shift)
         return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
 
-    def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
-        """log likelihood (up to a constant) of wage answers at the z grid and (last column) at w = 0."""
+    def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray, shift: tuple[np.ndarray, np.ndarray]
+                            ) -> np.ndarray:
+        """log likelihood (up to a constant) of wage answers at the residual's grid r (w = E e^(s(log E) + r))
+        and (last column) at w = 0."""
         sd = self.answers.wage_sd
-        points = np.concatenate([self.psi(np.maximum(average, 1e-300)[:, None] * np.exp(WAGE_Z)[None, :]),
+        average = np.maximum(average, 1e-300)
+        z = WAGE_Z[None, :] + size_shift(average, shift)[:, None]
+        points = np.concatenate([self.psi(average[:, None] * np.exp(z)),
                                  np.full((len(omega), 1), self.psi(np.zeros(1))[0])], axis=1)
         return -0.5 * ((omega[:, None] - points) / sd) ** 2
 
@@ -192,7 +198,7 @@ class PosteriorModel:
         return {"zero_employment_share": p.level.mass_at(self.floor) if np.isfinite(self.floor) else 0.0,
                 "no_change_share": [[round(h.mass_at(0.0), 4) for h in pair] for pair in p.changes],
                 "change_bands": [float(b) for b in self.psi.inverse(p.bands)],
-                "wage_cells": len(p.wage_cells)}
+                "wage_cells": sum(g >= 0 for g, _ in p.wage_weights)}
 
     # --- draws ------------------------------------------------------------------------------------
     def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int,
@@ -205,10 +211,12 @@ class PosteriorModel:
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         theta1 = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
         delta = np.zeros((len(rows), 2))
-        coupling = WageCoupling(self, rows) if hasattr(self, "wage_table") else None
+        coupling = WageCoupling(self, rows) if self.priors.wage_table is not None else None
         sweeps = 0
         for j in range(count):
             prior = self.priors if priors is None else priors[j]
+            if coupling is not None:
+                coupling.priors = prior
             for _ in range(burn_in if sweeps == 0 else thin):
                 theta1 = self._coupled(coupling, theta1, delta,
                                        self._level_step(prior, omega, sd, delta, floor, rng), None, rng)
@@ -268,19 +276,21 @@ class PosteriorModel:
             out[rows] = draw_posterior(center[rows], spread[rows], priors.changes[b][k], lower[rows], rng)
         return out
 
-    def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """A draw of the wages of ``rows`` given a draw of their months."""
-        return self.wage_draw(rows, months.mean(axis=1), rng)[0]
+    def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator,
+              priors: Priors | None = None) -> np.ndarray:
+        """A draw of the wages of ``rows`` given a draw of their months (under ``priors``, the fitted
+        priors without them)."""
+        return self.wage_draw(rows, months.mean(axis=1), rng, self.priors if priors is None else priors)[0]
 
-    def wage_draw(self, rows: np.ndarray, average: np.ndarray,
-                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def wage_draw(self, rows: np.ndarray, average: np.ndarray, rng: np.random.Generator,
+                  priors: Priors) -> tuple[np.ndarray, np.ndarray]:
         """A draw of the wages of ``rows`` given their average employment, and which were drawn on the z grid."""
         omega, sd = self.answers.wage[rows], self.answers.wage_sd
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         out = np.empty(len(rows))
         zero = average == 0
         if zero.any():
-            prior = self.priors.zero_wage
+            prior = priors.zero_wage
             out[zero] = (self.psi.inverse(draw_posterior(omega[zero], np.full(zero.sum(), sd), prior,
                                                          np.full(zero.sum(), floor), rng))
                          if prior is not None else self.psi.inverse(truncated_normal(
@@ -297,9 +307,10 @@ class PosteriorModel:
         todo = ~zero & ~flat
         if todo.any():
             with np.errstate(divide="ignore"):
-                log_prior = np.log(self.wage_table[group[todo], band[todo]])
-                z = draw_on_grid(self.wage_log_likelihood(omega[todo], average[todo]), points, log_prior, spacing, rng)
-            out[todo] = average[todo] * np.exp(z)
+                log_prior = np.log(priors.wage_table[group[todo], band[todo]])
+                r = draw_on_grid(self.wage_log_likelihood(omega[todo], average[todo], priors.wage_shift), points,
+                                 log_prior, spacing, rng)
+            out[todo] = average[todo] * np.exp(r + size_shift(average[todo], priors.wage_shift))
         return out, todo
 
 
@@ -310,11 +321,11 @@ class WageCoupling:
     whose E is 0 are not coupled (their density ratio is taken as 1)."""
 
     def __init__(self, model: PosteriorModel, rows: np.ndarray) -> None:
-        self.model, self.rows = model, rows
+        self.model, self.rows, self.priors = model, rows, model.priors
         self.z = np.full(len(rows), np.nan)
 
     def redraw(self, average: np.ndarray, rng: np.random.Generator) -> None:
-        wages, on_grid = self.model.wage_draw(self.rows, average, rng)
+        wages, on_grid = self.model.wage_draw(self.rows, average, rng, self.priors)
         with np.errstate(divide="ignore", invalid="ignore"):
             self.z = np.where(on_grid & (wages > 0) & (average > 0), np.log(wages / average), np.nan)
 
@@ -326,7 +337,7 @@ class WageCoupling:
             wage = average[coupled] * np.exp(self.z[coupled])
             residual = (model.answers.wage[rows] - model.psi(wage)) / model.answers.wage_sd
             out[coupled] = -0.5 * residual**2 + model.log_wage_prior(
-                self.z[coupled], average[coupled], model.answers.supersector[rows])
+                self.z[coupled], average[coupled], model.answers.supersector[rows], self.priors)
         return out
 
 
@@ -366,11 +377,3 @@ def merged_bands(counts: np.ndarray, smallest: int) -> list[int]:
         else:
             bounds.append(len(counts))
     return bounds
-
-
-def fitted_weights(likelihood: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Prior weights on the wage grid (and w = 0) fitted by EM on at most WAGE_FIT_PER_CELL rows."""
-    if len(likelihood) > WAGE_FIT_PER_CELL:
-        likelihood = likelihood[rng.choice(len(likelihood), WAGE_FIT_PER_CELL, replace=False)]
-    return np.maximum(em_weights(likelihood, np.ones(len(likelihood)), 300), 1e-300)
-

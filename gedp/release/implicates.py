@@ -125,8 +125,8 @@ def draw_blocks(draws: ReleaseDraws, m: int, rng: np.random.Generator) -> Iterat
             local = np.arange(start, min(start + BLOCK_ROWS, len(rows)))
             drawn = []
             with one_blas_thread:  # small products: BLAS threads only wait for each other on a busy machine
-                for months in model.months_chain(local, rng, BURN_IN, m, priors=priors):
-                    drawn.append(np.column_stack([months, model.wages(local, months, rng)]))
+                for prior, months in zip(priors, model.months_chain(local, rng, BURN_IN, m, priors=priors)):
+                    drawn.append(np.column_stack([months, model.wages(local, months, rng, prior)]))
             yield rows[local], drawn
 
 
