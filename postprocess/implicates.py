@@ -11,10 +11,10 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   release), independent given theta_1 (each change from month 1 is deconvolved from its own
   differences omega_k - omega_1, so the share without change over the quarter is the data's, not
   the product of two monthly shares);
-* a wage per employee z = log(w / E), E the quarter's average employment, is z = s(log E) + r, s
-  piecewise linear in log E (through the size bands' deconvolved means) and r with a prior on a grid
-  per supersector and band of E, with an atom at w = 0 (``postprocess.wage_priors``); an
-  establishment with E = 0 has a prior on psi(w) itself.
+* a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g
+  a line in log E per supersector g placed from the answers, and r with a prior on a grid per
+  supersector and size band of the months' answers' mean, with an atom at w = 0
+  (``postprocess.wage_priors``); an establishment with E = 0 has a prior on psi(w) itself.
 
 Every prior is a nonparametric maximum likelihood estimate from the release's answers
 (``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_1, delta_2, delta_3) whose each
@@ -33,7 +33,7 @@ import numpy as np
 
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.deconvolve import Mixture, draw_on_grid, draw_posterior, fit_mixture, truncated_normal
-from gedp.postprocess.wage_priors import SIZE_EDGES, WAGE_Z, WageFit, fitted_shift, size_shift
+from gedp.postprocess.wage_priors import SIZE_EDGES, WAGE_Z, WageFit, answered_shift, size_shift
 
 MONTHS = ("m1emp", "m2emp", "m3emp")
 #: Fewest establishments of a band with change priors of its own; smaller ones share the band below's.
@@ -74,7 +74,7 @@ class Priors:
     wage_weights: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (supersector or -1, band)
     zero_wage: Mixture | None = None  # psi(w) of establishments with no employment
     wage_table: np.ndarray | None = None  # supersector x band x (z grid, w = 0): prior weights of the residual
-    wage_shift: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))  # (log E anchors, levels)
+    wage_shift: tuple[np.ndarray, np.ndarray] | None = None  # s per supersector (``wage_priors.Shift``)
 
 
 class PosteriorModel:
@@ -84,6 +84,9 @@ class PosteriorModel:
         self.answers, self.psi = answers, psi
         self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
         self.priors = Priors(*self._month_priors())
+        #: each establishment's size band of its months' answers' mean: its wage prior's band (public,
+        #: and free of the division bias a band of drawn sizes has)
+        self.wage_band = np.searchsorted(psi(SIZE_EDGES), answers.months.mean(axis=1))
         self._wage_priors(rng)
 
     # --- priors -----------------------------------------------------------------------------------
@@ -131,33 +134,31 @@ class PosteriorModel:
         return fit_mixture(difference, sd, *change_components(step, reach, sd), rng=rng, start=start)
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
-        """Wage priors by stochastic EM on a sample of establishments: fitted flat within each size band
-        on a draw of their months without wages, which places the size shift s; then fitted again, as
-        priors of the residual from s, on a draw of the months coupled to the first fit's wages."""
+        """Wage priors by stochastic EM on a sample of establishments: the size shift s placed from the
+        answers (``answered_shift``) and a draw of the sample's months without wages, the residual
+        priors fitted on that draw, then again on a draw of the months coupled to the first fit's wages."""
         n = len(self.answers.wage)
         rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
         first = next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1)
-        band = self._fit_wages(rows, first, rng)
-        employing = first > 0
-        shift = fitted_shift(self.priors.wage_weights, band[employing], np.log(first[employing]))
-        second = next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1)
-        self.priors.wage_shift = shift
-        self._fit_wages(rows, second, rng)
+        a = self.answers
+        self.priors.wage_shift = answered_shift(self.psi, a.months[rows], a.wage[rows], a.wage_sd, first,
+                                                a.supersector[rows], int(a.supersector.max()) + 1)
+        self._fit_wages(rows, first, rng)
+        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1), rng)
 
-    def _fit_wages(self, rows: np.ndarray, average: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Fit the wage priors of ``rows`` given their average employment (under the priors' current
-        size shift); returns each row's band."""
+    def _fit_wages(self, rows: np.ndarray, average: np.ndarray, rng: np.random.Generator) -> None:
+        """Fit the wage priors of ``rows`` given their average employment (under the priors' size shift)."""
         omega, sd = self.answers.wage[rows], self.answers.wage_sd
         zero = average == 0
         self.zero_wage_answers = omega[zero]
         self.priors.zero_wage = self._zero_wage_prior(omega[zero], None, None) if zero.any() else None
-        band = np.searchsorted(SIZE_EDGES, average)
-        likelihood = self.wage_likelihood(omega[~zero], average[~zero], self.priors.wage_shift)
-        self.wage_fit = WageFit.of(likelihood, band[~zero], self.answers.supersector[rows][~zero],
+        band = self.wage_band[rows]
+        group = self.answers.supersector[rows]
+        likelihood = self.wage_likelihood(omega[~zero], average[~zero], group[~zero], self.priors.wage_shift)
+        self.wage_fit = WageFit.of(likelihood, band[~zero], group[~zero],
                                    int(self.answers.supersector.max()) + 1, rng)
         self.priors.wage_weights = self.wage_fit.solve(np.ones(len(likelihood)))
         self.priors.wage_table = self.wage_fit.table(self.priors.wage_weights)
-        return band
 
     def _zero_wage_prior(self, omega: np.ndarray, rng: np.random.Generator | None, start: Mixture | None) -> Mixture:
         """The prior of psi(w) of establishments without employment (a bootstrap replicate with ``rng``)."""
@@ -166,28 +167,29 @@ class PosteriorModel:
         return fit_mixture(omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min())),
                            rng=rng, start=start)
 
-    def log_wage_prior(self, z: np.ndarray, average: np.ndarray, group: np.ndarray, priors: Priors) -> np.ndarray:
-        """log prior weight of the grid cell holding each z's residual r = z - s(log E), in the cell of
-        its establishment's average employment E (z finite, E > 0)."""
+    def log_wage_prior(self, z: np.ndarray, average: np.ndarray, rows: np.ndarray, priors: Priors) -> np.ndarray:
+        """log prior weight of the grid cell holding each z's residual r = z - s(log E), E the average
+        employment, in the establishment's cell (z finite, E > 0)."""
+        group = self.answers.supersector[rows]
         step = WAGE_Z[1] - WAGE_Z[0]
-        r = z - size_shift(average, priors.wage_shift)
+        r = z - size_shift(average, group, priors.wage_shift)
         k = np.clip(np.rint((r - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
-        return np.log(priors.wage_table[group, np.searchsorted(SIZE_EDGES, average), k])
+        return np.log(priors.wage_table[group, self.wage_band[rows], k])
 
-    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray, shift: tuple[np.ndarray, np.ndarray]
-                        ) -> np.ndarray:
+    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray, group: np.ndarray,
+                        shift: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """Likelihood of wage answers at the residual's grid and (last column) at w = 0, rows x points,
         each row scaled to its largest value."""
-        log_lik = self.wage_log_likelihood(omega, average, shift)
+        log_lik = self.wage_log_likelihood(omega, average, group, shift)
         return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
 
-    def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray, shift: tuple[np.ndarray, np.ndarray]
-                            ) -> np.ndarray:
+    def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray, group: np.ndarray,
+                            shift: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         """log likelihood (up to a constant) of wage answers at the residual's grid r (w = E e^(s(log E) + r))
         and (last column) at w = 0."""
         sd = self.answers.wage_sd
         average = np.maximum(average, 1e-300)
-        z = WAGE_Z[None, :] + size_shift(average, shift)[:, None]
+        z = WAGE_Z[None, :] + size_shift(average, group, shift)[:, None]
         points = np.concatenate([self.psi(average[:, None] * np.exp(z)),
                                  np.full((len(omega), 1), self.psi(np.zeros(1))[0])], axis=1)
         return -0.5 * ((omega[:, None] - points) / sd) ** 2
@@ -300,7 +302,7 @@ class PosteriorModel:
         flat = ~zero & (z_sd < WAGE_FLAT_STEPS * (WAGE_Z[1] - WAGE_Z[0]))
         out[flat] = self.psi.inverse(truncated_normal(omega[flat], np.full(flat.sum(), sd),
                                                       np.full(flat.sum(), floor), rng))
-        band = np.searchsorted(SIZE_EDGES, average)
+        band = self.wage_band[rows]
         group = self.answers.supersector[rows]
         spacing = np.append(np.full(len(WAGE_Z), WAGE_Z[1] - WAGE_Z[0]), 0.0)
         points = np.append(WAGE_Z, -np.inf)
@@ -308,9 +310,9 @@ class PosteriorModel:
         if todo.any():
             with np.errstate(divide="ignore"):
                 log_prior = np.log(priors.wage_table[group[todo], band[todo]])
-                r = draw_on_grid(self.wage_log_likelihood(omega[todo], average[todo], priors.wage_shift), points,
-                                 log_prior, spacing, rng)
-            out[todo] = average[todo] * np.exp(r + size_shift(average[todo], priors.wage_shift))
+                r = draw_on_grid(self.wage_log_likelihood(omega[todo], average[todo], group[todo], priors.wage_shift),
+                                 points, log_prior, spacing, rng)
+            out[todo] = average[todo] * np.exp(r + size_shift(average[todo], group[todo], priors.wage_shift))
         return out, todo
 
 
@@ -337,7 +339,7 @@ class WageCoupling:
             wage = average[coupled] * np.exp(self.z[coupled])
             residual = (model.answers.wage[rows] - model.psi(wage)) / model.answers.wage_sd
             out[coupled] = -0.5 * residual**2 + model.log_wage_prior(
-                self.z[coupled], average[coupled], model.answers.supersector[rows], self.priors)
+                self.z[coupled], average[coupled], rows, self.priors)
         return out
 
 

@@ -1,10 +1,12 @@
 """Wage priors of implicates: wage per employee given the establishment's own size, by deconvolution.
 
 z = log(w / E), E the quarter's average employment. Its prior is, per supersector x size band of E, a
-distribution of the residual r = z - s(log E) on a grid (with an atom at w = 0), where s is piecewise
-linear in log E through one point per size band: (the band's mean log E, the mean of the band's
-deconvolved prior of z), less their mean. So the wage per employee moves with size within a band as
-it does across bands, instead of being flat within each band.
+distribution of the residual r = z - s_g(log E) on a grid (with an atom at w = 0), where s_g is a
+line in log E per supersector g (``answered_shift``: through the supersector's size bands of the
+months' answers, each band's mean log E against its mean log w deconvolved from its wage answers
+less that). So the wage per employee moves with size within a band, as the release's answers say it
+does within the supersector, instead of being flat within each band; and the supersector's level
+is in s, so a band's prior pooled over supersectors pools their residuals, not their levels.
 
 Every prior is the NPMLE of its weights (``deconvolve.npmle_weights``, solved to the optimum) on the
 likelihood of each establishment's wage answer at the grid's points; a replicate re-solves them under
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gedp.postprocess.deconvolve import npmle_weights
+from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess.deconvolve import fit_mixture, npmle_weights
 
 #: Size bands (employment) of the wage priors.
 SIZE_EDGES = np.array([2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 1000.0])
@@ -28,8 +31,11 @@ WAGE_Z = np.arange(np.log(100.0), np.log(2e6), 0.07)
 MIN_WAGE_CELL = 300
 #: Most establishments a prior is solved on (a random subset of larger cells, fixed at the fit).
 WAGE_FIT_PER_CELL = 3000
-#: Fewest establishments of a band whose mean places a point of the size shift s.
-MIN_SHIFT_BAND = 100
+#: Fewest employing establishments of a supersector x band of the answers that place a point of s.
+MIN_SHIFT_POINT = 30
+#: How far (in log E) beyond the first and last points s continues (the first band's point sits inside
+#: the band: establishments of 1 and 2 employees have means on both sides).
+EXTRAPOLATE = 1.0
 #: Grid points whose likelihood is below this (each row scaled to its largest) for every row of a fit
 #: are left out of it: their optimal weight is 0 (their gradient is far below the optimum's 1).
 NEGLIGIBLE_LIKELIHOOD = 1e-12
@@ -37,16 +43,20 @@ NEGLIGIBLE_LIKELIHOOD = 1e-12
 Key = tuple[int, int]  # (supersector, band); supersector -1: the band over every supersector
 
 
-def size_shift(average: np.ndarray, shift: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """s(log E) at each average employment E > 0 (flat beyond the first and last points)."""
-    anchors, levels = shift
+Shift = tuple[np.ndarray, np.ndarray]  # (supersector x (intercept, slope)), (lowest, highest log E)
+
+
+def no_shift(groups: int) -> Shift:
+    return np.zeros((groups, 2)), np.zeros(2)
+
+
+def size_shift(average: np.ndarray, group: np.ndarray, shift: Shift) -> np.ndarray:
+    """s(log E) = a_g + b_g log E at each average employment E > 0 of supersector g, log E held within
+    the bounds (flat beyond them)."""
+    lines, (low, high) = shift
     with np.errstate(divide="ignore"):
-        return np.interp(np.log(average), anchors, levels)
-
-
-def prior_mean_z(weights: np.ndarray) -> float:
-    """The mean z of a prior on (the z grid, w = 0), over its positive wages."""
-    return float(weights[:-1] @ WAGE_Z / weights[:-1].sum())
+        x = np.clip(np.log(average), low, high)
+    return lines[group, 0] + lines[group, 1] * x
 
 
 @dataclass
@@ -102,13 +112,49 @@ def solved(likelihood: np.ndarray, counts: np.ndarray, start: np.ndarray | None)
     return np.maximum(weights, 1e-300)
 
 
-def fitted_shift(weights: dict[Key, np.ndarray], band: np.ndarray, log_average: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """s's points: per band of MIN_SHIFT_BAND or more rows, (its rows' mean log E, its prior's mean z),
-    levels less their mean (no shift with fewer than two such bands)."""
-    points = [(float(log_average[band == b].mean()), prior_mean_z(weights[(-1, b)]))
-              for g, b in sorted(weights) if g == -1 and (band == b).sum() >= MIN_SHIFT_BAND]
+def answered_shift(psi: NeighborFunction, month_answers: np.ndarray, wage_answers: np.ndarray, wage_sd: float,
+                   average: np.ndarray, group: np.ndarray, groups: int) -> Shift:
+    """s per supersector: the weighted least-squares line through its points, one per size band of the
+    months' answers' mean (a public function of the release, independent of the size's error within it)
+    with MIN_SHIFT_POINT or more employing rows: (the mean log E of the band's draws of the months,
+    E[log w] of the band less that), E[log w] under the NPMLE of psi(w) deconvolved from the band's
+    wage answers alone. Both means are consistent for the band's, so the line's slope is the slope of
+    log w / E on log E (grouping by the answers, Wald 1940) without the division bias a regression on
+    drawn sizes has (a size drawn too large makes its wage per employee look too small). A
+    supersector with fewer than two points has the line of all supersectors' points; bounds: the
+    points' log E range widened by EXTRAPOLATE. Levels are less the points' mean level."""
+    band = np.searchsorted(psi(SIZE_EDGES), month_answers.mean(axis=1))
+    employing = average > 0
+    points = {}
+    for g, b in {(int(g), int(b)) for g, b in zip(group[employing], band[employing])}:
+        rows = employing & (band == b) & (group == g)
+        if rows.sum() >= MIN_SHIFT_POINT:
+            log_average = float(np.log(average[rows]).mean())
+            points[(g, b)] = (log_average, mean_log_wage(psi, wage_answers[rows], wage_sd) - log_average, rows.sum())
     if len(points) < 2:
-        return np.zeros(1), np.zeros(1)
-    anchors, levels = (np.array(v) for v in zip(*points))
-    return anchors, levels - levels.mean()
+        return no_shift(groups)
+    x, y, n = (np.array(v, dtype=float) for v in zip(*points.values()))
+    keys = np.array(list(points))
+    pooled = line(x, y, n)
+    lines = np.array([line(x[mine], y[mine], n[mine]) if mine.sum() >= 2 else pooled
+                      for mine in (keys[:, 0] == g for g in range(groups))])
+    lines[:, 0] -= float(n @ y / n.sum())
+    return lines, np.array([x.min() - EXTRAPOLATE, x.max() + EXTRAPOLATE])
+
+
+def line(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """(intercept, slope) of the weighted least-squares line of y on x (slope 0 if x does not vary)."""
+    mx, my = weight @ x / weight.sum(), weight @ y / weight.sum()
+    sxx = weight @ (x - mx) ** 2
+    slope = float(weight @ ((x - mx) * (y - my)) / sxx) if sxx > 1e-12 else 0.0
+    return np.array([my - slope * mx, slope])
+
+
+def mean_log_wage(psi: NeighborFunction, answers: np.ndarray, sd: float) -> float:
+    """E[log w] over w > 0 under the NPMLE of psi(w) deconvolved from wage answers (sd ``sd``)."""
+    from gedp.postprocess.implicates import level_components
+
+    floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
+    prior = fit_mixture(answers, sd, *level_components(floor, float(answers.max()) + 3 * sd, sd, float(answers.min())))
+    paid = prior.means > floor
+    return float(np.log(psi.inverse(prior.means[paid])) @ prior.weights[paid] / prior.weights[paid].sum())
