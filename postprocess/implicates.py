@@ -148,7 +148,7 @@ class PosteriorModel:
 
     def _fit_wages(self, rows: np.ndarray, average: np.ndarray, rng: np.random.Generator) -> None:
         """Fit the wage priors of ``rows`` given their average employment (under the priors' size shift)."""
-        omega, sd = self.answers.wage[rows], self.answers.wage_sd
+        omega = self.answers.wage[rows]
         zero = average == 0
         self.zero_wage_answers = omega[zero]
         self.priors.zero_wage = self._zero_wage_prior(omega[zero], None, None) if zero.any() else None
