@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from bench_read_sort import REPEATS, cpu_seconds
 
-from gedp.engine import input_states, read_source
+from gedp.running.engine import input_states, read_source
 from gedp.synth.hierarchy import derive_industry_codes
 from gedp.synth.schema import CODE_WIDTHS, CONFIDENTIAL, normalize_code, validate_microdata
 

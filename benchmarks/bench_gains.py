@@ -22,9 +22,9 @@ import pandas as pd
 
 import gedp
 from gedp.config import load_config
-from gedp.gains import between_releases
 from gedp.postprocess.gains import gains_losses
 from gedp.synth.panel import quarter_range, synthesize_panel
+from gedp.tabulation.panel_gains import between_releases
 
 BY = "county,sector"
 KEYS = ["state", "county", "sector"]

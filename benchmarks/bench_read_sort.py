@@ -11,8 +11,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from gedp.engine import input_states, read_source, read_state
 from gedp.release.format import RELEASE_ORDER
+from gedp.running.engine import input_states, read_source, read_state
 from gedp.synth.io import sorted_by
 from gedp.synth.schema import CODE_WIDTHS, CONFIDENTIAL, normalize_code, validate_microdata
 

@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from gedp.engine import input_states, read_state
 from gedp.release.format import release_order
+from gedp.running.engine import input_states, read_state
 from gedp.synth.schema import CONFIDENTIAL
 
 REPEATS = 5

@@ -148,7 +148,8 @@ def protect_rows(sizes: list[int], national_states: int, work: Path, repeat: int
 #: Whole processes that measure start-up: Python alone, with the floor's pyarrow, with what
 #: `gedp protect` imports before it reads its input.
 STARTUPS = {"python": "pass", "python + pyarrow (the floor's start-up)": "import pyarrow.parquet",
-            "python + gedp protect's imports": "import gedp.cli, gedp.api, gedp.engine, gedp.lifetime, gedp.pipeline"}
+            "python + gedp protect's imports": "import gedp.cli, gedp.api, gedp.running.engine, "
+                                                 "gedp.running.recorded_release, gedp.running.state_pipeline"}
 
 
 def startup_line(repeat: int = 5) -> str:

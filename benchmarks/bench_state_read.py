@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-from gedp.engine import input_states, read_state
+from gedp.running.engine import input_states, read_state
 from gedp.synth.columns import CONFIDENTIAL
 
 path, state = sys.argv[1], sys.argv[2]

@@ -18,7 +18,7 @@ baseline of the L1 error ratio:
   infusion's own correlation next to it).
 
 gedp on jobs (``gedp_cells``): at each eps of the grid, releases of the same truth by the real pipeline
-(``gedp.pipeline.protect``) with the shipped job-frame plan (configs/jobs.yaml) on m1emp and the
+(``gedp.running.state_pipeline.protect``) with the shipped job-frame plan (configs/jobs.yaml) on m1emp and the
 ``worker`` family (sex x education), its budget shares kept and its total mu set so that the release
 is (eps, GDP_DELTA)-DP for one combined-psi neighbor step (``gedp_config``), which covers one worker's
 presence. One release answers every workload and ranking at once: Workload 1 from its protected
@@ -144,13 +144,13 @@ def gedp_seeds(seed: int, replications: int) -> list[int]:
 
 def gedp_cells(truth: pd.DataFrame, jobs: pd.DataFrame, config: Config, seed: int,
                keys: dict[str, pd.DataFrame]) -> dict[str, np.ndarray]:
-    """One gedp job-frame release of ``truth`` (``gedp.pipeline.protect``; PCG64 seeded, not for publication:
-    the stream ``gedp protect --seed`` gives a single state) tabulated on the cells ``keys`` of Workload 1
+    """One gedp job-frame release of ``truth`` (``gedp.running.state_pipeline.protect``; PCG64 seeded, not for
+    publication: the stream ``gedp protect --seed`` gives a single state) tabulated on the cells ``keys`` of Workload 1
     (protected m1emp) and Workload 2 (its protected job frame of GEDP_FAMILY); cells the release lacks are 0."""
     from gedp.measure.rng import make_rng, state_rng
-    from gedp.pipeline import protect
     from gedp.postprocess.jobframe import tabulate_jobs
     from gedp.postprocess.tabulate import tabulate
+    from gedp.running.state_pipeline import protect
 
     _, description = make_rng(seed)
     states = truth["state"].unique()
@@ -428,7 +428,8 @@ def _gedp_setup(report: Report, result: E6Result) -> None:
     report.section(
         "gedp on jobs at comparable budgets",
         f"At each eps, {result.gedp_replications} releases (seeds from --seed) by gedp's own pipeline "
-        "(gedp.pipeline.protect, as `gedp protect --jobs` runs it) of the same establishments and jobs: the shipped "
+        "(gedp.running.state_pipeline.protect, as `gedp protect --jobs` runs it) of the same establishments and jobs: "
+        "the shipped "
         f"`{GEDP_CONFIG}` plan (psi {psi.name}: "
         + ", ".join(f"{k} {v:g}" for k, v in psi.params().items() if k != "name")
         + f"; gamma {gamma:g}, {config.plan.workflow} workflow, "

@@ -66,13 +66,15 @@ class ManagerReport:
     summary: dict
 
     def write(self, out: str | Path) -> Path:
-        """Write the page to ``out`` and the summary beside it (``out``.json)."""
+        """Write the page to ``out`` and the summary beside it (``out``.json), each complete or not at all."""
         import json
 
+        from gedp.tabulation.output_files import write_atomically
+
         out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(self.html, encoding="utf-8")
-        out.with_name(out.name + ".json").write_text(json.dumps(self.summary, indent=2) + "\n", encoding="utf-8")
+        write_atomically(out, lambda path: path.write_text(self.html, encoding="utf-8"))
+        write_atomically(out.with_name(out.name + ".json"),
+                         lambda path: path.write_text(json.dumps(self.summary, indent=2) + "\n", encoding="utf-8"))
         return out
 
 

@@ -307,10 +307,10 @@ def attack_all(released: pd.DataFrame, training: pd.DataFrame, control: pd.DataF
 
 
 def protected_half(training: pd.DataFrame, config: Config, seed: int) -> pd.DataFrame:
-    """A gedp release of the training records (``gedp.pipeline.protect``, PCG64 seeded: the stream
+    """A gedp release of the training records (``gedp.running.state_pipeline.protect``, PCG64 seeded: the stream
     ``gedp protect --seed`` gives a single state): its protected microdata."""
     from gedp.measure.rng import state_rng
-    from gedp.pipeline import protect
+    from gedp.running.state_pipeline import protect
 
     states = training["state"].unique()
     rng = state_rng(seed, str(states[0])) if len(states) == 1 else np.random.default_rng(seed)

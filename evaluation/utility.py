@@ -16,6 +16,7 @@ release as if it were the truth) covers, which is what an analyst would read.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,17 +66,16 @@ class UtilityResult:
 def compute_utility(truth: pd.DataFrame, config: Config, *, replications: int, seed: int, data_label: str,
                     implicates: int = DEFAULT_IMPLICATES, on_step: Callable[[str], None] | None = None
                     ) -> UtilityResult:
-    """Protect ``truth`` ``replications`` times under ``config`` (as ``gedp protect``), and compute
-    the statistics on the truth, each point release and (when available) its implicates."""
-    import gedp
-
+    """Protect ``truth`` ``replications`` times under ``config`` (as ``gedp protect``, through the
+    release path), and compute the statistics on the truth, each point release and its implicates."""
     start = time.perf_counter()
     point, combined = [], []
     seeds = np.random.SeedSequence(seed).generate_state(replications)
     for r, release_seed in enumerate(seeds):
-        release = gedp.protect(truth, config, seed=int(release_seed), not_for_publication=True)
-        point.append(microdata_statistics(release.microdata))
-        combined.append(implicate_statistics(release, implicates, seed=int(release_seed)))
+        with tempfile.TemporaryDirectory(prefix="gedp-utility-") as folder:
+            release = ReleaseFolder.protected(truth, config, Path(folder) / "release", seed=int(release_seed))
+            point.append(microdata_statistics(release.microdata))
+            combined.append(implicate_statistics(release, implicates, seed=int(release_seed)))
         if on_step is not None:
             on_step(f"release {r + 1} of {replications}")
     drawn = None if any(c is None for c in combined) else combined
@@ -86,6 +86,33 @@ def compute_utility(truth: pd.DataFrame, config: Config, *, replications: int, s
                          time.perf_counter() - start, data_label)
 
 
+@dataclass(frozen=True)
+class ReleaseFolder:
+    """A release written by the release path (``gedp.running.recorded_release``), read as
+    ``gedp.Release`` reads it: its protected microdata and its implicates."""
+
+    folder: Path
+
+    @classmethod
+    def protected(cls, truth: pd.DataFrame, config: Config, folder: Path, *, seed: int) -> ReleaseFolder:
+        """A seeded release of ``truth`` (not for publication) written to ``folder``."""
+        from gedp.running.recorded_release import protect_recorded
+
+        protect_recorded(truth, config, folder, ledger=None, seed=seed)
+        return cls(folder)
+
+    @property
+    def microdata(self) -> pd.DataFrame:
+        from gedp.release.reader import read_stored
+
+        return read_stored(self.folder)
+
+    def implicates(self, m: int, seed: int | None = None) -> pd.DataFrame:
+        from gedp.release.implicates import implicates_in_memory
+
+        return implicates_in_memory(self.folder, m, seed=seed)
+
+
 def implicate_statistics(release: Any, m: int, seed: int) -> pd.DataFrame | None:
     """Every statistic combined over ``m`` implicates of ``release`` (``Release.implicates``, seeded
     with ``seed``): its keys, ``estimate``, ``lower`` and ``upper`` (Rubin's 95% interval, census:
@@ -94,7 +121,7 @@ def implicate_statistics(release: Any, m: int, seed: int) -> pd.DataFrame | None
     draw = getattr(release, "implicates", None)
     if draw is None or m < 2:
         return None
-    from gedp import combine
+    from gedp.postprocess.combine import combine
 
     drawn = draw(m, seed=seed)
     tables = [microdata_statistics(part.drop(columns="implicate"))

@@ -14,11 +14,24 @@ except metadata.PackageNotFoundError:  # running from a source tree without inst
     __version__ = "0+unknown"
 
 if TYPE_CHECKING:  # type checkers see the API's signatures; at run time it is imported on first use
-    from gedp.api import Release, combine, interval, load, plan, protect, read_release, report, synthesize
+    from gedp.api import (
+        Engine,
+        Input,
+        Ledger,
+        Release,
+        combine,
+        interval,
+        load,
+        plan,
+        protect,
+        read_release,
+        report,
+        synthesize,
+    )
 
 #: The public API (gedp.api), imported on first use so that `gedp --help` starts fast.
-__all__ = ["__version__", "Release", "combine", "interval", "load", "plan", "protect", "read_release", "report",
-           "synthesize"]
+__all__ = ["__version__", "Engine", "Input", "Ledger", "Release", "combine", "interval", "load", "plan", "protect",
+           "read_release", "report", "synthesize"]
 _API = frozenset(__all__) - {"__version__"}
 
 

@@ -19,38 +19,37 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from gedp.config import Config, load_config, parse_config
+from gedp.config import Config, resolve_config
 from gedp.configs import DEFAULT_CONFIG
-from gedp.engine import Source, scheduler_access
 from gedp.errors import InputError
-from gedp.lifetime import ledger_request, protect_recorded
 from gedp.measure.rng import check_publication
-from gedp.panel import is_panel, protect_panel, tabulate_panel
+from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, read_stored, release_answers, release_families, release_parts
+from gedp.release.reader import read_manifest, read_stored, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
+from gedp.running.engine import Source, engine_access
+from gedp.running.panel_protect import is_panel, protect_panel
+from gedp.running.recorded_release import protect_recorded, requested_ledger
 from gedp.synth.intake import prepare_input
+from gedp.tabulation.job_frame_tables import read_job_frame, tabulate_job_frame
+from gedp.tabulation.output_files import check_output_file
+from gedp.tabulation.panel_tables import tabulate_panel
 
 if TYPE_CHECKING:
     from gedp.postprocess.combine import Combined
 
-__all__ = ["Release", "combine", "interval", "load", "plan", "protect", "read_release", "report", "synthesize",
-           "tabulate_job_frame"]
+__all__ = ["Engine", "Input", "Ledger", "Release", "combine", "interval", "load", "plan", "protect", "read_release",
+           "report", "synthesize", "tabulate_job_frame"]
 
 
 def load(config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, workflow: str | None = None,
-         allow_large_mu: bool = False) -> Config:
+         allow_large_mu: bool = False, integer: bool | None = None) -> Config:
     """A config from a shipped name ("recommended", the default), a YAML path, a mapping with the YAML's keys, or a
-    Config; ``workflow`` ("pnc" or "psi") overrides the config's. A query's mu above
-    ``gedp.mu_limits.MAX_QUERY_MU`` is refused unless ``allow_large_mu``."""
-    if isinstance(config, Config):
-        loaded = config
-    elif isinstance(config, Mapping):
-        loaded = parse_config(dict(config), source="<dict>", allow_large_mu=allow_large_mu)
-    else:
-        loaded = load_config(config, allow_large_mu=allow_large_mu)
-    return loaded if workflow is None else loaded.with_workflow(workflow)
+    Config; ``workflow`` ("pnc" or "psi") overrides the config's, ``integer`` its rounding to whole numbers
+    (controlled rounding). A query's mu above ``gedp.accounting.mu_limits.MAX_QUERY_MU`` is refused unless
+    ``allow_large_mu``."""
+    return resolve_config(config, workflow, allow_large_mu, integer)
 
 
 def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, establishments: int | None = None,
@@ -90,61 +89,54 @@ def plan(published_qcew: str | Path, out: str | Path | None = None, *, mu_total:
     return result
 
 
+@accepts_legacy_keywords
 def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, *,
-            workflow: str | None = None, seed: int | None = None, not_for_publication: bool = False,
-            engine: str = "local", scheduler: str | None = None, integer: bool | None = None,
-            jobs: Source | None = None, ledger: str | Path | None = None, lifetime_cap: float | None = None,
-            dataset_id: str | None = None, allow_large_mu: bool = False, security: Any = None,
-            insecure_scheduler: bool = False, columns: Mapping[str, str] | None = None,
-            pad_codes: bool = False, annual_cap: float | None = None, processes: int | None = None,
-            allow_over_cap: bool = False) -> Release:
+            seed: int | None = None, not_for_publication: bool = False, ledger: Ledger | None = None,
+            engine: Engine | None = None, input: Input | None = None, allow_over_cap: bool = False) -> Release:
     """Protect establishment microdata (a DataFrame, a CSV or Parquet file, or a folder of Parquet
-    parts) state by state; returns the release, held in a temporary folder until ``write``.
-    ``integer`` overrides the config's rounding to whole numbers (controlled rounding). ``jobs``: the
-    job table (DataFrame or file) of a config with job families (e.g. "jobs"). Column names as
-    agencies have them (``month1_emplvl``, ``cnty``, ...) are recognized; ``columns`` maps others
-    (``{"ruid": "estab_id"}``), and ``pad_codes`` zero-pads codes that lost their leading zeros
-    (see ``gedp.synth.intake``: a file's problems are reported all at once).
+    parts) state by state; returns the release, held in a temporary folder until ``write``. ``config``:
+    a shipped name, a YAML path, a mapping or a ``Config`` (``gedp.load(config, workflow=...,
+    integer=..., allow_large_mu=...)`` to change its workflow, its rounding to whole numbers or its
+    limit on mu). ``input``: how the input is read (``gedp.Input``: the agency's column names, zero
+    padding of codes, the job table of a config with job families).
 
     Noise comes from the secure generator; ``seed`` gives a replayable stream and needs
     ``not_for_publication=True`` (the release then says ``"publishable": false``).
 
-    ``ledger``: the lifetime budget ledger (a JSON file) that records the release, as ``gedp protect
-    --ledger`` does: the release is refused before any noise is drawn when it would take the dataset
-    (its records, or ``dataset_id``) over its ``lifetime_cap`` (needed the first time), and committed
-    in the ledger once complete; the manifest's ``lifetime`` section shows the spending. ``annual_cap``
-    caps any 4 consecutive quarters, by the input's ``year`` and ``qtr``.
+    ``ledger`` (``gedp.Ledger``): the lifetime budget ledger that records the release, as ``gedp
+    protect --ledger`` does: refused before any noise is drawn when it would take the dataset over
+    its lifetime or annual cap, committed once complete; the manifest's ``lifetime`` section shows the
+    spending.
 
     An input of several quarters (``year`` and ``qtr`` columns: a panel, ``gedp.synth.panel``) is
-    protected quarter by quarter into one panel release (``gedp.panel``; with ``ledger``, reserved
-    as one release of all its quarters before any noise is drawn); tabulate it with ``quarter``,
-    ``change`` or ``gains_losses``. A panel whose quarters together spend more than the config's
-    ``mu_cap`` (sqrt(quarters) x a quarter's mu, for an establishment in every quarter) is refused
-    unless ``allow_over_cap=True``.
+    protected quarter by quarter into one panel release (``gedp.running.panel_protect``; with
+    ``ledger``, reserved as one release of all its quarters before any noise is drawn); tabulate it
+    with ``quarter``, ``change`` or ``gains_losses``. A panel whose quarters together spend more than
+    the config's ``mu_cap`` (sqrt(quarters) x a quarter's mu, for an establishment in every quarter) is
+    refused unless ``allow_over_cap=True``.
 
-    ``engine="dask"`` runs on a built-in local cluster (loopback only, TLS with keys made for the
-    run), or on an existing ``scheduler``: a ``tls://`` address with ``security`` (a
-    ``distributed.security.Security``), unless ``insecure_scheduler`` (warned on stderr). With the
-    local engine, ``processes`` worker processes protect the states of a multi-state input, as
-    ``gedp protect --processes`` (None: one per usable CPU and per 100,000 rows; 1: one after the other).
+    ``engine`` (``gedp.Engine``): local worker processes (the default) or a dask cluster, built in
+    (loopback only, TLS with keys made for the run) or existing (``tls://`` with credentials).
+    The keywords of gedp 0.x (``lifetime_cap=``, ``scheduler=``, ``jobs=``, ``workflow=``, ...) still
+    work, with a DeprecationWarning.
     """
+    engine, input = engine or Engine(), input or Input()
     check_publication(seed, None, not_for_publication)
-    access = scheduler_access(scheduler, security, insecure_scheduler)
-    request = ledger_request(ledger, lifetime_cap, dataset_id, not_for_publication, annual_cap)
-    loaded = load(config, workflow, allow_large_mu)
-    if integer is not None:
-        loaded = loaded.with_integer(integer)
-    microdata = prepare_input(microdata, columns=columns, pad_codes=pad_codes, attributes=loaded.attributes)
+    access = engine_access(engine)
+    request = requested_ledger(ledger, not_for_publication)
+    loaded = load(config)
+    microdata = prepare_input(microdata, columns=input.columns, pad_codes=input.pad_codes,
+                              attributes=loaded.attributes)
     holder = tempfile.TemporaryDirectory(prefix="gedp-release-")
     folder = Path(holder.name) / "release"
-    if is_panel(microdata):  # several quarters: a panel release (gedp.panel)
-        if jobs is not None:
+    if is_panel(microdata):  # several quarters: a panel release (gedp.running.panel_protect)
+        if input.jobs is not None:
             raise InputError("a job table goes with a release of one quarter, not a panel")
-        protect_panel(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
-                      processes=processes, allow_over_cap=allow_over_cap)
+        protect_panel(microdata, loaded, folder, ledger=request, seed=seed, engine=engine.name, scheduler=access,
+                      processes=engine.processes, allow_over_cap=allow_over_cap)
     else:
-        protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine, scheduler=access,
-                         jobs=jobs, processes=processes)
+        protect_recorded(microdata, loaded, folder, ledger=request, seed=seed, engine=engine.name, scheduler=access,
+                         jobs=input.jobs, processes=engine.processes)
     return Release(folder, holder)
 
 
@@ -158,6 +150,8 @@ def report(release: str | Path | Release, out: str | Path | None = None, *,
     from gedp.evaluation.manager_report import build_report
     from gedp.synth.qcew import read_qcew
 
+    if out is not None:  # refused before the page is built
+        check_output_file(Path(out))
     folder = release.folder if isinstance(release, Release) else Path(release)
     agency = None if published is None else read_qcew(published)
     page = build_report(folder, agency, None if published is None else Path(published).name)
@@ -240,7 +234,7 @@ class Release:
         levels) or ``change`` ("2016Q1:2017Q1": ``<attribute>_chg``, ``_chg_moe``, ``_pct_chg``
         of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
         BLS's ``oty_`` columns), or ``gains_losses`` ("2016Q1:2016Q2": gross job gains and losses by
-        ``by``, raw and corrected, with margins when ``moe``), see ``gedp.panel.tabulate_panel``."""
+        ``by``, raw and corrected, with margins when ``moe``), see ``gedp.tabulation.panel_tables.tabulate_panel``."""
         from gedp.postprocess.keys import has_derived
 
         if has_derived(by) and change is None and gains_losses is None:
@@ -307,32 +301,6 @@ class Release:
                 target = staging / entry.name
                 (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, target)
         return out
-
-
-def read_job_frame(folder: str | Path) -> pd.DataFrame:
-    """A release's protected job frame; InputError when the release has none."""
-    if not release_families(folder):
-        raise InputError(f"release '{folder}' has no job frame (protect with --jobs and a config with job families)")
-    return read_stored(folder, JOBS_FILE)
-
-
-def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Sequence[str], *,
-                       where: str | None = None, moe: bool = False, level: float = 0.95) -> pd.DataFrame:
-    """Protected jobs of a release's job frame by establishment and worker columns (``by``), over
-    the establishments matching ``where``, with margins of error ``jobs_moe`` (``moe``); see
-    ``postprocess.jobframe.tabulate_jobs``."""
-    from gedp.postprocess.jobframe import tabulate_jobs
-    from gedp.postprocess.keys import by_columns
-
-    keys = by_columns(by)
-    jobs = read_job_frame(folder)
-    if moe and not 0 < level < 1:
-        raise InputError(f"level ({level}) must be between 0 and 1")
-    try:
-        return tabulate_jobs(protected, jobs, release_families(folder), keys, where=where, moe=moe, level=level,
-                             answers=release_answers(folder, protected) if moe else None)
-    except ValueError as err:
-        raise InputError(str(err)) from None
 
 
 def combine(estimates: Any, variances: Any = None) -> Combined:

@@ -18,21 +18,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gedp import configs
+import gedp.configs as configs
+from gedp.accounting.mu_limits import DEFAULT_MU_CAP, MAX_STATED_MU, check_query_mus
 from gedp.errors import ConfigError
 from gedp.measure.combined import combined_psi
 from gedp.measure.jobframe import EMPLOYMENT, JobPlan
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
-from gedp.mu_limits import DEFAULT_MU_CAP, MAX_STATED_MU, check_query_mus
 from gedp.postprocess.wages import WAGE_METHODS
 from gedp.postprocess.wls import RELEASE_VARIANCE_MODES, SOLVERS, VARIANCE_MODES
 from gedp.synth.schema import CONFIDENTIAL, PUBLIC, shown
@@ -361,3 +361,17 @@ def load_config(name_or_path: str | Path, allow_large_mu: bool = False) -> Confi
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise ConfigError(f"config {path}: not valid YAML {_yaml_problem(err)}") from None
     return parse_config(raw, str(path), allow_large_mu)
+
+
+def resolve_config(config: str | Path | Mapping[str, Any] | Config = configs.DEFAULT_CONFIG,
+                   workflow: str | None = None, allow_large_mu: bool = False, integer: bool | None = None) -> Config:
+    """A config from a shipped name, a YAML path, a mapping with the YAML's keys, or a Config, with its
+    workflow and rounding overridden when given (``gedp.load``)."""
+    if isinstance(config, Config):
+        loaded = config
+    elif isinstance(config, Mapping):
+        loaded = parse_config(dict(config), source="<dict>", allow_large_mu=allow_large_mu)
+    else:
+        loaded = load_config(config, allow_large_mu=allow_large_mu)
+    loaded = loaded if workflow is None else loaded.with_workflow(workflow)
+    return loaded if integer is None else loaded.with_integer(integer)

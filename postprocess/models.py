@@ -27,7 +27,7 @@ import pandas as pd
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import Groupings
-from gedp.postprocess import wages
+from gedp.postprocess import wage_margins, wages
 from gedp.postprocess.attributes import MONTHS, WAGE, WAGE_PRIOR
 from gedp.postprocess.months import month_answers, pattern_cells
 from gedp.postprocess.structured import GroupFactorizations
@@ -192,20 +192,20 @@ class WageModel(_ModelOf):
     def variances(self, protected: pd.DataFrame) -> VarianceFunction:
         """The wage fit's variances (the fit made once, here; slope 0)."""
         fit = wages.fit_wages(self.answers_by_attribute, protected, self.psi)
-        return WageVariances(fit, wages.wage_factorizations(fit))
+        return WageVariances(fit, wage_margins.wage_factorizations(fit))
 
 
 @dataclass(frozen=True, eq=False)
 class WageVariances:
     """The variances of tabulation cells of wages from the wage fit (slope 0), with the factorizations
-    every tabulation's variances use (``wages.wage_factorizations``; None: made for each)."""
+    every tabulation's variances use (``wage_margins.wage_factorizations``; None: made for each)."""
 
     fit: wages.WageFit
     kept: GroupFactorizations | None = None
 
     def __call__(self, tab_codes: np.ndarray, n_tab: int) -> CellVariances:
-        """The variances of the cells of one tabulation (``wages.wage_variances``)."""
-        return CellVariances(wages.wage_variances(self.fit, tab_codes, n_tab, self.kept), np.zeros(n_tab))
+        """The variances of the cells of one tabulation (``wage_margins.wage_variances``)."""
+        return CellVariances(wage_margins.wage_variances(self.fit, tab_codes, n_tab, self.kept), np.zeros(n_tab))
 
 
 def attribute_models(answers_by_attribute: Answers, public: pd.DataFrame | None,

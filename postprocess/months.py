@@ -74,11 +74,11 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from gedp.cpus import usable_cpus
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.attributes import MONTHS
+from gedp.postprocess.cpus import usable_cpus
 
 #: Variance modes that turn the months' identity answers before the least squares (``month_answers``).
 MONTH_MODES = ("smoothed", "pooled")
@@ -144,7 +144,7 @@ def row_means(values: np.ndarray) -> np.ndarray:
 
 def on_threads(tasks: Sequence[Callable[[], T]]) -> list[T]:
     """Each task's result, in order, the tasks run on as many threads as this process has processors
-    (``gedp.cpus.usable_cpus``): for tasks of large numpy steps (which release the GIL) that write
+    (``gedp.postprocess.cpus.usable_cpus``): for tasks of large numpy steps (which release the GIL) that write
     disjoint parts of any array they share (e.g. their own rows). Each computes what it would alone
     (no random draws inside); the first exception, in the tasks' order, is raised here once all are
     done."""

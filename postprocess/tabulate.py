@@ -177,12 +177,24 @@ def kernel_sums(block: np.ndarray, codes: np.ndarray, n_groups: int) -> list[np.
     """The sums of each row of ``block`` (columns x establishments) by group, as the pandas installed
     sums a block: for codes in order and no NaN, ``np.add.reduceat``; else its compensated group sum."""
     if np.all(codes[1:] >= codes[:-1]) and not (block.dtype.kind == "f" and np.isnan(block).any()):
-        return list(np.add.reduceat(block, np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]), axis=1))
+        return list(ordered_sums(block, np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])))
+    return list(compensated_sums(block, codes, n_groups))
+
+
+def ordered_sums(block: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The sums of each row of ``block`` (columns x establishments) over the runs of establishments
+    beginning at ``starts`` (``kernel_sums`` of codes in order): columns x runs."""
+    return np.add.reduceat(block, starts, axis=1)
+
+
+def compensated_sums(block: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """pandas' compensated sums of each row of ``block`` by group (``kernel_sums`` of codes in any
+    order): columns x groups, each group's sum over its establishments in order."""
     out = np.full((n_groups, len(block)), np.nan if block.dtype.kind == "f" else 0, dtype=block.dtype)
     libgroupby.group_sum(out=out, counts=np.zeros(n_groups, dtype=np.int64), values=block.T,
                          labels=codes.astype(np.intp, copy=False), mask=None, result_mask=None, min_count=0,
                          is_datetimelike=False, initial=0)
-    return list(out.T)
+    return out.T
 
 
 @functools.cache

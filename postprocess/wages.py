@@ -54,8 +54,13 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
 
 Why this is postprocessing (no privacy cost): its inputs are released answers, public attributes and
 protected employment (itself postprocessing of released answers), and the constants below are fixed
-in the code, not read from confidential data. The margins of error (``wage_variances``) recompute
-the same fit from a release's files.
+in the code, not read from confidential data. The margins of error (``wage_margins.wage_variances``)
+recompute the same fit from a release's files.
+
+This module holds the fit (its constants, the moments' spreads, the passes, the checked result); its
+parts live beside it: ``wage_layout`` (the model's cells and where the rates sit), ``wage_rates`` (the
+shared rates' system and its solve), ``wage_shares`` (step 4's shares) and ``wage_margins`` (the
+tabulations' margins of error).
 """
 
 from __future__ import annotations
@@ -67,7 +72,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import scipy.linalg
 import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
@@ -77,28 +81,25 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
-from gedp.postprocess.structured import (
-    FORM_ENTRIES,
-    CellGroups,
-    CellOperator,
-    GroupFactorizations,
-    cell_to_group_matrix,
-    one_blas_thread,
-    pinned_at_zero,
-    solve_nested,
+from gedp.postprocess.structured import one_blas_thread, solve_nested
+from gedp.postprocess.wage_layout import ModelCells, ThetaLayout, establishment_counties, model_cells, theta_layout
+from gedp.postprocess.wage_rates import (
+    RateBlock,
+    SharedRates,
+    cells_inside,
+    prior_precision,
+    rate_system_blocks,
+    solve_rates,
 )
+from gedp.postprocess.wage_shares import share_cells
 from gedp.postprocess.wls import LinearSystem, WLSResult, build_system, checked_result, system_structure
 from gedp.synth.schema import public_columns
 
 #: How wages are postprocessed: "employment" (this module; the default when it applies) or "wls"
 #: (the plain weighted least squares, ``postprocess.wls``).
 WAGE_METHODS = ("employment", "wls")
-#: The query whose groups get their own wage per employee, and the parent it is pooled toward.
+#: The query whose groups get their own wage per employee (pooled toward a NAICS-3 parent rate).
 RATE_QUERY = ("state", "naics5")
-PARENT_DIGITS = 3
-#: The finest industry: the model's cells are the plan's cells split by it (county x NAICS-6), and a
-#: NAICS-5 industry with several of them gives each its own rate around the NAICS-5 rate.
-DETAIL = "naics"
 #: Bounds of the relative spread of a cell's wage per employee around its industry's rate
 #: (estimated by moments per state).
 CELL_SPREAD_BOUNDS = (0.1, 1.0)
@@ -127,16 +128,6 @@ EMPLOYMENT_FLOOR = 0.5
 WAGE_FLOOR = 0.05
 #: Fits of the cell totals (rates refreshed from the previous fit).
 PASSES = 3
-#: Bisection steps of the shares (then solved exactly on the final free set).
-SHARE_STEPS = 100
-#: Steps between the checks for cells whose free set is settled (a check costs about two steps; at
-#: 1.4M establishments every cell had stopped after 28 steps rather than 75).
-SETTLE_EVERY = 4
-#: Brackets with an end beyond this are bisected to the end, as before the check existed.
-MAX_SETTLED = 2.0**1022
-#: The bisection drops the establishments of cells that stopped moving once they are this share of
-#: those it sums (each drop copies the rest: dropping a few at every step costs more than summing them).
-COMPACT_SHARE = 0.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,89 +153,7 @@ class WageFit:
     @property
     def groups(self) -> sp.csr_matrix:
         """Groups x cells (each cell in the groups of its plan cell)."""
-        return (self.coarse_groups @ _inside(self.coarse_cells, self.coarse_groups.shape[1])).tocsr()
-
-
-@dataclass(frozen=True, eq=False)
-class SharedRates:
-    """The industry rates as latent variables of the cell-level least squares (steps 2-3).
-
-    theta = (the NAICS-5 rates, the NAICS-3 parent rates, the county offsets). ``links`` (cells x
-    theta) holds E_c / vp_c at each cell's rate and county offset (the Hessian's cross term is
-    -links); ``precision`` is theta's own block of the Hessian; ``blocks`` holds, per state, its theta
-    indices and the Cholesky factor of the Schur complement M = precision - links' K^-1 links (K: the
-    Hessian's cell block).
-    """
-
-    links: sp.csr_matrix
-    precision: sp.csr_matrix
-    blocks: tuple[tuple[np.ndarray, tuple], ...]
-
-    def correlated_forms(self, operator: CellsInPlanCells, p: sp.csc_matrix) -> np.ndarray:
-        """z' M^-1 z with z = links' K^-1 g for every column of p = D g (K^-1 g = (I + D M_c)^-1 p, the
-        cell operator's solve): what the rates' uncertainty adds to the variance of each tabulation g' t
-        (Woodbury), a few columns at a time."""
-        out = np.zeros(p.shape[1])
-        step = max(1, FORM_ENTRIES // max(self.links.shape[1], 1))
-        for start in range(0, p.shape[1], step):
-            z = operator.left_solve(self.links, p[:, start:start + step])
-            for index, (factor, lower) in self.blocks:
-                # z' M^-1 z = |L^-1 z|^2 with M = L L' (one triangular solve, not cho_solve's two)
-                half = scipy.linalg.solve_triangular(factor, z[index], trans=0 if lower else 1, lower=lower,
-                                                     check_finite=False)
-                out[start:start + step] += np.sum(half**2, axis=0)
-        return out
-
-
-class CellsInPlanCells:
-    """``CellOperator`` one level down: solves (I + S A' M A) t = p for the model's cells, each inside
-    one of the plan's cells (A: plan cells x cells, 0/1; M = C' W C over the plan's cells), through the
-    plan-level operator at S_c = A S A' (push-through: A' M A (I + S A' M A)^-1 = A' M (I + S_c M)^-1 A,
-    and M (I + S_c M)^-1 = S_c^-1 (I - (I + S_c M)^-1) on the rows with S_c > 0). The groups' system
-    keeps its size: the plan's cells, not the model's finer ones."""
-
-    def __init__(self, c: sp.csr_matrix, w: np.ndarray, s: np.ndarray, coarse_cells: np.ndarray,
-                 kept: GroupFactorizations | None = None):
-        self._setup(CellGroups.split(c, w), _inside(coarse_cells, c.shape[1]), s, kept)
-
-    @classmethod
-    def at(cls, groups: CellGroups, inside: sp.csr_matrix, s: np.ndarray) -> CellsInPlanCells:
-        """The operator of the plan's ``groups`` (split already) and the cells ``inside`` the plan's
-        (``_inside``) at the cells' variances S: callers with one layout and several S build those once."""
-        operator = cls.__new__(cls)
-        operator._setup(groups, inside, s, None)
-        return operator
-
-    def _setup(self, groups: CellGroups, inside: sp.csr_matrix, s: np.ndarray,
-               kept: GroupFactorizations | None) -> None:
-        self.a, self.s = inside, s
-        coarse_s = self.a @ s
-        self.coarse = CellOperator.at(groups, coarse_s, kept)
-        self.inverse = np.divide(1.0, coarse_s, out=np.zeros(len(coarse_s)), where=coarse_s > 0)
-        self._last_left: tuple | None = None  # (left, its coarse_left) of the last left_solve
-
-    def _coarse_left(self, left: sp.spmatrix) -> sp.csc_matrix:
-        """S_c^-1 A S left, kept for the last ``left`` (callers solve several p with one left)."""
-        if self._last_left is None or self._last_left[0] is not left:
-            self._last_left = (left, (sp.diags(self.inverse) @ self.a @ sp.diags(self.s) @ left).tocsc())
-        return self._last_left[1]
-
-    def left_solve(self, left: sp.spmatrix, p: sp.spmatrix) -> np.ndarray:
-        """left' (I + S A' M A)^-1 p, dense (columns of left x columns of p)."""
-        coarse_p = (self.a @ p).tocsc()
-        coarse_left = self._coarse_left(left)
-        return ((left.T @ p).toarray() - (coarse_left.T @ coarse_p).toarray()
-                + self.coarse.left_solve(coarse_left, coarse_p))
-
-    def forms_after_solve(self, p: sp.spmatrix) -> np.ndarray:
-        """p_T' A' M A (I + S A' M A)^-1 p_T for every column p_T of ``p`` (cells x tabulations)."""
-        return self.coarse.forms_after_solve((self.a @ p).tocsc())
-
-
-def _inside(coarse_cells: np.ndarray, n_coarse: int) -> sp.csr_matrix:
-    """A: plan cells x cells, 1 where the cell lies in the plan cell."""
-    n_cells = len(coarse_cells)
-    return sp.csr_matrix((np.ones(n_cells), (coarse_cells, np.arange(n_cells))), shape=(n_coarse, n_cells))
+        return (self.coarse_groups @ cells_inside(self.coarse_cells, self.coarse_groups.shape[1])).tocsr()
 
 
 def applies(answers: Sequence[NoisyAnswer], attribute: str, protected_attributes: Sequence[str]) -> bool:
@@ -287,106 +196,6 @@ def _squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, n_
     return np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0)
 
 
-@dataclass(frozen=True, eq=False)
-class _RateBlock:
-    """One block of the rates' system (``_solve_rates``; a state's, when every query groups by state):
-    its cells, its entries in theta, its plan's groups and the cells inside its plan's cells."""
-
-    cells: np.ndarray
-    index: np.ndarray
-    groups: CellGroups
-    inside: sp.csr_matrix
-
-
-def _rate_blocks(c: sp.csr_matrix, w: np.ndarray, cell_state: np.ndarray, coarse_cells: np.ndarray,
-                 theta_state: np.ndarray) -> tuple[_RateBlock, ...]:
-    """The blocks of the rates' system (``c`` over the plan's cells, ``coarse_cells`` each cell's): one
-    per state when every query groups by state (the shipped plans), otherwise one for all states. Made
-    once per fit: every pass solves the same blocks at other variances."""
-    coarse_state = np.zeros(c.shape[1], dtype=np.int64)
-    coarse_state[coarse_cells] = cell_state
-    row_state = coarse_state[c.indices[c.indptr[:-1]]]
-    if np.any(coarse_state[c.indices] != np.repeat(row_state, np.diff(c.indptr))):  # a query across states
-        cell_state, coarse_state, row_state, theta_state = (
-            np.zeros_like(codes) for codes in (cell_state, coarse_state, row_state, theta_state))
-    blocks = []
-    for state in range(int(cell_state.max()) + 1):
-        cells, rows = np.flatnonzero(cell_state == state), np.flatnonzero(row_state == state)
-        coarse = np.flatnonzero(coarse_state == state)
-        blocks.append(_RateBlock(cells, np.flatnonzero(theta_state == state),
-                                 CellGroups.split(c[rows][:, coarse], w[rows]),
-                                 _inside(np.searchsorted(coarse, coarse_cells[cells]), len(coarse))))
-    return tuple(blocks)
-
-
-def _solve_rates(rate_blocks: Sequence[_RateBlock], cell_variance: np.ndarray, links: sp.csr_matrix,
-                 precision: sp.csr_matrix, right: np.ndarray, rate_prior: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, tuple]:
-    """The rates theta of the joint least squares with the cell totals unconstrained, their posterior
-    variances, and the per-block factors (``SharedRates.blocks``).
-
-    Eliminating the cells (t = K^-1 (right + links theta)) leaves M theta = links' K^-1 right +
-    rate_prior, M = precision - links' K^-1 links; links' K^-1 x = links' (I + D M_c)^-1 D x comes
-    from the cell operator (``CellsInPlanCells.left_solve``: sparse products and the multi-cell groups'
-    G^-1) with D = ``cell_variance``. K is block diagonal by the ``rate_blocks`` (``_rate_blocks``):
-    one small dense system per block.
-    """
-    theta, variance, blocks = np.zeros(len(rate_prior)), np.zeros(len(rate_prior)), []
-    for block in rate_blocks:
-        cells, index = block.cells, block.index
-        operator = CellsInPlanCells.at(block.groups, block.inside, cell_variance[cells])
-        link, variance_of = _part(links, cells, index).tocsc(), sp.diags(cell_variance[cells])
-        factor = scipy.linalg.cho_factor(_part(precision, index, index).toarray()
-                                         - operator.left_solve(link, variance_of @ link))
-        link_right = operator.left_solve(link, sp.csc_matrix(variance_of @ right[cells][:, None]))[:, 0]
-        theta[index] = scipy.linalg.cho_solve(factor, link_right + rate_prior[index])
-        variance[index] = np.diag(scipy.linalg.lapack.dpotri(*factor)[0])  # diag of M^-1 from its Cholesky factor
-        blocks.append((index, factor))
-    return theta, variance, tuple(blocks)
-
-
-def _part(matrix: sp.csr_matrix, rows: np.ndarray, columns: np.ndarray) -> sp.csr_matrix:
-    """matrix[rows][:, columns] for sorted distinct ``rows`` and ``columns``: the matrix itself (no copy)
-    where they are all its rows and columns (one block: a fit of one state)."""
-    if len(rows) == matrix.shape[0] and len(columns) == matrix.shape[1]:
-        return matrix
-    return matrix[rows][:, columns]
-
-
-def _prior_precision(children: np.ndarray, parents: np.ndarray, edge_variance: np.ndarray,
-                     own_variance: np.ndarray) -> sp.csr_matrix:
-    """The priors' part of the Hessian over theta = (rates, parent rates, county offsets, detail
-    rates): (theta_i - theta_j)^2 / v for each edge (a rate and its parent rate, a detail rate and
-    its NAICS-5 rate), and theta_i^2 / own_i for the parents' vague priors and the county offsets
-    (inf: no own prior)."""
-    n_theta = len(own_variance)
-    inverse = 1.0 / edge_variance
-    diagonal = (1.0 / own_variance + np.bincount(children, weights=inverse, minlength=n_theta)
-                + np.bincount(parents, weights=inverse, minlength=n_theta))
-    return sp.csr_matrix((np.concatenate([diagonal, -inverse, -inverse]),
-                          (np.concatenate([np.arange(n_theta), children, parents]),
-                           np.concatenate([np.arange(n_theta), parents, children]))), shape=(n_theta, n_theta))
-
-
-def _detail_cells(groupings: Groupings, cell_codes: np.ndarray, rate_codes: np.ndarray,
-                  n_rates: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The model's cells: the plan's cells split by the finest industry (DETAIL), each
-    establishment's new cell code; and per detail rate (a DETAIL industry of a state whose NAICS-5
-    rate group holds several), its rate group; and each establishment's detail rate (-1: none, its
-    NAICS-5 group has one DETAIL industry)."""
-    if DETAIL not in groupings.public:
-        return cell_codes, np.zeros(0, dtype=np.int64), np.full(len(cell_codes), -1)
-    detail = groupings((DETAIL,)).codes  # sorted: numbering independent of the row order
-    radix = int(detail.max()) + 1
-    cells = pd.factorize(cell_codes * radix + detail, sort=True)[0]
-    industry, keys = pd.factorize(rate_codes * radix + detail, sort=True)  # as np.unique's inverse, by hashing
-    group = keys // radix
-    several = np.bincount(group, minlength=n_rates)[group] > 1
-    node = np.full(len(keys), -1)
-    node[several] = np.arange(np.count_nonzero(several))
-    return cells, group[several], node[industry]
-
-
 def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray, establishment_detail: np.ndarray,
                    detail_group: np.ndarray, rate: np.ndarray, rate_variance: np.ndarray, rate_state: np.ndarray,
                    n_states: int) -> np.ndarray:
@@ -407,32 +216,6 @@ def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray
     return np.maximum(spread2, MIN_RATE_SPREAD**2)[detail_state]
 
 
-def _cell_counties(groupings: Groupings, cell_codes: np.ndarray, n_cells: int) -> np.ndarray | None:
-    """Each cell's county (state and county code), or None when the input has no county column or
-    a cell spans several counties (a plan whose finest grouping is not within counties)."""
-    if "county" not in groupings.public:
-        return None
-    county = _county_codes(groupings)
-    first, last = np.full(n_cells, county.max() + 1), np.full(n_cells, -1)
-    np.minimum.at(first, cell_codes, county)
-    np.maximum.at(last, cell_codes, county)
-    if np.any(first != last):
-        return None
-    return pd.factorize(first)[0]
-
-
-def _county_codes(groupings: Groupings) -> np.ndarray:
-    """Each establishment's county (state and county), numbered in order of first appearance (as the
-    texts "state/county" were numbered; validated codes are digits, never missing)."""
-    return _first_appearance(groupings, ("state", "county"))
-
-
-def _first_appearance(groupings: Groupings, by: tuple[str, ...]) -> np.ndarray:
-    """Each establishment's group of ``by``, numbered in order of first appearance (pd.factorize's
-    numbering of the key values), from the shared grouping's codes."""
-    return pd.factorize(groupings(by).codes)[0]
-
-
 def _county_spread(cell_county: np.ndarray | None, county_state: np.ndarray, cell_state: np.ndarray,
                    cell_employment: np.ndarray, totals: np.ndarray, noise: np.ndarray, expected: np.ndarray,
                    state_rate: np.ndarray) -> np.ndarray:
@@ -451,202 +234,12 @@ def _county_spread(cell_county: np.ndarray | None, county_state: np.ndarray, cel
     return np.maximum(spread2, (MIN_COUNTY_SPREAD * state_rate) ** 2)[county_state]
 
 
-def share_cells(totals: np.ndarray, cell_codes: np.ndarray, target: np.ndarray, variance: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """x = argmin sum_j (x_j - target_j)^2 / variance_j over x >= 0 with every cell adding up to its total.
-
-    x_j = max(0, target_j + variance_j lambda_c); lambda_c by bisection per cell, then exactly on the
-    final free set. Returns x and the free set (x_j > 0 or in a cell of positive total).
-
-    A cell whose bracket a step left unchanged would stay unchanged (each step is a function of the
-    cell's own bracket), and a cell whose free set is the same at both ends of its bracket has the
-    free set it would end with (``_free_set_settled``, checked every SETTLE_EVERY steps): either
-    stops, so later steps sum only over the establishments of cells still moving: the
-    stopped cells' establishments are dropped once they are at least COMPACT_SHARE of those summed
-    (their sums meanwhile are not used). The establishments are grouped by cell once (in their order
-    within a cell), so each step's sums are ``_run_sums`` of contiguous runs: the same sums, in the
-    same order, as ``np.bincount``.
-    """
-    n_cells = len(totals)
-    order = np.argsort(cell_codes, kind="stable")  # each cell's establishments together, in their order
-    counts = np.bincount(cell_codes, minlength=n_cells)  # the moving cells' establishments (0: stopped)
-    moving_target, moving_variance = target[order], variance[order]  # of the moving cells' establishments
-    low, high = _run_extremes(-moving_target / moving_variance, counts)  # x_j > 0 exactly when lambda > -t_j / v_j
-    spare = totals - np.bincount(cell_codes, weights=target, minlength=n_cells)
-    summed = np.bincount(cell_codes, weights=variance, minlength=n_cells)
-    high = np.maximum(high, np.divide(spare, summed, out=np.zeros(n_cells), where=summed > 0))
-    low = np.minimum(low, high)
-    moving = np.ones(n_cells, dtype=bool)
-    sums = _run_sums(counts)
-    for step in range(1, SHARE_STEPS + 1):
-        if step % SETTLE_EVERY == 0:
-            moving &= ~_free_set_settled(low, high, counts, moving_target, moving_variance, sums)
-        middle = (low + high) / 2
-        x = _shifted(middle, counts, moving_target, moving_variance)
-        shared = sums @ np.maximum(x, 0.0, out=x)  # the cells' sums of max(target + variance * middle, 0)
-        above = shared > totals
-        new_high, new_low = np.where(moving & above, middle, high), np.where(moving & ~above, middle, low)
-        moving = (new_high != high) | (new_low != low)  # NaN brackets keep moving
-        high, low = new_high, new_low
-        if not moving.any():
-            break
-        if counts[~moving].sum() >= COMPACT_SHARE * len(moving_target):
-            keep = np.repeat(moving, counts)
-            moving_target, moving_variance = moving_target[keep], moving_variance[keep]
-            counts = np.where(moving, counts, 0)
-            sums = _run_sums(counts)
-    free = (target + variance * high[cell_codes] > 0) & (totals[cell_codes] > 0)
-    free_variance = np.bincount(cell_codes, weights=np.where(free, variance, 0.0), minlength=n_cells)
-    free_target = np.bincount(cell_codes, weights=np.where(free, target, 0.0), minlength=n_cells)
-    lam = np.divide(totals - free_target, free_variance, out=np.zeros(n_cells), where=free_variance > 0)
-    return np.where(free, np.maximum(target + variance * lam[cell_codes], 0.0), 0.0), free
-
-
-def _shifted(multipliers: np.ndarray, counts: np.ndarray, target: np.ndarray, variance: np.ndarray) -> np.ndarray:
-    """target + variance * the multiplier of each establishment's run (of ``counts``), in a new array."""
-    values = np.repeat(multipliers, counts)
-    values *= variance
-    values += target
-    return values
-
-
-def _free_set_settled(low: np.ndarray, high: np.ndarray, counts: np.ndarray, target: np.ndarray,
-                      variance: np.ndarray, sums: sp.csr_matrix) -> np.ndarray:
-    """The cells (runs of ``counts`` establishments) in which no establishment's target + variance *
-    lambda, computed as ``share_cells`` computes it, is <= 0 at ``low`` and > 0 at ``high``. In floating
-    point as in exact numbers that value does not decrease as lambda grows (a product and a sum,
-    each rounded monotonically), so every lambda of the bracket, the last bisection step's among
-    them, gives such a cell the same free set. A bracket with an end beyond MAX_SETTLED (where the
-    bisection's middle could overflow and leave it), infinite or NaN is not settled."""
-    changing = (_shifted(high, counts, target, variance) > 0) & ~(_shifted(low, counts, target, variance) > 0)
-    bounded = (np.abs(low) <= MAX_SETTLED) & (np.abs(high) <= MAX_SETTLED)  # (low + high) / 2 stays inside
-    return (sums @ changing.astype(float) == 0) & bounded & (counts > 0)
-
-
-def _run_extremes(values: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The least and greatest of each of the contiguous runs of ``counts`` values (inf and -inf for an
-    empty run): what ``np.minimum.at`` and ``np.maximum.at`` give by each value's run, without their
-    per-value dispatch."""
-    low, high = np.full(len(counts), np.inf), np.full(len(counts), -np.inf)
-    filled = counts > 0
-    if filled.any():
-        starts = (np.cumsum(counts) - counts)[filled]
-        low[filled], high[filled] = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)
-    return low, high
-
-
-def _run_sums(counts: np.ndarray) -> sp.csr_matrix:
-    """The cells x establishments matrix of ones summing contiguous runs of ``counts`` establishments:
-    its product adds each run's values in order from 0 (the sparse product's row loop), the bits of
-    ``np.bincount`` of the same values and their cells."""
-    n = int(counts.sum())
-    indptr = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    return sp.csr_matrix((np.ones(n), np.arange(n), indptr), shape=(len(counts), n))
-
-
-@dataclass(frozen=True, eq=False)
-class _Cells:
-    """The model's cells (the plan's cells split by DETAIL) and the group answers over the plan's cells
-    (groups with an exact answer left out)."""
-
-    codes: np.ndarray  # per establishment: its cell
-    coarse: np.ndarray  # per cell: its plan cell
-    fixed: np.ndarray  # per establishment: held at 0 by an exact answer
-    fixed_cells: np.ndarray  # per cell: held at 0 by an exact answer
-    c: sp.csr_matrix  # groups x the plan's cells
-    b: np.ndarray
-    w: np.ndarray
-
-
-def _model_cells(groupings: Groupings, plan_codes: np.ndarray, rate_codes: np.ndarray, n_rates: int,
-                 system: LinearSystem) -> tuple[_Cells, np.ndarray, np.ndarray]:
-    """The model's cells from each establishment's plan cell ``plan_codes`` and the group answers'
-    ``system``; and the detail rates' NAICS-5 groups and each establishment's detail rate (``_detail_cells``)."""
-    cell_codes, detail_group, establishment_detail = _detail_cells(groupings, plan_codes, rate_codes, n_rates)
-    n_cells = int(cell_codes.max()) + 1
-    coarse_cells = np.zeros(n_cells, dtype=np.int64)  # each cell's plan cell
-    coarse_cells[cell_codes] = plan_codes
-    exact, fixed = pinned_at_zero(system.matrix, system.b, system.v)
-    c = cell_to_group_matrix(system.matrix[~exact] if exact.any() else system.matrix, plan_codes,
-                             int(plan_codes.max()) + 1)
-    fixed_cells = np.zeros(n_cells, dtype=bool)
-    fixed_cells[cell_codes[fixed]] = True
-    return (_Cells(cell_codes, coarse_cells, fixed, fixed_cells, c, system.b[~exact], system.v[~exact]),
-            detail_group, establishment_detail)
-
-
-@dataclass(frozen=True, eq=False)
-class _Theta:
-    """The layout of theta = (NAICS-5 rates, NAICS-3 parent rates, county offsets, detail rates) and
-    the states, rates and counties of the establishments and cells."""
-
-    state: np.ndarray  # per establishment
-    n_states: int
-    rate_codes: np.ndarray  # per establishment: its group of RATE_QUERY
-    cell_state: np.ndarray
-    cell_rate: np.ndarray
-    cell_county: np.ndarray | None
-    cell_node: np.ndarray  # per cell: its prior rate's entry in theta
-    rate_state: np.ndarray
-    parent: np.ndarray  # per rate: its parent rate
-    parent_state: np.ndarray
-    county_state: np.ndarray
-    detail_group: np.ndarray  # per detail rate: its NAICS-5 rate
-    incidence: sp.csr_matrix  # cells x theta: each cell's rate and county offset
-    theta_state: np.ndarray
-    edges: tuple[np.ndarray, np.ndarray]  # (child, parent) in theta
-
-    @property
-    def sizes(self) -> tuple[int, int, int, int]:
-        """How many rates, parent rates, county offsets and detail rates theta holds."""
-        return len(self.rate_state), len(self.parent_state), len(self.county_state), len(self.detail_group)
-
-
-def _theta_layout(groupings: Groupings, rate_answer: NoisyAnswer, rate_codes: np.ndarray, cells: _Cells,
-                  detail_group: np.ndarray, establishment_detail: np.ndarray) -> _Theta:
-    """Where each establishment's and cell's state, rate, parent rate and county offset sit in theta."""
-    n_cells, n_rates, n_details = len(cells.coarse), len(rate_answer), len(detail_group)
-    state = _first_appearance(groupings, ("state",))
-    cell_state = np.zeros(n_cells, dtype=np.int64)
-    cell_state[cells.codes] = state
-    cell_rate = np.zeros(n_cells, dtype=np.int64)
-    cell_rate[cells.codes] = rate_codes
-    rate_state = np.zeros(n_rates, dtype=np.int64)
-    rate_state[rate_codes] = state
-    parent = pd.factorize(rate_answer.keys["state"].astype(str) + "/"
-                          + rate_answer.keys["naics5"].astype(str).str[:PARENT_DIGITS])[0]
-    n_parents = int(parent.max()) + 1
-    parent_state = np.zeros(n_parents, dtype=np.int64)
-    parent_state[parent] = rate_state
-    cell_county = _cell_counties(groupings, cells.codes, n_cells)
-    n_counties = 0 if cell_county is None else int(cell_county.max()) + 1
-    county_state = np.zeros(n_counties, dtype=np.int64)
-    first_detail = n_rates + n_parents + n_counties
-    cell_node = cell_rate.copy()  # each cell's prior rate in theta: its detail rate, or its NAICS-5 rate
-    cell_node[cells.codes] = np.where(establishment_detail >= 0, first_detail + establishment_detail, rate_codes)
-    columns = [cell_node]  # theta's entries in each cell's prior rate: its industry's rate, its county's offset
-    if cell_county is not None:
-        county_state[cell_county] = cell_state
-        columns.append(n_rates + n_parents + cell_county)
-    incidence = sp.csr_matrix((np.ones(n_cells * len(columns)), (np.tile(np.arange(n_cells), len(columns)),
-                                                                  np.concatenate(columns))),
-                              shape=(n_cells, first_detail + n_details))
-    return _Theta(state=state, n_states=int(state.max()) + 1, rate_codes=rate_codes, cell_state=cell_state,
-                  cell_rate=cell_rate, cell_county=cell_county, cell_node=cell_node, rate_state=rate_state,
-                  parent=parent, parent_state=parent_state, county_state=county_state, detail_group=detail_group,
-                  incidence=incidence,
-                  theta_state=np.concatenate([rate_state, parent_state, county_state, rate_state[detail_group]]),
-                  edges=(np.concatenate([np.arange(n_rates), first_detail + np.arange(n_details)]),
-                         np.concatenate([n_rates + parent, detail_group])))
-
-
 @dataclass(frozen=True, eq=False)
 class _Problem:
     """What every pass of the cell fit reads (step 1 and the fixed parts of steps 2-3)."""
 
-    cells: _Cells
-    theta: _Theta
+    cells: ModelCells
+    theta: ThetaLayout
     psi: NeighborFunction
     answer: np.ndarray  # per establishment: its identity answer
     sd: np.ndarray
@@ -664,7 +257,7 @@ class _Problem:
     lower: np.ndarray  # per establishment: its least wage (WAGE_FLOOR; 0 when fixed)
     cell_lower: np.ndarray  # per cell: its establishments' least wages summed
     county_codes: np.ndarray  # per establishment: its county (state and county; 0 without counties)
-    rate_blocks: tuple[_RateBlock, ...]  # the blocks of the rates' system (``_rate_blocks``)
+    rate_blocks: tuple[RateBlock, ...]  # the blocks of the rates' system (``rate_system_blocks``)
 
 
 @dataclass(frozen=True, eq=False)
@@ -699,8 +292,8 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
     [rate_answer] = [a for a in answers if not a.query.is_identity and tuple(a.query.by) == RATE_QUERY]
     answer, sd = identity.estimate[identity_codes], per_establishment(identity.sd, identity_codes)
     n_rates = len(rate_answer)
-    cells, detail_group, establishment_detail = _model_cells(groupings, plan_codes, rate_codes, n_rates, system)
-    theta = _theta_layout(groupings, rate_answer, rate_codes, cells, detail_group, establishment_detail)
+    cells, detail_group, establishment_detail = model_cells(groupings, plan_codes, rate_codes, n_rates, system)
+    theta = theta_layout(groupings, rate_answer, rate_codes, cells, detail_group, establishment_detail)
     n_cells, state, n_states = len(cells.coarse), theta.state, theta.n_states
     protected_employment = np.maximum(employment, 0.0)
     employment = np.maximum(employment, EMPLOYMENT_FLOOR)
@@ -724,9 +317,9 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
         floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
         detail_spread2=detail_spread2,
         lower=lower, cell_lower=np.bincount(cells.codes, weights=lower, minlength=n_cells),
-        county_codes=(_county_codes(groupings) if "county" in groupings.public
+        county_codes=(establishment_counties(groupings) if "county" in groupings.public
                       else np.zeros(len(identity_codes), dtype=np.int64)),
-        rate_blocks=_rate_blocks(cells.c, cells.w, theta.cell_state, cells.coarse, theta.theta_state))
+        rate_blocks=rate_system_blocks(cells.c, cells.w, theta.cell_state, cells.coarse, theta.theta_state))
     # the first pass: rates from the rate query's answers
     start = _Pass(rate_totals=np.maximum(rate_answer.estimate, 0.0), rate_variance=rate_variance,
                   cell_rate_variance=rate_variance[theta.cell_rate], weight_rate=weight_rate)
@@ -787,12 +380,12 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     own_variance = np.concatenate([np.full(n_rates, np.inf), p.parent_vagueness, county_variance,
                                    np.full(n_details, np.inf)])
     precision = (theta.incidence.T @ sp.diags(cell_links * p.cell_employment) @ theta.incidence
-                 + _prior_precision(*theta.edges, np.concatenate([rate_spread_variance, detail_variance]),
-                                    own_variance)).tocsr()
+                 + prior_precision(*theta.edges, np.concatenate([rate_spread_variance, detail_variance]),
+                                   own_variance)).tocsr()
     theta_prior = np.concatenate([np.zeros(n_rates), parent_rate / p.parent_vagueness,
                                   np.zeros(n_counties + n_details)])
-    rates, theta_variance, blocks = _solve_rates(p.rate_blocks, free_variance, links.tocsr(), precision,
-                                                 p.direct / direct_variance + p.group_right, theta_prior)
+    rates, theta_variance, blocks = solve_rates(p.rate_blocks, free_variance, links.tocsr(), precision,
+                                                p.direct / direct_variance + p.group_right, theta_prior)
     for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
         cell_rates = np.maximum(theta.incidence @ rates, p.floor[theta.cell_state])  # never near 0
         combined = (p.direct / direct_variance + cell_rates * p.cell_employment / prior_variance) * cell_variance
@@ -922,69 +515,3 @@ def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]]
                              start=start)
     return dataclasses.replace(checked, values=fit.values,
                                fixed_zero=int(np.count_nonzero(fit.fixed_cells[fit.cell_codes])))
-
-
-def _cell_operator(fit: WageFit, kept: GroupFactorizations | None = None) -> tuple[CellsInPlanCells, np.ndarray]:
-    """The cell-level operator of the wage fit's margins (``kept``: its factorizations, made before),
-    and the cells' variances (0 where fixed)."""
-    cell_variance = np.where(fit.fixed_cells, 0.0, fit.cell_variance)
-    return CellsInPlanCells(fit.coarse_groups, fit.group_variance, cell_variance, fit.coarse_cells, kept), cell_variance
-
-
-def wage_factorizations(fit: WageFit) -> GroupFactorizations | None:
-    """The factorizations ``wage_variances`` makes for every tabulation, made once (None: not dense)."""
-    return _cell_operator(fit)[0].coarse.factorizations()
-
-
-def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, kept: GroupFactorizations | None = None
-                   ) -> np.ndarray:
-    """Variance of every tabulation cell's protected wage total (tab_codes -1: not tabulated); ``kept``:
-    ``wage_factorizations(fit)``, made before.
-
-    Three parts: the cell totals' covariance from the cell-level least squares with the rates fixed,
-    K^-1 with K = diag(1 / cell_variance) + C' W C (fixed cells excluded); what the shared rates'
-    uncertainty adds, z' M^-1 z with z = links' K^-1 g (``SharedRates``; together the cell block of
-    the joint Hessian's inverse), both for the tabulation's share g of each cell (the share of the
-    cell's protected wages it holds, a share moving with its cell's total; of its establishments, in
-    a cell at 0 that no exact answer fixes); and the within-cell part,
-    K_T - K_T^2 / K_c per cell, K the share variances summed over the tabulation's (K_T) and the
-    cell's (K_c) establishments.
-    """
-    codes, inside = fit.cell_codes, tab_codes >= 0
-    n_cells = len(fit.totals)
-    cell_of = codes[inside]
-    counts = np.bincount(codes, minlength=n_cells)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(fit.totals[cell_of] > 0, fit.values[inside] / fit.totals[cell_of], 1.0 / counts[cell_of])
-    g = sp.csr_matrix((share, (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
-    operator, cell_variance = _cell_operator(fit, kept)
-    p = sp.diags(cell_variance) @ g
-    base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
-    variances = base - operator.forms_after_solve(p) + fit.rates.correlated_forms(operator, p.tocsc())
-    within_tab = sp.csr_matrix((fit.share_variance[inside], (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
-    within_cell = np.bincount(codes, weights=fit.share_variance, minlength=n_cells)
-    entries = within_tab.tocoo()
-    part = entries.data - np.divide(entries.data**2, within_cell[entries.row], out=np.zeros_like(entries.data),
-                                    where=within_cell[entries.row] > 0)
-    variances += np.bincount(entries.col, weights=part, minlength=n_tab)
-    if fit.county_loading.any():
-        ratio = sp.csr_matrix((np.divide(entries.data, within_cell[entries.row], out=np.zeros_like(entries.data),
-                                         where=within_cell[entries.row] > 0), (entries.row, entries.col)),
-                              shape=(n_cells, n_tab))
-        variances += _county_variances(fit, tab_codes, n_tab, ratio)
-    return np.maximum(variances, 0.0)
-
-
-def _county_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, ratio: sp.csr_matrix) -> np.ndarray:
-    """What the counties' shared deviations add (``WageFit.county_loading``, u): per tabulation T,
-    sum over counties k of L_Tk^2, L_Tk = sum of u over T's establishments in k less, per cell c, the
-    ``ratio`` K_(T and c) / K_c of the sum of u over c's establishments in k (the cell's total is
-    fixed: its shares absorb the deviation as they absorb any, in proportion to their variances)."""
-    inside = tab_codes >= 0
-    n_counties = int(fit.county_codes.max()) + 1
-    own = sp.csr_matrix((fit.county_loading[inside], (tab_codes[inside], fit.county_codes[inside])),
-                        shape=(n_tab, n_counties))
-    by_cell = sp.csr_matrix((fit.county_loading, (fit.cell_codes, fit.county_codes)),
-                            shape=(len(fit.totals), n_counties))
-    loadings = (own - ratio.T @ by_cell).tocsr()
-    return np.asarray(loadings.multiply(loadings).sum(axis=1)).ravel()

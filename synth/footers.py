@@ -1,7 +1,7 @@
 """What a Parquet input's files tell before their rows are read: each file's stamp (which file it
 is, its size and its modification and change times) and its footer's row-group statistics of a
 column. Standard library only, so the read-ahead (``synth.prefetch``) and the pool's early start
-(``gedp.state_pool``) use it before pandas."""
+(``gedp.running.state_pool``) use it before pandas."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from gedp.synth.columns import data_like_fields, headerless_rule
+from gedp.synth.csv_values import read_error
 from gedp.synth.footers import range_bounds, stamp, value_ranges
-from gedp.synth.intake import read_error
 from gedp.synth.jobs import JOB_COLUMNS, validate_jobs
 from gedp.synth.keycodes import sorted_codes, taken_frame
 from gedp.synth.paths import check_input_path, is_parquet
@@ -216,7 +216,7 @@ def _every_row_holds(path: Path | list[str], column: str, values: Sequence) -> b
     """Whether the statistics of every row group of a Parquet input show ``column`` holding one of
     ``values`` in all its rows (one value, none missing): then a filter on it would keep every row and
     only cost its evaluation. A state is protected from the rows read this way only when the rows of
-    all states add up to the input's (``gedp.engine.protect_input``)."""
+    all states add up to the input's (``gedp.running.engine.protect_input``)."""
     accepted = set(values)
     for fragment in ds.dataset(path, format="parquet").get_fragments():
         ranges = value_ranges(fragment.metadata, column)

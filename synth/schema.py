@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 
 from gedp.errors import InputError
 from gedp.synth.columns import CARRIED, CODE_WIDTHS, CONFIDENTIAL
+from gedp.synth.csv_values import may_hold_point
 from gedp.synth.hierarchy import derive_industry_codes
-from gedp.synth.intake import may_hold_point
 from gedp.synth.keycodes import digit_bytes
 
 #: Own code written when the input has no ``own`` column (QCEW private ownership).
@@ -283,7 +283,7 @@ ACCOUNT_ID_RULE = ("ids must be ASCII text after NFKC normalization, without inv
 
 
 def account_ids(ids: pd.Series) -> pa.Array:
-    """Establishment ids as the text of their lifetime account (the ledger's keys, ``gedp.ledger``):
+    """Establishment ids as the text of their lifetime account (the ledger's keys, ``gedp.accounting.ledger``):
     their canonical text (``canonical_ids``) NFKC-normalized (fullwidth digits are digits), trimmed of
     white space and upper-cased, with text that is a number (sign, point, exponent) written by the rule
     of numbers: a whole number is its integer's digits ("+1", "1e0", "1.0E+00" are "1"; "-1e0" is

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 import gedp.config
-import gedp.engine
 import gedp.release.writer
+import gedp.running.engine
 from gedp.cli import app
 from gedp.synth.profiles import generate_profile, load_profile
 
@@ -55,9 +55,9 @@ def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, mo
     elif stage == "write_measurements":  # on the state's writing thread
         monkeypatch.setattr(gedp.release.writer, stage, interrupt)
     else:
-        monkeypatch.setattr(gedp.engine, stage, interrupt)
+        monkeypatch.setattr(gedp.running.engine, stage, interrupt)
     with pytest.raises(KeyboardInterrupt):
-        gedp.engine.protect_input(source, gedp.config.load_config("baseline"), out, seed=2)
+        gedp.running.engine.protect_input(source, gedp.config.load_config("baseline"), out, seed=2)
     monkeypatch.undo()
     assert snapshot(out) == before
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []  # staging removed
@@ -66,9 +66,9 @@ def test_interruption_at_any_stage_keeps_the_earlier_release(earlier_release, mo
 def test_interruption_of_a_first_release_leaves_nothing(tmp_path, small_state, monkeypatch):
     source = tmp_path / "in.parquet"
     small_state.to_parquet(source)
-    monkeypatch.setattr(gedp.engine, "release_manifest", interrupt)
+    monkeypatch.setattr(gedp.running.engine, "release_manifest", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        gedp.engine.protect_input(source, gedp.config.load_config("baseline"), tmp_path / "new", seed=1)
+        gedp.running.engine.protect_input(source, gedp.config.load_config("baseline"), tmp_path / "new", seed=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
 

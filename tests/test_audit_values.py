@@ -40,7 +40,8 @@ def releases(truth, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("genuine")
     made = {}
     for name, options in {"seed 1": dict(seed=1), "seed 2": dict(seed=2), "seed 3": dict(seed=3),
-                          "integer": dict(seed=4, integer=True), "baseline": dict(config="baseline", seed=5)}.items():
+                          "integer": dict(seed=4, config=gedp.load(integer=True)),
+                          "baseline": dict(config="baseline", seed=5)}.items():
         made[name] = gedp.protect(truth, not_for_publication=True, **options).write(root / name.replace(" ", ""))
     return made
 
@@ -56,8 +57,9 @@ def panel(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def job_frame(tmp_path_factory) -> Path:
     state = generate_profile(load_profile("small"), n_establishments=600, rng=np.random.default_rng(11))
-    release = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), "jobs",
-                           jobs=synthesize_jobs(state, rng=np.random.default_rng(12)), seed=3, not_for_publication=True)
+    jobs = synthesize_jobs(state, rng=np.random.default_rng(12))
+    release = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), "jobs", input=gedp.Input(jobs=jobs), seed=3,
+                           not_for_publication=True)
     return release.write(tmp_path_factory.mktemp("jobs") / "r")
 
 

@@ -13,7 +13,7 @@ from test_wages import _dense_variances as dense_wage_variances
 
 import gedp
 from gedp.measure.queries import group_establishments
-from gedp.postprocess import wages
+from gedp.postprocess import wage_margins, wages
 from gedp.postprocess.cellmargins import IndexedVariances, LeastSquaresCells, WageCells, finest_cells, pieces_of
 from gedp.postprocess.models import WageVariances
 from gedp.postprocess.variances import establishment_variances
@@ -93,7 +93,7 @@ def wage_fit(small_state):
 def test_wage_pieces_give_the_dense_covariance(wage_fit):
     protected, fit = wage_fit
     finest = finest_cells(protected)
-    exact = WageVariances(fit, wages.wage_factorizations(fit))
+    exact = WageVariances(fit, wage_margins.wage_factorizations(fit))
     pieces = pieces_of(exact, finest.codes, finest.n_groups)
     assert isinstance(pieces, WageCells)
     for by in [("county",), ("county", "naics4"), ("naics3",), ("own", "sector"), ()]:

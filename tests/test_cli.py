@@ -338,7 +338,7 @@ def test_option_defaults_written_in_the_cli_match_their_sources():
     """The CLI writes out a few defaults so that --help imports nothing heavy; they must not drift."""
     import dataclasses as dc
 
-    from gedp import cli
+    from gedp.cli import defaults as cli
     from gedp.evaluation.baselines.suppression import SuppressionRule
     from gedp.evaluation.e3_bias import E3Setup
     from gedp.evaluation.e5_earlier import E5Setup

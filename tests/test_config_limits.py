@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 import gedp
 from gedp import configs
+from gedp.accounting.mu_limits import DEFAULT_MU_CAP, MAX_QUERY_MU
 from gedp.cli import app
 from gedp.config import parse_config
 from gedp.errors import ConfigError
-from gedp.mu_limits import DEFAULT_MU_CAP, MAX_QUERY_MU
 from gedp.synth.profiles import generate_profile, load_profile
 
 runner = CliRunner()
@@ -68,7 +68,7 @@ def test_large_mu_passes_when_allowed(microdata):
     with pytest.raises(ConfigError, match="is above 2"):
         gedp.protect(microdata, raw, seed=1, not_for_publication=True)
     assert gedp.load(raw, allow_large_mu=True).plan.identity_plan.mu["m1emp"] == 2.5
-    release = gedp.protect(microdata, raw, seed=1, not_for_publication=True, allow_large_mu=True)
+    release = gedp.protect(microdata, gedp.load(raw, allow_large_mu=True), seed=1, not_for_publication=True)
     assert release.manifest["mu"]["identity"]["m1emp"] == pytest.approx(2.5, rel=1e-9)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gedp.csvtable import _plain_columns, write_csv
+from gedp.tabulation.csvtable import _plain_columns, write_csv
 
 
 def _floats(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -232,8 +232,8 @@ def test_gedp_config_scales_the_shipped_plan_to_the_matched_mu_and_its_release_c
     assert dict(config.jobs.families) == {"worker": ("sex", "education")}
     assert [dict(q.mu) for q in config.plan.queries] == [
         {a: pytest.approx(m * factor, rel=1e-12) for a, m in q.items()} for q in kept]
-    from gedp.pipeline import protect
     from gedp.release.manifest import state_section
+    from gedp.running.state_pipeline import protect
 
     release = protect(small_state, config, rng=np.random.default_rng(0), jobs=jobs)
     section = state_section("44", release, config.plan.zeta)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import gedp
 from gedp import configs, errors
 from gedp.cli import app
-from gedp.engine import input_states, read_state
+from gedp.running.engine import input_states, read_state
 from gedp.synth.profiles import generate_profile, load_profile
 
 runner = CliRunner()
@@ -200,13 +200,13 @@ def test_a_scheduler_without_tls_is_refused(two_states, tmp_path, monkeypatch, e
 
 
 def test_an_insecure_scheduler_is_accepted_with_a_warning(capsys):
-    from gedp.engine import Scheduler, scheduler_access
+    from gedp.running.engine import Scheduler, scheduler_access
 
     assert scheduler_access("tcp://10.0.0.1:8786", insecure=True) == Scheduler("tcp://10.0.0.1:8786", None, True)
     warning = capsys.readouterr().err
     assert warning.startswith("warning: --insecure-scheduler") and "tcp://10.0.0.1:8786" in warning
     with pytest.raises(errors.InputError, match="must be a tls:// address"):
-        gedp.protect(pd.DataFrame(), engine="dask", scheduler="tcp://10.0.0.1:8786")
+        gedp.protect(pd.DataFrame(), engine=gedp.Engine("dask", scheduler="tcp://10.0.0.1:8786"))
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +280,8 @@ def test_dask_engine_protects_job_frames_held_in_memory(two_job_states, tmp_path
     states, jobs = (pd.read_parquet(path) for path in two_job_states)
     files = []
     for engine in ("local", "dask"):
-        release = gedp.protect(states, "jobs", jobs=jobs, seed=7, not_for_publication=True, engine=engine)
+        release = gedp.protect(states, "jobs", input=gedp.Input(jobs=jobs), seed=7, not_for_publication=True,
+                                   engine=gedp.Engine(engine))
         release.write(tmp_path / engine)
         files.append(released_files(tmp_path / engine))
     manifests = [json.loads(f.pop("manifest.json")) for f in files]
@@ -307,8 +308,8 @@ def test_a_state_that_fails_to_write_stops_the_release(two_states, tmp_path, mon
     """In one process, states are written while the next one is protected: a failed write of the first state is
     raised (not lost in the writing thread), the second state is not reported done, nothing is
     published and the staging folder is removed."""
-    import gedp.engine
     import gedp.release.writer
+    import gedp.running.engine
     from gedp.config import load_config
 
     write_measurements, done = gedp.release.writer.write_measurements, []
@@ -320,7 +321,7 @@ def test_a_state_that_fails_to_write_stops_the_release(two_states, tmp_path, mon
 
     monkeypatch.setattr(gedp.release.writer, "write_measurements", failing)
     with pytest.raises(OSError, match="disk full"):
-        gedp.engine.protect_input(two_states / "states.parquet", load_config("baseline"), tmp_path / "out", seed=1,
-                                  on_state=done.append, processes=1)
+        gedp.running.engine.protect_input(two_states / "states.parquet", load_config("baseline"), tmp_path / "out",
+                                          seed=1, on_state=done.append, processes=1)
     assert done == []
     assert list(tmp_path.iterdir()) == []

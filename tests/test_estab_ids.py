@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from gedp.accounting.ledger_file import establishment_keys
 from gedp.cli import app
 from gedp.errors import InputError
-from gedp.ledger import establishment_keys
 from gedp.synth.schema import canonical_ids, validate_microdata
 
 runner = CliRunner()
@@ -147,14 +147,14 @@ def test_canonical_ids_keep_each_row_in_its_place():
 
 
 def test_ledger_keys_of_quarters_of_float_text_ids():
-    from gedp.ledger import _blocks
+    from gedp.accounting.ledger_spending import keys_by_quarter
 
     key = "0123456789abcdef"
     texts = ["1002", "1003", "1002", "1004"]
     quarters = ["2016Q1", "2016Q1", "2016Q2", "2016Q2"]
-    expected = _blocks(texts, quarters, key)
+    expected = keys_by_quarter(texts, quarters, key)
     for ids in ([t + ".0" for t in texts], [float(t) for t in texts]):
-        found = _blocks(ids, quarters, key)
+        found = keys_by_quarter(ids, quarters, key)
         assert list(found) == list(expected) == ["2016Q1", "2016Q2"]
         assert all(np.array_equal(found[q], expected[q]) for q in expected)
 
@@ -166,7 +166,7 @@ def test_ledger_keys_of_quarters_of_float_text_ids():
     (pa.array(["a", "b"], type=pa.large_string()), False),
 ])
 def test_may_hold_point(text, expected):
-    from gedp.synth.intake import may_hold_point
+    from gedp.synth.csv_values import may_hold_point
 
     assert may_hold_point(text) is expected
 

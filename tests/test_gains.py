@@ -150,7 +150,7 @@ def test_tabulate_gains_losses_of_a_panel_file_matches_the_library(small_state, 
 
 def test_gains_between_two_releases_are_corrected_with_the_releases_own_noise(small_state, tmp_path):
     import gedp
-    from gedp.gains import between_releases
+    from gedp.tabulation.panel_gains import between_releases
 
     later = next_quarter(small_state, 5)
     folders = []

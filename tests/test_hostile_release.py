@@ -389,9 +389,9 @@ def test_a_config_stating_a_mu_beyond_the_limit_is_refused():
     import yaml
 
     from gedp import configs
+    from gedp.accounting.mu_limits import MAX_STATED_MU
     from gedp.config import parse_config
     from gedp.errors import ConfigError
-    from gedp.mu_limits import MAX_STATED_MU
 
     raw = yaml.safe_load(configs.path("employment").read_text()) | {"mu_cap": MAX_STATED_MU * 10}
     with pytest.raises(ConfigError, match="the most a release may state"):

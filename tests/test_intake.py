@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 import gedp
 from gedp.cli import app
 from gedp.errors import InputError, InputProblems
-from gedp.synth.intake import ALIASES, inspect_input, parse_columns
+from gedp.synth.input_layout import ALIASES
+from gedp.synth.intake import inspect_input, parse_columns
 from gedp.synth.schema import CONFIDENTIAL
 
 runner = CliRunner()
@@ -165,7 +166,8 @@ def test_area_fips_is_split_into_state_and_county(tmp_path, microdata):
     renamed = microdata.rename(columns={"estab_id": "ruid"})
     with pytest.raises(InputProblems, match="missing column 'estab_id'"):
         gedp.protect(renamed, "employment", seed=3, not_for_publication=True)
-    same = gedp.protect(renamed, "employment", seed=3, not_for_publication=True, columns={"ruid": "estab_id"})
+    same = gedp.protect(renamed, "employment", seed=3, not_for_publication=True,
+                        input=gedp.Input(columns={"ruid": "estab_id"}))
     pd.testing.assert_frame_equal(same.microdata, canonical.microdata)
 
 

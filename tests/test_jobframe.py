@@ -39,7 +39,7 @@ def jobs(state):
 
 @pytest.fixture(scope="module")
 def release(state, jobs):
-    return gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), "jobs", jobs=jobs, seed=3,
+    return gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), "jobs", input=gedp.Input(jobs=jobs), seed=3,
                         not_for_publication=True)
 
 
@@ -184,8 +184,8 @@ def test_job_and_establishment_tabulations_of_one_release_agree(release):
 
 
 def test_integer_job_frames_are_whole_and_add_up(state, jobs):
-    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), "jobs", jobs=jobs, seed=4,
-                         not_for_publication=True, integer=True)
+    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), gedp.load("jobs", integer=True),
+                         input=gedp.Input(jobs=jobs), seed=4, not_for_publication=True)
     frame = whole.jobs
     assert np.all(frame["jobs"] == np.round(frame["jobs"]))
     sums = frame[frame["family"] == "worker"].groupby("estab_id")["jobs"].sum()
@@ -280,7 +280,7 @@ def test_cells_no_margin_holds_are_raked_to_their_own_unbounded_totals(state, jo
     from gedp.release.reader import read_answers
 
     micro = state.drop(columns=["m2emp", "m3emp", "wage"])
-    release = gedp.protect(micro, supersector_plan, jobs=jobs, seed=5, not_for_publication=True)
+    release = gedp.protect(micro, supersector_plan, input=gedp.Input(jobs=jobs), seed=5, not_for_publication=True)
     protected = release.microdata
     cells = protected.groupby(["state", "supersector"], sort=True).ngroup().to_numpy()
     spans = protected.groupby(cells)[["county", "sector"]].nunique()
@@ -312,7 +312,7 @@ def test_cells_no_margin_holds_are_raked_to_their_own_unbounded_totals(state, jo
     import gedp.postprocess.jobframe as jobframe
 
     monkeypatch.setattr(jobframe, "_holds_cells", lambda codes, cell_codes: True)
-    other = gedp.protect(micro, supersector_plan, jobs=jobs, seed=5, not_for_publication=True)
+    other = gedp.protect(micro, supersector_plan, input=gedp.Input(jobs=jobs), seed=5, not_for_publication=True)
     assert np.abs(released_cell_counts(other, cells)[1] - targets).max() > 1e3 * tolerance.max()
 
 
@@ -446,7 +446,7 @@ def test_job_margins_cover_at_least_95_percent_on_worker_mixes_and_commuting_flo
     covered: dict[str, list] = {by: [] for by in tabulations}
     within_half: dict[str, list] = {by: [] for by in tabulations}
     for seed in range(10):
-        release = gedp.protect(micro, "jobs", jobs=jobs, seed=100 + seed, not_for_publication=True)
+        release = gedp.protect(micro, "jobs", input=gedp.Input(jobs=jobs), seed=100 + seed, not_for_publication=True)
         for by, keys in tabulations.items():
             table = release.tabulate(by, moe=True).set_index(keys)
             homes = table.index.get_level_values("home_county") if "home_county" in keys else None
@@ -495,7 +495,7 @@ def test_home_counties_outside_the_state_leave_no_trace_in_the_release(tmp_path,
     for code in ("36061", "42101", inside):
         table = jobs.assign(home_county=jobs["home_county"].astype(str).where(~moved, code))
         out = tmp_path / code
-        gedp.protect(micro, "jobs", jobs=table, seed=21, not_for_publication=True).write(out)
+        gedp.protect(micro, "jobs", input=gedp.Input(jobs=table), seed=21, not_for_publication=True).write(out)
         folders.append(out)
     jobs_part = "protected_jobs.parquet/part-44.parquet"
     assert (folders[0] / jobs_part).read_bytes() != (folders[2] / jobs_part).read_bytes()

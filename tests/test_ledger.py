@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import gedp.engine
-import gedp.ledger
+import gedp.accounting.ledger as ledger_module
+import gedp.accounting.ledger_file as ledger_file
+import gedp.running.engine
 from gedp.cli import app
 
 runner = CliRunner()
@@ -54,7 +55,7 @@ def one_error_line(result, code=2):
 
 def releases(ledger):
     """The releases that count (pending or committed)."""
-    return gedp.ledger.live(gedp.ledger.read_ledger(ledger))
+    return ledger_file.live(ledger_file.read_ledger(ledger))
 
 
 def copies(tmp_path, source, records):
@@ -183,12 +184,12 @@ def test_charges_follow_the_scale_argument_per_mechanism():
     plan = MeasurementPlan(psi=make_psi("sqrt", a=0), gammas={"m1emp": 0.2, "wage": 80.0},
                            queries=(QueryPlan(("estab_id",), {"m1emp": 0.7, "wage": 0.1}),
                                     QueryPlan(("state",), {"m1emp": 0.3, "wage": 0.2})), workflow="pnc")
-    charges = gedp.ledger.plan_charges(plan, {"m1emp": 0.5, "wage": 50.0})
+    charges = ledger_module.plan_charges(plan, {"m1emp": 0.5, "wage": 50.0})
     assert charges["m1emp"] == pytest.approx(math.sqrt((0.7 * 2.5) ** 2 + (0.3 * 3) ** 2))
     assert charges["wage"] == pytest.approx(math.sqrt(0.1**2 + 0.2**2))
     psi_plan = MeasurementPlan(psi=plan.psi, gammas=plan.gammas, queries=plan.queries, workflow="psi")
-    assert gedp.ledger.plan_charges(psi_plan, {"m1emp": 0.5})["m1emp"] == pytest.approx(2.5 * math.hypot(0.7, 0.3))
-    assert gedp.ledger.gamma_factor(0.5, 0.25, gaussian_on_psi=False) == 2.0  # an exact ratio is not rounded up
+    assert ledger_module.plan_charges(psi_plan, {"m1emp": 0.5})["m1emp"] == pytest.approx(2.5 * math.hypot(0.7, 0.3))
+    assert ledger_module.gamma_factor(0.5, 0.25, gaussian_on_psi=False) == 2.0  # an exact ratio is not rounded up
 
 
 @pytest.mark.parametrize("cap", ["nan", "inf", "-inf", "1e999", "1e308", "100.5", "0", "-1"])
@@ -302,7 +303,7 @@ def test_a_failed_commit_publishes_nothing_and_the_release_stays_pending(source,
     """The ledger write that commits the release fails (disk full): no release is published, the
     error is one line, and the pending release keeps counting until an operator clears it."""
     ledger = tmp_path / "ledger.json"
-    write = gedp.ledger._write
+    write = ledger_file._write
     calls = []
 
     def full_disk_on_commit(path, book):
@@ -311,13 +312,13 @@ def test_a_failed_commit_publishes_nothing_and_the_release_stays_pending(source,
             raise OSError(errno.ENOSPC, "No space left on device")
         write(path, book)
 
-    monkeypatch.setattr(gedp.ledger, "_write", full_disk_on_commit)
+    monkeypatch.setattr(ledger_file, "_write", full_disk_on_commit)
     line = one_error_line(protect(source, tmp_path / "r1", ledger, "--lifetime-cap", 3.0))
     assert "cannot write ledger" in line and "No space left on device" in line and "stays pending" in line
     assert not (tmp_path / "r1").exists() and not list(tmp_path.glob(".r1*"))
     [pending] = releases(ledger)
     assert pending["status"] == "pending" and pending["id"] in line
-    monkeypatch.setattr(gedp.ledger, "_write", write)
+    monkeypatch.setattr(ledger_file, "_write", write)
 
     shown = runner.invoke(app, ["ledger", "show", "--ledger", str(ledger)])
     assert shown.exit_code == 0 and pending["id"] in shown.output and "pending" in shown.output
@@ -345,7 +346,7 @@ def test_a_run_that_fails_after_its_reservation_leaves_it_pending(source, tmp_pa
         seen.append([r["status"] for r in releases(ledger)])
         raise SolverError("the solver did not converge")
 
-    monkeypatch.setattr(gedp.engine, "protect", fail)  # in this process: the states one after the other
+    monkeypatch.setattr(gedp.running.engine, "protect", fail)  # in this process: the states one after the other
     line = one_error_line(protect(source, tmp_path / "r1", ledger, "--lifetime-cap", 3.0, "--processes", 1), code=1)
     [pending] = releases(ledger)
     assert seen == [["pending"]]
@@ -442,10 +443,10 @@ def test_two_processes_cannot_both_spend_the_last_of_the_budget(source, tmp_path
 
 KILLED_AT_COMMIT = """
 import os, signal, sys
-import gedp.ledger
+import gedp.accounting.ledger_file as ledger_file
 from gedp.cli import app
 
-write = gedp.ledger._write
+write = ledger_file._write
 calls = []
 
 
@@ -456,7 +457,7 @@ def killed_at_the_second_write(path, book):  # the first write reserves, the sec
     write(path, book)
 
 
-gedp.ledger._write = killed_at_the_second_write
+ledger_file._write = killed_at_the_second_write
 app(sys.argv[1:])
 """
 

@@ -39,12 +39,13 @@ def loaded(code: str) -> set[str]:
 
 
 def test_protect_starts_without_scipy_stats_or_the_rounding_lp_solver():
-    modules = loaded("import gedp.cli, gedp.api, gedp.engine, gedp.lifetime, gedp.pipeline")
+    modules = loaded("import gedp.cli, gedp.api, gedp.running.engine, gedp.running.recorded_release, "
+                     "gedp.running.state_pipeline")
     assert not modules & {"scipy.stats", "highspy"}
 
 
 def test_an_indexed_tabulation_loads_neither_the_api_nor_the_release_builders():
     modules = loaded("import gedp.cli\nfrom gedp.release.margins import kept_tabulation\n"
                      "from gedp.release.margins import kept_variances")
-    assert not modules & {"gedp.api", "gedp.engine", "gedp.config", "gedp.release.manifest", "gedp.release.writer",
-                          "gedp.measure.workflows", "gedp.synth.profiles", "scipy.stats"}
+    assert not modules & {"gedp.api", "gedp.running.engine", "gedp.config", "gedp.release.manifest",
+                          "gedp.release.writer", "gedp.measure.workflows", "gedp.synth.profiles", "scipy.stats"}

@@ -199,3 +199,18 @@ def test_cells_of_the_agency_without_establishments_are_counted_and_explained(sm
     assert cells[78]["agency_empty"] == 7 and cells[78]["agency_cells"] - cells[78]["released"] == 7
     assert all(row["agency_empty"] == 0 for level, row in cells.items() if level != 78)
     assert "It also lists 7 cells without any establishment this quarter" in (tmp_path / "page.html").read_text()
+
+
+def test_the_api_refuses_an_output_that_cannot_be_a_file_before_building_the_page(small_release, tmp_path,
+                                                                                   monkeypatch):
+    """``gedp.report(release, out)`` checks ``out`` first, as ``gedp report`` does: no page is built
+    for an output that cannot be written."""
+    import gedp
+    import gedp.evaluation.manager_report as manager_report
+    from gedp.errors import InputError
+
+    release, _ = small_release
+    monkeypatch.setattr(manager_report, "build_report", lambda *args: pytest.fail("page built before out was checked"))
+    with pytest.raises(InputError, match="is a folder; give a file name"):
+        gedp.report(release, tmp_path)
+    assert list(tmp_path.iterdir()) == []

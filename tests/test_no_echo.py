@@ -122,6 +122,6 @@ def test_a_non_breaking_space_is_not_a_blank_of_a_number(tmp_path, rows):
     ("CSV conversion error to string: invalid UTF8 data", "it is not UTF-8 text"),
 ])
 def test_a_reader_error_is_told_without_its_text(message, reason):
-    from gedp.synth.intake import read_error
+    from gedp.synth.csv_values import read_error
 
     assert read_error(ValueError(message)) == reason

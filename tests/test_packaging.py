@@ -105,8 +105,8 @@ def test_stages_import_only_earlier_stages():
     checks = {f"gedp.{stage}": ([f"gedp.{stage}.{p.stem}" for p in sorted((ROOT / stage).glob("*.py"))],
                                 tuple(f"gedp.{later}" for later in stages[i + 1:]))
               for i, stage in enumerate(stages[:-1])}
-    release_path = ("gedp.pipeline", "gedp.engine", "gedp.api", "gedp.lifetime", "gedp.release.writer",
-                    "gedp.release.reader")
+    release_path = ("gedp.running.state_pipeline", "gedp.running.engine", "gedp.api", "gedp.running.recorded_release",
+                    "gedp.release.writer", "gedp.release.reader")
     checks |= {name: ([name], ("gedp.evaluation",)) for name in release_path}
     for label, (modules, forbidden) in checks.items():
         code = (f"import importlib, sys\nfor name in {modules!r}: importlib.import_module(name)\n"

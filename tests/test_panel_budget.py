@@ -20,9 +20,9 @@ from gedp.cli import app
 from gedp.config import load_config, parse_config
 from gedp.errors import BudgetError
 from gedp.measure.design import INDEPENDENT
-from gedp.panel import over_cap
 from gedp.planning import shapes
 from gedp.planning.shapes import Allocation, Shape
+from gedp.running.panel_protect import over_cap
 from gedp.synth.panel import quarter_range, synthesize_panel
 from gedp.synth.profiles import generate_profile, load_profile
 
@@ -51,7 +51,7 @@ def test_a_panel_over_its_configs_cap_is_refused_before_the_ledger(panel, tmp_pa
     assert panel_mu > RECOMMENDED_CAP  # three quarters of the recommended plan: over its cap
     with pytest.raises(BudgetError, match=rf"spends mu {panel_mu:.4f} .*sqrt\(3\) x {RECOMMENDED:.4f} a quarter.*"
                                           rf"over the config's mu_cap {RECOMMENDED_CAP:.4f}.*--allow-over-cap"):
-        gedp.protect(panel, ledger=ledger, lifetime_cap=10)
+        gedp.protect(panel, ledger=gedp.Ledger(ledger, lifetime_cap=10))
     assert list(tmp_path.iterdir()) == []  # no ledger, no lock file, no staging folder
     refused = runner.invoke(app, ["protect", str(_saved(panel, tmp_path)), "--out", str(tmp_path / "rel"),
                                   "--seed", "1", "--not-for-publication"])
@@ -67,7 +67,7 @@ def _saved(panel, folder):
 
 def test_allowed_over_its_cap_the_panel_states_its_total_its_cap_and_that_it_was_allowed(panel, tmp_path):
     ledger = tmp_path / "books.json"
-    release = gedp.protect(panel, ledger=ledger, lifetime_cap=10, allow_over_cap=True)
+    release = gedp.protect(panel, ledger=gedp.Ledger(ledger, lifetime_cap=10), allow_over_cap=True)
     manifest = release.manifest
     assert manifest["mu_total"] == pytest.approx(math.sqrt(3) * RECOMMENDED, rel=1e-9)
     assert manifest["mu_quarter"] == pytest.approx(RECOMMENDED, rel=1e-9)
@@ -82,7 +82,7 @@ def test_allowed_over_its_cap_the_panel_states_its_total_its_cap_and_that_it_was
 
 def test_a_cleared_panel_states_its_charge_too(panel, tmp_path):
     """A pending panel cleared: the message states the panel's charge, not a quarter's."""
-    from gedp.ledger import reserve
+    from gedp.accounting.ledger import reserve
 
     config = load_config("recommended")
     labels = panel["year"].astype(str) + "Q" + panel["qtr"].astype(str)
@@ -131,10 +131,10 @@ def test_a_refused_first_release_leaves_no_lock_file(small_state, tmp_path):
 COUNTER = """
 import sys, time
 from pathlib import Path
-from gedp.ledger import _locked
+from gedp.accounting.ledger_file import locked_ledger
 ledger, counter = Path(sys.argv[1]), Path(sys.argv[2])
 for _ in range(int(sys.argv[3])):
-    with _locked(ledger, missing_ok=True):
+    with locked_ledger(ledger, missing_ok=True):
         value = int(counter.read_text())
         time.sleep(0.0005)
         counter.write_text(str(value + 1))

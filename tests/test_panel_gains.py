@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 import gedp
 from gedp.cli import app
 from gedp.errors import InputError
-from gedp.gains import between_releases, change_sd, establishment_variances
-from gedp.panel import quarter_seed
 from gedp.postprocess.gains import gains_losses
 from gedp.release.reader import read_quarter
+from gedp.running.panel_protect import quarter_seed
 from gedp.synth.panel import quarter_range, synthesize_panel
 from gedp.synth.profiles import generate_profile, load_profile
+from gedp.tabulation.panel_gains import between_releases, change_sd, establishment_variances
 
 SEED = 7
 FROM_TO = "2016Q1:2016Q2"

@@ -13,10 +13,11 @@ import yaml
 from typer.testing import CliRunner
 
 import gedp
+from gedp.accounting.ledger_file import establishment_keys, live, read_ledger
+from gedp.accounting.ledger_spending import spending
 from gedp.cli import app
 from gedp.config import load_config
 from gedp.errors import InputError
-from gedp.ledger import establishment_keys, live, read_ledger, spending
 from gedp.synth.panel import quarter_range, synthesize_panel
 from gedp.synth.profiles import generate_profile, load_profile
 
@@ -113,11 +114,11 @@ def test_a_panel_at_half_the_mu_is_one_release_and_copies_draw_on_its_accounts(p
 
 def test_the_api_reserves_a_panel_once(panel, half_config, tmp_path):
     ledger = tmp_path / "ledger.json"
-    release = gedp.protect(panel, half_config, ledger=ledger, lifetime_cap=10, annual_cap=ANNUAL_CAP)
+    release = gedp.protect(panel, half_config, ledger=gedp.Ledger(ledger, lifetime_cap=10, annual_cap=ANNUAL_CAP))
     assert release.manifest["lifetime"]["quarters"] == QUARTERS
     assert "lifetime" not in release.manifest["per_quarter"]["2016Q1"]
     with pytest.raises(InputError, match="over their annual cap"):
-        gedp.protect(panel, half_config, ledger=ledger)
+        gedp.protect(panel, half_config, ledger=gedp.Ledger(ledger))
     assert len(live(read_ledger(ledger))) == 1
 
 
@@ -146,15 +147,15 @@ def test_a_panel_that_fails_after_its_reservation_stays_pending_and_says_so(pane
     broken.loc[broken.index[-1], "wage"] = -1.0  # a row of the last quarter, checked when it is protected
     ledger = tmp_path / "ledger.json"
     with pytest.raises(InputError, match="wage.*>= 0.*stays pending in ledger"):
-        gedp.protect(broken, ledger=ledger, lifetime_cap=10, allow_over_cap=True)
+        gedp.protect(broken, ledger=gedp.Ledger(ledger, lifetime_cap=10), allow_over_cap=True)
     releases = live(read_ledger(ledger))
     assert len(releases) == 1 and releases[0]["status"] == "pending"
 
 
 def test_a_bad_request_is_refused_before_the_ledger_is_touched(panel, tmp_path):
     from gedp.api import load
-    from gedp.lifetime import LedgerRequest
-    from gedp.panel import protect_panel
+    from gedp.running.panel_protect import protect_panel
+    from gedp.running.recorded_release import LedgerRequest
 
     ledger = tmp_path / "ledger.json"
     with pytest.raises(InputError, match="engine 'bogus' is unknown"):

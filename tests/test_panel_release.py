@@ -16,11 +16,12 @@ import gedp
 from gedp.cli import app
 from gedp.errors import InputError
 from gedp.measure.design import ChangeCells
-from gedp.panel import quarter_seed, tabulate_quarter
 from gedp.postprocess.changes import change_table
 from gedp.release.format import QUARTER_KEY
+from gedp.running.panel_protect import quarter_seed
 from gedp.synth.panel import quarter_range, synthesize_panel
 from gedp.synth.profiles import generate_profile, load_profile
+from gedp.tabulation.panel_tables import tabulate_quarter
 
 QUARTERS = ["2016Q1", "2016Q2", "2016Q3", "2016Q4", "2017Q1"]
 SEED = 11
@@ -192,12 +193,12 @@ def test_the_command_line_protects_and_tabulates_a_panel(tmp_path):
 
 def test_the_panel_is_recorded_in_the_ledger_as_one_release_of_its_quarters(panel, tmp_path):
     """With a ledger, the panel is one release whose quarters each charge the establishments in them."""
-    from gedp.ledger import read_ledger
+    from gedp.accounting.ledger_file import read_ledger
 
     ledger = tmp_path / "ledger.json"
     two = panel[panel["year"] == 2016]
     two = two[two["qtr"] <= 2]
-    release = gedp.protect(two, ledger=ledger, lifetime_cap=20.0, dataset_id="panel", allow_over_cap=True)
+    release = gedp.protect(two, ledger=gedp.Ledger(ledger, lifetime_cap=20.0, dataset_id="panel"), allow_over_cap=True)
     releases = list(read_ledger(ledger)["releases"].values())
     assert len(releases) == 1 and releases[0]["status"] == "committed"
     assert releases[0]["quarters"] == [[q, n] for q, n in zip(QUARTERS[:2], two.groupby("qtr").size().tolist())]
@@ -217,7 +218,7 @@ def test_report_refuses_a_panel_release_and_audit_checks_each_quarter(release):
 
 def test_a_bad_quarter_leaves_nothing_behind(panel, tmp_path):
     from gedp.api import load
-    from gedp.panel import protect_panel
+    from gedp.running.panel_protect import protect_panel
 
     broken = panel.copy()
     broken.loc[broken.index[-1], "wage"] = -1.0  # a row of the last quarter
@@ -246,7 +247,7 @@ def test_a_panel_csv_in_agency_names_is_checked_per_quarter_and_protected(panel,
 
 def _quarters_read(monkeypatch) -> list:
     """Calls of ``input_quarters`` (which reads the rows' year and qtr) made from now on."""
-    import gedp.panel as panel_module
+    import gedp.running.panel_protect as panel_module
 
     calls: list = []
     monkeypatch.setattr(panel_module, "input_quarters", lambda source, read=panel_module.input_quarters:
@@ -258,7 +259,7 @@ def _quarters_read(monkeypatch) -> list:
 def test_a_panel_is_told_by_its_footers_or_its_rows(panel, tmp_path, monkeypatch, statistics):
     """One quarter in every footer: not a panel, rows unread; several quarters, or footers without
     statistics: the rows tell (a panel in parts of one quarter each, a CSV, one file)."""
-    from gedp.panel import is_panel
+    from gedp.running.panel_protect import is_panel
 
     one_quarter = panel[(panel["year"] == 2016) & (panel["qtr"] == 1)]
     folder = tmp_path / f"parts-{statistics}"

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import gedp
+from gedp.accounting.ledger_file import live, read_ledger
 from gedp.errors import InputError
-from gedp.ledger import live, read_ledger
 from gedp.synth.panel import quarter_range, synthesize_panel
 from gedp.synth.profiles import generate_profile, load_profile
 

@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from gedp.config import load_config
-from gedp.engine import input_states, protect_input, read_state
 from gedp.errors import InputError
+from gedp.running.engine import input_states, protect_input, read_state
 from gedp.synth.io import parts_holding, read_columns
 from gedp.synth.schema import validate_microdata
 

@@ -17,10 +17,12 @@ from gedp.config import load_config, parse_config
 from gedp.errors import InputError
 from gedp.measure.workflows import QueryPlan
 from gedp.planning import search, shapes
+from gedp.planning.candidates import WAGE_SHARES, Candidate, combinations, ranked_by, reference_mapping, reference_shape
+from gedp.planning.finalists import close, shifted
 from gedp.planning.output import acceptance_lines, plan_yaml, reference_lines, summary
 from gedp.planning.predict import published_levels
 from gedp.planning.rule import Rule, as_reference, costs, major_levels, preference
-from gedp.planning.search import Candidate, PlanResult, close
+from gedp.planning.search import PlanResult
 from gedp.planning.shapes import Allocation, Shape
 from gedp.postprocess import structured
 from gedp.postprocess.structured import CellOperator
@@ -77,7 +79,7 @@ def test_acceptable_shapes_first_best_score_wins():
     """At 10%: B and C are acceptable (A is 20% worse at level 71 despite the best score); B scores better."""
     candidates = _candidates()
     assert _best(candidates.values(), EQUAL) is candidates["B"]
-    assert [c.errors for c in search.ranked_by(list(candidates.values()))] == [HAND[name][0] for name in "BCA"]
+    assert [c.errors for c in ranked_by(list(candidates.values()))] == [HAND[name][0] for name in "BCA"]
 
 
 def test_without_an_acceptable_shape_the_smallest_excess_wins():
@@ -201,7 +203,7 @@ def test_recommended_is_a_shape_the_planner_makes_again():
     """shapes.shape_of inverts the shipped recommended plan: the shape at its total and wage share
     makes its queries' mus again (to the 4 decimals they are written with)."""
     config = load_config("recommended")
-    shape, wage_share = search.reference_shape()
+    shape, wage_share = reference_shape()
     made = parse_config(shapes.config_mapping(shape, config.plan.budget().total + 1e-6, wage_share,
                                               load_config("baseline").raw), "<t>")
     mus = {q.by: dict(q.mu) for q in made.plan.queries}
@@ -309,8 +311,8 @@ def test_combinations_judge_every_pair_as_the_rule_judges_one():
              for share in (0.35, 0.65)}
     reference = {level: {"m1emp": 0.0125, "wage": 0.02} for level in levels}
     rule = Rule({51: 1.0, 71: 5.0, 77: 300.0, 78: 400.0}, reference=reference, major=(78, 77))
-    ranked = search.combinations(employment, wages, base, rule)
-    assert len(ranked) == 2 * 2 * len(search.WAGE_SHARES)
+    ranked = combinations(employment, wages, base, rule)
+    assert len(ranked) == 2 * 2 * len(WAGE_SHARES)
     for candidate in ranked:
         e = employment[candidate.shape.employment]
         w = wages[candidate.shape.wage]
@@ -332,7 +334,7 @@ def test_a_simulated_finalist_moves_its_wage_share_with_errors_scaled_as_one_ove
     rule = Rule({78: 1.0})
     base = {78: {"m1emp": 0.05, "wage": 0.2}}
     finalist = Candidate(SHAPE, 0.16, rule.judge(errors, base), errors, simulated=True)
-    moved = search.shifted(finalist, base, rule)
+    moved = shifted(finalist, base, rule)
     assert sorted(c.wage_share for c in moved) == [0.1, 0.12, 0.14, 0.18, 0.2, 0.22]
     at_22 = next(c for c in moved if c.wage_share == 0.22)
     assert at_22.errors[78]["wage"] == pytest.approx(0.08 * math.sqrt(0.16 / 0.22), rel=1e-12)
@@ -345,10 +347,10 @@ def test_the_reference_is_written_as_the_shipped_plan():
     """At its own total the reference's mapping is the shipped recommended plan, queries in its order
     (the order noise is drawn in); at another total every mu scales alike."""
     shipped = load_config("recommended")
-    made = parse_config(search.reference_mapping(shipped.plan.budget().total, load_config("baseline")), "<t>")
+    made = parse_config(reference_mapping(shipped.plan.budget().total, load_config("baseline")), "<t>")
     assert [(q.by, dict(q.mu)) for q in made.plan.queries] == [(q.by, dict(q.mu)) for q in shipped.plan.queries]
-    assert search.reference_mapping(1.0, load_config("baseline"), quarters=4)["mu_cap"] == 2.0  # 4 quarters' budget
-    half = parse_config(search.reference_mapping(1.0, load_config("baseline")), "<t>")
+    assert reference_mapping(1.0, load_config("baseline"), quarters=4)["mu_cap"] == 2.0  # 4 quarters' budget
+    half = parse_config(reference_mapping(1.0, load_config("baseline")), "<t>")
     assert 1.0 - 1e-3 < half.plan.budget().total <= 1.0
     factor = 1.0 / shipped.plan.budget().total
     for mine, theirs in zip(half.plan.queries, shipped.plan.queries):

@@ -15,9 +15,11 @@ from gedp.cli import app
 from gedp.config import load_config, parse_config
 from gedp.measure.workflows import measure
 from gedp.planning import search, shapes
+from gedp.planning.candidates import Candidate, combinations
+from gedp.planning.finalists import calibrated_errors
 from gedp.planning.predict import median_relative_error, target_cells
+from gedp.planning.predictor import StandIn, employment_errors, predict_config, wage_errors
 from gedp.planning.rule import Rule, kind_error
-from gedp.planning.search import Candidate, StandIn, combinations, predict_config
 from gedp.planning.shapes import Allocation, Shape
 from gedp.planning.simulate import MIN_CELL_RELEASES, calibrated
 from gedp.postprocess.models import PostprocessOptions
@@ -86,8 +88,8 @@ def test_search_picks_what_brute_force_picks(standin):
     wage_allocations = [Allocation((shapes.NAICS5,), 0.65), Allocation(())]
     base_errors = predict_config(standin, base, ["m1emp", "wage"])
     rule = Rule(dict.fromkeys(LEVELS, 1.0), tolerance=np.inf)
-    employment = search.employment_errors(standin, base, 2.3065, employment_allocations, lambda d: None)
-    wages = search.wage_errors(standin, base, 2.3065, wage_allocations, lambda d: None)
+    employment = employment_errors(standin, base, 2.3065, employment_allocations, lambda d: None)
+    wages = wage_errors(standin, base, 2.3065, wage_allocations, lambda d: None)
     ranked = [c for c in combinations(employment, wages, base_errors, rule) if c.wage_share in (0.1, 0.2, 0.3)]
     brute = []
     for candidate in ranked:
@@ -140,7 +142,7 @@ def test_prediction_matches_simulated_releases(standin, small_state):
     shape = Shape(Allocation((shapes.STATE, shapes.NAICS5, shapes.CELL), 0.6, 0.12), Allocation((shapes.NAICS5,), 0.65))
     config = parse_config(shapes.config_mapping(shape, 2.3065, 0.2, load_config("baseline").raw), "<t>")
     analytic = predict_config(standin, config, ["m1emp", "wage"])
-    predicted = search.calibrated_errors(standin, config, analytic)
+    predicted = calibrated_errors(standin, config, analytic)
     errors = _simulated_medians(small_state, standin, config, range(100, 130))
     rng = np.random.default_rng(0)
     for (level, attribute), values in errors.items():
@@ -245,7 +247,9 @@ def test_plan_command_passes_the_agency_choices_only_when_set(shared_data, tmp_p
         seen.append((kwargs["weights"], kwargs["targets"]))
         raise gedp.errors.InputError("stopped")
 
-    monkeypatch.setattr(gedp, "plan", stop)
+    from gedp.planning import plan_request
+
+    monkeypatch.setattr(plan_request, "make_plan", stop)  # the planner that gedp plan calls
     source = str(shared_data / "qcew_2016q1_44.csv")
     for extra in ([], ["--weights", "employment=1,wage=3", "--targets", "78,75"]):
         CliRunner().invoke(app, ["plan", "--from-qcew", source, "--out", str(tmp_path / "p.yaml"), *extra])

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gedp.engine import input_states
+from gedp.running.engine import input_states
 from gedp.synth import io, prefetch
 from gedp.synth.io import parts_holding, read_columns
 from gedp.synth.prefetch import prefetch_input

@@ -1,5 +1,5 @@
 """gedp's commands leave numpy's arrays in the kernel's default pages and reuse the memory they free
-(gedp/process.py)."""
+(gedp/running/process.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 HUGE_PAGES_PROBE = """
 import sys
 if sys.argv[1] == "gedp":
-    from gedp.process import prefer_small_pages
+    from gedp.running.process import prefer_small_pages
     prefer_small_pages()
 import numpy
 multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
@@ -55,7 +55,7 @@ def refill_fresh_pages() -> int:
 REFILL_PROBE = f"""
 import resource, sys
 if sys.argv[1] == "gedp":
-    from gedp.process import reuse_freed_memory
+    from gedp.running.process import reuse_freed_memory
     assert reuse_freed_memory()
 {inspect.getsource(refill_fresh_pages)}
 print(refill_fresh_pages())
@@ -119,7 +119,7 @@ def test_an_array_made_after_one_was_freed_reuses_its_pages():
 
 @COUNTED_PAGES
 def test_the_workers_reuse_freed_memory_too(monkeypatch):
-    from gedp import state_pool
+    from gedp.running import state_pool
 
     monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "0")  # the spawned worker's numpy: one fault per page
     with state_pool._new_pool(1) as pool:
@@ -162,7 +162,7 @@ def test_a_command_ends_at_once_with_its_code_and_its_output(arguments, code):
 #: Output left in the buffer, then the process ended by end_process with argv[1] as the command's code.
 FULL_DISK_PROBE = """
 import sys
-from gedp.process import end_process
+from gedp.running.process import end_process
 print("rows that a full disk will not take")
 end_process(int(sys.argv[1]))
 """
@@ -184,7 +184,7 @@ def test_output_a_full_disk_refuses_is_an_error(code, expected):
 GIVE_BACK_PROBE = """
 import sys
 import numpy
-from gedp.process import give_back_freed_memory, reuse_freed_memory
+from gedp.running.process import give_back_freed_memory, reuse_freed_memory
 
 def resident():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
@@ -214,7 +214,7 @@ def test_freed_memory_goes_back_between_states():
 
 
 def test_each_state_of_a_pool_gives_its_freed_memory_back(monkeypatch):
-    from gedp import state_pool
+    from gedp.running import state_pool
 
     calls = []
     monkeypatch.setattr(state_pool, "give_back_freed_memory", lambda: calls.append(1))
@@ -222,3 +222,14 @@ def test_each_state_of_a_pool_gives_its_freed_memory_back(monkeypatch):
     with pytest.raises(ZeroDivisionError):  # a state that fails gives its memory back too
         state_pool._state_in_worker(divmod, 1, 0)
     assert len(calls) == 2
+
+
+def test_the_planners_forked_workers_end_quietly_under_a_command():
+    """A command's SIGTERM handler (``stop_on_sigterm``) is not inherited by the planner's forked
+    workers: the pool's terminate() at the end of a map ends them without a Terminated traceback."""
+    code = ("from gedp.running.process import stop_on_sigterm\nstop_on_sigterm()\n"
+            "from gedp.planning.workers import parallel_map\n"
+            "print(parallel_map(lambda shared, item: shared + item, 10, [1, 2, 3, 4], workers=2))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[11, 12, 13, 14]", done.stderr
+    assert "Terminated" not in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -23,7 +23,7 @@ from gedp.synth.titles import published_titles, shipped_titles
 @pytest.fixture(scope="module")
 def integer_release(small_state, tmp_path_factory):
     """The small state protected with whole numbers (seed 1, not for publication), written to a folder."""
-    release = gedp.protect(small_state, integer=True, seed=1, not_for_publication=True)
+    release = gedp.protect(small_state, gedp.load(integer=True), seed=1, not_for_publication=True)
     return release.write(tmp_path_factory.mktemp("integer") / "release")
 
 

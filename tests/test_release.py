@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import gedp
-import gedp.ledger
+import gedp.accounting.ledger_file
 from gedp.cli import app
 from gedp.errors import InputError
 from gedp.release.format import MANIFEST_FILE, REPORT_FILES, SUMMARY_FILE
@@ -22,7 +22,7 @@ EMPLOYMENT_MU = math.sqrt(3 * 1.74)  # configs/employment.yaml
 
 def releases(ledger):
     """The releases of a ledger that count (pending or committed)."""
-    return gedp.ledger.live(gedp.ledger.read_ledger(ledger))
+    return gedp.accounting.ledger_file.live(gedp.accounting.ledger_file.read_ledger(ledger))
 
 
 @pytest.mark.parametrize("config, expected", [("baseline", "wage prior"), ({"wages": "wls"}, "plain"),
@@ -61,12 +61,12 @@ def test_the_api_keeps_the_lifetime_ledger_as_the_command_line_does(small_state,
     --ledger`: a release that would exceed the cap is refused from either, and nothing is written."""
     records = small_state.head(300)
     ledger = tmp_path / "ledger.json"
-    first = gedp.protect(records, "employment", ledger=ledger, lifetime_cap=3.0)
+    first = gedp.protect(records, "employment", ledger=gedp.Ledger(ledger, lifetime_cap=3.0))
     assert first.manifest["lifetime"]["spent_after"] == pytest.approx(EMPLOYMENT_MU)
     assert [r["status"] for r in releases(ledger)] == ["committed"]
     before = ledger.read_bytes()
     with pytest.raises(InputError, match="over their lifetime cap 3.0000"):
-        gedp.protect(records, "employment", ledger=ledger)
+        gedp.protect(records, "employment", ledger=gedp.Ledger(ledger))
     assert ledger.read_bytes() == before  # nothing reserved, nothing pending
     source = tmp_path / "in.parquet"
     records.to_parquet(source)
@@ -76,15 +76,46 @@ def test_the_api_keeps_the_lifetime_ledger_as_the_command_line_does(small_state,
     assert not (tmp_path / "r").exists() and ledger.read_bytes() == before
 
 
-@pytest.mark.parametrize("options, rule", [({"lifetime_cap": 2.0}, "go with --ledger"),
-                                           ({"ledger": "x.json", "not_for_publication": True, "seed": 1},
+@pytest.mark.parametrize("options, rule", [({"ledger": gedp.Ledger("x.json"), "not_for_publication": True, "seed": 1},
                                             "for publication only"),
-                                           ({"ledger": "x.json", "lifetime_cap": -1.0}, "must be a finite number")])
+                                           ({"ledger": gedp.Ledger("x.json", lifetime_cap=-1.0)},
+                                            "must be a finite number")])
 def test_the_api_refuses_ledger_options_before_reading_anything(small_state, tmp_path, monkeypatch, options, rule):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InputError, match=rule):
         gedp.protect(small_state.head(50), "employment", **options)
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("legacy, rule", [({"lifetime_cap": 2.0}, "go with --ledger"),
+                                         ({"ledger": "x.json", "lifetime_cap": -1.0}, "must be a finite number"),
+                                         ({"engine": "dask", "scheduler": "tcp://10.0.0.1:8786"}, "must be a tls://")])
+def test_the_old_keywords_still_work_with_a_deprecation_warning(small_state, tmp_path, monkeypatch, legacy, rule):
+    """gedp 0.x's keywords are gathered into Ledger / Engine / Input and checked the same way, warned."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(DeprecationWarning, match=", ".join(sorted(legacy))), pytest.raises(InputError, match=rule):
+        gedp.protect(small_state.head(50), "employment", **legacy)
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_old_keywords_give_the_release_the_new_values_give(small_state):
+    """The same seeded release from gedp 0.x's keywords and from gedp.load / gedp.Engine / gedp.Input."""
+    rows = small_state.head(300).rename(columns={"estab_id": "ruid"})
+    with pytest.warns(DeprecationWarning, match="columns, integer, processes, workflow"):
+        old = gedp.protect(rows, "employment", seed=2, not_for_publication=True, workflow="psi", integer=True,
+                           processes=1, columns={"ruid": "estab_id"})
+    new = gedp.protect(rows, gedp.load("employment", workflow="psi", integer=True), seed=2, not_for_publication=True,
+                       engine=gedp.Engine(processes=1), input=gedp.Input(columns={"ruid": "estab_id"}))
+    assert old.manifest == new.manifest and old.microdata.equals(new.microdata)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="processes cannot be given beside engine"):
+        gedp.protect(rows, "employment", engine=gedp.Engine(), processes=1)
+
+
+def test_protect_takes_at_most_eight_parameters():
+    """The signature a user reads (``help(gedp.protect)``) fits on two lines: the options are values."""
+    import inspect
+
+    assert len(inspect.signature(gedp.protect).parameters) <= 8
 
 
 def test_dir_of_gedp_lists_the_public_api():

@@ -21,7 +21,7 @@ from gedp.synth.schema import public_columns
 def releases(small_state):
     """The same noise (seed 5) released with and without controlled rounding."""
     return (gedp.protect(small_state, seed=5, not_for_publication=True),
-            gedp.protect(small_state, seed=5, not_for_publication=True, integer=True))
+            gedp.protect(small_state, gedp.load(integer=True), seed=5, not_for_publication=True))
 
 
 def test_postprocessing_is_reproduced_bit_for_bit_from_the_release_files(releases):

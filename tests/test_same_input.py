@@ -9,7 +9,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-import gedp.lifetime
+import gedp.running.recorded_release
 from gedp.cli import app
 
 runner = CliRunner()
@@ -49,7 +49,7 @@ def test_an_input_swapped_between_reads_is_refused(inputs, tmp_path, monkeypatch
     source, other = inputs["given", suffix], inputs["other", suffix]
     original = tmp_path / f"original.{suffix}"
     shutil.copyfile(source, original)
-    first_read, reserve = gedp.lifetime.input_states, gedp.lifetime.reserve
+    first_read, reserve = gedp.running.recorded_release.input_states, gedp.running.recorded_release.reserve
 
     def read_then_swap(path, *args, **kwargs):
         found = first_read(path, *args, **kwargs)
@@ -62,9 +62,9 @@ def test_an_input_swapped_between_reads_is_refused(inputs, tmp_path, monkeypatch
         return reservation
 
     if swaps != "after the ledger":
-        monkeypatch.setattr(gedp.lifetime, "input_states", read_then_swap)
+        monkeypatch.setattr(gedp.running.recorded_release, "input_states", read_then_swap)
     if swaps != "before the ledger":
-        monkeypatch.setattr(gedp.lifetime, "reserve", reserve_then_swap)
+        monkeypatch.setattr(gedp.running.recorded_release, "reserve", reserve_then_swap)
     result = protect(source, tmp_path / "out", "--ledger", tmp_path / "ledger.json", "--lifetime-cap", "5")
     assert result.exit_code == 2, result.output
     assert "was changed while gedp read it" in result.output

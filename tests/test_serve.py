@@ -35,12 +35,21 @@ SINGLE_REQUESTS = [
     {"by": "supersector,own", "moe": "1"},
     {"by": "domain", "where": "county in ['001', '003'] and not naics3 == '722'", "moe": "1"},
     {"by": "state,naics5", "moe": "1", "where": "naics3 != '236'"},
+    # the server's lattice: no filter or one value of a column, with the total, the state and the finest cells
+    {"by": "county,naics3", "where": "own == '5'", "moe": "1"}, {"by": "total", "where": "sector == '31-33'",
+                                                                  "moe": "1", "level": "0.9"},
+    {"by": "state", "moe": "1"}, {"by": "county,naics,own", "where": "sector == '44-45'", "moe": "1"}, {"by": "total"},
+    {"by": "naics4", "where": "county == '001' and sector == '44-45'", "moe": "1"},
+    # tables by size class, over the implicates the server holds
+    {"by": "sector,size_class", "moe": "1"}, {"by": "county,size_class", "where": "own == '5'", "moe": "1"},
+    {"by": "size_class"},
 ]
 PANEL_REQUESTS = [
     {"by": "county", "quarter": "2016Q1", "moe": "1"}, {"by": "sector", "quarter": "2016Q3", "moe": "1"},
     {"by": "total", "quarter": "2016Q2", "moe": "1", "level": "0.9"}, {"by": "naics3", "quarter": "2016Q2"},
     {"by": "sector", "change": "2016Q1:2016Q3", "moe": "1"}, {"by": "total", "change": "2016Q2:2016Q3", "moe": "1"},
     {"by": "county,sector", "quarter": "2016Q3", "where": "sector == '44-45'", "moe": "1"},
+    {"by": "supersector,size_class", "quarter": "2016Q2", "moe": "1"},
 ]
 
 
@@ -283,3 +292,24 @@ def test_without_paths_replaces_the_folder_and_its_files_by_the_id(releases):
     message = f"quarter 9999Q1 is not in '{folder}'; {folder}/protected.parquet lacks '/etc/x'"
     assert without_paths(message, served) == ("quarter 9999Q1 is not in release panel; release panel lacks "
                                               "a file of the server")
+
+
+def test_size_class_tables_of_a_release_too_large_are_refused(releases, monkeypatch):
+    """Above the establishments a server draws implicates of, a size-class request is refused in one
+    line (and the page is told not to offer it); below, the implicates are drawn once and held."""
+    from gedp.serve import releases as served_releases
+
+    held = load_releases([releases["single"]])
+    served = Served(create_app(held, Limits()))
+    try:
+        status, _, body = served.get("/api/tabulate", {"release": "single", "by": "size_class"})
+        assert status == 200, body
+        first = held["single"].implicates_held[None]
+        assert served.get("/api/tabulate", {"release": "single", "by": "sector,size_class"})[0] == 200
+        assert held["single"].implicates_held[None] is first  # drawn once
+        monkeypatch.setattr(served_releases, "MAX_DERIVED_ESTABLISHMENTS", 10)
+        status, _, body = served.get("/api/tabulate", {"release": "single", "by": "county,size_class"})
+        assert status == 400 and "gedp tabulate gives them" in json.loads(body)["error"]
+        assert json.loads(served.get("/api/releases")[2])[0]["size_classes"] is False
+    finally:
+        served.stop()

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from test_serve import PANEL_QUARTERS, Served, command_line, releases  # noqa: F401 (the fixture)
 
+from gedp.postprocess.sizeclass import SIZE_TITLES
 from gedp.serve.app import Limits, create_app
 from gedp.serve.releases import load_releases
 
@@ -147,12 +148,22 @@ def number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
+def open_page(browser, page_server) -> None:
+    """The explorer's page, loaded, with its two releases listed."""
+    browser.send("Page.navigate", session=True, url=page_server.url + "/")
+    browser.wait_for("document.querySelectorAll('#release option').length === 2")
+
+
+def assert_shown(text: str, value: float) -> None:
+    """A number shown on the page is ``value`` as the page rounds it (0.1 under 10, else 1)."""
+    assert abs(number(text) - value) <= (0.05 if abs(value) < 10 else 0.5) + 1e-9
+
+
 def test_a_user_reads_a_table_and_downloads_its_csv(browser, page_server, releases, tmp_path):  # noqa: F811
     downloads = tmp_path / "downloads"
     downloads.mkdir()
     browser.send("Browser.setDownloadBehavior", behavior="allow", downloadPath=str(downloads))
-    browser.send("Page.navigate", session=True, url=page_server.url + "/")
-    browser.wait_for("document.querySelectorAll('#release option').length === 2")
+    open_page(browser, page_server)
     assert "spend nothing more" in browser.run("document.getElementById('guarantee').textContent")
     choose(browser, release="single", geography="county", industry="sector", ownership="all", measure="m1emp")
     shown = shown_table(browser)
@@ -165,7 +176,7 @@ def test_a_user_reads_a_table_and_downloads_its_csv(browser, page_server, releas
         assert row[:3] == [truth["state"], truth["county"], truth["sector"]]
         assert number(row[3]) == int(truth["estabs"])
         for text, value in ((row[4], float(truth["m1emp"])), (row[5], float(truth["m1emp_moe"]))):
-            assert abs(number(text) - value) <= (0.05 if abs(value) < 10 else 0.5) + 1e-9  # shown rounded
+            assert_shown(text, value)
         assert row[6] in "ABCDX"
     bars = browser.run("document.querySelectorAll('#chart svg rect.bar').length")
     errors = browser.run("document.querySelectorAll('#chart svg line.error').length")
@@ -183,9 +194,32 @@ def test_a_user_reads_a_table_and_downloads_its_csv(browser, page_server, releas
     assert browser.problems == []
 
 
+def test_a_user_reads_a_table_by_size_class(browser, page_server, releases):  # noqa: F811
+    open_page(browser, page_server)
+    assert browser.run("document.getElementById('size-label').hidden") is False
+    choose(browser, release="single", geography="state", industry="supersector", ownership="all", size="size_class",
+           measure="m3emp")
+    shown = shown_table(browser)
+    assert shown[0] == ["State", "Supersector", "Size class", "Establishments", "Employment, month 3",
+                        "± margin of error (95%)", "Quality"]
+    expected = list(csv.DictReader(io.StringIO(command_line(releases["single"], {"by": "state,supersector,size_class",
+                                                                                 "moe": "1"}))))
+    assert len(shown) - 1 == len(expected)
+    titles = browser.run("[...document.querySelectorAll('#table tbody tr')].map(r => r.cells[2].textContent)")
+    for row, title, truth in zip(shown[1:], titles, expected):
+        assert row[:3] == [truth["state"], truth["supersector"], truth["size_class"]]
+        assert title == SIZE_TITLES[int(truth["size_class"])]
+        for text, value in ((row[3], float(truth["estabs"])), (row[4], float(truth["m3emp"])),
+                            (row[5], float(truth["m3emp_moe"]))):
+            assert_shown(text, value)
+    assert browser.run("document.getElementById('xlsx-part').hidden") is True  # a table, not a QCEW level
+    choose(browser, size="")  # and back: no size classes
+    assert "Size class" not in shown_table(browser)[0]
+    assert browser.problems == []
+
+
 def test_a_panel_draws_its_quarters_and_changes(browser, page_server, releases):  # noqa: F811
-    browser.send("Page.navigate", session=True, url=page_server.url + "/")
-    browser.wait_for("document.querySelectorAll('#release option').length === 2")
+    open_page(browser, page_server)
     browser.run("(() => { const e = document.getElementById('release'); e.value = 'panel';"
                 " e.dispatchEvent(new Event('change')); })()")
     choose(browser, quarter="2016Q2", geography="state", industry="supersector", ownership="all", measure="m3emp")

@@ -9,8 +9,8 @@ import pytest
 import gedp.release.writer
 from gedp.config import load_config
 from gedp.measure.rng import state_rng
-from gedp.pipeline import protect
 from gedp.release.writer import StateParts
+from gedp.running.state_pipeline import protect
 from gedp.synth.schema import validate_microdata
 
 

@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gedp import state_pool
 from gedp.config import load_config
-from gedp.engine import protect_input
 from gedp.errors import GedpError
-from gedp.state_pool import pool_size
+from gedp.running import state_pool
+from gedp.running.engine import protect_input
+from gedp.running.state_pool import pool_size
 from gedp.synth.profiles import generate_profile, load_profile
 
 #: States of the input and their sizes: the first is the largest, so it tends to finish last.
@@ -178,17 +178,17 @@ def test_the_python_api_takes_the_number_of_processes(three_states, tmp_path):
     import gedp
 
     options = dict(config="recommended", seed=11, not_for_publication=True)
-    gedp.protect(three_states, processes=2, **options).write(tmp_path / "two")
-    gedp.protect(three_states, processes=1, **options).write(tmp_path / "one")
+    gedp.protect(three_states, engine=gedp.Engine(processes=2), **options).write(tmp_path / "two")
+    gedp.protect(three_states, engine=gedp.Engine(processes=1), **options).write(tmp_path / "one")
     assert _files(tmp_path / "two") == _files(tmp_path / "one")
     with pytest.raises(GedpError, match="processes 0 must be a whole number of at least 1"):
-        gedp.protect(three_states, processes=0, **options)
+        gedp.protect(three_states, engine=gedp.Engine(processes=0), **options)
 
 
 AFFINITY_PROBE = """
 import os, threading
 from gedp.postprocess.months import on_threads
-from gedp.state_pool import pool_size
+from gedp.running.state_pool import pool_size
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 threads = on_threads([threading.get_ident for _ in range(3)])
 print(pool_size(None, 100), len(set(threads)), threads[0] == threading.get_ident())

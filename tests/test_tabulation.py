@@ -1,4 +1,4 @@
-"""The one tabulation path (``gedp.tabulation``): a request's checks, its answer against a direct
+"""The one tabulation path (``gedp.tabulation.request``): a request's checks, its answer against a direct
 pandas computation on the release's protected microdata, the quick and pandas answers alike, and
 ``gedp tabulate`` writing exactly the library's table and summary."""
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gedp.cli import app
 from gedp.errors import InputError
-from gedp.tabulation import TabulationRequest, tabulate_request
+from gedp.tabulation.request import TabulationRequest, tabulate_request
 
 ATTRIBUTES = ["m1emp", "m2emp", "m3emp", "wage"]
 

@@ -151,11 +151,11 @@ def test_parquet_state_codes_with_spaces_are_all_released(rows, tmp_path):
 
 
 def test_rows_protected_must_add_up_to_rows_read(rows, tmp_path, monkeypatch):
-    import gedp.engine
+    import gedp.running.engine
 
     rows.to_parquet(tmp_path / "in.parquet", index=False)
-    reader = gedp.engine.read_state
-    monkeypatch.setattr(gedp.engine, "read_state", lambda *a: reader(*a).head(250))
+    reader = gedp.running.engine.read_state
+    monkeypatch.setattr(gedp.running.engine, "read_state", lambda *a: reader(*a).head(250))
     result = invoke(*protect_args(tmp_path / "in.parquet", tmp_path / "out"))
     assert_refused(result, tmp_path / "out", "250 establishments were read state by state, but the input has 300 rows")
 
@@ -163,7 +163,7 @@ def test_rows_protected_must_add_up_to_rows_read(rows, tmp_path, monkeypatch):
 # --- 3. estab_id unique across all states and parts, before any noise -------------------------------
 
 def test_estab_id_repeated_in_parts_of_different_states_is_refused_before_noise(rows, tmp_path, monkeypatch):
-    import gedp.engine
+    import gedp.running.engine
 
     folder = tmp_path / "in.parquet"
     folder.mkdir()
@@ -171,7 +171,7 @@ def test_estab_id_repeated_in_parts_of_different_states_is_refused_before_noise(
     other = rows.tail(150).assign(state="44").reset_index(drop=True)
     other.loc[5, "estab_id"] = rows.loc[0, "estab_id"]
     other.to_parquet(folder / "part-44.parquet", index=False)
-    monkeypatch.setattr(gedp.engine, "protect", lambda *a, **k: pytest.fail("noise drawn before the id check"))
+    monkeypatch.setattr(gedp.running.engine, "protect", lambda *a, **k: pytest.fail("noise drawn before the id check"))
     result = invoke(*protect_args(folder, tmp_path / "out"))
     assert_refused(result, tmp_path / "out",
                    f"column 'estab_id': values must be unique; first at row 156 (estab_id {rows.loc[0, 'estab_id']})")

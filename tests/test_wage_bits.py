@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from gedp.measure.queries import Groupings
-from gedp.postprocess import wages
+from gedp.postprocess import structured, wage_layout, wage_rates, wage_shares, wages
 
 
 def _unsorted_cells(rng, n_cells=40, n=3000):
@@ -24,11 +24,11 @@ def test_run_sums_have_the_bits_of_bincount():
     codes, values = _unsorted_cells(rng)
     order = np.argsort(codes, kind="stable")
     counts = np.bincount(codes, minlength=40)
-    sums = wages._run_sums(counts) @ values[order]
+    sums = wage_shares._run_sums(counts) @ values[order]
     assert sums.tobytes() == np.bincount(codes, weights=values, minlength=40).tobytes()
     # power: the order within a cell matters for these values, so equal bits are not a coincidence
     reversed_order = np.argsort(codes[::-1], kind="stable")
-    other = wages._run_sums(counts) @ values[::-1][reversed_order]
+    other = wage_shares._run_sums(counts) @ values[::-1][reversed_order]
     assert other.tobytes() != sums.tobytes()
 
 
@@ -42,7 +42,7 @@ def test_run_extremes_match_ufunc_at():
     with np.errstate(invalid="ignore"):  # the NaN
         np.minimum.at(low, codes, values)
         np.maximum.at(high, codes, values)
-        run_low, run_high = wages._run_extremes(values[order], counts)
+        run_low, run_high = wage_shares._run_extremes(values[order], counts)
     np.testing.assert_array_equal(run_low, low)  # NaN where the cell holds one, inf / -inf where empty
     np.testing.assert_array_equal(run_high, high)
     assert np.isinf(run_low[counts == 0]).all() and np.isnan(run_low[codes[5]])
@@ -59,7 +59,7 @@ def _bincount_shares(totals, cell_codes, target, variance):
     summed = np.bincount(cell_codes, weights=variance, minlength=n_cells)
     high = np.maximum(high, np.divide(spare, summed, out=np.zeros(n_cells), where=summed > 0))
     low = np.minimum(low, high)
-    for _ in range(wages.SHARE_STEPS):
+    for _ in range(wage_shares.SHARE_STEPS):
         middle = (low + high) / 2
         shared = np.bincount(cell_codes, weights=np.maximum(target + variance * middle[cell_codes], 0.0),
                              minlength=n_cells)
@@ -71,12 +71,12 @@ def _bincount_shares(totals, cell_codes, target, variance):
     return np.where(free, np.maximum(target + variance * lam[cell_codes], 0.0), 0.0), free
 
 
-@pytest.mark.parametrize("settle_every", [1, wages.SETTLE_EVERY, 1000])  # check every step, as shipped, never
-@pytest.mark.parametrize("compact_share", [0.0, wages.COMPACT_SHARE, 2.0])  # drop at once, as shipped, never
+@pytest.mark.parametrize("settle_every", [1, wage_shares.SETTLE_EVERY, 1000])  # check every step, as shipped, never
+@pytest.mark.parametrize("compact_share", [0.0, wage_shares.COMPACT_SHARE, 2.0])  # drop at once, as shipped, never
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_shares_have_the_bits_of_the_plain_bisection(seed, compact_share, settle_every, monkeypatch):
-    monkeypatch.setattr(wages, "COMPACT_SHARE", compact_share)
-    monkeypatch.setattr(wages, "SETTLE_EVERY", settle_every)
+    monkeypatch.setattr(wage_shares, "COMPACT_SHARE", compact_share)
+    monkeypatch.setattr(wage_shares, "SETTLE_EVERY", settle_every)
     rng = np.random.default_rng(seed)
     codes, target = _unsorted_cells(rng)
     variance = rng.lognormal(0.0, 3.0, len(codes))
@@ -85,7 +85,7 @@ def test_shares_have_the_bits_of_the_plain_bisection(seed, compact_share, settle
         variance = np.where(rng.random(len(codes)) < 0.5, 1.0, np.round(variance, 0) + 1.0)
     totals = np.bincount(codes, weights=np.abs(target), minlength=40) * rng.uniform(0.0, 2.0, 40)
     totals[rng.choice(40, 4, replace=False)] = 0.0
-    values, free = wages.share_cells(totals, codes, target, variance)
+    values, free = wage_shares.share_cells(totals, codes, target, variance)
     expected, expected_free = _bincount_shares(totals, codes, target, variance)
     assert values.tobytes() == expected.tobytes()
     np.testing.assert_array_equal(free, expected_free)
@@ -100,17 +100,17 @@ def test_county_codes_number_the_state_county_texts(small_state):
     both = pd.concat([small_state, other], ignore_index=True).sample(frac=1.0, random_state=4)
     for frame in (small_state, both):
         texts = pd.factorize(frame["state"].astype(str) + "/" + frame["county"].astype(str))[0]
-        codes = wages._county_codes(Groupings(frame))
+        codes = wage_layout.establishment_counties(Groupings(frame))
         assert codes.dtype == texts.dtype and np.array_equal(codes, texts)
-    assert wages._county_codes(Groupings(both)).max() + 1 == 2 * small_state["county"].nunique()
+    assert wage_layout.establishment_counties(Groupings(both)).max() + 1 == 2 * small_state["county"].nunique()
 
 
 def test_shared_codes_number_as_pandas_factorize(small_state):
     """The state numbering (first appearance) and the industries' (sorted) from the shared groupings."""
     frame = small_state.sample(frac=1.0, random_state=5).reset_index(drop=True)
     groupings = Groupings(frame)
-    assert np.array_equal(wages._first_appearance(groupings, ("state",)), pd.factorize(frame["state"])[0])
-    assert np.array_equal(groupings((wages.DETAIL,)).codes, pd.factorize(frame[wages.DETAIL], sort=True)[0])
+    assert np.array_equal(wage_layout.first_appearance(groupings, ("state",)), pd.factorize(frame["state"])[0])
+    assert np.array_equal(groupings((wage_layout.DETAIL,)).codes, pd.factorize(frame[wage_layout.DETAIL], sort=True)[0])
 
 
 def test_left_solve_keeps_one_left_per_operator():
@@ -126,12 +126,12 @@ def test_left_solve_keeps_one_left_per_operator():
     w, s = rng.uniform(0.5, 2.0, groups.shape[0]), rng.uniform(0.1, 3.0, n_cells)
     lefts = [sp.csr_matrix(rng.random((n_cells, 3)) * (rng.random((n_cells, 3)) < 0.5)) for _ in range(2)]
     rights = [sp.csc_matrix(rng.random((n_cells, 2))) for _ in range(2)]
-    kept = wages.CellsInPlanCells(groups, w, s, coarse_cells)
-    inside = wages._inside(coarse_cells, n_coarse).toarray()
+    kept = wage_rates.CellsInPlanCells(groups, w, s, coarse_cells)
+    inside = wage_rates.cells_inside(coarse_cells, n_coarse).toarray()
     m = inside.T @ (groups.T.toarray() @ np.diag(1.0 / w) @ groups.toarray()) @ inside
     for left in lefts:
         for right in rights:
-            fresh = wages.CellsInPlanCells(groups, w, s, coarse_cells).left_solve(left, right)
+            fresh = wage_rates.CellsInPlanCells(groups, w, s, coarse_cells).left_solve(left, right)
             solved = kept.left_solve(left, right)
             assert solved.tobytes() == fresh.tobytes()
             dense = left.toarray().T @ np.linalg.solve(np.eye(n_cells) + np.diag(s) @ m, right.toarray())
@@ -144,9 +144,9 @@ def test_detail_rates_number_as_sorted_unique(small_state):
     frame = small_state.sample(frac=1.0, random_state=6).reset_index(drop=True)
     groupings = Groupings(frame)
     rate_codes = groupings(wages.RATE_QUERY).codes
-    detail = groupings((wages.DETAIL,)).codes
+    detail = groupings((wage_layout.DETAIL,)).codes
     n_rates = int(rate_codes.max()) + 1
-    _, group, node = wages._detail_cells(groupings, rate_codes, rate_codes, n_rates)
+    _, group, node = wage_layout.detail_cells(groupings, rate_codes, rate_codes, n_rates)
     pairs, first, inverse = np.unique(np.stack([rate_codes, detail], axis=1), axis=0, return_index=True,
                                       return_inverse=True)
     pair_group = rate_codes[first]
@@ -172,18 +172,18 @@ def test_operators_of_split_groups_have_the_bits_of_fresh_ones():
     coarse_cells = np.sort(np.concatenate([np.arange(n_coarse), rng.integers(0, n_coarse, n_cells - n_coarse)]))
     groups = _nested_groups(rng, n_coarse)
     w = rng.uniform(0.5, 2.0, groups.shape[0])
-    split = wages.CellGroups.split(groups, w)
-    inside = wages._inside(coarse_cells, n_coarse)
+    split = structured.CellGroups.split(groups, w)
+    inside = wage_rates.cells_inside(coarse_cells, n_coarse)
     m = groups.T.toarray() @ np.diag(1.0 / w) @ groups.toarray()
     left, right = sp.csc_matrix(rng.random((n_cells, 3))), sp.csc_matrix(rng.random((n_cells, 2)))
     for _ in range(3):
         s, p = rng.uniform(0.1, 3.0, n_coarse), rng.normal(size=n_coarse)
-        solved = wages.CellOperator.at(split, s).solve(p)
-        assert solved.tobytes() == wages.CellOperator(groups, w, s).solve(p).tobytes()
+        solved = structured.CellOperator.at(split, s).solve(p)
+        assert solved.tobytes() == structured.CellOperator(groups, w, s).solve(p).tobytes()
         np.testing.assert_allclose(solved, np.linalg.solve(np.eye(n_coarse) + np.diag(s) @ m, p), rtol=1e-10)
         fine_s = rng.uniform(0.1, 3.0, n_cells)
-        fine = wages.CellsInPlanCells.at(split, inside, fine_s).left_solve(left, right)
-        fresh = wages.CellsInPlanCells(groups, w, fine_s, coarse_cells)
+        fine = wage_rates.CellsInPlanCells.at(split, inside, fine_s).left_solve(left, right)
+        fresh = wage_rates.CellsInPlanCells(groups, w, fine_s, coarse_cells)
         assert fine.tobytes() == fresh.left_solve(left, right).tobytes()
         fine_m = inside.T.toarray() @ m @ inside.toarray()
         dense = left.toarray().T @ np.linalg.solve(np.eye(n_cells) + np.diag(fine_s) @ fine_m, right.toarray())
@@ -211,29 +211,30 @@ def test_settled_cells_stop_the_bisection_early(monkeypatch):
     variance = rng.lognormal(0.0, 3.0, len(codes))
     totals = np.bincount(codes, weights=np.abs(target), minlength=40)
     evaluations = {}
-    never = wages.SHARE_STEPS + 1
-    for settle_every in (wages.SETTLE_EVERY, never):
-        monkeypatch.setattr(wages, "SETTLE_EVERY", settle_every)
+    never = wage_shares.SHARE_STEPS + 1
+    for settle_every in (wage_shares.SETTLE_EVERY, never):
+        monkeypatch.setattr(wage_shares, "SETTLE_EVERY", settle_every)
         calls = []
-        monkeypatch.setattr(wages, "_shifted", lambda *a, shifted=wages._shifted: calls.append(1) or shifted(*a))
-        wages.share_cells(totals, codes, target, variance)
+        monkeypatch.setattr(wage_shares, "_shifted",
+                            lambda *a, shifted=wage_shares._shifted: calls.append(1) or shifted(*a))
+        wage_shares.share_cells(totals, codes, target, variance)
         monkeypatch.undo()
         evaluations[settle_every] = len(calls)
-    assert evaluations[wages.SETTLE_EVERY] < 0.6 * evaluations[never], evaluations  # 48 against 100
+    assert evaluations[wage_shares.SETTLE_EVERY] < 0.6 * evaluations[never], evaluations  # 48 against 100
 
 
-@pytest.mark.parametrize("settle_every", [1, wages.SETTLE_EVERY])
+@pytest.mark.parametrize("settle_every", [1, wage_shares.SETTLE_EVERY])
 def test_shares_near_the_largest_floats_have_the_bits_of_the_plain_bisection(settle_every, monkeypatch):
     """Brackets near 1e308, where the bisection's middle overflows: such a cell is never taken as
     settled, so it ends as the plain bisection ends (the case a review found)."""
-    monkeypatch.setattr(wages, "SETTLE_EVERY", settle_every)
+    monkeypatch.setattr(wage_shares, "SETTLE_EVERY", settle_every)
     codes = np.array([2, 1, 1, 3])
     target = np.array([-6.947089732868628e307, -1.0430136638219817e308, -3.100575703030018e307,
                        -1.3306947352681913e308])
     variance = np.array([0.6631566609383533, 0.8753128749480874, 0.8319210047814558, 0.544837391222531])
     totals = np.array([3.587097636934566e306, 3.584900099249124e307, 5.851400405651813e307, 5.408733174396423e307])
     with np.errstate(over="ignore", invalid="ignore"):
-        values, free = wages.share_cells(totals, codes, target, variance)
+        values, free = wage_shares.share_cells(totals, codes, target, variance)
         expected, expected_free = _bincount_shares(totals, codes, target, variance)
     assert values.tobytes() == expected.tobytes()
     np.testing.assert_array_equal(free, expected_free)

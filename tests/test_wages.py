@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 import gedp
 from gedp.errors import ConfigError
-from gedp.postprocess import wages
+from gedp.postprocess import wage_layout, wage_margins, wage_rates, wage_shares, wages
 from gedp.postprocess.tabulate import tabulate
 
 
@@ -23,7 +23,7 @@ def test_shares_are_the_constrained_least_squares_solution():
     target = rng.normal(10.0, 20.0, len(cell_codes))
     variance = rng.uniform(0.5, 30.0, len(cell_codes))
     totals = np.array([0.0, 5.0, 60.0, 1.0, 100.0, 40.0])
-    values, _ = wages.share_cells(totals, cell_codes, target, variance)
+    values, _ = wage_shares.share_cells(totals, cell_codes, target, variance)
     x = cp.Variable(len(cell_codes), nonneg=True)
     membership = sp.csr_matrix((np.ones(len(cell_codes)), (cell_codes, np.arange(len(cell_codes)))))
     cp.Problem(cp.Minimize(cp.sum(cp.multiply(1 / variance, cp.square(x - target)))),
@@ -139,7 +139,7 @@ def test_cells_at_the_bound_keep_a_positive_wage_and_margin(fitted, monkeypatch)
     assert employed.sum() >= 5
     np.testing.assert_allclose(fit.totals[cells], fit.lower[cells], rtol=1e-9)  # the bound binds
     assert np.all(fit.totals[cells][employed] > 0)
-    assert np.all(wages.wage_variances(fit, fit.cell_codes, len(fit.totals))[cells][employed] > 0)
+    assert np.all(wage_margins.wage_variances(fit, fit.cell_codes, len(fit.totals))[cells][employed] > 0)
     assert wages.protect_wages(pushed, protected, psi).status == "optimal"
     monkeypatch.setattr(wages, "WAGE_FLOOR", 0.0)
     assert np.all(wages.fit_wages(pushed, protected, psi).totals[cells] == 0)
@@ -157,7 +157,7 @@ def test_exact_zero_answers_release_zero_wages_with_no_margin(fitted):
     cells = np.unique(fit.cell_codes[member])
     assert protected.loc[member, "m1emp"].sum() > 0
     assert np.all(fit.values[member] == 0) and np.all(fit.totals[cells] == 0)
-    assert np.all(wages.wage_variances(fit, fit.cell_codes, len(fit.totals))[cells] == 0)
+    assert np.all(wage_margins.wage_variances(fit, fit.cell_codes, len(fit.totals))[cells] == 0)
 
 
 def test_margins_match_a_dense_computation(fitted):
@@ -165,11 +165,11 @@ def test_margins_match_a_dense_computation(fitted):
     rng = np.random.default_rng(0)
     n_tab = 12
     tab_codes = rng.integers(-1, n_tab, len(protected))  # random tabulations, some establishments in none
-    variances = wages.wage_variances(fit, tab_codes, n_tab)
+    variances = wage_margins.wage_variances(fit, tab_codes, n_tab)
     np.testing.assert_allclose(variances, _dense_variances(fit, tab_codes, n_tab), rtol=1e-7)
     # power: the shared rates' part is material (the margins without it would fail the comparison)
     rates_fixed = dataclasses.replace(fit, rates=dataclasses.replace(fit.rates, blocks=()))
-    assert np.max(variances / wages.wage_variances(rates_fixed, tab_codes, n_tab)) > 1.05
+    assert np.max(variances / wage_margins.wage_variances(rates_fixed, tab_codes, n_tab)) > 1.05
 
 
 def test_margins_without_county_wage_queries_match_a_dense_computation(small_state):
@@ -186,16 +186,16 @@ def test_margins_without_county_wage_queries_match_a_dense_computation(small_sta
     fit = wages.fit_wages(answers, protected, gedp.load("baseline").plan.psi)
     assert fit.county_loading.any()
     codes = pd.factorize(protected["county"], sort=True)[0]
-    variances = wages.wage_variances(fit, codes, codes.max() + 1)
+    variances = wage_margins.wage_variances(fit, codes, codes.max() + 1)
     np.testing.assert_allclose(variances, _dense_variances(fit, codes, codes.max() + 1), rtol=1e-7)
     independent = dataclasses.replace(fit, county_loading=np.zeros(len(codes)))
-    ratio = variances / wages.wage_variances(independent, codes, codes.max() + 1)
+    ratio = variances / wage_margins.wage_variances(independent, codes, codes.max() + 1)
     assert np.max(ratio) > 1.01  # measured 1.02-1.05 on this state's six counties
 
 
 @pytest.mark.parametrize("across_states", [False, True])
 def test_rates_solve_the_joint_least_squares(across_states):
-    """_solve_rates (Woodbury through the plan's cells and the cell operator, per state) against one dense
+    """solve_rates (Woodbury through the plan's cells and the cell operator, per state) against one dense
     solve of the joint normal equations [[K, -L], [-L', P]] [t; theta] = [right; prior], on random groups
     of plan cells in two states, the model's cells splitting some plan cells (and with a group across
     both states: one block for all)."""
@@ -222,8 +222,8 @@ def test_rates_solve_the_joint_least_squares(across_states):
     dense_links = links.toarray()
     precision = dense_links.T @ np.diag(1 / d) @ dense_links + np.diag(rng.uniform(0.5, 1.0, n_theta))
     right, prior = rng.normal(size=n_cells), rng.normal(size=n_theta)
-    rate_blocks = wages._rate_blocks(c, w, cell_state, coarse_cells, theta_state)
-    theta, variance, blocks = wages._solve_rates(rate_blocks, d, links, sp.csr_matrix(precision), right, prior)
+    rate_blocks = wage_rates.rate_system_blocks(c, w, cell_state, coarse_cells, theta_state)
+    theta, variance, blocks = wage_rates.solve_rates(rate_blocks, d, links, sp.csr_matrix(precision), right, prior)
     groups = (c @ inside).toarray()
     cells = np.diag(1 / d) + groups.T @ np.diag(1 / w) @ groups
     hessian = np.block([[cells, -dense_links], [-dense_links.T, precision]])
@@ -237,7 +237,7 @@ def test_tabulated_margins_use_the_wage_fit(fitted):
     release, protected, fit = fitted
     table = release.tabulate(by=["county"], moe=True)
     codes = pd.factorize(protected["county"], sort=True)[0]
-    expected = 1.959963984540054 * np.sqrt(wages.wage_variances(fit, codes, codes.max() + 1))
+    expected = 1.959963984540054 * np.sqrt(wage_margins.wage_variances(fit, codes, codes.max() + 1))
     np.testing.assert_allclose(table["wage_moe"], expected, rtol=1e-9)
 
 
@@ -312,7 +312,7 @@ def test_naics6_rates_make_statewide_naics6_margins_cover(shared_data, monkeypat
     siblings = keys.groupby(keys["naics"].str[:5])["naics"].transform("nunique").to_numpy() > 1
 
     def level_58(detail):
-        monkeypatch.setattr(wages, "DETAIL", detail)
+        monkeypatch.setattr(wage_layout, "DETAIL", detail)
         cells = compute_accuracy(truth, gedp.load("baseline"), published=None, replications=4, seed=1,
                                  data_label="RI").levels[58]
         error = (cells.protected["wage"] - np.asarray(cells.true["wage"]))[:, siblings]

@@ -28,9 +28,9 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from gedp.cpus import usable_cpus
 from gedp.errors import AuditError
 from gedp.measure.queries import group_establishments
+from gedp.postprocess.cpus import usable_cpus
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
     COUNTY_LEVELS,

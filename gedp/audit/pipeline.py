@@ -34,14 +34,14 @@ import pandas as pd
 from gedp.api import load, synthesize
 from gedp.audit.bounds import mu_lower_bound_at
 from gedp.config import Config
-from gedp.cpus import usable_cpus
-from gedp.lifetime import protect_recorded
 from gedp.measure import mechanisms
 from gedp.measure.budget import compose
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY
+from gedp.postprocess.cpus import usable_cpus
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.reader import parse_query_name
+from gedp.running.recorded_release import protect_recorded
 
 #: Family-wise false-failure rate of a pipeline audit (all statistics and thresholds together).
 PIPELINE_ALPHA = 0.01

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import yaml
 
+from gedp.planning.candidates import REFERENCE, Candidate
 from gedp.planning.rule import EMPLOYMENT, WAGE, Errors, costs
-from gedp.planning.search import REFERENCE, Candidate, PlanResult
+from gedp.planning.search import PlanResult
 
 ATTRIBUTE_NAMES = {EMPLOYMENT: "employment (month 1)", WAGE: "wages"}
 

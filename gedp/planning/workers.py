@@ -14,7 +14,8 @@ import multiprocessing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gedp.cpus import usable_cpus
+from gedp.postprocess.cpus import usable_cpus
+from gedp.running.process import forked_worker_signals
 
 #: The context of the running map, inherited by the forked workers (None outside a map).
 _context: tuple[Callable[[Any, Any], Any], Any] | None = None
@@ -36,7 +37,7 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
         return results
     _context = (task, shared)
     try:
-        with multiprocessing.get_context("fork").Pool(count) as pool:
+        with multiprocessing.get_context("fork").Pool(count, initializer=forked_worker_signals) as pool:
             results = []
             for index, result in enumerate(pool.imap(_run, items, chunksize=1)):
                 results.append(result)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +41,16 @@ if TYPE_CHECKING:  # pandas and the stages are loaded when a table is read (a na
 CELLS_FILE = "cells.parquet"
 CELL_CODES_FILE = "cell_codes.npy"
 VALUES_PREFIX = "values-"
+
+
+class CellAnswers(Protocol):
+    """Precomputed cells that answer some tabulations of an index (``release.lattice.CellLattice``):
+    the grouping of the kept cells by the keys, and the table, None where they do not answer it."""
+
+    def kept_grouping(self, index: CellIndex, keys: list[str], kept_cells: np.ndarray) -> Grouping: ...
+
+    def table(self, index: CellIndex, kept_cells: np.ndarray, by_cell: Grouping | None, margins: list[str] | None,
+              level: float) -> pd.DataFrame | None: ...
 
 
 @dataclass(frozen=True)
@@ -108,8 +118,10 @@ def indexed_tabulation(folder: Path, by: str, *, margins: Mapping[str, VarianceF
 
 
 def index_tabulation(index: CellIndex, by: str, *, margins: Mapping[str, VarianceFunction | CellPieces] | None = None,
-                     where: str | None = None, level: float = 0.95) -> tuple[list[str], pd.DataFrame] | None:
-    """``indexed_tabulation`` of a cell index held in memory (a server reads it once)."""
+                     where: str | None = None, level: float = 0.95, lattice: CellAnswers | None = None
+                     ) -> tuple[list[str], pd.DataFrame] | None:
+    """``indexed_tabulation`` of a cell index held in memory (a server reads it once), from its
+    ``lattice`` (``release.lattice``: the same numbers) where that answers it."""
     from gedp.measure.queries import Grouping, Groupings
     from gedp.postprocess.tabulate import group_keys, select, tabulation_sums
 
@@ -120,11 +132,18 @@ def index_tabulation(index: CellIndex, by: str, *, margins: Mapping[str, Varianc
         return None
     if not kept_cells.any():
         return None
-    every = bool(kept_cells.all())
-    keep = None if every else kept_cells[index.codes]
     grouping = by_cell = None
     if keys:
-        by_cell = Groupings(index.cells[kept_cells].reset_index(drop=True))(keys)
+        by_cell = (Groupings(index.cells[kept_cells].reset_index(drop=True))(keys) if lattice is None
+                   else lattice.kept_grouping(index, keys, kept_cells))
+    if lattice is not None:
+        wanted = None if margins is None else [attribute for attribute in margins if attribute in index.values]
+        table = lattice.table(index, kept_cells, by_cell, wanted, level)
+        if table is not None:
+            return keys, table
+    every = bool(kept_cells.all())
+    keep = None if every else kept_cells[index.codes]
+    if by_cell is not None:
         position = np.cumsum(kept_cells) - 1  # each kept cell's row among the kept cells
         grouping = Grouping(tuple(keys), by_cell.codes[index.codes if every else position[index.codes[keep]]],
                             by_cell.keys)

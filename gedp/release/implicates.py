@@ -214,11 +214,19 @@ def tabulation_seed(release: Path) -> int:
     return int.from_bytes(digest.digest()[:8], "little")
 
 
+def tabulation_implicates(release: Path, quarter: str | None = None) -> pd.DataFrame:
+    """The implicates a tabulation by a derived column of the release (of one ``quarter`` of a panel) is
+    combined over: always the same, drawn with ``tabulation_seed``."""
+    return implicates_in_memory(release, TABULATION_IMPLICATES, seed=tabulation_seed(release), quarter=quarter)
+
+
 def tabulate_derived(release: str | Path, by, *, where: str | None = None, moe: bool = False, level: float = 0.95,
-                     format: str = "table", quarter: str | None = None) -> pd.DataFrame:
+                     format: str = "table", quarter: str | None = None,
+                     implicates: pd.DataFrame | None = None) -> pd.DataFrame:
     """A release tabulated by public columns and derived ones (``size_class``), combined over
     TABULATION_IMPLICATES implicates (``postprocess.derived``); ``format`` "qcew" gives BLS's
-    size-class layout (keys among state, sector and size_class)."""
+    size-class layout (keys among state, sector and size_class). ``implicates``: those implicates
+    (``tabulation_implicates``) drawn already, held by a server."""
     from gedp.postprocess.derived import SIZE_CLASS, size_class_publication, tabulate_implicates
     from gedp.postprocess.keys import by_columns
     release = Path(release)
@@ -231,7 +239,7 @@ def tabulate_derived(release: str | Path, by, *, where: str | None = None, moe: 
             raise InputError(f"the qcew size-class layout groups by state, sector and {SIZE_CLASS}; "
                              f"got {', '.join(keys)}")
         keys = list(dict.fromkeys(["state", *keys]))
-    frame = implicates_in_memory(release, TABULATION_IMPLICATES, seed=tabulation_seed(release), quarter=quarter)
+    frame = tabulation_implicates(release, quarter) if implicates is None else implicates
     try:
         table = tabulate_implicates(frame, keys, where=where, moe=moe or format == "qcew", level=level)
     except ValueError as err:

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from gedp.postprocess.models import VarianceFunction
 
 #: Bumped whenever what the structure holds, or how it is applied, changes.
-STRUCTURE_FORMAT = 7
+STRUCTURE_FORMAT = 8
 CACHE_ENV = "GEDP_CACHE_DIR"
 #: Structures kept at most (the least recently used are removed first).
 KEPT_STRUCTURES = 4
@@ -94,7 +94,8 @@ def _kinds() -> dict[str, type]:
     from gedp.postprocess.models import WageVariances
     from gedp.postprocess.structured import DenseFactor, DenseInverse, GroupFactorizations
     from gedp.postprocess.variances import EstablishmentVariances
-    from gedp.postprocess.wages import SharedRates, WageFit
+    from gedp.postprocess.wage_rates import SharedRates
+    from gedp.postprocess.wages import WageFit
 
     return {kind.__name__: kind for kind in (EstablishmentVariances, WageVariances, WageFit, SharedRates,
                                              GroupFactorizations, DenseFactor, DenseInverse)}

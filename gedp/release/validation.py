@@ -13,7 +13,7 @@ field, and no reader silently includes a file the manifest does not account for:
 * ``establishments`` is a whole number >= 0: the sum of ``per_state``'s;
 * ``files`` names gedp's files only; a job family and its worker columns are plain names;
 * ``mu_total``, ``mu_planned_total``, ``mu_cap`` and every query's mu (``mu``) are finite numbers in
-  [0, MAX_STATED_MU] (``gedp.mu_limits``, refused in a config at protect time); ``gammas``, ``zeta``
+  [0, MAX_STATED_MU] (``gedp.accounting.mu_limits``, refused in a config at protect time); ``gammas``, ``zeta``
   and ``zeta_per_state`` finite numbers >= 0; ``psi`` names a neighbor function and only its
   parameters, each a finite number, within the function's own rules;
 * ``manifest.json`` is a regular file, not a symbolic link;
@@ -151,7 +151,7 @@ def _check_psi(release: str | Path, psi: object) -> None:
 
 def _check_budget(release: str | Path, content: Mapping) -> None:
     """The numbers a reader computes with or states: mu (finite, within MAX_STATED_MU), gammas, zeta, psi."""
-    from gedp.mu_limits import MAX_STATED_MU
+    from gedp.accounting.mu_limits import MAX_STATED_MU
 
     for field in ("mu_total", "mu_planned_total", "mu_cap"):
         if field in content and (field == "mu_total" or content[field] is not None):

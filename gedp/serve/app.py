@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any
 
 import anyio
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -35,7 +36,7 @@ from starlette.routing import Route
 
 from gedp.errors import GedpError, InputError
 from gedp.serve.releases import ID_CHARACTERS, ServedRelease
-from gedp.tabulation import Tabulation, TabulationRequest
+from gedp.tabulation.request import Tabulation, TabulationRequest
 
 #: Bounds of a request (``gedp serve`` options set the rows and seconds).
 MAX_QUERY_BYTES = 4096
@@ -186,7 +187,7 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits()) ->
                                           "narrow it with a filter or fewer keys"}, status_code=400)
         if output != "json":
             return download(answer, release, output)
-        return JSONResponse(answer_json(answer, release))
+        return Response(orjson.dumps(answer_json(answer, release)), media_type="application/json")
 
     async def openapi_document(request: Request) -> Response:
         return JSONResponse(openapi())
@@ -299,6 +300,8 @@ def answer_json(answer: Tabulation, release: ServedRelease) -> dict[str, Any]:
 def key_titles(table: Any) -> dict[str, list[str]]:
     """The titles of a table's area, ownership and industry keys, row by row, as BLS writes them
     (``synth.titles``: the lists shipped with gedp)."""
+    from gedp.postprocess.keys import SIZE_CLASS
+    from gedp.postprocess.sizeclass import SIZE_TITLES
     from gedp.synth.hierarchy import INDUSTRY_OF_STATE_LEVEL
     from gedp.synth.titles import OWN_TITLES, shipped_titles
 
@@ -306,27 +309,46 @@ def key_titles(table: Any) -> dict[str, list[str]]:
     found = {}
     if "state" in table.columns:
         county = table["county"].astype(str) if "county" in table.columns else "000"
-        area = titles.area_titles(table["state"].astype(str) + county)
-        found["county" if "county" in table.columns else "state"] = area.tolist()
+        found["county" if "county" in table.columns else "state"] = _titled(table["state"].astype(str) + county,
+                                                                            titles.areas, "{}")
     if "own" in table.columns:
-        found["own"] = table["own"].astype(str).map(OWN_TITLES).fillna(table["own"].astype(str)).tolist()
+        found["own"] = _titled(table["own"].astype(str), OWN_TITLES, "{}")
     for column in (c for c in INDUSTRY_OF_STATE_LEVEL.values() if c is not None and c in table.columns):
-        found[column] = titles.industry_titles(table[column].astype(str)).tolist()
+        found[column] = _titled(table[column].astype(str), titles.industries, "NAICS {}")
+    if SIZE_CLASS in table.columns:
+        found[SIZE_CLASS] = _titled(table[SIZE_CLASS].astype(str), {str(code): title for code, title in
+                                                                      SIZE_TITLES.items()}, "size class {}")
     return found
+
+
+def _titled(codes: Any, titles: Any, untitled: str) -> list[str]:
+    """The title of each code (a pandas series of text) in ``titles``, else ``untitled`` formatted
+    with the code (``synth.titles.Titles``' rule), each distinct code looked up once."""
+    import numpy as np
+
+    distinct, inverse = np.unique(codes.to_numpy(dtype=object), return_inverse=True)
+    found = np.array([str(titles.get(code, untitled.format(code))) for code in distinct], dtype=object)
+    return found[inverse.ravel()].tolist()
 
 
 def _plain(series: Any) -> list:
     """A column's values as JSON values: numbers as Python numbers (the text CSV writes), missing
     and non-finite values as None."""
+    import pandas as pd
+
     kind = getattr(series.dtype, "kind", "O")
     if kind in "iub":
         return series.to_numpy().tolist()
     if kind == "f":
+        import numpy as np
+
         values = series.to_numpy()
         listed = values.tolist()
-        if not all(math.isfinite(v) for v in listed):
+        if not np.isfinite(values).all():
             listed = [v if math.isfinite(v) else None for v in listed]
         return listed
+    if isinstance(series.dtype, pd.StringDtype):
+        return series.to_numpy(dtype=object, na_value=None).tolist()
     return [None if value is None or (isinstance(value, float) and not math.isfinite(value))
             else (value.item() if hasattr(value, "item") else value)
             for value in series.to_numpy(dtype=object, na_value=None)]
@@ -344,6 +366,7 @@ def describe(release: ServedRelease) -> dict[str, Any]:
             "establishments": manifest["establishments"], "publishable": manifest.get("publishable") is True,
             "columns": release.public_columns,
             "owns": [[code, OWN_TITLES.get(code, f"ownership {code}")] for code in release.own_codes()],
+            "size_classes": release.size_classes,
             "mu_total": manifest["mu_total"], "guarantee": guarantee(manifest), "flags": FLAG_MEANINGS}
 
 

@@ -2,12 +2,15 @@
 in memory read-only, so that a request is answered without touching a file.
 
 A release of one quarter is held as its kept cell index and its margins' per-cell pieces
-(``gedp.release.cells``, ``gedp.release.margins``), built once if the cache has none: a request is
-answered by ``release.cells.index_tabulation``, the function ``gedp tabulate`` answers a further
-request with, so the numbers are the same bit for bit. A panel release is held as each quarter's
-protected microdata and variance functions, and answered by ``gedp.panel``'s tabulations of a
+(``gedp.release.cells``, ``gedp.release.margins``), built once if the cache has none, and the cells
+of its standard groupings computed from them (``gedp.release.lattice``; their margins in a
+background thread once the server is ready): a request is answered by
+``release.cells.index_tabulation``, the function ``gedp tabulate`` answers a further request with
+(looking its rows up in the lattice where they are cells of it), so the numbers are the same bit
+for bit. A panel release is held as each quarter's
+protected microdata and variance functions, and answered by ``gedp.tabulation.panel_tables``'s tabulations of a
 quarter or a change, given those (``loaded``). QCEW levels (tables ready to publish, the xlsx
-workbook) are written by ``gedp.tabulation`` itself from the release's files.
+workbook) are written by ``gedp.tabulation.request`` itself from the release's files.
 
 Every field of a release that the server uses is checked before it is served: the reader checks
 the manifest's states, quarter labels (a label names a cache folder), counts and files
@@ -22,21 +25,27 @@ import dataclasses
 import math
 import re
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gedp.errors import InputError
-from gedp.tabulation import Tabulation, TabulationRequest, tabulate_request
+from gedp.tabulation.request import Tabulation, TabulationRequest, tabulate_request
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from gedp.release.cells import CellIndex
+    from gedp.release.lattice import CellLattice
 
 #: Most quarters a served panel may hold.
 MAX_QUARTERS = 80
+#: Most establishments of a release whose size-class tables a server answers: it draws their 20
+#: implicates at the first such request and holds them (about 3.5 KiB and 0.5 ms of processor time
+#: per establishment: New Jersey's 251,987 took 883 MiB and 729 s at load 13, past a request's time).
+MAX_DERIVED_ESTABLISHMENTS = 50_000
 #: Characters kept in a release's id (from its folder's name).
 ID_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
 #: Names a request's keys and filters may use: the public columns but estab_id, and the filter words.
@@ -56,7 +65,10 @@ class ServedRelease:
     quarters: list[str]
     index: CellIndex | None = None
     margins: Mapping[str, Any] | None = None
+    lattice: CellLattice | None = None
     quarters_held: dict[str, tuple[pd.DataFrame, Mapping[str, Any]]] = field(default_factory=dict)
+    implicates_held: dict[str | None, pd.DataFrame] = field(default_factory=dict)
+    drawing: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def public_columns(self) -> list[str]:
@@ -74,8 +86,12 @@ class ServedRelease:
     def answer(self, request: TabulationRequest) -> Tabulation:
         """The tabulation of a request of this release (its ``source`` is this release's folder):
         what ``gedp tabulate`` answers for it."""
+        from gedp.postprocess.keys import has_derived
+
         if request.agglvl is not None:
             return self._written_by_the_library(request)
+        if request.by is not None and has_derived(request.by):
+            return self._derived_answer(request)
         request = request.checked()
         check_public_names(request, self.public_columns)
         if self.quarters:
@@ -90,14 +106,14 @@ class ServedRelease:
         index = self.index
         assert index is not None
         found = index_tabulation(index, request.by or "total", margins=self.margins if request.moe else None,
-                                 where=request.where or None, level=request.level)
+                                 where=request.where or None, level=request.level, lattice=self.lattice)
         if found is None:
             _refusal(index.cells, request)
         keys, table = found
         return Tabulation(request, keys, table)
 
     def _panel_answer(self, request: TabulationRequest) -> Tabulation:
-        from gedp.panel import tabulate_change, tabulate_quarter
+        from gedp.tabulation.panel_tables import tabulate_change, tabulate_quarter
 
         if (request.quarter is None) == (request.change is None):
             raise InputError(f"release {self.id} holds the quarters {', '.join(self.quarters)}: give a quarter or a "
@@ -113,6 +129,45 @@ class ServedRelease:
             table = tabulate_change(self.folder, by, str(request.change), loaded=self._quarter, where=where,
                                     moe=request.moe, level=request.level)
         return Tabulation(request, None, table, panel=True)
+
+    def _derived_answer(self, request: TabulationRequest) -> Tabulation:
+        """A table by a derived column (``size_class``): ``gedp tabulate``'s, combined over the
+        implicates this release holds (drawn at its first such request, ``implicates``)."""
+        from gedp.postprocess.keys import DERIVED
+
+        check_public_names(request, [*self.public_columns, *DERIVED])
+        if request.change is not None or (self.quarters and request.quarter not in self.quarters_held):
+            raise InputError(f"a size-class table is of one quarter: give quarter=, one of {', '.join(self.quarters)}"
+                             if self.quarters else f"release {self.id} holds one quarter: no quarter or change")
+        if not self.quarters and request.quarter is not None:
+            raise InputError(f"release {self.id} holds one quarter: no quarter or change")
+        return tabulate_request(request, implicates=self.implicates(request.quarter))
+
+    def implicates(self, quarter: str | None) -> pd.DataFrame:
+        """The implicates tables by a derived column are combined over (of one ``quarter`` of a panel),
+        drawn once and held; InputError for a release larger than ``MAX_DERIVED_ESTABLISHMENTS``."""
+        from gedp.release.implicates import tabulation_implicates
+
+        if not self.size_classes:
+            raise InputError(f"release {self.id}: size-class tables are combined over implicates of all its "
+                             f"{self.establishments:,} establishments, more than this server draws "
+                             f"({MAX_DERIVED_ESTABLISHMENTS:,}); gedp tabulate gives them")
+        with self.drawing:
+            if quarter not in self.implicates_held:
+                self.implicates_held[quarter] = tabulation_implicates(self.folder, quarter)
+            return self.implicates_held[quarter]
+
+    @property
+    def size_classes(self) -> bool:
+        """Whether this server answers the release's tables by size class (``implicates``)."""
+        return self.establishments <= MAX_DERIVED_ESTABLISHMENTS
+
+    @property
+    def establishments(self) -> int:
+        """Establishments held (of the largest quarter of a panel)."""
+        if self.index is not None:
+            return len(self.index.codes)
+        return max((len(frame) for frame, _ in self.quarters_held.values()), default=0)
 
     def _quarter(self, quarter: str) -> tuple[pd.DataFrame, Mapping[str, Any]]:
         return self.quarters_held[quarter]
@@ -207,6 +262,7 @@ def check_manifest(manifest: dict[str, Any], folder: Path) -> list[str]:
 def _hold_index(release: ServedRelease) -> None:
     """Hold a release of one quarter: its margins built (or read) once, its kept index and pieces."""
     from gedp.release.cells import read_cell_index
+    from gedp.release.lattice import build_lattice
     from gedp.release.margins import kept_path, kept_variances, read_pieces
 
     variances = kept_variances(release.folder)
@@ -218,6 +274,8 @@ def _hold_index(release: ServedRelease) -> None:
                          "folder writable? GEDP_CACHE_DIR)")
     release.index = index
     release.margins = pieces if pieces is not None and all(p is not None for p in pieces.values()) else variances
+    release.lattice = build_lattice(index, release.margins)
+    threading.Thread(target=release.lattice.compute_all, name=f"margins of {release.id}", daemon=True).start()
 
 
 def _hold_quarters(release: ServedRelease) -> None:

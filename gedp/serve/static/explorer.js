@@ -8,7 +8,7 @@ const NAMES = {
   state: "State", county: "County", own: "Ownership", domain: "Domain", supersector: "Supersector",
   sector: "Sector", naics3: "NAICS 3", naics4: "NAICS 4", naics5: "NAICS 5", naics: "NAICS 6",
   m1emp: "Employment, month 1", m2emp: "Employment, month 2", m3emp: "Employment, month 3",
-  wage: "Total quarterly wages", estabs: "Establishments",
+  wage: "Total quarterly wages", estabs: "Establishments", size_class: "Size class",
 };
 // QCEW aggregation level of a table by ownership: state 51-58, county 71-78 (+ the industry's offset).
 const LEVEL_OFFSET = { "": 1, domain: 2, supersector: 3, sector: 4, naics3: 5, naics4: 6, naics5: 7, naics: 8 };
@@ -61,6 +61,7 @@ function request() {
   if ($("industry").value) { by.push($("industry").value); }
   const ownership = $("ownership").value;
   if (ownership === "each") { by.push("own"); }
+  if ($("size").value && release.size_classes) { by.push($("size").value); }
   const where = [];
   if (ownership !== "each" && ownership !== "all") { where.push("own == " + quoted(ownership)); }
   const code = $("code").value.trim();
@@ -76,6 +77,7 @@ function request() {
 // The QCEW aggregation level the table is (null when it is none): tables by ownership, or the
 // total over ownerships of all industries.
 function qcewLevel() {
+  if ($("size").value && chosenRelease().size_classes) { return null; }  // size classes: a table, not a level
   const base = $("geography").value === "county" ? 70 : 50;
   const ownership = $("ownership").value;
   if (ownership === "each") { return base + LEVEL_OFFSET[$("industry").value]; }
@@ -100,6 +102,7 @@ function releaseChosen() {
   const owns = [["all", "All ownerships (total)"], ["each", "Each ownership"],
                 ...release.owns.map(([code, title]) => [code, "Only " + title])];
   $("ownership").replaceChildren(...owns.map(([value, text]) => { const o = element("option", text); o.value = value; return o; }));
+  $("size-label").hidden = !release.size_classes;
   $("guarantee").textContent = release.guarantee;
   $("flags").replaceChildren(...Object.entries(release.flags).flatMap(([flag, meaning]) =>
     [element("dt", flag, "flag flag-" + flag), element("dd", meaning)]));

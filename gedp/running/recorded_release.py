@@ -3,8 +3,9 @@
 With a ledger, a release is reserved before any noise is drawn (refused when it would take any of
 its establishments' accounts over their lifetime or annual cap, and then nothing is written), committed when it is
 complete in its staging folder and just before it is published, and left pending, with a note saying how to clear
-it, when it fails in between (``gedp.ledger``: reserve, commit, clear). Each row is charged in its quarter, from
-the input's ``year`` and ``qtr`` (``input_quarters``): a panel input is reserved once for all its quarters.
+it, when it fails in between (``gedp.accounting.ledger``: reserve, commit, clear). Each row is charged in its
+quarter, from the input's ``year`` and ``qtr`` (``input_quarters``): a panel input is reserved once for all its
+quarters.
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ from typing import Any
 
 import pandas as pd
 
+from gedp.accounting.ledger import Reservation, check_cap, check_dataset_id, commit, reserve
+from gedp.accounting.ledger_file import PENDING, check_ledger_path, read_ledger
+from gedp.accounting.quarters import row_quarters
 from gedp.config import Config
-from gedp.engine import (
+from gedp.errors import InputError, SolverError
+from gedp.options import CAPS_WITHOUT_LEDGER, Ledger
+from gedp.release.writer import check_output_directory
+from gedp.running.engine import (
     Scheduler,
     Source,
     check_request,
@@ -29,19 +36,6 @@ from gedp.engine import (
     protect_input,
     read_source,
 )
-from gedp.errors import InputError, SolverError
-from gedp.ledger import (
-    PENDING,
-    Reservation,
-    check_cap,
-    check_dataset_id,
-    check_ledger_path,
-    commit,
-    read_ledger,
-    reserve,
-)
-from gedp.quarters import row_quarters
-from gedp.release.writer import check_output_directory
 from gedp.synth.io import Parts, PinnedCsv, check_input_path, input_columns
 from gedp.synth.schema import canonical_ids
 
@@ -63,7 +57,7 @@ def ledger_request(ledger: str | Path | None, lifetime_cap: float | None, datase
     a cap or dataset id without a ledger, a ledger for a release not for publication, a bad cap or id."""
     if ledger is None:
         if lifetime_cap is not None or dataset_id is not None or annual_cap is not None:
-            raise InputError("--lifetime-cap, --annual-cap and --dataset-id go with --ledger FILE")
+            raise InputError(CAPS_WITHOUT_LEDGER)
         return None
     if not_for_publication:
         raise InputError("--ledger records releases for publication only: a --not-for-publication release "
@@ -74,10 +68,17 @@ def ledger_request(ledger: str | Path | None, lifetime_cap: float | None, datase
                          None if annual_cap is None else check_cap(annual_cap, "--annual-cap"))
 
 
+def requested_ledger(ledger: Ledger | None, not_for_publication: bool) -> LedgerRequest | None:
+    """The checked request of a release recorded in ``ledger`` (``ledger_request``)."""
+    if ledger is None:
+        return None
+    return ledger_request(ledger.path, ledger.lifetime_cap, ledger.dataset_id, not_for_publication, ledger.annual_cap)
+
+
 def input_quarters(source: Source | Parts | PinnedCsv) -> tuple[pd.Series, pd.Series | None]:
     """The establishments of an input and each row's quarter label from its ``year`` and ``qtr``
     columns (None when it has neither: the release is charged without a quarter). An input pinned
-    by ``gedp.engine.pinned_input`` is read as it was first read, or refused."""
+    by ``gedp.running.engine.pinned_input`` is read as it was first read, or refused."""
     if isinstance(source, pd.DataFrame):
         names = list(source.columns)
     elif isinstance(source, Parts):
@@ -106,7 +107,7 @@ def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv,
         yield reservation
     except (InputError, SolverError) as err:
         raise type(err)(f"{err}; {reservation.pending_note()}") from None
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM on the command line (gedp.process.Terminated)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM on the command line (gedp.running.process.Terminated)
         if still_pending(reservation):
             print(f"stopped: {reservation.pending_note()}", file=sys.stderr)
         raise
@@ -135,13 +136,13 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
                      on_state: Callable[[str], None] | None = None,
                      key: Mapping[str, str] | None = None,
                      processes: int | None = None) -> tuple[dict, Reservation | None]:
-    """Protect ``source`` into the release folder ``out`` (``gedp.engine.protect_input``), recorded
+    """Protect ``source`` into the release folder ``out`` (``gedp.running.engine.protect_input``), recorded
     in the lifetime ledger when ``ledger`` is given; returns the manifest and the reservation.
 
     The output folder, engine, generator and job table are checked before the ledger is touched,
     and the ledger before any noise is drawn; ``on_state`` follows the protection of each state.
-    ``key``: columns of one value each added to the outputs (``gedp.engine.protect_one_state``);
-    ``processes``: the local engine's worker processes (``gedp.engine.protect_input``).
+    ``key``: columns of one value each added to the outputs (``gedp.running.engine.protect_one_state``);
+    ``processes``: the local engine's worker processes (``gedp.running.engine.protect_input``).
     """
     check_output_directory(Path(out).resolve())
     inputs = input_states(source)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from gedp.errors import InputError
-from gedp.outputs import write_atomically, write_summary
+from gedp.tabulation.output_files import write_atomically, write_summary
 
 if TYPE_CHECKING:  # pandas and the stages are loaded by the requests that need them
     import pandas as pd
@@ -117,8 +117,8 @@ class Tabulation:
         return pandas.DataFrame(self.columns)
 
     def write_csv(self, target: str | Path | TextIO) -> None:
-        """The table as CSV (pandas' bytes, ``gedp.csvtable``) to a file path or an open text stream."""
-        from gedp.csvtable import write_columns, write_csv
+        """The table as CSV (pandas' bytes, ``gedp.tabulation.csvtable``) to a file path or an open text stream."""
+        from gedp.tabulation.csvtable import write_columns, write_csv
 
         if self.columns is not None:
             write_columns(self.columns, target)
@@ -176,11 +176,13 @@ class Tabulation:
                 "notes": dict(zip(notes["topic"], notes["note"]))}
 
 
-def tabulate_request(request: TabulationRequest, *, frame: bool = False) -> Tabulation:
+def tabulate_request(request: TabulationRequest, *, frame: bool = False,
+                     implicates: pd.DataFrame | None = None) -> Tabulation:
     """The answer to a tabulation request (checked here; nothing written: ``Tabulation.write``).
-    Without ``frame``, a further CSV request of a release may be answered as columns without pandas."""
+    Without ``frame``, a further CSV request of a release may be answered as columns without pandas;
+    ``implicates``: a request by a derived column's implicates, drawn already (a server holds them)."""
     if request.by is not None and request.is_release and _has_derived_keys(request.by):
-        return _derived_tabulation(request)
+        return _derived_tabulation(request, implicates)
     request = request.checked()
     release = request.is_release
     plain = all(option is None for option in (request.where, request.agglvl, request.quarter, request.change,
@@ -208,7 +210,7 @@ def _has_derived_keys(by: str) -> bool:
     return has_derived(by)
 
 
-def _derived_tabulation(request: TabulationRequest) -> Tabulation:
+def _derived_tabulation(request: TabulationRequest, implicates: pd.DataFrame | None = None) -> Tabulation:
     """A release tabulated by a derived column (``gedp.release.implicates.tabulate_derived``), as csv or
     parquet; ``--format qcew``: BLS's size-class layout, written as CSV."""
     from gedp.postprocess.keys import by_columns
@@ -222,7 +224,7 @@ def _derived_tabulation(request: TabulationRequest) -> Tabulation:
         raise InputError(f"--level ({request.level}) must be between 0 and 1")
     request = dataclasses.replace(request, format=written)
     table = tabulate_derived(request.source, cast(str, request.by), where=request.where or None, moe=request.moe,
-                             level=request.level, format=layout, quarter=request.quarter)
+                             level=request.level, format=layout, quarter=request.quarter, implicates=implicates)
     return Tabulation(request, by_columns(cast(str, request.by)), table)
 
 
@@ -281,7 +283,7 @@ def _quick_tabulation(request: TabulationRequest) -> Tabulation | None:
 
 def _panel_tabulation(request: TabulationRequest) -> Tabulation:
     """A tabulation of a panel release (a quarter, a change or gains and losses)."""
-    from gedp.panel import tabulate_panel
+    from gedp.tabulation.panel_tables import tabulate_panel
 
     table = tabulate_panel(request.source, request.by, quarter=request.quarter, change=request.change,
                            gains_losses=request.gains_losses, agglvl=request.agglvl,
@@ -351,7 +353,7 @@ def _tabulated(request: TabulationRequest, data: pd.DataFrame, indexed: Any, job
             keys = [c for c in table.columns if c in data.columns]
             said.append(GAINS_BIAS_WARNING)
         elif jobs:
-            from gedp.api import tabulate_job_frame
+            from gedp.tabulation.job_frame_tables import tabulate_job_frame
 
             table = tabulate_job_frame(request.source, data, by or "", where=options["where"], moe=options["moe"],
                                        level=options["level"])

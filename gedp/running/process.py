@@ -100,6 +100,12 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+def forked_worker_signals() -> None:
+    """A forked worker's initializer: SIGTERM, which its pool's ``terminate`` sends when the work is
+    done, ends it at once, instead of raising the command's ``Terminated`` (and printing its traceback)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def exit_status(code: int) -> int:
     """A command's exit status: ``TERMINATED_STATUS`` once SIGTERM was received, else ``code``."""
     return TERMINATED_STATUS if _signalled else code

@@ -1,7 +1,7 @@
 """Protect the states of a multi-state input in a pool of worker processes (the local engine).
 
 Each task is one state: its worker reads the state, protects it, writes its parts into the staging
-release and returns its manifest entry (``gedp.engine``'s function, passed in). The entries come back in
+release and returns its manifest entry (``gedp.running.engine``'s function, passed in). The entries come back in
 state order and each state is reported done once it and every state before it are, so neither the
 release nor the progress depends on which worker finished first or on how many there are: a state's
 noise comes from its own generator (``state_rng(entropy, state)`` for a seeded release, a secure
@@ -30,9 +30,9 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
-from gedp.cpus import usable_cpus
 from gedp.errors import GedpError, InputError
-from gedp.process import give_back_freed_memory, reuse_freed_memory
+from gedp.postprocess.cpus import usable_cpus
+from gedp.running.process import give_back_freed_memory, reuse_freed_memory
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -82,7 +82,7 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
 
 
 #: Modules a worker imports before its first state (``early_workers``): what protecting a state needs.
-WARM_MODULES = ("gedp.engine",)
+WARM_MODULES = ("gedp.running.engine",)
 
 #: The pool ``early_workers`` started, until ``protect_in_pool`` takes it (one run at a time per process).
 _started: list[ProcessPoolExecutor] = []
@@ -192,7 +192,7 @@ def _collect(futures: dict[str, Future], on_state: Callable[[str], None] | None)
 
 def _state_in_worker(protect_state: Callable[..., dict | Exception], *task) -> dict | Exception:
     """One state's task in a worker; then the heap's free pages go back to the kernel, so that a
-    worker does not hold a large state's memory while it protects the next (gedp/process.py)."""
+    worker does not hold a large state's memory while it protects the next (gedp/running/process.py)."""
     try:
         return protect_state(*task)
     finally:
@@ -201,7 +201,7 @@ def _state_in_worker(protect_state: Callable[..., dict | Exception], *task) -> d
 
 def _start_worker() -> None:
     """A worker ignores Ctrl-C (sent to the whole process group: the main process stops it) and
-    reuses the memory it frees (gedp/process.py)."""
+    reuses the memory it frees (gedp/running/process.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     reuse_freed_memory()
 

@@ -7,7 +7,7 @@ from a generator derived from the seed and the state code, so the ``local`` and 
 give the same release. zeta is split among the states so the whole release keeps 1 - zeta. Only one
 state's working set is in memory at a time per worker: a state is read from the input (Parquet: with
 a filter, so only its rows are loaded), protected, written as one part of each output, and dropped.
-The local engine's workers are processes (``gedp.state_pool``); with one process it protects the
+The local engine's workers are processes (``gedp.running.state_pool``); with one process it protects the
 states in its own process. Either way each part of a state is written on a thread of the state's own
 as soon as it exists, while the state is computed further or the next one is protected.
 """
@@ -30,11 +30,12 @@ import pandas as pd
 
 from gedp.config import Config
 from gedp.measure.rng import make_rng, secure_generator, state_rng
-from gedp.pipeline import check_job_table, protect
+from gedp.options import Engine, TlsFiles
 from gedp.postprocess.wls import SolverError
 from gedp.release.format import MANIFEST_FILE
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
+from gedp.running.state_pipeline import check_job_table, protect
 from gedp.synth.io import (
     Parts,
     PinnedCsv,
@@ -83,6 +84,13 @@ def scheduler_access(address: str | None, security: Any = None, insecure: bool =
         raise InputError(f"scheduler '{address}' needs TLS credentials: --tls-ca-file and --tls-cert (and "
                          "--tls-key), or a distributed.security.Security")
     return Scheduler(address, security, insecure)
+
+
+def engine_access(engine: Engine) -> Scheduler | None:
+    """The checked access of ``engine``'s existing scheduler (``scheduler_access``; its TLS files read
+    now), None for the built-in cluster or the local engine."""
+    security = tls_credentials(*engine.security) if isinstance(engine.security, TlsFiles) else engine.security
+    return scheduler_access(engine.scheduler, security, engine.insecure_scheduler)
 
 
 def tls_credentials(ca_file: Path | None, cert: Path | None, key: Path | None) -> Any:
@@ -190,9 +198,9 @@ def check_request(config: Config, states: list[str], *, seed: int | None, rng: s
                   jobs: bool = False, scheduler: Scheduler | None = None, processes: int | None = None) -> dict:
     """Refuse a bad engine, seed and generator, a scheduler without the dask engine, a number of
     processes below 1, a plan that spans states, or a job table (``jobs``: whether one is given) that
-    does not go with the config (``gedp.pipeline.check_job_table``), before anything is read or
+    does not go with the config (``gedp.running.state_pipeline.check_job_table``), before anything is read or
     reserved; returns how the manifest describes the generator."""
-    from gedp.state_pool import pool_size
+    from gedp.running.state_pool import pool_size
 
     pool_size(processes, len(states))
     check_job_table(config, jobs)
@@ -276,12 +284,12 @@ def _protect_state(path: Source, state: str, stored: list, config: Config, entro
 
 def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None] | None,
                      processes: int | None = None, rows: int | None = None) -> list[dict]:
-    """Protect the states in a pool of worker processes (``gedp.state_pool``; ``processes``: None for
+    """Protect the states in a pool of worker processes (``gedp.running.state_pool``; ``processes``: None for
     one per usable CPU and per ``state_pool.ROWS_PER_WORKER`` of the input's ``rows``) or, with one
     state or one process, one after the other in this process, each state's parts written (Arrow and
     Parquet encode outside the GIL) while the next state is protected; at most one state waits to be
     written."""
-    from gedp.state_pool import pool_size, protect_in_pool, release_started
+    from gedp.running.state_pool import pool_size, protect_in_pool, release_started
 
     workers = pool_size(processes, len(arguments), rows)
     if workers > 1:

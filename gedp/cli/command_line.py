@@ -1,0 +1,173 @@
+"""The typer app of the gedp command line, its consoles, one-line error reports, progress bars and
+the entry points (``main``, ``command``); the commands register on ``app`` from the modules of
+``gedp.cli``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
+from typer.core import TyperOption
+
+import gedp
+from gedp.errors import AuditError, GedpError, InputProblems, SolverError
+from gedp.running.process import end_process, exit_status, set_up_command_memory, stop_on_sigterm
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Gaussian Establishment DP: protected, consistent establishment microdata with stated error.",
+)
+#: Width of output that is not on a terminal: wide enough that no table is cut to fit.
+UNWRAPPED_WIDTH = 10_000
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A terminal wraps to its width; a pipe, file or log gets every line whole (rich would wrap it
+    at 80 columns and split log lines): soft wrapping, and tables as wide as their content."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, soft_wrap=True, width=UNWRAPPED_WIDTH)
+
+
+console = _console()
+errors = _console(stderr=True)
+
+
+def _flag_type(option: TyperOption, ctx: Any) -> Optional[str]:
+    """No type column for flags: typer 0.29 labels every flag (--help, --moe, ...) ``<bool>``,
+    though a flag takes no value; options that take one keep their type."""
+    return None if option.is_flag else _option_type(option, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign, assignment]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gedp {gedp.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print gedp's version and exit.")] = False,
+) -> None:
+    pass
+
+
+@contextmanager
+def reported_errors() -> Iterator[None]:
+    """Turn every gedp error into one line on stderr: exit status 1 when the computation failed
+    (solver, audit LP), 2 when an input, config, budget or path was refused (gedp.errors)."""
+    try:
+        yield
+    except (SolverError, AuditError) as err:
+        kind = "solver" if isinstance(err, SolverError) else "audit"
+        typer.echo(f"{kind} error: {_one_line(err)}", err=True)
+        raise typer.Exit(1) from None
+    except InputProblems as err:  # every problem of an input, one per line
+        typer.echo("\n".join([f"error: {_one_line(err.subject)} has:", *(f"  - {_one_line(p)}" for p in err.problems)]),
+                   err=True)
+        raise typer.Exit(2) from None
+    except GedpError as err:
+        typer.echo(f"error: {_one_line(err)}", err=True)
+        raise typer.Exit(2) from None
+
+
+#: Characters that end a line (str.splitlines): escaped in error messages, which stay on one line.
+LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def _one_line(err: object) -> str:
+    """The message on one line: line breaks from user text (keys, values) shown escaped."""
+    return "".join(c.encode("unicode_escape").decode() if c in LINE_BREAKS else c for c in str(err))
+
+
+class StepsColumn(ProgressColumn):
+    """The steps done, out of the total when it is known ("3/12"), else alone ("3"; the bar then
+    moves to and fro: rich's indeterminate bar)."""
+
+    def render(self, task: Task) -> Text:
+        done = f"{task.completed:,.0f}"
+        return Text(done if task.total is None else f"{done}/{task.total:,.0f}")
+
+
+def _progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), StepsColumn(),
+        TimeElapsedColumn(), console=errors, transient=True, disable=not errors.is_terminal,
+    )
+
+
+@contextmanager
+def progress_steps(total: int | None) -> Iterator[Callable[[str], None]]:
+    """A progress bar on stderr (of ``total`` steps, or counting without an end); yields the callback
+    that advances it by one named step."""
+    with _progress_bar() as progress:
+        task = progress.add_task("measuring", total=total)
+
+        def advance(description: str) -> None:
+            progress.update(task, advance=1, description=description)
+
+        yield advance
+
+
+@contextmanager
+def progress_counts(description: str) -> Iterator[tuple[Callable[[int, int], None], Callable[[str], None]]]:
+    """A progress bar on stderr; yields callbacks ``(done, total)`` for the bar and ``(message)``,
+    which prints a line above it and names the next phase."""
+    with _progress_bar() as progress:
+        task = progress.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        def say(message: str) -> None:
+            progress.console.print(f"  {message}")
+            progress.update(task, completed=0, total=None, description=description)
+
+        yield update, say
+
+
+def main() -> None:
+    """Console entry point: usage errors (a bad option value, an unknown command), too, end in one
+    line ``error: ...`` and exit status 2."""
+    set_up_command_memory()
+    stop_on_sigterm()  # SIGTERM stops a command as Ctrl-C does (exit 143, nothing left)
+    try:
+        code = app(standalone_mode=False)
+    except click_errors.NoArgsIsHelpError:
+        app(["--help"])
+    except click_errors.ClickException as err:
+        typer.echo(f"error: {_one_line(err.format_message())}", err=True)
+        sys.exit(err.exit_code)
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        sys.exit(1)
+    sys.exit(exit_status(code if isinstance(code, int) else 0))
+
+
+def command() -> None:
+    """The ``gedp`` executable and ``python -m gedp``: ``main``, then the process ends without the
+    interpreter's teardown (``gedp.running.process.end_process``)."""
+    try:
+        main()
+    except SystemExit as done:
+        if done.code is not None and not isinstance(done.code, int):
+            raise  # a message: Python prints it
+        end_process(done.code or 0)
