@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg.lapack import dpotrf, dpotrs
 from scipy.special import log_ndtr, ndtr, ndtri
 
 from gedp.postprocess.structured import one_blas_thread
@@ -38,6 +38,8 @@ BARRIER_FALL = 30.0
 BINS_PER_SD = 10
 #: Likelihood sds around an answer within which a draw's components are looked at.
 WINDOW_SDS = 7.0
+#: Singular values of a likelihood matrix kept in its basis (``Likelihood``), relative to the largest.
+BASIS_TOLERANCE = 1e-10
 #: A mixture's components whose weight is below this are dropped after a fit.
 NEGLIGIBLE_WEIGHT = 1e-7
 
@@ -114,33 +116,72 @@ def em_weights(likelihood: np.ndarray, counts: np.ndarray, iterations: int) -> n
     return weights / weights.sum()
 
 
-def npmle_weights(likelihood: np.ndarray, counts: np.ndarray, gap_nats: float = GAP_NATS,
+@dataclass(frozen=True)
+class Likelihood:
+    """A likelihood matrix (answers x components) made ready for fits: the rows of zero likelihood
+    everywhere left out (``kept``: which were kept), each row scaled to its largest value; with a
+    ``basis``, also U (rows x r, orthonormal columns) and C (r x components) with L = U C to
+    BASIS_TOLERANCE of its largest singular value, the Newton steps' Hessian computed through them
+    (r is a third of the components or fewer on smooth likelihoods: a fit solved many times, as a
+    bootstrap's replicates are, pays the decomposition once)."""
+
+    matrix: np.ndarray
+    kept: np.ndarray
+    basis: np.ndarray | None = None
+    coefficients: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, likelihood: np.ndarray, basis: bool = False) -> Likelihood:
+        kept = likelihood.max(axis=1) > 0
+        matrix = likelihood[kept] / likelihood[kept].max(axis=1, keepdims=True)
+        if not basis or min(matrix.shape) < 2:
+            return cls(matrix, kept)
+        u, singular, vt = np.linalg.svd(matrix, full_matrices=False)
+        rank = int((singular > singular[0] * BASIS_TOLERANCE).sum())
+        return cls(matrix, kept, np.ascontiguousarray(u[:, :rank]), singular[:rank, None] * vt[:rank])
+
+    def hessian(self, weights: np.ndarray, share: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+        """W L' diag(share / fitted^2) L W (one symmetric product, BLAS syrk, of rows x components or of
+        rows x r through the basis)."""
+        root = (np.sqrt(share) / fitted)[:, None]
+        if self.basis is None:
+            scaled = self.matrix * weights[None, :] * root
+            return scaled.T @ scaled
+        inner = self.basis * root
+        along = self.coefficients * weights[None, :]
+        return along.T @ ((inner.T @ inner) @ along)
+
+
+def npmle_weights(likelihood: np.ndarray | Likelihood, counts: np.ndarray, gap_nats: float = GAP_NATS,
                   start: np.ndarray | None = None) -> np.ndarray:
     """Mixture weights w on the simplex maximizing sum_i counts_i log (likelihood_i . w), ``likelihood``
-    answers x components; rows of zero likelihood everywhere are left out.
+    answers x components (or made ready, ``Likelihood.of``); rows of zero likelihood everywhere are
+    left out.
 
     A primal interior-point method: Newton steps (with the equality sum w = 1) on the objective less
     barrier * sum log w, the barrier divided by BARRIER_FALL once a Newton decrement is negligible,
     down to the value whose central-path point is within ``gap_nats`` of the optimum (components x
     barrier x answers, the barrier problem's duality gap). ``start``: weights near the optimum (a fit
-    of the same components to similar answers), from which the barrier starts low."""
-    keep = likelihood.max(axis=1) > 0
-    likelihood, counts = likelihood[keep], counts[keep]
-    likelihood = likelihood / likelihood.max(axis=1, keepdims=True)
+    of the same components to similar answers), from which Newton's method goes to that value at once."""
+    if not isinstance(likelihood, Likelihood):
+        likelihood = Likelihood.of(likelihood)
+    counts = counts[likelihood.kept]
     share = counts / counts.sum()
-    m = likelihood.shape[1]
+    m = likelihood.matrix.shape[1]
     final = gap_nats / counts.sum() / m
     with one_blas_thread:  # small dense factorizations: BLAS threads only wait for each other
         return _central_path(likelihood, share, start, final)
 
 
-def _central_path(likelihood: np.ndarray, share: np.ndarray, start: np.ndarray | None, final: float) -> np.ndarray:
-    """The barrier problem's optimum followed from its start down to the barrier weight ``final``."""
-    m = likelihood.shape[1]
+def _central_path(likelihood: Likelihood, share: np.ndarray, start: np.ndarray | None, final: float) -> np.ndarray:
+    """The barrier problem's optimum followed from its start down to the barrier weight ``final``; from
+    a ``start`` (the central point of a nearby problem), Newton's method goes to ``final`` at once (the
+    intermediate barrier weights cost as many steps as they save)."""
+    m = likelihood.matrix.shape[1]
     if start is None:
         weights, barrier = np.full(m, 1.0 / m), FIRST_BARRIER / m
     else:
-        weights, barrier = 0.99 * start / start.sum() + 0.01 / m, max(final * BARRIER_FALL**2, final)
+        weights, barrier = 0.99 * start / start.sum() + 0.01 / m, final
     while True:
         weights = _barrier_optimum(likelihood, share, weights, barrier)
         if barrier <= final:
@@ -148,23 +189,26 @@ def _central_path(likelihood: np.ndarray, share: np.ndarray, start: np.ndarray |
         barrier = max(barrier / BARRIER_FALL, final)
 
 
-def _barrier_optimum(likelihood: np.ndarray, share: np.ndarray, weights: np.ndarray, barrier: float) -> np.ndarray:
+def _barrier_optimum(likelihood: Likelihood, share: np.ndarray, weights: np.ndarray, barrier: float) -> np.ndarray:
     """Newton's method with backtracking for min -share . log(L w) - barrier * sum log w, sum w = 1."""
-    m = len(weights)
+    matrix = likelihood.matrix
 
     def objective(w: np.ndarray) -> float:
-        return float(-share @ np.log(likelihood @ w) - barrier * np.log(w).sum())
+        return float(-share @ np.log(matrix @ w) - barrier * np.log(w).sum())
 
     for _ in range(NEWTON_STEPS):
-        fitted = likelihood @ weights
-        gradient = -likelihood.T @ (share / fitted) - barrier / weights
+        fitted = matrix @ weights
+        gradient = -matrix.T @ (share / fitted) - barrier / weights
         # The Newton step on {sum w = 1} in the scaled variable u = step / w (its Hessian W H W is
         # barrier * I plus a positive semidefinite part: well conditioned however small some w are):
         # W H W u = -W gradient - nu w, nu such that w . u = 0.
-        scaled = likelihood * weights[None, :]
-        hessian = (scaled * (share / fitted**2)[:, None]).T @ scaled + barrier * np.eye(m)
-        factor = cho_factor(hessian)
-        along, across = cho_solve(factor, weights * gradient), cho_solve(factor, weights)
+        hessian = likelihood.hessian(weights, share, fitted)
+        hessian[np.diag_indices(len(weights))] += barrier
+        factor, info = dpotrf(hessian, lower=0, clean=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"a Newton step's Hessian is not positive definite (LAPACK info {info})")
+        solved, _ = dpotrs(factor, np.column_stack([weights * gradient, weights]))
+        along, across = solved[:, 0], solved[:, 1]
         step = weights * (across * ((weights @ along) / (weights @ across)) - along)
         decrement = float(-gradient @ step)
         if decrement < 1e-3 * barrier:
@@ -242,13 +286,12 @@ def truncated_normal(mean: np.ndarray, sd: np.ndarray, lower: np.ndarray, rng: n
     return np.where(sd > 0, np.maximum(mean + sd * z, lower), mean)
 
 
-def draw_on_grid(log_likelihood: np.ndarray, points: np.ndarray, log_prior: np.ndarray, spacing: np.ndarray,
-                 rng: np.random.Generator) -> np.ndarray:
-    """Draws from a prior on grid cells (``points`` with half-widths ``spacing`` / 2; ``spacing`` 0 for an
-    atom) times a likelihood evaluated at the points (rows x points): a cell by its posterior weight,
-    then uniformly within it. ``log_prior``: one for every row (points), or one per row (rows x points)."""
-    log_weight = log_likelihood + np.atleast_2d(log_prior)
-    best = log_weight.max(axis=1, keepdims=True)
-    cdf = np.cumsum(np.exp(log_weight - best), axis=1)
-    pick = np.minimum((cdf < rng.random(len(cdf))[:, None] * cdf[:, -1:]).sum(axis=1), len(points) - 1)
-    return points[pick] + spacing[pick] * (rng.random(len(pick)) - 0.5)
+def pick_points(log_weight: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """For each column of ``log_weight`` (points x rows; overwritten), one point drawn with probability
+    proportional to exp(log weight), by inverse CDF on the running sum of the weights."""
+    log_weight -= log_weight.max(axis=0)
+    np.maximum(log_weight, -700.0, out=log_weight)  # e^-700 is 0 beside 1; below it exp turns slow
+    running = np.exp(log_weight, out=log_weight)
+    for k in range(1, len(running)):
+        np.add(running[k - 1], running[k], out=running[k])
+    return np.minimum((running < rng.random(running.shape[1]) * running[-1]).sum(axis=0), len(running) - 1)

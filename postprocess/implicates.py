@@ -32,8 +32,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Mixture, draw_on_grid, draw_posterior, fit_mixture, truncated_normal
-from gedp.postprocess.wage_priors import SIZE_EDGES, WAGE_Z, WageFit, answered_shift, size_shift
+from gedp.postprocess.deconvolve import Mixture, draw_posterior, fit_mixture, truncated_normal
+from gedp.postprocess.wage_priors import (
+    SIZE_EDGES,
+    WAGE_Z,
+    WageFit,
+    answered_shift,
+    draw_residuals,
+    size_shift,
+)
 
 MONTHS = ("m1emp", "m2emp", "m3emp")
 #: Fewest establishments of a band with change priors of its own; smaller ones share the band below's.
@@ -304,15 +311,12 @@ class PosteriorModel:
                                                       np.full(flat.sum(), floor), rng))
         band = self.wage_band[rows]
         group = self.answers.supersector[rows]
-        spacing = np.append(np.full(len(WAGE_Z), WAGE_Z[1] - WAGE_Z[0]), 0.0)
-        points = np.append(WAGE_Z, -np.inf)
         todo = ~zero & ~flat
         if todo.any():
-            with np.errstate(divide="ignore"):
-                log_prior = np.log(priors.wage_table[group[todo], band[todo]])
-                r = draw_on_grid(self.wage_log_likelihood(omega[todo], average[todo], group[todo], priors.wage_shift),
-                                 points, log_prior, spacing, rng)
-            out[todo] = average[todo] * np.exp(r + size_shift(average[todo], group[todo], priors.wage_shift))
+            shift = priors.wage_shift
+            r = draw_residuals(self.psi, omega[todo], sd, average[todo], group[todo], band[todo], priors.wage_table,
+                               shift, rng)
+            out[todo] = average[todo] * np.exp(r + size_shift(average[todo], group[todo], shift))
         return out, todo
 
 

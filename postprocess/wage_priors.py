@@ -16,12 +16,12 @@ priors), which is how each implicate gets its own draw of the wage priors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import fit_mixture, npmle_weights
+from gedp.postprocess.deconvolve import Likelihood, fit_mixture, npmle_weights, pick_points
 
 #: Size bands (employment) of the wage priors.
 SIZE_EDGES = np.array([2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 1000.0])
@@ -31,6 +31,8 @@ WAGE_Z = np.arange(np.log(100.0), np.log(2e6), 0.07)
 MIN_WAGE_CELL = 300
 #: Most establishments a prior is solved on (a random subset of larger cells, fixed at the fit).
 WAGE_FIT_PER_CELL = 3000
+#: Rows of one block of a wage draw (its points x rows arrays stay in the processor's cache).
+DRAW_ROWS = 256
 #: Fewest employing establishments of a supersector x band of the answers that place a point of s.
 MIN_SHIFT_POINT = 30
 #: How far (in log E) beyond the first and last points s continues (the first band's point sits inside
@@ -67,6 +69,7 @@ class WageFit:
     likelihood: np.ndarray
     rows: dict[Key, np.ndarray]
     groups: int
+    prepared: dict[Key, tuple[np.ndarray, Likelihood]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, likelihood: np.ndarray, band: np.ndarray, group: np.ndarray, groups: int,
@@ -84,8 +87,17 @@ class WageFit:
 
     def solve(self, counts: np.ndarray, start: dict[Key, np.ndarray] | None = None) -> dict[Key, np.ndarray]:
         """Every prior's NPMLE weights with each row counted ``counts`` times (started from ``start``)."""
-        return {key: solved(self.likelihood[rows], counts[rows], None if start is None else start[key])
+        return {key: solved(self.ready(key), counts[rows], None if start is None else start[key])
                 for key, rows in self.rows.items()}
+
+    def ready(self, key: Key) -> tuple[np.ndarray, Likelihood]:
+        """A prior's points not negligible for every row, and its rows' likelihood there made ready
+        for its fit and its replicates' (``deconvolve.Likelihood``), kept after the first call."""
+        if key not in self.prepared:
+            likelihood = self.likelihood[self.rows[key]]
+            used = likelihood.max(axis=0) > NEGLIGIBLE_LIKELIHOOD
+            self.prepared[key] = used, Likelihood.of(likelihood[:, used], basis=True)
+        return self.prepared[key]
 
     def table(self, weights: dict[Key, np.ndarray]) -> np.ndarray:
         """Supersector x band x points: each cell's weights (its band's when it has none of its own, the
@@ -103,12 +115,12 @@ def subset(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.sort(rng.choice(rows, WAGE_FIT_PER_CELL, replace=False)) if len(rows) > WAGE_FIT_PER_CELL else rows
 
 
-def solved(likelihood: np.ndarray, counts: np.ndarray, start: np.ndarray | None) -> np.ndarray:
+def solved(ready: tuple[np.ndarray, Likelihood], counts: np.ndarray, start: np.ndarray | None) -> np.ndarray:
     """NPMLE weights on the points (0 on those negligible for every row), floored at 1e-300 (logs)."""
-    used = likelihood.max(axis=0) > NEGLIGIBLE_LIKELIHOOD
-    weights = np.zeros(likelihood.shape[1])
+    used, likelihood = ready
+    weights = np.zeros(len(used))
     begin = None if start is None else np.maximum(start[used], 1e-12)
-    weights[used] = npmle_weights(likelihood[:, used], counts, start=begin)
+    weights[used] = npmle_weights(likelihood, counts, start=begin)
     return np.maximum(weights, 1e-300)
 
 
@@ -158,3 +170,35 @@ def mean_log_wage(psi: NeighborFunction, answers: np.ndarray, sd: float) -> floa
     prior = fit_mixture(answers, sd, *level_components(floor, float(answers.max()) + 3 * sd, sd, float(answers.min())))
     paid = prior.means > floor
     return float(np.log(psi.inverse(prior.means[paid])) @ prior.weights[paid] / prior.weights[paid].sum())
+
+
+
+def draw_residuals(psi: NeighborFunction, omega: np.ndarray, sd: float, average: np.ndarray, group: np.ndarray,
+                   band: np.ndarray, table: np.ndarray, shift: Shift, rng: np.random.Generator) -> np.ndarray:
+    """Draws of each row's residual r (-inf: w = 0) from its prior ``table[group, band]`` (the z grid's
+    cells, then w = 0) times its wage answer's likelihood N(omega; psi(E e^(s(log E) + r)), sd^2): a
+    cell by its posterior weight, then uniformly within it (E = ``average`` > 0).
+
+    Computed points x rows, DRAW_ROWS rows at a time (each grid point one vector operation over the
+    rows, the cumulative weights a running sum over points, the block in the processor's cache)."""
+    scale = np.exp(np.log(average) + size_shift(average, group, shift))
+    with np.errstate(divide="ignore"):
+        log_table = np.log(table).transpose(2, 0, 1)  # (grid, w = 0) x supersector x band
+    pick = np.empty(len(omega), dtype=np.int64)
+    growth = np.exp(WAGE_Z)[:, None]
+    distance = np.empty((len(WAGE_Z) + 1, min(DRAW_ROWS, len(omega))))
+    at_zero = psi(np.zeros(1))[0]
+    for start in range(0, len(omega), DRAW_ROWS):
+        block = slice(start, start + DRAW_ROWS)
+        width = len(omega[block])
+        log_weight = log_table[:, group[block], band[block]]
+        here = distance[:, :width]
+        here[:-1] = psi(growth * scale[None, block])
+        here[-1] = at_zero
+        here -= omega[None, block]
+        here *= here
+        here *= 0.5 / (sd * sd)
+        log_weight -= here
+        pick[block] = pick_points(log_weight, rng)
+    r = WAGE_Z[np.minimum(pick, len(WAGE_Z) - 1)] + (WAGE_Z[1] - WAGE_Z[0]) * (rng.random(len(pick)) - 0.5)
+    return np.where(pick == len(WAGE_Z), -np.inf, r)
