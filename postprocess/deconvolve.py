@@ -80,19 +80,40 @@ def fit_mixture(observed: np.ndarray, sd: float, means: np.ndarray, sds: np.ndar
     Raises:
         ValueError: no finite answer, or sd not positive.
     """
-    observed = np.asarray(observed, dtype=float)
-    observed = observed[np.isfinite(observed)]
-    if observed.size == 0:
-        raise ValueError("a prior needs at least one finite answer")
-    if not sd > 0:
-        raise ValueError(f"answer sd ({sd}) must be > 0")
-    centers, counts = binned(observed, sd / BINS_PER_SD)
-    if rng is not None:
-        counts = rng.gamma(counts)
-    spread = np.sqrt(np.asarray(sds, dtype=float) ** 2 + sd * sd)
-    likelihood = np.exp(-0.5 * ((centers[:, None] - means[None, :]) / spread) ** 2) / spread
-    weights = npmle_weights(likelihood, counts, start=None if start is None else start.on(means, sds))
-    return Mixture(np.asarray(means, dtype=float), np.asarray(sds, dtype=float), weights).pruned()
+    return MixtureFit.of(observed, sd, means, sds).solve(rng, start)
+
+
+@dataclass(frozen=True)
+class MixtureFit:
+    """What a mixture prior's fit needs from its answers (binned) and components, kept so that its
+    bootstrap replicates reuse it (``fit_mixture``)."""
+
+    means: np.ndarray
+    sds: np.ndarray
+    counts: np.ndarray
+    likelihood: Likelihood
+
+    @classmethod
+    def of(cls, observed: np.ndarray, sd: float, means: np.ndarray, sds: np.ndarray, basis: bool = False) -> MixtureFit:
+        """The fit of answers ``observed`` (sd ``sd``) on components (``means``, ``sds``); with ``basis``,
+        its likelihood's low-rank basis too (for a fit solved many times)."""
+        observed = np.asarray(observed, dtype=float)
+        observed = observed[np.isfinite(observed)]
+        if observed.size == 0:
+            raise ValueError("a prior needs at least one finite answer")
+        if not sd > 0:
+            raise ValueError(f"answer sd ({sd}) must be > 0")
+        centers, counts = binned(observed, sd / BINS_PER_SD)
+        means, sds = np.asarray(means, dtype=float), np.asarray(sds, dtype=float)
+        spread = np.sqrt(sds**2 + sd * sd)
+        likelihood = np.exp(-0.5 * ((centers[:, None] - means[None, :]) / spread) ** 2) / spread
+        return cls(means, sds, counts, Likelihood.of(likelihood, basis=basis))
+
+    def solve(self, rng: np.random.Generator | None = None, start: Mixture | None = None) -> Mixture:
+        """The NPMLE (with ``rng``, a Bayesian bootstrap replicate of it, started from ``start``)."""
+        counts = self.counts if rng is None else rng.gamma(self.counts)
+        begin = None if start is None else start.on(self.means, self.sds)
+        return Mixture(self.means, self.sds, npmle_weights(self.likelihood, counts, start=begin)).pruned()
 
 
 def binned(values: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:

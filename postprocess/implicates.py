@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Mixture, draw_posterior, fit_mixture, truncated_normal
+from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, truncated_normal
 from gedp.postprocess.wage_priors import (
     SIZE_EDGES,
     WAGE_Z,
@@ -90,6 +90,8 @@ class PosteriorModel:
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator) -> None:
         self.answers, self.psi = answers, psi
         self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
+        #: each prior's fit (answers binned, likelihood made ready), kept by its fit for its replicates
+        self.fits: dict[object, MixtureFit] = {}
         self.priors = Priors(*self._month_priors())
         #: each establishment's size band of its months' answers' mean: its wage prior's band (public,
         #: and free of the division bias a band of drawn sizes has)
@@ -116,9 +118,9 @@ class PosteriorModel:
         from the fitted ``start``)."""
         omega, sd = self.answers.months, self.answers.month_sd
         cut = (self.floor if np.isfinite(self.floor) else omega[:, 0].min()) + LEVEL_CUT * sd[0]
-        level = fit_mixture(omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
-                            *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min()), rng=rng,
-                            start=None if start is None else start.level)
+        level = self._fitted("level", rng, None if start is None else start.level,
+                             lambda: (omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
+                                      *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min())))
         edges = self.psi(SIZE_EDGES)
         band = np.searchsorted(edges, omega.mean(axis=1))
         kept = merged_bands(np.bincount(band, minlength=len(edges) + 1), MIN_BAND)
@@ -129,16 +131,18 @@ class PosteriorModel:
             rows = band == b
             upper = SIZE_EDGES[kept[b + 1] - 1] if b < len(bands) else float(self.psi.inverse(omega.mean(axis=1).max()))
             step = float(self.psi(np.array([2 * upper + 1.0]))[0] - self.psi(np.array([2 * upper]))[0])
-            changes.append(tuple(self._change_prior(omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])),
-                                                    step, rng, None if start is None else start.changes[b][k - 1])
+            changes.append(tuple(self._fitted(("change", b, k), rng, None if start is None else start.changes[b][k - 1],
+                                              lambda k=k, rows=rows, step=step: change_fit(
+                                                  omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])), step))
                                  for k in (1, 2)))
         return level, cut, bands, changes
 
-    @staticmethod
-    def _change_prior(difference: np.ndarray, sd: float, step: float, rng: np.random.Generator | None,
-                      start: Mixture | None) -> Mixture:
-        reach = max(float(np.abs(difference).max()), 4 * sd) + sd
-        return fit_mixture(difference, sd, *change_components(step, reach, sd), rng=rng, start=start)
+    def _fitted(self, key: object, rng: np.random.Generator | None, start: Mixture | None, arguments) -> Mixture:
+        """A prior's NPMLE (``rng`` None: its fit is made from ``arguments()``, the answers, sd and
+        components, and kept) or a bootstrap replicate of it (from the kept fit)."""
+        if rng is None or key not in self.fits:
+            self.fits[key] = MixtureFit.of(*arguments(), basis=True)
+        return self.fits[key].solve(rng, start)
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
         """Wage priors by stochastic EM on a sample of establishments: the size shift s placed from the
@@ -171,8 +175,8 @@ class PosteriorModel:
         """The prior of psi(w) of establishments without employment (a bootstrap replicate with ``rng``)."""
         sd = self.answers.wage_sd
         top = max(float(omega.max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
-        return fit_mixture(omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min())),
-                           rng=rng, start=start)
+        return self._fitted("zero wage", rng, start, lambda: (
+            omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min()))))
 
     def log_wage_prior(self, z: np.ndarray, average: np.ndarray, rows: np.ndarray, priors: Priors) -> np.ndarray:
         """log prior weight of the grid cell holding each z's residual r = z - s(log E), E the average
@@ -365,6 +369,13 @@ def change_components(smallest: float, reach: float, sd: float) -> tuple[np.ndar
     side = np.concatenate([near, far])
     width = np.diff(side, prepend=side[0] - (side[1] - side[0])) / 2
     return np.concatenate([[0.0], side, -side]), np.concatenate([[0.0], width, width])
+
+
+def change_fit(difference: np.ndarray, sd: float, step: float) -> tuple:
+    """A change prior's fit arguments: the differences, their sd and the components (``change_components``
+    from one employee's change ``step`` to beyond the largest difference)."""
+    reach = max(float(np.abs(difference).max()), 4 * sd) + sd
+    return (difference, sd, *change_components(step, reach, sd))
 
 
 def merged_bands(counts: np.ndarray, smallest: int) -> list[int]:
