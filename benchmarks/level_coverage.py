@@ -10,10 +10,17 @@ square of error / (margin / z); and for month-1 employment the establishments th
 0, the coverage of the margins the answers' variances state without the bound's shrinkage
 (``coverage_unshrunk``) and, with ``--unbounded``, the coverage of those margins for the least
 squares without the bound (the closed-form solve of the same answers, every establishment free: a
-diagnostic, not a release).
+diagnostic, not a release). With ``--config`` another plan (a shipped config's name or a path,
+scaled to ``--mu``), with ``--levels`` QCEW aggregation levels (51-58, 71-78) in place of the two
+county levels; the output also gives, per level, the wage cells with wages but no true employment
+in the quarter (their coverage and median estimate / truth). ``se_releases``: a band's coverage's
+standard error between releases (the cells of one release share its noise, so it can exceed the
+binomial one); ``--cells``: every cell-release's row, for ``coverage_compare.py``.
 
     nice -n 10 python benchmarks/level_coverage.py --qcew ../shared/data/qcew_2016q1_44.csv \\
         --mu 1.1533 --releases 20 --out benchmarks/level-coverage-ri-1.1533.json
+    nice -n 10 python benchmarks/level_coverage.py --qcew ../shared/data/qcew_2016q1_34.csv --mu 2.3065 \\
+        --releases 5 --config baseline --levels 51 52 53 54 55 56 57 58 71 72 73 74 75 76 77 78 --out nj.json
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from gedp.postprocess.models import PostprocessOptions, attribute_models
 from gedp.postprocess.moe import half_widths, variance_functions
 from gedp.postprocess.months import pattern_cells
 from gedp.postprocess.structured import CellOperator, cell_to_group_matrix, pinned_at_zero
+from gedp.postprocess.tabulate import qcew_keys
 from gedp.postprocess.variances import answers_structure
 from gedp.postprocess.wls import attribute_system, structured_parts
 from gedp.release.reader import release_answers, release_wage_psi
@@ -47,9 +55,10 @@ BANDS = {"m1emp": ((0, 10, "< 10"), (10, 100, "10-99"), (100, 1000, "100-999"), 
 Z = 1.959963984540054
 
 
-def scaled_config(mu: float) -> Config:
-    """The recommended config with every query's mu (and the cap) scaled so that a release spends ``mu``."""
-    config = load_config("recommended")
+def scaled_config(mu: float, name: str = "recommended") -> Config:
+    """A config (``name``: shipped or a path) with every query's mu (and the cap) scaled so that a
+    release spends ``mu``."""
+    config = load_config(name)
     factor = mu / config.plan.budget().total
     raw = dict(config.raw, mu_cap=round(config.raw["mu_cap"] * factor, 4) + 1e-4,
                queries=[dict(query, mu={a: m * factor for a, m in query["mu"].items()})
@@ -74,7 +83,8 @@ def unbounded_values(model_answers, public: pd.DataFrame) -> np.ndarray:
     return np.where(fixed, 0.0, a + v * lam[cell_codes])
 
 
-def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbounded: bool) -> list[pd.DataFrame]:
+def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbounded: bool,
+                 levels: dict[str, list[str]] | None = None) -> list[pd.DataFrame]:
     """One row per cell, level and attribute of one release: band, covered, error / sd, and for
     month-1 employment the establishments held at 0."""
     protected = release.microdata.set_index("estab_id").loc[truth["estab_id"]].reset_index()
@@ -85,7 +95,7 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
     unshrunk = {"m1emp": answers_structure(model_answers, public, pattern_cells=pattern_cells(public))}
     free_values = unbounded_values(model_answers, public) if unbounded else None
     rows = []
-    for level, keys in LEVELS.items():
+    for level, keys in (levels or LEVELS).items():
         grouping = group_establishments(public, keys)
         margins = half_widths(variances, grouping.codes, grouping.n_groups, 0.95)
         before = half_widths(unshrunk, grouping.codes, grouping.n_groups, 0.95)["m1emp"]
@@ -99,7 +109,9 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
             frame = pd.DataFrame({"release": index, "level": level, "attribute": attribute, "band": band,
                                   "covered": np.abs(error) <= margins[attribute],
                                   "ratio": error / (margins[attribute] / Z), "at_zero": at_zero,
-                                  "estabs": grouping.sum(np.ones(len(public)))})
+                                  "estabs": grouping.sum(np.ones(len(public))), "cell": np.arange(len(true)),
+                                  "relative_error": np.divide(np.abs(error), true, out=np.full(len(true), np.nan),
+                                                              where=true > 0)})
             if attribute == "m1emp":
                 frame["covered_unshrunk"] = np.abs(error) <= before
                 frame["ratio_unshrunk"] = error / (before / Z)
@@ -107,6 +119,11 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
                 free_error = grouping.sum(free_values) - true
                 frame["covered_unbounded"] = np.abs(free_error) <= before
                 frame["ratio_unbounded"] = free_error / (before / Z)
+            if attribute == "wage":  # cells with wages but no true employment in the quarter
+                employed = sum(grouping.sum(truth[month].to_numpy()) for month in ("m1emp", "m2emp", "m3emp"))
+                frame["no_employment"] = (employed == 0) & (true > 0)
+                frame["estimate_over_truth"] = np.divide(error + true, true, out=np.full(len(true), np.nan),
+                                                         where=true > 0)
             rows.append(frame)
     return rows
 
@@ -116,6 +133,23 @@ def wilson(covered: float, n: int) -> tuple[float, float]:
     centre = (covered + Z**2 / (2 * n)) / (1 + Z**2 / n)
     half = Z / (1 + Z**2 / n) * math.sqrt(covered * (1 - covered) / n + Z**2 / (4 * n**2))
     return centre - half, centre + half
+
+
+def without_employment(cells: pd.DataFrame) -> list[dict]:
+    """Per level: the wage cells with wages but no true employment in the quarter, the coverage of
+    their margins and the median of estimate / truth (below 1: shrunk)."""
+    cells = cells[cells["no_employment"].fillna(False).astype(bool)]
+    return cells.groupby("level", sort=False).agg(
+        cells=("covered", "size"), coverage=("covered", "mean"),
+        median_estimate_over_truth=("estimate_over_truth", "median")).reset_index().to_dict(orient="records")
+
+
+def accuracy(cells: pd.DataFrame) -> list[dict]:
+    """Per level and attribute: the median relative error |estimate - truth| / truth of the cells with
+    truth > 0, over the releases."""
+    return cells.groupby(["level", "attribute"], sort=False).agg(
+        cells=("relative_error", "count"), median_relative_error=("relative_error", "median")
+    ).reset_index().to_dict(orient="records")
 
 
 def summarize(cells: pd.DataFrame) -> pd.DataFrame:
@@ -132,6 +166,10 @@ def summarize(cells: pd.DataFrame) -> pd.DataFrame:
         estabs=("estabs", "mean"), at_zero=("at_zero", "mean"), **extra).reset_index()
     bounds = [wilson(p, n) for p, n in zip(summary["coverage"], summary["cells"])]
     summary["low"], summary["high"] = [b[0] for b in bounds], [b[1] for b in bounds]
+    by_release = cells.groupby(["level", "attribute", "band", "release"], sort=False)["covered"].mean()
+    spread = by_release.groupby(["level", "attribute", "band"], sort=False).agg(["std", "size"])
+    summary["se_releases"] = (spread["std"] / np.sqrt(spread["size"])).reindex(
+        pd.MultiIndex.from_frame(summary[["level", "attribute", "band"]])).to_numpy()
     return summary
 
 
@@ -141,20 +179,32 @@ def main() -> None:
     parser.add_argument("--mu", type=float, required=True, help="a release's total mu")
     parser.add_argument("--releases", type=int, default=20)
     parser.add_argument("--unbounded", action="store_true", help="also the coverage without the bound")
+    parser.add_argument("--config", default="recommended", help="a shipped config's name or a path")
+    parser.add_argument("--levels", type=int, nargs="*", help="QCEW aggregation levels (default: county x "
+                        "NAICS-6 and NAICS-3 cells)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cells", type=Path, help="also every cell-release's row (parquet): to compare two runs "
+                        "cell by cell, benchmarks/coverage_compare.py")
     args = parser.parse_args()
-    config = scaled_config(args.mu)
+    config = scaled_config(args.mu, args.config)
     truth = synthesize_state(read_qcew(args.qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
     truth = truth.reset_index(drop=True)
+    levels = {str(level): [key for key in qcew_keys(truth, level) if key not in ("year", "qtr")]
+              for level in args.levels} if args.levels else None
     rows, start = [], time.perf_counter()
     for index in range(args.releases):
         release = gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)
-        rows += release_rows(truth, release, index, args.unbounded)
+        rows += release_rows(truth, release, index, args.unbounded, levels)
         print(f"release {index + 1}/{args.releases} ({time.perf_counter() - start:.0f}s)", flush=True)
-        summary = summarize(pd.concat(rows, ignore_index=True))
+        cells = pd.concat(rows, ignore_index=True)
+        summary = summarize(cells)
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "mu": config.plan.budget().total,
-                                        "releases": index + 1, "level": 0.95,
-                                        "summary": summary.to_dict(orient="records")}, indent=1) + "\n")
+                                        "config": args.config, "releases": index + 1, "level": 0.95,
+                                        "summary": summary.to_dict(orient="records"),
+                                        "no_employment": without_employment(cells),
+                                        "accuracy": accuracy(cells)}, indent=1) + "\n")
+    if args.cells is not None:
+        cells.to_parquet(args.cells)
     print(summary.round(4).to_string(index=False))
 
 

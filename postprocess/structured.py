@@ -59,6 +59,17 @@ def _blas_threads():
     return ThreadpoolController()
 
 
+def _take_blas_control() -> None:
+    """Let the calling thread set OpenBLAS's thread count: threadpoolctl (3.8) lets only the first thread
+    that set a process-wide OpenBLAS's count set it again while that thread lives, and ignores the others.
+    ``one_blas_thread`` sets and restores the count under its own lock, for the whole process, from
+    whichever thread enters first or leaves last (a server's request, a dask worker's thread)."""
+    for library in _blas_threads().select(user_api="blas").lib_controllers:
+        clear = getattr(type(library), "clear_controlling_thread", None)
+        if clear is not None:
+            clear(force=True)
+
+
 class _OneBlasThread(ContextDecorator):
     """BLAS on one thread inside ``with one_blas_thread:`` (or a function decorated with it), restored after.
 
@@ -66,7 +77,9 @@ class _OneBlasThread(ContextDecorator):
     busy machine (other work, or states in parallel on dask) every synchronization of BLAS threads can wait
     for a time slice: a 353 x 353 Cholesky took 0.6 s instead of 0.6 ms. BLAS's thread count is a setting of
     the whole process, so overlapping scopes (threads of one dask worker) share one limit: the first to
-    enter sets it and the last to leave restores the count found before, whatever order they leave in.
+    enter sets it and the last to leave restores the count found before, whatever order they leave in,
+    whichever threads they run in (``_take_blas_control``: before, a scope entered in a thread other than the
+    first that set the count did nothing, so a solve overlapping it ran on every thread, with other bits).
     """
 
     def __init__(self) -> None:
@@ -77,6 +90,7 @@ class _OneBlasThread(ContextDecorator):
     def __enter__(self) -> _OneBlasThread:
         with self._lock:
             if self._inside == 0:
+                _take_blas_control()
                 self._limiter = _blas_threads().limit(limits=1, user_api="blas")
             self._inside += 1
         return self
@@ -85,6 +99,7 @@ class _OneBlasThread(ContextDecorator):
         with self._lock:
             self._inside -= 1
             if self._inside == 0:
+                _take_blas_control()
                 self._limiter.restore_original_limits()
                 self._limiter = None
 

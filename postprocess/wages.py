@@ -16,7 +16,9 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    prior; a NAICS-5 group with several NAICS-6 industries gives each its own rate around r_g (spread
    by moments per state: the NAICS-6 industries' summed identity answers per protected employee
    against the rate query's r_g, at least MIN_RATE_SPREAD), so the NAICS-6 split of a plan's cell,
-   shared by its industry in every county, is an unknown of the fit and of the margins; each county
+   shared by its industry in every county, is an unknown of the fit and of the margins (both
+   spreads by weighted moments, ``spread_moments``: each industry counts by what its noise lets it
+   tell, so the noisiest ones do not drive the estimate negative at a small wage share); each county
    k has an offset kappa_k to its industries' rates (sd by moments per state).
    Rates, parent rates and offsets are latent variables of the least squares, not plug-ins: a
    cell's prior error is shared by every cell of its industry (or county), and the margins carry
@@ -30,7 +32,10 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    and New Jersey, 2016 Q1, the squared relative deviation from the statewide NAICS-6 rate (county
    effect removed) fits s^2 + b / E with b = 2.8 and 3.8 (tests/test_wages.py re-derives it; an
    agency can set it from its own earlier publications). The two fits differ; the larger (3.8) is
-   kept, the conservative choice (wider small-cell priors). The least squares over cell totals
+   kept, the conservative choice (wider small-cell priors). An establishment without protected
+   employment (under EMPLOYMENT_FLOOR) adds the variance of such establishments' wages around their
+   prior, by weighted moments per state from their identity answers (``spread_moments``; at least
+   0), to its cell's prior variance and to its share's. The least squares over cell totals
    t >= 0 and rates,
 
        sum_c (d_c - t_c)^2 / vd_c + (t_c - E_c (r_g(c) + kappa_k(c)))^2 / vp_c
@@ -81,6 +86,7 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
+from gedp.postprocess.spread_moments import idle_wage_variance, weighted_squared_spread
 from gedp.postprocess.structured import one_blas_thread, solve_nested
 from gedp.postprocess.wage_layout import ModelCells, ThetaLayout, establishment_counties, model_cells, theta_layout
 from gedp.postprocess.wage_rates import (
@@ -199,9 +205,10 @@ def _squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, n_
 def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray, establishment_detail: np.ndarray,
                    detail_group: np.ndarray, rate: np.ndarray, rate_variance: np.ndarray, rate_state: np.ndarray,
                    n_states: int) -> np.ndarray:
-    """Squared relative spread of the detail rates around their NAICS-5 rate, by moments per state,
-    per detail rate (at least MIN_RATE_SPREAD): each detail industry's identity answers summed over
-    its employment (noise ``noise`` summed) against the rate query's rate (independent noise)."""
+    """Squared relative spread of the detail rates around their NAICS-5 rate, by weighted moments per
+    state (``spread_moments``), per detail rate (at least MIN_RATE_SPREAD): each detail industry's
+    identity answers summed over its employment (noise ``noise`` summed) against the rate query's
+    rate (independent noise)."""
     n_details = len(detail_group)
     if n_details == 0:
         return np.zeros(0)
@@ -211,8 +218,10 @@ def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray
     observed = np.bincount(codes, weights=answer[inside], minlength=n_details) / detail_employment
     observed_noise = np.bincount(codes, weights=noise[inside], minlength=n_details) / detail_employment**2
     detail_state = rate_state[detail_group]
-    excess = (observed - rate[detail_group]) ** 2 - observed_noise - rate_variance[detail_group]
-    spread2 = _squared_spread(detail_state, excess, np.maximum(rate[detail_group], 0.0) ** 2, n_states)
+    term_noise = observed_noise + rate_variance[detail_group]
+    spread2, _ = weighted_squared_spread(detail_state, (observed - rate[detail_group]) ** 2 - term_noise,
+                                         np.maximum(rate[detail_group], 0.0) ** 2, term_noise, n_states,
+                                         MIN_RATE_SPREAD**2)
     return np.maximum(spread2, MIN_RATE_SPREAD**2)[detail_state]
 
 
@@ -249,6 +258,8 @@ class _Problem:
     direct: np.ndarray  # per cell: its summed identity answers
     cell_employment: np.ndarray
     cell_employment_variance: np.ndarray
+    idle_variance: np.ndarray  # per establishment: its wages' variance without protected employment (0 if employed)
+    cell_idle_variance: np.ndarray  # per cell: its establishments' idle_variance summed
     rate_employment: np.ndarray  # per rate
     group_right: np.ndarray  # per cell: C' W^-1 b
     floor: np.ndarray  # per state: RATE_FLOOR of its rate
@@ -307,12 +318,17 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
                                     establishment_detail, detail_group, rate_answer.estimate / rate_employment,
                                     rate_variance, theta.rate_state, n_states)
     lower = np.where(cells.fixed, 0.0, WAGE_FLOOR * state_rate[state] * protected_employment)
+    idle_variance = idle_wage_variance(answer, weight_rate * employment, psi.estimate_variance(answer, sd),
+                                       psi.estimate_variance(weight_rate * employment, sd),
+                                       (protected_employment < EMPLOYMENT_FLOOR) & ~cells.fixed, state, n_states)
     problem = _Problem(
         cells=cells, theta=theta, psi=psi, answer=answer, sd=sd, employment=employment,
         employment_variance=employment_variance, state_rate=state_rate,
         direct=np.bincount(cells.codes, weights=answer, minlength=n_cells),
         cell_employment=np.bincount(cells.codes, weights=employment, minlength=n_cells),
         cell_employment_variance=np.bincount(cells.codes, weights=employment_variance, minlength=n_cells),
+        idle_variance=idle_variance, cell_idle_variance=np.bincount(cells.codes, weights=idle_variance,
+                                                                    minlength=n_cells),
         rate_employment=rate_employment, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
         floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
         detail_spread2=detail_spread2,
@@ -328,15 +344,18 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
 
 def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Step 2: the observed rates, their parent rates, and the variances of the sibling rates around
-    their parent and of the detail rates around their NAICS-5 rate (spreads by moments per state)."""
+    their parent and of the detail rates around their NAICS-5 rate (spreads by weighted moments per
+    state, ``spread_moments``)."""
     theta = p.theta
     parent, rate_state = theta.parent, theta.rate_state
     n_parents = len(theta.parent_state)
     observed = last.rate_totals / p.rate_employment
     parent_rate = np.maximum(np.bincount(parent, weights=last.rate_totals, minlength=n_parents)
                              / np.bincount(parent, weights=p.rate_employment, minlength=n_parents), 0.0)
-    spread2 = np.maximum(_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - last.rate_variance,
-                                         parent_rate[parent] ** 2, theta.n_states), MIN_RATE_SPREAD**2)
+    spread2, _ = weighted_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - last.rate_variance,
+                                         parent_rate[parent] ** 2, last.rate_variance, theta.n_states,
+                                         MIN_RATE_SPREAD**2)
+    spread2 = np.maximum(spread2, MIN_RATE_SPREAD**2)
     rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], p.floor[rate_state]) ** 2
     detail_variance = p.detail_spread2 * np.maximum(observed, p.floor[rate_state])[theta.detail_group] ** 2
     return observed, parent_rate, rate_spread_variance, detail_variance
@@ -358,7 +377,8 @@ def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray) -> tuple[np.nda
                                      p.direct if last.totals is None else last.totals,
                                      direct_variance if last.totals is None else np.zeros(n_cells),
                                      observed[theta.cell_rate] * p.cell_employment, p.state_rate)
-    employee_part = cell_rates**2 * (EMPLOYEE_VARIANCE * p.cell_employment + p.cell_employment_variance) + 1.0
+    employee_part = (cell_rates**2 * (EMPLOYEE_VARIANCE * p.cell_employment + p.cell_employment_variance) + 1.0
+                     + p.cell_idle_variance)
     cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
         cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
         - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states), 0.0)), *CELL_SPREAD_BOUNDS)
@@ -419,7 +439,7 @@ def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     share_prior = totals[codes] * p.employment / p.cell_employment[codes]
     noise = p.psi.estimate_variance(share_prior, p.sd)
     cell_rate_now = np.divide(totals, p.cell_employment, out=np.zeros(n_cells), where=p.cell_employment > 0)[codes]
-    employee_part = cell_rate_now**2 * (EMPLOYEE_VARIANCE * p.employment + p.employment_variance)
+    employee_part = cell_rate_now**2 * (EMPLOYEE_VARIANCE * p.employment + p.employment_variance) + p.idle_variance
     spread = np.clip(np.sqrt(np.maximum(_squared_spread(state, (p.answer - share_prior) ** 2 - noise - employee_part,
                                                         share_prior**2, p.theta.n_states), 0.0)), *SPREAD_BOUNDS)
     spread_variance = (spread[state] * share_prior) ** 2 + employee_part + np.finfo(float).tiny

@@ -391,3 +391,45 @@ def test_one_blas_thread_is_scoped_and_overlapping_scopes_restore_the_count_foun
         with pytest.raises(ZeroDivisionError), one_blas_thread:
             1 / 0
         assert blas_threads() == before
+
+
+def test_one_blas_thread_limits_blas_from_any_thread():
+    """threadpoolctl lets only the first thread that set OpenBLAS's count set it again (while it lives); a
+    scope entered in another thread after the main thread's (a server's request, a dask worker's thread)
+    must still limit BLAS for the whole process, and its end restore the count. Before, it did nothing: a
+    solve in the main thread overlapping it skipped its own limit (a scope was open) and ran on every
+    thread, with other low bits (the server's answers then differed from gedp tabulate's in the last bits).
+    Fails before on any machine where BLAS may use 2 threads."""
+    import threading
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from gedp.postprocess.structured import one_blas_thread
+
+    def blas_threads():
+        return {info["filepath"]: info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
+
+    with threadpool_limits(limits=2, user_api="blas"):  # the main thread sets the count first
+        before = blas_threads()
+        if max(before.values(), default=1) < 2:
+            pytest.skip("BLAS runs on one thread here: nothing to limit")
+        with one_blas_thread:
+            pass
+        entered, leave, seen = threading.Event(), threading.Event(), {}
+
+        def request():
+            with one_blas_thread:
+                seen["request"] = set(blas_threads().values())
+                entered.set()
+                leave.wait(30)
+
+        worker = threading.Thread(target=request)
+        worker.start()
+        assert entered.wait(30)
+        seen["main"] = set(blas_threads().values())
+        with one_blas_thread:  # overlapping: the limit holds here too
+            seen["nested"] = set(blas_threads().values())
+        leave.set()
+        worker.join(30)
+        assert seen == {"request": {1}, "main": {1}, "nested": {1}}
+        assert blas_threads() == before

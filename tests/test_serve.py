@@ -4,12 +4,14 @@ not public, too many rows, too long), says so safely (security headers, one-line
 refuses hostile releases at load."""
 
 import csv
+import http.client
 import io
 import json
 import math
 import re
 import shutil
 import socket
+import statistics
 import threading
 import time
 import urllib.error
@@ -25,6 +27,7 @@ from gedp.cli import app
 from gedp.errors import InputError
 from gedp.serve.app import PARAMETERS, Limits, create_app
 from gedp.serve.releases import load_releases
+from gedp.serve.server import listening_socket
 
 PANEL_QUARTERS = ["2016Q1", "2016Q2", "2016Q3"]
 SINGLE_REQUESTS = [
@@ -74,8 +77,7 @@ class Served:
     """A server on a free loopback port, in a thread of this process."""
 
     def __init__(self, application):
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
+        self.socket = listening_socket("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
         self.server = uvicorn.Server(uvicorn.Config(application, log_level="warning", access_log=False))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
@@ -154,6 +156,35 @@ def test_the_api_gives_the_numbers_and_bytes_of_gedp_tabulate(server, releases, 
     assert body == written.read_bytes()
 
 
+def test_the_numbers_hold_while_another_thread_of_the_process_solves(server, releases):
+    """A request that goes on solving in another thread (one past its time, say) holds BLAS to one thread
+    for the whole process, so gedp tabulate's margins computed meanwhile keep their bits. Before, the
+    other thread's limit did nothing (threadpoolctl lets only the first thread that set OpenBLAS's count
+    set it), this solve skipped its own (a scope was open) and ran on two BLAS threads: the panel's wage
+    margins then differed from the API's in the last bits."""
+    from gedp.postprocess.structured import one_blas_thread
+
+    entered, leave = threading.Event(), threading.Event()
+
+    def solving():
+        with one_blas_thread:
+            entered.set()
+            leave.wait(120)
+
+    other = threading.Thread(target=solving)
+    other.start()
+    request_ = {"by": "county", "quarter": "2016Q1", "moe": "1"}
+    try:
+        assert entered.wait(30)
+        status, _, body = server.get("/api/tabulate", {"release": "panel", **request_})
+        expected = command_line(releases["panel"], request_)
+    finally:
+        leave.set()
+        other.join(30)
+    assert status == 200, body
+    same_rows(json.loads(body), expected)
+
+
 @pytest.mark.parametrize("request_", [{"agglvl": "75", "moe": "1", "format": "qcew"},
                                       {"agglvl": "74", "moe": "1", "format": "xlsx"},
                                       {"agglvl": "54", "moe": "1", "where": "county == '001'", "format": "xlsx"}])
@@ -210,6 +241,24 @@ def test_a_request_past_its_time_is_answered_503(releases):
     finally:
         served.stop()
     assert status == 503 and "longer than" in json.loads(body)["error"]
+
+
+def test_answers_on_a_kept_connection_are_not_held_by_delayed_acknowledgements(server):
+    """A reply's header and body go out without waiting for the client's acknowledgement of the first
+    (TCP_NODELAY, which asyncio sets only on sockets made for TCP): otherwise every answer on a kept-alive
+    connection waits for the client's delayed acknowledgement, 40 ms or more on Linux, whatever its work."""
+    assert server.socket.proto == socket.IPPROTO_TCP
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    latencies = []
+    for _ in range(15):
+        start = time.perf_counter()
+        connection.request("GET", "/api/releases")
+        response = connection.getresponse()
+        assert response.status == 200 and response.read()
+        latencies.append(time.perf_counter() - start)
+    connection.close()
+    assert statistics.median(latencies[1:]) < 0.04
 
 
 def test_releases_manifest_page_and_openapi(server, releases):

@@ -175,15 +175,20 @@ def test_margins_match_a_dense_computation(fitted):
 def test_margins_without_county_wage_queries_match_a_dense_computation(small_state):
     """A plan measuring wages by the identity and NAICS-5 queries only: the model's cells span counties,
     and a county's shared deviation from the employment shares enters the margins (dense computation
-    as above); power: without it the county totals' margins differ far beyond the comparison's tolerance."""
+    as above); power: without it the county totals' margins differ far beyond the comparison's tolerance.
+    The counties' spread is a moment estimate, at 0 in some releases (no loadings to check): the first
+    seed from 5 whose release has loadings (about half of them do on this state)."""
     raw = gedp.load("baseline").raw
     kept = ("identity", ["state", "naics5"])
     queries = [dict(q, mu={a: m for a, m in q["mu"].items() if a != "wage" or q["by"] in kept}) for q in raw["queries"]]
-    release = gedp.protect(small_state, config=dict(raw, queries=queries), seed=5, not_for_publication=True)
     from gedp.release.reader import read_release
 
-    protected, answers = read_release(release.folder)
-    fit = wages.fit_wages(answers, protected, gedp.load("baseline").plan.psi)
+    for seed in range(5, 15):
+        release = gedp.protect(small_state, config=dict(raw, queries=queries), seed=seed, not_for_publication=True)
+        protected, answers = read_release(release.folder)
+        fit = wages.fit_wages(answers, protected, gedp.load("baseline").plan.psi)
+        if fit.county_loading.any():
+            break
     assert fit.county_loading.any()
     codes = pd.factorize(protected["county"], sort=True)[0]
     variances = wage_margins.wage_variances(fit, codes, codes.max() + 1)

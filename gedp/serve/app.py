@@ -25,6 +25,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from importlib import resources
+from itertools import repeat
 from typing import Any
 
 import anyio
@@ -176,18 +177,16 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits()) ->
         try:
             release, wanted, output = parse(request.query_params.multi_items(), releases)
             with anyio.fail_after(limits.timeout):
-                answer = await anyio.to_thread.run_sync(release.answer, wanted, limiter=limiter,
-                                                        abandon_on_cancel=True)
+                answer = await anyio.to_thread.run_sync(answered_in_full, release, wanted, limits.max_rows, output,
+                                                        limiter=limiter, abandon_on_cancel=True)
         except TimeoutError:
             return JSONResponse({"error": f"the request took longer than {limits.timeout:g} s"}, status_code=503)
         except GedpError as err:
             return JSONResponse({"error": without_paths(str(err), releases)}, status_code=400)
-        if answer.n_rows > limits.max_rows:
+        if isinstance(answer, Tabulation):
             return JSONResponse({"error": f"the table has {answer.n_rows:,} rows, more than {limits.max_rows:,}: "
                                           "narrow it with a filter or fewer keys"}, status_code=400)
-        if output != "json":
-            return download(answer, release, output)
-        return Response(orjson.dumps(answer_json(answer, release)), media_type="application/json")
+        return answer
 
     async def openapi_document(request: Request) -> Response:
         return JSONResponse(openapi())
@@ -256,6 +255,19 @@ def _number(given: dict[str, str], name: str, kind: type, default: Any) -> Any:
     return value
 
 
+def answered_in_full(release: ServedRelease, wanted: TabulationRequest, max_rows: int, output: str
+                     ) -> Response | Tabulation:
+    """The response to a request (its table computed and written, off the server's event loop, so that
+    a large table's writing does not hold the answers of others), or the table when it has more than
+    ``max_rows`` rows."""
+    answer = release.answer(wanted)
+    if answer.n_rows > max_rows:
+        return answer
+    if output != "json":
+        return download(answer, release, output)
+    return Response(orjson.dumps(answer_json(answer, release)), media_type="application/json")
+
+
 def download(answer: Tabulation, release: ServedRelease, output: str) -> Response:
     """The file ``gedp tabulate --out`` writes of the same request, as an attachment."""
     if answer.written is not None:
@@ -280,26 +292,26 @@ def answer_json(answer: Tabulation, release: ServedRelease) -> dict[str, Any]:
     value is null), the key columns, each value's quality flag, warnings."""
     from gedp.postprocess.quality import quality_flags
 
-    table = answer.frame()
-    columns = {str(name): _plain(table[name]) for name in table.columns}
+    series = {str(name): values for name, values in answer.frame().items()}
+    columns = {name: _plain(values) for name, values in series.items()}
     names = list(columns)
     request = answer.request
     flags = {}
     if request.moe:
         for name in names:
             if f"{name}_moe" in columns and not name.endswith("_chg"):
-                flags[name] = quality_flags(table[name].to_numpy(dtype=float, na_value=math.nan),
-                                            table[f"{name}_moe"].to_numpy(dtype=float, na_value=math.nan),
+                flags[name] = quality_flags(series[name].to_numpy(dtype=float, na_value=math.nan),
+                                            series[f"{name}_moe"].to_numpy(dtype=float, na_value=math.nan),
                                             request.level).tolist()
     return {"release": release.id, "quarter": request.quarter, "change": request.change,
-            "level": request.moe_level, "columns": names, "rows": [dict(zip(names, row)) for row in
-                                                                   zip(*columns.values())],
-            "flags": flags, "titles": key_titles(table), "warnings": answer.warnings}
+            "level": request.moe_level, "columns": names, "rows": list(map(dict, map(zip, repeat(names),
+                                                                              zip(*columns.values())))),
+            "flags": flags, "titles": key_titles(columns), "warnings": answer.warnings}
 
 
-def key_titles(table: Any) -> dict[str, list[str]]:
-    """The titles of a table's area, ownership and industry keys, row by row, as BLS writes them
-    (``synth.titles``: the lists shipped with gedp)."""
+def key_titles(columns: dict[str, list]) -> dict[str, list[str]]:
+    """The titles of a table's area, ownership and industry keys (``columns``: each column's values),
+    row by row, as BLS writes them (``synth.titles``: the lists shipped with gedp)."""
     from gedp.postprocess.keys import SIZE_CLASS
     from gedp.postprocess.sizeclass import SIZE_TITLES
     from gedp.synth.hierarchy import INDUSTRY_OF_STATE_LEVEL
@@ -307,28 +319,25 @@ def key_titles(table: Any) -> dict[str, list[str]]:
 
     titles = shipped_titles()
     found = {}
-    if "state" in table.columns:
-        county = table["county"].astype(str) if "county" in table.columns else "000"
-        found["county" if "county" in table.columns else "state"] = _titled(table["state"].astype(str) + county,
-                                                                            titles.areas, "{}")
-    if "own" in table.columns:
-        found["own"] = _titled(table["own"].astype(str), OWN_TITLES, "{}")
-    for column in (c for c in INDUSTRY_OF_STATE_LEVEL.values() if c is not None and c in table.columns):
-        found[column] = _titled(table[column].astype(str), titles.industries, "NAICS {}")
-    if SIZE_CLASS in table.columns:
-        found[SIZE_CLASS] = _titled(table[SIZE_CLASS].astype(str), {str(code): title for code, title in
-                                                                      SIZE_TITLES.items()}, "size class {}")
+    if "state" in columns:
+        counties = columns.get("county") or ["000"] * len(columns["state"])
+        areas = [f"{state}{county}" for state, county in zip(columns["state"], counties)]
+        found["county" if "county" in columns else "state"] = _titled(areas, titles.areas, "{}")
+    if "own" in columns:
+        found["own"] = _titled(columns["own"], OWN_TITLES, "{}")
+    for column in (c for c in INDUSTRY_OF_STATE_LEVEL.values() if c is not None and c in columns):
+        found[column] = _titled(columns[column], titles.industries, "NAICS {}")
+    if SIZE_CLASS in columns:
+        found[SIZE_CLASS] = _titled(columns[SIZE_CLASS], {str(code): title for code, title in SIZE_TITLES.items()},
+                                    "size class {}")
     return found
 
 
-def _titled(codes: Any, titles: Any, untitled: str) -> list[str]:
-    """The title of each code (a pandas series of text) in ``titles``, else ``untitled`` formatted
-    with the code (``synth.titles.Titles``' rule), each distinct code looked up once."""
-    import numpy as np
-
-    distinct, inverse = np.unique(codes.to_numpy(dtype=object), return_inverse=True)
-    found = np.array([str(titles.get(code, untitled.format(code))) for code in distinct], dtype=object)
-    return found[inverse.ravel()].tolist()
+def _titled(codes: list, titles: Any, untitled: str) -> list[str]:
+    """The title of each code (as text) in ``titles``, else ``untitled`` formatted with the code
+    (``synth.titles.Titles``' rule), each distinct code looked up once."""
+    found = {code: str(titles.get(str(code), untitled.format(code))) for code in set(codes)}
+    return [found[code] for code in codes]
 
 
 def _plain(series: Any) -> list:

@@ -55,7 +55,9 @@ def open_server(releases: list[Path], *, host: str = "127.0.0.1", port: int = 80
 def listening_socket(host: str, port: int) -> socket.socket:
     """A socket bound to ``host`` and ``port`` (0: a free port), refused in one line when it cannot be."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listening = socket.socket(family, socket.SOCK_STREAM)
+    # Made for TCP by name: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on such sockets; without
+    # it each answer's body waits for the client's delayed acknowledgement of its header (40 ms or more).
+    listening = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((host, port))

@@ -1,0 +1,54 @@
+"""Relative spreads squared by weighted moments, per state: what the wage fit's rate priors
+(``postprocess.wages``) take their spreads from.
+
+Each term i of a state has a squared deviation d_i whose expectation is its noise variance n_i plus
+the spread s^2 times its scale c_i (the squared rate it is relative to). The plain moment estimate
+sum (d - n) / sum c weighs every term alike, so at a small wage share the terms with most noise
+decide it (a NAICS-6 industry of a few employees, whose identity answers are almost pure noise), and
+it comes out negative, and far off, where the spread is not. Here the terms are weighed as the
+estimating equation sum w (d - n - s^2 c) = 0 with w = c / (n + s^2 c)^2 asks (d's variance is about
+2 (n + s^2 c)^2 for a normal deviation): a term counts by what it can tell of s^2, and the noisiest
+ones hardly count. s^2 is found by a few fixed-point steps from ``start`` (weights at s^2 at least
+``start``: a negative estimate does not make a weight infinite); the sandwich standard error
+sqrt(sum w^2 (d - n - s^2 c)^2) / sum w c says what the estimate is worth.
+
+``idle_wage_variance`` uses the same estimate (c = 1: a variance in dollars^2) for the wages of
+establishments without protected employment around their prior.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Fixed-point steps of the weighted estimate (it settles within a few: the weights change little).
+STEPS = 5
+
+
+def weighted_squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, noise: np.ndarray,
+                            n_states: int, start: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per state: s^2 by weighted moments (module docstring) and its standard error. ``excess``:
+    d - n per term; ``scale``: c; ``noise``: n; ``codes``: each term's state. 0 (and standard error
+    0) for a state without scale; the estimate may be negative."""
+    spread2 = np.full(n_states, float(start))
+    weights = np.zeros(len(excess))
+    for _ in range(STEPS):
+        weights = scale / (noise + np.maximum(spread2, start)[codes] * scale) ** 2
+        summed_scale = np.bincount(codes, weights=weights * scale, minlength=n_states)
+        spread2 = np.divide(np.bincount(codes, weights=weights * excess, minlength=n_states), summed_scale,
+                            out=np.zeros(n_states), where=summed_scale > 0)
+    residual = weights * (excess - spread2[codes] * scale)
+    error = np.divide(np.sqrt(np.bincount(codes, weights=residual**2, minlength=n_states)), summed_scale,
+                      out=np.zeros(n_states), where=summed_scale > 0)
+    return spread2, error
+
+
+def idle_wage_variance(answer: np.ndarray, prior: np.ndarray, noise: np.ndarray, weighing: np.ndarray,
+                       idle: np.ndarray, state: np.ndarray, n_states: int) -> np.ndarray:
+    """Per establishment: the variance of the wages of an ``idle`` one (no protected employment) around
+    its employment ``prior``, by weighted moments per state over the idle establishments' identity
+    ``answer``s (``noise``: each answer's noise variance, unbiased for it; ``weighing``: that variance
+    at the prior, for the weights); at least 0, and 0 for an establishment that is not idle."""
+    codes = state[idle]
+    excess = (answer[idle] - prior[idle]) ** 2 - noise[idle]
+    variance, _ = weighted_squared_spread(codes, excess, np.ones(len(codes)), weighing[idle], n_states, 0.0)
+    return np.where(idle, np.maximum(variance, 0.0)[state], 0.0)
