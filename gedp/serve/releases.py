@@ -154,7 +154,7 @@ class ServedRelease:
                              f"({MAX_DERIVED_ESTABLISHMENTS:,}); gedp tabulate gives them")
         with self.drawing:
             if quarter not in self.implicates_held:
-                self.implicates_held[quarter] = drawn_apart(tabulation_implicates, self.folder, quarter)
+                self.implicates_held[quarter] = tabulation_implicates(self.folder, quarter)
             return self.implicates_held[quarter]
 
     @property
@@ -287,16 +287,3 @@ def _hold_quarters(release: ServedRelease) -> None:
         release.quarters_held[quarter] = (read_quarter(release.folder, quarter),
                                           kept_variances(release.folder, quarter))
 
-
-def drawn_apart(draw, folder: Path, quarter: str | None) -> pd.DataFrame:
-    """``draw(folder, quarter)`` in a process of its own (spawned, its result sent back): a request is
-    computed on a worker thread, where OpenBLAS's threads, once the process has used them, made the
-    implicates' small dense solves 10-80x slower (20 implicates of a 2,000-establishment release: 2.8 s
-    on a process's main thread, 40-220 s on a request's thread after an in-process ``gedp protect``;
-    a BLAS limit set on that thread did not hold). On its own main thread the draw is ``gedp
-    tabulate``'s, bit for bit."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(draw, folder, quarter).result()
