@@ -286,4 +286,3 @@ def _hold_quarters(release: ServedRelease) -> None:
     for quarter in release.quarters:
         release.quarters_held[quarter] = (read_quarter(release.folder, quarter),
                                           kept_variances(release.folder, quarter))
-
