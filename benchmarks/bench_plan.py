@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+from recording import report
+
 PRIVATE_LEVELS = (*range(51, 59), *range(71, 79))
 
 
@@ -102,10 +103,7 @@ def main() -> None:
         f"`{plans[0].decode().splitlines()[0]}`",
         "",
     ]
-    print("\n".join(lines))
-    if not args.no_record:
-        with RESULTS.open("a", encoding="utf-8") as results:
-            results.write("\n" + "\n".join(lines))
+    report(lines, record=not args.no_record)
 
 
 if __name__ == "__main__":

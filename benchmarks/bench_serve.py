@@ -34,7 +34,8 @@ import time
 import urllib.parse
 from pathlib import Path
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+from recording import report
+
 INDUSTRIES = ["", "domain", "supersector", "sector", "naics3", "naics4", "naics5", "naics"]
 FILTERS = ["", "own == '5'", "sector == '44-45'"]
 
@@ -254,10 +255,7 @@ def main() -> None:
         f"| server memory: loaded, after the load (peak) | {idle:.0f} MiB, {resident:.0f} MiB ({peak:.0f} MiB) |",
         "",
     ]
-    print("\n".join(lines))
-    if not args.no_record:
-        with RESULTS.open("a", encoding="utf-8") as results:
-            results.write("\n" + "\n".join(lines))
+    report(lines, record=not args.no_record)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,12 @@ is estimated from the omegas alone by a nonparametric maximum likelihood estimat
 Wolfowitz 1956) of a Gaussian mixture on a fixed grid: the marginal density of an answer is
 sum_k w_k N(omega; t_k, h_k^2 + sd^2), with atoms (h_k = 0) where a point mass is real (no change,
 zero employment) and a small bandwidth h_k elsewhere (a smooth density between the grid's points).
-The weights w are fitted by EM (a convex problem: the EM iterates increase the likelihood to its
-maximum; Jiang and Zhang 2009, Koenker and Mizera 2014), on answers binned to a width far below sd.
+The weights w maximize a concave log-likelihood over the simplex (Koenker and Mizera 2014); they are
+found by a primal interior-point method (Newton steps on the log-barrier problem), to within a
+certified gap, on answers binned to a width far below sd. EM (Jiang and Zhang 2009) increases the same
+likelihood but crawls along its flat directions: where an atom and mass just beside it are hard to tell
+apart (no change against a change of one employee), 400 EM steps from uniform weights stopped far from
+the optimum, always on the side of the uniform start (a bias of the prior, not noise).
 
 With a Gaussian-mixture prior and a Gaussian likelihood the posterior is again a Gaussian mixture,
 so draws are exact (no grid, no MCMC): pick a component with its posterior weight, then draw from its
@@ -19,15 +23,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg.lapack import dpotrf, dpotrs
 from scipy.special import log_ndtr, ndtr, ndtri
 
-#: EM iterations of a fit (each costs one bins x grid product; the log-likelihood gain of the last
-#: hundred is below 1e-4 per answer on the tests' mixtures).
-EM_ITERATIONS = 400
+from gedp.postprocess.structured import one_blas_thread
+
+#: A fit stops when its log-likelihood is provably within this many nats of the optimum (over all answers).
+GAP_NATS = 0.01
+#: Newton steps of one barrier weight at most, the barrier weight's first value (per component) and its fall.
+NEWTON_STEPS = 100
+FIRST_BARRIER = 1e-2
+BARRIER_FALL = 30.0
 #: Bins per answer sd when answers are binned for a fit.
 BINS_PER_SD = 10
 #: Likelihood sds around an answer within which a draw's components are looked at.
 WINDOW_SDS = 7.0
+#: Singular values of a likelihood matrix kept in its basis (``Likelihood``), relative to the largest.
+BASIS_TOLERANCE = 1e-10
 #: A mixture's components whose weight is below this are dropped after a fit.
 NEGLIGIBLE_WEIGHT = 1e-7
 
@@ -44,6 +56,11 @@ class Mixture:
         """The weight of the atom at ``value`` (0 without one)."""
         return float(self.weights[(self.sds == 0) & (self.means == value)].sum())
 
+    def on(self, means: np.ndarray, sds: np.ndarray) -> np.ndarray:
+        """The weights of the components (means, sds) in this mixture (0 for those it has not)."""
+        index = {(float(m), float(s)): w for m, s, w in zip(self.means, self.sds, self.weights)}
+        return np.array([index.get((float(m), float(s)), 0.0) for m, s in zip(means, sds)])
+
     def pruned(self) -> Mixture:
         """The mixture without its negligible components."""
         kept = self.weights > NEGLIGIBLE_WEIGHT
@@ -51,24 +68,52 @@ class Mixture:
 
 
 def fit_mixture(observed: np.ndarray, sd: float, means: np.ndarray, sds: np.ndarray,
-                iterations: int = EM_ITERATIONS) -> Mixture:
+                rng: np.random.Generator | None = None, start: Mixture | None = None) -> Mixture:
     """The NPMLE of a Gaussian-mixture prior on fixed components from answers ``observed`` =
     theta + N(0, sd^2): the weights maximizing sum_i log sum_k w_k N(observed_i; means_k, sds_k^2 + sd^2).
+
+    With ``rng``, a Bayesian bootstrap replicate of it (Rubin 1981): each answer weighted by an Exp(1)
+    draw (a bin of c answers by a Gamma(c) draw), a draw of the prior from its posterior under a
+    Dirichlet model of the answers' distribution. ``start``: a fit of the same components (the
+    fit of all answers, for a replicate) to start from.
 
     Raises:
         ValueError: no finite answer, or sd not positive.
     """
-    observed = np.asarray(observed, dtype=float)
-    observed = observed[np.isfinite(observed)]
-    if observed.size == 0:
-        raise ValueError("a prior needs at least one finite answer")
-    if not sd > 0:
-        raise ValueError(f"answer sd ({sd}) must be > 0")
-    centers, counts = binned(observed, sd / BINS_PER_SD)
-    spread = np.sqrt(np.asarray(sds, dtype=float) ** 2 + sd * sd)
-    likelihood = np.exp(-0.5 * ((centers[:, None] - means[None, :]) / spread) ** 2) / spread
-    weights = em_weights(likelihood, counts, iterations)
-    return Mixture(np.asarray(means, dtype=float), np.asarray(sds, dtype=float), weights).pruned()
+    return MixtureFit.of(observed, sd, means, sds).solve(rng, start)
+
+
+@dataclass(frozen=True)
+class MixtureFit:
+    """What a mixture prior's fit needs from its answers (binned) and components, kept so that its
+    bootstrap replicates reuse it (``fit_mixture``)."""
+
+    means: np.ndarray
+    sds: np.ndarray
+    counts: np.ndarray
+    likelihood: Likelihood
+
+    @classmethod
+    def of(cls, observed: np.ndarray, sd: float, means: np.ndarray, sds: np.ndarray, basis: bool = False) -> MixtureFit:
+        """The fit of answers ``observed`` (sd ``sd``) on components (``means``, ``sds``); with ``basis``,
+        its likelihood's low-rank basis too (for a fit solved many times)."""
+        observed = np.asarray(observed, dtype=float)
+        observed = observed[np.isfinite(observed)]
+        if observed.size == 0:
+            raise ValueError("a prior needs at least one finite answer")
+        if not sd > 0:
+            raise ValueError(f"answer sd ({sd}) must be > 0")
+        centers, counts = binned(observed, sd / BINS_PER_SD)
+        means, sds = np.asarray(means, dtype=float), np.asarray(sds, dtype=float)
+        spread = np.sqrt(sds**2 + sd * sd)
+        likelihood = np.exp(-0.5 * ((centers[:, None] - means[None, :]) / spread) ** 2) / spread
+        return cls(means, sds, counts, Likelihood.of(likelihood, basis=basis))
+
+    def solve(self, rng: np.random.Generator | None = None, start: Mixture | None = None) -> Mixture:
+        """The NPMLE (with ``rng``, a Bayesian bootstrap replicate of it, started from ``start``)."""
+        counts = self.counts if rng is None else rng.gamma(self.counts)
+        begin = None if start is None else start.on(self.means, self.sds)
+        return Mixture(self.means, self.sds, npmle_weights(self.likelihood, counts, start=begin)).pruned()
 
 
 def binned(values: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
@@ -90,6 +135,112 @@ def em_weights(likelihood: np.ndarray, counts: np.ndarray, iterations: int) -> n
     for _ in range(iterations):
         weights = weights * (likelihood.T @ (share / (likelihood @ weights)))
     return weights / weights.sum()
+
+
+@dataclass(frozen=True)
+class Likelihood:
+    """A likelihood matrix (answers x components) made ready for fits: the rows of zero likelihood
+    everywhere left out (``kept``: which were kept), each row scaled to its largest value; with a
+    ``basis``, also U (rows x r, orthonormal columns) and C (r x components) with L = U C to
+    BASIS_TOLERANCE of its largest singular value, the Newton steps' Hessian computed through them
+    (r is a third of the components or fewer on smooth likelihoods: a fit solved many times, as a
+    bootstrap's replicates are, pays the decomposition once)."""
+
+    matrix: np.ndarray
+    kept: np.ndarray
+    basis: np.ndarray | None = None
+    coefficients: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, likelihood: np.ndarray, basis: bool = False) -> Likelihood:
+        kept = likelihood.max(axis=1) > 0
+        matrix = likelihood[kept] / likelihood[kept].max(axis=1, keepdims=True)
+        if not basis or min(matrix.shape) < 2:
+            return cls(matrix, kept)
+        u, singular, vt = np.linalg.svd(matrix, full_matrices=False)
+        rank = int((singular > singular[0] * BASIS_TOLERANCE).sum())
+        return cls(matrix, kept, np.ascontiguousarray(u[:, :rank]), singular[:rank, None] * vt[:rank])
+
+    def hessian(self, weights: np.ndarray, share: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+        """W L' diag(share / fitted^2) L W (one symmetric product, BLAS syrk, of rows x components or of
+        rows x r through the basis)."""
+        root = (np.sqrt(share) / fitted)[:, None]
+        if self.basis is None:
+            scaled = self.matrix * weights[None, :] * root
+            return scaled.T @ scaled
+        inner = self.basis * root
+        along = self.coefficients * weights[None, :]
+        return along.T @ ((inner.T @ inner) @ along)
+
+
+def npmle_weights(likelihood: np.ndarray | Likelihood, counts: np.ndarray, gap_nats: float = GAP_NATS,
+                  start: np.ndarray | None = None) -> np.ndarray:
+    """Mixture weights w on the simplex maximizing sum_i counts_i log (likelihood_i . w), ``likelihood``
+    answers x components (or made ready, ``Likelihood.of``); rows of zero likelihood everywhere are
+    left out.
+
+    A primal interior-point method: Newton steps (with the equality sum w = 1) on the objective less
+    barrier * sum log w, the barrier divided by BARRIER_FALL once a Newton decrement is negligible,
+    down to the value whose central-path point is within ``gap_nats`` of the optimum (components x
+    barrier x answers, the barrier problem's duality gap). ``start``: weights near the optimum (a fit
+    of the same components to similar answers), from which Newton's method goes to that value at once."""
+    if not isinstance(likelihood, Likelihood):
+        likelihood = Likelihood.of(likelihood)
+    counts = counts[likelihood.kept]
+    share = counts / counts.sum()
+    m = likelihood.matrix.shape[1]
+    final = gap_nats / counts.sum() / m
+    with one_blas_thread:  # small dense factorizations: BLAS threads only wait for each other
+        return _central_path(likelihood, share, start, final)
+
+
+def _central_path(likelihood: Likelihood, share: np.ndarray, start: np.ndarray | None, final: float) -> np.ndarray:
+    """The barrier problem's optimum followed from its start down to the barrier weight ``final``; from
+    a ``start`` (the central point of a nearby problem), Newton's method goes to ``final`` at once (the
+    intermediate barrier weights cost as many steps as they save)."""
+    m = likelihood.matrix.shape[1]
+    if start is None:
+        weights, barrier = np.full(m, 1.0 / m), FIRST_BARRIER / m
+    else:
+        weights, barrier = 0.99 * start / start.sum() + 0.01 / m, final
+    while True:
+        weights = _barrier_optimum(likelihood, share, weights, barrier)
+        if barrier <= final:
+            return weights / weights.sum()
+        barrier = max(barrier / BARRIER_FALL, final)
+
+
+def _barrier_optimum(likelihood: Likelihood, share: np.ndarray, weights: np.ndarray, barrier: float) -> np.ndarray:
+    """Newton's method with backtracking for min -share . log(L w) - barrier * sum log w, sum w = 1."""
+    matrix = likelihood.matrix
+
+    def objective(w: np.ndarray) -> float:
+        return float(-share @ np.log(matrix @ w) - barrier * np.log(w).sum())
+
+    for _ in range(NEWTON_STEPS):
+        fitted = matrix @ weights
+        gradient = -matrix.T @ (share / fitted) - barrier / weights
+        # The Newton step on {sum w = 1} in the scaled variable u = step / w (its Hessian W H W is
+        # barrier * I plus a positive semidefinite part: well conditioned however small some w are):
+        # W H W u = -W gradient - nu w, nu such that w . u = 0.
+        hessian = likelihood.hessian(weights, share, fitted)
+        hessian[np.diag_indices(len(weights))] += barrier
+        factor, info = dpotrf(hessian, lower=0, clean=0)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"a Newton step's Hessian is not positive definite (LAPACK info {info})")
+        solved, _ = dpotrs(factor, np.column_stack([weights * gradient, weights]))
+        along, across = solved[:, 0], solved[:, 1]
+        step = weights * (across * ((weights @ along) / (weights @ across)) - along)
+        decrement = float(-gradient @ step)
+        if decrement < 1e-3 * barrier:
+            break
+        falling = step < 0
+        t = min(1.0, 0.99 * float((-weights[falling] / step[falling]).min())) if falling.any() else 1.0
+        start = objective(weights)
+        while objective(weights + t * step) > start - 0.25 * t * decrement and t > 1e-12:
+            t /= 2
+        weights = weights + t * step
+    return weights
 
 
 def draw_posterior(center: np.ndarray, sd: np.ndarray, prior: Mixture, lower: np.ndarray,
@@ -156,13 +307,12 @@ def truncated_normal(mean: np.ndarray, sd: np.ndarray, lower: np.ndarray, rng: n
     return np.where(sd > 0, np.maximum(mean + sd * z, lower), mean)
 
 
-def draw_on_grid(log_likelihood: np.ndarray, points: np.ndarray, log_prior: np.ndarray, spacing: np.ndarray,
-                 rng: np.random.Generator) -> np.ndarray:
-    """Draws from a prior on grid cells (``points`` with half-widths ``spacing`` / 2; ``spacing`` 0 for an
-    atom) times a likelihood evaluated at the points (rows x points): a cell by its posterior weight,
-    then uniformly within it. ``log_prior``: one for every row (points), or one per row (rows x points)."""
-    log_weight = log_likelihood + np.atleast_2d(log_prior)
-    best = log_weight.max(axis=1, keepdims=True)
-    cdf = np.cumsum(np.exp(log_weight - best), axis=1)
-    pick = np.minimum((cdf < rng.random(len(cdf))[:, None] * cdf[:, -1:]).sum(axis=1), len(points) - 1)
-    return points[pick] + spacing[pick] * (rng.random(len(pick)) - 0.5)
+def pick_points(log_weight: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """For each column of ``log_weight`` (points x rows; overwritten), one point drawn with probability
+    proportional to exp(log weight), by inverse CDF on the running sum of the weights."""
+    log_weight -= log_weight.max(axis=0)
+    np.maximum(log_weight, -700.0, out=log_weight)  # e^-700 is 0 beside 1; below it exp turns slow
+    running = np.exp(log_weight, out=log_weight)
+    for k in range(1, len(running)):
+        np.add(running[k - 1], running[k], out=running[k])
+    return np.minimum((running < rng.random(running.shape[1]) * running[-1]).sum(axis=0), len(running) - 1)

@@ -11,9 +11,10 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   release), independent given theta_1 (each change from month 1 is deconvolved from its own
   differences omega_k - omega_1, so the share without change over the quarter is the data's, not
   the product of two monthly shares);
-* a wage per employee z = log(w / E), E the quarter's average employment, has a prior on a grid per
-  supersector and band of E, with an atom at w = 0; an establishment with E = 0 has a prior on
-  psi(w) itself.
+* a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g
+  a line in log E per supersector g placed from the answers, and r with a prior on a grid per
+  supersector and size band of the months' answers' mean, with an atom at w = 0
+  (``postprocess.wage_priors``); an establishment with E = 0 has a prior on psi(w) itself.
 
 Every prior is a nonparametric maximum likelihood estimate from the release's answers
 (``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_1, delta_2, delta_3) whose each
@@ -25,21 +26,26 @@ Employment is drawn as whole numbers (the months rounded), wages as reals.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Mixture, draw_on_grid, draw_posterior, em_weights, fit_mixture, truncated_normal
+from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, truncated_normal
+from gedp.postprocess.wage_priors import (
+    SIZE_EDGES,
+    WAGE_Z,
+    WageFit,
+    answered_shift,
+    draw_residuals,
+    size_shift,
+)
 
 MONTHS = ("m1emp", "m2emp", "m3emp")
-#: Size bands (employment; the answers' mean for the changes' priors, a draw's average for wages).
-SIZE_EDGES = np.array([2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 1000.0])
-#: Fewest establishments of a band (or wage cell) with a prior of its own; smaller ones share the
-#: band below's (the supersector's band's: the band's over every supersector).
+#: Fewest establishments of a band with change priors of its own; smaller ones share the band below's.
+#: (Size bands: SIZE_EDGES, of the answers' mean for the changes' priors, of a draw's average for wages.)
 MIN_BAND = 400
-MIN_WAGE_CELL = 300
 #: Gibbs sweeps before the first implicate and between two implicates.
 BURN_IN = 8
 THIN = 2
@@ -47,13 +53,10 @@ THIN = 2
 #: mean is above it draw from their likelihood alone (a prior that flat there changes nothing).
 LEVEL_STEPS = 3.0
 LEVEL_CUT = 40.0
-#: Wage per employee grid: log of quarterly wages per employee from $100 to $2,000,000, every 0.07.
-WAGE_Z = np.arange(np.log(100.0), np.log(2e6), 0.07)
 #: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
 WAGE_FLAT_STEPS = 2.0
 #: Establishments per state of the pass that fits the wage priors.
 WAGE_FIT_ROWS = 20_000
-WAGE_FIT_PER_CELL = 3000
 
 
 @dataclass
@@ -75,9 +78,10 @@ class Priors:
     level_cut: float
     bands: np.ndarray  # edges in psi scale of the changes' bands
     changes: list[tuple[Mixture, Mixture]]  # per band: h_2, h_3
-    wage_cells: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (supersector, band) -> weights
-    wage_bands: dict[int, np.ndarray] = field(default_factory=dict)
+    wage_weights: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (supersector or -1, band)
     zero_wage: Mixture | None = None  # psi(w) of establishments with no employment
+    wage_table: np.ndarray | None = None  # supersector x band x (z grid, w = 0): prior weights of the residual
+    wage_shift: tuple[np.ndarray, np.ndarray] | None = None  # s per supersector (``wage_priors.Shift``)
 
 
 class PosteriorModel:
@@ -86,15 +90,37 @@ class PosteriorModel:
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator) -> None:
         self.answers, self.psi = answers, psi
         self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
+        #: each prior's fit (answers binned, likelihood made ready), kept by its fit for its replicates
+        self.fits: dict[object, MixtureFit] = {}
         self.priors = Priors(*self._month_priors())
+        #: each establishment's size band of its months' answers' mean: its wage prior's band (public,
+        #: and free of the division bias a band of drawn sizes has)
+        self.wage_band = np.searchsorted(psi(SIZE_EDGES), answers.months.mean(axis=1))
         self._wage_priors(rng)
 
     # --- priors -----------------------------------------------------------------------------------
-    def _month_priors(self) -> tuple[Mixture, float, np.ndarray, list[tuple[Mixture, Mixture]]]:
+    def replicate(self, rng: np.random.Generator) -> Priors:
+        """A draw of the priors from their posterior (every NPMLE refitted on a Bayesian bootstrap of the
+        answers; the wages' on their fit's sample, with the fitted size shift s): one per implicate makes
+        the imputation proper (the spread between implicates carries the priors' estimation error)."""
+        drawn = Priors(*self._month_priors(rng, self.priors))
+        fitted = self.priors
+        drawn.wage_weights = self.wage_fit.solve(rng.exponential(size=len(self.wage_fit.likelihood)),
+                                                 start=fitted.wage_weights)
+        drawn.wage_table, drawn.wage_shift = self.wage_fit.table(drawn.wage_weights), fitted.wage_shift
+        if fitted.zero_wage is not None:
+            drawn.zero_wage = self._zero_wage_prior(self.zero_wage_answers, rng, fitted.zero_wage)
+        return drawn
+
+    def _month_priors(self, rng: np.random.Generator | None = None, start: Priors | None = None
+                      ) -> tuple[Mixture, float, np.ndarray, list[tuple[Mixture, Mixture]]]:
+        """The level and change priors (fitted, or with ``rng`` a Bayesian bootstrap replicate started
+        from the fitted ``start``)."""
         omega, sd = self.answers.months, self.answers.month_sd
         cut = (self.floor if np.isfinite(self.floor) else omega[:, 0].min()) + LEVEL_CUT * sd[0]
-        level = fit_mixture(omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
-                            *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min()))
+        level = self._fitted("level", rng, None if start is None else start.level,
+                             lambda: (omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
+                                      *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min())))
         edges = self.psi(SIZE_EDGES)
         band = np.searchsorted(edges, omega.mean(axis=1))
         kept = merged_bands(np.bincount(band, minlength=len(edges) + 1), MIN_BAND)
@@ -105,69 +131,77 @@ class PosteriorModel:
             rows = band == b
             upper = SIZE_EDGES[kept[b + 1] - 1] if b < len(bands) else float(self.psi.inverse(omega.mean(axis=1).max()))
             step = float(self.psi(np.array([2 * upper + 1.0]))[0] - self.psi(np.array([2 * upper]))[0])
-            changes.append(tuple(self._change_prior(omega[rows, k] - omega[rows, 0],
-                                                    float(np.hypot(sd[0], sd[k])), step) for k in (1, 2)))
+            changes.append(tuple(self._fitted(("change", b, k), rng, None if start is None else start.changes[b][k - 1],
+                                              lambda k=k, rows=rows, step=step: change_fit(
+                                                  omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])), step))
+                                 for k in (1, 2)))
         return level, cut, bands, changes
 
-    @staticmethod
-    def _change_prior(difference: np.ndarray, sd: float, step: float) -> Mixture:
-        reach = max(float(np.abs(difference).max()), 4 * sd) + sd
-        return fit_mixture(difference, sd, *change_components(step, reach, sd))
+    def _fitted(self, key: object, rng: np.random.Generator | None, start: Mixture | None, arguments) -> Mixture:
+        """A prior's NPMLE (``rng`` None: its fit is made from ``arguments()``, the answers, sd and
+        components, and kept) or a bootstrap replicate of it (from the kept fit)."""
+        if rng is None or key not in self.fits:
+            self.fits[key] = MixtureFit.of(*arguments(), basis=True)
+        return self.fits[key].solve(rng, start)
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
-        """Wage priors by stochastic EM: fitted on a draw of the months of a sample of establishments
-        (drawn without wages), then again on a draw of the months coupled to the first fit's wages."""
+        """Wage priors by stochastic EM on a sample of establishments: the size shift s placed from the
+        answers (``answered_shift``) and a draw of the sample's months without wages, the residual
+        priors fitted on that draw, then again on a draw of the months coupled to the first fit's wages."""
         n = len(self.answers.wage)
         rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
-        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)), rng)
-        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)), rng)
+        first = next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1)
+        a = self.answers
+        self.priors.wage_shift = answered_shift(self.psi, a.months[rows], a.wage[rows], a.wage_sd, first,
+                                                a.supersector[rows], int(a.supersector.max()) + 1)
+        self._fit_wages(rows, first, rng)
+        self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1), rng)
 
-    def _fit_wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> None:
-        self.priors.wage_cells, self.priors.wage_bands = {}, {}
-        average = months.mean(axis=1)
-        omega, sd = self.answers.wage[rows], self.answers.wage_sd
+    def _fit_wages(self, rows: np.ndarray, average: np.ndarray, rng: np.random.Generator) -> None:
+        """Fit the wage priors of ``rows`` given their average employment (under the priors' size shift)."""
+        omega = self.answers.wage[rows]
         zero = average == 0
-        if zero.any():
-            top = max(float(omega[zero].max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
-            self.priors.zero_wage = fit_mixture(omega[zero], sd, *level_components(self.floor, top, sd, omega.min()))
-        band = np.searchsorted(SIZE_EDGES, average)
+        self.zero_wage_answers = omega[zero]
+        self.priors.zero_wage = self._zero_wage_prior(omega[zero], None, None) if zero.any() else None
+        band = self.wage_band[rows]
         group = self.answers.supersector[rows]
-        likelihood = self.wage_likelihood(omega, average)
-        for b in np.unique(band[~zero]):
-            in_band = (band == b) & ~zero
-            self.priors.wage_bands[int(b)] = fitted_weights(likelihood[in_band], rng)
-            for g in np.unique(group[in_band]):
-                cell = in_band & (group == g)
-                if cell.sum() >= MIN_WAGE_CELL:
-                    self.priors.wage_cells[(int(g), int(b))] = fitted_weights(likelihood[cell], rng)
-        groups = int(self.answers.supersector.max()) + 1
-        self.wage_table = np.stack([np.stack([self.cell_weights(g, b) for b in range(len(SIZE_EDGES) + 1)])
-                                    for g in range(groups)])
+        likelihood = self.wage_likelihood(omega[~zero], average[~zero], group[~zero], self.priors.wage_shift)
+        self.wage_fit = WageFit.of(likelihood, band[~zero], group[~zero],
+                                   int(self.answers.supersector.max()) + 1, rng)
+        self.priors.wage_weights = self.wage_fit.solve(np.ones(len(likelihood)))
+        self.priors.wage_table = self.wage_fit.table(self.priors.wage_weights)
 
-    def cell_weights(self, group: int, band: int) -> np.ndarray:
-        """The wage prior's weights of a supersector x band (its band's over every supersector when the
-        cell has none of its own, the nearest band's when the band has none)."""
-        p = self.priors
-        weights = p.wage_cells.get((group, band), p.wage_bands.get(band))
-        return weights if weights is not None else p.wage_bands[min(p.wage_bands, key=lambda k: abs(k - band))]
+    def _zero_wage_prior(self, omega: np.ndarray, rng: np.random.Generator | None, start: Mixture | None) -> Mixture:
+        """The prior of psi(w) of establishments without employment (a bootstrap replicate with ``rng``)."""
+        sd = self.answers.wage_sd
+        top = max(float(omega.max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
+        return self._fitted("zero wage", rng, start, lambda: (
+            omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min()))))
 
-    def log_wage_prior(self, z: np.ndarray, average: np.ndarray, group: np.ndarray) -> np.ndarray:
-        """log prior weight of the z grid cell holding each z, in the cell of its establishment's average
-        employment (z finite, average > 0)."""
+    def log_wage_prior(self, z: np.ndarray, average: np.ndarray, rows: np.ndarray, priors: Priors) -> np.ndarray:
+        """log prior weight of the grid cell holding each z's residual r = z - s(log E), E the average
+        employment, in the establishment's cell (z finite, E > 0)."""
+        group = self.answers.supersector[rows]
         step = WAGE_Z[1] - WAGE_Z[0]
-        k = np.clip(np.rint((z - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
-        return np.log(self.wage_table[group, np.searchsorted(SIZE_EDGES, average), k])
+        r = z - size_shift(average, group, priors.wage_shift)
+        k = np.clip(np.rint((r - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
+        return np.log(priors.wage_table[group, self.wage_band[rows], k])
 
-    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
-        """Likelihood of wage answers at the z grid and (last column) at w = 0, rows x points, each row
-        scaled to its largest value."""
-        log_lik = self.wage_log_likelihood(omega, average)
+    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray, group: np.ndarray,
+                        shift: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Likelihood of wage answers at the residual's grid and (last column) at w = 0, rows x points,
+        each row scaled to its largest value."""
+        log_lik = self.wage_log_likelihood(omega, average, group, shift)
         return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
 
-    def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray) -> np.ndarray:
-        """log likelihood (up to a constant) of wage answers at the z grid and (last column) at w = 0."""
+    def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray, group: np.ndarray,
+                            shift: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """log likelihood (up to a constant) of wage answers at the residual's grid r (w = E e^(s(log E) + r))
+        and (last column) at w = 0."""
         sd = self.answers.wage_sd
-        points = np.concatenate([self.psi(np.maximum(average, 1e-300)[:, None] * np.exp(WAGE_Z)[None, :]),
+        average = np.maximum(average, 1e-300)
+        z = WAGE_Z[None, :] + size_shift(average, group, shift)[:, None]
+        points = np.concatenate([self.psi(average[:, None] * np.exp(z)),
                                  np.full((len(omega), 1), self.psi(np.zeros(1))[0])], axis=1)
         return -0.5 * ((omega[:, None] - points) / sd) ** 2
 
@@ -177,26 +211,30 @@ class PosteriorModel:
         return {"zero_employment_share": p.level.mass_at(self.floor) if np.isfinite(self.floor) else 0.0,
                 "no_change_share": [[round(h.mass_at(0.0), 4) for h in pair] for pair in p.changes],
                 "change_bands": [float(b) for b in self.psi.inverse(p.bands)],
-                "wage_cells": len(p.wage_cells)}
+                "wage_cells": sum(g >= 0 for g, _ in p.wage_weights)}
 
     # --- draws ------------------------------------------------------------------------------------
     def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int,
-                     thin: int = THIN) -> Iterator[np.ndarray]:
+                     thin: int = THIN, priors: Sequence[Priors] | None = None) -> Iterator[np.ndarray]:
         """``count`` draws of the months (whole numbers, rows x 3) of establishments ``rows``, after
-        ``burn_in`` sweeps and ``thin`` sweeps apart."""
+        ``burn_in`` sweeps and ``thin`` sweeps apart; draw j under ``priors[j]`` (the fitted priors
+        without them)."""
         omega, sd = self.answers.months[rows], self.answers.month_sd
         band = np.searchsorted(self.priors.bands, omega.mean(axis=1))
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         theta1 = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
         delta = np.zeros((len(rows), 2))
-        coupling = WageCoupling(self, rows) if hasattr(self, "wage_table") else None
+        coupling = WageCoupling(self, rows) if self.priors.wage_table is not None else None
         sweeps = 0
-        for _ in range(count):
+        for j in range(count):
+            prior = self.priors if priors is None else priors[j]
+            if coupling is not None:
+                coupling.priors = prior
             for _ in range(burn_in if sweeps == 0 else thin):
-                theta1 = self._coupled(coupling, theta1, delta, self._level_step(omega, sd, theta1, delta, floor, rng),
-                                       None, rng)
+                theta1 = self._coupled(coupling, theta1, delta,
+                                       self._level_step(prior, omega, sd, delta, floor, rng), None, rng)
                 for k in (0, 1):
-                    proposal = self._change_step(omega, sd, theta1, delta, k, band, floor, rng)
+                    proposal = self._change_step(prior, omega, sd, theta1, k, band, floor, rng)
                     delta[:, k] = self._coupled(coupling, theta1, delta, proposal, k, rng)
                 if coupling is not None:
                     coupling.redraw(self.average(theta1, delta), rng)
@@ -226,19 +264,21 @@ class PosteriorModel:
         accept = np.log(rng.random(len(current))) < np.nan_to_num(log_ratio, nan=0.0)
         return np.where(accept, proposal, current)
 
-    def _level_step(self, omega, sd, theta1, delta, floor, rng) -> np.ndarray:
+    @staticmethod
+    def _level_step(priors: Priors, omega, sd, delta, floor, rng) -> np.ndarray:
         shifted = omega - np.concatenate([np.zeros((len(omega), 1)), delta], axis=1)
         precision = 1.0 / sd**2
         center = shifted @ precision / precision.sum()
         spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
         lower = floor - np.minimum(0.0, delta.min(axis=1))
-        flat = center > self.priors.level_cut
+        flat = center > priors.level_cut
         out = np.empty(len(omega))
         out[flat] = truncated_normal(center[flat], spread[flat], lower[flat], rng)
-        out[~flat] = draw_posterior(center[~flat], spread[~flat], self.priors.level, lower[~flat], rng)
+        out[~flat] = draw_posterior(center[~flat], spread[~flat], priors.level, lower[~flat], rng)
         return out
 
-    def _change_step(self, omega, sd, theta1, delta, k, band, floor, rng) -> np.ndarray:
+    @staticmethod
+    def _change_step(priors: Priors, omega, sd, theta1, k, band, floor, rng) -> np.ndarray:
         # Month k + 2's answer less month 1's level is delta_k plus its own noise.
         center = omega[:, k + 1] - theta1
         spread = np.full(len(omega), float(sd[k + 1]))
@@ -246,22 +286,24 @@ class PosteriorModel:
         out = np.empty(len(omega))
         for b in np.unique(band):
             rows = band == b
-            out[rows] = draw_posterior(center[rows], spread[rows], self.priors.changes[b][k], lower[rows], rng)
+            out[rows] = draw_posterior(center[rows], spread[rows], priors.changes[b][k], lower[rows], rng)
         return out
 
-    def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """A draw of the wages of ``rows`` given a draw of their months."""
-        return self.wage_draw(rows, months.mean(axis=1), rng)[0]
+    def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator,
+              priors: Priors | None = None) -> np.ndarray:
+        """A draw of the wages of ``rows`` given a draw of their months (under ``priors``, the fitted
+        priors without them)."""
+        return self.wage_draw(rows, months.mean(axis=1), rng, self.priors if priors is None else priors)[0]
 
-    def wage_draw(self, rows: np.ndarray, average: np.ndarray,
-                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    def wage_draw(self, rows: np.ndarray, average: np.ndarray, rng: np.random.Generator,
+                  priors: Priors) -> tuple[np.ndarray, np.ndarray]:
         """A draw of the wages of ``rows`` given their average employment, and which were drawn on the z grid."""
         omega, sd = self.answers.wage[rows], self.answers.wage_sd
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         out = np.empty(len(rows))
         zero = average == 0
         if zero.any():
-            prior = self.priors.zero_wage
+            prior = priors.zero_wage
             out[zero] = (self.psi.inverse(draw_posterior(omega[zero], np.full(zero.sum(), sd), prior,
                                                          np.full(zero.sum(), floor), rng))
                          if prior is not None else self.psi.inverse(truncated_normal(
@@ -271,16 +313,14 @@ class PosteriorModel:
         flat = ~zero & (z_sd < WAGE_FLAT_STEPS * (WAGE_Z[1] - WAGE_Z[0]))
         out[flat] = self.psi.inverse(truncated_normal(omega[flat], np.full(flat.sum(), sd),
                                                       np.full(flat.sum(), floor), rng))
-        band = np.searchsorted(SIZE_EDGES, average)
+        band = self.wage_band[rows]
         group = self.answers.supersector[rows]
-        spacing = np.append(np.full(len(WAGE_Z), WAGE_Z[1] - WAGE_Z[0]), 0.0)
-        points = np.append(WAGE_Z, -np.inf)
         todo = ~zero & ~flat
         if todo.any():
-            with np.errstate(divide="ignore"):
-                log_prior = np.log(self.wage_table[group[todo], band[todo]])
-                z = draw_on_grid(self.wage_log_likelihood(omega[todo], average[todo]), points, log_prior, spacing, rng)
-            out[todo] = average[todo] * np.exp(z)
+            shift = priors.wage_shift
+            r = draw_residuals(self.psi, omega[todo], sd, average[todo], group[todo], band[todo], priors.wage_table,
+                               shift, rng)
+            out[todo] = average[todo] * np.exp(r + size_shift(average[todo], group[todo], shift))
         return out, todo
 
 
@@ -291,11 +331,11 @@ class WageCoupling:
     whose E is 0 are not coupled (their density ratio is taken as 1)."""
 
     def __init__(self, model: PosteriorModel, rows: np.ndarray) -> None:
-        self.model, self.rows = model, rows
+        self.model, self.rows, self.priors = model, rows, model.priors
         self.z = np.full(len(rows), np.nan)
 
     def redraw(self, average: np.ndarray, rng: np.random.Generator) -> None:
-        wages, on_grid = self.model.wage_draw(self.rows, average, rng)
+        wages, on_grid = self.model.wage_draw(self.rows, average, rng, self.priors)
         with np.errstate(divide="ignore", invalid="ignore"):
             self.z = np.where(on_grid & (wages > 0) & (average > 0), np.log(wages / average), np.nan)
 
@@ -307,7 +347,7 @@ class WageCoupling:
             wage = average[coupled] * np.exp(self.z[coupled])
             residual = (model.answers.wage[rows] - model.psi(wage)) / model.answers.wage_sd
             out[coupled] = -0.5 * residual**2 + model.log_wage_prior(
-                self.z[coupled], average[coupled], model.answers.supersector[rows])
+                self.z[coupled], average[coupled], rows, self.priors)
         return out
 
 
@@ -331,6 +371,13 @@ def change_components(smallest: float, reach: float, sd: float) -> tuple[np.ndar
     return np.concatenate([[0.0], side, -side]), np.concatenate([[0.0], width, width])
 
 
+def change_fit(difference: np.ndarray, sd: float, step: float) -> tuple:
+    """A change prior's fit arguments: the differences, their sd and the components (``change_components``
+    from one employee's change ``step`` to beyond the largest difference)."""
+    reach = max(float(np.abs(difference).max()), 4 * sd) + sd
+    return (difference, sd, *change_components(step, reach, sd))
+
+
 def merged_bands(counts: np.ndarray, smallest: int) -> list[int]:
     """Band boundaries (indices into the counts' edges, 0 and len(counts) at the ends) after merging
     each band of fewer than ``smallest`` rows into the one below (the lowest into the one above)."""
@@ -347,11 +394,3 @@ def merged_bands(counts: np.ndarray, smallest: int) -> list[int]:
         else:
             bounds.append(len(counts))
     return bounds
-
-
-def fitted_weights(likelihood: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Prior weights on the wage grid (and w = 0) fitted by EM on at most WAGE_FIT_PER_CELL rows."""
-    if len(likelihood) > WAGE_FIT_PER_CELL:
-        likelihood = likelihood[rng.choice(len(likelihood), WAGE_FIT_PER_CELL, replace=False)]
-    return np.maximum(em_weights(likelihood, np.ones(len(likelihood)), 300), 1e-300)
-

@@ -80,6 +80,7 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     """Read a release (one ``quarter`` of a panel release) and fit each state's priors."""
     from gedp.measure.neighbors import make_psi
     from gedp.postprocess.implicates import PosteriorModel, StateAnswers
+    from gedp.postprocess.structured import one_blas_thread
     from gedp.release.reader import quarter_manifest, read_validated
 
     release = Path(release)
@@ -95,7 +96,8 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
         answers = StateAnswers(months=values[rows, :3], month_sd=sds[rows, :3].mean(axis=0), wage=values[rows, 3],
                                wage_sd=float(sds[rows, 3].mean()),
                                supersector=pd.factorize(public["supersector"].to_numpy()[rows])[0])
-        models.append((rows, PosteriorModel(answers, psi, rng)))
+        with one_blas_thread:
+            models.append((rows, PosteriorModel(answers, psi, rng)))
     return ReleaseDraws(public, models)
 
 
@@ -114,13 +116,17 @@ def draw_blocks(draws: ReleaseDraws, m: int, rng: np.random.Generator) -> Iterat
     """For each block of establishments (positions into the release's rows, in order): its ``m``
     draws of the attributes (rows x m1emp, m2emp, m3emp, wage)."""
     from gedp.postprocess.implicates import BURN_IN
+    from gedp.postprocess.structured import one_blas_thread
 
     for rows, model in draws.models:
+        with one_blas_thread:
+            priors = [model.replicate(rng) for _ in range(m)]  # one draw of the priors per implicate
         for start in range(0, len(rows), BLOCK_ROWS):
             local = np.arange(start, min(start + BLOCK_ROWS, len(rows)))
             drawn = []
-            for months in model.months_chain(local, rng, BURN_IN, m):
-                drawn.append(np.column_stack([months, model.wages(local, months, rng)]))
+            with one_blas_thread:  # small products: BLAS threads only wait for each other on a busy machine
+                for prior, months in zip(priors, model.months_chain(local, rng, BURN_IN, m, priors=priors)):
+                    drawn.append(np.column_stack([months, model.wages(local, months, rng, prior)]))
             yield rows[local], drawn
 
 

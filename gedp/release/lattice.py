@@ -298,18 +298,20 @@ def lattice_table(lattice: CellLattice, index: CellIndex, kept_cells: np.ndarray
     if cells is None:
         return None
     sums = lattice.sums(cells, tab, by_cell is not None)
-    if by_cell is not None:
-        columns = {column: by_cell.keys[column].array for column in by_cell.keys.columns}
-        columns["estabs"] = lattice.estabs[cells]
-        columns.update(zip(lattice.attributes, sums))
-        table = pd.DataFrame(columns, copy=False)
-    else:
-        table = pd.Series(sums[:, 0], index=index.values.columns).to_frame().T
-        table.insert(0, "estabs", int(lattice.estabs[cells[0]]))
+    half_widths = {}
     if margins is not None:
         z = normal_quantile(level)
         variance, slope = lattice.margins(cells)
         for attribute in margins:
             number = lattice.attributes.index(attribute)
-            table[f"{attribute}_moe"] = CellVariances(variance[number], slope[number]).half_width(z)
-    return table
+            half_widths[f"{attribute}_moe"] = CellVariances(variance[number], slope[number]).half_width(z)
+    if by_cell is None:
+        table = pd.Series(sums[:, 0], index=index.values.columns).to_frame().T
+        table.insert(0, "estabs", int(lattice.estabs[cells[0]]))
+        for name, values in half_widths.items():
+            table[name] = values
+        return table
+    columns = {column: by_cell.keys[column].array for column in by_cell.keys.columns}
+    columns["estabs"] = lattice.estabs[cells]
+    columns.update(zip(lattice.attributes, sums))
+    return pd.DataFrame(columns | half_widths, copy=False)  # made once: no column added after

@@ -1,0 +1,204 @@
+"""Wage priors of implicates: wage per employee given the establishment's own size, by deconvolution.
+
+z = log(w / E), E the quarter's average employment. Its prior is, per supersector x size band of E, a
+distribution of the residual r = z - s_g(log E) on a grid (with an atom at w = 0), where s_g is a
+line in log E per supersector g (``answered_shift``: through the supersector's size bands of the
+months' answers, each band's mean log E against its mean log w deconvolved from its wage answers
+less that). So the wage per employee moves with size within a band, as the release's answers say it
+does within the supersector, instead of being flat within each band; and the supersector's level
+is in s, so a band's prior pooled over supersectors pools their residuals, not their levels.
+
+Every prior is the NPMLE of its weights (``deconvolve.npmle_weights``, solved to the optimum) on the
+likelihood of each establishment's wage answer at the grid's points; a replicate re-solves them under
+Bayesian-bootstrap weights (one Exp(1) weight per establishment, shared by its band's and its cell's
+priors), which is how each implicate gets its own draw of the wage priors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess.deconvolve import Likelihood, fit_mixture, npmle_weights, pick_points
+
+#: Size bands (employment) of the wage priors.
+SIZE_EDGES = np.array([2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 1000.0])
+#: Wage per employee grid: log of quarterly wages per employee from $100 to $2,000,000, every 0.07.
+WAGE_Z = np.arange(np.log(100.0), np.log(2e6), 0.07)
+#: Fewest establishments of a supersector x band with a prior of its own (others use the band's).
+MIN_WAGE_CELL = 300
+#: Most establishments a prior is solved on (a random subset of larger cells, fixed at the fit).
+WAGE_FIT_PER_CELL = 3000
+#: Rows of one block of a wage draw (its points x rows arrays stay in the processor's cache).
+DRAW_ROWS = 256
+#: Fewest employing establishments of a supersector x band of the answers that place a point of s.
+MIN_SHIFT_POINT = 30
+#: How far (in log E) beyond the first and last points s continues (the first band's point sits inside
+#: the band: establishments of 1 and 2 employees have means on both sides).
+EXTRAPOLATE = 1.0
+#: Grid points whose likelihood is below this (each row scaled to its largest) for every row of a fit
+#: are left out of it: their optimal weight is 0 (their gradient is far below the optimum's 1).
+NEGLIGIBLE_LIKELIHOOD = 1e-12
+
+Key = tuple[int, int]  # (supersector, band); supersector -1: the band over every supersector
+
+
+Shift = tuple[np.ndarray, np.ndarray]  # (supersector x (intercept, slope)), (lowest, highest log E)
+
+
+def no_shift(groups: int) -> Shift:
+    return np.zeros((groups, 2)), np.zeros(2)
+
+
+def size_shift(average: np.ndarray, group: np.ndarray, shift: Shift) -> np.ndarray:
+    """s(log E) = a_g + b_g log E at each average employment E > 0 of supersector g, log E held within
+    the bounds (flat beyond them)."""
+    lines, (low, high) = shift
+    with np.errstate(divide="ignore"):
+        x = np.clip(np.log(average), low, high)
+    return lines[group, 0] + lines[group, 1] * x
+
+
+@dataclass
+class WageFit:
+    """The likelihoods of one draw of a sample's months (rows x (z grid, w = 0), each row scaled to its
+    largest value) and which rows each prior is solved on."""
+
+    likelihood: np.ndarray
+    rows: dict[Key, np.ndarray]
+    groups: int
+    prepared: dict[Key, tuple[np.ndarray, Likelihood]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, likelihood: np.ndarray, band: np.ndarray, group: np.ndarray, groups: int,
+           rng: np.random.Generator) -> WageFit:
+        """The fit of rows in ``band`` (index into SIZE_EDGES's bands) and supersector ``group``."""
+        rows: dict[Key, np.ndarray] = {}
+        for b in np.unique(band):
+            in_band = np.flatnonzero(band == b)
+            rows[(-1, int(b))] = subset(in_band, rng)
+            for g in np.unique(group[in_band]):
+                cell = in_band[group[in_band] == g]
+                if len(cell) >= MIN_WAGE_CELL:
+                    rows[(int(g), int(b))] = subset(cell, rng)
+        return cls(likelihood, rows, groups)
+
+    def solve(self, counts: np.ndarray, start: dict[Key, np.ndarray] | None = None) -> dict[Key, np.ndarray]:
+        """Every prior's NPMLE weights with each row counted ``counts`` times (started from ``start``)."""
+        return {key: solved(self.ready(key), counts[rows], None if start is None else start[key])
+                for key, rows in self.rows.items()}
+
+    def ready(self, key: Key) -> tuple[np.ndarray, Likelihood]:
+        """A prior's points not negligible for every row, and its rows' likelihood there made ready
+        for its fit and its replicates' (``deconvolve.Likelihood``), kept after the first call."""
+        if key not in self.prepared:
+            likelihood = self.likelihood[self.rows[key]]
+            used = likelihood.max(axis=0) > NEGLIGIBLE_LIKELIHOOD
+            self.prepared[key] = used, Likelihood.of(likelihood[:, used], basis=True)
+        return self.prepared[key]
+
+    def table(self, weights: dict[Key, np.ndarray]) -> np.ndarray:
+        """Supersector x band x points: each cell's weights (its band's when it has none of its own, the
+        nearest band's when the band has none)."""
+        bands = sorted(b for g, b in weights if g == -1)
+
+        def cell(g: int, b: int) -> np.ndarray:
+            own = weights.get((g, b), weights.get((-1, b)))
+            return own if own is not None else weights[(-1, min(bands, key=lambda k: abs(k - b)))]
+
+        return np.stack([np.stack([cell(g, b) for b in range(len(SIZE_EDGES) + 1)]) for g in range(self.groups)])
+
+
+def subset(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return np.sort(rng.choice(rows, WAGE_FIT_PER_CELL, replace=False)) if len(rows) > WAGE_FIT_PER_CELL else rows
+
+
+def solved(ready: tuple[np.ndarray, Likelihood], counts: np.ndarray, start: np.ndarray | None) -> np.ndarray:
+    """NPMLE weights on the points (0 on those negligible for every row), floored at 1e-300 (logs)."""
+    used, likelihood = ready
+    weights = np.zeros(len(used))
+    begin = None if start is None else np.maximum(start[used], 1e-12)
+    weights[used] = npmle_weights(likelihood, counts, start=begin)
+    return np.maximum(weights, 1e-300)
+
+
+def answered_shift(psi: NeighborFunction, month_answers: np.ndarray, wage_answers: np.ndarray, wage_sd: float,
+                   average: np.ndarray, group: np.ndarray, groups: int) -> Shift:
+    """s per supersector: the weighted least-squares line through its points, one per size band of the
+    months' answers' mean (a public function of the release, independent of the size's error within it)
+    with MIN_SHIFT_POINT or more employing rows: (the mean log E of the band's draws of the months,
+    E[log w] of the band less that), E[log w] under the NPMLE of psi(w) deconvolved from the band's
+    wage answers alone. Both means are consistent for the band's, so the line's slope is the slope of
+    log w / E on log E (grouping by the answers, Wald 1940) without the division bias a regression on
+    drawn sizes has (a size drawn too large makes its wage per employee look too small). A
+    supersector with fewer than two points has the line of all supersectors' points; bounds: the
+    points' log E range widened by EXTRAPOLATE. Levels are less the points' mean level."""
+    band = np.searchsorted(psi(SIZE_EDGES), month_answers.mean(axis=1))
+    employing = average > 0
+    points = {}
+    for g, b in {(int(g), int(b)) for g, b in zip(group[employing], band[employing])}:
+        rows = employing & (band == b) & (group == g)
+        if rows.sum() >= MIN_SHIFT_POINT:
+            log_average = float(np.log(average[rows]).mean())
+            points[(g, b)] = (log_average, mean_log_wage(psi, wage_answers[rows], wage_sd) - log_average, rows.sum())
+    if len(points) < 2:
+        return no_shift(groups)
+    x, y, n = (np.array(v, dtype=float) for v in zip(*points.values()))
+    keys = np.array(list(points))
+    pooled = line(x, y, n)
+    lines = np.array([line(x[mine], y[mine], n[mine]) if mine.sum() >= 2 else pooled
+                      for mine in (keys[:, 0] == g for g in range(groups))])
+    lines[:, 0] -= float(n @ y / n.sum())
+    return lines, np.array([x.min() - EXTRAPOLATE, x.max() + EXTRAPOLATE])
+
+
+def line(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """(intercept, slope) of the weighted least-squares line of y on x (slope 0 if x does not vary)."""
+    mx, my = weight @ x / weight.sum(), weight @ y / weight.sum()
+    sxx = weight @ (x - mx) ** 2
+    slope = float(weight @ ((x - mx) * (y - my)) / sxx) if sxx > 1e-12 else 0.0
+    return np.array([my - slope * mx, slope])
+
+
+def mean_log_wage(psi: NeighborFunction, answers: np.ndarray, sd: float) -> float:
+    """E[log w] over w > 0 under the NPMLE of psi(w) deconvolved from wage answers (sd ``sd``)."""
+    from gedp.postprocess.implicates import level_components
+
+    floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
+    prior = fit_mixture(answers, sd, *level_components(floor, float(answers.max()) + 3 * sd, sd, float(answers.min())))
+    paid = prior.means > floor
+    return float(np.log(psi.inverse(prior.means[paid])) @ prior.weights[paid] / prior.weights[paid].sum())
+
+
+
+def draw_residuals(psi: NeighborFunction, omega: np.ndarray, sd: float, average: np.ndarray, group: np.ndarray,
+                   band: np.ndarray, table: np.ndarray, shift: Shift, rng: np.random.Generator) -> np.ndarray:
+    """Draws of each row's residual r (-inf: w = 0) from its prior ``table[group, band]`` (the z grid's
+    cells, then w = 0) times its wage answer's likelihood N(omega; psi(E e^(s(log E) + r)), sd^2): a
+    cell by its posterior weight, then uniformly within it (E = ``average`` > 0).
+
+    Computed points x rows, DRAW_ROWS rows at a time (each grid point one vector operation over the
+    rows, the cumulative weights a running sum over points, the block in the processor's cache)."""
+    scale = np.exp(np.log(average) + size_shift(average, group, shift))
+    with np.errstate(divide="ignore"):
+        log_table = np.log(table).transpose(2, 0, 1)  # (grid, w = 0) x supersector x band
+    pick = np.empty(len(omega), dtype=np.int64)
+    growth = np.exp(WAGE_Z)[:, None]
+    distance = np.empty((len(WAGE_Z) + 1, min(DRAW_ROWS, len(omega))))
+    at_zero = psi(np.zeros(1))[0]
+    for start in range(0, len(omega), DRAW_ROWS):
+        block = slice(start, start + DRAW_ROWS)
+        width = len(omega[block])
+        log_weight = log_table[:, group[block], band[block]]
+        here = distance[:, :width]
+        here[:-1] = psi(growth * scale[None, block])
+        here[-1] = at_zero
+        here -= omega[None, block]
+        here *= here
+        here *= 0.5 / (sd * sd)
+        log_weight -= here
+        pick[block] = pick_points(log_weight, rng)
+    r = WAGE_Z[np.minimum(pick, len(WAGE_Z) - 1)] + (WAGE_Z[1] - WAGE_Z[0]) * (rng.random(len(pick)) - 0.5)
+    return np.where(pick == len(WAGE_Z), -np.inf, r)
