@@ -21,6 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def is_confidence_level(level: float) -> bool:
+    """Whether ``level`` is a confidence level whose two-sided normal quantile is finite: above 0 and
+    below 1 with 0.5 + level / 2 below 1 in floating point (0.9999999999999999 rounds to 1 there)."""
+    return 0 < level < 1 and 0.5 + level / 2 < 1
+
+
 @dataclass(frozen=True)
 class Combined:
     """A statistic combined over implicates (arrays of the statistics' shape)."""
@@ -34,8 +40,8 @@ class Combined:
 
     def margin(self, level: float = 0.95) -> np.ndarray:
         """Half-width of the interval at ``level``: t_nu((1 + level) / 2) sqrt(T)."""
-        if not 0 < level < 1:
-            raise ValueError(f"level ({level}) must be between 0 and 1")
+        if not is_confidence_level(level):
+            raise ValueError(f"level ({level}) must be between 0 and 1 (below 1 - 1e-16)")
         from scipy import stats  # scipy.stats takes a while to import: loaded when a margin is asked for
 
         return stats.t.ppf((1 + level) / 2, self.df) * np.sqrt(self.variance)

@@ -33,6 +33,8 @@ def tabulate_implicates(implicates: pd.DataFrame, by: str | Sequence[str], *, wh
     frame = implicates.assign(**{SIZE_CLASS: size_class(implicates["m3emp"])})
     keys = group_keys(frame, by)
     frame = frame[select(frame, where)]
+    if frame.empty:
+        raise ValueError("no establishments to tabulate" + (f" match where {where!r}" if where is not None else ""))
     count = implicates["implicate"].nunique()
     columns = [ESTABS, *CONFIDENTIAL]
     sums = frame.assign(**{ESTABS: 1.0}).groupby(["implicate", *keys], observed=True, sort=True)[columns].sum()

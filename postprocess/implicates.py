@@ -363,8 +363,9 @@ def level_components(floor: float, top: float, sd: float, lowest: float) -> tupl
 
 def change_components(smallest: float, reach: float, sd: float) -> tuple[np.ndarray, np.ndarray]:
     """A change prior's components: an atom at 0 (no change), then both signs from ``smallest`` (one
-    employee's change) every sd / 4 up to 4 sd, then 15% apart up to ``reach``, each with half its step."""
-    near = np.arange(smallest, 4 * sd, sd / 4)
+    employee's change) every sd / 4 up to 4 sd, then 15% apart up to ``reach``, each with half its step
+    (with noise under a quarter of ``smallest``, only ``smallest`` before the 15% steps)."""
+    near = np.arange(smallest, 4 * sd, sd / 4) if 4 * sd > smallest else np.array([smallest])
     far = near[-1] * 1.15 ** np.arange(1, max(2, int(np.ceil(np.log(reach / near[-1]) / np.log(1.15))) + 1))
     side = np.concatenate([near, far])
     width = np.diff(side, prepend=side[0] - (side[1] - side[0])) / 2

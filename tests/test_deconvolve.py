@@ -250,3 +250,17 @@ def test_each_implicate_is_drawn_under_its_own_draw_of_the_priors():
         implicates.np.rint = original
     assert np.allclose(first[:, 1], first[:, 0]) and np.allclose(first[:, 2], first[:, 0])
     assert np.isclose(np.sqrt(second[:, 1]) - np.sqrt(second[:, 0]), 0).mean() < 0.01
+
+
+@pytest.mark.parametrize("sd", [0.8, 0.01, 1e-300])
+def test_change_components_cover_no_change_one_employee_and_the_reach_whatever_the_noise(sd):
+    """With noise far under one employee's change (a release at a large mu), the grid still has its atom at 0,
+    +-one employee and steps of at most 15% out to the reach (it was empty, an IndexError, below sd = smallest / 4)."""
+    smallest, reach = 1.0, 50.0
+    means, widths = change_components(smallest, reach, sd)
+    side = np.sort(means[means > 0])
+    assert means[0] == 0.0 and widths[0] == 0.0
+    assert np.array_equal(np.sort(-means[means < 0]), side)
+    assert side[0] == smallest and side[-1] >= reach
+    assert np.all(np.diff(side) <= np.maximum(sd / 4, 0.15 * side[:-1]) * (1 + 1e-12))
+    assert np.all(np.isfinite(widths)) and np.all(widths[1:] > 0)

@@ -225,6 +225,12 @@ def test_the_flags_of_a_table_are_the_bands_of_each_value_cv(server):
     ({"release": "panel", "by": "county", "quarter": "../x"}, 400, "quarter ../x is not in release panel"),
     ({"release": "single", "by": "county", "format": "xlsx"}, 400, "format xlsx needs agglvl"),
     ({"release": "single", "by": "x" * 5000}, 414, "longer than 4096 bytes"),
+    ({"release": "single", "agglvl": "74", "where": "m1emp > 100"}, 400, "'m1emp' is not a public column"),
+    ({"release": "single", "agglvl": "78", "where": "estab_id == '1'"}, 400, "'estab_id' is not a public column"),
+    ({"release": "single", "by": "county", "moe": "1", "level": "0.9999999999999999"}, 400,
+     "--level (0.9999999999999999) must be between 0 and 1"),
+    ({"release": "single", "by": "size_class", "where": "naics3 == '000'"}, 400, "no establishments to tabulate"),
+    ({"release": "single", "by": "size_class", "where": "m3emp > 4"}, 400, "'m3emp' is not a public column"),
 ])
 def test_requests_are_bounded_and_refused_in_one_line(server, params, status, message):
     got, headers, body = server.get("/api/tabulate", params)

@@ -86,14 +86,15 @@ class ServedRelease:
     def answer(self, request: TabulationRequest) -> Tabulation:
         """The tabulation of a request of this release (its ``source`` is this release's folder):
         what ``gedp tabulate`` answers for it."""
-        from gedp.postprocess.keys import has_derived
+        from gedp.postprocess.keys import SIZE_CLASS, has_derived
 
+        derived = request.by is not None and has_derived(request.by)
+        check_public_names(request, [*self.public_columns, *([SIZE_CLASS] if derived else [])])
         if request.agglvl is not None:
             return self._written_by_the_library(request)
-        if request.by is not None and has_derived(request.by):
+        if derived:
             return self._derived_answer(request)
         request = request.checked()
-        check_public_names(request, self.public_columns)
         if self.quarters:
             return self._panel_answer(request)
         return self._index_answer(request)
