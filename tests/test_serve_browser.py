@@ -159,6 +159,13 @@ def assert_shown(text: str, value: float) -> None:
     assert abs(number(text) - value) <= (0.05 if abs(value) < 10 else 0.5) + 1e-9
 
 
+def cli_rows(release, request: dict, shown: list) -> list[dict]:
+    """``gedp tabulate``'s CSV rows for the request, one for each row of the table shown (its header aside)."""
+    expected = list(csv.DictReader(io.StringIO(command_line(release, request))))
+    assert len(shown) - 1 == len(expected)
+    return expected
+
+
 def test_a_user_reads_a_table_and_downloads_its_csv(browser, page_server, releases, tmp_path):  # noqa: F811
     downloads = tmp_path / "downloads"
     downloads.mkdir()
@@ -169,9 +176,7 @@ def test_a_user_reads_a_table_and_downloads_its_csv(browser, page_server, releas
     shown = shown_table(browser)
     assert shown[0] == ["State", "County", "Sector", "Establishments", "Employment, month 1",
                         "± margin of error (95%)", "Quality"]
-    expected = list(csv.DictReader(io.StringIO(command_line(releases["single"], {"by": "county,sector",
-                                                                                 "moe": "1"}))))
-    assert len(shown) - 1 == len(expected)
+    expected = cli_rows(releases["single"], {"by": "county,sector", "moe": "1"}, shown)
     for row, truth in zip(shown[1:], expected):
         assert row[:3] == [truth["state"], truth["county"], truth["sector"]]
         assert number(row[3]) == int(truth["estabs"])
@@ -202,9 +207,7 @@ def test_a_user_reads_a_table_by_size_class(browser, page_server, releases):  # 
     shown = shown_table(browser)
     assert shown[0] == ["State", "Supersector", "Size class", "Establishments", "Employment, month 3",
                         "± margin of error (95%)", "Quality"]
-    expected = list(csv.DictReader(io.StringIO(command_line(releases["single"], {"by": "state,supersector,size_class",
-                                                                                 "moe": "1"}))))
-    assert len(shown) - 1 == len(expected)
+    expected = cli_rows(releases["single"], {"by": "state,supersector,size_class", "moe": "1"}, shown)
     titles = browser.run("[...document.querySelectorAll('#table tbody tr')].map(r => r.cells[2].textContent)")
     for row, title, truth in zip(shown[1:], titles, expected):
         assert row[:3] == [truth["state"], truth["supersector"], truth["size_class"]]
