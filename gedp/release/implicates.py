@@ -95,7 +95,7 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
             note(f"fitting priors of state {state} ({len(rows):,} establishments)")
         answers = StateAnswers(months=values[rows, :3], month_sd=sds[rows, :3].mean(axis=0), wage=values[rows, 3],
                                wage_sd=float(sds[rows, 3].mean()),
-                               supersector=pd.factorize(public["supersector"].to_numpy()[rows])[0])
+                               industry=pd.factorize(public["sector"].to_numpy()[rows])[0])
         with one_blas_thread:
             models.append((rows, PosteriorModel(answers, psi, rng)))
     return ReleaseDraws(public, models)
