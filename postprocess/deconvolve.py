@@ -363,23 +363,14 @@ class ComponentTable:
                   near: np.ndarray) -> np.ndarray:
         """Add to rows ``near`` of ``log_weight`` each component's log P(posterior >= lower) = log Phi(z),
         z = (posterior mean - lower) / posterior sd = offset + slope center - inverse lower (an atom:
-        z >= 9 on or above the bound, -inf below; z held at 9, where Phi is 1 in double precision);
+        z >= 9 on or above the bound, -inf below; log Phi computed only where z < 9);
         return 1 where that is positive, 0 where the component lies wholly below the bound."""
         chosen = index[:, near] if index.shape[1] > 1 else index
         z = self.slope[chosen] * center[near]
         z += self.offset[chosen]
         z -= self.inverse[chosen] * lower[near]
-        possible = (z > -np.inf).astype(float)
-        low = z < 9.0
-        log_weight[:, near] += np.where(low, log_ndtr(np.where(low, z, 9.0)), 0.0) if low.mean() > 0.5 else \
-            _sparse_log_ndtr(z, low)
-        return possible
-
-
-def _sparse_log_ndtr(z: np.ndarray, low: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(z)
-    out[low] = log_ndtr(z[low])
-    return out
+        log_weight[:, near] += truncation_log_mass(z)
+        return (z > -np.inf).astype(float)
 
 
 def truncation_log_mass(z: np.ndarray) -> np.ndarray:
