@@ -45,6 +45,8 @@ STATE_PATTERN = re.compile(r"[0-9]{2}")
 QUARTER_PATTERN = re.compile(r"[0-9]{4}Q[1-4]")
 #: A job family or a worker column: a plain name.
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+#: An attribute of a release's answers: a plain name, or a job family's category ("worker[1,E1]").
+ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\[[^\[\]/\\\x00-\x1f]{1,64}\])?")
 #: The Parquet outputs of a release, each a folder of parts.
 PART_OUTPUTS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
 
@@ -253,3 +255,179 @@ def release_parts(release: str | Path, output: str = PROTECTED_FILE, manifest: M
     that its manifest lists, checked to be exactly what the folder holds (``listed_parts``):
     what every reader of the release reads, never a file the manifest does not account for."""
     return listed_parts(release, output, read_manifest(release) if manifest is None else manifest)
+
+
+# --- the noisy answers (measurements.parquet) -------------------------------------------------
+#: The numbers of a noisy answer that readers compute with.
+ANSWER_NUMBERS = ("released", "estimate", "variance", "sd", "mu", "grid")
+#: The columns of measurements that describe an answer rather than key it.
+ANSWER_FIELDS = frozenset({"query", "attribute", "mechanism", "variance_kind", *ANSWER_NUMBERS})
+#: A mechanism releases noise of sd below 2^55 grid steps only: ``measure.grid.check_grid_range``
+#: refuses at protect time any query whose draws (up to 64 sd) could leave 2^61 grid steps.
+MAX_SD_STEPS = 2.0**55
+#: Relative tolerance of a recomputed estimate or variance (the release computed them the same way).
+ANSWER_RTOL = 1e-9
+
+
+def _refuse_answers(release: str | Path, rule: str) -> InputError:
+    return InputError(f"release '{release}': {MEASUREMENTS_FILE} {rule} (an edited or damaged copy)")
+
+
+def _where(release: str | Path, frame, bad, rule: str) -> None:
+    """Refuse when any row is ``bad``: the first such answer named (its query and attribute)."""
+    import numpy as np
+
+    if bad.any():
+        row = frame.iloc[int(np.argmax(bad))]
+        answer = f"query {_shown(row.get('query'))} on {_shown(row.get('attribute'))}"
+        raise _refuse_answers(release, f"hold {int(bad.sum()):,} row(s) whose {rule} ({answer} first)")
+
+
+def _numbers_of(release: str | Path, frame) -> dict:
+    """Each number column present, as float64, refused unless every value is finite."""
+    import numpy as np
+
+    numbers = {}
+    for column in ANSWER_NUMBERS:
+        if column in frame.columns:
+            try:
+                values = frame[column].to_numpy(dtype=np.float64)
+            except (TypeError, ValueError):
+                raise _refuse_answers(release, f"hold '{column}' values that are not numbers") from None
+            _where(release, frame, ~np.isfinite(values), f"{column} is not a finite number")
+            numbers[column] = values
+    return numbers
+
+
+def checked_attribute(release: str | Path, attribute: object) -> str:
+    """An attribute named by a release's measurements: a plain name, or a job family's category
+    (``worker[1,E1]``)."""
+    if not isinstance(attribute, str) or not ATTRIBUTE_PATTERN.fullmatch(attribute):
+        raise InputError(f"release '{release}': the measurements name an attribute {_shown(attribute)}, which is "
+                         "not an attribute's name (an edited or damaged copy)")
+    return attribute
+
+
+def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
+    """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: that of its attribute's gamma),
+    and every released value a multiple of it within the grid's range."""
+    import numpy as np
+
+    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID, psi_grid
+
+    grid = numbers["grid"]
+    expected = np.full(len(frame), VALUE_GRID)
+    gammas = manifest.get("gammas", {})
+    for attribute in frame.loc[psi_rows, "attribute"].unique() if psi_rows.any() else ():
+        gamma = gammas.get(str(attribute).split("[", 1)[0])
+        if not isinstance(gamma, (int, float)) or not gamma > 0:
+            raise _refuse_answers(release, f"answer {_shown(attribute)} with the psi mechanism, which the "
+                                           "manifest's gammas do not give a gamma > 0")
+        expected[psi_rows & (frame["attribute"] == attribute).to_numpy()] = psi_grid(float(gamma))
+    _where(release, frame, grid != expected, "grid is not the step its mechanism and gamma release on")
+    if "released" in numbers:
+        units = numbers["released"] / grid
+        _where(release, frame, (units != np.rint(units)) | (np.abs(units) >= MAX_GRID_UNITS),
+               "released value is not a multiple of its grid step within the grid's range")
+
+
+def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
+    """sd and mu: mu in (0, MAX_STATED_MU]; sd at least the grid's rounding (grid / sqrt(12); pnc: or
+    0, a group whose clip level is 0) and below MAX_SD_STEPS grid steps; a psi answer's sd times its
+    mu at least its gamma (the noise the mechanism adds is its sensitivity over mu)."""
+
+    from gedp.accounting.mu_limits import MAX_STATED_MU
+
+    if "mu" in numbers:
+        mu = numbers["mu"]  # pnc's is 0 when every group's clip level is 0 (no noise, nothing spent)
+        _where(release, frame, ~(((mu > 0) | (~psi_rows & (mu == 0))) & (mu <= MAX_STATED_MU)),
+               f"mu is not in (0, {MAX_STATED_MU:g}]")
+    if "sd" not in numbers:
+        return
+    sd = numbers["sd"]
+    grid = numbers.get("grid")
+    rounding = 0.0 if grid is None else grid / math.sqrt(12) * (1 - ANSWER_RTOL)
+    top = math.inf if grid is None else MAX_SD_STEPS * grid
+    low = ((sd >= rounding) & (sd > 0)) | (~psi_rows & (sd == 0))
+    _where(release, frame, ~(low & (sd < top)),
+           "sd is not between the grid's rounding (grid / sqrt(12)) and 2^55 grid steps")
+    if "mu" in numbers and psi_rows.any():
+        gammas = manifest.get("gammas", {})
+        gamma = frame["attribute"].map(lambda name: gammas.get(str(name).split("[", 1)[0], 0.0)).to_numpy(float)
+        _where(release, frame, psi_rows & (sd * numbers["mu"] < gamma * (1 - ANSWER_RTOL)),
+               "sd is below the psi mechanism's gamma / mu")
+
+
+def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
+    """The estimates and variances the mechanisms compute from the released values and sd: pnc's the
+    released value and sd^2; the psi mechanism's its unbiased estimate and releasable variance under
+    the manifest's psi (recomputed, to ANSWER_RTOL)."""
+    import numpy as np
+
+    if not {"released", "estimate", "variance", "sd"} <= numbers.keys():
+        return
+    released, estimate, variance, sd = (numbers[name] for name in ("released", "estimate", "variance", "sd"))
+    pnc = ~psi_rows
+    _where(release, frame, pnc & ((estimate != released) | (variance != sd * sd)),
+           "pnc estimate or variance is not its released value and sd^2")
+    if not psi_rows.any():
+        return
+    from gedp.measure.neighbors import make_psi
+
+    psi = make_psi(**manifest["psi"])
+    with np.errstate(all="ignore"):
+        expected = psi.unbiased_estimate(released[psi_rows], sd[psi_rows])
+        spread = psi.releasable_variance(expected, sd[psi_rows])
+    bad = np.zeros(len(frame), dtype=bool)
+    bad[psi_rows] = ~(np.isclose(estimate[psi_rows], expected, rtol=ANSWER_RTOL, atol=0.0)
+                      & np.isclose(variance[psi_rows], spread, rtol=ANSWER_RTOL, atol=0.0) & (variance[psi_rows] > 0))
+    _where(release, frame, bad, "psi estimate or variance is not the one its released value and sd give")
+
+
+def _check_keys(release: str | Path, frame, manifest: Mapping) -> None:
+    """Each answer's groups once (its keys unique), and the identity answers of each attribute one per
+    establishment the manifest states."""
+    keys = [column for column in frame.columns if column not in ANSWER_FIELDS]
+    _where(release, frame, frame.duplicated(["query", "attribute", *keys]).to_numpy(),
+           "keys repeat those of another row of the same answer")
+    if "estab_id" not in frame.columns:
+        return
+    from gedp.synth.schema import CONFIDENTIAL
+
+    identity = frame.loc[(frame["query"] == "identity") & frame["attribute"].isin(CONFIDENTIAL), "attribute"]
+    stated = int(manifest["establishments"])
+    for attribute, count in identity.value_counts().items():
+        if count != stated:
+            raise _refuse_answers(release, f"hold {count:,} identity answers of {_shown(attribute)}, the manifest "
+                                           f"states {stated:,} establishments")
+
+
+def checked_measurements(release: str | Path, frame, manifest: Mapping, quarter: str | None = None):
+    """``frame`` (measurements read from ``release``, of one ``quarter`` of a panel, any subset of
+    their columns and queries) once every number is checked as untrusted input: finite; mu in
+    (0, MAX_STATED_MU]; each grid step its mechanism's and each released value on it; sd between
+    the grid's rounding and MAX_SD_STEPS grid steps, at least gamma / mu for the psi mechanism;
+    estimates and variances those the mechanisms compute from the released values and sd; each
+    answer's keys once; one identity answer per establishment the manifest states. InputError
+    naming the rule and the first answer breaking it otherwise."""
+    import numpy as np
+
+    if quarter is not None:
+        manifest = manifest["per_quarter"][quarter]
+    if "attribute" in frame.columns:
+        for attribute in frame["attribute"].unique():
+            checked_attribute(release, attribute)
+    if "mechanism" in frame.columns:
+        mechanisms = frame["mechanism"]
+        _where(release, frame, ~mechanisms.isin(["psi", "pnc"]).to_numpy(), "mechanism is not psi or pnc")
+        psi_rows = (mechanisms == "psi").to_numpy()
+    else:
+        psi_rows = np.ones(len(frame), dtype=bool)
+    numbers = _numbers_of(release, frame)
+    if "grid" in numbers:
+        _check_grids(release, frame, numbers, psi_rows, manifest)
+    _check_noise(release, frame, numbers, psi_rows, manifest)
+    _check_estimates(release, frame, numbers, psi_rows, manifest)
+    if {"query", "attribute"} <= set(frame.columns):
+        _check_keys(release, frame, manifest)
+    return frame
