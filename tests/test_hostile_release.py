@@ -525,6 +525,10 @@ HOSTILE_MEASUREMENTS = {
     "rows repeated": (lambda f: pd.concat([f, f.iloc[:30]]), "keys repeat those of another row of the same answer"),
     "a county answer repeated": (lambda f: pd.concat([f, f[f["query"] == "state,county"].iloc[:1]]),
                                  "keys repeat those of another row"),
+    "identity answers of m2emp given to other establishments": (
+        lambda f: f.assign(estab_id=np.where((f["query"] == "identity") & (f["attribute"] == "m2emp"),
+                                             np.roll(f["estab_id"].to_numpy(dtype=object), 1), f["estab_id"])),
+        "hold identity answers of 'm2emp' for other establishments"),
     "mechanism renamed": (lambda f: f.assign(mechanism="<b>x</b>"), "mechanism is not psi or pnc"),
 }
 

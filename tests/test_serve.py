@@ -220,7 +220,7 @@ def test_the_flags_of_a_table_are_the_bands_of_each_value_cv(server):
     ({"release": "single", "by": "county,sector", "moe": "1", "where": "own == '5'"}, 200, ""),
     ({"release": "single", "by": "naics,county,own", "moe": "1"}, 400, "more than 500:"),
     ({"release": "single", "by": "county", "level": "nan"}, 400, "level must be a finite number"),
-    ({"release": "single", "by": "county", "moe": "1", "level": "1.5"}, 400, "--level (1.5) must be between 0"),
+    ({"release": "single", "by": "county", "moe": "1", "level": "1.5"}, 400, "--level (1.5) must be a confidence level from 0.5"),
     ({"release": "panel", "by": "county"}, 400, "give a quarter or a change"),
     ({"release": "panel", "by": "county", "quarter": "../x"}, 400, "quarter ../x is not in release panel"),
     ({"release": "single", "by": "county", "format": "xlsx"}, 400, "format xlsx needs agglvl"),

@@ -308,22 +308,16 @@ def checked_attribute(release: str | Path, attribute: object) -> str:
     return attribute
 
 
-def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
-    """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: that of its attribute's gamma),
+def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> None:
+    """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: that of its attribute's ``gamma``),
     and every released value a multiple of it within the grid's range."""
     import numpy as np
 
-    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID, psi_grid
+    from gedp.measure.grid import MAX_GRID_UNITS, PSI_GRID_BITS, VALUE_GRID
 
     grid = numbers["grid"]
-    expected = np.full(len(frame), VALUE_GRID)
-    gammas = manifest.get("gammas", {})
-    for attribute in frame.loc[psi_rows, "attribute"].unique() if psi_rows.any() else ():
-        gamma = gammas.get(str(attribute).split("[", 1)[0])
-        if not isinstance(gamma, (int, float)) or not gamma > 0:
-            raise _refuse_answers(release, f"answer {_shown(attribute)} with the psi mechanism, which the "
-                                           "manifest's gammas do not give a gamma > 0")
-        expected[psi_rows & (frame["attribute"] == attribute).to_numpy()] = psi_grid(float(gamma))
+    with np.errstate(divide="ignore"):
+        expected = np.where(psi_rows, np.exp2(np.floor(np.log2(gamma)) - PSI_GRID_BITS), VALUE_GRID)
     _where(release, frame, grid != expected, "grid is not the step its mechanism and gamma release on")
     if "released" in numbers:
         units = numbers["released"] / grid
@@ -331,11 +325,10 @@ def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, manifest: 
                "released value is not a multiple of its grid step within the grid's range")
 
 
-def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
+def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> None:
     """sd and mu: mu in (0, MAX_STATED_MU]; sd at least the grid's rounding (grid / sqrt(12); pnc: or
     0, a group whose clip level is 0) and below MAX_SD_STEPS grid steps; a psi answer's sd times its
-    mu at least its gamma (the noise the mechanism adds is its sensitivity over mu)."""
-
+    mu at least its ``gamma`` (the noise the mechanism adds is its sensitivity over mu)."""
     from gedp.accounting.mu_limits import MAX_STATED_MU
 
     if "mu" in numbers:
@@ -351,9 +344,7 @@ def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, manifest: 
     low = ((sd >= rounding) & (sd > 0)) | (~psi_rows & (sd == 0))
     _where(release, frame, ~(low & (sd < top)),
            "sd is not between the grid's rounding (grid / sqrt(12)) and 2^55 grid steps")
-    if "mu" in numbers and psi_rows.any():
-        gammas = manifest.get("gammas", {})
-        gamma = frame["attribute"].map(lambda name: gammas.get(str(name).split("[", 1)[0], 0.0)).to_numpy(float)
+    if "mu" in numbers:
         _where(release, frame, psi_rows & (sd * numbers["mu"] < gamma * (1 - ANSWER_RTOL)),
                "sd is below the psi mechanism's gamma / mu")
 
@@ -384,50 +375,109 @@ def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manife
     _where(release, frame, bad, "psi estimate or variance is not the one its released value and sd give")
 
 
-def _check_keys(release: str | Path, frame, manifest: Mapping) -> None:
+def _identity_ids(release: str | Path, frame, rows, attributes, names, stated: int) -> None:
+    """The identity answers of each attribute in ``rows`` (a mask; ``attributes`` the rows' codes in
+    ``names``): as many as the manifest ``stated``, of the same establishments in the same order for
+    every attribute (the protected rows', as gedp writes them), each establishment once."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = frame["estab_id"].array
+    ids = column.__arrow_array__() if hasattr(column, "__arrow_array__") else pa.array(column, pa.large_string())
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    first = None
+    for code in np.unique(attributes[rows]):
+        mine = pc.filter(ids, pa.array(rows & (attributes == code)))
+        if first is None and len(pc.unique(mine)) != len(mine):  # the others are checked equal to the first
+            _where(release, frame, rows & frame.duplicated(["attribute", "estab_id"]).to_numpy(),
+                   "keys repeat those of another row of the same answer")
+        if len(mine) != stated:
+            raise _refuse_answers(release, f"hold {len(mine):,} identity answers of {_shown(names[code])}, the "
+                                           f"manifest states {stated:,} establishments")
+        if first is None:
+            first = mine
+        elif not mine.equals(first):
+            raise _refuse_answers(release, f"hold identity answers of {_shown(names[code])} for other "
+                                           "establishments (or in another order) than those of the other attributes")
+
+
+def _check_keys(release: str | Path, frame, manifest: Mapping, attributes, names) -> None:
     """Each answer's groups once (its keys unique), and the identity answers of each attribute one per
-    establishment the manifest states."""
-    keys = [column for column in frame.columns if column not in ANSWER_FIELDS]
-    _where(release, frame, frame.duplicated(["query", "attribute", *keys]).to_numpy(),
-           "keys repeat those of another row of the same answer")
-    if "estab_id" not in frame.columns:
-        return
+    establishment the manifest states. The identity answers of the attributes (most rows) are checked
+    as ``_identity_ids``, the others by their key columns."""
+    import numpy as np
+
     from gedp.synth.schema import CONFIDENTIAL
 
-    identity = frame.loc[(frame["query"] == "identity") & frame["attribute"].isin(CONFIDENTIAL), "attribute"]
-    stated = int(manifest["establishments"])
-    for attribute, count in identity.value_counts().items():
-        if count != stated:
-            raise _refuse_answers(release, f"hold {count:,} identity answers of {_shown(attribute)}, the manifest "
-                                           f"states {stated:,} establishments")
+    identity = (frame["query"] == "identity").to_numpy()
+    fast = identity & np.isin(attributes, [k for k, name in enumerate(names) if name in CONFIDENTIAL])
+    if "estab_id" not in frame.columns:
+        fast[:] = False
+    keys = [column for column in frame.columns if column not in ANSWER_FIELDS]
+    repeated = np.zeros(len(frame), dtype=bool)
+    repeated[~fast] = frame.loc[~fast, ["query", "attribute", *keys]].duplicated().to_numpy()
+    _where(release, frame, repeated, "keys repeat those of another row of the same answer")
+    if fast.any():
+        _identity_ids(release, frame, fast, attributes, names, int(manifest["establishments"]))
+
+
+def _mechanism_rows(release: str | Path, frame):
+    """Whether each row is the psi mechanism's (else pnc's; every row psi without the column)."""
+    import numpy as np
+    import pandas as pd
+
+    if "mechanism" not in frame.columns:
+        return np.ones(len(frame), dtype=bool)
+    codes, uniques = pd.factorize(frame["mechanism"], use_na_sentinel=False)
+    known = np.array([name in ("psi", "pnc") for name in uniques], dtype=bool)
+    _where(release, frame, ~known[codes], "mechanism is not psi or pnc")
+    return np.array([name == "psi" for name in uniques], dtype=bool)[codes]
+
+
+def _gammas(release: str | Path, names, manifest: Mapping, psi_names):
+    """The manifest's gamma of each attribute named (a job family's for its categories), 0 where it
+    has none; refused for an attribute answered by the psi mechanism without a gamma > 0."""
+    import numpy as np
+
+    gammas = manifest.get("gammas", {})
+    found = np.zeros(len(names))
+    for k, name in enumerate(names):
+        gamma = gammas.get(str(name).split("[", 1)[0]) if isinstance(gammas, dict) else None
+        if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0:
+            found[k] = gamma
+        elif psi_names[k]:
+            raise _refuse_answers(release, f"answer {_shown(name)} with the psi mechanism, which the manifest's "
+                                           "gammas do not give a gamma > 0")
+    return found
 
 
 def checked_measurements(release: str | Path, frame, manifest: Mapping, quarter: str | None = None):
-    """``frame`` (measurements read from ``release``, of one ``quarter`` of a panel, any subset of
-    their columns and queries) once every number is checked as untrusted input: finite; mu in
-    (0, MAX_STATED_MU]; each grid step its mechanism's and each released value on it; sd between
-    the grid's rounding and MAX_SD_STEPS grid steps, at least gamma / mu for the psi mechanism;
-    estimates and variances those the mechanisms compute from the released values and sd; each
-    answer's keys once; one identity answer per establishment the manifest states. InputError
+    """``frame`` (measurements read from ``release``, of one ``quarter`` of a panel) once every row and
+    number is checked as untrusted input: attributes named as ``checked_attribute`` says; finite
+    numbers; mu in (0, MAX_STATED_MU]; each grid step its mechanism's and each released value on it;
+    sd between the grid's rounding and MAX_SD_STEPS grid steps, at least gamma / mu for the psi
+    mechanism; estimates and variances those the mechanisms compute from the released values and sd;
+    each answer's keys once; one identity answer per establishment the manifest states. InputError
     naming the rule and the first answer breaking it otherwise."""
     import numpy as np
+    import pandas as pd
 
     if quarter is not None:
         manifest = manifest["per_quarter"][quarter]
-    if "attribute" in frame.columns:
-        for attribute in frame["attribute"].unique():
-            checked_attribute(release, attribute)
-    if "mechanism" in frame.columns:
-        mechanisms = frame["mechanism"]
-        _where(release, frame, ~mechanisms.isin(["psi", "pnc"]).to_numpy(), "mechanism is not psi or pnc")
-        psi_rows = (mechanisms == "psi").to_numpy()
-    else:
-        psi_rows = np.ones(len(frame), dtype=bool)
+    missing = {"query", "attribute"} - set(frame.columns)
+    if missing:
+        raise _refuse_answers(release, f"lack the column {sorted(missing)[0]}")
+    attributes, names = pd.factorize(frame["attribute"], use_na_sentinel=False)
+    for name in names:
+        checked_attribute(release, name)
+    psi_rows = _mechanism_rows(release, frame)
+    psi_names = np.bincount(attributes[psi_rows], minlength=len(names)) > 0
+    gamma = _gammas(release, names, manifest, psi_names)[attributes]
     numbers = _numbers_of(release, frame)
     if "grid" in numbers:
-        _check_grids(release, frame, numbers, psi_rows, manifest)
-    _check_noise(release, frame, numbers, psi_rows, manifest)
+        _check_grids(release, frame, numbers, psi_rows, gamma)
+    _check_noise(release, frame, numbers, psi_rows, gamma)
     _check_estimates(release, frame, numbers, psi_rows, manifest)
-    if {"query", "attribute"} <= set(frame.columns):
-        _check_keys(release, frame, manifest)
+    _check_keys(release, frame, manifest, attributes, names)
     return frame
