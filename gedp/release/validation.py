@@ -308,16 +308,15 @@ def checked_attribute(release: str | Path, attribute: object) -> str:
     return attribute
 
 
-def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> None:
-    """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: that of its attribute's ``gamma``),
-    and every released value a multiple of it within the grid's range."""
+def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, psi_grids) -> None:
+    """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: ``psi_grids``, that of the row's
+    attribute's gamma), and every released value a multiple of it within the grid's range."""
     import numpy as np
 
-    from gedp.measure.grid import MAX_GRID_UNITS, PSI_GRID_BITS, VALUE_GRID
+    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID
 
     grid = numbers["grid"]
-    with np.errstate(divide="ignore"):
-        expected = np.where(psi_rows, np.exp2(np.floor(np.log2(gamma)) - PSI_GRID_BITS), VALUE_GRID)
+    expected = np.where(psi_rows, psi_grids, VALUE_GRID)
     _where(release, frame, grid != expected, "grid is not the step its mechanism and gamma release on")
     if "released" in numbers:
         units = numbers["released"] / grid
@@ -358,20 +357,25 @@ def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manife
     if not {"released", "estimate", "variance", "sd"} <= numbers.keys():
         return
     released, estimate, variance, sd = (numbers[name] for name in ("released", "estimate", "variance", "sd"))
-    pnc = ~psi_rows
-    _where(release, frame, pnc & ((estimate != released) | (variance != sd * sd)),
-           "pnc estimate or variance is not its released value and sd^2")
-    if not psi_rows.any():
+    pnc = np.flatnonzero(~psi_rows)
+    bad = np.zeros(len(frame), dtype=bool)
+    bad[pnc] = (estimate[pnc] != released[pnc]) | (variance[pnc] != sd[pnc] * sd[pnc])
+    _where(release, frame, bad, "pnc estimate or variance is not its released value and sd^2")
+    if not len(pnc) < len(frame):
         return
     from gedp.measure.neighbors import make_psi
 
     psi = make_psi(**manifest["psi"])
+    every = not len(pnc)  # psi answers only (the identity-only plans): no copies
+    released, estimate, variance, sd = (values if every else values[psi_rows]
+                                        for values in (released, estimate, variance, sd))
     with np.errstate(all="ignore"):
-        expected = psi.unbiased_estimate(released[psi_rows], sd[psi_rows])
-        spread = psi.releasable_variance(expected, sd[psi_rows])
-    bad = np.zeros(len(frame), dtype=bool)
-    bad[psi_rows] = ~(np.isclose(estimate[psi_rows], expected, rtol=ANSWER_RTOL, atol=0.0)
-                      & np.isclose(variance[psi_rows], spread, rtol=ANSWER_RTOL, atol=0.0) & (variance[psi_rows] > 0))
+        expected = psi.unbiased_estimate(released, sd)
+        spread = psi.releasable_variance(expected, sd)
+        wrong = (np.abs(estimate - expected) > ANSWER_RTOL * np.abs(expected)) | ~(
+            np.abs(variance - spread) <= ANSWER_RTOL * spread)
+    bad[:] = False
+    bad[psi_rows] = wrong
     _where(release, frame, bad, "psi estimate or variance is not the one its released value and sd give")
 
 
@@ -473,10 +477,14 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, quarter:
         checked_attribute(release, name)
     psi_rows = _mechanism_rows(release, frame)
     psi_names = np.bincount(attributes[psi_rows], minlength=len(names)) > 0
-    gamma = _gammas(release, names, manifest, psi_names)[attributes]
+    gammas = _gammas(release, names, manifest, psi_names)
+    gamma = gammas[attributes]
     numbers = _numbers_of(release, frame)
     if "grid" in numbers:
-        _check_grids(release, frame, numbers, psi_rows, gamma)
+        from gedp.measure.grid import psi_grid
+
+        grids = np.array([psi_grid(value) if value > 0 else 0.0 for value in gammas])
+        _check_grids(release, frame, numbers, psi_rows, grids[attributes])
     _check_noise(release, frame, numbers, psi_rows, gamma)
     _check_estimates(release, frame, numbers, psi_rows, manifest)
     _check_keys(release, frame, manifest, attributes, names)
