@@ -95,7 +95,8 @@ class WageCells:
     """Per finest cell: its model cell (``cell``), the sums of its establishments' shares of their
     cell's total (``share``) and of their share variances (``share_variance``); per model cell: its
     total's variance (``cell_variance``, 0 where fixed), its plan cell (``coarse``), the sum of its
-    share variances (``within``) and its row of the rates' factor (``rates``); per plan cell: e_c
+    share variances (``within``), its row of the rates' factor (``rates``) and what its idle
+    establishments' noise adds (``noise_excess``, ``WageFit.noise_excess``); per plan cell: e_c
     (``folded``) and the row of the plan cells' factor (``projection``)."""
 
     cell: np.ndarray
@@ -107,6 +108,7 @@ class WageCells:
     rates: np.ndarray
     folded: np.ndarray
     projection: np.ndarray
+    noise_excess: np.ndarray
 
     def variances(self, tab: np.ndarray, n_tab: int) -> tuple[np.ndarray, np.ndarray]:
         """Variance (slope 0) of each tabulation cell, as ``wage_margins.wage_variances`` defines it."""
@@ -115,7 +117,8 @@ class WageCells:
         p = self.cell_variance[cell] * gs
         variance = (np.bincount(t, weights=gs * p, minlength=n_tab)
                     - _cell_forms(self.coarse[cell], t, p, self.folded, self.projection, n_tab)
-                    + _row_norms(self.rates, cell, t, p, n_tab))
+                    + _row_norms(self.rates, cell, t, p, n_tab)
+                    + np.bincount(t, weights=gs**2 * self.noise_excess[cell], minlength=n_tab))
         within = _pair_sums(self.cell[inside], tab[inside], self.share_variance[inside])
         whole = self.within[within[0]]
         part = within[2] - np.divide(within[2]**2, whole, out=np.zeros_like(whole), where=whole > 0)
@@ -301,7 +304,7 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
                      cell_variance=cell_variance, coarse=fit.coarse_cells,
                      within=np.bincount(fit.cell_codes, weights=fit.share_variance, minlength=n_cells),
                      rates=np.ascontiguousarray(rates.T), folded=operator.coarse.diagonal * operator.coarse.shrink,
-                     projection=projection)
+                     projection=projection, noise_excess=np.where(fit.fixed_cells, 0.0, fit.noise_excess))
 
 
 def _projection(operator: CellOperator) -> np.ndarray | None:

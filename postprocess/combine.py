@@ -20,11 +20,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: The lowest confidence level of a margin of error: an interval that covers the truth less often than
+#: not is no margin of error (a level of 1e-300 gave margins of 0, read as exact values).
+LOWEST_LEVEL = 0.5
+
 
 def is_confidence_level(level: float) -> bool:
-    """Whether ``level`` is a confidence level whose two-sided normal quantile is finite: above 0 and
-    below 1 with 0.5 + level / 2 below 1 in floating point (0.9999999999999999 rounds to 1 there)."""
-    return 0 < level < 1 and 0.5 + level / 2 < 1
+    """Whether ``level`` is a confidence level of a margin of error: LOWEST_LEVEL <= level < 1, with
+    0.5 + level / 2 below 1 in floating point so that the two-sided quantile is finite
+    (0.9999999999999999 rounds it to 1)."""
+    return LOWEST_LEVEL <= level < 1 and 0.5 + level / 2 < 1
+
+
+def checked_level(level: float, name: str = "level") -> float:
+    """``level`` when ``is_confidence_level``; InputError naming it (as ``name``) and the range otherwise."""
+    from gedp.errors import InputError
+
+    if not is_confidence_level(level):
+        raise InputError(f"{name} ({level}) must be a confidence level from {LOWEST_LEVEL:g} to below 1 "
+                         "(0.5 <= level <= 0.9999999999999998)")
+    return level
 
 
 @dataclass(frozen=True)
@@ -40,8 +55,7 @@ class Combined:
 
     def margin(self, level: float = 0.95) -> np.ndarray:
         """Half-width of the interval at ``level``: t_nu((1 + level) / 2) sqrt(T)."""
-        if not is_confidence_level(level):
-            raise ValueError(f"level ({level}) must be between 0 and 1 (below 1 - 1e-16)")
+        checked_level(level)
         from scipy import stats  # scipy.stats takes a while to import: loaded when a margin is asked for
 
         return stats.t.ppf((1 + level) / 2, self.df) * np.sqrt(self.variance)

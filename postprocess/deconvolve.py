@@ -34,10 +34,19 @@ GAP_NATS = 0.01
 NEWTON_STEPS = 100
 FIRST_BARRIER = 1e-2
 BARRIER_FALL = 30.0
+#: A warm start's weights are mixed with this share of uniform weights (components the start has not:
+#: weight 0 is outside the barrier's domain). Small: the start's near-zero weights stay near zero,
+#: where they are at the optimum (1e-2 had cost 40% more Newton steps on Rhode Island's replicates).
+START_MIX = 1e-4
 #: Bins per answer sd when answers are binned for a fit.
 BINS_PER_SD = 10
 #: Likelihood sds around an answer within which a draw's components are looked at.
 WINDOW_SDS = 7.0
+#: An atom's truncation z is ATOM_SCALE (its mean - the bound) + 9: at least 9 on or above the bound
+#: (Phi = 1), hugely negative below it (Phi = 0).
+ATOM_SCALE = 1e300
+#: Rows of one block of a mixture draw (its points x rows arrays stay in the processor's cache).
+DRAW_BLOCK = 4096
 #: Singular values of a likelihood matrix kept in its basis (``Likelihood``), relative to the largest.
 BASIS_TOLERANCE = 1e-10
 #: A mixture's components whose weight is below this are dropped after a fit.
@@ -191,35 +200,40 @@ def npmle_weights(likelihood: np.ndarray | Likelihood, counts: np.ndarray, gap_n
     m = likelihood.matrix.shape[1]
     final = gap_nats / counts.sum() / m
     with one_blas_thread:  # small dense factorizations: BLAS threads only wait for each other
-        return _central_path(likelihood, share, start, final)
+        return _central_path(likelihood, share, start, final, gap_nats / counts.sum())
 
 
-def _central_path(likelihood: Likelihood, share: np.ndarray, start: np.ndarray | None, final: float) -> np.ndarray:
-    """The barrier problem's optimum followed from its start down to the barrier weight ``final``; from
-    a ``start`` (the central point of a nearby problem), Newton's method goes to ``final`` at once (the
+def _central_path(likelihood: Likelihood, share: np.ndarray, start: np.ndarray | None, final: float,
+                  enough: float) -> np.ndarray:
+    """The barrier problem's optimum followed from its start down to the barrier weight ``final``, or
+    until the weights certify a gap of ``enough`` (mean log-likelihood) by themselves; from a ``start``
+    (the central point of a nearby problem), Newton's method goes to ``final`` at once (the
     intermediate barrier weights cost as many steps as they save)."""
     m = likelihood.matrix.shape[1]
     if start is None:
         weights, barrier = np.full(m, 1.0 / m), FIRST_BARRIER / m
     else:
-        weights, barrier = 0.99 * start / start.sum() + 0.01 / m, final
+        weights, barrier = (1.0 - START_MIX) * start / start.sum() + START_MIX / m, final
     while True:
-        weights = _barrier_optimum(likelihood, share, weights, barrier)
-        if barrier <= final:
+        weights, certified = _barrier_optimum(likelihood, share, weights, barrier, enough)
+        if certified or barrier <= final:
             return weights / weights.sum()
         barrier = max(barrier / BARRIER_FALL, final)
 
 
-def _barrier_optimum(likelihood: Likelihood, share: np.ndarray, weights: np.ndarray, barrier: float) -> np.ndarray:
-    """Newton's method with backtracking for min -share . log(L w) - barrier * sum log w, sum w = 1."""
+def _barrier_optimum(likelihood: Likelihood, share: np.ndarray, weights: np.ndarray, barrier: float,
+                     enough: float) -> tuple[np.ndarray, bool]:
+    """Newton's method with backtracking for min -share . log(L w) - barrier * sum log w, sum w = 1;
+    stopped early (and True) once the weights certify that the mean log-likelihood is within ``enough``
+    of its optimum: f* - f(w) <= max_k g_k - 1 for f concave on the simplex, g its gradient (sum_k
+    w_k g_k = 1; Frank-Wolfe's duality gap), whatever the barrier weight."""
     matrix = likelihood.matrix
-
-    def objective(w: np.ndarray) -> float:
-        return float(-share @ np.log(matrix @ w) - barrier * np.log(w).sum())
-
     for _ in range(NEWTON_STEPS):
         fitted = matrix @ weights
-        gradient = -matrix.T @ (share / fitted) - barrier / weights
+        score = matrix.T @ (share / fitted)
+        if float(score.max()) - 1.0 <= enough:
+            return weights, True
+        gradient = -score - barrier / weights
         # The Newton step on {sum w = 1} in the scaled variable u = step / w (its Hessian W H W is
         # barrier * I plus a positive semidefinite part: well conditioned however small some w are):
         # W H W u = -W gradient - nu w, nu such that w . u = 0.
@@ -236,11 +250,18 @@ def _barrier_optimum(likelihood: Likelihood, share: np.ndarray, weights: np.ndar
             break
         falling = step < 0
         t = min(1.0, 0.99 * float((-weights[falling] / step[falling]).min())) if falling.any() else 1.0
-        start = objective(weights)
-        while objective(weights + t * step) > start - 0.25 * t * decrement and t > 1e-12:
+        along_step = (share, fitted, matrix @ step, weights, step, barrier)  # L (w + t step) = L w + t L step
+        start = _objective_along(0.0, *along_step)
+        while _objective_along(t, *along_step) > start - 0.25 * t * decrement and t > 1e-12:
             t /= 2
         weights = weights + t * step
-    return weights
+    return weights, False
+
+
+def _objective_along(t: float, share: np.ndarray, fitted: np.ndarray, moved: np.ndarray, weights: np.ndarray,
+                     step: np.ndarray, barrier: float) -> float:
+    """The barrier problem's objective at weights + t step (``fitted`` = L weights, ``moved`` = L step)."""
+    return float(-share @ np.log(fitted + t * moved) - barrier * np.log(weights + t * step).sum())
 
 
 def draw_posterior(center: np.ndarray, sd: np.ndarray, prior: Mixture, lower: np.ndarray,
@@ -248,28 +269,108 @@ def draw_posterior(center: np.ndarray, sd: np.ndarray, prior: Mixture, lower: np
     """Exact draws of theta from prior(theta) N(center; theta, sd^2) restricted to theta >= lower,
     one per row (``center``, ``sd``, ``lower`` of one length; sd > 0).
 
-    A row whose every component lies below its lower bound (possible only far in a tail) draws from
-    its likelihood alone, truncated at the bound."""
-    center, sd, lower = (np.asarray(a, dtype=float)[:, None] for a in (center, sd, lower))
-    means, sds, weights = nearby_components(prior, center[:, 0], float(sd.max()) if sd.size else 0.0)
-    prior_var = sds**2
-    total = prior_var + sd * sd
-    post_sd = np.sqrt(prior_var * sd * sd / total)
-    post_mean = (means * sd * sd + center * prior_var) / total
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_weight = np.log(weights) - 0.5 * np.log(total) - 0.5 * (center - means) ** 2 / total
-        above = (post_mean - lower) / post_sd  # atoms: +inf above the bound, -inf below, nan on it
-    log_weight = log_weight + truncation_log_mass(np.where(np.isnan(above), np.inf, above))
-    best = log_weight.max(axis=1, keepdims=True)
-    feasible = np.isfinite(best[:, 0])
-    cdf = np.cumsum(np.exp(log_weight - np.where(np.isfinite(best), best, 0.0)), axis=1)
-    pick = (cdf < rng.random(len(cdf))[:, None] * cdf[:, -1:]).sum(axis=1)
-    pick = np.minimum(pick, cdf.shape[1] - 1)
-    rows = np.arange(len(cdf))
-    mean, spread = post_mean[rows, pick], post_sd[rows, pick]
-    mean = np.where(feasible, mean, center[:, 0])
-    spread = np.where(feasible, spread, sd[:, 0])
-    return truncated_normal(mean, spread, lower[:, 0], rng)
+    The posterior is the mixture of the components' posteriors, component k (mean m_k, sd s_k, weight
+    w_k) with weight w_k N(center; m_k, s_k^2 + sd^2) P(its posterior >= lower): a component is
+    picked with that weight (inverse CDF), then its Gaussian posterior is drawn truncated at the bound.
+    Each row looks at its components within WINDOW_SDS sds of its likelihood's peak within the bound
+    (the center, or the bound when it is above the center: further components have less than
+    exp(-WINDOW_SDS^2 / 2) = 2e-11 of the likelihood of one there; ``ComponentTable``); rows
+    of one sd share the components' constants (the sd is one public number per month), and the
+    truncation's factor is computed only for rows whose bound comes within 9 posterior sds of a
+    component's posterior mean (elsewhere it is 1 in double precision). A row whose every component
+    lies below its lower bound (possible only far in a tail) draws from its likelihood alone,
+    truncated at the bound."""
+    center, sd, lower = (np.asarray(a, dtype=float) for a in (center, sd, lower))
+    u = rng.random(len(center))
+    if len(center) == 0:
+        return truncated_normal(center, sd, lower, rng)
+    mean, spread = np.empty(len(center)), np.empty(len(center))
+    for value in np.unique(sd):
+        rows = np.flatnonzero(sd == value)
+        table = ComponentTable.of(prior, float(value), np.maximum(center[rows], lower[rows]))
+        for block in np.array_split(rows, -(-len(rows) // DRAW_BLOCK)):
+            mean[block], spread[block] = table.pick(center[block], lower[block], u[block])
+    return truncated_normal(mean, spread, lower, rng)
+
+
+@dataclass(frozen=True)
+class ComponentTable:
+    """A prior's components sorted by mean with their posterior constants given one likelihood sd,
+    and the window of components each row looks at (``draw_posterior``: ``width`` consecutive
+    components holding every component within ``reach`` of the likelihood's peak within the row's bound)."""
+
+    means: np.ndarray
+    log_scale: np.ndarray  # log w_k - log(s_k^2 + sd^2) / 2
+    precision: np.ndarray  # 1 / (2 (s_k^2 + sd^2))
+    shrink: np.ndarray  # s_k^2 / (s_k^2 + sd^2): posterior mean m_k + shrink (center - m_k)
+    post_sd: np.ndarray  # s_k sd / sqrt(s_k^2 + sd^2)
+    offset: np.ndarray  # m_k (1 - shrink) / post_sd (an atom: ATOM_SCALE m_k + 9)
+    slope: np.ndarray  # shrink / post_sd (an atom: 0)
+    inverse: np.ndarray  # 1 / post_sd (an atom: ATOM_SCALE)
+    reach: float
+    width: int
+    sd: float
+
+    @classmethod
+    def of(cls, prior: Mixture, sd: float, centers: np.ndarray) -> ComponentTable:
+        order = np.argsort(prior.means, kind="stable")
+        means, sds, weights = prior.means[order], prior.sds[order], prior.weights[order]
+        total = sds**2 + sd * sd
+        with np.errstate(divide="ignore"):
+            log_scale = np.log(weights) - 0.5 * np.log(total)
+        reach = WINDOW_SDS * np.sqrt(sd * sd + float(sds.max()) ** 2)
+        starts = np.searchsorted(means, centers - reach)
+        width = int((np.searchsorted(means, centers + reach, side="right") - starts).max(initial=1))
+        shrink, post_sd = sds**2 / total, sds * sd / np.sqrt(total)
+        atom = post_sd == 0
+        inverse = np.where(atom, ATOM_SCALE, 1.0 / np.where(atom, 1.0, post_sd))
+        offset = np.where(atom, ATOM_SCALE * means + 9.0, means * (1.0 - shrink) * inverse)
+        return cls(means, log_scale, 0.5 / total, shrink, post_sd, offset, np.where(atom, 0.0, shrink * inverse),
+                   inverse, reach, min(width, len(means)), sd)
+
+    def pick(self, center: np.ndarray, lower: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's picked component's posterior (mean, sd) given uniforms ``u``: computed points x
+        rows (each window position one vector operation over the rows)."""
+        if self.width == len(self.means):  # every component: its constants broadcast over the rows
+            start = np.zeros(len(center), dtype=np.int64)
+            index = np.arange(self.width)[:, None]
+        else:
+            # around the likelihood's peak within the bound (the center, or the bound above it)
+            peak = np.maximum(center, lower)
+            start = np.minimum(np.searchsorted(self.means, peak - self.reach), len(self.means) - self.width)
+            index = start[None, :] + np.arange(self.width)[:, None]
+        distance = center[None, :] - self.means[index]
+        log_weight = distance * distance
+        log_weight *= -self.precision[index]
+        log_weight += self.log_scale[index]
+        near = np.flatnonzero(lower + 9.0 * float(self.post_sd.max()) > np.minimum(center, self.means[start]))
+        possible = self._truncate(log_weight, index, center, lower, near) if near.size else None
+        best = log_weight.max(axis=0)
+        feasible = np.isfinite(best)
+        log_weight -= np.where(feasible, best, 0.0)
+        np.maximum(log_weight, -700.0, out=log_weight)  # e^-700 is 0 beside 1; below it exp turns slow
+        running = np.exp(log_weight, out=log_weight)
+        if possible is not None:  # components wholly below the bound: weight exactly 0
+            running[:, near] *= possible
+        for j in range(1, len(running)):
+            np.add(running[j - 1], running[j], out=running[j])
+        picked = (running < u * running[-1]).sum(axis=0)
+        chosen = start + np.minimum(picked, self.width - 1)
+        mean = self.means[chosen] + self.shrink[chosen] * (center - self.means[chosen])
+        return np.where(feasible, mean, center), np.where(feasible, self.post_sd[chosen], self.sd)
+
+    def _truncate(self, log_weight: np.ndarray, index: np.ndarray, center: np.ndarray, lower: np.ndarray,
+                  near: np.ndarray) -> np.ndarray:
+        """Add to rows ``near`` of ``log_weight`` each component's log P(posterior >= lower) = log Phi(z),
+        z = (posterior mean - lower) / posterior sd = offset + slope center - inverse lower (an atom:
+        z >= 9 on or above the bound, -inf below; log Phi computed only where z < 9);
+        return 1 where that is positive, 0 where the component lies wholly below the bound."""
+        chosen = index[:, near] if index.shape[1] > 1 else index
+        z = self.slope[chosen] * center[near]
+        z += self.offset[chosen]
+        z -= self.inverse[chosen] * lower[near]
+        log_weight[:, near] += truncation_log_mass(z)
+        return (z > -np.inf).astype(float)
 
 
 def truncation_log_mass(z: np.ndarray) -> np.ndarray:
@@ -279,22 +380,6 @@ def truncation_log_mass(z: np.ndarray) -> np.ndarray:
     low = z < 9.0
     out[low] = log_ndtr(z[low])
     return out
-
-
-def nearby_components(prior: Mixture, center: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's components (rows x W: means, sds, weights) within WINDOW_SDS sds of its center, W
-    the most any row has (a further component's likelihood is below exp(-WINDOW_SDS^2 / 2) = 2e-11 of
-    a component at the center's); rows padded with weight-0 copies."""
-    order = np.argsort(prior.means, kind="stable")
-    means, sds, weights = prior.means[order], prior.sds[order], prior.weights[order]
-    reach = WINDOW_SDS * np.sqrt(sd * sd + float(sds.max()) ** 2)
-    start = np.searchsorted(means, center - reach)
-    width = int((np.searchsorted(means, center + reach, side="right") - start).max(initial=1))
-    if width >= len(means) or len(center) == 0:
-        return means[None, :], sds[None, :], weights[None, :]
-    index = np.minimum(start[:, None] + np.arange(max(width, 1))[None, :], len(means) - 1)
-    padded = start[:, None] + np.arange(max(width, 1))[None, :] >= len(means)
-    return means[index], sds[index], np.where(padded, 0.0, weights[index])
 
 
 def truncated_normal(mean: np.ndarray, sd: np.ndarray, lower: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -12,9 +12,13 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   differences omega_k - omega_1, so the share without change over the quarter is the data's, not
   the product of two monthly shares);
 * a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g
-  a line in log E per supersector g placed from the answers, and r with a prior on a grid per
-  supersector and size band of the months' answers' mean, with an atom at w = 0
-  (``postprocess.wage_priors``); an establishment with E = 0 has a prior on psi(w) itself.
+  a line in log E per sector g (2-digit NAICS) placed from the answers, and r with a prior on a grid
+  per sector and size band of the months' answers' mean, with an atom at w = 0
+  (``postprocess.wage_priors``); an establishment with E = 0 has a prior on psi(w) itself. The
+  groups are the sector's, not the supersector's: a regression with sector effects on the draws
+  needs each sector's own level and slope in the prior (with a supersector's, the draws of small
+  establishments carry their supersector's level, and the slope within sectors was 15% low on Rhode
+  Island and 70% low where the size-wage slope is small: ``docs/method/implicates.md``).
 
 Every prior is a nonparametric maximum likelihood estimate from the release's answers
 (``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_1, delta_2, delta_3) whose each
@@ -67,7 +71,7 @@ class StateAnswers:
     month_sd: np.ndarray  # (3,)
     wage: np.ndarray  # (n,)
     wage_sd: float
-    supersector: np.ndarray  # (n,) integer codes
+    industry: np.ndarray  # (n,) integer codes of the wage model's groups (the NAICS sector)
 
 
 @dataclass
@@ -78,10 +82,10 @@ class Priors:
     level_cut: float
     bands: np.ndarray  # edges in psi scale of the changes' bands
     changes: list[tuple[Mixture, Mixture]]  # per band: h_2, h_3
-    wage_weights: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (supersector or -1, band)
+    wage_weights: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # (sector or -1, band)
     zero_wage: Mixture | None = None  # psi(w) of establishments with no employment
-    wage_table: np.ndarray | None = None  # supersector x band x (z grid, w = 0): prior weights of the residual
-    wage_shift: tuple[np.ndarray, np.ndarray] | None = None  # s per supersector (``wage_priors.Shift``)
+    wage_table: np.ndarray | None = None  # sector x band x (z grid, w = 0): prior weights of the residual
+    wage_shift: tuple[np.ndarray, np.ndarray] | None = None  # s per sector (``wage_priors.Shift``)
 
 
 class PosteriorModel:
@@ -153,7 +157,7 @@ class PosteriorModel:
         first = next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1)
         a = self.answers
         self.priors.wage_shift = answered_shift(self.psi, a.months[rows], a.wage[rows], a.wage_sd, first,
-                                                a.supersector[rows], int(a.supersector.max()) + 1)
+                                                a.industry[rows], int(a.industry.max()) + 1)
         self._fit_wages(rows, first, rng)
         self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1), rng)
 
@@ -164,10 +168,10 @@ class PosteriorModel:
         self.zero_wage_answers = omega[zero]
         self.priors.zero_wage = self._zero_wage_prior(omega[zero], None, None) if zero.any() else None
         band = self.wage_band[rows]
-        group = self.answers.supersector[rows]
+        group = self.answers.industry[rows]
         likelihood = self.wage_likelihood(omega[~zero], average[~zero], group[~zero], self.priors.wage_shift)
         self.wage_fit = WageFit.of(likelihood, band[~zero], group[~zero],
-                                   int(self.answers.supersector.max()) + 1, rng)
+                                   int(self.answers.industry.max()) + 1, rng)
         self.priors.wage_weights = self.wage_fit.solve(np.ones(len(likelihood)))
         self.priors.wage_table = self.wage_fit.table(self.priors.wage_weights)
 
@@ -181,7 +185,7 @@ class PosteriorModel:
     def log_wage_prior(self, z: np.ndarray, average: np.ndarray, rows: np.ndarray, priors: Priors) -> np.ndarray:
         """log prior weight of the grid cell holding each z's residual r = z - s(log E), E the average
         employment, in the establishment's cell (z finite, E > 0)."""
-        group = self.answers.supersector[rows]
+        group = self.answers.industry[rows]
         step = WAGE_Z[1] - WAGE_Z[0]
         r = z - size_shift(average, group, priors.wage_shift)
         k = np.clip(np.rint((r - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
@@ -314,7 +318,7 @@ class PosteriorModel:
         out[flat] = self.psi.inverse(truncated_normal(omega[flat], np.full(flat.sum(), sd),
                                                       np.full(flat.sum(), floor), rng))
         band = self.wage_band[rows]
-        group = self.answers.supersector[rows]
+        group = self.answers.industry[rows]
         todo = ~zero & ~flat
         if todo.any():
             shift = priors.wage_shift

@@ -13,7 +13,7 @@ ones hardly count. s^2 is found by a few fixed-point steps from ``start`` (weigh
 sqrt(sum w^2 (d - n - s^2 c)^2) / sum w c says what the estimate is worth.
 
 ``idle_wage_variance`` uses the same estimate (c = 1: a variance in dollars^2) for the wages of
-establishments without protected employment around their prior.
+establishments without protected employment around their prior, per class of such establishments.
 """
 
 from __future__ import annotations
@@ -43,12 +43,14 @@ def weighted_squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.nda
 
 
 def idle_wage_variance(answer: np.ndarray, prior: np.ndarray, noise: np.ndarray, weighing: np.ndarray,
-                       idle: np.ndarray, state: np.ndarray, n_states: int) -> np.ndarray:
+                       idle: np.ndarray, classes: np.ndarray, n_classes: int) -> np.ndarray:
     """Per establishment: the variance of the wages of an ``idle`` one (no protected employment) around
-    its employment ``prior``, by weighted moments per state over the idle establishments' identity
-    ``answer``s (``noise``: each answer's noise variance, unbiased for it; ``weighing``: that variance
-    at the prior, for the weights); at least 0, and 0 for an establishment that is not idle."""
-    codes = state[idle]
+    its employment ``prior``, by weighted moments per class (``classes``: each establishment's, of
+    ``n_classes``; the wage fit's are a state's idle establishments in cells with and without
+    protected employment) over the idle establishments' identity ``answer``s (``noise``: each
+    answer's noise variance, unbiased for it; ``weighing``: that variance at the prior, for the
+    weights); at least 0, and 0 for an establishment that is not idle."""
+    codes = classes[idle]
     excess = (answer[idle] - prior[idle]) ** 2 - noise[idle]
-    variance, _ = weighted_squared_spread(codes, excess, np.ones(len(codes)), weighing[idle], n_states, 0.0)
-    return np.where(idle, np.maximum(variance, 0.0)[state], 0.0)
+    variance, _ = weighted_squared_spread(codes, excess, np.ones(len(codes)), weighing[idle], n_classes, 0.0)
+    return np.where(idle, np.maximum(variance, 0.0)[classes], 0.0)

@@ -13,7 +13,7 @@ import pandas as pd
 from pandas._libs import groupby as libgroupby
 
 from gedp.measure.queries import Grouping, Groupings
-from gedp.postprocess.combine import is_confidence_level
+from gedp.postprocess.combine import checked_level
 from gedp.postprocess.filters import FilterError, select_rows
 from gedp.postprocess.keys import tabulation_keys
 from gedp.synth.hierarchy import ALL_INDUSTRIES, COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
@@ -107,8 +107,8 @@ def tabulate(
     attributes = [a for a in (attributes or CONFIDENTIAL) if a in microdata.columns]
     if moe and answers is None and margins is None:
         raise ValueError("margins of error need the release's answers (a release directory)")
-    if moe and not is_confidence_level(level):
-        raise ValueError(f"level ({level}) must be between 0 and 1 (below 1 - 1e-16)")
+    if moe:
+        checked_level(level)
     public = public_columns(microdata)
     added = [key for key in keys if moe and key not in public]
     if added:

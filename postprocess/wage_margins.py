@@ -1,6 +1,7 @@
 """Margins of error of the wage fit's tabulations (``postprocess.wages``): the variance of every
 tabulation cell's protected wage total, from the cell totals' covariance, what the shared rates'
-uncertainty adds, the shares within a cell and the counties' shared deviations."""
+uncertainty adds, the idle establishments' noise where their wages lie, the shares within a cell
+and the counties' shared deviations."""
 
 from __future__ import annotations
 
@@ -29,12 +30,14 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, kept: GroupF
     """Variance of every tabulation cell's protected wage total (tab_codes -1: not tabulated); ``kept``:
     ``wage_factorizations(fit)``, made before.
 
-    Three parts: the cell totals' covariance from the cell-level least squares with the rates fixed,
+    Four parts: the cell totals' covariance from the cell-level least squares with the rates fixed,
     K^-1 with K = diag(1 / cell_variance) + C' W C (fixed cells excluded); what the shared rates'
     uncertainty adds, z' M^-1 z with z = links' K^-1 g (``SharedRates``; together the cell block of
     the joint Hessian's inverse), both for the tabulation's share g of each cell (the share of the
     cell's protected wages it holds, a share moving with its cell's total; of its establishments, in
-    a cell at 0 that no exact answer fixes); and the within-cell part,
+    a cell at 0 that no exact answer fixes); what the noise of idle establishments' answers adds where
+    their wages lie (``WageFit.noise_excess``, for g's entries squared: the cells as if independent);
+    and the within-cell part,
     K_T - K_T^2 / K_c per cell, K the share variances summed over the tabulation's (K_T) and the
     cell's (K_c) establishments.
     """
@@ -49,6 +52,7 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, kept: GroupF
     p = sp.diags(cell_variance) @ g
     base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
     variances = base - operator.forms_after_solve(p) + fit.rates.correlated_forms(operator, p.tocsc())
+    variances += g.multiply(g).T @ fit.noise_excess  # the idle establishments' noise where their wages lie
     within_tab = sp.csr_matrix((fit.share_variance[inside], (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
     within_cell = np.bincount(codes, weights=fit.share_variance, minlength=n_cells)
     entries = within_tab.tocoo()

@@ -1,12 +1,12 @@
 """Wage priors of implicates: wage per employee given the establishment's own size, by deconvolution.
 
-z = log(w / E), E the quarter's average employment. Its prior is, per supersector x size band of E, a
+z = log(w / E), E the quarter's average employment. Its prior is, per sector x size band of E, a
 distribution of the residual r = z - s_g(log E) on a grid (with an atom at w = 0), where s_g is a
-line in log E per supersector g (``answered_shift``: through the supersector's size bands of the
+line in log E per sector g (``answered_shift``: through the sector's size bands of the
 months' answers, each band's mean log E against its mean log w deconvolved from its wage answers
 less that). So the wage per employee moves with size within a band, as the release's answers say it
-does within the supersector, instead of being flat within each band; and the supersector's level
-is in s, so a band's prior pooled over supersectors pools their residuals, not their levels.
+does within the sector, instead of being flat within each band; and the sector's level
+is in s, so a band's prior pooled over sectors pools their residuals, not their levels.
 
 Every prior is the NPMLE of its weights (``deconvolve.npmle_weights``, solved to the optimum) on the
 likelihood of each establishment's wage answer at the grid's points; a replicate re-solves them under
@@ -27,13 +27,13 @@ from gedp.postprocess.deconvolve import Likelihood, fit_mixture, npmle_weights, 
 SIZE_EDGES = np.array([2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 1000.0])
 #: Wage per employee grid: log of quarterly wages per employee from $100 to $2,000,000, every 0.07.
 WAGE_Z = np.arange(np.log(100.0), np.log(2e6), 0.07)
-#: Fewest establishments of a supersector x band with a prior of its own (others use the band's).
+#: Fewest establishments of a sector x band with a prior of its own (others use the band's).
 MIN_WAGE_CELL = 300
 #: Most establishments a prior is solved on (a random subset of larger cells, fixed at the fit).
 WAGE_FIT_PER_CELL = 3000
 #: Rows of one block of a wage draw (its points x rows arrays stay in the processor's cache).
 DRAW_ROWS = 256
-#: Fewest employing establishments of a supersector x band of the answers that place a point of s.
+#: Fewest employing establishments of a sector x band of the answers that place a point of s.
 MIN_SHIFT_POINT = 30
 #: How far (in log E) beyond the first and last points s continues (the first band's point sits inside
 #: the band: establishments of 1 and 2 employees have means on both sides).
@@ -42,10 +42,10 @@ EXTRAPOLATE = 1.0
 #: are left out of it: their optimal weight is 0 (their gradient is far below the optimum's 1).
 NEGLIGIBLE_LIKELIHOOD = 1e-12
 
-Key = tuple[int, int]  # (supersector, band); supersector -1: the band over every supersector
+Key = tuple[int, int]  # (sector, band); sector -1: the band over every sector
 
 
-Shift = tuple[np.ndarray, np.ndarray]  # (supersector x (intercept, slope)), (lowest, highest log E)
+Shift = tuple[np.ndarray, np.ndarray]  # (sector x (intercept, slope)), (lowest, highest log E)
 
 
 def no_shift(groups: int) -> Shift:
@@ -53,7 +53,7 @@ def no_shift(groups: int) -> Shift:
 
 
 def size_shift(average: np.ndarray, group: np.ndarray, shift: Shift) -> np.ndarray:
-    """s(log E) = a_g + b_g log E at each average employment E > 0 of supersector g, log E held within
+    """s(log E) = a_g + b_g log E at each average employment E > 0 of sector g, log E held within
     the bounds (flat beyond them)."""
     lines, (low, high) = shift
     with np.errstate(divide="ignore"):
@@ -74,7 +74,7 @@ class WageFit:
     @classmethod
     def of(cls, likelihood: np.ndarray, band: np.ndarray, group: np.ndarray, groups: int,
            rng: np.random.Generator) -> WageFit:
-        """The fit of rows in ``band`` (index into SIZE_EDGES's bands) and supersector ``group``."""
+        """The fit of rows in ``band`` (index into SIZE_EDGES's bands) and sector ``group``."""
         rows: dict[Key, np.ndarray] = {}
         for b in np.unique(band):
             in_band = np.flatnonzero(band == b)
@@ -126,14 +126,14 @@ def solved(ready: tuple[np.ndarray, Likelihood], counts: np.ndarray, start: np.n
 
 def answered_shift(psi: NeighborFunction, month_answers: np.ndarray, wage_answers: np.ndarray, wage_sd: float,
                    average: np.ndarray, group: np.ndarray, groups: int) -> Shift:
-    """s per supersector: the weighted least-squares line through its points, one per size band of the
+    """s per sector: the weighted least-squares line through its points, one per size band of the
     months' answers' mean (a public function of the release, independent of the size's error within it)
     with MIN_SHIFT_POINT or more employing rows: (the mean log E of the band's draws of the months,
     E[log w] of the band less that), E[log w] under the NPMLE of psi(w) deconvolved from the band's
     wage answers alone. Both means are consistent for the band's, so the line's slope is the slope of
     log w / E on log E (grouping by the answers, Wald 1940) without the division bias a regression on
     drawn sizes has (a size drawn too large makes its wage per employee look too small). A
-    supersector with fewer than two points has the line of all supersectors' points; bounds: the
+    sector with fewer than two points has the line of all sectors' points; bounds: the
     points' log E range widened by EXTRAPOLATE. Levels are less the points' mean level."""
     band = np.searchsorted(psi(SIZE_EDGES), month_answers.mean(axis=1))
     employing = average > 0
@@ -183,7 +183,7 @@ def draw_residuals(psi: NeighborFunction, omega: np.ndarray, sd: float, average:
     rows, the cumulative weights a running sum over points, the block in the processor's cache)."""
     scale = np.exp(np.log(average) + size_shift(average, group, shift))
     with np.errstate(divide="ignore"):
-        log_table = np.log(table).transpose(2, 0, 1)  # (grid, w = 0) x supersector x band
+        log_table = np.log(table).transpose(2, 0, 1)  # (grid, w = 0) x sector x band
     pick = np.empty(len(omega), dtype=np.int64)
     growth = np.exp(WAGE_Z)[:, None]
     distance = np.empty((len(WAGE_Z) + 1, min(DRAW_ROWS, len(omega))))

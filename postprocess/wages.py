@@ -35,7 +35,8 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    kept, the conservative choice (wider small-cell priors). An establishment without protected
    employment (under EMPLOYMENT_FLOOR) adds the variance of such establishments' wages around their
    prior, by weighted moments per state from their identity answers (``spread_moments``; at least
-   0), to its cell's prior variance and to its share's. The least squares over cell totals
+   0; separately for the establishments of cells without protected employment, ``idle_classes``),
+   to its cell's prior variance and to its share's. The least squares over cell totals
    t >= 0 and rates,
 
        sum_c (d_c - t_c)^2 / vd_c + (t_c - E_c (r_g(c) + kappa_k(c)))^2 / vp_c
@@ -60,7 +61,9 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
 Why this is postprocessing (no privacy cost): its inputs are released answers, public attributes and
 protected employment (itself postprocessing of released answers), and the constants below are fixed
 in the code, not read from confidential data. The margins of error (``wage_margins.wage_variances``)
-recompute the same fit from a release's files.
+recompute the same fit from a release's files, and add per cell what its idle establishments'
+answers' noise is where their released wages lie rather than where the fit weighed them
+(``_noise_excess``).
 
 This module holds the fit (its constants, the moments' spreads, the passes, the checked result); its
 parts live beside it: ``wage_layout`` (the model's cells and where the rates sit), ``wage_rates`` (the
@@ -155,6 +158,7 @@ class WageFit:
     county_codes: np.ndarray  # per establishment: its county (state and county)
     county_loading: np.ndarray  # per establishment: sd of its share's part of its county's shared deviation
     rates: SharedRates  # the industry rates shared by the cells' priors
+    noise_excess: np.ndarray  # per cell: what its idle establishments' noise at their wages adds (``_noise_excess``)
 
     @property
     def groups(self) -> sp.csr_matrix:
@@ -189,6 +193,18 @@ def protected_employment(protected: pd.DataFrame, answers: Mapping[str, Sequence
 def per_establishment(values: np.ndarray | float, identity_codes: np.ndarray) -> np.ndarray:
     """An identity answer's per-row values (or one value for all), in establishment order."""
     return np.broadcast_to(values, (int(identity_codes.max()) + 1,))[identity_codes]
+
+
+def idle_classes(idle: np.ndarray, cell_codes: np.ndarray, n_cells: int, state: np.ndarray, n_states: int
+                 ) -> tuple[np.ndarray, int]:
+    """Per establishment, the class its wages' variance without protected employment is estimated in
+    (``spread_moments.idle_wage_variance``), and the number of classes: per state, establishments
+    ``idle`` in a cell where every establishment is idle (2 x state + 1: a cell with no employment to
+    be paid in proportion to, whose wages are all the idle establishments' own) apart from the
+    others (2 x state: an idle establishment among employed ones, whose wages are a small share of
+    its cell's)."""
+    busy = np.bincount(cell_codes, weights=(~idle).astype(float), minlength=n_cells)
+    return 2 * state + (busy[cell_codes] == 0), 2 * n_states
 
 
 def _by_state(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -258,6 +274,7 @@ class _Problem:
     direct: np.ndarray  # per cell: its summed identity answers
     cell_employment: np.ndarray
     cell_employment_variance: np.ndarray
+    idle: np.ndarray  # per establishment: without protected employment (and not fixed)
     idle_variance: np.ndarray  # per establishment: its wages' variance without protected employment (0 if employed)
     cell_idle_variance: np.ndarray  # per cell: its establishments' idle_variance summed
     rate_employment: np.ndarray  # per rate
@@ -291,6 +308,8 @@ class _Fit:
     combined: np.ndarray  # per cell: its direct measurement and prior combined
     cell_variance: np.ndarray  # per cell: the combined measurement's variance
     rates: SharedRates
+    direct_variance: np.ndarray  # per cell: its direct measurement's variance (at ``weighed_at``)
+    weighed_at: np.ndarray  # per establishment: the wage its identity answer's variance was evaluated at
 
 
 def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: LinearSystem, plan_codes: np.ndarray,
@@ -318,16 +337,17 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
                                     establishment_detail, detail_group, rate_answer.estimate / rate_employment,
                                     rate_variance, theta.rate_state, n_states)
     lower = np.where(cells.fixed, 0.0, WAGE_FLOOR * state_rate[state] * protected_employment)
+    idle = (protected_employment < EMPLOYMENT_FLOOR) & ~cells.fixed
     idle_variance = idle_wage_variance(answer, weight_rate * employment, psi.estimate_variance(answer, sd),
-                                       psi.estimate_variance(weight_rate * employment, sd),
-                                       (protected_employment < EMPLOYMENT_FLOOR) & ~cells.fixed, state, n_states)
+                                       psi.estimate_variance(weight_rate * employment, sd), idle,
+                                       *idle_classes(idle, cells.codes, n_cells, state, n_states))
     problem = _Problem(
         cells=cells, theta=theta, psi=psi, answer=answer, sd=sd, employment=employment,
         employment_variance=employment_variance, state_rate=state_rate,
         direct=np.bincount(cells.codes, weights=answer, minlength=n_cells),
         cell_employment=np.bincount(cells.codes, weights=employment, minlength=n_cells),
         cell_employment_variance=np.bincount(cells.codes, weights=employment_variance, minlength=n_cells),
-        idle_variance=idle_variance, cell_idle_variance=np.bincount(cells.codes, weights=idle_variance,
+        idle=idle, idle_variance=idle_variance, cell_idle_variance=np.bincount(cells.codes, weights=idle_variance,
                                                                     minlength=n_cells),
         rate_employment=rate_employment, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
         floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
@@ -393,6 +413,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     n_rates, _, n_counties, n_details = theta.sizes
     observed, parent_rate, rate_spread_variance, detail_variance = _rate_priors(p, last)
     _, direct_variance, county_variance, prior_variance = _cell_priors(p, last, observed)
+    weighed_at = last.weight_rate * p.employment
     cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
     free_variance = np.where(cells.fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
     cell_links = np.where(cells.fixed_cells, 0.0, p.cell_employment / prior_variance)
@@ -416,7 +437,8 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
                   rate_variance=theta_variance[:n_rates], cell_rate_variance=theta_variance[theta.cell_node],
                   weight_rate=cell_rates[cells.codes],  # later passes weigh the identity answers at the rates
                   cell_rates=cell_rates, totals=totals)
-    return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks))
+    return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks), direct_variance,
+                       weighed_at)
 
 
 def _bounded_totals(p: _Problem, combined: np.ndarray, cell_variance: np.ndarray) -> np.ndarray:
@@ -452,6 +474,23 @@ def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     prior_weight = np.where(p.cells.fixed, 0.0, (1.0 / spread_variance) / share_precision)
     loading = _county_loadings(p, share_prior, p.answer - share_prior, noise + spread_variance, prior_weight)
     return values, np.where(p.cells.fixed, 0.0, 1.0 / share_precision), loading
+
+
+def _noise_excess(p: _Problem, fit: _Fit, values: np.ndarray) -> np.ndarray:
+    """Per cell: what the noise of its idle establishments' identity answers adds to its total's
+    variance where their wages are not near the wage they were weighed at. The cell's combined
+    measurement weighs its direct measurement by 1 / vd (vd: the answers' noise at ``fit.weighed_at``,
+    for an idle establishment its rate x EMPLOYMENT_FLOOR, a floor rather than where its wages lie);
+    at the answers' true noise variance vd + e, the combined measurement's variance is
+    v + v^2 e / vd^2 (v the cell's combined variance; the sandwich of a weighted mean), so the cell
+    adds v^2 e / vd^2, e estimated at the released wages (their noise variance there less at the
+    weighed wage, summed over the cell's idle establishments; of either sign, as the released wages lie
+    above or below). 0 for a fixed cell."""
+    noise = p.psi.estimate_variance(values, p.sd) - p.psi.estimate_variance(fit.weighed_at, p.sd)
+    excess = np.bincount(p.cells.codes, weights=np.where(p.idle, noise, 0.0), minlength=len(fit.totals))
+    added = np.divide(fit.cell_variance**2 * excess, fit.direct_variance**2, out=np.zeros(len(excess)),
+                      where=fit.direct_variance > 0)
+    return np.where(p.cells.fixed_cells, 0.0, added)
 
 
 def _county_loadings(p: _Problem, share_prior: np.ndarray, residual: np.ndarray, variance: np.ndarray,
@@ -491,12 +530,13 @@ def fit_cells(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Line
         carry, fit = _fit_pass(problem, carry)
     values, share_variance, county_loading = _shares(problem, fit.totals)
     cells = problem.cells
+    noise_excess = _noise_excess(problem, fit, values)
     return WageFit(values=values, cell_codes=cells.codes, totals=fit.totals, cell_measurement=fit.combined,
                    cell_variance=fit.cell_variance, coarse_groups=cells.c, coarse_cells=cells.coarse,
                    group_answers=cells.b, group_variance=cells.w, fixed_cells=cells.fixed_cells,
                    lower=problem.cell_lower,
                    share_variance=share_variance, county_codes=problem.county_codes,
-                   county_loading=county_loading, rates=fit.rates)
+                   county_loading=county_loading, rates=fit.rates, noise_excess=noise_excess)
 
 
 def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,

@@ -80,3 +80,23 @@ def test_combine_is_public_and_refuses_bad_input():
         combine([1.0, np.nan])
     with pytest.raises(ValueError, match="level"):
         combine([1.0, 2.0]).margin(1.5)
+
+
+@pytest.mark.parametrize(("level", "accepted"), [
+    (0.5, True), (0.95, True), (0.9999999999999998, True), (0.4999999999999999, False), (1e-300, False),
+    (0.0, False), (-0.95, False), (0.9999999999999999, False), (1.0, False), (float("nan"), False)])
+def test_a_confidence_level_is_from_one_half_to_below_one_with_a_finite_quantile(level, accepted):
+    """Red team F3c: level 1e-300 was accepted and gave margins of 0. Accepted levels give a finite
+    quantile at least that of 0.5 (scipy's, independently); every other is refused naming it."""
+    from gedp.errors import InputError
+    from gedp.postprocess.combine import checked_level, is_confidence_level
+
+    assert is_confidence_level(level) is accepted
+    if accepted:
+        quantile = stats.norm.ppf(0.5 + checked_level(level) / 2)
+        assert np.isfinite(quantile) and quantile >= stats.norm.ppf(0.75)
+        return
+    with pytest.raises(InputError, match=rf"level \({level}\) must be a confidence level from 0.5 to below 1"):
+        checked_level(level)
+    with pytest.raises(InputError, match="must be a confidence level"):
+        combine([1.0, 2.0]).margin(level)

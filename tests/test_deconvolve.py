@@ -264,3 +264,106 @@ def test_change_components_cover_no_change_one_employee_and_the_reach_whatever_t
     assert side[0] == smallest and side[-1] >= reach
     assert np.all(np.diff(side) <= np.maximum(sd / 4, 0.15 * side[:-1]) * (1 + 1e-12))
     assert np.all(np.isfinite(widths)) and np.all(widths[1:] > 0)
+
+
+def grid_prior(rng, top=12.0, step=0.1):
+    """A level-like prior: an atom at 0 and components every ``step`` up to ``top`` (bandwidth ``step``),
+    Dirichlet weights: with a likelihood sd of 0.3, each row's window holds about a third of them."""
+    means = np.concatenate([[0.0], np.arange(step, top + step / 2, step)])
+    sds = np.concatenate([[0.0], np.full(len(means) - 1, step)])
+    return Mixture(means, sds, rng.dirichlet(np.full(len(means), 0.5)))
+
+
+def reference_draws(center, sd, prior, lower, rng):
+    """draw_posterior written out over every component with scipy's densities, row by row: the
+    component by inverse CDF on one uniform per row, then its posterior truncated at the bound."""
+    from gedp.postprocess.deconvolve import truncated_normal
+
+    u = rng.random(len(center))
+    mean, spread = np.empty(len(center)), np.empty(len(center))
+    for i, (c, s, low) in enumerate(zip(center, sd, lower)):
+        total = prior.sds**2 + s * s
+        post_mean = (prior.means * s * s + c * prior.sds**2) / total
+        post_sd = prior.sds * s / np.sqrt(total)
+        with np.errstate(divide="ignore"):
+            above = np.where(post_sd > 0, stats.norm.logsf(low, post_mean, np.maximum(post_sd, 1e-300)),
+                             np.where(prior.means >= low, 0.0, -np.inf))
+            log_weight = np.log(prior.weights) + stats.norm.logpdf(c, prior.means, np.sqrt(total)) + above
+        order = np.argsort(prior.means, kind="stable")
+        weight = np.exp(log_weight[order] - log_weight.max())
+        k = order[min(int((np.cumsum(weight) < u[i] * weight.sum()).sum()), len(order) - 1)]
+        mean[i], spread[i] = (post_mean[k], post_sd[k]) if np.isfinite(log_weight.max()) else (c, s)
+    return truncated_normal(mean, spread, lower, rng)
+
+
+def test_mixture_draws_are_the_full_computations_draws_given_the_same_uniforms():
+    # The draw computes each row's components within 7 sds of its center, rows of one sd at once, the
+    # truncation only where the bound is near: given the same uniforms it must draw what the
+    # computation over every component draws (rows of both sds, bounds near and far, centers past
+    # every component, more rows than one block).
+    rng = np.random.default_rng(17)
+    n = 6000
+    for prior in (grid_prior(rng), PRIOR):
+        center = rng.uniform(-2.0, prior.means.max() + 3.0, n)
+        sd = np.where(rng.random(n) < 0.5, 0.3, 0.45)
+        lower = np.where(rng.random(n) < 0.4, -np.inf, rng.uniform(-1.0, prior.means.max() + 1.0, n))
+        ours = draw_posterior(center, sd, prior, lower, np.random.default_rng(3))
+        theirs = reference_draws(center, sd, prior, lower, np.random.default_rng(3))
+        assert (ours >= lower).all()
+        # A float's rounding may flip a pick whose uniform falls on a cumulative weight (p ~ 1e-13 a row).
+        assert (~np.isclose(ours, theirs, rtol=1e-9, atol=1e-9)).sum() <= 2
+
+
+def mixture_posterior_cdf(prior, center, sd, lower, points):
+    """The posterior CDF at ``points`` in closed form: sum_k w_k N(center; m_k, s_k^2 + sd^2) P(lower <=
+    posterior_k <= point) over the same sum with P(posterior_k >= lower), posterior_k the component's
+    Gaussian posterior (an atom: a point mass at its mean)."""
+    total = prior.sds**2 + sd * sd
+    post_mean = (prior.means * sd * sd + center * prior.sds**2) / total
+    post_sd = prior.sds * sd / np.sqrt(total)
+    atom = post_sd == 0
+    scale = np.where(atom, 1.0, post_sd)
+    points = np.asarray(points)[:, None]
+    mass = np.where(atom, prior.means >= lower, stats.norm.sf(lower, post_mean, scale))
+    within = np.where(atom, (prior.means >= lower) & (prior.means <= points),
+                      np.clip(stats.norm.cdf(points, post_mean, scale) - (1 - mass), 0, None))
+    likelihood = prior.weights * stats.norm.pdf(center, prior.means, np.sqrt(total))
+    return (likelihood * within).sum(axis=1) / (likelihood * mass).sum()
+
+
+@pytest.mark.parametrize("center, lower", [(3.0, -np.inf), (0.3, 0.0), (6.05, 5.9)])
+def test_windowed_mixture_draws_follow_the_closed_form_posterior_and_refuse_a_shifted_prior(center, lower):
+    rng = np.random.default_rng(23)
+    prior, sd, n = grid_prior(rng), 0.3, 40_000
+    draws = draw_posterior(np.full(n, center), np.full(n, sd), prior, np.full(n, lower), rng)
+    points = np.quantile(draws, np.linspace(0.02, 0.98, 49))
+    # Kolmogorov's bound: P(sqrt(n) max gap > 2.2) < 2e-4 at any points.
+    gap = np.abs((draws[:, None] <= points).mean(axis=0) - mixture_posterior_cdf(prior, center, sd, lower, points))
+    assert gap.max() * np.sqrt(n) < 2.2
+    # Power: the posterior under the prior shifted by a sixth of the likelihood's sd is refused.
+    shifted = Mixture(prior.means + sd / 6, prior.sds, prior.weights)
+    wrong = np.abs((draws[:, None] <= points).mean(axis=0) - mixture_posterior_cdf(shifted, center, sd, lower, points))
+    assert wrong.max() * np.sqrt(n) > 2.2
+
+
+def test_bootstrap_replicates_reach_the_optimum_within_the_certified_gap():
+    # A replicate starts from the fitted prior and stops once its weights certify the gap (Frank-Wolfe's
+    # bound from the gradient, computed here independently): its log-likelihood must be within GAP_NATS
+    # of a solve from uniform weights of the same bootstrap counts.
+    rng = np.random.default_rng(8)
+    n, sd = 8000, 0.6
+    observed = np.where(rng.random(n) < 0.5, 0.0, rng.normal(1.0, 0.7, n)) + rng.normal(0, sd, n)
+    means, sds = change_components(0.2, 6.0, sd)
+    fitted = fit_mixture(observed, sd, means, sds)
+    centers, counts = binned(observed, sd / 10)
+    likelihood = stats.norm.pdf(centers[:, None], means, np.sqrt(sds**2 + sd**2))
+    value = lambda w, c: float(c @ np.log(likelihood @ w))  # noqa: E731
+    for _ in range(5):
+        drawn = rng.gamma(counts)
+        warm = npmle_weights(likelihood, drawn, start=fitted.on(means, sds))
+        cold = npmle_weights(likelihood, drawn)
+        gradient = likelihood.T @ (drawn / (likelihood @ warm)) / drawn.sum()
+        assert drawn.sum() * (gradient.max() - 1.0) <= GAP_NATS * (1 + 1e-9)
+        assert abs(value(warm, drawn) - value(cold, drawn)) < GAP_NATS
+        # Power: the start itself (no re-solve) is further from the replicate's optimum than that.
+        assert value(cold, drawn) - value(fitted.on(means, sds) + 1e-300, drawn) > GAP_NATS

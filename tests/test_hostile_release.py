@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -468,3 +469,121 @@ def test_implicates_and_size_classes_refuse_protected_data_that_tabulate_refuses
         assert result.exit_code == 2 and message in result.output, (request, result.output)
         assert "<b>" not in result.output
     assert not (tmp_path / "imp").exists()
+
+
+# --- the noisy answers are checked where they are read (red team F5) -----------------------------
+def _rows(frame: pd.DataFrame, query: str | None = None, count: int = 50) -> pd.Index:
+    rows = frame.index if query is None else frame.index[frame["query"] == query]
+    return rows[:count]
+
+
+def _set(column: str, value: float, query: str | None = None, count: int = 50):
+    def edit(frame: pd.DataFrame) -> pd.DataFrame:
+        frame.loc[_rows(frame, query, count), column] = value
+        return frame
+    return edit
+
+
+def _consistent_sd(sd: float):
+    """Every psi answer's sd set to ``sd`` with the estimate and variance the mechanism gives from it."""
+    def edit(frame: pd.DataFrame) -> pd.DataFrame:
+        from gedp.measure.neighbors import make_psi
+
+        psi = make_psi(name="sqrt", a=0)
+        rows = frame["mechanism"] == "psi"
+        frame.loc[rows, "sd"] = sd
+        frame.loc[rows, "estimate"] = psi.unbiased_estimate(frame.loc[rows, "released"].to_numpy(), sd)
+        frame.loc[rows, "variance"] = psi.releasable_variance(frame.loc[rows, "estimate"].to_numpy(), sd)
+        return frame
+    return edit
+
+
+#: The red team's edits of measurements.parquet (each ended in a traceback, an overflow or silently
+#: changed numbers at 3e97528), with the rule each breaks.
+HOSTILE_MEASUREMENTS = {
+    "variance NaN": (_set("variance", np.nan), "variance is not a finite number"),
+    "variance NaN in a county answer": (_set("variance", np.nan, "state,county"), "variance is not a finite number"),
+    "variance negative": (_set("variance", -5.0), "psi estimate or variance is not the one"),
+    "variance 1e308": (_set("variance", 1e308), "psi estimate or variance is not the one"),
+    "variance inf everywhere": (_set("variance", np.inf, count=10**9), "variance is not a finite number"),
+    "sd 0 everywhere": (_set("sd", 0.0, count=10**9), "sd is not between the grid's rounding"),
+    "sd NaN": (_set("sd", np.nan), "sd is not a finite number"),
+    "sd negative": (_set("sd", -1.0, count=3), "sd is not between the grid's rounding"),
+    "sd 1e300 everywhere": (_set("sd", 1e300, count=10**9), "sd is not between the grid's rounding"),
+    "sd 1e-300 everywhere": (_set("sd", 1e-300, count=10**9), "sd is not between the grid's rounding"),
+    "sd 1e50, estimates and variances to match": (_consistent_sd(1e50), "2^55 grid steps"),
+    "sd below gamma / mu, estimates and variances to match": (_consistent_sd(0.01), "below the psi mechanism's gamma"),
+    "estimate NaN": (_set("estimate", np.nan), "estimate is not a finite number"),
+    "estimate inf": (_set("estimate", np.inf), "estimate is not a finite number"),
+    "released NaN": (_set("released", np.nan), "released is not a finite number"),
+    "released 1e200": (_set("released", 1e200), "not a multiple of its grid step within the grid's range"),
+    "a pnc answer's estimate moved": (_set("estimate", 1.0, "state,county"), "pnc estimate or variance"),
+    "mu 0": (_set("mu", 0.0, "identity"), "mu is not in (0, 1e+06]"),
+    "grid 2^40": (_set("grid", 2.0**40), "grid is not the step its mechanism and gamma release on"),
+    "identity rows dropped": (lambda f: f.drop(f.index[5:40]), "hold 365 identity answers of 'm1emp', the "
+                                                               "manifest states 400 establishments"),
+    "rows repeated": (lambda f: pd.concat([f, f.iloc[:30]]), "keys repeat those of another row of the same answer"),
+    "a county answer repeated": (lambda f: pd.concat([f, f[f["query"] == "state,county"].iloc[:1]]),
+                                 "keys repeat those of another row"),
+    "identity answers of m2emp given to other establishments": (
+        lambda f: f.assign(estab_id=np.where((f["query"] == "identity") & (f["attribute"] == "m2emp"),
+                                             np.roll(f["estab_id"].to_numpy(dtype=object), 1), f["estab_id"])),
+        "hold identity answers of 'm2emp' for other establishments"),
+    "mechanism renamed": (lambda f: f.assign(mechanism="<b>x</b>"), "mechanism is not psi or pnc"),
+}
+
+
+def _edit_measurements(copy: Path, edit) -> None:
+    part = copy / "measurements.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_MEASUREMENTS))
+def test_hostile_measurements_are_refused_in_one_line_by_every_reader(one_quarter, tmp_path, monkeypatch, case):
+    """Each edit is refused where the answers are read: the API's reader, gedp tabulate --moe and
+    gedp implicates in one line and exit 2, the server at load or per request (400, its id only)."""
+    from gedp.serve.app import Limits, create_app
+    from gedp.serve.releases import load_releases
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = HOSTILE_MEASUREMENTS[case]
+    copy = copied(one_quarter, tmp_path)
+    _edit_measurements(copy, edit)
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_answers(copy)
+    for request in (["tabulate", str(copy), "--by", "county", "--moe"],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1 and "<b>" not in result.output, result.output
+    assert not (tmp_path / "imp").exists()
+    try:
+        served = load_releases([copy])
+    except InputError as err:
+        assert message in str(err)
+        return
+    status, body = asgi_get(create_app(served, Limits()), "/api/tabulate",
+                            {"release": next(iter(served)), "by": "county", "moe": "1"})
+    assert status == 400 and message in json.loads(body)["error"], body
+    assert str(tmp_path).encode() not in body
+
+
+def asgi_get(application, path: str, params: dict) -> tuple[int, bytes]:
+    """The status and body of a GET of ``application`` (ASGI), called in this process."""
+    import urllib.parse
+
+    import anyio
+
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "root_path": "",
+             "query_string": urllib.parse.urlencode(params).encode(), "headers": [], "scheme": "http",
+             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "http_version": "1.1", "asgi": {"version": "3.0"}}
+    anyio.run(application, scope, receive, send)
+    return sent[0]["status"], b"".join(message.get("body", b"") for message in sent[1:])

@@ -154,3 +154,19 @@ def test_a_panel_release_is_drawn_one_quarter_at_a_time(tmp_path):
     write_implicates(release, 2, tmp_path / "q2", seed=1, quarter="2016Q2")
     drawn = pd.read_parquet(tmp_path / "q2")
     assert len(drawn) == 2 * len(pd.read_parquet(release / "protected.parquet", filters=[("quarter", "==", "2016Q2")]))
+
+
+def test_wage_model_groups_are_the_sectors_of_the_release(lone_release):
+    """The wage priors' groups (``StateAnswers.industry``) are the release's 2-digit NAICS sectors (the
+    groups of a regression with sector effects), not its supersectors: two establishments share a
+    group exactly when they share a sector."""
+    from gedp.release.implicates import prepare
+
+    draws = prepare(lone_release, np.random.default_rng(0))
+    for rows, model in draws.models:
+        sector = draws.public["sector"].to_numpy()[rows]
+        pairs = pd.DataFrame({"sector": sector, "group": model.answers.industry}).drop_duplicates()
+        assert pairs["sector"].is_unique and pairs["group"].is_unique
+        # power: a supersector of this release holds two sectors, so the former groups would fail above
+        supersector = pd.Series(draws.public["supersector"].to_numpy()[rows])
+        assert supersector.groupby(sector).first().value_counts().max() >= 2

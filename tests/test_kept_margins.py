@@ -95,7 +95,15 @@ def test_an_edited_measurement_gets_its_own_structure(release_copy):
     measurements = pd.read_parquet(part)
     # one establishment's noisy month-1 employment: the smoothed months' variances follow it
     row = np.flatnonzero((measurements["query"] == "identity").to_numpy() & (measurements["attribute"] == "m1emp"))[0]
-    measurements.loc[row, ["released", "estimate"]] += 1000.0
+    # moved consistently (its estimate and variance those of its released value: a reader checks them)
+    from gedp.measure.neighbors import make_psi
+    from gedp.release.reader import read_manifest
+
+    psi = make_psi(**read_manifest(folder)["psi"])
+    released, sd = measurements.loc[row, "released"] + 1000.0, measurements.loc[row, "sd"]
+    estimate = float(psi.unbiased_estimate(np.array([released]), sd)[0])
+    measurements.loc[row, ["released", "estimate"]] = [released, estimate]
+    measurements.loc[row, "variance"] = float(psi.releasable_variance(np.array([estimate]), sd)[0])
     measurements.to_parquet(part, index=False)
     assert kept_path(folder) != original_path
     edited = kept_variances(folder)

@@ -187,7 +187,9 @@ def test_tabulate_with_margins_of_error(release, tmp_path):
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--moe", "--level", "1.5"], "--level (1.5) must be between 0 and 1"),
+    (["--moe", "--level", "1.5"], "--level (1.5) must be a confidence level from 0.5 to below 1"),
+    (["--moe", "--level", "1e-300"], "--level (1e-300) must be a confidence level from 0.5 to below 1"),
+    (["--moe", "--level", "0.49"], "--level (0.49) must be a confidence level from 0.5 to below 1"),
     (["--format", "qcew"], "--format qcew needs --agglvl"),
     (["--where", "zipcode == 3"], "where 'zipcode == 3': 'zipcode' is not a column"),
     (["--where", "sector == 'nope'"], "no establishments to tabulate match"),

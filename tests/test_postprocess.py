@@ -433,3 +433,128 @@ def test_one_blas_thread_limits_blas_from_any_thread():
         worker.join(30)
         assert seen == {"request": {1}, "main": {1}, "nested": {1}}
         assert blas_threads() == before
+
+
+def _blas_counts() -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+
+
+def _counts_under(limit: int) -> list[int]:
+    """The counts a caller's own ``threadpool_limits(limit)`` gives alone (a library built for fewer
+    threads keeps its own)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=limit, user_api="blas"):
+        return _blas_counts()
+
+
+def _gedp_scope_in_a_pool_thread(inside=None):
+    """gedp's scope entered and left in a thread that then stays alive (a server's or dask's pool
+    thread), ``inside`` called within it; the thread's release event and the thread."""
+    import threading
+
+    from gedp.postprocess.structured import one_blas_thread
+
+    done, release = threading.Event(), threading.Event()
+
+    def pool_thread():
+        with one_blas_thread:
+            if inside is not None:
+                inside()
+        done.set()
+        release.wait(30)
+
+    thread = threading.Thread(target=pool_thread, daemon=True)
+    thread.start()
+    assert done.wait(30)
+    return release, thread
+
+
+def test_a_callers_own_blas_limits_hold_around_and_after_gedps_scope_in_another_thread():
+    """Red team F6: gedp took threadpoolctl's control of OpenBLAS, so (a) a caller's own
+    ``threadpool_limits(1)`` around gedp's scope in a pool thread was never restored (BLAS stuck at 1
+    after every scope closed), and (b) once gedp's scope had run in a thread still alive, a caller's
+    ``threadpool_limits(1)`` was ignored (BLAS left unlimited)."""
+    import numpy  # noqa: F401 (BLAS loaded)
+    from threadpoolctl import threadpool_limits
+
+    start = _blas_counts()
+    if max(start, default=1) < 2:
+        pytest.skip("BLAS runs on one thread here: nothing to limit")
+    with threadpool_limits(limits=1, user_api="blas"):
+        release, thread = _gedp_scope_in_a_pool_thread()
+        assert _blas_counts() == [1] * len(start)
+    assert _blas_counts() == start  # (a)
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert _blas_counts() == [1] * len(start)  # (b): the pool thread is still alive
+    assert _blas_counts() == start
+    release.set()
+    thread.join(30)
+
+
+def test_a_callers_limit_set_inside_gedps_scope_is_its_own_and_gedp_restores_what_it_found():
+    """A caller's ``threadpool_limits`` opened and closed inside gedp's scope, in the same thread and in
+    another: inside, the caller's count; after it, gedp's 1; after gedp's scope, the count found before."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from gedp.postprocess.structured import one_blas_thread
+
+    start = _blas_counts()
+    if max(start, default=1) < 2:
+        pytest.skip("BLAS runs on one thread here: nothing to limit")
+    seen = {}
+    with one_blas_thread:
+        def caller():
+            with threadpool_limits(limits=2, user_api="blas"):
+                seen["caller, other thread"] = _blas_counts()
+
+        other = threading.Thread(target=caller)
+        other.start()
+        other.join(30)
+        seen["gedp after the other"] = _blas_counts()
+        with threadpool_limits(limits=2, user_api="blas"):
+            seen["caller, same thread"] = _blas_counts()
+        seen["gedp after it"] = _blas_counts()
+    two = _counts_under(2)
+    assert seen == {"caller, same thread": two, "gedp after it": [1] * len(start),
+                    "caller, other thread": two, "gedp after the other": [1] * len(start)}
+    assert _blas_counts() == start
+    release, thread = _gedp_scope_in_a_pool_thread(inside=lambda: seen.update(pool=_blas_counts()))
+    assert seen["pool"] == [1] * len(start) and _blas_counts() == start
+    release.set()
+    thread.join(30)
+
+
+def test_a_limit_another_user_sets_during_gedps_scope_stands_after_it():
+    """A caller's own limit set (in another thread) while gedp's scope is open and still set when gedp
+    leaves is the caller's to restore: gedp leaves it, and the caller restores what it found."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from gedp.postprocess.structured import one_blas_thread
+
+    start = _blas_counts()
+    if max(start, default=1) < 2:
+        pytest.skip("BLAS runs on one thread here: nothing to limit")
+    opened, gedp_left, seen = threading.Event(), threading.Event(), {}
+
+    def caller():
+        with threadpool_limits(limits=2, user_api="blas"):
+            seen["caller inside gedp's scope"] = _blas_counts()
+            opened.set()
+            assert gedp_left.wait(30)
+            seen["caller after gedp left"] = _blas_counts()
+
+    with one_blas_thread:
+        other = threading.Thread(target=caller)
+        other.start()
+        assert opened.wait(30)
+    gedp_left.set()
+    other.join(30)
+    two = _counts_under(2)
+    assert seen == {"caller inside gedp's scope": two, "caller after gedp left": two}

@@ -220,7 +220,8 @@ def test_the_flags_of_a_table_are_the_bands_of_each_value_cv(server):
     ({"release": "single", "by": "county,sector", "moe": "1", "where": "own == '5'"}, 200, ""),
     ({"release": "single", "by": "naics,county,own", "moe": "1"}, 400, "more than 500:"),
     ({"release": "single", "by": "county", "level": "nan"}, 400, "level must be a finite number"),
-    ({"release": "single", "by": "county", "moe": "1", "level": "1.5"}, 400, "--level (1.5) must be between 0"),
+    ({"release": "single", "by": "county", "moe": "1", "level": "1.5"}, 400,
+     "--level (1.5) must be a confidence level from 0.5"),
     ({"release": "panel", "by": "county"}, 400, "give a quarter or a change"),
     ({"release": "panel", "by": "county", "quarter": "../x"}, 400, "quarter ../x is not in release panel"),
     ({"release": "single", "by": "county", "format": "xlsx"}, 400, "format xlsx needs agglvl"),
@@ -228,7 +229,11 @@ def test_the_flags_of_a_table_are_the_bands_of_each_value_cv(server):
     ({"release": "single", "agglvl": "74", "where": "m1emp > 100"}, 400, "'m1emp' is not a public column"),
     ({"release": "single", "agglvl": "78", "where": "estab_id == '1'"}, 400, "'estab_id' is not a public column"),
     ({"release": "single", "by": "county", "moe": "1", "level": "0.9999999999999999"}, 400,
-     "--level (0.9999999999999999) must be between 0 and 1"),
+     "--level (0.9999999999999999) must be a confidence level from 0.5 to below 1"),
+    ({"release": "single", "by": "county", "moe": "1", "level": "1e-300"}, 400,
+     "--level (1e-300) must be a confidence level from 0.5 to below 1"),
+    ({"release": "single", "by": "sector,size_class", "moe": "1", "level": "0.2"}, 400,
+     "--level (0.2) must be a confidence level from 0.5 to below 1"),
     ({"release": "single", "by": "size_class", "where": "naics3 == '000'"}, 400, "no establishments to tabulate"),
     ({"release": "single", "by": "size_class", "where": "m3emp > 4"}, 400, "'m3emp' is not a public column"),
 ])
@@ -247,6 +252,48 @@ def test_a_request_past_its_time_is_answered_503(releases):
     finally:
         served.stop()
     assert status == 503 and "longer than" in json.loads(body)["error"]
+
+
+def test_requests_past_their_time_never_compute_on_more_than_the_workers(releases, monkeypatch):
+    """Red team F1: a request past its time gave its worker slot back while its thread kept computing
+    (anyio's abandon_on_cancel): 40 slow requests at --timeout 0.2 had 13 computations at once with 4
+    slots. Counted here with a slow fake answer: at most WORKERS at once, every request answered 200
+    or 503 with Retry-After, and every computation started ends."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gedp.serve import app as serve_app
+    from gedp.serve.releases import ServedRelease
+
+    running, seen, lock = [0], [0, 0], threading.Lock()
+    answer = ServedRelease.answer
+
+    def slow(self, wanted):
+        with lock:
+            running[0] += 1
+            seen[0], seen[1] = max(seen[0], running[0]), seen[1] + 1
+        try:
+            time.sleep(0.5)
+            return answer(self, wanted)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(ServedRelease, "answer", slow)
+    served = Served(create_app(load_releases([releases["single"]]), Limits(timeout=0.2)))
+    try:
+        with ThreadPoolExecutor(24) as pool:
+            answers = list(pool.map(lambda i: served.get("/api/tabulate", {
+                "release": "single", "by": "county", "where": f"county != '{i:03d}'"}), range(24)))
+        deadline = time.monotonic() + 30
+        while running[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        served.stop()
+    assert running[0] == 0 and 1 <= seen[0] <= serve_app.WORKERS, seen
+    assert seen[1] < 24  # requests that found no slot in time never computed
+    for status, headers, body in answers:
+        assert status == 503 and int(headers["retry-after"]) >= 1, (status, body)
+        assert re.search(r"longer than 0.2 s|the server is busy", json.loads(body)["error"]), body
 
 
 def test_answers_on_a_kept_connection_are_not_held_by_delayed_acknowledgements(server):

@@ -30,7 +30,8 @@ def release(small_release, tmp_path):
     ({"out": Path("t.txt")}, "the name does not tell the format"),
     ({"format": "xlsx", "by": "county"}, "--format xlsx writes QCEW levels"),
     ({"by": "county", "agglvl": 75}, "give --by or --agglvl, not both"),
-    ({"level": 1.5}, "--level (1.5) must be between 0 and 1"),
+    ({"level": 1.5}, "--level (1.5) must be a confidence level from 0.5 to below 1"),
+    ({"level": 1e-300}, "--level (1e-300) must be a confidence level from 0.5 to below 1"),
     ({"format": "parquet"}, "--format parquet needs --out FILE"),
 ])
 def test_a_request_whose_options_do_not_go_together_is_refused(release, options, message):

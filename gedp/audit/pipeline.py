@@ -113,10 +113,12 @@ def broken_noise(factor: float) -> Iterator[None]:
         yield
 
 
-def released_files(data: pd.DataFrame, config: Config, folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """One run of the release path (``gedp protect``'s library call, secure generator): the
-    release's measurements, protected microdata and manifest, read back from its files."""
-    manifest, _ = protect_recorded(data, config, folder, ledger=None, seed=None, engine="local")
+def released_files(data: pd.DataFrame, config: Config, folder: Path, seed: int | None = None
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """One run of the release path (``gedp protect``'s library call, secure generator; with ``seed``,
+    PCG64 seeded as ``gedp protect --seed``): the release's measurements, protected microdata and
+    manifest, read back from its files."""
+    manifest, _ = protect_recorded(data, config, folder, ledger=None, seed=seed, engine="local")
     return pd.read_parquet(folder / MEASUREMENTS_FILE), pd.read_parquet(folder / PROTECTED_FILE), manifest
 
 
@@ -189,9 +191,11 @@ def claims(manifest: dict, attribute: str) -> dict[str, float]:
             "likelihood ratio": attribute_total, "protected value": attribute_total}
 
 
-def audit_runs(config: Config, pair: Neighbours, runs: int, noise_factor: float = 1.0) -> tuple[Scores, dict]:
+def audit_runs(config: Config, pair: Neighbours, runs: int, noise_factor: float = 1.0,
+               seeds: list[int] | None = None) -> tuple[Scores, dict]:
     """``runs`` runs of the release path on D1 and D2 in this process: each statistic's scores by side
-    (D1, D2) and the last manifest. ``noise_factor`` < 1 runs the broken build (``broken_noise``)."""
+    (D1, D2) and the last manifest. ``noise_factor`` < 1 runs the broken build (``broken_noise``);
+    ``seeds``: one per run and side, in that order (None: the secure generator)."""
     scores: Scores = {name: ([], []) for name in STATISTICS}
     manifest: dict = {}
     located = None
@@ -200,7 +204,8 @@ def audit_runs(config: Config, pair: Neighbours, runs: int, noise_factor: float 
         for run in range(runs):
             for side, data in enumerate((pair.d1, pair.d2)):
                 folder = Path(scratch) / f"run-{run}-{side}"
-                measurements, protected, manifest = released_files(data, config, folder)
+                seed = None if seeds is None else seeds[2 * run + side]
+                measurements, protected, manifest = released_files(data, config, folder, seed)
                 shutil.rmtree(folder)
                 located = target_answers(pair, config.plan.psi, measurements, located)
                 for name, score in statistics(pair, located, protected).items():
@@ -212,15 +217,24 @@ def _batches(runs: int) -> list[int]:
     return [BATCH] * (runs // BATCH) + ([runs % BATCH] if runs % BATCH else [])
 
 
+def _batch_seeds(seed: int | None, batch: int, size: int) -> list[int] | None:
+    """The protect seeds of one batch's runs and sides, from ``seed`` and the batch's index (the same
+    wherever the batch runs), or None for the secure generator."""
+    if seed is None:
+        return None
+    return [int(word) for word in np.random.SeedSequence([seed, batch]).generate_state(2 * size, np.uint64) >> 1]
+
+
 def run_pipeline_audit(config: str | Config = "baseline", *, attribute: str = "m1emp", runs: int = 300,
                        noise_factor: float = 1.0, alpha: float = PIPELINE_ALPHA, workers: int = WORKERS,
-                       on_run: Callable[[], None] | None = None) -> list[StatisticResult]:
+                       on_run: Callable[[], None] | None = None, seed: int | None = None) -> list[StatisticResult]:
     """Protect D1 and D2 ``runs`` times each and bound, per statistic, the mu the outputs show.
 
     ``noise_factor`` < 1 audits the broken build (``broken_noise``). The runs are independent, so
     they are spread over ``workers`` processes in batches of BATCH (1: all in this process). Each
     statistic's bound holds with probability >= 1 - alpha / len(STATISTICS), so an honest release
-    path passes every statistic with probability >= 1 - alpha.
+    path passes every statistic with probability >= 1 - alpha. ``seed``: every run seeded from it
+    (PCG64, as ``gedp protect --seed``: a reproducible audit, for tests); None: the secure generator.
     """
     loaded = load(config) if isinstance(config, str) else config
     pair = neighbours(loaded, attribute)
@@ -230,9 +244,11 @@ def run_pipeline_audit(config: str | Config = "baseline", *, attribute: str = "m
         if workers > 1:
             pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")))
             done = (future.result() for future in as_completed(
-                [pool.submit(audit_runs, loaded, pair, size, noise_factor) for size in _batches(runs)]))
+                [pool.submit(audit_runs, loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))
+                 for batch, size in enumerate(_batches(runs))]))
         else:
-            done = (audit_runs(loaded, pair, size, noise_factor) for size in _batches(runs))
+            done = (audit_runs(loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))
+                    for batch, size in enumerate(_batches(runs)))
         for batch, manifest in done:
             for name in STATISTICS:
                 for side in (0, 1):

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.errors import InputError
-from gedp.release.format import IMPLICATES_SUMMARY, MEASUREMENTS_FILE, QUARTER_KEY
+from gedp.release.format import IMPLICATES_SUMMARY, MEASUREMENTS_FILE
 from gedp.synth.schema import CONFIDENTIAL
 
 IMPLICATE_KEY = "implicate"
@@ -48,13 +48,10 @@ def check_count(m: object) -> int:
 
 def identity_answers(release: Path, quarter: str | None, ids: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Released psi-scale identity answers and their sds (rows in ``ids``' order x attributes)."""
-    filters = [("query", "==", "identity")]
-    if quarter is not None:
-        filters.append((QUARTER_KEY, "==", quarter))
-    from gedp.release.reader import release_parts
+    from gedp.release.reader import read_measurements
 
-    frame = pd.read_parquet(release_parts(release, MEASUREMENTS_FILE), filters=filters,
-                            columns=["attribute", "estab_id", "released", "sd", "mechanism"])
+    frame = read_measurements(release, quarter)
+    frame = frame[frame["query"] == "identity"]
     values = np.full((len(ids), len(CONFIDENTIAL)), np.nan)
     sds = np.full((len(ids), len(CONFIDENTIAL)), np.nan)
     position = pd.Index(ids)
@@ -95,7 +92,7 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
             note(f"fitting priors of state {state} ({len(rows):,} establishments)")
         answers = StateAnswers(months=values[rows, :3], month_sd=sds[rows, :3].mean(axis=0), wage=values[rows, 3],
                                wage_sd=float(sds[rows, 3].mean()),
-                               supersector=pd.factorize(public["supersector"].to_numpy()[rows])[0])
+                               industry=pd.factorize(public["sector"].to_numpy()[rows])[0])
         with one_blas_thread:
             models.append((rows, PosteriorModel(answers, psi, rng)))
     return ReleaseDraws(public, models)

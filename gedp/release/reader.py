@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -14,11 +13,8 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.release.validation import read_manifest, release_parts
+from gedp.release.validation import checked_attribute, checked_measurements, read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
-
-#: An attribute of a release's answers: a plain name, or a job family's category ("worker[1,E1]").
-ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\[[^\[\]/\\\x00-\x1f]{1,64}\])?")
 
 if TYPE_CHECKING:
     from gedp.measure.neighbors import NeighborFunction
@@ -80,10 +76,18 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
 def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, list[NoisyAnswer]]:
     """A release's noisy answers by attribute (without reading its protected microdata); of one
     ``quarter`` of a panel release (``release_quarters``), which needs one."""
+    return answers_of_frame(release, read_measurements(release, quarter))
+
+
+def read_measurements(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
+    """A release's measurements (of one ``quarter`` of a panel release), every row and number checked
+    as untrusted input (``validation.checked_measurements``): what every reader of its answers reads."""
     release = Path(release)
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
-    return answers_of_frame(release, pd.read_parquet(release_parts(release, MEASUREMENTS_FILE), filters=filters))
+    manifest = read_manifest(release)
+    frame = pd.read_parquet(release_parts(release, MEASUREMENTS_FILE, manifest), filters=filters)
+    return checked_measurements(release, frame, manifest, quarter)
 
 
 def answers_of_frame(release: str | Path, frame: pd.DataFrame) -> dict[str, list[NoisyAnswer]]:
@@ -113,17 +117,6 @@ def checked_query(release: str | Path, name: object, columns: pd.Index) -> tuple
         raise InputError(f"release '{release}': the measurements name a query {shown(name)} by columns they do "
                          "not hold (an edited or damaged copy)")
     return by
-
-
-def checked_attribute(release: str | Path, attribute: object) -> str:
-    """An attribute named by a release's measurements: a plain name, or a job family's category
-    (``worker[1,E1]``)."""
-    if not isinstance(attribute, str) or not ATTRIBUTE_PATTERN.fullmatch(attribute):
-        from gedp.synth.schema import shown
-
-        raise InputError(f"release '{release}': the measurements name an attribute {shown(attribute)}, which is "
-                         "not an attribute's name (an edited or damaged copy)")
-    return attribute
 
 
 def release_quarters(release: str | Path) -> list[str]:

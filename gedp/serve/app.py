@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from importlib import resources
@@ -44,7 +45,8 @@ MAX_QUERY_BYTES = 4096
 MAX_TEXT = 600
 DEFAULT_MAX_ROWS = 100_000
 DEFAULT_TIMEOUT = 30.0
-#: Requests computed at once (each in a worker thread).
+#: Requests computed at once (each in a worker thread that holds one of ``Workers``' slots until its
+#: computation ends, even past its request's time).
 WORKERS = 4
 #: Bytes of answers kept for requests asked again.
 CACHE_BYTES = 64 << 20
@@ -141,10 +143,39 @@ class AnswerCache:
                 self.size -= len(dropped[0])
 
 
+class Busy(Exception):
+    """No worker slot came free within a request's time."""
+
+
+class Workers:
+    """At most ``count`` computations at once, counted by the threads that compute: a thread holds its
+    slot until its computation truly ends. (anyio's limiter of ``to_thread.run_sync`` gives its token
+    back when a request past its time is abandoned while its thread keeps computing: 40 slow requests
+    at --timeout 0.2 had 13 threads computing at once with 4 tokens.)"""
+
+    def __init__(self, count: int = WORKERS) -> None:
+        self.slots = threading.BoundedSemaphore(count)
+
+    def run(self, deadline: float, work: Any, *args: Any) -> Any:
+        """``work(*args)`` in this thread once a slot is free; Busy when none is by ``deadline``
+        (``time.monotonic``)."""
+        if not self.slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise Busy
+        try:
+            return work(*args)
+        finally:
+            self.slots.release()
+
+
+def retry_later(message: str, timeout: float) -> JSONResponse:
+    """503 with Retry-After: the request's time (at least 1 s), when slots may have come free."""
+    return JSONResponse({"error": message}, status_code=503, headers={"retry-after": str(max(1, math.ceil(timeout)))})
+
+
 def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits()) -> SecurityHeaders:
     """The application serving ``releases`` (by id) within ``limits``."""
     static = {name: resources.files("gedp.serve").joinpath("static", name).read_bytes() for name in STATIC}
-    limiter = anyio.CapacityLimiter(WORKERS)
+    workers = Workers()
 
     async def page(request: Request) -> Response:
         name = request.path_params.get("name", "index.html")
@@ -176,11 +207,14 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits()) ->
     async def computed(request: Request) -> Response:
         try:
             release, wanted, output = parse(request.query_params.multi_items(), releases)
-            with anyio.fail_after(limits.timeout):
-                answer = await anyio.to_thread.run_sync(answered_in_full, release, wanted, limits.max_rows, output,
-                                                        limiter=limiter, abandon_on_cancel=True)
+            deadline = time.monotonic() + limits.timeout
+            with anyio.fail_after(limits.timeout):  # a thread waiting for a slot gives up at the same deadline
+                answer = await anyio.to_thread.run_sync(workers.run, deadline, answered_in_full, release, wanted,
+                                                        limits.max_rows, output, abandon_on_cancel=True)
+        except Busy:
+            return retry_later(f"the server is busy ({WORKERS} requests computing); retry later", limits.timeout)
         except TimeoutError:
-            return JSONResponse({"error": f"the request took longer than {limits.timeout:g} s"}, status_code=503)
+            return retry_later(f"the request took longer than {limits.timeout:g} s", limits.timeout)
         except GedpError as err:
             return JSONResponse({"error": without_paths(str(err), releases)}, status_code=400)
         if isinstance(answer, Tabulation):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from gedp.errors import InputError
-from gedp.postprocess.combine import is_confidence_level
+from gedp.postprocess.combine import checked_level
 from gedp.release.format import JOBS_FILE
 from gedp.release.reader import read_stored, release_answers, release_families
 
@@ -31,8 +31,8 @@ def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Se
 
     keys = by_columns(by)
     jobs = read_job_frame(folder)
-    if moe and not is_confidence_level(level):
-        raise InputError(f"level ({level}) must be between 0 and 1 (below 1 - 1e-16)")
+    if moe:
+        checked_level(level)
     try:
         return tabulate_jobs(protected, jobs, release_families(folder), keys, where=where, moe=moe, level=level,
                              answers=release_answers(folder, protected) if moe else None)

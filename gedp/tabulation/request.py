@@ -213,7 +213,7 @@ def _has_derived_keys(by: str) -> bool:
 def _derived_tabulation(request: TabulationRequest, implicates: pd.DataFrame | None = None) -> Tabulation:
     """A release tabulated by a derived column (``gedp.release.implicates.tabulate_derived``), as csv or
     parquet; ``--format qcew``: BLS's size-class layout, written as CSV."""
-    from gedp.postprocess.combine import is_confidence_level
+    from gedp.postprocess.combine import checked_level
     from gedp.postprocess.keys import by_columns
     from gedp.release.implicates import tabulate_derived
 
@@ -221,8 +221,7 @@ def _derived_tabulation(request: TabulationRequest, implicates: pd.DataFrame | N
     written = _table_format(None if layout == "qcew" else request.format, request.out, None)
     if written == "xlsx" or request.agglvl is not None or request.titles is not None:
         raise InputError("a size-class table goes with --by, --where, --moe and --format csv, parquet or qcew")
-    if not is_confidence_level(request.level):
-        raise InputError(f"--level ({request.level}) must be between 0 and 1 (below 1 - 1e-16)")
+    checked_level(request.level, "--level")
     request = dataclasses.replace(request, format=written)
     table = tabulate_derived(request.source, cast(str, request.by), where=request.where or None, moe=request.moe,
                              level=request.level, format=layout, quarter=request.quarter, implicates=implicates)
@@ -250,7 +249,7 @@ def _table_format(table_format: str | None, out: Path | None, agglvl: int | None
 
 def _tabulation_format(request: TabulationRequest) -> str:
     """Refuse a tabulation's options that do not go together; returns the output format."""
-    from gedp.postprocess.combine import is_confidence_level
+    from gedp.postprocess.combine import checked_level
 
     table_format, out, by = request.format, request.out, request.by
     if request.titles is not None and table_format not in PUBLICATION_FORMATS and not (out and out.suffix == ".xlsx"):
@@ -263,8 +262,7 @@ def _tabulation_format(request: TabulationRequest) -> str:
         raise InputError("--moe needs a release directory (it reads the release's measurements)")
     if request.agglvl is not None and by is not None:
         raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
-    if not is_confidence_level(request.level):
-        raise InputError(f"--level ({request.level}) must be between 0 and 1 (below 1 - 1e-16)")
+    checked_level(request.level, "--level")
     chosen = _table_format(table_format, out, request.agglvl)
     if chosen in PUBLICATION_FORMATS and not request.is_release and not request.unprotected:
         raise InputError(f"--format {chosen} writes a table ready to publish, but this input is not a gedp release: "
