@@ -355,9 +355,12 @@ def measurement_columns(release: str | Path, parts: list[str], quarter: str | No
 
 def _check_key_lengths(release: str | Path, frame) -> None:
     """Every key at most MAX_KEY_CHARS characters long."""
+    import pandas as pd
+
     for column in frame.columns:
         if column not in ANSWER_FIELDS and column != QUARTER_KEY:
-            longest = frame[column].astype("string").str.len().max()
+            keys = frame[column]
+            longest = (keys if isinstance(keys.dtype, pd.StringDtype) else keys.astype("string")).str.len().max()
             if longest == longest and longest > MAX_KEY_CHARS:  # NaN when every key is null
                 raise _refuse_answers(release, f"hold a key of {_shown(column)} longer than {MAX_KEY_CHARS} "
                                                "characters (gedp's keys are codes and ids of a few characters)")
