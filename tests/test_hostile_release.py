@@ -624,21 +624,25 @@ def _permuted_ids(frame: pd.DataFrame) -> pd.DataFrame:
 #: Answers whose keys are well formed but not the public groups (red team of int7): refused where they
 #: meet the protected microdata (``wls.build_system``).
 UNMATCHED_KEYS = {
-    "a county answer dropped": (lambda f: f.drop(index=_first_county_row(f)), "query state,county"),
+    "a county answer dropped": (lambda f: f.drop(index=_first_county_row(f)),
+                                "answers of query state,county do not match the groups"),
     "a county key null": (lambda f: f.assign(county=f["county"].mask(f.index == _first_county_row(f))),
-                          "query state,county"),
-    "identity answers permuted": (_permuted_ids, "query identity"),
+                          "answers of query state,county do not match the groups"),
+    "identity answers permuted": (_permuted_ids, "answers of query identity do not match the groups"),
+    "identity answers of other establishments": (
+        lambda f: f.assign(estab_id="X" + f["estab_id"]),
+        "the months' identity answers hold establishments that the public microdata does not"),
 }
 
 
 @pytest.mark.parametrize("case", list(UNMATCHED_KEYS))
 def test_answers_not_of_the_public_groups_are_refused_in_one_line(one_quarter, tmp_path, monkeypatch, case):
     monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
-    edit, query = UNMATCHED_KEYS[case]
+    edit, message = UNMATCHED_KEYS[case]
     copy = copied(one_quarter, tmp_path)
     _edit_measurements(copy, edit)
     result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--moe"])
-    assert result.exit_code == 2 and f"answers of {query} do not match the groups" in result.output, result.output
+    assert result.exit_code == 2 and message in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
 
 
