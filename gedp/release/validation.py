@@ -547,11 +547,14 @@ def _gammas(release: str | Path, names, manifest: Mapping, psi_names):
 
 def checked_measurements(release: str | Path, frame, manifest: Mapping, quarter: str | None = None):
     """``frame`` (measurements read from ``release``, of one ``quarter`` of a panel) once every row and
-    number is checked as untrusted input: attributes named as ``checked_attribute`` says; finite
-    numbers; mu in (0, MAX_STATED_MU]; each grid step its mechanism's and each released value on it;
-    sd between the grid's rounding and MAX_SD_STEPS grid steps, at least gamma / mu for the psi
-    mechanism; estimates and variances those the mechanisms compute from the released values and sd;
-    each answer's keys once; one identity answer per establishment the manifest states. InputError
+    number is checked as untrusted input (its parts' schemas by ``measurement_columns`` before they
+    were read): every column readers use present; keys at most MAX_KEY_CHARS long; attributes named
+    as ``checked_attribute`` says; finite numbers; mu in (0, MAX_STATED_MU]; each grid step its
+    mechanism's and each released value on it; sd between the grid's rounding and MAX_SD_STEPS grid
+    steps, for the psi mechanism between gamma / mu and the most it draws (``_check_psi_sd``), for
+    pnc 0 only on a released value of 0; estimates and variances those the mechanisms compute from
+    the released values and sd; each answer's keys once; one identity answer per establishment the
+    manifest states. InputError
     naming the rule and the first answer breaking it otherwise."""
     import numpy as np
     import pandas as pd
