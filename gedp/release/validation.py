@@ -554,8 +554,7 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, quarter:
     steps, for the psi mechanism between gamma / mu and the most it draws (``_check_psi_sd``), for
     pnc 0 only on a released value of 0; estimates and variances those the mechanisms compute from
     the released values and sd; each answer's keys once; one identity answer per establishment the
-    manifest states. InputError
-    naming the rule and the first answer breaking it otherwise."""
+    manifest states. InputError naming the rule and the first answer breaking it otherwise."""
     import numpy as np
     import pandas as pd
 
