@@ -74,6 +74,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import group_establishments
@@ -424,7 +425,7 @@ def _in_order(public: pd.DataFrame, estab_ids: pd.Series | None) -> pd.DataFrame
         return public
     position = pd.Index(public["estab_id"]).get_indexer(estab_ids)
     if (position < 0).any():
-        raise ValueError("the months' identity answers hold establishments that the public microdata does not")
+        raise InputError("the months' identity answers hold establishments that the public microdata does not")
     return public.iloc[position]
 
 

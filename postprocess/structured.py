@@ -59,12 +59,15 @@ def _blas_threads():
     return ThreadpoolController()
 
 
-def _set_blas_count(library, count: int) -> None:
-    """Set one BLAS library's thread count for the process, from any thread, without threadpoolctl's
-    bookkeeping of which thread controls OpenBLAS (3.8 lets only one thread set it and ignores the
-    others; taking that control from another user left its own limits ignored or never restored)."""
-    setter = getattr(library, "_real_set_num_threads", None) or library.set_num_threads
-    setter(count)
+def _take_blas_control() -> None:
+    """Let the calling thread set OpenBLAS's thread count: threadpoolctl (3.8) lets only the first thread
+    that set a process-wide OpenBLAS's count set it again while that thread lives, and ignores the others.
+    ``one_blas_thread`` sets and restores the count under its own lock, for the whole process, from
+    whichever thread enters first or leaves last (a server's request, a dask worker's thread)."""
+    for library in _blas_threads().select(user_api="blas").lib_controllers:
+        clear = getattr(type(library), "clear_controlling_thread", None)
+        if clear is not None:
+            clear(force=True)
 
 
 class _OneBlasThread(ContextDecorator):
@@ -74,27 +77,21 @@ class _OneBlasThread(ContextDecorator):
     busy machine (other work, or states in parallel on dask) every synchronization of BLAS threads can wait
     for a time slice: a 353 x 353 Cholesky took 0.6 s instead of 0.6 ms. BLAS's thread count is a setting of
     the whole process, so overlapping scopes (threads of one dask worker) share one limit: the first to
-    enter, in whichever thread, records each library's count and sets 1; the last to leave, whatever order
-    they leave in, sets back the count it recorded where the count is still its 1, and leaves any other
-    count alone: a limit another user (a caller's own ``threadpool_limits``) set while gedp's scope was
-    open stands, and that user restores what it found. gedp never takes threadpoolctl's control of
-    OpenBLAS from another thread (``_set_blas_count``), so a caller's scopes before, around or inside
-    gedp's set and restore their own counts. Left to the caller: a scope of its own opened inside gedp's
-    and closed after it restores the 1 it found there (threadpoolctl restores what it found).
+    enter sets it and the last to leave restores the count found before, whatever order they leave in,
+    whichever threads they run in (``_take_blas_control``: before, a scope entered in a thread other than the
+    first that set the count did nothing, so a solve overlapping it ran on every thread, with other bits).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._inside = 0
-        self._found: list[tuple[object, int]] = []
+        self._limiter = None
 
     def __enter__(self) -> _OneBlasThread:
         with self._lock:
             if self._inside == 0:
-                libraries = _blas_threads().select(user_api="blas").lib_controllers
-                self._found = [(library, library.get_num_threads()) for library in libraries]
-                for library, _ in self._found:
-                    _set_blas_count(library, 1)
+                _take_blas_control()
+                self._limiter = _blas_threads().limit(limits=1, user_api="blas")
             self._inside += 1
         return self
 
@@ -102,10 +99,9 @@ class _OneBlasThread(ContextDecorator):
         with self._lock:
             self._inside -= 1
             if self._inside == 0:
-                for library, count in self._found:
-                    if count is not None and library.get_num_threads() == 1:
-                        _set_blas_count(library, count)
-                self._found = []
+                _take_blas_control()
+                self._limiter.restore_original_limits()
+                self._limiter = None
 
 
 one_blas_thread = _OneBlasThread()

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from gedp.errors import ConfigError, SolverError
+from gedp.errors import ConfigError, InputError, SolverError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import Groupings
 from gedp.postprocess.structured import (
@@ -127,7 +127,7 @@ def build_system(
     for answer in answers:
         grouping = groupings(answer.query.by)
         if grouping.n_groups != len(answer) or not grouping.keys.equals(answer.keys.reset_index(drop=True)):
-            raise ValueError(
+            raise InputError(
                 f"answers of query {answer.query.name} do not match the groups of the public data "
                 f"({len(answer)} answers, {grouping.n_groups} groups)"
             )

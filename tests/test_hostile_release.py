@@ -530,6 +530,24 @@ HOSTILE_MEASUREMENTS = {
                                              np.roll(f["estab_id"].to_numpy(dtype=object), 1), f["estab_id"])),
         "hold identity answers of 'm2emp' for other establishments"),
     "mechanism renamed": (lambda f: f.assign(mechanism="<b>x</b>"), "mechanism is not psi or pnc"),
+    # red team of int7: types and columns checked from each part's schema, before any key work
+    "estab_id stored as numbers": (lambda f: f.assign(estab_id=pd.factorize(f["estab_id"])[0].astype(float)),
+                                   "hold a key column 'estab_id' as double, not as text"),
+    "a state stored as a number": (lambda f: f.assign(state=pd.to_numeric(f["state"])),
+                                   "hold a key column 'state' as"),
+    "released stored as text": (lambda f: f.assign(released=f["released"].map(repr).astype(object)),
+                                "hold the column released as string, not as numbers"),
+    "variance_kind dropped": (lambda f: f.drop(columns="variance_kind"), "lack the column variance_kind"),
+    "mu dropped": (lambda f: f.drop(columns="mu"), "lack the column mu"),
+    "grid dropped": (lambda f: f.drop(columns="grid"), "lack the column grid"),
+    "a county key of 1,000 characters": (lambda f: f.assign(county=f["county"].where(f["county"].isna(), "1" * 1000)),
+                                         "hold a key of 'county' longer than 64 characters"),
+    "pnc sd 0 on a released value not 0": (
+        lambda f: f.assign(sd=f["sd"].where(f["mechanism"] == "psi", 0.0),
+                           variance=f["variance"].where(f["mechanism"] == "psi", 0.0)),
+        "pnc sd is 0 (no noise) but the released value is not 0"),
+    "sd 1e6, below 2^55 grid steps, estimates and variances to match": (
+        _consistent_sd(1e6), "sd is above the psi mechanism's (gamma + grid + float error) / mu"),
 }
 
 
@@ -587,3 +605,63 @@ def asgi_get(application, path: str, params: dict) -> tuple[int, bytes]:
              "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "http_version": "1.1", "asgi": {"version": "3.0"}}
     anyio.run(application, scope, receive, send)
     return sent[0]["status"], b"".join(message.get("body", b"") for message in sent[1:])
+
+
+def _first_county_row(frame: pd.DataFrame) -> int:
+    return frame.index[(frame["query"] == "state,county") & (frame["attribute"] == "m1emp")][0]
+
+
+def _permuted_ids(frame: pd.DataFrame) -> pd.DataFrame:
+    """The identity answers of every attribute given to the establishments in another (the same) order."""
+    identity = frame["query"] == "identity"
+    ids = frame.loc[identity & (frame["attribute"] == "m1emp"), "estab_id"].to_numpy()
+    order = np.random.default_rng(0).permutation(len(ids))
+    for attribute in frame.loc[identity, "attribute"].unique():
+        frame.loc[identity & (frame["attribute"] == attribute), "estab_id"] = ids[order]
+    return frame
+
+
+#: Answers whose keys are well formed but not the public groups (red team of int7): refused where they
+#: meet the protected microdata (``wls.build_system``).
+UNMATCHED_KEYS = {
+    "a county answer dropped": (lambda f: f.drop(index=_first_county_row(f)),
+                                "answers of query state,county do not match the groups"),
+    "a county key null": (lambda f: f.assign(county=f["county"].mask(f.index == _first_county_row(f))),
+                          "answers of query state,county do not match the groups"),
+    "identity answers permuted": (_permuted_ids, "answers of query identity do not match the groups"),
+    "identity answers of other establishments": (
+        lambda f: f.assign(estab_id="X" + f["estab_id"]),
+        "the months' identity answers hold establishments that the public microdata does not"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNMATCHED_KEYS))
+def test_answers_not_of_the_public_groups_are_refused_in_one_line(one_quarter, tmp_path, monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = UNMATCHED_KEYS[case]
+    copy = copied(one_quarter, tmp_path)
+    _edit_measurements(copy, edit)
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--moe"])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_column_no_query_groups_by_is_not_read(one_quarter, tmp_path):
+    """An extra column (the red team's 'zz', a long string on every row) is left unread: the answers
+    read are those of the release without it."""
+    from gedp.release.reader import read_measurements
+
+    copy = copied(one_quarter, tmp_path)
+    _edit_measurements(copy, lambda f: f.assign(zz="z" * 100_000))
+    pd.testing.assert_frame_equal(read_measurements(copy), read_measurements(one_quarter))
+
+
+def test_a_panel_part_without_its_quarter_column_is_refused(panel_release, tmp_path):
+    copy = copied(panel_release, tmp_path)
+    part = copy / "measurements.parquet" / "part-2016Q1-44.parquet"
+    pd.read_parquet(part).drop(columns="quarter").to_parquet(part, index=False)
+    with pytest.raises(InputError, match="lack the column quarter .part-2016Q1-44.parquet."):
+        read_answers(copy, "2016Q1")
+    result = runner.invoke(app, ["serve", str(panel_release), str(copy)])
+    assert result.exit_code == 2 and "lack the column quarter" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output

@@ -13,7 +13,13 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.release.validation import checked_attribute, checked_measurements, read_manifest, release_parts
+from gedp.release.validation import (
+    checked_attribute,
+    checked_measurements,
+    measurement_columns,
+    read_manifest,
+    release_parts,
+)
 from gedp.synth.schema import CONFIDENTIAL
 
 if TYPE_CHECKING:
@@ -86,7 +92,9 @@ def read_measurements(release: str | Path, quarter: str | None = None) -> pd.Dat
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
     manifest = read_manifest(release)
-    frame = pd.read_parquet(release_parts(release, MEASUREMENTS_FILE, manifest), filters=filters)
+    parts = release_parts(release, MEASUREMENTS_FILE, manifest)
+    columns = measurement_columns(release, parts, quarter)  # each part's schema checked before any read
+    frame = pd.read_parquet(parts, columns=columns, filters=filters)
     return checked_measurements(release, frame, manifest, quarter)
 
 

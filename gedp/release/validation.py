@@ -269,6 +269,14 @@ MAX_SD_STEPS = 2.0**55
 ANSWER_RTOL = 1e-9
 
 
+#: The columns of measurements that name an answer, each text.
+ANSWER_TEXT = ("query", "attribute", "mechanism", "variance_kind")
+#: The longest key (an establishment's id, a group's label) a release's measurements may hold: gedp's
+#: keys are FIPS codes, NAICS codes, size classes and establishment ids of a few characters; a longer one
+#: is an edited copy (a 60 KB key repeated on every row decompresses to gigabytes).
+MAX_KEY_CHARS = 64
+
+
 def _refuse_answers(release: str | Path, rule: str) -> InputError:
     return InputError(f"release '{release}': {MEASUREMENTS_FILE} {rule} (an edited or damaged copy)")
 
@@ -297,6 +305,65 @@ def _numbers_of(release: str | Path, frame) -> dict:
             _where(release, frame, ~np.isfinite(values), f"{column} is not a finite number")
             numbers[column] = values
     return numbers
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _is_number(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+
+
+def measurement_columns(release: str | Path, parts: list[str], quarter: str | None = None) -> list[str]:
+    """The columns of a release's measurement ``parts`` that a reader reads, after checking each part's
+    schema (its footer only): every column of ``ANSWER_TEXT`` (and the quarter key of a panel) held as
+    text, every column of ``ANSWER_NUMBERS`` as numbers, every other column (a key) as text; the keys
+    read are those some query groups by (and ``estab_id``), any other column left unread."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    required = {**dict.fromkeys(ANSWER_TEXT, "text"), **dict.fromkeys(ANSWER_NUMBERS, "numbers")}
+    if quarter is not None:
+        required[QUARTER_KEY] = "text"
+    first: list[str] = []
+    for part in parts:
+        schema = pq.read_schema(part)
+        first = first or schema.names  # what a read of the parts reads: the first part's columns
+        for column, kind in required.items():
+            if column not in schema.names:
+                raise _refuse_answers(release, f"lack the column {column} ({Path(part).name})")
+            if not (_is_number if kind == "numbers" else _is_text)(schema.field(column).type):
+                raise _refuse_answers(release, f"hold the column {column} as {schema.field(column).type}, not as "
+                                               f"{kind} ({Path(part).name})")
+        for field in schema:
+            if field.name not in required and not _is_text(field.type):
+                raise _refuse_answers(release, f"hold a key column {_shown(field.name)} as {field.type}, not as "
+                                               f"text ({Path(part).name})")
+    queries = pq.ParquetDataset(parts).read(columns=["query"]).column("query")
+    queries = set(queries.cast(pa.large_string()).unique().to_pylist())
+    named = {column for name in queries if isinstance(name, str) and name not in ("identity", "total")
+             for column in name.split(",")} | ({"estab_id"} if "identity" in queries else set())
+    return [name for name in first if name in required or name in named]  # in the order gedp wrote them
+
+
+def _check_key_lengths(release: str | Path, frame) -> None:
+    """Every key at most MAX_KEY_CHARS characters long."""
+    import pandas as pd
+
+    for column in frame.columns:
+        if column not in ANSWER_FIELDS and column != QUARTER_KEY:
+            keys = frame[column]
+            longest = (keys if isinstance(keys.dtype, pd.StringDtype) else keys.astype("string")).str.len().max()
+            if longest == longest and longest > MAX_KEY_CHARS:  # NaN when every key is null
+                raise _refuse_answers(release, f"hold a key of {_shown(column)} longer than {MAX_KEY_CHARS} "
+                                               "characters (gedp's keys are codes and ids of a few characters)")
 
 
 def checked_attribute(release: str | Path, attribute: object) -> str:
@@ -343,9 +410,31 @@ def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> 
     low = ((sd >= rounding) & (sd > 0)) | (~psi_rows & (sd == 0))
     _where(release, frame, ~(low & (sd < top)),
            "sd is not between the grid's rounding (grid / sqrt(12)) and 2^55 grid steps")
+    if "released" in numbers:  # no noise: the group's clip level, hence its released value, is 0
+        _where(release, frame, ~psi_rows & (sd == 0) & (numbers["released"] != 0),
+               "pnc sd is 0 (no noise) but the released value is not 0")
     if "mu" in numbers:
         _where(release, frame, psi_rows & (sd * numbers["mu"] < gamma * (1 - ANSWER_RTOL)),
                "sd is below the psi mechanism's gamma / mu")
+
+
+def _check_psi_sd(release: str | Path, frame, numbers: dict, psi_rows, gamma, manifest: Mapping) -> None:
+    """A psi answer's sd at most the one its mechanism draws (``measure.mechanisms.psi_mechanism``):
+    the rounded noise sd (``rounded_noise_sd``) of (gamma + grid + 2 psi.float_error(T)) / mu, T the
+    largest group total the manifest allows (its establishments times MAX_VALUE)."""
+    import numpy as np
+
+    from gedp.measure.grid import rounded_noise_sd
+    from gedp.measure.neighbors import make_psi
+    from gedp.synth.schema import MAX_VALUE
+
+    if not psi_rows.any():
+        return
+    widest = 2 * float(make_psi(**manifest["psi"]).float_error(max(int(manifest["establishments"]), 1) * MAX_VALUE))
+    sd, mu, grid = (numbers[name][psi_rows] for name in ("sd", "mu", "grid"))
+    bad = np.zeros(len(frame), dtype=bool)
+    bad[psi_rows] = sd > rounded_noise_sd((gamma[psi_rows] + grid + widest) / mu, grid) * (1 + ANSWER_RTOL)
+    _where(release, frame, bad, "sd is above the psi mechanism's (gamma + grid + float error) / mu")
 
 
 def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
@@ -458,20 +547,23 @@ def _gammas(release: str | Path, names, manifest: Mapping, psi_names):
 
 def checked_measurements(release: str | Path, frame, manifest: Mapping, quarter: str | None = None):
     """``frame`` (measurements read from ``release``, of one ``quarter`` of a panel) once every row and
-    number is checked as untrusted input: attributes named as ``checked_attribute`` says; finite
-    numbers; mu in (0, MAX_STATED_MU]; each grid step its mechanism's and each released value on it;
-    sd between the grid's rounding and MAX_SD_STEPS grid steps, at least gamma / mu for the psi
-    mechanism; estimates and variances those the mechanisms compute from the released values and sd;
-    each answer's keys once; one identity answer per establishment the manifest states. InputError
-    naming the rule and the first answer breaking it otherwise."""
+    number is checked as untrusted input (its parts' schemas by ``measurement_columns`` before they
+    were read): every column readers use present; keys at most MAX_KEY_CHARS long; attributes named
+    as ``checked_attribute`` says; finite numbers; mu in (0, MAX_STATED_MU]; each grid step its
+    mechanism's and each released value on it; sd between the grid's rounding and MAX_SD_STEPS grid
+    steps, for the psi mechanism between gamma / mu and the most it draws (``_check_psi_sd``), for
+    pnc 0 only on a released value of 0; estimates and variances those the mechanisms compute from
+    the released values and sd; each answer's keys once; one identity answer per establishment the
+    manifest states. InputError naming the rule and the first answer breaking it otherwise."""
     import numpy as np
     import pandas as pd
 
     if quarter is not None:
         manifest = manifest["per_quarter"][quarter]
-    missing = {"query", "attribute"} - set(frame.columns)
+    missing = {*ANSWER_TEXT, *ANSWER_NUMBERS} - set(frame.columns)
     if missing:
         raise _refuse_answers(release, f"lack the column {sorted(missing)[0]}")
+    _check_key_lengths(release, frame)
     attributes, names = pd.factorize(frame["attribute"], use_na_sentinel=False)
     for name in names:
         checked_attribute(release, name)
@@ -486,6 +578,7 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, quarter:
         grids = np.array([psi_grid(value) if value > 0 else 0.0 for value in gammas])
         _check_grids(release, frame, numbers, psi_rows, grids[attributes])
     _check_noise(release, frame, numbers, psi_rows, gamma)
+    _check_psi_sd(release, frame, numbers, psi_rows, gamma, manifest)
     _check_estimates(release, frame, numbers, psi_rows, manifest)
     _check_keys(release, frame, manifest, attributes, names)
     return frame
