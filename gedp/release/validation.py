@@ -292,18 +292,15 @@ def _where(release: str | Path, frame, bad, rule: str) -> None:
 
 
 def _numbers_of(release: str | Path, frame) -> dict:
-    """Each number column present, as float64, refused unless every value is finite."""
+    """Each number column as float64 (present and numeric: ``measurement_columns`` checked the parts'
+    schemas), refused unless every value is finite."""
     import numpy as np
 
     numbers = {}
     for column in ANSWER_NUMBERS:
-        if column in frame.columns:
-            try:
-                values = frame[column].to_numpy(dtype=np.float64)
-            except (TypeError, ValueError):
-                raise _refuse_answers(release, f"hold '{column}' values that are not numbers") from None
-            _where(release, frame, ~np.isfinite(values), f"{column} is not a finite number")
-            numbers[column] = values
+        values = frame[column].to_numpy(dtype=np.float64)
+        _where(release, frame, ~np.isfinite(values), f"{column} is not a finite number")
+        numbers[column] = values
     return numbers
 
 
