@@ -498,6 +498,20 @@ def _consistent_sd(sd: float):
     return edit
 
 
+def _as_pnc(frame: pd.DataFrame) -> pd.DataFrame:
+    """Three identity answers of m1emp made pnc answers, each number as pnc's would be (on its grid,
+    its estimate the released value, its variance sd^2)."""
+    rows = _rows(frame[frame["attribute"] == "m1emp"], "identity", 3)
+    grid = 2.0**-10
+    released = np.round(frame.loc[rows, "released"] / grid) * grid
+    return frame.assign(mechanism=frame["mechanism"].mask(frame.index.isin(rows), "pnc")).assign(
+        variance_kind=frame["variance_kind"].mask(frame.index.isin(rows), "exact")).pipe(
+        lambda f: f.assign(grid=f["grid"].mask(f.index.isin(rows), grid),
+                           released=f["released"].mask(f.index.isin(rows), released),
+                           estimate=f["estimate"].mask(f.index.isin(rows), released),
+                           variance=f["variance"].mask(f.index.isin(rows), f["sd"] ** 2)))
+
+
 #: The red team's edits of measurements.parquet (each ended in a traceback, an overflow or silently
 #: changed numbers at 3e97528), with the rule each breaks.
 HOSTILE_MEASUREMENTS = {
@@ -548,6 +562,21 @@ HOSTILE_MEASUREMENTS = {
         "pnc sd is 0 (no noise) but the released value is not 0"),
     "sd 1e6, below 2^55 grid steps, estimates and variances to match": (
         _consistent_sd(1e6), "sd is above the psi mechanism's (gamma + grid + float error) / mu"),
+    # red team of harden7: answers that are not the plan's, mixed within an answer, keys forged
+    "a query dropped": (lambda f: f[f["query"] != "state,naics5"],
+                        "lack the answers of query 'state,naics5' on 'm1emp' (state 44), which the manifest's plan"),
+    "an attribute dropped": (lambda f: f[f["attribute"] != "wage"], "lack the answers of query 'identity' on 'wage'"),
+    "every answer dropped": (lambda f: f.iloc[:0], "lack the answers of query 'identity' on 'm1emp' (state 44)"),
+    "a query renamed to one the plan lacks": (
+        lambda f: f.assign(query=f["query"].replace("state,county", "county,state")),
+        "name a query 'county,state' on 'm1emp' (state 44) that the manifest's plan does not state"),
+    "a county answer of mixed mu": (_set("mu", 0.3, "state,county", 2),
+                                    "mu is not the one the manifest's ledger charged its answer"),
+    "an identity answer of mixed mechanisms": (_as_pnc, "mechanism is not its query's (identity: psi"),
+    "a pnc answer's variance estimated": (lambda f: f.assign(variance_kind="estimated"),
+                                          "variance_kind is not its mechanism's (psi: estimated; pnc: exact)"),
+    "a county key categorical": (lambda f: f.assign(county=f["county"].astype("category")),
+                                 "hold a key column 'county' as dictionary"),
 }
 
 

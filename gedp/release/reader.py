@@ -13,13 +13,8 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.release.validation import (
-    checked_attribute,
-    checked_measurements,
-    measurement_columns,
-    read_manifest,
-    release_parts,
-)
+from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts
+from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
 
 if TYPE_CHECKING:
@@ -87,15 +82,15 @@ def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, l
 
 def read_measurements(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
     """A release's measurements (of one ``quarter`` of a panel release), every row and number checked
-    as untrusted input (``validation.checked_measurements``): what every reader of its answers reads."""
+    as untrusted input (``measurement_checks.checked_measurements``): what every reader of its answers
+    reads. Of a panel, the parts of ``quarter`` only, each checked to hold that quarter's rows only."""
     release = Path(release)
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
     manifest = read_manifest(release)
-    parts = release_parts(release, MEASUREMENTS_FILE, manifest)
-    columns = measurement_columns(release, parts, quarter)  # each part's schema checked before any read
-    frame = pd.read_parquet(parts, columns=columns, filters=filters)
-    return checked_measurements(release, frame, manifest, quarter)
+    parts = measurement_parts(release, release_parts(release, MEASUREMENTS_FILE, manifest), quarter)
+    frame = pd.read_parquet(parts.paths, columns=parts.columns, filters=filters)  # footers checked before
+    return checked_measurements(release, frame, manifest, parts, quarter)
 
 
 def answers_of_frame(release: str | Path, frame: pd.DataFrame) -> dict[str, list[NoisyAnswer]]:
