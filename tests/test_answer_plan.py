@@ -214,3 +214,16 @@ def test_the_footer_of_the_largest_level_is_not_100_percent(two_states, tmp_path
                           env={**os.environ, "GEDP_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines()[-1].endswith("margins of error at 99.99999999999998%"), done.stderr
+
+
+def test_the_api_measurements_are_checked_as_every_reader_checks_them(two_states, panel, tmp_path):
+    """``Release.measurements`` gave the stored rows unchecked at 3835307; now the checked ones, which
+    for a valid release are the stored rows themselves (a panel's quarters in order)."""
+    from gedp.release.reader import read_stored
+
+    for release in (two_states, panel):
+        pd.testing.assert_frame_equal(gedp.Release(release).measurements, read_stored(release, "measurements.parquet"))
+    copy = copied(two_states, tmp_path)
+    edit_part(copy / "measurements.parquet" / "part-44.parquet", lambda f: f[f["query"] != "state,naics5"])
+    with pytest.raises(InputError, match=re.escape("lack the answers of query 'state,naics5' on 'm1emp' (state 44)")):
+        _ = gedp.Release(copy).measurements
