@@ -98,11 +98,14 @@ def test_answers_moved_to_the_part_of_another_state_are_refused(two_states, tmp_
         read_answers(copy)
 
 
-@pytest.mark.parametrize("edit", ["mu of one query changed", "query dropped from the ledger and the answers"])
+@pytest.mark.parametrize("edit", ["mu of one query changed", "mu of one query a mapping",
+                                  "query dropped from the ledger and the answers"])
 def test_a_manifest_whose_mu_is_not_its_ledgers_is_refused(two_states, tmp_path, edit):
     copy = copied(two_states, tmp_path)
     if edit == "mu of one query changed":
         edit_manifest(copy, lambda m: m["mu"]["state,county"].update(m1emp=0.1))
+    elif edit == "mu of one query a mapping":
+        edit_manifest(copy, lambda m: m["mu"]["state,county"].update(m1emp={"x": 0.1}))
     else:
         def drop(manifest):
             for section in manifest["per_state"].values():

@@ -429,7 +429,8 @@ def _check_stated_mu(release: str | Path, manifest: Mapping, ledgers: list[dict]
     stated = manifest.get("mu")
     same = isinstance(stated, dict) and stated.keys() == charged.keys() and all(
         isinstance(stated[query], dict) and stated[query].keys() == by.keys()
-        and all(math.isclose(stated[query][family], mu, rel_tol=ANSWER_RTOL) for family, mu in by.items())
+        and all(isinstance(stated[query][family], (int, float))
+                and math.isclose(stated[query][family], mu, rel_tol=ANSWER_RTOL) for family, mu in by.items())
         for query, by in charged.items())
     if not same:
         raise _refuse_plan(release, f"mu per query and attribute{where} is not what its states' ledgers charged")
