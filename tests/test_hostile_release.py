@@ -694,3 +694,39 @@ def test_a_panel_part_without_its_quarter_column_is_refused(panel_release, tmp_p
     result = runner.invoke(app, ["serve", str(panel_release), str(copy)])
     assert result.exit_code == 2 and "lack the column quarter" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def _not_parquet(part: Path) -> None:
+    part.write_bytes(b"estab_id,m1emp\n44-1,12\n")
+
+
+def _garbled_footer(part: Path) -> None:
+    """The magic bytes kept, the footer's metadata overwritten: Arrow cannot decode it."""
+    content = bytearray(part.read_bytes())
+    content[-200:-8] = b"\x07" * 192
+    part.write_bytes(bytes(content))
+
+
+@pytest.mark.parametrize("damage", [_not_parquet, _garbled_footer], ids=["not_parquet", "garbled_footer"])
+@pytest.mark.parametrize("output", ["protected.parquet", "measurements.parquet"])
+def test_a_damaged_part_is_refused_in_one_line_by_every_reader(one_quarter, tmp_path, monkeypatch, output, damage):
+    """A part that is not the Parquet gedp wrote (text, or a footer that does not decode) gave Arrow's
+    traceback (exit 1) in `gedp tabulate --moe`, `gedp implicates` and the server's start: now one line naming
+    the release and the output, exit 2, and the server refuses to start naming its release only."""
+    from gedp.serve.releases import load_releases
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = copied(one_quarter, tmp_path)
+    damage(copy / output / "part-44.parquet")
+    expected = "is not a Parquet file" if damage is _not_parquet else f"a part of {output} cannot be read"
+    for request in (["tabulate", str(copy), "--by", "county", "--moe"],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and expected in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "imp").exists()
+    with pytest.raises(InputError, match=re.escape(expected)):
+        read_answers(copy) if output == "measurements.parquet" else gedp.Release(copy).microdata
+    with pytest.raises(InputError, match=re.escape(expected)) as refused:
+        load_releases([copy])
+    assert str(tmp_path) not in str(refused.value).replace(str(copy), "")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -41,6 +43,19 @@ def manifest_count(manifest: Manifest, quarter: str | None = None) -> int:
     return int(manifest["establishments"])
 
 
+@contextmanager
+def parts_read(release: str | Path, output: str) -> Iterator[None]:
+    """Reads of ``output``'s parts of ``release``: what Arrow raises on a part that is not the Parquet gedp
+    wrote (a damaged or edited copy: a footer or page that does not decode) refused in one line."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as err:
+        raise InputError(f"release '{release}': a part of {output} cannot be read as the Parquet gedp writes "
+                         f"({type(err).__name__}; an edited or damaged copy)") from None
+
+
 def parse_query_name(name: str) -> tuple[str, ...]:
     """Inverse of measure.queries.query_name."""
     if name == "identity":
@@ -58,7 +73,8 @@ def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFra
     """One Parquet output of a release as stored (its listed parts: ``release_parts``); the protected
     microdata refused unless they hold the establishments the manifest states."""
     manifest = read_manifest(release)
-    frame = pd.read_parquet(release_parts(release, output, manifest))
+    with parts_read(release, output):
+        frame = pd.read_parquet(release_parts(release, output, manifest))
     return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
 
 
@@ -69,8 +85,10 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
     large release's ids takes longer than the rest)."""
     manifest = read_manifest(release)
     parts = release_parts(release, PROTECTED_FILE, manifest)
-    columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in without]
-    frame = check_count(release, pd.read_parquet(parts, columns=columns), manifest_count(manifest))
+    with parts_read(release, PROTECTED_FILE):
+        columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in without]
+        frame = pd.read_parquet(parts, columns=columns)
+    check_count(release, frame, manifest_count(manifest))
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
 
@@ -88,8 +106,9 @@ def read_measurements(release: str | Path, quarter: str | None = None) -> pd.Dat
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
     manifest = read_manifest(release)
-    parts = measurement_parts(release, release_parts(release, MEASUREMENTS_FILE, manifest), quarter)
-    frame = pd.read_parquet(parts.paths, columns=parts.columns, filters=filters)  # footers checked before
+    with parts_read(release, MEASUREMENTS_FILE):
+        parts = measurement_parts(release, release_parts(release, MEASUREMENTS_FILE, manifest), quarter)
+        frame = pd.read_parquet(parts.paths, columns=parts.columns, filters=filters)  # footers checked before
     return checked_measurements(release, frame, manifest, parts, quarter)
 
 
@@ -160,8 +179,9 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
         return read_protected(release, without)
     manifest = read_manifest(release)
     parts = release_parts(release, PROTECTED_FILE, manifest)
-    columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in (*without, QUARTER_KEY)]
-    frame = pd.read_parquet(parts, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
+    with parts_read(release, PROTECTED_FILE):
+        columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in (*without, QUARTER_KEY)]
+        frame = pd.read_parquet(parts, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
     check_count(release, frame, manifest_count(manifest, quarter), f" of {quarter}")
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
@@ -188,10 +208,11 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
     answers = read_answers(release, quarter)
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
-        dataset = pq.ParquetDataset(release_parts(release, PROTECTED_FILE),
-                                    filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
-        protected = dataset.read(columns=[column for column in dict.fromkeys(
-            ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
+        with parts_read(release, PROTECTED_FILE):
+            dataset = pq.ParquetDataset(release_parts(release, PROTECTED_FILE),
+                                        filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
+            protected = dataset.read(columns=[column for column in dict.fromkeys(
+                ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
     return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 

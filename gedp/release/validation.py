@@ -20,7 +20,7 @@ field, and no reader silently includes a file the manifest does not account for:
 * a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
   a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
   state (``part-<quarter>-<state>.parquet``) that the manifest lists: no other entry, no symbolic link
-  (neither the folder nor a part).
+  (neither the folder nor a part), each a Parquet file by its first and last bytes (``PARQUET_MAGIC``).
 """
 
 from __future__ import annotations
@@ -234,7 +234,27 @@ def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[st
             raise InputError(f"release '{release}': {output} lacks {name}, which its manifest lists")
         if not entries[name].is_file(follow_symlinks=False):
             raise InputError(f"release '{release}': {output}/{name} is not a regular file")
+        if not _is_parquet(folder / name):
+            raise InputError(f"release '{release}': {output}/{name} is not a Parquet file (an edited or damaged copy)")
     return [str(folder / name) for name in expected]
+
+
+#: The bytes a Parquet file starts and ends with.
+PARQUET_MAGIC = b"PAR1"
+
+
+def _is_parquet(path: Path) -> bool:
+    """Whether ``path`` starts and ends with Parquet's magic bytes (around a footer length)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(PARQUET_MAGIC))
+            file.seek(0, os.SEEK_END)
+            if file.tell() < 3 * len(PARQUET_MAGIC):
+                return False
+            file.seek(-len(PARQUET_MAGIC), os.SEEK_END)
+            return head == PARQUET_MAGIC and file.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
+    except OSError:
+        return False
 
 
 def read_manifest(release: str | Path) -> Manifest:
