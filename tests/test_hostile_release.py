@@ -730,3 +730,30 @@ def test_a_damaged_part_is_refused_in_one_line_by_every_reader(one_quarter, tmp_
     with pytest.raises(InputError, match=re.escape(expected)) as refused:
         load_releases([copy])
     assert str(tmp_path) not in str(refused.value).replace(str(copy), "")
+
+
+def test_labels_the_plan_does_not_state_are_refused_in_memory_their_rows_bound(one_quarter, tmp_path):
+    """Red team (int8, F2): 41,000 pnc rows each naming its own query and attribute made the plan
+    check allocate parts x queries x attributes (12.6 GiB) before refusing them. The check is now sized
+    by the answers held: 20,000 such rows are refused with at most 200 MB allocated (the product would
+    be 3.2 GB)."""
+    import tracemalloc
+
+    copy = copied(one_quarter, tmp_path)
+
+    def unique_labels(frame: pd.DataFrame) -> pd.DataFrame:
+        pnc = frame[frame["mechanism"] == "pnc"]
+        pnc = pd.concat([pnc] * (1 + 20_000 // len(pnc)), ignore_index=True)
+        pnc["query"] = [f"state,q{k}" for k in range(len(pnc))]
+        pnc["attribute"] = [f"a{k}" for k in range(len(pnc))]
+        return pd.concat([frame[frame["mechanism"] != "pnc"], pnc], ignore_index=True)
+
+    _edit_measurements(copy, unique_labels)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="that the manifest's plan does not state"):
+            read_answers(copy)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200e6, peak

@@ -449,10 +449,11 @@ def _check_plan(release: str | Path, frame, manifest: Mapping, parts: Measuremen
         raise _refuse_answers(release, f"hold {len(frame):,} rows of {quarter or 'the release'}, their parts "
                                        f"{sum(parts.rows):,}")
     queries, query_names = pd.factorize(frame["query"], use_na_sentinel=False)
-    part = np.repeat(np.arange(len(parts.rows)), parts.rows)
-    expected, lacking = _plan_mu(release, manifest, parts, quarter, list(query_names), list(names))
+    part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)
     code = (part * len(query_names) + queries) * len(names) + attributes
-    mu = expected.ravel()[code]
+    held, answer_of_row = np.unique(code, return_inverse=True)  # the (part, query, attribute) answers held
+    mu_held, lacking = _plan_mu(release, manifest, parts, quarter, held, list(query_names), list(names))
+    mu = mu_held[answer_of_row]
     if np.isnan(mu).any():
         row = int(np.argmax(np.isnan(mu)))
         raise _refuse_answers(release, f"name a query {shown(query_names[queries[row]])} on "
@@ -475,45 +476,31 @@ def _check_plan(release: str | Path, frame, manifest: Mapping, parts: Measuremen
     known = np.array([name in ("estimated", "exact") for name in kind_names], dtype=bool)[kinds]
     _where(release, frame, ~known | (estimated != psi_rows),
            "variance_kind is not its mechanism's (psi: estimated; pnc: exact)")
-    held = np.bincount(code, minlength=expected.size).reshape(expected.shape)
-    _check_held(release, expected, held, parts, quarter, list(query_names), list(names))
 
 
 def _plan_mu(release: str | Path, manifest: Mapping, parts: MeasurementParts, quarter: str | None,
-             queries: list, attributes: list):
-    """The mu the ledger of each part's state charged each (query, attribute) of the measurements
-    (parts x queries x attributes; NaN: not charged), after checking the manifest's mu per query
-    against the ledgers; and the refusal of the first answer charged whose query or attribute the
-    measurements do not name at all (None when there is none)."""
+             held, queries: list, attributes: list):
+    """The mu the ledger of each part's state charged each answer ``held`` (codes of (part, query,
+    attribute) as ``_check_plan`` makes them, each once; NaN: not charged), after checking the manifest's
+    mu per query against the ledgers; and the refusal of the first answer charged that no part of its
+    state holds (None when there is none). Sized by the answers held and the ledgers, never by the
+    product of the labels a file names."""
     import numpy as np
 
     where = "" if quarter is None else f" of {quarter}"
     ledgers = [_ledger(release, manifest, state, f"state {state}{where}") for state in dict.fromkeys(parts.states)]
     _check_stated_mu(release, manifest, ledgers, where)
     by_state = dict(zip(dict.fromkeys(parts.states), ledgers))
-    expected = np.full((len(parts.states), len(queries), len(attributes)), np.nan)
-    query_at = {name: k for k, name in enumerate(queries)}
-    attribute_at = {name: k for k, name in enumerate(attributes)}
-    lacking = None
-    for part, state in enumerate(parts.states):
-        for (query, attribute), mu in by_state[state].items():
-            if query in query_at and attribute in attribute_at:
-                expected[part, query_at[query], attribute_at[attribute]] = mu
-            elif lacking is None:
-                lacking = _lacking(release, query, attribute, state, quarter)
-    return expected, lacking
-
-
-def _check_held(release: str | Path, expected, held, parts: MeasurementParts, quarter: str | None,
-                queries: list, attributes: list) -> None:
-    """Every answer the ledgers charged held (by at least one row): its query, attribute, state and
-    quarter named otherwise."""
-    import numpy as np
-
-    for part, state in enumerate(parts.states):
-        missing = np.argwhere(~np.isnan(expected[part]) & (held[part] == 0))
-        if len(missing):
-            raise _lacking(release, queries[missing[0][0]], attributes[missing[0][1]], state, quarter)
+    part, rest = np.divmod(held, len(queries) * len(attributes))
+    query, attribute = np.divmod(rest, len(attributes))
+    answers = [(int(p), queries[q], attributes[a]) for p, q, a in zip(part, query, attribute)]
+    mu = np.array([by_state[parts.states[p]].get((q, a), np.nan) for p, q, a in answers], dtype=np.float64)
+    present = set(answers)
+    for number, state in enumerate(parts.states):
+        for query_name, attribute_name in by_state[state]:
+            if (number, query_name, attribute_name) not in present:
+                return mu, _lacking(release, query_name, attribute_name, state, quarter)
+    return mu, None
 
 
 def _lacking(release: str | Path, query: object, attribute: object, state: str, quarter: str | None) -> InputError:
