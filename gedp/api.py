@@ -199,8 +199,15 @@ class Release:
 
     @property
     def measurements(self) -> pd.DataFrame:
-        """Every noisy answer: query, attribute, mechanism, mu, keys, released, estimate, variance, sd, grid."""
-        return read_stored(self.folder, MEASUREMENTS_FILE)
+        """Every noisy answer: query, attribute, mechanism, mu, keys, released, estimate, variance, sd, grid
+        (a panel's quarter by quarter, with its quarter), checked as every reader of them checks them
+        (``reader.read_measurements``)."""
+        from gedp.release.reader import read_measurements, release_quarters
+
+        quarters = release_quarters(self.folder)
+        if not quarters:
+            return read_measurements(self.folder)
+        return pd.concat([read_measurements(self.folder, quarter) for quarter in quarters], ignore_index=True)
 
     @property
     def qcew_tables(self) -> pd.DataFrame:

@@ -32,6 +32,15 @@ def is_confidence_level(level: float) -> bool:
     return LOWEST_LEVEL <= level < 1 and 0.5 + level / 2 < 1
 
 
+def level_percent(level: float) -> str:
+    """A confidence level as a percentage with every digit it was given (the shortest decimal that is
+    the float: 0.95 -> "95%", 0.975 -> "97.5%", 0.9999999999999998 -> "99.99999999999998%"), so that
+    no level below 1 reads 100% and none above 0.5 reads 50%."""
+    from decimal import Decimal
+
+    return f"{(Decimal(repr(float(level))) * 100).normalize():f}%"
+
+
 def checked_level(level: float, name: str = "level") -> float:
     """``level`` when ``is_confidence_level``; InputError naming it (as ``name``) and the range otherwise."""
     from gedp.errors import InputError

@@ -125,21 +125,36 @@ class PosteriorModel:
         level = self._fitted("level", rng, None if start is None else start.level,
                              lambda: (omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
                                       *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min())))
-        edges = self.psi(SIZE_EDGES)
-        band = np.searchsorted(edges, omega.mean(axis=1))
-        kept = merged_bands(np.bincount(band, minlength=len(edges) + 1), MIN_BAND)
-        bands = edges[[k - 1 for k in kept[1:-1]]]
-        band = np.searchsorted(bands, omega.mean(axis=1))
+        bands, band, steps = self.change_bands()
         changes = []
-        for b in range(len(bands) + 1):
+        for b, step in enumerate(steps):
             rows = band == b
-            upper = SIZE_EDGES[kept[b + 1] - 1] if b < len(bands) else float(self.psi.inverse(omega.mean(axis=1).max()))
-            step = float(self.psi(np.array([2 * upper + 1.0]))[0] - self.psi(np.array([2 * upper]))[0])
             changes.append(tuple(self._fitted(("change", b, k), rng, None if start is None else start.changes[b][k - 1],
                                               lambda k=k, rows=rows, step=step: change_fit(
                                                   omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])), step))
                                  for k in (1, 2)))
         return level, cut, bands, changes
+
+    def change_bands(self) -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """The changes' size bands: their edges in psi scale, each establishment's band (of its answers'
+        mean) and each band's one-employee change at twice its upper size (its components' smallest)."""
+        mean = self.answers.months.mean(axis=1)
+        edges = self.psi(SIZE_EDGES)
+        kept = merged_bands(np.bincount(np.searchsorted(edges, mean), minlength=len(edges) + 1), MIN_BAND)
+        bands = edges[[k - 1 for k in kept[1:-1]]]
+        uppers = [SIZE_EDGES[kept[b + 1] - 1] for b in range(len(bands))] + [float(self.psi.inverse(mean.max()))]
+        steps = [float(self.psi(np.array([2 * u + 1.0]))[0] - self.psi(np.array([2 * u]))[0]) for u in uppers]
+        return bands, np.searchsorted(bands, mean), steps
+
+    def no_change_standard_errors(self) -> list[list[float]]:
+        """Per change band and month (2, 3): the standard error of its prior's no-change weight from the
+        band's answers (``atom_standard_error``): where it is not small (above about 0.1) the release does
+        not tell the share with no change in that band, and the NPMLE's atom weight there is arbitrary."""
+        _, band, steps = self.change_bands()
+        sd = self.answers.month_sd
+        counts = np.bincount(band, minlength=len(steps))
+        return [[atom_standard_error(int(counts[b]), step, float(np.hypot(sd[0], sd[k]))) for k in (1, 2)]
+                for b, step in enumerate(steps)]
 
     def _fitted(self, key: object, rng: np.random.Generator | None, start: Mixture | None, arguments) -> Mixture:
         """A prior's NPMLE (``rng`` None: its fit is made from ``arguments()``, the answers, sd and
@@ -214,6 +229,7 @@ class PosteriorModel:
         p = self.priors
         return {"zero_employment_share": p.level.mass_at(self.floor) if np.isfinite(self.floor) else 0.0,
                 "no_change_share": [[round(h.mass_at(0.0), 4) for h in pair] for pair in p.changes],
+                "no_change_se": [[float(f"{e:.3g}") for e in pair] for pair in self.no_change_standard_errors()],
                 "change_bands": [float(b) for b in self.psi.inverse(p.bands)],
                 "wage_cells": sum(g >= 0 for g, _ in p.wage_weights)}
 
@@ -374,6 +390,17 @@ def change_components(smallest: float, reach: float, sd: float) -> tuple[np.ndar
     side = np.concatenate([near, far])
     width = np.diff(side, prepend=side[0] - (side[1] - side[0])) / 2
     return np.concatenate([[0.0], side, -side]), np.concatenate([[0.0], width, width])
+
+
+def atom_standard_error(count: int, step: float, sd: float) -> float:
+    """The standard error of the weight p of an atom at 0, estimated from ``count`` answers with noise
+    ``sd``, when the rest of the mass is one ``step`` away on either side and a = step / sd is small: the
+    answers' density is phi(x / sd) [1 + (1 - p) a^2 ((x / sd)^2 - 1) / 2] to order a^2, so one answer's
+    Fisher information about p is a^4 / 2 and the standard error sqrt(2 / (count a^4)): the atom told
+    apart from its nearest alternative, the change of one employee (with the other components' weights
+    free as well, the real standard error is larger)."""
+    a = step / sd
+    return float(np.sqrt(2.0 / (count * a**4))) if count > 0 and a > 0 else float("inf")
 
 
 def change_fit(difference: np.ndarray, sd: float, step: float) -> tuple:

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.errors import InputError
+from gedp.postprocess.combine import level_percent
 from gedp.postprocess.quality import FLAG_MEANINGS, quality_flags
 from gedp.postprocess.tabulate import OWNERSHIP_TOTAL_LEVELS, qcew_level
 from gedp.synth.hierarchy import COUNTY_LEVELS, STATE_LEVELS
@@ -215,7 +216,7 @@ def publication_notes(manifest: Mapping[str, Any] | None, titles: Titles, source
                    "total_qtrly_wages / mean monthly employment / 13 in whole dollars, empty where the mean "
                    "employment is 0. disclosure_code is empty: no cell is suppressed."),
         ("Margins of error", "None requested." if level is None else
-         f"Columns ending in _moe: half-width of the {level:.0%} confidence interval of the value, from the "
+         f"Columns ending in _moe: half-width of the {level_percent(level)} confidence interval of the value, from the "
          f"release's least squares covariance (no further privacy cost), rounded up to whole numbers so that "
          f"none is understated. avg_wkly_wage has no margin."),
     ]

@@ -498,6 +498,20 @@ def _consistent_sd(sd: float):
     return edit
 
 
+def _as_pnc(frame: pd.DataFrame) -> pd.DataFrame:
+    """Three identity answers of m1emp made pnc answers, each number as pnc's would be (on its grid,
+    its estimate the released value, its variance sd^2)."""
+    rows = _rows(frame[frame["attribute"] == "m1emp"], "identity", 3)
+    grid = 2.0**-10
+    released = np.round(frame.loc[rows, "released"] / grid) * grid
+    return frame.assign(mechanism=frame["mechanism"].mask(frame.index.isin(rows), "pnc")).assign(
+        variance_kind=frame["variance_kind"].mask(frame.index.isin(rows), "exact")).pipe(
+        lambda f: f.assign(grid=f["grid"].mask(f.index.isin(rows), grid),
+                           released=f["released"].mask(f.index.isin(rows), released),
+                           estimate=f["estimate"].mask(f.index.isin(rows), released),
+                           variance=f["variance"].mask(f.index.isin(rows), f["sd"] ** 2)))
+
+
 #: The red team's edits of measurements.parquet (each ended in a traceback, an overflow or silently
 #: changed numbers at 3e97528), with the rule each breaks.
 HOSTILE_MEASUREMENTS = {
@@ -548,6 +562,21 @@ HOSTILE_MEASUREMENTS = {
         "pnc sd is 0 (no noise) but the released value is not 0"),
     "sd 1e6, below 2^55 grid steps, estimates and variances to match": (
         _consistent_sd(1e6), "sd is above the psi mechanism's (gamma + grid + float error) / mu"),
+    # red team of harden7: answers that are not the plan's, mixed within an answer, keys forged
+    "a query dropped": (lambda f: f[f["query"] != "state,naics5"],
+                        "lack the answers of query 'state,naics5' on 'm1emp' (state 44), which the manifest's plan"),
+    "an attribute dropped": (lambda f: f[f["attribute"] != "wage"], "lack the answers of query 'identity' on 'wage'"),
+    "every answer dropped": (lambda f: f.iloc[:0], "lack the answers of query 'identity' on 'm1emp' (state 44)"),
+    "a query renamed to one the plan lacks": (
+        lambda f: f.assign(query=f["query"].replace("state,county", "county,state")),
+        "name a query 'county,state' on 'm1emp' (state 44) that the manifest's plan does not state"),
+    "a county answer of mixed mu": (_set("mu", 0.3, "state,county", 2),
+                                    "mu is not the one the manifest's ledger charged its answer"),
+    "an identity answer of mixed mechanisms": (_as_pnc, "mechanism is not its query's (identity: psi"),
+    "a pnc answer's variance estimated": (lambda f: f.assign(variance_kind="estimated"),
+                                          "variance_kind is not its mechanism's (psi: estimated; pnc: exact)"),
+    "a county key categorical": (lambda f: f.assign(county=f["county"].astype("category")),
+                                 "hold a key column 'county' as dictionary"),
 }
 
 
@@ -665,3 +694,66 @@ def test_a_panel_part_without_its_quarter_column_is_refused(panel_release, tmp_p
     result = runner.invoke(app, ["serve", str(panel_release), str(copy)])
     assert result.exit_code == 2 and "lack the column quarter" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def _not_parquet(part: Path) -> None:
+    part.write_bytes(b"estab_id,m1emp\n44-1,12\n")
+
+
+def _garbled_footer(part: Path) -> None:
+    """The magic bytes kept, the footer's metadata overwritten: Arrow cannot decode it."""
+    content = bytearray(part.read_bytes())
+    content[-200:-8] = b"\x07" * 192
+    part.write_bytes(bytes(content))
+
+
+@pytest.mark.parametrize("damage", [_not_parquet, _garbled_footer], ids=["not_parquet", "garbled_footer"])
+@pytest.mark.parametrize("output", ["protected.parquet", "measurements.parquet"])
+def test_a_damaged_part_is_refused_in_one_line_by_every_reader(one_quarter, tmp_path, monkeypatch, output, damage):
+    """A part that is not the Parquet gedp wrote (text, or a footer that does not decode) gave Arrow's
+    traceback (exit 1) in `gedp tabulate --moe`, `gedp implicates` and the server's start: now one line naming
+    the release and the output, exit 2, and the server refuses to start naming its release only."""
+    from gedp.serve.releases import load_releases
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = copied(one_quarter, tmp_path)
+    damage(copy / output / "part-44.parquet")
+    expected = "is not a Parquet file" if damage is _not_parquet else f"a part of {output} cannot be read"
+    for request in (["tabulate", str(copy), "--by", "county", "--moe"],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and expected in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "imp").exists()
+    with pytest.raises(InputError, match=re.escape(expected)):
+        read_answers(copy) if output == "measurements.parquet" else gedp.Release(copy).microdata
+    with pytest.raises(InputError, match=re.escape(expected)) as refused:
+        load_releases([copy])
+    assert str(tmp_path) not in str(refused.value).replace(str(copy), "")
+
+
+def test_labels_the_plan_does_not_state_are_refused_in_memory_their_rows_bound(one_quarter, tmp_path):
+    """Red team (int8, F2): 41,000 pnc rows each naming its own query and attribute made the plan
+    check allocate parts x queries x attributes (12.6 GiB) before refusing them. The check is now sized
+    by the answers held: 20,000 such rows are refused with at most 200 MB allocated (the product would
+    be 3.2 GB)."""
+    import tracemalloc
+
+    copy = copied(one_quarter, tmp_path)
+
+    def unique_labels(frame: pd.DataFrame) -> pd.DataFrame:
+        pnc = frame[frame["mechanism"] == "pnc"]
+        pnc = pd.concat([pnc] * (1 + 20_000 // len(pnc)), ignore_index=True)
+        pnc["query"] = [f"state,q{k}" for k in range(len(pnc))]
+        pnc["attribute"] = [f"a{k}" for k in range(len(pnc))]
+        return pd.concat([frame[frame["mechanism"] != "pnc"], pnc], ignore_index=True)
+
+    _edit_measurements(copy, unique_labels)
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError, match="that the manifest's plan does not state"):
+            read_answers(copy)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200e6, peak

@@ -2,6 +2,7 @@
 when seeded; size-class tabulations combined over implicates."""
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -85,6 +86,11 @@ def test_refusals(lone_release, tmp_path):
         measurements = pd.read_parquet(part)
         kept = measurements[~((measurements["query"] == "identity") & (measurements["attribute"] == "wage"))]
         kept.to_parquet(part, index=False)
+    manifest = json.loads((broken / "manifest.json").read_text())  # as a plan without the identity wage states it
+    del manifest["mu"]["identity"]["wage"]
+    for section in manifest["per_state"].values():
+        section["ledger"] = [e for e in section["ledger"] if (e["query"], e["attribute"]) != ("identity", "wage")]
+    (broken / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match="no identity answer of wage"):
         write_implicates(broken, 2, tmp_path / "y", seed=1)
     assert not (tmp_path / "y").exists()

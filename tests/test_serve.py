@@ -221,7 +221,7 @@ def test_the_flags_of_a_table_are_the_bands_of_each_value_cv(server):
     ({"release": "single", "by": "naics,county,own", "moe": "1"}, 400, "more than 500:"),
     ({"release": "single", "by": "county", "level": "nan"}, 400, "level must be a finite number"),
     ({"release": "single", "by": "county", "moe": "1", "level": "1.5"}, 400,
-     "--level (1.5) must be a confidence level from 0.5"),
+     "level (1.5) must be a confidence level from 0.5"),
     ({"release": "panel", "by": "county"}, 400, "give a quarter or a change"),
     ({"release": "panel", "by": "county", "quarter": "../x"}, 400, "quarter ../x is not in release panel"),
     ({"release": "single", "by": "county", "format": "xlsx"}, 400, "format xlsx needs agglvl"),
@@ -229,11 +229,11 @@ def test_the_flags_of_a_table_are_the_bands_of_each_value_cv(server):
     ({"release": "single", "agglvl": "74", "where": "m1emp > 100"}, 400, "'m1emp' is not a public column"),
     ({"release": "single", "agglvl": "78", "where": "estab_id == '1'"}, 400, "'estab_id' is not a public column"),
     ({"release": "single", "by": "county", "moe": "1", "level": "0.9999999999999999"}, 400,
-     "--level (0.9999999999999999) must be a confidence level from 0.5 to below 1"),
+     "level (0.9999999999999999) must be a confidence level from 0.5 to below 1"),
     ({"release": "single", "by": "county", "moe": "1", "level": "1e-300"}, 400,
-     "--level (1e-300) must be a confidence level from 0.5 to below 1"),
+     "level (1e-300) must be a confidence level from 0.5 to below 1"),
     ({"release": "single", "by": "sector,size_class", "moe": "1", "level": "0.2"}, 400,
-     "--level (0.2) must be a confidence level from 0.5 to below 1"),
+     "level (0.2) must be a confidence level from 0.5 to below 1"),
     ({"release": "single", "by": "size_class", "where": "naics3 == '000'"}, 400, "no establishments to tabulate"),
     ({"release": "single", "by": "size_class", "where": "m3emp > 4"}, 400, "'m3emp' is not a public column"),
 ])
@@ -242,7 +242,9 @@ def test_requests_are_bounded_and_refused_in_one_line(server, params, status, me
     assert got == status, body[:300]
     assert "default-src 'none'" in headers["content-security-policy"] and headers["x-content-type-options"] == "nosniff"
     if status != 200:
-        assert message in json.loads(body)["error"]
+        error = json.loads(body)["error"]
+        assert message in error
+        assert not message.startswith("level (") or error.startswith(message)  # the parameter, not --level
 
 
 def test_a_request_past_its_time_is_answered_503(releases):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -13,13 +15,8 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.release.validation import (
-    checked_attribute,
-    checked_measurements,
-    measurement_columns,
-    read_manifest,
-    release_parts,
-)
+from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts
+from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
 
 if TYPE_CHECKING:
@@ -46,6 +43,19 @@ def manifest_count(manifest: Manifest, quarter: str | None = None) -> int:
     return int(manifest["establishments"])
 
 
+@contextmanager
+def parts_read(release: str | Path, output: str) -> Iterator[None]:
+    """Reads of ``output``'s parts of ``release``: what Arrow raises on a part that is not the Parquet gedp
+    wrote (a damaged or edited copy: a footer or page that does not decode) refused in one line."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as err:
+        raise InputError(f"release '{release}': a part of {output} cannot be read as the Parquet gedp writes "
+                         f"({type(err).__name__}; an edited or damaged copy)") from None
+
+
 def parse_query_name(name: str) -> tuple[str, ...]:
     """Inverse of measure.queries.query_name."""
     if name == "identity":
@@ -63,7 +73,8 @@ def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFra
     """One Parquet output of a release as stored (its listed parts: ``release_parts``); the protected
     microdata refused unless they hold the establishments the manifest states."""
     manifest = read_manifest(release)
-    frame = pd.read_parquet(release_parts(release, output, manifest))
+    with parts_read(release, output):
+        frame = pd.read_parquet(release_parts(release, output, manifest))
     return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
 
 
@@ -74,8 +85,10 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
     large release's ids takes longer than the rest)."""
     manifest = read_manifest(release)
     parts = release_parts(release, PROTECTED_FILE, manifest)
-    columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in without]
-    frame = check_count(release, pd.read_parquet(parts, columns=columns), manifest_count(manifest))
+    with parts_read(release, PROTECTED_FILE):
+        columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in without]
+        frame = pd.read_parquet(parts, columns=columns)
+    check_count(release, frame, manifest_count(manifest))
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
 
@@ -87,15 +100,16 @@ def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, l
 
 def read_measurements(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
     """A release's measurements (of one ``quarter`` of a panel release), every row and number checked
-    as untrusted input (``validation.checked_measurements``): what every reader of its answers reads."""
+    as untrusted input (``measurement_checks.checked_measurements``): what every reader of its answers
+    reads. Of a panel, the parts of ``quarter`` only, each checked to hold that quarter's rows only."""
     release = Path(release)
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
     manifest = read_manifest(release)
-    parts = release_parts(release, MEASUREMENTS_FILE, manifest)
-    columns = measurement_columns(release, parts, quarter)  # each part's schema checked before any read
-    frame = pd.read_parquet(parts, columns=columns, filters=filters)
-    return checked_measurements(release, frame, manifest, quarter)
+    with parts_read(release, MEASUREMENTS_FILE):
+        parts = measurement_parts(release, release_parts(release, MEASUREMENTS_FILE, manifest), quarter)
+        frame = pd.read_parquet(parts.paths, columns=parts.columns, filters=filters)  # footers checked before
+    return checked_measurements(release, frame, manifest, parts, quarter)
 
 
 def answers_of_frame(release: str | Path, frame: pd.DataFrame) -> dict[str, list[NoisyAnswer]]:
@@ -165,8 +179,9 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
         return read_protected(release, without)
     manifest = read_manifest(release)
     parts = release_parts(release, PROTECTED_FILE, manifest)
-    columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in (*without, QUARTER_KEY)]
-    frame = pd.read_parquet(parts, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
+    with parts_read(release, PROTECTED_FILE):
+        columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in (*without, QUARTER_KEY)]
+        frame = pd.read_parquet(parts, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
     check_count(release, frame, manifest_count(manifest, quarter), f" of {quarter}")
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
@@ -193,10 +208,11 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
     answers = read_answers(release, quarter)
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
-        dataset = pq.ParquetDataset(release_parts(release, PROTECTED_FILE),
-                                    filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
-        protected = dataset.read(columns=[column for column in dict.fromkeys(
-            ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
+        with parts_read(release, PROTECTED_FILE):
+            dataset = pq.ParquetDataset(release_parts(release, PROTECTED_FILE),
+                                        filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
+            protected = dataset.read(columns=[column for column in dict.fromkeys(
+                ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
     return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 

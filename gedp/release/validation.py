@@ -20,7 +20,7 @@ field, and no reader silently includes a file the manifest does not account for:
 * a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
   a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
   state (``part-<quarter>-<state>.parquet``) that the manifest lists: no other entry, no symbolic link
-  (neither the folder nor a part).
+  (neither the folder nor a part), each a Parquet file by its first and last bytes (``PARQUET_MAGIC``).
 """
 
 from __future__ import annotations
@@ -234,7 +234,27 @@ def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[st
             raise InputError(f"release '{release}': {output} lacks {name}, which its manifest lists")
         if not entries[name].is_file(follow_symlinks=False):
             raise InputError(f"release '{release}': {output}/{name} is not a regular file")
+        if not _is_parquet(folder / name):
+            raise InputError(f"release '{release}': {output}/{name} is not a Parquet file (an edited or damaged copy)")
     return [str(folder / name) for name in expected]
+
+
+#: The bytes a Parquet file starts and ends with.
+PARQUET_MAGIC = b"PAR1"
+
+
+def _is_parquet(path: Path) -> bool:
+    """Whether ``path`` starts and ends with Parquet's magic bytes (around a footer length)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(PARQUET_MAGIC))
+            file.seek(0, os.SEEK_END)
+            if file.tell() < 3 * len(PARQUET_MAGIC):
+                return False
+            file.seek(-len(PARQUET_MAGIC), os.SEEK_END)
+            return head == PARQUET_MAGIC and file.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
+    except OSError:
+        return False
 
 
 def read_manifest(release: str | Path) -> Manifest:
@@ -255,327 +275,3 @@ def release_parts(release: str | Path, output: str = PROTECTED_FILE, manifest: M
     that its manifest lists, checked to be exactly what the folder holds (``listed_parts``):
     what every reader of the release reads, never a file the manifest does not account for."""
     return listed_parts(release, output, read_manifest(release) if manifest is None else manifest)
-
-
-# --- the noisy answers (measurements.parquet) -------------------------------------------------
-#: The numbers of a noisy answer that readers compute with.
-ANSWER_NUMBERS = ("released", "estimate", "variance", "sd", "mu", "grid")
-#: The columns of measurements that describe an answer rather than key it.
-ANSWER_FIELDS = frozenset({"query", "attribute", "mechanism", "variance_kind", *ANSWER_NUMBERS})
-#: A mechanism releases noise of sd below 2^55 grid steps only: ``measure.grid.check_grid_range``
-#: refuses at protect time any query whose draws (up to 64 sd) could leave 2^61 grid steps.
-MAX_SD_STEPS = 2.0**55
-#: Relative tolerance of a recomputed estimate or variance (the release computed them the same way).
-ANSWER_RTOL = 1e-9
-
-
-#: The columns of measurements that name an answer, each text.
-ANSWER_TEXT = ("query", "attribute", "mechanism", "variance_kind")
-#: The longest key (an establishment's id, a group's label) a release's measurements may hold: gedp's
-#: keys are FIPS codes, NAICS codes, size classes and establishment ids of a few characters; a longer one
-#: is an edited copy (a 60 KB key repeated on every row decompresses to gigabytes).
-MAX_KEY_CHARS = 64
-
-
-def _refuse_answers(release: str | Path, rule: str) -> InputError:
-    return InputError(f"release '{release}': {MEASUREMENTS_FILE} {rule} (an edited or damaged copy)")
-
-
-def _where(release: str | Path, frame, bad, rule: str) -> None:
-    """Refuse when any row is ``bad``: the first such answer named (its query and attribute)."""
-    import numpy as np
-
-    if bad.any():
-        row = frame.iloc[int(np.argmax(bad))]
-        answer = f"query {_shown(row.get('query'))} on {_shown(row.get('attribute'))}"
-        raise _refuse_answers(release, f"hold {int(bad.sum()):,} row(s) whose {rule} ({answer} first)")
-
-
-def _numbers_of(release: str | Path, frame) -> dict:
-    """Each number column as float64 (present and numeric: ``measurement_columns`` checked the parts'
-    schemas), refused unless every value is finite."""
-    import numpy as np
-
-    numbers = {}
-    for column in ANSWER_NUMBERS:
-        values = frame[column].to_numpy(dtype=np.float64)
-        _where(release, frame, ~np.isfinite(values), f"{column} is not a finite number")
-        numbers[column] = values
-    return numbers
-
-
-def _is_text(kind) -> bool:
-    import pyarrow as pa
-
-    if pa.types.is_dictionary(kind):
-        kind = kind.value_type
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
-
-
-def _is_number(kind) -> bool:
-    import pyarrow as pa
-
-    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
-
-
-def measurement_columns(release: str | Path, parts: list[str], quarter: str | None = None) -> list[str]:
-    """The columns of a release's measurement ``parts`` that a reader reads, after checking each part's
-    schema (its footer only): every column of ``ANSWER_TEXT`` (and the quarter key of a panel) held as
-    text, every column of ``ANSWER_NUMBERS`` as numbers, every other column (a key) as text; the keys
-    read are those some query groups by (and ``estab_id``), any other column left unread."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    required = {**dict.fromkeys(ANSWER_TEXT, "text"), **dict.fromkeys(ANSWER_NUMBERS, "numbers")}
-    if quarter is not None:
-        required[QUARTER_KEY] = "text"
-    first: list[str] = []
-    for part in parts:
-        schema = pq.read_schema(part)
-        first = first or schema.names  # what a read of the parts reads: the first part's columns
-        for column, kind in required.items():
-            if column not in schema.names:
-                raise _refuse_answers(release, f"lack the column {column} ({Path(part).name})")
-            if not (_is_number if kind == "numbers" else _is_text)(schema.field(column).type):
-                raise _refuse_answers(release, f"hold the column {column} as {schema.field(column).type}, not as "
-                                               f"{kind} ({Path(part).name})")
-        for field in schema:
-            if field.name not in required and not _is_text(field.type):
-                raise _refuse_answers(release, f"hold a key column {_shown(field.name)} as {field.type}, not as "
-                                               f"text ({Path(part).name})")
-    queries = pq.ParquetDataset(parts).read(columns=["query"]).column("query")
-    queries = set(queries.cast(pa.large_string()).unique().to_pylist())
-    named = {column for name in queries if isinstance(name, str) and name not in ("identity", "total")
-             for column in name.split(",")} | ({"estab_id"} if "identity" in queries else set())
-    return [name for name in first if name in required or name in named]  # in the order gedp wrote them
-
-
-def _check_key_lengths(release: str | Path, frame) -> None:
-    """Every key at most MAX_KEY_CHARS characters long."""
-    import pandas as pd
-
-    for column in frame.columns:
-        if column not in ANSWER_FIELDS and column != QUARTER_KEY:
-            keys = frame[column]
-            longest = (keys if isinstance(keys.dtype, pd.StringDtype) else keys.astype("string")).str.len().max()
-            if longest == longest and longest > MAX_KEY_CHARS:  # NaN when every key is null
-                raise _refuse_answers(release, f"hold a key of {_shown(column)} longer than {MAX_KEY_CHARS} "
-                                               "characters (gedp's keys are codes and ids of a few characters)")
-
-
-def checked_attribute(release: str | Path, attribute: object) -> str:
-    """An attribute named by a release's measurements: a plain name, or a job family's category
-    (``worker[1,E1]``)."""
-    if not isinstance(attribute, str) or not ATTRIBUTE_PATTERN.fullmatch(attribute):
-        raise InputError(f"release '{release}': the measurements name an attribute {_shown(attribute)}, which is "
-                         "not an attribute's name (an edited or damaged copy)")
-    return attribute
-
-
-def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, psi_grids) -> None:
-    """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: ``psi_grids``, that of the row's
-    attribute's gamma), and every released value a multiple of it within the grid's range."""
-    import numpy as np
-
-    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID
-
-    grid = numbers["grid"]
-    expected = np.where(psi_rows, psi_grids, VALUE_GRID)
-    _where(release, frame, grid != expected, "grid is not the step its mechanism and gamma release on")
-    if "released" in numbers:
-        units = numbers["released"] / grid
-        _where(release, frame, (units != np.rint(units)) | (np.abs(units) >= MAX_GRID_UNITS),
-               "released value is not a multiple of its grid step within the grid's range")
-
-
-def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> None:
-    """sd and mu: mu in (0, MAX_STATED_MU]; sd at least the grid's rounding (grid / sqrt(12); pnc: or
-    0, a group whose clip level is 0) and below MAX_SD_STEPS grid steps; a psi answer's sd times its
-    mu at least its ``gamma`` (the noise the mechanism adds is its sensitivity over mu)."""
-    from gedp.accounting.mu_limits import MAX_STATED_MU
-
-    if "mu" in numbers:
-        mu = numbers["mu"]  # pnc's is 0 when every group's clip level is 0 (no noise, nothing spent)
-        _where(release, frame, ~(((mu > 0) | (~psi_rows & (mu == 0))) & (mu <= MAX_STATED_MU)),
-               f"mu is not in (0, {MAX_STATED_MU:g}]")
-    if "sd" not in numbers:
-        return
-    sd = numbers["sd"]
-    grid = numbers.get("grid")
-    rounding = 0.0 if grid is None else grid / math.sqrt(12) * (1 - ANSWER_RTOL)
-    top = math.inf if grid is None else MAX_SD_STEPS * grid
-    low = ((sd >= rounding) & (sd > 0)) | (~psi_rows & (sd == 0))
-    _where(release, frame, ~(low & (sd < top)),
-           "sd is not between the grid's rounding (grid / sqrt(12)) and 2^55 grid steps")
-    if "released" in numbers:  # no noise: the group's clip level, hence its released value, is 0
-        _where(release, frame, ~psi_rows & (sd == 0) & (numbers["released"] != 0),
-               "pnc sd is 0 (no noise) but the released value is not 0")
-    if "mu" in numbers:
-        _where(release, frame, psi_rows & (sd * numbers["mu"] < gamma * (1 - ANSWER_RTOL)),
-               "sd is below the psi mechanism's gamma / mu")
-
-
-def _check_psi_sd(release: str | Path, frame, numbers: dict, psi_rows, gamma, manifest: Mapping) -> None:
-    """A psi answer's sd at most the one its mechanism draws (``measure.mechanisms.psi_mechanism``):
-    the rounded noise sd (``rounded_noise_sd``) of (gamma + grid + 2 psi.float_error(T)) / mu, T the
-    largest group total the manifest allows (its establishments times MAX_VALUE)."""
-    import numpy as np
-
-    from gedp.measure.grid import rounded_noise_sd
-    from gedp.measure.neighbors import make_psi
-    from gedp.synth.schema import MAX_VALUE
-
-    if not psi_rows.any():
-        return
-    widest = 2 * float(make_psi(**manifest["psi"]).float_error(max(int(manifest["establishments"]), 1) * MAX_VALUE))
-    sd, mu, grid = (numbers[name][psi_rows] for name in ("sd", "mu", "grid"))
-    bad = np.zeros(len(frame), dtype=bool)
-    bad[psi_rows] = sd > rounded_noise_sd((gamma[psi_rows] + grid + widest) / mu, grid) * (1 + ANSWER_RTOL)
-    _where(release, frame, bad, "sd is above the psi mechanism's (gamma + grid + float error) / mu")
-
-
-def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
-    """The estimates and variances the mechanisms compute from the released values and sd: pnc's the
-    released value and sd^2; the psi mechanism's its unbiased estimate and releasable variance under
-    the manifest's psi (recomputed, to ANSWER_RTOL)."""
-    import numpy as np
-
-    if not {"released", "estimate", "variance", "sd"} <= numbers.keys():
-        return
-    released, estimate, variance, sd = (numbers[name] for name in ("released", "estimate", "variance", "sd"))
-    pnc = np.flatnonzero(~psi_rows)
-    bad = np.zeros(len(frame), dtype=bool)
-    bad[pnc] = (estimate[pnc] != released[pnc]) | (variance[pnc] != sd[pnc] * sd[pnc])
-    _where(release, frame, bad, "pnc estimate or variance is not its released value and sd^2")
-    if not len(pnc) < len(frame):
-        return
-    from gedp.measure.neighbors import make_psi
-
-    psi = make_psi(**manifest["psi"])
-    every = not len(pnc)  # psi answers only (the identity-only plans): no copies
-    released, estimate, variance, sd = (values if every else values[psi_rows]
-                                        for values in (released, estimate, variance, sd))
-    with np.errstate(all="ignore"):
-        expected = psi.unbiased_estimate(released, sd)
-        spread = psi.releasable_variance(expected, sd)
-        wrong = (np.abs(estimate - expected) > ANSWER_RTOL * np.abs(expected)) | ~(
-            np.abs(variance - spread) <= ANSWER_RTOL * spread)
-    bad[:] = False
-    bad[psi_rows] = wrong
-    _where(release, frame, bad, "psi estimate or variance is not the one its released value and sd give")
-
-
-def _identity_ids(release: str | Path, frame, rows, attributes, names, stated: int) -> None:
-    """The identity answers of each attribute in ``rows`` (a mask; ``attributes`` the rows' codes in
-    ``names``): as many as the manifest ``stated``, of the same establishments in the same order for
-    every attribute (the protected rows', as gedp writes them), each establishment once."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    column = frame["estab_id"].array
-    ids = column.__arrow_array__() if hasattr(column, "__arrow_array__") else pa.array(column, pa.large_string())
-    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-    first = None
-    for code in np.unique(attributes[rows]):
-        mine = pc.filter(ids, pa.array(rows & (attributes == code)))
-        if first is None and len(pc.unique(mine)) != len(mine):  # the others are checked equal to the first
-            _where(release, frame, rows & frame.duplicated(["attribute", "estab_id"]).to_numpy(),
-                   "keys repeat those of another row of the same answer")
-        if len(mine) != stated:
-            raise _refuse_answers(release, f"hold {len(mine):,} identity answers of {_shown(names[code])}, the "
-                                           f"manifest states {stated:,} establishments")
-        if first is None:
-            first = mine
-        elif not mine.equals(first):
-            raise _refuse_answers(release, f"hold identity answers of {_shown(names[code])} for other "
-                                           "establishments (or in another order) than those of the other attributes")
-
-
-def _check_keys(release: str | Path, frame, manifest: Mapping, attributes, names) -> None:
-    """Each answer's groups once (its keys unique), and the identity answers of each attribute one per
-    establishment the manifest states. The identity answers of the attributes (most rows) are checked
-    as ``_identity_ids``, the others by their key columns."""
-    import numpy as np
-
-    from gedp.synth.schema import CONFIDENTIAL
-
-    identity = (frame["query"] == "identity").to_numpy()
-    fast = identity & np.isin(attributes, [k for k, name in enumerate(names) if name in CONFIDENTIAL])
-    if "estab_id" not in frame.columns:
-        fast[:] = False
-    keys = [column for column in frame.columns if column not in ANSWER_FIELDS]
-    repeated = np.zeros(len(frame), dtype=bool)
-    repeated[~fast] = frame.loc[~fast, ["query", "attribute", *keys]].duplicated().to_numpy()
-    _where(release, frame, repeated, "keys repeat those of another row of the same answer")
-    if fast.any():
-        _identity_ids(release, frame, fast, attributes, names, int(manifest["establishments"]))
-
-
-def _mechanism_rows(release: str | Path, frame):
-    """Whether each row is the psi mechanism's (else pnc's; every row psi without the column)."""
-    import numpy as np
-    import pandas as pd
-
-    if "mechanism" not in frame.columns:
-        return np.ones(len(frame), dtype=bool)
-    codes, uniques = pd.factorize(frame["mechanism"], use_na_sentinel=False)
-    known = np.array([name in ("psi", "pnc") for name in uniques], dtype=bool)
-    _where(release, frame, ~known[codes], "mechanism is not psi or pnc")
-    return np.array([name == "psi" for name in uniques], dtype=bool)[codes]
-
-
-def _gammas(release: str | Path, names, manifest: Mapping, psi_names):
-    """The manifest's gamma of each attribute named (a job family's for its categories), 0 where it
-    has none; refused for an attribute answered by the psi mechanism without a gamma > 0."""
-    import numpy as np
-
-    gammas = manifest.get("gammas", {})
-    found = np.zeros(len(names))
-    for k, name in enumerate(names):
-        gamma = gammas.get(str(name).split("[", 1)[0]) if isinstance(gammas, dict) else None
-        if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0:
-            found[k] = gamma
-        elif psi_names[k]:
-            raise _refuse_answers(release, f"answer {_shown(name)} with the psi mechanism, which the manifest's "
-                                           "gammas do not give a gamma > 0")
-    return found
-
-
-def checked_measurements(release: str | Path, frame, manifest: Mapping, quarter: str | None = None):
-    """``frame`` (measurements read from ``release``, of one ``quarter`` of a panel) once every row and
-    number is checked as untrusted input (its parts' schemas by ``measurement_columns`` before they
-    were read): every column readers use present; keys at most MAX_KEY_CHARS long; attributes named
-    as ``checked_attribute`` says; finite numbers; mu in (0, MAX_STATED_MU]; each grid step its
-    mechanism's and each released value on it; sd between the grid's rounding and MAX_SD_STEPS grid
-    steps, for the psi mechanism between gamma / mu and the most it draws (``_check_psi_sd``), for
-    pnc 0 only on a released value of 0; estimates and variances those the mechanisms compute from
-    the released values and sd; each answer's keys once; one identity answer per establishment the
-    manifest states. InputError naming the rule and the first answer breaking it otherwise."""
-    import numpy as np
-    import pandas as pd
-
-    if quarter is not None:
-        manifest = manifest["per_quarter"][quarter]
-    missing = {*ANSWER_TEXT, *ANSWER_NUMBERS} - set(frame.columns)
-    if missing:
-        raise _refuse_answers(release, f"lack the column {sorted(missing)[0]}")
-    _check_key_lengths(release, frame)
-    attributes, names = pd.factorize(frame["attribute"], use_na_sentinel=False)
-    for name in names:
-        checked_attribute(release, name)
-    psi_rows = _mechanism_rows(release, frame)
-    psi_names = np.bincount(attributes[psi_rows], minlength=len(names)) > 0
-    gammas = _gammas(release, names, manifest, psi_names)
-    gamma = gammas[attributes]
-    numbers = _numbers_of(release, frame)
-    if "grid" in numbers:
-        from gedp.measure.grid import psi_grid
-
-        grids = np.array([psi_grid(value) if value > 0 else 0.0 for value in gammas])
-        _check_grids(release, frame, numbers, psi_rows, grids[attributes])
-    _check_noise(release, frame, numbers, psi_rows, gamma)
-    _check_psi_sd(release, frame, numbers, psi_rows, gamma, manifest)
-    _check_estimates(release, frame, numbers, psi_rows, manifest)
-    _check_keys(release, frame, manifest, attributes, names)
-    return frame

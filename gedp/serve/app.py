@@ -267,7 +267,7 @@ def parse(items: list[tuple[str, str]], releases: dict[str, ServedRelease]
                                quarter=given.get("quarter") or None, change=given.get("change") or None,
                                moe=_flag(given.get("moe", "0")), level=_number(given, "level", float, 0.95),
                                agglvl=_number(given, "agglvl", int, None),
-                               format={"json": "csv", "csv": "csv"}.get(output, output))
+                               format={"json": "csv", "csv": "csv"}.get(output, output), flags=False)
     return release, wanted, output
 
 

@@ -48,7 +48,8 @@ class TabulationRequest:
     written to ``out`` (None: not written); of a panel release, one ``quarter``, a ``change``
     FIRST:SECOND or the gross job ``gains_losses`` FROM:TO. A table ready to publish (formats qcew
     and xlsx) is of a release only, unless ``unprotected`` allows one of confidential microdata,
-    marked ``NOT PROTECTED`` in every row."""
+    marked ``NOT PROTECTED`` in every row. ``flags``: whether messages name the options as gedp
+    tabulate's flags (``--level``), or as the parameters of the server's requests (``level``)."""
 
     source: Path
     by: str | None = None
@@ -63,6 +64,11 @@ class TabulationRequest:
     change: str | None = None
     gains_losses: str | None = None
     unprotected: bool = False
+    flags: bool = True
+
+    def option(self, name: str) -> str:
+        """How a message names the option ``name`` to this request's caller (``flags``)."""
+        return f"--{name.replace('_', '-')}" if self.flags else name
 
     def checked(self) -> TabulationRequest:
         """The request with its output format settled; InputError for options that do not go together."""
@@ -83,7 +89,9 @@ class TabulationRequest:
     @property
     def margins_note(self) -> str:
         """What a summary line adds about margins of error."""
-        return f"; margins of error at {self.level:.0%}" if self.moe else ""
+        from gedp.postprocess.combine import level_percent
+
+        return f"; margins of error at {level_percent(self.level)}" if self.moe else ""
 
 
 @dataclass
@@ -221,7 +229,7 @@ def _derived_tabulation(request: TabulationRequest, implicates: pd.DataFrame | N
     written = _table_format(None if layout == "qcew" else request.format, request.out, None)
     if written == "xlsx" or request.agglvl is not None or request.titles is not None:
         raise InputError("a size-class table goes with --by, --where, --moe and --format csv, parquet or qcew")
-    checked_level(request.level, "--level")
+    checked_level(request.level, request.option("level"))
     request = dataclasses.replace(request, format=written)
     table = tabulate_derived(request.source, cast(str, request.by), where=request.where or None, moe=request.moe,
                              level=request.level, format=layout, quarter=request.quarter, implicates=implicates)
@@ -256,13 +264,16 @@ def _tabulation_format(request: TabulationRequest) -> str:
         raise InputError("--titles goes with --format qcew or xlsx (tables ready to publish)")
     if request.unprotected and request.is_release:
         raise InputError("--unprotected goes with a confidential microdata file, not a release")
+    name = request.option
     if table_format == "xlsx" and by is not None:
-        raise InputError("--format xlsx writes QCEW levels: give --agglvl (or neither, for every level), not --by")
+        raise InputError(f"{name('format')} xlsx writes QCEW levels: give {name('agglvl')} (or neither, for every "
+                         f"level), not {name('by')}")
     if request.moe and not request.is_release:
         raise InputError("--moe needs a release directory (it reads the release's measurements)")
     if request.agglvl is not None and by is not None:
-        raise InputError("give --by or --agglvl, not both (--agglvl sets the groups of a QCEW level)")
-    checked_level(request.level, "--level")
+        raise InputError(f"give {name('by')} or {name('agglvl')}, not both ({name('agglvl')} sets the groups of a "
+                         "QCEW level)")
+    checked_level(request.level, request.option("level"))
     chosen = _table_format(table_format, out, request.agglvl)
     if chosen in PUBLICATION_FORMATS and not request.is_release and not request.unprotected:
         raise InputError(f"--format {chosen} writes a table ready to publish, but this input is not a gedp release: "

@@ -1,0 +1,551 @@
+"""A release's noisy answers (``measurements.parquet``) read as untrusted input: each part's footer
+before any row is read, then every answer against the plan the manifest states and every row and
+number against the rules of the mechanism that released it.
+
+Every reader of a release's answers (``reader.read_measurements``: ``gedp tabulate --moe``, ``gedp
+implicates``, the Python API, ``gedp serve``) reads them through ``measurement_parts`` and
+``checked_measurements``, so an edited copy is refused in one line naming the rule and the first
+answer (query, attribute, state, quarter) breaking it, never a value of it nor a server path:
+
+* each part's schema: the columns readers use present as text or numbers, every key as text (not
+  a dictionary), each key's chunk no larger than keys of MAX_KEY_CHARS characters make it and every
+  key at most MAX_KEY_CHARS long, read as the parts' dictionaries before the rows are; a panel's part
+  holding rows of its own quarter only (its footer's statistics);
+* the answers: exactly those the manifest's plan implies, each query on each attribute (a job
+  family's categories) once per state and quarter, each of one mechanism (identity: psi; other
+  queries: the workflow's), of one variance kind (psi: estimated; pnc: exact), one grid step and
+  the mu the manifest's ledger charged it, the ledgers agreeing with the manifest's mu per query;
+* the rows and numbers: finite numbers, grids, sds, estimates and variances as each mechanism
+  releases them, each answer's keys once, one identity answer per establishment stated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gedp.errors import InputError
+from gedp.release.format import MEASUREMENTS_FILE, QUARTER_KEY
+from gedp.release.validation import ATTRIBUTE_PATTERN
+from gedp.synth.schema import shown
+
+#: The numbers of a noisy answer that readers compute with.
+ANSWER_NUMBERS = ("released", "estimate", "variance", "sd", "mu", "grid")
+#: The columns of measurements that describe an answer rather than key it.
+ANSWER_FIELDS = frozenset({"query", "attribute", "mechanism", "variance_kind", *ANSWER_NUMBERS})
+#: A mechanism releases noise of sd below 2^55 grid steps only: ``measure.grid.check_grid_range``
+#: refuses at protect time any query whose draws (up to 64 sd) could leave 2^61 grid steps.
+MAX_SD_STEPS = 2.0**55
+#: Relative tolerance of a recomputed estimate or variance (the release computed them the same way).
+ANSWER_RTOL = 1e-9
+
+
+#: The columns of measurements that name an answer, each text.
+ANSWER_TEXT = ("query", "attribute", "mechanism", "variance_kind")
+#: The longest key (an establishment's id, a group's label) a release's measurements may hold: gedp's
+#: keys are FIPS codes, NAICS codes, size classes and establishment ids of a few characters; a longer one
+#: is an edited copy (a 60 KB key repeated on every row decompresses to gigabytes).
+MAX_KEY_CHARS = 64
+#: The longest label of an answer (its query's name, attribute, mechanism, variance kind): a query
+#: names a few columns, an attribute a job family's category of a few codes.
+MAX_LABEL_CHARS = 256
+#: What a column chunk may hold beyond its values (page headers, levels, statistics), in bytes.
+PAGE_ROOM = 1 << 20
+
+
+def _refuse_answers(release: str | Path, rule: str) -> InputError:
+    return InputError(f"release '{release}': {MEASUREMENTS_FILE} {rule} (an edited or damaged copy)")
+
+
+def _where(release: str | Path, frame, bad, rule: str) -> None:
+    """Refuse when any row is ``bad``: the first such answer named (its query and attribute)."""
+    import numpy as np
+
+    if bad.any():
+        row = frame.iloc[int(np.argmax(bad))]
+        answer = f"query {shown(row.get('query'))} on {shown(row.get('attribute'))}"
+        raise _refuse_answers(release, f"hold {int(bad.sum()):,} row(s) whose {rule} ({answer} first)")
+
+
+def _numbers_of(release: str | Path, frame) -> dict:
+    """Each number column as float64 (present and numeric: ``measurement_parts`` checked the parts'
+    schemas), refused unless every value is finite."""
+    import numpy as np
+
+    numbers = {}
+    for column in ANSWER_NUMBERS:
+        values = frame[column].to_numpy(dtype=np.float64)
+        _where(release, frame, ~np.isfinite(values), f"{column} is not a finite number")
+        numbers[column] = values
+    return numbers
+
+
+def _is_text(kind) -> bool:
+    """Text as gedp writes it (string or large string; a dictionary, pandas' categorical, is not)."""
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _is_number(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind)
+
+
+@dataclass(frozen=True)
+class MeasurementParts:
+    """The parts of a release's measurements a reader reads (of one quarter of a panel: its parts),
+    in order, each part's state and number of rows, and the columns read (``measurement_parts``)."""
+
+    paths: list[str]
+    states: list[str]
+    rows: list[int]
+    columns: list[str]
+
+
+def _part_label(path: str) -> tuple[str | None, str]:
+    """The quarter (None for a release of one quarter) and state of a part named as
+    ``validation.part_names`` names it (``part-44.parquet``, ``part-2016Q1-44.parquet``)."""
+    label = Path(path).name[len("part-"):-len(".parquet")]
+    quarter, _, state = label.rpartition("-")
+    return quarter or None, state
+
+
+def measurement_parts(release: str | Path, parts: list[str], quarter: str | None = None) -> MeasurementParts:
+    """What a reader reads of a release's measurement ``parts`` (those of ``quarter`` for a panel),
+    checked from each part's footer and dictionaries before any row is read: its schema
+    (``_check_schema``); a panel's part holding rows of its own quarter only; its answers' labels and
+    the keys some query groups by (and ``estab_id``) no longer than ``_check_lengths`` allows. The
+    keys no query groups by are left unread."""
+    import pyarrow.parquet as pq
+
+    chosen = [path for path in parts if _part_label(path)[0] == quarter]
+    required = {**dict.fromkeys(ANSWER_TEXT, "text"), **dict.fromkeys(ANSWER_NUMBERS, "numbers")}
+    if quarter is not None:
+        required[QUARTER_KEY] = "text"
+    files = []
+    for path in chosen:
+        metadata = pq.read_metadata(path)
+        schema = metadata.schema.to_arrow_schema()
+        _check_schema(release, path, schema, required)
+        files.append(pq.ParquetFile(path, metadata=metadata, read_dictionary=[
+            field.name for field in schema if _is_text(field.type)]))
+    queries: set = set()
+    for path, file in zip(chosen, files):
+        labels = _check_lengths(release, path, file, [*ANSWER_TEXT, *([QUARTER_KEY] if quarter else [])],
+                                MAX_LABEL_CHARS)
+        queries |= {name for chunk in labels.column("query").chunks for name in chunk.dictionary.to_pylist()}
+        if quarter is not None:
+            _check_part_quarter(release, path, file, quarter)
+    named = {column for name in queries if isinstance(name, str) and name not in ("identity", "total")
+             for column in name.split(",")} | ({"estab_id"} if "identity" in queries else set())
+    first = files[0].schema_arrow.names if files else []  # what a read of the parts reads: the first part's columns
+    columns = [name for name in first if name in required or name in named]  # in the order gedp wrote them
+    for path, file in zip(chosen, files):
+        _check_lengths(release, path, file, [key for key in columns if key not in required
+                                             and key in file.schema_arrow.names], MAX_KEY_CHARS)
+    return MeasurementParts(chosen, [_part_label(path)[1] for path in chosen],
+                            [file.metadata.num_rows for file in files], columns)
+
+
+def _check_schema(release: str | Path, path: str, schema, required: dict[str, str]) -> None:
+    """Every ``required`` column present as text or numbers, every other column (a key) as text."""
+    for column, kind in required.items():
+        if column not in schema.names:
+            raise _refuse_answers(release, f"lack the column {column} ({Path(path).name})")
+        if not (_is_number if kind == "numbers" else _is_text)(schema.field(column).type):
+            raise _refuse_answers(release, f"hold the column {column} as {schema.field(column).type}, not as "
+                                           f"{kind} ({Path(path).name})")
+    for field in schema:
+        if field.name not in required and not _is_text(field.type):
+            raise _refuse_answers(release, f"hold a key column {shown(field.name)} as {field.type}, not as "
+                                           f"text ({Path(path).name})")
+
+
+def _check_lengths(release: str | Path, path: str, file, columns: list[str], longest: int):
+    """Each of the text ``columns`` of a part no longer than ``longest`` characters: first from the
+    footer (each chunk's uncompressed size at most that of its values at ``longest`` characters, twice
+    over for a dictionary page, and a page's room), then from the values read as dictionaries (Arrow
+    keeps a dictionary-encoded column's values once, however many rows repeat them), before any row
+    of them is read as plain text. Returns the columns read as dictionaries."""
+    import pyarrow.compute as pc
+
+    metadata, names = file.metadata, file.schema_arrow.names
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        room = row_group.num_rows * 2 * (4 + 4 * longest) + PAGE_ROOM
+        for column in columns:
+            if row_group.column(names.index(column)).total_uncompressed_size > room:
+                raise _refuse_answers(release, _too_long(column, longest, path))
+    table = file.read(columns=columns)
+    for column in columns:
+        for chunk in table.column(column).chunks:
+            size = pc.max(pc.utf8_length(chunk.dictionary)).as_py()
+            if size is not None and size > longest:
+                raise _refuse_answers(release, _too_long(column, longest, path))
+    return table
+
+
+def _too_long(column: str, longest: int, path: str) -> str:
+    what = "a key" if longest == MAX_KEY_CHARS else "a label"
+    return (f"hold {what} of {shown(column)} longer than {longest} characters ({Path(path).name}; gedp's keys are "
+            "codes and ids of a few characters, its labels names of queries and attributes)")
+
+
+def _check_part_quarter(release: str | Path, path: str, file, quarter: str) -> None:
+    """A panel's part (``part-<quarter>-<state>.parquet``) holds rows of its own quarter only: from its
+    row groups' statistics, or its quarter column read as a dictionary where they are missing."""
+    metadata, position = file.metadata, file.schema_arrow.names.index(QUARTER_KEY)
+    for group in range(metadata.num_row_groups):
+        statistics = metadata.row_group(group).column(position).statistics
+        if statistics is not None and statistics.has_min_max and statistics.has_null_count:
+            held = {statistics.min, statistics.max} | ({None} if statistics.null_count else set())
+        else:
+            column = file.read_row_group(group, columns=[QUARTER_KEY]).column(QUARTER_KEY)
+            held = {value for chunk in column.chunks for value in chunk.dictionary.to_pylist()}
+            held |= {None} if column.null_count else set()
+        if held - {quarter}:
+            raise _refuse_answers(release, f"hold rows of another quarter in {Path(path).name}, which holds those of "
+                                           f"{quarter} (a quarter relabelled)")
+
+
+def checked_attribute(release: str | Path, attribute: object) -> str:
+    """An attribute named by a release's measurements: a plain name, or a job family's category
+    (``worker[1,E1]``)."""
+    if not isinstance(attribute, str) or not ATTRIBUTE_PATTERN.fullmatch(attribute):
+        raise InputError(f"release '{release}': the measurements name an attribute {shown(attribute)}, which is "
+                         "not an attribute's name (an edited or damaged copy)")
+    return attribute
+
+
+def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, psi_grids) -> None:
+    """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: ``psi_grids``, that of the row's
+    attribute's gamma), and every released value a multiple of it within the grid's range."""
+    import numpy as np
+
+    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID
+
+    grid = numbers["grid"]
+    expected = np.where(psi_rows, psi_grids, VALUE_GRID)
+    _where(release, frame, grid != expected, "grid is not the step its mechanism and gamma release on")
+    if "released" in numbers:
+        units = numbers["released"] / grid
+        _where(release, frame, (units != np.rint(units)) | (np.abs(units) >= MAX_GRID_UNITS),
+               "released value is not a multiple of its grid step within the grid's range")
+
+
+def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> None:
+    """sd and mu: mu in (0, MAX_STATED_MU]; sd at least the grid's rounding (grid / sqrt(12); pnc: or
+    0, a group whose clip level is 0) and below MAX_SD_STEPS grid steps; a psi answer's sd times its
+    mu at least its ``gamma`` (the noise the mechanism adds is its sensitivity over mu)."""
+    from gedp.accounting.mu_limits import MAX_STATED_MU
+
+    if "mu" in numbers:
+        mu = numbers["mu"]  # pnc's is 0 when every group's clip level is 0 (no noise, nothing spent)
+        _where(release, frame, ~(((mu > 0) | (~psi_rows & (mu == 0))) & (mu <= MAX_STATED_MU)),
+               f"mu is not in (0, {MAX_STATED_MU:g}]")
+    if "sd" not in numbers:
+        return
+    sd = numbers["sd"]
+    grid = numbers.get("grid")
+    rounding = 0.0 if grid is None else grid / math.sqrt(12) * (1 - ANSWER_RTOL)
+    top = math.inf if grid is None else MAX_SD_STEPS * grid
+    low = ((sd >= rounding) & (sd > 0)) | (~psi_rows & (sd == 0))
+    _where(release, frame, ~(low & (sd < top)),
+           "sd is not between the grid's rounding (grid / sqrt(12)) and 2^55 grid steps")
+    if "released" in numbers:  # no noise: the group's clip level, hence its released value, is 0
+        _where(release, frame, ~psi_rows & (sd == 0) & (numbers["released"] != 0),
+               "pnc sd is 0 (no noise) but the released value is not 0")
+    if "mu" in numbers:
+        _where(release, frame, psi_rows & (sd * numbers["mu"] < gamma * (1 - ANSWER_RTOL)),
+               "sd is below the psi mechanism's gamma / mu")
+
+
+def _check_psi_sd(release: str | Path, frame, numbers: dict, psi_rows, gamma, manifest: Mapping) -> None:
+    """A psi answer's sd at most the one its mechanism draws (``measure.mechanisms.psi_mechanism``):
+    the rounded noise sd (``rounded_noise_sd``) of (gamma + grid + 2 psi.float_error(T)) / mu, T the
+    largest group total the manifest allows (its establishments times MAX_VALUE)."""
+    import numpy as np
+
+    from gedp.measure.grid import rounded_noise_sd
+    from gedp.measure.neighbors import make_psi
+    from gedp.synth.schema import MAX_VALUE
+
+    if not psi_rows.any():
+        return
+    widest = 2 * float(make_psi(**manifest["psi"]).float_error(max(int(manifest["establishments"]), 1) * MAX_VALUE))
+    sd, mu, grid = (numbers[name][psi_rows] for name in ("sd", "mu", "grid"))
+    bad = np.zeros(len(frame), dtype=bool)
+    bad[psi_rows] = sd > rounded_noise_sd((gamma[psi_rows] + grid + widest) / mu, grid) * (1 + ANSWER_RTOL)
+    _where(release, frame, bad, "sd is above the psi mechanism's (gamma + grid + float error) / mu")
+
+
+def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
+    """The estimates and variances the mechanisms compute from the released values and sd: pnc's the
+    released value and sd^2; the psi mechanism's its unbiased estimate and releasable variance under
+    the manifest's psi (recomputed, to ANSWER_RTOL)."""
+    import numpy as np
+
+    if not {"released", "estimate", "variance", "sd"} <= numbers.keys():
+        return
+    released, estimate, variance, sd = (numbers[name] for name in ("released", "estimate", "variance", "sd"))
+    pnc = np.flatnonzero(~psi_rows)
+    bad = np.zeros(len(frame), dtype=bool)
+    bad[pnc] = (estimate[pnc] != released[pnc]) | (variance[pnc] != sd[pnc] * sd[pnc])
+    _where(release, frame, bad, "pnc estimate or variance is not its released value and sd^2")
+    if not len(pnc) < len(frame):
+        return
+    from gedp.measure.neighbors import make_psi
+
+    psi = make_psi(**manifest["psi"])
+    every = not len(pnc)  # psi answers only (the identity-only plans): no copies
+    released, estimate, variance, sd = (values if every else values[psi_rows]
+                                        for values in (released, estimate, variance, sd))
+    with np.errstate(all="ignore"):
+        expected = psi.unbiased_estimate(released, sd)
+        spread = psi.releasable_variance(expected, sd)
+        wrong = (np.abs(estimate - expected) > ANSWER_RTOL * np.abs(expected)) | ~(
+            np.abs(variance - spread) <= ANSWER_RTOL * spread)
+    bad[:] = False
+    bad[psi_rows] = wrong
+    _where(release, frame, bad, "psi estimate or variance is not the one its released value and sd give")
+
+
+def _identity_ids(release: str | Path, frame, rows, attributes, names, stated: int) -> None:
+    """The identity answers of each attribute in ``rows`` (a mask; ``attributes`` the rows' codes in
+    ``names``): as many as the manifest ``stated``, of the same establishments in the same order for
+    every attribute (the protected rows', as gedp writes them), each establishment once."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = frame["estab_id"].array
+    ids = column.__arrow_array__() if hasattr(column, "__arrow_array__") else pa.array(column, pa.large_string())
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    first = None
+    for code in np.unique(attributes[rows]):
+        mine = pc.filter(ids, pa.array(rows & (attributes == code)))
+        if first is None and len(pc.unique(mine)) != len(mine):  # the others are checked equal to the first
+            _where(release, frame, rows & frame.duplicated(["attribute", "estab_id"]).to_numpy(),
+                   "keys repeat those of another row of the same answer")
+        if len(mine) != stated:
+            raise _refuse_answers(release, f"hold {len(mine):,} identity answers of {shown(names[code])}, the "
+                                           f"manifest states {stated:,} establishments")
+        if first is None:
+            first = mine
+        elif not mine.equals(first):
+            raise _refuse_answers(release, f"hold identity answers of {shown(names[code])} for other "
+                                           "establishments (or in another order) than those of the other attributes")
+
+
+def _check_keys(release: str | Path, frame, manifest: Mapping, attributes, names) -> None:
+    """Each answer's groups once (its keys unique), and the identity answers of each attribute one per
+    establishment the manifest states. The identity answers of the attributes (most rows) are checked
+    as ``_identity_ids``, the others by their key columns."""
+    import numpy as np
+
+    from gedp.synth.schema import CONFIDENTIAL
+
+    identity = (frame["query"] == "identity").to_numpy()
+    fast = identity & np.isin(attributes, [k for k, name in enumerate(names) if name in CONFIDENTIAL])
+    if "estab_id" not in frame.columns:
+        fast[:] = False
+    keys = [column for column in frame.columns if column not in ANSWER_FIELDS]
+    repeated = np.zeros(len(frame), dtype=bool)
+    repeated[~fast] = frame.loc[~fast, ["query", "attribute", *keys]].duplicated().to_numpy()
+    _where(release, frame, repeated, "keys repeat those of another row of the same answer")
+    if fast.any():
+        _identity_ids(release, frame, fast, attributes, names, int(manifest["establishments"]))
+
+
+def _mechanism_rows(release: str | Path, frame):
+    """Whether each row is the psi mechanism's (else pnc's; every row psi without the column)."""
+    import numpy as np
+    import pandas as pd
+
+    if "mechanism" not in frame.columns:
+        return np.ones(len(frame), dtype=bool)
+    codes, uniques = pd.factorize(frame["mechanism"], use_na_sentinel=False)
+    known = np.array([name in ("psi", "pnc") for name in uniques], dtype=bool)
+    _where(release, frame, ~known[codes], "mechanism is not psi or pnc")
+    return np.array([name == "psi" for name in uniques], dtype=bool)[codes]
+
+
+def _gammas(release: str | Path, names, manifest: Mapping, psi_names):
+    """The manifest's gamma of each attribute named (a job family's for its categories), 0 where it
+    has none; refused for an attribute answered by the psi mechanism without a gamma > 0."""
+    import numpy as np
+
+    gammas = manifest.get("gammas", {})
+    found = np.zeros(len(names))
+    for k, name in enumerate(names):
+        gamma = gammas.get(str(name).split("[", 1)[0]) if isinstance(gammas, dict) else None
+        if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0:
+            found[k] = gamma
+        elif psi_names[k]:
+            raise _refuse_answers(release, f"answer {shown(name)} with the psi mechanism, which the manifest's "
+                                           "gammas do not give a gamma > 0")
+    return found
+
+
+def _ledger(release: str | Path, manifest: Mapping, state: str, where: str) -> dict[tuple[str, str], float]:
+    """The answers the manifest's ledger of ``state`` charged: (query, attribute) -> mu, each once."""
+    from gedp.accounting.mu_limits import MAX_STATED_MU
+
+    section = manifest.get("per_state", {}).get(state) if isinstance(manifest.get("per_state"), dict) else None
+    ledger = section.get("ledger") if isinstance(section, dict) else None
+    if not isinstance(ledger, list):
+        raise _refuse_plan(release, f"states no ledger of {where}: its answers cannot be checked against its plan")
+    charged: dict[tuple[str, str], float] = {}
+    for entry in ledger:
+        query, attribute, mu = (entry.get(key) if isinstance(entry, dict) else None
+                                for key in ("query", "attribute", "mu"))
+        if not (isinstance(query, str) and isinstance(attribute, str) and isinstance(mu, (int, float))
+                and not isinstance(mu, bool) and 0 <= mu <= MAX_STATED_MU) or (query, attribute) in charged:
+            raise _refuse_plan(release, f"ledger of {where} holds a charge that is not one query on one attribute "
+                                        f"once with its mu in [0, {MAX_STATED_MU:g}]")
+        charged[query, attribute] = float(mu)
+    return charged
+
+
+def _refuse_plan(release: str | Path, rule: str) -> InputError:
+    return InputError(f"release '{release}': manifest.json's {rule} (an edited or damaged copy)")
+
+
+def _check_stated_mu(release: str | Path, manifest: Mapping, ledgers: list[dict], where: str) -> None:
+    """The manifest's mu per query and attribute (a job family's: its categories' composed) the
+    largest its states' ledgers charged, for the same queries and attributes."""
+    charged: dict[str, dict[str, float]] = {}
+    for ledger in ledgers:
+        composed: dict[tuple[str, str], list[float]] = {}
+        for (query, attribute), mu in ledger.items():
+            composed.setdefault((query, attribute.split("[", 1)[0]), []).append(mu)
+        for (query, family), mus in composed.items():
+            total = math.sqrt(math.fsum(mu * mu for mu in mus))
+            charged.setdefault(query, {})[family] = max(charged.get(query, {}).get(family, 0.0), total)
+    stated = manifest.get("mu")
+    same = isinstance(stated, dict) and stated.keys() == charged.keys() and all(
+        isinstance(stated[query], dict) and stated[query].keys() == by.keys()
+        and all(isinstance(stated[query][family], (int, float))
+                and math.isclose(stated[query][family], mu, rel_tol=ANSWER_RTOL) for family, mu in by.items())
+        for query, by in charged.items())
+    if not same:
+        raise _refuse_plan(release, f"mu per query and attribute{where} is not what its states' ledgers charged")
+
+
+def _check_plan(release: str | Path, frame, manifest: Mapping, parts: MeasurementParts, quarter: str | None,
+                psi_rows, attributes, names) -> None:
+    """The answers are exactly those the manifest's plan implies (``_plan_mu``): every query on every
+    attribute its ledger of each state charged, none other; each row of the mechanism of its query
+    (identity: psi; the others: the workflow's), of that mechanism's variance kind (psi: estimated;
+    pnc: exact) and of the mu its state's ledger charged (so no answer mixes mechanisms or mu)."""
+    import numpy as np
+    import pandas as pd
+
+    if sum(parts.rows) != len(frame):
+        raise _refuse_answers(release, f"hold {len(frame):,} rows of {quarter or 'the release'}, their parts "
+                                       f"{sum(parts.rows):,}")
+    queries, query_names = pd.factorize(frame["query"], use_na_sentinel=False)
+    part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)
+    code = (part * len(query_names) + queries) * len(names) + attributes
+    held, answer_of_row = np.unique(code, return_inverse=True)  # the (part, query, attribute) answers held
+    mu_held, lacking = _plan_mu(release, manifest, parts, quarter, held, list(query_names), list(names))
+    mu = mu_held[answer_of_row]
+    if np.isnan(mu).any():
+        row = int(np.argmax(np.isnan(mu)))
+        raise _refuse_answers(release, f"name a query {shown(query_names[queries[row]])} on "
+                                       f"{shown(names[attributes[row]])} (state {parts.states[part[row]]}"
+                                       f"{'' if quarter is None else f', quarter {quarter}'}) that the manifest's "
+                                       "plan does not state")
+    if lacking is not None:
+        raise lacking
+    _where(release, frame, ~np.isclose(frame["mu"].to_numpy(dtype=np.float64), mu, rtol=ANSWER_RTOL, atol=0),
+           "mu is not the one the manifest's ledger charged its answer (an answer of mixed mu)")
+    workflow = manifest.get("workflow")
+    if workflow not in ("psi", "pnc"):
+        raise _refuse_plan(release, "workflow must be psi or pnc")
+    identity = np.array([name == "identity" for name in query_names], dtype=bool)[queries]
+    _where(release, frame, psi_rows != (identity | (workflow == "psi")),
+           f"mechanism is not its query's (identity: psi; the others: {workflow}, the workflow; an answer of "
+           "mixed mechanisms)")
+    kinds, kind_names = pd.factorize(frame["variance_kind"], use_na_sentinel=False)
+    estimated = np.array([name == "estimated" for name in kind_names], dtype=bool)[kinds]
+    known = np.array([name in ("estimated", "exact") for name in kind_names], dtype=bool)[kinds]
+    _where(release, frame, ~known | (estimated != psi_rows),
+           "variance_kind is not its mechanism's (psi: estimated; pnc: exact)")
+
+
+def _plan_mu(release: str | Path, manifest: Mapping, parts: MeasurementParts, quarter: str | None,
+             held, queries: list, attributes: list):
+    """The mu the ledger of each part's state charged each answer ``held`` (codes of (part, query,
+    attribute) as ``_check_plan`` makes them, each once; NaN: not charged), after checking the manifest's
+    mu per query against the ledgers; and the refusal of the first answer charged that no part of its
+    state holds (None when there is none). Sized by the answers held and the ledgers, never by the
+    product of the labels a file names."""
+    import numpy as np
+
+    where = "" if quarter is None else f" of {quarter}"
+    ledgers = [_ledger(release, manifest, state, f"state {state}{where}") for state in dict.fromkeys(parts.states)]
+    _check_stated_mu(release, manifest, ledgers, where)
+    by_state = dict(zip(dict.fromkeys(parts.states), ledgers))
+    part, rest = np.divmod(held, len(queries) * len(attributes))
+    query, attribute = np.divmod(rest, len(attributes))
+    answers = [(int(p), queries[q], attributes[a]) for p, q, a in zip(part, query, attribute)]
+    mu = np.array([by_state[parts.states[p]].get((q, a), np.nan) for p, q, a in answers], dtype=np.float64)
+    present = set(answers)
+    for number, state in enumerate(parts.states):
+        for query_name, attribute_name in by_state[state]:
+            if (number, query_name, attribute_name) not in present:
+                return mu, _lacking(release, query_name, attribute_name, state, quarter)
+    return mu, None
+
+
+def _lacking(release: str | Path, query: object, attribute: object, state: str, quarter: str | None) -> InputError:
+    where = "" if quarter is None else f", quarter {quarter}"
+    return _refuse_answers(release, f"lack the answers of query {shown(query)} on {shown(attribute)} (state "
+                                    f"{state}{where}), which the manifest's plan states")
+
+
+def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: MeasurementParts,
+                         quarter: str | None = None):
+    """``frame`` (measurements read from ``release``'s ``parts``, of one ``quarter`` of a panel) once
+    every answer, row and number is checked as untrusted input (the parts' footers and dictionaries by
+    ``measurement_parts`` before they were read): every column readers use present; attributes named
+    as ``checked_attribute`` says; finite numbers; mu in (0, MAX_STATED_MU]; each grid step its
+    mechanism's and each released value on it; sd between the grid's rounding and MAX_SD_STEPS grid
+    steps, for the psi mechanism between gamma / mu and the most it draws (``_check_psi_sd``), for
+    pnc 0 only on a released value of 0; estimates and variances those the mechanisms compute from
+    the released values and sd; each answer's keys once; one identity answer per establishment the
+    manifest states; the answers exactly those of the manifest's plan, each of its query's mechanism
+    and the mu its ledger charged (``_check_plan``). InputError naming the rule and the first answer
+    breaking it otherwise."""
+    import numpy as np
+    import pandas as pd
+
+    if quarter is not None:
+        manifest = manifest["per_quarter"][quarter]
+    missing = {*ANSWER_TEXT, *ANSWER_NUMBERS} - set(frame.columns)
+    if missing:
+        raise _refuse_answers(release, f"lack the column {sorted(missing)[0]}")
+    attributes, names = pd.factorize(frame["attribute"], use_na_sentinel=False)
+    for name in names:
+        checked_attribute(release, name)
+    psi_rows = _mechanism_rows(release, frame)
+    psi_names = np.bincount(attributes[psi_rows], minlength=len(names)) > 0
+    gammas = _gammas(release, names, manifest, psi_names)
+    gamma = gammas[attributes]
+    numbers = _numbers_of(release, frame)
+    if "grid" in numbers:
+        from gedp.measure.grid import psi_grid
+
+        grids = np.array([psi_grid(value) if value > 0 else 0.0 for value in gammas])
+        _check_grids(release, frame, numbers, psi_rows, grids[attributes])
+    _check_noise(release, frame, numbers, psi_rows, gamma)
+    _check_psi_sd(release, frame, numbers, psi_rows, gamma, manifest)
+    _check_estimates(release, frame, numbers, psi_rows, manifest)
+    _check_keys(release, frame, manifest, attributes, names)
+    _check_plan(release, frame, manifest, parts, quarter, psi_rows, attributes, names)
+    return frame
