@@ -15,22 +15,18 @@ or more (what the atom adds). Before them, each state's fitted atom weights and 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-import gedp
 from gedp.postprocess.deconvolve import Mixture
 from gedp.postprocess.implicates import BURN_IN
-from gedp.release.implicates import prepare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from implicates_utility import truth_frame  # noqa: E402
+from implicates_utility import diagnostic_arguments, seeded_draws  # noqa: E402
 
 MONTHS = ["m1emp", "m2emp", "m3emp"]
 EDGES = np.array([0, 5, 10, 20, 50, 100, 250, np.inf])
@@ -66,20 +62,10 @@ def mean_table(model, local: np.ndarray, band: np.ndarray, rng: np.random.Genera
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--structure", default="none")
-    parser.add_argument("--seed", type=int, default=1, help="the release's seed")
-    parser.add_argument("--draws", type=int, default=2)
+    parser = diagnostic_arguments()
     parser.add_argument("--no-atom-from", type=float, default=50.0, help="employees")
     args = parser.parse_args()
-    truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
-    rng = np.random.default_rng(args.seed + 1000)
-    with tempfile.TemporaryDirectory() as tmp:
-        gedp.protect(truth, "recommended", seed=args.seed, not_for_publication=True).write(Path(tmp) / "r")
-        draws = prepare(Path(tmp) / "r", rng)
-    ids = draws.public["estab_id"].astype(str)
-    truth = truth.set_index(truth["estab_id"].astype(str)).loc[ids].reset_index(drop=True)
+    truth, draws, rng = seeded_draws(args)
     pd.set_option("display.width", 160)
     for rows, model in draws.models:
         summary = model.summary()

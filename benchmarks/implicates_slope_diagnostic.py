@@ -20,21 +20,17 @@ that supersector (least squares, pooled and within cells), so a slope lost in s_
 
 from __future__ import annotations
 
-import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-import gedp
 from gedp.evaluation.microdata_stats import size_wage_slopes, within_slope
 from gedp.postprocess.implicates import BURN_IN
-from gedp.release.implicates import prepare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from implicates_utility import truth_frame  # noqa: E402
+from implicates_utility import diagnostic_arguments, seeded_draws  # noqa: E402
 
 MONTHS = ["m1emp", "m2emp", "m3emp"]
 
@@ -64,20 +60,10 @@ def supersector_slopes(truth: pd.DataFrame, rows: np.ndarray, model) -> pd.DataF
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--structure", default="none")
-    parser.add_argument("--seed", type=int, default=1, help="the release's seed")
-    parser.add_argument("--draws", type=int, default=2)
+    parser = diagnostic_arguments()
     parser.add_argument("--burn-in", type=int, default=BURN_IN, help="sweeps before the first draw")
     args = parser.parse_args()
-    truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
-    rng = np.random.default_rng(args.seed + 1000)
-    with tempfile.TemporaryDirectory() as tmp:
-        gedp.protect(truth, "recommended", seed=args.seed, not_for_publication=True).write(Path(tmp) / "r")
-        draws = prepare(Path(tmp) / "r", rng)
-    public = draws.public
-    truth = truth.set_index(truth["estab_id"].astype(str)).loc[public["estab_id"].astype(str)].reset_index(drop=True)
+    truth, draws, rng = seeded_draws(args)
     results = {"truth": [slopes(truth)]}
     for rows, model in draws.models:
         print(supersector_slopes(truth, rows, model).round(3).to_string(index=False))

@@ -20,7 +20,7 @@ import pandas as pd
 
 import gedp
 from gedp.evaluation.microdata_stats import microdata_statistics
-from gedp.release.implicates import implicates_in_memory
+from gedp.release.implicates import implicates_in_memory, prepare
 from gedp.synth.structures import apply_structures
 
 KEYS = ["statistic", "sector", "size_class"]
@@ -29,6 +29,29 @@ KEYS = ["statistic", "sector", "size_class"]
 def truth_frame(qcew: Path, structures: list[str]) -> pd.DataFrame:
     frame = gedp.synthesize(from_qcew=qcew, seed=1)
     return apply_structures(frame, structures, np.random.default_rng(2)) if structures else frame
+
+
+def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentParser:
+    """The arguments of a one-release diagnostic of the implicates' priors (``seeded_draws``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--qcew", type=Path, required=True)
+    parser.add_argument("--structure", default="none")
+    parser.add_argument("--seed", type=int, default=1, help="the release's seed")
+    parser.add_argument("--draws", type=int, default=2)
+    return parser
+
+
+def seeded_draws(args: argparse.Namespace):
+    """The truth (``truth_frame`` of ``args.qcew`` with ``args.structure``), its ``recommended`` release
+    seeded ``args.seed`` made ready for draws (``prepare``: the fitted models), the truth in the draws'
+    establishment order, and the chains' generator (seed + 1000)."""
+    truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
+    rng = np.random.default_rng(args.seed + 1000)
+    with tempfile.TemporaryDirectory() as tmp:
+        gedp.protect(truth, "recommended", seed=args.seed, not_for_publication=True).write(Path(tmp) / "r")
+        draws = prepare(Path(tmp) / "r", rng)
+    ids = draws.public["estab_id"].astype(str)
+    return truth.set_index(truth["estab_id"].astype(str)).loc[ids].reset_index(drop=True), draws, rng
 
 
 def one_release(truth: pd.DataFrame, folder: Path, seed: int, m: int) -> pd.DataFrame:
