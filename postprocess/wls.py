@@ -123,6 +123,17 @@ def build_system(
 ) -> LinearSystem:
     """Stack the answers of one attribute into sparse query rows over the establishments of ``public``
     (``groupings``: of ``public``, shared with other calls)."""
+    groupings = check_answer_groups(answers, public, groupings)
+    queries = tuple(answer.query.by for answer in answers)
+    return LinearSystem(groupings.rows(queries), np.concatenate([answer.estimate for answer in answers]),
+                        np.concatenate(variances), rows_of=(groupings, queries))
+
+
+def check_answer_groups(answers: Sequence[NoisyAnswer], public: pd.DataFrame,
+                        groupings: Groupings | None = None) -> Groupings:
+    """The ``groupings`` of ``public`` (made when None), after checking that each answer's keys are the
+    groups of the public columns it groups by, in their order: a release's answers are untrusted input
+    (a dropped, null or permuted key refused, naming the query)."""
     groupings = groupings or Groupings(public)
     for answer in answers:
         grouping = groupings(answer.query.by)
@@ -131,9 +142,7 @@ def build_system(
                 f"answers of query {answer.query.name} do not match the groups of the public data "
                 f"({len(answer)} answers, {grouping.n_groups} groups)"
             )
-    queries = tuple(answer.query.by for answer in answers)
-    return LinearSystem(groupings.rows(queries), np.concatenate([answer.estimate for answer in answers]),
-                        np.concatenate(variances), rows_of=(groupings, queries))
+    return groupings
 
 
 def system_structure(answers: Sequence[NoisyAnswer], public: pd.DataFrame,

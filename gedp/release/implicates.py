@@ -72,6 +72,18 @@ def identity_answers(release: Path, quarter: str | None, ids: pd.Series) -> tupl
     return values, sds
 
 
+def check_public_groups(release: Path, quarter: str | None, public: pd.DataFrame) -> None:
+    """Every answer of the release over the establishments' public columns has the keys of their groups,
+    in order (``wls.check_answer_groups``): implicates refuse the answers ``gedp tabulate --moe`` refuses,
+    though they draw from the identity answers only."""
+    from gedp.postprocess.wls import check_answer_groups
+    from gedp.release.reader import read_answers
+
+    answers = [answer for held in read_answers(release, quarter).values() for answer in held
+               if set(answer.query.by) <= set(public.columns)]
+    check_answer_groups(answers, public)
+
+
 def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None = None,
             note: Callable[[str], None] | None = None) -> ReleaseDraws:
     """Read a release (one ``quarter`` of a panel release) and fit each state's priors."""
@@ -85,6 +97,7 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     psi = make_psi(**manifest["psi"])
     protected = in_stored_order(release, read_validated(release, quarter))  # refused as tabulate refuses it
     public = protected.drop(columns=[c for c in CONFIDENTIAL if c in protected.columns])
+    check_public_groups(release, quarter, public)
     values, sds = identity_answers(release, quarter, public["estab_id"])
     models = []
     for state, rows in public.groupby("state", sort=False).indices.items():
