@@ -27,9 +27,10 @@ def release(tmp_path_factory) -> Path:
     return folder
 
 
-def with_wage_answer(release: Path, folder: Path, value: float) -> tuple[str, float]:
-    """A copy of ``release`` whose first idle establishment's identity wage answer is ``value`` (sqrt
-    scale), its estimate and variance the mechanism's from it; that establishment and the answer's sd."""
+def with_wage_answer(release: Path, folder: Path, value: float, psi: dict | None = None) -> tuple[str, float]:
+    """A copy of ``release`` whose first idle establishment's identity wage answer is ``value`` (on the
+    scale of ``psi``, sqrt by default), its estimate and variance the mechanism's from it; that
+    establishment and the answer's sd."""
     shutil.copytree(release, folder)
     part = folder / "measurements.parquet" / "part-44.parquet"
     frame = pd.read_parquet(part)
@@ -37,7 +38,8 @@ def with_wage_answer(release: Path, folder: Path, value: float) -> tuple[str, fl
     idle = protected.loc[protected[["m1emp", "m2emp", "m3emp"]].sum(axis=1) == 0, "estab_id"].iloc[0]
     rows = (frame["query"] == "identity") & (frame["attribute"] == "wage") & (frame["estab_id"] == idle)
     assert rows.sum() == 1
-    psi, grid, sd = make_psi(name="sqrt", a=0), frame.loc[rows, "grid"].to_numpy(), frame.loc[rows, "sd"].to_numpy()
+    psi = make_psi(**(psi or {"name": "sqrt", "a": 0}))
+    grid, sd = frame.loc[rows, "grid"].to_numpy(), frame.loc[rows, "sd"].to_numpy()
     frame.loc[rows, "released"] = np.round(value / grid) * grid
     frame.loc[rows, "estimate"] = psi.unbiased_estimate(frame.loc[rows, "released"].to_numpy(), sd)
     frame.loc[rows, "variance"] = psi.releasable_variance(frame.loc[rows, "estimate"].to_numpy(), sd)
@@ -98,3 +100,39 @@ def test_a_bounded_grid_holds_every_lattice_point_near_an_answer():
         assert (np.abs(answers[:, None] - points[None, :]).min(axis=1) <= step).all()
     # Power: the bound binds (the finest lattice near the answers has more points than the two smaller bounds).
     assert len(brute_force_near(answers, start, top, 0.25, reach)) > 60
+
+
+@pytest.fixture(scope="module")
+def log_release(tmp_path_factory) -> Path:
+    """The recommended plan with psi log(x + 1) (wage gamma 0.5), 1,500 establishments."""
+    from importlib.resources import files
+
+    import yaml
+
+    config = yaml.safe_load((files("gedp.configs") / "recommended.yaml").read_text())
+    config["psi"] = {"name": "log", "a": 1}
+    config["attributes"]["wage"]["gamma"] = 0.5
+    folder = tmp_path_factory.mktemp("log") / "release"
+    gedp.protect(gedp.synthesize("small", establishments=1500, seed=5), config, seed=6,
+                 not_for_publication=True).write(folder)
+    return folder
+
+
+def test_a_log_release_with_an_extreme_wage_answer_is_answered(log_release, tmp_path):
+    """A wage answer of 40 on the log scale (15 noise sds above log(1 + 1e13), the largest wage a release
+    holds; the Gaussian noise reaches it with probability 1e-49, never 0: a valid release). Main fed its
+    estimate (1.9e17) into the state's wage per employee, the scale of every cell's floor and weight,
+    and the wage fit's passes diverged (totals 1e22, 1e49, 1e183) until the structured solver gave up
+    (RuntimeError traceback). An estimate is now held at MAX_VALUE (no wage is larger): answered, every
+    margin finite, the table's values those of the release without the edit. (The margins are those of
+    a release whose wage answer says 1e13, as an honest one may: the state's rate, from the identity
+    answers' sum, widens them all; see docs/reference/release-format.md.)"""
+    from gedp.synth.schema import MAX_VALUE
+
+    _, sd = with_wage_answer(log_release, tmp_path / "extreme", 40.0, {"name": "log", "a": 1})
+    assert (40.0 - np.log1p(MAX_VALUE)) / sd > 10
+    table = gedp.read_release(tmp_path / "extreme").tabulate(by=["state", "county"], moe=True)
+    plain = gedp.read_release(log_release).tabulate(by=["state", "county"], moe=True)
+    assert np.isfinite(table["wage_moe"]).all() and (table["wage_moe"] >= 0).all()
+    pd.testing.assert_frame_equal(table.drop(columns=[c for c in table if c.endswith("_moe")]),
+                                  plain.drop(columns=[c for c in plain if c.endswith("_moe")]))
