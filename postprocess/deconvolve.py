@@ -392,6 +392,32 @@ def truncated_normal(mean: np.ndarray, sd: np.ndarray, lower: np.ndarray, rng: n
     return np.where(sd > 0, np.maximum(mean + sd * z, lower), mean)
 
 
+def lattice_near(answers: np.ndarray, start: float, top: float, step: float, reach: float,
+                 most: int) -> tuple[np.ndarray, float]:
+    """The points start + k s (k >= 1, up to ``top``) within about ``reach`` of an answer, s = ``step`` 2^j
+    for the smallest j that leaves at most ``most`` of them, and s: a grid whose size is bounded whatever
+    the answers' range (points far from every answer have no weight in an NPMLE: their likelihood is
+    negligible for every answer), each answer within s of a point. Computed on the answers' occupied
+    cells (merged intervals of k), never on the whole lattice."""
+    answers = np.asarray(answers, dtype=float)
+    answers = answers[np.isfinite(answers)]
+    while True:
+        last = max(1.0, np.ceil((top - start) / step))
+        r = float(np.ceil(reach / step))
+        cell = np.unique(np.clip(np.rint((answers - start) / step), 1.0, last))
+        if cell.size == 0:
+            return np.empty(0), step
+        low, high = np.maximum(cell - r, 1.0), np.minimum(cell + r, last)
+        reached = np.maximum.accumulate(high)
+        begins = np.flatnonzero(np.r_[True, low[1:] > reached[:-1] + 1])
+        ends = reached[np.r_[begins[1:] - 1, len(cell) - 1]]
+        lengths = (ends - low[begins] + 1).astype(np.int64)
+        if lengths.sum() <= most:
+            offsets = np.repeat(low[begins] - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+            return start + (offsets + np.arange(lengths.sum())) * step, step
+        step *= 2.0
+
+
 def pick_points(log_weight: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """For each column of ``log_weight`` (points x rows; overwritten), one point drawn with probability
     proportional to exp(log weight), by inverse CDF on the running sum of the weights."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, truncated_normal
+from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, lattice_near, truncated_normal
 from gedp.postprocess.wage_priors import (
     SIZE_EDGES,
     WAGE_Z,
@@ -57,6 +57,11 @@ THIN = 2
 #: mean is above it draw from their likelihood alone (a prior that flat there changes nothing).
 LEVEL_STEPS = 3.0
 LEVEL_CUT = 40.0
+#: Most points of a level prior's grid (its fit's Hessian is points^2 floats, a Newton step points^3):
+#: beyond it, only the points within LEVEL_REACH answer sds of an answer, coarsened until they fit
+#: (``deconvolve.lattice_near``). Ordinary releases never reach it (Rhode Island's: 139 at most).
+MOST_LEVEL_POINTS = 600
+LEVEL_REACH = 8.0
 #: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
 WAGE_FLAT_STEPS = 2.0
 #: Establishments per state of the pass that fits the wage priors.
@@ -122,9 +127,7 @@ class PosteriorModel:
         from the fitted ``start``)."""
         omega, sd = self.answers.months, self.answers.month_sd
         cut = (self.floor if np.isfinite(self.floor) else omega[:, 0].min()) + LEVEL_CUT * sd[0]
-        level = self._fitted("level", rng, None if start is None else start.level,
-                             lambda: (omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
-                                      *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min())))
+        level = self._fitted("level", rng, None if start is None else start.level, lambda: self._level_fit(cut))
         bands, band, steps = self.change_bands()
         changes = []
         for b, step in enumerate(steps):
@@ -134,6 +137,12 @@ class PosteriorModel:
                                                   omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])), step))
                                  for k in (1, 2)))
         return level, cut, bands, changes
+
+    def _level_fit(self, cut: float) -> tuple:
+        """The level prior's fit arguments: month 1's answers up to 6 sds above the cut, their sd, components."""
+        first, sd = self.answers.months[:, 0], float(self.answers.month_sd[0])
+        fitted = first[first <= cut + 6 * sd]
+        return fitted, sd, *level_components(self.floor, cut + 6 * sd, sd, first.min(), fitted)
 
     def change_bands(self) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """The changes' size bands: their edges in psi scale, each establishment's band (of its answers'
@@ -195,7 +204,7 @@ class PosteriorModel:
         sd = self.answers.wage_sd
         top = max(float(omega.max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
         return self._fitted("zero wage", rng, start, lambda: (
-            omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min()))))
+            omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min()), omega)))
 
     def log_wage_prior(self, z: np.ndarray, average: np.ndarray, rows: np.ndarray, priors: Priors) -> np.ndarray:
         """log prior weight of the grid cell holding each z's residual r = z - s(log E), E the average
@@ -371,12 +380,16 @@ class WageCoupling:
         return out
 
 
-def level_components(floor: float, top: float, sd: float, lowest: float) -> tuple[np.ndarray, np.ndarray]:
+def level_components(floor: float, top: float, sd: float, lowest: float,
+                     answers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A level prior's components: an atom at psi(0) (when finite), then every sd / LEVEL_STEPS up to
-    ``top`` with that bandwidth."""
+    ``top`` with that bandwidth; more than MOST_LEVEL_POINTS of them (an answer far from the others):
+    those near the ``answers`` only, on a coarser step where even these are too many."""
     step = sd / LEVEL_STEPS
     start = floor if np.isfinite(floor) else lowest - 3 * sd
-    grid = np.arange(start + step, top + step, step)
+    grid = np.arange(start + step, top + step, step) if (top - start) / step < MOST_LEVEL_POINTS else None
+    if grid is None or grid.size >= MOST_LEVEL_POINTS:
+        grid, step = lattice_near(answers, start, top, step, LEVEL_REACH * sd, MOST_LEVEL_POINTS - 1)
     atoms = np.array([floor]) if np.isfinite(floor) else np.empty(0)
     return np.concatenate([atoms, grid]), np.concatenate([np.zeros(atoms.size), np.full(grid.size, step)])
 

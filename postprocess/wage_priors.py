@@ -167,7 +167,8 @@ def mean_log_wage(psi: NeighborFunction, answers: np.ndarray, sd: float) -> floa
     from gedp.postprocess.implicates import level_components
 
     floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
-    prior = fit_mixture(answers, sd, *level_components(floor, float(answers.max()) + 3 * sd, sd, float(answers.min())))
+    top = float(answers.max()) + 3 * sd
+    prior = fit_mixture(answers, sd, *level_components(floor, top, sd, float(answers.min()), answers))
     paid = prior.means > floor
     return float(np.log(psi.inverse(prior.means[paid])) @ prior.weights[paid] / prior.weights[paid].sum())
 

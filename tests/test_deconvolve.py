@@ -229,7 +229,7 @@ def test_gibbs_months_match_the_brute_force_posterior():
 
 
 def test_level_components_start_with_the_zero_atom():
-    means, sds = level_components(0.0, 3.0, 0.6, 0.0)
+    means, sds = level_components(0.0, 3.0, 0.6, 0.0, np.array([0.0, 3.0]))
     assert means[0] == 0.0 and sds[0] == 0.0 and (np.diff(means) > 0).all() and means[-1] >= 3.0 - 0.2
     means, sds = change_components(0.15, 10.0, 0.8)
     assert (sds == 0).sum() == 1 and means[sds == 0][0] == 0.0
