@@ -304,12 +304,13 @@ class ComponentTable:
     precision: np.ndarray  # 1 / (2 (s_k^2 + sd^2))
     shrink: np.ndarray  # s_k^2 / (s_k^2 + sd^2): posterior mean m_k + shrink (center - m_k)
     post_sd: np.ndarray  # s_k sd / sqrt(s_k^2 + sd^2)
-    offset: np.ndarray  # m_k (1 - shrink) / post_sd (an atom: ATOM_SCALE m_k + 9)
+    offset: np.ndarray  # m_k (1 - shrink) / post_sd (an atom: ATOM_SCALE m_k, + 9 when ``bump`` is None)
     slope: np.ndarray  # shrink / post_sd (an atom: 0)
     inverse: np.ndarray  # 1 / post_sd (an atom: ATOM_SCALE)
     reach: float
     width: int
     sd: float
+    bump: np.ndarray | None  # an atom's 9, added after the bound (None: every atom at 0, its 9 in the offset)
 
     @classmethod
     def of(cls, prior: Mixture, sd: float, centers: np.ndarray) -> ComponentTable:
@@ -324,9 +325,14 @@ class ComponentTable:
         shrink, post_sd = sds**2 / total, sds * sd / np.sqrt(total)
         atom = post_sd == 0
         inverse = np.where(atom, ATOM_SCALE, 1.0 / np.where(atom, 1.0, post_sd))
-        offset = np.where(atom, ATOM_SCALE * means + 9.0, means * (1.0 - shrink) * inverse)
+        offset = np.where(atom, ATOM_SCALE * means, means * (1.0 - shrink) * inverse)
+        # an atom's z is ATOM_SCALE (m_k - lower) + 9; at m_k != 0 the 9 is lost beside ATOM_SCALE m_k
+        # (an atom on the bound got z = 0, half its weight), so it is added after the bound is subtracted
+        bump = np.where(atom, 9.0, 0.0)
+        if not (atom & (means != 0)).any():
+            offset, bump = offset + bump, None
         return cls(means, log_scale, 0.5 / total, shrink, post_sd, offset, np.where(atom, 0.0, shrink * inverse),
-                   inverse, reach, min(width, len(means)), sd)
+                   inverse, reach, min(width, len(means)), sd, bump)
 
     def pick(self, center: np.ndarray, lower: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each row's picked component's posterior (mean, sd) given uniforms ``u``: computed points x
@@ -370,6 +376,8 @@ class ComponentTable:
         z = self.slope[index] * center
         z += self.offset[index]
         z -= self.inverse[index] * lower
+        if self.bump is not None:
+            z += self.bump[index]
         low = z < 9.0
         low &= near
         log_weight[low] += log_ndtr(z[low])
