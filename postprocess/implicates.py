@@ -260,13 +260,14 @@ class PosteriorModel:
             if coupling is not None:
                 coupling.priors = prior
             for _ in range(burn_in if sweeps == 0 else thin):
-                theta1 = self._coupled(coupling, theta1, delta,
-                                       self._level_step(prior, omega, sd, delta, floor, rng), None, rng)
+                state = None if coupling is None else CurrentDensity.of(coupling, self.average(theta1, delta))
+                theta1 = self._coupled(state, theta1, delta, self._level_step(prior, omega, sd, delta, floor, rng),
+                                       None, rng)
                 for k in (0, 1):
                     proposal = self._change_step(prior, omega, sd, theta1, k, band, floor, rng)
-                    delta[:, k] = self._coupled(coupling, theta1, delta, proposal, k, rng)
+                    delta[:, k] = self._coupled(state, theta1, delta, proposal, k, rng)
                 if coupling is not None:
-                    coupling.redraw(self.average(theta1, delta), rng)
+                    coupling.redraw(state.average, rng)
                 sweeps += 1
             yield np.rint(self.psi.inverse(self.levels(theta1, delta)))
 
@@ -276,21 +277,23 @@ class PosteriorModel:
     def average(self, theta1: np.ndarray, delta: np.ndarray) -> np.ndarray:
         return self.psi.inverse(self.levels(theta1, delta)).mean(axis=1)
 
-    def _coupled(self, coupling, theta1, delta, proposal, k, rng) -> np.ndarray:
+    def _coupled(self, state: CurrentDensity | None, theta1, delta, proposal, k, rng) -> np.ndarray:
         """A Metropolis-Hastings step: the proposal (an exact draw of theta_1, or of change k, given
         the months' answers) accepted with the ratio of the wage's density given the new and the
-        current average employment (the wage's z held)."""
-        current = theta1 if k is None else delta[:, k]
-        if coupling is None:
+        current average employment (the wage's z held); ``state``: the current average and density,
+        moved to the accepted ones."""
+        if state is None:
             return proposal
-        moved = delta.copy()
+        current = theta1 if k is None else delta[:, k]
         if k is None:
             new_average = self.average(proposal, delta)
         else:
+            moved = delta.copy()
             moved[:, k] = proposal
             new_average = self.average(theta1, moved)
-        log_ratio = coupling.log_density(new_average) - coupling.log_density(self.average(theta1, delta))
-        accept = np.log(rng.random(len(current))) < np.nan_to_num(log_ratio, nan=0.0)
+        new_density = state.coupling.log_density(new_average)
+        accept = np.log(rng.random(len(current))) < np.nan_to_num(new_density - state.density, nan=0.0)
+        state.accept(accept, new_average, new_density)
         return np.where(accept, proposal, current)
 
     @staticmethod
@@ -378,6 +381,25 @@ class WageCoupling:
             out[coupled] = -0.5 * residual**2 + model.log_wage_prior(
                 self.z[coupled], average[coupled], rows, self.priors)
         return out
+
+
+@dataclass
+class CurrentDensity:
+    """A chain's current average employment and the wage's log density at it (``WageCoupling``), carried
+    from one Metropolis-Hastings step of a sweep to the next (every row's values are its own: the
+    accepted rows take the proposal's, the others keep theirs)."""
+
+    coupling: WageCoupling
+    average: np.ndarray
+    density: np.ndarray
+
+    @classmethod
+    def of(cls, coupling: WageCoupling, average: np.ndarray) -> CurrentDensity:
+        return cls(coupling, average, coupling.log_density(average))
+
+    def accept(self, accepted: np.ndarray, average: np.ndarray, density: np.ndarray) -> None:
+        self.average = np.where(accepted, average, self.average)
+        self.density = np.where(accepted, density, self.density)
 
 
 def level_components(floor: float, top: float, sd: float, lowest: float,
