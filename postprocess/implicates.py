@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, lattice_near, truncated_normal
 from gedp.postprocess.wage_priors import (
@@ -142,6 +143,10 @@ class PosteriorModel:
         """The level prior's fit arguments: month 1's answers up to 6 sds above the cut, their sd, components."""
         first, sd = self.answers.months[:, 0], float(self.answers.month_sd[0])
         fitted = first[first <= cut + 6 * sd]
+        if fitted.size == 0:
+            raise InputError(f"the release's month-1 employment answers are all more than {LEVEL_CUT + 6:g} answer "
+                             f"sds above the smallest size: gedp implicates fits small establishments' sizes from "
+                             f"those answers and has none to fit")
         return fitted, sd, *level_components(self.floor, cut + 6 * sd, sd, first.min(), fitted)
 
     def change_bands(self) -> tuple[np.ndarray, np.ndarray, list[float]]:

@@ -136,3 +136,23 @@ def test_a_log_release_with_an_extreme_wage_answer_is_answered(log_release, tmp_
     assert np.isfinite(table["wage_moe"]).all() and (table["wage_moe"] >= 0).all()
     pd.testing.assert_frame_equal(table.drop(columns=[c for c in table if c.endswith("_moe")]),
                                   plain.drop(columns=[c for c in plain if c.endswith("_moe")]))
+
+
+def test_a_release_without_small_month_answers_is_refused_in_one_line(release, tmp_path):
+    """Every month-1 employment answer 1e4 (sqrt scale, an employment of 1e8) apart from the others (red
+    team of int9, L2): the level prior has no answer near psi(0) to fit. main ended in a ValueError
+    traceback; gedp implicates refuses in one line and writes nothing."""
+    folder = tmp_path / "far"
+    shutil.copytree(release, folder)
+    part = folder / "measurements.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    rows = ((frame["query"] == "identity") & (frame["attribute"] == "m1emp")).to_numpy()
+    psi = make_psi("sqrt", a=0)
+    grid, sd = frame.loc[rows, "grid"].to_numpy(), frame.loc[rows, "sd"].to_numpy()
+    frame.loc[rows, "released"] = np.round(1e4 * np.arange(1, rows.sum() + 1) / grid) * grid
+    frame.loc[rows, "estimate"] = psi.unbiased_estimate(frame.loc[rows, "released"].to_numpy(), sd)
+    frame.loc[rows, "variance"] = psi.releasable_variance(frame.loc[rows, "estimate"].to_numpy(), sd)
+    frame.to_parquet(part, index=False)
+    with pytest.raises(gedp.errors.InputError, match="month-1 employment answers are all more than"):
+        write_implicates(folder, 2, tmp_path / "draws", seed=3)
+    assert not (tmp_path / "draws").exists()
