@@ -156,3 +156,20 @@ def test_a_release_without_small_month_answers_is_refused_in_one_line(release, t
     with pytest.raises(gedp.errors.InputError, match="month-1 employment answers are all more than"):
         write_implicates(folder, 2, tmp_path / "draws", seed=3)
     assert not (tmp_path / "draws").exists()
+
+
+def test_draws_stay_within_what_a_release_holds_without_overflow(release, tmp_path):
+    """A wage answer of 4.4e14 on the sqrt scale (red team of int9, L1: a wage of 1.9e29): implicates'
+    wages stay at most MAX_VALUE (1e13, the largest value a release holds; before, 5e30), and no
+    overflow warning reaches the user (the atoms' truncation constant was computed for every component)."""
+    import warnings
+
+    from gedp.synth.schema import MAX_VALUE
+
+    with_wage_answer(release, tmp_path / "huge", 4.4e14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out = write_implicates(tmp_path / "huge", 2, tmp_path / "draws", seed=3)
+    draws = pd.read_parquet(out)
+    assert draws["wage"].max() == MAX_VALUE
+    assert (draws[["m1emp", "m2emp", "m3emp", "wage"]].to_numpy() <= MAX_VALUE).all()

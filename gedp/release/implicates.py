@@ -178,11 +178,15 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
 
 
 def implicate_frame(public: pd.DataFrame, values: np.ndarray, k: int) -> pd.DataFrame:
-    """One block of implicate ``k``: its number, the release's public columns, the drawn attributes."""
+    """One block of implicate ``k``: its number, the release's public columns, the drawn attributes (each
+    at most MAX_VALUE, the largest value a release holds: a draw beyond it follows an answer no protect
+    run of a valid input gives)."""
+    from gedp.synth.schema import MAX_VALUE
+
     frame = public.reset_index(drop=True).copy()
     frame.insert(0, IMPLICATE_KEY, np.int32(k))
     for j, attribute in enumerate(CONFIDENTIAL):
-        frame[attribute] = values[:, j]
+        frame[attribute] = np.minimum(values[:, j], MAX_VALUE)
     return frame
 
 
