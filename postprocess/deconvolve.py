@@ -304,12 +304,13 @@ class ComponentTable:
     precision: np.ndarray  # 1 / (2 (s_k^2 + sd^2))
     shrink: np.ndarray  # s_k^2 / (s_k^2 + sd^2): posterior mean m_k + shrink (center - m_k)
     post_sd: np.ndarray  # s_k sd / sqrt(s_k^2 + sd^2)
-    offset: np.ndarray  # m_k (1 - shrink) / post_sd (an atom: ATOM_SCALE m_k + 9)
+    offset: np.ndarray  # m_k (1 - shrink) / post_sd (an atom: ATOM_SCALE m_k, + 9 when ``bump`` is None)
     slope: np.ndarray  # shrink / post_sd (an atom: 0)
     inverse: np.ndarray  # 1 / post_sd (an atom: ATOM_SCALE)
     reach: float
     width: int
     sd: float
+    bump: np.ndarray | None  # an atom's 9, added after the bound (None: every atom at 0, its 9 in the offset)
 
     @classmethod
     def of(cls, prior: Mixture, sd: float, centers: np.ndarray) -> ComponentTable:
@@ -324,9 +325,14 @@ class ComponentTable:
         shrink, post_sd = sds**2 / total, sds * sd / np.sqrt(total)
         atom = post_sd == 0
         inverse = np.where(atom, ATOM_SCALE, 1.0 / np.where(atom, 1.0, post_sd))
-        offset = np.where(atom, ATOM_SCALE * means + 9.0, means * (1.0 - shrink) * inverse)
+        offset = np.where(atom, ATOM_SCALE * np.where(atom, means, 0.0), means * (1.0 - shrink) * inverse)
+        # an atom's z is ATOM_SCALE (m_k - lower) + 9; at m_k != 0 the 9 is lost beside ATOM_SCALE m_k
+        # (an atom on the bound got z = 0, half its weight), so it is added after the bound is subtracted
+        bump = np.where(atom, 9.0, 0.0)
+        if not (atom & (means != 0)).any():
+            offset, bump = offset + bump, None
         return cls(means, log_scale, 0.5 / total, shrink, post_sd, offset, np.where(atom, 0.0, shrink * inverse),
-                   inverse, reach, min(width, len(means)), sd)
+                   inverse, reach, min(width, len(means)), sd, bump)
 
     def pick(self, center: np.ndarray, lower: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each row's picked component's posterior (mean, sd) given uniforms ``u``: computed points x
@@ -339,19 +345,19 @@ class ComponentTable:
             peak = np.maximum(center, lower)
             start = np.minimum(np.searchsorted(self.means, peak - self.reach), len(self.means) - self.width)
             index = start[None, :] + np.arange(self.width)[:, None]
-        distance = center[None, :] - self.means[index]
-        log_weight = distance * distance
+        log_weight = center[None, :] - self.means[index]  # the distance to each component, squared in place
+        log_weight *= log_weight
         log_weight *= -self.precision[index]
         log_weight += self.log_scale[index]
-        near = np.flatnonzero(lower + 9.0 * float(self.post_sd.max()) > np.minimum(center, self.means[start]))
-        possible = self._truncate(log_weight, index, center, lower, near) if near.size else None
+        near = lower + 9.0 * float(self.post_sd.max()) > np.minimum(center, self.means[start])
+        impossible = self._truncate(log_weight, index, center, lower, near) if near.any() else None
         best = log_weight.max(axis=0)
         feasible = np.isfinite(best)
         log_weight -= np.where(feasible, best, 0.0)
         np.maximum(log_weight, -700.0, out=log_weight)  # e^-700 is 0 beside 1; below it exp turns slow
         running = np.exp(log_weight, out=log_weight)
-        if possible is not None:  # components wholly below the bound: weight exactly 0
-            running[:, near] *= possible
+        if impossible is not None:  # components wholly below the bound: weight exactly 0
+            running[impossible] = 0.0
         for j in range(1, len(running)):
             np.add(running[j - 1], running[j], out=running[j])
         picked = (running < u * running[-1]).sum(axis=0)
@@ -360,26 +366,24 @@ class ComponentTable:
         return np.where(feasible, mean, center), np.where(feasible, self.post_sd[chosen], self.sd)
 
     def _truncate(self, log_weight: np.ndarray, index: np.ndarray, center: np.ndarray, lower: np.ndarray,
-                  near: np.ndarray) -> np.ndarray:
-        """Add to rows ``near`` of ``log_weight`` each component's log P(posterior >= lower) = log Phi(z),
-        z = (posterior mean - lower) / posterior sd = offset + slope center - inverse lower (an atom:
-        z >= 9 on or above the bound, -inf below; log Phi computed only where z < 9);
-        return 1 where that is positive, 0 where the component lies wholly below the bound."""
-        chosen = index[:, near] if index.shape[1] > 1 else index
-        z = self.slope[chosen] * center[near]
-        z += self.offset[chosen]
-        z -= self.inverse[chosen] * lower[near]
-        log_weight[:, near] += truncation_log_mass(z)
-        return (z > -np.inf).astype(float)
-
-
-def truncation_log_mass(z: np.ndarray) -> np.ndarray:
-    """log P(Z >= -z) = log Phi(z), computed only where it differs from 0 in double precision
-    (z < 9: Phi(9) = 1 - 1e-19)."""
-    out = np.zeros_like(z)
-    low = z < 9.0
-    out[low] = log_ndtr(z[low])
-    return out
+                  near: np.ndarray) -> np.ndarray | None:
+        """Add to the columns of rows ``near`` (a mask) of ``log_weight`` each component's log P(posterior
+        >= lower) = log Phi(z), z = (posterior mean - lower) / posterior sd = offset + slope center - inverse
+        lower (an atom: z >= 9 on or above the bound, -inf below; log Phi computed only where z < 9: it is 0
+        in double precision above); return where a component lies wholly below the bound (None: nowhere).
+        z is computed for every row (a vector operation over them is cheaper than gathering the near ones),
+        log Phi only for the near rows' components."""
+        z = self.slope[index] * center
+        z += self.offset[index]
+        z -= self.inverse[index] * lower
+        if self.bump is not None:
+            z += self.bump[index]
+        low = z < 9.0
+        low &= near
+        log_weight[low] += log_ndtr(z[low])
+        impossible = ~(z > -np.inf)
+        impossible &= near
+        return impossible if impossible.any() else None
 
 
 def truncated_normal(mean: np.ndarray, sd: np.ndarray, lower: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -390,6 +394,32 @@ def truncated_normal(mean: np.ndarray, sd: np.ndarray, lower: np.ndarray, rng: n
         # Z >= start as -ndtri(u * P(Z >= start)): exact far into the upper tail.
         z = -ndtri(np.maximum(u * ndtr(-start), np.finfo(float).tiny))
     return np.where(sd > 0, np.maximum(mean + sd * z, lower), mean)
+
+
+def lattice_near(answers: np.ndarray, start: float, top: float, step: float, reach: float,
+                 most: int) -> tuple[np.ndarray, float]:
+    """The points start + k s (k >= 1, up to ``top``) within about ``reach`` of an answer, s = ``step`` 2^j
+    for the smallest j that leaves at most ``most`` of them, and s: a grid whose size is bounded whatever
+    the answers' range (points far from every answer have no weight in an NPMLE: their likelihood is
+    negligible for every answer), each answer within s of a point. Computed on the answers' occupied
+    cells (merged intervals of k), never on the whole lattice."""
+    answers = np.asarray(answers, dtype=float)
+    answers = answers[np.isfinite(answers)]
+    while True:
+        last = max(1.0, np.ceil((top - start) / step))
+        r = float(np.ceil(reach / step))
+        cell = np.unique(np.clip(np.rint((answers - start) / step), 1.0, last))
+        if cell.size == 0:
+            return np.empty(0), step
+        low, high = np.maximum(cell - r, 1.0), np.minimum(cell + r, last)
+        reached = np.maximum.accumulate(high)
+        begins = np.flatnonzero(np.r_[True, low[1:] > reached[:-1] + 1])
+        ends = reached[np.r_[begins[1:] - 1, len(cell) - 1]]
+        lengths = (ends - low[begins] + 1).astype(np.int64)
+        if lengths.sum() <= most:
+            offsets = np.repeat(low[begins] - np.r_[0, np.cumsum(lengths)[:-1]], lengths)
+            return start + (offsets + np.arange(lengths.sum())) * step, step
+        step *= 2.0
 
 
 def pick_points(log_weight: np.ndarray, rng: np.random.Generator) -> np.ndarray:

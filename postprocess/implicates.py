@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, truncated_normal
+from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, lattice_near, truncated_normal
 from gedp.postprocess.wage_priors import (
     SIZE_EDGES,
     WAGE_Z,
@@ -57,6 +58,11 @@ THIN = 2
 #: mean is above it draw from their likelihood alone (a prior that flat there changes nothing).
 LEVEL_STEPS = 3.0
 LEVEL_CUT = 40.0
+#: Most points of a level prior's grid (its fit's Hessian is points^2 floats, a Newton step points^3):
+#: beyond it, only the points within LEVEL_REACH answer sds of an answer, coarsened until they fit
+#: (``deconvolve.lattice_near``). Ordinary releases never reach it (Rhode Island's: 139 at most).
+MOST_LEVEL_POINTS = 600
+LEVEL_REACH = 8.0
 #: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
 WAGE_FLAT_STEPS = 2.0
 #: Establishments per state of the pass that fits the wage priors.
@@ -122,9 +128,7 @@ class PosteriorModel:
         from the fitted ``start``)."""
         omega, sd = self.answers.months, self.answers.month_sd
         cut = (self.floor if np.isfinite(self.floor) else omega[:, 0].min()) + LEVEL_CUT * sd[0]
-        level = self._fitted("level", rng, None if start is None else start.level,
-                             lambda: (omega[:, 0][omega[:, 0] <= cut + 6 * sd[0]], float(sd[0]),
-                                      *level_components(self.floor, cut + 6 * sd[0], float(sd[0]), omega[:, 0].min())))
+        level = self._fitted("level", rng, None if start is None else start.level, lambda: self._level_fit(cut))
         bands, band, steps = self.change_bands()
         changes = []
         for b, step in enumerate(steps):
@@ -134,6 +138,16 @@ class PosteriorModel:
                                                   omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])), step))
                                  for k in (1, 2)))
         return level, cut, bands, changes
+
+    def _level_fit(self, cut: float) -> tuple:
+        """The level prior's fit arguments: month 1's answers up to 6 sds above the cut, their sd, components."""
+        first, sd = self.answers.months[:, 0], float(self.answers.month_sd[0])
+        fitted = first[first <= cut + 6 * sd]
+        if fitted.size == 0:
+            raise InputError(f"the release's month-1 employment answers are all more than {LEVEL_CUT + 6:g} answer "
+                             f"sds above the smallest size: gedp implicates fits small establishments' sizes from "
+                             f"those answers and has none to fit")
+        return fitted, sd, *level_components(self.floor, cut + 6 * sd, sd, first.min(), fitted)
 
     def change_bands(self) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """The changes' size bands: their edges in psi scale, each establishment's band (of its answers'
@@ -195,7 +209,7 @@ class PosteriorModel:
         sd = self.answers.wage_sd
         top = max(float(omega.max()), float(self.psi(np.zeros(1))[0]) + sd) + 3 * sd
         return self._fitted("zero wage", rng, start, lambda: (
-            omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min()))))
+            omega, sd, *level_components(self.floor, top, sd, float(self.answers.wage.min()), omega)))
 
     def log_wage_prior(self, z: np.ndarray, average: np.ndarray, rows: np.ndarray, priors: Priors) -> np.ndarray:
         """log prior weight of the grid cell holding each z's residual r = z - s(log E), E the average
@@ -251,13 +265,14 @@ class PosteriorModel:
             if coupling is not None:
                 coupling.priors = prior
             for _ in range(burn_in if sweeps == 0 else thin):
-                theta1 = self._coupled(coupling, theta1, delta,
-                                       self._level_step(prior, omega, sd, delta, floor, rng), None, rng)
+                state = None if coupling is None else CurrentDensity.of(coupling, self.average(theta1, delta))
+                theta1 = self._coupled(state, theta1, delta, self._level_step(prior, omega, sd, delta, floor, rng),
+                                       None, rng)
                 for k in (0, 1):
                     proposal = self._change_step(prior, omega, sd, theta1, k, band, floor, rng)
-                    delta[:, k] = self._coupled(coupling, theta1, delta, proposal, k, rng)
+                    delta[:, k] = self._coupled(state, theta1, delta, proposal, k, rng)
                 if coupling is not None:
-                    coupling.redraw(self.average(theta1, delta), rng)
+                    coupling.redraw(state.average, rng)
                 sweeps += 1
             yield np.rint(self.psi.inverse(self.levels(theta1, delta)))
 
@@ -267,21 +282,23 @@ class PosteriorModel:
     def average(self, theta1: np.ndarray, delta: np.ndarray) -> np.ndarray:
         return self.psi.inverse(self.levels(theta1, delta)).mean(axis=1)
 
-    def _coupled(self, coupling, theta1, delta, proposal, k, rng) -> np.ndarray:
+    def _coupled(self, state: CurrentDensity | None, theta1, delta, proposal, k, rng) -> np.ndarray:
         """A Metropolis-Hastings step: the proposal (an exact draw of theta_1, or of change k, given
         the months' answers) accepted with the ratio of the wage's density given the new and the
-        current average employment (the wage's z held)."""
-        current = theta1 if k is None else delta[:, k]
-        if coupling is None:
+        current average employment (the wage's z held); ``state``: the current average and density,
+        moved to the accepted ones."""
+        if state is None:
             return proposal
-        moved = delta.copy()
+        current = theta1 if k is None else delta[:, k]
         if k is None:
             new_average = self.average(proposal, delta)
         else:
+            moved = delta.copy()
             moved[:, k] = proposal
             new_average = self.average(theta1, moved)
-        log_ratio = coupling.log_density(new_average) - coupling.log_density(self.average(theta1, delta))
-        accept = np.log(rng.random(len(current))) < np.nan_to_num(log_ratio, nan=0.0)
+        new_density = state.coupling.log_density(new_average)
+        accept = np.log(rng.random(len(current))) < np.nan_to_num(new_density - state.density, nan=0.0)
+        state.accept(accept, new_average, new_density)
         return np.where(accept, proposal, current)
 
     @staticmethod
@@ -371,12 +388,35 @@ class WageCoupling:
         return out
 
 
-def level_components(floor: float, top: float, sd: float, lowest: float) -> tuple[np.ndarray, np.ndarray]:
+@dataclass
+class CurrentDensity:
+    """A chain's current average employment and the wage's log density at it (``WageCoupling``), carried
+    from one Metropolis-Hastings step of a sweep to the next (every row's values are its own: the
+    accepted rows take the proposal's, the others keep theirs)."""
+
+    coupling: WageCoupling
+    average: np.ndarray
+    density: np.ndarray
+
+    @classmethod
+    def of(cls, coupling: WageCoupling, average: np.ndarray) -> CurrentDensity:
+        return cls(coupling, average, coupling.log_density(average))
+
+    def accept(self, accepted: np.ndarray, average: np.ndarray, density: np.ndarray) -> None:
+        self.average = np.where(accepted, average, self.average)
+        self.density = np.where(accepted, density, self.density)
+
+
+def level_components(floor: float, top: float, sd: float, lowest: float,
+                     answers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A level prior's components: an atom at psi(0) (when finite), then every sd / LEVEL_STEPS up to
-    ``top`` with that bandwidth."""
+    ``top`` with that bandwidth; more than MOST_LEVEL_POINTS of them (an answer far from the others):
+    those near the ``answers`` only, on a coarser step where even these are too many."""
     step = sd / LEVEL_STEPS
     start = floor if np.isfinite(floor) else lowest - 3 * sd
-    grid = np.arange(start + step, top + step, step)
+    grid = np.arange(start + step, top + step, step) if (top - start) / step < MOST_LEVEL_POINTS else None
+    if grid is None or grid.size >= MOST_LEVEL_POINTS:
+        grid, step = lattice_near(answers, start, top, step, LEVEL_REACH * sd, MOST_LEVEL_POINTS - 1)
     atoms = np.array([floor]) if np.isfinite(floor) else np.empty(0)
     return np.concatenate([atoms, grid]), np.concatenate([np.zeros(atoms.size), np.full(grid.size, step)])
 

@@ -32,7 +32,7 @@ MIN_WAGE_CELL = 300
 #: Most establishments a prior is solved on (a random subset of larger cells, fixed at the fit).
 WAGE_FIT_PER_CELL = 3000
 #: Rows of one block of a wage draw (its points x rows arrays stay in the processor's cache).
-DRAW_ROWS = 256
+DRAW_ROWS = 512
 #: Fewest employing establishments of a sector x band of the answers that place a point of s.
 MIN_SHIFT_POINT = 30
 #: How far (in log E) beyond the first and last points s continues (the first band's point sits inside
@@ -167,7 +167,8 @@ def mean_log_wage(psi: NeighborFunction, answers: np.ndarray, sd: float) -> floa
     from gedp.postprocess.implicates import level_components
 
     floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
-    prior = fit_mixture(answers, sd, *level_components(floor, float(answers.max()) + 3 * sd, sd, float(answers.min())))
+    top = float(answers.max()) + 3 * sd
+    prior = fit_mixture(answers, sd, *level_components(floor, top, sd, float(answers.min()), answers))
     paid = prior.means > floor
     return float(np.log(psi.inverse(prior.means[paid])) @ prior.weights[paid] / prior.weights[paid].sum())
 

@@ -102,7 +102,7 @@ from gedp.postprocess.wage_rates import (
 )
 from gedp.postprocess.wage_shares import share_cells
 from gedp.postprocess.wls import LinearSystem, WLSResult, build_system, checked_result, system_structure
-from gedp.synth.schema import public_columns
+from gedp.synth.schema import MAX_VALUE, public_columns
 
 #: How wages are postprocessed: "employment" (this module; the default when it applies) or "wls"
 #: (the plain weighted least squares, ``postprocess.wls``).
@@ -320,7 +320,10 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
     identity_codes, rate_codes = groupings(IDENTITY).codes, groupings(RATE_QUERY).codes
     [identity] = [a for a in answers if a.query.is_identity]
     [rate_answer] = [a for a in answers if not a.query.is_identity and tuple(a.query.by) == RATE_QUERY]
-    answer, sd = identity.estimate[identity_codes], per_establishment(identity.sd, identity_codes)
+    # an establishment's wage is at most MAX_VALUE (validated at protect time): an estimate beyond it
+    # is held there, so that one noisy answer cannot set the state's rate (the fit's scale and floors)
+    answer = np.minimum(identity.estimate[identity_codes], MAX_VALUE)
+    sd = per_establishment(identity.sd, identity_codes)
     n_rates = len(rate_answer)
     cells, detail_group, establishment_detail = model_cells(groupings, plan_codes, rate_codes, n_rates, system)
     theta = theta_layout(groupings, rate_answer, rate_codes, cells, detail_group, establishment_detail)

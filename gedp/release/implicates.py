@@ -46,23 +46,21 @@ def check_count(m: object) -> int:
     return int(m)
 
 
-def identity_answers(release: Path, quarter: str | None, ids: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Released psi-scale identity answers and their sds (rows in ``ids``' order x attributes)."""
-    from gedp.release.reader import read_measurements
-
-    frame = read_measurements(release, quarter)
-    frame = frame[frame["query"] == "identity"]
+def identity_answers(release: Path, answers: dict, ids: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Released psi-scale identity answers and their sds (rows in ``ids``' order x attributes), from the
+    release's ``answers`` by attribute (``reader.read_answers``)."""
     values = np.full((len(ids), len(CONFIDENTIAL)), np.nan)
     sds = np.full((len(ids), len(CONFIDENTIAL)), np.nan)
     position = pd.Index(ids)
     for k, attribute in enumerate(CONFIDENTIAL):
-        rows = frame[frame["attribute"] == attribute]
-        if len(rows) and (rows["mechanism"] != "psi").any():
-            raise InputError(f"release '{release}': the identity answers of {attribute} are not the psi-mechanism's")
-        where = position.get_indexer(rows["estab_id"])
-        found = where >= 0
-        values[where[found], k] = rows["released"].to_numpy(dtype=float)[found]
-        sds[where[found], k] = rows["sd"].to_numpy(dtype=float)[found]
+        for answer in (held for held in answers.get(attribute, []) if held.query.is_identity):
+            if answer.mechanism != "psi":
+                raise InputError(f"release '{release}': the identity answers of {attribute} are not "
+                                 "the psi-mechanism's")
+            where = position.get_indexer(answer.keys["estab_id"])
+            found = where >= 0
+            values[where[found], k] = np.asarray(answer.released, dtype=float)[found]
+            sds[where[found], k] = np.asarray(answer.sd, dtype=float)[found]
     missing = ~np.isfinite(values) | ~(np.isfinite(sds) & (sds > 0))
     if missing.any():
         k = int(np.argmax(missing.any(axis=0)))
@@ -72,16 +70,14 @@ def identity_answers(release: Path, quarter: str | None, ids: pd.Series) -> tupl
     return values, sds
 
 
-def check_public_groups(release: Path, quarter: str | None, public: pd.DataFrame) -> None:
-    """Every answer of the release over the establishments' public columns has the keys of their groups,
+def check_public_groups(answers: dict, public: pd.DataFrame) -> None:
+    """Every answer (by attribute) over the establishments' public columns has the keys of their groups,
     in order (``wls.check_answer_groups``): implicates refuse the answers ``gedp tabulate --moe`` refuses,
     though they draw from the identity answers only."""
     from gedp.postprocess.wls import check_answer_groups
-    from gedp.release.reader import read_answers
 
-    answers = [answer for held in read_answers(release, quarter).values() for answer in held
-               if set(answer.query.by) <= set(public.columns)]
-    check_answer_groups(answers, public)
+    check_answer_groups([answer for held in answers.values() for answer in held
+                         if set(answer.query.by) <= set(public.columns)], public)
 
 
 def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None = None,
@@ -90,15 +86,16 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     from gedp.measure.neighbors import make_psi
     from gedp.postprocess.implicates import PosteriorModel, StateAnswers
     from gedp.postprocess.structured import one_blas_thread
-    from gedp.release.reader import quarter_manifest, read_validated
+    from gedp.release.reader import quarter_manifest, read_answers, read_validated
 
     release = Path(release)
     manifest = quarter_manifest(release, quarter)
     psi = make_psi(**manifest["psi"])
     protected = in_stored_order(release, read_validated(release, quarter))  # refused as tabulate refuses it
     public = protected.drop(columns=[c for c in CONFIDENTIAL if c in protected.columns])
-    check_public_groups(release, quarter, public)
-    values, sds = identity_answers(release, quarter, public["estab_id"])
+    answers = read_answers(release, quarter)  # read and checked once: the groups' keys, then the identity answers
+    check_public_groups(answers, public)
+    values, sds = identity_answers(release, answers, public["estab_id"])
     models = []
     for state, rows in public.groupby("state", sort=False).indices.items():
         if note is not None:
@@ -181,11 +178,15 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
 
 
 def implicate_frame(public: pd.DataFrame, values: np.ndarray, k: int) -> pd.DataFrame:
-    """One block of implicate ``k``: its number, the release's public columns, the drawn attributes."""
+    """One block of implicate ``k``: its number, the release's public columns, the drawn attributes (each
+    at most MAX_VALUE, the largest value a release holds: a draw beyond it follows an answer no protect
+    run of a valid input gives)."""
+    from gedp.synth.schema import MAX_VALUE
+
     frame = public.reset_index(drop=True).copy()
     frame.insert(0, IMPLICATE_KEY, np.int32(k))
     for j, attribute in enumerate(CONFIDENTIAL):
-        frame[attribute] = values[:, j]
+        frame[attribute] = np.minimum(values[:, j], MAX_VALUE)
     return frame
 
 

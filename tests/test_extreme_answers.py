@@ -1,0 +1,175 @@
+"""Releases with extreme answers (red team of rt8): an answer far from all others must neither make a
+prior's grid, and so its fit's time and memory, grow with its distance, nor be pulled to the bulk."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gedp
+from gedp.measure.neighbors import make_psi
+from gedp.postprocess.deconvolve import MixtureFit
+from gedp.release.implicates import write_implicates
+
+#: The most components a fit may get in these tests: any fixed bound (the grid's size may not depend on
+#: how far the answers reach); a fit of that many is seconds and megabytes.
+FIXED_BOUND = 1000
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("extreme") / "release"
+    gedp.protect(gedp.synthesize("small", establishments=1500, seed=5), seed=6, not_for_publication=True).write(folder)
+    return folder
+
+
+def with_wage_answer(release: Path, folder: Path, value: float, psi: dict | None = None) -> tuple[str, float]:
+    """A copy of ``release`` whose first idle establishment's identity wage answer is ``value`` (on the
+    scale of ``psi``, sqrt by default), its estimate and variance the mechanism's from it; that
+    establishment and the answer's sd."""
+    shutil.copytree(release, folder)
+    part = folder / "measurements.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    protected = pd.read_parquet(release / "protected.parquet")
+    idle = protected.loc[protected[["m1emp", "m2emp", "m3emp"]].sum(axis=1) == 0, "estab_id"].iloc[0]
+    rows = (frame["query"] == "identity") & (frame["attribute"] == "wage") & (frame["estab_id"] == idle)
+    assert rows.sum() == 1
+    psi = make_psi(**(psi or {"name": "sqrt", "a": 0}))
+    grid, sd = frame.loc[rows, "grid"].to_numpy(), frame.loc[rows, "sd"].to_numpy()
+    frame.loc[rows, "released"] = np.round(value / grid) * grid
+    frame.loc[rows, "estimate"] = psi.unbiased_estimate(frame.loc[rows, "released"].to_numpy(), sd)
+    frame.loc[rows, "variance"] = psi.releasable_variance(frame.loc[rows, "estimate"].to_numpy(), sd)
+    frame.to_parquet(part, index=False)
+    return idle, float(sd[0])
+
+
+def test_an_extreme_wage_answer_gets_a_bounded_grid_and_a_draw_near_it(release, tmp_path, monkeypatch):
+    """One wage answer 1e6 on the sqrt scale (a wage of 1e12, sd about 70): main built a grid of
+    every sd / 3 from 0 to it (44,000 points, a 14 GiB Hessian). Every fit stays under a fixed bound,
+    and the establishment's draws sit within 6 answer sds of its answer (its likelihood alone is that
+    narrow; a grid not reaching it would have pulled it to the bulk, 1e6 / 70 sds away)."""
+    largest = []
+    made = MixtureFit.of.__func__
+
+    def bounded(cls, observed, sd, means, sds, basis=False):
+        largest.append(len(means))
+        assert len(means) <= FIXED_BOUND, f"a prior of {len(means)} components"
+        return made(cls, observed, sd, means, sds, basis)
+
+    monkeypatch.setattr(MixtureFit, "of", classmethod(bounded))
+    value = 1e6
+    idle, sd = with_wage_answer(release, tmp_path / "extreme", value)
+    out = write_implicates(tmp_path / "extreme", 2, tmp_path / "draws", seed=3)
+    assert largest and max(largest) <= FIXED_BOUND
+    draws = pd.read_parquet(out)
+    wage = draws.loc[draws["estab_id"] == idle, "wage"].to_numpy()
+    assert len(wage) == 2 and (np.abs(np.sqrt(wage) - value) < 6 * sd).all(), (np.sqrt(wage), sd)
+    # The other establishments' wages stay those of the bulk.
+    others = draws.loc[draws["estab_id"] != idle, "wage"]
+    assert np.sqrt(others.max()) < value / 100
+
+
+def brute_force_near(answers: np.ndarray, start: float, top: float, step: float, reach: float) -> np.ndarray:
+    """Every point start + k step (k >= 1, up to top) within ceil(reach / step) steps of an answer's
+    nearest point, from the whole lattice."""
+    lattice = start + step * np.arange(1, np.ceil((top - start) / step) + 1)
+    nearest = np.clip(np.rint((answers - start) / step), 1, len(lattice))
+    near = (np.abs(np.arange(1, len(lattice) + 1)[:, None] - nearest[None, :]) <= np.ceil(reach / step)).any(axis=1)
+    return lattice[near]
+
+
+def test_a_bounded_grid_holds_every_lattice_point_near_an_answer():
+    """``lattice_near`` against brute force on the whole lattice: the points within reach of an answer,
+    on the finest step (``step`` doubled) that leaves at most ``most`` of them; every answer within one
+    step of a point."""
+    from gedp.postprocess.deconvolve import lattice_near
+
+    rng = np.random.default_rng(8)
+    answers = np.concatenate([rng.normal(5.0, 1.0, 500), [300.0, 301.5, 2000.0]])
+    start, top, reach = 0.0, 2010.0, 2.0
+    for most in (10_000, 60, 12):
+        steps = 0.25 * 2.0 ** np.arange(20)
+        finest = next(s for s in steps if len(brute_force_near(answers, start, top, s, reach)) <= most)
+        points, step = lattice_near(answers, start, top, 0.25, reach, most)
+        assert step == finest and len(points) <= most
+        np.testing.assert_allclose(points, brute_force_near(answers, start, top, step, reach))
+        assert (np.abs(answers[:, None] - points[None, :]).min(axis=1) <= step).all()
+    # Power: the bound binds (the finest lattice near the answers has more points than the two smaller bounds).
+    assert len(brute_force_near(answers, start, top, 0.25, reach)) > 60
+
+
+@pytest.fixture(scope="module")
+def log_release(tmp_path_factory) -> Path:
+    """The recommended plan with psi log(x + 1) (wage gamma 0.5), 1,500 establishments."""
+    from importlib.resources import files
+
+    import yaml
+
+    config = yaml.safe_load((files("gedp.configs") / "recommended.yaml").read_text())
+    config["psi"] = {"name": "log", "a": 1}
+    config["attributes"]["wage"]["gamma"] = 0.5
+    folder = tmp_path_factory.mktemp("log") / "release"
+    gedp.protect(gedp.synthesize("small", establishments=1500, seed=5), config, seed=6,
+                 not_for_publication=True).write(folder)
+    return folder
+
+
+def test_a_log_release_with_an_extreme_wage_answer_is_answered(log_release, tmp_path):
+    """A wage answer of 40 on the log scale (15 noise sds above log(1 + 1e13), the largest wage a release
+    holds; the Gaussian noise reaches it with probability 1e-49, never 0: a valid release). Main fed its
+    estimate (1.9e17) into the state's wage per employee, the scale of every cell's floor and weight,
+    and the wage fit's passes diverged (totals 1e22, 1e49, 1e183) until the structured solver gave up
+    (RuntimeError traceback). An estimate is now held at MAX_VALUE (no wage is larger): answered, every
+    margin finite, the table's values those of the release without the edit. (The margins are those of
+    a release whose wage answer says 1e13, as an honest one may: the state's rate, from the identity
+    answers' sum, widens them all; see docs/reference/release-format.md.)"""
+    from gedp.synth.schema import MAX_VALUE
+
+    _, sd = with_wage_answer(log_release, tmp_path / "extreme", 40.0, {"name": "log", "a": 1})
+    assert (40.0 - np.log1p(MAX_VALUE)) / sd > 10
+    table = gedp.read_release(tmp_path / "extreme").tabulate(by=["state", "county"], moe=True)
+    plain = gedp.read_release(log_release).tabulate(by=["state", "county"], moe=True)
+    assert np.isfinite(table["wage_moe"]).all() and (table["wage_moe"] >= 0).all()
+    pd.testing.assert_frame_equal(table.drop(columns=[c for c in table if c.endswith("_moe")]),
+                                  plain.drop(columns=[c for c in plain if c.endswith("_moe")]))
+
+
+def test_a_release_without_small_month_answers_is_refused_in_one_line(release, tmp_path):
+    """Every month-1 employment answer 1e4 (sqrt scale, an employment of 1e8) apart from the others (red
+    team of int9, L2): the level prior has no answer near psi(0) to fit. main ended in a ValueError
+    traceback; gedp implicates refuses in one line and writes nothing."""
+    folder = tmp_path / "far"
+    shutil.copytree(release, folder)
+    part = folder / "measurements.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    rows = ((frame["query"] == "identity") & (frame["attribute"] == "m1emp")).to_numpy()
+    psi = make_psi("sqrt", a=0)
+    grid, sd = frame.loc[rows, "grid"].to_numpy(), frame.loc[rows, "sd"].to_numpy()
+    frame.loc[rows, "released"] = np.round(1e4 * np.arange(1, rows.sum() + 1) / grid) * grid
+    frame.loc[rows, "estimate"] = psi.unbiased_estimate(frame.loc[rows, "released"].to_numpy(), sd)
+    frame.loc[rows, "variance"] = psi.releasable_variance(frame.loc[rows, "estimate"].to_numpy(), sd)
+    frame.to_parquet(part, index=False)
+    with pytest.raises(gedp.errors.InputError, match="month-1 employment answers are all more than"):
+        write_implicates(folder, 2, tmp_path / "draws", seed=3)
+    assert not (tmp_path / "draws").exists()
+
+
+def test_draws_stay_within_what_a_release_holds_without_overflow(release, tmp_path):
+    """A wage answer of 4.4e14 on the sqrt scale (red team of int9, L1: a wage of 1.9e29): implicates'
+    wages stay at most MAX_VALUE (1e13, the largest value a release holds; before, 5e30), and no
+    overflow warning reaches the user (the atoms' truncation constant was computed for every component)."""
+    import warnings
+
+    from gedp.synth.schema import MAX_VALUE
+
+    with_wage_answer(release, tmp_path / "huge", 4.4e14)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out = write_implicates(tmp_path / "huge", 2, tmp_path / "draws", seed=3)
+    draws = pd.read_parquet(out)
+    assert draws["wage"].max() == MAX_VALUE
+    assert (draws[["m1emp", "m2emp", "m3emp", "wage"]].to_numpy() <= MAX_VALUE).all()
