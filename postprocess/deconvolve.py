@@ -325,11 +325,12 @@ class ComponentTable:
         shrink, post_sd = sds**2 / total, sds * sd / np.sqrt(total)
         atom = post_sd == 0
         inverse = np.where(atom, ATOM_SCALE, 1.0 / np.where(atom, 1.0, post_sd))
-        offset = np.where(atom, ATOM_SCALE * np.where(atom, means, 0.0), means * (1.0 - shrink) * inverse)
+        atom_means = np.where(atom, means, 0.0)  # ATOM_SCALE times another component's mean could overflow
+        offset = np.where(atom, ATOM_SCALE * atom_means, means * (1.0 - shrink) * inverse)
         # an atom's z is ATOM_SCALE (m_k - lower) + 9; at m_k != 0 the 9 is lost beside ATOM_SCALE m_k
         # (an atom on the bound got z = 0, half its weight), so it is added after the bound is subtracted
         bump = np.where(atom, 9.0, 0.0)
-        if not (atom & (means != 0)).any():
+        if not atom_means.any():
             offset, bump = offset + bump, None
         return cls(means, log_scale, 0.5 / total, shrink, post_sd, offset, np.where(atom, 0.0, shrink * inverse),
                    inverse, reach, min(width, len(means)), sd, bump)
