@@ -54,7 +54,7 @@ def stop_at(run: subprocess.Popen, folder: Path, point: str, sig: int) -> str:
     """Send ``sig`` once ``point`` exists; returns what the run printed."""
     deadline = time.monotonic() + WAIT
     while not list(folder.glob(POINTS[point])):
-        assert run.poll() is None, f"the run ended before {point}: {run.communicate()[0]}"
+        assert run.poll() is None, f"the run ended before {point}: {run.communicate(timeout=WAIT)[0]}"
         assert time.monotonic() < deadline, f"{point} not reached in {WAIT} s"
         time.sleep(0.01)
     run.send_signal(sig)
@@ -188,3 +188,32 @@ def test_a_release_folder_keeps_the_mode_of_any_folder_and_unnamed_leftovers_go(
     assert remove_stale_staging(tmp_path / "rel") == [] and not stale.exists() and fresh.exists()
     gedp.protect(small_state, seed=1, not_for_publication=True).write(tmp_path / "rel")
     assert (tmp_path / "rel").stat().st_mode & 0o7777 == plain.stat().st_mode & 0o7777
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
+def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(small_state, tmp_path, monkeypatch,
+                                                                                recorded):
+    """SIGTERM raises ``Terminated`` wherever the main thread is; raised inside a finalizer or a library
+    that swallows it, the exception is lost and the run goes on. It still publishes nothing and
+    commits no charge: before either, the run checks whether SIGTERM was received."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+    from gedp.running import process
+
+    source = tmp_path / "input" / "state.parquet"
+    source.parent.mkdir()
+    small_state.to_parquet(source)
+    out = tmp_path / "rel"
+    ledger = ["--ledger", str(tmp_path / "books.json"), "--lifetime-cap", "20"] if recorded else \
+        ["--seed", "1", "--not-for-publication"]
+    assert CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *ledger]).exit_code == 0
+    before = release_bytes(out)
+    monkeypatch.setattr(process, "_signalled", [signal.SIGTERM])  # received, its exception lost
+    stopped = CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *ledger])
+    assert stopped.exit_code == 130, stopped.output  # as after Ctrl-C (the CLI alone; its process exits 143)
+    assert release_bytes(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["books.json", "books.json.keys", "input", "rel"]
+                                                          if recorded else ["input", "rel"])
+    if recorded:
+        assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["committed", "pending"]

@@ -44,6 +44,7 @@ from gedp.release.format import (
     TABLES_FILE,
     StateRelease,
 )
+from gedp.running.process import stop_if_terminated
 
 if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither (nor pandas)
     import pandas as pd
@@ -166,6 +167,7 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[P
     try:
         yield staging
         _date_only(staging)
+        stop_if_terminated()
         _publish(staging, out)
     except BaseException:
         StateParts.close_all(staging)  # parts still being written into the folder (a state not finished)
@@ -367,6 +369,7 @@ def write_manifest(staging: Path, manifest: Mapping[str, Any], extra_files: dict
     """
     for file, content in extra_files.items():
         (staging / file).write_text(json.dumps(content, indent=2) + "\n")
+    stop_if_terminated()  # nothing committed, nothing published after a SIGTERM
     if before_publish is not None:
         before_publish()
     (staging / name).write_text(json.dumps(manifest, indent=2, default=float) + "\n")

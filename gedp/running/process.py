@@ -106,6 +106,14 @@ def forked_worker_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def stop_if_terminated() -> None:
+    """Raise ``Terminated`` again if SIGTERM was received: called before a release is published, so a
+    stop whose exception was lost on the way (raised inside a finalizer or a library that swallowed it)
+    still publishes nothing."""
+    if _signalled:
+        raise Terminated()
+
+
 def exit_status(code: int) -> int:
     """A command's exit status: ``TERMINATED_STATUS`` once SIGTERM was received, else ``code``."""
     return TERMINATED_STATUS if _signalled else code
