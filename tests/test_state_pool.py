@@ -217,7 +217,7 @@ def test_a_worker_killed_midway_is_reported_with_nothing_published(three_states,
         except GedpError as err:
             raised.append(err)
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)  # a run that blocks fails this test, not the worker's exit
     thread.start()
     deadline = time.monotonic() + 60
     while not multiprocessing.active_children():
