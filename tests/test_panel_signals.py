@@ -89,12 +89,19 @@ def copy_of(first: Path, folder: Path) -> dict[str, bytes]:
 
 
 def finished_first(run: subprocess.Popen, folder: Path) -> bool:
-    """Whether the run had published its release before the signal came (possible when joining,
-    its last step): then the new release is complete and committed, and nothing else is left."""
-    if run.returncode != 0:
+    """Whether the run had published its release before the signal came (possible when joining, its
+    last step, or under load, when the run is past the point by the time the signal arrives; exit 0,
+    or the signal's status when it came after the release was moved into place): then the new
+    release is the one published, complete and committed, and nothing else is left."""
+    releases = live(read_ledger(folder / "books.json"))
+    published = json.loads((folder / "rel" / "manifest.json").read_text())["lifetime"]["release_id"]
+    if published != releases[-1]["id"]:
         return False
-    assert sorted(p.name for p in folder.iterdir()) == ["books.json", "books.json.keys", "rel"]
-    assert [r["status"] for r in live(read_ledger(folder / "books.json"))] == ["committed", "committed"]
+    assert run.returncode in (0, 128 + signal.SIGTERM, -signal.SIGKILL)
+    assert [r["status"] for r in releases] == ["committed", "committed"]
+    assert manifests(folder) == [folder / "rel" / "manifest.json"]  # no staging folder is a release
+    if run.returncode != -signal.SIGKILL:  # a run that ends by itself removes its staging folders
+        assert sorted(p.name for p in folder.iterdir()) == ["books.json", "books.json.keys", "rel"]
     return True
 
 
