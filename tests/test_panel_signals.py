@@ -205,8 +205,8 @@ def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(
     commits no charge: before either, the run checks whether SIGTERM was received."""
     from typer.testing import CliRunner
 
+    from gedp import errors
     from gedp.cli import app
-    from gedp.running import process
 
     source = tmp_path / "input" / "state.parquet"
     source.parent.mkdir()
@@ -216,7 +216,7 @@ def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(
         ["--seed", "1", "--not-for-publication"]
     assert CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *ledger]).exit_code == 0
     before = release_bytes(out)
-    monkeypatch.setattr(process, "_signalled", [signal.SIGTERM])  # received, its exception lost
+    monkeypatch.setattr(errors, "terminations", [signal.SIGTERM])  # received, its exception lost
     stopped = CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *ledger])
     assert stopped.exit_code == 130, stopped.output  # as after Ctrl-C (the CLI alone; its process exits 143)
     assert release_bytes(out) == before

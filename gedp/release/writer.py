@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gedp.errors import InputError
+from gedp.errors import InputError, stop_if_terminated
 from gedp.release.format import (
     CONFIDENTIAL_PREFIX,
     IMPLICATES_SUMMARY,
@@ -44,7 +44,6 @@ from gedp.release.format import (
     TABLES_FILE,
     StateRelease,
 )
-from gedp.running.process import stop_if_terminated
 
 if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither (nor pandas)
     import pandas as pd
