@@ -224,3 +224,70 @@ def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(
                                                           if recorded else ["input", "rel"])
     if recorded:
         assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["committed", "pending"]
+
+
+def test_a_stop_between_the_renames_puts_the_earlier_release_back(small_state, tmp_path, monkeypatch):
+    """Publishing renames the earlier release away, then the new one into place; a stop (Ctrl-C,
+    SIGTERM) between the two leaves the earlier release where it was, not a missing folder."""
+    from gedp.release import writer
+
+    out = tmp_path / "rel"
+    gedp.protect(small_state, seed=1, not_for_publication=True).write(out)
+    before = release_bytes(out)
+    release = gedp.protect(small_state, seed=2, not_for_publication=True)
+    rename = os.replace
+
+    def stopped_at_the_second(source, target):
+        if Path(source).name.startswith(".rel.partial-"):
+            raise KeyboardInterrupt  # as SIGTERM's Terminated is raised, just before the new release's rename
+        rename(source, target)
+
+    monkeypatch.setattr(writer.os, "replace", stopped_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        release.write(out)
+    monkeypatch.undo()
+    assert release_bytes(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel"]
+
+
+def test_an_earlier_release_left_while_being_removed_is_removed_by_the_next_run(tmp_path):
+    """A run stopped while it removes the release it replaced leaves it as ``.OUT.retired-*``, complete
+    and readable: the next run writing the same output removes it, as any stale staging folder."""
+    from gedp.release.writer import remove_stale_staging
+
+    retired = tmp_path / ".rel.retired-0badc0de"
+    retired.mkdir()
+    (retired / "manifest.json").write_text("{}")
+    assert remove_stale_staging(tmp_path / "rel") == [retired.name] and not retired.exists()
+
+
+def test_a_stop_after_the_ledgers_commit_says_the_release_was_charged(small_state, tmp_path, monkeypatch, capfd):
+    """Stopped after the ledger committed its release (here between the renames that publish it, so the
+    earlier release stays), a recorded run says that the release was charged and that running again
+    charges again: an operator who reads only the exit status would otherwise run it again."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+    from gedp.release import writer
+
+    source = tmp_path / "input" / "state.parquet"
+    source.parent.mkdir()
+    small_state.to_parquet(source)
+    command = ["protect", str(source), "--out", str(tmp_path / "rel"), "--ledger", str(tmp_path / "books.json"),
+               "--lifetime-cap", "20"]
+    assert CliRunner().invoke(app, command).exit_code == 0
+    rename = os.replace
+
+    def stopped_at_the_second(source, target):
+        if Path(source).name.startswith(".rel.partial-"):
+            raise KeyboardInterrupt
+        rename(source, target)
+
+    monkeypatch.setattr(writer.os, "replace", stopped_at_the_second)
+    stopped = CliRunner().invoke(app, command)
+    monkeypatch.undo()
+    assert stopped.exit_code == 130
+    releases = live(read_ledger(tmp_path / "books.json"))
+    assert [r["status"] for r in releases] == ["committed", "committed"]
+    said = " ".join((stopped.output + capfd.readouterr().err).split())
+    assert f"stopped after release {releases[1]['id']} was committed" in said and "charges again" in said

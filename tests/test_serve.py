@@ -378,6 +378,9 @@ def test_the_socket_accepts_connections_before_serving_is_announced():
     try:
         with socket.create_connection(listening.getsockname(), timeout=5):
             pass  # refused (ConnectionRefusedError) by a socket that is bound but not listening
+        # a second server on the same port is refused in one line, not with a traceback
+        with pytest.raises(InputError, match="cannot listen on 127.0.0.1 port"):
+            listening_socket("127.0.0.1", listening.getsockname()[1])
     finally:
         listening.close()
 

@@ -31,7 +31,7 @@ from scipy.sparse.csgraph import connected_components
 from gedp.errors import AuditError
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.state_pool import START_METHOD, stop_workers
+from gedp.running.state_pool import stop_workers
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
     COUNTY_LEVELS,
@@ -321,15 +321,18 @@ def _solve(jobs: list[tuple], workers: int | None):
     the jobs run in worker processes, largest first. Each job is solved the same way wherever it runs,
     so the results do not depend on the number of workers."""
     workers = min(workers or usable_cpus(), len(jobs))
-    if workers <= 1 or sum(len(job[2]) for job in jobs) < PARALLEL_MIN_INTERVALS:
+    # fork: the workers inherit the loaded modules and never re-run the caller's script (spawn and
+    # forkserver would, in a script without a __main__ guard). Where there is no fork, run here.
+    can_fork = "fork" in multiprocessing.get_all_start_methods()
+    if workers <= 1 or not can_fork or sum(len(job[2]) for job in jobs) < PARALLEL_MIN_INTERVALS:
         for job in jobs:
             yield _interval_lps(*job)
         return
     work = [len(job[2]) * job[0].shape[1] for job in jobs]
-    # Spawned, as gedp protect's state workers: a child forked from this process (which has run HiGHS and
-    # holds BLAS, Arrow and allocator threads) could start with a lock another thread held, and wait on it
-    # forever. The workers are stopped however the iteration ends: none is waited for once it is left.
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(START_METHOD))
+    # The workers are stopped however the iteration ends (an error, Ctrl-C, the caller leaving it): none
+    # is waited for once the results are no longer wanted, not even one stuck (a forked child can start
+    # with a lock another thread of this process held).
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     try:
         futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
         for i in range(len(jobs)):

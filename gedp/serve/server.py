@@ -64,10 +64,10 @@ def listening_socket(host: str, port: int) -> socket.socket:
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((host, port))
+        # Listening from here, before "Serving" is printed: a client that reads that line and connects at
+        # once waits in the backlog until the server accepts, instead of being refused while uvicorn starts.
+        listening.listen(BACKLOG)
     except (OSError, OverflowError) as err:
         listening.close()
         raise InputError(f"cannot listen on {host} port {port} ({getattr(err, 'strerror', None) or err})") from None
-    # Listening from here, before "Serving" is printed: a client that reads that line and connects at once
-    # waits in the backlog until the server accepts, instead of being refused while uvicorn starts.
-    listening.listen(BACKLOG)
     return listening
