@@ -2,7 +2,8 @@
 
 The command line turns a GedpError into one line on stderr: exit status 1 for a SolverError or an
 AuditError (the computation failed), 2 for everything else (the input, config, budget or output path
-was refused). Anything else is a bug and keeps its traceback.
+was refused). Anything else is a bug and keeps its traceback. ``Terminated`` is not an error but a stop
+(SIGTERM, handled as Ctrl-C); every release checks for one before it is committed or published.
 """
 
 from __future__ import annotations
@@ -40,3 +41,21 @@ class InputProblems(InputError):
         self.subject, self.problems = subject, list(problems)
         noun = "problem" if len(problems) == 1 else "problems"
         super().__init__(f"{subject} has {len(problems)} {noun}: " + "; ".join(problems))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``timeout``, Slurm and systemd send) as Ctrl-C: raised in the main thread by the
+    command line's handler (``gedp.running.process.stop_on_sigterm``), so the command stops the same
+    way (staging folders removed, workers stopped, nothing published)."""
+
+
+#: The SIGTERMs this process received (the handler records each before it raises ``Terminated``).
+terminations: list[int] = []
+
+
+def stop_if_terminated() -> None:
+    """Raise ``Terminated`` again if SIGTERM was received: called before a release is committed or
+    published, so a stop whose exception was lost on the way (raised inside a finalizer, or in a
+    library that swallowed it) still commits and publishes nothing."""
+    if terminations:
+        raise Terminated()

@@ -54,7 +54,7 @@ def stop_at(run: subprocess.Popen, folder: Path, point: str, sig: int) -> str:
     """Send ``sig`` once ``point`` exists; returns what the run printed."""
     deadline = time.monotonic() + WAIT
     while not list(folder.glob(POINTS[point])):
-        assert run.poll() is None, f"the run ended before {point}: {run.communicate()[0]}"
+        assert run.poll() is None, f"the run ended before {point}: {run.communicate(timeout=WAIT)[0]}"
         assert time.monotonic() < deadline, f"{point} not reached in {WAIT} s"
         time.sleep(0.01)
     run.send_signal(sig)
@@ -89,12 +89,19 @@ def copy_of(first: Path, folder: Path) -> dict[str, bytes]:
 
 
 def finished_first(run: subprocess.Popen, folder: Path) -> bool:
-    """Whether the run had published its release before the signal came (possible when joining,
-    its last step): then the new release is complete and committed, and nothing else is left."""
-    if run.returncode != 0:
+    """Whether the run had published its release before the signal came (possible when joining, its
+    last step, or under load, when the run is past the point by the time the signal arrives; exit 0,
+    or the signal's status when it came after the release was moved into place): then the new
+    release is the one published, complete and committed, and nothing else is left."""
+    releases = live(read_ledger(folder / "books.json"))
+    published = json.loads((folder / "rel" / "manifest.json").read_text())["lifetime"]["release_id"]
+    if published != releases[-1]["id"]:
         return False
-    assert sorted(p.name for p in folder.iterdir()) == ["books.json", "books.json.keys", "rel"]
-    assert [r["status"] for r in live(read_ledger(folder / "books.json"))] == ["committed", "committed"]
+    assert run.returncode in (0, 128 + signal.SIGTERM, -signal.SIGKILL)
+    assert [r["status"] for r in releases] == ["committed", "committed"]
+    assert manifests(folder) == [folder / "rel" / "manifest.json"]  # no staging folder is a release
+    if run.returncode != -signal.SIGKILL:  # a run that ends by itself removes its staging folders
+        assert sorted(p.name for p in folder.iterdir()) == ["books.json", "books.json.keys", "rel"]
     return True
 
 
@@ -188,3 +195,99 @@ def test_a_release_folder_keeps_the_mode_of_any_folder_and_unnamed_leftovers_go(
     assert remove_stale_staging(tmp_path / "rel") == [] and not stale.exists() and fresh.exists()
     gedp.protect(small_state, seed=1, not_for_publication=True).write(tmp_path / "rel")
     assert (tmp_path / "rel").stat().st_mode & 0o7777 == plain.stat().st_mode & 0o7777
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
+def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(small_state, tmp_path, monkeypatch,
+                                                                                recorded):
+    """SIGTERM raises ``Terminated`` wherever the main thread is; raised inside a finalizer or a library
+    that swallows it, the exception is lost and the run goes on. It still publishes nothing and
+    commits no charge: before either, the run checks whether SIGTERM was received."""
+    from typer.testing import CliRunner
+
+    from gedp import errors
+    from gedp.cli import app
+
+    source = tmp_path / "input" / "state.parquet"
+    source.parent.mkdir()
+    small_state.to_parquet(source)
+    out = tmp_path / "rel"
+    ledger = ["--ledger", str(tmp_path / "books.json"), "--lifetime-cap", "20"] if recorded else \
+        ["--seed", "1", "--not-for-publication"]
+    assert CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *ledger]).exit_code == 0
+    before = release_bytes(out)
+    monkeypatch.setattr(errors, "terminations", [signal.SIGTERM])  # received, its exception lost
+    stopped = CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *ledger])
+    assert stopped.exit_code == 130, stopped.output  # as after Ctrl-C (the CLI alone; its process exits 143)
+    assert release_bytes(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["books.json", "books.json.keys", "input", "rel"]
+                                                          if recorded else ["input", "rel"])
+    if recorded:
+        assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["committed", "pending"]
+
+
+def test_a_stop_between_the_renames_puts_the_earlier_release_back(small_state, tmp_path, monkeypatch):
+    """Publishing renames the earlier release away, then the new one into place; a stop (Ctrl-C,
+    SIGTERM) between the two leaves the earlier release where it was, not a missing folder."""
+    from gedp.release import writer
+
+    out = tmp_path / "rel"
+    gedp.protect(small_state, seed=1, not_for_publication=True).write(out)
+    before = release_bytes(out)
+    release = gedp.protect(small_state, seed=2, not_for_publication=True)
+    rename = os.replace
+
+    def stopped_at_the_second(source, target):
+        if Path(source).name.startswith(".rel.partial-"):
+            raise KeyboardInterrupt  # as SIGTERM's Terminated is raised, just before the new release's rename
+        rename(source, target)
+
+    monkeypatch.setattr(writer.os, "replace", stopped_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        release.write(out)
+    monkeypatch.undo()
+    assert release_bytes(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel"]
+
+
+def test_an_earlier_release_left_while_being_removed_is_removed_by_the_next_run(tmp_path):
+    """A run stopped while it removes the release it replaced leaves it as ``.OUT.retired-*``, complete
+    and readable: the next run writing the same output removes it, as any stale staging folder."""
+    from gedp.release.writer import remove_stale_staging
+
+    retired = tmp_path / ".rel.retired-0badc0de"
+    retired.mkdir()
+    (retired / "manifest.json").write_text("{}")
+    assert remove_stale_staging(tmp_path / "rel") == [retired.name] and not retired.exists()
+
+
+def test_a_stop_after_the_ledgers_commit_says_the_release_was_charged(small_state, tmp_path, monkeypatch, capfd):
+    """Stopped after the ledger committed its release (here between the renames that publish it, so the
+    earlier release stays), a recorded run says that the release was charged and that running again
+    charges again: an operator who reads only the exit status would otherwise run it again."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+    from gedp.release import writer
+
+    source = tmp_path / "input" / "state.parquet"
+    source.parent.mkdir()
+    small_state.to_parquet(source)
+    command = ["protect", str(source), "--out", str(tmp_path / "rel"), "--ledger", str(tmp_path / "books.json"),
+               "--lifetime-cap", "20"]
+    assert CliRunner().invoke(app, command).exit_code == 0
+    rename = os.replace
+
+    def stopped_at_the_second(source, target):
+        if Path(source).name.startswith(".rel.partial-"):
+            raise KeyboardInterrupt
+        rename(source, target)
+
+    monkeypatch.setattr(writer.os, "replace", stopped_at_the_second)
+    stopped = CliRunner().invoke(app, command)
+    monkeypatch.undo()
+    assert stopped.exit_code == 130
+    releases = live(read_ledger(tmp_path / "books.json"))
+    assert [r["status"] for r in releases] == ["committed", "committed"]
+    said = " ".join((stopped.output + capfd.readouterr().err).split())
+    assert f"stopped after release {releases[1]['id']} was committed" in said and "charges again" in said

@@ -371,6 +371,20 @@ def test_hostile_releases_are_refused_at_load(releases, tmp_path, margins_cache,
     assert victim.is_dir() and not any(margins_cache.rglob("*victim*"))
 
 
+def test_the_socket_accepts_connections_before_serving_is_announced():
+    """`gedp serve` prints "Serving ... at URL" before uvicorn starts; a client that connects as soon as
+    it reads that line is queued, not refused (the socket listens from the start)."""
+    listening = listening_socket("127.0.0.1", 0)
+    try:
+        with socket.create_connection(listening.getsockname(), timeout=5):
+            pass  # refused (ConnectionRefusedError) by a socket that is bound but not listening
+        # a second server on the same port is refused in one line, not with a traceback
+        with pytest.raises(InputError, match="cannot listen on 127.0.0.1 port"):
+            listening_socket("127.0.0.1", listening.getsockname()[1])
+    finally:
+        listening.close()
+
+
 def test_gedp_serve_refuses_a_folder_that_is_not_a_release(tmp_path):
     done = CliRunner().invoke(app, ["serve", str(tmp_path)])
     assert done.exit_code == 2 and "is not a gedp release" in done.output

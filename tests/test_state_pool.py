@@ -137,7 +137,7 @@ def test_ctrl_c_leaves_no_release_and_no_worker(tmp_path):
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".release.partial-*/protected.parquet")):  # a worker has started writing
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0]
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate(timeout=60)[0]
         time.sleep(0.05)
     os.killpg(run.pid, signal.SIGINT)
     output = run.communicate(timeout=60)[0].decode()
@@ -217,7 +217,7 @@ def test_a_worker_killed_midway_is_reported_with_nothing_published(three_states,
         except GedpError as err:
             raised.append(err)
 
-    thread = threading.Thread(target=run)
+    thread = threading.Thread(target=run, daemon=True)  # a run that blocks fails this test, not the worker's exit
     thread.start()
     deadline = time.monotonic() + 60
     while not multiprocessing.active_children():

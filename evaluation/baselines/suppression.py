@@ -31,6 +31,7 @@ from scipy.sparse.csgraph import connected_components
 from gedp.errors import AuditError
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.cpus import usable_cpus
+from gedp.running.state_pool import stop_workers
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
     COUNTY_LEVELS,
@@ -328,10 +329,17 @@ def _solve(jobs: list[tuple], workers: int | None):
             yield _interval_lps(*job)
         return
     work = [len(job[2]) * job[0].shape[1] for job in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+    # The workers are stopped however the iteration ends (an error, Ctrl-C, the caller leaving it): none
+    # is waited for once the results are no longer wanted, not even one stuck (a forked child can start
+    # with a lock another thread of this process held).
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
         futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
         for i in range(len(jobs)):
             yield futures[i].result()
+    finally:
+        stop_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _verdicts(true, lower, upper, need, scale):

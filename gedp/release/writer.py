@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gedp.errors import InputError
+from gedp.errors import InputError, stop_if_terminated
 from gedp.release.format import (
     CONFIDENTIAL_PREFIX,
     IMPLICATES_SUMMARY,
@@ -58,7 +58,7 @@ MAX_NAME_BYTES = 200
 MEASUREMENT_ROW_GROUP = 1 << 20
 #: The kinds of staging folder a run keeps beside its output ``OUT``: ``.OUT.partial-<8 hex>``, the
 #: output being written; ``.OUT.quarters-<8 hex>``, the quarters of a panel before they are joined.
-STAGING_KINDS = ("partial", "quarters")
+STAGING_KINDS = ("partial", "quarters", "retired")
 
 
 def check_output_path(out: Path) -> None:
@@ -257,14 +257,21 @@ def remove_stale_staging(out: Path) -> list[str]:
 
 
 def _publish(staging: Path, out: Path) -> None:
-    """Move a complete output into place, replacing an earlier one only once the new one is there."""
-    if out.exists():
-        retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:8]}"
-        os.replace(out, retired)
+    """Move a complete output into place, replacing an earlier one only once the new one is there; the
+    earlier one is put back when the move is interrupted (Ctrl-C, SIGTERM) between its two renames, and
+    left as ``.OUT.retired-*`` (removed by the next run, ``STAGING_KINDS``) when its removal is."""
+    if not out.exists():
         os.replace(staging, out)
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
+        return
+    retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:8]}"
+    os.replace(out, retired)
+    try:
         os.replace(staging, out)
+    except BaseException:
+        if not out.exists():
+            os.replace(retired, out)
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def _date_only(folder: Path) -> None:
@@ -367,6 +374,7 @@ def write_manifest(staging: Path, manifest: Mapping[str, Any], extra_files: dict
     """
     for file, content in extra_files.items():
         (staging / file).write_text(json.dumps(content, indent=2) + "\n")
+    stop_if_terminated()  # nothing committed, nothing published after a SIGTERM
     if before_publish is not None:
         before_publish()
     (staging / name).write_text(json.dumps(manifest, indent=2, default=float) + "\n")

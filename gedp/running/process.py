@@ -23,6 +23,8 @@ import sys
 import threading
 from typing import NoReturn
 
+from gedp.errors import Terminated, terminations
+
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
 #: glibc's mallopt parameters (malloc.h): how many allocations get their own mapping, and how much
@@ -76,20 +78,12 @@ def set_up_command_memory() -> None:
     reuse_freed_memory()
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what ``timeout``, Slurm and systemd send) as Ctrl-C: raised in the main thread, so the
-    command stops the same way (staging folders removed, workers stopped, nothing published)."""
-
-
 #: Exit status of a command stopped by SIGTERM (128 + the signal's number, as a shell reports it).
 TERMINATED_STATUS = 128 + signal.SIGTERM
 
 
-_signalled: list[int] = []  # the SIGTERMs received, for the exit status
-
-
 def _raise_terminated(signum: int, frame: object) -> None:
-    _signalled.append(signum)
+    terminations.append(signum)
     raise Terminated()
 
 
@@ -108,7 +102,7 @@ def forked_worker_signals() -> None:
 
 def exit_status(code: int) -> int:
     """A command's exit status: ``TERMINATED_STATUS`` once SIGTERM was received, else ``code``."""
-    return TERMINATED_STATUS if _signalled else code
+    return TERMINATED_STATUS if terminations else code
 
 
 def end_process(code: int) -> NoReturn:

@@ -107,9 +107,13 @@ def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv,
         yield reservation
     except (InputError, SolverError) as err:
         raise type(err)(f"{err}; {reservation.pending_note()}") from None
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM on the command line (gedp.running.process.Terminated)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM on the command line (gedp.errors.Terminated)
         if still_pending(reservation):
             print(f"stopped: {reservation.pending_note()}", file=sys.stderr)
+        else:
+            print(f"stopped after release {reservation.release_id} was committed in ledger '{reservation.path}' "
+                  "(charged): it is published if the output's manifest.json names it; running again charges "
+                  "again", file=sys.stderr)
         raise
 
 

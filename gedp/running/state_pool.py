@@ -71,11 +71,11 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
         futures = {state: pool.submit(_state_in_worker, protect_state, *task) for state, task in arguments.items()}
         return _collect(futures, on_state)
     except BrokenProcessPool:
-        _stop_workers(pool)
+        stop_workers(pool)
         raise GedpError(f"a worker process stopped before its state was protected (killed, e.g. short of memory "
                         f"for {processes} states at once); nothing was published: try fewer --processes") from None
     except BaseException:
-        _stop_workers(pool)
+        stop_workers(pool)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -106,7 +106,7 @@ def early_workers(path: str | Path, processes: int | None) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        _stop_workers(pool)
+        stop_workers(pool)
         raise
     finally:
         if pool in _started:
@@ -158,7 +158,7 @@ def _take_started(processes: int) -> ProcessPoolExecutor | None:
     pool = _started.pop()
     if pool._max_workers == processes:
         return pool
-    _stop_workers(pool)
+    stop_workers(pool)
     pool.shutdown(wait=True, cancel_futures=True)
     return None
 
@@ -206,7 +206,7 @@ def _start_worker() -> None:
     reuse_freed_memory()
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
+def stop_workers(pool: ProcessPoolExecutor) -> None:
     """End the running workers at once and wait until they have (``shutdown`` alone would let their
     states finish writing); Python 3.14's ``terminate_workers`` does the same."""
     processes = list((pool._processes or {}).values())

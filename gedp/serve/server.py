@@ -14,6 +14,8 @@ from gedp.errors import InputError
 
 #: Addresses that only this machine reaches.
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Connections waiting to be accepted (uvicorn's default).
+BACKLOG = 2048
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ def open_server(releases: list[Path], *, host: str = "127.0.0.1", port: int = 80
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host`` and ``port`` (0: a free port), refused in one line when it cannot be."""
+    """A socket bound to ``host`` and ``port`` (0: a free port) and listening, refused in one line when it
+    cannot be."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # Made for TCP by name: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on such sockets; without
     # it each answer's body waits for the client's delayed acknowledgement of its header (40 ms or more).
@@ -61,6 +64,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((host, port))
+        # Listening from here, before "Serving" is printed: a client that reads that line and connects at
+        # once waits in the backlog until the server accepts, instead of being refused while uvicorn starts.
+        listening.listen(BACKLOG)
     except (OSError, OverflowError) as err:
         listening.close()
         raise InputError(f"cannot listen on {host} port {port} ({getattr(err, 'strerror', None) or err})") from None
