@@ -197,8 +197,40 @@ def test_a_release_folder_keeps_the_mode_of_any_folder_and_unnamed_leftovers_go(
     assert (tmp_path / "rel").stat().st_mode & 0o7777 == plain.stat().st_mode & 0o7777
 
 
+@pytest.fixture
+def state_file(small_state, tmp_path) -> Path:
+    """The small state as the Parquet input of a command, beside the outputs of the test."""
+    source = tmp_path / "input" / "state.parquet"
+    source.parent.mkdir()
+    small_state.to_parquet(source)
+    return source
+
+
+def protect_command(source: Path, folder: Path, recorded: bool) -> list[str]:
+    """`gedp protect` of ``source`` into ``folder / "rel"``: recorded in ``folder / "books.json"``, or a
+    seeded release not for publication."""
+    ledger = ["--ledger", str(folder / "books.json"), "--lifetime-cap", "20"] if recorded else \
+        ["--seed", "1", "--not-for-publication"]
+    return ["protect", str(source), "--out", str(folder / "rel"), *ledger]
+
+
+def stop_before_the_new_release_is_renamed(monkeypatch) -> None:
+    """Ctrl-C (as SIGTERM's ``Terminated``) raised between publishing's two renames: after the earlier
+    release is moved away, before the new one is moved into place."""
+    from gedp.release import writer
+
+    rename = os.replace
+
+    def stopped_at_the_second(source, target):
+        if Path(source).name.startswith(".rel.partial-"):
+            raise KeyboardInterrupt
+        rename(source, target)
+
+    monkeypatch.setattr(writer.os, "replace", stopped_at_the_second)
+
+
 @pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
-def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(small_state, tmp_path, monkeypatch,
+def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(state_file, tmp_path, monkeypatch,
                                                                                 recorded):
     """SIGTERM raises ``Terminated`` wherever the main thread is; raised inside a finalizer or a library
     that swallows it, the exception is lost and the run goes on. It still publishes nothing and
@@ -208,18 +240,13 @@ def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(
     from gedp import errors
     from gedp.cli import app
 
-    source = tmp_path / "input" / "state.parquet"
-    source.parent.mkdir()
-    small_state.to_parquet(source)
-    out = tmp_path / "rel"
-    ledger = ["--ledger", str(tmp_path / "books.json"), "--lifetime-cap", "20"] if recorded else \
-        ["--seed", "1", "--not-for-publication"]
-    assert CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *ledger]).exit_code == 0
-    before = release_bytes(out)
+    command = protect_command(state_file, tmp_path, recorded)
+    assert CliRunner().invoke(app, command).exit_code == 0
+    before = release_bytes(tmp_path / "rel")
     monkeypatch.setattr(errors, "terminations", [signal.SIGTERM])  # received, its exception lost
-    stopped = CliRunner().invoke(app, ["protect", str(source), "--out", str(out), *ledger])
+    stopped = CliRunner().invoke(app, command)
     assert stopped.exit_code == 130, stopped.output  # as after Ctrl-C (the CLI alone; its process exits 143)
-    assert release_bytes(out) == before
+    assert release_bytes(tmp_path / "rel") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == (["books.json", "books.json.keys", "input", "rel"]
                                                           if recorded else ["input", "rel"])
     if recorded:
@@ -229,20 +256,11 @@ def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(
 def test_a_stop_between_the_renames_puts_the_earlier_release_back(small_state, tmp_path, monkeypatch):
     """Publishing renames the earlier release away, then the new one into place; a stop (Ctrl-C,
     SIGTERM) between the two leaves the earlier release where it was, not a missing folder."""
-    from gedp.release import writer
-
     out = tmp_path / "rel"
     gedp.protect(small_state, seed=1, not_for_publication=True).write(out)
     before = release_bytes(out)
     release = gedp.protect(small_state, seed=2, not_for_publication=True)
-    rename = os.replace
-
-    def stopped_at_the_second(source, target):
-        if Path(source).name.startswith(".rel.partial-"):
-            raise KeyboardInterrupt  # as SIGTERM's Terminated is raised, just before the new release's rename
-        rename(source, target)
-
-    monkeypatch.setattr(writer.os, "replace", stopped_at_the_second)
+    stop_before_the_new_release_is_renamed(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         release.write(out)
     monkeypatch.undo()
@@ -261,29 +279,17 @@ def test_an_earlier_release_left_while_being_removed_is_removed_by_the_next_run(
     assert remove_stale_staging(tmp_path / "rel") == [retired.name] and not retired.exists()
 
 
-def test_a_stop_after_the_ledgers_commit_says_the_release_was_charged(small_state, tmp_path, monkeypatch, capfd):
+def test_a_stop_after_the_ledgers_commit_says_the_release_was_charged(state_file, tmp_path, monkeypatch, capfd):
     """Stopped after the ledger committed its release (here between the renames that publish it, so the
     earlier release stays), a recorded run says that the release was charged and that running again
     charges again: an operator who reads only the exit status would otherwise run it again."""
     from typer.testing import CliRunner
 
     from gedp.cli import app
-    from gedp.release import writer
 
-    source = tmp_path / "input" / "state.parquet"
-    source.parent.mkdir()
-    small_state.to_parquet(source)
-    command = ["protect", str(source), "--out", str(tmp_path / "rel"), "--ledger", str(tmp_path / "books.json"),
-               "--lifetime-cap", "20"]
+    command = protect_command(state_file, tmp_path, recorded=True)
     assert CliRunner().invoke(app, command).exit_code == 0
-    rename = os.replace
-
-    def stopped_at_the_second(source, target):
-        if Path(source).name.startswith(".rel.partial-"):
-            raise KeyboardInterrupt
-        rename(source, target)
-
-    monkeypatch.setattr(writer.os, "replace", stopped_at_the_second)
+    stop_before_the_new_release_is_renamed(monkeypatch)
     stopped = CliRunner().invoke(app, command)
     monkeypatch.undo()
     assert stopped.exit_code == 130

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from gedp.errors import GedpError
 from gedp.postprocess.cpus import usable_cpus
 from gedp.running.process import forked_worker_signals
+from gedp.running.state_pool import stop_workers
 
 #: The context of the running map, inherited by the forked workers (None outside a map).
 _context: tuple[Callable[[Any, Any], Any], Any] | None = None
@@ -36,14 +40,22 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
             tell(index, results[-1])
         return results
     _context = (task, shared)
+    # A pool that notices a dead worker (multiprocessing.Pool waits for its result for ever), its workers
+    # stopped however the map ends, none waited for: not even one stuck (a forked child can start with a
+    # lock another thread of this process held).
+    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"), initializer=forked_worker_signals)
     try:
-        with multiprocessing.get_context("fork").Pool(count, initializer=forked_worker_signals) as pool:
-            results = []
-            for index, result in enumerate(pool.imap(_run, items, chunksize=1)):
-                results.append(result)
-                tell(index, result)
-            return results
+        results = []
+        for index, result in enumerate(pool.map(_run, items)):
+            results.append(result)
+            tell(index, result)
+        return results
+    except BrokenProcessPool:
+        raise GedpError("a planner worker process stopped before its task was done (killed, e.g. short of "
+                        "memory); nothing was planned") from None
     finally:
+        stop_workers(pool)
+        pool.shutdown(wait=True, cancel_futures=True)
         _context = None
 
 
