@@ -73,7 +73,8 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
     except BrokenProcessPool:
         stop_workers(pool)
         raise GedpError(f"a worker process stopped before its state was protected (killed, e.g. short of memory "
-                        f"for {processes} states at once); nothing was published: try fewer --processes") from None
+                        f"for {processes} states at once; or, from a Python script, one whose protect call is not "
+                        f"under `if __name__ == '__main__':`); nothing was published: try fewer --processes") from None
     except BaseException:
         stop_workers(pool)
         raise
