@@ -160,7 +160,6 @@ def _take_started(processes: int) -> ProcessPoolExecutor | None:
     if pool._max_workers == processes:
         return pool
     stop_workers(pool)
-    pool.shutdown(wait=True, cancel_futures=True)
     return None
 
 
@@ -208,10 +207,12 @@ def _start_worker() -> None:
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """End the running workers at once and wait until they have (``shutdown`` alone would let their
-    states finish writing); Python 3.14's ``terminate_workers`` does the same."""
+    """End the running workers at once and wait until they have, then shut the pool down, its
+    waiting tasks cancelled (``shutdown`` alone would let their tasks finish, or wait for ever on a
+    stuck one); Python 3.14's ``terminate_workers`` does the same."""
     processes = list((pool._processes or {}).values())
     for process in processes:
         process.terminate()
     for process in processes:
         process.join()
+    pool.shutdown(wait=True, cancel_futures=True)
