@@ -3,7 +3,8 @@
 The command line turns a GedpError into one line on stderr: exit status 1 for a SolverError or an
 AuditError (the computation failed), 2 for everything else (the input, config, budget or output path
 was refused). Anything else is a bug and keeps its traceback. ``Terminated`` is not an error but a stop
-(SIGTERM, handled as Ctrl-C); every release checks for one before it is committed or published.
+(SIGTERM, handled as Ctrl-C); a release checks for one before its manifest is written and its charge
+committed.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ terminations: list[int] = []
 
 
 def stop_if_terminated() -> None:
-    """Raise ``Terminated`` again if SIGTERM was received: called before a release is committed or
-    published, so a stop whose exception was lost on the way (raised inside a finalizer, or in a
-    library that swallowed it) still commits and publishes nothing."""
+    """Raise ``Terminated`` again if SIGTERM was received: called before a release's manifest is written
+    and its charge committed, so a stop whose exception was lost on the way (raised inside a finalizer,
+    or in a library that swallowed it) still commits and publishes nothing."""
     if terminations:
         raise Terminated()

@@ -339,7 +339,6 @@ def _solve(jobs: list[tuple], workers: int | None):
             yield futures[i].result()
     finally:
         stop_workers(pool)
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _verdicts(true, lower, upper, need, scale):

@@ -55,7 +55,6 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
                         "memory); nothing was planned") from None
     finally:
         stop_workers(pool)
-        pool.shutdown(wait=True, cancel_futures=True)
         _context = None
 
 

@@ -70,8 +70,13 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
     try:
         futures = {state: pool.submit(_state_in_worker, protect_state, *task) for state, task in arguments.items()}
         return _collect(futures, on_state)
-    except BrokenProcessPool:
+    except Exception as err:
+        # A worker that dies while others are still starting breaks the pool inside ``submit``, which then
+        # fails on the queue the pool closed (OSError "handle is closed") rather than with BrokenProcessPool.
+        died = isinstance(err, BrokenProcessPool) or bool(pool._broken)  # before stopping breaks it too
         stop_workers(pool)
+        if not died:
+            raise
         raise GedpError(f"a worker process stopped before its state was protected (killed, e.g. short of memory "
                         f"for {processes} states at once; or, from a Python script, one whose protect call is not "
                         f"under `if __name__ == '__main__':`); nothing was published: try fewer --processes") from None
@@ -160,7 +165,6 @@ def _take_started(processes: int) -> ProcessPoolExecutor | None:
     if pool._max_workers == processes:
         return pool
     stop_workers(pool)
-    pool.shutdown(wait=True, cancel_futures=True)
     return None
 
 
@@ -208,10 +212,12 @@ def _start_worker() -> None:
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """End the running workers at once and wait until they have (``shutdown`` alone would let their
-    states finish writing); Python 3.14's ``terminate_workers`` does the same."""
+    """End the running workers at once and wait until they have, then shut the pool down, its
+    waiting tasks cancelled (``shutdown`` alone would let their tasks finish, or wait for ever on a
+    stuck one); Python 3.14's ``terminate_workers`` does the same."""
     processes = list((pool._processes or {}).values())
     for process in processes:
         process.terminate()
     for process in processes:
         process.join()
+    pool.shutdown(wait=True, cancel_futures=True)
