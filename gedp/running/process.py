@@ -21,6 +21,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 from gedp.errors import Terminated, terminations
@@ -94,10 +96,28 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
-def forked_worker_signals() -> None:
-    """A forked worker's initializer: SIGTERM, which its pool's ``terminate`` sends when the work is
-    done, ends it at once, instead of raising the command's ``Terminated`` (and printing its traceback)."""
+def worker_signals() -> None:
+    """A worker process's initializer (the states' pool, the planner's, the suppression audit's): Ctrl-C,
+    which the terminal sends to the whole process group, is ignored (the main process stops its workers,
+    ``gedp.running.state_pool.stop_workers``, and prints the one line), and SIGTERM, which stopping them
+    sends, ends a worker at once instead of raising a forked command's ``Terminated``: neither prints a
+    worker's traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C while it started: ignored
+
+
+@contextmanager
+def starting_workers() -> Iterator[None]:
+    """Hold Ctrl-C back from this thread while a pool starts its workers (a pool forks or spawns them
+    when its first task is submitted): a worker inherits the block, so a Ctrl-C that comes before its
+    initializer (``worker_signals``) has made it ignore Ctrl-C waits and is then dropped, not raised
+    in the new worker with its traceback. This process gets it when the block ends."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def exit_status(code: int) -> int:
