@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-from gedp.errors import Terminated, terminations
+from gedp import errors
+from gedp.errors import Terminated
 
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
@@ -85,7 +86,7 @@ TERMINATED_STATUS = 128 + signal.SIGTERM
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    terminations.append(signum)
+    errors.terminations.append(signum)
     raise Terminated()
 
 
@@ -122,7 +123,7 @@ def starting_workers() -> Iterator[None]:
 
 def exit_status(code: int) -> int:
     """A command's exit status: ``TERMINATED_STATUS`` once SIGTERM was received, else ``code``."""
-    return TERMINATED_STATUS if terminations else code
+    return TERMINATED_STATUS if errors.terminations else code
 
 
 def end_process(code: int) -> NoReturn:
