@@ -278,37 +278,14 @@ def test_suppress_with_every_lp_in_the_final_audit_gives_the_same_result(tiny_st
     pd.testing.assert_frame_equal(slow.audit.intervals[verdicts], tiny_suppressed.audit.intervals[verdicts])
 
 
+
 @pytest.mark.timeout(240)
-def test_ctrl_c_stops_the_audits_workers_without_their_tracebacks(tmp_path):
+def test_ctrl_c_stops_the_audits_workers_without_their_tracebacks(tmp_path, ctrl_c_among_workers):
     """Ctrl-C reaches the whole process group: the audit's LP workers ignore it (as protect's state
     workers do) and the main process stops them, so the run ends in one line, exit 130, no worker's
     traceback and no worker left."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
     from gedp.postprocess.cpus import usable_cpus
 
     if usable_cpus() < 2:
         pytest.skip("the audit runs on worker processes only with 2 or more CPUs")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.Popen([sys.executable, "-m", "gedp", "suppress", "--out", str(tmp_path / "out"), "--profile",
-                            "small"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
-    workers: list[psutil.Process] = []
-    while not workers:  # the audit's pool: the command's only children
-        assert run.poll() is None, f"the run ended before its audit started workers: {run.communicate()[0]}"
-        workers = psutil.Process(run.pid).children(recursive=True)
-        time.sleep(0.005)
-    os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    output = run.communicate(timeout=120)[0]
-    if run.returncode == 0:
-        pytest.skip("the run finished before Ctrl-C arrived")
-    lines = [line for line in output.splitlines() if line.strip()]
-    assert run.returncode == 130 and "Traceback" not in output and "KeyboardInterrupt" not in output, output
-    assert not [worker.pid for worker in workers if worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE]
-    assert lines[-1] == "stopped (Ctrl-C)", output
+    ctrl_c_among_workers(["suppress", "--out", str(tmp_path / "out"), "--profile", "small"], workers=1)

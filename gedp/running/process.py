@@ -105,20 +105,42 @@ def worker_signals() -> None:
     worker's traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C while it started: ignored
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held while it started (``starting_workers``)
+
+
+#: The stops held back while a pool starts its workers (``starting_workers``).
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
 def starting_workers() -> Iterator[None]:
-    """Hold Ctrl-C back from this thread while a pool starts its workers (a pool forks or spawns them
-    when its first task is submitted): a worker inherits the block, so a Ctrl-C that comes before its
-    initializer (``worker_signals``) has made it ignore Ctrl-C waits and is then dropped, not raised
-    in the new worker with its traceback. This process gets it when the block ends."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    """Hold Ctrl-C and SIGTERM back while a pool starts its workers (a pool forks or spawns them when
+    tasks are submitted), then act on them. In this process, a stop raised half way through starting a
+    worker could leave one the pool does not know of, which ``stop_workers`` cannot stop and the pool's
+    shutdown waits for. A new worker inherits the block: a Ctrl-C that reaches it before its
+    initializer (``worker_signals``) has made it ignore Ctrl-C waits and is then dropped, not raised in
+    it with its traceback, and the SIGTERM that stops it then waits and ends it (a forked worker has this
+    process's handlers until its initializer runs; Python's resource tracker starts the same way). Only
+    the main thread handles signals: elsewhere the block does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
+                for number in HELD_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(received):  # each stop once, in the order received
+            handler = previous[number]
+            if callable(handler):
+                handler(number, None)  # KeyboardInterrupt, or the command line's Terminated
+            elif handler == signal.SIG_DFL and number == signal.SIGTERM:
+                signal.raise_signal(number)
 
 
 def exit_status(code: int) -> int:
