@@ -93,7 +93,7 @@ def input_quarters(source: Source | Parts | PinnedCsv) -> tuple[pd.Series, pd.Se
 
 @contextmanager
 def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv, config: Config,
-             out: Path) -> Iterator[Reservation | None]:
+             out: str | Path) -> Iterator[Reservation | None]:
     """Reserve the config's plan for the input's establishments in the ledger (None without a
     request), charged in the accounts' terms; an input or solver error (or a ledger lock not freed in
     time) raised inside the block keeps the reservation pending and says so. A stop (Ctrl-C, SIGTERM)
