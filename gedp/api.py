@@ -115,6 +115,10 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     the config's ``mu_cap`` (sqrt(quarters) x a quarter's mu, for an establishment in every quarter) is
     refused unless ``allow_over_cap=True``.
 
+    Stopped (Ctrl-C; SIGTERM where ``gedp.running.process.stop_on_sigterm`` is installed), it raises the
+    ``KeyboardInterrupt`` with a note saying what the run left (a release pending or committed in the
+    ledger); a SIGTERM it survives does not stop a later call.
+
     ``engine`` (``gedp.Engine``): local worker processes (the default) or a dask cluster, built in
     (loopback only, TLS with keys made for the run) or existing (``tls://`` with credentials).
     The keywords of gedp 0.x (``lifetime_cap=``, ``scheduler=``, ``jobs=``, ``workflow=``, ...) still

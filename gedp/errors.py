@@ -3,8 +3,8 @@
 The command line turns a GedpError into one line on stderr: exit status 1 for a SolverError or an
 AuditError (the computation failed), 2 for everything else (the input, config, budget or output path
 was refused). Anything else is a bug and keeps its traceback. ``Terminated`` is not an error but a stop
-(SIGTERM, handled as Ctrl-C); a release checks for one before its manifest is written and its charge
-committed.
+(SIGTERM, handled as Ctrl-C); a release checks for one received since its run began before its manifest is
+written and its charge committed.
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ class AuditError(GedpError, RuntimeError):
     """A cell-suppression audit LP ended in a status other than optimal or unbounded (exit status 1)."""
 
 
+class LockTimeout(GedpError):
+    """A lock (the ledger's, the margin cache's) that another process held beyond the deadline of the
+    wait (exit status 2): the message names the lock's file and what to do."""
+
+
 class InputProblems(InputError):
     """Every problem found in one input, each a line with its hint (exit status 2); the command line
     prints the subject, then one problem per line."""
@@ -50,8 +55,17 @@ class Terminated(KeyboardInterrupt):
     way (staging folders removed, workers stopped, nothing published)."""
 
 
-#: The SIGTERMs this process received (the handler records each before it raises ``Terminated``).
+#: The SIGTERMs this process received since its current run began (the handler records each before
+#: it raises ``Terminated``; ``new_run`` forgets those of earlier runs).
 terminations: list[int] = []
+
+
+def new_run() -> None:
+    """Begin a run (each protection: ``gedp.running.recorded_release.protect_recorded``,
+    ``gedp.running.panel_protect.protect_panel``, ``gedp run``): the SIGTERMs an earlier run of this
+    process received, which the process survived (a library, or a command line run in-process, that
+    handled the ``Terminated``), do not stop this one from committing and publishing."""
+    terminations.clear()
 
 
 def stop_if_terminated() -> None:

@@ -55,3 +55,38 @@ def margins_cache(tmp_path_factory, monkeypatch) -> Path:
     folder = tmp_path_factory.mktemp("gedp-cache")
     monkeypatch.setenv("GEDP_CACHE_DIR", str(folder))
     return folder
+
+
+@pytest.fixture
+def ctrl_c_among_workers(tmp_path):
+    """A function that runs a gedp command (its arguments) in a session of its own, sends SIGINT to
+    the whole group (what Ctrl-C in a terminal does) as soon as ``workers`` child processes run, and
+    checks the stop: exit 130, one last line ``stopped (Ctrl-C)``, no traceback, no child left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    def stopped(arguments: list[str], workers: int) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        run = subprocess.Popen([sys.executable, "-m", "gedp", *arguments], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        children: list[psutil.Process] = []
+        while len(children) < workers:
+            assert run.poll() is None, f"the run ended before it started its workers: {run.communicate()[0]}"
+            children = psutil.Process(run.pid).children(recursive=True)
+            time.sleep(0.005)
+        os.killpg(run.pid, signal.SIGINT)
+        output = run.communicate(timeout=120)[0]
+        if run.returncode == 0:
+            pytest.skip("the run finished before Ctrl-C arrived")
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert run.returncode == 130 and "Traceback" not in output and "KeyboardInterrupt" not in output, output
+        assert not alive, f"left running: {[child.cmdline() for child in alive]}"
+        assert output.strip().splitlines()[-1] == "stopped (Ctrl-C)", output
+        return output
+
+    return stopped

@@ -233,3 +233,41 @@ def test_the_planners_forked_workers_end_quietly_under_a_command():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[11, 12, 13, 14]", done.stderr
     assert "Terminated" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+#: A pool started inside ``starting_workers`` while a stop arrives: Ctrl-C (or SIGTERM under the
+#: command line's handler) sent as the first worker is forked, before its initializer can have run.
+HELD_STOP_PROBE = """
+import os, signal, sys
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing
+from gedp.errors import Terminated
+from gedp.running.process import starting_workers, stop_on_sigterm, worker_signals
+from gedp.running.state_pool import stop_workers
+number = getattr(signal, sys.argv[1])
+stop_on_sigterm()
+pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
+try:
+    with starting_workers():
+        os.killpg(0, number)  # this process and any child: a Ctrl-C in a terminal
+        futures = [pool.submit(abs, -i) for i in range(4)]
+        print("started", flush=True)
+    print("not stopped", flush=True)
+except (KeyboardInterrupt, Terminated) as stop:
+    print("stopped after the block:", type(stop).__name__, flush=True)
+finally:
+    stop_workers(pool)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_a_pool_starts_its_workers_waits_until_they_are_started(stop):
+    """A stop raised half way through starting a worker could leave one the pool does not know of
+    (which nothing stops, and whose pool then waits for it for ever): ``starting_workers`` holds the
+    stop back until the block ends, then raises it; no worker prints a traceback, none is left."""
+    done = subprocess.run([sys.executable, "-c", HELD_STOP_PROBE, stop], capture_output=True, text=True, timeout=100,
+                          start_new_session=True)
+    kind = "KeyboardInterrupt" if stop == "SIGINT" else "Terminated"
+    assert done.stdout.splitlines() == ["started", f"stopped after the block: {kind}"], done.stdout + done.stderr
+    assert done.returncode == 0 and done.stderr == "", done.stderr

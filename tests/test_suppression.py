@@ -276,3 +276,16 @@ def test_suppress_with_every_lp_in_the_final_audit_gives_the_same_result(tiny_st
     assert slow.audit.intervals["solved"].all() and not tiny_suppressed.audit.intervals["solved"].all()
     verdicts = ["cell", "attribute", "sensitive", "exact", "under_protected"]
     pd.testing.assert_frame_equal(slow.audit.intervals[verdicts], tiny_suppressed.audit.intervals[verdicts])
+
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_the_audits_workers_without_their_tracebacks(tmp_path, ctrl_c_among_workers):
+    """Ctrl-C reaches the whole process group: the audit's LP workers ignore it (as protect's state
+    workers do) and the main process stops them, so the run ends in one line, exit 130, no worker's
+    traceback and no worker left."""
+    from gedp.postprocess.cpus import usable_cpus
+
+    if usable_cpus() < 2:
+        pytest.skip("the audit runs on worker processes only with 2 or more CPUs")
+    ctrl_c_among_workers(["suppress", "--out", str(tmp_path / "out"), "--profile", "small"], workers=1)

@@ -31,6 +31,7 @@ from scipy.sparse.csgraph import connected_components
 from gedp.errors import AuditError
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.cpus import usable_cpus
+from gedp.running.process import starting_workers, worker_signals
 from gedp.running.state_pool import stop_workers
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
@@ -332,9 +333,10 @@ def _solve(jobs: list[tuple], workers: int | None):
     # The workers are stopped however the iteration ends (an error, Ctrl-C, the caller leaving it): none
     # is waited for once the results are no longer wanted, not even one stuck (a forked child can start
     # with a lock another thread of this process held).
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
     try:
-        futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
+        with starting_workers():
+            futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
         for i in range(len(jobs)):
             yield futures[i].result()
     finally:

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from gedp.accounting.ledger import Reservation
 from gedp.config import Config
-from gedp.errors import BudgetError, InputError
+from gedp.errors import BudgetError, InputError, new_run
 from gedp.measure.design import INDEPENDENT, QuarterDesign
 from gedp.measure.workflows import MeasurementPlan
 from gedp.release.format import QUARTER_KEY
@@ -118,6 +118,7 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
     its manifest is written, and the manifest's ``lifetime`` section states the panel's charge. A
     panel that spends more than the config's cap is refused first unless ``allow_over_cap``
     (``over_cap``)."""
+    new_run()
     out = Path(out).resolve()
     check_output_directory(out)
     panel = check_panel(read_source(source))
@@ -128,7 +129,7 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
     check_request(config, list(pd.unique(panel["state"].astype(str))), seed=seed, rng=rng, engine=engine,
                   scheduler=scheduler, processes=processes)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with reserved(ledger, panel, dataclasses.replace(config, plan=plan)) as reservation, \
+    with reserved(ledger, panel, dataclasses.replace(config, plan=plan), out) as reservation, \
             work_folder(out, "quarters") as work:
         folders: dict[str, Path] = {}
         for quarter in quarters:

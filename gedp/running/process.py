@@ -21,9 +21,12 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
-from gedp.errors import Terminated, terminations
+from gedp import errors
+from gedp.errors import Terminated
 
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
@@ -83,7 +86,7 @@ TERMINATED_STATUS = 128 + signal.SIGTERM
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    terminations.append(signum)
+    errors.terminations.append(signum)
     raise Terminated()
 
 
@@ -94,15 +97,55 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
-def forked_worker_signals() -> None:
-    """A forked worker's initializer: SIGTERM, which its pool's ``terminate`` sends when the work is
-    done, ends it at once, instead of raising the command's ``Terminated`` (and printing its traceback)."""
+def worker_signals() -> None:
+    """A worker process's initializer (the states' pool, the planner's, the suppression audit's): Ctrl-C,
+    which the terminal sends to the whole process group, is ignored (the main process stops its workers,
+    ``gedp.running.state_pool.stop_workers``, and prints the one line), and SIGTERM, which stopping them
+    sends, ends a worker at once instead of raising a forked command's ``Terminated``: neither prints a
+    worker's traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held while it started (``starting_workers``)
+
+
+#: The stops held back while a pool starts its workers (``starting_workers``).
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def starting_workers() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back while a pool starts its workers (a pool forks or spawns them when
+    tasks are submitted), then act on them. In this process, a stop raised half way through starting a
+    worker could leave one the pool does not know of, which ``stop_workers`` cannot stop and the pool's
+    shutdown waits for. A new worker inherits the block: a Ctrl-C that reaches it before its
+    initializer (``worker_signals``) has made it ignore Ctrl-C waits and is then dropped, not raised in
+    it with its traceback, and the SIGTERM that stops it then waits and ends it (a forked worker has this
+    process's handlers until its initializer runs; Python's resource tracker starts the same way). Only
+    the main thread handles signals: elsewhere the block does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
+                for number in HELD_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(received):  # each stop once, in the order received
+            handler = previous[number]
+            if callable(handler):
+                handler(number, None)  # KeyboardInterrupt, or the command line's Terminated
+            elif handler == signal.SIG_DFL and number == signal.SIGTERM:
+                signal.raise_signal(number)
 
 
 def exit_status(code: int) -> int:
     """A command's exit status: ``TERMINATED_STATUS`` once SIGTERM was received, else ``code``."""
-    return TERMINATED_STATUS if terminations else code
+    return TERMINATED_STATUS if errors.terminations else code
 
 
 def end_process(code: int) -> NoReturn:
