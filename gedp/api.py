@@ -289,15 +289,18 @@ class Release:
             write_workbook(tables.levels, notes, out)
         return pd.concat(tables.levels.values(), ignore_index=True)
 
-    def implicates(self, m: int, seed: int | None = None, *, quarter: str | None = None) -> pd.DataFrame:
+    def implicates(self, m: int, seed: int | None = None, *, quarter: str | None = None,
+                   level_prior: str = "month1") -> pd.DataFrame:
         """``m`` complete microdata files drawn from the posterior of the confidential values given
         this release's answers, stacked: an ``implicate`` column (1..m), then the release's columns
         (``gedp.release.implicates``; no budget spent, nothing of the release changed). Draws come
         from the secure generator unless ``seed`` is given; a panel release takes a ``quarter``.
+        ``level_prior="quarter"`` puts the size prior on the quarter's level instead of month 1's
+        (within-quarter job flows nearer the truth, small size classes shifted: see the method docs).
         Combine a statistic computed on each with ``gedp.combine``."""
         from gedp.release.implicates import implicates_in_memory
 
-        return implicates_in_memory(self.folder, m, seed=seed, quarter=quarter)
+        return implicates_in_memory(self.folder, m, seed=seed, quarter=quarter, level_prior=level_prior)
 
     def write(self, out: str | Path) -> Path:
         """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release);
