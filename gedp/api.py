@@ -296,7 +296,7 @@ class Release:
         (``gedp.release.implicates``; no budget spent, nothing of the release changed). Draws come
         from the secure generator unless ``seed`` is given; a panel release takes a ``quarter``.
         ``level_prior="quarter"`` puts the size prior on the quarter's level instead of month 1's
-        (within-quarter job flows nearer the truth, small size classes shifted: see the method docs).
+        (job destruction nearer the truth; job creation and small size classes shifted: see the method docs).
         Combine a statistic computed on each with ``gedp.combine``."""
         from gedp.release.implicates import implicates_in_memory
 

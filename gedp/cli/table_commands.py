@@ -63,8 +63,8 @@ ImplicatesOut = Annotated[Path, typer.Option(help="The folder of implicates to w
                                                   "pandas.read_parquet(OUT) reads them all).")]
 Count = Annotated[int, typer.Option("--n", help="Number of implicates M.")]
 LevelPrior = Annotated[str, typer.Option(help="The size prior's level: month1 (default) or quarter (the months' "
-                                              "mean: within-quarter job flows nearer the truth, size classes "
-                                              "under 10 employees shifted; docs/method/implicates.md).")]
+                                              "mean: job destruction nearer the truth, job creation and size "
+                                              "classes under 10 employees shifted; docs/method/implicates.md).")]
 DrawSeed = Annotated[Optional[int], typer.Option(help="Seed the draws (reproducible; default: the secure generator).")]
 DrawnQuarter = Annotated[Optional[str], typer.Option(help="A panel release: the quarter drawn, e.g. 2016Q1.")]
 # gedp report
