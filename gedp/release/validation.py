@@ -20,7 +20,9 @@ field, and no reader silently includes a file the manifest does not account for:
 * a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
   a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
   state (``part-<quarter>-<state>.parquet``) that the manifest lists: no other entry, no symbolic link
-  (neither the folder nor a part), each a Parquet file by its first and last bytes (``PARQUET_MAGIC``).
+  (neither the folder nor a part), each a Parquet file by its first and last bytes (``PARQUET_MAGIC``)
+  whose footer states sizes its file can hold (``part_sizes.check_footer``: its rows, the protected
+  microdata's those the manifest states, its pages' uncompressed size and its rows' width).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
 from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, RELEASE_FILES
+from gedp.release.part_sizes import check_footer, expected_rows
 
 if TYPE_CHECKING:
     from gedp.release.manifest import Manifest
@@ -236,6 +239,7 @@ def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[st
             raise InputError(f"release '{release}': {output}/{name} is not a regular file")
         if not _is_parquet(folder / name):
             raise InputError(f"release '{release}': {output}/{name} is not a Parquet file (an edited or damaged copy)")
+        check_footer(release, output, folder / name, expected_rows(manifest, output, name))
     return [str(folder / name) for name in expected]
 
 
