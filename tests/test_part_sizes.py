@@ -113,9 +113,13 @@ import pyarrow as pa
 import gedp
 from gedp.errors import InputError
 try:
-    release = gedp.Release(sys.argv[1])
-    release.microdata if sys.argv[2] == "protected.parquet" else release.measurements
-    message = "read"
+    if sys.argv[3] == "audit":
+        from gedp.audit.release import audit_release
+        message = " ".join(check.detail for check in audit_release(sys.argv[1]) if check.name == "files")
+    else:
+        release = gedp.Release(sys.argv[1])
+        release.microdata if sys.argv[2] == "protected.parquet" else release.measurements
+        message = "read"
 except InputError as err:
     message = str(err)
 peak = re.search(r"VmHWM:\\s*(\\d+) kB", open("/proc/self/status").read()).group(1)
@@ -127,17 +131,19 @@ print(message)
 @pytest.mark.parametrize(("case", "output"), [(case, output) for case in CRAFTED
                                               for output in OUTPUTS.get(case, ["protected.parquet"])])
 def test_a_part_decoding_to_far_more_than_its_file_is_refused_in_bounded_memory(honest, tmp_path, case, output):
-    """Each crafted part is refused in one line naming its file and the rule, by the API (in a child
-    process: its peak memory under 400 MB, Arrow's allocations under 100 MB; at the code before, 2.0-5.0
-    GB for the same parts at RI's size) and by `gedp tabulate` with and without --moe."""
+    """Each crafted part is refused in one line naming its file and the rule, by the API and by `gedp
+    audit --release` (a failed files check, the part left unread) in a child process (its peak memory
+    under 400 MB, Arrow's allocations under 100 MB; at the code before, 2.0-5.0 GB for the same parts
+    at RI's size), and by `gedp tabulate` with and without --moe."""
     copy = crafted(honest, tmp_path, case, output)
     message = CRAFTED[case][1]
-    child = subprocess.run([sys.executable, "-c", CHILD, str(copy), output], capture_output=True, text=True,
-                           timeout=300, check=True)
-    peaks, said = child.stdout.strip().splitlines()
-    resident, arrow = map(float, peaks.split())
-    assert message in said and "part-44.parquet" in said, said
-    assert resident < 400 and arrow < 100, (resident, arrow)
+    for reader in ("api", "audit"):
+        child = subprocess.run([sys.executable, "-c", CHILD, str(copy), output, reader], capture_output=True,
+                               text=True, timeout=300, check=True)
+        peaks, said = child.stdout.strip().splitlines()
+        resident, arrow = map(float, peaks.split())
+        assert message in said and "part-44.parquet" in said, (reader, said)
+        assert resident < 400 and arrow < 100, (reader, resident, arrow)
     for request in (["--by", "county"], ["--by", "county", "--moe"]):
         result = runner.invoke(app, ["tabulate", str(copy), *request], env={"GEDP_CACHE_DIR": str(tmp_path / "c")})
         assert result.exit_code == 2 and message in result.output, result.output
