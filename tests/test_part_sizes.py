@@ -5,6 +5,7 @@ from its footer and dictionaries before its rows are read (red team F3: parts of
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -179,3 +180,37 @@ def test_decoded_bytes_of_a_part_are_its_numbers_offsets_and_characters(honest, 
             expected += offset * len(frame) + sum(len(value.encode()) for value in texts)
     assert decoded_bytes("r", output, part) == expected
     assert expected < MAX_DECODED_RATIO * part.stat().st_size / 4 + PART_ROOM
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case", ["fifo", "oversized", "deeply nested", "nested mu"])
+def test_a_manifest_that_cannot_be_read_in_bounded_time_and_memory_is_refused(honest, tmp_path, case):
+    """manifest.json a FIFO (its read had blocked without end), larger than MAX_MANIFEST_BYTES (read
+    whole before), nested 100,000 deep (json's RecursionError: a traceback), or a `mu` nested deeper
+    than a query and an attribute (checked by a recursion as deep as the file nests): one line."""
+    import os
+
+    from gedp.release.validation import MAX_MANIFEST_BYTES
+
+    copy = tmp_path / "copy"
+    shutil.copytree(honest, copy)
+    manifest = copy / "manifest.json"
+    expected = {"fifo": "manifest.json is not a regular file",
+                "oversized": f"more than {MAX_MANIFEST_BYTES:,}", "deeply nested": "no readable manifest.json",
+                "nested mu": "must be a number"}[case]
+    if case == "fifo":
+        manifest.unlink()
+        os.mkfifo(manifest)
+    elif case == "oversized":
+        with open(manifest, "a") as file:
+            file.truncate(MAX_MANIFEST_BYTES + 1)
+    else:
+        content = json.loads(manifest.read_text())
+        deep: object = 1.0
+        for _ in range(100_000 if case == "deeply nested" else 500):
+            deep = {"q": deep}
+        content["mu"] = deep
+        text = json.dumps(content) if case == "nested mu" else manifest.read_text()[:-1] + ', "x": ' + "[" * 100_000
+        manifest.write_text(text)
+    with pytest.raises(InputError, match=re.escape(expected)):
+        _ = gedp.Release(copy).manifest
