@@ -20,6 +20,7 @@ import gedp
 from gedp.cli import app
 from gedp.errors import InputError
 from gedp.release.part_sizes import MAX_DECODED_RATIO, PART_ROOM, decoded_bytes
+from gedp.serve.releases import load_releases
 
 runner = CliRunner()
 #: Rows of the crafted parts: 6 million copies of one row decode to about 0.8 GB (protected
@@ -135,7 +136,8 @@ def test_a_part_decoding_to_far_more_than_its_file_is_refused_in_bounded_memory(
     """Each crafted part is refused in one line naming its file and the rule, by the API and by `gedp
     audit --release` (a failed files check, the part left unread) in a child process (its peak memory
     under 400 MB, Arrow's allocations under 100 MB; at the code before, 2.0-5.0 GB for the same parts
-    at RI's size), and by `gedp tabulate` with and without --moe."""
+    at RI's size), by `gedp tabulate` with and without --moe and `gedp implicates`, and by `gedp
+    serve`'s loading (which refuses to start)."""
     copy = crafted(honest, tmp_path, case, output)
     message = CRAFTED[case][1]
     for reader in ("api", "audit"):
@@ -145,10 +147,14 @@ def test_a_part_decoding_to_far_more_than_its_file_is_refused_in_bounded_memory(
         resident, arrow = map(float, peaks.split())
         assert message in said and "part-44.parquet" in said, (reader, said)
         assert resident < 400 and arrow < 100, (reader, resident, arrow)
-    for request in (["--by", "county"], ["--by", "county", "--moe"]):
-        result = runner.invoke(app, ["tabulate", str(copy), *request], env={"GEDP_CACHE_DIR": str(tmp_path / "c")})
+    for request in (["tabulate", str(copy), "--by", "county"], ["tabulate", str(copy), "--by", "county", "--moe"],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
+        result = runner.invoke(app, request, env={"GEDP_CACHE_DIR": str(tmp_path / "c")})
         assert result.exit_code == 2 and message in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "imp").exists()
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([copy])
 
 
 def test_a_footer_lying_about_its_length_is_refused(honest, tmp_path):
