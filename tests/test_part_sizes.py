@@ -164,7 +164,7 @@ def test_a_footer_lying_about_its_length_is_refused(honest, tmp_path):
     content = bytearray(part.read_bytes())
     content[-8:-4] = (1 << 31).to_bytes(4, "little")
     part.write_bytes(bytes(content))
-    with pytest.raises(InputError, match=r"states a footer of 2,147,483,648 bytes \(at most 16,777,216"):
+    with pytest.raises(InputError, match=r"states a footer of 2,147,483,648 bytes \(at most 1,048,576"):
         _ = gedp.Release(copy).microdata
 
 

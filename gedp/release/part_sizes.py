@@ -28,8 +28,8 @@ from pathlib import Path
 
 from gedp.errors import InputError
 
-#: The longest footer a part may have: gedp's are a few kilobytes (one row group of a few dozen columns).
-MAX_FOOTER_BYTES = 16 << 20
+#: The longest footer a part may have: gedp's are 3-8 KB (a row group per million rows, a few dozen columns).
+MAX_FOOTER_BYTES = 1 << 20
 #: How many times its size a part's pages may decompress to (gedp's parts, Snappy: 1.2).
 MAX_UNCOMPRESSED_RATIO = 16
 #: How many times its size a part's rows may decode to (gedp's parts: 2-7).
