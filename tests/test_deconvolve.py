@@ -476,3 +476,33 @@ def test_summary_reports_the_no_change_weights_standard_error_per_band():
         assert errors[b] == pytest.approx([by_hand, by_hand])
     model.answers.months = np.concatenate([omega, omega])
     assert all(e2 < e1 for e1, e2 in zip(np.ravel(errors), np.ravel(model.no_change_standard_errors())))
+
+
+# --- inputs that never ended the barrier path (harden16) --------------------------------------------
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("counts", "gap"), [([1.0, np.nan, 2.0, 3.0, 1.0], GAP_NATS),
+                                             ([1.0, np.inf, 2.0, 3.0, 1.0], GAP_NATS),
+                                             ([0.0, 0.0, 0.0, 0.0, 0.0], GAP_NATS),
+                                             ([1.0, 1.0, 1.0, 1.0, 1.0], float("nan"))])
+def test_counts_or_a_gap_that_are_not_finite_are_refused_not_looped(counts, gap):
+    """A NaN count made the barrier weight's end NaN, which no barrier weight reaches: the path never
+    ended (the code before this test hung on the first case). Now a one-line error."""
+    from gedp.errors import InputError
+
+    likelihood = np.random.default_rng(0).random((5, 3)) + 0.1
+    with pytest.raises(InputError, match="deconvolution's (counts|gap) must be (a )?finite"):
+        npmle_weights(likelihood, np.array(counts), gap_nats=gap)
+
+
+@pytest.mark.timeout(30)
+def test_a_barrier_path_that_does_not_reach_its_end_stops_at_its_cap(monkeypatch):
+    """The cap holds whatever keeps the barrier weight from falling (a barrier weight that does not
+    fall, here): MAX_BARRIER_STEPS steps, then a SolverError naming them."""
+    from gedp.errors import SolverError
+    from gedp.postprocess import deconvolve
+
+    monkeypatch.setattr(deconvolve, "BARRIER_FALL", 1.0)
+    likelihood = np.random.default_rng(0).random((50, 4)) + 0.1
+    counts = np.random.default_rng(1).integers(1, 5, 50).astype(float)
+    with pytest.raises(SolverError, match=f"in {deconvolve.MAX_BARRIER_STEPS} steps"):
+        npmle_weights(likelihood, counts, gap_nats=1e-12)

@@ -16,6 +16,7 @@ from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
 from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts
+from gedp.release.part_sizes import check_decoded
 from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
 
@@ -73,8 +74,10 @@ def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFra
     """One Parquet output of a release as stored (its listed parts: ``release_parts``); the protected
     microdata refused unless they hold the establishments the manifest states."""
     manifest = read_manifest(release)
+    parts = release_parts(release, output, manifest)
     with parts_read(release, output):
-        frame = pd.read_parquet(release_parts(release, output, manifest))
+        check_decoded(release, output, parts)
+        frame = pd.read_parquet(parts)
     return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
 
 
@@ -87,6 +90,7 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
     parts = release_parts(release, PROTECTED_FILE, manifest)
     with parts_read(release, PROTECTED_FILE):
         columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in without]
+        check_decoded(release, PROTECTED_FILE, parts, columns)
         frame = pd.read_parquet(parts, columns=columns)
     check_count(release, frame, manifest_count(manifest))
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
@@ -108,6 +112,7 @@ def read_measurements(release: str | Path, quarter: str | None = None) -> pd.Dat
     manifest = read_manifest(release)
     with parts_read(release, MEASUREMENTS_FILE):
         parts = measurement_parts(release, release_parts(release, MEASUREMENTS_FILE, manifest), quarter)
+        check_decoded(release, MEASUREMENTS_FILE, parts.paths, parts.columns)
         frame = pd.read_parquet(parts.paths, columns=parts.columns, filters=filters)  # footers checked before
     return checked_measurements(release, frame, manifest, parts, quarter)
 
@@ -181,6 +186,7 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
     parts = release_parts(release, PROTECTED_FILE, manifest)
     with parts_read(release, PROTECTED_FILE):
         columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in (*without, QUARTER_KEY)]
+        check_decoded(release, PROTECTED_FILE, parts, [*columns, QUARTER_KEY])
         frame = pd.read_parquet(parts, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
     check_count(release, frame, manifest_count(manifest, quarter), f" of {quarter}")
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
@@ -209,10 +215,12 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
         with parts_read(release, PROTECTED_FILE):
-            dataset = pq.ParquetDataset(release_parts(release, PROTECTED_FILE),
-                                        filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
-            protected = dataset.read(columns=[column for column in dict.fromkeys(
-                ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
+            parts = release_parts(release, PROTECTED_FILE)
+            dataset = pq.ParquetDataset(parts, filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
+            columns = [column for column in dict.fromkeys(("estab_id", *PATTERN_CELL, *PATTERN_GROUP))
+                       if column in dataset.schema.names]
+            check_decoded(release, PROTECTED_FILE, parts, [*columns, QUARTER_KEY])
+            protected = dataset.read(columns=columns).to_pandas()
     return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 

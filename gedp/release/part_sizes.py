@@ -1,0 +1,190 @@
+"""The sizes a release's Parquet part states, checked before its rows are read: a part is a file
+anyone may have written, and its footer says how many rows it holds and how large its pages are.
+
+A crafted part of a few hundred kilobytes can decode to gigabytes: millions of rows of one value
+(each page a run of one repeated value, a few bytes per million rows), pages of zeros compressed
+a thousandfold (zstd), a dictionary page of millions of long values, or a long text on every row
+kept once in its dictionary. gedp's own parts hold noisy numbers and unique establishment ids on
+every row, so their bytes on disk grow with their rows: a part of Rhode Island's release holds
+47.5 (protected microdata) and 19.3 (measurements) bytes per row; the parts of Rhode Island's and
+New Jersey's synthetic releases (one with job families, one of whole numbers) decompress to 1.1-1.6
+times their size and decode to 3.8-12.2 times it. Each part is checked, from its footer alone
+wherever a release's parts are listed (``check_footer``: ``validation.listed_parts``), and from its
+text columns read as dictionaries before a reader reads its rows (``check_decoded``):
+
+* its footer at most MAX_FOOTER_BYTES, and its row groups' rows adding up to the rows it states;
+* the protected microdata's parts holding the rows the manifest states for their state (and quarter);
+* its pages decompressing to at most MAX_UNCOMPRESSED_RATIO times the part's size (and PART_ROOM);
+* its rows decoding to at most MAX_DECODED_RATIO times the part's size (and PART_ROOM): each row
+  the width of its numbers and of its texts' offsets (from the footer), and each text's characters
+  (from its dictionaries: a value repeated on every row counted on every row, as a read decodes it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from gedp.errors import InputError
+
+#: The longest footer a part may have: gedp's are 3-8 KB (a row group per million rows, a few dozen columns).
+MAX_FOOTER_BYTES = 1 << 20
+#: How many times its size a part's pages may decompress to (gedp's parts, Snappy: 1.1-1.6).
+MAX_UNCOMPRESSED_RATIO = 16
+#: How many times its size a part's rows may decode to (gedp's parts: 3.8-12.2; a job frame's
+#: measurements the most).
+MAX_DECODED_RATIO = 64
+#: What any part may hold beyond these ratios, in bytes (a small part's footer and dictionaries).
+PART_ROOM = 1 << 20
+
+
+def _refuse(release: str | Path, output: str, path: str | Path, rule: str) -> InputError:
+    return InputError(f"release '{release}': {output}/{Path(path).name} {rule} (an edited or damaged copy)")
+
+
+def footer_bytes(path: str | Path) -> int:
+    """The length of a Parquet file's footer, as its last 8 bytes state it (the magic bytes checked
+    by the caller)."""
+    with open(path, "rb") as file:
+        file.seek(-8, os.SEEK_END)
+        return int.from_bytes(file.read(4), "little")
+
+
+def _unreadable(release: str | Path, output: str) -> InputError:
+    return InputError(f"release '{release}': a part of {output} cannot be read as the Parquet gedp writes "
+                      "(its footer does not decode; an edited or damaged copy)")
+
+
+def _row_width(release: str | Path, output: str, path: str | Path, schema) -> int:
+    """The bytes a row of ``schema`` decodes to besides its texts' characters: each number's width,
+    each text's offset (4 bytes; a large string's, 8)."""
+    import pyarrow as pa
+
+    width = 0
+    for field in schema:
+        kind = field.type
+        if pa.types.is_dictionary(kind):
+            kind = kind.index_type
+        if pa.types.is_string(kind) or pa.types.is_binary(kind):
+            width += 4
+        elif pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
+            width += 8
+        elif pa.types.is_nested(kind) or not kind.bit_width:
+            raise _refuse(release, output, path, f"holds a column of type {kind}, which gedp does not write")
+        else:
+            width += max(1, kind.bit_width // 8)
+    return width
+
+
+def check_footer(release: str | Path, output: str, path: str | Path, expected_rows: int | None = None):
+    """The footer of the part ``path`` of ``output``, once the sizes it states are checked (see the
+    module): its length, its row groups' rows (``expected_rows`` when the manifest states them), its
+    pages' uncompressed size and its rows' width, without reading a page. InputError naming the part
+    and the rule otherwise; returns the part's metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    size = os.path.getsize(path)
+    footer = footer_bytes(path)
+    if footer > min(MAX_FOOTER_BYTES, size - 12):
+        raise _refuse(release, output, path, f"states a footer of {footer:,} bytes (at most "
+                                             f"{MAX_FOOTER_BYTES:,} and the file's {size:,})")
+    try:
+        metadata = pq.read_metadata(path)
+        schema = metadata.schema.to_arrow_schema()
+    except (pa.ArrowException, OSError):
+        raise _unreadable(release, output) from None
+    groups = [metadata.row_group(group) for group in range(metadata.num_row_groups)]
+    rows = metadata.num_rows
+    if rows < 0 or sum(group.num_rows for group in groups) != rows:
+        held = sum(group.num_rows for group in groups)
+        raise _refuse(release, output, path, f"states {rows:,} rows, its row groups {held:,}")
+    if expected_rows is not None and rows != expected_rows:
+        raise InputError(f"release '{release}': its protected microdata hold {rows:,} rows, its manifest states "
+                         f"{expected_rows:,} establishments ({Path(path).name}; an edited or damaged copy)")
+    unpacked = sum(group.column(column).total_uncompressed_size for group in groups
+                   for column in range(group.num_columns))
+    if unpacked > MAX_UNCOMPRESSED_RATIO * size + PART_ROOM:
+        raise _refuse(release, output, path, f"states pages of {unpacked:,} bytes uncompressed, more than "
+                                             f"{MAX_UNCOMPRESSED_RATIO} times its {size:,} bytes: a compression bomb")
+    _check_decoded_size(release, output, path, rows * _row_width(release, output, path, schema), size)
+    return metadata
+
+
+def _check_decoded_size(release: str | Path, output: str, path: str | Path, decoded: int, size: int) -> None:
+    if decoded > MAX_DECODED_RATIO * size + PART_ROOM:
+        raise _refuse(release, output, path, f"holds rows decoding to {decoded:,} bytes or more, more than "
+                                             f"{MAX_DECODED_RATIO} times its {size:,} bytes: more rows than its file "
+                                             "can hold, or one long value repeated on every row")
+
+
+def check_decoded(release: str | Path, output: str, paths: list[str], columns: list[str] | None = None) -> None:
+    """Each part of ``paths`` (of ``output``, listed and footer-checked: ``validation.listed_parts``)
+    decodes to at most MAX_DECODED_RATIO times its size (``decoded_bytes``, of its ``columns`` when
+    given: those a reader reads), before any row of it is read as text."""
+    for path in paths:
+        size = os.path.getsize(path)
+        decoded = decoded_bytes(release, output, path, columns, MAX_DECODED_RATIO * size + PART_ROOM)
+        _check_decoded_size(release, output, path, decoded, size)
+
+
+def decoded_bytes(release: str | Path, output: str, path: str | Path, columns: list[str] | None = None,
+                  stop: float = math.inf) -> int:
+    """The bytes the rows of the part ``path`` decode to (of its ``columns``, all without them):
+    its numbers and texts' offsets (``_row_width``) and its texts' characters, counted from its text
+    columns read as dictionaries a row group at a time (each value's length times the rows that hold
+    it: ``text_bytes``), never as text; the count so far once it passes ``stop``."""
+    import pyarrow.parquet as pq
+
+    file = pq.ParquetFile(path)
+    chosen = [field for field in file.schema_arrow if columns is None or field.name in columns]
+    decoded = file.metadata.num_rows * _row_width(release, output, path, chosen)
+    texts = [field.name for field in chosen if _is_text(field.type)]
+    if not texts:
+        return decoded
+    dictionaries = pq.ParquetFile(path, read_dictionary=texts)
+    for group in range(file.metadata.num_row_groups):
+        if decoded > stop:
+            break
+        decoded += text_bytes(dictionaries.read_row_group(group, columns=texts))
+    return decoded
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def text_bytes(table) -> int:
+    """The characters (bytes) ``table``'s text columns, read as dictionaries, decode to: each
+    dictionary value's length times the rows that index it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    total = 0
+    for column in table.columns:
+        for chunk in column.chunks:
+            if not pa.types.is_dictionary(chunk.type):
+                continue
+            lengths = pc.binary_length(chunk.dictionary).cast(pa.int64())
+            total += pc.sum(pc.take(lengths, chunk.indices)).as_py() or 0
+    return total
+
+
+def expected_rows(manifest: Mapping, output: str, name: str) -> int | None:
+    """The rows the manifest states for the protected microdata's part ``name`` (``part-<state>`` or
+    ``part-<quarter>-<state>``): its state's establishments (of its quarter); None for another output
+    or a manifest without ``per_state``."""
+    from gedp.release.format import PROTECTED_FILE
+
+    if output != PROTECTED_FILE:
+        return None
+    quarter, _, state = name[len("part-"):-len(".parquet")].rpartition("-")
+    section = manifest["per_quarter"][quarter] if quarter else manifest
+    per_state = section.get("per_state")
+    if isinstance(per_state, Mapping):
+        return int(per_state[state]["establishments"])
+    return int(section["establishments"]) if len(section["states"]) == 1 else None
