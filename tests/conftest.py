@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,21 @@ def small_release(tmp_path_factory):
     result = CliRunner().invoke(app, ["run", "--establishments", "2000", "--seed", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     return out, result.output
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory) -> Iterator[Path]:
+    """Fixtures wider than a test (a module's server, the session's release) are set up before a test's
+    own ``margins_cache``: they keep their margin structures in a folder of the session's, never in the
+    user's cache (where another tree's structures of the same format could be read back)."""
+    folder = tmp_path_factory.mktemp("gedp-session-cache")
+    before = os.environ.get("GEDP_CACHE_DIR")
+    os.environ["GEDP_CACHE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("GEDP_CACHE_DIR", None)
+    else:
+        os.environ["GEDP_CACHE_DIR"] = before
 
 
 @pytest.fixture(autouse=True)
