@@ -29,7 +29,7 @@ from pathlib import Path
 from gedp.errors import InputError
 from gedp.release.format import MEASUREMENTS_FILE, QUARTER_KEY
 from gedp.release.validation import ATTRIBUTE_PATTERN
-from gedp.synth.schema import shown
+from gedp.synth.schema import MAX_ID_CHARS, shown
 
 #: The numbers of a noisy answer that readers compute with.
 ANSWER_NUMBERS = ("released", "estimate", "variance", "sd", "mu", "grid")
@@ -47,7 +47,7 @@ ANSWER_TEXT = ("query", "attribute", "mechanism", "variance_kind")
 #: The longest key (an establishment's id, a group's label) a release's measurements may hold: gedp's
 #: keys are FIPS codes, NAICS codes, size classes and establishment ids of a few characters; a longer one
 #: is an edited copy (a 60 KB key repeated on every row decompresses to gigabytes).
-MAX_KEY_CHARS = 64
+MAX_KEY_CHARS = MAX_ID_CHARS  # input refuses longer ids, so no honest release holds one
 #: The longest label of an answer (its query's name, attribute, mechanism, variance kind): a query
 #: names a few columns, an attribute a job family's category of a few codes.
 MAX_LABEL_CHARS = 256
