@@ -22,7 +22,7 @@ from gedp.accounting.ledger import Reservation, check_cap, check_dataset_id, com
 from gedp.accounting.ledger_file import PENDING, check_ledger_path, read_ledger
 from gedp.accounting.quarters import row_quarters
 from gedp.config import Config
-from gedp.errors import InputError, LockTimeout, SolverError, new_run
+from gedp.errors import GedpError, InputError, InputProblems, LockTimeout, SolverError, new_run
 from gedp.options import CAPS_WITHOUT_LEDGER, Ledger
 from gedp.release.format import MANIFEST_FILE
 from gedp.release.writer import check_output_directory, published_outputs
@@ -110,10 +110,17 @@ def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv, 
     except (InputError, SolverError, LockTimeout) as err:
         if reservation is None:
             raise
-        raise type(err)(f"{err}; {reservation.pending_note()}") from None
+        raise with_note(err, reservation.pending_note()) from None
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM on the command line (gedp.errors.Terminated)
         stop.add_note(stop_note(reservation, Path(out).resolve(), published))
         raise
+
+
+def with_note(err: GedpError, note: str) -> GedpError:
+    """The error again with ``note`` added: one more line of an ``InputProblems``, else after its message."""
+    if isinstance(err, InputProblems):
+        return InputProblems(err.subject, [*err.problems, note])
+    return type(err)(f"{err}; {note}")
 
 
 def stop_note(reservation: Reservation | None, out: Path, published: list[Path]) -> str:
