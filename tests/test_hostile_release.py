@@ -576,7 +576,7 @@ HOSTILE_MEASUREMENTS = {
     "a pnc answer's variance estimated": (lambda f: f.assign(variance_kind="estimated"),
                                           "variance_kind is not its mechanism's (psi: estimated; pnc: exact)"),
     "a county key categorical": (lambda f: f.assign(county=f["county"].astype("category")),
-                                 "hold a key column 'county' as dictionary"),
+                                 "holds the column 'county' as dictionary<values=string"),
 }
 
 
@@ -722,7 +722,7 @@ def test_a_damaged_part_is_refused_in_one_line_by_every_reader(one_quarter, tmp_
     monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
     copy = copied(one_quarter, tmp_path)
     damage(copy / output / "part-44.parquet")
-    expected = "is not a Parquet file" if damage is _not_parquet else f"a part of {output} cannot be read"
+    expected = "is not a Parquet file" if damage is _not_parquet else f"{output}/part-44.parquet cannot be read"
     for request in (["tabulate", str(copy), "--by", "county", "--moe"],
                     ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
         result = runner.invoke(app, request)

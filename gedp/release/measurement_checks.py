@@ -28,6 +28,7 @@ from pathlib import Path
 
 from gedp.errors import InputError
 from gedp.release.format import MEASUREMENTS_FILE, QUARTER_KEY
+from gedp.release.part_sizes import open_part
 from gedp.release.validation import ATTRIBUTE_PATTERN
 from gedp.synth.schema import shown
 
@@ -120,7 +121,6 @@ def measurement_parts(release: str | Path, parts: list[str], quarter: str | None
     (``_check_schema``); a panel's part holding rows of its own quarter only; its answers' labels and
     the keys some query groups by (and ``estab_id``) no longer than ``_check_lengths`` allows. The
     keys no query groups by are left unread."""
-    import pyarrow.parquet as pq
 
     chosen = [path for path in parts if _part_label(path)[0] == quarter]
     required = {**dict.fromkeys(ANSWER_TEXT, "text"), **dict.fromkeys(ANSWER_NUMBERS, "numbers")}
@@ -128,10 +128,10 @@ def measurement_parts(release: str | Path, parts: list[str], quarter: str | None
         required[QUARTER_KEY] = "text"
     files = []
     for path in chosen:
-        metadata = pq.read_metadata(path)
+        metadata = open_part(path).metadata
         schema = metadata.schema.to_arrow_schema()
         _check_schema(release, path, schema, required)
-        files.append(pq.ParquetFile(path, metadata=metadata, read_dictionary=[
+        files.append(open_part(path, metadata=metadata, read_dictionary=[
             field.name for field in schema if _is_text(field.type)]))
     queries: set = set()
     for path, file in zip(chosen, files):

@@ -52,29 +52,50 @@ def footer_bytes(path: str | Path) -> int:
         return int.from_bytes(file.read(4), "little")
 
 
-def _unreadable(release: str | Path, output: str) -> InputError:
-    return InputError(f"release '{release}': a part of {output} cannot be read as the Parquet gedp writes "
-                      "(its footer does not decode; an edited or damaged copy)")
+#: The Arrow types gedp writes a part's columns as, and the bytes a row of each decodes to besides its
+#: texts' characters: texts (pandas' strings as large strings, a panel's quarter key as a string: their
+#: offsets), whole numbers and floats. Any other type (a dictionary, binary, view, decimal, boolean,
+#: nested or temporal column) is refused from the footer, before a row is read.
+COLUMN_WIDTHS = {"large_string": 8, "string": 4, "int64": 8, "double": 8}
+#: Arrow's limits on what a footer's Thrift encoding may declare: a string's bytes (the footer's own
+#: bound) and a list's elements. gedp's footers hold lists of a few dozen elements: a row group per
+#: million rows (a 1.4-million-row part: 2), a column chunk per column (at most ~30), a schema
+#: element per column; a crafted footer of 57 bytes declaring a million row groups had Arrow
+#: allocate 0.9 GB before failing.
+CONTAINER_LIMIT = 10_000
+FOOTER_LIMITS = {"thrift_string_size_limit": MAX_FOOTER_BYTES, "thrift_container_size_limit": CONTAINER_LIMIT}
+
+
+def open_part(path: str | Path, **options):
+    """The Parquet file ``path`` opened within FOOTER_LIMITS (``options``: pyarrow's ParquetFile's)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, **FOOTER_LIMITS, **options)
+
+
+def read_parts(paths: list[str], columns: list[str] | None = None, filters: list | None = None):
+    """The rows of ``paths`` (checked parts: ``check_decoded``) as a pandas frame, as
+    ``pandas.read_parquet`` reads them but for their footers decoded within FOOTER_LIMITS and their
+    pandas metadata ignored: a part's stated index and dtypes are untrusted (an edited copy's had
+    pandas' reader raise KeyError, or move a column to the index), and gedp needs none of them."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(paths, columns=columns, filters=filters, use_pandas_metadata=False, **FOOTER_LIMITS)
+    return table.to_pandas(ignore_metadata=True)
 
 
 def _row_width(release: str | Path, output: str, path: str | Path, schema) -> int:
-    """The bytes a row of ``schema`` decodes to besides its texts' characters: each number's width,
-    each text's offset (4 bytes; a large string's, 8)."""
-    import pyarrow as pa
-
+    """The bytes a row of ``schema`` decodes to besides its texts' characters (COLUMN_WIDTHS); a
+    column of a type gedp does not write refused, naming it."""
     width = 0
     for field in schema:
-        kind = field.type
-        if pa.types.is_dictionary(kind):
-            kind = kind.index_type
-        if pa.types.is_string(kind) or pa.types.is_binary(kind):
-            width += 4
-        elif pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
-            width += 8
-        elif pa.types.is_nested(kind) or not kind.bit_width:
-            raise _refuse(release, output, path, f"holds a column of type {kind}, which gedp does not write")
-        else:
-            width += max(1, kind.bit_width // 8)
+        kind = str(field.type)
+        if kind not in COLUMN_WIDTHS:
+            from gedp.synth.schema import shown  # the schema's cut repr (it loads pandas: a refusal only)
+
+            raise _refuse(release, output, path, f"holds the column {shown(field.name)} as {kind[:40]}; gedp "
+                                                 "writes text, int64 and double columns only")
+        width += COLUMN_WIDTHS[kind]
     return width
 
 
@@ -84,7 +105,6 @@ def check_footer(release: str | Path, output: str, path: str | Path, expected_ro
     pages' uncompressed size and its rows' width, without reading a page. InputError naming the part
     and the rule otherwise; returns the part's metadata."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     size = os.path.getsize(path)
     footer = footer_bytes(path)
@@ -92,10 +112,11 @@ def check_footer(release: str | Path, output: str, path: str | Path, expected_ro
         raise _refuse(release, output, path, f"states a footer of {footer:,} bytes (at most "
                                              f"{MAX_FOOTER_BYTES:,} and the file's {size:,})")
     try:
-        metadata = pq.read_metadata(path)
+        metadata = open_part(path).metadata
         schema = metadata.schema.to_arrow_schema()
     except (pa.ArrowException, OSError):
-        raise _unreadable(release, output) from None
+        raise _refuse(release, output, path, "cannot be read as the Parquet gedp writes: its footer does not decode "
+                                             f"(or declares lists of more than {CONTAINER_LIMIT:,} elements)") from None
     groups = [metadata.row_group(group) for group in range(metadata.num_row_groups)]
     rows = metadata.num_rows
     if rows < 0 or sum(group.num_rows for group in groups) != rows:
@@ -136,15 +157,13 @@ def decoded_bytes(release: str | Path, output: str, path: str | Path, columns: l
     its numbers and texts' offsets (``_row_width``) and its texts' characters, counted from its text
     columns read as dictionaries a row group at a time (each value's length times the rows that hold
     it: ``text_bytes``), never as text; the count so far once it passes ``stop``."""
-    import pyarrow.parquet as pq
-
-    file = pq.ParquetFile(path)
+    file = open_part(path)
     chosen = [field for field in file.schema_arrow if columns is None or field.name in columns]
     decoded = file.metadata.num_rows * _row_width(release, output, path, chosen)
     texts = [field.name for field in chosen if _is_text(field.type)]
     if not texts:
         return decoded
-    dictionaries = pq.ParquetFile(path, read_dictionary=texts)
+    dictionaries = open_part(path, read_dictionary=texts)
     for group in range(file.metadata.num_row_groups):
         if decoded > stop:
             break

@@ -268,6 +268,13 @@ def _is_parquet(path: Path) -> bool:
 def read_manifest(release: str | Path) -> Manifest:
     """The manifest of a release directory, checked to be gedp's and every field that names or counts
     something checked as untrusted input (this module)."""
+    return checked_manifest(manifest_json(release), release)  # type: ignore[return-value]
+
+
+def manifest_json(release: str | Path) -> object:
+    """The JSON value of a release's manifest.json, read in bounded time and memory (a regular file,
+    not a link nor a FIFO, of at most MAX_MANIFEST_BYTES, nested no deeper than json's recursion
+    allows), its fields unchecked (``read_manifest`` checks them); InputError otherwise."""
     path = Path(release) / MANIFEST_FILE
     if path.is_symlink():
         raise InputError(f"'{release}' is not a readable gedp release: {MANIFEST_FILE} is a symbolic link")
@@ -277,12 +284,11 @@ def read_manifest(release: str | Path) -> Manifest:
             raise _refuse(release, "is not a regular file")
         if status.st_size > MAX_MANIFEST_BYTES:
             raise _refuse(release, f"holds {status.st_size:,} bytes, more than {MAX_MANIFEST_BYTES:,}")
-        content = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nesting too deep
         if isinstance(err, InputError):
             raise
         raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
-    return checked_manifest(content, release)  # type: ignore[return-value]
 
 
 def release_parts(release: str | Path, output: str = PROTECTED_FILE, manifest: Mapping | None = None) -> list[str]:
