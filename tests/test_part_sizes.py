@@ -74,7 +74,7 @@ def _text_column(part: Path, values: pa.Array, store_schema: bool = True) -> Non
 
 def _huge_dictionary(part: Path, folder: Path, output: str) -> None:
     """The honest rows, the county column's dictionary page 2 million distinct values of 200 digits."""
-    _text_column(part, pa.array([f"{k:0200d}" for k in range(2_000_000)]))
+    _text_column(part, pa.array([f"{k:0200d}" for k in range(2_000_000)]), store_schema=False)
 
 
 def _long_text(part: Path, folder: Path, output: str) -> None:
@@ -313,3 +313,27 @@ def test_a_further_tabulation_reads_the_manifest_within_the_same_bounds(honest, 
     expected = f"more than {MAX_MANIFEST_BYTES:,}" if case == "oversized" else "no readable manifest.json"
     assert result.exit_code == 2 and expected in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_the_decode_room_is_given_once_per_output(honest, tmp_path):
+    """Parts each within MAX_DECODED_RATIO times their size and PART_ROOM (a run of one row: ~1 MB
+    decoded from ~10 KB) pass one by one, and are refused together: the room is given once per
+    output, not per part (red team finding 5: 400 such parts of a panel had decoded to 1 GB)."""
+    from gedp.release.part_sizes import check_decoded, check_parts
+
+    table = pq.read_table(honest / "protected.parquet" / "part-44.parquet").take([0] * 6_000)
+    paths = []
+    for k in range(8):
+        paths.append(str(tmp_path / f"part-{k}.parquet"))
+        pq.write_table(table, paths[-1], compression="zstd")
+    size = Path(paths[0]).stat().st_size
+    one = decoded_bytes("r", "protected.parquet", paths[0])
+    assert MAX_DECODED_RATIO * size < one <= MAX_DECODED_RATIO * size + PART_ROOM  # each within its own room
+    assert 8 * one > MAX_DECODED_RATIO * 8 * size + PART_ROOM  # together beyond the room given once
+    check_decoded("r", "protected.parquet", paths[:1])
+    check_parts("r", "protected.parquet", paths[:1], [None])
+    for check in (lambda: check_decoded("r", "protected.parquet", paths),
+                  lambda: check_parts("r", "protected.parquet", paths, [None] * len(paths))):
+        with pytest.raises(InputError, match=r"part-[0-9]\.parquet holds rows decoding to .* with the [0-9] parts? "
+                                             r"before it, more than 64 times their"):
+            check()

@@ -107,7 +107,7 @@ class MeasurementParts:
     columns: list[str]
 
 
-def _part_label(path: str) -> tuple[str | None, str]:
+def part_label(path: str) -> tuple[str | None, str]:
     """The quarter (None for a release of one quarter) and state of a part named as
     ``validation.part_names`` names it (``part-44.parquet``, ``part-2016Q1-44.parquet``)."""
     label = Path(path).name[len("part-"):-len(".parquet")]
@@ -122,7 +122,7 @@ def measurement_parts(release: str | Path, parts: list[str], quarter: str | None
     the keys some query groups by (and ``estab_id``) no longer than ``_check_lengths`` allows. The
     keys no query groups by are left unread."""
 
-    chosen = [path for path in parts if _part_label(path)[0] == quarter]
+    chosen = [path for path in parts if part_label(path)[0] == quarter]
     required = {**dict.fromkeys(ANSWER_TEXT, "text"), **dict.fromkeys(ANSWER_NUMBERS, "numbers")}
     if quarter is not None:
         required[QUARTER_KEY] = "text"
@@ -147,7 +147,7 @@ def measurement_parts(release: str | Path, parts: list[str], quarter: str | None
     for path, file in zip(chosen, files):
         _check_lengths(release, path, file, [key for key in columns if key not in required
                                              and key in file.schema_arrow.names], MAX_KEY_CHARS)
-    return MeasurementParts(chosen, [_part_label(path)[1] for path in chosen],
+    return MeasurementParts(chosen, [part_label(path)[1] for path in chosen],
                             [file.metadata.num_rows for file in files], columns)
 
 

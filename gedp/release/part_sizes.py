@@ -12,12 +12,18 @@ times their size and decode to 3.8-12.2 times it. Each part is checked, from its
 wherever a release's parts are listed (``check_footer``: ``validation.listed_parts``), and from its
 text columns read as dictionaries before a reader reads its rows (``check_decoded``):
 
-* its footer at most MAX_FOOTER_BYTES, and its row groups' rows adding up to the rows it states;
+* its footer at most MAX_FOOTER_BYTES, decoded within FOOTER_LIMITS, and its row groups' rows
+  adding up to the rows it states;
+* its columns of the types gedp writes only (COLUMN_WIDTHS: text, int64, double), so that each
+  row's width is known from the footer;
 * the protected microdata's parts holding the rows the manifest states for their state (and quarter);
 * its pages decompressing to at most MAX_UNCOMPRESSED_RATIO times the part's size (and PART_ROOM);
 * its rows decoding to at most MAX_DECODED_RATIO times the part's size (and PART_ROOM): each row
   the width of its numbers and of its texts' offsets (from the footer), and each text's characters
   (from its dictionaries: a value repeated on every row counted on every row, as a read decodes it).
+
+The ratios' PART_ROOM is given once per output read: each part's sizes are counted with those of
+the parts before it, against their sizes added up (``check_parts``, ``check_decoded``).
 """
 
 from __future__ import annotations
@@ -99,11 +105,13 @@ def _row_width(release: str | Path, output: str, path: str | Path, schema) -> in
     return width
 
 
-def check_footer(release: str | Path, output: str, path: str | Path, expected_rows: int | None = None):
+def check_footer(release: str | Path, output: str, path: str | Path, expected_rows: int | None = None
+                 ) -> tuple[int, int]:
     """The footer of the part ``path`` of ``output``, once the sizes it states are checked (see the
     module): its length, its row groups' rows (``expected_rows`` when the manifest states them), its
     pages' uncompressed size and its rows' width, without reading a page. InputError naming the part
-    and the rule otherwise; returns the part's metadata."""
+    and the rule otherwise; returns the bytes its pages state uncompressed and its rows decode to
+    besides their texts' characters."""
     import pyarrow as pa
 
     size = os.path.getsize(path)
@@ -127,28 +135,57 @@ def check_footer(release: str | Path, output: str, path: str | Path, expected_ro
                          f"{expected_rows:,} establishments ({Path(path).name}; an edited or damaged copy)")
     unpacked = sum(group.column(column).total_uncompressed_size for group in groups
                    for column in range(group.num_columns))
+    decoded = rows * _row_width(release, output, path, schema)
+    _check_stated(release, output, path, unpacked, decoded, size)
+    return unpacked, decoded
+
+
+def check_parts(release: str | Path, output: str, paths: list[str], expected: list[int | None]) -> None:
+    """``check_footer`` of each part of ``paths`` (``expected`` its rows, or None), then the sizes its
+    footer states added to those of the parts before it, against their sizes added up: PART_ROOM
+    given once per output (400 parts of 1 KB each within it had together decoded to 0.6 GB)."""
+    size = unpacked = decoded = 0
+    for before, (path, rows) in enumerate(zip(paths, expected)):
+        part_unpacked, part_decoded = check_footer(release, output, path, rows)
+        size, unpacked, decoded = size + os.path.getsize(path), unpacked + part_unpacked, decoded + part_decoded
+        _check_stated(release, output, path, unpacked, decoded, size, before)
+
+
+def _check_stated(release: str | Path, output: str, path: str | Path, unpacked: int, decoded: int, size: int,
+                  before: int = 0) -> None:
     if unpacked > MAX_UNCOMPRESSED_RATIO * size + PART_ROOM:
-        raise _refuse(release, output, path, f"states pages of {unpacked:,} bytes uncompressed, more than "
-                                             f"{MAX_UNCOMPRESSED_RATIO} times its {size:,} bytes: a compression bomb")
-    _check_decoded_size(release, output, path, rows * _row_width(release, output, path, schema), size)
-    return metadata
+        raise _refuse(release, output, path, f"states pages of {unpacked:,} bytes uncompressed{_with(before)}, more "
+                                             f"than {MAX_UNCOMPRESSED_RATIO} times {_their(before)} {size:,} bytes: "
+                                             "a compression bomb")
+    _check_decoded_size(release, output, path, decoded, size, before)
 
 
-def _check_decoded_size(release: str | Path, output: str, path: str | Path, decoded: int, size: int) -> None:
+def _with(before: int) -> str:
+    return f" with the {before:,} part{'s' if before > 1 else ''} before it" if before else ""
+
+
+def _their(before: int) -> str:
+    return "their" if before else "its"
+
+
+def _check_decoded_size(release: str | Path, output: str, path: str | Path, decoded: int, size: int,
+                        before: int = 0) -> None:
     if decoded > MAX_DECODED_RATIO * size + PART_ROOM:
-        raise _refuse(release, output, path, f"holds rows decoding to {decoded:,} bytes or more, more than "
-                                             f"{MAX_DECODED_RATIO} times its {size:,} bytes: more rows than its file "
-                                             "can hold, or one long value repeated on every row")
+        raise _refuse(release, output, path, f"holds rows decoding to {decoded:,} bytes or more{_with(before)}, more "
+                                             f"than {MAX_DECODED_RATIO} times {_their(before)} {size:,} bytes: more "
+                                             "rows than its file can hold, or one long value repeated on every row")
 
 
 def check_decoded(release: str | Path, output: str, paths: list[str], columns: list[str] | None = None) -> None:
-    """Each part of ``paths`` (of ``output``, listed and footer-checked: ``validation.listed_parts``)
-    decodes to at most MAX_DECODED_RATIO times its size (``decoded_bytes``, of its ``columns`` when
-    given: those a reader reads), before any row of it is read as text."""
-    for path in paths:
-        size = os.path.getsize(path)
-        decoded = decoded_bytes(release, output, path, columns, MAX_DECODED_RATIO * size + PART_ROOM)
-        _check_decoded_size(release, output, path, decoded, size)
+    """The parts of ``paths`` (of ``output``, listed and footer-checked: ``validation.listed_parts``)
+    decode to at most MAX_DECODED_RATIO times their sizes added up, and PART_ROOM once
+    (``decoded_bytes``, of their ``columns`` when given: those a reader reads), each counted with
+    those before it, before any row of them is read as text."""
+    size = decoded = 0
+    for before, path in enumerate(paths):
+        size += os.path.getsize(path)
+        decoded += decoded_bytes(release, output, path, columns, MAX_DECODED_RATIO * size + PART_ROOM - decoded)
+        _check_decoded_size(release, output, path, decoded, size, before)
 
 
 def decoded_bytes(release: str | Path, output: str, path: str | Path, columns: list[str] | None = None,

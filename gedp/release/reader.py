@@ -15,7 +15,7 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts
+from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts, part_label
 from gedp.release.part_sizes import FOOTER_LIMITS, check_decoded, read_parts
 from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
@@ -183,7 +183,7 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
     if quarter is None:
         return read_protected(release, without)
     manifest = read_manifest(release)
-    parts = release_parts(release, PROTECTED_FILE, manifest)
+    parts = quarter_parts(release_parts(release, PROTECTED_FILE, manifest), quarter)
     with parts_read(release, PROTECTED_FILE):
         names = pq.ParquetDataset(parts, **FOOTER_LIMITS).schema.names
         columns = [name for name in names if name not in (*without, QUARTER_KEY)]
@@ -191,6 +191,12 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
         frame = read_parts(parts, columns, [(QUARTER_KEY, "==", quarter)])
     check_count(release, frame, manifest_count(manifest, quarter), f" of {quarter}")
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
+
+
+def quarter_parts(parts: list[str], quarter: str | None) -> list[str]:
+    """The parts of ``quarter`` of a panel release's ``parts`` (named ``part-<quarter>-<state>``; all
+    of them without a quarter): a reader of one quarter reads and checks no other quarter's part."""
+    return parts if quarter is None else [path for path in parts if part_label(path)[0] == quarter]
 
 
 def read_validated(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
@@ -216,7 +222,7 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
         with parts_read(release, PROTECTED_FILE):
-            parts = release_parts(release, PROTECTED_FILE)
+            parts = quarter_parts(release_parts(release, PROTECTED_FILE), quarter)
             dataset = pq.ParquetDataset(parts, filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)],
                                        **FOOTER_LIMITS)
             columns = [column for column in dict.fromkeys(("estab_id", *PATTERN_CELL, *PATTERN_GROUP))

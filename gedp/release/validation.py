@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
 from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, RELEASE_FILES
-from gedp.release.part_sizes import check_footer, expected_rows
+from gedp.release.part_sizes import check_parts, expected_rows
 
 if TYPE_CHECKING:
     from gedp.release.manifest import Manifest
@@ -243,8 +243,9 @@ def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[st
             raise InputError(f"release '{release}': {output}/{name} is not a regular file")
         if not _is_parquet(folder / name):
             raise InputError(f"release '{release}': {output}/{name} is not a Parquet file (an edited or damaged copy)")
-        check_footer(release, output, folder / name, expected_rows(manifest, output, name))
-    return [str(folder / name) for name in expected]
+    parts = [str(folder / name) for name in expected]
+    check_parts(release, output, parts, [expected_rows(manifest, output, name) for name in expected])
+    return parts
 
 
 #: The bytes a Parquet file starts and ends with.
