@@ -337,3 +337,19 @@ def test_the_decode_room_is_given_once_per_output(honest, tmp_path):
         with pytest.raises(InputError, match=r"part-[0-9]\.parquet holds rows decoding to .* with the [0-9] parts? "
                                              r"before it, more than 64 times their"):
             check()
+
+
+@pytest.mark.parametrize("quarters", [400, 401])
+def test_a_panel_of_more_than_a_hundred_years_is_refused(honest, tmp_path, quarters):
+    """A manifest listing 401 quarters is refused by their count (red team finding 5: 400 made-up
+    quarters); 400 pass that rule (and fail the next: no per_quarter sections)."""
+    from gedp.release.validation import MAX_QUARTERS
+
+    copy = tmp_path / "copy"
+    shutil.copytree(honest, copy)
+    content = json.loads((copy / "manifest.json").read_text())
+    content["quarters"] = [f"{1900 + k // 4}Q{k % 4 + 1}" for k in range(quarters)]
+    (copy / "manifest.json").write_text(json.dumps(content))
+    rule = f"lists {quarters:,} quarters, more than {MAX_QUARTERS}" if quarters > MAX_QUARTERS else "'per_quarter'"
+    with pytest.raises(InputError, match=re.escape(rule)):
+        _ = gedp.Release(copy).manifest

@@ -53,6 +53,9 @@ NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\[[^\[\]/\\\x00-\x1f]{1,64}\])?")
 #: The largest manifest.json read: a state's is about 20 KB, a panel's holds each quarter's whole.
 MAX_MANIFEST_BYTES = 64 << 20
+#: The most quarters a panel release may hold (100 years; each quarter's parts and manifest section
+#: are read and checked wherever the release is opened).
+MAX_QUARTERS = 400
 #: The Parquet outputs of a release, each a folder of parts.
 PART_OUTPUTS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
 
@@ -194,6 +197,8 @@ def checked_manifest(content: object, release: str | Path) -> dict:
         _check_quarter_release(release, content, "")
         return content
     quarters = _labels(release, content["quarters"], "quarters", QUARTER_PATTERN)
+    if len(quarters) > MAX_QUARTERS:
+        raise _refuse(release, f"'quarters' lists {len(quarters):,} quarters, more than {MAX_QUARTERS} (100 years)")
     _labels(release, content.get("states"), "states", STATE_PATTERN)
     _count(release, content.get("establishments"), "establishments")
     per_quarter = content.get("per_quarter")
