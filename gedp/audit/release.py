@@ -45,7 +45,7 @@ from gedp.release.format import (
     RELEASE_ORDER,
     TABLES_FILE,
 )
-from gedp.release.part_sizes import check_decoded, check_footer, expected_rows
+from gedp.release.part_sizes import check_decoded, check_footer, expected_rows, read_parts
 from gedp.release.reader import answers_of_frame, parse_query_name, read_manifest
 from gedp.release.validation import listed_parts
 from gedp.synth.io import sorted_by
@@ -91,7 +91,7 @@ def state_parts(folder: Path, manifest: dict, quarter: str | None = None) -> lis
         name = f"part-{state if quarter is None else f'{quarter}-{state}'}.parquet"
         files = [folder / output / name for output in (PROTECTED_FILE, MEASUREMENTS_FILE)]
         if all(file.is_file() and not file.is_symlink() for file in files) and _sizes_hold(folder, manifest, files):
-            frames = [pd.read_parquet(file) for file in files]
+            frames = [read_parts([str(file)]) for file in files]
             keyed = sum(int((frame[QUARTER_KEY] != quarter).sum()) for frame in frames) if quarter else 0
             protected, measured = (frame.drop(columns=QUARTER_KEY) if quarter else frame for frame in frames)
             parts.append(StatePart(state, protected, measured, quarter, keyed))

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
 from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, RELEASE_FILES
-from gedp.release.part_sizes import check_footer, expected_rows
+from gedp.release.part_sizes import check_parts, expected_rows
 
 if TYPE_CHECKING:
     from gedp.release.manifest import Manifest
@@ -53,6 +53,9 @@ NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\[[^\[\]/\\\x00-\x1f]{1,64}\])?")
 #: The largest manifest.json read: a state's is about 20 KB, a panel's holds each quarter's whole.
 MAX_MANIFEST_BYTES = 64 << 20
+#: The most quarters a panel release may hold (100 years; each quarter's parts and manifest section
+#: are read and checked wherever the release is opened).
+MAX_QUARTERS = 400
 #: The Parquet outputs of a release, each a folder of parts.
 PART_OUTPUTS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
 
@@ -194,6 +197,8 @@ def checked_manifest(content: object, release: str | Path) -> dict:
         _check_quarter_release(release, content, "")
         return content
     quarters = _labels(release, content["quarters"], "quarters", QUARTER_PATTERN)
+    if len(quarters) > MAX_QUARTERS:
+        raise _refuse(release, f"'quarters' lists {len(quarters):,} quarters, more than {MAX_QUARTERS} (100 years)")
     _labels(release, content.get("states"), "states", STATE_PATTERN)
     _count(release, content.get("establishments"), "establishments")
     per_quarter = content.get("per_quarter")
@@ -243,8 +248,9 @@ def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[st
             raise InputError(f"release '{release}': {output}/{name} is not a regular file")
         if not _is_parquet(folder / name):
             raise InputError(f"release '{release}': {output}/{name} is not a Parquet file (an edited or damaged copy)")
-        check_footer(release, output, folder / name, expected_rows(manifest, output, name))
-    return [str(folder / name) for name in expected]
+    parts = [str(folder / name) for name in expected]
+    check_parts(release, output, parts, [expected_rows(manifest, output, name) for name in expected])
+    return parts
 
 
 #: The bytes a Parquet file starts and ends with.
@@ -268,6 +274,13 @@ def _is_parquet(path: Path) -> bool:
 def read_manifest(release: str | Path) -> Manifest:
     """The manifest of a release directory, checked to be gedp's and every field that names or counts
     something checked as untrusted input (this module)."""
+    return checked_manifest(manifest_json(release), release)  # type: ignore[return-value]
+
+
+def manifest_json(release: str | Path) -> object:
+    """The JSON value of a release's manifest.json, read in bounded time and memory (a regular file,
+    not a link nor a FIFO, of at most MAX_MANIFEST_BYTES, nested no deeper than json's recursion
+    allows), its fields unchecked (``read_manifest`` checks them); InputError otherwise."""
     path = Path(release) / MANIFEST_FILE
     if path.is_symlink():
         raise InputError(f"'{release}' is not a readable gedp release: {MANIFEST_FILE} is a symbolic link")
@@ -277,12 +290,11 @@ def read_manifest(release: str | Path) -> Manifest:
             raise _refuse(release, "is not a regular file")
         if status.st_size > MAX_MANIFEST_BYTES:
             raise _refuse(release, f"holds {status.st_size:,} bytes, more than {MAX_MANIFEST_BYTES:,}")
-        content = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nesting too deep
         if isinstance(err, InputError):
             raise
         raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
-    return checked_manifest(content, release)  # type: ignore[return-value]
 
 
 def release_parts(release: str | Path, output: str = PROTECTED_FILE, manifest: Mapping | None = None) -> list[str]:
