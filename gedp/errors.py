@@ -9,6 +9,10 @@ written and its charge committed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 
 class GedpError(Exception):
     """Base of every error gedp reports to its user."""
@@ -55,22 +59,34 @@ class Terminated(KeyboardInterrupt):
     way (staging folders removed, workers stopped, nothing published)."""
 
 
-#: The SIGTERMs this process received since its current run began (the handler records each before
-#: it raises ``Terminated``; ``new_run`` forgets those of earlier runs).
+#: Every SIGTERM this process received (the handler records each before it raises ``Terminated``).
 terminations: list[int] = []
+#: How many of ``terminations`` were received before the current run began (None outside a run).
+_run_start: ContextVar[int | None] = ContextVar("gedp_run_start", default=None)
 
 
-def new_run() -> None:
-    """Begin a run (each protection: ``gedp.running.recorded_release.protect_recorded``,
-    ``gedp.running.panel_protect.protect_panel``, ``gedp run``): the SIGTERMs an earlier run of this
-    process received, which the process survived (a library, or a command line run in-process, that
-    handled the ``Terminated``), do not stop this one from committing and publishing."""
-    terminations.clear()
+@contextmanager
+def run_started() -> Iterator[None]:
+    """The span of a run (a command, from its start: ``gedp.cli``; a library call, from its entry:
+    ``gedp.protect``, ``protect_recorded``, ``protect_panel``), re-entrant: the outermost one counts.
+    A SIGTERM received during it, also before its ledger or its protection started, stops it; those an
+    earlier run of this process received, which the process survived (a library, or a command line run
+    in-process, that handled the ``Terminated``), do not. Held per thread (a ``ContextVar``): a run in
+    another thread does not move this one's start."""
+    if _run_start.get() is not None:
+        yield
+        return
+    token = _run_start.set(len(terminations))
+    try:
+        yield
+    finally:
+        _run_start.reset(token)
 
 
 def stop_if_terminated() -> None:
-    """Raise ``Terminated`` again if SIGTERM was received: called before a release's manifest is written
-    and its charge committed, so a stop whose exception was lost on the way (raised inside a finalizer,
-    or in a library that swallowed it) still commits and publishes nothing."""
-    if terminations:
+    """Raise ``Terminated`` again if SIGTERM was received since the run began (ever, outside a run):
+    called before a release's manifest is written and its charge committed, so a stop whose exception
+    was lost on the way (raised inside a finalizer, or in a library that swallowed it) still commits and
+    publishes nothing."""
+    if len(terminations) > (_run_start.get() or 0):
         raise Terminated()
