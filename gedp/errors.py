@@ -9,6 +9,8 @@ written and its charge committed.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -90,3 +92,55 @@ def stop_if_terminated() -> None:
     publishes nothing."""
     if len(terminations) > (_run_start.get() or 0):
         raise Terminated()
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """The command line's SIGTERM handler (``gedp.running.process.stop_on_sigterm``): recorded, then
+    raised as ``Terminated``."""
+    terminations.append(signum)
+    raise Terminated()
+
+
+#: The stops held back across a critical section (``held_stops``).
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def held_stops() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back across a critical section, then act on every one received: each
+    SIGTERM is recorded (``terminations``: the exit status is 143 even when a Ctrl-C came
+    first), then the first stop is raised (``KeyboardInterrupt``, or the command line's ``Terminated``;
+    a default handler's signal raised again). Used where a stop half way would leave a state nothing
+    cleans: a pool starting its workers (a worker the pool does not know of, which ``stop_workers``
+    cannot stop and the pool's shutdown waits for; a new worker inherits the block, so a Ctrl-C that
+    reaches it before its initializer, ``worker_signals``, waits and is dropped, and the SIGTERM that
+    stops it waits and ends it), the ledger's reservation (a key file without its event). Only the main
+    thread handles signals: elsewhere the block does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
+                for number in HELD_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        _act_on(list(dict.fromkeys(received)), previous)
+
+
+def _act_on(stops: list[int], handlers: dict) -> None:
+    """Act on the ``stops`` held back (each once, in the order received) as their ``handlers`` would."""
+    if signal.SIGTERM in stops and handlers[signal.SIGTERM] is raise_terminated:
+        terminations.append(signal.SIGTERM)  # recorded even if a Ctrl-C before it raises first
+    for number in stops:
+        handler = handlers[number]
+        if handler is raise_terminated:
+            raise Terminated()
+        if callable(handler):
+            handler(number, None)  # e.g. Python's KeyboardInterrupt
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(number)  # ends the process, as it would have
