@@ -207,3 +207,34 @@ def test_the_ledgers_temporary_file_is_not_written_through_a_planted_link(ledger
     assert precious.read_text() == "keep me\n"
     assert [event["event"] for event in ledger_file.read_ledger(ledger)["events"]][-2:] == ["reserve", "commit"]
     assert not ledger.with_name(".books.json.partial").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_holder_does_not_remove_a_lock_file_another_process_holds(ledger, monkeypatch):
+    """The lock file removed by hand while held, made again and taken by another: the first holder,
+    letting its lock go, leaves the other's file (removing it would let a third process in beside the
+    second)."""
+    monkeypatch.setenv(lock_wait.TIMEOUT_ENV, "20")
+    lock = ledger.with_name("books.json.lock")
+    taken, let_go = threading.Event(), threading.Event()
+
+    def second_holder():
+        with ledger_file.locked_ledger(ledger):
+            taken.set()
+            let_go.wait(20)
+
+    with ledger_file.locked_ledger(ledger):
+        lock.unlink()  # by hand
+        second = threading.Thread(target=second_holder)
+        second.start()
+        assert taken.wait(20)
+    try:
+        assert lock.exists()  # the second holder's file stays while it holds it
+        with pytest.raises(LockTimeout):
+            monkeypatch.setenv(lock_wait.TIMEOUT_ENV, "0.3")
+            with ledger_file.locked_ledger(ledger):  # a third waits for the second
+                pass
+    finally:
+        let_go.set()
+        second.join()
+    assert not lock.exists()

@@ -328,8 +328,18 @@ def locked_ledger(path: Path, *, missing_ok: bool = False) -> Iterator[dict]:
         os.write(handle, f"process {os.getpid()} since {utc_now()}\n".encode())
         yield read_ledger(path, missing_ok=missing_ok)
     finally:
-        lock.unlink(missing_ok=True)  # still held: a process waiting for it finds it gone and retries
+        _remove_own(lock, handle)  # still held: a process waiting for it finds it gone and retries
         os.close(handle)  # lets the lock go
+
+
+def _remove_own(lock: Path, handle: int) -> None:
+    """Remove the lock file ``lock`` if it is still the one open as ``handle``: one removed by hand
+    while held may have been made again and locked by another process, whose lock stays."""
+    try:
+        if os.path.samestat(os.stat(lock, follow_symlinks=False), os.fstat(handle)):
+            lock.unlink()
+    except FileNotFoundError:
+        pass
 
 
 def _lock_file(lock: Path, path: Path) -> int:
