@@ -21,7 +21,7 @@ import pandas as pd
 
 from gedp.config import Config, resolve_config
 from gedp.configs import DEFAULT_CONFIG
-from gedp.errors import InputError
+from gedp.errors import InputError, run_started
 from gedp.measure.rng import check_publication
 from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
@@ -90,6 +90,7 @@ def plan(published_qcew: str | Path, out: str | Path | None = None, *, mu_total:
 
 
 @accepts_legacy_keywords
+@run_started()
 def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, *,
             seed: int | None = None, not_for_publication: bool = False, ledger: Ledger | None = None,
             engine: Engine | None = None, input: Input | None = None, allow_over_cap: bool = False) -> Release:

@@ -150,3 +150,91 @@ def test_the_deadline_defaults_to_ten_minutes(monkeypatch):
     assert lock_wait.lock_timeout() == 600
     monkeypatch.setenv(lock_wait.TIMEOUT_ENV, "2.5")
     assert lock_wait.lock_timeout() == 2.5
+
+
+def _plant(kind, path, target):
+    if kind == "symlink":
+        os.symlink(target, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        os.mkdir(path)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "folder"])
+def test_a_lock_path_that_is_not_a_regular_file_is_refused_and_nothing_is_written_through_it(
+        ledger, source, tmp_path, monkeypatch, kind):
+    """A symbolic link planted at the lock's path would have its target overwritten by the holder's
+    line; a FIFO would hang the open for ever: both refused in one line naming the lock, nothing
+    changed, the target intact."""
+    monkeypatch.setenv(lock_wait.TIMEOUT_ENV, "5")
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    lock = ledger.with_name("books.json.lock")
+    _plant(kind, lock, precious)
+    before = ledger_state(ledger)
+    result = protect(source, tmp_path / "second", ledger)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"lock file '{lock}' must be a regular file" in lines[0]
+    assert precious.read_text() == "keep me\n" and ledger_state(ledger) == before
+    assert not (tmp_path / "second").exists()
+    assert ledger_file._holder(lock) == ""  # read without following or hanging either
+
+
+@pytest.mark.timeout(60)
+def test_the_margin_caches_lock_file_must_be_a_regular_file(tmp_path, monkeypatch):
+    from gedp.release import margins
+
+    monkeypatch.setenv(margins.CACHE_ENV, str(tmp_path / "cache"))
+    with margins.exclusive_cache():  # makes the cache's folder
+        pass
+    lock = margins.margins_folder() / margins.LOCK_FILE
+    lock.unlink()
+    os.mkfifo(lock)
+    with pytest.raises(InputError, match="must be a regular file"):
+        with margins.shared_cache():
+            pass
+
+
+@pytest.mark.timeout(60)
+def test_the_ledgers_temporary_file_is_not_written_through_a_planted_link(ledger, source, tmp_path):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    os.symlink(precious, ledger.with_name(".books.json.partial"))
+    assert protect(source, tmp_path / "second", ledger).exit_code == 0
+    assert precious.read_text() == "keep me\n"
+    assert [event["event"] for event in ledger_file.read_ledger(ledger)["events"]][-2:] == ["reserve", "commit"]
+    assert not ledger.with_name(".books.json.partial").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_holder_does_not_remove_a_lock_file_another_process_holds(ledger, monkeypatch):
+    """The lock file removed by hand while held, made again and taken by another: the first holder,
+    letting its lock go, leaves the other's file (removing it would let a third process in beside the
+    second)."""
+    monkeypatch.setenv(lock_wait.TIMEOUT_ENV, "20")
+    lock = ledger.with_name("books.json.lock")
+    taken, let_go = threading.Event(), threading.Event()
+
+    def second_holder():
+        with ledger_file.locked_ledger(ledger):
+            taken.set()
+            let_go.wait(20)
+
+    with ledger_file.locked_ledger(ledger):
+        lock.unlink()  # by hand
+        second = threading.Thread(target=second_holder)
+        second.start()
+        assert taken.wait(20)
+    try:
+        assert lock.exists()  # the second holder's file stays while it holds it
+        with pytest.raises(LockTimeout):
+            monkeypatch.setenv(lock_wait.TIMEOUT_ENV, "0.3")
+            with ledger_file.locked_ledger(ledger):  # a third waits for the second
+                pass
+    finally:
+        let_go.set()
+        second.join()
+    assert not lock.exists()

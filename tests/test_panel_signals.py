@@ -318,7 +318,7 @@ def test_a_stop_after_the_ledgers_commit_says_the_release_was_charged(state_file
 def test_a_process_that_survived_a_sigterm_publishes_its_next_release(state_file, tmp_path, monkeypatch, recorded):
     """A process that runs the command line in-process (or the library) and handles a SIGTERM goes on:
     the run the SIGTERM came in still commits and publishes nothing, and the next run publishes (the
-    SIGTERMs received belong to the run they came in: ``gedp.errors.new_run``)."""
+    SIGTERMs received belong to the run they came in: ``gedp.errors.run_started``)."""
     from typer.testing import CliRunner
 
     from gedp import errors
@@ -346,7 +346,7 @@ def test_a_process_that_survived_a_sigterm_publishes_its_next_release(state_file
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert again.exit_code == 0, again.output
-    assert errors.terminations == [] and (tmp_path / "rel" / "manifest.json").is_file()
+    assert errors.terminations == [signal.SIGTERM] and (tmp_path / "rel" / "manifest.json").is_file()
     if recorded:
         assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["pending", "committed"]
 
@@ -437,3 +437,60 @@ def test_sigterm_on_an_unrecorded_panel_says_which_release_the_output_holds(pane
         assert last == f"stopped: nothing was published; '{out}' holds the release it held before", output
     else:
         assert last == f"stopped after the new release was published: '{out}' holds it", output
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
+def test_a_sigterm_lost_before_the_protection_began_still_stops_the_command(state_file, tmp_path, monkeypatch,
+                                                                            recorded):
+    """The command's run begins with the command, not with its protection: a SIGTERM whose exception
+    was lost while the input was read (before the ledger or the protection started) still stops it,
+    nothing committed or published."""
+    from typer.testing import CliRunner
+
+    from gedp import errors
+    from gedp.cli import app
+    from gedp.synth import intake
+
+    monkeypatch.setattr(errors, "terminations", [signal.SIGTERM])  # one an earlier command survived
+    load_input = intake.load_input
+
+    def lost_while_reading(*args, **kwargs):
+        errors.terminations.append(signal.SIGTERM)  # as the handler does, its Terminated lost
+        return load_input(*args, **kwargs)
+
+    monkeypatch.setattr(intake, "load_input", lost_while_reading)
+    stopped = CliRunner().invoke(app, protect_command(state_file, tmp_path, recorded))
+    assert stopped.exit_code == 130, stopped.output
+    assert not (tmp_path / "rel").exists()
+    if recorded:
+        assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["pending"]
+
+
+@pytest.mark.timeout(60)
+def test_a_run_in_another_thread_does_not_forget_this_runs_sigterm():
+    """Each thread's run counts from its own start: a protection that begins in another thread does
+    not make this run forget the SIGTERM it received."""
+    import threading
+
+    from gedp import errors
+
+    other_ran = []
+
+    def another_run():
+        with errors.run_started():
+            errors.stop_if_terminated()  # began after the SIGTERM: not stopped by it
+            other_ran.append(True)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(errors, "terminations", [])
+        with errors.run_started():
+            errors.terminations.append(signal.SIGTERM)
+            thread = threading.Thread(target=another_run)
+            thread.start()
+            thread.join()
+            with pytest.raises(errors.Terminated):
+                errors.stop_if_terminated()
+            with errors.run_started():  # re-entered (the library inside a command): the outer start counts
+                with pytest.raises(errors.Terminated):
+                    errors.stop_if_terminated()
+    assert other_ran == [True]

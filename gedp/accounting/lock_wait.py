@@ -11,8 +11,10 @@ not read the ledger under the lock, so no event is written and no key file made.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +30,33 @@ DEFAULT_TIMEOUT = 600.0
 #: How long a waiter waits before it says so, and how often it tries the lock again (seconds).
 NOTICE_SECONDS = 2.0
 POLL_SECONDS = 0.05
+
+
+#: ``os.open``'s errors for a lock path that is not a regular file: a symbolic link (``O_NOFOLLOW``), a
+#: folder opened for writing, a socket.
+_NOT_REGULAR = (errno.ELOOP, errno.EISDIR, errno.ENXIO)
+
+
+def open_lock_file(lock: Path, flags: int = os.O_RDWR | os.O_CREAT) -> int:
+    """The descriptor of the regular file ``lock`` opened with ``flags`` (made, mode 0600, with
+    ``O_CREAT``), never through a symbolic link, and without waiting (``O_NONBLOCK``: a FIFO does not
+    hang the open). A symbolic link, FIFO, folder, socket or device at ``lock`` is refused with an
+    ``InputError`` naming it: writing the holder's line into a link's target would overwrite any file
+    the user can write. Other ``OSError``s are the caller's."""
+    handle = -1
+    try:
+        handle = os.open(lock, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        regular = stat.S_ISREG(os.fstat(handle).st_mode)
+    except OSError as err:
+        if err.errno not in _NOT_REGULAR:
+            raise
+        regular = False
+    if not regular:
+        if handle >= 0:
+            os.close(handle)
+        raise InputError(f"lock file '{lock}' must be a regular file, not a symbolic link, FIFO or folder: "
+                         f"gedp does not open it; remove it and run again")
+    return handle
 
 
 def lock_timeout() -> float:

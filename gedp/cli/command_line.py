@@ -16,7 +16,7 @@ from rich.text import Text
 from typer.core import TyperOption
 
 import gedp
-from gedp.errors import AuditError, GedpError, InputProblems, SolverError, Terminated
+from gedp.errors import AuditError, GedpError, InputProblems, SolverError, Terminated, run_started
 from gedp.running.process import end_process, exit_status, set_up_command_memory, stop_on_sigterm
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -64,10 +64,11 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
+    context: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                           help="Print gedp's version and exit.")] = False,
 ) -> None:
-    pass
+    context.with_resource(run_started())  # a SIGTERM from here on stops the command's run (gedp.errors)
 
 
 @contextmanager

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gedp.accounting.lock_wait import LockWait
+from gedp.accounting.lock_wait import LockWait, open_lock_file
 from gedp.errors import InputError
 from gedp.postprocess.cellmargins import CellPieces, IndexedVariances, pieces_arrays, pieces_from
 from gedp.release.cells import CELL_CODES_FILE, indexed_tabulation, write_cell_index
@@ -217,7 +217,7 @@ def _cache_lock(kind: int) -> Iterator[None]:
     (``gedp.accounting.lock_wait``: a ``LockTimeout`` when a process holding it is hung)."""
     root = margins_folder()
     try:
-        handle = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        handle = open_lock_file(root / LOCK_FILE)
     except OSError:
         yield
         return

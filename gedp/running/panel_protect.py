@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from gedp.accounting.ledger import Reservation
 from gedp.config import Config
-from gedp.errors import BudgetError, InputError, new_run
+from gedp.errors import BudgetError, InputError, run_started
 from gedp.measure.design import INDEPENDENT, QuarterDesign
 from gedp.measure.workflows import MeasurementPlan
 from gedp.release.format import QUARTER_KEY
@@ -100,6 +100,7 @@ def over_cap(config: Config, plan: MeasurementPlan, design: QuarterDesign, quart
     return True
 
 
+@run_started()
 def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                   seed: int | None = None, rng: str | None = None, engine: str = "local",
                   scheduler: Scheduler | None = None, design: QuarterDesign = INDEPENDENT,
@@ -118,7 +119,6 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
     its manifest is written, and the manifest's ``lifetime`` section states the panel's charge. A
     panel that spends more than the config's cap is refused first unless ``allow_over_cap``
     (``over_cap``)."""
-    new_run()
     out = Path(out).resolve()
     check_output_directory(out)
     panel = check_panel(read_source(source))

@@ -21,12 +21,10 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import NoReturn
 
 from gedp import errors
-from gedp.errors import Terminated
+from gedp.errors import HELD_SIGNALS, held_stops, raise_terminated
 
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
@@ -85,16 +83,11 @@ def set_up_command_memory() -> None:
 TERMINATED_STATUS = 128 + signal.SIGTERM
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    errors.terminations.append(signum)
-    raise Terminated()
-
-
 def stop_on_sigterm() -> None:
     """Have SIGTERM raise ``Terminated`` in the main thread (call from the main thread). SIGKILL
     cannot be handled: a killed run's staging folders are removed by the next run that writes the
     same output (``gedp.release.writer.remove_stale_staging``)."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, raise_terminated)
 
 
 def worker_signals() -> None:
@@ -108,39 +101,8 @@ def worker_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held while it started (``starting_workers``)
 
 
-#: The stops held back while a pool starts its workers (``starting_workers``).
-HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextmanager
-def starting_workers() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM back while a pool starts its workers (a pool forks or spawns them when
-    tasks are submitted), then act on them. In this process, a stop raised half way through starting a
-    worker could leave one the pool does not know of, which ``stop_workers`` cannot stop and the pool's
-    shutdown waits for. A new worker inherits the block: a Ctrl-C that reaches it before its
-    initializer (``worker_signals``) has made it ignore Ctrl-C waits and is then dropped, not raised in
-    it with its traceback, and the SIGTERM that stops it then waits and ends it (a forked worker has this
-    process's handlers until its initializer runs; Python's resource tracker starts the same way). Only
-    the main thread handles signals: elsewhere the block does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
-                for number in HELD_SIGNALS}
-    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        for number in dict.fromkeys(received):  # each stop once, in the order received
-            handler = previous[number]
-            if callable(handler):
-                handler(number, None)  # KeyboardInterrupt, or the command line's Terminated
-            elif handler == signal.SIG_DFL and number == signal.SIGTERM:
-                signal.raise_signal(number)
+#: A pool starts its workers with stops held back (``held_stops``).
+starting_workers = held_stops
 
 
 def exit_status(code: int) -> int:

@@ -22,7 +22,7 @@ from gedp.accounting.ledger import Reservation, check_cap, check_dataset_id, com
 from gedp.accounting.ledger_file import PENDING, check_ledger_path, read_ledger
 from gedp.accounting.quarters import row_quarters
 from gedp.config import Config
-from gedp.errors import GedpError, InputError, InputProblems, LockTimeout, SolverError, new_run
+from gedp.errors import GedpError, InputError, InputProblems, LockTimeout, SolverError, run_started
 from gedp.options import CAPS_WITHOUT_LEDGER, Ledger
 from gedp.release.format import MANIFEST_FILE
 from gedp.release.writer import check_output_directory, published_outputs
@@ -160,6 +160,7 @@ def publication_hooks(reservation: Reservation | None) -> dict[str, Any]:
     return {"lifetime": reservation.summary(), "before_publish": lambda: commit(reservation)}
 
 
+@run_started()
 def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                      seed: int | None = None, rng: str | None = None, engine: str = "local",
                      scheduler: Scheduler | None = None, jobs: Source | None = None,
@@ -174,7 +175,6 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
     ``key``: columns of one value each added to the outputs (``gedp.running.engine.protect_one_state``);
     ``processes``: the local engine's worker processes (``gedp.running.engine.protect_input``).
     """
-    new_run()
     check_output_directory(Path(out).resolve())
     inputs = input_states(source)
     check_request(config, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None,
