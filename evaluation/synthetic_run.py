@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from gedp.config import Config, resolve_config
+from gedp.errors import run_started
 from gedp.evaluation.compare import compare_tabulations, error_summary
 from gedp.evaluation.synthetic_states import DEFAULT_STATE_SEED
 from gedp.release.format import ACCURACY_FILE, PROTECTED_FILE
@@ -41,6 +42,7 @@ class SyntheticRun:
     attributes: tuple[str, ...]
 
 
+@run_started()  # a SIGTERM an earlier run of this process survived does not stop this one
 def protect_synthetic(out: Path, config: str, *, profile: str, establishments: int | None = None,
                       seed: int | None = None, rng: str | None = None, workflow: str | None = None,
                       on_state: Callable[[str], None] = lambda state: None) -> SyntheticRun:

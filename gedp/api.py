@@ -21,7 +21,7 @@ import pandas as pd
 
 from gedp.config import Config, resolve_config
 from gedp.configs import DEFAULT_CONFIG
-from gedp.errors import InputError
+from gedp.errors import InputError, run_started
 from gedp.measure.rng import check_publication
 from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
@@ -90,6 +90,7 @@ def plan(published_qcew: str | Path, out: str | Path | None = None, *, mu_total:
 
 
 @accepts_legacy_keywords
+@run_started()
 def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, *,
             seed: int | None = None, not_for_publication: bool = False, ledger: Ledger | None = None,
             engine: Engine | None = None, input: Input | None = None, allow_over_cap: bool = False) -> Release:
@@ -114,6 +115,10 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     with ``quarter``, ``change`` or ``gains_losses``. A panel whose quarters together spend more than
     the config's ``mu_cap`` (sqrt(quarters) x a quarter's mu, for an establishment in every quarter) is
     refused unless ``allow_over_cap=True``.
+
+    Stopped (Ctrl-C; SIGTERM where ``gedp.running.process.stop_on_sigterm`` is installed), it raises the
+    ``KeyboardInterrupt`` with a note saying what the run left (a release pending or committed in the
+    ledger); a SIGTERM it survives does not stop a later call.
 
     ``engine`` (``gedp.Engine``): local worker processes (the default) or a dask cluster, built in
     (loopback only, TLS with keys made for the run) or existing (``tls://`` with credentials).
@@ -285,15 +290,18 @@ class Release:
             write_workbook(tables.levels, notes, out)
         return pd.concat(tables.levels.values(), ignore_index=True)
 
-    def implicates(self, m: int, seed: int | None = None, *, quarter: str | None = None) -> pd.DataFrame:
+    def implicates(self, m: int, seed: int | None = None, *, quarter: str | None = None,
+                   level_prior: str = "month1") -> pd.DataFrame:
         """``m`` complete microdata files drawn from the posterior of the confidential values given
         this release's answers, stacked: an ``implicate`` column (1..m), then the release's columns
         (``gedp.release.implicates``; no budget spent, nothing of the release changed). Draws come
         from the secure generator unless ``seed`` is given; a panel release takes a ``quarter``.
+        ``level_prior="quarter"`` puts the size prior on the quarter's level instead of month 1's
+        (job destruction nearer the truth; job creation and small size classes shifted: see the method docs).
         Combine a statistic computed on each with ``gedp.combine``."""
         from gedp.release.implicates import implicates_in_memory
 
-        return implicates_in_memory(self.folder, m, seed=seed, quarter=quarter)
+        return implicates_in_memory(self.folder, m, seed=seed, quarter=quarter, level_prior=level_prior)
 
     def write(self, out: str | Path) -> Path:
         """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release);

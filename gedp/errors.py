@@ -3,11 +3,17 @@
 The command line turns a GedpError into one line on stderr: exit status 1 for a SolverError or an
 AuditError (the computation failed), 2 for everything else (the input, config, budget or output path
 was refused). Anything else is a bug and keeps its traceback. ``Terminated`` is not an error but a stop
-(SIGTERM, handled as Ctrl-C); a release checks for one before its manifest is written and its charge
-committed.
+(SIGTERM, handled as Ctrl-C); a release checks for one received since its run began before its manifest is
+written and its charge committed.
 """
 
 from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 
 class GedpError(Exception):
@@ -34,6 +40,11 @@ class AuditError(GedpError, RuntimeError):
     """A cell-suppression audit LP ended in a status other than optimal or unbounded (exit status 1)."""
 
 
+class LockTimeout(GedpError):
+    """A lock (the ledger's, the margin cache's) that another process held beyond the deadline of the
+    wait (exit status 2): the message names the lock's file and what to do."""
+
+
 class InputProblems(InputError):
     """Every problem found in one input, each a line with its hint (exit status 2); the command line
     prints the subject, then one problem per line."""
@@ -50,13 +61,86 @@ class Terminated(KeyboardInterrupt):
     way (staging folders removed, workers stopped, nothing published)."""
 
 
-#: The SIGTERMs this process received (the handler records each before it raises ``Terminated``).
+#: Every SIGTERM this process received (the handler records each before it raises ``Terminated``).
 terminations: list[int] = []
+#: How many of ``terminations`` were received before the current run began (None outside a run).
+_run_start: ContextVar[int | None] = ContextVar("gedp_run_start", default=None)
+
+
+@contextmanager
+def run_started() -> Iterator[None]:
+    """The span of a run (a command, from its start: ``gedp.cli``; a library call, from its entry:
+    ``gedp.protect``, ``protect_recorded``, ``protect_panel``), re-entrant: the outermost one counts.
+    A SIGTERM received during it, also before its ledger or its protection started, stops it; those an
+    earlier run of this process received, which the process survived (a library, or a command line run
+    in-process, that handled the ``Terminated``), do not. Held per thread (a ``ContextVar``): a run in
+    another thread does not move this one's start."""
+    if _run_start.get() is not None:
+        yield
+        return
+    token = _run_start.set(len(terminations))
+    try:
+        yield
+    finally:
+        _run_start.reset(token)
 
 
 def stop_if_terminated() -> None:
-    """Raise ``Terminated`` again if SIGTERM was received: called before a release's manifest is written
-    and its charge committed, so a stop whose exception was lost on the way (raised inside a finalizer,
-    or in a library that swallowed it) still commits and publishes nothing."""
-    if terminations:
+    """Raise ``Terminated`` again if SIGTERM was received since the run began (ever, outside a run):
+    called before a release's manifest is written and its charge committed, so a stop whose exception
+    was lost on the way (raised inside a finalizer, or in a library that swallowed it) still commits and
+    publishes nothing."""
+    if len(terminations) > (_run_start.get() or 0):
         raise Terminated()
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """The command line's SIGTERM handler (``gedp.running.process.stop_on_sigterm``): recorded, then
+    raised as ``Terminated``."""
+    terminations.append(signum)
+    raise Terminated()
+
+
+#: The stops held back across a critical section (``held_stops``).
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def held_stops() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back across a critical section, then act on every one received: each
+    SIGTERM is recorded (``terminations``: the exit status is 143 even when a Ctrl-C came
+    first), then the first stop is raised (``KeyboardInterrupt``, or the command line's ``Terminated``;
+    a default handler's signal raised again). Used where a stop half way would leave a state nothing
+    cleans: a pool starting its workers (a worker the pool does not know of, which ``stop_workers``
+    cannot stop and the pool's shutdown waits for; a new worker inherits the block, so a Ctrl-C that
+    reaches it before its initializer, ``worker_signals``, waits and is dropped, and the SIGTERM that
+    stops it waits and ends it), the ledger's reservation (a key file without its event). Only the main
+    thread handles signals: elsewhere the block does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
+                for number in HELD_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        _act_on(list(dict.fromkeys(received)), previous)
+
+
+def _act_on(stops: list[int], handlers: dict) -> None:
+    """Act on the ``stops`` held back (each once, in the order received) as their ``handlers`` would."""
+    if signal.SIGTERM in stops and handlers[signal.SIGTERM] is raise_terminated:
+        terminations.append(signal.SIGTERM)  # recorded even if a Ctrl-C before it raises first
+    for number in stops:
+        handler = handlers[number]
+        if handler is raise_terminated:
+            raise Terminated()
+        if callable(handler):
+            handler(number, None)  # e.g. Python's KeyboardInterrupt
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(number)  # ends the process, as it would have

@@ -20,6 +20,7 @@ Gaussian truncated below at the value's lower bound.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,9 @@ GAP_NATS = 0.01
 NEWTON_STEPS = 100
 FIRST_BARRIER = 1e-2
 BARRIER_FALL = 30.0
+#: Barrier weights of one fit at most: falling by BARRIER_FALL from FIRST_BARRIER / components to its
+#: end GAP_NATS / answers / components, a fit of n answers takes log(n) / log(30) + 1 (12 for 1e15).
+MAX_BARRIER_STEPS = 100
 #: A warm start's weights are mixed with this share of uniform weights (components the start has not:
 #: weight 0 is outside the barrier's domain). Small: the start's near-zero weights stay near zero,
 #: where they are at the optimum (1e-2 had cost 40% more Newton steps on Rhode Island's replicates).
@@ -193,6 +197,7 @@ def npmle_weights(likelihood: np.ndarray | Likelihood, counts: np.ndarray, gap_n
     down to the value whose central-path point is within ``gap_nats`` of the optimum (components x
     barrier x answers, the barrier problem's duality gap). ``start``: weights near the optimum (a fit
     of the same components to similar answers), from which Newton's method goes to that value at once."""
+    _check_fit_input(counts, gap_nats, start)
     if not isinstance(likelihood, Likelihood):
         likelihood = Likelihood.of(likelihood)
     counts = counts[likelihood.kept]
@@ -203,22 +208,44 @@ def npmle_weights(likelihood: np.ndarray | Likelihood, counts: np.ndarray, gap_n
         return _central_path(likelihood, share, start, final, gap_nats / counts.sum())
 
 
+def _check_fit_input(counts: np.ndarray, gap_nats: float, start: np.ndarray | None) -> None:
+    """A fit's inputs finite: counts >= 0 of a positive sum, start weights finite and >= 0, a gap > 0
+    (a NaN count made the barrier weight's end NaN, which no barrier weight reaches: the path never
+    ended; a likelihood's NaN is no such loop: the barrier weight still falls to its end)."""
+    from gedp.errors import InputError
+
+    counts = np.asarray(counts, dtype=np.float64)
+    if not (np.isfinite(counts).all() and (counts >= 0).all() and counts.sum() > 0):
+        raise InputError("a deconvolution's counts must be finite numbers >= 0, not all 0 (NaN or infinite "
+                         "answers?)")
+    if not (math.isfinite(gap_nats) and gap_nats > 0):
+        raise InputError(f"a deconvolution's gap must be a finite number > 0, not {gap_nats!r}")
+    if start is not None and not (np.isfinite(start).all() and (start >= 0).all() and start.sum() > 0):
+        raise InputError("a deconvolution's start weights must be finite numbers >= 0, not all 0")
+
+
 def _central_path(likelihood: Likelihood, share: np.ndarray, start: np.ndarray | None, final: float,
                   enough: float) -> np.ndarray:
     """The barrier problem's optimum followed from its start down to the barrier weight ``final``, or
     until the weights certify a gap of ``enough`` (mean log-likelihood) by themselves; from a ``start``
     (the central point of a nearby problem), Newton's method goes to ``final`` at once (the
-    intermediate barrier weights cost as many steps as they save)."""
+    intermediate barrier weights cost as many steps as they save). The barrier weight falls by
+    BARRIER_FALL per step, so it reaches ``final`` (> 0, finite: ``_check_fit_input``) within
+    log(first / final) / log(BARRIER_FALL) + 1 steps; MAX_BARRIER_STEPS more is a SolverError."""
     m = likelihood.matrix.shape[1]
     if start is None:
         weights, barrier = np.full(m, 1.0 / m), FIRST_BARRIER / m
     else:
         weights, barrier = (1.0 - START_MIX) * start / start.sum() + START_MIX / m, final
-    while True:
+    for _ in range(MAX_BARRIER_STEPS):
         weights, certified = _barrier_optimum(likelihood, share, weights, barrier, enough)
         if certified or barrier <= final:
             return weights / weights.sum()
         barrier = max(barrier / BARRIER_FALL, final)
+    from gedp.errors import SolverError
+
+    raise SolverError(f"a deconvolution's barrier weight did not reach {final:.3g} in {MAX_BARRIER_STEPS} steps "
+                      f"(it was {barrier:.3g})")
 
 
 def _barrier_optimum(likelihood: Likelihood, share: np.ndarray, weights: np.ndarray, barrier: float,

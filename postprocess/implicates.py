@@ -5,12 +5,18 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
 * each month's identity answer is omega_k = theta_k + N(0, sd_k^2) and the wage's omega_w =
   psi(w) + N(0, sd_w^2), independently (the psi-mechanism; the sds are public);
 * month 1's level theta_1 has a prior g (a Gaussian mixture with an atom at psi(0): zero employment);
+  with ``level_prior="quarter"``, the quarter's level theta_bar (the months' mean in psi scale,
+  weighted by the answers' precisions) has it instead, deconvolved from the same mean of the answers
+  (which is independent of their differences);
 * the changes from month 1, delta_2 = theta_2 - theta_1 and delta_3 = theta_3 - theta_1, have priors
   h_2, h_3 with an atom at 0 (no change) and no mass in (0, the smallest change of one employee)
   (headcounts are whole numbers), one per size band of the answers' mean (a public function of the
-  release), independent given theta_1 (each change from month 1 is deconvolved from its own
-  differences omega_k - omega_1, so the share without change over the quarter is the data's, not
-  the product of two monthly shares);
+  release), independent of each other and of the level (each change from month 1 is deconvolved
+  from its own differences omega_k - omega_1). Of theta_1 they are not: within a band, a month 1
+  above the quarter's level goes with changes below 0, and the draws' changes then have band means
+  about twice the answers' (job destruction 6-15% low); independent of theta_bar they have the
+  answers' means, but two independent changes spread each month around theta_bar more than the
+  truth's correlated ones do (size classes under 10 employees shifted by 5 points): the method docs;
 * a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g
   a line in log E per sector g (2-digit NAICS) placed from the answers, and r with a prior on a grid
   per sector and size band of the months' answers' mean, with an atom at w = 0
@@ -21,7 +27,7 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   Island and 70% low where the size-wage slope is small: ``docs/method/implicates.md``).
 
 Every prior is a nonparametric maximum likelihood estimate from the release's answers
-(``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_1, delta_2, delta_3) whose each
+(``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_bar, delta_2, delta_3) whose each
 step is an exact draw from a Gaussian-mixture posterior given the months' answers, accepted or not
 by a Metropolis-Hastings step on the wage's density given the new average employment
 (``WageCoupling``), and the wage's z drawn given the months every sweep.
@@ -95,9 +101,15 @@ class Priors:
 
 
 class PosteriorModel:
-    """Priors of one state fitted on its answers, and draws of its establishments' values."""
+    """Priors of one state fitted on its answers, and draws of its establishments' values; ``level_prior``
+    (LEVEL_PRIORS): the level prior's level, month 1's (the default) or the quarter's."""
 
-    def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator) -> None:
+    #: whether the level prior is the quarter's level (else month 1's)
+    quarter = False
+
+    def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
+                 level_prior: str = "month1") -> None:
+        self.quarter = check_level_prior(level_prior) == "quarter"
         self.answers, self.psi = answers, psi
         self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
         #: each prior's fit (answers binned, likelihood made ready), kept by its fit for its replicates
@@ -107,6 +119,16 @@ class PosteriorModel:
         #: and free of the division bias a band of drawn sizes has)
         self.wage_band = np.searchsorted(psi(SIZE_EDGES), answers.months.mean(axis=1))
         self._wage_priors(rng)
+
+    @property
+    def month_weights(self) -> np.ndarray:
+        """The months' precision weights (1 / sd_k^2, summing to 1): the quarter's level is the weighted
+        mean of the months in psi scale, and the same mean of the answers is independent of their
+        differences (the changes' likelihood)."""
+        if not self.quarter:
+            return np.array([1.0, 0.0, 0.0])  # the level is month 1's
+        precision = 1.0 / np.asarray(self.answers.month_sd, dtype=float) ** 2
+        return precision / precision.sum()
 
     # --- priors -----------------------------------------------------------------------------------
     def replicate(self, rng: np.random.Generator) -> Priors:
@@ -140,14 +162,19 @@ class PosteriorModel:
         return level, cut, bands, changes
 
     def _level_fit(self, cut: float) -> tuple:
-        """The level prior's fit arguments: month 1's answers up to 6 sds above the cut, their sd, components."""
-        first, sd = self.answers.months[:, 0], float(self.answers.month_sd[0])
-        fitted = first[first <= cut + 6 * sd]
+        """The level prior's fit arguments: the level's answers (month 1's, or the quarter's: the months'
+        weighted mean) up to 6 month sds above the cut, their sd, components (spaced on a month's sd)."""
+        sd = float(self.answers.month_sd[0])
+        level = self.answers.months @ self.month_weights if self.quarter else self.answers.months[:, 0]
+        fitted = level[level <= cut + 6 * sd]
         if fitted.size == 0:
-            raise InputError(f"the release's month-1 employment answers are all more than {LEVEL_CUT + 6:g} answer "
-                             f"sds above the smallest size: gedp implicates fits small establishments' sizes from "
-                             f"those answers and has none to fit")
-        return fitted, sd, *level_components(self.floor, cut + 6 * sd, sd, first.min(), fitted)
+            answers = "quarterly employment answers" if self.quarter else "month-1 employment answers"
+            raise InputError(f"the release's {answers} are all more than {LEVEL_CUT + 6:g} answer sds above the "
+                             f"smallest size: gedp implicates fits small establishments' sizes from those answers and "
+                             f"has none to fit")
+        level_sd = float(1.0 / np.sqrt((1.0 / np.asarray(self.answers.month_sd, dtype=float) ** 2).sum())
+                         ) if self.quarter else sd
+        return fitted, level_sd, *level_components(self.floor, cut + 6 * sd, sd, level.min(), fitted)
 
     def change_bands(self) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """The changes' size bands: their edges in psi scale, each establishment's band (of its answers'
@@ -256,7 +283,7 @@ class PosteriorModel:
         omega, sd = self.answers.months[rows], self.answers.month_sd
         band = np.searchsorted(self.priors.bands, omega.mean(axis=1))
         floor = self.floor if np.isfinite(self.floor) else -np.inf
-        theta1 = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
+        level = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
         delta = np.zeros((len(rows), 2))
         coupling = WageCoupling(self, rows) if self.priors.wage_table is not None else None
         sweeps = 0
@@ -265,62 +292,92 @@ class PosteriorModel:
             if coupling is not None:
                 coupling.priors = prior
             for _ in range(burn_in if sweeps == 0 else thin):
-                state = None if coupling is None else CurrentDensity.of(coupling, self.average(theta1, delta))
-                theta1 = self._coupled(state, theta1, delta, self._level_step(prior, omega, sd, delta, floor, rng),
-                                       None, rng)
+                state = None if coupling is None else CurrentDensity.of(coupling, self.average(level, delta))
+                shift = self.level_shift(delta)
+                level = self._coupled(state, level, delta, self._level_step(prior, omega, sd, delta, shift, floor,
+                                                                             rng), None, rng)
                 for k in (0, 1):
-                    proposal = self._change_step(prior, omega, sd, theta1, k, band, floor, rng)
-                    delta[:, k] = self._coupled(state, theta1, delta, proposal, k, rng)
+                    proposal = self._change_step(prior, omega, sd, level, delta, k, band, floor, rng)
+                    delta = self._coupled(state, level, delta, proposal, k, rng)
                 if coupling is not None:
                     coupling.redraw(state.average, rng)
                 sweeps += 1
-            yield np.rint(self.psi.inverse(self.levels(theta1, delta)))
+            yield np.rint(self.psi.inverse(self.levels(level, delta)))
 
-    def levels(self, theta1: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    def level_shift(self, delta: np.ndarray) -> np.ndarray:
+        """The quarter's level less month 1's theta_1 given the changes from month 1: the changes (0,
+        delta_2, delta_3) averaged with the months' precision weights."""
+        return delta @ self.month_weights[1:]
+
+    def levels(self, level: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        """The three months (psi scale) of a chain's level and changes from month 1."""
+        theta1 = level - self.level_shift(delta)
         return theta1[:, None] + np.concatenate([np.zeros((len(theta1), 1)), delta], axis=1)
 
-    def average(self, theta1: np.ndarray, delta: np.ndarray) -> np.ndarray:
-        return self.psi.inverse(self.levels(theta1, delta)).mean(axis=1)
+    def average(self, level: np.ndarray, delta: np.ndarray) -> np.ndarray:
+        return self.psi.inverse(self.levels(level, delta)).mean(axis=1)
 
-    def _coupled(self, state: CurrentDensity | None, theta1, delta, proposal, k, rng) -> np.ndarray:
-        """A Metropolis-Hastings step: the proposal (an exact draw of theta_1, or of change k, given
-        the months' answers) accepted with the ratio of the wage's density given the new and the
-        current average employment (the wage's z held); ``state``: the current average and density,
-        moved to the accepted ones."""
+    def _coupled(self, state: CurrentDensity | None, level, delta, proposal, k, rng) -> np.ndarray:
+        """A Metropolis-Hastings step: the proposal (an exact draw of the level with ``k`` None, or the
+        changes after a draw of change k, given the months' answers) accepted with the ratio of the
+        wage's density given the new and the current average employment (the wage's z held); ``state``:
+        the current average and density, moved to the accepted ones."""
         if state is None:
             return proposal
-        current = theta1 if k is None else delta[:, k]
-        if k is None:
-            new_average = self.average(proposal, delta)
-        else:
-            moved = delta.copy()
-            moved[:, k] = proposal
-            new_average = self.average(theta1, moved)
+        current = level if k is None else delta
+        new_average = self.average(proposal, delta) if k is None else self.average(level, proposal)
         new_density = state.coupling.log_density(new_average)
-        accept = np.log(rng.random(len(current))) < np.nan_to_num(new_density - state.density, nan=0.0)
+        accept = np.log(rng.random(len(level))) < np.nan_to_num(new_density - state.density, nan=0.0)
         state.accept(accept, new_average, new_density)
-        return np.where(accept, proposal, current)
+        return np.where(accept if k is None else accept[:, None], proposal, current)
 
     @staticmethod
-    def _level_step(priors: Priors, omega, sd, delta, floor, rng) -> np.ndarray:
+    def _level_step(priors: Priors, omega, sd, delta, shift, floor, rng) -> np.ndarray:
+        """An exact draw of the quarter's level (theta_1 + ``shift``) given the changes: every month >= floor."""
         shifted = omega - np.concatenate([np.zeros((len(omega), 1)), delta], axis=1)
         precision = 1.0 / sd**2
-        center = shifted @ precision / precision.sum()
+        center = shifted @ precision / precision.sum() + shift
         spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
-        lower = floor - np.minimum(0.0, delta.min(axis=1))
+        lower = floor - np.minimum(0.0, delta.min(axis=1)) + shift
         flat = center > priors.level_cut
         out = np.empty(len(omega))
         out[flat] = truncated_normal(center[flat], spread[flat], lower[flat], rng)
         out[~flat] = draw_posterior(center[~flat], spread[~flat], priors.level, lower[~flat], rng)
         return out
 
+    def _change_step(self, priors: Priors, omega, sd, level, delta, k, band, floor, rng) -> np.ndarray:
+        """The changes after an exact draw of change k (from month 1) given the level and the other change.
+        With month 1's level, only month k + 2 moves with it (its answer less theta_1 is delta_k plus its
+        noise). With the quarter's, every month does: month m is base_m + c_m delta_k (c = -v_k for month 1
+        and the other month, 1 - v_k for its own, v the precision weights), so its likelihood is Gaussian
+        with the three answers' precision, and each month >= floor bounds it below (c_m > 0) or above
+        (c_m < 0); the draw is exact below, and one above an upper bound is refused (the change kept: a
+        Metropolis-Hastings step whose proposal is the conditional without that bound)."""
+        moved = delta.copy()
+        if not self.quarter:  # month k + 2's answer less month 1's level is delta_k plus its own noise
+            out = self._mixture_draws(priors, omega[:, k + 1] - level, np.full(len(omega), float(sd[k + 1])),
+                                      floor - level, band, k, rng)
+            moved[:, k] = out
+            return moved
+        coefficients = -np.full(3, self.month_weights[k + 1])
+        coefficients[k + 1] += 1.0
+        moved[:, k] = 0.0
+        base = self.levels(level, moved)  # the months without change k
+        precision = coefficients**2 / sd**2
+        center = ((omega - base) * (coefficients / sd**2)).sum(axis=1) / precision.sum()
+        spread = np.full(len(omega), 1.0 / np.sqrt(precision.sum()))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bounds = (floor - base) / coefficients
+        lower = bounds[:, coefficients > 0].max(axis=1)
+        upper = bounds[:, coefficients < 0].min(axis=1, initial=np.inf)
+        out = self._mixture_draws(priors, center, spread, lower, band, k, rng)
+        moved[:, k] = np.where(out <= upper, out, delta[:, k])
+        return moved
+
     @staticmethod
-    def _change_step(priors: Priors, omega, sd, theta1, k, band, floor, rng) -> np.ndarray:
-        # Month k + 2's answer less month 1's level is delta_k plus its own noise.
-        center = omega[:, k + 1] - theta1
-        spread = np.full(len(omega), float(sd[k + 1]))
-        lower = floor - theta1
-        out = np.empty(len(omega))
+    def _mixture_draws(priors: Priors, center, spread, lower, band, k, rng) -> np.ndarray:
+        """Exact draws of change k under each row's band's prior (``draw_posterior``)."""
+        out = np.empty(len(center))
         for b in np.unique(band):
             rows = band == b
             out[rows] = draw_posterior(center[rows], spread[rows], priors.changes[b][k], lower[rows], rng)
@@ -405,6 +462,17 @@ class CurrentDensity:
     def accept(self, accepted: np.ndarray, average: np.ndarray, density: np.ndarray) -> None:
         self.average = np.where(accepted, average, self.average)
         self.density = np.where(accepted, density, self.density)
+
+
+#: The level prior's level: month 1's (theta_1) or the quarter's (the months' precision-weighted mean).
+LEVEL_PRIORS = ("month1", "quarter")
+
+
+def check_level_prior(level_prior: object) -> str:
+    """The level prior's name, refused unless one of LEVEL_PRIORS."""
+    if level_prior not in LEVEL_PRIORS:
+        raise InputError(f"level prior {level_prior!r} is not one of {', '.join(LEVEL_PRIORS)}")
+    return str(level_prior)
 
 
 def level_components(floor: float, top: float, sd: float, lowest: float,

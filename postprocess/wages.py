@@ -91,6 +91,7 @@ from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
 from gedp.postprocess.spread_moments import idle_wage_variance, weighted_squared_spread
 from gedp.postprocess.structured import one_blas_thread, solve_nested
+from gedp.postprocess.wage_answers import held_by_group
 from gedp.postprocess.wage_layout import ModelCells, ThetaLayout, establishment_counties, model_cells, theta_layout
 from gedp.postprocess.wage_rates import (
     RateBlock,
@@ -102,7 +103,7 @@ from gedp.postprocess.wage_rates import (
 )
 from gedp.postprocess.wage_shares import share_cells
 from gedp.postprocess.wls import LinearSystem, WLSResult, build_system, checked_result, system_structure
-from gedp.synth.schema import MAX_VALUE, public_columns
+from gedp.synth.schema import public_columns
 
 #: How wages are postprocessed: "employment" (this module; the default when it applies) or "wls"
 #: (the plain weighted least squares, ``postprocess.wls``).
@@ -320,10 +321,8 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
     identity_codes, rate_codes = groupings(IDENTITY).codes, groupings(RATE_QUERY).codes
     [identity] = [a for a in answers if a.query.is_identity]
     [rate_answer] = [a for a in answers if not a.query.is_identity and tuple(a.query.by) == RATE_QUERY]
-    # an establishment's wage is at most MAX_VALUE (validated at protect time): an estimate beyond it
-    # is held there, so that one noisy answer cannot set the state's rate (the fit's scale and floors)
-    answer = np.minimum(identity.estimate[identity_codes], MAX_VALUE)
     sd = per_establishment(identity.sd, identity_codes)
+    answer = held_by_group(psi, identity, identity_codes, sd, rate_answer, rate_codes)
     n_rates = len(rate_answer)
     cells, detail_group, establishment_detail = model_cells(groupings, plan_codes, rate_codes, n_rates, system)
     theta = theta_layout(groupings, rate_answer, rate_codes, cells, detail_group, establishment_detail)
@@ -487,13 +486,17 @@ def _noise_excess(p: _Problem, fit: _Fit, values: np.ndarray) -> np.ndarray:
     at the answers' true noise variance vd + e, the combined measurement's variance is
     v + v^2 e / vd^2 (v the cell's combined variance; the sandwich of a weighted mean), so the cell
     adds v^2 e / vd^2, e estimated at the released wages (their noise variance there less at the
-    weighed wage, summed over the cell's idle establishments; of either sign, as the released wages lie
-    above or below). 0 for a fixed cell."""
+    weighed wage, summed over the cell's idle establishments), held at 0 and above. A negative e (the
+    released wages below the weighed ones) would narrow the margin, but by v^2 e / vd^2, the cells
+    taken as independent: where group answers pin a cell its total's variance is far below v and
+    its sensitivity to the direct measurement below v / vd, so that term could remove more than the
+    margin's other terms hold (a county's margin came out 0); held at 0, a margin is never narrower
+    than the fit's own variance. 0 for a fixed cell."""
     noise = p.psi.estimate_variance(values, p.sd) - p.psi.estimate_variance(fit.weighed_at, p.sd)
     excess = np.bincount(p.cells.codes, weights=np.where(p.idle, noise, 0.0), minlength=len(fit.totals))
     added = np.divide(fit.cell_variance**2 * excess, fit.direct_variance**2, out=np.zeros(len(excess)),
                       where=fit.direct_variance > 0)
-    return np.where(p.cells.fixed_cells, 0.0, added)
+    return np.where(p.cells.fixed_cells, 0.0, np.maximum(added, 0.0))
 
 
 def _county_loadings(p: _Problem, share_prior: np.ndarray, residual: np.ndarray, variance: np.ndarray,

@@ -129,6 +129,8 @@ def estab_ids(frame: pd.DataFrame, unique_checked: bool = False) -> pd.Series:
     ids = frame["estab_id"]
     _refuse("estab_id", ids.isna().to_numpy(), frame.drop(columns="estab_id"), "values must not be missing")
     ids = canonical_ids(ids)
+    _refuse("estab_id", (ids.str.len() > MAX_ID_CHARS).to_numpy(), frame.assign(estab_id=ids),
+            f"ids must be at most {MAX_ID_CHARS} characters (a release's readers refuse longer keys)")
     if not unique_checked and _any_repeat(ids):
         _refuse("estab_id", ids.duplicated(keep="first").to_numpy(), frame.assign(estab_id=ids),
                 "values must be unique")
@@ -142,6 +144,9 @@ WHOLE_NUMBER_TEXT = r"^\s*([0-9]+)\.0*\s*$"
 EXACT_FLOAT_INTEGER = 2**53
 #: The rule of establishment ids, as messages state it.
 ID_RULE = "ids must be text or whole numbers"
+#: The longest establishment id: a release's measurements are keyed by it, and its readers refuse a
+#: longer key (``gedp.release.measurement_checks.MAX_KEY_CHARS``) as an edited copy's.
+MAX_ID_CHARS = 64
 
 
 def canonical_ids(ids: pd.Series) -> pd.Series:

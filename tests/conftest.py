@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +50,21 @@ def small_release(tmp_path_factory):
     return out, result.output
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory) -> Iterator[Path]:
+    """Fixtures wider than a test (a module's server, the session's release) are set up before a test's
+    own ``margins_cache``: they keep their margin structures in a folder of the session's, never in the
+    user's cache (where another tree's structures of the same format could be read back)."""
+    folder = tmp_path_factory.mktemp("gedp-session-cache")
+    before = os.environ.get("GEDP_CACHE_DIR")
+    os.environ["GEDP_CACHE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("GEDP_CACHE_DIR", None)
+    else:
+        os.environ["GEDP_CACHE_DIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def margins_cache(tmp_path_factory, monkeypatch) -> Path:
     """Margin structures are kept in a folder of each test's own (``GEDP_CACHE_DIR``), never in the
@@ -55,3 +72,38 @@ def margins_cache(tmp_path_factory, monkeypatch) -> Path:
     folder = tmp_path_factory.mktemp("gedp-cache")
     monkeypatch.setenv("GEDP_CACHE_DIR", str(folder))
     return folder
+
+
+@pytest.fixture
+def ctrl_c_among_workers(tmp_path):
+    """A function that runs a gedp command (its arguments) in a session of its own, sends SIGINT to
+    the whole group (what Ctrl-C in a terminal does) as soon as ``workers`` child processes run, and
+    checks the stop: exit 130, one last line ``stopped (Ctrl-C)``, no traceback, no child left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    def stopped(arguments: list[str], workers: int) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        run = subprocess.Popen([sys.executable, "-m", "gedp", *arguments], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        children: list[psutil.Process] = []
+        while len(children) < workers:
+            assert run.poll() is None, f"the run ended before it started its workers: {run.communicate()[0]}"
+            children = psutil.Process(run.pid).children(recursive=True)
+            time.sleep(0.005)
+        os.killpg(run.pid, signal.SIGINT)
+        output = run.communicate(timeout=120)[0]
+        if run.returncode == 0:
+            pytest.skip("the run finished before Ctrl-C arrived")
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert run.returncode == 130 and "Traceback" not in output and "KeyboardInterrupt" not in output, output
+        assert not alive, f"left running: {[child.cmdline() for child in alive]}"
+        assert output.strip().splitlines()[-1] == "stopped (Ctrl-C)", output
+        return output
+
+    return stopped

@@ -149,14 +149,17 @@ def _never_read(*args, **kwargs):
 @pytest.mark.parametrize("dictionary", [True, False])
 def test_a_long_key_is_refused_before_the_rows_are_read(two_states, tmp_path, monkeypatch, dictionary):
     """A 100,000-character county on every row: refused from the part's footer (plain encoding: its
-    chunk's size) or dictionary (one value however many rows repeat it), never read as rows (at
-    3835307 pandas read every row, then measured them)."""
+    pages' size, 1,000 times the file's, refused with any part's sizes: ``part_sizes``) or dictionary
+    (one value however many rows repeat it), never read as rows (at 3835307 pandas read every row,
+    then measured them)."""
     copy = copied(two_states, tmp_path)
     edit_part(copy / "measurements.parquet" / "part-44.parquet",
               lambda f: f.assign(county=f["county"].where(f["county"].isna(), "1" * 100_000)),
               use_dictionary=dictionary, compression="zstd")
     monkeypatch.setattr(pd, "read_parquet", _never_read)
-    with pytest.raises(InputError, match="hold a key of 'county' longer than 64 characters .part-44.parquet"):
+    refusal = ("hold a key of 'county' longer than 64 characters .part-44.parquet" if dictionary else
+               "part-44.parquet states pages of [0-9,]+ bytes uncompressed, more than 16 times its")
+    with pytest.raises(InputError, match=refusal):
         read_measurements(copy)
 
 

@@ -229,3 +229,11 @@ def test_target_answers_found_once_are_those_of_every_run(tmp_path):
     moved = measurements.iloc[::-1].reset_index(drop=True)  # another order: located afresh
     pd.testing.assert_frame_equal(target_answers(pair, config.plan.psi, moved, located),
                                   target_answers(pair, config.plan.psi, moved))
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_the_pipeline_audits_workers_without_their_tracebacks(ctrl_c_among_workers):
+    """The pipeline audit's workers ignore Ctrl-C and are stopped by the main process: one line, no
+    worker's traceback, none left (they used to print a KeyboardInterrupt traceback each, and one
+    could outlive the command)."""
+    ctrl_c_among_workers(["audit", "--pipeline", "--runs", "400", "--workers", "2"], workers=2)

@@ -193,9 +193,10 @@ def small_model(omega_sd: float) -> PosteriorModel:
     return model
 
 
-def brute_force_posterior(omega, sd, model, grid):
+def brute_force_posterior(omega, sd, model, grid, quarter=False):
     """p(theta1, delta2, delta3 | omega) on a grid (delta_k = theta_k - theta_1), every month >= 0, as
-    weights over the grid."""
+    weights over the grid: the level prior on month 1's level (``quarter``: on the quarter's level, the
+    mean of the three months: their sds are equal), the change priors on delta_2 and delta_3."""
     t1, d2, d3 = np.meshgrid(grid["t"], grid["d"], grid["d"], indexing="ij")
 
     def density(prior, x, step):
@@ -205,8 +206,9 @@ def brute_force_posterior(omega, sd, model, grid):
         return out
 
     level, change = model.priors.level, model.priors.changes[0][0]
-    weight = (density(level, t1, grid["t"][1] - grid["t"][0]) * density(change, d2, grid["d"][1] - grid["d"][0])
-              * density(change, d3, grid["d"][1] - grid["d"][0]))
+    step_t, step_d = grid["t"][1] - grid["t"][0], grid["d"][1] - grid["d"][0]
+    level_at = t1 + (d2 + d3) / 3 if quarter else t1
+    weight = density(level, level_at, step_t) * density(change, d2, step_d) * density(change, d3, step_d)
     months = [t1, t1 + d2, t1 + d3]  # both changes from month 1
     for k in range(3):
         weight = weight * stats.norm.pdf(omega[k], months[k], sd) * (months[k] >= -1e-12)
@@ -244,6 +246,36 @@ def test_gibbs_months_match_the_brute_force_posterior():
     # Power: a chain that never moves from its start (no burn-in) is told apart.
     frozen = np.full(n, max(omega.mean(), 0))
     assert abs(frozen.mean() - exact_mean) > 0.03 or abs(1.0 - exact_no_change) > 0.05
+
+
+@pytest.mark.parametrize("quarter", [False, True])
+def test_gibbs_months_draw_the_level_prior_they_are_given(quarter):
+    """A sharp level prior (components of sd 0.05) and answers that move (2.0, 1.2, 2.6): the chain's
+    shares without change (months 1 -> 2 and 1 -> 3) are the brute-force posterior's with the level
+    prior on month 1's level, or with ``level_prior="quarter"`` on the quarter's (within 0.015: 5
+    binomial sds at n = 30,000 plus the grid), and 0.046 and 0.076 away from the other model's: a chain
+    of one model fails the other's posterior (power)."""
+    import gedp.postprocess.implicates as implicates
+    from gedp.postprocess.implicates import BURN_IN, StateAnswers
+
+    sd, omega, n = 0.5, np.array([2.0, 1.2, 2.6]), 30_000
+    model = small_model(sd)
+    model.quarter = quarter
+    model.priors.level = Mixture(np.array([0.0, 1.5, 2.5]), np.array([0.0, 0.05, 0.05]), np.array([0.2, 0.5, 0.3]))
+    model.answers = StateAnswers(np.tile(omega, (n, 1)), np.full(3, sd), np.zeros(n), 1.0, np.zeros(n, dtype=int))
+    original = implicates.np.rint
+    implicates.np.rint = lambda x: x  # the chain's months before they are rounded to whole employees
+    try:
+        theta = np.sqrt(next(model.months_chain(np.arange(n), np.random.default_rng(12), BURN_IN, 1)))
+    finally:
+        implicates.np.rint = original
+    drawn = [np.mean(np.isclose(theta[:, k] - theta[:, 0], 0)) for k in (1, 2)]
+    grid = {"t": np.round(np.arange(0, 4.5, 0.02), 10), "d": np.round(np.arange(-2, 2.0001, 0.02), 10)}
+    for level_at, agree in ((quarter, True), (not quarter, False)):
+        _, d2, d3, weight = brute_force_posterior(omega, sd, model, grid, level_at)
+        exact = [weight[np.isclose(d, 0)].sum() for d in (d2, d3)]
+        assert all((abs(a - b) < 0.015) == agree for a, b in zip(drawn, exact)) if agree else max(
+            abs(a - b) for a, b in zip(drawn, exact)) > 0.03
 
 
 def test_level_components_start_with_the_zero_atom():
@@ -444,3 +476,33 @@ def test_summary_reports_the_no_change_weights_standard_error_per_band():
         assert errors[b] == pytest.approx([by_hand, by_hand])
     model.answers.months = np.concatenate([omega, omega])
     assert all(e2 < e1 for e1, e2 in zip(np.ravel(errors), np.ravel(model.no_change_standard_errors())))
+
+
+# --- inputs that never ended the barrier path (harden16) --------------------------------------------
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("counts", "gap"), [([1.0, np.nan, 2.0, 3.0, 1.0], GAP_NATS),
+                                             ([1.0, np.inf, 2.0, 3.0, 1.0], GAP_NATS),
+                                             ([0.0, 0.0, 0.0, 0.0, 0.0], GAP_NATS),
+                                             ([1.0, 1.0, 1.0, 1.0, 1.0], float("nan"))])
+def test_counts_or_a_gap_that_are_not_finite_are_refused_not_looped(counts, gap):
+    """A NaN count made the barrier weight's end NaN, which no barrier weight reaches: the path never
+    ended (the code before this test hung on the first case). Now a one-line error."""
+    from gedp.errors import InputError
+
+    likelihood = np.random.default_rng(0).random((5, 3)) + 0.1
+    with pytest.raises(InputError, match="deconvolution's (counts|gap) must be (a )?finite"):
+        npmle_weights(likelihood, np.array(counts), gap_nats=gap)
+
+
+@pytest.mark.timeout(30)
+def test_a_barrier_path_that_does_not_reach_its_end_stops_at_its_cap(monkeypatch):
+    """The cap holds whatever keeps the barrier weight from falling (a barrier weight that does not
+    fall, here): MAX_BARRIER_STEPS steps, then a SolverError naming them."""
+    from gedp.errors import SolverError
+    from gedp.postprocess import deconvolve
+
+    monkeypatch.setattr(deconvolve, "BARRIER_FALL", 1.0)
+    likelihood = np.random.default_rng(0).random((50, 4)) + 0.1
+    counts = np.random.default_rng(1).integers(1, 5, 50).astype(float)
+    with pytest.raises(SolverError, match=f"in {deconvolve.MAX_BARRIER_STEPS} steps"):
+        npmle_weights(likelihood, counts, gap_nats=1e-12)

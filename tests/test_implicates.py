@@ -176,3 +176,26 @@ def test_wage_model_groups_are_the_sectors_of_the_release(lone_release):
         # power: a supersector of this release holds two sectors, so the former groups would fail above
         supersector = pd.Series(draws.public["supersector"].to_numpy()[rows])
         assert supersector.groupby(sector).first().value_counts().max() >= 2
+
+
+def test_the_quarters_level_prior_is_an_option_recorded_and_checked(lone_release, tmp_path):
+    """``--level-prior quarter`` draws other implicates than the default (the same seed), says so in
+    ``_implicates.json``, and every month is still a whole number >= 0; ``Release.implicates`` takes it
+    too; an unknown name is refused in one line (exit 2), before anything is written."""
+    result = runner.invoke(app, ["implicates", str(lone_release), "--n", "2", "--seed", "5", "--level-prior",
+                                 "quarter", "--out", str(tmp_path / "q")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "q" / "_implicates.json").read_text())
+    assert summary["level_prior"] == "quarter"
+    default = write_implicates(lone_release, 2, tmp_path / "d", seed=5)
+    assert json.loads((default / "_implicates.json").read_text())["level_prior"] == "month1"
+    quarter, month1 = pd.read_parquet(tmp_path / "q"), pd.read_parquet(default)
+    months = ["m1emp", "m2emp", "m3emp"]
+    assert not quarter[months].equals(month1[months])
+    assert (quarter[months] >= 0).all().all() and (quarter[months] == np.round(quarter[months])).all().all()
+    frame = gedp.read_release(lone_release).implicates(1, seed=5, level_prior="quarter")
+    assert frame[months].to_numpy().min() >= 0
+    refused = runner.invoke(app, ["implicates", str(lone_release), "--level-prior", "month2", "--out",
+                                  str(tmp_path / "x")])
+    assert refused.exit_code == 2 and "level prior 'month2' is not one of month1, quarter" in refused.output
+    assert not (tmp_path / "x").exists()

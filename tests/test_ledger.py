@@ -354,6 +354,25 @@ def test_a_run_that_fails_after_its_reservation_leaves_it_pending(source, tmp_pa
     assert pending["status"] == "pending" and not (tmp_path / "r1").exists()
 
 
+def test_an_input_with_several_problems_after_the_reservation_says_it_stays_pending(source, tmp_path, monkeypatch):
+    """An InputProblems (one line per problem) raised after the reservation keeps its problems and adds
+    the pending note as one more line (it was rebuilt from its message alone: a TypeError traceback)."""
+    from gedp.errors import InputProblems
+
+    ledger = tmp_path / "ledger.json"
+
+    def fail(*args, **kwargs):
+        raise InputProblems("input 'x.csv'", ["column 'm1emp': not numbers", "column 'wage': negative"])
+
+    monkeypatch.setattr(gedp.running.engine, "protect", fail)
+    result = protect(source, tmp_path / "r1", ledger, "--lifetime-cap", 3.0, "--processes", 1)
+    [pending] = releases(ledger)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert "not numbers" in lines[-3] and "negative" in lines[-2], lines
+    assert f"release {pending['id']} stays pending" in lines[-1], lines
+
+
 @pytest.mark.parametrize("test_release", [["--seed", "1"], ["--rng", "pcg64"]])
 def test_a_release_not_for_publication_never_touches_the_ledger(source, tmp_path, test_release):
     ledger = tmp_path / "ledger.json"

@@ -229,6 +229,20 @@ def stop_before_the_new_release_is_renamed(monkeypatch) -> None:
     monkeypatch.setattr(writer.os, "replace", stopped_at_the_second)
 
 
+def lose_a_sigterm_during_the_run(monkeypatch, receive) -> None:
+    """``receive`` (a SIGTERM received, its exception lost) called once the run has begun, as it
+    starts protecting the input."""
+    from gedp.running import recorded_release
+
+    protect_input = recorded_release.protect_input
+
+    def received_and_lost(*args, **kwargs):
+        receive()
+        return protect_input(*args, **kwargs)
+
+    monkeypatch.setattr(recorded_release, "protect_input", received_and_lost)
+
+
 @pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
 def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(state_file, tmp_path, monkeypatch,
                                                                                 recorded):
@@ -243,7 +257,8 @@ def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(
     command = protect_command(state_file, tmp_path, recorded)
     assert CliRunner().invoke(app, command).exit_code == 0
     before = release_bytes(tmp_path / "rel")
-    monkeypatch.setattr(errors, "terminations", [signal.SIGTERM])  # received, its exception lost
+    monkeypatch.setattr(errors, "terminations", [])
+    lose_a_sigterm_during_the_run(monkeypatch, lambda: errors.terminations.append(signal.SIGTERM))
     stopped = CliRunner().invoke(app, command)
     assert stopped.exit_code == 130, stopped.output  # as after Ctrl-C (the CLI alone; its process exits 143)
     assert release_bytes(tmp_path / "rel") == before
@@ -297,3 +312,185 @@ def test_a_stop_after_the_ledgers_commit_says_the_release_was_charged(state_file
     assert [r["status"] for r in releases] == ["committed", "committed"]
     said = " ".join((stopped.output + capfd.readouterr().err).split())
     assert f"stopped after release {releases[1]['id']} was committed" in said and "charges again" in said
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
+def test_a_process_that_survived_a_sigterm_publishes_its_next_release(state_file, tmp_path, monkeypatch, recorded):
+    """A process that runs the command line in-process (or the library) and handles a SIGTERM goes on:
+    the run the SIGTERM came in still commits and publishes nothing, and the next run publishes (the
+    SIGTERMs received belong to the run they came in: ``gedp.errors.run_started``)."""
+    from typer.testing import CliRunner
+
+    from gedp import errors
+    from gedp.cli import app
+    from gedp.running.process import stop_on_sigterm
+
+    def sigterm_handled() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises Terminated here
+        except errors.Terminated:
+            pass  # handled, e.g. by a library in between: the run goes on
+
+    monkeypatch.setattr(errors, "terminations", [])
+    previous = signal.getsignal(signal.SIGTERM)
+    stop_on_sigterm()
+    try:
+        command = protect_command(state_file, tmp_path, recorded)
+        with monkeypatch.context() as during:
+            lose_a_sigterm_during_the_run(during, sigterm_handled)
+            stopped = CliRunner().invoke(app, command)
+        assert errors.terminations == [signal.SIGTERM]
+        assert stopped.exit_code == 130 and not (tmp_path / "rel").exists(), stopped.output
+        again = CliRunner().invoke(app, command)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert again.exit_code == 0, again.output
+    assert errors.terminations == [signal.SIGTERM] and (tmp_path / "rel" / "manifest.json").is_file()
+    if recorded:
+        assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["pending", "committed"]
+
+
+def stop_while_the_earlier_release_is_removed(monkeypatch) -> None:
+    """Ctrl-C (as SIGTERM's ``Terminated``) raised once the new release is in place, as publishing
+    removes the earlier one."""
+    from gedp.release import writer
+
+    remove = writer.shutil.rmtree
+
+    def stopped_while_removing(path, *args, **kwargs):
+        if Path(path).name.startswith(".rel.retired-"):
+            raise KeyboardInterrupt
+        remove(path, *args, **kwargs)
+
+    monkeypatch.setattr(writer.shutil, "rmtree", stopped_while_removing)
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
+@pytest.mark.parametrize("published", [False, True], ids=["before the rename", "after the rename"])
+def test_a_run_stopped_after_its_manifest_says_which_release_the_output_holds(state_file, tmp_path, monkeypatch,
+                                                                             capfd, recorded, published):
+    """Stopped after its manifest was written, a run says whether the output now holds its new release
+    or the earlier one, from what it did (whether it put the new folder in place), not from a guess;
+    checked against the output's bytes."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+
+    command = protect_command(state_file, tmp_path, recorded)
+    assert CliRunner().invoke(app, command).exit_code == 0
+    before = release_bytes(tmp_path / "rel")
+    (stop_while_the_earlier_release_is_removed if published else stop_before_the_new_release_is_renamed)(monkeypatch)
+    again = command if recorded else [*command[:-3], "--seed", "2", "--not-for-publication"]  # another release
+    stopped = CliRunner().invoke(app, again)
+    monkeypatch.undo()
+    assert stopped.exit_code == 130
+    printed = stopped.output + capfd.readouterr().err
+    said = " ".join(printed.split())
+    out = (tmp_path / "rel").resolve()
+    assert (release_bytes(out) != before) == published  # what the output holds
+    holds = f"'{out}' holds it" if published else f"'{out}' holds the release it held before"
+    if recorded:
+        release_id = live(read_ledger(tmp_path / "books.json"))[1]["id"]
+        when = "and published" if published else "but before it was published"
+        assert f"stopped after release {release_id} was committed in ledger '{tmp_path / 'books.json'}' (charged) " \
+               f"{when}: {holds}; running again charges again" in said, said
+    else:
+        assert (f"stopped after the new release was published: {holds}" if published
+                else f"stopped: nothing was published; {holds}") in said, said
+    assert len([line for line in printed.splitlines() if line.startswith("stopped")]) == 1, printed
+
+
+def test_an_unrecorded_run_stopped_before_its_first_release_says_there_is_none(state_file, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+
+    lose_a_sigterm_during_the_run(monkeypatch, lambda: (_ for _ in ()).throw(KeyboardInterrupt))
+    stopped = CliRunner().invoke(app, protect_command(state_file, tmp_path, recorded=False))
+    assert stopped.exit_code == 130
+    said = " ".join(stopped.output.split())
+    assert f"stopped: nothing was published; there is no release at '{(tmp_path / 'rel').resolve()}'" in said, said
+
+
+def test_sigterm_on_an_unrecorded_panel_says_which_release_the_output_holds(panel_file, first_release, tmp_path):
+    """SIGTERM as the panel is joined (around its manifest): the run's last line says whether the
+    output holds the new release or the earlier one, and the output's bytes agree."""
+    import shutil
+
+    shutil.copytree(first_release / "rel", tmp_path / "rel")
+    before = release_bytes(tmp_path / "rel")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.Popen([sys.executable, "-m", "gedp", "protect", str(panel_file), "--out", str(tmp_path / "rel"),
+                            "--allow-over-cap"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    output = stop_at(run, tmp_path, "joining the panel", signal.SIGTERM)
+    assert "Traceback" not in output, output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rel"], output
+    out = (tmp_path / "rel").resolve()
+    if run.returncode == 0:  # published before the signal came
+        assert release_bytes(out) != before
+        return
+    assert run.returncode == 128 + signal.SIGTERM, output
+    last = output.strip().splitlines()[-1]
+    if release_bytes(out) == before:
+        assert last == f"stopped: nothing was published; '{out}' holds the release it held before", output
+    else:
+        assert last == f"stopped after the new release was published: '{out}' holds it", output
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
+def test_a_sigterm_lost_before_the_protection_began_still_stops_the_command(state_file, tmp_path, monkeypatch,
+                                                                            recorded):
+    """The command's run begins with the command, not with its protection: a SIGTERM whose exception
+    was lost while the input was read (before the ledger or the protection started) still stops it,
+    nothing committed or published."""
+    from typer.testing import CliRunner
+
+    from gedp import errors
+    from gedp.cli import app
+    from gedp.synth import intake
+
+    monkeypatch.setattr(errors, "terminations", [signal.SIGTERM])  # one an earlier command survived
+    load_input = intake.load_input
+
+    def lost_while_reading(*args, **kwargs):
+        errors.terminations.append(signal.SIGTERM)  # as the handler does, its Terminated lost
+        return load_input(*args, **kwargs)
+
+    monkeypatch.setattr(intake, "load_input", lost_while_reading)
+    stopped = CliRunner().invoke(app, protect_command(state_file, tmp_path, recorded))
+    assert stopped.exit_code == 130, stopped.output
+    assert not (tmp_path / "rel").exists()
+    if recorded:
+        assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["pending"]
+
+
+@pytest.mark.timeout(60)
+def test_a_run_in_another_thread_does_not_forget_this_runs_sigterm():
+    """Each thread's run counts from its own start: a protection that begins in another thread does
+    not make this run forget the SIGTERM it received."""
+    import threading
+
+    from gedp import errors
+
+    other_ran = []
+
+    def another_run():
+        with errors.run_started():
+            errors.stop_if_terminated()  # began after the SIGTERM: not stopped by it
+            other_ran.append(True)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(errors, "terminations", [])
+        with errors.run_started():
+            errors.terminations.append(signal.SIGTERM)
+            thread = threading.Thread(target=another_run)
+            thread.start()
+            thread.join()
+            with pytest.raises(errors.Terminated):
+                errors.stop_if_terminated()
+            with errors.run_started():  # re-entered (the library inside a command): the outer start counts
+                with pytest.raises(errors.Terminated):
+                    errors.stop_if_terminated()
+    assert other_ran == [True]

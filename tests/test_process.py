@@ -7,6 +7,7 @@ import ctypes
 import inspect
 import os
 import resource
+import signal
 import subprocess
 import sys
 
@@ -233,3 +234,111 @@ def test_the_planners_forked_workers_end_quietly_under_a_command():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[11, 12, 13, 14]", done.stderr
     assert "Terminated" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+#: A pool started inside ``starting_workers`` while a stop arrives: Ctrl-C (or SIGTERM under the
+#: command line's handler) sent as the first worker is forked, before its initializer can have run.
+HELD_STOP_PROBE = """
+import os, signal, sys
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing
+from gedp.errors import Terminated
+from gedp.running.process import starting_workers, stop_on_sigterm, worker_signals
+from gedp.running.state_pool import stop_workers
+number = getattr(signal, sys.argv[1])
+stop_on_sigterm()
+pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
+try:
+    with starting_workers():
+        os.killpg(0, number)  # this process and any child: a Ctrl-C in a terminal
+        futures = [pool.submit(abs, -i) for i in range(4)]
+        print("started", flush=True)
+    print("not stopped", flush=True)
+except (KeyboardInterrupt, Terminated) as stop:
+    print("stopped after the block:", type(stop).__name__, flush=True)
+finally:
+    stop_workers(pool)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_while_a_pool_starts_its_workers_waits_until_they_are_started(stop):
+    """A stop raised half way through starting a worker could leave one the pool does not know of
+    (which nothing stops, and whose pool then waits for it for ever): ``starting_workers`` holds the
+    stop back until the block ends, then raises it; no worker prints a traceback, none is left."""
+    done = subprocess.run([sys.executable, "-c", HELD_STOP_PROBE, stop], capture_output=True, text=True, timeout=100,
+                          start_new_session=True)
+    kind = "KeyboardInterrupt" if stop == "SIGINT" else "Terminated"
+    assert done.stdout.splitlines() == ["started", f"stopped after the block: {kind}"], done.stdout + done.stderr
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+#: Both stops held back by ``held_stops``: Ctrl-C, then SIGTERM under the command line's handler.
+BOTH_STOPS_PROBE = """
+import os, signal
+from gedp import errors
+from gedp.running.process import exit_status, held_stops, stop_on_sigterm
+stop_on_sigterm()
+try:
+    with held_stops():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+except KeyboardInterrupt as stop:
+    print(type(stop).__name__, errors.terminations == [signal.SIGTERM], exit_status(130))
+"""
+
+#: A Ctrl-C held back where its handler is the default one (the process ends on it).
+DEFAULT_STOP_PROBE = """
+import os, signal
+from gedp.running.process import held_stops
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+with held_stops():
+    os.kill(os.getpid(), signal.SIGINT)
+print("not stopped")
+"""
+
+
+@pytest.mark.timeout(60)
+def test_every_stop_held_back_is_acted_on():
+    """A Ctrl-C and a SIGTERM both held back: the Ctrl-C is raised (the first received), and the SIGTERM
+    is recorded all the same, so the command exits 143; a Ctrl-C whose handler is the default one ends
+    the process as it would have, not dropped."""
+    both = subprocess.run([sys.executable, "-c", BOTH_STOPS_PROBE], capture_output=True, text=True, timeout=50)
+    assert both.stdout.split() == ["KeyboardInterrupt", "True", "143"], both.stdout + both.stderr
+    default = subprocess.run([sys.executable, "-c", DEFAULT_STOP_PROBE], capture_output=True, text=True, timeout=50)
+    assert default.returncode == -signal.SIGINT and "not stopped" not in default.stdout, default.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_stop_during_the_ledgers_reservation_leaves_it_whole_and_says_it_is_pending(small_state, tmp_path,
+                                                                                      monkeypatch):
+    """Ctrl-C between the reservation's key file and its event is held back until the event is saved:
+    the release is pending (its note says so) and the next run is not refused for a key file of no
+    release."""
+    from typer.testing import CliRunner
+
+    import gedp.accounting.ledger as ledger
+    from gedp.accounting.ledger_file import live, read_ledger
+    from gedp.cli import app
+
+    source = tmp_path / "in.parquet"
+    small_state.head(400).to_parquet(source)
+    command = ["protect", str(source), "--out", str(tmp_path / "rel"), "--ledger", str(tmp_path / "books.json"),
+               "--lifetime-cap", "20"]
+    sha256 = ledger.file_sha256
+
+    def stopped_between(path):
+        os.kill(os.getpid(), signal.SIGINT)  # after the key file is written, before its event is saved
+        return sha256(path)
+
+    with monkeypatch.context() as during:
+        during.setattr(ledger, "file_sha256", stopped_between)
+        stopped = CliRunner().invoke(app, command)
+    assert stopped.exit_code == 130 and not (tmp_path / "rel").exists(), stopped.output
+    pending = live(read_ledger(tmp_path / "books.json"))
+    assert [r["status"] for r in pending] == ["pending"]
+    assert f"stopped: nothing was published; release {pending[0]['id']} stays pending" in " ".join(
+        stopped.output.split())
+    again = CliRunner().invoke(app, command)
+    assert again.exit_code == 0, again.output

@@ -276,3 +276,69 @@ def test_suppress_with_every_lp_in_the_final_audit_gives_the_same_result(tiny_st
     assert slow.audit.intervals["solved"].all() and not tiny_suppressed.audit.intervals["solved"].all()
     verdicts = ["cell", "attribute", "sensitive", "exact", "under_protected"]
     pd.testing.assert_frame_equal(slow.audit.intervals[verdicts], tiny_suppressed.audit.intervals[verdicts])
+
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_the_audits_workers_without_their_tracebacks(tmp_path, ctrl_c_among_workers):
+    """Ctrl-C reaches the whole process group: the audit's LP workers ignore it (as protect's state
+    workers do) and the main process stops them, so the run ends in one line, exit 130, no worker's
+    traceback and no worker left."""
+    from gedp.postprocess.cpus import usable_cpus
+
+    if usable_cpus() < 2:
+        pytest.skip("the audit runs on worker processes only with 2 or more CPUs")
+    ctrl_c_among_workers(["suppress", "--out", str(tmp_path / "out"), "--profile", "small"], workers=1)
+
+
+# --- tables whose rounds never ended (harden16) -----------------------------------------------------
+def _with_lonely_relation(table, cell: int):
+    """``table`` with one more relation holding the single cell ``cell`` (no published cell beside it)."""
+    import scipy.sparse as sp
+
+    from gedp.evaluation.baselines.suppression import CellTable
+
+    lonely = sp.csr_matrix(([1.0], ([0], [cell])), shape=(1, len(table.cells)))
+    return CellTable(table.cells, sp.vstack([table.relations, lonely]).tocsr())
+
+
+@pytest.mark.timeout(30)
+def test_a_relation_with_no_published_cell_beside_its_suppressed_one_is_refused(five):
+    """Such a relation has exactly one suppressed cell after every round, and no complement: the code
+    before this test repeated the rounds without end. Now an InputError naming the relation's cell."""
+    from gedp.errors import InputError
+
+    table = build_cells(five, RULE.attributes)
+    primary, need = primary_suppression(table, RULE)
+    alone = cell_index(table, 71, "005", "10")
+    lonely = _with_lonely_relation(table, alone)
+    with pytest.raises(InputError, match=f"relation {table.relations.shape[0]:,} has one suppressed cell "
+                                         r"\(level 71, county 005, industry 10\) and no published cell"):
+        secondary_suppression(lonely, primary, need, RULE.attributes)
+
+
+@pytest.mark.timeout(30)
+def test_cell_totals_that_are_not_finite_are_refused(five):
+    from gedp.errors import InputError
+
+    table = build_cells(five, RULE.attributes)
+    primary, need = primary_suppression(table, RULE)
+    table.cells.loc[0, "wage"] = np.nan
+    with pytest.raises(InputError, match="totals or needs of wage must be finite numbers"):
+        secondary_suppression(table, primary, need, RULE.attributes)
+
+
+@pytest.mark.timeout(30)
+def test_secondary_suppression_stops_at_its_round_cap(five, monkeypatch):
+    """Every round suppresses one more cell, so the rounds end within one per cell; rounds that would
+    suppress nothing new (complements picked among the suppressed cells, here) stop at that cap."""
+    from gedp.errors import GedpError
+    from gedp.evaluation.baselines import suppression
+
+    table = build_cells(five, RULE.attributes)
+    primary, need = primary_suppression(table, RULE)
+    monkeypatch.setattr(suppression, "_complements",
+                        lambda table, suppressed, need, attributes, relations, protected:
+                        (protected, np.arange(len(relations))))
+    with pytest.raises(GedpError, match=f"did not end within {len(table.cells) + 1:,} rounds"):
+        secondary_suppression(table, primary, need, RULE.attributes)

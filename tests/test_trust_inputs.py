@@ -177,6 +177,26 @@ def test_estab_id_repeated_in_parts_of_different_states_is_refused_before_noise(
                    f"column 'estab_id': values must be unique; first at row 156 (estab_id {rows.loc[0, 'estab_id']})")
 
 
+def test_an_estab_id_longer_than_a_release_key_is_refused_and_one_as_long_is_read_with_margins(rows, tmp_path):
+    """A release's readers refuse keys longer than MAX_KEY_CHARS (an edited copy's); the input refuses
+    such an id before any noise, so no release is written that its own readers then refuse. An id of
+    exactly that length protects and tabulates with margins."""
+    from gedp.release.measurement_checks import MAX_KEY_CHARS
+
+    longest = rows.astype({"estab_id": str})
+    longest.loc[7, "estab_id"] = "7" * MAX_KEY_CHARS
+    longest.to_parquet(tmp_path / "ok.parquet", index=False)
+    done = invoke(*protect_args(tmp_path / "ok.parquet", tmp_path / "ok"))
+    assert done.exit_code == 0, done.output
+    table = invoke("tabulate", tmp_path / "ok", "--by", "county", "--moe")
+    assert table.exit_code == 0 and "m1emp_moe" in table.output, table.output
+    longer = longest.copy()
+    longer.loc[7, "estab_id"] = "7" * (MAX_KEY_CHARS + 1)
+    longer.to_parquet(tmp_path / "in.parquet", index=False)
+    assert_refused(invoke(*protect_args(tmp_path / "in.parquet", tmp_path / "out")), tmp_path / "out",
+                   f"column 'estab_id': ids must be at most {MAX_KEY_CHARS} characters")
+
+
 # --- 4. codes are ASCII digits ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("column, code, message", [

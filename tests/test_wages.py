@@ -514,7 +514,8 @@ def test_cells_without_employment_are_covered_with_their_own_class(shared_data, 
 def test_noise_excess_against_a_loop():
     """wages._noise_excess against a loop over cells and establishments of the sqrt mechanism's noise
     variance 4 (x + a) sd^2 + 2 sd^4: per cell, v^2 / vd^2 x the sum over its idle establishments of
-    that variance at the released wage less at the weighed wage; 0 for a fixed cell."""
+    that variance at the released wage less at the weighed wage, held at 0 and above (a negative one
+    had brought a county's margin to 0); 0 for a fixed cell."""
     from types import SimpleNamespace
 
     from gedp.measure.neighbors import SqrtPsi
@@ -533,9 +534,12 @@ def test_noise_excess_against_a_loop():
     for cell in range(n_cells):
         excess = sum(4 * (values[j] + a) * sd[j] ** 2 - 4 * (weighed_at[j] + a) * sd[j] ** 2
                      for j in range(n) if codes[j] == cell and idle[j])
-        expected = 0.0 if fixed[cell] else cell_variance[cell] ** 2 * excess / direct_variance[cell] ** 2
+        expected = 0.0 if fixed[cell] else max(cell_variance[cell] ** 2 * excess / direct_variance[cell] ** 2, 0.0)
         assert out[cell] == pytest.approx(expected, rel=1e-9, abs=1e-12)
-    assert np.count_nonzero(out) > n_cells // 2  # power: most cells have idle establishments
+    assert np.count_nonzero(out) > n_cells // 4  # power: many cells have idle establishments paid above their weight
+    # power of the hold: released wages below the weighed ones give 0 where the formula is negative
+    below = wages._noise_excess(problem, fit, weighed_at / 2)
+    assert (below == 0).all() and np.count_nonzero(wages._noise_excess(problem, fit, weighed_at * 2)) > 0
 
 
 def _with_cells_without_employment(state: pd.DataFrame, rng: np.random.Generator, n_cells: int) -> tuple[

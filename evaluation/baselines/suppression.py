@@ -28,9 +28,10 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from gedp.errors import AuditError
+from gedp.errors import AuditError, GedpError, InputError
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.cpus import usable_cpus
+from gedp.running.process import starting_workers, worker_signals
 from gedp.running.state_pool import stop_workers
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
@@ -181,8 +182,9 @@ def primary_suppression(table: CellTable, rule: SuppressionRule) -> tuple[np.nda
 
 
 def _complements(table: CellTable, suppressed: np.ndarray, need: np.ndarray, attributes: Sequence[str],
-                 relations: np.ndarray, protected: np.ndarray) -> np.ndarray:
-    """One published cell per relation in ``relations``, to be suppressed alongside ``protected``.
+                 relations: np.ndarray, protected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One published cell per relation in ``relations``, to be suppressed alongside ``protected``, and
+    the positions in ``relations`` of the relations that have one (those with a published cell).
 
     Among the relation's published cells, the one with the smallest first-attribute value that is
     positive and at least the protected cell's need in every attribute; if there is none, the largest.
@@ -195,17 +197,23 @@ def _complements(table: CellTable, suppressed: np.ndarray, need: np.ndarray, att
     adequate = (values[candidate] >= need[protected[row]]).all(axis=1) & (cost > 0)
     # Adequate cells first, by increasing cost; otherwise the largest cell.
     order = np.lexsort((np.where(adequate, cost, -cost), ~adequate, row))
-    first = np.unique(row[order], return_index=True)[1]
-    return candidate[order][first]
+    rows, first = np.unique(row[order], return_index=True)
+    return candidate[order][first], rows
 
 
 def secondary_suppression(table: CellTable, suppressed: np.ndarray, need: np.ndarray,
                           attributes: Sequence[str]) -> np.ndarray:
     """Suppress complements until no relation has exactly one suppressed cell (so none is recomputable
-    from one relation of published cells)."""
+    from one relation of published cells).
+
+    Each round gives every such relation a complement from its published cells, so it suppresses at
+    least one more cell: the rounds end within as many as there are cells. A relation whose one
+    suppressed cell has no published cell beside it (no complement to pick: the rounds would repeat
+    without end) and cell totals or needs that are not finite numbers are refused (InputError)."""
+    _check_finite(table, need, attributes)
     suppressed = suppressed.copy()
     membership = abs(table.relations)
-    while True:
+    for _ in range(len(suppressed) + 1):
         counts = membership @ suppressed.astype(float)
         singles = np.flatnonzero(counts == 1)
         if singles.size == 0:
@@ -214,8 +222,29 @@ def secondary_suppression(table: CellTable, suppressed: np.ndarray, need: np.nda
         alone = block.col[suppressed[block.col]]
         protected = np.empty(singles.size, dtype=np.int64)
         protected[block.row[suppressed[block.col]]] = alone
-        picks = _complements(table, suppressed, need, attributes, singles, protected)
+        picks, rows = _complements(table, suppressed, need, attributes, singles, protected)
+        if rows.size < singles.size:
+            _refuse_lonely(table, singles, protected, rows)
         suppressed[picks] = True
+    raise GedpError(f"secondary suppression did not end within {len(suppressed) + 1:,} rounds (one per cell)")
+
+
+def _check_finite(table: CellTable, need: np.ndarray, attributes: Sequence[str]) -> None:
+    """Every cell's totals and needs finite numbers (a NaN total is no cost to compare)."""
+    for k, attribute in enumerate(attributes):
+        values = table.cells[attribute].to_numpy(dtype=np.float64)
+        if not (np.isfinite(values).all() and np.isfinite(need[:, k]).all()):
+            raise InputError(f"secondary suppression: the cells' totals or needs of {attribute} must be finite numbers")
+
+
+def _refuse_lonely(table: CellTable, singles: np.ndarray, protected: np.ndarray, rows: np.ndarray) -> None:
+    """Refuse the first relation of ``singles`` (its suppressed cell ``protected``) that got no
+    complement (not in ``rows``), naming its suppressed cell by its public keys."""
+    lonely = int(np.setdiff1d(np.arange(singles.size), rows)[0])
+    cell = table.cells.iloc[int(protected[lonely])]
+    raise InputError(f"secondary suppression: relation {int(singles[lonely]):,} has one suppressed cell (level "
+                     f"{cell['agglvl']}, county {cell['county']}, industry {cell['industry']}) and no published "
+                     "cell beside it to suppress (a relation of one cell: no table build_cells makes)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -332,9 +361,10 @@ def _solve(jobs: list[tuple], workers: int | None):
     # The workers are stopped however the iteration ends (an error, Ctrl-C, the caller leaving it): none
     # is waited for once the results are no longer wanted, not even one stuck (a forked child can start
     # with a lock another thread of this process held).
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
     try:
-        futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
+        with starting_workers():
+            futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
         for i in range(len(jobs)):
             yield futures[i].result()
     finally:

@@ -96,6 +96,7 @@ from gedp.accounting.ledger_spending import (
     spending,
 )
 from gedp.accounting.quarters import check_begun
+from gedp.errors import held_stops
 from gedp.measure.budget import MAX_MU, compose
 from gedp.measure.queries import IDENTITY
 from gedp.measure.workflows import MeasurementPlan
@@ -245,7 +246,12 @@ def reserve(path: str | Path, estab_ids: Iterable[str] | pd.Series, plan: Measur
             None if np.isnan(annual).all() else float(np.nanmin(annual)),
             max((float(np.max(np.sqrt(y.spent2 + y.charge2))) for y in years), default=None),
             float(np.sqrt(np.max(budgets[0].charge2))))
-        _record(path, book, blocks, reservation, dataset_id, config, caps)
+        try:
+            with held_stops():  # a stop between the key file and its event would leave a key file of no release
+                _record(path, book, blocks, reservation, dataset_id, config, caps)
+        except KeyboardInterrupt as stop:  # held until recorded: the release is pending, and the stop says so
+            stop.add_note(f"stopped: {reservation.pending_note()}")
+            raise
     return reservation
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
+from gedp.accounting.lock_wait import LockWait, open_lock_file
 from gedp.accounting.quarters import quarter_index
 from gedp.measure.budget import MAX_MU
 from gedp.synth.panel import QUARTER_PATTERN
@@ -31,6 +32,8 @@ DATASET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 LEDGER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,122}\.json")
 HASH = re.compile(r"[0-9a-f]{64}")
 RELEASE_ID = re.compile(r"[0-9a-f]{16}")
+#: What a process holding the ledger's lock writes into the lock file.
+HOLDER = re.compile(r"process ([0-9]+) since ([0-9T:+.-]+)")
 KEY = re.compile(r"[A-Za-z0-9_-]{16}")
 #: The keyed hash of this text under the ledger's key is stored with the ledger: a hash function that
 #: changed (another pandas) would give every establishment a fresh account, so it is refused.
@@ -285,11 +288,15 @@ def append_event(book: dict, event: dict) -> None:
 
 
 def _write(path: Path, book: dict) -> None:
-    """Replace the ledger file atomically (a complete temporary file, synced, then renamed)."""
+    """Replace the ledger file atomically (a complete temporary file, synced, then renamed). The
+    temporary file is made anew (``O_EXCL``, never through a symbolic link): one left by a killed run,
+    or a link planted in its place, is removed first, not written through."""
     staging = path.with_name(f".{path.name}.partial")
     content = {key: book[key] for key in LEDGER_KEYS}
     try:
-        with open(staging, "w", encoding="utf-8") as handle:
+        staging.unlink(missing_ok=True)
+        made = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        with open(made, "w", encoding="utf-8") as handle:
             handle.write(json.dumps(content, indent=1, allow_nan=False) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
@@ -309,35 +316,67 @@ def save_ledger(path: Path, book: dict) -> None:
 def locked_ledger(path: Path, *, missing_ok: bool = False) -> Iterator[dict]:
     """Check the ledger, then hold its exclusive lock and yield it read again under the lock. The
     lock file ``FILE.lock`` lives only while a process holds it (removed before the lock is let
-    go), so none is left beside the ledger, nor beside a ledger a refused first release never made."""
+    go), so none is left beside the ledger, nor beside a ledger a refused first release never made.
+    The lock is waited for with a deadline (``gedp.accounting.lock_wait``): a process that holds it and
+    hangs makes the others fail with a one-line ``LockTimeout``, the ledger not changed."""
     path = check_ledger_path(path)
     read_ledger(path, missing_ok=missing_ok)  # refused before a lock file is created beside it
     lock = path.with_name(path.name + ".lock")
     handle = _lock_file(lock, path)
-    with handle:
-        try:
-            yield read_ledger(path, missing_ok=missing_ok)
-        finally:
-            lock.unlink(missing_ok=True)  # still held: a process waiting for it finds it gone and retries
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    try:
+        os.ftruncate(handle, 0)  # who holds the lock, for a process waiting for it (LockWait's line)
+        os.write(handle, f"process {os.getpid()} since {utc_now()}\n".encode())
+        yield read_ledger(path, missing_ok=missing_ok)
+    finally:
+        _remove_own(lock, handle)  # still held: a process waiting for it finds it gone and retries
+        os.close(handle)  # lets the lock go
 
 
-def _lock_file(lock: Path, path: Path):
-    """The open lock file ``lock``, exclusively locked: taken again when the file was removed (by the
-    process that held it) between its opening and the lock, so that two processes never hold locks on
-    two files of that name."""
+def _remove_own(lock: Path, handle: int) -> None:
+    """Remove the lock file ``lock`` if it is still the one open as ``handle``: one removed by hand
+    while held may have been made again and locked by another process, whose lock stays."""
+    try:
+        if os.path.samestat(os.stat(lock, follow_symlinks=False), os.fstat(handle)):
+            lock.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _lock_file(lock: Path, path: Path) -> int:
+    """The descriptor of the lock file ``lock``, exclusively locked: taken again when the file was
+    removed (by the process that held it) between its opening and the lock, so that two processes never
+    hold locks on two files of that name. Waited for under one deadline (``LockWait``). Only a regular
+    file is opened (``open_lock_file``: a symbolic link or FIFO planted there is refused)."""
+    wait = LockWait(lock, "the ledger's lock", f"if that process is hung, stop it and run again (a release it "
+                    f"left pending is cleared with gedp ledger clear); ledger '{path}' was not changed",
+                    lambda: _holder(lock))
     while True:
         try:
-            handle = open(lock, "a")
+            handle = open_lock_file(lock)
         except OSError as err:
             raise InputError(f"cannot lock ledger '{path}' ({err.strerror or type(err).__name__})") from None
-        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+            wait.take(handle, fcntl.LOCK_EX)
+            if os.path.samestat(os.stat(lock, follow_symlinks=False), os.fstat(handle)):
                 return handle
         except FileNotFoundError:
             pass
-        handle.close()
+        except BaseException:
+            os.close(handle)
+            raise
+        os.close(handle)
+
+
+def _holder(lock: Path) -> str:
+    """" (held by process N since DATE)", as its holder wrote it into the lock file ("" when it cannot
+    be read, or is not a regular file)."""
+    try:
+        handle = open_lock_file(lock, os.O_RDONLY)
+    except (OSError, InputError):
+        return ""
+    with open(handle, "rb") as file:
+        found = HOLDER.fullmatch(file.read(200).decode("ascii", "replace").strip())
+    return f" (held by process {found[1]} since {found[2]})" if found else ""
 
 
 def live(book: dict) -> list[dict]:

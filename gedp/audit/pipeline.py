@@ -41,7 +41,9 @@ from gedp.measure.queries import IDENTITY
 from gedp.postprocess.cpus import usable_cpus
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.reader import parse_query_name
+from gedp.running.process import starting_workers, worker_signals
 from gedp.running.recorded_release import protect_recorded
+from gedp.running.state_pool import stop_workers
 
 #: Family-wise false-failure rate of a pipeline audit (all statistics and thresholds together).
 PIPELINE_ALPHA = 0.01
@@ -242,10 +244,14 @@ def run_pipeline_audit(config: str | Config = "baseline", *, attribute: str = "m
     manifest: dict = {}
     with contextlib.ExitStack() as stack:
         if workers > 1:
-            pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")))
-            done = (future.result() for future in as_completed(
-                [pool.submit(audit_runs, loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))
-                 for batch, size in enumerate(_batches(runs))]))
+            # workers that ignore Ctrl-C, stopped however the audit ends (gedp.running.process.worker_signals)
+            pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                           initializer=worker_signals))
+            stack.callback(stop_workers, pool)
+            with starting_workers():
+                futures = [pool.submit(audit_runs, loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))
+                           for batch, size in enumerate(_batches(runs))]
+            done = (future.result() for future in as_completed(futures))
         else:
             done = (audit_runs(loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))
                     for batch, size in enumerate(_batches(runs)))

@@ -45,6 +45,7 @@ from gedp.release.format import (
     RELEASE_ORDER,
     TABLES_FILE,
 )
+from gedp.release.part_sizes import check_decoded, check_footer, expected_rows, read_parts
 from gedp.release.reader import answers_of_frame, parse_query_name, read_manifest
 from gedp.release.validation import listed_parts
 from gedp.synth.io import sorted_by
@@ -89,12 +90,24 @@ def state_parts(folder: Path, manifest: dict, quarter: str | None = None) -> lis
     for state in sorted(section["states"]):
         name = f"part-{state if quarter is None else f'{quarter}-{state}'}.parquet"
         files = [folder / output / name for output in (PROTECTED_FILE, MEASUREMENTS_FILE)]
-        if all(file.is_file() and not file.is_symlink() for file in files):
-            frames = [pd.read_parquet(file) for file in files]
+        if all(file.is_file() and not file.is_symlink() for file in files) and _sizes_hold(folder, manifest, files):
+            frames = [read_parts([str(file)]) for file in files]
             keyed = sum(int((frame[QUARTER_KEY] != quarter).sum()) for frame in frames) if quarter else 0
             protected, measured = (frame.drop(columns=QUARTER_KEY) if quarter else frame for frame in frames)
             parts.append(StatePart(state, protected, measured, quarter, keyed))
     return parts
+
+
+def _sizes_hold(folder: Path, manifest: dict, files: list[Path]) -> bool:
+    """Whether each part's footer and texts state sizes its file can hold (``part_sizes``; a part that
+    does not is left unread: ``check_files`` names it)."""
+    try:
+        for file in files:
+            check_footer(folder, file.parent.name, file, expected_rows(manifest, file.parent.name, file.name))
+            check_decoded(folder, file.parent.name, [str(file)])
+    except InputError:
+        return False
+    return True
 
 
 def answers_of(part: StatePart) -> Iterator[tuple[str, str, tuple[str, ...], pd.DataFrame]]:
@@ -382,7 +395,7 @@ def check_files(folder: Path, manifest: dict) -> list[str]:
     failures += [f"{name} is missing" for name in (TABLES_FILE,) if not (folder / name).is_file()]
     for output in outputs:
         try:
-            listed_parts(folder, output, manifest)
+            check_decoded(folder, output, listed_parts(folder, output, manifest))
         except InputError as err:
             failures.append(str(err).split(": ", 1)[-1])
     return failures

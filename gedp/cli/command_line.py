@@ -16,7 +16,7 @@ from rich.text import Text
 from typer.core import TyperOption
 
 import gedp
-from gedp.errors import AuditError, GedpError, InputProblems, SolverError
+from gedp.errors import AuditError, GedpError, InputProblems, SolverError, Terminated, run_started
 from gedp.running.process import end_process, exit_status, set_up_command_memory, stop_on_sigterm
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -64,18 +64,24 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _options(
+    context: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                           help="Print gedp's version and exit.")] = False,
 ) -> None:
-    pass
+    context.with_resource(run_started())  # a SIGTERM from here on stops the command's run (gedp.errors)
 
 
 @contextmanager
 def reported_errors() -> Iterator[None]:
     """Turn every gedp error into one line on stderr: exit status 1 when the computation failed
-    (solver, audit LP), 2 when an input, config, budget or path was refused (gedp.errors)."""
+    (solver, audit LP), 2 when an input, config, budget or path was refused (gedp.errors). A stop
+    (Ctrl-C, or SIGTERM's ``Terminated``) is one line too, what the run says it left (``stop_line``),
+    and exit status 130 (143 after SIGTERM: ``main``)."""
     try:
         yield
+    except KeyboardInterrupt as stop:
+        typer.echo(stop_line(stop), err=True)
+        raise
     except (SolverError, AuditError) as err:
         kind = "solver" if isinstance(err, SolverError) else "audit"
         typer.echo(f"{kind} error: {_one_line(err)}", err=True)
@@ -87,6 +93,16 @@ def reported_errors() -> Iterator[None]:
     except GedpError as err:
         typer.echo(f"error: {_one_line(err)}", err=True)
         raise typer.Exit(2) from None
+
+
+def stop_line(stop: KeyboardInterrupt) -> str:
+    """The line a stopped command ends with: the notes the run added to the stop (what it left: a
+    release pending in the ledger, published or not, ``gedp.running.recorded_release.reported_stop``),
+    else which stop it was."""
+    notes = getattr(stop, "__notes__", None)
+    if notes:
+        return _one_line(" ".join(notes))
+    return f"stopped ({'SIGTERM' if isinstance(stop, Terminated) else 'Ctrl-C'})"
 
 
 #: Characters that end a line (str.splitlines): escaped in error messages, which stay on one line.

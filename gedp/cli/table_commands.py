@@ -62,6 +62,9 @@ Timeout = Annotated[float, typer.Option(help="Most seconds a request may compute
 ImplicatesOut = Annotated[Path, typer.Option(help="The folder of implicates to write (one Parquet file per implicate; "
                                                   "pandas.read_parquet(OUT) reads them all).")]
 Count = Annotated[int, typer.Option("--n", help="Number of implicates M.")]
+LevelPrior = Annotated[str, typer.Option(help="The size prior's level: month1 (default) or quarter (the months' "
+                                              "mean: job destruction nearer the truth, job creation and size "
+                                              "classes under 10 employees shifted; docs/method/implicates.md).")]
 DrawSeed = Annotated[Optional[int], typer.Option(help="Seed the draws (reproducible; default: the secure generator).")]
 DrawnQuarter = Annotated[Optional[str], typer.Option(help="A panel release: the quarter drawn, e.g. 2016Q1.")]
 # gedp report
@@ -147,7 +150,7 @@ def serve_command(releases: Releases, host: Host = "127.0.0.1", port: Port = 800
 
 @app.command(name="implicates")
 def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed: DrawSeed = None,
-                       quarter: DrawnQuarter = None) -> None:
+                       quarter: DrawnQuarter = None, level_prior: LevelPrior = "month1") -> None:
     """Draw M complete microdata files from the posterior of the confidential values given a release.
 
     Reads the release's files only, spends no privacy budget and changes nothing in the release;
@@ -158,7 +161,8 @@ def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed
     with reported_errors():
         start = time.perf_counter()
         with progress_counts("drawing implicates") as (update, say):
-            write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say)
+            write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say,
+                             level_prior=level_prior)
     console.print(f"[bold]{n} implicates[/] written to {out} in {time.perf_counter() - start:.0f} s "
                   "(pandas.read_parquet reads them with an implicate column)")
 

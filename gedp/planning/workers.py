@@ -18,7 +18,7 @@ from typing import Any
 
 from gedp.errors import GedpError
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import forked_worker_signals
+from gedp.running.process import starting_workers, worker_signals
 from gedp.running.state_pool import stop_workers
 
 #: The context of the running map, inherited by the forked workers (None outside a map).
@@ -43,10 +43,12 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
     # A pool that notices a dead worker (multiprocessing.Pool waits for its result for ever), its workers
     # stopped however the map ends, none waited for: not even one stuck (a forked child can start with a
     # lock another thread of this process held).
-    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"), initializer=forked_worker_signals)
+    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
     try:
         results = []
-        for index, result in enumerate(pool.map(_run, items)):
+        with starting_workers():
+            mapped = pool.map(_run, items)
+        for index, result in enumerate(mapped):
             results.append(result)
             tell(index, result)
         return results

@@ -29,7 +29,9 @@ structure is used only when its files are those ``complete.json`` lists (one del
 rebuilt, never a column silently dropped). Requests sharing a cache hold a shared lock on
 ``margins/.lock`` (``fcntl.flock``) while they open a kept structure's files; putting a structure
 into place and removing the least recently used hold it exclusively, and only ever remove folders
-named as gedp names them, directly inside ``margins/``, not symbolic links.
+named as gedp names them, directly inside ``margins/``, not symbolic links. The lock is waited for
+with a deadline (``gedp.accounting.lock_wait``): a process that holds it and hangs makes the others
+fail with a one-line ``LockTimeout``, not wait for ever.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gedp.accounting.lock_wait import LockWait, open_lock_file
 from gedp.errors import InputError
 from gedp.postprocess.cellmargins import CellPieces, IndexedVariances, pieces_arrays, pieces_from
 from gedp.release.cells import CELL_CODES_FILE, indexed_tabulation, write_cell_index
@@ -64,7 +67,7 @@ if TYPE_CHECKING:
     from gedp.postprocess.models import VarianceFunction
 
 #: Bumped whenever what the structure holds, or how it is applied, changes.
-STRUCTURE_FORMAT = 10
+STRUCTURE_FORMAT = 11
 CACHE_ENV = "GEDP_CACHE_DIR"
 #: Structures kept at most (the least recently used are removed first).
 KEPT_STRUCTURES = 4
@@ -210,15 +213,17 @@ def kept_path(release: str | Path, quarter: str | None = None) -> Path:
 @contextmanager
 def _cache_lock(kind: int) -> Iterator[None]:
     """Hold ``kind`` (``fcntl.LOCK_SH`` or ``LOCK_EX``) on the cache's lock file; nothing where it
-    cannot be opened (a cache that cannot be written: nobody prunes it)."""
+    cannot be opened (a cache that cannot be written: nobody prunes it). Waited for with a deadline
+    (``gedp.accounting.lock_wait``: a ``LockTimeout`` when a process holding it is hung)."""
     root = margins_folder()
     try:
-        handle = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        handle = open_lock_file(root / LOCK_FILE)
     except OSError:
         yield
         return
     try:
-        fcntl.flock(handle, kind)
+        LockWait(root / LOCK_FILE, "the margin cache's lock", f"if a gedp process using the cache is hung, stop it; "
+                 f"or set {CACHE_ENV} to another folder").take(handle, kind)
         yield
     finally:
         os.close(handle)  # releases the lock

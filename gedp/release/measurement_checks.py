@@ -28,8 +28,9 @@ from pathlib import Path
 
 from gedp.errors import InputError
 from gedp.release.format import MEASUREMENTS_FILE, QUARTER_KEY
+from gedp.release.part_sizes import open_part
 from gedp.release.validation import ATTRIBUTE_PATTERN
-from gedp.synth.schema import shown
+from gedp.synth.schema import MAX_ID_CHARS, shown
 
 #: The numbers of a noisy answer that readers compute with.
 ANSWER_NUMBERS = ("released", "estimate", "variance", "sd", "mu", "grid")
@@ -47,7 +48,7 @@ ANSWER_TEXT = ("query", "attribute", "mechanism", "variance_kind")
 #: The longest key (an establishment's id, a group's label) a release's measurements may hold: gedp's
 #: keys are FIPS codes, NAICS codes, size classes and establishment ids of a few characters; a longer one
 #: is an edited copy (a 60 KB key repeated on every row decompresses to gigabytes).
-MAX_KEY_CHARS = 64
+MAX_KEY_CHARS = MAX_ID_CHARS  # input refuses longer ids, so no honest release holds one
 #: The longest label of an answer (its query's name, attribute, mechanism, variance kind): a query
 #: names a few columns, an attribute a job family's category of a few codes.
 MAX_LABEL_CHARS = 256
@@ -106,7 +107,7 @@ class MeasurementParts:
     columns: list[str]
 
 
-def _part_label(path: str) -> tuple[str | None, str]:
+def part_label(path: str) -> tuple[str | None, str]:
     """The quarter (None for a release of one quarter) and state of a part named as
     ``validation.part_names`` names it (``part-44.parquet``, ``part-2016Q1-44.parquet``)."""
     label = Path(path).name[len("part-"):-len(".parquet")]
@@ -120,18 +121,17 @@ def measurement_parts(release: str | Path, parts: list[str], quarter: str | None
     (``_check_schema``); a panel's part holding rows of its own quarter only; its answers' labels and
     the keys some query groups by (and ``estab_id``) no longer than ``_check_lengths`` allows. The
     keys no query groups by are left unread."""
-    import pyarrow.parquet as pq
 
-    chosen = [path for path in parts if _part_label(path)[0] == quarter]
+    chosen = [path for path in parts if part_label(path)[0] == quarter]
     required = {**dict.fromkeys(ANSWER_TEXT, "text"), **dict.fromkeys(ANSWER_NUMBERS, "numbers")}
     if quarter is not None:
         required[QUARTER_KEY] = "text"
     files = []
     for path in chosen:
-        metadata = pq.read_metadata(path)
+        metadata = open_part(path).metadata
         schema = metadata.schema.to_arrow_schema()
         _check_schema(release, path, schema, required)
-        files.append(pq.ParquetFile(path, metadata=metadata, read_dictionary=[
+        files.append(open_part(path, metadata=metadata, read_dictionary=[
             field.name for field in schema if _is_text(field.type)]))
     queries: set = set()
     for path, file in zip(chosen, files):
@@ -147,7 +147,7 @@ def measurement_parts(release: str | Path, parts: list[str], quarter: str | None
     for path, file in zip(chosen, files):
         _check_lengths(release, path, file, [key for key in columns if key not in required
                                              and key in file.schema_arrow.names], MAX_KEY_CHARS)
-    return MeasurementParts(chosen, [_part_label(path)[1] for path in chosen],
+    return MeasurementParts(chosen, [part_label(path)[1] for path in chosen],
                             [file.metadata.num_rows for file in files], columns)
 
 

@@ -17,18 +17,18 @@ release's files alone; nothing else is read and nothing is written.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from gedp.errors import InputError
 from gedp.postprocess.cellmargins import cell_half_widths
 from gedp.postprocess.keys import tabulation_keys
 from gedp.release.cells import read_cell_arrays
-from gedp.release.format import MANIFEST_FILE
 from gedp.release.margins import is_complete, kept_path, read_pieces, shared_cache
+from gedp.release.validation import manifest_json
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,9 @@ class QuickTable:
 def quick_tabulation(release: str | Path, by: str, *, moe: bool = False, level: float = 0.95) -> QuickTable | None:
     """``margins.kept_tabulation(release, by, moe=moe, level=level)`` (no filter) without pandas:
     the same keys, columns and numbers; None when it cannot be answered so (see the module)."""
-    path = Path(release) / MANIFEST_FILE
     try:
-        manifest = None if path.is_symlink() else json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = manifest_json(release)  # bounded (a FIFO, 300 MB or deep nesting: the full path refuses it)
+    except InputError:
         return None
     if not isinstance(manifest, dict) or manifest.get("quarters"):
         return None  # a linked manifest, or a panel release: both left to the full path

@@ -15,7 +15,8 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
-from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts
+from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts, part_label
+from gedp.release.part_sizes import FOOTER_LIMITS, check_decoded, read_parts
 from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.schema import CONFIDENTIAL
 
@@ -73,8 +74,10 @@ def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFra
     """One Parquet output of a release as stored (its listed parts: ``release_parts``); the protected
     microdata refused unless they hold the establishments the manifest states."""
     manifest = read_manifest(release)
+    parts = release_parts(release, output, manifest)
     with parts_read(release, output):
-        frame = pd.read_parquet(release_parts(release, output, manifest))
+        check_decoded(release, output, parts)
+        frame = read_parts(parts)
     return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
 
 
@@ -86,8 +89,9 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
     manifest = read_manifest(release)
     parts = release_parts(release, PROTECTED_FILE, manifest)
     with parts_read(release, PROTECTED_FILE):
-        columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in without]
-        frame = pd.read_parquet(parts, columns=columns)
+        columns = [name for name in pq.ParquetDataset(parts, **FOOTER_LIMITS).schema.names if name not in without]
+        check_decoded(release, PROTECTED_FILE, parts, columns)
+        frame = read_parts(parts, columns)
     check_count(release, frame, manifest_count(manifest))
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
@@ -108,7 +112,8 @@ def read_measurements(release: str | Path, quarter: str | None = None) -> pd.Dat
     manifest = read_manifest(release)
     with parts_read(release, MEASUREMENTS_FILE):
         parts = measurement_parts(release, release_parts(release, MEASUREMENTS_FILE, manifest), quarter)
-        frame = pd.read_parquet(parts.paths, columns=parts.columns, filters=filters)  # footers checked before
+        check_decoded(release, MEASUREMENTS_FILE, parts.paths, parts.columns)
+        frame = read_parts(parts.paths, parts.columns, filters)  # footers checked before
     return checked_measurements(release, frame, manifest, parts, quarter)
 
 
@@ -178,12 +183,20 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
     if quarter is None:
         return read_protected(release, without)
     manifest = read_manifest(release)
-    parts = release_parts(release, PROTECTED_FILE, manifest)
+    parts = quarter_parts(release_parts(release, PROTECTED_FILE, manifest), quarter)
     with parts_read(release, PROTECTED_FILE):
-        columns = [name for name in pq.ParquetDataset(parts).schema.names if name not in (*without, QUARTER_KEY)]
-        frame = pd.read_parquet(parts, columns=columns, filters=[(QUARTER_KEY, "==", quarter)])
+        names = pq.ParquetDataset(parts, **FOOTER_LIMITS).schema.names
+        columns = [name for name in names if name not in (*without, QUARTER_KEY)]
+        check_decoded(release, PROTECTED_FILE, parts, [*columns, QUARTER_KEY])
+        frame = read_parts(parts, columns, [(QUARTER_KEY, "==", quarter)])
     check_count(release, frame, manifest_count(manifest, quarter), f" of {quarter}")
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
+
+
+def quarter_parts(parts: list[str], quarter: str | None) -> list[str]:
+    """The parts of ``quarter`` of a panel release's ``parts`` (named ``part-<quarter>-<state>``; all
+    of them without a quarter): a reader of one quarter reads and checks no other quarter's part."""
+    return parts if quarter is None else [path for path in parts if part_label(path)[0] == quarter]
 
 
 def read_validated(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
@@ -209,10 +222,13 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
     mode = manifest.get("variance_mode", "estimated")
     if protected is None and mode == "smoothed":
         with parts_read(release, PROTECTED_FILE):
-            dataset = pq.ParquetDataset(release_parts(release, PROTECTED_FILE),
-                                        filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)])
-            protected = dataset.read(columns=[column for column in dict.fromkeys(
-                ("estab_id", *PATTERN_CELL, *PATTERN_GROUP)) if column in dataset.schema.names]).to_pandas()
+            parts = quarter_parts(release_parts(release, PROTECTED_FILE), quarter)
+            dataset = pq.ParquetDataset(parts, filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)],
+                                       **FOOTER_LIMITS)
+            columns = [column for column in dict.fromkeys(("estab_id", *PATTERN_CELL, *PATTERN_GROUP))
+                       if column in dataset.schema.names]
+            check_decoded(release, PROTECTED_FILE, parts, [*columns, QUARTER_KEY])
+            protected = dataset.read(columns=columns).to_pandas(ignore_metadata=True)
     return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 

@@ -20,7 +20,9 @@ field, and no reader silently includes a file the manifest does not account for:
 * a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
   a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
   state (``part-<quarter>-<state>.parquet``) that the manifest lists: no other entry, no symbolic link
-  (neither the folder nor a part), each a Parquet file by its first and last bytes (``PARQUET_MAGIC``).
+  (neither the folder nor a part), each a Parquet file by its first and last bytes (``PARQUET_MAGIC``)
+  whose footer states sizes its file can hold (``part_sizes.check_footer``: its rows, the protected
+  microdata's those the manifest states, its pages' uncompressed size and its rows' width).
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ import json
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
 from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, RELEASE_FILES
+from gedp.release.part_sizes import check_parts, expected_rows
 
 if TYPE_CHECKING:
     from gedp.release.manifest import Manifest
@@ -47,6 +51,11 @@ QUARTER_PATTERN = re.compile(r"[0-9]{4}Q[1-4]")
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 #: An attribute of a release's answers: a plain name, or a job family's category ("worker[1,E1]").
 ATTRIBUTE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}(\[[^\[\]/\\\x00-\x1f]{1,64}\])?")
+#: The largest manifest.json read: a state's is about 20 KB, a panel's holds each quarter's whole.
+MAX_MANIFEST_BYTES = 64 << 20
+#: The most quarters a panel release may hold (100 years; each quarter's parts and manifest section
+#: are read and checked wherever the release is opened).
+MAX_QUARTERS = 400
 #: The Parquet outputs of a release, each a folder of parts.
 PART_OUTPUTS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
 
@@ -115,13 +124,14 @@ def _number(release: str | Path, value: object, field: str, high: float = math.i
     return float(value)
 
 
-def _numbers(release: str | Path, values: object, field: str, high: float = math.inf) -> None:
-    """A mapping of names to numbers (``_number``), nested mappings (per query, per attribute) allowed."""
+def _numbers(release: str | Path, values: object, field: str, high: float = math.inf, depth: int = 2) -> None:
+    """A mapping of names to numbers (``_number``), nested mappings (per query, per attribute) allowed
+    ``depth`` levels down (a deeper nesting would recurse as deep as the file nests)."""
     if not isinstance(values, dict):
         raise _refuse(release, f"'{field}' must map names to numbers")
     for name, value in values.items():
-        if isinstance(value, dict):
-            _numbers(release, value, f"{field}.{name}", high)
+        if isinstance(value, dict) and depth > 0:
+            _numbers(release, value, f"{field}.{name}", high, depth - 1)
         else:
             _number(release, value, f"{field}.{name}", high)
 
@@ -187,6 +197,8 @@ def checked_manifest(content: object, release: str | Path) -> dict:
         _check_quarter_release(release, content, "")
         return content
     quarters = _labels(release, content["quarters"], "quarters", QUARTER_PATTERN)
+    if len(quarters) > MAX_QUARTERS:
+        raise _refuse(release, f"'quarters' lists {len(quarters):,} quarters, more than {MAX_QUARTERS} (100 years)")
     _labels(release, content.get("states"), "states", STATE_PATTERN)
     _count(release, content.get("establishments"), "establishments")
     per_quarter = content.get("per_quarter")
@@ -236,7 +248,9 @@ def listed_parts(release: str | Path, output: str, manifest: Mapping) -> list[st
             raise InputError(f"release '{release}': {output}/{name} is not a regular file")
         if not _is_parquet(folder / name):
             raise InputError(f"release '{release}': {output}/{name} is not a Parquet file (an edited or damaged copy)")
-    return [str(folder / name) for name in expected]
+    parts = [str(folder / name) for name in expected]
+    check_parts(release, output, parts, [expected_rows(manifest, output, name) for name in expected])
+    return parts
 
 
 #: The bytes a Parquet file starts and ends with.
@@ -260,14 +274,27 @@ def _is_parquet(path: Path) -> bool:
 def read_manifest(release: str | Path) -> Manifest:
     """The manifest of a release directory, checked to be gedp's and every field that names or counts
     something checked as untrusted input (this module)."""
+    return checked_manifest(manifest_json(release), release)  # type: ignore[return-value]
+
+
+def manifest_json(release: str | Path) -> object:
+    """The JSON value of a release's manifest.json, read in bounded time and memory (a regular file,
+    not a link nor a FIFO, of at most MAX_MANIFEST_BYTES, nested no deeper than json's recursion
+    allows), its fields unchecked (``read_manifest`` checks them); InputError otherwise."""
     path = Path(release) / MANIFEST_FILE
     if path.is_symlink():
         raise InputError(f"'{release}' is not a readable gedp release: {MANIFEST_FILE} is a symbolic link")
     try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):  # a FIFO would block the read without end
+            raise _refuse(release, "is not a regular file")
+        if status.st_size > MAX_MANIFEST_BYTES:
+            raise _refuse(release, f"holds {status.st_size:,} bytes, more than {MAX_MANIFEST_BYTES:,}")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nesting too deep
+        if isinstance(err, InputError):
+            raise
         raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
-    return checked_manifest(content, release)  # type: ignore[return-value]
 
 
 def release_parts(release: str | Path, output: str = PROTECTED_FILE, manifest: Mapping | None = None) -> list[str]:

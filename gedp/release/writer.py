@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -168,11 +169,47 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[P
         _date_only(staging)
         _publish(staging, out)
     except BaseException:
+        if _in_place(hold, out):  # stopped once the new output was in place (removing the earlier one)
+            _published_here(out)
         StateParts.close_all(staging)  # parts still being written into the folder (a state not finished)
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    else:
+        _published_here(out)
     finally:
         os.close(hold)
+
+
+#: The outputs published inside the current ``published_outputs`` block (None outside one).
+_published: ContextVar[list[Path] | None] = ContextVar("gedp_published_outputs", default=None)
+
+
+@contextmanager
+def published_outputs() -> Iterator[list[Path]]:
+    """Yield the list of the outputs ``staged_directory`` publishes inside the block (resolved paths,
+    in order): each is added once its new folder is in place, also when the run is stopped right
+    after (while the earlier output is being removed). What a stopped run says it left is decided
+    from it (``gedp.running.recorded_release.reserved``), not guessed from the folder."""
+    published: list[Path] = []
+    token = _published.set(published)
+    try:
+        yield published
+    finally:
+        _published.reset(token)
+
+
+def _published_here(out: Path) -> None:
+    published = _published.get()
+    if published is not None:
+        published.append(out)
+
+
+def _in_place(hold: int, out: Path) -> bool:
+    """Whether ``out`` is the staging folder ``hold`` holds, renamed into place (the same file)."""
+    try:
+        return os.path.samestat(os.fstat(hold), os.stat(out))
+    except OSError:
+        return False
 
 
 @contextmanager

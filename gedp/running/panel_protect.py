@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from gedp.accounting.ledger import Reservation
 from gedp.config import Config
-from gedp.errors import BudgetError, InputError
+from gedp.errors import BudgetError, InputError, run_started
 from gedp.measure.design import INDEPENDENT, QuarterDesign
 from gedp.measure.workflows import MeasurementPlan
 from gedp.release.format import QUARTER_KEY
@@ -100,6 +100,7 @@ def over_cap(config: Config, plan: MeasurementPlan, design: QuarterDesign, quart
     return True
 
 
+@run_started()
 def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                   seed: int | None = None, rng: str | None = None, engine: str = "local",
                   scheduler: Scheduler | None = None, design: QuarterDesign = INDEPENDENT,
@@ -128,7 +129,7 @@ def protect_panel(source: Source, config: Config, out: str | Path, *, ledger: Le
     check_request(config, list(pd.unique(panel["state"].astype(str))), seed=seed, rng=rng, engine=engine,
                   scheduler=scheduler, processes=processes)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with reserved(ledger, panel, dataclasses.replace(config, plan=plan)) as reservation, \
+    with reserved(ledger, panel, dataclasses.replace(config, plan=plan), out) as reservation, \
             work_folder(out, "quarters") as work:
         folders: dict[str, Path] = {}
         for quarter in quarters:

@@ -23,7 +23,8 @@ import sys
 import threading
 from typing import NoReturn
 
-from gedp.errors import Terminated, terminations
+from gedp import errors
+from gedp.errors import HELD_SIGNALS, held_stops, raise_terminated
 
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
@@ -82,27 +83,31 @@ def set_up_command_memory() -> None:
 TERMINATED_STATUS = 128 + signal.SIGTERM
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    terminations.append(signum)
-    raise Terminated()
-
-
 def stop_on_sigterm() -> None:
     """Have SIGTERM raise ``Terminated`` in the main thread (call from the main thread). SIGKILL
     cannot be handled: a killed run's staging folders are removed by the next run that writes the
     same output (``gedp.release.writer.remove_stale_staging``)."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, raise_terminated)
 
 
-def forked_worker_signals() -> None:
-    """A forked worker's initializer: SIGTERM, which its pool's ``terminate`` sends when the work is
-    done, ends it at once, instead of raising the command's ``Terminated`` (and printing its traceback)."""
+def worker_signals() -> None:
+    """A worker process's initializer (the states' pool, the planner's, the suppression audit's): Ctrl-C,
+    which the terminal sends to the whole process group, is ignored (the main process stops its workers,
+    ``gedp.running.state_pool.stop_workers``, and prints the one line), and SIGTERM, which stopping them
+    sends, ends a worker at once instead of raising a forked command's ``Terminated``: neither prints a
+    worker's traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held while it started (``starting_workers``)
+
+
+#: A pool starts its workers with stops held back (``held_stops``).
+starting_workers = held_stops
 
 
 def exit_status(code: int) -> int:
     """A command's exit status: ``TERMINATED_STATUS`` once SIGTERM was received, else ``code``."""
-    return TERMINATED_STATUS if terminations else code
+    return TERMINATED_STATUS if errors.terminations else code
 
 
 def end_process(code: int) -> NoReturn:

@@ -10,7 +10,6 @@ quarters.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,9 +22,10 @@ from gedp.accounting.ledger import Reservation, check_cap, check_dataset_id, com
 from gedp.accounting.ledger_file import PENDING, check_ledger_path, read_ledger
 from gedp.accounting.quarters import row_quarters
 from gedp.config import Config
-from gedp.errors import InputError, SolverError
+from gedp.errors import GedpError, InputError, InputProblems, LockTimeout, SolverError, run_started
 from gedp.options import CAPS_WITHOUT_LEDGER, Ledger
-from gedp.release.writer import check_output_directory
+from gedp.release.format import MANIFEST_FILE
+from gedp.release.writer import check_output_directory, published_outputs
 from gedp.running.engine import (
     Scheduler,
     Source,
@@ -92,29 +92,55 @@ def input_quarters(source: Source | Parts | PinnedCsv) -> tuple[pd.Series, pd.Se
 
 
 @contextmanager
-def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv,
-             config: Config) -> Iterator[Reservation | None]:
+def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv, config: Config,
+             out: str | Path) -> Iterator[Reservation | None]:
     """Reserve the config's plan for the input's establishments in the ledger (None without a
-    request), charged in the accounts' terms; an input or solver error raised inside the block keeps
-    the reservation pending and says so."""
-    if request is None:
-        yield None
-        return
-    estab_ids, quarters = input_quarters(source)
-    reservation = reserve(request.path, estab_ids, config.plan, quarters=quarters, cap=request.lifetime_cap,
-                          annual_cap=request.annual_cap, dataset_id=request.dataset_id, config=config.name)
+    request), charged in the accounts' terms; an input or solver error (or a ledger lock not freed in
+    time) raised inside the block keeps the reservation pending and says so. A stop (Ctrl-C, SIGTERM)
+    gets a note saying what the run left (``stop_note``): the command line prints it as its last line."""
+    reservation = None
+    if request is not None:
+        estab_ids, quarters = input_quarters(source)
+        reservation = reserve(request.path, estab_ids, config.plan, quarters=quarters, cap=request.lifetime_cap,
+                              annual_cap=request.annual_cap, dataset_id=request.dataset_id, config=config.name)
+    published: list[Path] = []
     try:
-        yield reservation
-    except (InputError, SolverError) as err:
-        raise type(err)(f"{err}; {reservation.pending_note()}") from None
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM on the command line (gedp.errors.Terminated)
-        if still_pending(reservation):
-            print(f"stopped: {reservation.pending_note()}", file=sys.stderr)
-        else:
-            print(f"stopped after release {reservation.release_id} was committed in ledger '{reservation.path}' "
-                  "(charged): it is published if the output's manifest.json names it; running again charges "
-                  "again", file=sys.stderr)
+        with published_outputs() as published:
+            yield reservation
+    except (InputError, SolverError, LockTimeout) as err:
+        if reservation is None:
+            raise
+        raise with_note(err, reservation.pending_note()) from None
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM on the command line (gedp.errors.Terminated)
+        stop.add_note(stop_note(reservation, Path(out).resolve(), published))
         raise
+
+
+def with_note(err: GedpError, note: str) -> GedpError:
+    """The error again with ``note`` added: one more line of an ``InputProblems``, else after its message."""
+    if isinstance(err, InputProblems):
+        return InputProblems(err.subject, [*err.problems, note])
+    return type(err)(f"{err}; {note}")
+
+
+def stop_note(reservation: Reservation | None, out: Path, published: list[Path]) -> str:
+    """What a run stopped by Ctrl-C or SIGTERM left, from what it did: whether it published its new
+    release to ``out`` (``published``: the outputs it put in place) and, with a ledger, whether the
+    release was committed (charged) or stays pending."""
+    if out in published:
+        left = f"'{out}' holds it"
+    elif (out / MANIFEST_FILE).is_file():
+        left = f"'{out}' holds the release it held before"
+    else:
+        left = f"there is no release at '{out}'"
+    if reservation is None:
+        return f"stopped after the new release was published: {left}" if out in published else \
+            f"stopped: nothing was published; {left}"
+    if still_pending(reservation):
+        return f"stopped: {reservation.pending_note()}"
+    when = "and published" if out in published else "but before it was published"
+    return (f"stopped after release {reservation.release_id} was committed in ledger '{reservation.path}' "
+            f"(charged) {when}: {left}; running again charges again")
 
 
 def still_pending(reservation: Reservation) -> bool:
@@ -134,6 +160,7 @@ def publication_hooks(reservation: Reservation | None) -> dict[str, Any]:
     return {"lifetime": reservation.summary(), "before_publish": lambda: commit(reservation)}
 
 
+@run_started()
 def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger: LedgerRequest | None,
                      seed: int | None = None, rng: str | None = None, engine: str = "local",
                      scheduler: Scheduler | None = None, jobs: Source | None = None,
@@ -152,7 +179,7 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
     inputs = input_states(source)
     check_request(config, list(inputs.codes), seed=seed, rng=rng, engine=engine, jobs=jobs is not None,
                   scheduler=scheduler, processes=processes)
-    with reserved(ledger, pinned_input(source, inputs), config) as reservation:
+    with reserved(ledger, pinned_input(source, inputs), config, out) as reservation:
         manifest = protect_input(source, config, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
                                  jobs=jobs, on_state=on_state, inputs=inputs, key=key, processes=processes,
                                  **publication_hooks(reservation))

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
-import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from gedp.errors import GedpError, InputError
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import give_back_freed_memory, reuse_freed_memory
+from gedp.running.process import give_back_freed_memory, reuse_freed_memory, starting_workers, worker_signals
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -68,7 +67,8 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
     """
     pool = _take_started(processes) or _new_pool(processes)
     try:
-        futures = {state: pool.submit(_state_in_worker, protect_state, *task) for state, task in arguments.items()}
+        with starting_workers():
+            futures = {state: pool.submit(_state_in_worker, protect_state, *task) for state, task in arguments.items()}
         return _collect(futures, on_state)
     except Exception as err:
         # A worker that dies while others are still starting breaks the pool inside ``submit``, which then
@@ -106,8 +106,9 @@ def early_workers(path: str | Path, processes: int | None) -> Iterator[None]:
         yield
         return
     pool = _new_pool(size)
-    for _ in range(size):
-        pool.submit(_warm)
+    with starting_workers():
+        for _ in range(size):
+            pool.submit(_warm)
     _started.append(pool)
     try:
         yield
@@ -205,9 +206,9 @@ def _state_in_worker(protect_state: Callable[..., dict | Exception], *task) -> d
 
 
 def _start_worker() -> None:
-    """A worker ignores Ctrl-C (sent to the whole process group: the main process stops it) and
-    reuses the memory it frees (gedp/running/process.py)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """A worker ignores Ctrl-C (sent to the whole process group: the main process stops it,
+    ``worker_signals``) and reuses the memory it frees (gedp/running/process.py)."""
+    worker_signals()
     reuse_freed_memory()
 
 

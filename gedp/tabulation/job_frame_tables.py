@@ -18,7 +18,10 @@ def read_job_frame(folder: str | Path) -> pd.DataFrame:
     """A release's protected job frame; InputError when the release has none."""
     if not release_families(folder):
         raise InputError(f"release '{folder}' has no job frame (protect with --jobs and a config with job families)")
-    return read_stored(folder, JOBS_FILE)
+    frame = read_stored(folder, JOBS_FILE)
+    # its texts as pandas' "string", as gedp wrote them (a part's pandas metadata are not trusted)
+    return frame.astype({column: "string" for column in frame.columns
+                         if not pd.api.types.is_numeric_dtype(frame[column])})
 
 
 def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Sequence[str], *,
