@@ -50,6 +50,21 @@ def small_release(tmp_path_factory):
     return out, result.output
 
 
+@pytest.fixture(scope="session")
+def seeded_small_release(tmp_path_factory):
+    """A function ``(name, establishments) -> folder``: a release of the small profile, state seed 5 and
+    noise seed 6, not for publication, written to a fresh folder (for a test module to read or copy)."""
+    import gedp
+
+    def write(name: str, establishments: int) -> Path:
+        folder = tmp_path_factory.mktemp(name) / "release"
+        state = gedp.synthesize("small", establishments=establishments, seed=5)
+        gedp.protect(state, seed=6, not_for_publication=True).write(folder)
+        return folder
+
+    return write
+
+
 @pytest.fixture(scope="session", autouse=True)
 def session_cache(tmp_path_factory) -> Iterator[Path]:
     """Fixtures wider than a test (a module's server, the session's release) are set up before a test's

@@ -22,10 +22,8 @@ FIXED_BOUND = 1000
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("extreme") / "release"
-    gedp.protect(gedp.synthesize("small", establishments=1500, seed=5), seed=6, not_for_publication=True).write(folder)
-    return folder
+def release(seeded_small_release) -> Path:
+    return seeded_small_release("extreme", 1500)
 
 
 def with_wage_answer(release: Path, folder: Path, value: float, psi: dict | None = None) -> tuple[str, float]:

@@ -39,10 +39,8 @@ def panel_release(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def one_quarter(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("one") / "release"
-    gedp.protect(gedp.synthesize("small", establishments=400, seed=5), seed=6, not_for_publication=True).write(folder)
-    return folder
+def one_quarter(seeded_small_release) -> Path:
+    return seeded_small_release("one", 400)
 
 
 def copied(release: Path, tmp_path: Path) -> Path:

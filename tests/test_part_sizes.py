@@ -29,10 +29,8 @@ ROWS = 6_000_000
 
 
 @pytest.fixture(scope="module")
-def honest(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("honest") / "release"
-    gedp.protect(gedp.synthesize("small", establishments=400, seed=5), seed=6, not_for_publication=True).write(folder)
-    return folder
+def honest(seeded_small_release) -> Path:
+    return seeded_small_release("honest", 400)
 
 
 def _state_rows(folder: Path, rows: int) -> None:
