@@ -236,20 +236,21 @@ def test_the_planners_forked_workers_end_quietly_under_a_command():
     assert "Terminated" not in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-#: A pool started inside ``starting_workers`` while a stop arrives: Ctrl-C (or SIGTERM under the
+#: A pool started inside ``held_stops`` while a stop arrives: Ctrl-C (or SIGTERM under the
 #: command line's handler) sent as the first worker is forked, before its initializer can have run.
 HELD_STOP_PROBE = """
 import os, signal, sys
 from concurrent.futures import ProcessPoolExecutor
 import multiprocessing
 from gedp.errors import Terminated
-from gedp.running.process import starting_workers, stop_on_sigterm, worker_signals
+from gedp.errors import held_stops
+from gedp.running.process import stop_on_sigterm, worker_signals
 from gedp.running.state_pool import stop_workers
 number = getattr(signal, sys.argv[1])
 stop_on_sigterm()
 pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
 try:
-    with starting_workers():
+    with held_stops():
         os.killpg(0, number)  # this process and any child: a Ctrl-C in a terminal
         futures = [pool.submit(abs, -i) for i in range(4)]
         print("started", flush=True)
@@ -265,7 +266,7 @@ finally:
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
 def test_a_stop_while_a_pool_starts_its_workers_waits_until_they_are_started(stop):
     """A stop raised half way through starting a worker could leave one the pool does not know of
-    (which nothing stops, and whose pool then waits for it for ever): ``starting_workers`` holds the
+    (which nothing stops, and whose pool then waits for it for ever): ``held_stops`` holds the
     stop back until the block ends, then raises it; no worker prints a traceback, none is left."""
     done = subprocess.run([sys.executable, "-c", HELD_STOP_PROBE, stop], capture_output=True, text=True, timeout=100,
                           start_new_session=True)
@@ -278,7 +279,8 @@ def test_a_stop_while_a_pool_starts_its_workers_waits_until_they_are_started(sto
 BOTH_STOPS_PROBE = """
 import os, signal
 from gedp import errors
-from gedp.running.process import exit_status, held_stops, stop_on_sigterm
+from gedp.errors import held_stops
+from gedp.running.process import exit_status, stop_on_sigterm
 stop_on_sigterm()
 try:
     with held_stops():
@@ -291,7 +293,7 @@ except KeyboardInterrupt as stop:
 #: A Ctrl-C held back where its handler is the default one (the process ends on it).
 DEFAULT_STOP_PROBE = """
 import os, signal
-from gedp.running.process import held_stops
+from gedp.errors import held_stops
 signal.signal(signal.SIGINT, signal.SIG_DFL)
 with held_stops():
     os.kill(os.getpid(), signal.SIGINT)

@@ -28,10 +28,10 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from gedp.errors import AuditError, GedpError, InputError
+from gedp.errors import AuditError, GedpError, InputError, held_stops
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import starting_workers, worker_signals
+from gedp.running.process import worker_signals
 from gedp.running.state_pool import stop_workers
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
@@ -363,7 +363,7 @@ def _solve(jobs: list[tuple], workers: int | None):
     # with a lock another thread of this process held).
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
     try:
-        with starting_workers():
+        with held_stops():
             futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
         for i in range(len(jobs)):
             yield futures[i].result()

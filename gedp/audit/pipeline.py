@@ -34,6 +34,7 @@ import pandas as pd
 from gedp.api import load, synthesize
 from gedp.audit.bounds import mu_lower_bound_at
 from gedp.config import Config
+from gedp.errors import held_stops
 from gedp.measure import mechanisms
 from gedp.measure.budget import compose
 from gedp.measure.neighbors import NeighborFunction
@@ -41,7 +42,7 @@ from gedp.measure.queries import IDENTITY
 from gedp.postprocess.cpus import usable_cpus
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.reader import parse_query_name
-from gedp.running.process import starting_workers, worker_signals
+from gedp.running.process import worker_signals
 from gedp.running.recorded_release import protect_recorded
 from gedp.running.state_pool import stop_workers
 
@@ -248,7 +249,7 @@ def run_pipeline_audit(config: str | Config = "baseline", *, attribute: str = "m
             pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                                            initializer=worker_signals))
             stack.callback(stop_workers, pool)
-            with starting_workers():
+            with held_stops():
                 futures = [pool.submit(audit_runs, loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))
                            for batch, size in enumerate(_batches(runs))]
             done = (future.result() for future in as_completed(futures))

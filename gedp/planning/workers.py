@@ -16,9 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from gedp.errors import GedpError
+from gedp.errors import GedpError, held_stops
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import starting_workers, worker_signals
+from gedp.running.process import worker_signals
 from gedp.running.state_pool import stop_workers
 
 #: The context of the running map, inherited by the forked workers (None outside a map).
@@ -46,7 +46,7 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
     try:
         results = []
-        with starting_workers():
+        with held_stops():
             mapped = pool.map(_run, items)
         for index, result in enumerate(mapped):
             results.append(result)

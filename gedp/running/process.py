@@ -24,7 +24,7 @@ import threading
 from typing import NoReturn
 
 from gedp import errors
-from gedp.errors import HELD_SIGNALS, held_stops, raise_terminated
+from gedp.errors import HELD_SIGNALS, raise_terminated
 
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
@@ -98,11 +98,8 @@ def worker_signals() -> None:
     worker's traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held while it started (``starting_workers``)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)  # held while it started (``gedp.errors.held_stops``)
 
-
-#: A pool starts its workers with stops held back (``held_stops``).
-starting_workers = held_stops
 
 
 def exit_status(code: int) -> int:

@@ -29,9 +29,9 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
-from gedp.errors import GedpError, InputError
+from gedp.errors import GedpError, InputError, held_stops
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import give_back_freed_memory, reuse_freed_memory, starting_workers, worker_signals
+from gedp.running.process import give_back_freed_memory, reuse_freed_memory, worker_signals
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -67,7 +67,7 @@ def protect_in_pool(protect_state: Callable[..., dict | Exception], arguments: d
     """
     pool = _take_started(processes) or _new_pool(processes)
     try:
-        with starting_workers():
+        with held_stops():
             futures = {state: pool.submit(_state_in_worker, protect_state, *task) for state, task in arguments.items()}
         return _collect(futures, on_state)
     except Exception as err:
@@ -106,7 +106,7 @@ def early_workers(path: str | Path, processes: int | None) -> Iterator[None]:
         yield
         return
     pool = _new_pool(size)
-    with starting_workers():
+    with held_stops():
         for _ in range(size):
             pool.submit(_warm)
     _started.append(pool)
