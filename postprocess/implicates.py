@@ -17,6 +17,8 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   about twice the answers' (job destruction 6-15% low); independent of theta_bar they have the
   answers' means, but two independent changes spread each month around theta_bar more than the
   truth's correlated ones do (size classes under 10 employees shifted by 5 points): the method docs;
+  with ``change_prior="joint"`` the two changes have one joint prior per band instead
+  (``postprocess.joint_changes``), drawn together given the level;
 * a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g
   a line in log E per sector g (2-digit NAICS) placed from the answers, and r with a prior on a grid
   per sector and size band of the months' answers' mean, with an atom at w = 0
