@@ -1,7 +1,7 @@
 """The cost of walking a release's page headers before its rows are read (``gedp.release.page_headers``):
 the walk alone over each part (in this process, best of --repeat), and whole-process `gedp tabulate
 RELEASE --by county --moe` with the walk and without it (the same gedp, ``part_sizes._check_pages``
-replaced by a no-op in the child), alternating, each run's wall time and peak resident memory, after
+replaced by a no-op in the child), alternating (which runs first swapped each repeat), each run's wall time and peak resident memory, after
 one warm-up run that fills the margins cache. Results are appended to benchmarks/RESULTS-page-headers.md
 with the load average.
 
@@ -72,22 +72,22 @@ def main() -> None:
         pages = sum(walk(part)[1] for part in parts)
         longest = max(walk(part)[2] for part in parts)
         megabytes = sum(part.stat().st_size for part in parts) / 1e6
-        tabulate(release, WITH)  # fills the margins cache
+        tabulate(release, WITH), tabulate(release, WITHOUT)  # fill the margins cache, warm the files
         runs: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
         loads = []
-        for _ in range(args.repeat):
-            for name, code in (("without", WITHOUT), ("with", WITH)):
+        for repeat in range(args.repeat):
+            for name, code in [("without", WITHOUT), ("with", WITH)][::1 if repeat % 2 else -1]:
                 runs[name].append(tabulate(release, code))
             loads.append(os.getloadavg()[0])
         medians = {name: statistics.median(seconds for seconds, _ in found) for name, found in runs.items()}
-        peaks = {name: max(peak for _, peak in found) for name, found in runs.items()}
+        peaks = {name: statistics.median(peak for _, peak in found) for name, found in runs.items()}
         rows.append(f"| {release.name} | {len(parts)} parts, {megabytes:.1f} MB, {pages:,} pages (longest header "
                     f"{longest} B) | {1000 * sum(walks):.0f} | {medians['without']:.2f} / {peaks['without']:.0f} | "
                     f"{medians['with']:.2f} / {peaks['with']:.0f} | "
                     f"{100 * sum(walks) / medians['without']:.1f}% | {min(loads):.1f}-{max(loads):.1f} |")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = (f"\n## {stamp}: page-header walk (best of {args.repeat}) and `gedp tabulate --by county --moe` "
-            f"(median of {args.repeat}, alternating)\n\nMachine: {os.cpu_count()} cores; peak resident MiB; "
+            f"(median of {args.repeat}, alternating)\n\nMachine: {os.cpu_count()} cores; peak resident MiB (median); "
             f"load: 1-minute load average after each pair\n\n"
             "| release | parts | walk ms | tabulate without walk s / MiB | with walk s / MiB | walk share | load |\n"
             "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
