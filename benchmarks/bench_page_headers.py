@@ -1,9 +1,9 @@
 """The cost of walking a release's page headers before its rows are read (``gedp.release.page_headers``):
 the walk alone over each part (in this process, best of --repeat), and whole-process `gedp tabulate
 RELEASE --by county --moe` with the walk and without it (the same gedp, ``part_sizes._check_pages``
-replaced by a no-op in the child), alternating (which runs first swapped each repeat), each run's wall time and peak resident memory, after
-one warm-up run that fills the margins cache. Results are appended to benchmarks/RESULTS-page-headers.md
-with the load average.
+replaced by a no-op in the child), alternating (which runs first swapped each repeat), each run's wall
+time and peak resident memory, after a warm-up run of each that fills the margins cache. Results are
+appended to benchmarks/RESULTS-page-headers.md with the load average.
 
     python benchmarks/bench_page_headers.py RELEASE [RELEASE ...] [--repeat 5]
 """

@@ -238,9 +238,25 @@ def test_a_malformed_page_header_is_refused_in_one_line(honest, tmp_path, case):
     assert MALFORMED[case][1] in message, message
 
 
+class _Counted:
+    """A file counting the bytes read from it."""
+
+    def __init__(self, file) -> None:
+        self.file, self.read_bytes = file, 0
+
+    def seek(self, at: int) -> int:
+        return self.file.seek(at)
+
+    def read(self, size: int) -> bytes:
+        data = self.file.read(size)
+        self.read_bytes += len(data)
+        return data
+
+
 def _headers_of(part: Path) -> list[tuple[list, int, int, int]]:
     """Each chunk's pages as the test's parser reads them (sizes and header lengths), its footer's
-    uncompressed size and values, and what gedp's walk reads."""
+    uncompressed size and values, and what gedp's walk reads (a read of FIRST_READ bytes a header at
+    most: never the pages)."""
     metadata = pq.read_metadata(part)
     found = []
     with open(part, "rb") as file:
@@ -258,8 +274,10 @@ def _headers_of(part: Path) -> list[tuple[list, int, int, int]]:
                     parsed.append((_field(header, 1)[2], _field(header, 2)[2], _field(header, 3)[2], values,
                                    stop - at))
                     at = stop + _field(header, 3)[2]
+                counted = _Counted(file)
                 walked = [(page.kind, page.uncompressed, page.compressed, page.values, page.length)
-                          for page in walk_chunk(file, start, end, chunk.num_values)]
+                          for page in walk_chunk(counted, start, end, chunk.num_values)]
+                assert counted.read_bytes <= FIRST_READ * len(walked), "the walk read more than its headers"
                 found.append((parsed, walked, chunk.total_uncompressed_size, chunk.num_values))
     return found
 
