@@ -37,6 +37,9 @@ TO_DELTA = np.array([[1.0, 0.0], [1.0, 1.0]])
 BINS_PER_SD = 5
 #: Rows a block of a draw (rows x components of weights).
 DRAW_BLOCK = 2048
+#: The product grid's points beyond 4 sds, each side (1.5^10: to 230 sds): its components grow with the
+#: square of the points, and one answer of 10^6 sds had made them 5,000 (a fit of 164 s, 1.2 GB).
+MAX_GRID_FAR = 10
 #: Components whose weight is below this are dropped after a fit.
 NEGLIGIBLE_WEIGHT = 1e-7
 
@@ -62,11 +65,13 @@ class JointPrior:
         return JointPrior(self.means[kept], self.covariances[kept], self.weights[kept] / self.weights[kept].sum())
 
 
-def side(smallest: float, sd: float, reach: float, step: float, far: float) -> tuple[np.ndarray, np.ndarray]:
+def side(smallest: float, sd: float, reach: float, step: float, far: float, most: int | None = None
+         ) -> tuple[np.ndarray, np.ndarray]:
     """One sign's 1-D points from ``smallest`` every ``step`` up to 4 sd, then ``far`` apart up to
-    ``reach``, and each one's bandwidth (half its step)."""
+    ``reach`` (at most ``most`` of them), and each one's bandwidth (half its step)."""
     near = np.arange(smallest, 4 * sd, step) if 4 * sd > smallest else np.array([smallest])
     count = max(1, int(np.ceil(np.log(max(reach, near[-1] * far) / near[-1]) / np.log(far))))
+    count = count if most is None else min(count, most)
     points = np.concatenate([near, near[-1] * far ** np.arange(1, count + 1)])
     return points, np.diff(points, prepend=points[0] - (points[1] - points[0] if len(points) > 1 else step)) / 2
 
@@ -76,7 +81,7 @@ def joint_components(smallest: float, sd: float, reach: float) -> tuple[np.ndarr
     diagonal and the coarse product grid (module docstring)."""
     fine, fine_h = side(smallest, sd, reach, sd / 2, 1.25)
     fine, fine_h = np.concatenate([fine, -fine]), np.concatenate([fine_h, fine_h])
-    coarse, coarse_h = side(smallest, sd, reach, sd, 1.5)
+    coarse, coarse_h = side(smallest, sd, reach, sd, 1.5, MAX_GRID_FAR)
     coarse, coarse_h = np.concatenate([coarse, -coarse]), np.concatenate([coarse_h, coarse_h])
     zeros = np.zeros_like(fine)
     means = [np.zeros((1, 2)), np.column_stack([fine, zeros]), np.column_stack([zeros, fine]),

@@ -140,3 +140,17 @@ def test_the_marginal_density_is_a_gaussians():
     got = gaussian_log_density(x, means, cov)
     want = np.array([[multivariate_normal(means[k], cov[k]).logpdf(x[i]) for k in range(2)] for i in range(2)])
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_the_product_grid_stops_growing_beyond_its_reach():
+    """One answer 10^6 sds out (a crafted but consistent release) made the product grid 5,000
+    components (a fit of 164 s, 1.2 GB): its points beyond 4 sds are capped at MAX_GRID_FAR a side,
+    while the axes still reach the answer."""
+    from gedp.postprocess.joint_changes import MAX_GRID_FAR, joint_components
+
+    means, _ = joint_components(0.5, 1.0, 1e6)
+    off_axes = (means != 0).all(axis=1) & (means[:, 0] != -means[:, 1])
+    near = len(np.arange(0.5, 4.0, 1.0))
+    assert off_axes.sum() <= (2 * (near + MAX_GRID_FAR)) ** 2
+    assert np.abs(means).max() >= 1e6  # the axes reach the farthest answer
+    assert len(joint_components(0.5, 1.0, 30.0)[0]) < len(means)  # an honest reach is not capped

@@ -23,6 +23,8 @@ from gedp.release.page_headers import (
     FIRST_READ,
     MAX_HEADER_BYTES,
     MAX_PAGES,
+    SPARE_PAGES,
+    VALUES_PER_PAGE,
     PageError,
     chunk_range,
     decode_header,
@@ -333,7 +335,7 @@ def test_the_walk_is_bounded_in_pages_and_header_bytes():
     empty = _encode([[1, 5, 0], [2, 5, 0], [3, 5, 0]])
     pages = io.BytesIO(empty * (MAX_PAGES + 5))
     with pytest.raises(PageError, match=f"holds more than {MAX_PAGES:,} pages"):
-        walk_chunk(pages, 0, len(empty) * (MAX_PAGES + 5), 0)
+        walk_chunk(pages, 0, len(empty) * (MAX_PAGES + 5), VALUES_PER_PAGE * MAX_PAGES)
     assert pages.tell() <= len(empty) * (MAX_PAGES + 1) + FIRST_READ
     long = _encode([[1, 5, 0], [2, 5, 0], [3, 5, 0], [9, 8, b"x" * 70_000]])
     with pytest.raises(PageError, match=f"holds a page header longer than {MAX_HEADER_BYTES:,} bytes"):
@@ -386,3 +388,64 @@ def test_any_bytes_are_decoded_or_refused(data):
     except PageError:
         return
     assert header.length <= len(data) and min(header.uncompressed, header.compressed, header.values) >= 0
+
+
+def test_a_chunk_of_a_page_per_row_is_refused_after_few_headers(honest, tmp_path):
+    """pyarrow's own writer with a page per row (80 MB of such pages took 30 s to walk, each part 2-3
+    times a command): more than SPARE_PAGES pages besides one per VALUES_PER_PAGE values is refused."""
+    copy, part = _copy(honest, tmp_path)
+    pq.write_table(pq.read_table(part), part, use_dictionary=False, write_statistics=False, data_page_size=1,
+                   write_batch_size=1)
+    values = pq.read_metadata(part).row_group(0).column(0).num_values
+    with pytest.raises(InputError) as refused:
+        _ = gedp.Release(copy).microdata
+    most = SPARE_PAGES + values // VALUES_PER_PAGE
+    assert f"holds more than {most:,} pages for its {values:,} values" in str(refused.value), str(refused.value)
+
+
+def test_fat_page_headers_are_refused_after_the_first_ones():
+    """Headers padded with an unknown field of 60,000 bytes (1,000 of them made a 67 MB part take 48 s
+    to walk): a chunk's header bytes beyond MAX_HEADER_BYTES and 1 KiB a page are refused, the file read
+    no further than the two headers it took (of 1,000: 60 MB)."""
+    fat = _encode([[1, 5, 1], [2, 5, 0], [3, 5, 0], [9, 8, b"x" * 60_000]])
+    chunk = _Counted(io.BytesIO(fat * 1000))
+    with pytest.raises(PageError, match="holds page headers of 120,"):
+        walk_chunk(chunk, 0, len(fat) * 1000, 0)
+    assert chunk.read_bytes <= 2 * 2 * MAX_HEADER_BYTES  # two headers, each read in doubling reads
+
+
+def _dictionary_stating(part: Path, column: str, entries: int) -> None:
+    """``part`` rewritten by pyarrow with page checksums, then ``column``'s dictionary page header
+    stating ``entries`` values, re-encoded to its own length (its checksum dropped, an unknown field
+    padding what is left), every other byte kept."""
+    pq.write_table(pq.read_table(part), part, compression="snappy", write_page_checksum=True)
+    content = bytearray(part.read_bytes())
+    chunk = next(pq.read_metadata(part).row_group(0).column(k) for k in range(pq.read_metadata(part).num_columns)
+                 if pq.read_metadata(part).row_group(0).column(k).path_in_schema == column)
+    at = chunk.dictionary_page_offset
+    header, end = _parse(bytes(content), at)
+    assert _field(header, 1)[2] == 2, header
+    header = [field for field in header if field[0] != 4]  # the checksum
+    _field(_field(header, 7)[2], 1)[2] = entries
+    padded = header
+    for pad in range(0, end - at):
+        padded = [*header, [15, 8, b"x" * pad]]
+        if len(_encode(padded)) >= end - at:
+            break
+    assert len(_encode(padded)) == end - at, "no padding re-encodes the header to its length"
+    content[at:end] = _encode(padded)
+    part.write_bytes(bytes(content))
+
+
+@pytest.mark.parametrize("entries", [2**31 - 1, 2**20])
+def test_a_dictionary_page_stating_more_entries_than_its_chunk_holds_is_refused(honest, tmp_path, entries):
+    """A dictionary page header whose entries (its own values) exceed its chunk's values or its bytes
+    (Arrow reserves 16 bytes an entry before decoding: 2^31 - 1 of them, 34 GB reserved) is refused
+    in one line before a page is read."""
+    copy, part = _copy(honest, tmp_path)
+    _dictionary_stating(part, "county", entries)
+    with pytest.raises(InputError) as refused:
+        _ = gedp.Release(copy).microdata
+    message = str(refused.value)
+    assert "\n" not in message and "part-44.parquet column 'county'" in message, message
+    assert f"holds a dictionary of {entries:,} entries" in message, message

@@ -7,8 +7,11 @@ data page, to the end of the bytes its footer states: ``chunk_range``), each hea
 the Thrift compact protocol (``decode_header``: its type, sizes and values; every other field
 skipped), reading only the headers' bytes (a seek and a small read each). A header that does not
 decode, is longer than MAX_HEADER_BYTES, or states a page running past its chunk, more than
-MAX_PAGES pages in a chunk, or data pages holding other than the chunk's values is refused
-(PageError, naming the column); the caller checks the sizes the headers state (``part_sizes``).
+MAX_PAGES pages in a chunk (or SPARE_PAGES besides one per VALUES_PER_PAGE of its values), header
+bytes beyond SPARE_HEADER_BYTES and HEADER_BYTES_PER_PAGE a page, data pages holding other than the
+chunk's values, or a dictionary of more entries than the chunk's values or its own bytes (a reader
+reserves 16 bytes an entry before decoding) is refused (PageError, naming the column); the caller
+checks the sizes the headers state (``part_sizes``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ FIRST_READ = 256
 MAX_DEPTH = 16
 #: Parquet's page types: DATA_PAGE, INDEX_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2.
 DATA_PAGES = (0, 3)
+DICTIONARY_PAGE = 2
 PAGE_TYPES = (0, 1, 2, 3)
+#: Pages a chunk may hold besides one per VALUES_PER_PAGE of its values: gedp's pages hold thousands
+#: of values each; a page per row made a walk of 80 MB of pages take 30 s.
+SPARE_PAGES = 16
+VALUES_PER_PAGE = 64
+#: Header bytes a chunk may hold besides HEADER_BYTES_PER_PAGE a page (gedp's are 20-200 bytes):
+#: 1,000 headers of 64 KB each made a 67 MB part take 48 s to walk.
+SPARE_HEADER_BYTES = MAX_HEADER_BYTES
+HEADER_BYTES_PER_PAGE = 1024
 # Thrift compact protocol types.
 _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
 _I32_RANGE = range(-(1 << 31), 1 << 31)
@@ -46,13 +58,14 @@ class _Short(PageError):
 @dataclass(frozen=True)
 class PageHeader:
     """A page's type, its sizes (uncompressed and compressed), the values it holds (a data page's;
-    0 otherwise) and its header's length in bytes."""
+    0 otherwise), its header's length in bytes and a dictionary page's entries."""
 
     kind: int
     uncompressed: int
     compressed: int
     values: int
     length: int
+    entries: int = 0  # a dictionary page's values (its entries); 0 otherwise
 
 
 class _Reader:
@@ -152,16 +165,16 @@ def decode_header(data: bytes) -> PageHeader:
     decode, _Short when ``data`` ends first."""
     reader = _Reader(data)
     found: dict[int, int] = {}
-    values = 0
+    counted = {5: 0, 7: 0, 8: 0}  # the values of a data page (v1, v2) and a dictionary page's entries
     for field, kind in reader.fields(0):
         if field in (1, 2, 3):
             if kind != _I32:
                 raise PageError(f"states its field {field} as Thrift type {kind}, not a 32-bit number")
             found[field] = reader.i32()
-        elif field in (5, 8) and kind == _STRUCT:
+        elif field in counted and kind == _STRUCT:
             for inner, inner_kind in reader.fields(1):
                 if inner == 1 and inner_kind == _I32:
-                    values = reader.i32()
+                    counted[field] = reader.i32()
                 else:
                     reader.value(inner_kind, 1)
         else:
@@ -169,10 +182,12 @@ def decode_header(data: bytes) -> PageHeader:
     if len(found) < 3:
         raise PageError("lacks its type or sizes")
     kind, uncompressed, compressed = found[1], found[2], found[3]
-    if kind not in PAGE_TYPES or uncompressed < 0 or compressed < 0 or values < 0:
+    values, entries = counted[5] or counted[8], counted[7]
+    if kind not in PAGE_TYPES or min(uncompressed, compressed, values, entries, counted[5], counted[8]) < 0:
         raise PageError(f"states a page of type {kind}, {uncompressed:,} bytes uncompressed, {compressed:,} "
-                        f"compressed, {values:,} values")
-    return PageHeader(kind, uncompressed, compressed, values if kind in DATA_PAGES else 0, reader.at)
+                        f"compressed, {values:,} values, {entries:,} entries")
+    return PageHeader(kind, uncompressed, compressed, values if kind in DATA_PAGES else 0, reader.at,
+                      entries if kind == DICTIONARY_PAGE else 0)
 
 
 def read_header(file: BinaryIO, at: int, end: int) -> PageHeader:
@@ -206,14 +221,21 @@ def walk_chunk(file: BinaryIO, start: int, end: int, values: int) -> list[PageHe
     ``values`` values (its footer's), each page within it, the last ending at its end; PageError
     otherwise (more than MAX_PAGES pages, or data pages holding other than ``values``)."""
     pages: list[PageHeader] = []
-    at = start
+    at, header_bytes = start, 0
+    most = min(MAX_PAGES, SPARE_PAGES + values // VALUES_PER_PAGE)
     while at < end:
-        if len(pages) == MAX_PAGES:
-            raise PageError(f"holds more than {MAX_PAGES:,} pages")
+        if len(pages) == most:
+            raise PageError(f"holds more than {most:,} pages for its {values:,} values")
         page = read_header(file, at, end)
         at += page.length + page.compressed
+        header_bytes += page.length
         if at > end:
             raise PageError(f"holds a page of {page.compressed:,} bytes running past its chunk's end")
+        if header_bytes > SPARE_HEADER_BYTES + HEADER_BYTES_PER_PAGE * (len(pages) + 1):
+            raise PageError(f"holds page headers of {header_bytes:,} bytes in its first {len(pages) + 1:,} pages")
+        if page.entries > min(values, page.uncompressed):
+            raise PageError(f"holds a dictionary of {page.entries:,} entries in {page.uncompressed:,} bytes for its "
+                            f"{values:,} values")
         pages.append(page)
     held = sum(page.values for page in pages)
     if held != values:

@@ -241,11 +241,17 @@ def decoded_bytes(release: str | Path, output: str, path: str | Path, columns: l
     texts = [field.name for field in chosen if _is_text(field.type)]
     if not texts:
         return decoded
+    import pyarrow as pa
+
     dictionaries = open_part(path, read_dictionary=texts)
     for group in range(file.metadata.num_row_groups):
         if decoded > stop:
             break
-        decoded += text_bytes(dictionaries.read_row_group(group, columns=texts))
+        try:
+            decoded += text_bytes(dictionaries.read_row_group(group, columns=texts))
+        except (pa.ArrowException, OSError):  # pages that do not decode (red team: an audit's traceback)
+            raise _refuse(release, output, path, "cannot be read as the Parquet gedp writes: its pages do not "
+                                                 "decode") from None
     return decoded
 
 
