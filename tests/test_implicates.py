@@ -195,9 +195,14 @@ def test_the_quarters_level_prior_is_an_option_recorded_and_checked(lone_release
     assert (quarter[months] >= 0).all().all() and (quarter[months] == np.round(quarter[months])).all().all()
     frame = gedp.read_release(lone_release).implicates(1, seed=5, level_prior="quarter")
     assert frame[months].to_numpy().min() >= 0
-    refused = runner.invoke(app, ["implicates", str(lone_release), "--level-prior", "month2", "--out",
-                                  str(tmp_path / "x")])
-    assert refused.exit_code == 2 and "level prior 'month2' is not one of month1, quarter" in refused.output
+    _refused_before_writing(lone_release, tmp_path, "--level-prior", "month2",
+                            "level prior 'month2' is not one of month1, quarter")
+
+
+def _refused_before_writing(release, tmp_path, option: str, value: str, message: str) -> None:
+    """``gedp implicates`` with ``option value`` exits 2 saying ``message``, its output folder not made."""
+    refused = runner.invoke(app, ["implicates", str(release), option, value, "--out", str(tmp_path / "x")])
+    assert refused.exit_code == 2 and message in refused.output, refused.output
     assert not (tmp_path / "x").exists()
 
 
@@ -225,7 +230,5 @@ def test_the_joint_change_prior_is_an_option_recorded_and_checked(lone_release, 
     assert all(abs(prior.weights.sum() - 1) < 1e-9 for prior in model.priors.joint)
     frame = gedp.read_release(lone_release).implicates(1, seed=5, change_prior="joint")
     assert frame[months].to_numpy().min() >= 0
-    refused = runner.invoke(app, ["implicates", str(lone_release), "--change-prior", "pairs", "--out",
-                                  str(tmp_path / "x")])
-    assert refused.exit_code == 2 and "change prior 'pairs' is not one of independent, joint" in refused.output
-    assert not (tmp_path / "x").exists()
+    _refused_before_writing(lone_release, tmp_path, "--change-prior", "pairs",
+                            "change prior 'pairs' is not one of independent, joint")
