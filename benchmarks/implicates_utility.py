@@ -54,11 +54,11 @@ def seeded_draws(args: argparse.Namespace):
     return truth.set_index(truth["estab_id"].astype(str)).loc[ids].reset_index(drop=True), draws, rng
 
 
-def one_release(truth: pd.DataFrame, folder: Path, seed: int, m: int) -> pd.DataFrame:
+def one_release(truth: pd.DataFrame, folder: Path, seed: int, m: int, **options: str) -> pd.DataFrame:
     release = gedp.protect(truth, "recommended", seed=seed, not_for_publication=True)
     release.write(folder)
     start = time.perf_counter()
-    implicates = implicates_in_memory(folder, m, seed=seed + 1000)
+    implicates = implicates_in_memory(folder, m, seed=seed + 1000, **options)
     seconds = time.perf_counter() - start
     rows = microdata_statistics(truth).rename(columns={"value": "truth"}).drop(columns="variance")
     point = microdata_statistics(release.microdata).rename(columns={"value": "release"}).drop(columns="variance")
@@ -83,13 +83,16 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=1, help="the first release's seed")
     parser.add_argument("--m", type=int, default=10)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--level-prior", default="month1")
+    parser.add_argument("--change-prior", default="independent")
     args = parser.parse_args()
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)
     parts = []
     for seed in range(args.first, args.first + args.releases):
         with tempfile.TemporaryDirectory() as tmp:
-            part = one_release(truth, Path(tmp) / "release", seed, args.m)
+            part = one_release(truth, Path(tmp) / "release", seed, args.m, level_prior=args.level_prior,
+                               change_prior=args.change_prior)
         part.insert(0, "release_seed", seed)
         parts.append(part)
         pd.concat(parts).to_csv(args.out, index=False)

@@ -17,6 +17,8 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   about twice the answers' (job destruction 6-15% low); independent of theta_bar they have the
   answers' means, but two independent changes spread each month around theta_bar more than the
   truth's correlated ones do (size classes under 10 employees shifted by 5 points): the method docs;
+  with ``change_prior="joint"`` the two changes have one joint prior per band instead
+  (``postprocess.joint_changes``), drawn together given the level;
 * a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g
   a line in log E per sector g (2-digit NAICS) placed from the answers, and r with a prior on a grid
   per sector and size band of the months' answers' mean, with an atom at w = 0
@@ -36,14 +38,16 @@ Employment is drawn as whole numbers (the months rounded), wages as reals.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, lattice_near, truncated_normal
+from gedp.postprocess.joint_changes import ChangeLikelihood, JointFit, JointPrior, draw_changes
 from gedp.postprocess.wage_priors import (
     SIZE_EDGES,
     WAGE_Z,
@@ -98,23 +102,31 @@ class Priors:
     zero_wage: Mixture | None = None  # psi(w) of establishments with no employment
     wage_table: np.ndarray | None = None  # sector x band x (z grid, w = 0): prior weights of the residual
     wage_shift: tuple[np.ndarray, np.ndarray] | None = None  # s per sector (``wage_priors.Shift``)
+    joint: list[JointPrior] | None = None  # per band: the two changes' joint prior (``change_prior="joint"``)
 
 
 class PosteriorModel:
     """Priors of one state fitted on its answers, and draws of its establishments' values; ``level_prior``
-    (LEVEL_PRIORS): the level prior's level, month 1's (the default) or the quarter's."""
+    (LEVEL_PRIORS): the level prior's level, month 1's (the default) or the quarter's; ``change_prior``
+    (CHANGE_PRIORS): the two changes independent (the default) or jointly distributed
+    (``postprocess.joint_changes``)."""
 
     #: whether the level prior is the quarter's level (else month 1's)
     quarter = False
+    #: whether the changes have a joint prior per band (else one each, independent)
+    joint = False
 
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
-                 level_prior: str = "month1") -> None:
+                 level_prior: str = "month1", change_prior: str = "independent") -> None:
         self.quarter = check_level_prior(level_prior) == "quarter"
+        self.joint = check_change_prior(change_prior) == "joint"
         self.answers, self.psi = answers, psi
         self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
         #: each prior's fit (answers binned, likelihood made ready), kept by its fit for its replicates
         self.fits: dict[object, MixtureFit] = {}
         self.priors = Priors(*self._month_priors())
+        if self.joint:
+            self.priors.joint = self._joint_priors()
         #: each establishment's size band of its months' answers' mean: its wage prior's band (public,
         #: and free of the division bias a band of drawn sizes has)
         self.wage_band = np.searchsorted(psi(SIZE_EDGES), answers.months.mean(axis=1))
@@ -137,6 +149,8 @@ class PosteriorModel:
         the imputation proper (the spread between implicates carries the priors' estimation error)."""
         drawn = Priors(*self._month_priors(rng, self.priors))
         fitted = self.priors
+        if fitted.joint is not None:
+            drawn.joint = self._joint_priors(rng, fitted.joint)
         drawn.wage_weights = self.wage_fit.solve(rng.exponential(size=len(self.wage_fit.likelihood)),
                                                  start=fitted.wage_weights)
         drawn.wage_table, drawn.wage_shift = self.wage_fit.table(drawn.wage_weights), fitted.wage_shift
@@ -160,6 +174,17 @@ class PosteriorModel:
                                                   omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])), step))
                                  for k in (1, 2)))
         return level, cut, bands, changes
+
+    def _joint_priors(self, rng: np.random.Generator | None = None, start: list[JointPrior] | None = None
+                      ) -> list[JointPrior]:
+        """Per change band, the joint prior of the changes (a, b) = (theta_2 - theta_1, theta_3 - theta_2),
+        fitted on the band's answers' differences (with ``rng``, a Bayesian bootstrap replicate from
+        ``start``)."""
+        omega, sd = self.answers.months, self.answers.month_sd
+        _, band, steps = self.change_bands()
+        return [self._fitted(("joint", b), rng, None if start is None else start[b],
+                             lambda rows=band == b, step=step: (np.diff(omega[rows], axis=1), sd, step), JointFit)
+                for b, step in enumerate(steps)]
 
     def _level_fit(self, cut: float) -> tuple:
         """The level prior's fit arguments: the level's answers (month 1's, or the quarter's: the months'
@@ -197,11 +222,12 @@ class PosteriorModel:
         return [[atom_standard_error(int(counts[b]), step, float(np.hypot(sd[0], sd[k]))) for k in (1, 2)]
                 for b, step in enumerate(steps)]
 
-    def _fitted(self, key: object, rng: np.random.Generator | None, start: Mixture | None, arguments) -> Mixture:
+    def _fitted(self, key: object, rng: np.random.Generator | None, start: Mixture | JointPrior | None,
+                arguments: Callable[..., tuple], kind: Any = MixtureFit) -> Any:
         """A prior's NPMLE (``rng`` None: its fit is made from ``arguments()``, the answers, sd and
-        components, and kept) or a bootstrap replicate of it (from the kept fit)."""
+        components, by ``kind.of``, and kept) or a bootstrap replicate of it (from the kept fit)."""
         if rng is None or key not in self.fits:
-            self.fits[key] = MixtureFit.of(*arguments(), basis=True)
+            self.fits[key] = kind.of(*arguments(), basis=True)
         return self.fits[key].solve(rng, start)
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
@@ -296,7 +322,10 @@ class PosteriorModel:
                 shift = self.level_shift(delta)
                 level = self._coupled(state, level, delta, self._level_step(prior, omega, sd, delta, shift, floor,
                                                                              rng), None, rng)
-                for k in (0, 1):
+                if self.joint:
+                    proposal = self._joint_step(prior, omega, sd, level, delta, band, floor, rng)
+                    delta = self._coupled(state, level, delta, proposal, 0, rng)
+                for k in () if self.joint else (0, 1):
                     proposal = self._change_step(prior, omega, sd, level, delta, k, band, floor, rng)
                     delta = self._coupled(state, level, delta, proposal, k, rng)
                 if coupling is not None:
@@ -373,6 +402,24 @@ class PosteriorModel:
         out = self._mixture_draws(priors, center, spread, lower, band, k, rng)
         moved[:, k] = np.where(out <= upper, out, delta[:, k])
         return moved
+
+    def _joint_step(self, priors: Priors, omega: np.ndarray, sd: np.ndarray, level: np.ndarray, delta: np.ndarray,
+                    band: np.ndarray, floor: float, rng: np.random.Generator) -> np.ndarray:
+        """Both changes drawn at once given the level, exactly from their joint prior's posterior given the
+        three answers (``joint_changes.draw_changes``: the months are level + M delta), without the months'
+        bound; a draw with a month below it is refused (the changes kept). Given the level, that
+        conditional does not depend on the current changes, so this is an independence Metropolis-Hastings
+        step whose target is the proposal restricted to the bound: accepted exactly where it holds."""
+        months = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]) - self.month_weights[1:][None, :]
+        likelihood = ChangeLikelihood.of(months, sd)
+        residual = omega - level[:, None]
+        out = np.empty_like(delta)
+        assert priors.joint is not None
+        for b in np.unique(band):
+            rows = band == b
+            out[rows] = draw_changes(priors.joint[b], likelihood, residual[rows], rng)
+        inside = (level[:, None] + out @ months.T >= floor).all(axis=1)
+        return np.where(inside[:, None], out, delta)
 
     @staticmethod
     def _mixture_draws(priors: Priors, center, spread, lower, band, k, rng) -> np.ndarray:
@@ -466,6 +513,17 @@ class CurrentDensity:
 
 #: The level prior's level: month 1's (theta_1) or the quarter's (the months' precision-weighted mean).
 LEVEL_PRIORS = ("month1", "quarter")
+
+
+#: The changes' prior: one per change, independent, or one joint prior of the two (``joint_changes``).
+CHANGE_PRIORS = ("independent", "joint")
+
+
+def check_change_prior(change_prior: object) -> str:
+    """The change prior's name, refused unless one of CHANGE_PRIORS."""
+    if change_prior not in CHANGE_PRIORS:
+        raise InputError(f"change prior {change_prior!r} is not one of {', '.join(CHANGE_PRIORS)}")
+    return str(change_prior)
 
 
 def check_level_prior(level_prior: object) -> str:

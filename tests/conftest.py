@@ -94,6 +94,7 @@ def ctrl_c_among_workers(tmp_path):
     """A function that runs a gedp command (its arguments) in a session of its own, sends SIGINT to
     the whole group (what Ctrl-C in a terminal does) as soon as ``workers`` child processes run, and
     checks the stop: exit 130, one last line ``stopped (Ctrl-C)``, no traceback, no child left."""
+    import contextlib
     import os
     import signal
     import subprocess
@@ -103,7 +104,8 @@ def ctrl_c_among_workers(tmp_path):
     import psutil
 
     def stopped(arguments: list[str], workers: int) -> str:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        # faulthandler: a run that does not end is made to print every thread's stack (below)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONFAULTHANDLER": "1"}
         run = subprocess.Popen([sys.executable, "-m", "gedp", *arguments], cwd=tmp_path, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         children: list[psutil.Process] = []
@@ -112,7 +114,10 @@ def ctrl_c_among_workers(tmp_path):
             children = psutil.Process(run.pid).children(recursive=True)
             time.sleep(0.005)
         os.killpg(run.pid, signal.SIGINT)
-        output = run.communicate(timeout=120)[0]
+        try:
+            output = run.communicate(timeout=120)[0]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"not ended 120 s after Ctrl-C; its processes and their threads' stacks:\n{_stacks(run)}")
         if run.returncode == 0:
             pytest.skip("the run finished before Ctrl-C arrived")
         _, alive = psutil.wait_procs(children, timeout=10)
@@ -120,5 +125,22 @@ def ctrl_c_among_workers(tmp_path):
         assert not alive, f"left running: {[child.cmdline() for child in alive]}"
         assert output.strip().splitlines()[-1] == "stopped (Ctrl-C)", output
         return output
+
+    def _stacks(run: subprocess.Popen) -> str:
+        """The processes of a run that did not end (status, command line), then what each Python process
+        printed on SIGABRT (faulthandler: every thread's stack)."""
+        listed = []
+        for process in psutil.process_iter(["pid", "status", "cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if os.getpgid(process.pid) == run.pid:
+                    listed.append(f"{process.pid} {process.info['status']} {' '.join(process.info['cmdline'])[-120:]}")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGABRT)
+        try:
+            printed = run.communicate(timeout=30)[0]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+        return "\n".join([*listed, printed])
 
     return stopped

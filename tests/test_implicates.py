@@ -195,7 +195,40 @@ def test_the_quarters_level_prior_is_an_option_recorded_and_checked(lone_release
     assert (quarter[months] >= 0).all().all() and (quarter[months] == np.round(quarter[months])).all().all()
     frame = gedp.read_release(lone_release).implicates(1, seed=5, level_prior="quarter")
     assert frame[months].to_numpy().min() >= 0
-    refused = runner.invoke(app, ["implicates", str(lone_release), "--level-prior", "month2", "--out",
-                                  str(tmp_path / "x")])
-    assert refused.exit_code == 2 and "level prior 'month2' is not one of month1, quarter" in refused.output
+    _refused_before_writing(lone_release, tmp_path, "--level-prior", "month2",
+                            "level prior 'month2' is not one of month1, quarter")
+
+
+def _refused_before_writing(release, tmp_path, option: str, value: str, message: str) -> None:
+    """``gedp implicates`` with ``option value`` exits 2 saying ``message``, its output folder not made."""
+    refused = runner.invoke(app, ["implicates", str(release), option, value, "--out", str(tmp_path / "x")])
+    assert refused.exit_code == 2 and message in refused.output, refused.output
     assert not (tmp_path / "x").exists()
+
+
+def test_the_joint_change_prior_is_an_option_recorded_and_checked(lone_release, tmp_path):
+    """``--change-prior joint`` (with the quarter's level) draws other implicates than the default (the same
+    seed), says so in ``_implicates.json``, every month is a whole number >= 0, and its fitted priors
+    are joint priors of the two changes per change band; ``Release.implicates`` takes it too; an
+    unknown name is refused in one line (exit 2), before anything is written."""
+    from gedp.postprocess.implicates import PosteriorModel
+    from gedp.release.implicates import prepare
+
+    result = runner.invoke(app, ["implicates", str(lone_release), "--n", "2", "--seed", "5", "--level-prior",
+                                 "quarter", "--change-prior", "joint", "--out", str(tmp_path / "j")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "j" / "_implicates.json").read_text())
+    assert summary["change_prior"] == "joint" and summary["level_prior"] == "quarter"
+    default = write_implicates(lone_release, 2, tmp_path / "d", seed=5, level_prior="quarter")
+    assert "change_prior" not in json.loads((default / "_implicates.json").read_text())
+    joint, independent = pd.read_parquet(tmp_path / "j"), pd.read_parquet(default)
+    months = ["m1emp", "m2emp", "m3emp"]
+    assert not joint[months].equals(independent[months])
+    assert (joint[months] >= 0).all().all() and (joint[months] == np.round(joint[months])).all().all()
+    model: PosteriorModel = prepare(lone_release, np.random.default_rng(1), change_prior="joint").models[0][1]
+    assert model.priors.joint is not None and len(model.priors.joint) == len(model.priors.changes)
+    assert all(abs(prior.weights.sum() - 1) < 1e-9 for prior in model.priors.joint)
+    frame = gedp.read_release(lone_release).implicates(1, seed=5, change_prior="joint")
+    assert frame[months].to_numpy().min() >= 0
+    _refused_before_writing(lone_release, tmp_path, "--change-prior", "pairs",
+                            "change prior 'pairs' is not one of independent, joint")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_page_headers import lying_header
 from typer.testing import CliRunner
 
 import gedp
@@ -129,6 +130,12 @@ def _footer_bomb(part: Path, folder: Path, output: str) -> None:
     part.write_bytes(b"PAR1" + BOMB_FOOTER + len(BOMB_FOOTER).to_bytes(4, "little") + b"PAR1")
 
 
+def _page_header_bomb(part: Path, folder: Path, output: str) -> None:
+    """The first data page of the part's first column stating 1.5 GB uncompressed, its footer honest
+    (``test_page_headers.lying_header``: Arrow allocated 1.5 GB for it at the code before)."""
+    lying_header(part, pq.read_metadata(part).schema.column(0).path)
+
+
 CRAFTED = {
     "repeated rows": (_repeated_rows, "more than 64 times its"),
     "zstd zeros": (_zstd_zeros, "uncompressed, more than 16 times its"),
@@ -140,9 +147,11 @@ CRAFTED = {
     "decimal columns": (_decimal_columns, "holds the column 'c0' as decimal128(38, 10); gedp writes"),
     "string view": (_string_view, "holds the column 'county' as string_view; gedp writes"),
     "footer bomb": (_footer_bomb, "cannot be read as the Parquet gedp writes: its footer does not decode"),
+    "page header bomb": (_page_header_bomb, "holds page headers stating 1,50"),
 }
 OUTPUTS = {"repeated rows": ["protected.parquet", "measurements.parquet"],
-           "zstd zeros": ["protected.parquet", "measurements.parquet"]}
+           "zstd zeros": ["protected.parquet", "measurements.parquet"],
+           "page header bomb": ["protected.parquet", "measurements.parquet"]}
 
 
 def crafted(honest: Path, tmp_path: Path, case: str, output: str) -> Path:

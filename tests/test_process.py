@@ -344,3 +344,35 @@ def test_a_stop_during_the_ledgers_reservation_leaves_it_whole_and_says_it_is_pe
         stopped.output.split())
     again = CliRunner().invoke(app, command)
     assert again.exit_code == 0, again.output
+
+
+#: A pool whose worker keeps SIGTERM blocked for ever (as a worker started inside ``held_stops`` does
+#: until its initializer runs), stopped with ``stop_workers`` given 1 s.
+DEAF_WORKER_PROBE = """
+import multiprocessing, signal, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from gedp.running import state_pool
+
+def deaf() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    time.sleep(600)
+
+state_pool.STOP_WAIT = 1.0
+pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"), initializer=deaf)
+pool.submit(abs, -1)
+time.sleep(0.5)
+worker = next(iter(pool._processes.values()))
+started = time.monotonic()
+state_pool.stop_workers(pool)
+print(f"{time.monotonic() - started:.1f} {worker.exitcode}", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_stop_workers_kills_a_worker_that_does_not_end_on_sigterm():
+    """A worker that keeps SIGTERM blocked (one stopped before its initializer ran, whose start was
+    inside ``held_stops``) is killed once ``STOP_WAIT`` has passed, never waited for without end."""
+    done = subprocess.run([sys.executable, "-c", DEAF_WORKER_PROBE], capture_output=True, text=True, timeout=60,
+                          start_new_session=True)
+    seconds, exitcode = done.stdout.split()
+    assert 1.0 <= float(seconds) < 20 and int(exitcode) == -signal.SIGKILL, done.stdout + done.stderr

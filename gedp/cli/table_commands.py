@@ -65,6 +65,9 @@ Count = Annotated[int, typer.Option("--n", help="Number of implicates M.")]
 LevelPrior = Annotated[str, typer.Option(help="The size prior's level: month1 (default) or quarter (the months' "
                                               "mean: job destruction nearer the truth, job creation and size "
                                               "classes under 10 employees shifted; docs/method/implicates.md).")]
+ChangePrior = Annotated[str, typer.Option(help="The month-to-month changes' prior: independent (default) or joint "
+                                                "(one 2-D prior of the two changes per size band; "
+                                                "docs/method/implicates.md).")]
 DrawSeed = Annotated[Optional[int], typer.Option(help="Seed the draws (reproducible; default: the secure generator).")]
 DrawnQuarter = Annotated[Optional[str], typer.Option(help="A panel release: the quarter drawn, e.g. 2016Q1.")]
 # gedp report
@@ -150,7 +153,8 @@ def serve_command(releases: Releases, host: Host = "127.0.0.1", port: Port = 800
 
 @app.command(name="implicates")
 def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed: DrawSeed = None,
-                       quarter: DrawnQuarter = None, level_prior: LevelPrior = "month1") -> None:
+                       quarter: DrawnQuarter = None, level_prior: LevelPrior = "month1",
+                       change_prior: ChangePrior = "independent") -> None:
     """Draw M complete microdata files from the posterior of the confidential values given a release.
 
     Reads the release's files only, spends no privacy budget and changes nothing in the release;
@@ -162,7 +166,7 @@ def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed
         start = time.perf_counter()
         with progress_counts("drawing implicates") as (update, say):
             write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say,
-                             level_prior=level_prior)
+                             level_prior=level_prior, change_prior=change_prior)
     console.print(f"[bold]{n} implicates[/] written to {out} in {time.perf_counter() - start:.0f} s "
                   "(pandas.read_parquet reads them with an implicate column)")
 

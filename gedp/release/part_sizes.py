@@ -21,6 +21,10 @@ text columns read as dictionaries before a reader reads its rows (``check_decode
 * its rows decoding to at most MAX_DECODED_RATIO times the part's size (and PART_ROOM): each row
   the width of its numbers and of its texts' offsets (from the footer), and each text's characters
   (from its dictionaries: a value repeated on every row counted on every row, as a read decodes it).
+* each column chunk's page headers, read from the part's bytes (``page_headers``), decoding, each
+  page within its chunk, and stating at most the uncompressed bytes the footer states for the chunk
+  (which the ratio above bounds): a reader decompresses a page into a buffer of the size its header
+  states, whatever the footer states.
 
 The ratios' PART_ROOM is given once per output read: each part's sizes are counted with those of
 the parts before it, against their sizes added up (``check_parts``, ``check_decoded``).
@@ -34,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gedp.errors import InputError
+from gedp.release.page_headers import PageError, chunk_range, walk_chunk
 
 #: The longest footer a part may have: gedp's are 3-8 KB (a row group per million rows, a few dozen columns).
 MAX_FOOTER_BYTES = 1 << 20
@@ -137,7 +142,43 @@ def check_footer(release: str | Path, output: str, path: str | Path, expected_ro
                    for column in range(group.num_columns))
     decoded = rows * _row_width(release, output, path, schema)
     _check_stated(release, output, path, unpacked, decoded, size)
+    _check_pages(release, output, path, groups, size - footer - 8)
     return unpacked, decoded
+
+
+def _check_pages(release: str | Path, output: str, path: str | Path, groups: list, end: int) -> None:
+    """Each column chunk of ``groups`` (a part's row groups, its pages ending before byte ``end``)
+    holding pages whose headers decode (``page_headers.walk_chunk``) and state at most the bytes
+    uncompressed its footer states for it (which ``_check_stated`` bounds), read header by header
+    from the part's bytes before any page is: a page's header sizes the buffer a reader decompresses
+    it into, whatever its footer states. Arrow reads a chunk's pages until it holds the chunk's values,
+    so it reads the pages walked here, or fewer."""
+    with open(path, "rb") as file:
+        for group in groups:
+            for index in range(group.num_columns):
+                chunk = group.column(index)
+                if chunk.num_values == 0:
+                    continue  # a reader reads no page of a chunk of no values (an empty part's: offset 0)
+                start, stop = chunk_range(chunk.data_page_offset, chunk.dictionary_page_offset,
+                                          chunk.total_compressed_size)
+                try:
+                    if not 4 <= start <= stop <= end:
+                        raise PageError(f"states its pages at bytes {start:,}-{stop:,} of the {end:,} before "
+                                        "its footer")
+                    pages = walk_chunk(file, start, stop, chunk.num_values)
+                except PageError as err:
+                    raise _refuse(release, output, path, f"column {_column(chunk.path_in_schema)} {err}") from None
+                stated, footer = sum(page.uncompressed for page in pages), chunk.total_uncompressed_size
+                if stated > footer:
+                    raise _refuse(release, output, path, f"column {_column(chunk.path_in_schema)} holds page "
+                                                         f"headers stating {stated:,} bytes uncompressed, more than "
+                                                         f"the {footer:,} its footer states: a compression bomb")
+
+
+def _column(name: str) -> str:
+    from gedp.synth.schema import shown  # the schema's cut repr (it loads pandas: a refusal only)
+
+    return shown(name)
 
 
 def check_parts(release: str | Path, output: str, paths: list[str], expected: list[int | None]) -> None:
@@ -200,11 +241,17 @@ def decoded_bytes(release: str | Path, output: str, path: str | Path, columns: l
     texts = [field.name for field in chosen if _is_text(field.type)]
     if not texts:
         return decoded
+    import pyarrow as pa
+
     dictionaries = open_part(path, read_dictionary=texts)
     for group in range(file.metadata.num_row_groups):
         if decoded > stop:
             break
-        decoded += text_bytes(dictionaries.read_row_group(group, columns=texts))
+        try:
+            decoded += text_bytes(dictionaries.read_row_group(group, columns=texts))
+        except (pa.ArrowException, OSError):  # pages that do not decode (red team: an audit's traceback)
+            raise _refuse(release, output, path, "cannot be read as the Parquet gedp writes: its pages do not "
+                                                 "decode") from None
     return decoded
 
 

@@ -22,7 +22,8 @@ field, and no reader silently includes a file the manifest does not account for:
   state (``part-<quarter>-<state>.parquet``) that the manifest lists: no other entry, no symbolic link
   (neither the folder nor a part), each a Parquet file by its first and last bytes (``PARQUET_MAGIC``)
   whose footer states sizes its file can hold (``part_sizes.check_footer``: its rows, the protected
-  microdata's those the manifest states, its pages' uncompressed size and its rows' width).
+  microdata's those the manifest states, its pages' uncompressed size and its rows' width), and whose
+  page headers state no more than its footer (``page_headers``).
 """
 
 from __future__ import annotations

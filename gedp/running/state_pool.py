@@ -40,6 +40,8 @@ START_METHOD = "spawn"
 #: Input rows per worker below which the automatic choice starts fewer workers: a worker's start (a
 #: fresh interpreter importing gedp, about 1.2 s) costs about what protecting 100,000 establishments does.
 ROWS_PER_WORKER = 100_000
+#: Seconds a stopped worker is given to end on SIGTERM before it is killed (``stop_workers``).
+STOP_WAIT = 30.0
 
 
 def pool_size(processes: int | None, states: int, rows: int | None = None) -> int:
@@ -215,10 +217,16 @@ def _start_worker() -> None:
 def stop_workers(pool: ProcessPoolExecutor) -> None:
     """End the running workers at once and wait until they have, then shut the pool down, its
     waiting tasks cancelled (``shutdown`` alone would let their tasks finish, or wait for ever on a
-    stuck one); Python 3.14's ``terminate_workers`` does the same."""
+    stuck one); Python 3.14's ``terminate_workers`` does the same. A worker still alive
+    ``STOP_WAIT`` seconds after its SIGTERM is killed: one that never reaches its initializer keeps
+    the stops it was started with blocked (``gedp.errors.held_stops``), and would be waited for
+    without end."""
     processes = list((pool._processes or {}).values())
     for process in processes:
         process.terminate()
     for process in processes:
-        process.join()
+        process.join(STOP_WAIT)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
     pool.shutdown(wait=True, cancel_futures=True)
