@@ -9,6 +9,7 @@ deadline, these tests would wait for ever: their timeouts make them fail instead
 
 import os
 import re
+import socket
 import threading
 import time
 
@@ -68,7 +69,8 @@ def test_a_waiter_gives_up_at_its_deadline_and_leaves_the_ledger_as_it_was(ledge
     waited = time.monotonic() - started
     message = str(refused.value)
     assert "\n" not in message and f"the ledger's lock at '{lock}'" in message
-    assert re.search(rf"held by process {os.getpid()} since 20\d\d-\d\d-\d\dT", message)
+    host = re.escape(socket.gethostname())
+    assert re.search(rf"held by process {os.getpid()} on {host} since 20\d\d-\d\d-\d\dT", message)
     assert "was not let go within 0.6 s (GEDP_LOCK_TIMEOUT)" in message and "stop it" in message
     assert 0.6 <= waited < 5
     said = capfd.readouterr().err.splitlines()
@@ -238,3 +240,19 @@ def test_a_holder_does_not_remove_a_lock_file_another_process_holds(ledger, monk
         let_go.set()
         second.join()
     assert not lock.exists()
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ("process 12 on node-7.agency.gov since 2026-11-29T10:00:00+00:00", " (held by process 12 on node-7.agency.gov "
+                                                                     "since 2026-11-29T10:00:00+00:00)"),
+    ("process 12 since 2026-11-29T10:00:00+00:00", " (held by process 12 since 2026-11-29T10:00:00+00:00)"),
+    ("process 12 on \x1b[2Jnode since 2026-11-29T10:00:00+00:00", ""),
+    ("process 12 on " + "a" * 300 + " since 2026-11-29T10:00:00+00:00", ""),
+])
+def test_the_holder_line_names_its_host_and_nothing_else(tmp_path, line, said):
+    """A waiting process names the lock's holder by process and host (on a shared disk a process number
+    alone names the wrong machine); a line of an earlier gedp (no host) still reads; a line someone else
+    wrote with other characters (a terminal escape) or a name too long is not repeated."""
+    lock = tmp_path / "books.json.lock"
+    lock.write_text(line + "\n")
+    assert ledger_file._holder(lock) == said

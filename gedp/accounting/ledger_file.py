@@ -12,6 +12,7 @@ import math
 import os
 import re
 import secrets
+import socket
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +34,9 @@ LEDGER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,122}\.json")
 HASH = re.compile(r"[0-9a-f]{64}")
 RELEASE_ID = re.compile(r"[0-9a-f]{16}")
 #: What a process holding the ledger's lock writes into the lock file.
-HOLDER = re.compile(r"process ([0-9]+) since ([0-9T:+.-]+)")
+#: A lock file's line: its holder's process, host (a ledger on a shared disk is locked from several
+#: machines: a process number alone names the wrong one) and time; read back only in this form.
+HOLDER = re.compile(r"process ([0-9]+)(?: on ([A-Za-z0-9.-]{1,253}))? since ([0-9T:+.-]+)")
 KEY = re.compile(r"[A-Za-z0-9_-]{16}")
 #: The keyed hash of this text under the ledger's key is stored with the ledger: a hash function that
 #: changed (another pandas) would give every establishment a fresh account, so it is refused.
@@ -325,7 +328,7 @@ def locked_ledger(path: Path, *, missing_ok: bool = False) -> Iterator[dict]:
     handle = _lock_file(lock, path)
     try:
         os.ftruncate(handle, 0)  # who holds the lock, for a process waiting for it (LockWait's line)
-        os.write(handle, f"process {os.getpid()} since {utc_now()}\n".encode())
+        os.write(handle, f"process {os.getpid()} on {_host()} since {utc_now()}\n".encode())
         yield read_ledger(path, missing_ok=missing_ok)
     finally:
         _remove_own(lock, handle)  # still held: a process waiting for it finds it gone and retries
@@ -367,16 +370,24 @@ def _lock_file(lock: Path, path: Path) -> int:
         os.close(handle)
 
 
+def _host() -> str:
+    """This machine's name as a lock file states it (``HOLDER``'s characters; "unknown" otherwise)."""
+    name = socket.gethostname()
+    return name if re.fullmatch(r"[A-Za-z0-9.-]{1,253}", name) else "unknown"
+
+
 def _holder(lock: Path) -> str:
-    """" (held by process N since DATE)", as its holder wrote it into the lock file ("" when it cannot
-    be read, or is not a regular file)."""
+    """" (held by process N on HOST since DATE)", as its holder wrote it into the lock file ("" when it
+    cannot be read, or is not a regular file; HOST left out when the line has none)."""
     try:
         handle = open_lock_file(lock, os.O_RDONLY)
     except (OSError, InputError):
         return ""
     with open(handle, "rb") as file:
         found = HOLDER.fullmatch(file.read(200).decode("ascii", "replace").strip())
-    return f" (held by process {found[1]} since {found[2]})" if found else ""
+    if not found:
+        return ""
+    return f" (held by process {found[1]}{f' on {found[2]}' if found[2] else ''} since {found[3]})"
 
 
 def live(book: dict) -> list[dict]:
