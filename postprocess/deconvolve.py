@@ -130,7 +130,14 @@ class MixtureFit:
 
 
 def binned(values: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
-    """Occupied bins of ``width`` (their centers, the mean of their values) and their counts."""
+    """Occupied bins of ``width`` (their centers, the mean of their values) and their counts; of
+    points (rows x coordinates: bins of ``width`` in each coordinate) as of numbers."""
+    if values.ndim == 2:
+        index = np.floor((values - values.min(axis=0)) / width).astype(np.int64)
+        _, inverse, counts = np.unique(index, axis=0, return_inverse=True, return_counts=True)
+        inverse = inverse.ravel()
+        sums = np.column_stack([np.bincount(inverse, weights=column) for column in values.T])
+        return sums / counts[:, None], counts.astype(float)
     index = np.floor((values - values.min()) / width).astype(np.int64)
     occupied, inverse, counts = np.unique(index, return_inverse=True, return_counts=True)
     sums = np.bincount(inverse, weights=values, minlength=occupied.size)

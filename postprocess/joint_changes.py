@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gedp.postprocess.deconvolve import Likelihood, npmle_weights, pick_points
+from gedp.postprocess.deconvolve import Likelihood, binned, npmle_weights, pick_points
 
 #: (a, b) to the changes from month 1, (theta_2 - theta_1, theta_3 - theta_1) = T (a, b).
 TO_DELTA = np.array([[1.0, 0.0], [1.0, 1.0]])
@@ -115,15 +115,6 @@ def gaussian_log_density(x: np.ndarray, means: np.ndarray, covariances: np.ndarr
     return -0.5 * (p00 * d0**2 + 2 * p01 * d0 * d1 + p11 * d1**2) - np.log(2 * np.pi) - 0.5 * np.log(det)
 
 
-def binned_pairs(x: np.ndarray, width: float) -> tuple[np.ndarray, np.ndarray]:
-    """Occupied 2-D bins of ``width`` (the mean of their points) and their counts."""
-    index = np.floor((x - x.min(axis=0)) / width).astype(np.int64)
-    _, inverse, counts = np.unique(index, axis=0, return_inverse=True, return_counts=True)
-    inverse = inverse.ravel()
-    sums = np.column_stack([np.bincount(inverse, weights=x[:, j]) for j in (0, 1)])
-    return sums / counts[:, None], counts.astype(float)
-
-
 @dataclass(frozen=True)
 class JointFit:
     """A joint prior's fit (binned answers, the likelihood made ready), kept for its bootstrap replicates."""
@@ -144,7 +135,7 @@ class JointFit:
         sd = float(np.sqrt(noise[0, 0]))
         reach = max(float(np.abs(x).max()), 4 * sd) + sd
         means, covariances = joint_components(smallest, sd, reach)
-        centers, counts = binned_pairs(x, sd / BINS_PER_SD)
+        centers, counts = binned(x, sd / BINS_PER_SD)
         log_lik = gaussian_log_density(centers, means, covariances + noise)
         likelihood = np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
         return cls(means, covariances, counts, Likelihood.of(likelihood, basis=basis))
