@@ -40,14 +40,20 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--draws", type=int, default=2)
     parser.add_argument("--level-prior", default="month1")
     parser.add_argument("--change-prior", default="independent")
+    parser.add_argument("--level-width", type=float, default=None,
+                        help="the level prior's components' bandwidth in their steps (LEVEL_WIDTH)")
     return parser
 
 
 def seeded_draws(args: argparse.Namespace):
     """The truth (``truth_frame`` of ``args.qcew`` with ``args.structure``), its ``recommended`` release
-    seeded ``args.seed`` made ready for draws (``prepare``: the fitted models, with ``args.level_prior``
-    and ``args.change_prior``), the truth in the draws'
+    seeded ``args.seed`` made ready for draws (``prepare``: the fitted models, with ``args.level_prior``,
+    ``args.change_prior`` and ``args.level_width``), the truth in the draws'
     establishment order, and the chains' generator (seed + 1000)."""
+    import gedp.postprocess.implicates as implicates
+
+    if args.level_width is not None:
+        implicates.LEVEL_WIDTH = args.level_width
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
