@@ -8,7 +8,9 @@ frames that mix true and drawn values, so each part of the model is measured alo
 
 * ``truth``: the synthetic state;
 * ``level prior g``: month 1's classes expected under the fitted level prior (its mass in each
-  class's psi interval times the establishments it was fitted on; month 1's level prior only);
+  class's psi interval times the establishments it was fitted on; month 1's level prior only), and
+  with ``--replicates K`` their mean and sd over K bootstrap replicates of the priors (the implicates'
+  draws of the prior);
 * ``joint draw``: the implicates' months (the chain coupled to the wages), ``--burn-in`` sweeps;
 * ``months without the wage``: the chain without the wage coupling;
 * ``true level, drawn changes``: the truth's level (the level prior's: month 1's, or with
@@ -41,10 +43,11 @@ def counts(months: np.ndarray) -> list[float]:
     return [float(np.sum(size_class(months[:, k]) == c)) for k in (0, 2) for c in CLASSES]
 
 
-def prior_counts(model) -> list[float]:
-    """Month 1's classes 1-3 expected under the level prior g: its mass in each class's psi interval
-    times the establishments it was fitted on (those whose month-1 answer is below its fit's top)."""
-    g, psi = model.priors.level, model.psi
+def prior_counts(model, level=None) -> list[float]:
+    """Month 1's classes 1-3 expected under the level prior g (``level``, else the fitted one): its mass
+    in each class's psi interval times the establishments it was fitted on (those whose month-1 answer
+    is below its fit's top)."""
+    g, psi = model.priors.level if level is None else level, model.psi
     sd = float(model.answers.month_sd[0])
     fitted = int(np.sum(model.answers.months[:, 0] <= model.priors.level_cut + 6 * sd))
     edges = psi(EDGES[1:])
@@ -57,12 +60,20 @@ def prior_counts(model) -> list[float]:
 def main() -> None:
     parser = diagnostic_arguments()
     parser.add_argument("--burn-in", type=int, default=BURN_IN, help="sweeps before the first draw")
+    parser.add_argument("--replicates", type=int, default=0,
+                        help="also the spread of g's classes over this many bootstrap replicates of the priors")
     args = parser.parse_args()
     truth, draws, rng = seeded_draws(args)
     results: dict[str, list[list[float]]] = {"truth": [counts(truth[MONTHS].to_numpy(float))]}
     for rows, model in draws.models:
         if not model.quarter:
             results["level prior g"] = [prior_counts(model)]
+            if args.replicates:
+                replicates = np.array([prior_counts(model, model.replicate(rng).level)[:3]
+                                       for _ in range(args.replicates)])
+                print(f"level prior g's month-1 classes 1-3 over {args.replicates} bootstrap replicates: mean "
+                      + " ".join(f"{v:.0f}" for v in replicates.mean(axis=0)) + ", sd "
+                      + " ".join(f"{v:.0f}" for v in replicates.std(axis=0, ddof=1)))
         psi, inverse = model.psi, model.psi.inverse
         true_theta = psi(truth[MONTHS].to_numpy(float)[rows])
         local = np.arange(len(rows))
