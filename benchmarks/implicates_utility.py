@@ -38,18 +38,27 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--structure", default="none")
     parser.add_argument("--seed", type=int, default=1, help="the release's seed")
     parser.add_argument("--draws", type=int, default=2)
+    parser.add_argument("--level-prior", default="month1")
+    parser.add_argument("--change-prior", default="independent")
+    parser.add_argument("--level-width", type=float, default=None,
+                        help="the level prior's components' bandwidth in their steps (LEVEL_WIDTH)")
     return parser
 
 
 def seeded_draws(args: argparse.Namespace):
     """The truth (``truth_frame`` of ``args.qcew`` with ``args.structure``), its ``recommended`` release
-    seeded ``args.seed`` made ready for draws (``prepare``: the fitted models), the truth in the draws'
+    seeded ``args.seed`` made ready for draws (``prepare``: the fitted models, with ``args.level_prior``,
+    ``args.change_prior`` and ``args.level_width``), the truth in the draws'
     establishment order, and the chains' generator (seed + 1000)."""
+    import gedp.postprocess.implicates as implicates
+
+    if args.level_width is not None:
+        implicates.LEVEL_WIDTH = args.level_width
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
         gedp.protect(truth, "recommended", seed=args.seed, not_for_publication=True).write(Path(tmp) / "r")
-        draws = prepare(Path(tmp) / "r", rng)
+        draws = prepare(Path(tmp) / "r", rng, level_prior=args.level_prior, change_prior=args.change_prior)
     ids = draws.public["estab_id"].astype(str)
     return truth.set_index(truth["estab_id"].astype(str)).loc[ids].reset_index(drop=True), draws, rng
 
@@ -85,7 +94,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--level-prior", default="month1")
     parser.add_argument("--change-prior", default="independent")
+    parser.add_argument("--burn-in", type=int, default=None,
+                        help="Gibbs sweeps before the first implicate and in the wage priors' fitting chain "
+                             "(postprocess.implicates.BURN_IN; default: the shipped value)")
+    parser.add_argument("--level-width", type=float, default=None,
+                        help="the level prior's components' bandwidth in their steps "
+                             "(postprocess.implicates.LEVEL_WIDTH; default: the shipped value)")
     args = parser.parse_args()
+    import gedp.postprocess.implicates as implicates
+
+    if args.burn_in is not None:
+        implicates.BURN_IN = args.burn_in
+    if args.level_width is not None:
+        implicates.LEVEL_WIDTH = args.level_width
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)
     parts = []

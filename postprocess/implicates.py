@@ -68,6 +68,8 @@ THIN = 2
 #: mean is above it draw from their likelihood alone (a prior that flat there changes nothing).
 LEVEL_STEPS = 3.0
 LEVEL_CUT = 40.0
+#: The level prior's components' bandwidth in their steps.
+LEVEL_WIDTH = 1.0
 #: Most points of a level prior's grid (its fit's Hessian is points^2 floats, a Newton step points^3):
 #: beyond it, only the points within LEVEL_REACH answer sds of an answer, coarsened until they fit
 #: (``deconvolve.lattice_near``). Ordinary releases never reach it (Rhode Island's: 139 at most).
@@ -199,7 +201,8 @@ class PosteriorModel:
                              f"has none to fit")
         level_sd = float(1.0 / np.sqrt((1.0 / np.asarray(self.answers.month_sd, dtype=float) ** 2).sum())
                          ) if self.quarter else sd
-        return fitted, level_sd, *level_components(self.floor, cut + 6 * sd, sd, level.min(), fitted)
+        means, sds = level_components(self.floor, cut + 6 * sd, sd, level.min(), fitted)
+        return fitted, level_sd, means, sds * LEVEL_WIDTH
 
     def change_bands(self) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """The changes' size bands: their edges in psi scale, each establishment's band (of its answers'
