@@ -31,6 +31,9 @@ PSI_GRID_BITS = 12
 VALUE_GRID = 2.0**-10
 #: Largest |N| handled: int64 with room for the sum of a value and a noise draw.
 MAX_GRID_UNITS = 2.0**62
+#: Largest |N| of a released group sum (``exact_unit_sums``: fewer than 2^32 values of a group, each
+#: below 2^62 units, summed exactly, plus a noise draw below 2^61): what a reader accepts of a pnc answer.
+MAX_SUM_UNITS = 2.0**95
 
 
 def psi_grid(gamma: float) -> float:

@@ -69,3 +69,34 @@ def test_unit_sums_equal_python_integer_sums(largest_sum):
         units >>= 20  # small enough for int64 sums
     sums = exact_unit_sums(units, codes, 4, largest_sum)
     assert [int(s) for s in sums] == [sum(int(u) for u, c in zip(units, codes) if c == g) for g in range(4)]
+
+
+def test_a_release_whose_group_sums_pass_int64_is_read_back(tmp_path):
+    """A release gedp writes is one its readers take: 480 establishments of one county x NAICS-6 cell
+    paid the input maximum ($1e13 each) make the state's wage sum 4.9e18 grid steps, past 2^62 (the
+    red team of cellwage18: protect wrote it, every reader of its answers refused it). A released
+    value past the sums' own range is still refused."""
+    import gedp
+    from gedp.errors import InputError
+    from gedp.measure.grid import MAX_SUM_UNITS
+    from gedp.release.reader import read_answers
+    from gedp.synth.profiles import generate_profile, load_profile
+    from gedp.synth.schema import MAX_VALUE
+
+    frame = generate_profile(load_profile("small"), n_establishments=600, rng=np.random.default_rng(4))
+    frame.loc[frame.index[:480], ["county", "naics", "wage"]] = [frame["county"].iloc[0], frame["naics"].iloc[0],
+                                                                 MAX_VALUE]
+    assert 480 * MAX_VALUE / VALUE_GRID > MAX_GRID_UNITS
+    folder = tmp_path / "release"
+    gedp.protect(frame, seed=5, not_for_publication=True).write(folder)
+    state_wage = next(a for a in read_answers(folder)["wage"] if a.query.by == ("state",))
+    assert abs(state_wage.released[0]) / VALUE_GRID > MAX_GRID_UNITS  # read back, past int64's range
+    assert len(gedp.Release(folder).implicates(1, seed=1)) == 600
+
+    measurements = next((folder / "measurements.parquet").iterdir())
+    table = pd.read_parquet(measurements)
+    state_rows = (table["query"] == "state") & (table["attribute"] == "wage")
+    table.loc[state_rows, "released"] = MAX_SUM_UNITS * VALUE_GRID
+    table.to_parquet(measurements, index=False)
+    with pytest.raises(InputError, match="within the grid's range"):
+        read_answers(folder)

@@ -223,17 +223,19 @@ def checked_attribute(release: str | Path, attribute: object) -> str:
 
 def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, psi_grids) -> None:
     """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: ``psi_grids``, that of the row's
-    attribute's gamma), and every released value a multiple of it within the grid's range."""
+    attribute's gamma), and every released value a multiple of it within the grid's range (a psi
+    answer's: MAX_GRID_UNITS; a pnc group sum's: MAX_SUM_UNITS, the range its exact sum is written in)."""
     import numpy as np
 
-    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID
+    from gedp.measure.grid import MAX_GRID_UNITS, MAX_SUM_UNITS, VALUE_GRID
 
     grid = numbers["grid"]
     expected = np.where(psi_rows, psi_grids, VALUE_GRID)
     _where(release, frame, grid != expected, "grid is not the step its mechanism and gamma release on")
     if "released" in numbers:
         units = numbers["released"] / grid
-        _where(release, frame, (units != np.rint(units)) | (np.abs(units) >= MAX_GRID_UNITS),
+        _where(release, frame, (units != np.rint(units)) | (np.abs(units) >= np.where(psi_rows, MAX_GRID_UNITS,
+                                                                                          MAX_SUM_UNITS)),
                "released value is not a multiple of its grid step within the grid's range")
 
 
