@@ -38,6 +38,7 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--structure", default="none")
     parser.add_argument("--seed", type=int, default=1, help="the release's seed")
     parser.add_argument("--draws", type=int, default=2)
+    parser.add_argument("--wage-prior", default="sector", help="postprocess.implicates.WAGE_PRIORS")
     return parser
 
 
@@ -49,7 +50,7 @@ def seeded_draws(args: argparse.Namespace):
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
         gedp.protect(truth, "recommended", seed=args.seed, not_for_publication=True).write(Path(tmp) / "r")
-        draws = prepare(Path(tmp) / "r", rng)
+        draws = prepare(Path(tmp) / "r", rng, wage_prior=args.wage_prior)
     ids = draws.public["estab_id"].astype(str)
     return truth.set_index(truth["estab_id"].astype(str)).loc[ids].reset_index(drop=True), draws, rng
 
@@ -85,6 +86,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--level-prior", default="month1")
     parser.add_argument("--change-prior", default="independent")
+    parser.add_argument("--wage-prior", default="sector")
     args = parser.parse_args()
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)
@@ -92,7 +94,7 @@ def main() -> None:
     for seed in range(args.first, args.first + args.releases):
         with tempfile.TemporaryDirectory() as tmp:
             part = one_release(truth, Path(tmp) / "release", seed, args.m, level_prior=args.level_prior,
-                               change_prior=args.change_prior)
+                               change_prior=args.change_prior, wage_prior=args.wage_prior)
         part.insert(0, "release_seed", seed)
         parts.append(part)
         pd.concat(parts).to_csv(args.out, index=False)
