@@ -42,6 +42,7 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--change-prior", default="independent")
     parser.add_argument("--level-width", type=float, default=None,
                         help="the level prior's components' bandwidth in their steps (LEVEL_WIDTH)")
+    parser.add_argument("--wage-prior", default="sector", help="postprocess.implicates.WAGE_PRIORS")
     return parser
 
 
@@ -58,7 +59,8 @@ def seeded_draws(args: argparse.Namespace):
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
         gedp.protect(truth, "recommended", seed=args.seed, not_for_publication=True).write(Path(tmp) / "r")
-        draws = prepare(Path(tmp) / "r", rng, level_prior=args.level_prior, change_prior=args.change_prior)
+        draws = prepare(Path(tmp) / "r", rng, level_prior=args.level_prior, change_prior=args.change_prior,
+                        wage_prior=args.wage_prior)
     ids = draws.public["estab_id"].astype(str)
     return truth.set_index(truth["estab_id"].astype(str)).loc[ids].reset_index(drop=True), draws, rng
 
@@ -100,6 +102,7 @@ def main() -> None:
     parser.add_argument("--level-width", type=float, default=None,
                         help="the level prior's components' bandwidth in their steps "
                              "(postprocess.implicates.LEVEL_WIDTH; default: the shipped value)")
+    parser.add_argument("--wage-prior", default="sector")
     args = parser.parse_args()
     import gedp.postprocess.implicates as implicates
 
@@ -113,7 +116,7 @@ def main() -> None:
     for seed in range(args.first, args.first + args.releases):
         with tempfile.TemporaryDirectory() as tmp:
             part = one_release(truth, Path(tmp) / "release", seed, args.m, level_prior=args.level_prior,
-                               change_prior=args.change_prior)
+                               change_prior=args.change_prior, wage_prior=args.wage_prior)
         part.insert(0, "release_seed", seed)
         parts.append(part)
         pd.concat(parts).to_csv(args.out, index=False)

@@ -291,7 +291,8 @@ class Release:
         return pd.concat(tables.levels.values(), ignore_index=True)
 
     def implicates(self, m: int, seed: int | None = None, *, quarter: str | None = None,
-                   level_prior: str = "month1", change_prior: str = "independent") -> pd.DataFrame:
+                   level_prior: str = "month1", change_prior: str = "independent",
+                   wage_prior: str = "sector") -> pd.DataFrame:
         """``m`` complete microdata files drawn from the posterior of the confidential values given
         this release's answers, stacked: an ``implicate`` column (1..m), then the release's columns
         (``gedp.release.implicates``; no budget spent, nothing of the release changed). Draws come
@@ -299,12 +300,14 @@ class Release:
         ``level_prior="quarter"`` puts the size prior on the quarter's level instead of month 1's
         (job destruction nearer the truth; job creation and small size classes shifted: see the method docs);
         ``change_prior="joint"`` draws the two month-to-month changes from one joint prior per size band
-        instead of two independent ones (the method docs' measurement).
+        instead of two independent ones (the method docs' measurement);
+        ``wage_prior="cells"`` gives each county x NAICS-6 cell its own wage level (the size-wage slope
+        within cells kept, the slope with sector effects too steep: the method docs' measurement).
         Combine a statistic computed on each with ``gedp.combine``."""
         from gedp.release.implicates import implicates_in_memory
 
         return implicates_in_memory(self.folder, m, seed=seed, quarter=quarter, level_prior=level_prior,
-                                    change_prior=change_prior)
+                                    change_prior=change_prior, wage_prior=wage_prior)
 
     def write(self, out: str | Path) -> Path:
         """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release);

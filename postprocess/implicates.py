@@ -49,11 +49,17 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, lattice_near, truncated_normal
 from gedp.postprocess.joint_changes import ChangeLikelihood, JointFit, JointPrior, draw_changes
 from gedp.postprocess.wage_priors import (
+    CELL_OFFSETS,
     SIZE_EDGES,
     WAGE_Z,
+    WAGE_Z_CELLS,
+    ShiftPoints,
     WageFit,
-    answered_shift,
+    cell_offsets,
+    cell_sizes,
     draw_residuals,
+    offset_likelihood,
+    residual_means,
     size_shift,
 )
 
@@ -79,6 +85,11 @@ LEVEL_REACH = 8.0
 WAGE_FLAT_STEPS = 2.0
 #: Establishments per state of the pass that fits the wage priors.
 WAGE_FIT_ROWS = 20_000
+#: Rounds of the cell offsets, then s placed again through the fitted priors' band levels (more rounds drifted
+#: s's slope past the truth's on Rhode Island under elasticity 0.6: 0.6 -> 0.68 -> 0.8; the method docs).
+CELL_ROUNDS = 1
+#: Establishments of one block of the cell offsets' likelihood (rows x ~220 grid points).
+CELL_BLOCK = 16_384
 
 
 @dataclass
@@ -90,6 +101,7 @@ class StateAnswers:
     wage: np.ndarray  # (n,)
     wage_sd: float
     industry: np.ndarray  # (n,) integer codes of the wage model's groups (the NAICS sector)
+    cell: np.ndarray | None = None  # (n,) integer codes of the county x NAICS-6 cells (None: no cell offsets)
 
 
 @dataclass
@@ -104,6 +116,7 @@ class Priors:
     zero_wage: Mixture | None = None  # psi(w) of establishments with no employment
     wage_table: np.ndarray | None = None  # sector x band x (z grid, w = 0): prior weights of the residual
     wage_shift: tuple[np.ndarray, np.ndarray] | None = None  # s per sector (``wage_priors.Shift``)
+    cell_offset: np.ndarray | None = None  # per cell: its offset c of the log wage per employee
     joint: list[JointPrior] | None = None  # per band: the two changes' joint prior (``change_prior="joint"``)
 
 
@@ -156,6 +169,7 @@ class PosteriorModel:
         drawn.wage_weights = self.wage_fit.solve(rng.exponential(size=len(self.wage_fit.likelihood)),
                                                  start=fitted.wage_weights)
         drawn.wage_table, drawn.wage_shift = self.wage_fit.table(drawn.wage_weights), fitted.wage_shift
+        drawn.cell_offset = fitted.cell_offset
         if fitted.zero_wage is not None:
             drawn.zero_wage = self._zero_wage_prior(self.zero_wage_answers, rng, fitted.zero_wage)
         return drawn
@@ -235,26 +249,77 @@ class PosteriorModel:
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
         """Wage priors by stochastic EM on a sample of establishments: the size shift s placed from the
-        answers (``answered_shift``) and a draw of the sample's months without wages, the residual
-        priors fitted on that draw, then again on a draw of the months coupled to the first fit's wages."""
-        n = len(self.answers.wage)
-        rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
-        first = next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1)
+        answers (``ShiftPoints``) and a draw of the sample's months without wages, the residual priors
+        fitted on that draw; with cells, s is the slope within cells (each cell's mean log size its
+        level's regressor) and CELL_ROUNDS times the cells' offsets (``_cell_offsets``, on a draw of
+        every establishment's months) and the residual priors given them; then the residual priors again
+        on a draw of the months coupled to the fitted wages."""
         a = self.answers
-        self.priors.wage_shift = answered_shift(self.psi, a.months[rows], a.wage[rows], a.wage_sd, first,
-                                                a.industry[rows], int(a.industry.max()) + 1)
-        self._fit_wages(rows, first, rng)
+        n = len(a.wage)
+        rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
+        everyone = np.arange(n) if a.cell is not None else rows
+        drawn = next(self.months_chain(everyone, rng, BURN_IN, 1)).mean(axis=1)
+        first = drawn[rows] if a.cell is not None else drawn
+        groups = int(a.industry.max()) + 1
+        size = None if a.cell is None else cell_sizes(drawn, a.cell)
+        points = ShiftPoints.of(self.psi, a.months[rows], a.wage[rows], a.wage_sd, first, a.industry[rows],
+                                None if size is None else size[a.cell[rows]])
+        self.priors.wage_shift, coefficient = points.shift(groups)
+        if a.cell is None or size is None:
+            self._fit_wages(rows, first, rng)
+        else:
+            sector = np.zeros(len(size), np.int64)
+            sector[a.cell] = a.industry
+            self.priors.cell_offset = coefficient[sector] * size  # the cells' level given their size
+            self._fit_wages(rows, first, rng)
+            for _ in range(CELL_ROUNDS):
+                self.priors.cell_offset = self._cell_offsets(drawn, coefficient[sector] * size)
+                self._fit_wages(rows, first, rng)
+                # s again through the points' levels under the fitted priors (each band's level is right
+                # in its residual prior, while E[log w] deconvolved from psi(w) puts the small bands'
+                # low wages at w = 0: their levels too high, the slope too low)
+                level = (size_shift(first, a.industry[rows], self.priors.wage_shift) + self.offset(rows, self.priors)
+                         + residual_means(self.priors.wage_table)[a.industry[rows], self.wage_band[rows]])
+                points = points.placed(level)
+                self.priors.wage_shift, coefficient = points.shift(groups)
+            self.priors.cell_offset = self._cell_offsets(drawn, coefficient[sector] * size)
         self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1), rng)
 
+    def _cell_offsets(self, average: np.ndarray, center: np.ndarray) -> np.ndarray:
+        """Each county x NAICS-6 cell's offset of the log wage per employee (z = s + offset + r), empirical
+        Bayes (``wage_priors.cell_offsets``) around its ``center``: the cell's likelihood of the offset is
+        the product over its employing establishments (``average``: a draw of every establishment's
+        months, without wages) of their wage answers' likelihood under their residual priors slid by it."""
+        a, priors = self.answers, self.priors
+        assert a.cell is not None and priors.wage_table is not None and priors.wage_shift is not None
+        log_likelihood = np.zeros((len(center), len(CELL_OFFSETS)))
+        employing = np.flatnonzero(average > 0)
+        for start in range(0, len(employing), CELL_BLOCK):
+            rows = employing[start:start + CELL_BLOCK]
+            group, cell = a.industry[rows], a.cell[rows]
+            likelihood = self.wage_likelihood(a.wage[rows], average[rows], group, priors.wage_shift, center[cell],
+                                              grid=WAGE_Z_CELLS)
+            slid = offset_likelihood(likelihood, group, self.wage_band[rows], priors.wage_table)
+            np.add.at(log_likelihood, cell, np.log(np.maximum(slid, 1e-300)))
+        return center + cell_offsets(log_likelihood)
+
+    def offset(self, rows: np.ndarray, priors: Priors) -> np.ndarray | float:
+        """The cell offset c of each row's cell (0 without cells)."""
+        if priors.cell_offset is None or self.answers.cell is None:
+            return 0.0
+        return priors.cell_offset[self.answers.cell[rows]]
+
     def _fit_wages(self, rows: np.ndarray, average: np.ndarray, rng: np.random.Generator) -> None:
-        """Fit the wage priors of ``rows`` given their average employment (under the priors' size shift)."""
+        """Fit the wage priors of ``rows`` given their average employment (under the priors' size shift
+        and cell offsets)."""
         omega = self.answers.wage[rows]
         zero = average == 0
         self.zero_wage_answers = omega[zero]
         self.priors.zero_wage = self._zero_wage_prior(omega[zero], None, None) if zero.any() else None
         band = self.wage_band[rows]
         group = self.answers.industry[rows]
-        likelihood = self.wage_likelihood(omega[~zero], average[~zero], group[~zero], self.priors.wage_shift)
+        offset = self.offset(rows[~zero], self.priors)
+        likelihood = self.wage_likelihood(omega[~zero], average[~zero], group[~zero], self.priors.wage_shift, offset)
         self.wage_fit = WageFit.of(likelihood, band[~zero], group[~zero],
                                    int(self.answers.industry.max()) + 1, rng)
         self.priors.wage_weights = self.wage_fit.solve(np.ones(len(likelihood)))
@@ -272,24 +337,26 @@ class PosteriorModel:
         employment, in the establishment's cell (z finite, E > 0)."""
         group = self.answers.industry[rows]
         step = WAGE_Z[1] - WAGE_Z[0]
-        r = z - size_shift(average, group, priors.wage_shift)
+        r = z - size_shift(average, group, priors.wage_shift) - self.offset(rows, priors)
         k = np.clip(np.rint((r - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
         return np.log(priors.wage_table[group, self.wage_band[rows], k])
 
     def wage_likelihood(self, omega: np.ndarray, average: np.ndarray, group: np.ndarray,
-                        shift: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        """Likelihood of wage answers at the residual's grid and (last column) at w = 0, rows x points,
-        each row scaled to its largest value."""
-        log_lik = self.wage_log_likelihood(omega, average, group, shift)
+                        shift: tuple[np.ndarray, np.ndarray], offset: np.ndarray | float = 0.0,
+                        grid: np.ndarray = WAGE_Z) -> np.ndarray:
+        """Likelihood of wage answers at the residual's ``grid`` and (last column) at w = 0, rows x
+        points, each row scaled to its largest value."""
+        log_lik = self.wage_log_likelihood(omega, average, group, shift, offset, grid)
         return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
 
     def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray, group: np.ndarray,
-                            shift: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        """log likelihood (up to a constant) of wage answers at the residual's grid r (w = E e^(s(log E) + r))
-        and (last column) at w = 0."""
+                            shift: tuple[np.ndarray, np.ndarray], offset: np.ndarray | float = 0.0,
+                            grid: np.ndarray = WAGE_Z) -> np.ndarray:
+        """log likelihood (up to a constant) of wage answers at the residual's ``grid`` r (w = E e^(s(log E)
+        + c + r), c the cell's ``offset``) and (last column) at w = 0."""
         sd = self.answers.wage_sd
         average = np.maximum(average, 1e-300)
-        z = WAGE_Z[None, :] + size_shift(average, group, shift)[:, None]
+        z = grid[None, :] + (size_shift(average, group, shift) + offset)[:, None]
         points = np.concatenate([self.psi(average[:, None] * np.exp(z)),
                                  np.full((len(omega), 1), self.psi(np.zeros(1))[0])], axis=1)
         return -0.5 * ((omega[:, None] - points) / sd) ** 2
@@ -461,10 +528,10 @@ class PosteriorModel:
         group = self.answers.industry[rows]
         todo = ~zero & ~flat
         if todo.any():
-            shift = priors.wage_shift
+            shift, offset = priors.wage_shift, self.offset(rows[todo], priors)
             r = draw_residuals(self.psi, omega[todo], sd, average[todo], group[todo], band[todo], priors.wage_table,
-                               shift, rng)
-            out[todo] = average[todo] * np.exp(r + size_shift(average[todo], group[todo], shift))
+                               shift, rng, offset)
+            out[todo] = average[todo] * np.exp(r + size_shift(average[todo], group[todo], shift) + offset)
         return out, todo
 
 
@@ -520,6 +587,18 @@ LEVEL_PRIORS = ("month1", "quarter")
 
 #: The changes' prior: one per change, independent, or one joint prior of the two (``joint_changes``).
 CHANGE_PRIORS = ("independent", "joint")
+
+
+#: The wage priors' levels: the sector's line (``sector``), or with each county x NAICS-6 cell's offset
+#: (``cells``: ``PosteriorModel._cell_offsets``).
+WAGE_PRIORS = ("sector", "cells")
+
+
+def check_wage_prior(wage_prior: object) -> str:
+    """The wage prior's name, refused unless one of WAGE_PRIORS."""
+    if wage_prior not in WAGE_PRIORS:
+        raise InputError(f"wage prior {wage_prior!r} is not one of {', '.join(WAGE_PRIORS)}")
+    return str(wage_prior)
 
 
 def check_change_prior(change_prior: object) -> str:

@@ -206,6 +206,33 @@ def _refused_before_writing(release, tmp_path, option: str, value: str, message:
     assert not (tmp_path / "x").exists()
 
 
+def test_the_cells_wage_prior_is_an_option_recorded_and_checked(lone_release, tmp_path):
+    """``--wage-prior cells`` draws other wages than the default (the same seed) and says so in
+    ``_implicates.json``; its fitted priors have a level per county x NAICS-6 cell of the release's public
+    columns (the default none); ``Release.implicates`` takes it too; an unknown name is refused in one
+    line (exit 2), before anything is written."""
+    from gedp.release.implicates import prepare
+
+    result = runner.invoke(app, ["implicates", str(lone_release), "--n", "2", "--seed", "5", "--wage-prior", "cells",
+                                 "--out", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "c" / "_implicates.json").read_text())["wage_prior"] == "cells"
+    default = write_implicates(lone_release, 2, tmp_path / "d", seed=5)
+    assert "wage_prior" not in json.loads((default / "_implicates.json").read_text())
+    assert not pd.read_parquet(tmp_path / "c")["wage"].equals(pd.read_parquet(default)["wage"])
+    draws = prepare(lone_release, np.random.default_rng(1), wage_prior="cells")
+    public = draws.public
+    for rows, model in draws.models:
+        cells = public.iloc[rows].groupby(["county", "naics"], dropna=False).ngroups
+        assert model.priors.cell_offset is not None and len(model.priors.cell_offset) == cells
+        assert np.isfinite(model.priors.cell_offset).all()
+    assert prepare(lone_release, np.random.default_rng(1)).models[0][1].priors.cell_offset is None
+    frame = gedp.read_release(lone_release).implicates(1, seed=5, wage_prior="cells")
+    assert (frame["wage"] >= 0).all()
+    _refused_before_writing(lone_release, tmp_path, "--wage-prior", "county",
+                            "wage prior 'county' is not one of sector, cells")
+
+
 def test_the_joint_change_prior_is_an_option_recorded_and_checked(lone_release, tmp_path):
     """``--change-prior joint`` (with the quarter's level) draws other implicates than the default (the same
     seed), says so in ``_implicates.json``, every month is a whole number >= 0, and its fitted priors

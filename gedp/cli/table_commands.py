@@ -68,6 +68,9 @@ LevelPrior = Annotated[str, typer.Option(help="The size prior's level: month1 (d
 ChangePrior = Annotated[str, typer.Option(help="The month-to-month changes' prior: independent (default) or joint "
                                                 "(one 2-D prior of the two changes per size band; "
                                                 "docs/method/implicates.md).")]
+WagePrior = Annotated[str, typer.Option(help="The wage priors' levels: sector (default) or cells (each county x "
+                                             "NAICS-6 cell's own level: the size-wage slope within cells kept; "
+                                             "docs/method/implicates.md).")]
 DrawSeed = Annotated[Optional[int], typer.Option(help="Seed the draws (reproducible; default: the secure generator).")]
 DrawnQuarter = Annotated[Optional[str], typer.Option(help="A panel release: the quarter drawn, e.g. 2016Q1.")]
 # gedp report
@@ -154,7 +157,7 @@ def serve_command(releases: Releases, host: Host = "127.0.0.1", port: Port = 800
 @app.command(name="implicates")
 def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed: DrawSeed = None,
                        quarter: DrawnQuarter = None, level_prior: LevelPrior = "month1",
-                       change_prior: ChangePrior = "independent") -> None:
+                       change_prior: ChangePrior = "independent", wage_prior: WagePrior = "sector") -> None:
     """Draw M complete microdata files from the posterior of the confidential values given a release.
 
     Reads the release's files only, spends no privacy budget and changes nothing in the release;
@@ -166,7 +169,7 @@ def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed
         start = time.perf_counter()
         with progress_counts("drawing implicates") as (update, say):
             write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say,
-                             level_prior=level_prior, change_prior=change_prior)
+                             level_prior=level_prior, change_prior=change_prior, wage_prior=wage_prior)
     console.print(f"[bold]{n} implicates[/] written to {out} in {time.perf_counter() - start:.0f} s "
                   "(pandas.read_parquet reads them with an implicate column)")
 

@@ -82,16 +82,24 @@ def check_public_groups(answers: dict, public: pd.DataFrame) -> None:
 
 def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None = None,
             note: Callable[[str], None] | None = None, level_prior: str = "month1",
-            change_prior: str = "independent") -> ReleaseDraws:
+            change_prior: str = "independent", wage_prior: str = "sector") -> ReleaseDraws:
     """Read a release (one ``quarter`` of a panel release) and fit each state's priors (``level_prior``:
-    ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``)."""
+    ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``; ``wage_prior``:
+    ``WAGE_PRIORS``, with ``cells`` the county x NAICS-6 cells of the public columns)."""
     from gedp.measure.neighbors import make_psi
-    from gedp.postprocess.implicates import PosteriorModel, StateAnswers, check_change_prior, check_level_prior
+    from gedp.postprocess.implicates import (
+        PosteriorModel,
+        StateAnswers,
+        check_change_prior,
+        check_level_prior,
+        check_wage_prior,
+    )
     from gedp.postprocess.structured import one_blas_thread
     from gedp.release.reader import quarter_manifest, read_answers, read_validated
 
     release = Path(release)
     level_prior, change_prior = check_level_prior(level_prior), check_change_prior(change_prior)
+    cells_wanted = check_wage_prior(wage_prior) == "cells"
     manifest = quarter_manifest(release, quarter)
     psi = make_psi(**manifest["psi"])
     protected = in_stored_order(release, read_validated(release, quarter))  # refused as tabulate refuses it
@@ -100,12 +108,14 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     check_public_groups(answers, public)
     values, sds = identity_answers(release, answers, public["estab_id"])
     models = []
+    cells = public.groupby(["county", "naics"], sort=False, dropna=False).ngroup().to_numpy() if cells_wanted else None
     for state, rows in public.groupby("state", sort=False).indices.items():
         if note is not None:
             note(f"fitting priors of state {state} ({len(rows):,} establishments)")
         answers = StateAnswers(months=values[rows, :3], month_sd=sds[rows, :3].mean(axis=0), wage=values[rows, 3],
                                wage_sd=float(sds[rows, 3].mean()),
-                               industry=pd.factorize(public["sector"].to_numpy()[rows])[0])
+                               industry=pd.factorize(public["sector"].to_numpy()[rows])[0],
+                               cell=None if cells is None else pd.factorize(cells[rows])[0])
         with one_blas_thread:
             models.append((rows, PosteriorModel(answers, psi, rng, level_prior, change_prior)))
     return ReleaseDraws(public, models)
@@ -143,10 +153,10 @@ def draw_blocks(draws: ReleaseDraws, m: int, rng: np.random.Generator) -> Iterat
 def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int | None = None,
                      quarter: str | None = None, progress: Callable[[int, int], None] | None = None,
                      note: Callable[[str], None] | None = None, level_prior: str = "month1",
-                     change_prior: str = "independent") -> Path:
+                     change_prior: str = "independent", wage_prior: str = "sector") -> Path:
     """Draw ``m`` implicates of a release into the folder ``out`` (one Parquet file per implicate,
     ``pandas.read_parquet(out)`` reads them all with an ``implicate`` column), atomically; ``level_prior``:
-    ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``."""
+    ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``; ``wage_prior``: ``WAGE_PRIORS``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -156,7 +166,7 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
     m = check_count(m)
     rng, rng_description = make_rng(seed, "pcg64" if seed is not None else "secure")
     with staged_directory(out, IMPLICATES_SUMMARY) as staging:
-        draws = prepare(release, rng, quarter, note, level_prior, change_prior)
+        draws = prepare(release, rng, quarter, note, level_prior, change_prior, wage_prior)
         total, done = len(draws.public), 0
         writers: list = [None] * m
         try:
@@ -177,6 +187,7 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
         summary = {"gedp_implicates": 1, "implicates": m, "release": Path(release).name, "quarter": quarter,
                    "establishments": total, "rng": rng_description, "level_prior": level_prior,
                    **({"change_prior": change_prior} if change_prior != "independent" else {}),
+                   **({"wage_prior": wage_prior} if wage_prior != "sector" else {}),
                    "files": [implicate_file(k + 1, m) for k in range(m)],
                    "priors": [model.summary() for _, model in draws.models]}
         (staging / IMPLICATES_SUMMARY).write_text(json.dumps(summary, indent=2), encoding="utf-8")
@@ -198,15 +209,16 @@ def implicate_frame(public: pd.DataFrame, values: np.ndarray, k: int) -> pd.Data
 
 def implicates_in_memory(release: str | Path, m: int, *, seed: int | None = None, quarter: str | None = None,
                          rng: np.random.Generator | None = None, level_prior: str = "month1",
-                         change_prior: str = "independent") -> pd.DataFrame:
+                         change_prior: str = "independent", wage_prior: str = "sector") -> pd.DataFrame:
     """``m`` implicates of a release as one frame (``implicate`` 1..m, then the release's columns);
-    ``level_prior``: ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``."""
+    ``level_prior``: ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``;
+    ``wage_prior``: ``WAGE_PRIORS``."""
     from gedp.measure.rng import make_rng
 
     m = check_count(m)
     if rng is None:
         rng = make_rng(seed, "pcg64" if seed is not None else "secure")[0]
-    draws = prepare(release, rng, quarter, level_prior=level_prior, change_prior=change_prior)
+    draws = prepare(release, rng, quarter, level_prior=level_prior, change_prior=change_prior, wage_prior=wage_prior)
     values = np.empty((m, len(draws.public), len(CONFIDENTIAL)))
     for positions, drawn in draw_blocks(draws, m, rng):
         for k, block in enumerate(drawn):
