@@ -133,8 +133,8 @@ class PosteriorModel:
 
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
                  level_prior: str = "month1", change_prior: str = "independent") -> None:
-        self.quarter = check_level_prior(level_prior) == "quarter"
-        self.joint = check_change_prior(change_prior) == "joint"
+        self.quarter = checked_prior("level", level_prior, LEVEL_PRIORS) == "quarter"
+        self.joint = checked_prior("change", change_prior, CHANGE_PRIORS) == "joint"
         self.answers, self.psi = answers, psi
         self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
         #: each prior's fit (answers binned, likelihood made ready), kept by its fit for its replicates
@@ -594,25 +594,12 @@ CHANGE_PRIORS = ("independent", "joint")
 WAGE_PRIORS = ("sector", "cells")
 
 
-def check_wage_prior(wage_prior: object) -> str:
-    """The wage prior's name, refused unless one of WAGE_PRIORS."""
-    if wage_prior not in WAGE_PRIORS:
-        raise InputError(f"wage prior {wage_prior!r} is not one of {', '.join(WAGE_PRIORS)}")
-    return str(wage_prior)
-
-
-def check_change_prior(change_prior: object) -> str:
-    """The change prior's name, refused unless one of CHANGE_PRIORS."""
-    if change_prior not in CHANGE_PRIORS:
-        raise InputError(f"change prior {change_prior!r} is not one of {', '.join(CHANGE_PRIORS)}")
-    return str(change_prior)
-
-
-def check_level_prior(level_prior: object) -> str:
-    """The level prior's name, refused unless one of LEVEL_PRIORS."""
-    if level_prior not in LEVEL_PRIORS:
-        raise InputError(f"level prior {level_prior!r} is not one of {', '.join(LEVEL_PRIORS)}")
-    return str(level_prior)
+def checked_prior(what: str, name: object, names: tuple[str, ...]) -> str:
+    """A prior's name (``what``: "level", "change", "wage"), refused unless it is a string among
+    ``names`` (a numpy array of one name compares equal to it element by element, and is refused)."""
+    if not (isinstance(name, str) and name in names):
+        raise InputError(f"{what} prior {name!r} is not one of {', '.join(names)}")
+    return name
 
 
 def level_components(floor: float, top: float, sd: float, lowest: float,

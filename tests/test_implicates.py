@@ -259,3 +259,17 @@ def test_the_joint_change_prior_is_an_option_recorded_and_checked(lone_release, 
     assert frame[months].to_numpy().min() >= 0
     _refused_before_writing(lone_release, tmp_path, "--change-prior", "pairs",
                             "change prior 'pairs' is not one of independent, joint")
+
+
+@pytest.mark.parametrize("option", ["level_prior", "change_prior", "wage_prior"])
+def test_a_prior_named_by_anything_but_a_string_is_refused(lone_release, tmp_path, option):
+    """A numpy array holding a valid name compares equal to it element by element: it passed the names'
+    check, then drew the default's implicates without a word (or failed writing the summary with a
+    traceback). Every prior's name must be a string among its names, and is refused before anything is
+    written."""
+    valid = {"level_prior": "quarter", "change_prior": "joint", "wage_prior": "cells"}[option]
+    with pytest.raises(InputError, match="is not one of"):
+        write_implicates(lone_release, 1, tmp_path / "x", seed=1, **{option: np.array([valid])})
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(InputError, match="is not one of"):
+        gedp.read_release(lone_release).implicates(1, seed=1, **{option: np.array([valid])})

@@ -88,18 +88,20 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     ``WAGE_PRIORS``, with ``cells`` the county x NAICS-6 cells of the public columns)."""
     from gedp.measure.neighbors import make_psi
     from gedp.postprocess.implicates import (
+        CHANGE_PRIORS,
+        LEVEL_PRIORS,
+        WAGE_PRIORS,
         PosteriorModel,
         StateAnswers,
-        check_change_prior,
-        check_level_prior,
-        check_wage_prior,
+        checked_prior,
     )
     from gedp.postprocess.structured import one_blas_thread
     from gedp.release.reader import quarter_manifest, read_answers, read_validated
 
     release = Path(release)
-    level_prior, change_prior = check_level_prior(level_prior), check_change_prior(change_prior)
-    cells_wanted = check_wage_prior(wage_prior) == "cells"
+    level_prior = checked_prior("level", level_prior, LEVEL_PRIORS)
+    change_prior = checked_prior("change", change_prior, CHANGE_PRIORS)
+    cells_wanted = checked_prior("wage", wage_prior, WAGE_PRIORS) == "cells"
     manifest = quarter_manifest(release, quarter)
     psi = make_psi(**manifest["psi"])
     protected = in_stored_order(release, read_validated(release, quarter))  # refused as tabulate refuses it
