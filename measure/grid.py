@@ -31,9 +31,6 @@ PSI_GRID_BITS = 12
 VALUE_GRID = 2.0**-10
 #: Largest |N| handled: int64 with room for the sum of a value and a noise draw.
 MAX_GRID_UNITS = 2.0**62
-#: Largest |N| of a released group sum (``exact_unit_sums``: fewer than 2^32 values of a group, each
-#: below 2^62 units, summed exactly, plus a noise draw below 2^61): what a reader accepts of a pnc answer.
-MAX_SUM_UNITS = 2.0**95
 
 
 def psi_grid(gamma: float) -> float:
@@ -58,6 +55,15 @@ def check_grid_range(largest: float, sd: np.ndarray | float, grid: float, what: 
     if not 64.0 * float(np.max(sd, initial=0.0)) < room:
         raise InputError(f"{what}: noise sd up to {float(np.max(sd)):.3g} is beyond the release grid's range "
                          f"({room:.3g} in steps of {grid:g}); use a larger mu or a smaller gamma")
+
+
+def largest_sum_units(establishments: int) -> float:
+    """A bound on |N| of a released group sum of ``establishments`` values (pnc): each value at most
+    MAX_VALUE (``exact_unit_sums`` sums them exactly, past int64), plus a noise draw below 2^61 units
+    (``check_grid_range``). What a reader accepts of a pnc answer; a psi answer's bound is MAX_GRID_UNITS."""
+    from gedp.synth.schema import MAX_VALUE
+
+    return max(int(establishments), 1) * MAX_VALUE / VALUE_GRID + MAX_GRID_UNITS
 
 
 def exact_unit_sums(units: np.ndarray, codes: np.ndarray, n_groups: int, largest_sum: float) -> np.ndarray:

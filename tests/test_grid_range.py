@@ -75,10 +75,11 @@ def test_a_release_whose_group_sums_pass_int64_is_read_back(tmp_path):
     """A release gedp writes is one its readers take: 480 establishments of one county x NAICS-6 cell
     paid the input maximum ($1e13 each) make the state's wage sum 4.9e18 grid steps, past 2^62 (the
     red team of cellwage18: protect wrote it, every reader of its answers refused it). A released
-    value past the sums' own range is still refused."""
+    value past the sums' own range (600 establishments at the input maximum, plus the noise's room) is
+    still refused."""
     import gedp
     from gedp.errors import InputError
-    from gedp.measure.grid import MAX_SUM_UNITS
+    from gedp.measure.grid import largest_sum_units
     from gedp.release.reader import read_answers
     from gedp.synth.profiles import generate_profile, load_profile
     from gedp.synth.schema import MAX_VALUE
@@ -96,7 +97,8 @@ def test_a_release_whose_group_sums_pass_int64_is_read_back(tmp_path):
     measurements = next((folder / "measurements.parquet").iterdir())
     table = pd.read_parquet(measurements)
     state_rows = (table["query"] == "state") & (table["attribute"] == "wage")
-    table.loc[state_rows, "released"] = MAX_SUM_UNITS * VALUE_GRID
+    table.loc[state_rows, "released"] = largest_sum_units(600) * VALUE_GRID
+    table.loc[state_rows, "estimate"] = largest_sum_units(600) * VALUE_GRID
     table.to_parquet(measurements, index=False)
     with pytest.raises(InputError, match="within the grid's range"):
         read_answers(folder)

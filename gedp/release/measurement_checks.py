@@ -221,13 +221,14 @@ def checked_attribute(release: str | Path, attribute: object) -> str:
     return attribute
 
 
-def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, psi_grids) -> None:
+def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, psi_grids, establishments: int) -> None:
     """Every grid step the mechanism's own (pnc: VALUE_GRID; psi: ``psi_grids``, that of the row's
     attribute's gamma), and every released value a multiple of it within the grid's range (a psi
-    answer's: MAX_GRID_UNITS; a pnc group sum's: MAX_SUM_UNITS, the range its exact sum is written in)."""
+    answer's: MAX_GRID_UNITS; a pnc group sum's: ``largest_sum_units`` of the manifest's establishments,
+    the range its exact sum is written in)."""
     import numpy as np
 
-    from gedp.measure.grid import MAX_GRID_UNITS, MAX_SUM_UNITS, VALUE_GRID
+    from gedp.measure.grid import MAX_GRID_UNITS, VALUE_GRID, largest_sum_units
 
     grid = numbers["grid"]
     expected = np.where(psi_rows, psi_grids, VALUE_GRID)
@@ -235,7 +236,7 @@ def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, psi_grids)
     if "released" in numbers:
         units = numbers["released"] / grid
         _where(release, frame, (units != np.rint(units)) | (np.abs(units) >= np.where(psi_rows, MAX_GRID_UNITS,
-                                                                                          MAX_SUM_UNITS)),
+                                                                                          largest_sum_units(establishments))),
                "released value is not a multiple of its grid step within the grid's range")
 
 
@@ -544,7 +545,7 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: M
         from gedp.measure.grid import psi_grid
 
         grids = np.array([psi_grid(value) if value > 0 else 0.0 for value in gammas])
-        _check_grids(release, frame, numbers, psi_rows, grids[attributes])
+        _check_grids(release, frame, numbers, psi_rows, grids[attributes], int(manifest["establishments"]))
     _check_noise(release, frame, numbers, psi_rows, gamma)
     _check_psi_sd(release, frame, numbers, psi_rows, gamma, manifest)
     _check_estimates(release, frame, numbers, psi_rows, manifest)
