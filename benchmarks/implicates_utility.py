@@ -42,6 +42,8 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--change-prior", default="independent")
     parser.add_argument("--level-width", type=float, default=None,
                         help="the level prior's components' bandwidth in their steps (LEVEL_WIDTH)")
+    parser.add_argument("--level-smooth", action="store_true",
+                        help="a smooth level prior (LEVEL_SMOOTH: deconvolve.SmoothFit) instead of the NPMLE")
     return parser
 
 
@@ -54,6 +56,7 @@ def seeded_draws(args: argparse.Namespace):
 
     if args.level_width is not None:
         implicates.LEVEL_WIDTH = args.level_width
+    implicates.LEVEL_SMOOTH = args.level_smooth
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,6 +103,8 @@ def main() -> None:
     parser.add_argument("--level-width", type=float, default=None,
                         help="the level prior's components' bandwidth in their steps "
                              "(postprocess.implicates.LEVEL_WIDTH; default: the shipped value)")
+    parser.add_argument("--level-smooth", action="store_true",
+                        help="a smooth level prior (postprocess.implicates.LEVEL_SMOOTH, deconvolve.SmoothFit)")
     args = parser.parse_args()
     import gedp.postprocess.implicates as implicates
 
@@ -107,6 +112,7 @@ def main() -> None:
         implicates.BURN_IN = args.burn_in
     if args.level_width is not None:
         implicates.LEVEL_WIDTH = args.level_width
+    implicates.LEVEL_SMOOTH = args.level_smooth
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)
     parts = []
