@@ -28,7 +28,7 @@ def _components(top: float) -> tuple[np.ndarray, np.ndarray]:
 
 def _tiny_problem():
     rng = np.random.default_rng(5)
-    means, sds = _components(1.9)  # an atom and 5 components
+    means, sds = _components(1.9)  # an atom and 10 components
     observed = np.sqrt(rng.geometric(0.4, 40) - 1.0) + rng.normal(0, SD, 40)
     spread = np.sqrt(sds**2 + SD**2)
     likelihood = stats.norm.pdf(observed[:, None], means[None, :], spread[None, :])
