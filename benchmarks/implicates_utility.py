@@ -105,7 +105,10 @@ def main() -> None:
                              "(postprocess.implicates.LEVEL_WIDTH; default: the shipped value)")
     parser.add_argument("--level-smooth", action="store_true",
                         help="a smooth level prior (postprocess.implicates.LEVEL_SMOOTH, deconvolve.SmoothFit)")
+    parser.add_argument("--draw-penalty", action="store_true",
+                        help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
     args = parser.parse_args()
+    import gedp.postprocess.deconvolve as deconvolve
     import gedp.postprocess.implicates as implicates
 
     if args.burn_in is not None:
@@ -113,6 +116,7 @@ def main() -> None:
     if args.level_width is not None:
         implicates.LEVEL_WIDTH = args.level_width
     implicates.LEVEL_SMOOTH = args.level_smooth
+    deconvolve.SMOOTH_DRAW_PENALTY = args.draw_penalty
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)
     parts = []

@@ -474,6 +474,9 @@ SMOOTH_PENALTIES = 10.0 ** np.arange(-1.0, 4.01, 0.5)
 #: (a fixed split: the fit is a function of the answers).
 SMOOTH_FOLDS = 5
 SMOOTH_SPLIT_SEED = 0
+#: Whether a bootstrap replicate of a ``SmoothFit`` draws its penalty (with probability proportional to
+#: exp of its held-out log-likelihood) instead of keeping the chosen one (a measurement's knob).
+SMOOTH_DRAW_PENALTY = False
 
 
 @dataclass(frozen=True)
@@ -490,22 +493,26 @@ class SmoothFit:
     counts: np.ndarray
     likelihood: Likelihood
     penalty: float
+    scores: np.ndarray | None = None  # held-out log-likelihood of each of SMOOTH_PENALTIES
 
     @classmethod
     def of(cls, observed: np.ndarray, sd: float, means: np.ndarray, sds: np.ndarray, basis: bool = False) -> SmoothFit:
         """The fit of answers ``observed`` (sd ``sd``) on components (``means``, ``sds``), its penalty
         chosen by cross-validation (``basis`` is accepted for ``MixtureFit``'s interface)."""
         fit = MixtureFit.of(observed, sd, means, sds)
-        counts = fit.counts[fit.likelihood.kept]
-        return cls(fit.means, fit.sds, fit.counts, fit.likelihood,
-                   chosen_penalty(fit.likelihood.matrix, counts, second_differences(fit.sds)))
+        scores = held_out_scores(fit.likelihood.matrix, fit.counts[fit.likelihood.kept], second_differences(fit.sds))
+        return cls(fit.means, fit.sds, fit.counts, fit.likelihood, float(SMOOTH_PENALTIES[int(np.argmax(scores))]),
+                   scores)
 
     def solve(self, rng: np.random.Generator | None = None, start: Mixture | None = None) -> Mixture:
         """The penalized fit (with ``rng``, on a Bayesian bootstrap of the answers, the same penalty)."""
         counts = self.counts if rng is None else rng.gamma(self.counts)
         begin = None if start is None else np.log(np.maximum(start.on(self.means, self.sds), NEGLIGIBLE_WEIGHT))
+        penalty = self.penalty
+        if rng is not None and SMOOTH_DRAW_PENALTY and self.scores is not None:
+            penalty = float(rng.choice(SMOOTH_PENALTIES, p=softmax(self.scores)))
         alpha = smooth_log_weights(self.likelihood.matrix, counts[self.likelihood.kept],
-                                   second_differences(self.sds), self.penalty, begin)
+                                   second_differences(self.sds), penalty, begin)
         return Mixture(self.means, self.sds, softmax(alpha)).pruned()
 
 
@@ -555,10 +562,10 @@ def smooth_log_weights(matrix: np.ndarray, counts: np.ndarray, differences: np.n
     return np.asarray(result.x)
 
 
-def chosen_penalty(matrix: np.ndarray, counts: np.ndarray, differences: np.ndarray,
-                   penalties: np.ndarray = SMOOTH_PENALTIES) -> float:
-    """The penalty of ``penalties`` with the largest held-out log-likelihood over SMOOTH_FOLDS folds (each
-    answer of a bin of c given to a fold at random: a multinomial split of c)."""
+def held_out_scores(matrix: np.ndarray, counts: np.ndarray, differences: np.ndarray,
+                    penalties: np.ndarray = SMOOTH_PENALTIES) -> np.ndarray:
+    """Each of ``penalties``' held-out log-likelihood summed over SMOOTH_FOLDS folds (each answer of a bin
+    of c given to a fold at random: a multinomial split of c)."""
     rng = np.random.default_rng(SMOOTH_SPLIT_SEED)
     folds = np.array([rng.multinomial(int(c), np.full(SMOOTH_FOLDS, 1.0 / SMOOTH_FOLDS)) for c in np.rint(counts)]).T
     scores = np.zeros(len(penalties))
@@ -568,4 +575,4 @@ def chosen_penalty(matrix: np.ndarray, counts: np.ndarray, differences: np.ndarr
             # the smoothest instead, a fit kept far tails of a smoother one: held-out scores 4 nats lower)
             alpha = smooth_log_weights(matrix, counts - held, differences, float(penalties[j]), alpha)
             scores[j] += float(held @ np.log(matrix @ softmax(alpha)))
-    return float(penalties[int(np.argmax(scores))])
+    return scores
