@@ -43,6 +43,8 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--level-width", type=float, default=None,
                         help="the level prior's components' bandwidth in their steps (LEVEL_WIDTH)")
     parser.add_argument("--wage-prior", default="sector", help="postprocess.implicates.WAGE_PRIORS")
+    parser.add_argument("--level-smooth", action="store_true",
+                        help="a smooth level prior (LEVEL_SMOOTH: deconvolve.SmoothFit) instead of the NPMLE")
     return parser
 
 
@@ -55,6 +57,7 @@ def seeded_draws(args: argparse.Namespace):
 
     if args.level_width is not None:
         implicates.LEVEL_WIDTH = args.level_width
+    implicates.LEVEL_SMOOTH = args.level_smooth
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,13 +106,20 @@ def main() -> None:
                         help="the level prior's components' bandwidth in their steps "
                              "(postprocess.implicates.LEVEL_WIDTH; default: the shipped value)")
     parser.add_argument("--wage-prior", default="sector")
+    parser.add_argument("--level-smooth", action="store_true",
+                        help="a smooth level prior (postprocess.implicates.LEVEL_SMOOTH, deconvolve.SmoothFit)")
+    parser.add_argument("--draw-penalty", action="store_true",
+                        help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
     args = parser.parse_args()
+    import gedp.postprocess.deconvolve as deconvolve
     import gedp.postprocess.implicates as implicates
 
     if args.burn_in is not None:
         implicates.BURN_IN = args.burn_in
     if args.level_width is not None:
         implicates.LEVEL_WIDTH = args.level_width
+    implicates.LEVEL_SMOOTH = args.level_smooth
+    deconvolve.SMOOTH_DRAW_PENALTY = args.draw_penalty
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)
     parts = []

@@ -46,7 +46,14 @@ import numpy as np
 
 from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Mixture, MixtureFit, draw_posterior, lattice_near, truncated_normal
+from gedp.postprocess.deconvolve import (
+    Mixture,
+    MixtureFit,
+    SmoothFit,
+    draw_posterior,
+    lattice_near,
+    truncated_normal,
+)
 from gedp.postprocess.joint_changes import ChangeLikelihood, JointFit, JointPrior, draw_changes
 from gedp.postprocess.wage_priors import (
     CELL_OFFSETS,
@@ -76,6 +83,9 @@ LEVEL_STEPS = 3.0
 LEVEL_CUT = 40.0
 #: The level prior's components' bandwidth in their steps.
 LEVEL_WIDTH = 1.0
+#: Whether the level prior's log weights are smooth (``deconvolve.SmoothFit``, its penalty chosen by
+#: cross-validation on the answers) instead of the NPMLE (a measurement's knob: not shipped).
+LEVEL_SMOOTH = False
 #: Most points of a level prior's grid (its fit's Hessian is points^2 floats, a Newton step points^3):
 #: beyond it, only the points within LEVEL_REACH answer sds of an answer, coarsened until they fit
 #: (``deconvolve.lattice_near``). Ordinary releases never reach it (Rhode Island's: 139 at most).
@@ -180,7 +190,8 @@ class PosteriorModel:
         from the fitted ``start``)."""
         omega, sd = self.answers.months, self.answers.month_sd
         cut = (self.floor if np.isfinite(self.floor) else omega[:, 0].min()) + LEVEL_CUT * sd[0]
-        level = self._fitted("level", rng, None if start is None else start.level, lambda: self._level_fit(cut))
+        level = self._fitted("level", rng, None if start is None else start.level, lambda: self._level_fit(cut),
+                             SmoothFit if LEVEL_SMOOTH else MixtureFit)
         bands, band, steps = self.change_bands()
         changes = []
         for b, step in enumerate(steps):
