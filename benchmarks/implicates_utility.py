@@ -42,7 +42,7 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--change-prior", default="independent")
     parser.add_argument("--level-width", type=float, default=None,
                         help="the level prior's components' bandwidth in their steps (LEVEL_WIDTH)")
-    parser.add_argument("--wage-prior", default="sector", help="postprocess.implicates.WAGE_PRIORS")
+    parser.add_argument("--wage-prior", default="sector", help="postprocess.prior_components.WAGE_PRIORS")
     parser.add_argument("--level-smooth", action="store_true",
                         help="a smooth level prior (LEVEL_SMOOTH: deconvolve.SmoothFit) instead of the NPMLE")
     return parser

@@ -247,7 +247,7 @@ def line(x: np.ndarray, y: np.ndarray, weight: np.ndarray) -> np.ndarray:
 
 def mean_log_wage(psi: NeighborFunction, answers: np.ndarray, sd: float) -> float:
     """E[log w] over w > 0 under the NPMLE of psi(w) deconvolved from wage answers (sd ``sd``)."""
-    from gedp.postprocess.implicates import level_components
+    from gedp.postprocess.prior_components import level_components
 
     floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
     top = float(answers.max()) + 3 * sd

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from gedp.postprocess.deconvolve import GAP_NATS, MixtureFit, binned
-from gedp.postprocess.implicates import atom_standard_error, change_components
+from gedp.postprocess.prior_components import atom_standard_error, change_components
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,13 +16,8 @@ from gedp.postprocess.deconvolve import (
     fit_mixture,
     npmle_weights,
 )
-from gedp.postprocess.implicates import (
-    PosteriorModel,
-    Priors,
-    atom_standard_error,
-    change_components,
-    level_components,
-)
+from gedp.postprocess.implicates import PosteriorModel, Priors
+from gedp.postprocess.prior_components import atom_standard_error, change_components, level_components
 
 #: KS tests reject at p < 1e-4: a false failure in fewer than 1 run in 10,000 per test.
 P_REJECT = 1e-4

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from gedp.postprocess.deconvolve import MixtureFit
-from gedp.postprocess.implicates import change_fit
 from gedp.postprocess.joint_changes import ChangeLikelihood, JointFit, JointPrior, draw_changes, gaussian_log_density
+from gedp.postprocess.prior_components import change_fit
 
 SD = np.array([0.3, 0.3, 0.3])  # the months' answer sds
 SMALLEST = 1.0  # one employee's change: every real change is at least this

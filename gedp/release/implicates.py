@@ -84,17 +84,11 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
             note: Callable[[str], None] | None = None, level_prior: str = "month1",
             change_prior: str = "independent", wage_prior: str = "sector") -> ReleaseDraws:
     """Read a release (one ``quarter`` of a panel release) and fit each state's priors (``level_prior``:
-    ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``; ``wage_prior``:
+    ``postprocess.prior_components.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``; ``wage_prior``:
     ``WAGE_PRIORS``, with ``cells`` the county x NAICS-6 cells of the public columns)."""
     from gedp.measure.neighbors import make_psi
-    from gedp.postprocess.implicates import (
-        CHANGE_PRIORS,
-        LEVEL_PRIORS,
-        WAGE_PRIORS,
-        PosteriorModel,
-        StateAnswers,
-        checked_prior,
-    )
+    from gedp.postprocess.implicates import PosteriorModel, StateAnswers
+    from gedp.postprocess.prior_components import CHANGE_PRIORS, LEVEL_PRIORS, WAGE_PRIORS, checked_prior
     from gedp.postprocess.structured import one_blas_thread
     from gedp.release.reader import quarter_manifest, read_answers, read_validated
 
@@ -158,7 +152,8 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
                      change_prior: str = "independent", wage_prior: str = "sector") -> Path:
     """Draw ``m`` implicates of a release into the folder ``out`` (one Parquet file per implicate,
     ``pandas.read_parquet(out)`` reads them all with an ``implicate`` column), atomically; ``level_prior``:
-    ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``; ``wage_prior``: ``WAGE_PRIORS``."""
+    ``postprocess.prior_components.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``; ``wage_prior``:
+    ``WAGE_PRIORS``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -213,7 +208,7 @@ def implicates_in_memory(release: str | Path, m: int, *, seed: int | None = None
                          rng: np.random.Generator | None = None, level_prior: str = "month1",
                          change_prior: str = "independent", wage_prior: str = "sector") -> pd.DataFrame:
     """``m`` implicates of a release as one frame (``implicate`` 1..m, then the release's columns);
-    ``level_prior``: ``postprocess.implicates.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``;
+    ``level_prior``: ``postprocess.prior_components.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``;
     ``wage_prior``: ``WAGE_PRIORS``."""
     from gedp.measure.rng import make_rng
 
