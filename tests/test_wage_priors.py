@@ -102,23 +102,21 @@ def sectors_in_supersectors(n: int, seed: int):
     return sector, employment, z, months, wage_answers
 
 
-def implicate_slopes(population, groups: np.ndarray, m: int, seed: int) -> np.ndarray:
-    """The slope with sector effects (``microdata_stats.within_slope``) on each of m implicates drawn as
-    ``release.implicates`` draws them (a draw of the priors each, the chain's months, wages given them),
-    the wage model grouped by ``groups``."""
+def implicate_slopes(answers: StateAnswers, effects: np.ndarray, m: int, seed: int) -> np.ndarray:
+    """The slope of log wage per employee on log employment with a fixed effect per ``effects`` group
+    (``microdata_stats.within_slope``) on each of m implicates drawn as ``release.implicates`` draws them
+    (a draw of the priors each, the chain's months, wages given them) from ``answers``."""
     from gedp.evaluation.microdata_stats import within_slope
     from gedp.postprocess.implicates import BURN_IN
 
-    sector, _, _, months, wage_answers = population
-    answers = StateAnswers(months, np.full(3, 0.5), wage_answers, 25.0, groups)
     model = PosteriorModel(answers, make_psi("sqrt", a=0.0), np.random.default_rng(seed))
-    rows, rng = np.arange(len(sector)), np.random.default_rng(seed + 1)
+    rows, rng = np.arange(len(effects)), np.random.default_rng(seed + 1)
     priors = [model.replicate(rng) for _ in range(m)]
     slopes = []
     for prior, drawn in zip(priors, model.months_chain(rows, rng, BURN_IN, m, priors=priors)):
         average, wages = drawn.mean(axis=1), model.wages(rows, drawn, rng, prior)
         kept = (average >= 1) & (wages > 0)  # the statistic's rows
-        slopes.append(within_slope(np.log(average[kept]), np.log(wages[kept] / average[kept]), sector[kept])[0])
+        slopes.append(within_slope(np.log(average[kept]), np.log(wages[kept] / average[kept]), effects[kept])[0])
     return np.array(slopes)
 
 
@@ -141,8 +139,11 @@ def test_implicates_keep_the_slope_with_sector_effects_and_a_supersector_model_d
     m = 10
     limit = stats.t.ppf(1 - 0.5e-3, m - 1)
 
+    _, _, _, months, wage_answers = population
+
     def t_statistic(groups: np.ndarray) -> float:
-        combined = combine(implicate_slopes(population, groups, m, seed=7))
+        answers = StateAnswers(months, np.full(3, 0.5), wage_answers, 25.0, groups)
+        combined = combine(implicate_slopes(answers, sector, m, seed=7))
         return float((combined.estimate - truth) / np.sqrt(combined.variance))
 
     assert abs(t_statistic(sector)) < limit
@@ -253,26 +254,6 @@ def cells_of_levels(n: int, seed: int):
     return cell % 2, cell, employment, z, months, wage_answers
 
 
-def within_cell_slopes(population, cells: np.ndarray | None, m: int, seed: int) -> np.ndarray:
-    """The slope within cells (``microdata_stats.within_slope``, a fixed effect per cell) on each of m
-    implicates drawn as ``release.implicates`` draws them, the wage model with the cells' offsets
-    (``cells``) or without (None: the model before them)."""
-    from gedp.evaluation.microdata_stats import within_slope
-    from gedp.postprocess.implicates import BURN_IN
-
-    sector, cell, _, _, months, wage_answers = population
-    answers = StateAnswers(months, np.full(3, 0.5), wage_answers, 25.0, sector, cells)
-    model = PosteriorModel(answers, make_psi("sqrt", a=0.0), np.random.default_rng(seed))
-    rows, rng = np.arange(len(sector)), np.random.default_rng(seed + 1)
-    priors = [model.replicate(rng) for _ in range(m)]
-    slopes = []
-    for prior, drawn in zip(priors, model.months_chain(rows, rng, BURN_IN, m, priors=priors)):
-        average, wages = drawn.mean(axis=1), model.wages(rows, drawn, rng, prior)
-        kept = (average >= 1) & (wages > 0)
-        slopes.append(within_slope(np.log(average[kept]), np.log(wages[kept] / average[kept]), cell[kept])[0])
-    return np.array(slopes)
-
-
 @pytest.mark.slow
 def test_implicates_keep_the_slope_within_cells_and_the_model_without_cell_offsets_does_not():
     """The size-wage slope within cells of the population against Rubin's combined estimate over M = 10
@@ -285,13 +266,15 @@ def test_implicates_keep_the_slope_within_cells_and_the_model_without_cell_offse
     from gedp.postprocess.combine import combine
 
     population = cells_of_levels(20_000, seed=4)
-    _, cell, employment, z = population[:4]
+    sector, cell, employment, z, months, wage_answers = population
     truth = within_slope(np.log(employment), z, cell)[0]
     m = 10
     limit = stats.t.ppf(1 - 0.5e-3, m - 1)
 
     def t_statistic(cells: np.ndarray | None) -> float:
-        combined = combine(within_cell_slopes(population, cells, m, seed=7))
+        """With the cells' offsets (``cells``) or without (None: the model before them)."""
+        answers = StateAnswers(months, np.full(3, 0.5), wage_answers, 25.0, sector, cells)
+        combined = combine(implicate_slopes(answers, cell, m, seed=7))
         return float((combined.estimate - truth) / np.sqrt(combined.variance))
 
     assert abs(t_statistic(cell)) < limit
