@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import splu
 
-from gedp.errors import ConfigError
+from gedp.errors import ConfigError, SolverError
 
 #: Backup rule: full exchanges allowed without progress before single pivots take over.
 FULL_EXCHANGE_TRIES = 3
@@ -191,7 +191,7 @@ def solve_nested(
         s += np.bincount(cell_codes[flipped], weights=sign * v[flipped], minlength=n_cells)
         q += np.bincount(cell_codes[flipped], weights=sign * a_shifted[flipped], minlength=n_cells)
         free = free ^ flip
-    raise RuntimeError(f"block principal pivoting did not finish in {MAX_ITERATIONS} iterations")
+    raise SolverError(f"block principal pivoting did not finish in {MAX_ITERATIONS} iterations")
 
 
 def _free_cell_sums(cell_codes, free, v, a_shifted, n_cells) -> tuple[np.ndarray, np.ndarray]:

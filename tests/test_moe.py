@@ -283,3 +283,14 @@ def test_errors_shared_within_cells_are_the_dense_covariance():
         tabulation_variances(identity_only, np.arange(120), cells, grouping.codes, grouping.n_groups,
                              pattern_loadings=loading, pattern_cells=alone).variance,
         tabulation_variances(identity_only, np.arange(120), cells, grouping.codes, grouping.n_groups).variance)
+
+
+def test_a_margin_solve_that_does_not_finish_is_one_solver_error_line(release, monkeypatch):
+    """Block principal pivoting that does not finish (its iteration cap set to 0 here; a hostile
+    release's answers far past any real one did it at 10,000) is a solver error: one line, exit 1, not
+    a RuntimeError's traceback."""
+    monkeypatch.setattr(structured, "MAX_ITERATIONS", 0)
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--moe"])
+    assert result.exit_code == 1, result.output
+    said = result.output.strip().splitlines()
+    assert said == ["solver error: block principal pivoting did not finish in 0 iterations"], result.output
