@@ -2,7 +2,7 @@
 
 z = log(w / E), E the quarter's average employment. Its prior is, per sector x size band of E, a
 distribution of the residual r = z - s_g(log E) on a grid (with an atom at w = 0), where s_g is a
-line in log E per sector g (``answered_shift``: through the sector's size bands of the
+line in log E per sector g (``ShiftPoints``: through the sector's size bands of the
 months' answers, each band's mean log E against its mean log w deconvolved from its wage answers
 less that). So the wage per employee moves with size within a band, as the release's answers say it
 does within the sector, instead of being flat within each band; and the sector's level
@@ -131,12 +131,6 @@ def solved(ready: tuple[np.ndarray, Likelihood], counts: np.ndarray, start: np.n
     begin = None if start is None else np.maximum(start[used], 1e-12)
     weights[used] = npmle_weights(likelihood, counts, start=begin)
     return np.maximum(weights, 1e-300)
-
-
-def answered_shift(psi: NeighborFunction, month_answers: np.ndarray, wage_answers: np.ndarray, wage_sd: float,
-                   average: np.ndarray, group: np.ndarray, groups: int) -> Shift:
-    """s per sector (``ShiftPoints``'s line, without cell sizes)."""
-    return ShiftPoints.of(psi, month_answers, wage_answers, wage_sd, average, group).shift(groups)[0]
 
 
 @dataclass
