@@ -74,6 +74,7 @@ from gedp.postprocess.wage_priors import (
     cell_sizes,
     draw_residuals,
     offset_likelihood,
+    offsets_summary,
     residual_means,
     size_shift,
 )
@@ -382,7 +383,8 @@ class PosteriorModel:
                 "no_change_share": [[round(h.mass_at(0.0), 4) for h in pair] for pair in p.changes],
                 "no_change_se": [[float(f"{e:.3g}") for e in pair] for pair in self.no_change_standard_errors()],
                 "change_bands": [float(b) for b in self.psi.inverse(p.bands)],
-                "wage_cells": sum(g >= 0 for g, _ in p.wage_weights)}
+                "wage_cells": sum(g >= 0 for g, _ in p.wage_weights),
+                **({} if p.cell_offset is None else {"cell_offsets": offsets_summary(p.cell_offset)})}
 
     # --- draws ------------------------------------------------------------------------------------
     def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int,

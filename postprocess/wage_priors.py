@@ -297,6 +297,15 @@ def cell_offsets(log_likelihood: np.ndarray) -> np.ndarray:
     return posterior @ CELL_OFFSETS / posterior.sum(axis=1)
 
 
+def offsets_summary(offsets: np.ndarray) -> dict:
+    """The cells' fitted offsets (their log wage per employee's level) in a few public numbers: how many
+    cells, their spread and range."""
+    if len(offsets) == 0:
+        return {"cells": 0}
+    return {"cells": len(offsets), "sd": float(f"{np.std(offsets):.3g}"),
+            "range": [float(f"{np.min(offsets):.3g}"), float(f"{np.max(offsets):.3g}")]}
+
+
 def draw_residuals(psi: NeighborFunction, omega: np.ndarray, sd: float, average: np.ndarray, group: np.ndarray,
                    band: np.ndarray, table: np.ndarray, shift: Shift, rng: np.random.Generator,
                    offset: np.ndarray | float = 0.0) -> np.ndarray:

@@ -216,9 +216,11 @@ def test_the_cells_wage_prior_is_an_option_recorded_and_checked(lone_release, tm
     result = runner.invoke(app, ["implicates", str(lone_release), "--n", "2", "--seed", "5", "--wage-prior", "cells",
                                  "--out", str(tmp_path / "c")])
     assert result.exit_code == 0, result.output
-    assert json.loads((tmp_path / "c" / "_implicates.json").read_text())["wage_prior"] == "cells"
+    written = json.loads((tmp_path / "c" / "_implicates.json").read_text())
+    assert written["wage_prior"] == "cells"
     default = write_implicates(lone_release, 2, tmp_path / "d", seed=5)
     assert "wage_prior" not in json.loads((default / "_implicates.json").read_text())
+    assert all("cell_offsets" not in p for p in json.loads((default / "_implicates.json").read_text())["priors"])
     assert not pd.read_parquet(tmp_path / "c")["wage"].equals(pd.read_parquet(default)["wage"])
     draws = prepare(lone_release, np.random.default_rng(1), wage_prior="cells")
     public = draws.public
@@ -226,6 +228,13 @@ def test_the_cells_wage_prior_is_an_option_recorded_and_checked(lone_release, tm
         cells = public.iloc[rows].groupby(["county", "naics"], dropna=False).ngroups
         assert model.priors.cell_offset is not None and len(model.priors.cell_offset) == cells
         assert np.isfinite(model.priors.cell_offset).all()
+        summary = model.summary()["cell_offsets"]  # the offsets in public numbers, as written
+        assert summary["cells"] == cells
+        assert summary["sd"] == pytest.approx(np.std(model.priors.cell_offset), rel=1e-2)
+        assert summary["range"] == pytest.approx([model.priors.cell_offset.min(), model.priors.cell_offset.max()],
+                                                 rel=1e-2, abs=1e-3)
+    assert [p["cell_offsets"]["cells"] for p in written["priors"]] == [
+        public.iloc[rows].groupby(["county", "naics"], dropna=False).ngroups for rows, _ in draws.models]
     assert prepare(lone_release, np.random.default_rng(1)).models[0][1].priors.cell_offset is None
     frame = gedp.read_release(lone_release).implicates(1, seed=5, wage_prior="cells")
     assert (frame["wage"] >= 0).all()
