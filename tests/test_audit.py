@@ -214,6 +214,25 @@ def test_a_seeded_pipeline_audit_is_reproducible_and_its_batches_draw_apart():
     assert [r.row() for r in one] == [r.row() for r in run_pipeline_audit("audit", runs=3, seed=5, workers=1)]
 
 
+def test_the_audits_runs_without_tables_write_the_other_files_of_the_release_bit_for_bit(tmp_path):
+    """The pipeline audit's runs build no QCEW tables (tables=False): the same seed writes the same
+    measurements, protected microdata and manifest (but for the tables' entry) as the release path
+    with them, and no tables file."""
+    from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
+    from gedp.running.recorded_release import protect_recorded
+
+    data = neighbours(gedp.load("audit"), "m1emp").d1
+    full, _ = protect_recorded(data, gedp.load("audit"), tmp_path / "full", ledger=None, seed=4)
+    bare, _ = protect_recorded(data, gedp.load("audit"), tmp_path / "bare", ledger=None, seed=4, tables=False)
+    assert (tmp_path / "full" / TABLES_FILE).exists() and not (tmp_path / "bare" / TABLES_FILE).exists()
+    assert sorted(p.name for p in (tmp_path / "bare").iterdir()) == ["manifest.json", MEASUREMENTS_FILE, PROTECTED_FILE]
+    for name in (MEASUREMENTS_FILE, PROTECTED_FILE):
+        [one], [other] = (sorted((tmp_path / side / name).glob("*")) for side in ("full", "bare"))
+        assert one.name == other.name and one.read_bytes() == other.read_bytes(), name
+    assert full["files"].pop("qcew_tables") == TABLES_FILE
+    assert full == bare
+
+
 def test_target_answers_found_once_are_those_of_every_run(tmp_path):
     """The target's answers located in one run's measurements are found again in the next runs'
     (same rows, this run's draws), as locating them afresh finds them."""
