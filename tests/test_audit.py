@@ -214,6 +214,25 @@ def test_a_seeded_pipeline_audit_is_reproducible_and_its_batches_draw_apart():
     assert [r.row() for r in one] == [r.row() for r in run_pipeline_audit("audit", runs=3, seed=5, workers=1)]
 
 
+def test_the_audits_runs_without_tables_write_the_other_files_of_the_release_bit_for_bit(tmp_path):
+    """The pipeline audit's runs build no QCEW tables (tables=False): the same seed writes the same
+    measurements, protected microdata and manifest (but for the tables' entry) as the release path
+    with them, and no tables file."""
+    from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
+    from gedp.running.recorded_release import protect_recorded
+
+    data = neighbours(gedp.load("audit"), "m1emp").d1
+    full, _ = protect_recorded(data, gedp.load("audit"), tmp_path / "full", ledger=None, seed=4)
+    bare, _ = protect_recorded(data, gedp.load("audit"), tmp_path / "bare", ledger=None, seed=4, tables=False)
+    assert (tmp_path / "full" / TABLES_FILE).exists() and not (tmp_path / "bare" / TABLES_FILE).exists()
+    assert sorted(p.name for p in (tmp_path / "bare").iterdir()) == ["manifest.json", MEASUREMENTS_FILE, PROTECTED_FILE]
+    for name in (MEASUREMENTS_FILE, PROTECTED_FILE):
+        [one], [other] = (sorted((tmp_path / side / name).glob("*")) for side in ("full", "bare"))
+        assert one.name == other.name and one.read_bytes() == other.read_bytes(), name
+    assert full["files"].pop("qcew_tables") == TABLES_FILE
+    assert full == bare
+
+
 def test_target_answers_found_once_are_those_of_every_run(tmp_path):
     """The target's answers located in one run's measurements are found again in the next runs'
     (same rows, this run's draws), as locating them afresh finds them."""
@@ -237,5 +256,7 @@ def test_target_answers_found_once_are_those_of_every_run(tmp_path):
 def test_ctrl_c_stops_the_pipeline_audits_workers_without_their_tracebacks(ctrl_c_among_workers):
     """The pipeline audit's workers ignore Ctrl-C and are stopped by the main process: one line, no
     worker's traceback, none left (they used to print a KeyboardInterrupt traceback each, and one
-    could outlive the command)."""
-    ctrl_c_among_workers(["audit", "--pipeline", "--runs", "400", "--workers", "2"], workers=2)
+    could outlive the command). 1,500 runs a side: a run that loses the Ctrl-C goes on for minutes
+    (about 0.16 s of processor time a run, without the tables) and fails the 120 s wait for its end,
+    instead of finishing first (400 runs did under load once the runs built no tables: skipped)."""
+    ctrl_c_among_workers(["audit", "--pipeline", "--runs", "1500", "--workers", "2"], workers=2)

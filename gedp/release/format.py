@@ -65,7 +65,7 @@ class StateRelease:
     protected: pd.DataFrame
     measurements: Measurements
     solver_results: dict[str, WLSResult]
-    tables: pd.DataFrame
+    tables: pd.DataFrame | None  # None: not built (``state_pipeline.protect``'s tables=False)
     families: list[FamilySpec]  # the plan's job families (none without a job frame)
     rounding: dict | None = None  # what controlled rounding changed, per attribute (integer releases)
     jobs: pd.DataFrame | None = None  # the protected job frame (long), for a plan with job families

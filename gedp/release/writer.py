@@ -329,7 +329,7 @@ class StateParts:
     of the state's own (Arrow and Parquet encode outside the GIL, so writing overlaps the state's
     further computing): the measurements (Parquet, ``part-<part>.parquet`` in their folder) once
     measured, the protected microdata once final, the job frame and the QCEW tables (CSV at
-    ``tables``) at the end. Each file has the bytes of writing the parts one after the other.
+    ``tables``, when built) at the end. Each file has the bytes of writing the parts one after the other.
     ``key``: columns of one value each added last to the protected microdata and measurements (a
     panel's quarter), whose values also lead the parts' names (``part-<values>-<part>.parquet``)."""
 
@@ -369,7 +369,8 @@ class StateParts:
                 self.protected(contents.protected)
             if contents.jobs is not None:
                 contents.jobs.to_parquet(self._path(JOBS_FILE), index=False)
-            contents.tables.to_csv(self.tables, index=False)
+            if contents.tables is not None:
+                contents.tables.to_csv(self.tables, index=False)
             for writing in self._writing.values():
                 writing.result()
         finally:

@@ -246,23 +246,25 @@ def split_jobs(jobs: Source, source: Source, inputs: InputStates) -> dict[str, p
 
 
 def protect_one_state(path: Source, state: str, stored: list, config: Config, entropy: int | None, staging: str,
-                      states: int = 1, jobs: pd.DataFrame | None = None, key: Mapping[str, str] | None = None) -> dict:
+                      states: int = 1, jobs: pd.DataFrame | None = None, key: Mapping[str, str] | None = None,
+                      tables: bool = True) -> dict:
     """Protect one state and write its parts into the staging release; returns its manifest entry.
 
     ``stored`` are the input's values of the state code; ``entropy=None`` draws the state's noise
     from its own secure generator (ChaCha20, OS key). ``states`` is the number of states of the
     release, among which zeta is split. ``jobs``: the state's job table, for a plan with job families.
     ``key``: columns of one value each added to the protected microdata and measurements
-    (``writer.StateParts``; a panel's quarter).
+    (``writer.StateParts``; a panel's quarter). ``tables=False``: no QCEW tables
+    (``gedp.running.state_pipeline.protect``).
     """
-    entry, write = _protect_state(path, state, stored, config, entropy, staging, states, jobs, key)
+    entry, write = _protect_state(path, state, stored, config, entropy, staging, states, jobs, key, tables)
     write()
     return entry
 
 
 def _protect_state(path: Source, state: str, stored: list, config: Config, entropy: int | None, staging: str,
                    states: int, jobs: pd.DataFrame | None = None,
-                   key: Mapping[str, str] | None = None) -> tuple[dict, Callable[[], None]]:
+                   key: Mapping[str, str] | None = None, tables: bool = True) -> tuple[dict, Callable[[], None]]:
     """``protect_one_state`` but for the end of the writing: its manifest entry, and the call that
     writes the rest of its parts and waits for them (the measurements and the protected microdata
     are written while the state is computed, ``writer.StateParts``)."""
@@ -273,7 +275,7 @@ def _protect_state(path: Source, state: str, stored: list, config: Config, entro
     parts = StateParts(folder, state, table_part(folder, state), key)
     try:
         contents = protect(microdata, dataclasses.replace(config, plan=plan), rng=rng, jobs=jobs,
-                           on_measured=parts.measurements, on_protected=parts.protected)
+                           on_measured=parts.measurements, on_protected=parts.protected, tables=tables)
     except BaseException:
         parts.close()
         raise
@@ -335,6 +337,7 @@ def protect_input(
     key: Mapping[str, str] | None = None,
     processes: int | None = None,
     manifest_name: str = MANIFEST_FILE,
+    tables: bool = True,
 ) -> dict:
     """Protect every state of ``path`` (a file, a Parquet folder or a DataFrame) into the release
     directory ``out``; returns the manifest. ``extra_files(staging)`` gives more JSON files to write,
@@ -349,7 +352,9 @@ def protect_input(
     ``processes``: the local engine's worker processes (None: one per usable CPU, at most one per
     state and per 100,000 input rows; 1: the states one after the other in this process); the
     release is the same whatever it is. ``manifest_name``: the manifest's file name (a panel's
-    quarters are written with another, so that none of them is ever a release).
+    quarters are written with another, so that none of them is ever a release). ``tables=False``:
+    a folder without the QCEW tables (nor their entry in the manifest's files), for a caller that
+    reads only the other files (the pipeline audit).
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
@@ -363,7 +368,7 @@ def protect_input(
     parts = {} if inputs.stamps is None else parts_holding(Path(path), "state", inputs.codes, inputs.stamps)
     with staged_directory(out) as staging:
         arguments = {state: (parts.get(state) or _state_source(path, stored, inputs), state, stored, config, entropy,
-                             str(staging), len(states), job_tables.get(state), key)
+                             str(staging), len(states), job_tables.get(state), key, tables)
                      for state, stored in inputs.codes.items()}
         if engine == "local":
             pieces = _protect_locally(arguments, on_state, processes, inputs.rows)
@@ -373,9 +378,12 @@ def protect_input(
         if protected != inputs.rows:
             raise InputError(f"{protected} establishments were read state by state, but the input has {inputs.rows} "
                              "rows; was it changed while gedp read it?")
-        join_tables(staging, states)
         manifest = release_manifest(config, pieces, rng_description, engine,
                                     None if scheduler is None else scheduler.address)
+        if tables:
+            join_tables(staging, states)
+        else:
+            del manifest["files"]["qcew_tables"]
         if lifetime is not None:
             manifest["lifetime"] = lifetime
         write_manifest(staging, manifest, extra_files(staging) if extra_files else {}, before_publish,

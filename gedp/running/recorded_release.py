@@ -166,14 +166,15 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
                      scheduler: Scheduler | None = None, jobs: Source | None = None,
                      on_state: Callable[[str], None] | None = None,
                      key: Mapping[str, str] | None = None,
-                     processes: int | None = None) -> tuple[dict, Reservation | None]:
+                     processes: int | None = None, tables: bool = True) -> tuple[dict, Reservation | None]:
     """Protect ``source`` into the release folder ``out`` (``gedp.running.engine.protect_input``), recorded
     in the lifetime ledger when ``ledger`` is given; returns the manifest and the reservation.
 
     The output folder, engine, generator and job table are checked before the ledger is touched,
     and the ledger before any noise is drawn; ``on_state`` follows the protection of each state.
     ``key``: columns of one value each added to the outputs (``gedp.running.engine.protect_one_state``);
-    ``processes``: the local engine's worker processes (``gedp.running.engine.protect_input``).
+    ``processes``: the local engine's worker processes and ``tables`` (False: no QCEW tables, the
+    pipeline audit's runs) as for ``gedp.running.engine.protect_input``.
     """
     check_output_directory(Path(out).resolve())
     inputs = input_states(source)
@@ -182,5 +183,5 @@ def protect_recorded(source: Source, config: Config, out: str | Path, *, ledger:
     with reserved(ledger, pinned_input(source, inputs), config, out) as reservation:
         manifest = protect_input(source, config, out, seed=seed, rng=rng, engine=engine, scheduler=scheduler,
                                  jobs=jobs, on_state=on_state, inputs=inputs, key=key, processes=processes,
-                                 **publication_hooks(reservation))
+                                 tables=tables, **publication_hooks(reservation))
     return manifest, reservation

@@ -53,6 +53,7 @@ def protect(
     jobs: pd.DataFrame | None = None,
     on_measured: Callable[[Measurements], None] | None = None,
     on_protected: Callable[[pd.DataFrame], None] | None = None,
+    tables: bool = True,
 ) -> StateRelease:
     """Measure validated microdata with the config's plan and postprocess it into a release's contents.
 
@@ -61,7 +62,9 @@ def protect(
     ``rng_description`` is not used: the release's manifest describes the generator
     (``gedp.release.manifest.release_manifest``). ``on_measured`` receives the measurements as soon
     as they are complete and ``on_protected`` the protected microdata once final (neither is changed
-    afterwards), so a caller can write them while the rest is computed.
+    afterwards), so a caller can write them while the rest is computed. ``tables=False``: no QCEW
+    tables (``StateRelease.tables`` None), for a caller that reads only the other outputs (the
+    pipeline audit); they are a function of the protected microdata alone.
     """
     step = on_step or (lambda description: None)
     plan = config.plan
@@ -89,12 +92,12 @@ def protect(
         step("controlled rounding")
     if on_protected is not None:
         on_protected(protected)
-    tables = qcew_tables(protected, groupings)
+    published = qcew_tables(protected, groupings) if tables else None
     step("QCEW tables")
     job_frame = None
     if families:
         job_frame = _job_frame(families, measurements, public, protected, config, groupings, step, solver_results)
-    return StateRelease(protected, measurements, solver_results, tables, families, rounding, job_frame)
+    return StateRelease(protected, measurements, solver_results, published, families, rounding, job_frame)
 
 
 def _postprocess(measurements: Measurements, public: pd.DataFrame, config: Config, plan, step: Callable[[str], None],
