@@ -312,6 +312,56 @@ def test_every_stop_held_back_is_acted_on():
     assert default.returncode == -signal.SIGINT and "not stopped" not in default.stdout, default.stdout
 
 
+#: A Ctrl-C that another thread of the process takes while the main thread holds it back (the kernel
+#: gives a signal to a thread that does not block it), then the main thread waits for a task of
+#: WORK_SECONDS by ``argv[1]``: gedp's ``completed`` or ``awaited``, or concurrent.futures'
+#: ``as_completed`` (the wait the pipeline audit had). Prints how long the stop took.
+STOP_ELSEWHERE_PROBE = """
+import os, signal, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from gedp.running.process import awaited, completed
+waits = {"completed": lambda f: next(completed([f])), "awaited": awaited,
+         "as_completed": lambda f: next(as_completed([f]))}
+taker = threading.Thread(target=time.sleep, args=(60,), daemon=True)
+taker.start()  # started before the block: it does not hold Ctrl-C back (as OpenBLAS's and Arrow's threads)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the main thread holds it back (threads made now too)
+work = ThreadPoolExecutor(1).submit(time.sleep, float(sys.argv[2]))
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    waits[sys.argv[1]](work)
+    print("not stopped", flush=True)
+except KeyboardInterrupt:
+    print(f"{time.monotonic() - start:.2f}", flush=True)
+os._exit(0)
+"""
+WORK_SECONDS = 8.0
+
+
+def _stop_taken_elsewhere(wait: str) -> float:
+    done = subprocess.run([sys.executable, "-c", STOP_ELSEWHERE_PROBE, wait, str(WORK_SECONDS)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() != "not stopped", done.stdout + done.stderr
+    return float(done.stdout)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("wait", ["completed", "awaited"])
+def test_a_ctrl_c_another_thread_took_stops_a_wait_for_workers_at_once(wait):
+    """A Ctrl-C that reaches the process while its main thread holds it back goes to another thread (a C
+    library's), and Python wakes nothing: a main thread then waiting for its workers without a timeout
+    acted on it only when a task finished (the pipeline audit's Ctrl-C test: 120 s and more under load).
+    gedp's waits wake every STOP_POLL seconds and stop within a few of them (limit 4 s: 0.6 s measured,
+    at most 0.5 s + STOP_POLL without load), long before the 8 s task ends; concurrent.futures'
+    ``as_completed``, run on the same probe, waits for the task (the probe reproduces the fault)."""
+    from gedp.running.process import STOP_POLL
+
+    assert STOP_POLL <= 0.5
+    assert _stop_taken_elsewhere(wait) < 4.0
+    if wait == "completed":
+        assert _stop_taken_elsewhere("as_completed") >= WORK_SECONDS - 1.0
+
+
 @pytest.mark.timeout(300)
 def test_a_stop_during_the_ledgers_reservation_leaves_it_whole_and_says_it_is_pending(small_state, tmp_path,
                                                                                       monkeypatch):

@@ -31,7 +31,7 @@ from scipy.sparse.csgraph import connected_components
 from gedp.errors import AuditError, GedpError, InputError, held_stops
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import worker_signals
+from gedp.running.process import awaited, worker_signals
 from gedp.running.state_pool import stop_workers
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
@@ -366,7 +366,7 @@ def _solve(jobs: list[tuple], workers: int | None):
         with held_stops():
             futures = {i: pool.submit(_interval_lps, *jobs[i]) for i in np.argsort(work, kind="stable")[::-1]}
         for i in range(len(jobs)):
-            yield futures[i].result()
+            yield awaited(futures[i])
     finally:
         stop_workers(pool)
 

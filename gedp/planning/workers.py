@@ -18,7 +18,7 @@ from typing import Any
 
 from gedp.errors import GedpError, held_stops
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import worker_signals
+from gedp.running.process import awaited, worker_signals
 from gedp.running.state_pool import stop_workers
 
 #: The context of the running map, inherited by the forked workers (None outside a map).
@@ -47,10 +47,10 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
     try:
         results = []
         with held_stops():
-            mapped = pool.map(_run, items)
-        for index, result in enumerate(mapped):
-            results.append(result)
-            tell(index, result)
+            futures = [pool.submit(_run, item) for item in items]
+        for index, future in enumerate(futures):
+            results.append(awaited(future))
+            tell(index, results[-1])
         return results
     except BrokenProcessPool:
         raise GedpError("a planner worker process stopped before its task was done (killed, e.g. short of "

@@ -21,7 +21,9 @@ import os
 import signal
 import sys
 import threading
-from typing import NoReturn
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from typing import NoReturn, TypeVar
 
 from gedp import errors
 from gedp.errors import HELD_SIGNALS, raise_terminated
@@ -77,6 +79,32 @@ def set_up_command_memory() -> None:
     """A gedp command's process (and its workers): small pages, freed memory reused."""
     prefer_small_pages()
     reuse_freed_memory()
+
+
+#: How often (s) a main thread waiting for its workers wakes to act on a stop another thread took.
+STOP_POLL = 0.2
+
+T = TypeVar("T")
+
+
+def completed(futures: Iterable[Future[T]]) -> Iterator[Future[T]]:
+    """The ``futures`` as they finish (``concurrent.futures.as_completed``), the wait woken every STOP_POLL
+    seconds. While the main thread holds Ctrl-C back (``gedp.errors.held_stops``, or starting a
+    process), the kernel hands the signal to another thread of the process, one a C library started
+    (OpenBLAS, Arrow); Python marks it but wakes nothing, and a main thread that then waits without a
+    timeout acts on it only when a future finishes (a whole batch of runs: minutes under load). Each
+    wake takes the interpreter's lock back, which makes the main thread act on such a signal."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=STOP_POLL, return_when=FIRST_COMPLETED)
+        yield from done
+
+
+def awaited(future: Future[T]) -> T:
+    """``future.result()``, waiting as ``completed`` does (a stop that another thread took is acted on)."""
+    while not future.done():
+        wait([future], timeout=STOP_POLL)
+    return future.result()
 
 
 #: Exit status of a command stopped by SIGTERM (128 + the signal's number, as a shell reports it).

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from gedp.errors import GedpError, InputError, held_stops
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import give_back_freed_memory, reuse_freed_memory, worker_signals
+from gedp.running.process import STOP_POLL, give_back_freed_memory, reuse_freed_memory, worker_signals
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -184,7 +184,7 @@ def _collect(futures: dict[str, Future], on_state: Callable[[str], None] | None)
     reported = 0
     pending = set(futures.values())
     while pending:
-        _, pending = wait(pending, return_when=FIRST_COMPLETED)
+        _, pending = wait(pending, timeout=STOP_POLL, return_when=FIRST_COMPLETED)  # process.completed: why
         for state in states:  # state order, so which error is raised does not depend on timing among these
             if state not in entries and futures[state].done():
                 entry = futures[state].result()
