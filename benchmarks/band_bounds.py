@@ -19,8 +19,11 @@ in ``ratio``) and, for every band outside the target (93-97% with 500+ cell-rele
   through the cells without employment, for which an oracle posterior, the true distribution of
   those establishments' wages, covers 81-84% on New Jersey under ``baseline``: branch idlewage17,
   ``benchmarks/idle_wage_oracle.py`` there);
-* its class: (a) heavy tails, the bound outside the target under every grouping, (b) inside the
-  target without the cells without employment, (c) anything else.
+* the cells whose true total is 0: their share, their coverage (a margin that reaches the bound
+  covers them; one that does not would state that the cell is not at 0) and the others';
+* its class: (b) inside the target without the cells without employment, (z) inside without the
+  cells whose true total is 0, (a) heavy tails, the bound outside the target under every grouping,
+  (c) anything else.
 
     python benchmarks/band_bounds.py ri-baseline.parquet --name "Rhode Island, baseline" \\
         --out benchmarks/band-bounds-ri-baseline.json
@@ -60,7 +63,8 @@ def fitted_cover(z: np.ndarray, groups: np.ndarray) -> np.ndarray:
     for group in np.unique(groups):
         inside = groups == group
         if inside.sum() >= MIN_GROUP:
-            scaled[inside] = size[inside] / (np.quantile(size[inside], 0.95) / Z)
+            factor = np.quantile(size[inside], 0.95) / Z
+            scaled[inside] = size[inside] / factor if factor > 0 else 0.0  # all at 0: every margin covers
     return scaled <= Z
 
 
@@ -119,7 +123,13 @@ def outside_bands(cells: pd.DataFrame) -> list[dict]:
                                     "coverage": float(covered[lone].mean()) if lone.any() else None,
                                     "coverage_of_the_others": float(covered[~lone].mean())}
             others_inside = lone.any() and inside(float(covered[~lone].mean()), int((~lone).sum()))
-            row["class"] = "b" if others_inside else "a" if not row["bound_inside"] else "c"
+            zero = band_cells["truth"].to_numpy() <= 0
+            row["true_zero"] = {"share": float(zero.mean()),
+                                "coverage": float(covered[zero].mean()) if zero.any() else None,
+                                "coverage_of_the_others": float(covered[~zero].mean()) if (~zero).any() else None}
+            nonzero_inside = zero.any() and (~zero).any() and inside(float(covered[~zero].mean()), int((~zero).sum()))
+            row["class"] = ("b" if others_inside else "z" if nonzero_inside else "a" if not row["bound_inside"]
+                            else "c")
             rows.append(row)
     return rows
 
@@ -141,6 +151,10 @@ def main() -> None:
         lone = row["no_employment"]
         lone_text = (f"; without employment {lone['share']:.0%} of cells, covered {lone['coverage']:.1%}, "
                      f"others {lone['coverage_of_the_others']:.1%}" if lone["share"] else "")
+        zero = row["true_zero"]
+        if zero["share"] and zero["coverage_of_the_others"] is not None:
+            lone_text += (f"; true total 0 {zero['share']:.0%} of cells, covered {zero['coverage']:.1%}, "
+                          f"others {zero['coverage_of_the_others']:.1%}")
         away = row["se_from_target"]
         print(f"  ({row['class']}) level {row['level']} {row['attribute']} {row['band']}: {row['coverage']:.1%} "
               f"of {row['cells']} (se {row['se_releases']:.1%}, {np.inf if away is None else away:.1f} se out); "
