@@ -15,7 +15,8 @@ scaled to ``--mu``), with ``--levels`` QCEW aggregation levels (51-58, 71-78) in
 county levels; the output also gives, per level, the wage cells with wages but no true employment
 in the quarter (their coverage and median estimate / truth). ``se_releases``: a band's coverage's
 standard error between releases (the cells of one release share its noise, so it can exceed the
-binomial one); ``--cells``: every cell-release's row, for ``coverage_compare.py``.
+binomial one); ``--cells``: every cell-release's row (with its true total, estimate and protected
+month-1 employment), for ``coverage_compare.py`` and ``band_bounds.py``.
 
     nice -n 10 python benchmarks/level_coverage.py --qcew ../shared/data/qcew_2016q1_44.csv \\
         --mu 1.1533 --releases 20 --out benchmarks/level-coverage-ri-1.1533.json
@@ -110,6 +111,8 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
                                   "covered": np.abs(error) <= margins[attribute],
                                   "ratio": error / (margins[attribute] / Z), "at_zero": at_zero,
                                   "estabs": grouping.sum(np.ones(len(public))), "cell": np.arange(len(true)),
+                                  "truth": true, "estimate": error + true,
+                                  "protected_m1emp": grouping.sum(protected["m1emp"].to_numpy()),
                                   "relative_error": np.divide(np.abs(error), true, out=np.full(len(true), np.nan),
                                                               where=true > 0)})
             if attribute == "m1emp":
