@@ -92,5 +92,7 @@ def test_kurtosis_and_classes(bounds):
     z = np.where(mixed, rng.laplace(0, 0.3, n), rng.standard_t(3, n) * 3)
     band = np.where(mixed, "< 100k", "100k-1M")
     rows = {r["band"]: r for r in bounds.outside_bands(_cells(z, band, np.full(n, 5e4), np.full(n, 5.0)))}
-    assert rows["< 100k"]["class"] == "a" and rows["< 100k"]["z_kurtosis"] > 4  # Laplace: 6; 3 for a normal
+    # heavy tails reported: a normal sample of these ~2,000 cells has kurtosis 3 +- 0.11 (sd sqrt(24 / n)), so
+    # 4 is 9 sds above it; the Laplace's 6 is estimated with an sd of about 1.1 at this n (its 8th moment)
+    assert rows["< 100k"]["class"] == "a" and rows["< 100k"]["z_kurtosis"] > 4
     assert all(value > 0.97 for value in rows["< 100k"]["bound"].values())
