@@ -56,6 +56,13 @@ BANDS = {"m1emp": ((0, 10, "< 10"), (10, 100, "10-99"), (100, 1000, "100-999"), 
 Z = 1.959963984540054
 
 
+def synthetic_truth(qcew: Path) -> pd.DataFrame:
+    """The state synthesized from a published QCEW file (generator seeded 1: the same state in every
+    script), in establishment order."""
+    truth = synthesize_state(read_qcew(qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
+    return truth.reset_index(drop=True)
+
+
 def scaled_config(mu: float, name: str = "recommended") -> Config:
     """A config (``name``: shipped or a path) with every query's mu (and the cap) scaled so that a
     release spends ``mu``."""
@@ -190,8 +197,7 @@ def main() -> None:
                         "cell by cell, benchmarks/coverage_compare.py")
     args = parser.parse_args()
     config = scaled_config(args.mu, args.config)
-    truth = synthesize_state(read_qcew(args.qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
-    truth = truth.reset_index(drop=True)
+    truth = synthetic_truth(args.qcew)
     levels = {str(level): [key for key in qcew_keys(truth, level) if key not in ("year", "qtr")]
               for level in args.levels} if args.levels else None
     rows, start = [], time.perf_counter()

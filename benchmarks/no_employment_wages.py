@@ -30,12 +30,10 @@ from gedp.postprocess import wages as wage_fit
 from gedp.postprocess.moe import half_widths, variance_functions
 from gedp.postprocess.wages import EMPLOYMENT_FLOOR, fit_wages, protected_employment
 from gedp.release.reader import release_answers, release_wage_psi
-from gedp.synth.establishments import synthesize_state
-from gedp.synth.qcew import read_qcew
 from gedp.synth.schema import public_columns
 
 sys.path.insert(0, str(Path(__file__).parent))
-from level_coverage import scaled_config  # noqa: E402
+from level_coverage import scaled_config, synthetic_truth  # noqa: E402
 
 MONTHS = ("m1emp", "m2emp", "m3emp")
 
@@ -88,8 +86,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    truth = synthesize_state(read_qcew(args.qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
-    truth = truth.reset_index(drop=True)
+    truth = synthetic_truth(args.qcew)
     release = gedp.protect(truth, scaled_config(args.mu, args.config), seed=args.seed, not_for_publication=True)
     protected = release.microdata.set_index("estab_id").loc[truth["estab_id"]].reset_index()
     public = protected[public_columns(protected)]

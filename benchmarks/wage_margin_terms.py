@@ -38,15 +38,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from level_coverage import scaled_config
+from level_coverage import scaled_config, synthetic_truth
 
 import gedp
 from gedp.postprocess import wages
 from gedp.postprocess.spread_moments import weighted_squared_spread
 from gedp.postprocess.wage_margins import wage_variances
 from gedp.release.reader import release_answers, release_wage_psi
-from gedp.synth.establishments import synthesize_state
-from gedp.synth.qcew import read_qcew
 
 Z = 1.959963984540054
 TOTAL_BANDS = ((0, 1e5, "< 100k"), (1e5, 1e6, "100k-1M"), (1e6, 1e7, "1-10M"), (1e7, np.inf, ">= 10M"))
@@ -172,8 +170,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     config = scaled_config(args.mu, args.config)
-    truth = synthesize_state(read_qcew(args.qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
-    truth = truth.reset_index(drop=True)
+    truth = synthetic_truth(args.qcew)
     frames, spreads = [], []
     for index in range(args.releases):
         release = gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)

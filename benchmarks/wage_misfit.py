@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from level_coverage import scaled_config
+from level_coverage import scaled_config, synthetic_truth
 
 import gedp
 from gedp.measure.queries import IDENTITY, Groupings, group_establishments
@@ -38,8 +38,6 @@ from gedp.postprocess import wages
 from gedp.postprocess.moe import variance_functions
 from gedp.postprocess.tabulate import qcew_keys
 from gedp.release.reader import release_answers, release_wage_psi
-from gedp.synth.establishments import synthesize_state
-from gedp.synth.qcew import read_qcew
 from gedp.synth.schema import public_columns
 
 LEVELS = (51, 52, 53, 54, 55, 56, 57, 58, 71, 72, 73, 74, 75, 76, 77, 78)
@@ -114,8 +112,7 @@ def main() -> None:
     parser.add_argument("--releases", type=int, default=5)
     args = parser.parse_args()
     config = scaled_config(args.mu, args.config)
-    truth = synthesize_state(read_qcew(args.qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
-    truth = truth.reset_index(drop=True)
+    truth = synthetic_truth(args.qcew)
     public = truth[public_columns(truth)]
     groupings = {level: group_establishments(public, [k for k in qcew_keys(truth, level) if k not in ("year", "qtr")])
                  for level in LEVELS}

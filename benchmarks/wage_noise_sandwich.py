@@ -34,7 +34,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from level_coverage import scaled_config, wilson  # noqa: E402
+from level_coverage import scaled_config, synthetic_truth, wilson  # noqa: E402
 from wage_margin_terms import TOTAL_BANDS, banded, kept_priors  # noqa: E402
 
 import gedp  # noqa: E402
@@ -42,8 +42,6 @@ from gedp.postprocess import wages  # noqa: E402
 from gedp.postprocess.wage_margins import wage_variances  # noqa: E402
 from gedp.postprocess.wage_rates import CellsInPlanCells  # noqa: E402
 from gedp.release.reader import release_answers, release_wage_psi  # noqa: E402
-from gedp.synth.establishments import synthesize_state  # noqa: E402
-from gedp.synth.qcew import read_qcew  # noqa: E402
 
 Z = 1.959963984540054
 CHUNK = 1000
@@ -108,8 +106,7 @@ def main() -> None:
     parser.add_argument("--releases", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    truth = synthesize_state(read_qcew(args.qcew), rng=np.random.default_rng(1)).sort_values("estab_id")
-    truth = truth.reset_index(drop=True)
+    truth = synthetic_truth(args.qcew)
     config, frames, start = scaled_config(args.mu, args.config), [], time.perf_counter()
     for index in range(args.releases):
         release = gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)

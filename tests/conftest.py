@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -20,6 +23,26 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     otherwise pytest-xdist's count of cores."""
     named = [arg.split("::")[0] for arg in config.args]
     return 0 if len(named) == 1 and Path(named[0]).is_file() else None
+
+
+@pytest.fixture(scope="session")
+def benchmark_script() -> Callable[[str], ModuleType]:
+    """A loader of a script of benchmarks/ as a module (its folder importable while it loads, for the
+    scripts that import one another), for tests of the scripts' functions."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.path.insert(0, str(folder))
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(folder))
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session")

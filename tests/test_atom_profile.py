@@ -1,8 +1,6 @@
 """benchmarks/implicates_atom_profile.py: the no-change atom's profile likelihood against a convex solver's
 constrained optimum, and its curvature against the atom weight's standard error."""
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,16 +9,10 @@ from scipy import stats
 from gedp.postprocess.deconvolve import GAP_NATS, MixtureFit, binned
 from gedp.postprocess.prior_components import atom_standard_error, change_components
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def profiles():
-    spec = importlib.util.spec_from_file_location("implicates_atom_profile",
-                                                  ROOT / "benchmarks" / "implicates_atom_profile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def profiles(benchmark_script):
+    return benchmark_script("implicates_atom_profile")
 
 
 def constrained_optimum(likelihood: np.ndarray, counts: np.ndarray, atom: int, p: float) -> float:

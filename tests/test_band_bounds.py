@@ -3,26 +3,16 @@ against direct computations on simulated z."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "band_bounds.py"
 Z = 1.959963984540054
 
 
 @pytest.fixture(scope="module")
-def bounds():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("band_bounds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(SCRIPT.parent))
+def bounds(benchmark_script):
+    return benchmark_script("band_bounds")
 
 
 def _cells(z: np.ndarray, band: np.ndarray, estimate: np.ndarray, employment: np.ndarray,

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "coverage_compare.py"
-
 
 @pytest.fixture(scope="module")
-def compare():
-    spec = importlib.util.spec_from_file_location("coverage_compare", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.compare
+def compare(benchmark_script):
+    return benchmark_script("coverage_compare").compare
 
 
 def _run(covered: np.ndarray) -> pd.DataFrame:

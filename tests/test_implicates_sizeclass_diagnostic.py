@@ -1,9 +1,6 @@
 """benchmarks/implicates_sizeclass_diagnostic.py: the level prior's expected size classes against draws
 from the prior, and the class counts against BLS's size codes."""
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,20 +9,10 @@ import pytest
 from gedp.measure.neighbors import make_psi
 from gedp.postprocess.deconvolve import Mixture
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def diagnostic():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("implicates_sizeclass_diagnostic",
-                                                      ROOT / "benchmarks" / "implicates_sizeclass_diagnostic.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+def diagnostic(benchmark_script):
+    return benchmark_script("implicates_sizeclass_diagnostic")
 
 
 def test_prior_counts_are_the_class_shares_of_draws_from_the_prior(diagnostic):

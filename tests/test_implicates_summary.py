@@ -1,6 +1,5 @@
 """benchmarks/implicates_summary.py: coverage and the bias / spread diagnosis against hand computations."""
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -8,15 +7,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def summary():
-    spec = importlib.util.spec_from_file_location("implicates_summary", ROOT / "benchmarks" / "implicates_summary.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def summary(benchmark_script):
+    return benchmark_script("implicates_summary")
 
 
 def rows_file(tmp_path: Path) -> Path:

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "wage_noise_sandwich.py"
-
 
 @pytest.fixture(scope="module")
-def sandwich():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("wage_noise_sandwich", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    sys.path.remove(str(SCRIPT.parent))
+def sandwich(benchmark_script):
+    return benchmark_script("wage_noise_sandwich")
 
 
 def test_sandwich_term_is_the_dense_forms(sandwich, monkeypatch):
