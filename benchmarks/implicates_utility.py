@@ -45,6 +45,8 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
     parser.add_argument("--wage-prior", default="sector", help="postprocess.prior_components.WAGE_PRIORS")
     parser.add_argument("--level-smooth", action="store_true",
                         help="a smooth level prior (LEVEL_SMOOTH: deconvolve.SmoothFit) instead of the NPMLE")
+    parser.add_argument("--level-by-sector", action="store_true",
+                        help="a level prior per sector (postprocess.implicates.LEVEL_BY_SECTOR)")
     return parser
 
 
@@ -58,6 +60,7 @@ def seeded_draws(args: argparse.Namespace):
     if args.level_width is not None:
         implicates.LEVEL_WIDTH = args.level_width
     implicates.LEVEL_SMOOTH = args.level_smooth
+    implicates.LEVEL_BY_SECTOR = args.level_by_sector
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,6 +111,8 @@ def main() -> None:
     parser.add_argument("--wage-prior", default="sector")
     parser.add_argument("--level-smooth", action="store_true",
                         help="a smooth level prior (postprocess.implicates.LEVEL_SMOOTH, deconvolve.SmoothFit)")
+    parser.add_argument("--level-by-sector", action="store_true",
+                        help="a level prior per sector of MIN_SECTOR_LEVEL+ answers (implicates.LEVEL_BY_SECTOR)")
     parser.add_argument("--draw-penalty", action="store_true",
                         help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
     args = parser.parse_args()
@@ -119,6 +124,7 @@ def main() -> None:
     if args.level_width is not None:
         implicates.LEVEL_WIDTH = args.level_width
     implicates.LEVEL_SMOOTH = args.level_smooth
+    implicates.LEVEL_BY_SECTOR = args.level_by_sector
     deconvolve.SMOOTH_DRAW_PENALTY = args.draw_penalty
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)

@@ -61,8 +61,10 @@ from gedp.postprocess.prior_components import (
     change_fit,
     checked_prior,
     level_components,
+    level_groups,
     merged_bands,
 )
+from gedp.postprocess.wage_coupling import CurrentDensity, WageCoupling
 from gedp.postprocess.wage_priors import (
     CELL_OFFSETS,
     SIZE_EDGES,
@@ -95,6 +97,11 @@ LEVEL_WIDTH = 1.0
 #: Whether the level prior's log weights are smooth (``deconvolve.SmoothFit``, its penalty chosen by
 #: cross-validation on the answers) instead of the NPMLE (a measurement's knob: not shipped).
 LEVEL_SMOOTH = False
+#: Whether each sector (2-digit NAICS, a public column) with MIN_SECTOR_LEVEL or more level answers has a
+#: level prior of its own, fitted on its answers alone (the others keep the state's; a measurement's knob).
+LEVEL_BY_SECTOR = False
+#: Fewest level answers of a sector with a level prior of its own (``prior_components.level_groups``).
+MIN_SECTOR_LEVEL = 1000
 #: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
 WAGE_FLAT_STEPS = 2.0
 #: Establishments per state of the pass that fits the wage priors.
@@ -132,6 +139,7 @@ class Priors:
     wage_shift: tuple[np.ndarray, np.ndarray] | None = None  # s per sector (``wage_priors.Shift``)
     cell_offset: np.ndarray | None = None  # per cell: its offset c of the log wage per employee
     joint: list[JointPrior] | None = None  # per band: the two changes' joint prior (``change_prior="joint"``)
+    sector_levels: list[Mixture] = field(default_factory=list)  # per level group k >= 0: its level prior
 
 
 class PosteriorModel:
@@ -144,6 +152,9 @@ class PosteriorModel:
     quarter = False
     #: whether the changes have a joint prior per band (else one each, independent)
     joint = False
+    #: each establishment's level prior: -1 the state's, k >= 0 its sector's priors.sector_levels[k]
+    #: (None: the state's for all)
+    level_group: np.ndarray | None = None
 
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
                  level_prior: str = "month1", change_prior: str = "independent") -> None:
@@ -156,6 +167,11 @@ class PosteriorModel:
         self.priors = Priors(*self._month_priors())
         if self.joint:
             self.priors.joint = self._joint_priors()
+        if LEVEL_BY_SECTOR:
+            sd = float(answers.month_sd[0])
+            self.level_group = level_groups(answers.industry, self._level_answers() <= self.priors.level_cut + 6 * sd,
+                                            MIN_SECTOR_LEVEL)
+            self.priors.sector_levels = self._sector_levels()
         #: each establishment's size band of its months' answers' mean: its wage prior's band (public,
         #: and free of the division bias a band of drawn sizes has)
         self.wage_band = np.searchsorted(psi(SIZE_EDGES), answers.months.mean(axis=1))
@@ -178,6 +194,7 @@ class PosteriorModel:
         the imputation proper (the spread between implicates carries the priors' estimation error)."""
         drawn = Priors(*self._month_priors(rng, self.priors))
         fitted = self.priors
+        drawn.sector_levels = self._sector_levels(rng, fitted.sector_levels)
         if fitted.joint is not None:
             drawn.joint = self._joint_priors(rng, fitted.joint)
         drawn.wage_weights = self.wage_fit.solve(rng.exponential(size=len(self.wage_fit.likelihood)),
@@ -217,12 +234,27 @@ class PosteriorModel:
                              lambda rows=band == b, step=step: (np.diff(omega[rows], axis=1), sd, step), JointFit)
                 for b, step in enumerate(steps)]
 
-    def _level_fit(self, cut: float) -> tuple:
-        """The level prior's fit arguments: the level's answers (month 1's, or the quarter's: the months'
-        weighted mean) up to 6 month sds above the cut, their sd, components (spaced on a month's sd)."""
+    def _sector_levels(self, rng: np.random.Generator | None = None, start: list[Mixture] | None = None
+                       ) -> list[Mixture]:
+        """Each level group's (``level_group`` k >= 0: a sector) level prior, fitted on its answers (with
+        ``rng``, a Bayesian bootstrap replicate from ``start``)."""
+        groups, cut = self.level_group, self.priors.level_cut
+        return [] if groups is None else [
+            self._fitted(("level", k), rng, None if start is None else start[k],
+                         lambda k=k: self._level_fit(cut, groups == k), SmoothFit if LEVEL_SMOOTH else MixtureFit)
+            for k in range(int(groups.max(initial=-1)) + 1)]
+
+    def _level_answers(self) -> np.ndarray:
+        """The level's answers: month 1's, or the quarter's (the months' weighted mean)."""
+        return self.answers.months @ self.month_weights if self.quarter else self.answers.months[:, 0]
+
+    def _level_fit(self, cut: float, rows: np.ndarray | None = None) -> tuple:
+        """The level prior's fit arguments: the level's answers (of ``rows``, a mask, else all) up to 6
+        month sds above the cut, their sd, components (spaced on a month's sd, placed on all the answers)."""
         sd = float(self.answers.month_sd[0])
-        level = self.answers.months @ self.month_weights if self.quarter else self.answers.months[:, 0]
-        fitted = level[level <= cut + 6 * sd]
+        level = self._level_answers()
+        kept = level <= cut + 6 * sd
+        fitted = level[kept if rows is None else kept & rows]
         if fitted.size == 0:
             answers = "quarterly employment answers" if self.quarter else "month-1 employment answers"
             raise InputError(f"the release's {answers} are all more than {LEVEL_CUT + 6:g} answer sds above the "
@@ -230,7 +262,7 @@ class PosteriorModel:
                              f"has none to fit")
         level_sd = float(1.0 / np.sqrt((1.0 / np.asarray(self.answers.month_sd, dtype=float) ** 2).sum())
                          ) if self.quarter else sd
-        means, sds = level_components(self.floor, cut + 6 * sd, sd, level.min(), fitted)
+        means, sds = level_components(self.floor, cut + 6 * sd, sd, level.min(), level[kept])
         return fitted, level_sd, means, sds * LEVEL_WIDTH
 
     def change_bands(self) -> tuple[np.ndarray, np.ndarray, list[float]]:
@@ -394,6 +426,7 @@ class PosteriorModel:
         without them)."""
         omega, sd = self.answers.months[rows], self.answers.month_sd
         band = np.searchsorted(self.priors.bands, omega.mean(axis=1))
+        group = None if self.level_group is None else self.level_group[rows]
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         level = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
         delta = np.zeros((len(rows), 2))
@@ -407,7 +440,7 @@ class PosteriorModel:
                 state = None if coupling is None else CurrentDensity.of(coupling, self.average(level, delta))
                 shift = self.level_shift(delta)
                 level = self._coupled(state, level, delta, self._level_step(prior, omega, sd, delta, shift, floor,
-                                                                             rng), None, rng)
+                                                                             rng, group), None, rng)
                 if self.joint:
                     proposal = self._joint_step(prior, omega, sd, level, delta, band, floor, rng)
                     delta = self._coupled(state, level, delta, proposal, 0, rng)
@@ -447,8 +480,9 @@ class PosteriorModel:
         return np.where(accept if k is None else accept[:, None], proposal, current)
 
     @staticmethod
-    def _level_step(priors: Priors, omega, sd, delta, shift, floor, rng) -> np.ndarray:
-        """An exact draw of the quarter's level (theta_1 + ``shift``) given the changes: every month >= floor."""
+    def _level_step(priors: Priors, omega, sd, delta, shift, floor, rng, group=None) -> np.ndarray:
+        """An exact draw of the quarter's level (theta_1 + ``shift``) given the changes: every month >= floor;
+        under each row's level prior (``group``: -1 or None the state's, k priors.sector_levels[k])."""
         shifted = omega - np.concatenate([np.zeros((len(omega), 1)), delta], axis=1)
         precision = 1.0 / sd**2
         center = shifted @ precision / precision.sum() + shift
@@ -457,7 +491,10 @@ class PosteriorModel:
         flat = center > priors.level_cut
         out = np.empty(len(omega))
         out[flat] = truncated_normal(center[flat], spread[flat], lower[flat], rng)
-        out[~flat] = draw_posterior(center[~flat], spread[~flat], priors.level, lower[~flat], rng)
+        for k, prior in enumerate([priors.level, *priors.sector_levels] if group is not None else [priors.level]):
+            rows = ~flat if group is None else ~flat & (group == k - 1)
+            if k == 0 or rows.any():
+                out[rows] = draw_posterior(center[rows], spread[rows], prior, lower[rows], rng)
         return out
 
     def _change_step(self, priors: Priors, omega, sd, level, delta, k, band, floor, rng) -> np.ndarray:
@@ -549,49 +586,3 @@ class PosteriorModel:
                                shift, rng, offset)
             out[todo] = average[todo] * np.exp(r + size_shift(average[todo], group[todo], shift) + offset)
         return out, todo
-
-
-class WageCoupling:
-    """The wage's z = log(w / E) of a chain's establishments, drawn each sweep given their months, and
-    its density given an average employment E: the wage answer's likelihood at w = E e^z times the z
-    prior of E's cell. Rows whose wage was drawn from its likelihood alone (large wages), or is 0, or
-    whose E is 0 are not coupled (their density ratio is taken as 1)."""
-
-    def __init__(self, model: PosteriorModel, rows: np.ndarray) -> None:
-        self.model, self.rows, self.priors = model, rows, model.priors
-        self.z = np.full(len(rows), np.nan)
-
-    def redraw(self, average: np.ndarray, rng: np.random.Generator) -> None:
-        wages, on_grid = self.model.wage_draw(self.rows, average, rng, self.priors)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self.z = np.where(on_grid & (wages > 0) & (average > 0), np.log(wages / average), np.nan)
-
-    def log_density(self, average: np.ndarray) -> np.ndarray:
-        coupled = np.isfinite(self.z) & (average > 0)
-        out = np.full(len(average), np.nan)
-        if coupled.any():
-            model, rows = self.model, self.rows[coupled]
-            wage = average[coupled] * np.exp(self.z[coupled])
-            residual = (model.answers.wage[rows] - model.psi(wage)) / model.answers.wage_sd
-            out[coupled] = -0.5 * residual**2 + model.log_wage_prior(
-                self.z[coupled], average[coupled], rows, self.priors)
-        return out
-
-
-@dataclass
-class CurrentDensity:
-    """A chain's current average employment and the wage's log density at it (``WageCoupling``), carried
-    from one Metropolis-Hastings step of a sweep to the next (every row's values are its own: the
-    accepted rows take the proposal's, the others keep theirs)."""
-
-    coupling: WageCoupling
-    average: np.ndarray
-    density: np.ndarray
-
-    @classmethod
-    def of(cls, coupling: WageCoupling, average: np.ndarray) -> CurrentDensity:
-        return cls(coupling, average, coupling.log_density(average))
-
-    def accept(self, accepted: np.ndarray, average: np.ndarray, density: np.ndarray) -> None:
-        self.average = np.where(accepted, average, self.average)
-        self.density = np.where(accepted, density, self.density)

@@ -54,6 +54,18 @@ def level_components(floor: float, top: float, sd: float, lowest: float,
     return np.concatenate([atoms, grid]), np.concatenate([np.zeros(atoms.size), np.full(grid.size, step)])
 
 
+def level_groups(sector: np.ndarray, fitted: np.ndarray, smallest: int) -> np.ndarray:
+    """Each establishment's level group: k (0, 1, ... in the sectors' code order) for a sector (integer
+    code >= 0) with ``smallest`` or more ``fitted`` level answers (a mask), -1 for the others."""
+    sector = np.asarray(sector)
+    known = sector >= 0
+    counts = np.bincount(sector[known & fitted], minlength=int(sector.max(initial=-1)) + 1)
+    index = np.full(counts.size, -1)
+    own = np.flatnonzero(counts >= smallest)
+    index[own] = np.arange(own.size)
+    return np.where(known, index[np.where(known, sector, 0)], -1) if counts.size else np.full(sector.size, -1)
+
+
 def change_components(smallest: float, reach: float, sd: float) -> tuple[np.ndarray, np.ndarray]:
     """A change prior's components: an atom at 0 (no change), then both signs from ``smallest`` (one
     employee's change) every sd / 4 up to 4 sd, then 15% apart up to ``reach``, each with half its step
