@@ -217,15 +217,20 @@ def test_a_seeded_pipeline_audit_is_reproducible_and_its_batches_draw_apart():
 def test_the_audits_runs_without_tables_write_the_other_files_of_the_release_bit_for_bit(tmp_path):
     """The pipeline audit's runs build no QCEW tables (tables=False): the same seed writes the same
     measurements, protected microdata and manifest (but for the tables' entry) as the release path
-    with them, and no tables file."""
+    with them, no tables file, and the manifest under another name: the folder is never read as a
+    release."""
     from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
+    from gedp.running.engine import TABLELESS_MANIFEST_FILE
     from gedp.running.recorded_release import protect_recorded
 
     data = neighbours(gedp.load("audit"), "m1emp").d1
     full, _ = protect_recorded(data, gedp.load("audit"), tmp_path / "full", ledger=None, seed=4)
     bare, _ = protect_recorded(data, gedp.load("audit"), tmp_path / "bare", ledger=None, seed=4, tables=False)
     assert (tmp_path / "full" / TABLES_FILE).exists() and not (tmp_path / "bare" / TABLES_FILE).exists()
-    assert sorted(p.name for p in (tmp_path / "bare").iterdir()) == ["manifest.json", MEASUREMENTS_FILE, PROTECTED_FILE]
+    assert sorted(p.name for p in (tmp_path / "bare").iterdir()) == [MEASUREMENTS_FILE, PROTECTED_FILE,
+                                                                     TABLELESS_MANIFEST_FILE]
+    with pytest.raises(gedp.errors.InputError, match="is not a gedp release"):  # never taken for one
+        gedp.read_release(tmp_path / "bare")
     for name in (MEASUREMENTS_FILE, PROTECTED_FILE):
         [one], [other] = (sorted((tmp_path / side / name).glob("*")) for side in ("full", "bare"))
         assert one.name == other.name and one.read_bytes() == other.read_bytes(), name

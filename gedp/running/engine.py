@@ -319,6 +319,10 @@ def _written(writing: tuple[Future, str], on_state: Callable[[str], None] | None
         on_state(state)
 
 
+#: The manifest's name in a folder written without the QCEW tables (``protect_input``'s tables=False).
+TABLELESS_MANIFEST_FILE = "tableless-manifest.json"
+
+
 def protect_input(
     path: Source,
     config: Config,
@@ -354,7 +358,8 @@ def protect_input(
     release is the same whatever it is. ``manifest_name``: the manifest's file name (a panel's
     quarters are written with another, so that none of them is ever a release). ``tables=False``:
     a folder without the QCEW tables (nor their entry in the manifest's files), for a caller that
-    reads only the other files (the pipeline audit).
+    reads only the other files (the pipeline audit); its manifest is ``TABLELESS_MANIFEST_FILE``, so
+    that it is never taken for a release.
     """
     inputs = inputs or input_states(path)
     states = list(inputs.codes)
@@ -382,8 +387,9 @@ def protect_input(
                                     None if scheduler is None else scheduler.address)
         if tables:
             join_tables(staging, states)
-        else:
+        else:  # never a release: no tables, and a manifest no reader takes for a release's
             del manifest["files"]["qcew_tables"]
+            manifest_name = TABLELESS_MANIFEST_FILE
         if lifetime is not None:
             manifest["lifetime"] = lifetime
         write_manifest(staging, manifest, extra_files(staging) if extra_files else {}, before_publish,
