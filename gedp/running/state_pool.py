@@ -24,14 +24,14 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
 from gedp.errors import GedpError, InputError, held_stops
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import STOP_POLL, give_back_freed_memory, reuse_freed_memory, worker_signals
+from gedp.running.process import completed, give_back_freed_memory, reuse_freed_memory, worker_signals
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -182,9 +182,7 @@ def _collect(futures: dict[str, Future], on_state: Callable[[str], None] | None)
     states = list(futures)
     entries: dict[str, dict] = {}
     reported = 0
-    pending = set(futures.values())
-    while pending:
-        _, pending = wait(pending, timeout=STOP_POLL, return_when=FIRST_COMPLETED)  # process.completed: why
+    for _ in completed(futures.values()):  # waking to act on a stop another thread took (``completed``)
         for state in states:  # state order, so which error is raised does not depend on timing among these
             if state not in entries and futures[state].done():
                 entry = futures[state].result()
