@@ -47,6 +47,8 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
                         help="a smooth level prior (LEVEL_SMOOTH: deconvolve.SmoothFit) instead of the NPMLE")
     parser.add_argument("--level-by-sector", action="store_true",
                         help="a level prior per sector (postprocess.implicates.LEVEL_BY_SECTOR)")
+    parser.add_argument("--cell-changes", default="", choices=["", "all", "changers"],
+                        help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
     return parser
 
 
@@ -61,6 +63,7 @@ def seeded_draws(args: argparse.Namespace):
         implicates.LEVEL_WIDTH = args.level_width
     implicates.LEVEL_SMOOTH = args.level_smooth
     implicates.LEVEL_BY_SECTOR = args.level_by_sector
+    implicates.CELL_CHANGES = args.cell_changes
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,6 +116,8 @@ def main() -> None:
                         help="a smooth level prior (postprocess.implicates.LEVEL_SMOOTH, deconvolve.SmoothFit)")
     parser.add_argument("--level-by-sector", action="store_true",
                         help="a level prior per sector of MIN_SECTOR_LEVEL+ answers (implicates.LEVEL_BY_SECTOR)")
+    parser.add_argument("--cell-changes", default="", choices=["", "all", "changers"],
+                        help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
     parser.add_argument("--draw-penalty", action="store_true",
                         help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
     args = parser.parse_args()
@@ -125,6 +130,7 @@ def main() -> None:
         implicates.LEVEL_WIDTH = args.level_width
     implicates.LEVEL_SMOOTH = args.level_smooth
     implicates.LEVEL_BY_SECTOR = args.level_by_sector
+    implicates.CELL_CHANGES = args.cell_changes
     deconvolve.SMOOTH_DRAW_PENALTY = args.draw_penalty
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)

@@ -12,13 +12,11 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   h_2, h_3 with an atom at 0 (no change) and no mass in (0, the smallest change of one employee)
   (headcounts are whole numbers), one per size band of the answers' mean (a public function of the
   release), independent of each other and of the level (each change from month 1 is deconvolved
-  from its own differences omega_k - omega_1). Of theta_1 they are not: within a band, a month 1
-  above the quarter's level goes with changes below 0, and the draws' changes then have band means
-  about twice the answers' (job destruction 6-15% low); independent of theta_bar they have the
-  answers' means, but two independent changes spread each month around theta_bar more than the
-  truth's correlated ones do (size classes under 10 employees shifted by 5 points): the method docs;
+  from its own differences omega_k - omega_1). Of theta_1 they are not (a month 1 above the quarter's
+  level goes with changes below 0); how that pairs with month 1's or the quarter's level: the method docs;
   with ``change_prior="joint"`` the two changes have one joint prior per band instead
-  (``postprocess.joint_changes``), drawn together given the level;
+  (``postprocess.joint_changes``), drawn together given the level; with CELL_CHANGES each
+  establishment's band prior is moved by its cell's month pattern (``postprocess.cell_changes``);
 * a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g
   a line in log E per sector g (2-digit NAICS) placed from the answers, and r with a prior on a grid
   per sector and size band of the months' answers' mean, with an atom at w = 0
@@ -32,8 +30,8 @@ Every prior is a nonparametric maximum likelihood estimate from the release's an
 (``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_bar, delta_2, delta_3) whose each
 step is an exact draw from a Gaussian-mixture posterior given the months' answers, accepted or not
 by a Metropolis-Hastings step on the wage's density given the new average employment
-(``WageCoupling``), and the wage's z drawn given the months every sweep.
-Employment is drawn as whole numbers (the months rounded), wages as reals.
+(``WageCoupling``), and the wage's z drawn given the months every sweep. Employment is drawn as
+whole numbers (the months rounded), wages as reals.
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ import numpy as np
 
 from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess.cell_changes import change_fit_arguments, change_offsets, fit_kind, moved_draws
 from gedp.postprocess.deconvolve import (
     Mixture,
     MixtureFit,
@@ -58,7 +57,6 @@ from gedp.postprocess.prior_components import (
     CHANGE_PRIORS,
     LEVEL_PRIORS,
     atom_standard_error,
-    change_fit,
     checked_prior,
     level_components,
     level_groups,
@@ -100,6 +98,9 @@ LEVEL_SMOOTH = False
 #: Whether each sector (2-digit NAICS, a public column) with MIN_SECTOR_LEVEL or more level answers has a
 #: level prior of its own, fitted on its answers alone (the others keep the state's; a measurement's knob).
 LEVEL_BY_SECTOR = False
+#: Whether each establishment's change priors are moved by the change its cell's month pattern implies, and how
+#: (``cell_changes.CELL_CHANGE_MODES``: "" not, "all" or "changers"; a measurement's knob).
+CELL_CHANGES = ""
 #: Fewest level answers of a sector with a level prior of its own (``prior_components.level_groups``).
 MIN_SECTOR_LEVEL = 1000
 #: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
@@ -123,6 +124,7 @@ class StateAnswers:
     wage_sd: float
     industry: np.ndarray  # (n,) integer codes of the wage model's groups (the NAICS sector)
     cell: np.ndarray | None = None  # (n,) integer codes of the county x NAICS-6 cells (None: no cell offsets)
+    change_cell: np.ndarray | None = None  # (n,) the same codes for the changes' offsets (CELL_CHANGES)
 
 
 @dataclass
@@ -164,6 +166,10 @@ class PosteriorModel:
         self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
         #: each prior's fit (answers binned, likelihood made ready), kept by its fit for its replicates
         self.fits: dict[object, MixtureFit] = {}
+        #: its changes' offsets b (``cell_changes``; 0 without CELL_CHANGES or cells, or with the joint prior)
+        self.change_offset = np.zeros((len(answers.months), 2)) if not CELL_CHANGES or self.joint or \
+            answers.change_cell is None else change_offsets(answers.months, answers.month_sd, psi, answers.industry,
+                                                            answers.change_cell)
         self.priors = Priors(*self._month_priors())
         if self.joint:
             self.priors.joint = self._joint_priors()
@@ -218,8 +224,10 @@ class PosteriorModel:
         for b, step in enumerate(steps):
             rows = band == b
             changes.append(tuple(self._fitted(("change", b, k), rng, None if start is None else start.changes[b][k - 1],
-                                              lambda k=k, rows=rows, step=step: change_fit(
-                                                  omega[rows, k] - omega[rows, 0], float(np.hypot(sd[0], sd[k])), step))
+                                              lambda k=k, rows=rows, step=step: change_fit_arguments(
+                                                  omega[rows, k] - omega[rows, 0], self.change_offset[rows, k - 1],
+                                                  float(np.hypot(sd[0], sd[k])), step, CELL_CHANGES),
+                                              fit_kind(CELL_CHANGES))
                                  for k in (1, 2)))
         return level, cut, bands, changes
 
@@ -429,7 +437,7 @@ class PosteriorModel:
         group = None if self.level_group is None else self.level_group[rows]
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         level = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
-        delta = np.zeros((len(rows), 2))
+        delta, offset = np.zeros((len(rows), 2)), self.change_offset[rows]
         coupling = WageCoupling(self, rows) if self.priors.wage_table is not None else None
         sweeps = 0
         for j in range(count):
@@ -445,7 +453,7 @@ class PosteriorModel:
                     proposal = self._joint_step(prior, omega, sd, level, delta, band, floor, rng)
                     delta = self._coupled(state, level, delta, proposal, 0, rng)
                 for k in () if self.joint else (0, 1):
-                    proposal = self._change_step(prior, omega, sd, level, delta, k, band, floor, rng)
+                    proposal = self._change_step(prior, omega, sd, level, delta, k, band, floor, rng, offset[:, k])
                     delta = self._coupled(state, level, delta, proposal, k, rng)
                 if coupling is not None:
                     coupling.redraw(state.average, rng)
@@ -497,18 +505,19 @@ class PosteriorModel:
                 out[rows] = draw_posterior(center[rows], spread[rows], prior, lower[rows], rng)
         return out
 
-    def _change_step(self, priors: Priors, omega, sd, level, delta, k, band, floor, rng) -> np.ndarray:
+    def _change_step(self, priors: Priors, omega, sd, level, delta, k, band, floor, rng, offset) -> np.ndarray:
         """The changes after an exact draw of change k (from month 1) given the level and the other change.
         With month 1's level, only month k + 2 moves with it (its answer less theta_1 is delta_k plus its
         noise). With the quarter's, every month does: month m is base_m + c_m delta_k (c = -v_k for month 1
         and the other month, 1 - v_k for its own, v the precision weights), so its likelihood is Gaussian
         with the three answers' precision, and each month >= floor bounds it below (c_m > 0) or above
         (c_m < 0); the draw is exact below, and one above an upper bound is refused (the change kept: a
-        Metropolis-Hastings step whose proposal is the conditional without that bound)."""
+        Metropolis-Hastings step whose proposal is the conditional without that bound). The prior is the band's
+        moved by each row's ``offset`` (CELL_CHANGES)."""
         moved = delta.copy()
         if not self.quarter:  # month k + 2's answer less month 1's level is delta_k plus its own noise
             out = self._mixture_draws(priors, omega[:, k + 1] - level, np.full(len(omega), float(sd[k + 1])),
-                                      floor - level, band, k, rng)
+                                      floor - level, band, k, rng, offset)
             moved[:, k] = out
             return moved
         coefficients = -np.full(3, self.month_weights[k + 1])
@@ -522,7 +531,7 @@ class PosteriorModel:
             bounds = (floor - base) / coefficients
         lower = bounds[:, coefficients > 0].max(axis=1)
         upper = bounds[:, coefficients < 0].min(axis=1, initial=np.inf)
-        out = self._mixture_draws(priors, center, spread, lower, band, k, rng)
+        out = self._mixture_draws(priors, center, spread, lower, band, k, rng, offset)
         moved[:, k] = np.where(out <= upper, out, delta[:, k])
         return moved
 
@@ -545,12 +554,13 @@ class PosteriorModel:
         return np.where(inside[:, None], out, delta)
 
     @staticmethod
-    def _mixture_draws(priors: Priors, center, spread, lower, band, k, rng) -> np.ndarray:
-        """Exact draws of change k under each row's band's prior (``draw_posterior``)."""
+    def _mixture_draws(priors: Priors, center, spread, lower, band, k, rng, offset) -> np.ndarray:
+        """Exact draws of change k under each row's band's prior moved by its ``offset`` (``moved_draws``)."""
         out = np.empty(len(center))
         for b in np.unique(band):
             rows = band == b
-            out[rows] = draw_posterior(center[rows], spread[rows], priors.changes[b][k], lower[rows], rng)
+            out[rows] = moved_draws(priors.changes[b][k], center[rows], spread[rows], lower[rows], offset[rows], rng,
+                                    CELL_CHANGES)
         return out
 
     def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator,

@@ -284,27 +284,41 @@ def cell_patterns(y: np.ndarray, noise_variance: np.ndarray, cells: np.ndarray) 
     variance plus an unbiased estimate of the squared shrinkage bias of this cell, so a cell that
     moves otherwise than its neighbours states what the shrinkage may have cost it. Cells without a
     positive level keep nothing, with their band's prior variance."""
-    sums, noise = _month_sums(cells, y), _month_sums(cells, noise_variance)
     contrasts = month_contrasts(y.shape[1])
-    level = sums.mean(axis=1)
+    level, z, n = cell_contrasts(_month_sums(cells, y), _month_sums(cells, noise_variance), contrasts)
     positive = level > 0
-    scale = np.where(positive, level, 1.0)
-    z = (sums / scale[:, None]) @ contrasts
-    z[~positive] = 0.0
-    n = noise.mean(axis=1) / scale**2
     kept, variance = np.zeros_like(z), np.zeros_like(z)
-    for band in cell_bands(level, positive):
+    for band, mixtures in band_mixtures(level, z, n):
         fitted = band & positive
-        for k in range(z.shape[1]):
+        for k, weights in enumerate(mixtures):
             zk, nk = z[fitted, k], n[fitted]
-            weights = _scale_mixture(zk[:, None], nk, 1)
-            share, share2 = _posterior_shares(zk[:, None], nk, 1, weights)
+            share, share2 = posterior_shares(zk[:, None], nk, 1, weights)
             kept[fitted, k] = share * zk
             variance[fitted, k] = (share * nk + (share2 - share**2) * zk**2
                                    + (1.0 - share) ** 2 * np.maximum(zk**2 - nk, 0.0))
             variance[band & ~positive, k] = weights @ DEVIATION_GRID
     deviation, error = kept @ contrasts.T, variance @ (contrasts**2).T
     return _rows_of(deviation, cells), _rows_of(np.sqrt(np.maximum(error, 0.0)), cells)
+
+
+def cell_contrasts(sums: np.ndarray, noise: np.ndarray, contrasts: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per cell of month ``sums`` (cells x months) with ``noise`` variances: its level (the sums' mean),
+    its ``contrasts`` of the sums over the level (0 without a positive level) and their noise variance."""
+    level = sums.mean(axis=1)
+    positive = level > 0
+    scale = np.where(positive, level, 1.0)
+    z = (sums / scale[:, None]) @ contrasts
+    z[~positive] = 0.0
+    return level, z, noise.mean(axis=1) / scale**2
+
+
+def band_mixtures(level: np.ndarray, z: np.ndarray, n: np.ndarray) -> list[tuple[np.ndarray, list[np.ndarray]]]:
+    """Per size band of cells (``cell_bands``): its mask and, per contrast, the NPMLE weights on
+    DEVIATION_GRID of its true values (``_scale_mixture``, fitted on the band's cells of positive level)."""
+    positive = level > 0
+    return [(band, [_scale_mixture(z[band & positive, k][:, None], n[band & positive], 1) for k in range(z.shape[1])])
+            for band in cell_bands(level, positive)]
 
 
 def month_contrasts(months: int) -> np.ndarray:
@@ -354,7 +368,7 @@ def _likelihoods(deviation: np.ndarray, noise: np.ndarray, dimensions: int) -> n
     return np.exp(log - log.max(axis=1, keepdims=True))
 
 
-def _posterior_shares(deviation: np.ndarray, noise: np.ndarray, dimensions: int,
+def posterior_shares(deviation: np.ndarray, noise: np.ndarray, dimensions: int,
                       weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per cell: the posterior means of B = s^2 / (s^2 + n) and of B^2 under the mixture ``weights``."""
     posterior = _likelihoods(deviation, noise, dimensions) * weights
@@ -449,8 +463,7 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
     y = np.array([answer.estimate for answer in identity.values()], dtype=float).T
     sd = _month_sds([answer.sd for answer in identity.values()], len(y))
     # the months' movement, from the sums of the answers: smoothing works on y_t / g_t
-    pattern = month_pattern(y, psi.estimate_variance(np.broadcast_to(np.maximum(row_means(y)[:, None], 0.0),
-                                                                     y.shape), sd), groups)
+    pattern = group_pattern(y, sd, psi, groups)
     scaled, pattern2 = y / pattern, pattern**2
 
     def noise(variance: Callable[[np.ndarray, np.ndarray], np.ndarray], level: np.ndarray,
@@ -464,9 +477,7 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
     tau2 = deviation_variance(scaled, lambda x, months, rows: noise(psi.estimate_variance, x, months, rows))[:, None]
     cell_sd = None
     if cells is not None:  # each cell's own movement, as far as its answers show it (empirical Bayes)
-        at = np.maximum(row_means(scaled), 0.0)[:, None]
-        own, cell_sd = cell_patterns(scaled, noise(psi.estimate_variance, at, slice(None), slice(None)), cells)
-        pattern = pattern * np.maximum(1.0 + own, PATTERN_FLOOR)
+        pattern, cell_sd = with_cell_pattern(y, sd, psi, pattern, cells)
         scaled, pattern2 = y / pattern, pattern**2
     smoothed, mse, slope = (np.empty(y.shape, order="F") for _ in range(3))
     shrunk = np.empty(y.shape, order="F") if cell_sd is not None and loadings else None
@@ -500,6 +511,24 @@ def smooth_months(answers_by_attribute: Mapping[str, Sequence[NoisyAnswer]], psi
                                        pattern_loading=None if loading is None else loading[:, t])
         out[month] = [replaced if a is answer else a for a in out[month]]
     return out
+
+
+def group_pattern(y: np.ndarray, sd: np.ndarray, psi: NeighborFunction, groups: np.ndarray | None) -> np.ndarray:
+    """The month pattern of each establishment's group (``month_pattern``) from the answers ``y``
+    (establishments x months) of noise sds ``sd`` (``_month_sds``), their noise at the answers' mean."""
+    return month_pattern(y, psi.estimate_variance(np.broadcast_to(np.maximum(row_means(y)[:, None], 0.0), y.shape),
+                                                  sd), groups)
+
+
+def with_cell_pattern(y: np.ndarray, sd: np.ndarray, psi: NeighborFunction, pattern: np.ndarray,
+                      cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The group ``pattern`` moved by each establishment's cell's own movement as far as its answers show
+    it (``cell_patterns`` on y / pattern, the noise at each establishment's mean there), floored at
+    PATTERN_FLOOR, and the sd of that movement's error (per establishment and month)."""
+    scaled = y / pattern
+    at = np.maximum(row_means(scaled), 0.0)[:, None]
+    own, cell_sd = cell_patterns(scaled, psi.estimate_variance(at * pattern, sd) / pattern**2, cells)
+    return pattern * np.maximum(1.0 + own, PATTERN_FLOOR), cell_sd
 
 
 def _month_sds(sds: Sequence[np.ndarray | float], n: int) -> np.ndarray:

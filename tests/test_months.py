@@ -226,7 +226,7 @@ def test_posterior_shares_are_bayes_over_the_grid():
     rng = np.random.default_rng(2)
     z, n = rng.normal(0, 0.2, 30), rng.uniform(0.001, 0.05, 30)
     weights = rng.dirichlet(np.ones(len(months.DEVIATION_GRID)))
-    share, share2 = months._posterior_shares(z[:, None], n, 1, weights)
+    share, share2 = months.posterior_shares(z[:, None], n, 1, weights)
     for j in range(len(z)):
         total = months.DEVIATION_GRID + n[j]
         posterior = weights * np.exp(-z[j] ** 2 / (2 * total)) / np.sqrt(2 * np.pi * total)

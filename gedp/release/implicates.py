@@ -87,7 +87,7 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     ``postprocess.prior_components.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``; ``wage_prior``:
     ``WAGE_PRIORS``, with ``cells`` the county x NAICS-6 cells of the public columns)."""
     from gedp.measure.neighbors import make_psi
-    from gedp.postprocess.implicates import PosteriorModel, StateAnswers
+    from gedp.postprocess.implicates import CELL_CHANGES, PosteriorModel, StateAnswers
     from gedp.postprocess.prior_components import CHANGE_PRIORS, LEVEL_PRIORS, WAGE_PRIORS, checked_prior
     from gedp.postprocess.structured import one_blas_thread
     from gedp.release.reader import quarter_manifest, read_answers, read_validated
@@ -104,14 +104,16 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     check_public_groups(answers, public)
     values, sds = identity_answers(release, answers, public["estab_id"])
     models = []
-    cells = public.groupby(["county", "naics"], sort=False, dropna=False).ngroup().to_numpy() if cells_wanted else None
+    cells = (public.groupby(["county", "naics"], sort=False, dropna=False).ngroup().to_numpy()
+             if cells_wanted or CELL_CHANGES else None)
     for state, rows in public.groupby("state", sort=False).indices.items():
         if note is not None:
             note(f"fitting priors of state {state} ({len(rows):,} establishments)")
         answers = StateAnswers(months=values[rows, :3], month_sd=sds[rows, :3].mean(axis=0), wage=values[rows, 3],
                                wage_sd=float(sds[rows, 3].mean()),
                                industry=pd.factorize(public["sector"].to_numpy()[rows])[0],
-                               cell=None if cells is None else pd.factorize(cells[rows])[0])
+                               cell=None if cells is None or not cells_wanted else pd.factorize(cells[rows])[0],
+                               change_cell=None if cells is None else pd.factorize(cells[rows])[0])
         with one_blas_thread:
             models.append((rows, PosteriorModel(answers, psi, rng, level_prior, change_prior)))
     return ReleaseDraws(public, models)
