@@ -28,7 +28,7 @@ or a further one reading the kept cell index), so every request gives the same b
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
@@ -95,9 +95,11 @@ class WageCells:
     """Per finest cell: its model cell (``cell``), the sums of its establishments' shares of their
     cell's total (``share``) and of their share variances (``share_variance``); per model cell: its
     total's variance (``cell_variance``, 0 where fixed), its plan cell (``coarse``), the sum of its
-    share variances (``within``), its row of the rates' factor (``rates``) and what its idle
-    establishments' noise adds (``noise_excess``, ``WageFit.noise_excess``); per plan cell: e_c
-    (``folded``) and the row of the plan cells' factor (``projection``)."""
+    share variances (``within``), its row of the rates' factor (``rates``) and the weight of its
+    answers' noise where their wages lie (``noise_excess``, ``WageFit.noise_excess``); per plan cell:
+    e_c (``folded``), the row of the plan cells' factor (``projection``, P) and that row times
+    P' diag(W) P, W the plan cells' summed ``noise_excess`` (``projection_weighted``): the sandwich's
+    form through the groups (``CellsInPlanCells.noise_forms``) is y' P' diag(W) P y, y = P' u."""
 
     cell: np.ndarray
     share: np.ndarray
@@ -109,6 +111,7 @@ class WageCells:
     folded: np.ndarray
     projection: np.ndarray
     noise_excess: np.ndarray
+    projection_weighted: np.ndarray
 
     def variances(self, tab: np.ndarray, n_tab: int) -> tuple[np.ndarray, np.ndarray]:
         """Variance (slope 0) of each tabulation cell, as ``wage_margins.wage_variances`` defines it."""
@@ -118,12 +121,29 @@ class WageCells:
         variance = (np.bincount(t, weights=gs * p, minlength=n_tab)
                     - _cell_forms(self.coarse[cell], t, p, self.folded, self.projection, n_tab)
                     + _row_norms(self.rates, cell, t, p, n_tab)
-                    + np.bincount(t, weights=gs**2 * self.noise_excess[cell], minlength=n_tab))
+                    + self._noise_forms(cell, t, gs, p, n_tab))
         within = _pair_sums(self.cell[inside], tab[inside], self.share_variance[inside])
         whole = self.within[within[0]]
         part = within[2] - np.divide(within[2]**2, whole, out=np.zeros_like(whole), where=whole > 0)
         variance += np.bincount(within[1], weights=part, minlength=n_tab)
         return np.maximum(variance, 0.0), np.zeros(n_tab)
+
+    def _noise_forms(self, cell: np.ndarray, t: np.ndarray, gs: np.ndarray, p: np.ndarray, n_tab: int
+                     ) -> np.ndarray:
+        """``CellsInPlanCells.noise_forms`` from the pieces: sum_j w_j g_j^2 over the (model cell, tab)
+        pairs, then per plan cell u = sum of p, q = sum of w g, W and f = ``folded``: sum (W f^2 u^2 -
+        2 f u q) + y' (sum u PW - 2 sum (q - W f u) P), y = sum u P (P = ``projection``, PW =
+        ``projection_weighted``)."""
+        weights = self.noise_excess[cell]
+        own = np.bincount(t, weights=weights * gs**2, minlength=n_tab)
+        coarse, tc, u = _pair_sums(self.coarse[cell], t, p)
+        q = _pair_sums(self.coarse[cell], t, weights * gs)[2]
+        summed = np.bincount(self.coarse, weights=self.noise_excess, minlength=len(self.folded))[coarse]
+        f = self.folded[coarse]
+        local = np.bincount(tc, weights=summed * f**2 * u**2 - 2 * f * u * q, minlength=n_tab)
+        through = _row_dots(self.projection, u, self.projection_weighted, u, coarse, tc, n_tab)
+        through -= 2 * _row_dots(self.projection, u, self.projection, q - summed * f * u, coarse, tc, n_tab)
+        return own + local + through
 
 
 CellPieces = LeastSquaresCells | WageCells
@@ -188,19 +208,47 @@ def _row_norms(rows: np.ndarray, first: np.ndarray, tab: np.ndarray, weights: np
     k = rows.shape[1]
     if k == 0 or len(tab) == 0:
         return out
+    for low, high, local, n_local in _tab_blocks(tab, k):
+        summed = _block_sums(rows, weights, first, low, high, local, n_local)
+        out[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", summed, summed)
+    return out
+
+
+def _tab_blocks(tab: np.ndarray, k: int) -> Iterator[tuple[int, int, np.ndarray, int]]:
+    """Blocks of whole tabulation cells of about ROW_BLOCK entries of rows of ``k`` (pairs sorted by
+    tab): each block's first and last pair, its pairs' tabulation cells from its first, and their number."""
     starts = np.flatnonzero(np.r_[True, tab[1:] != tab[:-1]])  # where each tabulation cell's pairs start
     every = np.arange(0, len(tab), max(1, ROW_BLOCK // k))  # the start of the cell holding each: a bound
     bounds = np.r_[starts[np.searchsorted(starts, every, side="right") - 1], len(tab)]  # non-decreasing
     bounds = bounds[np.r_[True, bounds[1:] != bounds[:-1]]]  # each once (np.unique would load numpy.ma)
-    columns = np.arange(k)
     for low, high in zip(bounds[:-1], bounds[1:]):
         local = tab[low:high] - tab[low]
-        weighted = rows[first[low:high]]
-        weighted *= weights[low:high, None]
-        n_local = int(local[-1]) + 1
-        summed = np.bincount((local[:, None] * k + columns).ravel(), weights=weighted.ravel(),
-                             minlength=n_local * k).reshape(n_local, k)
-        out[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", summed, summed)
+        yield int(low), int(high), local, int(local[-1]) + 1
+
+
+def _block_sums(rows: np.ndarray, weights: np.ndarray, first: np.ndarray, low: int, high: int, local: np.ndarray,
+                n_local: int) -> np.ndarray:
+    """One block's sums of weight x rows[first] per tabulation cell (n_local x k): a bincount small
+    enough to stay in the processor's cache."""
+    k = rows.shape[1]
+    weighted = rows[first[low:high]]
+    weighted *= weights[low:high, None]
+    return np.bincount((local[:, None] * k + np.arange(k)).ravel(), weights=weighted.ravel(),
+                       minlength=n_local * k).reshape(n_local, k)
+
+
+def _row_dots(rows: np.ndarray, weights: np.ndarray, other_rows: np.ndarray, other_weights: np.ndarray,
+              first: np.ndarray, tab: np.ndarray, n_tab: int) -> np.ndarray:
+    """(sum over the pairs of T of weight x rows[first]) . (the same of ``other_rows`` and
+    ``other_weights``) per tabulation cell T (pairs sorted by tab), by the blocks of ``_row_norms``."""
+    out = np.zeros(n_tab)
+    k = rows.shape[1]
+    if k == 0 or len(tab) == 0:
+        return out
+    for low, high, local, n_local in _tab_blocks(tab, k):
+        one = _block_sums(rows, weights, first, low, high, local, n_local)
+        other = _block_sums(other_rows, other_weights, first, low, high, local, n_local)
+        out[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", one, other)
     return out
 
 
@@ -295,6 +343,8 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
     totals = fit.totals[fit.cell_codes]
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(totals > 0, fit.values / totals, 1.0 / counts)
+    excess = np.where(fit.fixed_cells, 0.0, fit.noise_excess)
+    summed = np.bincount(fit.coarse_cells, weights=excess, minlength=projection.shape[0])  # W per plan cell
     z = operator.left_solve(fit.rates.links, sp.identity(n_cells, format="csc"))  # theta x model cells
     rates = np.zeros((n_theta, n_cells))
     for index, (factor, lower) in fit.rates.blocks:
@@ -304,7 +354,8 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
                      cell_variance=cell_variance, coarse=fit.coarse_cells,
                      within=np.bincount(fit.cell_codes, weights=fit.share_variance, minlength=n_cells),
                      rates=np.ascontiguousarray(rates.T), folded=operator.coarse.diagonal * operator.coarse.shrink,
-                     projection=projection, noise_excess=np.where(fit.fixed_cells, 0.0, fit.noise_excess))
+                     projection=projection, noise_excess=excess,
+                     projection_weighted=projection @ (projection.T @ (summed[:, None] * projection)))
 
 
 def _projection(operator: CellOperator) -> np.ndarray | None:
