@@ -97,9 +97,11 @@ class WageCells:
     total's variance (``cell_variance``, 0 where fixed), its plan cell (``coarse``), the sum of its
     share variances (``within``), its row of the rates' factor (``rates``) and the weight of its
     answers' noise where their wages lie (``noise_excess``, ``WageFit.noise_excess``); per plan cell:
-    e_c (``folded``), the row of the plan cells' factor (``projection``, P) and that row times
-    P' diag(W) P, W the plan cells' summed ``noise_excess`` (``projection_weighted``): the sandwich's
-    form through the groups (``CellsInPlanCells.noise_forms``) is y' P' diag(W) P y, y = P' u."""
+    e_c (``folded``, f), the row of the plan cells' factor (``projection``, P) and
+    P P' diag(W) P + 2 diag(W f) P (``projection_weighted``, PW; W the plan cells' summed
+    ``noise_excess``). The sandwich's form (``CellsInPlanCells.noise_forms``) of a tabulation whose
+    plan cells hold u = sum of variance x share and q = sum of noise_excess x share is then
+    sum of noise_excess x share^2 + sum (W f^2 u^2 - 2 f u q) + y . (sum u PW - 2 sum q P), y = sum u P."""
 
     cell: np.ndarray
     share: np.ndarray
@@ -118,32 +120,23 @@ class WageCells:
         inside = tab >= 0
         cell, t, gs = _pair_sums(self.cell[inside], tab[inside], self.share[inside])
         p = self.cell_variance[cell] * gs
+        weights = self.noise_excess[cell]
+        coarse, tc, u = _pair_sums(self.coarse[cell], t, p)
+        q = _pair_sums(self.coarse[cell], t, weights * gs)[2]
+        f = self.folded[coarse]
+        summed = np.bincount(self.coarse, weights=self.noise_excess, minlength=len(self.folded))[coarse]
+        norms, dots = _projection_forms(self.projection, self.projection_weighted, coarse, tc, u, q, n_tab)
         variance = (np.bincount(t, weights=gs * p, minlength=n_tab)
-                    - _cell_forms(self.coarse[cell], t, p, self.folded, self.projection, n_tab)
+                    - np.bincount(tc, weights=f * u**2, minlength=n_tab) - norms
                     + _row_norms(self.rates, cell, t, p, n_tab)
-                    + self._noise_forms(cell, t, gs, p, n_tab))
+                    # the answers' noise where their wages lie (``CellsInPlanCells.noise_forms``)
+                    + np.bincount(t, weights=weights * gs**2, minlength=n_tab)
+                    + np.bincount(tc, weights=summed * f**2 * u**2 - 2 * f * u * q, minlength=n_tab) + dots)
         within = _pair_sums(self.cell[inside], tab[inside], self.share_variance[inside])
         whole = self.within[within[0]]
         part = within[2] - np.divide(within[2]**2, whole, out=np.zeros_like(whole), where=whole > 0)
         variance += np.bincount(within[1], weights=part, minlength=n_tab)
         return np.maximum(variance, 0.0), np.zeros(n_tab)
-
-    def _noise_forms(self, cell: np.ndarray, t: np.ndarray, gs: np.ndarray, p: np.ndarray, n_tab: int
-                     ) -> np.ndarray:
-        """``CellsInPlanCells.noise_forms`` from the pieces: sum_j w_j g_j^2 over the (model cell, tab)
-        pairs, then per plan cell u = sum of p, q = sum of w g, W and f = ``folded``: sum (W f^2 u^2 -
-        2 f u q) + y' (sum u PW - 2 sum (q - W f u) P), y = sum u P (P = ``projection``, PW =
-        ``projection_weighted``)."""
-        weights = self.noise_excess[cell]
-        own = np.bincount(t, weights=weights * gs**2, minlength=n_tab)
-        coarse, tc, u = _pair_sums(self.coarse[cell], t, p)
-        q = _pair_sums(self.coarse[cell], t, weights * gs)[2]
-        summed = np.bincount(self.coarse, weights=self.noise_excess, minlength=len(self.folded))[coarse]
-        f = self.folded[coarse]
-        local = np.bincount(tc, weights=summed * f**2 * u**2 - 2 * f * u * q, minlength=n_tab)
-        through = _row_dots(self.projection, u, self.projection_weighted, u, coarse, tc, n_tab)
-        through -= 2 * _row_dots(self.projection, u, self.projection, q - summed * f * u, coarse, tc, n_tab)
-        return own + local + through
 
 
 CellPieces = LeastSquaresCells | WageCells
@@ -209,7 +202,9 @@ def _row_norms(rows: np.ndarray, first: np.ndarray, tab: np.ndarray, weights: np
     if k == 0 or len(tab) == 0:
         return out
     for low, high, local, n_local in _tab_blocks(tab, k):
-        summed = _block_sums(rows, weights, first, low, high, local, n_local)
+        weighted = rows[first[low:high]]
+        weighted *= weights[low:high, None]
+        summed = _block_sums(weighted, local, n_local)
         out[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", summed, summed)
     return out
 
@@ -226,30 +221,32 @@ def _tab_blocks(tab: np.ndarray, k: int) -> Iterator[tuple[int, int, np.ndarray,
         yield int(low), int(high), local, int(local[-1]) + 1
 
 
-def _block_sums(rows: np.ndarray, weights: np.ndarray, first: np.ndarray, low: int, high: int, local: np.ndarray,
-                n_local: int) -> np.ndarray:
-    """One block's sums of weight x rows[first] per tabulation cell (n_local x k): a bincount small
-    enough to stay in the processor's cache."""
-    k = rows.shape[1]
-    weighted = rows[first[low:high]]
-    weighted *= weights[low:high, None]
+def _block_sums(weighted: np.ndarray, local: np.ndarray, n_local: int) -> np.ndarray:
+    """One block's sums of its pairs' ``weighted`` rows per tabulation cell (n_local x k): a bincount
+    small enough to stay in the processor's cache."""
+    k = weighted.shape[1]
     return np.bincount((local[:, None] * k + np.arange(k)).ravel(), weights=weighted.ravel(),
                        minlength=n_local * k).reshape(n_local, k)
 
 
-def _row_dots(rows: np.ndarray, weights: np.ndarray, other_rows: np.ndarray, other_weights: np.ndarray,
-              first: np.ndarray, tab: np.ndarray, n_tab: int) -> np.ndarray:
-    """(sum over the pairs of T of weight x rows[first]) . (the same of ``other_rows`` and
-    ``other_weights``) per tabulation cell T (pairs sorted by tab), by the blocks of ``_row_norms``."""
-    out = np.zeros(n_tab)
-    k = rows.shape[1]
+def _projection_forms(projection: np.ndarray, weighted: np.ndarray, first: np.ndarray, tab: np.ndarray,
+                      u: np.ndarray, q: np.ndarray, n_tab: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tabulation cell T (pairs of plan cell ``first`` and T, sorted by tab): |y|^2 and
+    y . (sum u PW - 2 sum q P), y = sum u P (P ``projection``, PW ``weighted``, sums over T's pairs),
+    by the blocks of ``_row_norms`` (P's rows gathered once for both sums)."""
+    norms, dots = np.zeros(n_tab), np.zeros(n_tab)
+    k = projection.shape[1]
     if k == 0 or len(tab) == 0:
-        return out
+        return norms, dots
     for low, high, local, n_local in _tab_blocks(tab, k):
-        one = _block_sums(rows, weights, first, low, high, local, n_local)
-        other = _block_sums(other_rows, other_weights, first, low, high, local, n_local)
-        out[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", one, other)
-    return out
+        rows = projection[first[low:high]]
+        y = _block_sums(rows * u[low:high, None], local, n_local)
+        own = y[local]  # each pair's tabulation cell's y: y . z as a sum over the pairs of scalars
+        per_pair = (u[low:high] * np.einsum("ij,ij->i", own, weighted[first[low:high]])
+                    - 2 * q[low:high] * np.einsum("ij,ij->i", own, rows))
+        norms[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", y, y)
+        dots[tab[low]:tab[low] + n_local] = np.bincount(local, weights=per_pair, minlength=n_local)
+    return norms, dots
 
 
 def finest_cells(protected: pd.DataFrame) -> Grouping:
@@ -344,6 +341,7 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(totals > 0, fit.values / totals, 1.0 / counts)
     excess = np.where(fit.fixed_cells, 0.0, fit.noise_excess)
+    folded = operator.coarse.diagonal * operator.coarse.shrink
     summed = np.bincount(fit.coarse_cells, weights=excess, minlength=projection.shape[0])  # W per plan cell
     z = operator.left_solve(fit.rates.links, sp.identity(n_cells, format="csc"))  # theta x model cells
     rates = np.zeros((n_theta, n_cells))
@@ -353,9 +351,10 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
                      share_variance=np.bincount(codes, weights=fit.share_variance, minlength=n_finest),
                      cell_variance=cell_variance, coarse=fit.coarse_cells,
                      within=np.bincount(fit.cell_codes, weights=fit.share_variance, minlength=n_cells),
-                     rates=np.ascontiguousarray(rates.T), folded=operator.coarse.diagonal * operator.coarse.shrink,
+                     rates=np.ascontiguousarray(rates.T), folded=folded,
                      projection=projection, noise_excess=excess,
-                     projection_weighted=projection @ (projection.T @ (summed[:, None] * projection)))
+                     projection_weighted=(projection @ (projection.T @ (summed[:, None] * projection))
+                                          + 2 * (summed * folded)[:, None] * projection))
 
 
 def _projection(operator: CellOperator) -> np.ndarray | None:
