@@ -28,7 +28,7 @@ or a further one reading the kept cell index), so every request gives the same b
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
@@ -95,9 +95,13 @@ class WageCells:
     """Per finest cell: its model cell (``cell``), the sums of its establishments' shares of their
     cell's total (``share``) and of their share variances (``share_variance``); per model cell: its
     total's variance (``cell_variance``, 0 where fixed), its plan cell (``coarse``), the sum of its
-    share variances (``within``), its row of the rates' factor (``rates``) and what its idle
-    establishments' noise adds (``noise_excess``, ``WageFit.noise_excess``); per plan cell: e_c
-    (``folded``) and the row of the plan cells' factor (``projection``)."""
+    share variances (``within``), its row of the rates' factor (``rates``) and the weight of its
+    answers' noise where their wages lie (``noise_excess``, ``WageFit.noise_excess``); per plan cell:
+    e_c (``folded``, f), the row of the plan cells' factor (``projection``, P) and
+    P P' diag(W) P + 2 diag(W f) P (``projection_weighted``, PW; W the plan cells' summed
+    ``noise_excess``). The sandwich's form (``CellsInPlanCells.noise_forms``) of a tabulation whose
+    plan cells hold u = sum of variance x share and q = sum of noise_excess x share is then
+    sum of noise_excess x share^2 + sum (W f^2 u^2 - 2 f u q) + y . (sum u PW - 2 sum q P), y = sum u P."""
 
     cell: np.ndarray
     share: np.ndarray
@@ -109,16 +113,25 @@ class WageCells:
     folded: np.ndarray
     projection: np.ndarray
     noise_excess: np.ndarray
+    projection_weighted: np.ndarray
 
     def variances(self, tab: np.ndarray, n_tab: int) -> tuple[np.ndarray, np.ndarray]:
         """Variance (slope 0) of each tabulation cell, as ``wage_margins.wage_variances`` defines it."""
         inside = tab >= 0
         cell, t, gs = _pair_sums(self.cell[inside], tab[inside], self.share[inside])
         p = self.cell_variance[cell] * gs
+        weights = self.noise_excess[cell]
+        coarse, tc, u = _pair_sums(self.coarse[cell], t, p)
+        q = _pair_sums(self.coarse[cell], t, weights * gs)[2]
+        f = self.folded[coarse]
+        summed = np.bincount(self.coarse, weights=self.noise_excess, minlength=len(self.folded))[coarse]
+        norms, dots = _projection_forms(self.projection, self.projection_weighted, coarse, tc, u, q, n_tab)
         variance = (np.bincount(t, weights=gs * p, minlength=n_tab)
-                    - _cell_forms(self.coarse[cell], t, p, self.folded, self.projection, n_tab)
+                    - np.bincount(tc, weights=f * u**2, minlength=n_tab) - norms
                     + _row_norms(self.rates, cell, t, p, n_tab)
-                    + np.bincount(t, weights=gs**2 * self.noise_excess[cell], minlength=n_tab))
+                    # the answers' noise where their wages lie (``CellsInPlanCells.noise_forms``)
+                    + np.bincount(t, weights=weights * gs**2, minlength=n_tab)
+                    + np.bincount(tc, weights=summed * f**2 * u**2 - 2 * f * u * q, minlength=n_tab) + dots)
         within = _pair_sums(self.cell[inside], tab[inside], self.share_variance[inside])
         whole = self.within[within[0]]
         part = within[2] - np.divide(within[2]**2, whole, out=np.zeros_like(whole), where=whole > 0)
@@ -188,20 +201,52 @@ def _row_norms(rows: np.ndarray, first: np.ndarray, tab: np.ndarray, weights: np
     k = rows.shape[1]
     if k == 0 or len(tab) == 0:
         return out
+    for low, high, local, n_local in _tab_blocks(tab, k):
+        weighted = rows[first[low:high]]
+        weighted *= weights[low:high, None]
+        summed = _block_sums(weighted, local, n_local)
+        out[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", summed, summed)
+    return out
+
+
+def _tab_blocks(tab: np.ndarray, k: int) -> Iterator[tuple[int, int, np.ndarray, int]]:
+    """Blocks of whole tabulation cells of about ROW_BLOCK entries of rows of ``k`` (pairs sorted by
+    tab): each block's first and last pair, its pairs' tabulation cells from its first, and their number."""
     starts = np.flatnonzero(np.r_[True, tab[1:] != tab[:-1]])  # where each tabulation cell's pairs start
     every = np.arange(0, len(tab), max(1, ROW_BLOCK // k))  # the start of the cell holding each: a bound
     bounds = np.r_[starts[np.searchsorted(starts, every, side="right") - 1], len(tab)]  # non-decreasing
     bounds = bounds[np.r_[True, bounds[1:] != bounds[:-1]]]  # each once (np.unique would load numpy.ma)
-    columns = np.arange(k)
     for low, high in zip(bounds[:-1], bounds[1:]):
         local = tab[low:high] - tab[low]
-        weighted = rows[first[low:high]]
-        weighted *= weights[low:high, None]
-        n_local = int(local[-1]) + 1
-        summed = np.bincount((local[:, None] * k + columns).ravel(), weights=weighted.ravel(),
-                             minlength=n_local * k).reshape(n_local, k)
-        out[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", summed, summed)
-    return out
+        yield int(low), int(high), local, int(local[-1]) + 1
+
+
+def _block_sums(weighted: np.ndarray, local: np.ndarray, n_local: int) -> np.ndarray:
+    """One block's sums of its pairs' ``weighted`` rows per tabulation cell (n_local x k): a bincount
+    small enough to stay in the processor's cache."""
+    k = weighted.shape[1]
+    return np.bincount((local[:, None] * k + np.arange(k)).ravel(), weights=weighted.ravel(),
+                       minlength=n_local * k).reshape(n_local, k)
+
+
+def _projection_forms(projection: np.ndarray, weighted: np.ndarray, first: np.ndarray, tab: np.ndarray,
+                      u: np.ndarray, q: np.ndarray, n_tab: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per tabulation cell T (pairs of plan cell ``first`` and T, sorted by tab): |y|^2 and
+    y . (sum u PW - 2 sum q P), y = sum u P (P ``projection``, PW ``weighted``, sums over T's pairs),
+    by the blocks of ``_row_norms`` (P's rows gathered once for both sums)."""
+    norms, dots = np.zeros(n_tab), np.zeros(n_tab)
+    k = projection.shape[1]
+    if k == 0 or len(tab) == 0:
+        return norms, dots
+    for low, high, local, n_local in _tab_blocks(tab, k):
+        rows = projection[first[low:high]]
+        y = _block_sums(rows * u[low:high, None], local, n_local)
+        own = y[local]  # each pair's tabulation cell's y: y . z as a sum over the pairs of scalars
+        per_pair = (u[low:high] * np.einsum("ij,ij->i", own, weighted[first[low:high]])
+                    - 2 * q[low:high] * np.einsum("ij,ij->i", own, rows))
+        norms[tab[low]:tab[low] + n_local] = np.einsum("ij,ij->i", y, y)
+        dots[tab[low]:tab[low] + n_local] = np.bincount(local, weights=per_pair, minlength=n_local)
+    return norms, dots
 
 
 def finest_cells(protected: pd.DataFrame) -> Grouping:
@@ -295,6 +340,9 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
     totals = fit.totals[fit.cell_codes]
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(totals > 0, fit.values / totals, 1.0 / counts)
+    excess = np.where(fit.fixed_cells, 0.0, fit.noise_excess)
+    folded = operator.coarse.diagonal * operator.coarse.shrink
+    summed = np.bincount(fit.coarse_cells, weights=excess, minlength=projection.shape[0])  # W per plan cell
     z = operator.left_solve(fit.rates.links, sp.identity(n_cells, format="csc"))  # theta x model cells
     rates = np.zeros((n_theta, n_cells))
     for index, (factor, lower) in fit.rates.blocks:
@@ -303,8 +351,10 @@ def _wage_pieces(variance: Any, codes: np.ndarray, n_finest: int) -> WageCells |
                      share_variance=np.bincount(codes, weights=fit.share_variance, minlength=n_finest),
                      cell_variance=cell_variance, coarse=fit.coarse_cells,
                      within=np.bincount(fit.cell_codes, weights=fit.share_variance, minlength=n_cells),
-                     rates=np.ascontiguousarray(rates.T), folded=operator.coarse.diagonal * operator.coarse.shrink,
-                     projection=projection, noise_excess=np.where(fit.fixed_cells, 0.0, fit.noise_excess))
+                     rates=np.ascontiguousarray(rates.T), folded=folded,
+                     projection=projection, noise_excess=excess,
+                     projection_weighted=(projection @ (projection.T @ (summed[:, None] * projection))
+                                          + 2 * (summed * folded)[:, None] * projection))
 
 
 def _projection(operator: CellOperator) -> np.ndarray | None:

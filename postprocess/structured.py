@@ -376,6 +376,36 @@ class CellOperator:
         through_groups = self._last_left[1]
         return direct - through_groups @ self._solve_groups((self.c_multi @ f).toarray())
 
+    def weighted_forms(self, p: sp.spmatrix, q: sp.spmatrix, weights: np.ndarray) -> np.ndarray:
+        """b_T' diag(weights) b_T - 2 b_T' q_T with b_T = M (I + S M)^-1 p_T, for every column of ``p``
+        and ``q`` (cells x tabulations; weights of either sign).
+
+        With M (I + S M)^-1 = diag(f) + D C_m' G^-1 C_m D (f = E D, ``forms_after_solve``) and
+        a = G^-1 C_m D p_T: sum over cells of (weights f^2 p^2 - 2 f p q), less 2 a' C_m D (q - weights f p),
+        plus a' N a with N = C_m D diag(weights) D C_m' (N lies within G's blocks: a cell with weight
+        has a variance, so its groups are joined in G).
+        """
+        p, q = sp.csc_matrix(p), sp.csc_matrix(q)
+        f = self.diagonal * self.shrink
+        out = (_column_forms(p, weights * f**2)
+               - 2 * np.asarray(p.multiply(sp.diags(f) @ q).sum(axis=0)).ravel())
+        if self.c_multi.shape[0] == 0:
+            return out
+        scaled = self.c_multi @ sp.diags(self.shrink)
+        r = (scaled @ p).tocsr()
+        rv = (scaled @ (q - sp.diags(weights * f) @ p)).tocsr()
+        n = (scaled @ sp.diags(weights) @ scaled.T).tocsr()
+        for rows, solve_transposed in self._group_blocks:
+            block, block_v, block_n = r[rows].tocsc(), rv[rows].tocsc(), n[rows][:, rows]
+            columns = np.flatnonzero(np.diff(block.indptr))
+            step = max(1, FORM_ENTRIES // len(rows))
+            for start in range(0, len(columns), step):
+                chosen = columns[start:start + step]
+                a = solve_transposed(block[:, chosen])  # chosen x rows: (G^-1 r)'
+                out[chosen] += (np.einsum("ij,ij->i", a, np.asarray(block_n @ a.T).T)
+                                - 2 * np.asarray(block_v[:, chosen].T.multiply(a).sum(axis=1)).ravel())
+        return out
+
     def inverse_m_forms(self, p: sp.spmatrix) -> np.ndarray:
         """p_T' M^-1 p_T for every column (valid where S = inf): M^-1 = S' - S' C_m' G^-1 C_m S'."""
         return _column_forms(p, self.s_folded) - self._group_forms(self.c_multi @ (sp.diags(self.s_folded) @ p))

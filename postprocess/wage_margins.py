@@ -1,6 +1,6 @@
 """Margins of error of the wage fit's tabulations (``postprocess.wages``): the variance of every
 tabulation cell's protected wage total, from the cell totals' covariance, what the shared rates'
-uncertainty adds, the idle establishments' noise where their wages lie, the shares within a cell
+uncertainty adds, the identity answers' noise where their wages lie, the shares within a cell
 and the counties' shared deviations."""
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, kept: GroupF
     uncertainty adds, z' M^-1 z with z = links' K^-1 g (``SharedRates``; together the cell block of
     the joint Hessian's inverse), both for the tabulation's share g of each cell (the share of the
     cell's protected wages it holds, a share moving with its cell's total; of its establishments, in
-    a cell at 0 that no exact answer fixes); what the noise of idle establishments' answers adds where
-    their wages lie (``WageFit.noise_excess``, for g's entries squared: the cells as if independent);
-    and the within-cell part,
+    a cell at 0 that no exact answer fixes); what the identity answers' noise where their released
+    wages lie adds, the sandwich g' K^-1 diag(e / vd^2) K^-1 g (``WageFit.noise_excess``,
+    ``CellsInPlanCells.noise_forms``; the rates held fixed in it); and the within-cell part,
     K_T - K_T^2 / K_c per cell, K the share variances summed over the tabulation's (K_T) and the
     cell's (K_c) establishments.
     """
@@ -52,7 +52,7 @@ def wage_variances(fit: WageFit, tab_codes: np.ndarray, n_tab: int, kept: GroupF
     p = sp.diags(cell_variance) @ g
     base = np.asarray(g.multiply(p).sum(axis=0)).ravel()
     variances = base - operator.forms_after_solve(p) + fit.rates.correlated_forms(operator, p.tocsc())
-    variances += g.multiply(g).T @ fit.noise_excess  # the idle establishments' noise where their wages lie
+    variances += operator.noise_forms(g, fit.noise_excess)  # the answers' noise where their wages lie
     within_tab = sp.csr_matrix((fit.share_variance[inside], (cell_of, tab_codes[inside])), shape=(n_cells, n_tab))
     within_cell = np.bincount(codes, weights=fit.share_variance, minlength=n_cells)
     entries = within_tab.tocoo()

@@ -90,6 +90,18 @@ class CellsInPlanCells:
         """p_T' A' M A (I + S A' M A)^-1 p_T for every column p_T of ``p`` (cells x tabulations)."""
         return self.coarse.forms_after_solve((self.a @ p).tocsc())
 
+    def noise_forms(self, g: sp.spmatrix, weights: np.ndarray) -> np.ndarray:
+        """sum_j eps_j ((K^-1 g_T)_j)^2 for every column g_T of ``g`` (cells x tabulations), K = S^-1 +
+        A' M A, ``weights`` = eps S^2 per cell (either sign): the noise part of the sandwich
+        K^-1 (K + diag(eps)) K^-1. K^-1 g = S (g - A' b) with b = M (I + S_c M)^-1 A S g (push-through), so
+        the form is sum_j weights_j g_j^2 + b' diag(A weights) b - 2 b' A diag(weights) g, the plan-level
+        part from ``CellOperator.weighted_forms``."""
+        g = sp.csc_matrix(g)
+        u = (self.a @ sp.diags(self.s) @ g).tocsc()
+        q = (self.a @ sp.diags(weights) @ g).tocsc()
+        own = np.asarray(g.multiply(g).T @ weights).ravel()
+        return own + self.coarse.weighted_forms(u, q, self.a @ weights)
+
 
 def cells_inside(coarse_cells: np.ndarray, n_coarse: int) -> sp.csr_matrix:
     """A: plan cells x cells, 1 where the cell lies in the plan cell."""

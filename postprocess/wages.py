@@ -61,9 +61,8 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
 Why this is postprocessing (no privacy cost): its inputs are released answers, public attributes and
 protected employment (itself postprocessing of released answers), and the constants below are fixed
 in the code, not read from confidential data. The margins of error (``wage_margins.wage_variances``)
-recompute the same fit from a release's files, and add per cell what its idle establishments'
-answers' noise is where their released wages lie rather than where the fit weighed them
-(``_noise_excess``).
+recompute the same fit from a release's files, and state the identity answers' noise where their
+released wages lie rather than where the fit weighed them: the fit's sandwich (``_noise_excess``).
 
 This module holds the fit (its constants, the moments' spreads, the passes, the checked result); its
 parts live beside it: ``wage_layout`` (the model's cells and where the rates sit), ``wage_rates`` (the
@@ -159,7 +158,7 @@ class WageFit:
     county_codes: np.ndarray  # per establishment: its county (state and county)
     county_loading: np.ndarray  # per establishment: sd of its share's part of its county's shared deviation
     rates: SharedRates  # the industry rates shared by the cells' priors
-    noise_excess: np.ndarray  # per cell: what its idle establishments' noise at their wages adds (``_noise_excess``)
+    noise_excess: np.ndarray  # per cell: v^2 e / vd^2, its answers' noise where their wages lie (``_noise_excess``)
 
     @property
     def groups(self) -> sp.csr_matrix:
@@ -479,24 +478,23 @@ def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
 
 
 def _noise_excess(p: _Problem, fit: _Fit, values: np.ndarray) -> np.ndarray:
-    """Per cell: what the noise of its idle establishments' identity answers adds to its total's
-    variance where their wages are not near the wage they were weighed at. The cell's combined
-    measurement weighs its direct measurement by 1 / vd (vd: the answers' noise at ``fit.weighed_at``,
-    for an idle establishment its rate x EMPLOYMENT_FLOOR, a floor rather than where its wages lie);
-    at the answers' true noise variance vd + e, the combined measurement's variance is
-    v + v^2 e / vd^2 (v the cell's combined variance; the sandwich of a weighted mean), so the cell
-    adds v^2 e / vd^2, e estimated at the released wages (their noise variance there less at the
-    weighed wage, summed over the cell's idle establishments), held at 0 and above. A negative e (the
-    released wages below the weighed ones) would narrow the margin, but by v^2 e / vd^2, the cells
-    taken as independent: where group answers pin a cell its total's variance is far below v and
-    its sensitivity to the direct measurement below v / vd, so that term could remove more than the
-    margin's other terms hold (a county's margin came out 0); held at 0, a margin is never narrower
-    than the fit's own variance. 0 for a fixed cell."""
+    """Per cell c: v_c^2 e_c / vd_c^2, the weight of its answers' noise where their wages lie in the
+    sandwich of the margins (``wage_rates.CellsInPlanCells.noise_forms``). The cell's combined
+    measurement weighs its summed identity answers by 1 / vd (vd: their noise variance at
+    ``fit.weighed_at``, the cell's rate x protected employment, not where the wages lie: weighing at the
+    answers would bias the fit); their noise variance is vd + e at the released wages (e: the sum over
+    the cell's establishments of that variance at the released wage less at the weighed one, of either
+    sign), so the fit's score has covariance K + diag(e / vd^2) where its precision is K, and its
+    totals' covariance is the sandwich K^-1 (K + diag(e / vd^2)) K^-1; with K^-1 g = S (g - b) (S the
+    cells' variances v) the added form is sum_c v_c^2 e_c / vd_c^2 (g_c - b_c)^2. A negative e is
+    kept: vd + e is the noise variance at the released wages, never negative, so K + diag(e / vd^2)
+    is the precision of a least squares at those variances and the sandwich is positive semidefinite.
+    0 for a fixed cell and where vd is 0."""
     noise = p.psi.estimate_variance(values, p.sd) - p.psi.estimate_variance(fit.weighed_at, p.sd)
-    excess = np.bincount(p.cells.codes, weights=np.where(p.idle, noise, 0.0), minlength=len(fit.totals))
+    excess = np.bincount(p.cells.codes, weights=noise, minlength=len(fit.totals))
     added = np.divide(fit.cell_variance**2 * excess, fit.direct_variance**2, out=np.zeros(len(excess)),
                       where=fit.direct_variance > 0)
-    return np.where(p.cells.fixed_cells, 0.0, np.maximum(added, 0.0))
+    return np.where(p.cells.fixed_cells, 0.0, added)
 
 
 def _county_loadings(p: _Problem, share_prior: np.ndarray, residual: np.ndarray, variance: np.ndarray,

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from gedp.postprocess.models import VarianceFunction
 
 #: Bumped whenever what the structure holds, or how it is applied, changes.
-STRUCTURE_FORMAT = 11
+STRUCTURE_FORMAT = 12
 CACHE_ENV = "GEDP_CACHE_DIR"
 #: Structures kept at most (the least recently used are removed first).
 KEPT_STRUCTURES = 4
