@@ -506,8 +506,8 @@ def test_a_barrier_path_that_does_not_reach_its_end_stops_at_its_cap(monkeypatch
 def test_the_likelihood_basis_is_factorized_on_one_blas_thread(monkeypatch):
     """Likelihood.of's SVD (the basis of every wage prior, 75 for a state of 20,000) runs on one BLAS
     thread, as the fits' Newton steps do: on a busy 2-core machine two BLAS threads waiting for each
-    other made a 3,000 x 115 SVD cost 0.3-1.9 s of CPU, a state's wage priors 33 s instead of 5. The
-    basis is still the likelihood's: U C = L (U orthonormal). Fails before on any machine where BLAS
+    other made a 3,000 x 115 SVD cost 0.3-1.9 s of CPU, the priors of a state of 20,000 33 s instead
+    of 5. The basis is still the likelihood's: U C = L (U orthonormal). Fails before on any machine where BLAS
     may use 2 threads."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
