@@ -3,6 +3,7 @@ job tabulations and their margins of error (measure.jobframe, postprocess.jobfra
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -331,6 +332,7 @@ def test_job_margins_are_the_dense_covariance_of_the_linearized_projection(relea
     y[ids.get_indexer(frame["estab_id"]), [names.index(f"worker[{s},{e}]") for s, e in
                                           zip(frame["sex"], frame["education"])]] = frame["jobs"]
 
+    @functools.cache  # each attribute's (A'WA)^-1 once, for every cell sampled
     def covariance(attribute):
         system = build_system(answers[attribute], public, [a.variance for a in answers[attribute]])
         a = system.matrix.toarray()
