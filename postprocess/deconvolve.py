@@ -177,7 +177,8 @@ class Likelihood:
         matrix = likelihood[kept] / likelihood[kept].max(axis=1, keepdims=True)
         if not basis or min(matrix.shape) < 2:
             return cls(matrix, kept)
-        u, singular, vt = np.linalg.svd(matrix, full_matrices=False)
+        with one_blas_thread:  # a small dense factorization: BLAS threads only wait for each other
+            u, singular, vt = np.linalg.svd(matrix, full_matrices=False)
         rank = int((singular > singular[0] * BASIS_TOLERANCE).sum())
         return cls(matrix, kept, np.ascontiguousarray(u[:, :rank]), singular[:rank, None] * vt[:rank])
 
