@@ -21,10 +21,8 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   a line in log E per sector g (2-digit NAICS) placed from the answers, and r with a prior on a grid
   per sector and size band of the months' answers' mean, with an atom at w = 0
   (``postprocess.wage_priors``); an establishment with E = 0 has a prior on psi(w) itself. The
-  groups are the sector's, not the supersector's: a regression with sector effects on the draws
-  needs each sector's own level and slope in the prior (with a supersector's, the draws of small
-  establishments carry their supersector's level, and the slope within sectors was 15% low on Rhode
-  Island and 70% low where the size-wage slope is small: ``docs/method/implicates.md``).
+  groups are sectors: a regression with sector effects on the draws needs each sector's own level
+  and slope in the prior (``docs/method/implicates.md``).
 
 Every prior is a nonparametric maximum likelihood estimate from the release's answers
 (``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_bar, delta_2, delta_3) whose each
@@ -154,9 +152,10 @@ class PosteriorModel:
     quarter = False
     #: whether the changes have a joint prior per band (else one each, independent)
     joint = False
-    #: each establishment's level prior: -1 the state's, k >= 0 its sector's priors.sector_levels[k]
-    #: (None: the state's for all)
+    #: each establishment's level prior: -1 the state's, k >= 0 priors.sector_levels[k] (None: the state's)
     level_group: np.ndarray | None = None
+    #: each establishment's changes' offsets b (``cell_changes``; None: 0, as without CELL_CHANGES)
+    change_offset: np.ndarray | None = None
 
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
                  level_prior: str = "month1", change_prior: str = "independent") -> None:
@@ -166,10 +165,9 @@ class PosteriorModel:
         self.floor = psi.at_zero if np.isfinite(psi.at_zero) else -np.inf
         #: each prior's fit (answers binned, likelihood made ready), kept by its fit for its replicates
         self.fits: dict[object, MixtureFit] = {}
-        #: its changes' offsets b (``cell_changes``; 0 without CELL_CHANGES or cells, or with the joint prior)
-        self.change_offset = np.zeros((len(answers.months), 2)) if not CELL_CHANGES or self.joint or \
-            answers.change_cell is None else change_offsets(answers.months, answers.month_sd, psi, answers.industry,
-                                                            answers.change_cell)
+        if CELL_CHANGES and not self.joint and answers.change_cell is not None:
+            self.change_offset = change_offsets(answers.months, answers.month_sd, psi, answers.industry,
+                                                answers.change_cell)
         self.priors = Priors(*self._month_priors())
         if self.joint:
             self.priors.joint = self._joint_priors()
@@ -225,7 +223,7 @@ class PosteriorModel:
             rows = band == b
             changes.append(tuple(self._fitted(("change", b, k), rng, None if start is None else start.changes[b][k - 1],
                                               lambda k=k, rows=rows, step=step: change_fit_arguments(
-                                                  omega[rows, k] - omega[rows, 0], self.change_offset[rows, k - 1],
+                                                  omega[rows, k] - omega[rows, 0], self.offsets(rows)[:, k - 1],
                                                   float(np.hypot(sd[0], sd[k])), step, CELL_CHANGES),
                                               fit_kind(CELL_CHANGES))
                                  for k in (1, 2)))
@@ -358,6 +356,10 @@ class PosteriorModel:
             np.add.at(log_likelihood, cell, np.log(np.maximum(slid, 1e-300)))
         return center + cell_offsets(log_likelihood)
 
+    def offsets(self, rows: np.ndarray) -> np.ndarray:
+        """The changes' offsets b of establishments ``rows`` (indices or a mask; rows x 2, 0 without them)."""
+        return np.zeros((len(self.answers.months[rows]), 2)) if self.change_offset is None else self.change_offset[rows]
+
     def offset(self, rows: np.ndarray, priors: Priors) -> np.ndarray | float:
         """The cell offset c of each row's cell (0 without cells)."""
         if priors.cell_offset is None or self.answers.cell is None:
@@ -437,7 +439,7 @@ class PosteriorModel:
         group = None if self.level_group is None else self.level_group[rows]
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         level = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
-        delta, offset = np.zeros((len(rows), 2)), self.change_offset[rows]
+        delta, offset = np.zeros((len(rows), 2)), self.offsets(rows)
         coupling = WageCoupling(self, rows) if self.priors.wage_table is not None else None
         sweeps = 0
         for j in range(count):
