@@ -267,6 +267,14 @@ def test_ctrl_c_stops_the_pipeline_audits_workers_without_their_tracebacks(ctrl_
     ctrl_c_among_workers(["audit", "--pipeline", "--runs", "1500", "--workers", "2"], workers=2)
 
 
+@pytest.mark.timeout(300)
+def test_ctrl_c_again_while_the_workers_are_stopped_is_quiet(ctrl_c_among_workers):
+    """Red team rt20: a second Ctrl-C while the workers were being stopped cut ``stop_workers`` short:
+    tracebacks of the pool's threads (OSError: Bad file descriptor) or of the interpreter's wait for the
+    workers at exit, exit status -2. Now held until they have ended: one line, exit 130, none left.
+    Ctrl-C is sent again every 2 ms until the run ends, so one lands while they are stopped."""
+    ctrl_c_among_workers(["audit", "--pipeline", "--runs", "1500", "--workers", "2"], workers=2, repeated=True)
+
 
 def _run_folders(folder) -> list[str]:
     """The runs' staging folders (``.run-<run>-<side>.partial-*``) anywhere under ``folder``."""

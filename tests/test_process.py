@@ -426,3 +426,22 @@ def test_stop_workers_kills_a_worker_that_does_not_end_on_sigterm():
                           start_new_session=True)
     seconds, exitcode = done.stdout.split()
     assert 1.0 <= float(seconds) < 20 and int(exitcode) == -signal.SIGKILL, done.stdout + done.stderr
+
+
+def test_a_stop_received_while_stopping_ends_with_the_first_stops_line():
+    """A second stop raised while the first is handled (held by ``stop_workers`` until the workers
+    have ended, then raised) ends the command with the first's line: its notes, else its kind."""
+    from gedp.cli.command_line import stop_line
+    from gedp.errors import Terminated
+
+    for note in ("stopped: nothing was published; there is no release at 'x'", None):
+        try:
+            try:
+                raise Terminated()
+            except Terminated as first:
+                if note:
+                    first.add_note(note)
+                raise KeyboardInterrupt()  # a stop during the stop
+        except KeyboardInterrupt as second:
+            assert isinstance(second.__context__, Terminated)
+            assert stop_line(second) == (note or "stopped (SIGTERM)")

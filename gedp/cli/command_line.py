@@ -98,11 +98,15 @@ def reported_errors() -> Iterator[None]:
 def stop_line(stop: KeyboardInterrupt) -> str:
     """The line a stopped command ends with: the notes the run added to the stop (what it left: a
     release pending in the ledger, published or not, ``gedp.running.recorded_release.reported_stop``),
-    else which stop it was."""
-    notes = getattr(stop, "__notes__", None)
+    else which stop it was. A stop received while the command was stopping (raised during the first's
+    handling: its ``__context__``) ends it with the first's line."""
+    stops = [stop]
+    while isinstance(stops[-1].__context__, KeyboardInterrupt):
+        stops.append(stops[-1].__context__)
+    notes = next((s.__notes__ for s in stops if getattr(s, "__notes__", None)), None)
     if notes:
         return _one_line(" ".join(notes))
-    return f"stopped ({'SIGTERM' if isinstance(stop, Terminated) else 'Ctrl-C'})"
+    return f"stopped ({'SIGTERM' if isinstance(stops[-1], Terminated) else 'Ctrl-C'})"
 
 
 #: Characters that end a line (str.splitlines): escaped in error messages, which stay on one line.

@@ -218,13 +218,16 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
     stuck one); Python 3.14's ``terminate_workers`` does the same. A worker still alive
     ``STOP_WAIT`` seconds after its SIGTERM is killed: one that never reaches its initializer keeps
     the stops it was started with blocked (``gedp.errors.held_stops``), and would be waited for
-    without end."""
-    processes = list((pool._processes or {}).values())
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.join(STOP_WAIT)
-        if process.exitcode is None:
-            process.kill()
-            process.join()
-    pool.shutdown(wait=True, cancel_futures=True)
+    without end. A stop received meanwhile (a second Ctrl-C of a command that is stopping) is held
+    until they have ended and the pool is shut down: cut short, the wait left workers running and a
+    pool half shut (tracebacks of its threads, and of the interpreter's own wait for them at exit)."""
+    with held_stops():
+        processes = list((pool._processes or {}).values())
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(STOP_WAIT)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+        pool.shutdown(wait=True, cancel_futures=True)
