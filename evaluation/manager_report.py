@@ -27,9 +27,15 @@ from gedp.measure.budget import compose
 from gedp.measure.conversions import STATED_DELTA, delta_text, gdp_epsilon
 from gedp.measure.neighbors import make_psi
 from gedp.postprocess.tabulate import qcew_level
-from gedp.release.format import TABLES_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import check_one_quarter, read_manifest, read_validated, release_answers, release_wage_psi
+from gedp.release.reader import (
+    check_one_quarter,
+    read_manifest,
+    read_tables,
+    read_validated,
+    release_answers,
+    release_wage_psi,
+)
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS, PublishedState
 from gedp.synth.titles import state_names
@@ -110,11 +116,6 @@ def privacy_facts(manifest: Manifest) -> dict:
     return {"mu": manifest["mu_total"], "epsilon": gdp_epsilon(manifest["mu_total"], STATED_DELTA),
             "delta": STATED_DELTA, "psi": manifest["psi"], "zeta": manifest.get("zeta"),
             "attributes": attributes}
-
-
-def read_tables(folder: Path) -> pd.DataFrame:
-    """The release's QCEW tables (levels 51-58 and 71-78, BLS layout)."""
-    return pd.read_csv(folder / TABLES_FILE, dtype={"area_fips": str, "industry_code": str, "own_code": str})
 
 
 def release_quarter(tables: pd.DataFrame) -> tuple[int, int] | None:
@@ -506,9 +507,9 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
     if published is not None:
         check_same_quarter(tables, published, published_name)
     quarter = release_quarter(tables)
+    cells = margin_cells(folder, levels)  # its answers checked against its manifest's mu and gammas: first
     facts = privacy_facts(manifest)
     counts = cell_counts(tables, published)
-    cells = margin_cells(folder, levels)
     summary = margin_summary(cells)
     agency = None if published is None else f"{published_name or 'published file'}, {published.year} Q{published.qtr}"
     sections = [privacy_section(facts), cells_section(counts, agency), margins_section(cells, summary)]

@@ -24,9 +24,9 @@ from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import InputError, run_started
 from gedp.measure.rng import check_publication
 from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
-from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, TABLES_FILE
+from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, read_stored, release_parts
+from gedp.release.reader import read_manifest, read_stored, read_tables, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.running.engine import Source, engine_access
 from gedp.running.panel_protect import is_panel, protect_panel
@@ -217,7 +217,7 @@ class Release:
     @property
     def qcew_tables(self) -> pd.DataFrame:
         """QCEW aggregation levels 51-58 and 71-78 in BLS layout, tabulated from the protected microdata."""
-        return pd.read_csv(self.folder / TABLES_FILE, dtype={"area_fips": str, "industry_code": str, "own_code": str})
+        return read_tables(self.folder)
 
     @property
     def jobs(self) -> pd.DataFrame:

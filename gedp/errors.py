@@ -63,8 +63,11 @@ class Terminated(KeyboardInterrupt):
 
 #: Every SIGTERM this process received (the handler records each before it raises ``Terminated``).
 terminations: list[int] = []
-#: How many of ``terminations`` were received before the current run began (None outside a run).
-_run_start: ContextVar[int | None] = ContextVar("gedp_run_start", default=None)
+#: Every Ctrl-C (SIGINT) the command line's handler received (``raise_interrupted``).
+interruptions: list[int] = []
+#: How many of ``terminations`` and of ``interruptions`` were received before the current run began
+#: (None outside a run).
+_run_start: ContextVar[tuple[int, int] | None] = ContextVar("gedp_run_start", default=None)
 
 
 @contextmanager
@@ -78,7 +81,7 @@ def run_started() -> Iterator[None]:
     if _run_start.get() is not None:
         yield
         return
-    token = _run_start.set(len(terminations))
+    token = _run_start.set((len(terminations), len(interruptions)))
     try:
         yield
     finally:
@@ -86,12 +89,16 @@ def run_started() -> Iterator[None]:
 
 
 def stop_if_terminated() -> None:
-    """Raise ``Terminated`` again if SIGTERM was received since the run began (ever, outside a run):
-    called before a release's manifest is written and its charge committed, so a stop whose exception
-    was lost on the way (raised inside a finalizer, or in a library that swallowed it) still commits and
-    publishes nothing."""
-    if len(terminations) > (_run_start.get() or 0):
+    """Raise ``Terminated`` again if SIGTERM was received since the run began (ever, outside a run),
+    else ``KeyboardInterrupt`` if Ctrl-C was (under the command line's handler): called before a
+    release's manifest is written and its charge committed, so a stop whose exception was lost on the
+    way (raised inside a finalizer or an import's callback, or in a library that swallowed it) still
+    commits and publishes nothing."""
+    before_terminations, before_interruptions = _run_start.get() or (0, 0)
+    if len(terminations) > before_terminations:
         raise Terminated()
+    if len(interruptions) > before_interruptions:
+        raise KeyboardInterrupt()
 
 
 def raise_terminated(signum: int, frame: object) -> None:
@@ -99,6 +106,13 @@ def raise_terminated(signum: int, frame: object) -> None:
     raised as ``Terminated``."""
     terminations.append(signum)
     raise Terminated()
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """The command line's Ctrl-C handler (``gedp.running.process.stop_on_sigterm``): recorded (the
+    backstop ``stop_if_terminated`` reads), then raised as Python's own handler raises it."""
+    interruptions.append(signum)
+    raise KeyboardInterrupt()
 
 
 #: The stops held back across a critical section (``held_stops``).

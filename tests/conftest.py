@@ -126,7 +126,9 @@ def ctrl_c_among_workers(tmp_path):
 
     import psutil
 
-    def stopped(arguments: list[str], workers: int) -> str:
+    def stopped(arguments: list[str], workers: int, repeated: bool = False) -> str:
+        """``repeated``: Ctrl-C again every few milliseconds until the run ends (a user who presses
+        it again while the command stops)."""
         # faulthandler: a run that does not end is made to print every thread's stack (below)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONFAULTHANDLER": "1"}
         run = subprocess.Popen([sys.executable, "-m", "gedp", *arguments], cwd=tmp_path, env=env,
@@ -137,6 +139,11 @@ def ctrl_c_among_workers(tmp_path):
             children = psutil.Process(run.pid).children(recursive=True)
             time.sleep(0.005)
         os.killpg(run.pid, signal.SIGINT)
+        again = time.monotonic() + 20
+        while repeated and run.poll() is None and time.monotonic() < again:
+            time.sleep(0.002)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGINT)
         try:
             output = run.communicate(timeout=120)[0]
         except subprocess.TimeoutExpired:

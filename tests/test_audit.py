@@ -265,3 +265,55 @@ def test_ctrl_c_stops_the_pipeline_audits_workers_without_their_tracebacks(ctrl_
     (about 0.16 s of processor time a run, without the tables) and fails the 120 s wait for its end,
     instead of finishing first (400 runs did under load once the runs built no tables: skipped)."""
     ctrl_c_among_workers(["audit", "--pipeline", "--runs", "1500", "--workers", "2"], workers=2)
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_again_while_the_workers_are_stopped_is_quiet(ctrl_c_among_workers):
+    """Red team rt20: a second Ctrl-C while the workers were being stopped cut ``stop_workers`` short:
+    tracebacks of the pool's threads (OSError: Bad file descriptor) or of the interpreter's wait for the
+    workers at exit, exit status -2. Now held until they have ended: one line, exit 130, none left.
+    Ctrl-C is sent again every 2 ms until the run ends, so one lands while they are stopped."""
+    ctrl_c_among_workers(["audit", "--pipeline", "--runs", "1500", "--workers", "2"], workers=2, repeated=True)
+
+
+def _run_folders(folder) -> list[str]:
+    """The runs' staging folders (``.run-<run>-<side>.partial-*``) anywhere under ``folder``."""
+    import os
+
+    return [name for _, names, _ in os.walk(folder) for name in names if name.startswith(".run-")]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stopped_pipeline_audit_leaves_no_temporary_folder(tmp_path, stop):
+    """Red team rt20: Ctrl-C or SIGTERM during the runs left the workers' scratch folders
+    ($TMPDIR/gedp-audit-*, a run's .partial staging folder in each): a stopped worker removes nothing.
+    Now the workers write inside the main process's folder, removed once they are stopped. The stop is
+    sent to the whole group (a terminal's Ctrl-C; a job scheduler's SIGTERM) once a worker writes a run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TMPDIR": str(scratch)}
+    run = subprocess.Popen([sys.executable, "-m", "gedp", "audit", "--pipeline", "--runs", "1500", "--workers", "2"],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not _run_folders(scratch):  # ready: a worker is writing a run
+            assert run.poll() is None, run.communicate()[0]
+            assert time.monotonic() < deadline, "no run written within 300 s"
+            time.sleep(0.01)
+        os.killpg(run.pid, getattr(signal, stop))
+        output = run.communicate(timeout=180)[0]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == (130 if stop == "SIGINT" else 143), output
+    assert "Traceback" not in output and output.strip().splitlines()[-1] == \
+        f"stopped ({'Ctrl-C' if stop == 'SIGINT' else 'SIGTERM'})", output
+    assert sorted(os.listdir(scratch)) == [], "left behind"

@@ -136,6 +136,8 @@ HOSTILE_FIELDS = {
                                   "'files' must name gedp's files only"),
     "a job family that is a path": (lambda m: m.update(jobs={"families": {"../x": {"columns": ["sex"]}}}),
                                     "plain names"),
+    "no psi": (lambda m: m.pop("psi"), "lacks 'psi'"),  # red team rt20: KeyError tracebacks in every reader
+    "no gammas": (lambda m: m.pop("gammas"), "lacks 'gammas'"),
 }
 
 
@@ -156,6 +158,11 @@ PANEL_FIELDS = {
     "per_quarter not the quarters": (lambda m: m["per_quarter"].pop("2016Q2"), "'per_quarter' must hold exactly"),
     "a quarter's count edited": (lambda m: m["per_quarter"]["2016Q2"].update(establishments=1),
                                  "is not the sum of its states'"),
+    "a quarter without its psi": (lambda m: m["per_quarter"]["2016Q2"].pop("psi"), "lacks 'per_quarter.2016Q2.psi'"),
+    "a quarter's unknown psi": (lambda m: m["per_quarter"]["2016Q2"]["psi"].update(name="cube"),
+                                "'psi' must name one of"),
+    "a quarter's negative gamma": (lambda m: m["per_quarter"]["2016Q2"]["gammas"].update(m1emp=-1.0),
+                                   "'per_quarter.2016Q2.gammas.m1emp'"),
 }
 
 
@@ -241,6 +248,56 @@ def test_a_quarter_holding_rows_of_another_is_refused(panel_release, tmp_path):
     with pytest.raises(InputError, match="of 2016Q2 hold 0 rows"):
         read_quarter(copy, "2016Q2")
     pd.testing.assert_frame_equal(read_quarter(copy, "2016Q1"), read_quarter(panel_release, "2016Q1"))
+
+
+def _tables_replaced(text: str):
+    return lambda folder: (folder / "qcew_tables.csv").write_text(text)
+
+
+def _tables_folder(folder: Path) -> None:
+    (folder / "qcew_tables.csv").unlink()
+    (folder / "qcew_tables.csv").mkdir()
+
+
+DAMAGED_TABLES = {
+    "deleted": (lambda folder: (folder / "qcew_tables.csv").unlink(), "has no qcew_tables.csv, which its manifest"),
+    "a folder": (_tables_folder, "qcew_tables.csv is not a regular file"),
+    "empty": (_tables_replaced(""), "qcew_tables.csv cannot be read"),
+    "not a CSV": (_tables_replaced('\x00\xff,"unterminated\n1,2'), "qcew_tables.csv cannot be read"),
+    "no key columns": (_tables_replaced("a,b\n1,2\n"), "qcew_tables.csv lacks the column area_fips"),
+    "a level as text": (_tables_replaced("area_fips,own_code,industry_code,agglvl_code\n44000,5,10,x\n"),
+                        "qcew_tables.csv cannot be read"),
+    "a value as text": (_tables_replaced("area_fips,own_code,industry_code,agglvl_code,m1\n44000,5,10,51,x\n"),
+                        "qcew_tables.csv holds a column 'm1' not of numbers"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED_TABLES))
+def test_missing_or_damaged_tables_are_refused_in_one_line(one_quarter, tmp_path, case):
+    """Red team rt20: `gedp report` of a release whose qcew_tables.csv was deleted (or damaged) printed
+    a ~106-line traceback (exit 1); now one line naming the file, exit 2, and the API's reader refuses it."""
+    damage, message = DAMAGED_TABLES[case]
+    copy = copied(one_quarter, tmp_path)
+    damage(copy)
+    result = runner.invoke(app, ["report", str(copy), "--out", str(tmp_path / "report.html")])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "report.html").exists()
+    with pytest.raises(InputError, match=re.escape(message)):
+        gedp.read_release(copy).qcew_tables
+
+
+@pytest.mark.parametrize("edit", ["an attribute the ledgers never charged", "no mu", "no gamma for wage"])
+def test_the_report_checks_the_manifest_against_the_answers_before_it_states_it(one_quarter, tmp_path, edit):
+    """Red team rt20: the report read the manifest's mu and gammas before any check (KeyError tracebacks);
+    now the answers are checked against them first, as tabulate checks them: one line, exit 2."""
+    edits = {"an attribute the ledgers never charged": lambda m: m["mu"]["identity"].update(foo=0.1),
+             "no mu": lambda m: m.pop("mu"), "no gamma for wage": lambda m: m["gammas"].pop("wage")}
+    copy = copied(one_quarter, tmp_path)
+    edit_manifest(copy, edits[edit])
+    result = runner.invoke(app, ["report", str(copy), "--out", str(tmp_path / "report.html")])
+    assert result.exit_code == 2 and result.output.startswith("error: release "), result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
 
 
 @pytest.mark.parametrize("folder", ["empty", "manifest only", "parts only"])

@@ -494,3 +494,47 @@ def test_a_run_in_another_thread_does_not_forget_this_runs_sigterm():
                 with pytest.raises(errors.Terminated):
                     errors.stop_if_terminated()
     assert other_ran == [True]
+
+
+#: `gedp` (its entry point, so the command line's handlers) with a real Ctrl-C received as the run starts
+#: protecting its input, and its KeyboardInterrupt swallowed there, as an import's callback does ("Exception
+#: ignored in _get_module_lock") or a library that catches it.
+LOST_CTRL_C_PROBE = """
+import os, signal, sys
+from gedp.running import recorded_release
+
+protect_input = recorded_release.protect_input
+
+def received_and_lost(*args, **kwargs):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10**7):  # the handler runs here (Python's next check of signals)
+            pass
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise SystemExit("no Ctrl-C received")
+    return protect_input(*args, **kwargs)
+
+recorded_release.protect_input = received_and_lost
+sys.argv = ["gedp", *sys.argv[1:]]
+from gedp.cli import command
+command()
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
+def test_a_ctrl_c_whose_exception_was_lost_still_commits_and_publishes_nothing(state_file, tmp_path, recorded):
+    """Red team rt20: SIGTERM had a backstop (``terminations``, checked before the manifest is written and
+    the charge committed), Ctrl-C had none: its KeyboardInterrupt swallowed, the run published its
+    release and committed its charge (exit 0). Now the command line records Ctrl-C as SIGTERM: exit 130,
+    nothing published, the charge left pending."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", LOST_CTRL_C_PROBE, *protect_command(state_file, tmp_path, recorded)],
+                          capture_output=True, text=True, timeout=240, env=env, start_new_session=True)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1].startswith("stopped"), done.stderr
+    assert not (tmp_path / "rel").exists()
+    if recorded:
+        assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["pending"]

@@ -426,3 +426,59 @@ def test_stop_workers_kills_a_worker_that_does_not_end_on_sigterm():
                           start_new_session=True)
     seconds, exitcode = done.stdout.split()
     assert 1.0 <= float(seconds) < 20 and int(exitcode) == -signal.SIGKILL, done.stdout + done.stderr
+
+
+def test_a_stop_received_while_stopping_ends_with_the_first_stops_line():
+    """A second stop raised while the first is handled (held by ``stop_workers`` until the workers
+    have ended, then raised) ends the command with the first's line: its notes, else its kind."""
+    from gedp.cli.command_line import stop_line
+    from gedp.errors import Terminated
+
+    for note in ("stopped: nothing was published; there is no release at 'x'", None):
+        try:
+            try:
+                raise Terminated()
+            except Terminated as first:
+                if note:
+                    first.add_note(note)
+                raise KeyboardInterrupt()  # a stop during the stop
+        except KeyboardInterrupt as second:
+            assert isinstance(second.__context__, Terminated)
+            assert stop_line(second) == (note or "stopped (SIGTERM)")
+
+
+#: Commands whose modules load before their ``reported_errors``, and a module of that load: the
+#: stop is sent once ``-X importtime`` says that module is imported (the command's load has begun).
+LOADING_COMMANDS = {
+    "plan": (["plan", "--from-qcew", "published.csv", "--out", "plan.yaml"], "gedp.planning"),
+    "suppress": (["suppress", "--out", "cells"], "gedp.evaluation"),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("command", "stop"), [("plan", "SIGINT"), ("plan", "SIGTERM"), ("suppress", "SIGTERM")])
+def test_a_stop_while_a_command_loads_its_modules_says_so(tmp_path, command, stop):
+    """Red team rt20: Ctrl-C or SIGTERM while `gedp plan` (or `gedp suppress`) imported its modules,
+    before its ``reported_errors``, ended it silently (typer's exit 130, 143 after SIGTERM). Now the
+    app says every stop of a command: one line, its exit status, no traceback."""
+    (tmp_path / "published.csv").write_text("area_fips,own_code\n")
+    arguments, loading = LOADING_COMMANDS[command]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "gedp", *arguments], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        lines = []
+        for line in run.stderr:  # ready: the command's modules are loading
+            lines.append(line)
+            if line.split("|")[-1].strip() == loading:
+                break
+        else:
+            pytest.fail(f"{loading} never imported: {''.join(lines[-20:])}")
+        os.killpg(run.pid, getattr(signal, stop))
+        rest = run.communicate(timeout=120)[1]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    said = [line for line in rest.splitlines() if not line.startswith("import time:")]
+    assert run.returncode == (130 if stop == "SIGINT" else 143), rest
+    assert said == [f"stopped ({'Ctrl-C' if stop == 'SIGINT' else 'SIGTERM'})"], rest

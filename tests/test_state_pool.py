@@ -306,3 +306,34 @@ def test_no_worker_starts_early_for_one_state_or_one_process(three_states, tmp_p
     assert state_pool._expected_size(three_states, None) == 1  # 5,500 rows: one process is quicker
     assert state_pool._expected_size(three_states, 2) == 2 and state_pool._expected_size(three_states, 4) == 3
     assert state_pool._expected_size(mixed, 4) == 2  # one row group: its min 05 and max 44 show two states
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_before_stop_workers_holds_stops_still_ends_every_worker(monkeypatch):
+    """Red team rt20 (found while testing a second Ctrl-C): a Ctrl-C raised as ``stop_workers`` began,
+    before its hold of stops, left the workers running (and the pool's shutdown waiting for every queued
+    task: minutes). Now they are ended first, then the stop is raised."""
+    import contextlib
+    import time
+
+    from gedp.running import state_pool
+
+    pool = state_pool._new_pool(2)
+    for _ in range(4):
+        pool.submit(time.sleep, 60)
+    processes = list(pool._processes.values())
+    hold = state_pool.held_stops
+    entered: list[int] = []
+
+    @contextlib.contextmanager
+    def stopped_on_entry():
+        entered.append(1)
+        if len(entered) == 1:
+            raise KeyboardInterrupt  # a Ctrl-C before the hold began
+        with hold():
+            yield
+
+    monkeypatch.setattr(state_pool, "held_stops", stopped_on_entry)
+    with pytest.raises(KeyboardInterrupt):
+        state_pool.stop_workers(pool)
+    assert len(processes) == 2 and not any(process.is_alive() for process in processes)

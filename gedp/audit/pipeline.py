@@ -196,15 +196,17 @@ def claims(manifest: dict, attribute: str) -> dict[str, float]:
 
 
 def audit_runs(config: Config, pair: Neighbours, runs: int, noise_factor: float = 1.0,
-               seeds: list[int] | None = None) -> tuple[Scores, dict]:
+               seeds: list[int] | None = None, within: str | None = None) -> tuple[Scores, dict]:
     """``runs`` runs of the release path on D1 and D2 in this process: each statistic's scores by side
     (D1, D2) and the last manifest. ``noise_factor`` < 1 runs the broken build (``broken_noise``);
-    ``seeds``: one per run and side, in that order (None: the secure generator)."""
+    ``seeds``: one per run and side, in that order (None: the secure generator). The runs' folders are
+    written in a temporary folder, made inside ``within`` when given (a worker's: the audit's own folder,
+    which the main process removes once its workers are stopped)."""
     scores: Scores = {name: ([], []) for name in STATISTICS}
     manifest: dict = {}
     located = None
     patched = broken_noise(noise_factor) if noise_factor != 1.0 else contextlib.nullcontext()
-    with patched, tempfile.TemporaryDirectory(prefix="gedp-audit-") as scratch:
+    with patched, tempfile.TemporaryDirectory(prefix="gedp-audit-", dir=within) as scratch:
         for run in range(runs):
             for side, data in enumerate((pair.d1, pair.d2)):
                 folder = Path(scratch) / f"run-{run}-{side}"
@@ -246,13 +248,16 @@ def run_pipeline_audit(config: str | Config = "baseline", *, attribute: str = "m
     manifest: dict = {}
     with contextlib.ExitStack() as stack:
         if workers > 1:
+            # the workers' folders inside this process's: removed however the audit ends (a stopped worker
+            # removes nothing), once the workers are stopped (the stack's callbacks run last to first)
+            within = stack.enter_context(tempfile.TemporaryDirectory(prefix="gedp-audit-"))
             # workers that ignore Ctrl-C, stopped however the audit ends (gedp.running.process.worker_signals)
             pool = stack.enter_context(ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                                            initializer=worker_signals))
             stack.callback(stop_workers, pool)
             with held_stops():
-                futures = [pool.submit(audit_runs, loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))
-                           for batch, size in enumerate(_batches(runs))]
+                futures = [pool.submit(audit_runs, loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size),
+                                       within) for batch, size in enumerate(_batches(runs))]
             done = (future.result() for future in completed(futures))
         else:
             done = (audit_runs(loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))

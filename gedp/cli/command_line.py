@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
-from typer.core import TyperOption
+from typer.core import TyperGroup, TyperOption
 
 import gedp
 from gedp.errors import AuditError, GedpError, InputProblems, SolverError, Terminated, run_started
@@ -24,7 +24,26 @@ try:  # typer >= 0.20 carries its own copy of click
 except ImportError:  # pragma: no cover
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
+
+class _Commands(TyperGroup):
+    """The app's commands: a stop (Ctrl-C, or SIGTERM's ``Terminated``) anywhere in a command, its
+    imports before ``reported_errors`` and its printout after included, ends it with the one line
+    ``stop_line`` on stderr; typer then exits 130 (143 after SIGTERM: ``main``)."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as stop:
+            _said_stop.append(True)
+            typer.echo(stop_line(stop), err=True)
+            raise
+
+
+#: Whether a command of this ``main`` said its stop (``_Commands``): ``main`` says one outside a command.
+_said_stop: list[bool] = []
+
 app = typer.Typer(
+    cls=_Commands,
     add_completion=False,
     no_args_is_help=True,
     help="Gaussian Establishment DP: protected, consistent establishment microdata with stated error.",
@@ -75,13 +94,9 @@ def _options(
 def reported_errors() -> Iterator[None]:
     """Turn every gedp error into one line on stderr: exit status 1 when the computation failed
     (solver, audit LP), 2 when an input, config, budget or path was refused (gedp.errors). A stop
-    (Ctrl-C, or SIGTERM's ``Terminated``) is one line too, what the run says it left (``stop_line``),
-    and exit status 130 (143 after SIGTERM: ``main``)."""
+    (Ctrl-C, or SIGTERM's ``Terminated``) passes: the app says it for the whole command (``_Commands``)."""
     try:
         yield
-    except KeyboardInterrupt as stop:
-        typer.echo(stop_line(stop), err=True)
-        raise
     except (SolverError, AuditError) as err:
         kind = "solver" if isinstance(err, SolverError) else "audit"
         typer.echo(f"{kind} error: {_one_line(err)}", err=True)
@@ -98,11 +113,15 @@ def reported_errors() -> Iterator[None]:
 def stop_line(stop: KeyboardInterrupt) -> str:
     """The line a stopped command ends with: the notes the run added to the stop (what it left: a
     release pending in the ledger, published or not, ``gedp.running.recorded_release.reported_stop``),
-    else which stop it was."""
-    notes = getattr(stop, "__notes__", None)
+    else which stop it was. A stop received while the command was stopping (raised during the first's
+    handling: its ``__context__``) ends it with the first's line."""
+    stops = [stop]
+    while isinstance(stops[-1].__context__, KeyboardInterrupt):
+        stops.append(stops[-1].__context__)
+    notes = next((s.__notes__ for s in stops if getattr(s, "__notes__", None)), None)
     if notes:
         return _one_line(" ".join(notes))
-    return f"stopped ({'SIGTERM' if isinstance(stop, Terminated) else 'Ctrl-C'})"
+    return f"stopped ({'SIGTERM' if isinstance(stops[-1], Terminated) else 'Ctrl-C'})"
 
 
 #: Characters that end a line (str.splitlines): escaped in error messages, which stay on one line.
@@ -163,10 +182,15 @@ def progress_counts(description: str) -> Iterator[tuple[Callable[[int, int], Non
 def main() -> None:
     """Console entry point: usage errors (a bad option value, an unknown command), too, end in one
     line ``error: ...`` and exit status 2."""
-    set_up_command_memory()
-    stop_on_sigterm()  # SIGTERM stops a command as Ctrl-C does (exit 143, nothing left)
+    _said_stop.clear()
     try:
+        stop_on_sigterm()  # SIGTERM stops a command as Ctrl-C does (exit 143, nothing left)
+        set_up_command_memory()
         code = app(standalone_mode=False)
+    except KeyboardInterrupt as stop:  # outside a command (typer converts a stop within one to exit 130)
+        _said_stop.append(True)
+        typer.echo(stop_line(stop), err=True)
+        code = 130
     except click_errors.NoArgsIsHelpError:
         app(["--help"])
     except click_errors.ClickException as err:
@@ -175,6 +199,8 @@ def main() -> None:
     except typer.Abort:
         typer.echo("error: aborted", err=True)
         sys.exit(1)
+    if code == 130 and not _said_stop:  # stopped while typer read the command line
+        typer.echo(stop_line(Terminated() if exit_status(code) != code else KeyboardInterrupt()), err=True)
     sys.exit(exit_status(code if isinstance(code, int) else 0))
 
 

@@ -14,7 +14,7 @@ from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
-from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY
+from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE
 from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts, part_label
 from gedp.release.part_sizes import FOOTER_LIMITS, check_decoded, read_parts
 from gedp.release.validation import read_manifest, release_parts
@@ -55,6 +55,42 @@ def parts_read(release: str | Path, output: str) -> Iterator[None]:
     except (pa.ArrowException, OSError) as err:
         raise InputError(f"release '{release}': a part of {output} cannot be read as the Parquet gedp writes "
                          f"({type(err).__name__}; an edited or damaged copy)") from None
+
+
+#: The key columns of a release's QCEW tables (BLS layout) with the types they are read as: codes as
+#: text, the aggregation level a whole number; every other column is a number.
+TABLE_KEYS = {"area_fips": str, "own_code": str, "industry_code": str, "agglvl_code": "int64"}
+
+
+def read_tables(release: str | Path) -> pd.DataFrame:
+    """A release's QCEW tables (``qcew_tables.csv``: levels 51-58 and 71-78 in BLS layout), read as
+    untrusted input: listed by its manifest, a regular file, ``TABLE_KEYS`` of their types and every
+    other column numbers; InputError naming the file otherwise (a missing, edited or damaged copy)."""
+    import stat
+
+    manifest = read_manifest(release)
+    if TABLES_FILE not in manifest["files"].values():
+        raise InputError(f"release '{release}' has no QCEW tables: its manifest lists no {TABLES_FILE}")
+    path = Path(release) / TABLES_FILE
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):  # a link, a folder, a FIFO (whose read would block)
+            raise InputError(f"release '{release}': {TABLES_FILE} is not a regular file")
+    except FileNotFoundError:
+        raise InputError(f"release '{release}' has no {TABLES_FILE}, which its manifest lists") from None
+    try:
+        tables = pd.read_csv(path, dtype=TABLE_KEYS)
+    except (OSError, ValueError, UnicodeDecodeError) as err:  # pandas' parser and type errors are ValueErrors
+        raise InputError(f"release '{release}': {TABLES_FILE} cannot be read as the tables gedp writes "
+                         f"({type(err).__name__}; an edited or damaged copy)") from None
+    missing = [column for column in TABLE_KEYS if column not in tables.columns]
+    wrong = [column for column in tables.columns if column not in TABLE_KEYS
+             and not pd.api.types.is_numeric_dtype(tables[column])]
+    if missing or wrong:
+        from gedp.synth.schema import shown
+
+        what = f"lacks the column {missing[0]}" if missing else f"holds a column {shown(wrong[0])} not of numbers"
+        raise InputError(f"release '{release}': {TABLES_FILE} {what} (an edited or damaged copy)")
+    return tables
 
 
 def parse_query_name(name: str) -> tuple[str, ...]:

@@ -15,7 +15,8 @@ field, and no reader silently includes a file the manifest does not account for:
 * ``mu_total``, ``mu_planned_total``, ``mu_cap`` and every query's mu (``mu``) are finite numbers in
   [0, MAX_STATED_MU] (``gedp.accounting.mu_limits``, refused in a config at protect time); ``gammas``, ``zeta``
   and ``zeta_per_state`` finite numbers >= 0; ``psi`` names a neighbor function and only its
-  parameters, each a finite number, within the function's own rules;
+  parameters, each a finite number, within the function's own rules; ``psi`` and ``gammas`` are
+  present, and each quarter of a panel states its own, checked alike;
 * ``manifest.json`` is a regular file, not a symbolic link;
 * a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
   a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
@@ -162,22 +163,28 @@ def _check_psi(release: str | Path, psi: object) -> None:
             raise _refuse(release, f"'psi' is not a valid psi {psi['name']} (its parameters break its rules)")
 
 
-def _check_budget(release: str | Path, content: Mapping) -> None:
-    """The numbers a reader computes with or states: mu (finite, within MAX_STATED_MU), gammas, zeta, psi."""
+#: The fields every release (and each quarter of a panel) states, which its readers compute with.
+BUDGET_FIELDS = ("psi", "gammas")
+
+
+def _check_budget(release: str | Path, content: Mapping, where: str = "") -> None:
+    """The numbers a reader computes with or states (of a quarter of a panel: ``where``): mu (finite,
+    within MAX_STATED_MU), gammas, zeta, psi; psi and gammas present (``BUDGET_FIELDS``)."""
     from gedp.accounting.mu_limits import MAX_STATED_MU
 
+    missing = [field for field in BUDGET_FIELDS if field not in content]
+    if missing:
+        raise _refuse(release, f"lacks '{where}{missing[0]}'")
     for field in ("mu_total", "mu_planned_total", "mu_cap"):
         if field in content and (field == "mu_total" or content[field] is not None):
-            _number(release, content[field], field, MAX_STATED_MU)
+            _number(release, content[field], f"{where}{field}", MAX_STATED_MU)
     if "mu" in content:
-        _numbers(release, content["mu"], "mu", MAX_STATED_MU)
-    if "gammas" in content:
-        _numbers(release, content["gammas"], "gammas")
+        _numbers(release, content["mu"], f"{where}mu", MAX_STATED_MU)
+    _numbers(release, content["gammas"], f"{where}gammas")
     for field in ("zeta", "zeta_per_state"):
         if content.get(field) is not None:
-            _number(release, content[field], field)
-    if "psi" in content:
-        _check_psi(release, content["psi"])
+            _number(release, content[field], f"{where}{field}")
+    _check_psi(release, content["psi"])
 
 
 def checked_manifest(content: object, release: str | Path) -> dict:
@@ -209,6 +216,7 @@ def checked_manifest(content: object, release: str | Path) -> dict:
         if not isinstance(section, dict) or "quarters" in section:
             raise _refuse(release, f"'per_quarter.{quarter}' must be the manifest of one quarter")
         _check_quarter_release(release, section, f"per_quarter.{quarter}.")
+        _check_budget(release, section, f"per_quarter.{quarter}.")  # a quarter's readers compute with its own
     return content
 
 

@@ -412,7 +412,7 @@ def write_manifest(staging: Path, manifest: Mapping[str, Any], extra_files: dict
     """
     for file, content in extra_files.items():
         (staging / file).write_text(json.dumps(content, indent=2) + "\n")
-    stop_if_terminated()  # nothing committed, nothing published after a SIGTERM
+    stop_if_terminated()  # nothing committed, nothing published after a SIGTERM or Ctrl-C
     if before_publish is not None:
         before_publish()
     (staging / name).write_text(json.dumps(manifest, indent=2, default=float) + "\n")

@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import NoReturn, TypeVar
 
 from gedp import errors
-from gedp.errors import HELD_SIGNALS, raise_terminated
+from gedp.errors import HELD_SIGNALS, raise_interrupted, raise_terminated
 
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
@@ -112,10 +112,13 @@ TERMINATED_STATUS = 128 + signal.SIGTERM
 
 
 def stop_on_sigterm() -> None:
-    """Have SIGTERM raise ``Terminated`` in the main thread (call from the main thread). SIGKILL
-    cannot be handled: a killed run's staging folders are removed by the next run that writes the
-    same output (``gedp.release.writer.remove_stale_staging``)."""
+    """Have SIGTERM raise ``Terminated`` in the main thread (call from the main thread), and Ctrl-C
+    recorded as it raises KeyboardInterrupt (``gedp.errors.raise_interrupted``), so that a stop whose
+    exception is lost still publishes nothing (``gedp.errors.stop_if_terminated``). SIGKILL cannot be
+    handled: a killed run's staging folders are removed by the next run that writes the same output
+    (``gedp.release.writer.remove_stale_staging``)."""
     signal.signal(signal.SIGTERM, raise_terminated)
+    signal.signal(signal.SIGINT, raise_interrupted)
 
 
 def worker_signals() -> None:

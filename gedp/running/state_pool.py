@@ -218,7 +218,27 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
     stuck one); Python 3.14's ``terminate_workers`` does the same. A worker still alive
     ``STOP_WAIT`` seconds after its SIGTERM is killed: one that never reaches its initializer keeps
     the stops it was started with blocked (``gedp.errors.held_stops``), and would be waited for
-    without end."""
+    without end. A stop received meanwhile (a second Ctrl-C of a command that is stopping) is held
+    until they have ended and the pool is shut down, then raised: cut short, the wait left workers
+    running and a pool half shut (tracebacks of its threads, and of the interpreter's own wait for
+    them at exit). One raised before the hold began is raised once they have ended too."""
+    early: KeyboardInterrupt | None = None
+    ended = False
+    while not ended:
+        try:
+            with held_stops():
+                _end_workers(pool)
+                ended = True
+        except KeyboardInterrupt as stop:
+            if ended:
+                raise
+            early = early or stop  # received before the hold began: the workers are ended first
+    if early is not None:
+        raise early
+
+
+def _end_workers(pool: ProcessPoolExecutor) -> None:
+    """``stop_workers``'s work: SIGTERM to every running worker, SIGKILL after STOP_WAIT, then shutdown."""
     processes = list((pool._processes or {}).values())
     for process in processes:
         process.terminate()
