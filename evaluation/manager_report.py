@@ -521,8 +521,9 @@ def build_report(release: str | Path, published: PublishedState | None = None, p
     page = PAGE.substitute(
         title=html.escape(report_title(manifest, quarter)),
         subtitle=html.escape(f"{manifest['establishments']:,} establishments; release of {manifest['created_date']}"),
-        banner="" if manifest["publishable"] else ('<p class="banner"><strong>Not for publication.</strong> This '
-                                                   "release was made with a replayable noise seed.</p>"),
+        banner="" if manifest.get("publishable", False) else (
+            '<p class="banner"><strong>Not for publication.</strong> This release was made with a replayable '
+            "noise seed.</p>"),
         key=_key_figures(facts, counts, summary, shares), sections="".join(sections),
         footer=html.escape(f"Made by gedp {manifest['gedp_version']} from the release alone"
                            + (f" and the agency's public file {agency}" if agency else "")

@@ -90,14 +90,17 @@ def run_started() -> Iterator[None]:
 
 def stop_if_terminated() -> None:
     """Raise ``Terminated`` again if SIGTERM was received since the run began (ever, outside a run),
-    else ``KeyboardInterrupt`` if Ctrl-C was (under the command line's handler): called before a
-    release's manifest is written and its charge committed, so a stop whose exception was lost on the
-    way (raised inside a finalizer or an import's callback, or in a library that swallowed it) still
-    commits and publishes nothing."""
-    before_terminations, before_interruptions = _run_start.get() or (0, 0)
+    else ``KeyboardInterrupt`` if Ctrl-C was since the run began (the command line's handler records
+    it, and every command is a run; outside a run a Ctrl-C some earlier command of the process
+    received and survived, in-process, is not this call's): called before a release's manifest is
+    written and its charge committed, so a stop whose exception was lost on the way (raised inside a
+    finalizer or an import's callback, or in a library that swallowed it) still commits and publishes
+    nothing."""
+    start = _run_start.get()
+    before_terminations, before_interruptions = start or (0, 0)
     if len(terminations) > before_terminations:
         raise Terminated()
-    if len(interruptions) > before_interruptions:
+    if start is not None and len(interruptions) > before_interruptions:
         raise KeyboardInterrupt()
 
 

@@ -138,6 +138,9 @@ HOSTILE_FIELDS = {
                                     "plain names"),
     "no psi": (lambda m: m.pop("psi"), "lacks 'psi'"),  # red team rt20: KeyError tracebacks in every reader
     "no gammas": (lambda m: m.pop("gammas"), "lacks 'gammas'"),
+    # red team rt20 (second round): "yes" and true over seeded noise dropped the report's banner
+    "publishable as text": (lambda m: m.update(publishable="yes"), "must be true or false"),
+    "publishable over replayable noise": (lambda m: m.update(publishable=True), "is true but its noise"),
 }
 
 
@@ -161,6 +164,8 @@ PANEL_FIELDS = {
     "a quarter without its psi": (lambda m: m["per_quarter"]["2016Q2"].pop("psi"), "lacks 'per_quarter.2016Q2.psi'"),
     "a quarter's unknown psi": (lambda m: m["per_quarter"]["2016Q2"]["psi"].update(name="cube"),
                                 "'psi' must name one of"),
+    "a quarter publishable as text": (lambda m: m["per_quarter"]["2016Q2"].update(publishable=1),
+                                      "'per_quarter.2016Q2.publishable' \\(1\\) must be true or false"),
     "a quarter's negative gamma": (lambda m: m["per_quarter"]["2016Q2"]["gammas"].update(m1emp=-1.0),
                                    "'per_quarter.2016Q2.gammas.m1emp'"),
 }
@@ -285,6 +290,26 @@ def test_missing_or_damaged_tables_are_refused_in_one_line(one_quarter, tmp_path
     assert not (tmp_path / "report.html").exists()
     with pytest.raises(InputError, match=re.escape(message)):
         gedp.read_release(copy).qcew_tables
+
+
+@pytest.mark.parametrize("column", ["m1emp", "wage", "county"])
+def test_protected_microdata_without_a_column_of_the_release_are_refused_by_every_reader(one_quarter, tmp_path,
+                                                                                          monkeypatch, column):
+    """Red team rt20 (second round): with m1emp dropped from a part, `tabulate --moe` left its columns out
+    silently (and its wage margins changed), `report` printed a KeyError traceback."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = copied(one_quarter, tmp_path)
+    _edit_part(copy, lambda frame: frame.__delitem__(column))
+    message = f"lack the column '{column}'"
+    for request in (["tabulate", str(copy), "--by", "sector", "--moe"],
+                    ["report", str(copy), "--out", str(tmp_path / "report.html")],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "imp").exists()
+    with pytest.raises(InputError, match=message):
+        gedp.read_release(copy).tabulate(by=["sector"])
 
 
 @pytest.mark.parametrize("edit", ["an attribute the ledgers never charged", "no mu", "no gamma for wage"])

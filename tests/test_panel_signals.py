@@ -333,8 +333,8 @@ def test_a_process_that_survived_a_sigterm_publishes_its_next_release(state_file
             pass  # handled, e.g. by a library in between: the run goes on
 
     monkeypatch.setattr(errors, "terminations", [])
-    previous = signal.getsignal(signal.SIGTERM)
-    stop_on_sigterm()
+    previous = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    stop_on_sigterm()  # installs the command line's handlers of both stops: both restored below
     try:
         command = protect_command(state_file, tmp_path, recorded)
         with monkeypatch.context() as during:
@@ -344,7 +344,8 @@ def test_a_process_that_survived_a_sigterm_publishes_its_next_release(state_file
         assert stopped.exit_code == 130 and not (tmp_path / "rel").exists(), stopped.output
         again = CliRunner().invoke(app, command)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
     assert again.exit_code == 0, again.output
     assert errors.terminations == [signal.SIGTERM] and (tmp_path / "rel" / "manifest.json").is_file()
     if recorded:
@@ -494,6 +495,24 @@ def test_a_run_in_another_thread_does_not_forget_this_runs_sigterm():
                 with pytest.raises(errors.Terminated):
                     errors.stop_if_terminated()
     assert other_ran == [True]
+
+
+def test_a_ctrl_c_an_earlier_command_survived_does_not_stop_a_later_call():
+    """A Ctrl-C the command line's handler recorded in an earlier in-process command (a test's, or a
+    notebook's) stopped every later library call outside a run with KeyboardInterrupt (a worker of the
+    full suite crashed in test_state_pool: a test had left the command line's handlers installed, a later
+    one sent itself Ctrl-C through an in-process command): it counts within the run that received it,
+    and in none after."""
+    from gedp import errors
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(errors, "interruptions", [signal.SIGINT])  # an earlier command's, survived
+        errors.stop_if_terminated()  # outside a run: not this call's
+        with errors.run_started():
+            errors.stop_if_terminated()  # a run that began after it
+            errors.interruptions.append(signal.SIGINT)  # this run's own Ctrl-C, its exception lost
+            with pytest.raises(KeyboardInterrupt):
+                errors.stop_if_terminated()
 
 
 #: `gedp` (its entry point, so the command line's handlers) with a real Ctrl-C received as the run starts

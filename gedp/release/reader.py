@@ -25,6 +25,21 @@ if TYPE_CHECKING:
     from gedp.release.manifest import Manifest
 
 
+def check_columns(release: str | Path, names: list[str], manifest: Manifest) -> None:
+    """The protected microdata's columns ``names`` refused unless they hold the release's keys and
+    every attribute it measured (its manifest's gammas; each quarter's in a panel): a reader must not
+    tabulate a copy with an attribute dropped as if it had never been released."""
+    from gedp.release.format import RELEASE_ORDER
+    from gedp.synth.schema import shown
+
+    sections = manifest["per_quarter"].values() if "per_quarter" in manifest else [manifest]
+    wanted = dict.fromkeys([*RELEASE_ORDER, *(name for section in sections for name in section["gammas"])])
+    missing = [name for name in wanted if name not in names]
+    if missing:
+        raise InputError(f"release '{release}': its protected microdata lack the column {shown(missing[0])} "
+                         "its manifest states (an edited or damaged copy)")
+
+
 def check_count(release: str | Path, frame: pd.DataFrame, expected: int, what: str = "") -> pd.DataFrame:
     """``frame`` (a release's protected rows), refused when it does not hold the ``expected`` number
     of establishments its manifest states."""
@@ -114,6 +129,8 @@ def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFra
     with parts_read(release, output):
         check_decoded(release, output, parts)
         frame = read_parts(parts)
+    if output == PROTECTED_FILE:
+        check_columns(release, list(frame.columns), manifest)
     return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
 
 
@@ -125,7 +142,9 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
     manifest = read_manifest(release)
     parts = release_parts(release, PROTECTED_FILE, manifest)
     with parts_read(release, PROTECTED_FILE):
-        columns = [name for name in pq.ParquetDataset(parts, **FOOTER_LIMITS).schema.names if name not in without]
+        names = pq.ParquetDataset(parts, **FOOTER_LIMITS).schema.names
+        check_columns(release, names, manifest)
+        columns = [name for name in names if name not in without]
         check_decoded(release, PROTECTED_FILE, parts, columns)
         frame = read_parts(parts, columns)
     check_count(release, frame, manifest_count(manifest))
@@ -222,6 +241,7 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
     parts = quarter_parts(release_parts(release, PROTECTED_FILE, manifest), quarter)
     with parts_read(release, PROTECTED_FILE):
         names = pq.ParquetDataset(parts, **FOOTER_LIMITS).schema.names
+        check_columns(release, names, manifest)
         columns = [name for name in names if name not in (*without, QUARTER_KEY)]
         check_decoded(release, PROTECTED_FILE, parts, [*columns, QUARTER_KEY])
         frame = read_parts(parts, columns, [(QUARTER_KEY, "==", quarter)])

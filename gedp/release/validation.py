@@ -102,8 +102,21 @@ def _check_jobs(release: str | Path, jobs: object) -> None:
             raise _refuse(release, f"job family {_shown(family)}: its name and worker columns must be plain names")
 
 
+def _check_publishable(release: str | Path, manifest: Mapping, where: str) -> None:
+    """'publishable' a boolean, and true only where the noise came from the secure generator (its 'rng'
+    says so): a reader must never present a replayable release as publishable."""
+    publishable = manifest.get("publishable", False)
+    if not isinstance(publishable, bool):
+        raise _refuse(release, f"'{where}publishable' ({_shown(publishable)}) must be true or false")
+    rng = manifest.get("rng")
+    if publishable and rng is not None and not (isinstance(rng, dict) and rng.get("kind") == "secure"):
+        raise _refuse(release, f"'{where}publishable' is true but its noise is not the secure generator's "
+                               f"('{where}rng.kind' {_shown(rng.get('kind') if isinstance(rng, dict) else rng)})")
+
+
 def _check_quarter_release(release: str | Path, manifest: Mapping, where: str) -> None:
     """The fields of a release of one quarter (the release itself, or a quarter of a panel)."""
+    _check_publishable(release, manifest, where)
     states = _labels(release, manifest.get("states"), f"{where}states", STATE_PATTERN)
     establishments = _count(release, manifest.get("establishments"), f"{where}establishments")
     per_state = manifest.get("per_state")
@@ -204,6 +217,7 @@ def checked_manifest(content: object, release: str | Path) -> dict:
     if "quarters" not in content:
         _check_quarter_release(release, content, "")
         return content
+    _check_publishable(release, content, "")
     quarters = _labels(release, content["quarters"], "quarters", QUARTER_PATTERN)
     if len(quarters) > MAX_QUARTERS:
         raise _refuse(release, f"'quarters' lists {len(quarters):,} quarters, more than {MAX_QUARTERS} (100 years)")
