@@ -27,13 +27,15 @@ if TYPE_CHECKING:
 
 def check_columns(release: str | Path, names: list[str], manifest: Manifest) -> None:
     """The protected microdata's columns ``names`` refused unless they hold the release's keys and
-    every attribute it measured (its manifest's gammas; each quarter's in a panel): a reader must not
-    tabulate a copy with an attribute dropped as if it had never been released."""
+    every establishment attribute it measured (its manifest's gammas; each quarter's in a panel; a job
+    family's are in the job frame): a reader must not tabulate a copy with an attribute dropped as if
+    it had never been released."""
     from gedp.release.format import RELEASE_ORDER
     from gedp.synth.schema import shown
 
     sections = manifest["per_quarter"].values() if "per_quarter" in manifest else [manifest]
-    wanted = dict.fromkeys([*RELEASE_ORDER, *(name for section in sections for name in section["gammas"])])
+    measured = (name for section in sections for name in section["gammas"] if name in CONFIDENTIAL)
+    wanted = dict.fromkeys([*RELEASE_ORDER, *measured])
     missing = [name for name in wanted if name not in names]
     if missing:
         raise InputError(f"release '{release}': its protected microdata lack the column {shown(missing[0])} "
