@@ -10,7 +10,9 @@ month 1 to 2, job creation and destruction from month 1 to 3 (employees), the sh
 exactly one employee and of five or more; for the truth, the draws, and the draws under the same
 priors without the no-change atom in the change bands whose lower edge is ``--no-atom-from`` employees
 or more (what the atom adds). Before them, each state's fitted atom weights and their standard errors
-(``PosteriorModel.summary``). ``docs/method/implicates.md`` (the no-change atom) reports a run.
+(``PosteriorModel.summary``); with ``--cell-changes fitted`` the offsets' fitted slopes per change band
+and the truth's (its changes in psi scale regressed on the same offsets). ``docs/method/implicates.md``
+(the no-change atom; the cells' month patterns) reports runs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gedp.postprocess.cell_changes import band_slopes, mode_offsets
 from gedp.postprocess.deconvolve import Mixture
 from gedp.postprocess.implicates import BURN_IN
 
@@ -44,6 +47,16 @@ def band_table(months: np.ndarray, band: np.ndarray) -> pd.DataFrame:
                      "creation": np.maximum(change, 0).sum(), "destruction": np.maximum(-change, 0).sum(),
                      "one_employee": np.mean(np.abs(change) == 1), "five_or_more": np.mean(np.abs(change) >= 5)})
     return pd.DataFrame(rows).set_index("band")
+
+
+def truth_slopes(model, true_months: np.ndarray) -> list[float]:
+    """Per change band: the slope of the truth's changes in psi scale on the offsets b (``band_slopes``), the
+    beta the answers' slope estimates."""
+    _, band, _ = model.change_bands()
+    offset, _ = mode_offsets(model.answers, model.psi, band, "all")
+    theta = model.psi(true_months)
+    return [round(float(b), 3) for b in band_slopes(theta[:, 1:] - theta[:, :1], offset, band,
+                                                                      model.answers.change_cell)[0]]
 
 
 def without_atom(model, from_size: float):
@@ -73,6 +86,9 @@ def main() -> None:
         print("atom weights (months 2, 3):", summary["no_change_share"])
         print("their standard errors:", summary["no_change_se"])
         true_months = truth[MONTHS].to_numpy(float)[rows]
+        if "change_slopes" in summary:
+            print("offsets' slopes per band (their se):", summary["change_slopes"], summary["change_slopes_se"])
+            print("the truth's (its changes in psi scale on the same offsets):", truth_slopes(model, true_months))
         band = np.searchsorted(EDGES, true_months.mean(axis=1), side="right") - 1
         local = np.arange(len(rows))
         print("truth\n", band_table(true_months, band).round(3).to_string())

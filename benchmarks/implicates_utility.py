@@ -47,7 +47,7 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
                         help="a smooth level prior (LEVEL_SMOOTH: deconvolve.SmoothFit) instead of the NPMLE")
     parser.add_argument("--level-by-sector", action="store_true",
                         help="a level prior per sector (postprocess.implicates.LEVEL_BY_SECTOR)")
-    parser.add_argument("--cell-changes", default="", choices=["", "all", "changers"],
+    parser.add_argument("--cell-changes", default="", choices=["", "all", "changers", "fitted"],
                         help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
     return parser
 
@@ -116,7 +116,7 @@ def main() -> None:
                         help="a smooth level prior (postprocess.implicates.LEVEL_SMOOTH, deconvolve.SmoothFit)")
     parser.add_argument("--level-by-sector", action="store_true",
                         help="a level prior per sector of MIN_SECTOR_LEVEL+ answers (implicates.LEVEL_BY_SECTOR)")
-    parser.add_argument("--cell-changes", default="", choices=["", "all", "changers"],
+    parser.add_argument("--cell-changes", default="", choices=["", "all", "changers", "fitted"],
                         help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
     parser.add_argument("--draw-penalty", action="store_true",
                         help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")

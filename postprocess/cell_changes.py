@@ -22,6 +22,8 @@ release's identity answers, their public sds and public columns.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from scipy.special import log_ndtr, logsumexp
 
@@ -38,6 +40,9 @@ from gedp.postprocess.months import (
     row_means,
 )
 from gedp.postprocess.prior_components import change_fit
+
+if TYPE_CHECKING:
+    from gedp.postprocess.implicates import StateAnswers
 
 
 def others_deviation(y: np.ndarray, noise_variance: np.ndarray, cells: np.ndarray) -> np.ndarray:
@@ -79,8 +84,33 @@ def change_offsets(omega: np.ndarray, month_sd: np.ndarray, psi: NeighborFunctio
 
 #: How the offsets enter a change prior (``postprocess.implicates.CELL_CHANGES``): "" not at all; "all": the
 #: whole prior moved by b (its atom: "moves with its cell"); "changers": its continuous part moved by b,
-#: its atom kept at no change (an establishment keeps its headcount, or changes around its cell's movement).
-CELL_CHANGE_MODES = ("", "all", "changers")
+#: its atom kept at no change (an establishment keeps its headcount, or changes around its cell's movement);
+#: "fitted": the whole prior moved by beta b, beta fitted per change band (``band_slopes``).
+CELL_CHANGE_MODES = ("", "all", "changers", "fitted")
+
+
+def band_slopes(difference: np.ndarray, offset: np.ndarray, band: np.ndarray, cells: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per change band (``band``: each establishment's, 0..): beta, the least-squares slope of the answers'
+    differences (establishments x changes, omega_k - omega_1) on the offsets b (same shape) with an intercept
+    per change, and its standard error clustered by ``cells`` (an establishment's offset holds its cell's others'
+    noise, theirs its own). The model is delta_k = beta b_k + eps_k with eps independent of b; the difference is
+    delta_k plus noise independent of b (b is from the cell's other establishments, the establishment's own
+    level from the mean of its answers), so the slope is unbiased for beta given b. 0 (standard error inf) in a
+    band whose offsets do not vary."""
+    n_bands = int(band.max(initial=-1)) + 1
+    beta, se = np.zeros(n_bands), np.full(n_bands, np.inf)
+    for b in range(n_bands):
+        rows = band == b
+        x = offset[rows] - offset[rows].mean(axis=0)
+        y = difference[rows] - difference[rows].mean(axis=0)
+        sxx = float((x * x).sum())
+        if sxx <= 0.0:
+            continue
+        beta[b] = float((x * y).sum()) / sxx
+        score = np.bincount(cells[rows], weights=(x * (y - beta[b] * x)).sum(axis=1))
+        se[b] = float(np.sqrt((score * score).sum())) / sxx
+    return beta, se
 
 
 def is_atom(prior: Mixture) -> np.ndarray:
@@ -138,3 +168,25 @@ def moved_draws(prior: Mixture, center: np.ndarray, spread: np.ndarray, lower: n
         -prior.weights[atom].sum())))
     moved = draw_posterior(center - offset, spread, changers, lower - offset, rng) + offset
     return np.where(stays, 0.0, moved)
+
+
+def mode_offsets(answers: StateAnswers, psi: NeighborFunction, band: np.ndarray, mode: str
+                 ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """The offsets of a CELL_CHANGE_MODES ``mode`` for a state's answers (``implicates.StateAnswers`` with
+    ``change_cell``) whose establishments are in change bands ``band``: b (``change_offsets``), with "fitted"
+    each row's b times its band's slope beta; and the slopes with their standard errors (None but "fitted")."""
+    offset = change_offsets(answers.months, answers.month_sd, psi, answers.industry, answers.change_cell)
+    if mode != "fitted":
+        return offset, None
+    omega = answers.months
+    slopes = band_slopes(omega[:, 1:] - omega[:, :1], offset, band, answers.change_cell)
+    return offset * slopes[0][band][:, None], slopes
+
+
+
+def slopes_summary(slopes: tuple[np.ndarray, np.ndarray] | None) -> dict:
+    """The fitted slopes (``mode_offsets``) in public numbers for a prior summary ({} without them)."""
+    if slopes is None:
+        return {}
+    return {"change_slopes": [float(f"{b:.3g}") for b in slopes[0]],
+            "change_slopes_se": [float(f"{e:.3g}") for e in slopes[1]]}

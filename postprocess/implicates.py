@@ -42,7 +42,7 @@ import numpy as np
 
 from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.cell_changes import change_fit_arguments, change_offsets, fit_kind, moved_draws
+from gedp.postprocess.cell_changes import change_fit_arguments, fit_kind, mode_offsets, moved_draws, slopes_summary
 from gedp.postprocess.deconvolve import (
     Mixture,
     MixtureFit,
@@ -156,6 +156,7 @@ class PosteriorModel:
     level_group: np.ndarray | None = None
     #: each establishment's changes' offsets b (``cell_changes``; None: 0, as without CELL_CHANGES)
     change_offset: np.ndarray | None = None
+    change_slopes: tuple[np.ndarray, np.ndarray] | None = None  # "fitted": per band beta, its se (``band_slopes``)
 
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
                  level_prior: str = "month1", change_prior: str = "independent") -> None:
@@ -166,8 +167,7 @@ class PosteriorModel:
         #: each prior's fit (answers binned, likelihood made ready), kept by its fit for its replicates
         self.fits: dict[object, MixtureFit] = {}
         if CELL_CHANGES and not self.joint and answers.change_cell is not None:
-            self.change_offset = change_offsets(answers.months, answers.month_sd, psi, answers.industry,
-                                                answers.change_cell)
+            self.change_offset, self.change_slopes = mode_offsets(answers, psi, self.change_bands()[1], CELL_CHANGES)
         self.priors = Priors(*self._month_priors())
         if self.joint:
             self.priors.joint = self._joint_priors()
@@ -425,7 +425,7 @@ class PosteriorModel:
                 "no_change_share": [[round(h.mass_at(0.0), 4) for h in pair] for pair in p.changes],
                 "no_change_se": [[float(f"{e:.3g}") for e in pair] for pair in self.no_change_standard_errors()],
                 "change_bands": [float(b) for b in self.psi.inverse(p.bands)],
-                "wage_cells": sum(g >= 0 for g, _ in p.wage_weights),
+                "wage_cells": sum(g >= 0 for g, _ in p.wage_weights), **slopes_summary(self.change_slopes),
                 **({} if p.cell_offset is None else {"cell_offsets": offsets_summary(p.cell_offset)})}
 
     # --- draws ------------------------------------------------------------------------------------
