@@ -11,7 +11,7 @@ synthesized from (disclosure code not N), so "published cells" are the cells BLS
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,14 +94,20 @@ def published_flags(published: PublishedState, level: int, keys: pd.DataFrame) -
 
 
 def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: PublishedState | None, replications: int,
-                     seed: int, data_label: str, on_step: Callable[[str], None] | None = None) -> AccuracyResult:
+                     seed: int, data_label: str, on_step: Callable[[str], None] | None = None,
+                     levels: Sequence[int] | None = None) -> AccuracyResult:
     """Simulate ``replications`` releases of ``truth`` under ``config`` and keep, per QCEW level and
-    attribute, the protected cell totals and their stated 95% margins."""
+    attribute, the protected cell totals and their stated 95% margins. ``levels``: the QCEW levels kept
+    (default all of LEVELS), with the state's (51) always: the others' cells and margins, most of the
+    work on a large state, are not computed; the releases and the kept levels' numbers are the same."""
     start = time.perf_counter()
     plan = config.plan
     attributes = [a for a in CONFIDENTIAL if a in plan.attributes]
     public = truth[public_columns(truth)]
-    groupings = {level: group_establishments(public, qcew_keys(public, level)) for level in LEVELS}
+    if levels is not None and not set(levels) <= set(LEVELS):
+        raise ValueError(f"levels {sorted(set(levels) - set(LEVELS))} are not QCEW levels of {LEVELS}")
+    kept = LEVELS if levels is None else tuple(level for level in LEVELS if level in {STATE_LEVELS[0], *levels})
+    groupings = {level: group_establishments(public, qcew_keys(public, level)) for level in kept}
     z95 = float(stats.norm.ppf(0.5 + NOMINAL / 2))
     true = {level: {a: g.sum(truth[a].to_numpy()) for a in attributes} for level, g in groupings.items()}
     protected = {level: {a: np.empty((replications, g.n_groups)) for a in attributes} for level, g in groupings.items()}

@@ -35,6 +35,26 @@ def simulated(small_state):
     return result, made
 
 
+
+def test_levels_kept_are_those_of_the_whole_run_bit_for_bit(simulated, small_state):
+    """``levels``: the same releases (seed 5), the kept levels' cells and margins and the state z scores
+    equal to the whole run's bit for bit, the state's level kept too, no other level; an unknown level
+    refused."""
+    result, _ = simulated
+    kept = accuracy.compute_accuracy(small_state, load_config("baseline"), published=None, replications=2, seed=5,
+                                     data_label="test", levels=[78, 53])
+    assert list(kept.levels) == [51, 53, 78]
+    for level, cells in kept.levels.items():
+        whole = result.levels[level]
+        for name in ("true", "protected", "margin"):
+            mine, theirs = getattr(cells, name), getattr(whole, name)
+            assert list(mine) == list(theirs) and all(np.array_equal(mine[a], theirs[a]) for a in mine), (level, name)
+    assert all(np.array_equal(kept.state_z[a], result.state_z[a]) for a in result.state_z)
+    assert np.array_equal(kept.employer_zero_share, result.employer_zero_share)
+    with pytest.raises(ValueError, match=r"levels \[99\] are not QCEW levels"):
+        accuracy.compute_accuracy(small_state, load_config("baseline"), published=None, replications=1, seed=5,
+                                  data_label="test", levels=[53, 99])
+
 def test_cells_are_the_releases_group_sums_and_margins_are_tabulates(simulated, small_state):
     result, made = simulated
     assert len(made) == 2

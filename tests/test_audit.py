@@ -195,10 +195,14 @@ def test_the_pipeline_audit_passes_the_release_path_and_flags_a_broken_build():
     P(D1 > -0.5) = 0.490 and P(D2 > -0.5) = 0.997), and the likelihood ratio and the protected value at
     threshold 0 except with 2.0e-4 (0.13 and 0.853); 4,000 resamples of 400 runs were all flagged
     (benchmarks/audit_broken_power.py; at 500 runs, which this used, 3.9e-8 and 2.4e-6: 100 runs a side
-    fewer save 200 of the test's 1,400 releases)."""
-    honest = run_pipeline_audit("audit", runs=200, seed=1)
+    fewer save 200 of the test's 1,400 releases).
+
+    Both in this process (``workers=1``): a seeded run's scores are the same wherever its batches run,
+    and two spawned workers cost about 3 s of processor time each to start (importing gedp) for each of
+    the two audits; ``test_a_short_pipeline_audit_runs_end_to_end`` runs the audit's worker processes."""
+    honest = run_pipeline_audit("audit", runs=200, seed=1, workers=1)
     assert all(r.passed for r in honest), [r.row() for r in honest]
-    broken = run_pipeline_audit("audit", runs=400, noise_factor=0.5, seed=2)
+    broken = run_pipeline_audit("audit", runs=400, noise_factor=0.5, seed=2, workers=1)
     assert not all(r.passed for r in broken), [r.row() for r in broken]
 
 

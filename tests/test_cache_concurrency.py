@@ -41,31 +41,44 @@ def requests(releases: dict[str, Path]) -> list[list[str]]:
             [a, "--by", "county,own"], [b, "--by", "naics3"], [p, "--change", "2016Q1:2016Q3", "--by", "county"]]
 
 
-def run_all(releases: dict[str, Path], cache: Path, out: Path, concurrent: bool) -> dict[int, bytes]:
-    """Run the eight requests (all at once, or one after the other) as gedp processes; their tables."""
+def run_all(releases: dict[str, Path], cache: Path, out: Path) -> dict[int, bytes]:
+    """Run the eight requests all at once as gedp processes; their tables."""
     out.mkdir()
     environment = {**os.environ, "GEDP_CACHE_DIR": str(cache)}
     processes = []
     for index, request in enumerate(requests(releases)):
         command = [sys.executable, "-m", "gedp", "tabulate", *request, "--moe", "--out", str(out / f"{index}.csv")]
-        process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        if not concurrent:
-            process.wait(timeout=300)
-        processes.append(process)
+        processes.append(subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     for process in processes:
         output = process.communicate(timeout=300)[0]
         assert process.returncode == 0, output.decode()
     return {index: (out / f"{index}.csv").read_bytes() for index in range(len(processes))}
 
 
+def serial_tables(releases: dict[str, Path], cache: Path, out: Path) -> dict[int, bytes]:
+    """The eight requests one after the other in this process (``gedp tabulate`` through the command
+    line's runner, into ``cache``): the reference the concurrent processes are held to, without eight
+    interpreters of its own to start."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+
+    out.mkdir()
+    for index, request in enumerate(requests(releases)):
+        done = CliRunner().invoke(app, ["tabulate", *request, "--moe", "--out", str(out / f"{index}.csv")],
+                                  env={"GEDP_CACHE_DIR": str(cache)})
+        assert done.exit_code == 0, done.output
+    return {index: (out / f"{index}.csv").read_bytes() for index in range(len(requests(releases)))}
+
+
 def test_concurrent_requests_give_the_serial_bytes(three_releases, tmp_path):
-    """Serial into a fresh cache; then twice eight processes at once into another fresh cache (the
-    first round builds every structure and prunes one, the second reads and rebuilds beside
-    pruning): the same bytes each time, and the cache left with complete structures only."""
-    serial = run_all(three_releases, tmp_path / "serial-cache", tmp_path / "serial", concurrent=False)
+    """Serial into a fresh cache (in this process); then twice eight processes at once into another
+    fresh cache (the first round builds every structure and prunes one, the second reads and rebuilds
+    beside pruning): the same bytes each time, and the cache left with complete structures only."""
+    serial = serial_tables(three_releases, tmp_path / "serial-cache", tmp_path / "serial")
     cache = tmp_path / "shared-cache"
     for round_ in ("first", "second"):
-        assert run_all(three_releases, cache, tmp_path / round_, concurrent=True) == serial
+        assert run_all(three_releases, cache, tmp_path / round_) == serial
     kept = [p for p in (cache / "margins").iterdir() if margins.STRUCTURE_NAME.fullmatch(p.name)]
     assert len(kept) <= margins.KEPT_STRUCTURES and all(is_complete(p) for p in kept)
     assert not [p for p in (cache / "margins").iterdir() if p.name.startswith((".partial-", ".retired-"))]

@@ -144,16 +144,28 @@ def same_rows(answer: dict, text: str) -> None:
 @pytest.mark.parametrize("kind, request_", [*(("single", r) for r in SINGLE_REQUESTS),
                                             *(("panel", r) for r in PANEL_REQUESTS)])
 def test_the_api_gives_the_numbers_and_bytes_of_gedp_tabulate(server, releases, kind, request_, tmp_path):
+    """The API's rows are those of the file ``gedp tabulate --out`` writes, and its CSV download is that
+    file's bytes (one run of the command: a table by size class draws its 20 implicates in each; what the
+    command writes to standard output is the file's bytes, ``test_gedp_tabulate_writes_its_file_to_a_pipe``)."""
     release = releases[kind]
     status, _, body = server.get("/api/tabulate", {"release": kind, **request_})
     assert status == 200, body
-    expected = command_line(release, request_)
-    same_rows(json.loads(body), expected)
-    status, headers, body = server.get("/api/tabulate", {"release": kind, **request_, "format": "csv"})
-    assert status == 200 and headers["content-disposition"].startswith("attachment")
     written = tmp_path / "table.csv"
     command_line(release, request_, written)
+    same_rows(json.loads(body), written.read_bytes().decode("utf-8"))
+    status, headers, body = server.get("/api/tabulate", {"release": kind, **request_, "format": "csv"})
+    assert status == 200 and headers["content-disposition"].startswith("attachment")
     assert body == written.read_bytes()
+
+
+@pytest.mark.parametrize("kind, request_", [("single", SINGLE_REQUESTS[0]), ("single", SINGLE_REQUESTS[2]),
+                                            ("panel", PANEL_REQUESTS[-1])])
+def test_gedp_tabulate_writes_its_file_to_a_pipe(releases, kind, request_, tmp_path):
+    """What ``gedp tabulate`` writes to standard output is the bytes of its ``--out`` file: a table without
+    margins, one with margins (the release's kept index) and one by size class over implicates."""
+    written = tmp_path / "table.csv"
+    command_line(releases[kind], request_, written)
+    assert command_line(releases[kind], request_).encode("utf-8") == written.read_bytes()
 
 
 def test_the_numbers_hold_while_another_thread_of_the_process_solves(server, releases):

@@ -333,7 +333,7 @@ def test_naics6_rates_make_statewide_naics6_margins_cover(shared_data, monkeypat
     def level_58(detail):
         monkeypatch.setattr(wage_layout, "DETAIL", detail)
         cells = compute_accuracy(truth, gedp.load("baseline"), published=None, replications=4, seed=1,
-                                 data_label="RI").levels[58]
+                                 data_label="RI", levels=(58,)).levels[58]
         error = (cells.protected["wage"] - np.asarray(cells.true["wage"]))[:, siblings]
         margin = cells.margin["wage"][:, siblings]
         return np.mean(np.abs(error) <= margin), np.mean(error**2) / np.mean((margin / 1.959964) ** 2)
@@ -364,7 +364,7 @@ def test_small_wage_cells_margins_cover_across_states(shared_data, monkeypatch, 
     def small_cells(employee_variance):
         monkeypatch.setattr(wages, "EMPLOYEE_VARIANCE", employee_variance)
         cells = compute_accuracy(truth, gedp.load("baseline"), published=None, replications=releases, seed=1,
-                                 data_label=checked_on).levels[78]
+                                 data_label=checked_on, levels=(78,)).levels[78]
         true = np.broadcast_to(cells.true["wage"], cells.protected["wage"].shape)
         small = (true > 0) & (true < 1e6)
         error, margin = (cells.protected["wage"] - true)[small], cells.margin["wage"][small]
@@ -512,7 +512,7 @@ def test_cells_without_employment_are_covered_with_their_own_class(shared_data, 
         monkeypatch.setattr(wages, "idle_classes", (lambda idle, cells, n_cells, state, n_states:
                                                     (2 * state, 2 * n_states)) if pooled else classes)
         cells = compute_accuracy(truth, gedp.load("baseline"), published=None, replications=2, seed=1,
-                                 data_label="NJ").levels[78]
+                                 data_label="NJ", levels=(78,)).levels[78]
         employed = sum(cells.true[month] for month in ("m1emp", "m2emp", "m3emp")) > 0
         alone = ~employed & (cells.true["wage"] > 0)
         error = cells.protected["wage"][:, alone] - cells.true["wage"][alone]
