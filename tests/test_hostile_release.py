@@ -312,6 +312,40 @@ def test_protected_microdata_without_a_column_of_the_release_are_refused_by_ever
         gedp.read_release(copy).tabulate(by=["sector"])
 
 
+#: Protected microdata columns stored as another type than the release writer's (red team of harden20:
+#: a county of int64 tabulated as "44,1", a key no answer has), and the type each is refused as.
+RETYPED = {
+    "county as int64": (lambda f: f.assign(county=pd.to_numeric(f["county"])), "'county' as int64, not as text"),
+    "state as double": (lambda f: f.assign(state=pd.to_numeric(f["state"]).astype(float)), "'state' as double"),
+    "naics as int64": (lambda f: f.assign(naics=pd.to_numeric(f["naics"])), "'naics' as int64, not as text"),
+    "estab_id as int64": (lambda f: f.assign(estab_id=np.arange(len(f))), "'estab_id' as int64, not as text"),
+    "county categorical": (lambda f: f.assign(county=f["county"].astype("category")), "'county' as dictionary"),
+    "year as double": (lambda f: f.assign(year=f["year"].astype(float)), "'year' as double, not as int64"),
+    "wage as text": (lambda f: f.assign(wage=f["wage"].map(repr).astype(object)), "'wage' as"),
+}
+
+
+@pytest.mark.parametrize("case", list(RETYPED))
+def test_protected_columns_of_another_type_are_refused_by_every_reader(one_quarter, tmp_path, monkeypatch, case):
+    """A key column stored as numbers (main: `tabulate --by county` answered counties "1", "3", ...,
+    and its margins came from the validated, re-padded codes) or an attribute as text: refused in one
+    line by tabulate (with and without margins), implicates, report and the API, nothing written."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = RETYPED[case]
+    copy = copied(one_quarter, tmp_path)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    for request in (["tabulate", str(copy), "--by", "county"], ["tabulate", str(copy), "--by", "county", "--moe"],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"],
+                    ["report", str(copy), "--out", str(tmp_path / "report.html")]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "imp").exists() and not (tmp_path / "report.html").exists()
+    with pytest.raises(InputError, match=re.escape(message)):
+        _ = gedp.read_release(copy).microdata
+
+
 @pytest.mark.parametrize("edit", ["an attribute the ledgers never charged", "no mu", "no gamma for wage"])
 def test_the_report_checks_the_manifest_against_the_answers_before_it_states_it(one_quarter, tmp_path, edit):
     """Red team rt20: the report read the manifest's mu and gammas before any check (KeyError tracebacks);
