@@ -8,6 +8,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -447,6 +449,30 @@ def test_any_damaged_kept_file_is_rebuilt(one_quarter, tmp_path, damage):
     again = gedp.read_release(one_quarter).tabulate("county,own", moe=True)
     pd.testing.assert_frame_equal(again, fresh)
     assert margins.is_complete(folder)
+
+
+def test_a_structure_of_another_release_copied_into_this_ones_folder_is_rebuilt(one_quarter, seeded_small_release,
+                                                                                 tmp_path, monkeypatch):
+    """Red team of harden20: release A's kept structure copied into the cache folder named by release B's
+    digest was used for B (its margins and, with the kept index, its sums were A's, exit 0). A structure
+    states the digest of the files it was computed from: B's first request and every later one (the
+    quick path, the kept index, the full path) give B's bytes, those of a cache that never held A's."""
+    other = seeded_small_release("other", 300)
+    request = ["-m", "gedp", "tabulate", str(other), "--by", "county", "--moe"]
+    command = [sys.executable, *request]
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "fresh"))
+    fresh = subprocess.run(command, capture_output=True, check=True).stdout
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    gedp.read_release(one_quarter).tabulate("county", moe=True)
+    shutil.copytree(kept_path(one_quarter), kept_path(other))
+    # power: A's structure differs from B's, and the copy is what B's folder holds
+    assert fresh != subprocess.run([sys.executable, *request[:3], str(one_quarter), *request[4:]],
+                                   capture_output=True, check=True).stdout
+    for _ in range(2):  # the first rebuilds B's structure, the second reads it
+        assert subprocess.run(command, capture_output=True, check=True).stdout == fresh
+    assert json.loads((kept_path(other) / "complete.json").read_text())["digest"] == kept_path(other).name
+    plain = gedp.read_release(other).tabulate("county")
+    assert plain.equals(gedp.read_release(other).tabulate("county", moe=True)[plain.columns])
 
 
 # --- numbers, psi, links and non-ASCII digits (second red team) --------------------------------
