@@ -314,6 +314,28 @@ def test_protected_microdata_without_a_column_of_the_release_are_refused_by_ever
         gedp.read_release(copy).tabulate(by=["sector"])
 
 
+@pytest.mark.parametrize("edit", ["m1emp dropped", "county as int64"])
+def test_the_stored_reader_refuses_wrong_columns_from_the_schema_before_any_row(one_quarter, tmp_path, monkeypatch,
+                                                                                edit):
+    """read_stored (Release.microdata, implicates, the margin structure's build) checked the columns after
+    reading every row of every part (main: the parts' rows decoded, then refused); the parts' schemas are
+    checked first, so a hostile part's rows are never read (nor their decoded size counted)."""
+    from gedp.release import reader
+
+    copy = copied(one_quarter, tmp_path)
+    _edit_part(copy, {"m1emp dropped": lambda f: f.__delitem__("m1emp"),
+                      "county as int64": lambda f: f.__setitem__("county", pd.to_numeric(f["county"]))}[edit])
+    read: list[str] = []
+    for name, step in (("read_parts", "rows"), ("check_decoded", "decoded sizes")):
+        monkeypatch.setattr(reader, name, lambda *a, call=getattr(reader, name), step=step, **k:
+                            read.append(step) or call(*a, **k))
+    with pytest.raises(InputError, match="lack the column 'm1emp'|'county' as int64"):
+        reader.read_stored(copy)
+    assert read == []
+    reader.read_stored(one_quarter)  # power: the release without the edit reads its rows through them
+    assert read == ["decoded sizes", "rows"]
+
+
 #: Protected microdata columns stored as another type than the release writer's (red team of harden20:
 #: a county of int64 tabulated as "44,1", a key no answer has), and the type each is refused as.
 RETYPED = {

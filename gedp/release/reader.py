@@ -153,14 +153,15 @@ def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[Nois
 
 def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFrame:
     """One Parquet output of a release as stored (its listed parts: ``release_parts``); the protected
-    microdata refused unless they hold the establishments the manifest states."""
+    microdata refused unless their parts' schemas hold the columns and types gedp writes
+    (``part_schemas``, before any row is read) and they hold the establishments the manifest states."""
     manifest = read_manifest(release)
     parts = release_parts(release, output, manifest)
     with parts_read(release, output):
+        if output == PROTECTED_FILE:
+            part_schemas(release, parts, manifest)
         check_decoded(release, output, parts)
         frame = read_parts(parts)
-    if output == PROTECTED_FILE:
-        part_schemas(release, parts, manifest)
     return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
 
 
