@@ -68,8 +68,8 @@ if TYPE_CHECKING:
 
     from gedp.postprocess.models import VarianceFunction
 
-#: Bumped whenever what the structure holds, or how it is applied, changes.
-STRUCTURE_FORMAT = 12
+#: Bumped whenever what the structure holds, or how it is applied, changes (13: built on one BLAS thread).
+STRUCTURE_FORMAT = 13
 CACHE_ENV = "GEDP_CACHE_DIR"
 #: Structures kept at most (the least recently used are removed first).
 KEPT_STRUCTURES = 4
