@@ -18,6 +18,7 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.cellmargins import indexed_variances
 from gedp.postprocess.models import AttributeModel, PostprocessOptions, VarianceFunction, attribute_models
+from gedp.postprocess.structured import one_blas_thread
 from gedp.postprocess.variances import CellVariances
 from gedp.synth.schema import public_columns
 
@@ -25,6 +26,7 @@ from gedp.synth.schema import public_columns
 MOE_SLOPE = "_moe_slope"
 
 
+@one_blas_thread
 def variance_functions(answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
                        wage_psi: NeighborFunction | None = None) -> dict[str, VarianceFunction]:
     """(tab_codes, n_tab) -> the variances of tabulation cells of a release's protected microdata, per
@@ -32,12 +34,14 @@ def variance_functions(answers: Mapping[str, Sequence[NoisyAnswer]], protected: 
     (made once, here; slope 0) when ``wage_psi`` is given (the release's wages were informed by
     employment), else from the least squares. Each is built once here and applies to any tabulation,
     those by public columns from its per-cell pieces (``cellmargins.indexed_variances``): a function
-    of the release's answers and protected microdata only."""
+    of the release's answers and protected microdata only. Built on one BLAS thread: its bits (kept in
+    a margin structure) the same on every machine, whatever its BLAS's thread count."""
     models = _models(answers, protected, wage_psi)
     built = {attribute: model.variances(protected) for attribute, model in models.items()}
     return indexed_variances(built, protected)
 
 
+@one_blas_thread
 def variance_function(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
                       wage_psi: NeighborFunction | None = None) -> VarianceFunction:
     """One attribute's variance function (``variance_functions``)."""

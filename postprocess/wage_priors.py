@@ -110,12 +110,17 @@ class WageFit:
 
     def table(self, weights: dict[Key, np.ndarray]) -> np.ndarray:
         """Supersector x band x points: each cell's weights (its band's when it has none of its own, the
-        nearest band's when the band has none)."""
+        nearest band's when the band has none; equal weights on every point when no band has any: a
+        fit without an employing establishment, e.g. a release whose month answers are all at or below
+        psi(0), has nothing to learn the wage per employee from)."""
         bands = sorted(b for g, b in weights if g == -1)
+        flat = np.full(self.likelihood.shape[1], 1.0 / self.likelihood.shape[1])
 
         def cell(g: int, b: int) -> np.ndarray:
             own = weights.get((g, b), weights.get((-1, b)))
-            return own if own is not None else weights[(-1, min(bands, key=lambda k: abs(k - b)))]
+            if own is not None:
+                return own
+            return weights[(-1, min(bands, key=lambda k: abs(k - b)))] if bands else flat
 
         return np.stack([np.stack([cell(g, b) for b in range(len(SIZE_EDGES) + 1)]) for g in range(self.groups)])
 

@@ -236,3 +236,62 @@ def test_one_extreme_wage_answer_leaves_the_other_counties_margins_alone(release
     others = (table["county"] != county).to_numpy()
     ratio = table["wage_moe"].to_numpy() / plain["wage_moe"].to_numpy()
     assert others.sum() >= 3 and np.abs(ratio[others] - 1).max() < 0.05, ratio
+
+
+def with_month_answers(release: Path, folder: Path, values) -> None:
+    """A copy of ``release`` whose month identity answers are ``values(n)`` (sqrt scale, on their grid),
+    estimates and variances the mechanism's from them (red team of harden20: noisy answers can be
+    negative legitimately, a hostile file can make them all so)."""
+    shutil.copytree(release, folder)
+    part = folder / "measurements.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    rows = ((frame["query"] == "identity") & frame["attribute"].isin(["m1emp", "m2emp", "m3emp"])).to_numpy()
+    psi = make_psi("sqrt", a=0)
+    grid, sd = frame.loc[rows, "grid"].to_numpy(), frame.loc[rows, "sd"].to_numpy()
+    frame.loc[rows, "released"] = np.round(values(rows.sum()) / grid) * grid
+    frame.loc[rows, "estimate"] = psi.unbiased_estimate(frame.loc[rows, "released"].to_numpy(), sd)
+    frame.loc[rows, "variance"] = psi.releasable_variance(frame.loc[rows, "estimate"].to_numpy(), sd)
+    frame.to_parquet(part, index=False)
+
+
+@pytest.mark.parametrize("values", [np.zeros, lambda n: -1.0 - np.abs(np.random.default_rng(1).normal(0.0, 0.5, n))],
+                         ids=["all zero", "all negative"])
+def test_month_answers_all_at_or_below_psi_zero_are_drawn(release, tmp_path, values):
+    """Every month answer at or below psi(0) (main: `gedp implicates` ended in a traceback, min() of an
+    empty sequence in the wage priors' table: no employing establishment to fit the wage per employee
+    on). The model is defined there (every establishment's employment near 0, its wage from the prior of
+    establishments without employment; a wage per employee, needed by none, has a flat prior): gedp
+    implicates draws, each wage within 6 answer sds of its answer (P(|z| > 6) ~ 2e-9 an answer; the
+    median |z| about 0.67 checks they follow their answers), every employment draw within 6 answer sds
+    of psi(0); tabulate --moe, report and serve answer the same release with finite margins."""
+    import json
+    import subprocess
+    import sys
+
+    from test_hostile_release import asgi_get
+
+    from gedp.serve.app import Limits, create_app
+    from gedp.serve.releases import load_releases
+
+    folder = tmp_path / "months"
+    with_month_answers(release, folder, values)
+    run = subprocess.run([sys.executable, "-m", "gedp", "implicates", str(folder), "--out", str(tmp_path / "draws"),
+                          "--n", "2", "--seed", "3"], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    draws = pd.read_parquet(tmp_path / "draws")
+    answers = pd.read_parquet(folder / "measurements.parquet").query("query == 'identity'")
+    wage = answers[answers["attribute"] == "wage"].set_index("estab_id").loc[draws["estab_id"]]
+    z = (np.sqrt(draws["wage"].to_numpy()) - wage["released"].to_numpy()) / wage["sd"].to_numpy()
+    assert np.abs(z).max() < 6 and 0.3 < np.median(np.abs(z)) < 1.2, np.percentile(np.abs(z), [50, 100])
+    month_sd = float(answers.loc[answers["attribute"] == "m1emp", "sd"].iloc[0])
+    assert (np.sqrt(draws[["m1emp", "m2emp", "m3emp"]].to_numpy()) < 6 * month_sd).all()
+    table = gedp.read_release(folder).tabulate(by=["state", "county"], moe=True)
+    margins = table[[c for c in table if c.endswith("_moe")]].to_numpy()
+    assert np.isfinite(margins).all() and (margins > 0).all()
+    report = subprocess.run([sys.executable, "-m", "gedp", "report", str(folder), "--out", str(tmp_path / "report")],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+    served = load_releases([folder])
+    status, body = asgi_get(create_app(served, Limits()), "/api/tabulate",
+                            {"release": next(iter(served)), "by": "county", "moe": "1"})
+    assert status == 200 and json.loads(body), body

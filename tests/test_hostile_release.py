@@ -8,6 +8,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -312,6 +314,62 @@ def test_protected_microdata_without_a_column_of_the_release_are_refused_by_ever
         gedp.read_release(copy).tabulate(by=["sector"])
 
 
+@pytest.mark.parametrize("edit", ["m1emp dropped", "county as int64"])
+def test_the_stored_reader_refuses_wrong_columns_from_the_schema_before_any_row(one_quarter, tmp_path, monkeypatch,
+                                                                                edit):
+    """read_stored (Release.microdata, implicates, the margin structure's build) checked the columns after
+    reading every row of every part (main: the parts' rows decoded, then refused); the parts' schemas are
+    checked first, so a hostile part's rows are never read (nor their decoded size counted)."""
+    from gedp.release import reader
+
+    copy = copied(one_quarter, tmp_path)
+    _edit_part(copy, {"m1emp dropped": lambda f: f.__delitem__("m1emp"),
+                      "county as int64": lambda f: f.__setitem__("county", pd.to_numeric(f["county"]))}[edit])
+    read: list[str] = []
+    for name, step in (("read_parts", "rows"), ("check_decoded", "decoded sizes")):
+        monkeypatch.setattr(reader, name, lambda *a, call=getattr(reader, name), step=step, **k:
+                            read.append(step) or call(*a, **k))
+    with pytest.raises(InputError, match="lack the column 'm1emp'|'county' as int64"):
+        reader.read_stored(copy)
+    assert read == []
+    reader.read_stored(one_quarter)  # power: the release without the edit reads its rows through them
+    assert read == ["decoded sizes", "rows"]
+
+
+#: Protected microdata columns stored as another type than the release writer's (red team of harden20:
+#: a county of int64 tabulated as "44,1", a key no answer has), and the type each is refused as.
+RETYPED = {
+    "county as int64": (lambda f: f.assign(county=pd.to_numeric(f["county"])), "'county' as int64, not as text"),
+    "state as double": (lambda f: f.assign(state=pd.to_numeric(f["state"]).astype(float)), "'state' as double"),
+    "naics as int64": (lambda f: f.assign(naics=pd.to_numeric(f["naics"])), "'naics' as int64, not as text"),
+    "estab_id as int64": (lambda f: f.assign(estab_id=np.arange(len(f))), "'estab_id' as int64, not as text"),
+    "county categorical": (lambda f: f.assign(county=f["county"].astype("category")), "'county' as dictionary"),
+    "year as double": (lambda f: f.assign(year=f["year"].astype(float)), "'year' as double, not as int64"),
+    "wage as text": (lambda f: f.assign(wage=f["wage"].map(repr).astype(object)), "'wage' as"),
+}
+
+
+@pytest.mark.parametrize("case", list(RETYPED))
+def test_protected_columns_of_another_type_are_refused_by_every_reader(one_quarter, tmp_path, monkeypatch, case):
+    """A key column stored as numbers (main: `tabulate --by county` answered counties "1", "3", ...,
+    and its margins came from the validated, re-padded codes) or an attribute as text: refused in one
+    line by tabulate (with and without margins), implicates, report and the API, nothing written."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = RETYPED[case]
+    copy = copied(one_quarter, tmp_path)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    for request in (["tabulate", str(copy), "--by", "county"], ["tabulate", str(copy), "--by", "county", "--moe"],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"],
+                    ["report", str(copy), "--out", str(tmp_path / "report.html")]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "imp").exists() and not (tmp_path / "report.html").exists()
+    with pytest.raises(InputError, match=re.escape(message)):
+        _ = gedp.read_release(copy).microdata
+
+
 @pytest.mark.parametrize("edit", ["an attribute the ledgers never charged", "no mu", "no gamma for wage"])
 def test_the_report_checks_the_manifest_against_the_answers_before_it_states_it(one_quarter, tmp_path, edit):
     """Red team rt20: the report read the manifest's mu and gammas before any check (KeyError tracebacks);
@@ -413,6 +471,30 @@ def test_any_damaged_kept_file_is_rebuilt(one_quarter, tmp_path, damage):
     again = gedp.read_release(one_quarter).tabulate("county,own", moe=True)
     pd.testing.assert_frame_equal(again, fresh)
     assert margins.is_complete(folder)
+
+
+def test_a_structure_of_another_release_copied_into_this_ones_folder_is_rebuilt(one_quarter, seeded_small_release,
+                                                                                 tmp_path, monkeypatch):
+    """Red team of harden20: release A's kept structure copied into the cache folder named by release B's
+    digest was used for B (its margins and, with the kept index, its sums were A's, exit 0). A structure
+    states the digest of the files it was computed from: B's first request and every later one (the
+    quick path, the kept index, the full path) give B's bytes, those of a cache that never held A's."""
+    other = seeded_small_release("other", 300)
+    request = ["-m", "gedp", "tabulate", str(other), "--by", "county", "--moe"]
+    command = [sys.executable, *request]
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "fresh"))
+    fresh = subprocess.run(command, capture_output=True, check=True).stdout
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    gedp.read_release(one_quarter).tabulate("county", moe=True)
+    shutil.copytree(kept_path(one_quarter), kept_path(other))
+    # power: A's structure differs from B's, and the copy is what B's folder holds
+    assert fresh != subprocess.run([sys.executable, *request[:3], str(one_quarter), *request[4:]],
+                                   capture_output=True, check=True).stdout
+    for _ in range(2):  # the first rebuilds B's structure, the second reads it
+        assert subprocess.run(command, capture_output=True, check=True).stdout == fresh
+    assert json.loads((kept_path(other) / "complete.json").read_text())["digest"] == kept_path(other).name
+    plain = gedp.read_release(other).tabulate("county")
+    assert plain.equals(gedp.read_release(other).tabulate("county", moe=True)[plain.columns])
 
 
 # --- numbers, psi, links and non-ASCII digits (second red team) --------------------------------

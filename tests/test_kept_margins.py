@@ -120,3 +120,26 @@ def test_an_unreadable_kept_structure_is_rebuilt(release_copy):
     assert read_structure(path) is None
     assert_same_variances(kept_variances(folder), recomputed(folder, protected), protected)
     assert read_structure(path) is not None
+
+
+def test_the_structure_is_the_same_whatever_the_blas_thread_count(small_release, tmp_path):
+    """A structure built by a process whose BLAS runs on 2 threads had other last bits than one built on
+    1 (main: the wage pieces and, on 3,000 establishments, the margins' CSV differed), so first and
+    further requests could differ in bytes across machines. It is built on one BLAS thread: every
+    file of the structure, and the request's bytes, are the same under OPENBLAS_NUM_THREADS=1 and 2."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    outputs, files = [], []
+    for threads in ("1", "2"):
+        cache = tmp_path / f"cache-{threads}"
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
+            "GEDP_CACHE_DIR": str(cache), "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads}
+        outputs.append(subprocess.run([sys.executable, "-m", "gedp", "tabulate", str(small_release[0]), "--by",
+                                       "county,naics4", "--moe"], env=env, capture_output=True, check=True).stdout)
+        (structure,) = (cache / "margins").glob("[0-9a-f]*")
+        files.append({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in structure.iterdir()})
+    assert files[0] == files[1] and len(files[0]) > 10
+    assert outputs[0] == outputs[1]

@@ -59,7 +59,7 @@ def test_margins_without_per_cell_pieces_are_left_to_the_full_path(release):
     assert pieces is not None and "wage" in pieces
     skeleton = json.loads((folder / "pieces.json").read_text())
     (folder / "pieces.json").write_text(json.dumps(skeleton | {"wage": None}))  # as kept for a sparse model
-    seal(folder)  # and listed complete so
+    seal(folder, folder.name)  # and listed complete so
     assert read_pieces(folder)["wage"] is None
     assert quick_tabulation(release, "county", moe=True) is None
     assert quick_tabulation(release, "county", moe=False) is not None  # sums need no pieces

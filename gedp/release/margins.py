@@ -24,12 +24,14 @@ bytes again only when one may have changed.
 Nothing of the cache is named from a release's content: a structure's folder is the digest (of
 one quarter of a panel: the digest of the release's digest and the quarter), its pieces' files the
 digests of their attributes' names. A structure is built in a temporary folder whose last file,
-``complete.json``, lists every file with its size; the folder is then renamed into place. A kept
-structure is used only when its files are those ``complete.json`` lists (one deleted or cut short:
-rebuilt, never a column silently dropped). Requests sharing a cache hold a shared lock on
-``margins/.lock`` (``fcntl.flock``) while they open a kept structure's files; putting a structure
-into place and removing the least recently used hold it exclusively, and only ever remove folders
-named as gedp names them, directly inside ``margins/``, not symbolic links. The lock is waited for
+``complete.json``, lists every file with its size and the digest the structure was computed for;
+the folder is then renamed into place. A kept structure is used only when its files are those
+``complete.json`` lists (one deleted or cut short: rebuilt, never a column silently dropped) and its
+digest is its folder's name (another release's structure copied into it: rebuilt). Requests
+sharing a cache hold a shared lock on ``margins/.lock`` (``fcntl.flock``) while they open a kept
+structure's files; putting a structure into place and removing the least recently used hold it
+exclusively, and only ever remove folders named as gedp names them, directly inside ``margins/``,
+not symbolic links. The lock is waited for
 with a deadline (``gedp.accounting.lock_wait``): a process that holds it and hangs makes the others
 fail with a one-line ``LockTimeout``, not wait for ever.
 """
@@ -66,8 +68,8 @@ if TYPE_CHECKING:
 
     from gedp.postprocess.models import VarianceFunction
 
-#: Bumped whenever what the structure holds, or how it is applied, changes.
-STRUCTURE_FORMAT = 12
+#: Bumped whenever what the structure holds, or how it is applied, changes (13: built on one BLAS thread).
+STRUCTURE_FORMAT = 13
 CACHE_ENV = "GEDP_CACHE_DIR"
 #: Structures kept at most (the least recently used are removed first).
 KEPT_STRUCTURES = 4
@@ -240,12 +242,13 @@ def exclusive_cache() -> AbstractContextManager[None]:
 
 
 def is_complete(path: Path) -> bool:
-    """Whether the structure kept at ``path`` holds every file its ``complete.json`` lists, each a
-    regular file of the size listed."""
+    """Whether the structure kept at ``path`` was computed from the files its name is the digest of
+    (``complete.json``'s ``digest``: a structure of another release copied or renamed to ``path`` is
+    not) and holds every file its ``complete.json`` lists, each a regular file of the size listed."""
     check_private(path)
     try:
         listed = json.loads((path / COMPLETE_FILE).read_text(encoding="utf-8"))
-        if listed.get("format") != STRUCTURE_FORMAT:
+        if listed.get("format") != STRUCTURE_FORMAT or listed.get("digest") != path.name:
             return False
         for name, size in listed["files"].items():
             status = (path / name).lstat()
@@ -257,12 +260,13 @@ def is_complete(path: Path) -> bool:
         return False
 
 
-def seal(folder: Path) -> None:
-    """Write ``complete.json`` (atomically, last) listing each file of ``folder`` and its size."""
+def seal(folder: Path, digest: str) -> None:
+    """Write ``complete.json`` (atomically, last) listing each file of ``folder`` and its size, and the
+    ``digest`` of the files it was computed from (``kept_path``'s name for it)."""
     files = {entry.name: entry.stat(follow_symlinks=False).st_size for entry in os.scandir(folder)
              if entry.is_file(follow_symlinks=False) and entry.name != COMPLETE_FILE}
     staged = folder / f".{COMPLETE_FILE}.partial"
-    staged.write_text(json.dumps({"format": STRUCTURE_FORMAT, "files": dict(sorted(files.items()))}),
+    staged.write_text(json.dumps({"format": STRUCTURE_FORMAT, "digest": digest, "files": dict(sorted(files.items()))}),
                       encoding="utf-8")
     staged.replace(folder / COMPLETE_FILE)
 
@@ -363,7 +367,7 @@ def write_structure(structure: Mapping[str, VarianceFunction], path: Path, prote
     if pieces is not None:
         _write_pieces(pieces, staged)
     (staged / SKELETON_FILE).write_text(json.dumps(skeleton), encoding="utf-8")
-    seal(staged)
+    seal(staged, path.name)
     with exclusive_cache():
         _put_in_place(staged, path)
         _prune(path.parent)

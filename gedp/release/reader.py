@@ -16,30 +16,58 @@ from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE
 from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts, part_label
-from gedp.release.part_sizes import FOOTER_LIMITS, check_decoded, read_parts
+from gedp.release.part_sizes import FOOTER_LIMITS, check_decoded, open_part, read_parts
 from gedp.release.validation import read_manifest, release_parts
-from gedp.synth.schema import CONFIDENTIAL
+from gedp.synth.columns import CARRIED, CONFIDENTIAL
+from gedp.synth.schema import PUBLIC
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from gedp.measure.neighbors import NeighborFunction
     from gedp.release.manifest import Manifest
 
 
-def check_columns(release: str | Path, names: list[str], manifest: Manifest) -> None:
-    """The protected microdata's columns ``names`` refused unless they hold the release's keys and
-    every establishment attribute it measured (its manifest's gammas; each quarter's in a panel; a job
-    family's are in the job frame): a reader must not tabulate a copy with an attribute dropped as if
-    it had never been released."""
+#: The types the release writer gives the protected microdata's columns (``synth.schema.validate_microdata``'s
+#: canonical form, as Arrow stores it): the public codes and ids (and a panel's quarter) text, the carried
+#: year and quarter int64, the attributes numbers (an integer release's whole numbers may be int64).
+TEXT_TYPES = frozenset({"string", "large_string"})
+COLUMN_TYPES = {**dict.fromkeys((*PUBLIC, QUARTER_KEY), TEXT_TYPES), **dict.fromkeys(CARRIED, frozenset({"int64"})),
+                **dict.fromkeys(CONFIDENTIAL, frozenset({"int64", "double"}))}
+
+
+def check_columns(release: str | Path, schema: pa.Schema, manifest: Manifest) -> None:
+    """The protected microdata's columns (a part's ``schema``) refused unless they hold the release's
+    keys and every establishment attribute it measured (its manifest's gammas; each quarter's in a
+    panel; a job family's are in the job frame), each of the type the release writer gives it
+    (``COLUMN_TYPES``): a reader must not tabulate a copy with an attribute dropped as if it had never
+    been released, nor a county stored as the number 1 as if it were county "001"."""
     from gedp.release.format import RELEASE_ORDER
     from gedp.synth.schema import shown
 
     sections = manifest["per_quarter"].values() if "per_quarter" in manifest else [manifest]
     measured = (name for section in sections for name in section["gammas"] if name in CONFIDENTIAL)
     wanted = dict.fromkeys([*RELEASE_ORDER, *measured])
-    missing = [name for name in wanted if name not in names]
+    missing = [name for name in wanted if name not in schema.names]
     if missing:
         raise InputError(f"release '{release}': its protected microdata lack the column {shown(missing[0])} "
                          "its manifest states (an edited or damaged copy)")
+    for field in schema:
+        if field.name in COLUMN_TYPES and str(field.type) not in COLUMN_TYPES[field.name]:
+            kind = "text" if COLUMN_TYPES[field.name] is TEXT_TYPES else " or ".join(sorted(COLUMN_TYPES[field.name]))
+            raise InputError(f"release '{release}': its protected microdata hold the column {shown(field.name)} as "
+                             f"{str(field.type)[:40]}, not as {kind} as gedp writes it (an edited or damaged copy)")
+
+
+def part_schemas(release: str | Path, parts: list[str], manifest: Manifest) -> list[str]:
+    """The column names of the protected microdata's ``parts`` (the first part's: a read's), each part's
+    schema checked from its footer (``check_columns``) before any row is read."""
+    names: list[str] = []
+    for path in parts:
+        schema = open_part(path).schema_arrow
+        check_columns(release, schema, manifest)
+        names = names or schema.names
+    return names
 
 
 def check_count(release: str | Path, frame: pd.DataFrame, expected: int, what: str = "") -> pd.DataFrame:
@@ -125,14 +153,15 @@ def read_release(release: str | Path) -> tuple[pd.DataFrame, dict[str, list[Nois
 
 def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFrame:
     """One Parquet output of a release as stored (its listed parts: ``release_parts``); the protected
-    microdata refused unless they hold the establishments the manifest states."""
+    microdata refused unless their parts' schemas hold the columns and types gedp writes
+    (``part_schemas``, before any row is read) and they hold the establishments the manifest states."""
     manifest = read_manifest(release)
     parts = release_parts(release, output, manifest)
     with parts_read(release, output):
+        if output == PROTECTED_FILE:
+            part_schemas(release, parts, manifest)
         check_decoded(release, output, parts)
         frame = read_parts(parts)
-    if output == PROTECTED_FILE:
-        check_columns(release, list(frame.columns), manifest)
     return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
 
 
@@ -144,8 +173,7 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
     manifest = read_manifest(release)
     parts = release_parts(release, PROTECTED_FILE, manifest)
     with parts_read(release, PROTECTED_FILE):
-        names = pq.ParquetDataset(parts, **FOOTER_LIMITS).schema.names
-        check_columns(release, names, manifest)
+        names = part_schemas(release, parts, manifest)
         columns = [name for name in names if name not in without]
         check_decoded(release, PROTECTED_FILE, parts, columns)
         frame = read_parts(parts, columns)
@@ -242,8 +270,7 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
     manifest = read_manifest(release)
     parts = quarter_parts(release_parts(release, PROTECTED_FILE, manifest), quarter)
     with parts_read(release, PROTECTED_FILE):
-        names = pq.ParquetDataset(parts, **FOOTER_LIMITS).schema.names
-        check_columns(release, names, manifest)
+        names = part_schemas(release, parts, manifest)
         columns = [name for name in names if name not in (*without, QUARTER_KEY)]
         check_decoded(release, PROTECTED_FILE, parts, [*columns, QUARTER_KEY])
         frame = read_parts(parts, columns, [(QUARTER_KEY, "==", quarter)])
