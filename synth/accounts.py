@@ -17,15 +17,19 @@ NUMBER_TEXT = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 #: Most digits of an id written as a number with an exponent ("1e400" is refused, not expanded).
 MAX_ID_DIGITS = 64
 #: The rule of ids in a ledger's accounts, as messages state it.
-ACCOUNT_ID_RULE = ("ids must be ASCII text after NFKC normalization, without invisible, format or non-ASCII "
-                   "space characters, and numbers written with an exponent must be at most "
+ACCOUNT_ID_RULE = ("ids must be ASCII text after NFKC normalization, without control, invisible, format or "
+                   "non-ASCII space characters, and numbers written with an exponent must be at most "
                    f"{MAX_ID_DIGITS} digits")
 #: The rule of unique ids, as messages state it: ids are compared as the ledger's accounts are.
 UNIQUE_RULE = ("ids must be unique, compared as the ledger's accounts (blanks trimmed, upper case, leading zeros "
                "dropped, numbers by value)")
-#: Unicode categories refused in an account's id: format characters (Cf: zero-width space, byte-order
-#: mark); and the spaces (Zs) other than the ASCII space.
-INVISIBLE = frozenset({"Cf"})
+#: Unicode categories refused in an account's id: control characters (Cc: NUL, tab, escape, DEL),
+#: format characters (Cf: zero-width space, byte-order mark), line and paragraph separators (Zl, Zp),
+#: private use (Co), surrogates (Cs) and unassigned code points (Cn); and the spaces (Zs) other than
+#: the ASCII space.
+INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"})
+#: The ASCII control characters (category Cc), found in Arrow before any id is looked at in Python.
+ASCII_CONTROL = r"[\x00-\x1f\x7f]"
 
 
 def account_text(text: Any, refuse: bool = True) -> Any:
@@ -44,6 +48,8 @@ def account_text(text: Any, refuse: bool = True) -> Any:
     import pyarrow.compute as pc
 
     text = pc.cast(text, pa.large_string())
+    if refuse:
+        _refuse_first(pc.match_substring_regex(text, ASCII_CONTROL))
     if not pc.all(pc.string_is_ascii(text)).as_py():
         text = _ascii_ids(text, refuse)
     text = pc.utf8_upper(pc.utf8_trim_whitespace(text))
@@ -54,6 +60,15 @@ def account_text(text: Any, refuse: bool = True) -> Any:
             values[row] = _number_id(values[row], row, refuse)
         text = pa.array(values, type=pa.large_string())
     return pc.utf8_ltrim(text, characters="0")
+
+
+def _refuse_first(bad: Any) -> None:
+    """Refuse the ids where ``bad`` (Arrow booleans) is true, naming the first one's row."""
+    import pyarrow.compute as pc
+
+    rows = pc.indices_nonzero(pc.fill_null(bad, False))
+    if len(rows):
+        raise InputError(f"column 'estab_id': {ACCOUNT_ID_RULE}; first at row {rows[0].as_py() + 1}")
 
 
 def _ascii_ids(text: Any, refuse: bool) -> Any:

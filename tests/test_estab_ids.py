@@ -204,7 +204,14 @@ def test_numbers_written_with_a_sign_an_exponent_or_fullwidth_digits_draw_on_the
     assert "over their lifetime cap" in refused.output
 
 
-@pytest.mark.parametrize("hidden", ["\u200b", "\u00a0", "\ufeff", "é"])
+#: Characters a ledger refuses in an id: by Unicode category, control (Cc: NUL, ESC, DEL, C1's NEL),
+#: format (Cf), line and paragraph separators (Zl, Zp), private use (Co), unassigned (Cn), spaces other
+#: than the ASCII space (Zs: no-break, ideographic), and letters that stay non-ASCII after NFKC.
+HIDDEN = ["\x00", "\x1b", "\x7f", "\x85", "\u200b", "\ufeff", "\u2028", "\u2029", "\ue000", "\U000f0000",
+          "\u0378", "\u00a0", "\u3000", "é"]
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
 def test_ids_with_invisible_or_non_ascii_characters_are_refused_by_the_ledger_without_the_value(
         tmp_path, records, hidden):
     ids = [str(i) for i in records["estab_id"]]
@@ -298,3 +305,29 @@ def test_a_csv_file_s_first_check_compares_ids_as_accounts(tmp_path, records):
     assert "ids repeating an earlier row's at row 10" in result.output
     assert str(FIRST_ID + 3) not in result.output
 
+
+def test_a_control_character_gives_no_fresh_budget(tmp_path, records):
+    """The red team's input: the first release's ids each with a DEL appended. Refused by the ledger
+    (it was admitted as 400 new establishments), so the accounts stay at one release's charge."""
+    ledger = tmp_path / "ledger.json"
+    first = tmp_path / "a.parquet"
+    pq.write_table(pa.Table.from_pandas(records.assign(estab_id=records["estab_id"].astype(str)),
+                                        preserve_index=False), first)
+    assert protect(first, tmp_path / "ra", ledger, "--lifetime-cap", 3).exit_code == 0
+    second = tmp_path / "b.parquet"
+    pq.write_table(pa.Table.from_pandas(records.assign(estab_id=records["estab_id"].astype(str) + "\x7f"),
+                                        preserve_index=False), second)
+    refused = protect(second, tmp_path / "rb", ledger)
+    assert refused.exit_code == 2, refused.output
+    assert "row 1" in refused.output and "control" in refused.output and str(FIRST_ID) not in refused.output
+    assert not (tmp_path / "rb").exists()
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_account_ids_refuse_hidden_characters_anywhere(hidden, where):
+    ids = {"start": hidden + "1002", "middle": "10" + hidden + "02", "end": "1002" + hidden}[where]
+    with pytest.raises(InputError, match="ids must be ASCII text.*first at row 2$"):
+        from gedp.synth.schema import account_ids
+
+        account_ids(pd.Series(["7", ids, "8"]))
