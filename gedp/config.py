@@ -368,10 +368,16 @@ def _yaml_problem(err: Exception) -> str:
 
 def load_config(name_or_path: str | Path, allow_large_mu: bool = False) -> Config:
     """Load a config from a YAML file, or a shipped one by name ('recommended', 'baseline', 'uniform', ...);
-    ``allow_large_mu`` as for ``parse_config``."""
+    ``allow_large_mu`` as for ``parse_config``. A name given as text that is both a shipped config's and
+    a file's or folder's in the working folder is refused as ambiguous (either reading could spend
+    another budget than meant): ``./recommended`` (or a Path) names the file."""
     path = Path(name_or_path)
-    if not path.is_file() and path.suffix == "" and str(name_or_path) in configs.available():
-        path = configs.path(str(name_or_path))
+    if str(name_or_path) in configs.available():
+        if isinstance(name_or_path, str) and path.exists():
+            raise ConfigError(f"config '{name_or_path}' is both a shipped config and a file in the working folder; "
+                              f"write ./{name_or_path} for the file, or rename it")
+        if not path.is_file():
+            path = configs.path(str(name_or_path))
     if not path.is_file():
         raise ConfigError(
             f"config '{name_or_path}' is neither a file nor a shipped config ({', '.join(configs.available())})"

@@ -140,3 +140,30 @@ def test_plain_numbers_still_load_and_a_list_s_yaml_1_1_number_is_refused(tmp_pa
     with pytest.raises(ConfigError, match="line 2[0-9]: '010' is a YAML 1.1 number"):
         load_config(path)
 
+
+def test_a_shipped_name_that_is_also_a_local_file_is_refused_as_ambiguous(tmp_path, microdata):
+    """`--config recommended` beside a file named `recommended` (here the employment plan) read the
+    file (manifest "custom", summary silent); now refused in one line, nothing written;
+    `--config ./recommended` reads the file."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "recommended").write_text(configs.path("employment").read_text())
+    microdata.to_parquet(tmp_path / "s.parquet")
+
+    def protect(config, out):
+        return subprocess.run([sys.executable, "-m", "gedp", "protect", "s.parquet", "--config", config, "--out", out,
+                               "--seed", "1", "--not-for-publication"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+
+    refused = protect("recommended", "r1")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "error: config 'recommended' is both a shipped config and a file in the working folder; "
+        "write ./recommended for the file, or rename it"]
+    assert not (tmp_path / "r1").exists()
+    done = protect("./recommended", "r2")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "r2" / "manifest.json").read_text())
+    assert manifest["config_name"] == "custom" and "wage" not in manifest["config"]["attributes"]
