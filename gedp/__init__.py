@@ -5,13 +5,7 @@ gedp.postprocess (least squares and margins of error), gedp.evaluation (experime
 (shipped budget plans).
 """
 
-from importlib import metadata
 from typing import TYPE_CHECKING
-
-try:
-    __version__ = metadata.version("gedp")
-except metadata.PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0+unknown"
 
 if TYPE_CHECKING:  # type checkers see the API's signatures; at run time it is imported on first use
     from gedp.api import (
@@ -29,6 +23,8 @@ if TYPE_CHECKING:  # type checkers see the API's signatures; at run time it is i
         synthesize,
     )
 
+    __version__: str
+
 #: The public API (gedp.api), imported on first use so that `gedp --help` starts fast.
 __all__ = ["__version__", "Engine", "Input", "Ledger", "Release", "combine", "interval", "load", "plan", "protect",
            "read_release", "report", "synthesize"]
@@ -40,6 +36,15 @@ def __getattr__(name: str) -> object:
         from gedp import api
 
         return getattr(api, name)
+    if name == "__version__":  # read on first use: importing gedp (the executable's first step) stays instant
+        from importlib import metadata
+
+        try:
+            version = metadata.version("gedp")
+        except metadata.PackageNotFoundError:  # running from a source tree without installation
+            version = "0+unknown"
+        globals()["__version__"] = version
+        return version
     raise AttributeError(f"module 'gedp' has no attribute {name!r}")
 
 

@@ -1,5 +1,5 @@
 """``python -m gedp`` runs the command line."""
 
-from gedp.cli import command
+from gedp.entry import command
 
 command()

@@ -77,7 +77,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen = set()
-    for key_node, _ in node.value:
+    for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
         line = key_node.start_mark.line + 1
         if not isinstance(key, str):
@@ -85,7 +85,29 @@ def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode,
         if key in seen:
             raise ConfigError(f"duplicate key {shown(key)} at line {line}")
         seen.add(key)
+        if _yaml11_number(value_node):
+            raise ConfigError(f"key {shown(key)} at line {line}: {_YAML11_RULE.format(value=shown(value_node.value))}")
     return loader.construct_mapping(node, deep=deep)
+
+
+#: Number forms of YAML 1.1 that read as another number than they show (050 is octal 40, 1:30 is
+#: base 60, 90; 2_307 drops its underscore; 0b11 is binary): refused, naming the key, not read.
+_YAML11_NUMBER = re.compile(r"[-+]?0(?:[0-9_]|b)|.*[_:]")
+_YAML11_RULE = ("{value} is a YAML 1.1 number (a leading zero reads as octal, a colon as base 60, an underscore is "
+                "dropped); write it as a plain decimal number, such as 50 or 0.5")
+
+
+def _yaml11_number(node: yaml.Node) -> bool:
+    """Whether a node is a plain number written in a YAML 1.1 form (``_YAML11_NUMBER``)."""
+    return (isinstance(node, yaml.ScalarNode) and node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+            and _YAML11_NUMBER.match(node.value) is not None)
+
+
+def _number_node(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float:
+    """A number outside a mapping (an item of a list), refused in a YAML 1.1 form as a mapping's value is."""
+    if _yaml11_number(node):
+        raise ConfigError(f"line {node.start_mark.line + 1}: {_YAML11_RULE.format(value=shown(node.value))}")
+    return loader.construct_yaml_int(node) if node.tag.endswith(":int") else loader.construct_yaml_float(node)
 
 
 def _key_not_text(key: object, key_node: yaml.Node, node: yaml.MappingNode) -> str:
@@ -102,6 +124,8 @@ def _key_not_text(key: object, key_node: yaml.Node, node: yaml.MappingNode) -> s
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _number_node)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _number_node)
 
 
 @dataclass(frozen=True)
@@ -344,10 +368,16 @@ def _yaml_problem(err: Exception) -> str:
 
 def load_config(name_or_path: str | Path, allow_large_mu: bool = False) -> Config:
     """Load a config from a YAML file, or a shipped one by name ('recommended', 'baseline', 'uniform', ...);
-    ``allow_large_mu`` as for ``parse_config``."""
+    ``allow_large_mu`` as for ``parse_config``. A name given as text that is both a shipped config's and
+    a file's or folder's in the working folder is refused as ambiguous (either reading could spend
+    another budget than meant): ``./recommended`` (or a Path) names the file."""
     path = Path(name_or_path)
-    if not path.is_file() and path.suffix == "" and str(name_or_path) in configs.available():
-        path = configs.path(str(name_or_path))
+    if str(name_or_path) in configs.available():
+        if isinstance(name_or_path, str) and path.exists():
+            raise ConfigError(f"config '{name_or_path}' is both a shipped config and a file in the working folder; "
+                              f"write ./{name_or_path} for the file, or rename it")
+        if not path.is_file():
+            path = configs.path(str(name_or_path))
     if not path.is_file():
         raise ConfigError(
             f"config '{name_or_path}' is neither a file nor a shipped config ({', '.join(configs.available())})"

@@ -227,16 +227,21 @@ def may_hold_point(text: Any) -> bool:
 
 
 def _record_keys(batch: Any, used: Mapping[str, str]) -> tuple[Any, bool]:
-    """A row's record key, blanks stripped: its estab_id as the establishment's one id ("1002.0" is
-    "1002", ``WHOLE_NUMBER_ID``), with its year and quarter when the input has them (a panel holds each
-    establishment once per quarter); and whether an id was written as a whole number with a point."""
+    """A row's record key: its estab_id as the text of its lifetime account ("1002.0" is "1002", as
+    ``gedp.synth.schema.canonical_ids`` reads it, and "01002" and " 1002 " are "1002":
+    ``gedp.synth.accounts.account_text``, unrefused), with its year and quarter
+    (blanks stripped) when the input has them (a panel holds each establishment once per quarter);
+    and whether an id was written as a whole number with a point."""
     import pyarrow.compute as pc
+
+    from gedp.synth.accounts import account_text
 
     parts = [pc.utf8_trim_whitespace(batch.column(used[name])) for name in ("estab_id", "year", "qtr")
              if name in used]
     whole_number = may_hold_point(parts[0]) and pc.any(pc.match_substring_regex(parts[0], WHOLE_NUMBER_ID)).as_py()
     if whole_number:
         parts[0] = pc.replace_substring_regex(parts[0], WHOLE_NUMBER_ID.replace("[0-9]+", "([0-9]+)"), r"\1")
+    parts[0] = account_text(parts[0], refuse=False).cast(parts[0].type)
     key = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "\x1f")
     return key, bool(whole_number)
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gedp.errors import InputError
+from gedp.synth.accounts import UNIQUE_RULE, account_text
 from gedp.synth.columns import CARRIED, CODE_WIDTHS, CONFIDENTIAL
 from gedp.synth.csv_values import may_hold_point
 from gedp.synth.hierarchy import derive_industry_codes
@@ -131,10 +132,22 @@ def estab_ids(frame: pd.DataFrame, unique_checked: bool = False) -> pd.Series:
     ids = canonical_ids(ids)
     _refuse("estab_id", (ids.str.len() > MAX_ID_CHARS).to_numpy(), frame.assign(estab_id=ids),
             f"ids must be at most {MAX_ID_CHARS} characters (a release's readers refuse longer keys)")
-    if not unique_checked and _any_repeat(ids):
-        _refuse("estab_id", ids.duplicated(keep="first").to_numpy(), frame.assign(estab_id=ids),
-                "values must be unique")
+    if not unique_checked:
+        _check_unique(ids)
     return ids
+
+
+def _check_unique(ids: pd.Series) -> None:
+    """Refuse two ids of one lifetime account (``account_ids``: ``1002`` and ``01002``, ``A1`` and
+    `` a1 ``), with or without a ledger: a release would measure the establishment twice while its
+    account is charged once. The message names the two rows, never their ids."""
+    accounts = account_ids(ids, refuse=False)
+    if not _any_repeat(accounts):
+        return
+    texts = pd.Series(accounts.to_numpy(zero_copy_only=False))
+    later = int(np.argmax(texts.duplicated(keep="first").to_numpy()))
+    earlier = int(np.argmax((texts == texts.iloc[later]).to_numpy()))
+    raise InputError(f"column 'estab_id': {UNIQUE_RULE}; row {later + 1} is the establishment of row {earlier + 1}")
 
 
 #: Text of a whole number written with a decimal point ("1002.0", " 17.00 "), as spreadsheets and
@@ -231,7 +244,7 @@ def _type_name(kind: pa.DataType) -> str:
     return str(kind)
 
 
-def _any_repeat(texts: pd.Series) -> bool:
+def _any_repeat(texts: pd.Series | pa.Array) -> bool:
     """Whether a text repeats: sorted in Arrow and neighbours compared, which takes a few seconds and
     a fraction of the memory of a hash table for the millions of ids of a national input."""
     values = pa.array(texts)  # no copy for pandas' Arrow-backed text
@@ -276,63 +289,7 @@ def public_columns(microdata: pd.DataFrame) -> list[str]:
     return [c for c in (*PUBLIC, *CARRIED) if c in microdata.columns]
 
 
-#: Text of a number with a sign, a point or an exponent ("+12", "1e0", "1.2E+05", "-3"): an id read
-#: by the rule of numbers (``account_ids``).
-NUMBER_TEXT = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
-#: Most digits of an id written as a number with an exponent ("1e400" is refused, not expanded).
-MAX_ID_DIGITS = 64
-#: The rule of ids in a ledger's accounts, as messages state it.
-ACCOUNT_ID_RULE = ("ids must be ASCII text after NFKC normalization, without invisible, format or non-ASCII "
-                   "space characters, and numbers written with an exponent must be at most "
-                   f"{MAX_ID_DIGITS} digits")
-
-
-def account_ids(ids: pd.Series) -> pa.Array:
-    """Establishment ids as the text of their lifetime account (the ledger's keys, ``gedp.accounting.ledger``):
-    their canonical text (``canonical_ids``) NFKC-normalized (fullwidth digits are digits), trimmed of
-    white space and upper-cased, with text that is a number (sign, point, exponent) written by the rule
-    of numbers: a whole number is its integer's digits ("+1", "1e0", "1.0E+00" are "1"; "-1e0" is
-    "-1"), other numbers stay as written. Refused, naming the row but never the value: invisible and
-    format characters (Unicode category Cf), spaces other than ASCII space (Zs), anything non-ASCII
-    after normalization, and a number of more than MAX_ID_DIGITS digits. A normalization that can only
-    merge two accounts, never split one."""
-    text = pa.array(canonical_ids(ids), type=pa.large_string())
-    if not pc.all(pc.string_is_ascii(text)).as_py():
-        text = _ascii_ids(text)
-    text = pc.utf8_upper(pc.utf8_trim_whitespace(text))
-    numeric = pc.match_substring_regex(text, NUMBER_TEXT)
-    if pc.any(pc.and_(numeric, pc.invert(pc.match_substring_regex(text, "^[0-9]+$")))).as_py():
-        values = text.to_pylist()
-        for row in np.flatnonzero(numeric.to_numpy(zero_copy_only=False)):
-            values[row] = _number_id(values[row], int(row))
-        text = pa.array(values, type=pa.large_string())
-    return text
-
-
-def _ascii_ids(text: pa.Array) -> pa.Array:
-    """Ids with non-ASCII characters NFKC-normalized, refused if any is invisible, a format or a
-    non-ASCII space character, or stays non-ASCII (``account_ids``)."""
-    import unicodedata
-
-    values = text.to_pylist()
-    for row, value in enumerate(values):
-        if value is None or value.isascii():
-            continue
-        if any(unicodedata.category(c) in ("Cf", "Zs") and c != " " for c in value) or \
-                not (value := unicodedata.normalize("NFKC", value)).isascii():
-            _refuse("estab_id", np.arange(len(values)) == row, pd.DataFrame(index=range(len(values))),
-                    ACCOUNT_ID_RULE)
-        values[row] = value
-    return pa.array(values, type=pa.large_string())
-
-
-def _number_id(value: str, row: int) -> str:
-    """An id written as a number by the rule of numbers: a whole number is its integer's digits."""
-    from decimal import Decimal
-
-    number = Decimal(value)
-    if number.adjusted() >= MAX_ID_DIGITS:
-        raise InputError(f"column 'estab_id': {ACCOUNT_ID_RULE}; first at row {row + 1}")
-    if number != number.to_integral_value():
-        return value
-    return str(int(number)) if number else "0"
+def account_ids(ids: pd.Series, refuse: bool = True) -> pa.Array:
+    """Establishment ids as the text of their lifetime account: their canonical text
+    (``canonical_ids``) under the account rule (``gedp.synth.accounts.account_text``)."""
+    return account_text(pa.array(canonical_ids(ids), type=pa.large_string()), refuse)

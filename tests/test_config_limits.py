@@ -103,3 +103,67 @@ def test_group_by_carried_columns_is_refused_at_load(tmp_path, microdata, by, co
     assert result.exit_code == 2, result.output
     assert f"'{column}' is not a public column to group by" in result.output
     assert not ledger.exists() and not (tmp_path / "out").exists()  # refused before any budget was reserved
+
+
+@pytest.mark.parametrize("line, written, key", [
+    ("  m1emp: {gamma: 0.5}", "  m1emp: {gamma: 050}", "gamma"),  # YAML 1.1: octal, 40
+    ("  m1emp: {gamma: 0.5}", "  m1emp: {gamma: 1:30}", "gamma"),  # base 60: 90
+    ("psi: {name: sqrt, a: 0}", "psi: {name: sqrt, a: 010}", "a"),  # octal: 8
+    ("mu_cap: 2.29", "mu_cap: 2_307", "mu_cap"),  # 2307
+    ("mu_cap: 2.29", "mu_cap: 0b10", "mu_cap"),  # binary: 2
+    ("zeta: 0.01", "zeta: 00.01", "zeta"),
+    ("    mu: {m1emp: 0.7, m2emp: 0.7, m3emp: 0.7}", "    mu: {m1emp: 0.7, m2emp: 0_7, m3emp: 0.7}", "m2emp"),
+])
+def test_yaml_1_1_number_forms_are_refused_naming_the_key(tmp_path, line, written, key):
+    """Numbers PyYAML reads by YAML 1.1 as other numbers than they show (050 as 40, 1:30 as 90) are
+    refused, naming the key and its line; the shipped file itself loads (the line is really there)."""
+    text = configs.path("employment").read_text()
+    assert line in text
+    number = next(i for i, row in enumerate(text.splitlines(), start=1) if row == line)
+    path = tmp_path / "plan.yaml"
+    path.write_text(text.replace(line, written, 1))
+    with pytest.raises(ConfigError, match=f"key '{key}' at line {number}: .* is a YAML 1.1 number"):
+        gedp.load(str(path))
+    path.write_text(text)
+    assert gedp.load(str(path)).raw["mu_cap"] == 2.29
+
+
+def test_plain_numbers_still_load_and_a_list_s_yaml_1_1_number_is_refused(tmp_path):
+    from gedp.config import load_config
+
+    text = configs.path("employment").read_text()
+    path = tmp_path / "plan.yaml"
+    path.write_text(text.replace("  m1emp: {gamma: 0.5}", "  m1emp: {gamma: 0x1}").replace("zeta: 0.01", "zeta: .01"))
+    loaded = load_config(path)
+    assert loaded.plan.gammas["m1emp"] == 1 and loaded.raw["zeta"] == 0.01
+    path.write_text(text + "extra: [1, 010]\n")
+    with pytest.raises(ConfigError, match="line 2[0-9]: '010' is a YAML 1.1 number"):
+        load_config(path)
+
+
+def test_a_shipped_name_that_is_also_a_local_file_is_refused_as_ambiguous(tmp_path, microdata):
+    """`--config recommended` beside a file named `recommended` (here the employment plan) read the
+    file (manifest "custom", summary silent); now refused in one line, nothing written;
+    `--config ./recommended` reads the file."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "recommended").write_text(configs.path("employment").read_text())
+    microdata.to_parquet(tmp_path / "s.parquet")
+
+    def protect(config, out):
+        return subprocess.run([sys.executable, "-m", "gedp", "protect", "s.parquet", "--config", config, "--out", out,
+                               "--seed", "1", "--not-for-publication"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+
+    refused = protect("recommended", "r1")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        "error: config 'recommended' is both a shipped config and a file in the working folder; "
+        "write ./recommended for the file, or rename it"]
+    assert not (tmp_path / "r1").exists()
+    done = protect("./recommended", "r2")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "r2" / "manifest.json").read_text())
+    assert manifest["config_name"] == "custom" and "wage" not in manifest["config"]["attributes"]

@@ -204,7 +204,14 @@ def test_numbers_written_with_a_sign_an_exponent_or_fullwidth_digits_draw_on_the
     assert "over their lifetime cap" in refused.output
 
 
-@pytest.mark.parametrize("hidden", ["\u200b", "\u00a0", "\ufeff", "é"])
+#: Characters a ledger refuses in an id: by Unicode category, control (Cc: NUL, ESC, DEL, C1's NEL),
+#: format (Cf), line and paragraph separators (Zl, Zp), private use (Co), unassigned (Cn), spaces other
+#: than the ASCII space (Zs: no-break, ideographic), and letters that stay non-ASCII after NFKC.
+HIDDEN = ["\x00", "\x1b", "\x7f", "\x85", "\u200b", "\ufeff", "\u2028", "\u2029", "\ue000", "\U000f0000",
+          "\u0378", "\u00a0", "\u3000", "é"]
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
 def test_ids_with_invisible_or_non_ascii_characters_are_refused_by_the_ledger_without_the_value(
         tmp_path, records, hidden):
     ids = [str(i) for i in records["estab_id"]]
@@ -224,3 +231,103 @@ def test_account_ids_follow_the_rule_of_numbers():
     assert account_ids(pd.Series(texts)).to_pylist() == ["7", "7", "7", "7", "-7", "7.5", "100000", "AB"]
     with pytest.raises(InputError, match="at most 64 digits"):
         account_ids(pd.Series(["1e400"]))
+
+
+# --- one account, one record (red team, session 21) ---------------------------------------------------
+
+COLLISIONS = {"leading zero": "0{}", "padded": " {} ", "lower case": "{}"}
+
+
+def gedp_protect(*arguments, cwd):
+    """``gedp protect`` in a child process, as a user runs it."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "gedp", "protect", *map(str, arguments)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("ledger", [True, False])
+@pytest.mark.parametrize("spelling", COLLISIONS)
+def test_two_records_of_one_account_are_refused_naming_rows_not_ids(tmp_path, records, spelling, ledger):
+    """Row 8 spells row 3's id as its account does (a leading zero, blanks, lower case): a release would
+    measure the establishment twice while the ledger charges its account once (two records at 2.3
+    each cost sqrt(2) x 2.3 = 3.3 > cap 3). Refused on intake, with or without a ledger, in one line
+    naming the two rows and neither id; nothing is written."""
+    ids = [f"A{i}" for i in records["estab_id"]]
+    ids[7] = COLLISIONS[spelling].format(ids[2])
+    if spelling == "lower case":
+        ids[7] = ids[7].lower()
+    source = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pandas(records.assign(estab_id=ids), preserve_index=False), source)
+    extra = ["--ledger", "books/ledger.json", "--lifetime-cap", 3] if ledger else ["--not-for-publication", "--seed", 1]
+    (tmp_path / "books").mkdir()
+    done = gedp_protect(source, "--config", "employment", "--out", "r", *extra, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "row 8 is the establishment of row 3" in lines[0], done.stderr
+    assert str(FIRST_ID + 2) not in done.stderr + done.stdout
+    assert not (tmp_path / "r").exists() and list((tmp_path / "books").iterdir()) == []
+
+
+def test_the_unique_check_refuses_exactly_the_ids_the_ledger_merges(small_state):
+    """Random spellings of a few ids: validation refuses an input iff the ledger's keys of its ids
+    (a keyed hash of each account) are fewer than its rows, and accepts it otherwise."""
+    rng = np.random.default_rng(21)
+    frame = small_state.head(6).copy()
+    forms = [lambda t: t, lambda t: "0" + t, lambda t: t.lower(), lambda t: f" {t} ", lambda t: "00" + t.lower(),
+             lambda t: t + ".0"]
+    stems = ["A7", "7", "B07", "12", "C1", "70", "X", "0", "1E1", "10"]
+    outcomes = set()
+    for _ in range(200):
+        ids = [forms[rng.integers(len(forms))](stems[rng.integers(len(stems))]) for _ in range(len(frame))]
+        merged = len(establishment_keys(ids, "0123456789abcdef")) < len(ids)
+        try:
+            validate_microdata(frame.assign(estab_id=ids))
+            refused = False
+        except InputError as error:
+            assert "ids must be unique" in str(error)
+            refused = True
+        assert refused == merged, ids
+        outcomes.add(refused)
+    assert outcomes == {True, False}
+
+
+def test_a_csv_file_s_first_check_compares_ids_as_accounts(tmp_path, records):
+    """The first check of a CSV file finds row 10 spelling row 4's id with a leading zero, lower case."""
+    frame = records.assign(estab_id=[f"A{i}" for i in records["estab_id"]])
+    frame.loc[frame.index[9], "estab_id"] = f"0a{FIRST_ID + 3}"
+    path = tmp_path / "in.csv"
+    frame.to_csv(path, index=False)
+    result = runner.invoke(app, ["protect", str(path), "--config", "employment", "--out", str(tmp_path / "r"),
+                                 "--seed", "1", "--not-for-publication"])
+    assert result.exit_code == 2, result.output
+    assert "ids repeating an earlier row's at row 10" in result.output
+    assert str(FIRST_ID + 3) not in result.output
+
+
+def test_a_control_character_gives_no_fresh_budget(tmp_path, records):
+    """The red team's input: the first release's ids each with a DEL appended. Refused by the ledger
+    (it was admitted as 400 new establishments), so the accounts stay at one release's charge."""
+    ledger = tmp_path / "ledger.json"
+    first = tmp_path / "a.parquet"
+    pq.write_table(pa.Table.from_pandas(records.assign(estab_id=records["estab_id"].astype(str)),
+                                        preserve_index=False), first)
+    assert protect(first, tmp_path / "ra", ledger, "--lifetime-cap", 3).exit_code == 0
+    second = tmp_path / "b.parquet"
+    pq.write_table(pa.Table.from_pandas(records.assign(estab_id=records["estab_id"].astype(str) + "\x7f"),
+                                        preserve_index=False), second)
+    refused = protect(second, tmp_path / "rb", ledger)
+    assert refused.exit_code == 2, refused.output
+    assert "row 1" in refused.output and "control" in refused.output and str(FIRST_ID) not in refused.output
+    assert not (tmp_path / "rb").exists()
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_account_ids_refuse_hidden_characters_anywhere(hidden, where):
+    ids = {"start": hidden + "1002", "middle": "10" + hidden + "02", "end": "1002" + hidden}[where]
+    with pytest.raises(InputError, match="ids must be ASCII text.*first at row 2$"):
+        from gedp.synth.schema import account_ids
+
+        account_ids(pd.Series(["7", ids, "8"]))

@@ -68,7 +68,7 @@ def test_valid_records_get_canonical_columns():
         (records().iloc[:0], "zero establishments"),
         (records().drop(columns=["wage"]), "missing column 'wage'"),
         (records(estab_id=["A", "B", "A"]),
-            r"column 'estab_id': values must be unique; first at row 3 \(estab_id A\)$"),
+            r"column 'estab_id': ids must be unique, .*; row 3 is the establishment of row 1$"),
         (records(estab_id=["A", None, "C"]), r"column 'estab_id': values must not be missing; first at row 2$"),
         (records(m1emp=[3.0, -1.0, -2.0]), r"column 'm1emp': values must be >= 0; first at row 2 \(estab_id B\)$"),
         (records(wage=[1.0, np.inf, 2.0]),

@@ -174,7 +174,8 @@ def test_estab_id_repeated_in_parts_of_different_states_is_refused_before_noise(
     monkeypatch.setattr(gedp.running.engine, "protect", lambda *a, **k: pytest.fail("noise drawn before the id check"))
     result = invoke(*protect_args(folder, tmp_path / "out"))
     assert_refused(result, tmp_path / "out",
-                   f"column 'estab_id': values must be unique; first at row 156 (estab_id {rows.loc[0, 'estab_id']})")
+                   "column 'estab_id': ids must be unique, compared as the ledger's accounts (blanks trimmed, "
+                   "upper case, leading zeros dropped, numbers by value); row 156 is the establishment of row 1")
 
 
 def test_an_estab_id_longer_than_a_release_key_is_refused_and_one_as_long_is_read_with_margins(rows, tmp_path):

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
 
 from gedp.accounting.lock_wait import LockWait, open_lock_file
 from gedp.accounting.quarters import quarter_index
@@ -63,7 +62,7 @@ def check_ledger_path(path: str | Path) -> Path:
 
 def establishment_keys(estab_ids: Iterable[str] | pd.Series, key: str) -> np.ndarray:
     """The sorted distinct keyed 64-bit hashes of normalized estab_ids (``gedp.accounting.ledger``)."""
-    ids = pc.utf8_ltrim(account_ids(pd.Series(estab_ids)), characters="0")
+    ids = account_ids(pd.Series(estab_ids))
     hashes = np.sort(pd.util.hash_array(ids.to_numpy(zero_copy_only=False), hash_key=key, categorize=False))
     return hashes[np.concatenate(([True], hashes[1:] != hashes[:-1]))].astype("<u8")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+import gedp.configs as configs
 from gedp.config import Config, load_config
 from gedp.planning import shapes
 from gedp.planning.predictor import REFERENCE_WAGE_SHARE
@@ -100,7 +101,7 @@ def reference_mapping(mu_total: float, base: Config, quarters: int = 1, name: st
     queries in its own order (the order noise is drawn in), every mu scaled by mu_total / its total
     and rounded down to 4 decimals, and the cap of ``quarters`` quarters, as ``shapes.config_mapping``
     makes them."""
-    shipped = load_config(name)
+    shipped = load_config(configs.path(name))  # the shipped file, never a file of that name here
     factor = mu_total / shipped.plan.budget().total
     mus = {tuple(q["by"]) if q["by"] != "identity" else (): {a: m * factor for a, m in q["mu"].items()}
            for q in shipped.raw["queries"]}
@@ -117,4 +118,4 @@ def plan_mapping(candidate: Candidate, mu_total: float, base: Config, quarters: 
 
 def reference_shape(name: str = REFERENCE) -> tuple[Shape, float]:
     """The shape and wage share of the shipped plan ``name``, labelled with its name."""
-    return shapes.shape_of(load_config(name).plan, name)
+    return shapes.shape_of(load_config(configs.path(name)).plan, name)

@@ -116,9 +116,11 @@ def stop_on_sigterm() -> None:
     recorded as it raises KeyboardInterrupt (``gedp.errors.raise_interrupted``), so that a stop whose
     exception is lost still publishes nothing (``gedp.errors.stop_if_terminated``). SIGKILL cannot be
     handled: a killed run's staging folders are removed by the next run that writes the same output
-    (``gedp.release.writer.remove_stale_staging``)."""
-    signal.signal(signal.SIGTERM, raise_terminated)
-    signal.signal(signal.SIGINT, raise_interrupted)
+    (``gedp.release.writer.remove_stale_staging``). A stop the process inherited as ignored (``gedp
+    ... &`` in a script ignores Ctrl-C) stays ignored."""
+    for number, handler in ((signal.SIGTERM, raise_terminated), (signal.SIGINT, raise_interrupted)):
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, handler)
 
 
 def worker_signals() -> None:
