@@ -192,8 +192,11 @@ class Release:
     def privacy(self) -> dict[str, Any]:
         """The release's guarantee between psi-neighbours (the manifest's ``privacy`` block): ``mu``,
         ``rho`` = mu^2 / 2 and ``epsilon`` at delta 1e-5, 1e-6 and 1e-9 (exact GDP conversion), in
-        total and under ``attributes`` for each attribute's own queries."""
-        return self.manifest["privacy"]
+        total and under ``attributes`` for each attribute's own queries; checked against the ledgers
+        (``read_manifest``) and each epsilon against its mu (``validation.checked_privacy``)."""
+        from gedp.release.validation import checked_privacy
+
+        return checked_privacy(self.folder, self.manifest)
 
     @property
     def microdata(self) -> pd.DataFrame:

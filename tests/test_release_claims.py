@@ -1,0 +1,128 @@
+"""What a release claims, checked by every reader before it is stated or used, and what a reader writes
+(red team of session 21 on main 17c076e): the budget a manifest states against its ledgers (F3), its
+solver section (F4), no output inside the release read (F5), no public code gedp does not write (F9)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import gedp
+from gedp.cli import app
+from gedp.errors import InputError
+from gedp.release.reader import read_manifest
+from gedp.serve.releases import load_releases
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def release(seeded_small_release) -> Path:
+    return seeded_small_release("claims", 400)
+
+
+def edited(release: Path, tmp_path: Path, edit) -> Path:
+    """A copy of ``release`` whose manifest ``edit`` changed."""
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def refused_by_every_reader(copy: Path, tmp_path: Path, message: str) -> None:
+    """tabulate (with and without margins), report, implicates, the server's loader and the API each
+    refuse ``copy`` in one line naming ``message``, exit 2, nothing written."""
+    for request in (["tabulate", str(copy), "--by", "county", "--out", str(tmp_path / "t.csv")],
+                    ["tabulate", str(copy), "--by", "county", "--moe", "--out", str(tmp_path / "t.csv")],
+                    ["report", str(copy), "--out", str(tmp_path / "report.html")],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not any((tmp_path / name).exists() for name in ("t.csv", "report.html", "imp"))
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([copy])
+    with pytest.raises(InputError, match=re.escape(message)):
+        _ = gedp.read_release(copy).privacy
+
+
+def test_a_genuine_manifest_states_its_ledgers_composed(release):
+    """The rule the readers check, on a release as gedp writes it, computed here from the ledger alone:
+    mu_total = sqrt(sum of the ledger's mu^2), privacy's mu that and rho mu^2 / 2, and each
+    attribute's mu its charges composed."""
+    manifest = json.loads((release / "manifest.json").read_text())
+    (ledger,) = [section["ledger"] for section in manifest["per_state"].values()]
+    total = math.sqrt(sum(entry["mu"] ** 2 for entry in ledger))
+    assert manifest["mu_total"] == pytest.approx(total, rel=1e-12)
+    assert manifest["privacy"]["mu"] == pytest.approx(total, rel=1e-12)
+    assert manifest["privacy"]["rho"] == pytest.approx(total**2 / 2, rel=1e-12)
+    for attribute, block in manifest["privacy"]["attributes"].items():
+        mine = math.sqrt(sum(entry["mu"] ** 2 for entry in ledger if entry["attribute"] == attribute))
+        assert block["mu"] == pytest.approx(mine, rel=1e-12)
+    assert read_manifest(release)["mu_total"] == manifest["mu_total"]
+
+
+def _spent_ten_times_less(manifest: dict) -> None:
+    """The red team's edit: mu_total and what the privacy block states of it, 0.1."""
+    manifest["mu_total"] = manifest["privacy"]["mu"] = 0.1
+    manifest["privacy"]["rho"] = 0.005
+
+
+#: Manifests stating another budget than their ledgers charged, and what the refusal names.
+STATED = {
+    "mu_total 0.1 with its privacy block": (_spent_ten_times_less, "'mu_total' is not the largest of its states'"),
+    "mu_total only": (lambda m: m.update(mu_total=m["mu_total"] * 0.99), "'mu_total' is not the largest"),
+    "a state's mu_total": (lambda m: m["per_state"]["44"].update(mu_total=0.1), "'per_state.44.mu_total' is not"),
+    "mu_planned_total below it": (lambda m: m.update(mu_planned_total=0.1), "'mu_planned_total' is less than"),
+    "privacy's mu": (lambda m: m["privacy"].update(mu=0.1), "'privacy' does not state mu"),
+    "privacy's rho": (lambda m: m["privacy"].update(rho=0.1), "'privacy' does not state mu"),
+    "an attribute's mu": (lambda m: m["privacy"]["attributes"]["wage"].update(mu=0.1),
+                          "'privacy.attributes.wage' does not state"),
+    "an attribute dropped": (lambda m: m["privacy"]["attributes"].pop("wage"), "'privacy.attributes' names other"),
+    "no privacy block": (lambda m: m.pop("privacy"), "'privacy' must hold"),
+}
+
+
+@pytest.mark.parametrize("case", list(STATED))
+def test_a_budget_other_than_the_ledgers_composed_is_refused_by_every_reader(release, tmp_path, monkeypatch, case):
+    """Red team F3: with mu_total set to 0.1 the report said "mu = 0.1000, epsilon 0.40" (the ledgers
+    composed: 2.3, epsilon 13), as did serve and tabulate --moe; only gedp audit --release noticed."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = STATED[case]
+    refused_by_every_reader(edited(release, tmp_path, edit), tmp_path, message)
+
+
+#: Privacy blocks stating another epsilon than their mu gives (only the API hands the block out; the
+#: commands state epsilon computed from mu_total).
+EPSILON = {
+    "the total's": (lambda m: m["privacy"]["epsilon"].update({"1e-06": 0.4}), "'privacy.epsilon'"),
+    "an attribute's": (lambda m: m["privacy"]["attributes"]["wage"]["epsilon"].update({"1e-06": 0.4}),
+                       "'privacy.attributes.wage.epsilon'"),
+    "a delta dropped": (lambda m: m["privacy"]["epsilon"].pop("1e-06"), "'privacy.epsilon'"),
+}
+
+
+@pytest.mark.parametrize("case", list(EPSILON))
+def test_the_privacy_block_the_api_gives_states_the_epsilon_of_its_mu(release, tmp_path, case):
+    edit, message = EPSILON[case]
+    copy = edited(release, tmp_path, edit)
+    with pytest.raises(InputError, match=re.escape(message)):
+        _ = gedp.read_release(copy).privacy
+    assert gedp.read_release(release).privacy["epsilon"]["1e-06"] > 0
+
+
+def test_audit_states_the_readers_check(release, tmp_path):
+    """gedp audit --release fails the copy on its manifest, with the readers' words."""
+    from gedp.audit.release import audit_release
+
+    checks = audit_release(edited(release, tmp_path, _spent_ten_times_less))
+    failed = [check for check in checks if not check.passed]
+    assert failed and "'mu_total' is not the largest of its states'" in str(failed[0])
