@@ -126,3 +126,38 @@ def test_audit_states_the_readers_check(release, tmp_path):
     checks = audit_release(edited(release, tmp_path, _spent_ten_times_less))
     failed = [check for check in checks if not check.passed]
     assert failed and "'mu_total' is not the largest of its states'" in str(failed[0])
+
+
+#: Solver sections the red team wrote (F4: TypeError tracebacks in tabulate --moe, report and serve, or
+#: a model "bogus" that silently changed the wage margins), and what the refusal names.
+SOLVERS = {
+    "a solve that is text": (lambda m: m["solver"].update(wage="model"), "'solver' of 'wage' ('model') must state"),
+    "no solver": (lambda m: m.update(solver=None), "'solver' must map each attribute to its solve"),
+    "a solve that is null": (lambda m: m.update(solver={**m["solver"], "wage": None}), "'solver' of 'wage' (None)"),
+    "a solve that is a number": (lambda m: m.update(solver={**m["solver"], "wage": 5}), "'solver' of 'wage' (5)"),
+    "an unknown model": (lambda m: m["solver"]["wage"].update(model="bogus"), "model 'bogus' is not one of"),
+    "a model that is a number": (lambda m: m["solver"]["m1emp"].update(model=1), "model 1 is not one of"),
+    "a measured attribute without its solve": (lambda m: m["solver"].pop("wage"), "'solver' lacks wage"),
+    "iterations as text": (lambda m: m["solver"]["wage"].update(iterations="2"), "iterations '2' must be a number"),
+    "a status that is a list": (lambda m: m["solver"]["wage"].update(status=[]), "status [] must be text"),
+}
+
+
+@pytest.mark.parametrize("case", list(SOLVERS))
+def test_a_solver_section_other_than_gedps_is_refused_by_every_reader(release, tmp_path, monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = SOLVERS[case]
+    refused_by_every_reader(edited(release, tmp_path, edit), tmp_path, message)
+
+
+def test_the_readers_models_are_the_postprocessings_own():
+    from gedp.postprocess.models import MonthModel, PlainModel, WageModel
+    from gedp.release.validation import MODELS
+
+    assert set(MODELS) == {PlainModel.name, MonthModel.name, WageModel.name}
+
+
+def test_a_release_of_mixed_models_across_states_is_read(release, tmp_path):
+    """Several states' models are joined by commas (``combined_report``): each a known model is read."""
+    copy = edited(release, tmp_path, lambda m: m["solver"]["wage"].update(model="plain,wage prior"))
+    assert read_manifest(copy)["solver"]["wage"]["model"] == "plain,wage prior"

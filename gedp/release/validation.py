@@ -176,6 +176,42 @@ def _check_psi(release: str | Path, psi: object) -> None:
             raise _refuse(release, f"'psi' is not a valid psi {psi['name']} (its parameters break its rules)")
 
 
+#: The attribute models of the postprocessing (``postprocess.models``: each model's ``name``), as a
+#: manifest's solver section records them (``solver.<attribute>.model``; several states' joined by commas),
+#: kept here so that reading a manifest imports no model; tests check it against the models themselves.
+MODELS = ("plain", "months", "wage prior")
+#: The fields of a solve a manifest records (``postprocess.wls.combined_report``) and their types;
+#: ``model`` may be absent only in a release of an earlier gedp (``manifest.wage_model`` refuses its margins).
+SOLVE_FIELDS = {"solver": (str,), "status": (str,), "kkt_residual": (int, float), "iterations": (int,)}
+
+
+def _check_solver(release: str | Path, content: Mapping, where: str) -> None:
+    """``solver`` maps each attribute to its solve: a known ``model`` (``MODELS``) and fields of their types
+    (``SOLVE_FIELDS``), every establishment attribute the release measured (``mu``) among them: the wage
+    model chooses how wages' margins of error are computed."""
+    from gedp.synth.columns import CONFIDENTIAL
+
+    solver = content.get("solver")
+    if not isinstance(solver, dict):
+        raise _refuse(release, f"'{where}solver' must map each attribute to its solve")
+    measured = {attribute for by in content.get("mu", {}).values() if isinstance(by, dict) for attribute in by}
+    lacking = [attribute for attribute in CONFIDENTIAL if attribute in measured and attribute not in solver]
+    if lacking:
+        raise _refuse(release, f"'{where}solver' lacks {lacking[0]}, which the release measured")
+    for attribute, solve in solver.items():
+        field = f"'{where}solver' of {_shown(attribute)}"
+        if not isinstance(solve, dict):
+            raise _refuse(release, f"{field} ({_shown(solve)}) must state its solve")
+        model = solve.get("model", "plain")
+        if not (isinstance(model, str) and all(name in MODELS for name in model.split(","))):
+            raise _refuse(release, f"{field}: model {_shown(model)} is not one of {', '.join(MODELS)}")
+        for key, types in SOLVE_FIELDS.items():
+            value = solve.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+                raise _refuse(release, f"{field}: {key} {_shown(value)} must be "
+                                       f"{'text' if types == (str,) else 'a number'}")
+
+
 #: The fields every release (and each quarter of a panel) states, which its readers compute with.
 BUDGET_FIELDS = ("psi", "gammas")
 
@@ -198,6 +234,7 @@ def _check_budget(release: str | Path, content: Mapping, where: str = "") -> Non
         if content.get(field) is not None:
             _number(release, content[field], f"{where}{field}")
     _check_psi(release, content["psi"])
+    _check_solver(release, content, where)
 
 
 #: Relative tolerance of a stated total recomputed from its charges (the writer composed the same floats).
