@@ -161,3 +161,39 @@ def test_a_release_of_mixed_models_across_states_is_read(release, tmp_path):
     """Several states' models are joined by commas (``combined_report``): each a known model is read."""
     copy = edited(release, tmp_path, lambda m: m["solver"]["wage"].update(model="plain,wage prior"))
     assert read_manifest(copy)["solver"]["wage"]["model"] == "plain,wage prior"
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("request_", [
+    ["tabulate", "{r}", "--by", "county", "--out", "{r}/protected.parquet/part-44.parquet"],
+    ["tabulate", "{r}", "--by", "county", "--moe", "--out", "{r}/measurements.parquet/part-44.parquet"],
+    ["tabulate", "{r}", "--agglvl", "75", "--format", "xlsx", "--out", "{r}/qcew_tables.csv"],
+    ["tabulate", "{r}", "--by", "county", "--out", "{r}/new.csv"],
+    ["tabulate", "{link}", "--by", "county", "--out", "{r}/new.csv"],
+    ["tabulate", "{r}", "--by", "county", "--out", "{link}/new.csv"],
+    ["report", "{r}", "--out", "{r}/manifest.json"],
+    ["implicates", "{r}", "--out", "{r}/implicates", "--n", "2"],
+    ["audit", "--release", "{r}", "--out", "{r}/audit.json"],
+])
+def test_an_output_inside_the_release_read_is_refused(release, tmp_path, monkeypatch, request_):
+    """Red team F5: `tabulate --out r/protected.parquet/part-44.parquet`, `report --out r/manifest.json`
+    exited 0 and destroyed the release (and wrote .json files into it)."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = tmp_path / "r"
+    shutil.copytree(release, copy)
+    (tmp_path / "link").symlink_to(copy)
+    before = _files(copy)
+    request = [part.format(r=copy, link=tmp_path / "link") for part in request_]
+    result = runner.invoke(app, request)
+    assert result.exit_code == 2 and "is inside the release" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert _files(copy) == before  # no file changed, none added
+
+
+def test_an_output_beside_the_release_is_written(release, tmp_path, monkeypatch):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--out", str(tmp_path / "r.csv")])
+    assert result.exit_code == 0 and (tmp_path / "r.csv").exists() and (tmp_path / "r.csv.json").exists()
