@@ -197,3 +197,31 @@ def test_an_output_beside_the_release_is_written(release, tmp_path, monkeypatch)
     monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
     result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--out", str(tmp_path / "r.csv")])
     assert result.exit_code == 0 and (tmp_path / "r.csv").exists() and (tmp_path / "r.csv.json").exists()
+
+
+#: Public codes of a part edited as the red team did (F9: plain tabulate wrote them into its CSV).
+CODES = {
+    "a county formula": ("county", "=1+1", "column 'county': codes must be 3 ASCII digits"),
+    "a naics3 link": ("naics3", '=HYPERLINK("http://example.com")', "column 'naics3' holds a code gedp does not write"),
+    "a sector not of its naics": ("sector", "99", "column 'sector' holds a code gedp does not write"),
+}
+
+
+@pytest.mark.parametrize("case", list(CODES))
+def test_codes_gedp_does_not_write_are_refused_by_a_plain_tabulation(release, tmp_path, monkeypatch, case):
+    import pandas as pd
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    column, value, message = CODES[case]
+    copy = edited(release, tmp_path, lambda m: None)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    frame.loc[3, column] = value
+    frame.to_parquet(part, index=False)
+    for by in (column, "county,naics3"):
+        result = runner.invoke(app, ["tabulate", str(copy), "--by", by, "--out", str(tmp_path / "t.csv")])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1 and "=" not in result.output, result.output
+    assert not (tmp_path / "t.csv").exists()
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([copy])
