@@ -119,6 +119,64 @@ def test_the_privacy_block_the_api_gives_states_the_epsilon_of_its_mu(release, t
     assert gedp.read_release(release).privacy["epsilon"]["1e-06"] > 0
 
 
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory) -> Path:
+    """A seeded panel release of 300 establishments over 2016Q1 and 2016Q2."""
+    import numpy as np
+
+    from gedp.synth.panel import quarter_range, synthesize_panel
+    from gedp.synth.profiles import generate_profile, load_profile
+
+    first = generate_profile(load_profile("small"), n_establishments=300, rng=np.random.default_rng(3))
+    quarters = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(3))
+    folder = tmp_path_factory.mktemp("panel") / "release"
+    gedp.protect(quarters, seed=4, not_for_publication=True, allow_over_cap=True).write(folder)
+    return folder
+
+
+def _quarter_spent_less(manifest: dict) -> None:
+    """A quarter's totals edited alike (its mu_total, privacy and per_state), its ledger as charged."""
+    section = manifest["per_quarter"]["2016Q2"]
+    for where in (section, *section["per_state"].values()):
+        where["mu_total"] = 0.1
+    section["privacy"].update(mu=0.1, rho=0.005)
+
+
+#: Panel manifests stating another budget than their quarters' ledgers compose to.
+PANEL = {
+    "mu_total 0.1": (lambda m: m.update(mu_total=0.1), "'mu_total' is not what 2 quarters of mu"),
+    "mu_quarter": (lambda m: m.update(mu_quarter=0.1), "'mu_quarter' is not the most a quarter spent"),
+    "privacy's mu": (lambda m: m["privacy"].update(mu=0.1), "'privacy' does not state mu"),
+    "a quarter's totals": (_quarter_spent_less, "'per_quarter.2016Q2.per_state.44.mu_total' is not"),
+    "an unknown design": (lambda m: m["design"].update(name="bogus"), "'design' must name a design"),
+}
+
+
+def test_a_genuine_panel_states_its_quarters_composed(panel):
+    """sqrt(2) times the larger quarter's mu_total, each quarter's its ledger composed (computed here)."""
+    manifest = json.loads((panel / "manifest.json").read_text())
+    quarters = []
+    for section in manifest["per_quarter"].values():
+        (ledger,) = [state["ledger"] for state in section["per_state"].values()]
+        quarters.append(math.sqrt(sum(entry["mu"] ** 2 for entry in ledger)))
+        assert section["mu_total"] == pytest.approx(quarters[-1], rel=1e-12)
+    assert manifest["mu_total"] == pytest.approx(math.sqrt(2) * max(quarters), rel=1e-12)
+    assert read_manifest(panel)["mu_total"] == manifest["mu_total"]
+
+
+@pytest.mark.parametrize("case", list(PANEL))
+def test_a_panel_stating_another_budget_is_refused(panel, tmp_path, monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = PANEL[case]
+    copy = edited(panel, tmp_path, edit)
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_manifest(copy)
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--quarter", "2016Q1", "--moe"])
+    assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([copy])
+
+
 def test_audit_states_the_readers_check(release, tmp_path):
     """gedp audit --release fails the copy on its manifest, with the readers' words."""
     from gedp.audit.release import audit_release

@@ -375,9 +375,12 @@ def _panel_spending_failures(manifest: Mapping) -> list[str]:
     if not _close(manifest.get("mu_total"), panel_mu(mu_quarter, count)):
         return [f"'mu_total' is not what {count} quarters of mu {mu_quarter:.6g} spend "
                 f"({panel_mu(mu_quarter, count):.6g})"]
+    names = [sorted(section["privacy"]["attributes"]) for section in quarters]  # each checked: its mu's
+    if any(held != names[0] for held in names):
+        return ["'privacy.attributes' of the quarters name other attributes"]
     attributes = {attribute: panel_mu(max(float(section["privacy"]["attributes"][attribute]["mu"])
                                           for section in quarters), count)
-                  for attribute in quarters[0]["privacy"]["attributes"]}
+                  for attribute in names[0]}
     return _privacy_failures(manifest.get("privacy"), panel_mu(mu_quarter, count), attributes, "")
 
 
