@@ -283,3 +283,20 @@ def test_codes_gedp_does_not_write_are_refused_by_a_plain_tabulation(release, tm
     assert not (tmp_path / "t.csv").exists()
     with pytest.raises(InputError, match=re.escape(message)):
         load_releases([copy])
+
+
+@pytest.mark.parametrize("where", ["top", "nested"])
+def test_a_manifest_holding_a_key_twice_is_refused(release, tmp_path, monkeypatch, where):
+    """Python's JSON reader keeps the last of a repeated key: another reader may keep the first (the
+    ledger already refused it; the manifest now does too, with the same rule)."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = edited(release, tmp_path, lambda m: None)
+    text = (copy / "manifest.json").read_text()
+    key = '"gedp_version"' if where == "top" else '"kind"'
+    assert text.count(key) == 1
+    (copy / "manifest.json").write_text(text.replace(key, f"{key}: null, {key}", 1))
+    message = "manifest.json holds a key twice in one object"
+    with pytest.raises(InputError, match=message):
+        read_manifest(copy)
+    result = runner.invoke(app, ["report", str(copy), "--out", str(tmp_path / "report.html")])
+    assert result.exit_code == 2 and message in result.output and not (tmp_path / "report.html").exists()

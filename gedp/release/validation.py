@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
+from gedp.json_objects import REPEATED_KEY, unique_pairs
 from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, RELEASE_FILES
 from gedp.release.part_sizes import check_parts, expected_rows
 
@@ -505,10 +506,12 @@ def manifest_json(release: str | Path) -> object:
             raise _refuse(release, "is not a regular file")
         if status.st_size > MAX_MANIFEST_BYTES:
             raise _refuse(release, f"holds {status.st_size:,} bytes, more than {MAX_MANIFEST_BYTES:,}")
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_pairs)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:  # RecursionError: nesting too deep
         if isinstance(err, InputError):
             raise
+        if str(err) == REPEATED_KEY:  # each reader must see the values every other reader sees
+            raise _refuse(release, "holds a key twice in one object (an edited copy)") from None
         raise InputError(f"'{release}' is not a gedp release (no readable {MANIFEST_FILE})") from None
 
 
