@@ -75,11 +75,11 @@ class ManagerReport:
         """Write the page to ``out`` and the summary beside it (``out``.json), each complete or not at all."""
         import json
 
-        from gedp.tabulation.output_files import write_atomically
+        from gedp.tabulation.output_files import summary_path, write_atomically
 
         out = Path(out)
         write_atomically(out, lambda path: path.write_text(self.html, encoding="utf-8"))
-        write_atomically(out.with_name(out.name + ".json"),
+        write_atomically(summary_path(out),
                          lambda path: path.write_text(json.dumps(self.summary, indent=2) + "\n", encoding="utf-8"))
         return out
 

@@ -33,7 +33,7 @@ from gedp.running.panel_protect import is_panel, protect_panel
 from gedp.running.recorded_release import protect_recorded, requested_ledger
 from gedp.synth.intake import prepare_input
 from gedp.tabulation.job_frame_tables import read_job_frame, tabulate_job_frame
-from gedp.tabulation.output_files import check_output_file
+from gedp.tabulation.output_files import check_output_file, check_outside, summary_path
 from gedp.tabulation.panel_tables import tabulate_panel
 
 if TYPE_CHECKING:
@@ -155,9 +155,10 @@ def report(release: str | Path | Release, out: str | Path | None = None, *,
     from gedp.evaluation.manager_report import build_report
     from gedp.synth.qcew import read_qcew
 
+    folder = release.folder if isinstance(release, Release) else Path(release)
     if out is not None:  # refused before the page is built
         check_output_file(Path(out))
-    folder = release.folder if isinstance(release, Release) else Path(release)
+        check_outside(folder, out, summary_path(Path(out)))
     agency = None if published is None else read_qcew(published)
     page = build_report(folder, agency, None if published is None else Path(published).name)
     if out is not None:
@@ -192,8 +193,11 @@ class Release:
     def privacy(self) -> dict[str, Any]:
         """The release's guarantee between psi-neighbours (the manifest's ``privacy`` block): ``mu``,
         ``rho`` = mu^2 / 2 and ``epsilon`` at delta 1e-5, 1e-6 and 1e-9 (exact GDP conversion), in
-        total and under ``attributes`` for each attribute's own queries."""
-        return self.manifest["privacy"]
+        total and under ``attributes`` for each attribute's own queries; checked against the ledgers
+        (``read_manifest``) and each epsilon against its mu (``validation.checked_privacy``)."""
+        from gedp.release.validation import checked_privacy
+
+        return checked_privacy(self.folder, self.manifest)
 
     @property
     def microdata(self) -> pd.DataFrame:

@@ -269,19 +269,25 @@ def validate_microdata(frame: pd.DataFrame, attributes: Sequence[str] = CONFIDEN
         raise InputError("input has zero establishments (no data rows)")
     check_columns(frame.columns, attributes)
     frame = frame.reset_index(drop=True)
-    out = pd.DataFrame({"estab_id": estab_ids(frame, unique_ids_checked)})
-    for column, width in CODE_WIDTHS.items():
-        out[column] = normalize_code(frame, column, width)
-    out["own"] = normalize_code(frame, "own", 1) if "own" in frame.columns else PRIVATE_OWN
-    industry = derive_industry_codes(out["naics"])
-    _refuse("naics", industry["supersector"].isna().to_numpy(), out, "codes must be in a private NAICS sector")
-    out = pd.concat([out, industry], axis=1)
+    out = pd.concat([pd.DataFrame({"estab_id": estab_ids(frame, unique_ids_checked)}), canonical_codes(frame)],
+                    axis=1)
     for column, (low, high, rule) in CARRIED.items():
         if column in frame.columns:
             out[column] = whole_numbers(frame, column, low, high, rule)
     for column in attributes:
         out[column] = _numeric_nonnegative(frame, column)
     return out
+
+
+def canonical_codes(frame: pd.DataFrame) -> pd.DataFrame:
+    """The public codes of microdata (``frame``, index 0..n-1) in canonical form: ``CODE_WIDTHS``' codes
+    and ``own`` normalized, the industry codes derived from ``naics`` (``validate_microdata``'s codes);
+    InputError naming the column and the first row of a malformed code or an unknown NAICS sector."""
+    out = pd.DataFrame({column: normalize_code(frame, column, width) for column, width in CODE_WIDTHS.items()})
+    out["own"] = normalize_code(frame, "own", 1) if "own" in frame.columns else PRIVATE_OWN
+    industry = derive_industry_codes(out["naics"])
+    _refuse("naics", industry["supersector"].isna().to_numpy(), frame, "codes must be in a private NAICS sector")
+    return pd.concat([out, industry], axis=1)
 
 
 def public_columns(microdata: pd.DataFrame) -> list[str]:

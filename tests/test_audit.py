@@ -103,7 +103,7 @@ BROKEN = {
                                                           f.loc[_identity_row(f), "released"] + f["grid"].min() / 2))),
     "two protected rows swapped": ("order", dict(edit_protected=_swap_rows)),  # their ids too: counts
     "a query's mu edited": ("mu", dict(edit_manifest=lambda m: m["per_state"]["44"]["mu"]["state"].update(m1emp=0.25))),
-    "the total mu edited": ("mu", dict(edit_manifest=lambda m: m.update(mu_total=2.0))),
+    "the total mu edited": ("manifest", dict(edit_manifest=lambda m: m.update(mu_total=2.0))),
     "a psi answer's sd edited": (
         "psi answers", dict(edit_measurements=lambda f: _set(f, _identity_row(f, "wage"), "sd",
                                                              f.loc[_identity_row(f, "wage"), "sd"] * 0.9))),

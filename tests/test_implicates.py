@@ -3,6 +3,7 @@ when seeded; size-class tabulations combined over implicates."""
 
 import hashlib
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -61,11 +62,16 @@ def test_implicates_read_the_release_only_and_change_none_of_its_bytes(lone_rele
     other = gedp.read_release(lone_release).implicates(2, seed=5)
     assert not np.array_equal(other.loc[other.implicate == 1, "wage"].to_numpy(),
                               frame.loc[frame.implicate == 1, "wage"].to_numpy())
-    # An earlier folder of implicates is replaced; a release folder never is.
+    # An earlier folder of implicates is replaced; a release folder never is (neither the one read nor another).
     write_implicates(lone_release, 2, out, seed=1)
     assert sorted(pd.read_parquet(out)["implicate"].unique()) == [1, 2]
-    with pytest.raises(InputError, match="not a gedp output"):
+    with pytest.raises(InputError, match="is inside the release"):
         write_implicates(lone_release, 2, lone_release, seed=1)
+    other = tmp_path / "other"
+    shutil.copytree(lone_release, other)
+    with pytest.raises(InputError, match="not a gedp output"):
+        write_implicates(lone_release, 2, other, seed=1)
+    assert digests(other) == before
     assert digests(lone_release) == before
 
 
@@ -90,6 +96,11 @@ def test_refusals(lone_release, tmp_path):
     del manifest["mu"]["identity"]["wage"]
     for section in manifest["per_state"].values():
         section["ledger"] = [e for e in section["ledger"] if (e["query"], e["attribute"]) != ("identity", "wage")]
+        section["mu_total"] = math.sqrt(sum(e["mu"] ** 2 for e in section["ledger"]))  # its totals as composed
+    total = manifest["mu_total"] = max(section["mu_total"] for section in manifest["per_state"].values())
+    wage = math.sqrt(sum(by["wage"] ** 2 for by in manifest["mu"].values() if "wage" in by))
+    manifest["privacy"].update(mu=total, rho=total**2 / 2)
+    manifest["privacy"]["attributes"]["wage"].update(mu=wage, rho=wage**2 / 2)
     (broken / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(InputError, match="no identity answer of wage"):
         write_implicates(broken, 2, tmp_path / "y", seed=1)

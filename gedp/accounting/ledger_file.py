@@ -22,6 +22,7 @@ import pandas as pd
 
 from gedp.accounting.lock_wait import LockWait, open_lock_file
 from gedp.accounting.quarters import quarter_index
+from gedp.json_objects import unique_pairs
 from gedp.measure.budget import MAX_MU
 from gedp.synth.panel import QUARTER_PATTERN
 from gedp.synth.schema import InputError, account_ids
@@ -235,15 +236,8 @@ def _no_constants(name: str) -> None:
     raise ValueError(f"{name} is not a number")
 
 
-def _unique_pairs(pairs: list) -> dict:
-    keys = [key for key, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise ValueError("a key appears twice in one object")
-    return dict(pairs)
-
-
 def _parse(path: Path) -> dict:
-    book = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constants, object_pairs_hook=_unique_pairs)
+    book = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_no_constants, object_pairs_hook=unique_pairs)
     _require(isinstance(book, dict) and type(book.get("version")) is int, "the ledger", "must have a version")
     _require(book["version"] == LEDGER_VERSION, "version", f"is {book['version']}: this gedp reads ledger version "
              f"{LEDGER_VERSION} only (earlier ledgers were keyed on file digests, not establishments, and cannot be "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
-from gedp.tabulation.output_files import check_output_file, write_atomically
+from gedp.tabulation.output_files import check_output_file, check_outside, write_atomically
 
 if TYPE_CHECKING:
     from gedp.audit.pipeline import StatisticResult
@@ -50,6 +50,8 @@ def run_audit(release: Path | None = None, *, pipeline: bool = False, runs: int 
         raise InputError(f"--workers ({workers}) must be >= 1")
     if out is not None:  # refused before the audit runs, not after
         check_output_file(out)
+        if release is not None:
+            check_outside(release, out)
     if release is not None:
         from gedp.audit.release import audit_release
 

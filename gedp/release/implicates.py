@@ -161,7 +161,9 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
 
     from gedp.measure.rng import make_rng
     from gedp.release.writer import staged_directory
+    from gedp.tabulation.output_files import check_outside
 
+    check_outside(release, out)  # the folder and the temporary one staged beside it
     m = check_count(m)
     rng, rng_description = make_rng(seed, "pcg64" if seed is not None else "secure")
     with staged_directory(out, IMPLICATES_SUMMARY) as staging:

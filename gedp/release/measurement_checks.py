@@ -29,7 +29,7 @@ from pathlib import Path
 from gedp.errors import InputError
 from gedp.release.format import MEASUREMENTS_FILE, QUARTER_KEY
 from gedp.release.part_sizes import open_part
-from gedp.release.validation import ATTRIBUTE_PATTERN
+from gedp.release.validation import ATTRIBUTE_PATTERN, ledger_charges, refuse_plan
 from gedp.synth.schema import MAX_ID_CHARS, shown
 
 #: The numbers of a noisy answer that readers compute with.
@@ -394,51 +394,6 @@ def _gammas(release: str | Path, names, manifest: Mapping, psi_names):
     return found
 
 
-def _ledger(release: str | Path, manifest: Mapping, state: str, where: str) -> dict[tuple[str, str], float]:
-    """The answers the manifest's ledger of ``state`` charged: (query, attribute) -> mu, each once."""
-    from gedp.accounting.mu_limits import MAX_STATED_MU
-
-    section = manifest.get("per_state", {}).get(state) if isinstance(manifest.get("per_state"), dict) else None
-    ledger = section.get("ledger") if isinstance(section, dict) else None
-    if not isinstance(ledger, list):
-        raise _refuse_plan(release, f"states no ledger of {where}: its answers cannot be checked against its plan")
-    charged: dict[tuple[str, str], float] = {}
-    for entry in ledger:
-        query, attribute, mu = (entry.get(key) if isinstance(entry, dict) else None
-                                for key in ("query", "attribute", "mu"))
-        if not (isinstance(query, str) and isinstance(attribute, str) and isinstance(mu, (int, float))
-                and not isinstance(mu, bool) and 0 <= mu <= MAX_STATED_MU) or (query, attribute) in charged:
-            raise _refuse_plan(release, f"ledger of {where} holds a charge that is not one query on one attribute "
-                                        f"once with its mu in [0, {MAX_STATED_MU:g}]")
-        charged[query, attribute] = float(mu)
-    return charged
-
-
-def _refuse_plan(release: str | Path, rule: str) -> InputError:
-    return InputError(f"release '{release}': manifest.json's {rule} (an edited or damaged copy)")
-
-
-def _check_stated_mu(release: str | Path, manifest: Mapping, ledgers: list[dict], where: str) -> None:
-    """The manifest's mu per query and attribute (a job family's: its categories' composed) the
-    largest its states' ledgers charged, for the same queries and attributes."""
-    charged: dict[str, dict[str, float]] = {}
-    for ledger in ledgers:
-        composed: dict[tuple[str, str], list[float]] = {}
-        for (query, attribute), mu in ledger.items():
-            composed.setdefault((query, attribute.split("[", 1)[0]), []).append(mu)
-        for (query, family), mus in composed.items():
-            total = math.sqrt(math.fsum(mu * mu for mu in mus))
-            charged.setdefault(query, {})[family] = max(charged.get(query, {}).get(family, 0.0), total)
-    stated = manifest.get("mu")
-    same = isinstance(stated, dict) and stated.keys() == charged.keys() and all(
-        isinstance(stated[query], dict) and stated[query].keys() == by.keys()
-        and all(isinstance(stated[query][family], (int, float))
-                and math.isclose(stated[query][family], mu, rel_tol=ANSWER_RTOL) for family, mu in by.items())
-        for query, by in charged.items())
-    if not same:
-        raise _refuse_plan(release, f"mu per query and attribute{where} is not what its states' ledgers charged")
-
-
 def _check_plan(release: str | Path, frame, manifest: Mapping, parts: MeasurementParts, quarter: str | None,
                 psi_rows, attributes, names) -> None:
     """The answers are exactly those the manifest's plan implies (``_plan_mu``): every query on every
@@ -469,7 +424,7 @@ def _check_plan(release: str | Path, frame, manifest: Mapping, parts: Measuremen
            "mu is not the one the manifest's ledger charged its answer (an answer of mixed mu)")
     workflow = manifest.get("workflow")
     if workflow not in ("psi", "pnc"):
-        raise _refuse_plan(release, "workflow must be psi or pnc")
+        raise refuse_plan(release, "workflow must be psi or pnc")
     identity = np.array([name == "identity" for name in query_names], dtype=bool)[queries]
     _where(release, frame, psi_rows != (identity | (workflow == "psi")),
            f"mechanism is not its query's (identity: psi; the others: {workflow}, the workflow; an answer of "
@@ -491,8 +446,8 @@ def _plan_mu(release: str | Path, manifest: Mapping, parts: MeasurementParts, qu
     import numpy as np
 
     where = "" if quarter is None else f" of {quarter}"
-    ledgers = [_ledger(release, manifest, state, f"state {state}{where}") for state in dict.fromkeys(parts.states)]
-    _check_stated_mu(release, manifest, ledgers, where)
+    ledgers = [ledger_charges(release, manifest, state, f"state {state}{where}")
+               for state in dict.fromkeys(parts.states)]
     by_state = dict(zip(dict.fromkeys(parts.states), ledgers))
     part, rest = np.divmod(held, len(queries) * len(attributes))
     query, attribute = np.divmod(rest, len(attributes))

@@ -162,7 +162,10 @@ def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFra
             part_schemas(release, parts, manifest)
         check_decoded(release, output, parts)
         frame = read_parts(parts)
-    return check_count(release, frame, manifest_count(manifest)) if output == PROTECTED_FILE else frame
+    if output != PROTECTED_FILE:
+        return frame
+    check_codes(release, check_count(release, frame, manifest_count(manifest)))
+    return frame
 
 
 def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -178,6 +181,7 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
         check_decoded(release, PROTECTED_FILE, parts, columns)
         frame = read_parts(parts, columns)
     check_count(release, frame, manifest_count(manifest))
+    check_codes(release, frame)
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
 
@@ -275,6 +279,7 @@ def read_quarter(release: str | Path, quarter: str | None = None, without: tuple
         check_decoded(release, PROTECTED_FILE, parts, [*columns, QUARTER_KEY])
         frame = read_parts(parts, columns, [(QUARTER_KEY, "==", quarter)])
     check_count(release, frame, manifest_count(manifest, quarter), f" of {quarter}")
+    check_codes(release, frame)
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
 
 
@@ -282,6 +287,25 @@ def quarter_parts(parts: list[str], quarter: str | None) -> list[str]:
     """The parts of ``quarter`` of a panel release's ``parts`` (named ``part-<quarter>-<state>``; all
     of them without a quarter): a reader of one quarter reads and checks no other quarter's part."""
     return parts if quarter is None else [path for path in parts if part_label(path)[0] == quarter]
+
+
+def check_codes(release: str | Path, frame: pd.DataFrame) -> None:
+    """Every public code of a release's protected microdata (``frame``, as read) one gedp writes: as
+    validation gives it (``synth.schema.canonical_codes``, what ``read_validated`` and so gedp serve read),
+    an industry code the one its naics derives. A code no release holds (a formula, a county of other
+    width, a sector not of its naics) is refused in one line naming its column and row, never its value:
+    every table written from a release carries only codes gedp wrote."""
+    from gedp.synth.schema import canonical_codes
+
+    try:
+        codes = canonical_codes(frame.reset_index(drop=True))
+    except InputError as err:
+        raise InputError(f"release '{release}': {PROTECTED_FILE} {err} (an edited or damaged copy)") from None
+    for column in codes.columns.intersection(frame.columns):
+        other = frame[column].to_numpy(dtype=object) != codes[column].to_numpy(dtype=object)
+        if other.any():
+            raise InputError(f"release '{release}': {PROTECTED_FILE} column '{column}' holds a code gedp does not "
+                             f"write (first at row {int(other.argmax()) + 1}; an edited or damaged copy)")
 
 
 def read_validated(release: str | Path, quarter: str | None = None) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from gedp.errors import InputError
-from gedp.tabulation.output_files import write_atomically, write_summary
+from gedp.tabulation.output_files import check_outside, summary_path, write_atomically, write_summary
 
 if TYPE_CHECKING:  # pandas and the stages are loaded by the requests that need them
     import pandas as pd
@@ -189,6 +189,8 @@ def tabulate_request(request: TabulationRequest, *, frame: bool = False,
     """The answer to a tabulation request (checked here; nothing written: ``Tabulation.write``).
     Without ``frame``, a further CSV request of a release may be answered as columns without pandas;
     ``implicates``: a request by a derived column's implicates, drawn already (a server holds them)."""
+    if request.out is not None and request.is_release:  # refused before anything is read or written
+        check_outside(request.source, request.out, summary_path(request.out))
     if request.by is not None and request.is_release and _has_derived_keys(request.by):
         return _derived_tabulation(request, implicates)
     request = request.checked()

@@ -1,0 +1,302 @@
+"""What a release claims, checked by every reader before it is stated or used, and what a reader writes
+(red team of session 21 on main 17c076e): the budget a manifest states against its ledgers (F3), its
+solver section (F4), no output inside the release read (F5), no public code gedp does not write (F9)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import gedp
+from gedp.cli import app
+from gedp.errors import InputError
+from gedp.release.reader import read_manifest
+from gedp.serve.releases import load_releases
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def release(seeded_small_release) -> Path:
+    return seeded_small_release("claims", 400)
+
+
+def edited(release: Path, tmp_path: Path, edit) -> Path:
+    """A copy of ``release`` whose manifest ``edit`` changed."""
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def refused_by_every_reader(copy: Path, tmp_path: Path, message: str) -> None:
+    """tabulate (with and without margins), report, implicates, the server's loader and the API each
+    refuse ``copy`` in one line naming ``message``, exit 2, nothing written."""
+    for request in (["tabulate", str(copy), "--by", "county", "--out", str(tmp_path / "t.csv")],
+                    ["tabulate", str(copy), "--by", "county", "--moe", "--out", str(tmp_path / "t.csv")],
+                    ["report", str(copy), "--out", str(tmp_path / "report.html")],
+                    ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not any((tmp_path / name).exists() for name in ("t.csv", "report.html", "imp"))
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([copy])
+    with pytest.raises(InputError, match=re.escape(message)):
+        _ = gedp.read_release(copy).privacy
+
+
+def test_a_genuine_manifest_states_its_ledgers_composed(release):
+    """The rule the readers check, on a release as gedp writes it, computed here from the ledger alone:
+    mu_total = sqrt(sum of the ledger's mu^2), privacy's mu that and rho mu^2 / 2, and each
+    attribute's mu its charges composed."""
+    manifest = json.loads((release / "manifest.json").read_text())
+    (ledger,) = [section["ledger"] for section in manifest["per_state"].values()]
+    total = math.sqrt(sum(entry["mu"] ** 2 for entry in ledger))
+    assert manifest["mu_total"] == pytest.approx(total, rel=1e-12)
+    assert manifest["privacy"]["mu"] == pytest.approx(total, rel=1e-12)
+    assert manifest["privacy"]["rho"] == pytest.approx(total**2 / 2, rel=1e-12)
+    for attribute, block in manifest["privacy"]["attributes"].items():
+        mine = math.sqrt(sum(entry["mu"] ** 2 for entry in ledger if entry["attribute"] == attribute))
+        assert block["mu"] == pytest.approx(mine, rel=1e-12)
+    assert read_manifest(release)["mu_total"] == manifest["mu_total"]
+
+
+def _spent_ten_times_less(manifest: dict) -> None:
+    """The red team's edit: mu_total and what the privacy block states of it, 0.1."""
+    manifest["mu_total"] = manifest["privacy"]["mu"] = 0.1
+    manifest["privacy"]["rho"] = 0.005
+
+
+#: Manifests stating another budget than their ledgers charged, and what the refusal names.
+STATED = {
+    "mu_total 0.1 with its privacy block": (_spent_ten_times_less, "'mu_total' is not the largest of its states'"),
+    "mu_total only": (lambda m: m.update(mu_total=m["mu_total"] * 0.99), "'mu_total' is not the largest"),
+    "a state's mu_total": (lambda m: m["per_state"]["44"].update(mu_total=0.1), "'per_state.44.mu_total' is not"),
+    "mu_planned_total below it": (lambda m: m.update(mu_planned_total=0.1), "'mu_planned_total' is less than"),
+    "privacy's mu": (lambda m: m["privacy"].update(mu=0.1), "'privacy' does not state mu"),
+    "privacy's rho": (lambda m: m["privacy"].update(rho=0.1), "'privacy' does not state mu"),
+    "an attribute's mu": (lambda m: m["privacy"]["attributes"]["wage"].update(mu=0.1),
+                          "'privacy.attributes.wage' does not state"),
+    "an attribute dropped": (lambda m: m["privacy"]["attributes"].pop("wage"), "'privacy.attributes' names other"),
+    "no privacy block": (lambda m: m.pop("privacy"), "'privacy' must hold"),
+}
+
+
+@pytest.mark.parametrize("case", list(STATED))
+def test_a_budget_other_than_the_ledgers_composed_is_refused_by_every_reader(release, tmp_path, monkeypatch, case):
+    """Red team F3: with mu_total set to 0.1 the report said "mu = 0.1000, epsilon 0.40" (the ledgers
+    composed: 2.3, epsilon 13), as did serve and tabulate --moe; only gedp audit --release noticed."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = STATED[case]
+    refused_by_every_reader(edited(release, tmp_path, edit), tmp_path, message)
+
+
+#: Privacy blocks stating another epsilon than their mu gives (only the API hands the block out; the
+#: commands state epsilon computed from mu_total).
+EPSILON = {
+    "the total's": (lambda m: m["privacy"]["epsilon"].update({"1e-06": 0.4}), "'privacy.epsilon'"),
+    "an attribute's": (lambda m: m["privacy"]["attributes"]["wage"]["epsilon"].update({"1e-06": 0.4}),
+                       "'privacy.attributes.wage.epsilon'"),
+    "a delta dropped": (lambda m: m["privacy"]["epsilon"].pop("1e-06"), "'privacy.epsilon'"),
+}
+
+
+@pytest.mark.parametrize("case", list(EPSILON))
+def test_the_privacy_block_the_api_gives_states_the_epsilon_of_its_mu(release, tmp_path, case):
+    edit, message = EPSILON[case]
+    copy = edited(release, tmp_path, edit)
+    with pytest.raises(InputError, match=re.escape(message)):
+        _ = gedp.read_release(copy).privacy
+    assert gedp.read_release(release).privacy["epsilon"]["1e-06"] > 0
+
+
+@pytest.fixture(scope="module")
+def panel(tmp_path_factory) -> Path:
+    """A seeded panel release of 300 establishments over 2016Q1 and 2016Q2."""
+    import numpy as np
+
+    from gedp.synth.panel import quarter_range, synthesize_panel
+    from gedp.synth.profiles import generate_profile, load_profile
+
+    first = generate_profile(load_profile("small"), n_establishments=300, rng=np.random.default_rng(3))
+    quarters = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(3))
+    folder = tmp_path_factory.mktemp("panel") / "release"
+    gedp.protect(quarters, seed=4, not_for_publication=True, allow_over_cap=True).write(folder)
+    return folder
+
+
+def _quarter_spent_less(manifest: dict) -> None:
+    """A quarter's totals edited alike (its mu_total, privacy and per_state), its ledger as charged."""
+    section = manifest["per_quarter"]["2016Q2"]
+    for where in (section, *section["per_state"].values()):
+        where["mu_total"] = 0.1
+    section["privacy"].update(mu=0.1, rho=0.005)
+
+
+#: Panel manifests stating another budget than their quarters' ledgers compose to.
+PANEL = {
+    "mu_total 0.1": (lambda m: m.update(mu_total=0.1), "'mu_total' is not what 2 quarters of mu"),
+    "mu_quarter": (lambda m: m.update(mu_quarter=0.1), "'mu_quarter' is not the most a quarter spent"),
+    "privacy's mu": (lambda m: m["privacy"].update(mu=0.1), "'privacy' does not state mu"),
+    "a quarter's totals": (_quarter_spent_less, "'per_quarter.2016Q2.per_state.44.mu_total' is not"),
+    "an unknown design": (lambda m: m["design"].update(name="bogus"), "'design' must name a design"),
+}
+
+
+def test_a_genuine_panel_states_its_quarters_composed(panel):
+    """sqrt(2) times the larger quarter's mu_total, each quarter's its ledger composed (computed here)."""
+    manifest = json.loads((panel / "manifest.json").read_text())
+    quarters = []
+    for section in manifest["per_quarter"].values():
+        (ledger,) = [state["ledger"] for state in section["per_state"].values()]
+        quarters.append(math.sqrt(sum(entry["mu"] ** 2 for entry in ledger)))
+        assert section["mu_total"] == pytest.approx(quarters[-1], rel=1e-12)
+    assert manifest["mu_total"] == pytest.approx(math.sqrt(2) * max(quarters), rel=1e-12)
+    assert read_manifest(panel)["mu_total"] == manifest["mu_total"]
+
+
+@pytest.mark.parametrize("case", list(PANEL))
+def test_a_panel_stating_another_budget_is_refused(panel, tmp_path, monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = PANEL[case]
+    copy = edited(panel, tmp_path, edit)
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_manifest(copy)
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--quarter", "2016Q1", "--moe"])
+    assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([copy])
+
+
+def test_audit_states_the_readers_check(release, tmp_path):
+    """gedp audit --release fails the copy on its manifest, with the readers' words."""
+    from gedp.audit.release import audit_release
+
+    checks = audit_release(edited(release, tmp_path, _spent_ten_times_less))
+    failed = [check for check in checks if not check.passed]
+    assert failed and "'mu_total' is not the largest of its states'" in str(failed[0])
+
+
+#: Solver sections the red team wrote (F4: TypeError tracebacks in tabulate --moe, report and serve, or
+#: a model "bogus" that silently changed the wage margins), and what the refusal names.
+SOLVERS = {
+    "a solve that is text": (lambda m: m["solver"].update(wage="model"), "'solver' of 'wage' ('model') must state"),
+    "no solver": (lambda m: m.update(solver=None), "'solver' must map each attribute to its solve"),
+    "a solve that is null": (lambda m: m.update(solver={**m["solver"], "wage": None}), "'solver' of 'wage' (None)"),
+    "a solve that is a number": (lambda m: m.update(solver={**m["solver"], "wage": 5}), "'solver' of 'wage' (5)"),
+    "an unknown model": (lambda m: m["solver"]["wage"].update(model="bogus"), "model 'bogus' is not one of"),
+    "a model that is a number": (lambda m: m["solver"]["m1emp"].update(model=1), "model 1 is not one of"),
+    "a measured attribute without its solve": (lambda m: m["solver"].pop("wage"), "'solver' lacks wage"),
+    "iterations as text": (lambda m: m["solver"]["wage"].update(iterations="2"), "iterations '2' must be a number"),
+    "a status that is a list": (lambda m: m["solver"]["wage"].update(status=[]), "status [] must be text"),
+}
+
+
+@pytest.mark.parametrize("case", list(SOLVERS))
+def test_a_solver_section_other_than_gedps_is_refused_by_every_reader(release, tmp_path, monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = SOLVERS[case]
+    refused_by_every_reader(edited(release, tmp_path, edit), tmp_path, message)
+
+
+def test_the_readers_models_are_the_postprocessings_own():
+    from gedp.postprocess.models import MonthModel, PlainModel, WageModel
+    from gedp.release.validation import MODELS
+
+    assert set(MODELS) == {PlainModel.name, MonthModel.name, WageModel.name}
+
+
+def test_a_release_of_mixed_models_across_states_is_read(release, tmp_path):
+    """Several states' models are joined by commas (``combined_report``): each a known model is read."""
+    copy = edited(release, tmp_path, lambda m: m["solver"]["wage"].update(model="plain,wage prior"))
+    assert read_manifest(copy)["solver"]["wage"]["model"] == "plain,wage prior"
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("request_", [
+    ["tabulate", "{r}", "--by", "county", "--out", "{r}/protected.parquet/part-44.parquet"],
+    ["tabulate", "{r}", "--by", "county", "--moe", "--out", "{r}/measurements.parquet/part-44.parquet"],
+    ["tabulate", "{r}", "--agglvl", "75", "--format", "xlsx", "--out", "{r}/qcew_tables.csv"],
+    ["tabulate", "{r}", "--by", "county", "--out", "{r}/new.csv"],
+    ["tabulate", "{link}", "--by", "county", "--out", "{r}/new.csv"],
+    ["tabulate", "{r}", "--by", "county", "--out", "{link}/new.csv"],
+    ["report", "{r}", "--out", "{r}/manifest.json"],
+    ["implicates", "{r}", "--out", "{r}/implicates", "--n", "2"],
+    ["audit", "--release", "{r}", "--out", "{r}/audit.json"],
+])
+def test_an_output_inside_the_release_read_is_refused(release, tmp_path, monkeypatch, request_):
+    """Red team F5: `tabulate --out r/protected.parquet/part-44.parquet`, `report --out r/manifest.json`
+    exited 0 and destroyed the release (and wrote .json files into it)."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = tmp_path / "r"
+    shutil.copytree(release, copy)
+    (tmp_path / "link").symlink_to(copy)
+    before = _files(copy)
+    request = [part.format(r=copy, link=tmp_path / "link") for part in request_]
+    result = runner.invoke(app, request)
+    assert result.exit_code == 2 and "is inside the release" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert _files(copy) == before  # no file changed, none added
+
+
+def test_an_output_beside_the_release_is_written(release, tmp_path, monkeypatch):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--out", str(tmp_path / "r.csv")])
+    assert result.exit_code == 0 and (tmp_path / "r.csv").exists() and (tmp_path / "r.csv.json").exists()
+
+
+#: Public codes of a part edited as the red team did (F9: plain tabulate wrote them into its CSV).
+CODES = {
+    "a county formula": ("county", "=1+1", "column 'county': codes must be 3 ASCII digits"),
+    "a naics3 link": ("naics3", '=HYPERLINK("http://example.com")', "column 'naics3' holds a code gedp does not write"),
+    "a sector not of its naics": ("sector", "99", "column 'sector' holds a code gedp does not write"),
+}
+
+
+@pytest.mark.parametrize("case", list(CODES))
+def test_codes_gedp_does_not_write_are_refused_by_a_plain_tabulation(release, tmp_path, monkeypatch, case):
+    import pandas as pd
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    column, value, message = CODES[case]
+    copy = edited(release, tmp_path, lambda m: None)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    frame.loc[3, column] = value
+    frame.to_parquet(part, index=False)
+    for by in (column, "county,naics3"):
+        result = runner.invoke(app, ["tabulate", str(copy), "--by", by, "--out", str(tmp_path / "t.csv")])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1 and "=" not in result.output, result.output
+    assert not (tmp_path / "t.csv").exists()
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([copy])
+
+
+@pytest.mark.parametrize("where", ["top", "nested"])
+def test_a_manifest_holding_a_key_twice_is_refused(release, tmp_path, monkeypatch, where):
+    """Python's JSON reader keeps the last of a repeated key: another reader may keep the first (the
+    ledger already refused it; the manifest now does too, with the same rule)."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = edited(release, tmp_path, lambda m: None)
+    text = (copy / "manifest.json").read_text()
+    key = '"gedp_version"' if where == "top" else '"kind"'
+    assert text.count(key) == 1
+    (copy / "manifest.json").write_text(text.replace(key, f"{key}: null, {key}", 1))
+    message = "manifest.json holds a key twice in one object"
+    with pytest.raises(InputError, match=message):
+        read_manifest(copy)
+    result = runner.invoke(app, ["report", str(copy), "--out", str(tmp_path / "report.html")])
+    assert result.exit_code == 2 and message in result.output and not (tmp_path / "report.html").exists()
