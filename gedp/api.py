@@ -337,7 +337,8 @@ def combine(estimates: Any, variances: Any = None) -> Combined:
     synthetic-data ones: see the Implicates method page.
 
     Raises:
-        ValueError: fewer than 2 implicates, shapes that differ, non-finite values or negative variances.
+        ValueError: values that are not real numbers, fewer than 2 implicates, shapes that differ, non-finite
+            values or negative variances, or values whose mean or variance overflows.
     """
     from gedp.postprocess.combine import combine as rubin
 

@@ -42,10 +42,13 @@ def level_percent(level: float) -> str:
 
 
 def checked_level(level: float, name: str = "level") -> float:
-    """``level`` when ``is_confidence_level``; InputError naming it (as ``name``) and the range otherwise."""
+    """``level`` when ``is_confidence_level``; InputError naming it (as ``name``) and the range otherwise
+    (a level that is not a real number, text or a bool say, too)."""
+    from numbers import Real
+
     from gedp.errors import InputError
 
-    if not is_confidence_level(level):
+    if isinstance(level, bool) or not isinstance(level, Real) or not is_confidence_level(float(level)):
         raise InputError(f"{name} ({level}) must be a confidence level from {LOWEST_LEVEL:g} to below 1 "
                          "(0.5 <= level <= 0.9999999999999998)")
     return level
@@ -75,19 +78,33 @@ class Combined:
         return self.estimate - half, self.estimate + half
 
 
+def real_array(values, name: str) -> np.ndarray:
+    """``values`` as an array of floats; ValueError naming them if they are not real numbers (complex
+    numbers, text, a mapping)."""
+    from numbers import Real
+
+    array = np.asarray(values)
+    real = array.dtype.kind in "biuf" or (array.dtype.kind == "O" and array.ndim > 0
+                                          and all(isinstance(value, Real) for value in array.flat))
+    if not real:
+        raise ValueError(f"{name} must be real numbers (an array or a list of them), got {array.dtype} values")
+    return array.astype(float)
+
+
 def combine(estimates, variances=None) -> Combined:
     """Rubin's rules over the first axis of ``estimates`` (one row per implicate; any further axes
     are statistics combined separately); ``variances`` the complete-data variances of the same
     shape, or None for statistics of the establishments themselves (u = 0).
 
     Raises:
-        ValueError: fewer than 2 implicates, shapes that differ, non-finite values or negative variances.
+        ValueError: values that are not real numbers, fewer than 2 implicates, shapes that differ, non-finite
+            values or negative variances, or values whose mean or variance overflows.
     """
-    q = np.asarray(estimates, dtype=float)
+    q = real_array(estimates, "estimates")
     if q.ndim == 0 or q.shape[0] < 2:
         raise ValueError(f"combining needs estimates of at least 2 implicates along the first axis, got shape "
                          f"{q.shape}")
-    u = np.zeros_like(q) if variances is None else np.asarray(variances, dtype=float)
+    u = np.zeros_like(q) if variances is None else real_array(variances, "variances")
     if u.shape != q.shape:
         raise ValueError(f"variances' shape {u.shape} must be the estimates' {q.shape}")
     if not (np.isfinite(q).all() and np.isfinite(u).all()):
@@ -95,10 +112,15 @@ def combine(estimates, variances=None) -> Combined:
     if (u < 0).any():
         raise ValueError("variances must be >= 0")
     m = q.shape[0]
-    between = q.var(axis=0, ddof=1)
-    within = u.mean(axis=0)
-    inflated = (1 + 1 / m) * between
-    total = within + inflated
+    with np.errstate(over="ignore", invalid="ignore"):
+        between = q.var(axis=0, ddof=1)
+        within = u.mean(axis=0)
+        inflated = (1 + 1 / m) * between
+        total = within + inflated
+        estimate = q.mean(axis=0)
+    if not (np.isfinite(total).all() and np.isfinite(estimate).all()):
+        raise ValueError("estimates or variances too large to combine in floating point (their mean or "
+                         "variance overflows): rescale them, e.g. to thousands")
     with np.errstate(divide="ignore", invalid="ignore"):
         df = np.where(inflated > 0, (m - 1) * (1 + within / inflated) ** 2, np.inf)
-    return Combined(q.mean(axis=0), total, between, within, df, m)
+    return Combined(estimate, total, between, within, df, m)

@@ -1,6 +1,7 @@
 """Rubin's combining rules against independent simulations of multiple imputation."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -80,6 +81,53 @@ def test_combine_is_public_and_refuses_bad_input():
         combine([1.0, np.nan])
     with pytest.raises(ValueError, match="level"):
         combine([1.0, 2.0]).margin(1.5)
+
+
+@pytest.mark.parametrize(("estimates", "variances", "message"), [
+    ([1 + 1j, 2 + 0j], None, "estimates must be real numbers"),
+    (["1.0", "2.0"], None, "estimates must be real numbers"),
+    ({"a": 1.0, "b": 2.0}, None, "estimates must be real numbers"),
+    ([1.0, 2.0], [0.1 + 0j, 0.2 + 0j], "variances must be real numbers"),
+    ([1e308, -1e308, 1e308], None, "too large to combine"),
+    ([1.0, 2.0], [1e308, 1.7e308], "too large to combine"),
+])
+def test_combine_refuses_what_it_cannot_combine_with_a_value_error(estimates, variances, message):
+    """Red team rt21: complex numbers, text and a mapping raised TypeError (the docs say ValueError) or were
+    read as numbers; finite values near 1e308 gave an infinite estimate or variance with numpy warnings."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=message):
+            combine(estimates, variances)
+
+
+@pytest.mark.parametrize("level", ["0.9", True, None, [0.95]])
+def test_a_level_that_is_not_a_real_number_is_refused_naming_it(level):
+    from gedp.errors import InputError
+
+    with pytest.raises(InputError, match="must be a confidence level"):
+        combine([1.0, 2.0]).margin(level)
+
+
+def test_numbers_held_as_objects_are_combined():
+    """A table of counts with pandas' nullable integers gives an object array of Python ints: combined as
+    its numbers (mixed with text it is refused)."""
+    counts = pd.DataFrame({"a": [1, 2, 4], "b": [3, 3, 6]}, dtype="Int64").to_numpy()
+    assert counts.dtype == object
+    assert np.array_equal(combine(counts).estimate, [7 / 3, 4.0])
+    with pytest.raises(ValueError, match="must be real numbers"):
+        combine(np.array([1, "2"], dtype=object))
+
+
+def test_large_but_combinable_values_keep_their_finite_result():
+    """Values near 1e150, whose mean and variance (near 1e300) are finite, are combined as the formula says
+    (power of the overflow check: it refuses only what overflows)."""
+    q = np.array([1e150, 2e150, 4e150])
+    combined = combine(q)
+    assert combined.estimate == pytest.approx(7e150 / 3)
+    assert combined.variance == pytest.approx((4 / 3) * (7 / 3) * 1e300)
+    assert combined.df == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize(("level", "accepted"), [
