@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import shutil
 from statistics import NormalDist
 
@@ -532,3 +533,57 @@ def test_home_counties_outside_the_state_leave_no_trace_in_the_release(tmp_path,
 
     manifest = json.loads((folders[0] / "manifest.json").read_text())
     assert len(jobs) not in numbers(manifest)  # the number of jobs (= true total m1emp) is not released
+
+
+# --- the job frame read as untrusted input ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def written(release, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("jobs") / "release"
+    release.write(folder)
+    return folder
+
+
+#: Job frames edited as the red team did (their column types were not checked: jobs as text and a worker
+#: column as numbers were tabulated, a dropped column raised KeyError), and what the refusal names.
+JOB_FRAMES = {
+    "jobs as text": (lambda f: f.assign(jobs=f["jobs"].astype(str)), "column 'jobs' as large_string, not as double"),
+    "a worker column as numbers": (lambda f: f.assign(sex=f["sex"].isna().astype("int64")),
+                                   "column 'sex' as int64, not as text"),
+    "estab_id as numbers": (lambda f: f.assign(estab_id=np.arange(len(f))), "column 'estab_id' as int64, not as text"),
+    "family as numbers": (lambda f: f.assign(family=(f["family"] == "worker").astype("int64")),
+                          "column 'family' as int64, not as text"),
+    "jobs dropped": (lambda f: f.drop(columns=["jobs"]), "lack the column 'jobs'"),
+    "a worker column dropped": (lambda f: f.drop(columns=["education"]), "lack the column 'education'"),
+    "a column gedp does not write": (lambda f: f.assign(note="x"), "hold a column 'note' gedp does not write"),
+}
+
+
+@pytest.mark.parametrize("case", list(JOB_FRAMES))
+def test_a_job_frame_of_other_columns_is_refused_from_its_schema(written, tmp_path, monkeypatch, case):
+    from gedp.errors import InputError
+    from gedp.tabulation.job_frame_tables import read_job_frame
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = JOB_FRAMES[case]
+    copy = tmp_path / "copy"
+    shutil.copytree(written, copy)
+    part = copy / "protected_jobs.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_job_frame(copy)
+    for moe in ([], ["--moe"]):
+        result = runner.invoke(app, ["tabulate", str(copy), "--by", "county,sex", *moe])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_genuine_job_frame_is_read_with_the_columns_gedp_writes(written, release, state, jobs, tmp_path):
+    """Power of the rule above: the frames gedp writes are read whole, an integer release's too."""
+    from gedp.tabulation.job_frame_tables import read_job_frame
+
+    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), gedp.load("jobs", integer=True),
+                         input=gedp.Input(jobs=jobs), seed=3, not_for_publication=True)
+    for folder, written_release in ((written, release), (whole.write(tmp_path / "integer"), whole)):
+        frame = read_job_frame(folder)
+        assert list(frame.columns) == ["estab_id", "family", "sex", "education", "home_county", "jobs"]
+        assert frame["jobs"].sum() == pytest.approx(written_release.jobs["jobs"].sum())

@@ -300,3 +300,87 @@ def test_a_manifest_holding_a_key_twice_is_refused(release, tmp_path, monkeypatc
         read_manifest(copy)
     result = runner.invoke(app, ["report", str(copy), "--out", str(tmp_path / "report.html")])
     assert result.exit_code == 2 and message in result.output and not (tmp_path / "report.html").exists()
+
+
+#: The fields the readers did not check (red team of session 21 on int21: each read as any value), each
+#: edited as the red team did, and what the refusal names.
+RUN_FIELDS = {
+    "a created_date that is no date": (lambda m: m.update(created_date="yesterday"), "'created_date' ('yesterday')"),
+    "a created_date of month 13": (lambda m: m.update(created_date="2026-13-01"), "'created_date' ('2026-13-01')"),
+    "a created_date as a number": (lambda m: m.update(created_date=20261129), "'created_date' (20261129)"),
+    "a negative tau": (lambda m: m["tau"].update({"44": -1}), "'tau.44' (-1) must be a number >= 0"),
+    "a tau as text": (lambda m: m["tau"].update({"44": "4.6"}), "'tau.44' ('4.6')"),
+    "a tau that is a list": (lambda m: m["tau"].update({"44": [4.6]}), "'tau.44' ([4.6])"),
+    "tau as a list": (lambda m: m.update(tau=[4.6]), "'tau' must map exactly the states 44"),
+    "tau of another state": (lambda m: m.update(tau={"45": 4.6}), "'tau' must map exactly the states 44"),
+    "a state's tau as text": (lambda m: m["per_state"]["44"].update(tau="x"), "'per_state.44.tau' ('x')"),
+    "integer as text": (lambda m: m.update(integer="yes"), "'integer' ('yes') must be true or false"),
+    "integer null": (lambda m: m.update(integer=None), "'integer' (None) must be true or false"),
+    "an unknown variance_mode": (lambda m: m.update(variance_mode="bogus"), "'variance_mode' ('bogus') must be one"),
+    "a variance_mode that is a number": (lambda m: m.update(variance_mode=5), "'variance_mode' (5) must be one"),
+    "a seed as text": (lambda m: m["rng"].update(seed="abc"), "'rng.seed' ('abc') must be a whole number >= 0"),
+    "a negative seed": (lambda m: m["rng"].update(seed=-1), "'rng.seed' (-1) must be a whole number >= 0"),
+    "a seed that is true": (lambda m: m["rng"].update(seed=True), "'rng.seed' (True) must be a whole number"),
+    "an unknown generator": (lambda m: m["rng"].update(kind="bogus"), "'rng' must name a generator"),
+    "rng as text": (lambda m: m.update(rng="secure"), "'rng' must name a generator"),
+    "an infinite gamma": (lambda m: m["gammas"].update(wage=float("inf")), "'gammas.wage' (inf)"),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_FIELDS))
+def test_every_field_of_how_a_release_was_computed_is_checked_by_every_reader(release, tmp_path, monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = RUN_FIELDS[case]
+    refused_by_every_reader(edited(release, tmp_path, edit), tmp_path, message)
+
+
+def test_the_fields_of_a_genuine_release_are_read(release, panel):
+    """What gedp writes passes (power of the rules above): a seeded pnc release (tau > 0, a seed) and a
+    panel, each quarter's own fields checked; a psi release's tau is null (tests/test_cli.py)."""
+    manifest = read_manifest(release)
+    assert manifest["tau"]["44"] > 0 and manifest["rng"]["seed"] >= 0 and manifest["integer"] is False
+    assert read_manifest(panel)["per_quarter"]["2016Q2"]["variance_mode"] == manifest["variance_mode"]
+
+
+def test_the_readers_variance_modes_and_generators_are_gedps_own():
+    from gedp.measure.rng import make_rng
+    from gedp.postprocess.wls import RELEASE_VARIANCE_MODES
+    from gedp.release.validation import RNG_KINDS, VARIANCE_MODES
+
+    assert set(VARIANCE_MODES) == set(RELEASE_VARIANCE_MODES)
+    kinds = {make_rng(seed, kind)[1]["kind"] for seed, kind in ((None, None), (None, "pcg64"), (5, None))}
+    assert kinds == set(RNG_KINDS)
+
+
+#: A panel's own fields and each quarter's, edited, and what the refusal names.
+PANEL_RUN_FIELDS = {
+    "the panel's created_date": (lambda m: m.update(created_date="2026-02-30"), "'created_date' ('2026-02-30')"),
+    "the panel's integer": (lambda m: m.update(integer="no"), "'integer' ('no')"),
+    "a quarter's variance_mode": (lambda m: m["per_quarter"]["2016Q2"].update(variance_mode="bogus"),
+                                  "'per_quarter.2016Q2.variance_mode' ('bogus')"),
+    "a quarter's seed": (lambda m: m["per_quarter"]["2016Q2"]["rng"].update(seed="abc"),
+                         "'per_quarter.2016Q2.rng.seed' ('abc')"),
+    "a quarter's tau": (lambda m: m["per_quarter"]["2016Q1"]["tau"].update({"44": -1}),
+                        "'per_quarter.2016Q1.tau.44' (-1)"),
+}
+
+
+@pytest.mark.parametrize("case", list(PANEL_RUN_FIELDS))
+def test_a_panel_and_each_quarter_state_how_they_were_computed(panel, tmp_path, monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = PANEL_RUN_FIELDS[case]
+    copy = edited(panel, tmp_path, edit)
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_manifest(copy)
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county", "--quarter", "2016Q1", "--moe"])
+    assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("case", ["a seed as text", "a negative tau", "an unknown variance_mode"])
+def test_audit_fails_a_release_whose_fields_the_readers_refuse(release, tmp_path, case):
+    """gedp audit --release passed some of these (red team): it fails them now, with the readers' words."""
+    from gedp.audit.release import audit_release
+
+    edit, message = RUN_FIELDS[case]
+    failed = [check for check in audit_release(edited(release, tmp_path, edit)) if not check.passed]
+    assert failed and message in str(failed[0])

@@ -14,7 +14,7 @@ from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
-from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE
+from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE
 from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts, part_label
 from gedp.release.part_sizes import FOOTER_LIMITS, check_decoded, open_part, read_parts
 from gedp.release.validation import read_manifest, release_parts
@@ -36,36 +36,62 @@ COLUMN_TYPES = {**dict.fromkeys((*PUBLIC, QUARTER_KEY), TEXT_TYPES), **dict.from
                 **dict.fromkeys(CONFIDENTIAL, frozenset({"int64", "double"}))}
 
 
-def check_columns(release: str | Path, schema: pa.Schema, manifest: Manifest) -> None:
-    """The protected microdata's columns (a part's ``schema``) refused unless they hold the release's
-    keys and every establishment attribute it measured (its manifest's gammas; each quarter's in a
-    panel; a job family's are in the job frame), each of the type the release writer gives it
-    (``COLUMN_TYPES``): a reader must not tabulate a copy with an attribute dropped as if it had never
-    been released, nor a county stored as the number 1 as if it were county "001"."""
-    from gedp.release.format import RELEASE_ORDER
-    from gedp.synth.schema import shown
+#: The types the release writer gives the job frame's columns (``postprocess.jobframe.job_table``): the
+#: establishment's id, the family and the families' worker columns text, the jobs numbers (an integer
+#: release's whole numbers may be int64).
+JOB_COLUMN_TYPES = {"estab_id": TEXT_TYPES, "family": TEXT_TYPES, "jobs": frozenset({"int64", "double"})}
 
+
+def output_columns(manifest: Manifest, output: str) -> tuple[dict[str, frozenset[str] | None], str]:
+    """The columns a Parquet output's parts must hold, each with the types gedp writes it as (None: any
+    listed in ``COLUMN_TYPES``), and how messages name the output. The protected microdata: the release's
+    keys and every establishment attribute it measured (its manifest's gammas; each quarter's in a panel;
+    a job family's are in the job frame). The job frame: its id, family, jobs and its families' worker
+    columns (the manifest's ``jobs`` section, checked by ``read_manifest``), exactly those."""
+    from gedp.release.format import RELEASE_ORDER
+
+    if output == JOBS_FILE:
+        families = manifest.get("jobs", {}).get("families", {})
+        workers = dict.fromkeys((column for spec in families.values() for column in spec["columns"]), TEXT_TYPES)
+        return {"estab_id": TEXT_TYPES, "family": TEXT_TYPES, **workers, "jobs": JOB_COLUMN_TYPES["jobs"]}, \
+            "job frame's parts"
     sections = manifest["per_quarter"].values() if "per_quarter" in manifest else [manifest]
     measured = (name for section in sections for name in section["gammas"] if name in CONFIDENTIAL)
-    wanted = dict.fromkeys([*RELEASE_ORDER, *measured])
+    return {name: COLUMN_TYPES.get(name) for name in [*RELEASE_ORDER, *measured]}, "protected microdata"
+
+
+def check_columns(release: str | Path, schema: pa.Schema, manifest: Manifest, output: str = PROTECTED_FILE) -> None:
+    """The columns of a part of ``output`` (the protected microdata or the job frame; the part's ``schema``)
+    refused unless they hold those its manifest states (``output_columns``), each of the type the release
+    writer gives it (``COLUMN_TYPES``, ``JOB_COLUMN_TYPES``), and, in the job frame, no other: a reader must
+    not tabulate a copy with an attribute dropped as if it had never been released, nor a county stored
+    as the number 1 as if it were county "001", nor jobs stored as text."""
+    from gedp.synth.schema import shown
+
+    wanted, what = output_columns(manifest, output)
     missing = [name for name in wanted if name not in schema.names]
     if missing:
-        raise InputError(f"release '{release}': its protected microdata lack the column {shown(missing[0])} "
-                         "its manifest states (an edited or damaged copy)")
+        raise InputError(f"release '{release}': its {what} lack the column {shown(missing[0])} gedp writes "
+                         "for this release (an edited or damaged copy)")
+    types = wanted if output == JOBS_FILE else COLUMN_TYPES
     for field in schema:
-        if field.name in COLUMN_TYPES and str(field.type) not in COLUMN_TYPES[field.name]:
-            kind = "text" if COLUMN_TYPES[field.name] is TEXT_TYPES else " or ".join(sorted(COLUMN_TYPES[field.name]))
-            raise InputError(f"release '{release}': its protected microdata hold the column {shown(field.name)} as "
+        if output == JOBS_FILE and field.name not in wanted:
+            raise InputError(f"release '{release}': its {what} hold a column {shown(field.name)} gedp does not "
+                             "write (an edited or damaged copy)")
+        allowed = types.get(field.name)
+        if allowed is not None and str(field.type) not in allowed:
+            kind = "text" if allowed is TEXT_TYPES else " or ".join(sorted(allowed))
+            raise InputError(f"release '{release}': its {what} hold the column {shown(field.name)} as "
                              f"{str(field.type)[:40]}, not as {kind} as gedp writes it (an edited or damaged copy)")
 
 
-def part_schemas(release: str | Path, parts: list[str], manifest: Manifest) -> list[str]:
-    """The column names of the protected microdata's ``parts`` (the first part's: a read's), each part's
-    schema checked from its footer (``check_columns``) before any row is read."""
+def part_schemas(release: str | Path, parts: list[str], manifest: Manifest, output: str = PROTECTED_FILE) -> list[str]:
+    """The column names of ``output``'s ``parts`` (the protected microdata's or the job frame's; the first
+    part's: a read's), each part's schema checked from its footer (``check_columns``) before any row is read."""
     names: list[str] = []
     for path in parts:
         schema = open_part(path).schema_arrow
-        check_columns(release, schema, manifest)
+        check_columns(release, schema, manifest, output)
         names = names or schema.names
     return names
 
@@ -158,8 +184,8 @@ def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFra
     manifest = read_manifest(release)
     parts = release_parts(release, output, manifest)
     with parts_read(release, output):
-        if output == PROTECTED_FILE:
-            part_schemas(release, parts, manifest)
+        if output in (PROTECTED_FILE, JOBS_FILE):
+            part_schemas(release, parts, manifest, output)
         check_decoded(release, output, parts)
         frame = read_parts(parts)
     if output != PROTECTED_FILE:

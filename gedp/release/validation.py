@@ -17,6 +17,10 @@ field, and no reader silently includes a file the manifest does not account for:
   and ``zeta_per_state`` finite numbers >= 0; ``psi`` names a neighbor function and only its
   parameters, each a finite number, within the function's own rules; ``psi`` and ``gammas`` are
   present, and each quarter of a panel states its own, checked alike;
+* ``tau`` maps exactly the states to a finite number >= 0 or null (as each ``per_state``'s tau);
+  ``created_date`` is a calendar date YYYY-MM-DD; ``integer`` true or false; ``variance_mode`` a
+  release's (``VARIANCE_MODES``); ``rng.kind`` a generator gedp names and ``rng.seed`` a whole
+  number >= 0 (each where present; each quarter's of a panel alike);
 * ``manifest.json`` is a regular file, not a symbolic link;
 * a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
   a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
@@ -34,7 +38,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,11 +124,20 @@ def _check_quarter_release(release: str | Path, manifest: Mapping, where: str) -
     _check_publishable(release, manifest, where)
     states = _labels(release, manifest.get("states"), f"{where}states", STATE_PATTERN)
     establishments = _count(release, manifest.get("establishments"), f"{where}establishments")
+    if "tau" in manifest:
+        taus = manifest["tau"]
+        if not isinstance(taus, dict) or sorted(taus) != sorted(states):
+            raise _refuse(release, f"'{where}tau' must map exactly the states {', '.join(states)} to their tau")
+        for state, tau in taus.items():
+            _tau(release, tau, f"{where}tau.{state}")
     per_state = manifest.get("per_state")
     if per_state is None:
         return
     if not isinstance(per_state, dict) or sorted(per_state) != sorted(states):
         raise _refuse(release, f"'{where}per_state' must hold exactly the states {', '.join(states)}")
+    for state, section in per_state.items():
+        if isinstance(section, dict) and "tau" in section:
+            _tau(release, section["tau"], f"{where}per_state.{state}.tau")
     counts = [_count(release, section.get("establishments") if isinstance(section, dict) else None,
                      f"{where}per_state.{state}.establishments") for state, section in per_state.items()]
     if sum(counts) != establishments:
@@ -134,10 +147,66 @@ def _check_quarter_release(release: str | Path, manifest: Mapping, where: str) -
 
 def _number(release: str | Path, value: object, field: str, high: float = math.inf) -> float:
     """A finite number in [0, high] (not a boolean)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not 0 <= value <= high):
         limit = f"<= {high:g}" if math.isfinite(high) else "finite"
         raise _refuse(release, f"'{field}' ({_shown(value)}) must be a number >= 0 and {limit}")
     return float(value)
+
+
+def _tau(release: str | Path, value: object, field: str) -> None:
+    """A state's tau: a finite number >= 0 (pnc: Phi^-1 of a probability >= 1/2, as zeta <= 1/2), or None (psi)."""
+    if value is not None:
+        _number(release, value, field)
+
+
+#: The variances a release's postprocessing may use (``postprocess.wls.RELEASE_VARIANCE_MODES``, as
+#: a config may choose them), kept here so that reading a manifest imports no postprocessing; tests
+#: check it against the postprocessing's own.
+VARIANCE_MODES = ("smoothed", "pooled", "estimated")
+#: The generators a manifest's ``rng.kind`` may name (``measure.rng.make_rng``'s descriptions).
+RNG_KINDS = ("secure", "seed", "os-entropy")
+#: The day a release was created (``created_date``): an ISO date, e.g. 2016-05-01.
+DATE_PATTERN = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def _is_date(value: object) -> bool:
+    import datetime as dt
+
+    if not isinstance(value, str) or not DATE_PATTERN.fullmatch(value):
+        return False
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_run(release: str | Path, content: Mapping, where: str = "") -> None:
+    """How the release was computed (of a quarter of a panel: ``where``), each where present:
+    ``created_date`` a calendar date YYYY-MM-DD, ``integer`` true or false, ``variance_mode`` one of
+    ``VARIANCE_MODES``, ``rng`` a generator of ``RNG_KINDS`` whose seed is a whole number >= 0 and
+    whose descriptions are text."""
+    if "created_date" in content and not _is_date(content["created_date"]):
+        raise _refuse(release, f"'{where}created_date' ({_shown(content['created_date'])}) must be a date "
+                               "YYYY-MM-DD")
+    if "integer" in content and not isinstance(content["integer"], bool):
+        raise _refuse(release, f"'{where}integer' ({_shown(content['integer'])}) must be true or false")
+    mode = content.get("variance_mode")
+    if "variance_mode" in content and not (isinstance(mode, str) and mode in VARIANCE_MODES):
+        raise _refuse(release, f"'{where}variance_mode' ({_shown(mode)}) must be one of {', '.join(VARIANCE_MODES)}")
+    if "rng" not in content:
+        return
+    rng = content["rng"]
+    kind = rng.get("kind") if isinstance(rng, dict) else None
+    if not (isinstance(kind, str) and kind in RNG_KINDS):
+        raise _refuse(release, f"'{where}rng' must name a generator: one of {', '.join(RNG_KINDS)}")
+    seed = rng.get("seed")
+    if "seed" in rng and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise _refuse(release, f"'{where}rng.seed' ({_shown(seed)}) must be a whole number >= 0")
+    for key in ("bit_generator", "per_state"):
+        if key in rng and not isinstance(rng[key], str):
+            raise _refuse(release, f"'{where}rng.{key}' ({_shown(rng[key])}) must be text")
 
 
 def _numbers(release: str | Path, values: object, field: str, high: float = math.inf, depth: int = 2) -> None:
@@ -266,7 +335,7 @@ def ledger_charges(release: str | Path, manifest: Mapping, state: str, where: st
     return charged
 
 
-def _composed(mus) -> float:
+def _composed(mus: Iterable[float]) -> float:
     """mu of the composition of mu-GDP mechanisms: sqrt(sum of mu^2) (``measure.budget.compose``)."""
     return math.sqrt(math.fsum(mu * mu for mu in mus))
 
@@ -404,6 +473,7 @@ def checked_manifest(content: object, release: str | Path) -> dict:
     if "jobs" in content:
         _check_jobs(release, content["jobs"])
     _check_budget(release, content)
+    _check_run(release, content)
     if "quarters" not in content:
         _check_quarter_release(release, content, "")
         _check_spending(release, spending_failures(release, content))
@@ -422,6 +492,7 @@ def checked_manifest(content: object, release: str | Path) -> dict:
             raise _refuse(release, f"'per_quarter.{quarter}' must be the manifest of one quarter")
         _check_quarter_release(release, section, f"per_quarter.{quarter}.")
         _check_budget(release, section, f"per_quarter.{quarter}.")  # a quarter's readers compute with its own
+        _check_run(release, section, f"per_quarter.{quarter}.")
         _check_spending(release, spending_failures(release, section, f"per_quarter.{quarter}."))
     _check_spending(release, _panel_spending_failures(content))
     return content
