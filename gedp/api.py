@@ -24,7 +24,7 @@ from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import InputError, run_started
 from gedp.measure.rng import check_publication
 from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
-from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
+from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, check_outside
 from gedp.release.manifest import Manifest
 from gedp.release.reader import read_manifest, read_stored, read_tables, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
@@ -33,7 +33,7 @@ from gedp.running.panel_protect import is_panel, protect_panel
 from gedp.running.recorded_release import protect_recorded, requested_ledger
 from gedp.synth.intake import prepare_input
 from gedp.tabulation.job_frame_tables import read_job_frame, tabulate_job_frame
-from gedp.tabulation.output_files import check_output_file, check_outside, summary_path
+from gedp.tabulation.output_files import check_output_file, summary_path
 from gedp.tabulation.panel_tables import tabulate_panel
 
 if TYPE_CHECKING:

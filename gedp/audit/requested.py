@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gedp.errors import InputError
-from gedp.tabulation.output_files import check_output_file, check_outside, write_atomically
+from gedp.release.format import check_outside
+from gedp.tabulation.output_files import check_output_file, write_atomically
 
 if TYPE_CHECKING:
     from gedp.audit.pipeline import StatisticResult

@@ -4,7 +4,10 @@ and the contents a release is written from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from gedp.errors import InputError
 
 if TYPE_CHECKING:  # a release's contents; a reader of the file names need not load the stages nor pandas
     import pandas as pd
@@ -69,3 +72,15 @@ class StateRelease:
     families: list[FamilySpec]  # the plan's job families (none without a job frame)
     rounding: dict | None = None  # what controlled rounding changed, per attribute (integer releases)
     jobs: pd.DataFrame | None = None  # the protected job frame (long), for a plan with job families
+
+
+def check_outside(release: str | Path, *outputs: str | Path) -> None:
+    """Refuse an output at or inside the release folder read (symbolic links resolved, as the files
+    would be written): a reader adds nothing to a release and never overwrites one of its files (the
+    temporary files and summaries it writes beside an output go to the same folder)."""
+    folder = Path(release).resolve()
+    for output in outputs:
+        target = Path(output).resolve()
+        if target == folder or folder in target.parents:
+            raise InputError(f"output '{output}' is inside the release '{release}' it reads; a reader writes "
+                             "nothing into a release: give a path outside it")

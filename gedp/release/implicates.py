@@ -160,8 +160,8 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
     import pyarrow.parquet as pq
 
     from gedp.measure.rng import make_rng
+    from gedp.release.format import check_outside
     from gedp.release.writer import staged_directory
-    from gedp.tabulation.output_files import check_outside
 
     check_outside(release, out)  # the folder and the temporary one staged beside it
     m = check_count(m)

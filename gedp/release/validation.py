@@ -269,16 +269,18 @@ def _check_solver(release: str | Path, content: Mapping, where: str) -> None:
     if lacking:
         raise _refuse(release, f"'{where}solver' lacks {lacking[0]}, which the release measured")
     for attribute, solve in solver.items():
-        field = f"'{where}solver' of {_shown(attribute)}"
+        def field(attribute: object = attribute) -> str:  # shown only in a refusal: the schema loads pandas
+            return f"'{where}solver' of {_shown(attribute)}"
+
         if not isinstance(solve, dict):
-            raise _refuse(release, f"{field} ({_shown(solve)}) must state its solve")
+            raise _refuse(release, f"{field()} ({_shown(solve)}) must state its solve")
         model = solve.get("model", "plain")
         if not (isinstance(model, str) and all(name in MODELS for name in model.split(","))):
-            raise _refuse(release, f"{field}: model {_shown(model)} is not one of {', '.join(MODELS)}")
+            raise _refuse(release, f"{field()}: model {_shown(model)} is not one of {', '.join(MODELS)}")
         for key, types in SOLVE_FIELDS.items():
             value = solve.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
-                raise _refuse(release, f"{field}: {key} {_shown(value)} must be "
+                raise _refuse(release, f"{field()}: {key} {_shown(value)} must be "
                                        f"{'text' if types == (str,) else 'a number'}")
 
 

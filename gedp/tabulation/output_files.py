@@ -25,18 +25,6 @@ def summary_path(out: Path) -> Path:
     return out.with_name(out.name + ".json")
 
 
-def check_outside(release: str | Path, *outputs: str | Path) -> None:
-    """Refuse an output at or inside the release folder read (symbolic links resolved, as the files
-    would be written): a reader adds nothing to a release and never overwrites one of its files (the
-    temporary files and summaries it writes beside an output go to the same folder)."""
-    folder = Path(release).resolve()
-    for output in outputs:
-        target = Path(output).resolve()
-        if target == folder or folder in target.parents:
-            raise InputError(f"output '{output}' is inside the release '{release}' it reads; a reader writes "
-                             "nothing into a release: give a path outside it")
-
-
 def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
     """Write a file through a temporary name in the same folder, renamed only when complete; a path
     that cannot be a file (a folder, a parent that is not a folder, a name too long) is refused."""

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from gedp.errors import InputError
-from gedp.tabulation.output_files import check_outside, summary_path, write_atomically, write_summary
+from gedp.release.format import check_outside
+from gedp.tabulation.output_files import summary_path, write_atomically, write_summary
 
 if TYPE_CHECKING:  # pandas and the stages are loaded by the requests that need them
     import pandas as pd
