@@ -141,29 +141,28 @@ def test_plain_numbers_still_load_and_a_list_s_yaml_1_1_number_is_refused(tmp_pa
         load_config(path)
 
 
-def test_a_shipped_name_that_is_also_a_local_file_is_refused_as_ambiguous(tmp_path, microdata):
+def test_a_shipped_name_that_is_also_a_local_file_is_refused_as_ambiguous(tmp_path, microdata, monkeypatch):
     """`--config recommended` beside a file named `recommended` (here the employment plan) read the
-    file (manifest "custom", summary silent); now refused in one line, nothing written;
-    `--config ./recommended` reads the file."""
+    file (manifest "custom", summary silent); now refused in one line, nothing written (gedp protect
+    as a child process, as a user runs it); `--config ./recommended` reads the file (through the
+    command line's runner, in the same working folder)."""
     import json
     import subprocess
     import sys
 
     (tmp_path / "recommended").write_text(configs.path("employment").read_text())
     microdata.to_parquet(tmp_path / "s.parquet")
+    arguments = ["protect", "s.parquet", "--seed", "1", "--not-for-publication", "--config"]
 
-    def protect(config, out):
-        return subprocess.run([sys.executable, "-m", "gedp", "protect", "s.parquet", "--config", config, "--out", out,
-                               "--seed", "1", "--not-for-publication"], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=300)
-
-    refused = protect("recommended", "r1")
+    refused = subprocess.run([sys.executable, "-m", "gedp", *arguments, "recommended", "--out", "r1"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.strip().splitlines() == [
         "error: config 'recommended' is both a shipped config and a file in the working folder; "
         "write ./recommended for the file, or rename it"]
     assert not (tmp_path / "r1").exists()
-    done = protect("./recommended", "r2")
-    assert done.returncode == 0, done.stderr
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, [*arguments, "./recommended", "--out", "r2"])
+    assert done.exit_code == 0, done.output
     manifest = json.loads((tmp_path / "r2" / "manifest.json").read_text())
     assert manifest["config_name"] == "custom" and "wage" not in manifest["config"]["attributes"]

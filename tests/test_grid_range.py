@@ -3,6 +3,7 @@ is accepted, and its sums equal exact integer arithmetic on the grid."""
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -16,13 +17,35 @@ from gedp.measure.queries import Grouping
 
 
 def exact_released(values, codes, clip, n_groups, noise_units):
-    """Released values by Fraction arithmetic: sum over the group of round(min(v, u*) / g) (half to
-    even, as the grid rounds), plus the noise units, times g, rounded once to a float."""
-    grid = Fraction(VALUE_GRID)
+    """Released values by exact arithmetic: sum over the group of round(min(v, u*) / g) (half to even,
+    as the grid rounds) in Python integers, plus the noise units, times g, rounded once to a float. g
+    is a power of two, so min(v, u*) / g is exact in double precision and Python's round() of it is
+    the exact half-to-even integer: what Fraction arithmetic gives (``test_the_units_are_fraction_
+    arithmetics``), about 10x faster over 1.6M values."""
+    assert math.frexp(VALUE_GRID)[0] == 0.5  # a power of two
+    grid, clip = Fraction(VALUE_GRID), [float(c) for c in clip]
     sums = [0] * n_groups
     for value, code in zip(values.tolist(), codes.tolist()):
-        sums[code] += round(Fraction(min(value, clip[code])) / grid)
+        sums[code] += round(min(value, clip[code]) / VALUE_GRID)
     return np.array([float((total + int(noise)) * grid) for total, noise in zip(sums, noise_units)])
+
+
+def test_the_units_are_fraction_arithmetics():
+    """``exact_released``'s units against Fraction arithmetic (round(Fraction(min(v, u*)) / g)): whole
+    values, fractions of the grid, ties at half a unit (both ways), values above their clip and
+    doubles of 53 significant bits."""
+    rng = np.random.default_rng(11)
+    values = np.concatenate([np.rint(rng.gamma(0.6, 150_000, 2_000)), rng.uniform(0, 1e13, 2_000),
+                             (np.arange(-20, 20) + 0.5) * VALUE_GRID, rng.integers(0, 1024, 100) / 2048.0,
+                             [1.4e9, 2.0**52 + 1, 1e13 + 0.5]])
+    codes = rng.integers(0, 3, len(values))
+    clip = np.array([9e12, 1e13, 5e11])
+    noise = np.array([3, -5, 0])
+    grid, sums = Fraction(VALUE_GRID), [0, 0, 0]
+    for value, code in zip(values.tolist(), codes.tolist()):
+        sums[code] += round(Fraction(min(value, clip[code])) / grid)
+    expected = np.array([float((total + int(n)) * grid) for total, n in zip(sums, noise)])
+    assert exact_released(values, codes, clip, 3, noise).tolist() == expected.tolist()
 
 
 def test_one_headquarters_among_many_establishments_is_accepted_and_exact():
