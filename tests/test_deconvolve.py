@@ -191,8 +191,10 @@ def small_model(omega_sd: float) -> PosteriorModel:
 def brute_force_posterior(omega, sd, model, grid, quarter=False):
     """p(theta1, delta2, delta3 | omega) on a grid (delta_k = theta_k - theta_1), every month >= 0, as
     weights over the grid: the level prior on month 1's level (``quarter``: on the quarter's level, the
-    mean of the three months: their sds are equal), the change priors on delta_2 and delta_3."""
-    t1, d2, d3 = np.meshgrid(grid["t"], grid["d"], grid["d"], indexing="ij")
+    mean of the three months: their sds are equal), the change priors on delta_2 and delta_3. Each
+    factor is computed on the axes it depends on and broadcast (the same products point by point as on
+    the whole meshgrid, bit for bit: the prior densities on 225 or 201 points, not 9 million)."""
+    t1, d2, d3 = np.ix_(grid["t"], grid["d"], grid["d"])
 
     def density(prior, x, step):
         out = np.zeros_like(x)
@@ -207,7 +209,7 @@ def brute_force_posterior(omega, sd, model, grid, quarter=False):
     months = [t1, t1 + d2, t1 + d3]  # both changes from month 1
     for k in range(3):
         weight = weight * stats.norm.pdf(omega[k], months[k], sd) * (months[k] >= -1e-12)
-    return t1, d2, d3, weight / weight.sum()
+    return *np.broadcast_arrays(t1, d2, d3), weight / weight.sum()
 
 
 def test_gibbs_months_match_the_brute_force_posterior():
