@@ -424,14 +424,19 @@ def test_bootstrap_replicates_reach_the_optimum_within_the_certified_gap():
 
 def atom_weight_mle(x: np.ndarray, a: float) -> np.ndarray:
     """Per row of answers ``x`` (noise sd 1), the maximum likelihood weight p of an atom at 0 against
-    mass at +-a (p unconstrained), by Newton steps on the score of log(p phi(x) + (1 - p) psi(x))."""
+    mass at +-a (p unconstrained), by Newton steps on the score of log(p phi(x) + (1 - p) psi(x)), up to
+    30, until every row's step is below 1e-13 (quadratic convergence: 5 steps from 0.5 at 50,000
+    answers, the next ones move p by about 1e-16 back and forth)."""
     phi = stats.norm.pdf(x)
     psi = (stats.norm.pdf(x - a) + stats.norm.pdf(x + a)) / 2
     p = np.full(len(x), 0.5)
     for _ in range(30):
         f = p[:, None] * phi + (1 - p[:, None]) * psi
         g = (phi - psi) / f
-        p = p + g.sum(axis=1) / (g * g).sum(axis=1)
+        step = g.sum(axis=1) / (g * g).sum(axis=1)
+        p = p + step
+        if np.abs(step).max() < 1e-13:
+            break
     return p
 
 
