@@ -170,6 +170,35 @@ def test_claims_are_the_identity_mu_and_the_attribute_total():
     assert claimed["likelihood ratio"] == pytest.approx(np.sqrt(0.49 + 0.04 + 0.36))
 
 
+def test_a_runs_statistics_are_the_gaussian_log_likelihood_ratios_and_the_values_place(tmp_path):
+    """One run's statistics against scipy's Gaussian log densities: the log-likelihood ratio of D2
+    against D1 of the identity answer, of the group answers and of all the target's answers, each over
+    its sd m (the root of the summed squared shifts in sds); the protected value's place between x and
+    x' (0 halfway)."""
+    from scipy.stats import norm
+
+    from gedp.audit.pipeline import released_files, statistics, target_answers
+
+    config = gedp.load("audit")
+    pair = neighbours(config, "m1emp")
+    measurements, protected, _ = released_files(pair.d1, config, tmp_path / "run", seed=3)
+    answers = target_answers(pair, config.plan.psi, measurements)
+    got = statistics(pair, answers, protected)
+
+    def ratio(rows):
+        x, sd, mean_1, mean_2 = (rows[c].to_numpy() for c in ("released", "sd", "mean_1", "mean_2"))
+        return np.sum(norm.logpdf(x, mean_2, sd) - norm.logpdf(x, mean_1, sd)) / np.sqrt(np.sum(((mean_2 - mean_1)
+                                                                                                / sd) ** 2))
+
+    identity = answers["identity"].to_numpy(dtype=bool)
+    assert identity.sum() == 1 and (~identity).sum() >= 2
+    for name, rows in (("identity answer", identity), ("group answers", ~identity), ("likelihood ratio", None)):
+        assert got[name] == pytest.approx(ratio(answers if rows is None else answers[rows]), rel=1e-9), name
+    value = protected.set_index("estab_id").loc[pair.estab_id, "m1emp"]
+    assert got["protected value"] == pytest.approx((value - pair.x1) / (pair.x2 - pair.x1) - 0.5, rel=1e-9)
+    assert len({round(v, 6) for v in got.values()}) == 4  # four different statistics
+
+
 def test_a_short_pipeline_audit_runs_end_to_end(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["audit", "--pipeline", "--runs", "25", "--out", str(tmp_path / "p.json")])

@@ -191,8 +191,10 @@ def small_model(omega_sd: float) -> PosteriorModel:
 def brute_force_posterior(omega, sd, model, grid, quarter=False):
     """p(theta1, delta2, delta3 | omega) on a grid (delta_k = theta_k - theta_1), every month >= 0, as
     weights over the grid: the level prior on month 1's level (``quarter``: on the quarter's level, the
-    mean of the three months: their sds are equal), the change priors on delta_2 and delta_3."""
-    t1, d2, d3 = np.meshgrid(grid["t"], grid["d"], grid["d"], indexing="ij")
+    mean of the three months: their sds are equal), the change priors on delta_2 and delta_3. Each
+    factor is computed on the axes it depends on and broadcast (the same products point by point as on
+    the whole meshgrid, bit for bit: the prior densities on 225 or 201 points, not 9 million)."""
+    t1, d2, d3 = np.ix_(grid["t"], grid["d"], grid["d"])
 
     def density(prior, x, step):
         out = np.zeros_like(x)
@@ -207,7 +209,7 @@ def brute_force_posterior(omega, sd, model, grid, quarter=False):
     months = [t1, t1 + d2, t1 + d3]  # both changes from month 1
     for k in range(3):
         weight = weight * stats.norm.pdf(omega[k], months[k], sd) * (months[k] >= -1e-12)
-    return t1, d2, d3, weight / weight.sum()
+    return *np.broadcast_arrays(t1, d2, d3), weight / weight.sum()
 
 
 def test_gibbs_months_match_the_brute_force_posterior():
@@ -422,14 +424,19 @@ def test_bootstrap_replicates_reach_the_optimum_within_the_certified_gap():
 
 def atom_weight_mle(x: np.ndarray, a: float) -> np.ndarray:
     """Per row of answers ``x`` (noise sd 1), the maximum likelihood weight p of an atom at 0 against
-    mass at +-a (p unconstrained), by Newton steps on the score of log(p phi(x) + (1 - p) psi(x))."""
+    mass at +-a (p unconstrained), by Newton steps on the score of log(p phi(x) + (1 - p) psi(x)), up to
+    30, until every row's step is below 1e-13 (quadratic convergence: 5 steps from 0.5 at 50,000
+    answers, the next ones move p by about 1e-16 back and forth)."""
     phi = stats.norm.pdf(x)
     psi = (stats.norm.pdf(x - a) + stats.norm.pdf(x + a)) / 2
     p = np.full(len(x), 0.5)
     for _ in range(30):
         f = p[:, None] * phi + (1 - p[:, None]) * psi
         g = (phi - psi) / f
-        p = p + g.sum(axis=1) / (g * g).sum(axis=1)
+        step = g.sum(axis=1) / (g * g).sum(axis=1)
+        p = p + step
+        if np.abs(step).max() < 1e-13:
+            break
     return p
 
 

@@ -45,6 +45,14 @@ def protect(source, out, *extra):
     return json.loads((out / "manifest.json").read_text()), pd.read_parquet(out / "protected.parquet")
 
 
+@pytest.fixture(scope="module")
+def local_release(two_states, tmp_path_factory):
+    """`gedp protect` of both states on the local engine (seed 7): the folder, its manifest and its
+    protected microdata, read by the composition test and the dask engine's comparison (one run)."""
+    out = tmp_path_factory.mktemp("local") / "both"
+    return (out, *protect(two_states / "states.parquet", out))
+
+
 def test_reading_one_state_at_a_time(two_states):
     assert input_states(two_states / "states.parquet")[:2] == ({"09": ["09"], "44": ["44"]}, 2_400)
     assert input_states(two_states / "states.csv")[:3] == ({"09": ["09"], "44": ["44"]}, 2_400, None)
@@ -52,8 +60,8 @@ def test_reading_one_state_at_a_time(two_states):
     assert len(one) == 1_200 and set(one["state"]) == {"44"}
 
 
-def test_states_are_protected_separately_and_compose_in_parallel(two_states, tmp_path):
-    manifest, protected = protect(two_states / "states.parquet", tmp_path / "both")
+def test_states_are_protected_separately_and_compose_in_parallel(two_states, local_release, tmp_path):
+    both, manifest, protected = local_release
     assert manifest["states"] == ["09", "44"] and manifest["establishments"] == 2_400
     planned = yaml.safe_load(configs.path(configs.DEFAULT_CONFIG).read_text())
     total = np.sqrt(sum(mu * mu for q in planned["queries"] for mu in q["mu"].values()))
@@ -70,7 +78,7 @@ def test_states_are_protected_separately_and_compose_in_parallel(two_states, tmp
             power = mpmath.power(1 - mpmath.mpf(manifest["zeta_per_state"]), mpmath.mpf(1) / (kc * n))
             closed_form = float(mpmath.sqrt(2) * mpmath.erfinv(2 * power - 1))
         assert tau == pytest.approx(closed_form, rel=1e-9), state
-    tables = pd.read_csv(tmp_path / "both" / "qcew_tables.csv", dtype={"area_fips": str})
+    tables = pd.read_csv(both / "qcew_tables.csv", dtype={"area_fips": str})
     assert set(tables.loc[tables["agglvl_code"] == 51, "area_fips"]) == {"09000", "44000"}
     # zeta is split so that both states' bounds hold together with probability 1 - zeta
     assert (1 - manifest["zeta_per_state"]) ** 2 == pytest.approx(1 - manifest["zeta"], rel=1e-14)
@@ -83,7 +91,7 @@ def test_states_are_protected_separately_and_compose_in_parallel(two_states, tmp
         .query("query == 'identity' and state == '44'")
         .sort_values(["attribute", "estab_id"])["released"]
         .to_numpy()
-        for out in (tmp_path / "both", tmp_path / "alone")
+        for out in (both, tmp_path / "alone")
     ]
     np.testing.assert_array_equal(*psi_answers)
     # CSV input: the same release
@@ -91,9 +99,38 @@ def test_states_are_protected_separately_and_compose_in_parallel(two_states, tmp
     np.testing.assert_array_equal(np.sort(from_csv["m1emp"].to_numpy()), np.sort(protected["m1emp"].to_numpy()))
 
 
-def test_dask_engine_gives_the_local_release(two_states, tmp_path):
-    _, local = protect(two_states / "states.parquet", tmp_path / "local")
-    manifest, distributed = protect(two_states / "states.parquet", tmp_path / "dask", "--engine", "dask")
+@pytest.fixture(scope="module")
+def dask_release(two_states, tmp_path_factory):
+    """`gedp protect` of both states on the dask engine (seed 7), its built-in cluster observed once
+    started: its manifest, its protected microdata and, per cluster made, its folders and what another
+    local process got from it (``_tried_from_outside``). One cluster for the tests of the release and
+    of the cluster's lockdown: each start costs its 2 worker processes' imports."""
+    import stat
+
+    import dask.distributed
+    import distributed
+
+    seen: list[dict] = []
+
+    class Observed(distributed.LocalCluster):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            folder = Path(kwargs["local_directory"])
+            seen.append({"folder": folder, "mode": stat.S_IMODE(folder.stat().st_mode),
+                         "workers": [Path(w.local_directory) for w in self.workers.values()]})
+            seen[-1]["attempts"] = _tried_from_outside(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(distributed, "LocalCluster", Observed)
+        patch.setattr(dask.distributed, "LocalCluster", Observed)
+        manifest, protected = protect(two_states / "states.parquet", tmp_path_factory.mktemp("dask") / "both",
+                                      "--engine", "dask")
+    return manifest, protected, seen
+
+
+def test_dask_engine_gives_the_local_release(local_release, dask_release):
+    _, _, local = local_release
+    manifest, distributed, _ = dask_release
     assert manifest["engine"] == "dask"
     local, distributed = (frame.sort_values("estab_id").reset_index(drop=True) for frame in (local, distributed))
     pd.testing.assert_frame_equal(local.drop(columns="wage"), distributed.drop(columns="wage"), check_exact=False,
@@ -130,50 +167,21 @@ def _tried_from_outside(cluster) -> dict:
     return attempts
 
 
-def test_the_local_cluster_admits_no_other_process(two_states, tmp_path, monkeypatch):
+def test_the_local_cluster_admits_no_other_process(dask_release):
     """Before: the built-in cluster listened on unauthenticated TCP, and a plain Client of any local
     process read the input rows. Now: loopback only, TLS with keys made for the run, no HTTP pages."""
-    import dask.distributed
-    import distributed
-
-    seen: list[dict] = []
-
-    class Observed(distributed.LocalCluster):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            seen.append(_tried_from_outside(self))
-
-    monkeypatch.setattr(distributed, "LocalCluster", Observed)
-    monkeypatch.setattr(dask.distributed, "LocalCluster", Observed)
-    protect(two_states / "alone.parquet", tmp_path / "dask", "--engine", "dask")
-    (attempts,) = seen
+    (cluster,) = dask_release[2]
+    attempts = cluster["attempts"]
     assert attempts["scheduler"].startswith("tls://127.0.0.1:"), attempts
     assert len(attempts["workers"]) == 2 and all(w.startswith("tls://127.0.0.1:") for w in attempts["workers"])
     assert not attempts["plain"].startswith("read") and not attempts["other keys"].startswith("read"), attempts
     assert [attempts[page] for page in ("/json/counts.json", "/info/main/workers.html", "/status")] == [404] * 3
 
 
-def test_the_local_cluster_spills_into_a_private_folder(two_states, tmp_path, monkeypatch):
+def test_the_local_cluster_spills_into_a_private_folder(dask_release):
     """Before: the workers kept their files (spilled input rows) in dask-scratch-space of the temporary
     folder, created readable by every user. Now: in a folder of mode 0700, removed after the run."""
-    import stat
-
-    import dask.distributed
-    import distributed
-
-    seen: list[dict] = []
-
-    class Observed(distributed.LocalCluster):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            folder = Path(kwargs["local_directory"])
-            workers = [Path(w.local_directory) for w in self.workers.values()]
-            seen.append({"folder": folder, "mode": stat.S_IMODE(folder.stat().st_mode), "workers": workers})
-
-    monkeypatch.setattr(distributed, "LocalCluster", Observed)
-    monkeypatch.setattr(dask.distributed, "LocalCluster", Observed)
-    protect(two_states / "alone.parquet", tmp_path / "dask", "--engine", "dask")
-    (used,) = seen
+    (used,) = dask_release[2]
     assert used["mode"] & 0o077 == 0, oct(used["mode"])
     assert used["workers"] and all(used["folder"] in w.parents for w in used["workers"]), used
     assert not used["folder"].exists()

@@ -149,11 +149,13 @@ def _means(pair: Neighbours, psi: NeighborFunction, measurements: pd.DataFrame) 
     return pd.concat(picked)
 
 
-def _likelihood_ratio(answers: pd.DataFrame) -> float:
-    """The log-likelihood ratio of D2 against D1 given independent Gaussian answers, divided by its
-    sd m: N(-m / 2, 1) under D1 and N(m / 2, 1) under D2 for an honest mechanism."""
-    shift = (answers["mean_2"] - answers["mean_1"]) / answers["sd"]
-    centred = (answers["released"] - (answers["mean_1"] + answers["mean_2"]) / 2) / answers["sd"]
+def _likelihood_ratio(answers: dict[str, np.ndarray], rows: np.ndarray) -> float:
+    """The log-likelihood ratio of D2 against D1 given independent Gaussian answers (the ``rows`` of
+    ``answers``' columns), divided by its sd m: N(-m / 2, 1) under D1 and N(m / 2, 1) under D2 for an
+    honest mechanism."""
+    released, sd, mean_1, mean_2 = (answers[c][rows] for c in ("released", "sd", "mean_1", "mean_2"))
+    shift = (mean_2 - mean_1) / sd
+    centred = (released - (mean_1 + mean_2) / 2) / sd
     spread = math.sqrt(float(np.sum(shift**2)))
     return float(np.sum(centred * shift)) / spread if spread > 0 else 0.0
 
@@ -175,11 +177,13 @@ def statistics(pair: Neighbours, answers: pd.DataFrame, protected: pd.DataFrame)
     """The centred statistics of one run's files (the target's ``answers``, from ``target_answers``,
     and the protected microdata), 0 halfway between D1 and D2 and larger under D2: likelihood ratios
     of the Gaussian answers in units of their sd, the protected value in units of the shift x' - x."""
-    value = float(protected.loc[protected["estab_id"] == pair.estab_id, pair.attribute].iloc[0])
+    value = float(protected[pair.attribute].to_numpy()[protected["estab_id"].to_numpy() == pair.estab_id][0])
+    columns = {c: answers[c].to_numpy(dtype=float) for c in ("released", "sd", "mean_1", "mean_2")}
+    identity = answers["identity"].to_numpy(dtype=bool)
     return {
-        "identity answer": _likelihood_ratio(answers[answers["identity"]]),
-        "group answers": _likelihood_ratio(answers[~answers["identity"]]),
-        "likelihood ratio": _likelihood_ratio(answers),
+        "identity answer": _likelihood_ratio(columns, identity),
+        "group answers": _likelihood_ratio(columns, ~identity),
+        "likelihood ratio": _likelihood_ratio(columns, np.ones(len(identity), dtype=bool)),
         "protected value": (value - (pair.x1 + pair.x2) / 2) / (pair.x2 - pair.x1),
     }
 
