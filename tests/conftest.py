@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,17 @@ import pytest
 from gedp.synth.profiles import generate_profile, load_profile
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def _receive_ctrl_c() -> None:
+    """Let the suite's processes and their children receive Ctrl-C when the suite was started with it
+    ignored (a background job of a shell without job control): gedp keeps an inherited ignored SIGINT,
+    so the stop tests' child processes would never see the Ctrl-C they are sent."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_receive_ctrl_c()
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
