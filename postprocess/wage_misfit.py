@@ -82,6 +82,11 @@ def misfit_variances(estimate: np.ndarray, stated: np.ndarray, direct: np.ndarra
     docstring), where a direct measurement (B, N) carries at least ``least_weight`` of the cell
     (V >= least_weight x N, N finite and positive); V elsewhere."""
     applies = np.isfinite(noise) & (noise > 0) & (stated >= least_weight * np.where(np.isfinite(noise), noise, 0.0))
-    with np.errstate(invalid="ignore"):
-        moment = (direct - estimate) ** 2 - noise + 2 * stated
-    return np.where(applies, np.maximum(stated, np.where(applies, moment, 0.0)), stated)
+    moment = misfit_moment(estimate, stated, np.where(applies, direct, estimate), np.where(applies, noise, 0.0))
+    return np.where(applies, np.maximum(stated, moment), stated)
+
+
+def misfit_moment(estimate: np.ndarray, stated: np.ndarray, direct: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """m = (B - T^)^2 - N + 2 V per cell: unbiased for T^'s mean squared error given the truth when B
+    (variance N) is an unbiased measurement of the cell that the fit weighs at N (module docstring)."""
+    return (direct - estimate) ** 2 - noise + 2 * stated
