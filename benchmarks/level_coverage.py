@@ -27,9 +27,11 @@ month-1 employment), for ``coverage_compare.py`` and ``band_bounds.py``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +40,9 @@ import pandas as pd
 import gedp
 from gedp.config import Config, load_config, parse_config
 from gedp.measure.queries import Groupings, group_establishments
+from gedp.postprocess import wages
 from gedp.postprocess.models import PostprocessOptions, attribute_models
-from gedp.postprocess.moe import half_widths, variance_functions
+from gedp.postprocess.moe import half_widths, variance_function, variance_functions
 from gedp.postprocess.months import pattern_cells
 from gedp.postprocess.structured import CellOperator, cell_to_group_matrix, pinned_at_zero
 from gedp.postprocess.tabulate import qcew_keys
@@ -92,6 +95,19 @@ def unbounded_values(model_answers, public: pd.DataFrame) -> np.ndarray:
     return np.where(fixed, 0.0, a + v * lam[cell_codes])
 
 
+@contextlib.contextmanager
+def without_noise_excess() -> Iterator[None]:
+    """The wage fit without the sandwich's noise term (``wages._noise_excess`` at 0): its margins are
+    then the fit's own variance g' H^-1 g, the covariance of a tiling pnc measurement's noise with the
+    estimate's error (``wage_misfit``)."""
+    kept = wages._noise_excess
+    wages._noise_excess = lambda p, fit, values: np.zeros(len(fit.totals))
+    try:
+        yield
+    finally:
+        wages._noise_excess = kept
+
+
 def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbounded: bool,
                  levels: dict[str, list[str]] | None = None, misfit: float | None = None) -> list[pd.DataFrame]:
     """One row per cell, level and attribute of one release: band, covered, error / sd, and for
@@ -101,6 +117,8 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
     protected = release.microdata.set_index("estab_id").loc[truth["estab_id"]].reset_index()
     answers = release_answers(release.folder, protected)
     variances = variance_functions(answers, protected, release_wage_psi(release.folder))
+    with without_noise_excess():  # the fit's own variance: what B's noise covaries with (wage_misfit)
+        covariances = variance_function("wage", answers, protected, release_wage_psi(release.folder))
     public = protected[public_columns(protected)]
     model_answers = attribute_models(answers, public, PostprocessOptions.for_margins(None))["m1emp"].answers
     unshrunk = {"m1emp": answers_structure(model_answers, public, pattern_cells=pattern_cells(public))}
@@ -110,6 +128,7 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
         grouping = group_establishments(public, keys)
         margins = half_widths(variances, grouping.codes, grouping.n_groups, 0.95)
         stated = (margins["wage"] / Z) ** 2
+        covariance = covariances(grouping.codes, grouping.n_groups).variance
         direct, direct_noise = direct_measurements(answers["wage"], Groupings(public), grouping.codes,
                                                    grouping.n_groups)
         if misfit is not None:
@@ -144,6 +163,7 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
                 frame["estimate_over_truth"] = np.divide(error + true, true, out=np.full(len(true), np.nan),
                                                          where=true > 0)
                 frame["stated"], frame["direct"], frame["direct_noise"] = stated, direct, direct_noise
+                frame["covariance"] = covariance
             rows.append(frame)
     return rows
 

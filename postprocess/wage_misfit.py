@@ -77,16 +77,19 @@ def direct_measurements(answers: Sequence[NoisyAnswer], groupings: Groupings, ta
 
 
 def misfit_variances(estimate: np.ndarray, stated: np.ndarray, direct: np.ndarray, noise: np.ndarray,
-                     least_weight: float = LEAST_WEIGHT) -> np.ndarray:
-    """Per cell, the variance its margin states: max(V, m), m = (B - T^)^2 - N + 2 V (module
-    docstring), where a direct measurement (B, N) carries at least ``least_weight`` of the cell
-    (V >= least_weight x N, N finite and positive); V elsewhere."""
+                     least_weight: float = LEAST_WEIGHT, covariance: np.ndarray | None = None) -> np.ndarray:
+    """Per cell, the variance its margin states: max(V, m), m = (B - T^)^2 - N + 2 C (module
+    docstring; C the covariance of B's noise with T^'s error, ``covariance``, V when not given), where
+    a direct measurement (B, N) carries at least ``least_weight`` of the cell (V >= least_weight x N,
+    N finite and positive); V elsewhere."""
     applies = np.isfinite(noise) & (noise > 0) & (stated >= least_weight * np.where(np.isfinite(noise), noise, 0.0))
-    moment = misfit_moment(estimate, stated, np.where(applies, direct, estimate), np.where(applies, noise, 0.0))
+    moment = misfit_moment(estimate, stated if covariance is None else covariance,
+                           np.where(applies, direct, estimate), np.where(applies, noise, 0.0))
     return np.where(applies, np.maximum(stated, moment), stated)
 
 
-def misfit_moment(estimate: np.ndarray, stated: np.ndarray, direct: np.ndarray, noise: np.ndarray) -> np.ndarray:
-    """m = (B - T^)^2 - N + 2 V per cell: unbiased for T^'s mean squared error given the truth when B
-    (variance N) is an unbiased measurement of the cell that the fit weighs at N (module docstring)."""
-    return (direct - estimate) ** 2 - noise + 2 * stated
+def misfit_moment(estimate: np.ndarray, covariance: np.ndarray, direct: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """m = (B - T^)^2 - N + 2 C per cell: unbiased for T^'s mean squared error given the truth when B
+    (variance N) is an unbiased measurement of the cell and C the covariance of its noise with T^'s
+    error (V when the fit weighs B at N and V is the fit's own variance: module docstring)."""
+    return (direct - estimate) ** 2 - noise + 2 * covariance
