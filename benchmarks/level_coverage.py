@@ -27,9 +27,11 @@ month-1 employment), for ``coverage_compare.py`` and ``band_bounds.py``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +39,15 @@ import pandas as pd
 
 import gedp
 from gedp.config import Config, load_config, parse_config
-from gedp.measure.queries import group_establishments
+from gedp.measure.queries import Groupings, group_establishments
+from gedp.postprocess import wages
 from gedp.postprocess.models import PostprocessOptions, attribute_models
-from gedp.postprocess.moe import half_widths, variance_functions
+from gedp.postprocess.moe import half_widths, variance_function, variance_functions
 from gedp.postprocess.months import pattern_cells
 from gedp.postprocess.structured import CellOperator, cell_to_group_matrix, pinned_at_zero
 from gedp.postprocess.tabulate import qcew_keys
 from gedp.postprocess.variances import answers_structure
+from gedp.postprocess.wage_misfit import direct_measurements, misfit_variances
 from gedp.postprocess.wls import attribute_system, structured_parts
 from gedp.release.reader import release_answers, release_wage_psi
 from gedp.synth.establishments import synthesize_state
@@ -91,13 +95,30 @@ def unbounded_values(model_answers, public: pd.DataFrame) -> np.ndarray:
     return np.where(fixed, 0.0, a + v * lam[cell_codes])
 
 
+@contextlib.contextmanager
+def without_noise_excess() -> Iterator[None]:
+    """The wage fit without the sandwich's noise term (``wages._noise_excess`` at 0): its margins are
+    then the fit's own variance g' H^-1 g, the covariance of a tiling pnc measurement's noise with the
+    estimate's error (``wage_misfit``)."""
+    kept = wages._noise_excess
+    wages._noise_excess = lambda p, fit, values: np.zeros(len(fit.totals))
+    try:
+        yield
+    finally:
+        wages._noise_excess = kept
+
+
 def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbounded: bool,
-                 levels: dict[str, list[str]] | None = None) -> list[pd.DataFrame]:
+                 levels: dict[str, list[str]] | None = None, misfit: float | None = None) -> list[pd.DataFrame]:
     """One row per cell, level and attribute of one release: band, covered, error / sd, and for
-    month-1 employment the establishments held at 0."""
+    month-1 employment the establishments held at 0; for wages the stated variance and the cell's
+    direct measurement (``wage_misfit.direct_measurements``), and with ``misfit`` the margins of
+    ``wage_misfit.misfit_variances`` at that least weight in place of the stated ones."""
     protected = release.microdata.set_index("estab_id").loc[truth["estab_id"]].reset_index()
     answers = release_answers(release.folder, protected)
     variances = variance_functions(answers, protected, release_wage_psi(release.folder))
+    with without_noise_excess():  # the fit's own variance: what B's noise covaries with (wage_misfit)
+        covariances = variance_function("wage", answers, protected, release_wage_psi(release.folder))
     public = protected[public_columns(protected)]
     model_answers = attribute_models(answers, public, PostprocessOptions.for_margins(None))["m1emp"].answers
     unshrunk = {"m1emp": answers_structure(model_answers, public, pattern_cells=pattern_cells(public))}
@@ -106,6 +127,13 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
     for level, keys in (levels or LEVELS).items():
         grouping = group_establishments(public, keys)
         margins = half_widths(variances, grouping.codes, grouping.n_groups, 0.95)
+        stated = (margins["wage"] / Z) ** 2
+        covariance = covariances(grouping.codes, grouping.n_groups).variance
+        direct, direct_noise = direct_measurements(answers["wage"], Groupings(public), grouping.codes,
+                                                   grouping.n_groups)
+        if misfit is not None:
+            estimate = grouping.sum(protected["wage"].to_numpy())
+            margins["wage"] = Z * np.sqrt(misfit_variances(estimate, stated, direct, direct_noise, misfit))
         before = half_widths(unshrunk, grouping.codes, grouping.n_groups, 0.95)["m1emp"]
         at_zero = grouping.sum((protected["m1emp"].to_numpy() <= 1e-9).astype(float))
         for attribute, bands in BANDS.items():
@@ -134,6 +162,8 @@ def release_rows(truth: pd.DataFrame, release: gedp.Release, index: int, unbound
                 frame["no_employment"] = (employed == 0) & (true > 0)
                 frame["estimate_over_truth"] = np.divide(error + true, true, out=np.full(len(true), np.nan),
                                                          where=true > 0)
+                frame["stated"], frame["direct"], frame["direct_noise"] = stated, direct, direct_noise
+                frame["covariance"] = covariance
             rows.append(frame)
     return rows
 
@@ -192,6 +222,8 @@ def main() -> None:
     parser.add_argument("--config", default="recommended", help="a shipped config's name or a path")
     parser.add_argument("--levels", type=int, nargs="*", help="QCEW aggregation levels (default: county x "
                         "NAICS-6 and NAICS-3 cells)")
+    parser.add_argument("--misfit", type=float, help="wage margins with the misfit term at this least weight "
+                        "(postprocess.wage_misfit)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cells", type=Path, help="also every cell-release's row (parquet): to compare two runs "
                         "cell by cell, benchmarks/coverage_compare.py")
@@ -203,12 +235,13 @@ def main() -> None:
     rows, start = [], time.perf_counter()
     for index in range(args.releases):
         release = gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)
-        rows += release_rows(truth, release, index, args.unbounded, levels)
+        rows += release_rows(truth, release, index, args.unbounded, levels, args.misfit)
         print(f"release {index + 1}/{args.releases} ({time.perf_counter() - start:.0f}s)", flush=True)
         cells = pd.concat(rows, ignore_index=True)
         summary = summarize(cells)
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "mu": config.plan.budget().total,
                                         "config": args.config, "releases": index + 1, "level": 0.95,
+                                        "misfit": args.misfit,
                                         "summary": summary.to_dict(orient="records"),
                                         "no_employment": without_employment(cells),
                                         "accuracy": accuracy(cells)}, indent=1) + "\n")
