@@ -53,7 +53,8 @@ def posterior(omega, sd, log_h, weights, up, top):
     """p(x_1, x_2, x_3 | omega) on the grid, by enumeration (one row)."""
     lik = [np.exp(month_log_likelihood(np.array([omega[k]]), sd, PSI, top))[0] for k in range(3)]
     change = [brute_given_first(np.eye(top + 1), weights[k], np.array(up[k])).T for k in range(2)]  # [n, x]
-    joint = (np.exp(log_h) * lik[0])[:, None, None] * (change[0] * lik[1])[:, :, None] * (change[1] * lik[2])[:, None, :]
+    first = np.exp(log_h) * lik[0]
+    joint = first[:, None, None] * (change[0] * lik[1])[:, :, None] * (change[1] * lik[2])[:, None, :]
     return joint / joint.sum()
 
 
@@ -98,7 +99,9 @@ def simulated_fit(seed, no_change=0.6, up_logit=0.3, cell_slope=1.5, rows=8000, 
     m = rng.uniform(-1.5, 1.5, rows)
     first = rng.choice(top + 1, rows, p=prior)
     size = rng.choice(np.arange(1, top + 1), rows, p=sizes)
-    j = np.where(rng.random(rows) < no_change, 0, np.where(rng.random(rows) < expit(up_logit + cell_slope * m), size, -size))
+    stays = rng.random(rows) < no_change
+    up = rng.random(rows) < expit(up_logit + cell_slope * m)
+    j = np.where(stays, 0, np.where(up, size, -size))
     later = np.clip(first + j, 0, top)
     omega = PSI(np.column_stack([first, later]).astype(float)) + SD * rng.standard_normal((rows, 2))
     return WholeFit.of(omega[:, 0], omega[:, 1], (SD, SD), np.log(prior), PSI, m)
