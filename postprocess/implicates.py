@@ -41,13 +41,7 @@ import numpy as np
 from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.cell_changes import change_fit_arguments, fit_kind, mode_offsets, moved_draws, slopes_summary
-from gedp.postprocess.deconvolve import (
-    Mixture,
-    MixtureFit,
-    SmoothFit,
-    draw_posterior,
-    truncated_normal,
-)
+from gedp.postprocess.deconvolve import Mixture, MixtureFit, SmoothFit, draw_posterior, truncated_normal
 from gedp.postprocess.joint_changes import ChangeLikelihood, JointFit, JointPrior, draw_changes
 from gedp.postprocess.prior_components import (
     CHANGE_PRIORS,
@@ -159,6 +153,7 @@ class PosteriorModel:
     #: each establishment's changes' offsets b (``cell_changes``; None: 0, as without CELL_CHANGES)
     change_offset: np.ndarray | None = None
     change_slopes: tuple[np.ndarray, np.ndarray] | None = None  # "fitted": per band beta, its se (``band_slopes``)
+    whole: WholeChanges | None = None  # the smallest establishments' whole changes (WHOLE_CHANGES)
 
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
                  level_prior: str = "month1", change_prior: str = "independent") -> None:
