@@ -85,6 +85,8 @@ def main() -> None:
         print("change bands from (employees):", [0.0] + [round(b, 1) for b in summary["change_bands"]])
         print("atom weights (months 2, 3):", summary["no_change_share"])
         print("their standard errors:", summary["no_change_se"])
+        if "whole_changes" in summary:
+            print("whole changes of the smallest establishments:", summary["whole_changes"])
         true_months = truth[MONTHS].to_numpy(float)[rows]
         if "change_slopes" in summary:
             print("offsets' slopes per band (their se):", summary["change_slopes"], summary["change_slopes_se"])

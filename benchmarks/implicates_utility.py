@@ -49,6 +49,8 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
                         help="a level prior per sector (postprocess.implicates.LEVEL_BY_SECTOR)")
     parser.add_argument("--cell-changes", default="", choices=["", "all", "changers", "fitted"],
                         help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
+    parser.add_argument("--whole-changes", action="store_true",
+                        help="the smallest establishments' changes in whole employees (implicates.WHOLE_CHANGES)")
     return parser
 
 
@@ -64,6 +66,7 @@ def seeded_draws(args: argparse.Namespace):
     implicates.LEVEL_SMOOTH = args.level_smooth
     implicates.LEVEL_BY_SECTOR = args.level_by_sector
     implicates.CELL_CHANGES = args.cell_changes
+    implicates.WHOLE_CHANGES = args.whole_changes
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,6 +121,8 @@ def main() -> None:
                         help="a level prior per sector of MIN_SECTOR_LEVEL+ answers (implicates.LEVEL_BY_SECTOR)")
     parser.add_argument("--cell-changes", default="", choices=["", "all", "changers", "fitted"],
                         help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
+    parser.add_argument("--whole-changes", action="store_true",
+                        help="the smallest establishments' changes in whole employees (implicates.WHOLE_CHANGES)")
     parser.add_argument("--draw-penalty", action="store_true",
                         help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
     args = parser.parse_args()
@@ -131,6 +136,7 @@ def main() -> None:
     implicates.LEVEL_SMOOTH = args.level_smooth
     implicates.LEVEL_BY_SECTOR = args.level_by_sector
     implicates.CELL_CHANGES = args.cell_changes
+    implicates.WHOLE_CHANGES = args.whole_changes
     deconvolve.SMOOTH_DRAW_PENALTY = args.draw_penalty
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)

@@ -17,18 +17,16 @@ The model (``docs/method/implicates.md``), per state, in the neighbour function'
   with ``change_prior="joint"`` the two changes have one joint prior per band instead
   (``postprocess.joint_changes``), drawn together given the level; with CELL_CHANGES each
   establishment's band prior is moved by its cell's month pattern (``postprocess.cell_changes``);
-* a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g
-  a line in log E per sector g (2-digit NAICS) placed from the answers, and r with a prior on a grid
-  per sector and size band of the months' answers' mean, with an atom at w = 0
-  (``postprocess.wage_priors``); an establishment with E = 0 has a prior on psi(w) itself. The
-  groups are sectors: a regression with sector effects on the draws needs each sector's own level
-  and slope in the prior (``docs/method/implicates.md``).
+* a wage per employee z = log(w / E), E the quarter's average employment, is z = s_g(log E) + r, s_g a line
+  in log E per sector g (2-digit NAICS) placed from the answers, r with a prior on a grid per sector and
+  size band of the months' answers' mean, with an atom at w = 0 (``postprocess.wage_priors``); an
+  establishment with E = 0 has a prior on psi(w) itself (sectors: the method docs say why);
+* with WHOLE_CHANGES the smallest establishments' months are whole numbers (``postprocess.whole_changes``).
 
-Every prior is a nonparametric maximum likelihood estimate from the release's answers
-(``postprocess.deconvolve``). Draws are a Gibbs sampler over (theta_bar, delta_2, delta_3) whose each
-step is an exact draw from a Gaussian-mixture posterior given the months' answers, accepted or not
-by a Metropolis-Hastings step on the wage's density given the new average employment
-(``WageCoupling``), and the wage's z drawn given the months every sweep. Employment is drawn as
+Every prior is an NPMLE from the release's answers (``postprocess.deconvolve``). Draws are a Gibbs sampler
+over (theta_bar, delta_2, delta_3), each step an exact draw from a Gaussian-mixture posterior given the
+months' answers, accepted or not by a Metropolis-Hastings step on the wage's density given the new average
+employment (``WageCoupling``), the wage's z drawn given the months every sweep. Employment is drawn as
 whole numbers (the months rounded), wages as reals.
 """
 
@@ -43,13 +41,7 @@ import numpy as np
 from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.cell_changes import change_fit_arguments, fit_kind, mode_offsets, moved_draws, slopes_summary
-from gedp.postprocess.deconvolve import (
-    Mixture,
-    MixtureFit,
-    SmoothFit,
-    draw_posterior,
-    truncated_normal,
-)
+from gedp.postprocess.deconvolve import Mixture, MixtureFit, SmoothFit, draw_posterior, truncated_normal
 from gedp.postprocess.joint_changes import ChangeLikelihood, JointFit, JointPrior, draw_changes
 from gedp.postprocess.prior_components import (
     CHANGE_PRIORS,
@@ -76,6 +68,7 @@ from gedp.postprocess.wage_priors import (
     residual_means,
     size_shift,
 )
+from gedp.postprocess.whole_changes import WholeChanges
 
 MONTHS = ("m1emp", "m2emp", "m3emp")
 #: Fewest establishments of a band with change priors of its own; smaller ones share the band below's.
@@ -99,6 +92,8 @@ LEVEL_BY_SECTOR = False
 #: Whether each establishment's change priors are moved by the change its cell's month pattern implies, and how
 #: (``cell_changes.CELL_CHANGE_MODES``: "" not, "all" or "changers"; a measurement's knob).
 CELL_CHANGES = ""
+#: Whether the smallest establishments' months are whole numbers (``postprocess.whole_changes``; a measurement's knob).
+WHOLE_CHANGES = False
 #: Fewest level answers of a sector with a level prior of its own (``prior_components.level_groups``).
 MIN_SECTOR_LEVEL = 1000
 #: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
@@ -140,6 +135,7 @@ class Priors:
     cell_offset: np.ndarray | None = None  # per cell: its offset c of the log wage per employee
     joint: list[JointPrior] | None = None  # per band: the two changes' joint prior (``change_prior="joint"``)
     sector_levels: list[Mixture] = field(default_factory=list)  # per level group k >= 0: its level prior
+    whole: dict | None = None  # WHOLE_CHANGES: the whole changes' weights per (band, change) (None: the fitted)
 
 
 class PosteriorModel:
@@ -157,6 +153,7 @@ class PosteriorModel:
     #: each establishment's changes' offsets b (``cell_changes``; None: 0, as without CELL_CHANGES)
     change_offset: np.ndarray | None = None
     change_slopes: tuple[np.ndarray, np.ndarray] | None = None  # "fitted": per band beta, its se (``band_slopes``)
+    whole: WholeChanges | None = None  # the smallest establishments' whole changes (WHOLE_CHANGES)
 
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
                  level_prior: str = "month1", change_prior: str = "independent") -> None:
@@ -169,6 +166,7 @@ class PosteriorModel:
         if CELL_CHANGES and not self.joint and answers.change_cell is not None:
             self.change_offset, self.change_slopes = mode_offsets(answers, psi, self.change_bands()[1], CELL_CHANGES)
         self.priors = Priors(*self._month_priors())
+        self.whole = WholeChanges(self) if WHOLE_CHANGES else None
         if self.joint:
             self.priors.joint = self._joint_priors()
         if LEVEL_BY_SECTOR:
@@ -183,9 +181,9 @@ class PosteriorModel:
 
     @property
     def month_weights(self) -> np.ndarray:
-        """The months' precision weights (1 / sd_k^2, summing to 1): the quarter's level is the weighted
-        mean of the months in psi scale, and the same mean of the answers is independent of their
-        differences (the changes' likelihood)."""
+        """The months' precision weights (1 / sd_k^2, summing to 1): the quarter's level is the weighted mean of the
+        months in psi scale, and the same mean of the answers is independent of their differences (the changes'
+        likelihood)."""
         if not self.quarter:
             return np.array([1.0, 0.0, 0.0])  # the level is month 1's
         precision = 1.0 / np.asarray(self.answers.month_sd, dtype=float) ** 2
@@ -193,9 +191,9 @@ class PosteriorModel:
 
     # --- priors -----------------------------------------------------------------------------------
     def replicate(self, rng: np.random.Generator) -> Priors:
-        """A draw of the priors from their posterior (every NPMLE refitted on a Bayesian bootstrap of the
-        answers; the wages' on their fit's sample, with the fitted size shift s): one per implicate makes
-        the imputation proper (the spread between implicates carries the priors' estimation error)."""
+        """A draw of the priors from their posterior (every NPMLE refitted on a Bayesian bootstrap of the answers; the
+        wages' on their fit's sample, with the fitted size shift s): one per implicate makes the imputation proper (the
+        spread between implicates carries the priors' estimation error)."""
         drawn = Priors(*self._month_priors(rng, self.priors))
         fitted = self.priors
         drawn.sector_levels = self._sector_levels(rng, fitted.sector_levels)
@@ -204,7 +202,7 @@ class PosteriorModel:
         drawn.wage_weights = self.wage_fit.solve(rng.exponential(size=len(self.wage_fit.likelihood)),
                                                  start=fitted.wage_weights)
         drawn.wage_table, drawn.wage_shift = self.wage_fit.table(drawn.wage_weights), fitted.wage_shift
-        drawn.cell_offset = fitted.cell_offset
+        drawn.cell_offset, drawn.whole = fitted.cell_offset, None if self.whole is None else self.whole.weights(rng)
         if fitted.zero_wage is not None:
             drawn.zero_wage = self._zero_wage_prior(self.zero_wage_answers, rng, fitted.zero_wage)
         return drawn
@@ -283,9 +281,9 @@ class PosteriorModel:
         return bands, np.searchsorted(bands, mean), steps
 
     def no_change_standard_errors(self) -> list[list[float]]:
-        """Per change band and month (2, 3): the standard error of its prior's no-change weight from the
-        band's answers (``atom_standard_error``): where it is not small (above about 0.1) the release does
-        not tell the share with no change in that band, and the NPMLE's atom weight there is arbitrary."""
+        """Per change band and month (2, 3): the standard error of its prior's no-change weight from the band's answers
+        (``atom_standard_error``): where it is not small (above about 0.1) the release does not tell the share with no
+        change in that band, and the NPMLE's atom weight there is arbitrary."""
         _, band, steps = self.change_bands()
         sd = self.answers.month_sd
         counts = np.bincount(band, minlength=len(steps))
@@ -301,12 +299,11 @@ class PosteriorModel:
         return self.fits[key].solve(rng, start)
 
     def _wage_priors(self, rng: np.random.Generator) -> None:
-        """Wage priors by stochastic EM on a sample of establishments: the size shift s placed from the
-        answers (``ShiftPoints``) and a draw of the sample's months without wages, the residual priors
-        fitted on that draw; with cells, s is the slope within cells (each cell's mean log size its
-        level's regressor) and CELL_ROUNDS times the cells' offsets (``_cell_offsets``, on a draw of
-        every establishment's months) and the residual priors given them; then the residual priors again
-        on a draw of the months coupled to the fitted wages."""
+        """Wage priors by stochastic EM on a sample of establishments: the size shift s placed from the answers
+        (``ShiftPoints``) and a draw of the sample's months without wages, the residual priors fitted on that draw; with
+        cells, s is the slope within cells (each cell's mean log size its level's regressor) and CELL_ROUNDS times the
+        cells' offsets (``_cell_offsets``, on a draw of every establishment's months) and the residual priors given
+        them; then the residual priors again on a draw of the months coupled to the fitted wages."""
         a = self.answers
         n = len(a.wage)
         rows = np.sort(rng.choice(n, size=min(n, WAGE_FIT_ROWS), replace=False))
@@ -339,10 +336,10 @@ class PosteriorModel:
         self._fit_wages(rows, next(self.months_chain(rows, rng, BURN_IN, 1)).mean(axis=1), rng)
 
     def _cell_offsets(self, average: np.ndarray, center: np.ndarray) -> np.ndarray:
-        """Each county x NAICS-6 cell's offset of the log wage per employee (z = s + offset + r), empirical
-        Bayes (``wage_priors.cell_offsets``) around its ``center``: the cell's likelihood of the offset is
-        the product over its employing establishments (``average``: a draw of every establishment's
-        months, without wages) of their wage answers' likelihood under their residual priors slid by it."""
+        """Each county x NAICS-6 cell's offset of the log wage per employee (z = s + offset + r), empirical Bayes
+        (``wage_priors.cell_offsets``) around its ``center``: the cell's likelihood of the offset is the product over
+        its employing establishments (``average``: a draw of every establishment's months, without wages) of their wage
+        answers' likelihood under their residual priors slid by it."""
         a, priors = self.answers, self.priors
         assert a.cell is not None and priors.wage_table is not None and priors.wage_shift is not None
         log_likelihood = np.zeros((len(center), len(CELL_OFFSETS)))
@@ -398,12 +395,9 @@ class PosteriorModel:
         k = np.clip(np.rint((r - WAGE_Z[0]) / step).astype(np.int64), 0, len(WAGE_Z) - 1)
         return np.log(priors.wage_table[group, self.wage_band[rows], k])
 
-    def wage_likelihood(self, omega: np.ndarray, average: np.ndarray, group: np.ndarray,
-                        shift: tuple[np.ndarray, np.ndarray], offset: np.ndarray | float = 0.0,
-                        grid: np.ndarray = WAGE_Z) -> np.ndarray:
-        """Likelihood of wage answers at the residual's ``grid`` and (last column) at w = 0, rows x
-        points, each row scaled to its largest value."""
-        log_lik = self.wage_log_likelihood(omega, average, group, shift, offset, grid)
+    def wage_likelihood(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        """``wage_log_likelihood``'s likelihood itself, each row scaled to its largest value."""
+        log_lik = self.wage_log_likelihood(*args, **kwargs)
         return np.exp(log_lik - log_lik.max(axis=1, keepdims=True))
 
     def wage_log_likelihood(self, omega: np.ndarray, average: np.ndarray, group: np.ndarray,
@@ -424,16 +418,18 @@ class PosteriorModel:
         return {"zero_employment_share": p.level.mass_at(self.floor) if np.isfinite(self.floor) else 0.0,
                 "no_change_share": [[round(h.mass_at(0.0), 4) for h in pair] for pair in p.changes],
                 "no_change_se": [[float(f"{e:.3g}") for e in pair] for pair in self.no_change_standard_errors()],
-                "change_bands": [float(b) for b in self.psi.inverse(p.bands)],
-                "wage_cells": sum(g >= 0 for g, _ in p.wage_weights), **slopes_summary(self.change_slopes),
+                "change_bands": [float(b) for b in self.psi.inverse(p.bands)], **slopes_summary(self.change_slopes),
+                "wage_cells": sum(g >= 0 for g, _ in p.wage_weights), **(self.whole.summary() if self.whole else {}),
                 **({} if p.cell_offset is None else {"cell_offsets": offsets_summary(p.cell_offset)})}
 
     # --- draws ------------------------------------------------------------------------------------
-    def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int,
-                     thin: int = THIN, priors: Sequence[Priors] | None = None) -> Iterator[np.ndarray]:
+    def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int, thin: int = THIN,
+                     priors: Sequence[Priors] | None = None, whole: bool = True) -> Iterator[np.ndarray]:
         """``count`` draws of the months (whole numbers, rows x 3) of establishments ``rows``, after
         ``burn_in`` sweeps and ``thin`` sweeps apart; draw j under ``priors[j]`` (the fitted priors
-        without them)."""
+        without them); with ``whole`` and WHOLE_CHANGES the smallest ones by ``whole_changes``."""
+        if whole and self.whole is not None:
+            return (yield from self.whole.chain(rows, rng, burn_in, count, thin, priors))
         omega, sd = self.answers.months[rows], self.answers.month_sd
         band = np.searchsorted(self.priors.bands, omega.mean(axis=1))
         group = None if self.level_group is None else self.level_group[rows]
@@ -491,8 +487,8 @@ class PosteriorModel:
 
     @staticmethod
     def _level_step(priors: Priors, omega, sd, delta, shift, floor, rng, group=None) -> np.ndarray:
-        """An exact draw of the quarter's level (theta_1 + ``shift``) given the changes: every month >= floor;
-        under each row's level prior (``group``: -1 or None the state's, k priors.sector_levels[k])."""
+        """An exact draw of the quarter's level (theta_1 + ``shift``) given the changes: every month >= floor; under
+        each row's level prior (``group``: -1 or None the state's, k priors.sector_levels[k])."""
         shifted = omega - np.concatenate([np.zeros((len(omega), 1)), delta], axis=1)
         precision = 1.0 / sd**2
         center = shifted @ precision / precision.sum() + shift
@@ -508,14 +504,13 @@ class PosteriorModel:
         return out
 
     def _change_step(self, priors: Priors, omega, sd, level, delta, k, band, floor, rng, offset) -> np.ndarray:
-        """The changes after an exact draw of change k (from month 1) given the level and the other change.
-        With month 1's level, only month k + 2 moves with it (its answer less theta_1 is delta_k plus its
-        noise). With the quarter's, every month does: month m is base_m + c_m delta_k (c = -v_k for month 1
-        and the other month, 1 - v_k for its own, v the precision weights), so its likelihood is Gaussian
-        with the three answers' precision, and each month >= floor bounds it below (c_m > 0) or above
-        (c_m < 0); the draw is exact below, and one above an upper bound is refused (the change kept: a
-        Metropolis-Hastings step whose proposal is the conditional without that bound). The prior is the band's
-        moved by each row's ``offset`` (CELL_CHANGES)."""
+        """The changes after an exact draw of change k (from month 1) given the level and the other change. With month
+        1's level, only month k + 2 moves with it (its answer less theta_1 is delta_k plus its noise). With the
+        quarter's, every month does: month m is base_m + c_m delta_k (c = -v_k for month 1 and the other month, 1 - v_k
+        for its own, v the precision weights), so its likelihood is Gaussian with the three answers' precision, and each
+        month >= floor bounds it below (c_m > 0) or above (c_m < 0); the draw is exact below, and one above an upper
+        bound is refused (the change kept: a Metropolis-Hastings step whose proposal is the conditional without that
+        bound). The prior is the band's moved by each row's ``offset`` (CELL_CHANGES)."""
         moved = delta.copy()
         if not self.quarter:  # month k + 2's answer less month 1's level is delta_k plus its own noise
             out = self._mixture_draws(priors, omega[:, k + 1] - level, np.full(len(omega), float(sd[k + 1])),
@@ -539,11 +534,11 @@ class PosteriorModel:
 
     def _joint_step(self, priors: Priors, omega: np.ndarray, sd: np.ndarray, level: np.ndarray, delta: np.ndarray,
                     band: np.ndarray, floor: float, rng: np.random.Generator) -> np.ndarray:
-        """Both changes drawn at once given the level, exactly from their joint prior's posterior given the
-        three answers (``joint_changes.draw_changes``: the months are level + M delta), without the months'
-        bound; a draw with a month below it is refused (the changes kept). Given the level, that
-        conditional does not depend on the current changes, so this is an independence Metropolis-Hastings
-        step whose target is the proposal restricted to the bound: accepted exactly where it holds."""
+        """Both changes drawn at once given the level, exactly from their joint prior's posterior given the three
+        answers (``joint_changes.draw_changes``: the months are level + M delta), without the months' bound; a draw with
+        a month below it is refused (the changes kept). Given the level, that conditional does not depend on the current
+        changes, so this is an independence Metropolis-Hastings step whose target is the proposal restricted to the
+        bound: accepted exactly where it holds."""
         months = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]) - self.month_weights[1:][None, :]
         likelihood = ChangeLikelihood.of(months, sd)
         residual = omega - level[:, None]

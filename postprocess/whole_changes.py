@@ -1,0 +1,314 @@
+"""Whole-employee month changes of the smallest establishments: the implicates' option WHOLE_CHANGES.
+
+The implicates' change priors (``postprocess.implicates``) are Gaussian mixtures in psi scale with an atom
+at no change; the months are drawn continuous and rounded. For an establishment of a few employees one
+employee's change is 0.2-0.5 in sqrt scale against an answers' difference sd of 0.8, so a change that is
+drawn as a fraction of an employee is rounded into whole ones (and the cells' offsets, which move the
+whole prior, move the atom off 0). Here establishments whose three answers' mean is below psi(WHOLE_SIZE)
+have months that are whole numbers x_1, x_2 = x_1 + j_2, x_3 = x_1 + j_3 on a grid 0..top, with
+
+* month 1's prior G(n): the level prior's mass in n's rounding interval [psi(n - 1/2), psi(n + 1/2));
+* each change's prior P(j = 0) = w_0 (no change), P(j = +s) = w_s q, P(j = -s) = w_s (1 - q), s = 1..top:
+  a size distribution w and a direction q = expit(alpha + gamma m), m the change in employees the
+  establishment's cell's month pattern implies at its level (``cell_changes.change_offsets``, from the
+  cell's other establishments; 0 without offsets). The cell sets the probability and direction of a
+  change, not its size;
+* the answers omega_k = psi(x_k) + N(0, sd_k^2) (the psi-mechanism, exact for whole numbers).
+
+The weights w are the NPMLE (``deconvolve.npmle_weights``) of each change band's answers' pairs
+(omega_1, omega_k) given G: the likelihood of component s is sum_n G(n) N(omega_1; psi(n)) [q N(omega_k;
+psi(n + s)) + (1 - q) N(omega_k; psi(n - s))], linear in w, so the fit is the same convex problem as the
+other priors'; alpha and gamma maximize the profile likelihood (coordinate-wise, bounded Brent). A
+month below 0 or above top has no mass (the draws' bound; the fit's pairs likewise). The draws are a
+Gibbs sampler over (x_1, j_2, j_3), each step exact on the integer grid (x_1 given the changes, each
+change given x_1), with the wage's Metropolis-Hastings coupling of the continuous chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+from scipy.special import expit, log_ndtr
+
+from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess.deconvolve import Likelihood, npmle_weights, pick_points
+from gedp.postprocess.wage_coupling import CurrentDensity, WageCoupling
+
+if TYPE_CHECKING:
+    from gedp.postprocess.implicates import PosteriorModel, Priors
+
+#: Establishments whose answers' mean is below psi(WHOLE_SIZE) employees have whole-employee changes: the
+#: BLS size classes' first bound (0-4 employees), where one employee's change in sqrt scale (0.24 at 4-5)
+#: is under a third of the answers' difference sd (0.8) of the shipped plan.
+WHOLE_SIZE = 5.0
+#: The months' grid reaches this many answer sds above the largest answer of those establishments.
+GRID_SDS = 6.0
+#: Fewest establishments of a size band (edges below WHOLE_SIZE) with whole-change priors of its own.
+MIN_WHOLE_BAND = 400
+#: Month 1's whole-number prior reaches this many answer sds above the cut (``LevelFit``).
+LEVEL_REACH = 3.0
+#: Rounds of the changes' fits: the first each on its own answers' pairs, then each given the other's fit
+#: (coordinate ascent of the three answers' likelihood: the third answer tells month 1 too).
+JOINT_ROUNDS = 2
+#: The direction's logit alpha and its slope gamma (per employee of the cell's implied change) searched in.
+UP_LOGIT = (-4.0, 4.0)
+CELL_SLOPE = (-2.0, 8.0)
+
+
+@dataclass
+class LevelFit:
+    """Month 1's prior on whole numbers among the establishments whose month-1 answer is below ``cut``: the NPMLE
+    of G_sel(n), n = 0..reach, each answer's likelihood N(omega_1; psi(n)) / P(omega_1 < cut | n) (the answers
+    are selected on omega_1), so that H(n) = G_sel(n) / P(omega_1 < cut | n) is the state's prior of month 1 up
+    to a constant. ``reach``: LEVEL_REACH answer sds above the cut (further, the selection's likelihood is a
+    spike at the cut that an NPMLE would use to explain answers there)."""
+
+    likelihood: Likelihood
+    log_selection: np.ndarray  # log P(omega_1 < cut | n), n = 0..reach
+    weights: np.ndarray
+
+    @classmethod
+    def of(cls, first: np.ndarray, sd: float, psi: NeighborFunction, cut: float) -> LevelFit:
+        reach = int(np.ceil(float(psi.inverse(np.array([cut + LEVEL_REACH * sd]))[0])))
+        log_selection = log_ndtr((cut - psi(np.arange(reach + 1.0))) / sd)
+        log_lik = month_log_likelihood(first, sd, psi, reach) - log_selection[None, :]
+        likelihood = Likelihood.of(np.exp(log_lik - log_lik.max(axis=1, keepdims=True)), basis=True)
+        return cls(likelihood, log_selection, npmle_weights(likelihood, np.ones(len(first))))
+
+    def log_prior(self, weights: np.ndarray, top: int) -> np.ndarray:
+        """log H(n), n = 0..top (-inf beyond the reach), of weights G_sel."""
+        out = np.full(top + 1, -np.inf)
+        reach = min(top, len(weights) - 1)
+        with np.errstate(divide="ignore"):
+            out[:reach + 1] = np.log(weights[:reach + 1]) - self.log_selection[:reach + 1]
+        return out
+
+    def replicate(self, rng: np.random.Generator) -> np.ndarray:
+        """G_sel refitted on a Bayesian bootstrap of the answers, from the fitted weights."""
+        return npmle_weights(self.likelihood, rng.exponential(size=self.likelihood.matrix.shape[0]),
+                             start=self.weights)
+
+
+def month_log_likelihood(omega: np.ndarray, sd: float, psi: NeighborFunction, top: int) -> np.ndarray:
+    """log N(omega; psi(x), sd^2) up to a constant, rows x (x = 0..top)."""
+    return -0.5 * ((omega[:, None] - psi(np.arange(top + 1.0))[None, :]) / sd) ** 2
+
+
+def moves(weights: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """The change's month given month 1 = n (0..top) by direction: A_up[x, n] = sum_s w_s [min(n + s, top) = x]
+    and A_down[x, n] = sum_s w_s [max(n - s, 0) = x] (a change beyond the grid's ends stops there: a month of 0
+    is an establishment that lost every employee)."""
+    n, size = np.meshgrid(np.arange(top + 1), np.arange(1, top + 1), indexing="ij")
+    up, down = np.zeros((top + 1, top + 1)), np.zeros((top + 1, top + 1))
+    np.add.at(up, (np.minimum(n + size, top), n), weights[size])
+    np.add.at(down, (np.maximum(n - size, 0), n), weights[size])
+    return up, down
+
+
+def given_first(like: np.ndarray, weights: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """sum_x P(x_k = x | x_1 = n) like[:, x], rows x n (``like``: rows x 0..top, the month's answer's likelihood;
+    ``up``: each row's q)."""
+    rise, fall = moves(weights, like.shape[1] - 1)
+    return weights[0] * like + up[:, None] * (like @ rise) + (1 - up[:, None]) * (like @ fall)
+
+
+@dataclass
+class WholeFit:
+    """One change's whole-employee prior fitted on a band's answers (module docstring), kept for its replicates."""
+
+    correlation: np.ndarray  # rows x j = -top..top: sum_n G(n) N(omega_1; psi(n)) N(omega_k; psi(clip(n + j)))
+    movement: np.ndarray  # rows: m, the cell's implied change in employees
+    up_logit: float = 0.0
+    cell_slope: float = 0.0
+    weights: np.ndarray | None = None
+    likelihood: Likelihood | None = None
+
+    @classmethod
+    def of(cls, first: np.ndarray, later: np.ndarray, sds: tuple[float, float], level: np.ndarray,
+           psi: NeighborFunction, movement: np.ndarray, other: np.ndarray | None = None) -> WholeFit:
+        """The fit of answers ``first`` (month 1) and ``later`` (month k) with sds ``sds``, month 1's prior
+        ``level`` (log H on 0..top), the cells' implied changes ``movement`` and ``other`` (rows x n: the other
+        change's month's likelihood given month 1 = n, ``given_first``; None: left out)."""
+        top = len(level) - 1
+        u = np.exp(month_log_likelihood(first, sds[0], psi, top) + level[None, :])
+        if other is not None:
+            u = u * other
+        v = np.exp(month_log_likelihood(later, sds[1], psi, top))
+        u, v = u / u.max(axis=1, keepdims=True), v / v.max(axis=1, keepdims=True)
+        grid = np.arange(top + 1)
+        correlation = np.column_stack([np.einsum("ij,ij->i", u, v[:, np.clip(grid + j, 0, top)])
+                                       for j in range(-top, top + 1)])
+        fit = cls(correlation, np.asarray(movement, dtype=float))
+        fit.search(bool(np.any(fit.movement != 0)))
+        return fit
+
+    def components(self, up_logit: float, cell_slope: float) -> np.ndarray:
+        """The likelihood of each row under each component (the atom, then sizes 1..top) at (alpha, gamma)."""
+        top = (self.correlation.shape[1] - 1) // 2
+        q = expit(up_logit + cell_slope * self.movement)[:, None]
+        up, down = self.correlation[:, top + 1:], self.correlation[:, top - 1::-1]
+        return np.column_stack([self.correlation[:, top], q * up + (1 - q) * down])
+
+    def profile(self, up_logit: float, cell_slope: float) -> tuple[float, np.ndarray]:
+        """The log-likelihood at the NPMLE of w given (alpha, gamma), and that w."""
+        matrix = self.components(up_logit, cell_slope)
+        weights = npmle_weights(matrix, np.ones(len(matrix)))
+        return float(np.log(np.maximum(matrix @ weights, 1e-300)).sum()), weights
+
+    def search(self, with_cells: bool) -> None:
+        """alpha (and with the cells' changes gamma, then alpha again) maximizing the profile likelihood."""
+        def best(function, bounds) -> float:
+            return float(minimize_scalar(function, bounds=bounds, method="bounded", options={"xatol": 0.02}).x)
+
+        self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], UP_LOGIT)
+        if with_cells:
+            self.cell_slope = best(lambda g: -self.profile(self.up_logit, g)[0], CELL_SLOPE)
+            self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], UP_LOGIT)
+        self.likelihood = Likelihood.of(self.components(self.up_logit, self.cell_slope), basis=True)
+        self.weights = npmle_weights(self.likelihood, np.ones(len(self.movement)))
+
+    def up(self) -> np.ndarray:
+        """Each row's q (the probability that a change is up)."""
+        return expit(self.up_logit + self.cell_slope * self.movement)
+
+    def replicate(self, rng: np.random.Generator) -> np.ndarray:
+        """w refitted on a Bayesian bootstrap of the rows (alpha and gamma held), from the fitted w."""
+        assert self.likelihood is not None and self.weights is not None
+        return npmle_weights(self.likelihood, rng.exponential(size=len(self.movement)), start=self.weights)
+
+
+class WholeChanges:
+    """The whole-change model of a state's smallest establishments (module docstring): which they are, their
+    bands, the cells' implied changes, the fits and their draws."""
+
+    def __init__(self, model: PosteriorModel) -> None:
+        a, psi = model.answers, model.psi
+        self.model = model
+        first = a.months[:, 0]
+        self.small = first < float(psi(np.array([WHOLE_SIZE]))[0])
+        edges = psi(np.array([e for e in (2.0,) if e < WHOLE_SIZE]))
+        band = np.searchsorted(edges, first)
+        counts = np.bincount(band[self.small], minlength=len(edges) + 1)
+        self.band = np.where(self.small, band if counts.min() >= MIN_WHOLE_BAND else 0, -1)
+        top_answer = float(a.months[self.small].max(initial=float(psi.at_zero)))
+        self.top = int(np.ceil(float(psi.inverse(np.array([top_answer + GRID_SDS * float(a.month_sd.max())]))[0])))
+        floor = float(psi.at_zero) if np.isfinite(psi.at_zero) else float(first.min())
+        offset = model.change_offset if model.change_offset is not None else np.zeros((len(first), 2))
+        at = np.maximum(first, floor)
+        self.movement = psi.inverse(at[:, None] + offset) - psi.inverse(at)[:, None]
+        cut = float(psi(np.array([WHOLE_SIZE]))[0])
+        self.level = LevelFit.of(first[self.small], float(a.month_sd[0]), psi, cut)
+        level = self.level.log_prior(self.level.weights, self.top)
+        sd = [float(s) for s in a.month_sd]
+        self.fits: dict[tuple[int, int], WholeFit] = {}
+        for b in range(int(self.band.max()) + 1):
+            rows = self.band == b
+            like = [np.exp(month_log_likelihood(a.months[rows, k], sd[k], psi, self.top)) for k in range(3)]
+            for round in range(JOINT_ROUNDS):
+                for k in (1, 2):
+                    fit = None if round == 0 else self.fits[(b, 3 - k)]
+                    other = None if fit is None else given_first(like[3 - k], fit.weights, fit.up())
+                    self.fits[(b, k)] = WholeFit.of(a.months[rows, 0], a.months[rows, k], (sd[0], sd[k]), level, psi,
+                                                    self.movement[rows, k - 1], other)
+
+    def weights(self, rng: np.random.Generator | None = None) -> dict:
+        """Each fit's weights, month 1's ("level") and each change's ((band, k)); with ``rng`` a bootstrap
+        replicate of each."""
+        fits: dict = {"level": self.level, **self.fits}
+        return {key: fit.weights if rng is None else fit.replicate(rng) for key, fit in fits.items()}
+
+    def summary(self) -> dict:
+        """The fitted whole-change priors in public numbers."""
+        bands = int(self.band.max()) + 1
+        return {"whole_changes": {
+            "below_employees": WHOLE_SIZE, "establishments": int(self.small.sum()),
+            "no_change_share": [[round(float(self.fits[(b, k)].weights[0]), 4) for k in (1, 2)] for b in range(bands)],
+            "up_logit": [[round(self.fits[(b, k)].up_logit, 3) for k in (1, 2)] for b in range(bands)],
+            "cell_slope": [[round(self.fits[(b, k)].cell_slope, 3) for k in (1, 2)] for b in range(bands)]}}
+
+    def chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int, thin: int,
+              priors: Sequence[Priors] | None) -> Iterator[np.ndarray]:
+        """``PosteriorModel.months_chain`` with the smallest establishments drawn here (``whole_chain``) and the
+        others by the model's own chain."""
+        model = self.model
+        rows = np.asarray(rows)
+        rows = np.flatnonzero(rows) if rows.dtype == bool else rows
+        small = self.small[rows]
+        others = (model.months_chain(rows[~small], rng, burn_in, count, thin, priors, whole=False)
+                  if (~small).any() else None)
+        coupling = WageCoupling(model, rows[small]) if model.priors.wage_table is not None and small.any() else None
+        mine = whole_chain(self, rows[small], rng, burn_in, count, thin, priors, coupling)
+        for _ in range(count):
+            out = np.empty((len(rows), 3))
+            out[small] = next(mine)
+            if others is not None:
+                out[~small] = next(others)
+            yield out
+
+
+def whole_chain(whole: WholeChanges, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int,
+                thin: int, priors: Sequence[Priors] | None, coupling: WageCoupling | None) -> Iterator[np.ndarray]:
+    """``count`` draws of the whole months (rows x 3) of the smallest establishments ``rows``, after ``burn_in``
+    sweeps and ``thin`` sweeps apart, draw j under ``priors[j]`` (the fitted without). Given the months' answers
+    the posterior of (x_1, x_2, x_3) is drawn exactly each sweep (x_1 from p(x_1 | answers), whose likelihood
+    sums each change over the grid: G(x_1) N(omega_1) prod_k sum_x P(x_k = x | x_1) N(omega_k; psi(x)), then
+    each x_k given x_1); with the wage ``coupling`` that draw is an independence Metropolis-Hastings proposal
+    accepted with the ratio of the wage's densities at the new and the current average employment."""
+    model, top = whole.model, whole.top
+    omega, sd = model.answers.months[rows], model.answers.month_sd
+    log_lik = [month_log_likelihood(omega[:, k], float(sd[k]), model.psi, top) for k in range(3)]
+    like = [np.exp(part - part.max(axis=1, keepdims=True)) for part in log_lik]
+    x = np.stack([np.argmax(part, axis=1) for part in log_lik], axis=1)
+    band = whole.band[rows]
+    sweeps = 0
+    for j in range(count):
+        prior = model.priors if priors is None else priors[j]
+        if coupling is not None:
+            coupling.priors = prior
+        weights = prior.whole if prior.whole is not None else whole.weights()
+        log_first = whole.level.log_prior(weights["level"], top)[None, :] + log_lik[0]
+        tables = []  # per change: (w_0, q, A_up, A_down) of each row's band
+        for k in (1, 2):
+            given = np.empty((len(rows), top + 1))
+            parts = {}
+            for b in np.unique(band):
+                at, fit = band == b, whole.fits[(int(b), k)]
+                w = weights[(int(b), k)]
+                q = expit(fit.up_logit + fit.cell_slope * whole.movement[rows[at], k - 1])
+                given[at] = given_first(like[k][at], w, q)
+                parts[int(b)] = (w[0], q[:, None], *moves(w, top), at)
+            log_first = log_first + np.log(np.maximum(given, 1e-300))
+            tables.append(parts)
+        for _ in range(burn_in if sweeps == 0 else thin):
+            state = None if coupling is None else CurrentDensity.of(coupling, x.mean(axis=1))
+            first = pick_points(np.ascontiguousarray(log_first.T), rng)
+            proposal = np.column_stack([first, first, first])
+            for k in (1, 2):
+                chance = np.empty((len(rows), top + 1))
+                for w0, q, up, down, at in tables[k - 1].values():
+                    chance[at] = q * up.T[first[at]] + (1 - q) * down.T[first[at]]
+                    index = np.flatnonzero(at)
+                    chance[index, first[index]] += w0
+                logit = np.log(np.maximum(chance, 1e-300)) + log_lik[k]
+                proposal[:, k] = pick_points(np.ascontiguousarray(logit.T), rng)
+            x = accepted(state, x, proposal, rng)
+            if coupling is not None and state is not None:
+                coupling.redraw(state.average, rng)
+            sweeps += 1
+        yield x.astype(float)
+
+
+def accepted(state: CurrentDensity | None, x: np.ndarray, proposal: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The proposal where the wage's Metropolis-Hastings step accepts it (its density ratio at the new and the
+    current average employment; every proposal without a coupling)."""
+    if state is None:
+        return proposal
+    average = proposal.mean(axis=1)
+    density = state.coupling.log_density(average)
+    accept = np.log(rng.random(len(x))) < np.nan_to_num(density - state.density, nan=0.0)
+    state.accept(accept, average, density)
+    return np.where(accept[:, None], proposal, x)
