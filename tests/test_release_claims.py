@@ -549,3 +549,53 @@ def test_tau_and_zeta_other_than_the_noises_are_refused(release, tmp_path, monke
     edit, message = TAU_ZETA[case]
     refused_by_every_reader(edited(release, tmp_path, edit), tmp_path, message, plain=False)
 
+
+@pytest.mark.parametrize("key", ["tau", "zeta"])
+def test_a_states_tau_or_zeta_other_than_the_releases_fails_the_audit(release, tmp_path, key):
+    """rt22 F7: per_state.44.tau 1e300 or zeta 0.4 passed all 12 checks (no reader uses them: each reads the
+    release's tau and zeta_per_state)."""
+    from gedp.audit.release import audit_release
+
+    copy = edited(release, tmp_path, lambda m: m["per_state"]["44"].update({key: 1e300 if key == "tau" else 0.4}))
+    failed = {check.name: check.detail for check in audit_release(copy) if not check.passed}
+    assert list(failed) == ["tau and zeta"] and "per_state tau or zeta is not the release's" in failed["tau and zeta"]
+
+
+@pytest.fixture(scope="module")
+def publishable_panel(tmp_path_factory) -> Path:
+    """A publishable panel release (the secure generator) of 200 establishments over 2016Q1 and 2016Q2."""
+    from gedp.synth.panel import quarter_range, synthesize_panel
+    from gedp.synth.profiles import generate_profile, load_profile
+
+    first = generate_profile(load_profile("small"), n_establishments=200, rng=np.random.default_rng(7))
+    quarters = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(7))
+    folder = tmp_path_factory.mktemp("publishable-panel") / "release"
+    gedp.protect(quarters, allow_over_cap=True).write(folder)
+    return folder
+
+
+def test_audit_of_a_publishable_panel_gives_its_verdicts(publishable_panel, tmp_path):
+    """Red team rt22 F3: gedp audit --release crashed on every publishable panel (KeyError 'rng': a panel's
+    manifest states no generator, each quarter its own). Its verdicts now: every check passed, exit 0; the
+    F1 forgery of it fails its pnc variances, exit 2."""
+    from gedp.audit.release import audit_release
+
+    assert read_manifest(publishable_panel)["publishable"] is True
+    checks = audit_release(publishable_panel)
+    assert {check.name for check in checks} >= {"no seed", "pnc variances", "tau and zeta"}
+    assert all(check.passed for check in checks), [check for check in checks if not check.passed]
+    assert runner.invoke(app, ["audit", "--release", str(publishable_panel)]).exit_code == 0
+    copy = forged(publishable_panel, tmp_path, 0.5)
+    result = runner.invoke(app, ["audit", "--release", str(copy)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert [check.name for check in audit_release(copy) if not check.passed] == ["pnc variances"]
+
+
+def test_a_seed_in_a_quarter_of_a_publishable_panel_fails_its_audit(publishable_panel, tmp_path):
+    from gedp.audit.release import check_no_seed
+
+    manifest = json.loads((publishable_panel / "manifest.json").read_text())
+    assert check_no_seed(manifest, []) == []
+    manifest["per_quarter"]["2016Q2"]["rng"]["seed"] = 5
+    assert check_no_seed(manifest, []) and check_no_seed(manifest["per_quarter"]["2016Q2"], [])
+
