@@ -599,3 +599,9 @@ def test_a_seed_in_a_quarter_of_a_publishable_panel_fails_its_audit(publishable_
     manifest["per_quarter"]["2016Q2"]["rng"]["seed"] = 5
     assert check_no_seed(manifest, []) and check_no_seed(manifest["per_quarter"]["2016Q2"], [])
 
+
+def test_a_quarter_published_otherwise_than_its_panel_is_refused(publishable_panel, tmp_path, monkeypatch):
+    """Red team rt22 F9: a quarter stating publishable false inside a publishable panel was read."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    refused_as_a_panel(publishable_panel, tmp_path, lambda m: m["per_quarter"]["2016Q2"].update(publishable=False),
+                       "'per_quarter.2016Q2.publishable' is not the panel's")
