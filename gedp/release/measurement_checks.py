@@ -339,6 +339,12 @@ def _check_pnc_sd(release: str | Path, frame, numbers: dict, psi_rows, attribute
         return
     part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)
     identity = (frame["query"] == "identity").to_numpy() & psi_rows
+    width = int(attributes.max(initial=0)) + 1
+    slot = part * width + attributes
+    held = np.zeros(len(parts.rows) * width, dtype=bool)
+    held[slot[identity]] = True
+    _where(release, frame, pnc & ~held[slot], "pnc answer has no identity answer of its attribute in its state "
+                                              "(the upper bounds that clip it)")
     taus = manifest.get("tau") if isinstance(manifest.get("tau"), dict) else {}
     zeta, whole, states = manifest.get("zeta_per_state"), manifest.get("zeta"), len(manifest["states"])
     if not (isinstance(zeta, float) and isinstance(whole, float) and whole < 1  # numbers >= 0 (``validation``)
@@ -356,25 +362,23 @@ def _check_pnc_sd(release: str | Path, frame, numbers: dict, psi_rows, attribute
                                        f"{bounds:,} upper bounds (one per identity answer)")
         tau[number] = stated
     psi = make_psi(**manifest["psi"])
-    width = int(attributes.max(initial=0)) + 1
     upper = np.full(len(parts.rows) * width, -np.inf)
-    slot = part * width + attributes
     with np.errstate(all="ignore"):
         bounds = psi.inverse(numbers["released"][identity] + numbers["sd"][identity] * tau[part[identity]]
                              + numbers["grid"][identity])
     np.maximum.at(upper, slot[identity], bounds)
     queries = pd.factorize(frame["query"], use_na_sentinel=False)[0]
     code = queries[pnc] * len(upper) + slot[pnc]
-    held, answer_of_row = np.unique(code, return_inverse=True)
-    largest = np.full(len(held), -np.inf)
+    answers, answer_of_row = np.unique(code, return_inverse=True)
+    largest = np.full(len(answers), -np.inf)
     np.maximum.at(largest, answer_of_row, numbers["sd"][pnc])
-    first = np.zeros(len(held), dtype=np.int64)
+    first = np.zeros(len(answers), dtype=np.int64)
     first[answer_of_row[::-1]] = np.arange(len(answer_of_row))[::-1]
-    clip = upper[held % len(upper)]  # -inf: an attribute without identity answers in its state
+    clip = upper[answers % len(upper)]
     mu, answer_gamma = numbers["mu"][pnc][first], gamma[pnc][first]
-    sensitivity = np.full(len(held), np.nan)
+    sensitivity = np.full(len(answers), np.nan)
     for value in np.unique(answer_gamma):  # the mechanism's sensitivity takes one gamma
-        chosen = (answer_gamma == value) & np.isfinite(clip)
+        chosen = answer_gamma == value
         sensitivity[chosen] = pnc_released_sensitivity(clip[chosen], psi, float(value))
     with np.errstate(all="ignore"):  # mu 0: no noise, only where no group has a clip level (sensitivity 0)
         expected = np.where(sensitivity == 0, 0.0, rounded_noise_sd(sensitivity / mu, VALUE_GRID))
