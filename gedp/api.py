@@ -194,9 +194,14 @@ class Release:
         """The release's guarantee between psi-neighbours (the manifest's ``privacy`` block): ``mu``,
         ``rho`` = mu^2 / 2 and ``epsilon`` at delta 1e-5, 1e-6 and 1e-9 (exact GDP conversion), in
         total and under ``attributes`` for each attribute's own queries; checked against the ledgers
-        (``read_manifest``) and each epsilon against its mu (``validation.checked_privacy``)."""
+        (``read_manifest``), each epsilon against its mu (``validation.checked_privacy``) and the mu
+        against the noise the answers drew (their every reader's check, ``reader.read_measurements``)."""
+        from gedp.release.reader import read_measurements, release_quarters
         from gedp.release.validation import checked_privacy
 
+        quarters: list[str | None] = [*release_quarters(self.folder)]
+        for quarter in quarters or [None]:
+            read_measurements(self.folder, quarter)
         return checked_privacy(self.folder, self.manifest)
 
     @property

@@ -1,6 +1,8 @@
 """What a release claims, checked by every reader before it is stated or used, and what a reader writes
 (red team of session 21 on main 17c076e): the budget a manifest states against its ledgers (F3), its
-solver section (F4), no output inside the release read (F5), no public code gedp does not write (F9)."""
+solver section (F4), no output inside the release read (F5), no public code gedp does not write (F9); and
+(red team of session 22 on main a2026b5) the budget a release states against the noise its answers drew
+(F1, F7), a publishable panel's audit (F3) and its quarters published as it is (F9)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -37,10 +40,12 @@ def edited(release: Path, tmp_path: Path, edit) -> Path:
     return copy
 
 
-def refused_by_every_reader(copy: Path, tmp_path: Path, message: str) -> None:
-    """tabulate (with and without margins), report, implicates, the server's loader and the API each
-    refuse ``copy`` in one line naming ``message``, exit 2, nothing written."""
-    for request in (["tabulate", str(copy), "--by", "county", "--out", str(tmp_path / "t.csv")],
+def refused_by_every_reader(copy: Path, tmp_path: Path, message: str, plain: bool = True) -> None:
+    """tabulate (with and without margins; without: only when ``plain``, a refusal of the manifest: a plain
+    tabulation reads no answers), report, implicates, the server's loader and the API each refuse ``copy``
+    in one line naming ``message``, exit 2, nothing written."""
+    requests = [["tabulate", str(copy), "--by", "county", "--out", str(tmp_path / "t.csv")]] if plain else []
+    for request in (*requests,
                     ["tabulate", str(copy), "--by", "county", "--moe", "--out", str(tmp_path / "t.csv")],
                     ["report", str(copy), "--out", str(tmp_path / "report.html")],
                     ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
@@ -385,3 +390,218 @@ def test_audit_fails_a_release_whose_fields_the_readers_refuse(release, tmp_path
     edit, message = RUN_FIELDS[case]
     failed = [check for check in audit_release(edited(release, tmp_path, edit)) if not check.passed]
     assert failed and message in str(failed[0])
+
+
+def forged(folder: Path, tmp_path: Path, factor: float, name: str = "forged") -> Path:
+    """The red team's forgery (session 22, F1): every pnc (non-identity) query's mu times ``factor`` wherever
+    the manifest states it (config, mu, ledgers, totals, privacy; each quarter of a panel) and in the
+    measurements' mu column, their sd and answers untouched: a copy whose manifest and mu column agree on a
+    budget its noise did not spend."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from gedp.measure.conversions import privacy_statement
+
+    copy = tmp_path / name
+    shutil.copytree(folder, copy)
+
+    def cut(by_query: dict) -> None:
+        for query, by in by_query.items():
+            for attribute in by if query != "identity" else ():
+                by[attribute] *= factor
+
+    def cut_config(m: dict) -> None:
+        for query in m["config"]["queries"]:
+            if query["by"] != "identity":
+                query["mu"].update({attribute: mu * factor for attribute, mu in query["mu"].items()})
+
+    def forge(m: dict) -> dict[str, float]:
+        cut_config(m)
+        cut(m["mu"])
+        for entries in [*(section["ledger"] for section in m["per_state"].values()), *m["ledger"].values()]:
+            for entry in entries:
+                if entry["query"] != "identity":
+                    entry["mu"] *= factor
+                    entry["mu_planned"] *= factor
+        for section in m["per_state"].values():
+            cut(section["mu"])
+            section["mu_total"] = math.sqrt(math.fsum(entry["mu"] ** 2 for entry in section["ledger"]))
+        m["mu_total"] = m["mu_planned_total"] = max(section["mu_total"] for section in m["per_state"].values())
+        attributes = {a: math.sqrt(math.fsum(by[a] ** 2 for by in m["mu"].values() if a in by))
+                      for a in m["privacy"]["attributes"]}
+        m["privacy"] = privacy_statement(m["mu_total"], attributes)
+        return attributes
+
+    manifest = json.loads((copy / "manifest.json").read_text())
+    if "per_quarter" in manifest:
+        spent = [forge(section) for section in manifest["per_quarter"].values()]
+        cut_config(manifest)
+        count = len(spent)
+        manifest["mu_quarter"] = max(section["mu_total"] for section in manifest["per_quarter"].values())
+        manifest["mu_total"] = math.sqrt(count) * manifest["mu_quarter"]
+        manifest["privacy"] = privacy_statement(manifest["mu_total"], {
+            a: math.sqrt(count) * max(attributes[a] for attributes in spent) for a in spent[0]})
+    else:
+        forge(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    for part in (copy / "measurements.parquet").iterdir():
+        table = pq.read_table(part)
+        mu = table.column("mu")
+        cut_mu = pc.if_else(pc.equal(table.column("query"), "identity"), mu, pc.multiply(mu, pa.scalar(factor)))
+        pq.write_table(table.set_column(table.schema.get_field_index("mu"), "mu", cut_mu), part)
+    return copy
+
+
+#: How the readers refuse an answer whose sd is not what its stated mu and tau give.
+PNC_SD = "pnc sd is not the noise its stated mu and tau give"
+
+
+def test_a_budget_forged_with_its_noise_kept_is_refused_by_every_reader_of_answers(release, tmp_path, monkeypatch):
+    """Red team rt22 F1: with every pnc query's mu halved in the manifest and the mu column (sd and answers
+    kept), report, tabulate --moe, serve and read_release().privacy stated mu 1.87 (epsilon 10.15) for a
+    release that spent 2.31 (13.08): the manifest alone is consistent, the noise drawn is not its mu's."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = forged(release, tmp_path, 0.5)
+    assert read_manifest(copy)["mu_total"] < 0.9 * read_manifest(release)["mu_total"]  # the manifest's rules hold
+    refused_by_every_reader(copy, tmp_path, PNC_SD, plain=False)
+
+
+def test_a_budget_stated_larger_than_spent_is_refused_too(release, tmp_path):
+    """The rule is an equality (the noise is exactly its mu's), so an overstated mu is refused as well."""
+    from gedp.release.reader import read_measurements
+
+    with pytest.raises(InputError, match=re.escape(PNC_SD)):
+        read_measurements(forged(release, tmp_path, 1.01))
+
+
+def test_a_panel_forged_alike_is_refused(panel, tmp_path, monkeypatch):
+    """rt22 F1 on a panel: each quarter forged, claimed mu_total 2.65 for 3.26; tabulate --change --moe exit 0."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = forged(panel, tmp_path, 0.5)
+    result = runner.invoke(app, ["tabulate", str(copy), "--change", "2016Q1:2016Q2", "--by", "county", "--moe"])
+    assert result.exit_code == 2 and PNC_SD in result.output and len(result.output.strip().splitlines()) == 1
+    with pytest.raises(InputError, match=re.escape(PNC_SD)):
+        _ = gedp.read_release(copy).privacy
+    with pytest.raises(InputError, match=re.escape(PNC_SD)):
+        load_releases([copy])
+
+
+def test_each_pnc_answers_largest_sd_is_that_of_its_states_largest_upper_bound(release, panel):
+    """The rule the readers check (from the identity answers alone), on releases as gedp writes them, against
+    the mechanism's noise recomputed here group by group from the protected rows' public columns: each
+    group's clip level u*_g the largest upper bound psi^-1(omega_j + s_j tau + g_j) of its members, its sd
+    the rounded Delta(u*_g) / mu; the largest over the groups is that of the state's largest bound."""
+    from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
+    from gedp.measure.mechanisms import pnc_released_sensitivity
+    from gedp.measure.neighbors import make_psi
+    from gedp.measure.queries import Groupings
+    from gedp.release.reader import read_measurements, read_quarter
+
+    checked = 0
+    for folder, quarter in ((release, None), (panel, "2016Q1"), (panel, "2016Q2")):
+        manifest = read_manifest(folder) if quarter is None else read_manifest(folder)["per_quarter"][quarter]
+        psi, tau = make_psi(**manifest["psi"]), manifest["tau"]["44"]
+        measured, groupings = read_measurements(folder, quarter), Groupings(read_quarter(folder, quarter))
+        identity = measured[measured["query"] == "identity"]
+        bounds = {attribute: psi.inverse(rows["released"].to_numpy() + rows["sd"].to_numpy() * tau
+                                         + rows["grid"].to_numpy())
+                  for attribute, rows in identity.groupby("attribute")}
+        for (query, attribute), rows in measured[measured["mechanism"] == "pnc"].groupby(["query", "attribute"]):
+            clip = groupings(tuple(query.split(","))).max(bounds[attribute])
+            mu = float(rows["mu"].iloc[0])
+            sd = rounded_noise_sd(pnc_released_sensitivity(clip, psi, manifest["gammas"][attribute]) / mu, VALUE_GRID)
+            assert np.allclose(rows["sd"].to_numpy(), sd, rtol=1e-12, atol=0), (query, attribute)
+            assert clip.max() == bounds[attribute].max()
+            largest = rounded_noise_sd(pnc_released_sensitivity(
+                np.array([bounds[attribute].max()]), psi, manifest["gammas"][attribute]) / mu, VALUE_GRID)
+            assert rows["sd"].max() == pytest.approx(float(largest[0]), rel=1e-12)
+            checked += 1
+    assert checked >= 3 * 8
+
+
+def _tau_times(factor: float):
+    def edit(manifest: dict) -> None:  # the release's and the state's, consistently
+        manifest["tau"]["44"] = manifest["per_state"]["44"]["tau"] = manifest["tau"]["44"] * factor
+    return edit
+
+
+def _zeta(value: float):
+    def edit(manifest: dict) -> None:  # zeta, its share per state and the state's, consistently
+        manifest.update(zeta=value, zeta_per_state=value)
+        manifest["per_state"]["44"]["zeta"] = value
+    return edit
+
+
+#: tau and zeta edited (red team rt22 F7: the top-level ones were read by tabulate --moe, report and
+#: implicates), and what the refusal names.
+TAU_ZETA = {
+    "tau 1% larger": (_tau_times(1.01), "tau of state 44 is not the one its zeta_per_state gives"),
+    "tau 1e300": (_tau_times(1e300 / 5), "tau of state 44 is not the one its zeta_per_state gives"),
+    "zeta 0.4": (_zeta(0.4), "tau of state 44 is not the one its zeta_per_state gives"),
+    "zeta alone": (lambda m: m.update(zeta=0.4), "zeta_per_state is not 1 - (1 - zeta)^(1/1) of its zeta"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAU_ZETA))
+def test_tau_and_zeta_other_than_the_noises_are_refused(release, tmp_path, monkeypatch, case):
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = TAU_ZETA[case]
+    refused_by_every_reader(edited(release, tmp_path, edit), tmp_path, message, plain=False)
+
+
+@pytest.mark.parametrize("key", ["tau", "zeta"])
+def test_a_states_tau_or_zeta_other_than_the_releases_fails_the_audit(release, tmp_path, key):
+    """rt22 F7: per_state.44.tau 1e300 or zeta 0.4 passed all 12 checks (no reader uses them: each reads the
+    release's tau and zeta_per_state)."""
+    from gedp.audit.release import audit_release
+
+    copy = edited(release, tmp_path, lambda m: m["per_state"]["44"].update({key: 1e300 if key == "tau" else 0.4}))
+    failed = {check.name: check.detail for check in audit_release(copy) if not check.passed}
+    assert list(failed) == ["tau and zeta"] and "per_state tau or zeta is not the release's" in failed["tau and zeta"]
+
+
+@pytest.fixture(scope="module")
+def publishable_panel(tmp_path_factory) -> Path:
+    """A publishable panel release (the secure generator) of 200 establishments over 2016Q1 and 2016Q2."""
+    from gedp.synth.panel import quarter_range, synthesize_panel
+    from gedp.synth.profiles import generate_profile, load_profile
+
+    first = generate_profile(load_profile("small"), n_establishments=200, rng=np.random.default_rng(7))
+    quarters = synthesize_panel(first, quarter_range("2016Q1:2016Q2"), rng=np.random.default_rng(7))
+    folder = tmp_path_factory.mktemp("publishable-panel") / "release"
+    gedp.protect(quarters, allow_over_cap=True).write(folder)
+    return folder
+
+
+def test_audit_of_a_publishable_panel_gives_its_verdicts(publishable_panel, tmp_path):
+    """Red team rt22 F3: gedp audit --release crashed on every publishable panel (KeyError 'rng': a panel's
+    manifest states no generator, each quarter its own). Its verdicts now: every check passed, exit 0; the
+    F1 forgery of it fails its pnc variances, exit 2."""
+    from gedp.audit.release import audit_release
+
+    assert read_manifest(publishable_panel)["publishable"] is True
+    checks = audit_release(publishable_panel)
+    assert {check.name for check in checks} >= {"no seed", "pnc variances", "tau and zeta"}
+    assert all(check.passed for check in checks), [check for check in checks if not check.passed]
+    assert runner.invoke(app, ["audit", "--release", str(publishable_panel)]).exit_code == 0
+    copy = forged(publishable_panel, tmp_path, 0.5)
+    result = runner.invoke(app, ["audit", "--release", str(copy)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert [check.name for check in audit_release(copy) if not check.passed] == ["pnc variances"]
+
+
+def test_a_seed_in_a_quarter_of_a_publishable_panel_fails_its_audit(publishable_panel, tmp_path):
+    from gedp.audit.release import check_no_seed
+
+    manifest = json.loads((publishable_panel / "manifest.json").read_text())
+    assert check_no_seed(manifest, []) == []
+    manifest["per_quarter"]["2016Q2"]["rng"]["seed"] = 5
+    assert check_no_seed(manifest, []) and check_no_seed(manifest["per_quarter"]["2016Q2"], [])
+
+
+def test_a_quarter_published_otherwise_than_its_panel_is_refused(publishable_panel, tmp_path, monkeypatch):
+    """Red team rt22 F9: a quarter stating publishable false inside a publishable panel was read."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    refused_as_a_panel(publishable_panel, tmp_path, lambda m: m["per_quarter"]["2016Q2"].update(publishable=False),
+                       "'per_quarter.2016Q2.publishable' is not the panel's")

@@ -293,13 +293,16 @@ def check_psi_answers(manifest: dict, parts: list[StatePart]) -> list[str]:
 
 def check_tau_zeta(manifest: dict, parts: list[StatePart]) -> list[str]:
     """zeta per state = 1 - (1 - zeta)^(1 / states); tau = Phi^-1((1 - zeta_state)^(1 / bounds)),
-    one bound per establishment and attribute (pnc releases)."""
+    one bound per establishment and attribute (pnc releases); each state's section states them alike."""
     states = len(manifest["states"])
     failures = []
     zeta_state = -math.expm1(math.log1p(-manifest["zeta"]) / states)
     if not _close(manifest["zeta_per_state"], zeta_state):
         failures.append(f"zeta_per_state {manifest['zeta_per_state']:g} is not "
                         f"1 - (1 - {manifest['zeta']:g})^(1/{states})")
+    failures += [f"{state}: per_state tau or zeta is not the release's tau.{state} or zeta_per_state"
+                 for state, section in manifest["per_state"].items()
+                 if (section.get("tau"), section.get("zeta")) != (manifest["tau"][state], manifest["zeta_per_state"])]
     if manifest["workflow"] != "pnc":
         return failures
     for part in parts:
@@ -354,11 +357,13 @@ def _entries(value: object, key: str = "") -> Iterator[tuple[str, object]]:
 
 
 def check_no_seed(manifest: dict, parts: list[StatePart]) -> list[str]:
-    """A publishable manifest comes from the secure generator and holds no seed."""
+    """A publishable manifest comes from the secure generator and holds no seed. A panel's manifest
+    states no generator of its own: each of its quarters states its own (audited as a quarter), and
+    is publishable as the panel is (``validation.checked_manifest``)."""
     if not manifest.get("publishable"):
         return []
-    failures = [f"publishable, but its generator is '{manifest['rng'].get('kind')}'"] \
-        if manifest["rng"].get("kind") != "secure" else []
+    kind = manifest["rng"].get("kind") if "quarters" not in manifest else "secure"
+    failures = [f"publishable, but its generator is '{kind}'"] if kind != "secure" else []
     return failures + [f"publishable, but holds a {key} ({value})" for key, value in _entries(manifest)
                        if "seed" in key.lower()]
 

@@ -317,6 +317,78 @@ def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manife
     _where(release, frame, bad, "psi estimate or variance is not the one its released value and sd give")
 
 
+def _check_pnc_sd(release: str | Path, frame, numbers: dict, psi_rows, attributes, gamma, manifest: Mapping,
+                  parts: MeasurementParts) -> None:
+    """Each pnc answer's noise tied to its stated mu and its state's tau (``measure.mechanisms.pnc_mechanism``):
+    tau the one zeta gives for its state's bounds (``pnc_tau`` of ``zeta_per_state``, 1 - (1 - zeta)^(1 /
+    states), over one bound per identity answer); group g's sd the rounded noise sd of Delta(u*_g) / mu
+    (``pnc_released_sensitivity``), u*_g the largest upper bound psi^-1(omega_j + s_j tau + g_j) of the
+    group's identity answers. The group holding the state's largest upper bound U has u*_g = U and the
+    others no more (Delta grows with u*), so each answer's largest sd is exactly that of U over its mu,
+    computed from the identity answers alone: a mu (or tau, or zeta) stated lower than the noise drawn
+    is refused."""
+    import numpy as np
+    import pandas as pd
+
+    from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
+    from gedp.measure.mechanisms import pnc_released_sensitivity, pnc_tau  # loads scipy.special: pnc releases only
+    from gedp.measure.neighbors import make_psi
+
+    pnc = ~psi_rows
+    if not pnc.any():
+        return
+    part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)
+    identity = (frame["query"] == "identity").to_numpy() & psi_rows
+    width = int(attributes.max(initial=0)) + 1
+    slot = part * width + attributes
+    held = np.zeros(len(parts.rows) * width, dtype=bool)
+    held[slot[identity]] = True
+    _where(release, frame, pnc & ~held[slot], "pnc answer has no identity answer of its attribute in its state "
+                                              "(the upper bounds that clip it)")
+    taus = manifest.get("tau") if isinstance(manifest.get("tau"), dict) else {}
+    zeta, whole, states = manifest.get("zeta_per_state"), manifest.get("zeta"), len(manifest["states"])
+    if not (isinstance(zeta, float) and isinstance(whole, float) and whole < 1  # numbers >= 0 (``validation``)
+            and math.isclose(zeta, -math.expm1(math.log1p(-whole) / states), rel_tol=ANSWER_RTOL)):
+        raise refuse_plan(release, f"zeta_per_state is not 1 - (1 - zeta)^(1/{states}) of its zeta")
+    tau = np.zeros(len(parts.rows))
+    for number, state in enumerate(parts.states):
+        stated, bounds = taus.get(state), int(np.count_nonzero(identity & (part == number)))
+        try:
+            due = pnc_tau(zeta, bounds) if isinstance(zeta, float) else math.nan
+        except ValueError:  # zeta outside (0, 1), or no identity answers
+            due = math.nan
+        if not (isinstance(stated, float) and math.isclose(stated, due, rel_tol=ANSWER_RTOL)):
+            raise refuse_plan(release, f"tau of state {state} is not the one its zeta_per_state gives over its "
+                                       f"{bounds:,} upper bounds (one per identity answer)")
+        tau[number] = stated
+    psi = make_psi(**manifest["psi"])
+    upper = np.full(len(parts.rows) * width, -np.inf)
+    with np.errstate(all="ignore"):
+        bounds = psi.inverse(numbers["released"][identity] + numbers["sd"][identity] * tau[part[identity]]
+                             + numbers["grid"][identity])
+    np.maximum.at(upper, slot[identity], bounds)
+    queries = pd.factorize(frame["query"], use_na_sentinel=False)[0]
+    code = queries[pnc] * len(upper) + slot[pnc]
+    answers, answer_of_row = np.unique(code, return_inverse=True)
+    largest = np.full(len(answers), -np.inf)
+    np.maximum.at(largest, answer_of_row, numbers["sd"][pnc])
+    first = np.zeros(len(answers), dtype=np.int64)
+    first[answer_of_row[::-1]] = np.arange(len(answer_of_row))[::-1]
+    clip = upper[answers % len(upper)]
+    mu, answer_gamma = numbers["mu"][pnc][first], gamma[pnc][first]
+    sensitivity = np.full(len(answers), np.nan)
+    for value in np.unique(answer_gamma):  # the mechanism's sensitivity takes one gamma
+        chosen = answer_gamma == value
+        sensitivity[chosen] = pnc_released_sensitivity(clip[chosen], psi, float(value))
+    with np.errstate(all="ignore"):  # mu 0: no noise, only where no group has a clip level (sensitivity 0)
+        expected = np.where(sensitivity == 0, 0.0, rounded_noise_sd(sensitivity / mu, VALUE_GRID))
+    wrong = ~np.isclose(largest, expected, rtol=ANSWER_RTOL, atol=0)
+    bad = np.zeros(len(frame), dtype=bool)
+    bad[np.flatnonzero(pnc)] = wrong[answer_of_row]
+    _where(release, frame, bad, "pnc sd is not the noise its stated mu and tau give (the largest of each answer: "
+                                "Delta(u*) / mu, u* its state's largest upper bound)")
+
+
 def _identity_ids(release: str | Path, frame, rows, attributes, names, stated: int) -> None:
     """The identity answers of each attribute in ``rows`` (a mask; ``attributes`` the rows' codes in
     ``names``): as many as the manifest ``stated``, of the same establishments in the same order for
@@ -506,4 +578,5 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: M
     _check_estimates(release, frame, numbers, psi_rows, manifest)
     _check_keys(release, frame, manifest, attributes, names)
     _check_plan(release, frame, manifest, parts, quarter, psi_rows, attributes, names)
+    _check_pnc_sd(release, frame, numbers, psi_rows, attributes, gamma, manifest, parts)
     return frame

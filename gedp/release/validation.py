@@ -493,6 +493,9 @@ def checked_manifest(content: object, release: str | Path) -> dict:
         if not isinstance(section, dict) or "quarters" in section:
             raise _refuse(release, f"'per_quarter.{quarter}' must be the manifest of one quarter")
         _check_quarter_release(release, section, f"per_quarter.{quarter}.")
+        if section.get("publishable", False) is not content.get("publishable", False):
+            raise _refuse(release, f"'per_quarter.{quarter}.publishable' is not the panel's (each quarter is "
+                                   "published as the panel is)")
         _check_budget(release, section, f"per_quarter.{quarter}.")  # a quarter's readers compute with its own
         _check_run(release, section, f"per_quarter.{quarter}.")
         _check_spending(release, spending_failures(release, section, f"per_quarter.{quarter}."))
