@@ -26,7 +26,7 @@ from gedp.measure.rng import check_publication
 from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, check_outside
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, read_stored, read_tables, release_parts
+from gedp.release.reader import check_adds_up, read_manifest, read_stored, read_tables, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.running.engine import Source, engine_access
 from gedp.running.panel_protect import is_panel, protect_panel
@@ -226,7 +226,9 @@ class Release:
     @property
     def jobs(self) -> pd.DataFrame:
         """The protected job frame (a release with job families): estab_id, family, worker columns, jobs."""
-        return read_job_frame(self.folder)
+        frame = read_job_frame(self.folder)
+        check_adds_up(self.folder, frame, self.microdata)
+        return frame
 
     def tabulate(self, by: str | Sequence[str] = "total", *, agglvl: int | None = None, format: str = "table",
                  titles: str | Path | None = None, out: str | Path | None = None, moe: bool = False,
