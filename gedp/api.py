@@ -235,9 +235,10 @@ class Release:
                  level: float = 0.95, where: str | None = None, quarter: str | None = None,
                  change: str | None = None, gains_losses: str | None = None) -> pd.DataFrame:
         """Totals of the protected attributes by public columns (``"total"`` or [] for the grand
-        total), optionally only over establishments matching ``where`` (a pandas query on public
-        columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
-        from the release's least-squares covariance (no privacy budget spent). With worker columns
+        total), optionally only over establishments matching ``where`` (a filter on public columns:
+        comparisons joined by and, or, not, as ``gedp tabulate --where`` reads it) and with margins
+        of error ``<attribute>_moe`` at confidence ``level``, computed from the release's
+        least-squares covariance (no privacy budget spent). With worker columns
         in ``by`` (sex, education, home_county, ...), protected jobs of the release's job frame
         (``tabulate_job_frame``).
 
@@ -246,7 +247,8 @@ class Release:
         avg_wkly_wage, margins rounded up), with titles from ``titles`` (a published QCEW CSV) or the
         lists shipped with gedp; ``"xlsx"`` writes the workbook ``out`` (the level, or every level
         present without ``agglvl``, and a notes sheet with the privacy statement) and returns its
-        levels stacked.
+        levels stacked (``out`` with another format is refused: the table is returned; an ``out`` in
+        the release is refused, as every reader refuses it).
 
         A panel release (``manifest["quarters"]``) takes ``quarter`` (e.g. "2017Q1": that quarter's
         levels) or ``change`` ("2016Q1:2017Q1": ``<attribute>_chg``, ``_chg_moe``, ``_pct_chg``
@@ -255,6 +257,9 @@ class Release:
         ``by``, raw and corrected, with margins when ``moe``), see ``gedp.tabulation.panel_tables.tabulate_panel``."""
         from gedp.postprocess.keys import has_derived
 
+        if out is not None and format != "xlsx":
+            raise InputError(f"out is the workbook of format 'xlsx'; format {format!r} writes no file (the table "
+                             "is returned: write it with DataFrame.to_csv)")
         if has_derived(by) and change is None and gains_losses is None:
             from gedp.release.implicates import tabulate_derived
 
@@ -290,6 +295,7 @@ class Release:
         if format == "xlsx":
             if out is None:
                 raise InputError("format xlsx needs out (the workbook's file name)")
+            check_outside(self.folder, out)
             from gedp.postprocess.publication import publication_notes, write_workbook
 
             notes = publication_notes(self.manifest, tables.titles, str(self.folder), level if moe else None)
