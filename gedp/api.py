@@ -26,7 +26,7 @@ from gedp.measure.rng import check_publication
 from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, check_outside
 from gedp.release.manifest import Manifest
-from gedp.release.reader import read_manifest, read_stored, read_tables, release_parts
+from gedp.release.reader import check_adds_up, read_manifest, read_stored, read_tables, release_parts
 from gedp.release.writer import check_output_directory, staged_directory
 from gedp.running.engine import Source, engine_access
 from gedp.running.panel_protect import is_panel, protect_panel
@@ -231,16 +231,19 @@ class Release:
     @property
     def jobs(self) -> pd.DataFrame:
         """The protected job frame (a release with job families): estab_id, family, worker columns, jobs."""
-        return read_job_frame(self.folder)
+        frame = read_job_frame(self.folder)
+        check_adds_up(self.folder, frame, self.microdata)
+        return frame
 
     def tabulate(self, by: str | Sequence[str] = "total", *, agglvl: int | None = None, format: str = "table",
                  titles: str | Path | None = None, out: str | Path | None = None, moe: bool = False,
                  level: float = 0.95, where: str | None = None, quarter: str | None = None,
                  change: str | None = None, gains_losses: str | None = None) -> pd.DataFrame:
         """Totals of the protected attributes by public columns (``"total"`` or [] for the grand
-        total), optionally only over establishments matching ``where`` (a pandas query on public
-        columns) and with margins of error ``<attribute>_moe`` at confidence ``level``, computed
-        from the release's least-squares covariance (no privacy budget spent). With worker columns
+        total), optionally only over establishments matching ``where`` (a filter on public columns:
+        comparisons joined by and, or, not, as ``gedp tabulate --where`` reads it) and with margins
+        of error ``<attribute>_moe`` at confidence ``level``, computed from the release's
+        least-squares covariance (no privacy budget spent). With worker columns
         in ``by`` (sex, education, home_county, ...), protected jobs of the release's job frame
         (``tabulate_job_frame``).
 
@@ -249,7 +252,8 @@ class Release:
         avg_wkly_wage, margins rounded up), with titles from ``titles`` (a published QCEW CSV) or the
         lists shipped with gedp; ``"xlsx"`` writes the workbook ``out`` (the level, or every level
         present without ``agglvl``, and a notes sheet with the privacy statement) and returns its
-        levels stacked.
+        levels stacked (``out`` with another format is refused: the table is returned; an ``out`` in
+        the release is refused, as every reader refuses it).
 
         A panel release (``manifest["quarters"]``) takes ``quarter`` (e.g. "2017Q1": that quarter's
         levels) or ``change`` ("2016Q1:2017Q1": ``<attribute>_chg``, ``_chg_moe``, ``_pct_chg``
@@ -258,6 +262,9 @@ class Release:
         ``by``, raw and corrected, with margins when ``moe``), see ``gedp.tabulation.panel_tables.tabulate_panel``."""
         from gedp.postprocess.keys import has_derived
 
+        if out is not None and format != "xlsx":
+            raise InputError(f"out is the workbook of format 'xlsx'; format {format!r} writes no file (the table "
+                             "is returned: write it with DataFrame.to_csv)")
         if has_derived(by) and change is None and gains_losses is None:
             from gedp.release.implicates import tabulate_derived
 
@@ -293,6 +300,7 @@ class Release:
         if format == "xlsx":
             if out is None:
                 raise InputError("format xlsx needs out (the workbook's file name)")
+            check_outside(self.folder, out)
             from gedp.postprocess.publication import publication_notes, write_workbook
 
             notes = publication_notes(self.manifest, tables.titles, str(self.folder), level if moe else None)

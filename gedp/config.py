@@ -85,8 +85,9 @@ def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode,
         if key in seen:
             raise ConfigError(f"duplicate key {shown(key)} at line {line}")
         seen.add(key)
-        if _yaml11_number(value_node):
-            raise ConfigError(f"key {shown(key)} at line {line}: {_YAML11_RULE.format(value=shown(value_node.value))}")
+        if _yaml11_number(value_node) or _yaml11_bool(value_node):
+            rule = _YAML11_BOOL_RULE if _yaml11_bool(value_node) else _YAML11_RULE
+            raise ConfigError(f"key {shown(key)} at line {line}: {rule.format(value=shown(value_node.value))}")
     return loader.construct_mapping(node, deep=deep)
 
 
@@ -110,6 +111,24 @@ def _number_node(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int | float:
     return loader.construct_yaml_int(node) if node.tag.endswith(":int") else loader.construct_yaml_float(node)
 
 
+#: The booleans of YAML 1.1 that YAML 1.2 reads as text (yes, no, on, off: PyYAML reads them as true
+#: or false): refused, naming the key, so that no config means one thing to gedp and another elsewhere.
+_YAML11_BOOL_RULE = "{value} is a YAML 1.1 boolean (YAML 1.2 reads it as text); write true or false"
+
+
+def _yaml11_bool(node: yaml.Node) -> bool:
+    """Whether a node is a plain boolean written other than true or false (``_YAML11_BOOL_RULE``)."""
+    return (isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:bool"
+            and node.value.lower() not in ("true", "false"))
+
+
+def _bool_node(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
+    """A boolean outside a mapping's value (an item of a list, a key), refused in a YAML 1.1 form."""
+    if _yaml11_bool(node):
+        raise ConfigError(f"line {node.start_mark.line + 1}: {_YAML11_BOOL_RULE.format(value=shown(node.value))}")
+    return loader.construct_yaml_bool(node)
+
+
 def _key_not_text(key: object, key_node: yaml.Node, node: yaml.MappingNode) -> str:
     """The message for a key that is not text: where it is, what it is, and (a number in a flow
     mapping: ``{m1emp: 0,7}`` reads 7 as a key) the decimal comma it likely is."""
@@ -126,6 +145,7 @@ def _key_not_text(key: object, key_node: yaml.Node, node: yaml.MappingNode) -> s
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _number_node)
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _number_node)
+_StrictLoader.add_constructor("tag:yaml.org,2002:bool", _bool_node)
 
 
 @dataclass(frozen=True)

@@ -80,12 +80,13 @@ class Combined:
 
 def real_array(values, name: str) -> np.ndarray:
     """``values`` as an array of floats; ValueError naming them if they are not real numbers (complex
-    numbers, text, a mapping)."""
+    numbers, text, a mapping, booleans: True is no estimate of 1)."""
     from numbers import Real
 
     array = np.asarray(values)
-    real = array.dtype.kind in "biuf" or (array.dtype.kind == "O" and array.ndim > 0
-                                          and all(isinstance(value, Real) for value in array.flat))
+    real = array.dtype.kind in "iuf" or (array.dtype.kind == "O" and array.ndim > 0
+                                         and all(isinstance(value, Real) and not isinstance(value, (bool, np.bool_))
+                                                 for value in array.flat))
     if not real:
         raise ValueError(f"{name} must be real numbers (an array or a list of them), got {array.dtype} values")
     return array.astype(float)
@@ -122,5 +123,5 @@ def combine(estimates, variances=None) -> Combined:
         raise ValueError("estimates or variances too large to combine in floating point (their mean or "
                          "variance overflows): rescale them, e.g. to thousands")
     with np.errstate(divide="ignore", invalid="ignore"):
-        df = np.where(inflated > 0, (m - 1) * (1 + within / inflated) ** 2, np.inf)
+        df = np.where(inflated > 0, (m - 1) * (1 + within / inflated) ** 2, np.inf)[()]  # a scalar's: a number
     return Combined(estimate, total, between, within, df, m)

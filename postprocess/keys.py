@@ -9,9 +9,15 @@ from gedp.synth.columns import CONFIDENTIAL
 
 
 def by_columns(by: str | Sequence[str]) -> list[str]:
-    """The columns of a ``by``: a list, or a comma-separated string ("" or "total": none)."""
+    """The columns of a ``by``: a list of names, or a comma-separated string ("" or "total": none);
+    anything else (None, a number, bytes, a list holding a non-string) refused as an InputError."""
     if isinstance(by, str):
         return [] if by.strip() in ("", "total") else [c.strip() for c in by.split(",") if c.strip()]
+    if isinstance(by, (bytes, bytearray)) or not isinstance(by, Sequence) or not all(isinstance(c, str) for c in by):
+        from gedp.errors import InputError
+
+        raise InputError(f"by must be column names: a comma-separated string or a list of strings, not "
+                         f"{type(by).__name__}" + (" holding a non-string" if isinstance(by, Sequence) else ""))
     return list(by)
 
 

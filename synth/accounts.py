@@ -18,8 +18,10 @@ NUMBER_TEXT = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 MAX_ID_DIGITS = 64
 #: The rule of ids in a ledger's accounts, as messages state it.
 ACCOUNT_ID_RULE = ("ids must be ASCII text after NFKC normalization, without control, invisible, format or "
-                   "non-ASCII space characters, and numbers written with an exponent must be at most "
-                   f"{MAX_ID_DIGITS} digits")
+                   "non-ASCII space characters")
+#: The rule of ids written as numbers, as messages state it.
+NUMBER_ID_RULE = (f"an id written as a number must have at most {MAX_ID_DIGITS} digits before and "
+                  f"{MAX_ID_DIGITS} after its point once its exponent is written out")
 #: The rule of unique ids, as messages state it: ids are compared as the ledger's accounts are.
 UNIQUE_RULE = ("ids must be unique, compared as the ledger's accounts (blanks trimmed, upper case, leading zeros "
                "dropped, numbers by value)")
@@ -35,14 +37,15 @@ ASCII_CONTROL = r"[\x00-\x1f\x7f]"
 def account_text(text: Any, refuse: bool = True) -> Any:
     """Ids (Arrow text, of establishments' canonical ids: ``gedp.synth.schema.canonical_ids``) as the
     text of their account: NFKC-normalized (fullwidth digits are digits), trimmed of white space,
-    upper-cased, text that is a number (sign, point, exponent) written by the rule of numbers (a whole
-    number is its integer's digits: "+1", "1e0", "1.0E+00" are "1"; "-1e0" is "-1"; other numbers stay
-    as written), and leading zeros dropped. A normalization that can only merge two accounts, never
-    split one.
+    upper-cased, text that is a number (sign, point, exponent) written as its value in plain decimal
+    (``_number_id``: "+1", "1e0", "1.0E+00" are "1"; "-1e0" is "-1"; "1.50", "1.5" and "15E-1" are
+    "1.5"), and leading zeros dropped. A normalization that can only merge two accounts, never split
+    one: ids of one value are one account however a program wrote them.
 
     Refused (``refuse``), naming the row but never the value: a character of an ``INVISIBLE``
-    category, a space other than the ASCII space, anything non-ASCII after normalization, and a number
-    of more than MAX_ID_DIGITS digits. Unrefused (the checks of unique ids, which hold no accounts),
+    category, a space other than the ASCII space, anything non-ASCII after normalization
+    (``ACCOUNT_ID_RULE``), and a number of more than MAX_ID_DIGITS digits before or after its point
+    (``NUMBER_ID_RULE``). Unrefused (the checks of unique ids, which hold no accounts),
     such an id is kept as normalized."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -92,15 +95,17 @@ def _ascii_ids(text: Any, refuse: bool) -> Any:
 
 
 def _number_id(value: str, row: int, refuse: bool) -> str:
-    """An id written as a number by the rule of numbers: a whole number is its integer's digits (one
-    of more than MAX_ID_DIGITS digits is refused, or with ``refuse`` false kept as written)."""
-    from decimal import Decimal
+    """An id written as a number, as its value in plain decimal: no sign "+", no exponent, no
+    trailing zeros after its point, no point after a whole number ("1.50", "+15E-1" are "1.5"). One
+    of more than MAX_ID_DIGITS digits before or after its point ("1e400") is refused, or with
+    ``refuse`` false kept as written."""
+    from decimal import Context, Decimal
 
     number = Decimal(value)
-    if number.adjusted() >= MAX_ID_DIGITS:
+    if not number:
+        return "0"
+    if not -MAX_ID_DIGITS <= number.adjusted() < MAX_ID_DIGITS:
         if not refuse:
             return value
-        raise InputError(f"column 'estab_id': {ACCOUNT_ID_RULE}; first at row {row + 1}")
-    if number != number.to_integral_value():
-        return value
-    return str(int(number)) if number else "0"
+        raise InputError(f"column 'estab_id': {NUMBER_ID_RULE}; first at row {row + 1}")
+    return format(number.normalize(Context(prec=len(value))), "f")  # every digit kept: no rounding

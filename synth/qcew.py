@@ -141,6 +141,9 @@ def _read_csv(path: Path) -> pd.DataFrame:
 def _checked_columns(raw: pd.DataFrame, source: str) -> pd.DataFrame:
     """The rows with the column names of the current BLS layout; refused when a column is missing."""
     aliases = [a for a in ESTABS_ALIASES if a in raw.columns]
+    if ESTABS_COLUMN in raw.columns and aliases:
+        raise InputError(f"{source}: holds both {ESTABS_COLUMN!r} and {aliases[0]!r}, two establishment counts "
+                         "(a BLS file has one): keep one of them")
     if ESTABS_COLUMN not in raw.columns and aliases:
         raw = raw.rename(columns={aliases[0]: ESTABS_COLUMN})
     missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
@@ -180,11 +183,7 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data", state: str | N
     _check_levels(set(private["agglvl_code"]), source)
     numbers = [ESTABS_COLUMN, *QCEW_VALUE_COLUMNS.values()]
     values = private[numbers].apply(pd.to_numeric, errors="coerce")
-    bad = values.isna() | (values < 0)
-    if bad.any().any():
-        column = bad.any().idxmax()
-        raise InputError(f"{source}: column '{column}' is not a number >= 0 in "
-                         f"{count(int(bad[column].sum()), 'private row')}")
+    _check_counts_and_values(private[numbers], values, source)
 
     aggregates = pd.DataFrame({
         "agglvl": private["agglvl_code"].astype(int).to_numpy(),
@@ -214,6 +213,21 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data", state: str | N
     published = PublishedState(state, quarters[0][0], quarters[0][1], aggregates, cells, membership)
     _check_consistency(published, source)
     return _whole_numbers(published, source)
+
+
+def _check_counts_and_values(raw: pd.DataFrame, values: pd.DataFrame, source: str) -> None:
+    """Refuse a count or value column (``raw``, read as ``values``) that is empty, not a number or
+    negative in a private row, saying which, how many rows and the first row's number (its line in
+    the file), never the value."""
+    empty = raw.isna() | raw.astype(str).apply(lambda column: column.str.strip() == "")
+    reasons = {"empty": empty, "not a number": values.isna() & ~empty, "negative": values < 0}
+    for column in raw.columns:
+        for reason, bad in reasons.items():
+            rows = bad[column].to_numpy()
+            if rows.any():
+                first = int(raw.index[int(rows.argmax())]) + 2  # the file's line: a header, then rows from 0
+                raise InputError(f"{source}: column '{column}' is {reason} in {count(int(rows.sum()), 'private row')} "
+                                 f"(first at line {first}); counts and values must be numbers >= 0")
 
 
 def _one_state(fips: pd.Series, state: str | None, source: str) -> str:

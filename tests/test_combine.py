@@ -90,6 +90,11 @@ def test_combine_is_public_and_refuses_bad_input():
     ([1.0, 2.0], [0.1 + 0j, 0.2 + 0j], "variances must be real numbers"),
     ([1e308, -1e308, 1e308], None, "too large to combine"),
     ([1.0, 2.0], [1e308, 1.7e308], "too large to combine"),
+    ([True, False, True], None, "estimates must be real numbers"),  # red team rt22 F11: read as 1, 0, 1
+    (np.array([True, False]), None, "estimates must be real numbers"),
+    (np.array([1.0, True], dtype=object), None, "estimates must be real numbers"),
+    (np.array([1.0, np.True_], dtype=object), None, "estimates must be real numbers"),
+    ([1.0, 2.0], [False, True], "variances must be real numbers"),
 ])
 def test_combine_refuses_what_it_cannot_combine_with_a_value_error(estimates, variances, message):
     """Red team rt21: complex numbers, text and a mapping raised TypeError (the docs say ValueError) or were
@@ -118,6 +123,16 @@ def test_numbers_held_as_objects_are_combined():
     assert np.array_equal(combine(counts).estimate, [7 / 3, 4.0])
     with pytest.raises(ValueError, match="must be real numbers"):
         combine(np.array([1, "2"], dtype=object))
+
+
+def test_a_scalar_statistics_figures_are_numbers_like_its_estimate():
+    """Red team rt22 F11: df was a 0-d array for a scalar statistic while the estimate was a number."""
+    combined = combine([1.0, 2.0, 4.0], [0.5, 0.5, 0.5])
+    assert all(np.ndim(value) == 0 and not isinstance(value, np.ndarray)
+               for value in (combined.estimate, combined.variance, combined.df))
+    between = np.var([1.0, 2.0, 4.0], ddof=1) * 4 / 3
+    assert combined.df == pytest.approx(2 * (1 + 0.5 / between) ** 2)  # Rubin's (m - 1)(1 + 1/r)^2
+    assert combine(np.ones((3, 2)) + np.arange(3)[:, None]).df.shape == (2,)
 
 
 def test_large_but_combinable_values_keep_their_finite_result():

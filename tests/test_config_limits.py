@@ -141,6 +141,36 @@ def test_plain_numbers_still_load_and_a_list_s_yaml_1_1_number_is_refused(tmp_pa
         load_config(path)
 
 
+#: YAML 1.1 booleans PyYAML reads as true or false and YAML 1.2 as text (red team of session 22, F8:
+#: `integer: on` loaded as True), in the cases PyYAML resolves.
+YAML11_BOOLEANS = ["on", "On", "ON", "off", "Off", "OFF", "yes", "Yes", "YES", "no", "No", "NO"]
+
+
+@pytest.mark.parametrize("word", YAML11_BOOLEANS)
+def test_yaml_1_1_booleans_are_refused_naming_the_key_and_line(tmp_path, word):
+    text = configs.path("employment").read_text()
+    number = len(text.splitlines()) + 1
+    path = tmp_path / "plan.yaml"
+    path.write_text(text + f"integer: {word}\n")
+    with pytest.raises(ConfigError, match=f"key 'integer' at line {number}: '{word}' is a YAML 1.1 boolean.*"
+                                          "write true or false") as refused:
+        gedp.load(str(path))
+    assert "\n" not in str(refused.value)
+    for where in (f"extra: [1, {word}]\n", f"{word}: 1\n"):  # in a list, as a key: refused with the line
+        path.write_text(text + where)
+        with pytest.raises(ConfigError, match=f"line {number}: '{word}' is a YAML 1.1 boolean"):
+            gedp.load(str(path))
+
+
+@pytest.mark.parametrize("word, value", [("true", True), ("True", True), ("TRUE", True), ("false", False),
+                                         ("False", False), ("FALSE", False)])
+def test_yaml_1_2_booleans_still_load(tmp_path, word, value):
+    """Power: the booleans YAML 1.2 reads as booleans load as before."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(configs.path("employment").read_text() + f"integer: {word}\n")
+    assert gedp.load(str(path)).integer is value
+
+
 def test_a_shipped_name_that_is_also_a_local_file_is_refused_as_ambiguous(tmp_path, microdata, monkeypatch):
     """`--config recommended` beside a file named `recommended` (here the employment plan) read the
     file (manifest "custom", summary silent); now refused in one line, nothing written (gedp protect

@@ -237,6 +237,68 @@ def test_account_ids_follow_the_rule_of_numbers():
         account_ids(pd.Series(["1e400"]))
 
 
+#: Spellings of one id with a fraction (red team of session 22, F4: "1.50", "1.5", "1.5e0" were three
+#: accounts, so the same establishments spent sqrt(3) x 2.3 = 3.99 under cap 3).
+FRACTION_FORMS = ["{}.50", "{}.5", "{}.5e0", "+{}5E-1", "0{}.500"]
+
+
+def test_ids_of_one_value_written_three_ways_draw_on_one_account(tmp_path, records):
+    """The red team's sequence: the first release committed, the second (same establishments, ids
+    spelled otherwise) over the cap; a third release of new ids (".25") still admitted (power)."""
+    ledger = tmp_path / "ledger.json"
+    outcomes = []
+    for k, form in enumerate(["{}.50", "{}.5", "{}.5e0", "{}.25"]):
+        source = tmp_path / f"ids{k}.csv"
+        records.assign(estab_id=[form.format(i) for i in records["estab_id"]]).to_csv(source, index=False)
+        result = protect(source, tmp_path / f"r{k}", ledger, "--lifetime-cap", 3)
+        assert result.exit_code in (0, 2), result.output
+        assert result.exit_code == 0 or "over their lifetime cap" in result.output, result.output
+        outcomes.append(result.exit_code)
+    assert outcomes == [0, 2, 2, 0]
+
+
+def test_account_ids_of_numbers_are_their_values_in_plain_decimal():
+    """Random numbers written in random ways: two ids are one account iff they have one value
+    (compared with Python's Fraction, exact), and the account is the value's plain decimal text."""
+    from fractions import Fraction
+
+    from gedp.synth.schema import account_ids
+
+    rng = np.random.default_rng(22)
+    values = [Fraction(int(rng.integers(-10**6, 10**6)), 10 ** int(rng.integers(0, 5))) for _ in range(400)]
+
+    def plain(digits: int, point: int) -> str:
+        """digits / 10^point in plain decimal, written with ``point`` digits after the point."""
+        if point <= 0:
+            return str(digits) + "0" * -point
+        text = str(digits).rjust(point + 1, "0")
+        return text[:-point] + "." + text[-point:]
+
+    def spelled(value: Fraction) -> str:
+        """value with extra zeros after its point, an exponent, a sign and leading zeros, at random."""
+        scale = 4 + int(rng.integers(0, 4))  # value = digits / 10^scale exactly (it has at most 4 decimals)
+        digits = abs(value.numerator) * 10**scale // value.denominator
+        shift = int(rng.integers(-3, 4)) if rng.random() < 0.5 else 0
+        text = plain(digits, scale + shift) + (f"{'eE'[int(rng.integers(2))]}{shift:+d}" if shift else "")
+        sign = "-" if value < 0 else ("+" if rng.random() < 0.3 else "")
+        return sign + "0" * int(rng.integers(0, 3)) + text
+
+    texts = [spelled(v) for v in values]
+    assert [Fraction(t) for t in texts] == values and any("e" in t.lower() for t in texts)  # exact spellings
+    accounts = account_ids(pd.Series(texts)).to_pylist()
+    for value, account in zip(values, accounts):
+        assert Fraction(account or "0") == value  # its value
+        assert not account.startswith(("+", "0")) and "E" not in account and not account.endswith(".")
+        assert "." not in account or not account.endswith("0")  # plain: no trailing zero after a point
+    assert len(set(accounts)) == len(set(values))  # one account per value, never two
+    with pytest.raises(InputError, match="at most 64 digits before and 64 after its point") as refused:
+        account_ids(pd.Series(["12", "1e400"]))
+    assert "row 2" in str(refused.value) and "ASCII" not in str(refused.value) and "400" not in str(refused.value)
+    for tiny in ("1e-400", "0." + "0" * 70 + "1"):
+        with pytest.raises(InputError, match="at most 64 digits"):
+            account_ids(pd.Series([tiny]))
+
+
 # --- one account, one record (red team, session 21) ---------------------------------------------------
 
 COLLISIONS = {"leading zero": "0{}", "padded": " {} ", "lower case": "{}"}

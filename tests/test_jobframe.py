@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import gedp
 from gedp.cli import app
 from gedp.config import load_config, parse_config
-from gedp.errors import ConfigError
+from gedp.errors import ConfigError, GedpError
 from gedp.measure.jobframe import category_attribute, category_counts, expand_plan, family_categories, home_domain
 from gedp.postprocess.jobframe import cell_sums, margin_targets, rake_counts, raking_seed, round_counts
 from gedp.postprocess.wls import build_system, system_structure
@@ -587,3 +587,79 @@ def test_a_genuine_job_frame_is_read_with_the_columns_gedp_writes(written, relea
         frame = read_job_frame(folder)
         assert list(frame.columns) == ["estab_id", "family", "sex", "education", "home_county", "jobs"]
         assert frame["jobs"].sum() == pytest.approx(written_release.jobs["jobs"].sum())
+
+
+def _set(column, value, row=3):
+    def edit(frame):
+        frame = frame.copy()
+        frame[column] = frame[column].astype(object) if column != "jobs" else frame[column]
+        frame.loc[row, column] = value
+        return frame
+    return edit
+
+
+#: Job frames whose values (not their types) were edited as the round-22 red team did (F2: a formula
+#: in education reached the CSV, sex 3 was tabulated, jobs -5 or 1e300 were summed), and the refusal.
+JOB_VALUES = {
+    "a formula for a worker code": (_set("education", '=HYPERLINK("http://evil")'),
+                                    "column 'education' holds a value gedp does not write (first at row 4"),
+    "sex 3": (_set("sex", "3"), "column 'sex' holds a value gedp does not write (first at row 4"),
+    "a home county of another state": (
+        lambda f: _set("home_county", "34001", int(f["home_county"].notna().argmax()))(f),
+        "column 'home_county' holds a value gedp does not write"),
+    "a worker code in another family's row": (lambda f: _set("sex", "1", int(f["sex"].isna().argmax()))(f),
+                                              "column 'sex' holds a value gedp does not write"),
+    "a family the manifest lacks": (_set("family", "other"), "column 'family' holds a value gedp does not write"),
+    "negative jobs": (lambda f: f.assign(jobs=-5.0), "column 'jobs' holds a value gedp does not write (first at row 1"),
+    "zero jobs": (_set("jobs", 0.0), "column 'jobs' holds a value gedp does not write (first at row 4"),
+    "infinite jobs": (_set("jobs", np.inf), "column 'jobs' holds a value gedp does not write (first at row 4"),
+    "NaN jobs": (_set("jobs", np.nan), "column 'jobs' holds a value gedp does not write (first at row 4"),
+    "huge jobs": (lambda f: f.assign(jobs=1e300), "do not add up to its protected employment"),
+    "jobs moved between establishments": (lambda f: f.assign(jobs=f["jobs"].to_numpy()[::-1]),
+                                          "do not add up to its protected employment"),
+}
+
+
+@pytest.mark.parametrize("case", list(JOB_VALUES))
+def test_a_job_frame_of_values_gedp_does_not_write_is_refused_by_every_reader(written, tmp_path, monkeypatch, case):
+    from gedp.audit.release import audit_release
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    edit, message = JOB_VALUES[case]
+    copy = tmp_path / "copy"
+    shutil.copytree(written, copy)
+    part = copy / "protected_jobs.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    for by in ("sex", "education", "county,home_county"):
+        for moe in ([], ["--moe"]):
+            result = runner.invoke(app, ["tabulate", str(copy), "--by", by, *moe, "--out", str(tmp_path / "t.csv")])
+            assert result.exit_code == 2 and message in result.output, (by, moe, result.output)
+            assert len(result.output.strip().splitlines()) == 1 and "=" not in result.output, result.output
+    assert not (tmp_path / "t.csv").exists()
+    with pytest.raises(GedpError, match=re.escape(message)):
+        gedp.read_release(copy).tabulate(by="sex")
+    with pytest.raises(GedpError, match=re.escape(message)):
+        _ = gedp.read_release(copy).jobs
+    files = next(check for check in audit_release(copy) if check.name == "files")
+    assert not files.passed and message in files.detail
+
+
+def test_a_genuine_job_frame_passes_the_value_checks(written, release, state, jobs, tmp_path):
+    """Power: the frames gedp writes (an integer release's too) are tabulated and pass audit's files check;
+    an integer release's fractional jobs are refused."""
+    from gedp.audit.release import audit_release
+
+    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), gedp.load("jobs", integer=True),
+                         input=gedp.Input(jobs=jobs), seed=3, not_for_publication=True)
+    integer = whole.write(tmp_path / "integer")
+    for folder in (written, integer):
+        table = gedp.read_release(folder).tabulate(by="sex")
+        assert table["jobs"].sum() == pytest.approx(gedp.read_release(folder).tabulate()["m1emp"].sum())
+        assert next(check for check in audit_release(folder) if check.name == "files").passed
+    part = integer / "protected_jobs.parquet" / "part-44.parquet"
+    frame = pd.read_parquet(part)
+    frame["jobs"] = frame["jobs"].astype(float)
+    frame.loc[[0, 1], "jobs"] += [0.5, -0.5]  # still adding up, no longer whole
+    frame.to_parquet(part, index=False)
+    with pytest.raises(GedpError, match="column 'jobs' holds a value gedp does not write"):
+        gedp.read_release(integer).tabulate(by="sex")

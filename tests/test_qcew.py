@@ -1,6 +1,7 @@
 """Synthetic states fitted to published QCEW aggregates: exactness, realism, bad files, profiles."""
 
 import json
+import re
 
 import cvxpy as cp
 import numpy as np
@@ -218,6 +219,37 @@ def test_current_and_older_estabs_column_names_read_alike(agency_file):
     pd.testing.assert_frame_equal(current.aggregates, read_qcew(agency_file).aggregates)
     with pytest.raises(InputError, match=r"missing column 'qtrly_estabs' \(or 'qtrly_estabs_count'\)"):
         published_state(older.drop(columns=["qtrly_estabs_count"]))
+
+
+def test_a_file_with_both_estabs_columns_is_refused_for_that(agency_file, tmp_path):
+    """Red team of session 22, F10: a file holding qtrly_estabs (empty but one row) beside
+    qtrly_estabs_count was refused as "not a number >= 0 in N private rows": the reason is two counts."""
+    older = pd.read_csv(agency_file, dtype=str)
+    both = older.assign(qtrly_estabs="")
+    both.loc[5, "qtrly_estabs"] = "1000000000"
+    both.to_csv(tmp_path / "both.csv", index=False)
+    result = runner.invoke(app, ["plan", "--from-qcew", str(tmp_path / "both.csv"), "--out", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 2, result.output
+    assert "holds both 'qtrly_estabs' and 'qtrly_estabs_count'" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "1000000000" not in result.output
+    assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize("value, reason", [("", "empty"), ("x7", "not a number"), ("-5", "negative")])
+def test_a_count_or_value_is_refused_with_its_reason_and_first_line(agency_file, value, reason):
+    """The reason (empty, not a number, negative), the number of private rows and the first one's
+    line in the file (a header, then rows: frame row i is line i + 2), never the value."""
+    frame = pd.read_csv(agency_file, dtype=str)
+    private = frame.index[(frame["own_code"] == "5") & frame["agglvl_code"].isin(["51", "71", "78"])]
+    rows = sorted(np.random.default_rng(22).choice(private, 3, replace=False))
+    for column in ("qtrly_estabs_count", "month2_emplvl"):
+        edited = frame.copy()
+        edited.loc[rows, column] = value
+        name = "qtrly_estabs" if column == "qtrly_estabs_count" else column
+        message = f"column '{name}' is {reason} in 3 private rows (first at line {rows[0] + 2})"
+        with pytest.raises(InputError, match=re.escape(message)) as refused:
+            published_state(edited)
+        assert value == "" or value not in str(refused.value)
 
 
 def per_area_files(frame: pd.DataFrame, folder):

@@ -605,3 +605,63 @@ def test_a_quarter_published_otherwise_than_its_panel_is_refused(publishable_pan
     monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
     refused_as_a_panel(publishable_panel, tmp_path, lambda m: m["per_quarter"]["2016Q2"].update(publishable=False),
                        "'per_quarter.2016Q2.publishable' is not the panel's")
+
+
+# --- the API's tabulate and write (red team of session 22, F5) ----------------------------------------
+def test_the_apis_workbook_inside_the_release_read_is_refused(release, tmp_path):
+    """`Release.tabulate(format="xlsx", out=<inside the release>)` wrote the workbook into the release
+    (the CLI and gedp.report refused): now refused as they refuse it, nothing written; beside it, written."""
+    copy = tmp_path / "r"
+    shutil.copytree(release, copy)
+    before = _files(copy)
+    for out in (copy / "protected.parquet" / "part-44.xlsx", copy / "b.xlsx"):
+        with pytest.raises(InputError, match="is inside the release"):
+            gedp.read_release(copy).tabulate(agglvl=75, format="xlsx", out=out)
+    assert _files(copy) == before
+    gedp.read_release(copy).tabulate(agglvl=75, format="xlsx", out=tmp_path / "b.xlsx")
+    assert (tmp_path / "b.xlsx").stat().st_size > 0
+
+
+@pytest.mark.parametrize("format_", ["table", "qcew"])
+def test_an_out_the_format_does_not_write_is_refused(release, tmp_path, format_):
+    """out was silently ignored for format "table" (no file, no error)."""
+    level = {"agglvl": 75} if format_ == "qcew" else {}
+    with pytest.raises(InputError, match="out is the workbook of format 'xlsx'"):
+        gedp.read_release(release).tabulate(by="county", format=format_, out=tmp_path / "x.csv", **level)
+    assert not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.parametrize("by", [None, 5, b"county", ["county", 3], {"county": 1}.keys()])
+def test_a_by_that_is_not_column_names_is_an_input_error(release, by):
+    """by=None, 5, b'county' raised TypeError; now the API's documented error in one line."""
+    with pytest.raises(InputError, match="by must be column names") as refused:
+        gedp.read_release(release).tabulate(by=by)
+    assert "\n" not in str(refused.value)
+
+
+def test_by_as_a_string_or_a_list_is_read(release):
+    """Power: the forms the API documents tabulate alike."""
+    tables = [gedp.read_release(release).tabulate(by=by) for by in ("county", ["county"], ("county",))]
+    assert all(table.equals(tables[0]) for table in tables) and len(tables[0]) > 1
+
+
+def test_a_release_written_inside_another_is_refused(release, tmp_path, small_state):
+    """`gedp protect --out <release>/sub` and `Release.write(<release>/sub)` put one release inside
+    another (published with it, and refused by its audit's files check); refused now, nothing written.
+    Writing beside the release, or replacing it, still works."""
+    copy = tmp_path / "r"
+    shutil.copytree(release, copy)
+    before = _files(copy)
+    source = tmp_path / "in.csv"
+    small_state.head(300).to_csv(source, index=False)
+    for out in (copy / "sub", copy / "protected.parquet" / "sub", copy / "sub" / "deeper"):
+        result = runner.invoke(app, ["protect", str(source), "--config", "employment", "--out", str(out),
+                                     "--not-for-publication", "--seed", "1"])
+        assert result.exit_code == 2 and "is inside the gedp release" in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+        with pytest.raises(InputError, match="is inside the gedp release"):
+            gedp.read_release(release).write(out)
+    assert _files(copy) == before
+    assert gedp.read_release(release).write(tmp_path / "beside") == (tmp_path / "beside").resolve()
+    gedp.read_release(release).write(copy)  # an earlier release at out is replaced, as before
+    assert _files(copy) == before

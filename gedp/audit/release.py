@@ -46,7 +46,14 @@ from gedp.release.format import (
     TABLES_FILE,
 )
 from gedp.release.part_sizes import check_decoded, check_footer, expected_rows, read_parts
-from gedp.release.reader import answers_of_frame, parse_query_name, read_manifest
+from gedp.release.reader import (
+    answers_of_frame,
+    check_adds_up,
+    parse_query_name,
+    read_manifest,
+    read_protected,
+    read_stored,
+)
 from gedp.release.validation import listed_parts, spending_failures
 from gedp.synth.io import sorted_by
 from gedp.synth.schema import public_columns
@@ -400,6 +407,8 @@ def check_files(folder: Path, manifest: dict) -> list[str]:
     for output in outputs:
         try:
             check_decoded(folder, output, listed_parts(folder, output, manifest))
+            if output == JOBS_FILE:  # its rows as every reader checks them (codes, jobs adding up)
+                check_adds_up(folder, read_stored(folder, JOBS_FILE), read_protected(folder))
         except InputError as err:
             failures.append(str(err).split(": ", 1)[-1])
     return failures

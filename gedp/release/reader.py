@@ -188,6 +188,8 @@ def read_stored(release: str | Path, output: str = PROTECTED_FILE) -> pd.DataFra
             part_schemas(release, parts, manifest, output)
         check_decoded(release, output, parts)
         frame = read_parts(parts)
+    if output == JOBS_FILE:
+        check_jobs(release, frame, manifest)
     if output != PROTECTED_FILE:
         return frame
     check_codes(release, check_count(release, frame, manifest_count(manifest)))
@@ -332,6 +334,71 @@ def check_codes(release: str | Path, frame: pd.DataFrame) -> None:
         if other.any():
             raise InputError(f"release '{release}': {PROTECTED_FILE} column '{column}' holds a code gedp does not "
                              f"write (first at row {int(other.argmax()) + 1}; an edited or damaged copy)")
+
+
+def job_domains(manifest: Manifest) -> dict[str, pd.Index]:
+    """The public code list of each worker column of a release's job frame (``measure.jobframe``): the
+    QWI codes, and for home counties a county (5 digits) of one of the release's states, or "other"."""
+    from gedp.measure.jobframe import FAMILY_COLUMNS, OTHER_HOME
+    from gedp.synth.jobs import UNKNOWN_COUNTY, WORKER_DOMAINS
+
+    states = manifest.get("states") or list(manifest.get("per_state", {}))
+    counties = [f"{state}{county:03d}" for state in states for county in range(1000)]
+    homes = [code for code in counties if not code.endswith(UNKNOWN_COUNTY)] + [OTHER_HOME]
+    return {column: pd.Index(WORKER_DOMAINS.get(column, homes)) for column in FAMILY_COLUMNS}
+
+
+def check_jobs(release: str | Path, frame: pd.DataFrame, manifest: Manifest) -> None:
+    """Every row of a release's job frame (``frame``, as read) one gedp writes
+    (``postprocess.jobframe.job_table``): a family of its manifest, each of the family's worker columns
+    a code of its public list (``job_domains``) and the others empty, jobs finite and > 0 (whole in an
+    integer release). Otherwise refused in one line naming the column and row, never the value: a
+    formula, a sex 3 or negative jobs must not reach a table."""
+    import numpy as np
+
+    families = manifest.get("jobs", {}).get("families", {})
+    family = frame["family"].astype(object)
+    bad: dict[str, np.ndarray] = {"family": ~family.isin(list(families)).to_numpy()}
+    domains = job_domains(manifest)
+    for column in frame.columns.intersection(list(domains)):
+        member = family.isin([name for name, spec in families.items() if column in spec["columns"]]).to_numpy()
+        values = frame[column].astype(object)
+        coded = values.isin(domains[column]).to_numpy()
+        bad[column] = np.where(member, ~coded, values.notna().to_numpy())
+    jobs = frame["jobs"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        bad["jobs"] = ~(np.isfinite(jobs) & (jobs > 0))
+        if manifest.get("integer"):
+            bad["jobs"] |= jobs != np.round(jobs)
+    for column, rows in bad.items():
+        if rows.any():
+            raise InputError(f"release '{release}': {JOBS_FILE} column '{column}' holds a value gedp does not "
+                             f"write (first at row {int(rows.argmax()) + 1}; an edited or damaged copy)")
+
+
+def check_adds_up(folder: str | Path, jobs: pd.DataFrame, protected: pd.DataFrame) -> None:
+    """Each family's jobs of each establishment add up to its protected employment, as gedp writes
+    them (``postprocess.jobframe``, to rounding): otherwise the job frame (``jobs``, checked row by row
+    by ``reader.check_jobs``) is refused in one line naming the row, never a value."""
+    import numpy as np
+
+    from gedp.measure.jobframe import EMPLOYMENT
+
+    ids = pd.Index(protected["estab_id"].astype(str))
+    employment = protected[EMPLOYMENT].to_numpy(dtype=float)
+    family, families = pd.factorize(jobs["family"].astype(str))
+    position = ids.get_indexer(jobs["estab_id"].astype(str))
+    if (position < 0).any():
+        row = int((position < 0).argmax()) + 1
+        raise InputError(f"release '{folder}': its job frame names an establishment its protected microdata lack "
+                         f"(row {row}; an edited or damaged copy)")
+    sums = np.zeros((len(families), len(ids)))
+    np.add.at(sums, (family, position), jobs["jobs"].to_numpy(dtype=float))
+    off = ~np.isclose(sums, employment[None, :], rtol=1e-9, atol=1e-6)
+    if off.any():
+        row = ids[int(off.argmax() % len(ids))]
+        raise InputError(f"release '{folder}': its job frame's jobs of establishment {row!r} do not add up to its "
+                         "protected employment as gedp writes them (an edited or damaged copy)")
 
 
 def read_validated(release: str | Path, quarter: str | None = None) -> pd.DataFrame:

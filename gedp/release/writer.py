@@ -75,6 +75,16 @@ def check_output_path(out: Path) -> None:
         raise InputError(f"output '{out}' cannot be created: '{parent.name}' is not a folder")
 
 
+def check_not_in_release(out: Path) -> None:
+    """Refuse an output folder inside a gedp release (a folder above ``out``, links resolved, holding
+    a release's manifest): a release written into another would be published with it, and its
+    readers and ``gedp audit --release`` refuse a release holding anything but its files."""
+    for parent in Path(out).resolve().parents:
+        if _gedp_names(parent, MANIFEST_FILE) is not None:
+            raise InputError(f"output '{out}' is inside the gedp release '{parent}'; write a release outside any "
+                             "other: choose another --out")
+
+
 def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
     """The names gedp writes in an output folder of ``marker``'s kind, or None when ``marker`` is
     not gedp's: a regular JSON file holding an object with gedp's keys (a release's manifest; a
@@ -134,6 +144,8 @@ def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
     """
     kind = "release" if marker == MANIFEST_FILE else "output"
     check_output_path(out)
+    if marker == MANIFEST_FILE:
+        check_not_in_release(out)
     if not os.path.lexists(out):
         return
     if not out.is_dir():

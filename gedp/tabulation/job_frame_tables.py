@@ -11,7 +11,7 @@ import pandas as pd
 from gedp.errors import InputError
 from gedp.postprocess.combine import checked_level
 from gedp.release.format import JOBS_FILE
-from gedp.release.reader import read_stored, release_answers, release_families
+from gedp.release.reader import check_adds_up, read_stored, release_answers, release_families
 
 
 def read_job_frame(folder: str | Path) -> pd.DataFrame:
@@ -34,6 +34,7 @@ def tabulate_job_frame(folder: str | Path, protected: pd.DataFrame, by: str | Se
 
     keys = by_columns(by)
     jobs = read_job_frame(folder)
+    check_adds_up(folder, jobs, protected)
     if moe:
         checked_level(level)
     try:
