@@ -241,6 +241,11 @@ def _files(folder: Path) -> dict[str, bytes]:
     ["report", "{r}", "--out", "{r}/manifest.json"],
     ["implicates", "{r}", "--out", "{r}/implicates", "--n", "2"],
     ["audit", "--release", "{r}", "--out", "{r}/audit.json"],
+    ["suppress", "--data", "{r}", "--out", "{r}/cells", "--no-audit"],
+    ["suppress", "--data", "{link}/protected.parquet", "--out", "{r}/measurements.parquet/cells", "--no-audit"],
+    ["evaluate", "risk", "--data", "{r}", "--release", "{link}", "--out", "{r}/risk"],
+    ["evaluate", "e1", "--data", "{r}", "--out", "{link}/e1"],
+    ["evaluate", "e3", "--trials", "100", "--out", "{r}/e3"],  # reads no release: none is written into
 ])
 def test_an_output_inside_the_release_read_is_refused(release, tmp_path, monkeypatch, request_):
     """Red team F5: `tabulate --out r/protected.parquet/part-44.parquet`, `report --out r/manifest.json`
@@ -255,6 +260,42 @@ def test_an_output_inside_the_release_read_is_refused(release, tmp_path, monkeyp
     assert result.exit_code == 2 and "is inside the release" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert _files(copy) == before  # no file changed, none added
+
+
+def _truncated(release: Path, tmp_path: Path) -> Path:
+    """A copy of ``release`` whose protected part lost its last row (its manifest unchanged)."""
+    import pandas as pd
+
+    copy = tmp_path / "r"
+    shutil.copytree(release, copy)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    pd.read_parquet(part).iloc[:-1].to_parquet(part, index=False)
+    return copy
+
+
+@pytest.mark.parametrize("command", [["suppress", "--no-audit"], ["evaluate", "e1"]])
+def test_suppress_and_evaluate_read_a_release_through_its_reader(release, tmp_path, command):
+    """--data naming a release's protected microdata is read with the readers' checks (a copy
+    whose rows are not the establishments its manifest states is refused), a part alone is refused,
+    and a genuine release is read (the report written beside it)."""
+    copy = _truncated(release, tmp_path)
+    for data, message in ((copy / "protected.parquet", "manifest states"),
+                          (copy, "manifest states"),
+                          (release / "protected.parquet" / "part-44.parquet", "is not its protected microdata")):
+        result = runner.invoke(app, [*command, "--data", str(data), "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2 and message in result.output, (data, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+        assert not (tmp_path / "out").exists()
+    result = runner.invoke(app, [*command, "--data", str(release), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0 and (tmp_path / "out" / "summary.json").exists(), result.output
+
+
+def test_a_job_table_in_a_release_is_refused(release, tmp_path):
+    """e6's --jobs is a job table of --data, never a file of a release (its job frame has other columns)."""
+    result = runner.invoke(app, ["evaluate", "e6", "--data", str(release), "--jobs", str(release / "protected.parquet"),
+                                 "--out", str(tmp_path / "e6")])
+    assert result.exit_code == 2 and "is in a release" in result.output, result.output
+    assert not (tmp_path / "e6").exists()
 
 
 def test_an_output_beside_the_release_is_written(release, tmp_path, monkeypatch):
