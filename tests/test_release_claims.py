@@ -37,9 +37,10 @@ def edited(release: Path, tmp_path: Path, edit) -> Path:
     return copy
 
 
-def refused_by_every_reader(copy: Path, tmp_path: Path, message: str) -> None:
-    """tabulate (with and without margins), report, implicates, the server's loader and the API each
-    refuse ``copy`` in one line naming ``message``, exit 2, nothing written."""
+def refused_by_every_reader(copy: Path, tmp_path: Path, message: str, manifest: bool = True) -> None:
+    """tabulate (with and without margins), report, implicates, the server's loader and (an edited
+    ``manifest``) the API's privacy statement each refuse ``copy`` in one line naming ``message``, exit 2,
+    nothing written."""
     for request in (["tabulate", str(copy), "--by", "county", "--out", str(tmp_path / "t.csv")],
                     ["tabulate", str(copy), "--by", "county", "--moe", "--out", str(tmp_path / "t.csv")],
                     ["report", str(copy), "--out", str(tmp_path / "report.html")],
@@ -50,8 +51,9 @@ def refused_by_every_reader(copy: Path, tmp_path: Path, message: str) -> None:
     assert not any((tmp_path / name).exists() for name in ("t.csv", "report.html", "imp"))
     with pytest.raises(InputError, match=re.escape(message)):
         load_releases([copy])
-    with pytest.raises(InputError, match=re.escape(message)):
-        _ = gedp.read_release(copy).privacy
+    if manifest:
+        with pytest.raises(InputError, match=re.escape(message)):
+            _ = gedp.read_release(copy).privacy
 
 
 def test_a_genuine_manifest_states_its_ledgers_composed(release):
@@ -330,6 +332,41 @@ def test_codes_gedp_does_not_write_are_refused_by_a_plain_tabulation(release, tm
     assert not (tmp_path / "t.csv").exists()
     with pytest.raises(InputError, match=re.escape(message)):
         load_releases([copy])
+
+
+def _pattern_edits() -> dict[str, tuple]:
+    """Hostile edits of the public columns a smoothed release's months share patterns in (``PATTERN_GROUP``,
+    ``PATTERN_CELL``), each with the words its refusal names: a column dropped, a null, a number, an extra row."""
+    from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP
+
+    columns = list(dict.fromkeys((*PATTERN_GROUP, *PATTERN_CELL)))
+    edits: dict[str, tuple] = {f"no {c}": (lambda f, c=c: f.drop(columns=c), f"lack the column '{c}'") for c in columns}
+    edits["a null sector"] = (lambda f: f.assign(sector=f["sector"].astype(object).where(f.index != 3, None)),
+                              "column 'sector'")
+    edits["a numeric county"] = (lambda f: f.assign(county=f["county"].astype(int)), "column 'county' as int64")
+    edits["an extra row"] = (lambda f: f.iloc[[*range(len(f)), 0]], "hold 401 rows")
+    return edits
+
+
+PATTERN_EDITS = _pattern_edits()
+
+
+@pytest.mark.parametrize("case", list(PATTERN_EDITS))
+def test_the_smoothed_months_pattern_columns_are_checked_by_every_reader(release, tmp_path, monkeypatch, case):
+    """The months of a smoothed release share patterns within its sectors and county x NAICS cells: a copy
+    without its sector column was read (the common pattern then served all, other margins silently) by
+    tabulate --moe, report, implicates and the server; every reader now refuses it, as it refuses a null,
+    a number or an extra row in those columns; audit --release fails it (exit 2)."""
+    import pandas as pd
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    assert read_manifest(release)["variance_mode"] == "smoothed"
+    edit, message = PATTERN_EDITS[case]
+    copy = edited(release, tmp_path, lambda m: None)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    refused_by_every_reader(copy, tmp_path, message, manifest=False)
+    assert runner.invoke(app, ["audit", "--release", str(copy)]).exit_code == 2
 
 
 @pytest.mark.parametrize("where", ["top", "nested"])
