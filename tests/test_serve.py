@@ -443,3 +443,27 @@ def test_size_class_tables_of_a_release_too_large_are_refused(releases, monkeypa
         assert json.loads(served.get("/api/releases")[2])[0]["size_classes"] is False
     finally:
         served.stop()
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_no_cache_computes_every_answer(releases, monkeypatch, cache):
+    """With the answer cache (the default) a request asked again is answered from it: its time (about
+    1-3 ms against 20-36 ms computed, benchmarks/bench_serve_cache.py) tells that someone asked it before.
+    `gedp serve --no-cache` computes every answer, the same bytes, so its time tells nothing of the kind."""
+    from gedp.serve import app as served_app
+    from gedp.serve.server import open_server
+
+    computed = []
+    answered = served_app.answered_in_full
+    monkeypatch.setattr(served_app, "answered_in_full", lambda *args: computed.append(args[1]) or answered(*args))
+    opened = open_server([releases["single"]], port=0, cache=cache)
+    opened.listening.close()
+    served = Served(opened.application)
+    try:
+        request_ = {"release": "single", "by": "county,sector", "moe": "1", "format": "csv"}
+        first, again = (served.get("/api/tabulate", request_) for _ in range(2))
+    finally:
+        served.stop()
+    assert first[0] == again[0] == 200 and first[2] == again[2]
+    assert len(computed) == (1 if cache else 2)
+
