@@ -72,11 +72,13 @@ def first_cli_request(release: Path, cache: Path) -> float:
         return time.perf_counter() - start
 
 
-def start_server(release: Path, cache: Path, port: int) -> tuple[subprocess.Popen, float]:
-    """`gedp serve` started with an empty cache; the seconds until it answers /api/releases."""
+def start_server(release: Path, cache: Path, port: int,
+                 options: tuple[str, ...] = ()) -> tuple[subprocess.Popen, float]:
+    """`gedp serve` started with the margins cache ``cache`` (and its ``options``); the seconds until it
+    answers /api/releases."""
     env = {**os.environ, "GEDP_CACHE_DIR": str(cache)}
     start = time.perf_counter()
-    server = subprocess.Popen([gedp(), "serve", str(release), "--port", str(port)], env=env,
+    server = subprocess.Popen([gedp(), "serve", str(release), "--port", str(port), *options], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     while True:
         if server.poll() is not None:

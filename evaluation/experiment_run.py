@@ -20,7 +20,7 @@ from gedp.evaluation.e5_earlier import E5Setup
 from gedp.evaluation.experiments import Experiment, ExperimentRequest, experiment
 from gedp.evaluation.report import mark_confidentiality
 from gedp.evaluation.synthetic_states import experiment_data
-from gedp.release.format import SUMMARY_FILE
+from gedp.release.format import SUMMARY_FILE, check_outside_releases
 from gedp.release.writer import staged_directory
 
 #: A progress display of a number of steps: yields the callback that advances it by one named step.
@@ -72,10 +72,11 @@ class ExperimentRun:
 def run_experiment(name: str, out: Path, options: ExperimentOptions, *, progress: Steps = _no_progress,
                    status: Status = lambda text: nullcontext()) -> ExperimentRun:
     """Run the experiment ``name`` and write its report, summary and plots into the folder ``out``
-    (replaced only when complete). ``progress`` shows the steps of experiments that count them,
+    (replaced only when complete; never into a release). ``progress`` shows the steps of experiments that count them,
     ``status`` a line while the others run."""
     chosen = experiment(name)
     request = _request(name, options)
+    check_outside_releases(out)  # the release read (risk's --release, --data of a release) or any other
     with staged_directory(out, marker=SUMMARY_FILE) as staging:
         if chosen.uses_data:
             truth, label, published = experiment_data(options.data, options.from_qcew, options.profile, options.seed)
@@ -84,7 +85,7 @@ def run_experiment(name: str, out: Path, options: ExperimentOptions, *, progress
         elif options.structure:
             raise InputError(f"--structure goes with an experiment on data, not {name}")
         if options.jobs is not None:
-            request = dataclasses.replace(request, jobs=_experiment_jobs(name, options, request.truth))
+            request = dataclasses.replace(request, jobs=_experiment_jobs(name, options.jobs, options, request.truth))
         chosen.render(_computed(chosen, request, name, progress, status), staging)
         summary = mark_confidentiality(staging, confidential=chosen.uses_data and options.data is not None)
     return ExperimentRun(summary, _report_plots(out))
@@ -133,13 +134,16 @@ def _structured(truth: pd.DataFrame, label: str, names: list[str], seed: int) ->
         raise InputError(str(err)) from None
 
 
-def _experiment_jobs(name: str, options: ExperimentOptions, truth: pd.DataFrame | None) -> pd.DataFrame:
-    """The validated job table of --data for e6."""
+def _experiment_jobs(name: str, jobs: Path, options: ExperimentOptions, truth: pd.DataFrame | None) -> pd.DataFrame:
+    """The validated job table ``jobs`` of --data for e6."""
+    from gedp.release.format import release_holding
     from gedp.synth.io import read_jobs
 
     if name != "e6" or options.data is None:
         raise InputError("--jobs goes with e6 and --data (the job table of that establishment file)")
-    return read_jobs(options.jobs, truth)
+    if release_holding(jobs) is not None:  # a release's job frame is not a job table
+        raise InputError(f"--jobs '{jobs}' is in a release: give the job table of --data")
+    return read_jobs(jobs, truth)
 
 
 def _computed(chosen: Experiment, request: ExperimentRequest, name: str, progress: Steps,

@@ -13,7 +13,7 @@ from gedp.evaluation.baselines.suppression import SuppressionRule, check_microda
 from gedp.evaluation.report import mark_confidentiality
 from gedp.evaluation.suppression_report import write_suppression
 from gedp.evaluation.synthetic_states import experiment_data
-from gedp.release.format import SUMMARY_FILE
+from gedp.release.format import SUMMARY_FILE, check_outside_releases
 from gedp.release.writer import staged_directory
 
 #: A progress display of the audit: yields callbacks ``(done, total)`` and ``(message)`` (a repair round).
@@ -40,7 +40,8 @@ def run_suppression(out: Path, *, data: Path | None, from_qcew: Path | None, pro
     """Suppress the cells of ``data``, of a state synthesized from ``from_qcew`` (compared with its
     published suppression) or of ``profile``'s state by the p% rule and ``min_estabs``, over
     ``attributes`` (comma-separated); audit them by LP (``every_lp``: both LPs of every cell) unless
-    ``audit`` is False, and write the report into the folder ``out``."""
+    ``audit`` is False, and write the report into the folder ``out`` (never into a release)."""
+    check_outside_releases(out)
     try:
         rule = SuppressionRule(p=p, min_estabs=min_estabs,
                                attributes=tuple(a.strip() for a in attributes.split(",") if a.strip()))

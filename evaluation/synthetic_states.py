@@ -119,12 +119,10 @@ def _synthesized(profile: str | None, from_qcew: Path | None, within_cell: str, 
 def experiment_data(data: Path | None, from_qcew: Path | None, profile: str,
                     seed: int) -> tuple[pd.DataFrame, str, PublishedState | None]:
     """The microdata of an experiment, its description, and the published QCEW it was fitted to (if any)."""
-    from gedp.synth.intake import read_input
-
     if data is not None and from_qcew is not None:
         raise InputError("give at most one of --data and --from-qcew")
     if data is not None:
-        return read_input(data), f"file {data.name}", None
+        return experiment_microdata(data), f"file {data.name}", None
     if from_qcew is not None:
         published = read_qcew(from_qcew)
         microdata = synthesize_state(published, rng=np.random.default_rng(seed))
@@ -133,3 +131,22 @@ def experiment_data(data: Path | None, from_qcew: Path | None, profile: str,
     spec = load_profile(profile)
     return (generate_profile(spec, rng=np.random.default_rng(DEFAULT_STATE_SEED)),
             f"synthetic profile '{spec['name']}'", None)
+
+
+def experiment_microdata(data: Path) -> pd.DataFrame:
+    """The validated microdata of the file ``data`` (``intake.read_input``); of a release (its folder
+    or its protected microdata), its protected microdata read through the release reader's checks
+    (``reader.read_validated``): a part alone, or a copy with parts its manifest does not list, is refused."""
+    from gedp.release.format import PROTECTED_FILE, release_holding
+    from gedp.synth.intake import read_input
+
+    release = release_holding(data)
+    if release is None:
+        return read_input(data)
+    if data.resolve() not in (release, release / PROTECTED_FILE):
+        raise InputError(f"--data '{data}' is in the release '{release}' and is not its protected microdata: "
+                         "give the release's folder")
+    from gedp.release.reader import check_one_quarter, read_validated
+
+    check_one_quarter(release, "an experiment")
+    return read_validated(release)

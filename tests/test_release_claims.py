@@ -40,10 +40,11 @@ def edited(release: Path, tmp_path: Path, edit) -> Path:
     return copy
 
 
-def refused_by_every_reader(copy: Path, tmp_path: Path, message: str, plain: bool = True) -> None:
+def refused_by_every_reader(copy: Path, tmp_path: Path, message: str, plain: bool = True,
+                            manifest: bool = True) -> None:
     """tabulate (with and without margins; without: only when ``plain``, a refusal of the manifest: a plain
-    tabulation reads no answers), report, implicates, the server's loader and the API each refuse ``copy``
-    in one line naming ``message``, exit 2, nothing written."""
+    tabulation reads no answers), report, implicates, the server's loader and (an edited ``manifest``) the
+    API's privacy statement each refuse ``copy`` in one line naming ``message``, exit 2, nothing written."""
     requests = [["tabulate", str(copy), "--by", "county", "--out", str(tmp_path / "t.csv")]] if plain else []
     for request in (*requests,
                     ["tabulate", str(copy), "--by", "county", "--moe", "--out", str(tmp_path / "t.csv")],
@@ -55,8 +56,9 @@ def refused_by_every_reader(copy: Path, tmp_path: Path, message: str, plain: boo
     assert not any((tmp_path / name).exists() for name in ("t.csv", "report.html", "imp"))
     with pytest.raises(InputError, match=re.escape(message)):
         load_releases([copy])
-    with pytest.raises(InputError, match=re.escape(message)):
-        _ = gedp.read_release(copy).privacy
+    if manifest:
+        with pytest.raises(InputError, match=re.escape(message)):
+            _ = gedp.read_release(copy).privacy
 
 
 def test_a_genuine_manifest_states_its_ledgers_composed(release):
@@ -246,6 +248,11 @@ def _files(folder: Path) -> dict[str, bytes]:
     ["report", "{r}", "--out", "{r}/manifest.json"],
     ["implicates", "{r}", "--out", "{r}/implicates", "--n", "2"],
     ["audit", "--release", "{r}", "--out", "{r}/audit.json"],
+    ["suppress", "--data", "{r}", "--out", "{r}/cells", "--no-audit"],
+    ["suppress", "--data", "{link}/protected.parquet", "--out", "{r}/measurements.parquet/cells", "--no-audit"],
+    ["evaluate", "risk", "--data", "{r}", "--release", "{link}", "--out", "{r}/risk"],
+    ["evaluate", "e1", "--data", "{r}", "--out", "{link}/e1"],
+    ["evaluate", "e3", "--trials", "100", "--out", "{r}/e3"],  # reads no release: none is written into
 ])
 def test_an_output_inside_the_release_read_is_refused(release, tmp_path, monkeypatch, request_):
     """Red team F5: `tabulate --out r/protected.parquet/part-44.parquet`, `report --out r/manifest.json`
@@ -260,6 +267,42 @@ def test_an_output_inside_the_release_read_is_refused(release, tmp_path, monkeyp
     assert result.exit_code == 2 and "is inside the release" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
     assert _files(copy) == before  # no file changed, none added
+
+
+def _truncated(release: Path, tmp_path: Path) -> Path:
+    """A copy of ``release`` whose protected part lost its last row (its manifest unchanged)."""
+    import pandas as pd
+
+    copy = tmp_path / "r"
+    shutil.copytree(release, copy)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    pd.read_parquet(part).iloc[:-1].to_parquet(part, index=False)
+    return copy
+
+
+@pytest.mark.parametrize("command", [["suppress", "--no-audit"], ["evaluate", "e1"]])
+def test_suppress_and_evaluate_read_a_release_through_its_reader(release, tmp_path, command):
+    """--data naming a release's protected microdata is read with the readers' checks (a copy
+    whose rows are not the establishments its manifest states is refused), a part alone is refused,
+    and a genuine release is read (the report written beside it)."""
+    copy = _truncated(release, tmp_path)
+    for data, message in ((copy / "protected.parquet", "manifest states"),
+                          (copy, "manifest states"),
+                          (release / "protected.parquet" / "part-44.parquet", "is not its protected microdata")):
+        result = runner.invoke(app, [*command, "--data", str(data), "--out", str(tmp_path / "out")])
+        assert result.exit_code == 2 and message in result.output, (data, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+        assert not (tmp_path / "out").exists()
+    result = runner.invoke(app, [*command, "--data", str(release), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0 and (tmp_path / "out" / "summary.json").exists(), result.output
+
+
+def test_a_job_table_in_a_release_is_refused(release, tmp_path):
+    """e6's --jobs is a job table of --data, never a file of a release (its job frame has other columns)."""
+    result = runner.invoke(app, ["evaluate", "e6", "--data", str(release), "--jobs", str(release / "protected.parquet"),
+                                 "--out", str(tmp_path / "e6")])
+    assert result.exit_code == 2 and "is in a release" in result.output, result.output
+    assert not (tmp_path / "e6").exists()
 
 
 def test_an_output_beside_the_release_is_written(release, tmp_path, monkeypatch):
@@ -294,6 +337,41 @@ def test_codes_gedp_does_not_write_are_refused_by_a_plain_tabulation(release, tm
     assert not (tmp_path / "t.csv").exists()
     with pytest.raises(InputError, match=re.escape(message)):
         load_releases([copy])
+
+
+def _pattern_edits() -> dict[str, tuple]:
+    """Hostile edits of the public columns a smoothed release's months share patterns in (``PATTERN_GROUP``,
+    ``PATTERN_CELL``), each with the words its refusal names: a column dropped, a null, a number, an extra row."""
+    from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP
+
+    columns = list(dict.fromkeys((*PATTERN_GROUP, *PATTERN_CELL)))
+    edits: dict[str, tuple] = {f"no {c}": (lambda f, c=c: f.drop(columns=c), f"lack the column '{c}'") for c in columns}
+    edits["a null sector"] = (lambda f: f.assign(sector=f["sector"].astype(object).where(f.index != 3, None)),
+                              "column 'sector'")
+    edits["a numeric county"] = (lambda f: f.assign(county=f["county"].astype(int)), "column 'county' as int64")
+    edits["an extra row"] = (lambda f: f.iloc[[*range(len(f)), 0]], "hold 401 rows")
+    return edits
+
+
+PATTERN_EDITS = _pattern_edits()
+
+
+@pytest.mark.parametrize("case", list(PATTERN_EDITS))
+def test_the_smoothed_months_pattern_columns_are_checked_by_every_reader(release, tmp_path, monkeypatch, case):
+    """The months of a smoothed release share patterns within its sectors and county x NAICS cells: a copy
+    without its sector column was read (the common pattern then served all, other margins silently) by
+    tabulate --moe, report, implicates and the server; every reader now refuses it, as it refuses a null,
+    a number or an extra row in those columns; audit --release fails it (exit 2)."""
+    import pandas as pd
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    assert read_manifest(release)["variance_mode"] == "smoothed"
+    edit, message = PATTERN_EDITS[case]
+    copy = edited(release, tmp_path, lambda m: None)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    refused_by_every_reader(copy, tmp_path, message, manifest=False)
+    assert runner.invoke(app, ["audit", "--release", str(copy)]).exit_code == 2
 
 
 @pytest.mark.parametrize("where", ["top", "nested"])

@@ -58,6 +58,10 @@ Host = Annotated[str, typer.Option(help="Address to listen on (loopback unless t
 Port = Annotated[int, typer.Option(help="Port to listen on (0: a free one, printed).")]
 MaxRows = Annotated[int, typer.Option(help="Most rows a table answered may have.")]
 Timeout = Annotated[float, typer.Option(help="Most seconds a request may compute.")]
+AnswerCache = Annotated[bool, typer.Option("--cache/--no-cache", help="Keep answers for requests asked again "
+                                                                      "(--no-cache: every answer computed, so its "
+                                                                      "time does not tell whether it was asked "
+                                                                      "before).")]
 # gedp implicates
 ImplicatesOut = Annotated[Path, typer.Option(help="The folder of implicates to write (one Parquet file per implicate; "
                                                   "pandas.read_parquet(OUT) reads them all).")]
@@ -134,7 +138,7 @@ def _show_tabulation(answer: Tabulation, out: Optional[Path], margins: str) -> N
 
 @app.command(name="serve")
 def serve_command(releases: Releases, host: Host = "127.0.0.1", port: Port = 8000, max_rows: MaxRows = 100_000,
-                  timeout: Timeout = 30.0) -> None:
+                  timeout: Timeout = 30.0, cache: AnswerCache = True) -> None:
     """Serve releases to data users: a web page and a JSON API of tabulations with margins of error.
 
     The page shows tables with margins and quality flags, charts, and CSV and xlsx downloads; the
@@ -146,7 +150,8 @@ def serve_command(releases: Releases, host: Host = "127.0.0.1", port: Port = 800
 
     started = time.perf_counter()
     with reported_errors():
-        server = open_server(releases, host=host, port=port, max_rows=max_rows, timeout=timeout, status=errors.status)
+        server = open_server(releases, host=host, port=port, max_rows=max_rows, timeout=timeout, cache=cache,
+                             status=errors.status)
     if host not in LOOPBACK:
         errors.print(f"warning: listening on {host}: anyone who can reach this address can use the server")
     console.print(f"Serving {', '.join(server.served)} at http://{'[' + host + ']' if ':' in host else host}:"

@@ -3,6 +3,8 @@ and the contents a release is written from."""
 
 from __future__ import annotations
 
+import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +30,8 @@ ACCURACY_FILE = "accuracy.json"
 RELEASE_FILES = frozenset({MANIFEST_FILE, PROTECTED_FILE, MEASUREMENTS_FILE, TABLES_FILE, ACCURACY_FILE, JOBS_FILE})
 PART_FOLDERS = (PROTECTED_FILE, MEASUREMENTS_FILE, JOBS_FILE)
 MANIFEST_KEYS = frozenset({"gedp_version", "mu_total", "files"})
+#: Largest marker file (a release's manifest, a report's summary) read to tell whether a folder is gedp's.
+MAX_MARKER_BYTES = 64 << 20
 #: The column of a panel release's protected microdata and measurements naming each row's quarter
 #: (e.g. "2016Q1"); a release of one quarter has none.
 QUARTER_KEY = "quarter"
@@ -84,3 +88,37 @@ def check_outside(release: str | Path, *outputs: str | Path) -> None:
         if target == folder or folder in target.parents:
             raise InputError(f"output '{output}' is inside the release '{release}' it reads; a reader writes "
                              "nothing into a release: give a path outside it")
+
+
+def marker_content(path: Path) -> dict | None:
+    """The JSON object a marker file of gedp's (manifest.json, summary.json, _implicates.json) holds, or
+    None when ``path`` is not a regular file of at most MAX_MARKER_BYTES holding a JSON object."""
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MARKER_BYTES:
+            return None
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return content if isinstance(content, dict) else None
+
+
+def release_holding(path: str | Path) -> Path | None:
+    """The release folder ``path`` is or lies in (symbolic links resolved; a folder whose manifest has
+    gedp's keys), or None."""
+    target = Path(path).resolve()
+    for folder in (target, *target.parents):
+        content = marker_content(folder / MANIFEST_FILE)
+        if content is not None and MANIFEST_KEYS <= content.keys():
+            return folder
+    return None
+
+
+def check_outside_releases(*outputs: str | Path) -> None:
+    """Refuse an output at or inside any release folder (``release_holding``), read or not: nothing but
+    ``gedp protect`` writes into a release (``check_outside`` names the release a reader reads)."""
+    for output in outputs:
+        folder = release_holding(output)
+        if folder is not None:
+            raise InputError(f"output '{output}' is inside the release '{folder}'; nothing is written into a "
+                             "release: give a path outside it")

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
@@ -16,7 +15,7 @@ from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE_PRIOR
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE
 from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts, part_label
-from gedp.release.part_sizes import FOOTER_LIMITS, check_decoded, open_part, read_parts
+from gedp.release.part_sizes import check_decoded, open_part, read_parts
 from gedp.release.validation import read_manifest, release_parts
 from gedp.synth.columns import CARRIED, CONFIDENTIAL
 from gedp.synth.schema import PUBLIC
@@ -44,12 +43,12 @@ JOB_COLUMN_TYPES = {"estab_id": TEXT_TYPES, "family": TEXT_TYPES, "jobs": frozen
 
 def output_columns(manifest: Manifest, output: str) -> tuple[dict[str, frozenset[str] | None], str]:
     """The columns a Parquet output's parts must hold, each with the types gedp writes it as (None: any
-    listed in ``COLUMN_TYPES``), and how messages name the output. The protected microdata: the release's
-    keys and every establishment attribute it measured (its manifest's gammas; each quarter's in a panel;
-    a job family's are in the job frame). The job frame: its id, family, jobs and its families' worker
-    columns (the manifest's ``jobs`` section, checked by ``read_manifest``), exactly those."""
-    from gedp.release.format import RELEASE_ORDER
-
+    listed in ``COLUMN_TYPES``), and how messages name the output. The protected microdata: every public
+    column validated microdata hold (``PUBLIC``: the release's keys, and the sector and cell columns its
+    smoothed months' margins share patterns in, ``postprocess.months``), and every establishment attribute
+    it measured (its manifest's gammas; each quarter's in a panel; a job family's are in the job frame).
+    The job frame: its id, family, jobs and its families' worker columns (the manifest's ``jobs`` section,
+    checked by ``read_manifest``), exactly those."""
     if output == JOBS_FILE:
         families = manifest.get("jobs", {}).get("families", {})
         workers = dict.fromkeys((column for spec in families.values() for column in spec["columns"]), TEXT_TYPES)
@@ -57,7 +56,7 @@ def output_columns(manifest: Manifest, output: str) -> tuple[dict[str, frozenset
             "job frame's parts"
     sections = manifest["per_quarter"].values() if "per_quarter" in manifest else [manifest]
     measured = (name for section in sections for name in section["gammas"] if name in CONFIDENTIAL)
-    return {name: COLUMN_TYPES.get(name) for name in [*RELEASE_ORDER, *measured]}, "protected microdata"
+    return {name: COLUMN_TYPES.get(name) for name in [*PUBLIC, *measured]}, "protected microdata"
 
 
 def check_columns(release: str | Path, schema: pa.Schema, manifest: Manifest, output: str = PROTECTED_FILE) -> None:
@@ -417,20 +416,13 @@ def release_answers(release: str | Path, protected: pd.DataFrame | None = None,
     its protected microdata (``protected``, or read from the release: the public columns the month
     patterns are shared in); of one ``quarter`` of a panel release."""
     from gedp.measure.neighbors import make_psi  # the stages' modules: loaded by what reads answers only
-    from gedp.postprocess.months import PATTERN_CELL, PATTERN_GROUP, month_answers
+    from gedp.postprocess.months import month_answers
 
     manifest = quarter_manifest(release, quarter)
     answers = read_answers(release, quarter)
     mode = manifest.get("variance_mode", "estimated")
-    if protected is None and mode == "smoothed":
-        with parts_read(release, PROTECTED_FILE):
-            parts = quarter_parts(release_parts(release, PROTECTED_FILE), quarter)
-            dataset = pq.ParquetDataset(parts, filters=None if quarter is None else [(QUARTER_KEY, "==", quarter)],
-                                       **FOOTER_LIMITS)
-            columns = [column for column in dict.fromkeys(("estab_id", *PATTERN_CELL, *PATTERN_GROUP))
-                       if column in dataset.schema.names]
-            check_decoded(release, PROTECTED_FILE, parts, [*columns, QUARTER_KEY])
-            protected = dataset.read(columns=columns).to_pandas(ignore_metadata=True)
+    if protected is None and mode == "smoothed":  # the public columns its patterns are shared in, checked
+        protected = read_validated(release, quarter)
     return month_answers(answers, mode, make_psi(**manifest["psi"]), protected)
 
 

@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -44,6 +43,7 @@ from gedp.release.format import (
     SUPPRESSION_FILES,
     TABLES_FILE,
     StateRelease,
+    marker_content,
 )
 
 if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither (nor pandas)
@@ -52,7 +52,6 @@ if TYPE_CHECKING:  # what a release is written from; checking an output path nee
     from gedp.measure.answers import NoisyAnswer
     from gedp.measure.workflows import Measurements
 
-MAX_MARKER_BYTES = 64 << 20
 #: Longest output name, in bytes: a file name holds 255, and staging adds ".partial-" and 8 hex digits.
 MAX_NAME_BYTES = 200
 #: Rows per row group of the measurements file (Arrow's default, which the file has always used).
@@ -89,14 +88,8 @@ def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
     """The names gedp writes in an output folder of ``marker``'s kind, or None when ``marker`` is
     not gedp's: a regular JSON file holding an object with gedp's keys (a release's manifest; a
     report's summary, whose "figures" name its plots)."""
-    try:
-        info = (out / marker).lstat()
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MARKER_BYTES:
-            return None
-        content = json.loads((out / marker).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(content, dict):
+    content = marker_content(out / marker)
+    if content is None:
         return None
     if marker == MANIFEST_FILE:
         return RELEASE_FILES if MANIFEST_KEYS <= content.keys() else None

@@ -172,8 +172,10 @@ def retry_later(message: str, timeout: float) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=503, headers={"retry-after": str(max(1, math.ceil(timeout)))})
 
 
-def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits()) -> SecurityHeaders:
-    """The application serving ``releases`` (by id) within ``limits``."""
+def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits(), cache: bool = True) -> SecurityHeaders:
+    """The application serving ``releases`` (by id) within ``limits``; ``cache``: answers kept for a
+    request asked again (``AnswerCache``; False: every answer computed, so an answer's time never tells
+    whether anyone asked the same before)."""
     static = {name: resources.files("gedp.serve").joinpath("static", name).read_bytes() for name in STATIC}
     workers = Workers()
 
@@ -196,11 +198,11 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits()) ->
 
     async def tabulate(request: Request) -> Response:
         key = tuple(sorted(request.query_params.multi_items()))
-        kept = answered.get(key)
+        kept = answered.get(key) if cache else None
         if kept is not None:
             return Response(kept[0], media_type=kept[1], headers=kept[2])
         response = await computed(request)
-        if response.status_code == 200:
+        if cache and response.status_code == 200:
             answered.put(key, (bytes(response.body), response.media_type, dict(response.headers)))
         return response
 

@@ -3,8 +3,8 @@ in memory read-only, so that a request is answered without touching a file.
 
 A release of one quarter is held as its kept cell index and its margins' per-cell pieces
 (``gedp.release.cells``, ``gedp.release.margins``), built once if the cache has none, and the cells
-of its standard groupings computed from them (``gedp.release.lattice``; their margins in a
-background thread once the server is ready): a request is answered by
+of its standard groupings computed from them (``gedp.release.lattice``; their margins, then the
+implicates of its size-class tables, in a background thread once the server is ready): a request is answered by
 ``release.cells.index_tabulation``, the function ``gedp tabulate`` answers a further request with
 (looking its rows up in the lattice where they are cells of it), so the numbers are the same bit
 for bit. A panel release is held as each quarter's
@@ -43,8 +43,9 @@ if TYPE_CHECKING:
 #: Most quarters a served panel may hold.
 MAX_QUARTERS = 80
 #: Most establishments of a release whose size-class tables a server answers: it draws their 20
-#: implicates at the first such request and holds them (about 3.5 KiB and 0.5 ms of processor time
-#: per establishment: New Jersey's 251,987 took 883 MiB and 729 s at load 13, past a request's time).
+#: implicates once it is ready (of a panel's quarter: at its first such request) and holds them (about
+#: 3.5 KiB and 0.5 ms of processor time per establishment: New Jersey's 251,987 took 883 MiB and 729 s
+#: at load 13).
 MAX_DERIVED_ESTABLISHMENTS = 50_000
 #: Characters kept in a release's id (from its folder's name).
 ID_CHARACTERS = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -69,6 +70,7 @@ class ServedRelease:
     quarters_held: dict[str, tuple[pd.DataFrame, Mapping[str, Any]]] = field(default_factory=dict)
     implicates_held: dict[str | None, pd.DataFrame] = field(default_factory=dict)
     drawing: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    warm: threading.Event = field(default_factory=threading.Event, repr=False)  # its background work done
 
     @property
     def public_columns(self) -> list[str]:
@@ -276,7 +278,23 @@ def _hold_index(release: ServedRelease) -> None:
     release.index = index
     release.margins = pieces if pieces is not None and all(p is not None for p in pieces.values()) else variances
     release.lattice = build_lattice(index, release.margins)
-    threading.Thread(target=release.lattice.compute_all, name=f"margins of {release.id}", daemon=True).start()
+    threading.Thread(target=_warm_up, args=(release,), name=f"margins of {release.id}", daemon=True).start()
+
+
+def _warm_up(release: ServedRelease) -> None:
+    """A release's work once the server is ready, in the background: its lattice's margins, then the
+    implicates its size-class tables are combined over (``implicates``), so that no request pays for
+    drawing them within its time (a first size-class request took longer than a request's 30 s at load
+    17) and a size-class answer's time does not tell whether one was asked before. ``warm`` is set after."""
+    try:
+        assert release.lattice is not None
+        release.lattice.compute_all()
+        if release.size_classes:
+            release.implicates(None)
+    except Exception:  # noqa: BLE001 (a request draws them again and says what failed)
+        pass
+    finally:
+        release.warm.set()
 
 
 def _hold_quarters(release: ServedRelease) -> None:
@@ -287,3 +305,4 @@ def _hold_quarters(release: ServedRelease) -> None:
     for quarter in release.quarters:
         release.quarters_held[quarter] = (read_quarter(release.folder, quarter),
                                           kept_variances(release.folder, quarter))
+    release.warm.set()  # a quarter's size-class implicates are drawn at its first such request

@@ -39,10 +39,11 @@ class Server:
 
 
 def open_server(releases: list[Path], *, host: str = "127.0.0.1", port: int = 8000, max_rows: int = 100_000,
-                timeout: float = 30.0,
+                timeout: float = 30.0, cache: bool = True,
                 status: Callable[[str], AbstractContextManager] = lambda text: nullcontext()) -> Server:
     """Load ``releases`` (``status`` shows a line meanwhile) and bind ``host``:``port`` (0: a free
-    port); a table answered has at most ``max_rows`` rows and computes for at most ``timeout`` s."""
+    port); a table answered has at most ``max_rows`` rows and computes for at most ``timeout`` s;
+    ``cache``: answers kept for requests asked again (``app.create_app``)."""
     from gedp.serve.app import Limits, create_app
     from gedp.serve.releases import load_releases
 
@@ -50,7 +51,7 @@ def open_server(releases: list[Path], *, host: str = "127.0.0.1", port: int = 80
         raise InputError("--max-rows must be >= 1 and --timeout > 0")
     with status("loading releases"):
         served = load_releases(releases)
-    application = create_app(served, Limits(max_rows=max_rows, timeout=timeout))
+    application = create_app(served, Limits(max_rows=max_rows, timeout=timeout), cache)
     return Server(list(served), application, listening_socket(host, port))
 
 
