@@ -44,6 +44,7 @@ from gedp.release.format import (
     TABLES_FILE,
     StateRelease,
     marker_content,
+    release_holding,
 )
 
 if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither (nor pandas)
@@ -78,10 +79,10 @@ def check_not_in_release(out: Path) -> None:
     """Refuse an output folder inside a gedp release (a folder above ``out``, links resolved, holding
     a release's manifest): a release written into another would be published with it, and its
     readers and ``gedp audit --release`` refuse a release holding anything but its files."""
-    for parent in Path(out).resolve().parents:
-        if _gedp_names(parent, MANIFEST_FILE) is not None:
-            raise InputError(f"output '{out}' is inside the gedp release '{parent}'; write a release outside any "
-                             "other: choose another --out")
+    folder = release_holding(Path(out).resolve().parent)
+    if folder is not None:
+        raise InputError(f"output '{out}' is inside the gedp release '{folder}'; write a release outside any "
+                         "other: choose another --out")
 
 
 def _gedp_names(out: Path, marker: str) -> frozenset[str] | None:
