@@ -558,17 +558,24 @@ JOB_FRAMES = {
 }
 
 
+def edited_job_frame(written, tmp_path, monkeypatch, edit):
+    """A copy of the release ``written`` whose job frame is ``edit``-ed (its one part rewritten), read with
+    a cache folder of the test's own."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = tmp_path / "copy"
+    shutil.copytree(written, copy)
+    part = copy / "protected_jobs.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    return copy
+
+
 @pytest.mark.parametrize("case", list(JOB_FRAMES))
 def test_a_job_frame_of_other_columns_is_refused_from_its_schema(written, tmp_path, monkeypatch, case):
     from gedp.errors import InputError
     from gedp.tabulation.job_frame_tables import read_job_frame
 
-    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
     edit, message = JOB_FRAMES[case]
-    copy = tmp_path / "copy"
-    shutil.copytree(written, copy)
-    part = copy / "protected_jobs.parquet" / "part-44.parquet"
-    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    copy = edited_job_frame(written, tmp_path, monkeypatch, edit)
     with pytest.raises(InputError, match=re.escape(message)):
         read_job_frame(copy)
     for moe in ([], ["--moe"]):
@@ -624,12 +631,8 @@ JOB_VALUES = {
 def test_a_job_frame_of_values_gedp_does_not_write_is_refused_by_every_reader(written, tmp_path, monkeypatch, case):
     from gedp.audit.release import audit_release
 
-    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
     edit, message = JOB_VALUES[case]
-    copy = tmp_path / "copy"
-    shutil.copytree(written, copy)
-    part = copy / "protected_jobs.parquet" / "part-44.parquet"
-    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    copy = edited_job_frame(written, tmp_path, monkeypatch, edit)
     for by in ("sex", "education", "county,home_county"):
         for moe in ([], ["--moe"]):
             result = runner.invoke(app, ["tabulate", str(copy), "--by", by, *moe, "--out", str(tmp_path / "t.csv")])
