@@ -29,6 +29,41 @@ def _receive_ctrl_c() -> None:
 _receive_ctrl_c()
 
 
+def restate_pnc_noise(folder: Path) -> None:
+    """After a test's edit of a one-state release's identity answers (``folder``'s measurements part):
+    each pnc answer's noise sd restated as the pnc mechanism would have drawn it under the edited
+    answers' upper bounds (readers tie an answer's largest sd to rounded_noise_sd(Delta(U) / mu), U the
+    state's largest psi^-1(released + sd tau + grid) of the attribute's identity answers): every group of
+    an answer scaled by the ratio of its new largest sd to its old, the largest set exactly, variances
+    sd^2. The tests that edit answers test the postprocessing, not the budget's check."""
+    import json
+
+    import pandas as pd
+
+    from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
+    from gedp.measure.mechanisms import pnc_released_sensitivity
+    from gedp.measure.neighbors import make_psi
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (state,) = manifest["states"]
+    (part,) = (folder / "measurements.parquet").glob("*.parquet")
+    frame = pd.read_parquet(part)
+    psi, tau = make_psi(**manifest["psi"]), float(manifest["tau"][state])
+    identity = (frame["query"] == "identity").to_numpy()
+    with np.errstate(all="ignore"):
+        bounds = psi.inverse(frame["released"].to_numpy() + frame["sd"].to_numpy() * tau + frame["grid"].to_numpy())
+    for (query, attribute), rows in frame[~identity].groupby(["query", "attribute"]).groups.items():
+        clip = bounds[identity & (frame["attribute"] == attribute).to_numpy()].max()
+        gamma = float(manifest["gammas"][str(attribute).split("[", 1)[0]])
+        mu = float(frame.loc[rows[0], "mu"])
+        expected = float(rounded_noise_sd(pnc_released_sensitivity(np.array([clip]), psi, gamma) / mu, VALUE_GRID)[0])
+        sd = frame.loc[rows, "sd"].to_numpy()
+        restated = np.where(sd == sd.max(), expected, np.minimum(sd * (expected / sd.max()), expected))
+        frame.loc[rows, "sd"] = restated
+        frame.loc[rows, "variance"] = restated * restated
+    frame.to_parquet(part, index=False)
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """Workers for ``-n auto`` (pyproject's addopts): none when one test file is named, which would go
     to a single worker anyway (``python3 -m pytest tests/test_x.py`` starts no worker processes);

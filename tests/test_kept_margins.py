@@ -6,6 +6,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import restate_pnc_noise
 
 from gedp.postprocess.models import WageVariances
 from gedp.postprocess.moe import variance_functions
@@ -105,6 +106,7 @@ def test_an_edited_measurement_gets_its_own_structure(release_copy):
     measurements.loc[row, ["released", "estimate"]] = [released, estimate]
     measurements.loc[row, "variance"] = float(psi.releasable_variance(np.array([estimate]), sd)[0])
     measurements.to_parquet(part, index=False)
+    restate_pnc_noise(folder)  # the answers' pnc noise as under the moved answer's bound
     assert kept_path(folder) != original_path
     edited = kept_variances(folder)
     assert_same_variances(edited, recomputed(folder, protected), protected)
