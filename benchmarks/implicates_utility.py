@@ -53,6 +53,8 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
                         help="the smallest establishments' changes in whole employees (implicates.WHOLE_CHANGES)")
     parser.add_argument("--persistence", action="store_true",
                         help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
+    parser.add_argument("--whole-smooth-level", action="store_true",
+                        help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
     return parser
 
 
@@ -71,6 +73,7 @@ def seeded_draws(args: argparse.Namespace):
     implicates.CELL_CHANGES = args.cell_changes
     implicates.WHOLE_CHANGES = args.whole_changes
     whole_changes.PERSISTENCE = args.persistence
+    whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,6 +132,8 @@ def main() -> None:
                         help="the smallest establishments' changes in whole employees (implicates.WHOLE_CHANGES)")
     parser.add_argument("--persistence", action="store_true",
                         help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
+    parser.add_argument("--whole-smooth-level", action="store_true",
+                        help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
     parser.add_argument("--draw-penalty", action="store_true",
                         help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
     args = parser.parse_args()
@@ -145,6 +150,7 @@ def main() -> None:
     implicates.CELL_CHANGES = args.cell_changes
     implicates.WHOLE_CHANGES = args.whole_changes
     whole_changes.PERSISTENCE = args.persistence
+    whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
     deconvolve.SMOOTH_DRAW_PENALTY = args.draw_penalty
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)

@@ -22,6 +22,10 @@ other priors'; alpha and gamma maximize the profile likelihood (coordinate-wise,
 month below 0 or above top has no mass (the draws' bound; the fit's pairs likewise). The draws are a
 Gibbs sampler over (x_1, j_2, j_3), each step exact on the integer grid (x_1 given the changes, each
 change given x_1), with the wage's Metropolis-Hastings coupling of the continuous chain.
+
+Two measurements' knobs (off: every fit and draw as without them): PERSISTENCE, month 2's change kept in month 3
+with a probability rho fitted per band (``Persisting``), and SMOOTH_LEVEL, month 1's prior with smooth log
+weights (``LevelFit``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit, log_ndtr
 
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Likelihood, npmle_weights, pick_points
+from gedp.postprocess.deconvolve import (
+    SMOOTH_PENALTIES,
+    Likelihood,
+    held_out_scores,
+    npmle_weights,
+    pick_points,
+    smooth_log_weights,
+    softmax,
+)
 from gedp.postprocess.wage_coupling import CurrentDensity, WageCoupling
 
 if TYPE_CHECKING:
@@ -62,6 +74,9 @@ CELL_SLOPE = (-2.0, 8.0)
 PERSISTENCE = False
 #: The persistence rho searched in.
 STAY = (0.0, 0.99)
+#: Whether month 1's whole-number prior is smooth (``LevelFit``: log weights with a second-difference penalty
+#: chosen by cross-validation, ``deconvolve.SmoothFit``'s) instead of the NPMLE (a measurement's knob).
+SMOOTH_LEVEL = False
 
 
 @dataclass
@@ -75,6 +90,7 @@ class LevelFit:
     likelihood: Likelihood
     log_selection: np.ndarray  # log P(omega_1 < cut | n), n = 0..reach
     weights: np.ndarray
+    penalty: float | None = None  # SMOOTH_LEVEL: the penalty the answers chose (None: the NPMLE)
 
     @classmethod
     def of(cls, first: np.ndarray, sd: float, psi: NeighborFunction, cut: float) -> LevelFit:
@@ -82,7 +98,12 @@ class LevelFit:
         log_selection = log_ndtr((cut - psi(np.arange(reach + 1.0))) / sd)
         log_lik = month_log_likelihood(first, sd, psi, reach) - log_selection[None, :]
         likelihood = Likelihood.of(np.exp(log_lik - log_lik.max(axis=1, keepdims=True)), basis=True)
-        return cls(likelihood, log_selection, npmle_weights(likelihood, np.ones(len(first))))
+        if not SMOOTH_LEVEL:
+            return cls(likelihood, log_selection, npmle_weights(likelihood, np.ones(len(first))))
+        counts, d = np.ones(likelihood.matrix.shape[0]), differences(reach)
+        penalty = float(SMOOTH_PENALTIES[int(np.argmax(held_out_scores(likelihood.matrix, counts, d)))])
+        weights = softmax(smooth_log_weights(likelihood.matrix, counts, d, penalty))
+        return cls(likelihood, log_selection, weights, penalty)
 
     def log_prior(self, weights: np.ndarray, top: int) -> np.ndarray:
         """log H(n), n = 0..top (-inf beyond the reach), of weights G_sel."""
@@ -93,9 +114,19 @@ class LevelFit:
         return out
 
     def replicate(self, rng: np.random.Generator) -> np.ndarray:
-        """G_sel refitted on a Bayesian bootstrap of the answers, from the fitted weights."""
-        return npmle_weights(self.likelihood, rng.exponential(size=self.likelihood.matrix.shape[0]),
-                             start=self.weights)
+        """G_sel refitted on a Bayesian bootstrap of the answers, from the fitted weights (SMOOTH_LEVEL: the same
+        penalty)."""
+        counts = rng.exponential(size=self.likelihood.matrix.shape[0])
+        if self.penalty is None:
+            return npmle_weights(self.likelihood, counts, start=self.weights)
+        start = np.log(np.maximum(self.weights, 1e-300))
+        return softmax(smooth_log_weights(self.likelihood.matrix, counts, differences(len(self.weights) - 1),
+                                          self.penalty, start))
+
+
+def differences(top: int) -> np.ndarray:
+    """The second differences of weights on 0..top (rows x top + 1)."""
+    return np.diff(np.eye(top + 1), 2, axis=0)
 
 
 def month_log_likelihood(omega: np.ndarray, sd: float, psi: NeighborFunction, top: int) -> np.ndarray:
