@@ -51,6 +51,10 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
                         help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
     parser.add_argument("--whole-changes", action="store_true",
                         help="the smallest establishments' changes in whole employees (implicates.WHOLE_CHANGES)")
+    parser.add_argument("--persistence", action="store_true",
+                        help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
+    parser.add_argument("--whole-smooth-level", action="store_true",
+                        help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
     return parser
 
 
@@ -60,6 +64,7 @@ def seeded_draws(args: argparse.Namespace):
     ``args.change_prior`` and ``args.level_width``), the truth in the draws'
     establishment order, and the chains' generator (seed + 1000)."""
     import gedp.postprocess.implicates as implicates
+    import gedp.postprocess.whole_changes as whole_changes
 
     if args.level_width is not None:
         implicates.LEVEL_WIDTH = args.level_width
@@ -67,6 +72,8 @@ def seeded_draws(args: argparse.Namespace):
     implicates.LEVEL_BY_SECTOR = args.level_by_sector
     implicates.CELL_CHANGES = args.cell_changes
     implicates.WHOLE_CHANGES = args.whole_changes
+    whole_changes.PERSISTENCE = args.persistence
+    whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,11 +130,16 @@ def main() -> None:
                         help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
     parser.add_argument("--whole-changes", action="store_true",
                         help="the smallest establishments' changes in whole employees (implicates.WHOLE_CHANGES)")
+    parser.add_argument("--persistence", action="store_true",
+                        help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
+    parser.add_argument("--whole-smooth-level", action="store_true",
+                        help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
     parser.add_argument("--draw-penalty", action="store_true",
                         help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
     args = parser.parse_args()
     import gedp.postprocess.deconvolve as deconvolve
     import gedp.postprocess.implicates as implicates
+    import gedp.postprocess.whole_changes as whole_changes
 
     if args.burn_in is not None:
         implicates.BURN_IN = args.burn_in
@@ -137,6 +149,8 @@ def main() -> None:
     implicates.LEVEL_BY_SECTOR = args.level_by_sector
     implicates.CELL_CHANGES = args.cell_changes
     implicates.WHOLE_CHANGES = args.whole_changes
+    whole_changes.PERSISTENCE = args.persistence
+    whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
     deconvolve.SMOOTH_DRAW_PENALTY = args.draw_penalty
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)

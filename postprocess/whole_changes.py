@@ -22,6 +22,10 @@ other priors'; alpha and gamma maximize the profile likelihood (coordinate-wise,
 month below 0 or above top has no mass (the draws' bound; the fit's pairs likewise). The draws are a
 Gibbs sampler over (x_1, j_2, j_3), each step exact on the integer grid (x_1 given the changes, each
 change given x_1), with the wage's Metropolis-Hastings coupling of the continuous chain.
+
+Two measurements' knobs (off: every fit and draw as without them): PERSISTENCE, month 2's change kept in month 3
+with a probability rho fitted per band (``Persisting``), and SMOOTH_LEVEL, month 1's prior with smooth log
+weights (``LevelFit``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit, log_ndtr
 
 from gedp.measure.neighbors import NeighborFunction
-from gedp.postprocess.deconvolve import Likelihood, npmle_weights, pick_points
+from gedp.postprocess.deconvolve import (
+    SMOOTH_PENALTIES,
+    Likelihood,
+    held_out_scores,
+    npmle_weights,
+    pick_points,
+    smooth_log_weights,
+    softmax,
+)
 from gedp.postprocess.wage_coupling import CurrentDensity, WageCoupling
 
 if TYPE_CHECKING:
@@ -57,6 +69,14 @@ JOINT_ROUNDS = 2
 #: The direction's logit alpha and its slope gamma (per employee of the cell's implied change) searched in.
 UP_LOGIT = (-4.0, 4.0)
 CELL_SLOPE = (-2.0, 8.0)
+#: Whether a month-2 change persists to month 3 with a probability rho fitted per band (``Persisting``; a
+#: measurement's knob: False draws the two changes independent given month 1).
+PERSISTENCE = False
+#: The persistence rho searched in.
+STAY = (0.0, 0.99)
+#: Whether month 1's whole-number prior is smooth (``LevelFit``: log weights with a second-difference penalty
+#: chosen by cross-validation, ``deconvolve.SmoothFit``'s) instead of the NPMLE (a measurement's knob).
+SMOOTH_LEVEL = False
 
 
 @dataclass
@@ -70,6 +90,7 @@ class LevelFit:
     likelihood: Likelihood
     log_selection: np.ndarray  # log P(omega_1 < cut | n), n = 0..reach
     weights: np.ndarray
+    penalty: float | None = None  # SMOOTH_LEVEL: the penalty the answers chose (None: the NPMLE)
 
     @classmethod
     def of(cls, first: np.ndarray, sd: float, psi: NeighborFunction, cut: float) -> LevelFit:
@@ -77,7 +98,12 @@ class LevelFit:
         log_selection = log_ndtr((cut - psi(np.arange(reach + 1.0))) / sd)
         log_lik = month_log_likelihood(first, sd, psi, reach) - log_selection[None, :]
         likelihood = Likelihood.of(np.exp(log_lik - log_lik.max(axis=1, keepdims=True)), basis=True)
-        return cls(likelihood, log_selection, npmle_weights(likelihood, np.ones(len(first))))
+        if not SMOOTH_LEVEL:
+            return cls(likelihood, log_selection, npmle_weights(likelihood, np.ones(len(first))))
+        counts, d = np.ones(likelihood.matrix.shape[0]), differences(reach)
+        penalty = float(SMOOTH_PENALTIES[int(np.argmax(held_out_scores(likelihood.matrix, counts, d)))])
+        weights = softmax(smooth_log_weights(likelihood.matrix, counts, d, penalty))
+        return cls(likelihood, log_selection, weights, penalty)
 
     def log_prior(self, weights: np.ndarray, top: int) -> np.ndarray:
         """log H(n), n = 0..top (-inf beyond the reach), of weights G_sel."""
@@ -88,9 +114,19 @@ class LevelFit:
         return out
 
     def replicate(self, rng: np.random.Generator) -> np.ndarray:
-        """G_sel refitted on a Bayesian bootstrap of the answers, from the fitted weights."""
-        return npmle_weights(self.likelihood, rng.exponential(size=self.likelihood.matrix.shape[0]),
-                             start=self.weights)
+        """G_sel refitted on a Bayesian bootstrap of the answers, from the fitted weights (SMOOTH_LEVEL: the same
+        penalty)."""
+        counts = rng.exponential(size=self.likelihood.matrix.shape[0])
+        if self.penalty is None:
+            return npmle_weights(self.likelihood, counts, start=self.weights)
+        start = np.log(np.maximum(self.weights, 1e-300))
+        return softmax(smooth_log_weights(self.likelihood.matrix, counts, differences(len(self.weights) - 1),
+                                          self.penalty, start))
+
+
+def differences(top: int) -> np.ndarray:
+    """The second differences of weights on 0..top (rows x top + 1)."""
+    return np.diff(np.eye(top + 1), 2, axis=0)
 
 
 def month_log_likelihood(omega: np.ndarray, sd: float, psi: NeighborFunction, top: int) -> np.ndarray:
@@ -116,6 +152,48 @@ def given_first(like: np.ndarray, weights: np.ndarray, up: np.ndarray) -> np.nda
     return weights[0] * like + up[:, None] * (like @ rise) + (1 - up[:, None]) * (like @ fall)
 
 
+def correlate(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """rows x j = -top..top: sum_n u[:, n] v[:, clip(n + j, 0, top)]."""
+    top = u.shape[1] - 1
+    grid = np.arange(top + 1)
+    return np.column_stack([np.einsum("ij,ij->i", u, v[:, np.clip(grid + j, 0, top)]) for j in range(-top, top + 1)])
+
+
+@dataclass
+class Persisting:
+    """PERSISTENCE: month 2's change persists to month 3 (x_3 = x_2) with probability rho, else month 3's change from
+    month 1 is drawn from its prior, as is every month-3 change of an establishment without a month-2 change. The
+    three answers' likelihood of a row, u(n) = G(n) N(omega_1; psi(n)), T_2 and C_3 the changes' sums over their
+    month (``given_first``), S_2(n) = sum_{x != n} P_2(x | n) N_2(x) N_3(x):
+
+        sum_n u(n) [rho S_2(n) + ((1 - rho) T_2(n) + rho w_2,0 N_2(n)) C_3(n)],
+
+    linear in month 3's weights (its components (1 - rho) corr(u T_2) + rho (corr(u w_2,0 N_2) + sum_n u S_2),
+    summing to 1) and in month 2's (the atom corr(u C_3), a change (1 - rho) corr(u C_3) + rho corr(u, N_2 N_3)):
+    the same NPMLE, rho by the profile likelihood in month 3's fit."""
+
+    correlation: np.ndarray  # the persisting term's ``correlate``
+    constant: np.ndarray | None  # month 3's change: sum_n u(n) S_2(n) per row; month 2's: None
+
+    @staticmethod
+    def fit(u: np.ndarray, like: Sequence[np.ndarray], k: int, other: WholeFit, movement: np.ndarray) -> WholeFit:
+        """Change k's (1: month 2's, 2: month 3's) fit given the other change's ``other``; ``u``: rows x n, ``like``:
+        the three months' answers' likelihoods (rows x 0..top). Month 3's searches rho, month 2's holds other's."""
+        assert other.weights is not None
+        w, q = other.weights, other.up()
+        if k == 2:
+            both = like[1] * like[2]
+            s2 = given_first(both, w, q) - w[0] * both
+            main = correlate(u * given_first(like[1], w, q), like[2])
+            part = Persisting(correlate(u * w[0] * like[1], like[2]), np.einsum("ij,ij->i", u, s2))
+        else:
+            main = correlate(u * given_first(like[2], w, q), like[1])
+            part = Persisting(correlate(u, like[1] * like[2]), None)
+        fit = WholeFit(main, np.asarray(movement, dtype=float), persist=part, stay=0.0 if k == 2 else other.stay)
+        fit.search(bool(np.any(fit.movement != 0)))
+        return fit
+
+
 @dataclass
 class WholeFit:
     """One change's whole-employee prior fitted on a band's answers (module docstring), kept for its replicates."""
@@ -126,6 +204,8 @@ class WholeFit:
     cell_slope: float = 0.0
     weights: np.ndarray | None = None
     likelihood: Likelihood | None = None
+    persist: Persisting | None = None  # PERSISTENCE: the other change's persisting part (None: independent)
+    stay: float = 0.0  # rho, the probability that a month-2 change persists to month 3
 
     @classmethod
     def of(cls, first: np.ndarray, later: np.ndarray, sds: tuple[float, float], level: np.ndarray,
@@ -139,34 +219,47 @@ class WholeFit:
             u = u * other
         v = np.exp(month_log_likelihood(later, sds[1], psi, top))
         u, v = u / u.max(axis=1, keepdims=True), v / v.max(axis=1, keepdims=True)
-        grid = np.arange(top + 1)
-        correlation = np.column_stack([np.einsum("ij,ij->i", u, v[:, np.clip(grid + j, 0, top)])
-                                       for j in range(-top, top + 1)])
-        fit = cls(correlation, np.asarray(movement, dtype=float))
+        fit = cls(correlate(u, v), np.asarray(movement, dtype=float))
         fit.search(bool(np.any(fit.movement != 0)))
         return fit
 
-    def components(self, up_logit: float, cell_slope: float) -> np.ndarray:
-        """The likelihood of each row under each component (the atom, then sizes 1..top) at (alpha, gamma)."""
-        top = (self.correlation.shape[1] - 1) // 2
+    def components(self, up_logit: float, cell_slope: float, stay: float | None = None) -> np.ndarray:
+        """The likelihood of each row under each component (the atom, then sizes 1..top) at (alpha, gamma) and,
+        with ``persist``, rho (``stay``; None: the fit's)."""
         q = expit(up_logit + cell_slope * self.movement)[:, None]
-        up, down = self.correlation[:, top + 1:], self.correlation[:, top - 1::-1]
-        return np.column_stack([self.correlation[:, top], q * up + (1 - q) * down])
 
-    def profile(self, up_logit: float, cell_slope: float) -> tuple[float, np.ndarray]:
-        """The log-likelihood at the NPMLE of w given (alpha, gamma), and that w."""
-        matrix = self.components(up_logit, cell_slope)
+        def mix(correlation: np.ndarray) -> np.ndarray:
+            top = (correlation.shape[1] - 1) // 2
+            up, down = correlation[:, top + 1:], correlation[:, top - 1::-1]
+            return np.column_stack([correlation[:, top], q * up + (1 - q) * down])
+
+        out = mix(self.correlation)
+        if self.persist is None:
+            return out
+        rho, part = self.stay if stay is None else stay, mix(self.persist.correlation)
+        if self.persist.constant is not None:
+            return (1 - rho) * out + rho * (part + self.persist.constant[:, None])
+        out[:, 1:] = (1 - rho) * out[:, 1:] + rho * part[:, 1:]
+        return out
+
+    def profile(self, up_logit: float, cell_slope: float, stay: float | None = None) -> tuple[float, np.ndarray]:
+        """The log-likelihood at the NPMLE of w given (alpha, gamma) (and rho), and that w."""
+        matrix = self.components(up_logit, cell_slope, stay)
         weights = npmle_weights(matrix, np.ones(len(matrix)))
         return float(np.log(np.maximum(matrix @ weights, 1e-300)).sum()), weights
 
     def search(self, with_cells: bool) -> None:
-        """alpha (and with the cells' changes gamma, then alpha again) maximizing the profile likelihood."""
+        """alpha (and with the cells' changes gamma, then alpha again; with month 3's ``persist`` rho, then alpha
+        again) maximizing the profile likelihood."""
         def best(function, bounds) -> float:
             return float(minimize_scalar(function, bounds=bounds, method="bounded", options={"xatol": 0.02}).x)
 
         self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], UP_LOGIT)
         if with_cells:
             self.cell_slope = best(lambda g: -self.profile(self.up_logit, g)[0], CELL_SLOPE)
+            self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], UP_LOGIT)
+        if self.persist is not None and self.persist.constant is not None:
+            self.stay = best(lambda r: -self.profile(self.up_logit, self.cell_slope, r)[0], STAY)
             self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], UP_LOGIT)
         self.likelihood = Likelihood.of(self.components(self.up_logit, self.cell_slope), basis=True)
         self.weights = npmle_weights(self.likelihood, np.ones(len(self.movement)))
@@ -208,9 +301,14 @@ class WholeChanges:
         for b in range(int(self.band.max()) + 1):
             rows = self.band == b
             like = [np.exp(month_log_likelihood(a.months[rows, k], sd[k], psi, self.top)) for k in range(3)]
+            u = np.exp(month_log_likelihood(a.months[rows, 0], sd[0], psi, self.top) + level[None, :])
+            u /= u.max(axis=1, keepdims=True)
             for round in range(JOINT_ROUNDS):
-                for k in (1, 2):
+                for k in ((2, 1) if PERSISTENCE and round > 0 else (1, 2)):
                     fit = None if round == 0 else self.fits[(b, 3 - k)]
+                    if PERSISTENCE and fit is not None:
+                        self.fits[(b, k)] = Persisting.fit(u, like, k, fit, self.movement[rows, k - 1])
+                        continue
                     other = None if fit is None else given_first(like[3 - k], fit.weights, fit.up())
                     self.fits[(b, k)] = WholeFit.of(a.months[rows, 0], a.months[rows, k], (sd[0], sd[k]), level, psi,
                                                     self.movement[rows, k - 1], other)
@@ -228,7 +326,8 @@ class WholeChanges:
             "below_employees": WHOLE_SIZE, "establishments": int(self.small.sum()),
             "no_change_share": [[round(float(self.fits[(b, k)].weights[0]), 4) for k in (1, 2)] for b in range(bands)],
             "up_logit": [[round(self.fits[(b, k)].up_logit, 3) for k in (1, 2)] for b in range(bands)],
-            "cell_slope": [[round(self.fits[(b, k)].cell_slope, 3) for k in (1, 2)] for b in range(bands)]}}
+            "cell_slope": [[round(self.fits[(b, k)].cell_slope, 3) for k in (1, 2)] for b in range(bands)],
+            **({"persistence": [round(self.fits[(b, 2)].stay, 4) for b in range(bands)]} if PERSISTENCE else {})}}
 
     def chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int, thin: int,
               priors: Sequence[Priors] | None) -> Iterator[np.ndarray]:
@@ -264,6 +363,9 @@ def whole_chain(whole: WholeChanges, rows: np.ndarray, rng: np.random.Generator,
     like = [np.exp(part - part.max(axis=1, keepdims=True)) for part in log_lik]
     x = np.stack([np.argmax(part, axis=1) for part in log_lik], axis=1)
     band = whole.band[rows]
+    stay = np.array([whole.fits[(b, 2)].stay if getattr(whole.fits[(b, 2)], "persist", None) is not None else -1.0
+                     for b in range(int(band.max(initial=0)) + 1)])[band]
+    persist = bool(len(stay)) and bool((stay >= 0).all())
     sweeps = 0
     for j in range(count):
         prior = model.priors if priors is None else priors[j]
@@ -271,18 +373,30 @@ def whole_chain(whole: WholeChanges, rows: np.ndarray, rng: np.random.Generator,
             coupling.priors = prior
         weights = prior.whole if prior.whole is not None else whole.weights()
         log_first = whole.level.log_prior(weights["level"], top)[None, :] + log_lik[0]
-        tables = []  # per change: (w_0, q, A_up, A_down) of each row's band
+        tables, given = [], []  # per change: (w_0, q, A_up, A_down) of each row's band; T_k
+        stays = np.zeros((len(rows), top + 1))  # PERSISTENCE: S_2 (``Persisting``)
         for k in (1, 2):
-            given = np.empty((len(rows), top + 1))
+            given.append(np.empty((len(rows), top + 1)))
             parts = {}
             for b in np.unique(band):
                 at, fit = band == b, whole.fits[(int(b), k)]
                 w = weights[(int(b), k)]
                 q = expit(fit.up_logit + fit.cell_slope * whole.movement[rows[at], k - 1])
-                given[at] = given_first(like[k][at], w, q)
+                given[-1][at] = given_first(like[k][at], w, q)
+                if persist and k == 1:
+                    both = like[1][at] * like[2][at]
+                    stays[at] = given_first(both, w, q) - w[0] * both
                 parts[int(b)] = (w[0], q[:, None], *moves(w, top), at)
-            log_first = log_first + np.log(np.maximum(given, 1e-300))
             tables.append(parts)
+        if persist:
+            w20 = np.zeros(len(rows))
+            for w0, _, _, _, at in tables[0].values():
+                w20[at] = w0
+            rho = stay[:, None]
+            total = rho * stays + ((1 - rho) * given[0] + rho * w20[:, None] * like[1]) * given[1]
+            log_first = log_first + np.log(np.maximum(total, 1e-300))
+        else:
+            log_first = log_first + np.log(np.maximum(given[0], 1e-300)) + np.log(np.maximum(given[1], 1e-300))
         for _ in range(burn_in if sweeps == 0 else thin):
             state = None if coupling is None else CurrentDensity.of(coupling, x.mean(axis=1))
             first = pick_points(np.ascontiguousarray(log_first.T), rng)
@@ -294,12 +408,34 @@ def whole_chain(whole: WholeChanges, rows: np.ndarray, rng: np.random.Generator,
                     index = np.flatnonzero(at)
                     chance[index, first[index]] += w0
                 logit = np.log(np.maximum(chance, 1e-300)) + log_lik[k]
+                if persist:
+                    logit = persisting(logit, k, first, proposal[:, 1], stay, like[2], given[1], log_lik[2])
                 proposal[:, k] = pick_points(np.ascontiguousarray(logit.T), rng)
             x = accepted(state, x, proposal, rng)
             if coupling is not None and state is not None:
                 coupling.redraw(state.average, rng)
             sweeps += 1
         yield x.astype(float)
+
+
+def persisting(logit: np.ndarray, k: int, first: np.ndarray, second: np.ndarray, stay: np.ndarray, like3: np.ndarray,
+               given3: np.ndarray, log_lik3: np.ndarray) -> np.ndarray:
+    """PERSISTENCE (``Persisting``): the log weights of change k's month given month 1 ``first`` (and month 2
+    ``second``) from ``logit``, its weights were the changes independent: month 2's times rho N_3(x) + (1 - rho)
+    C_3(x_1) where x != x_1 (C_3(x_1) where x = x_1); month 3's, where month 2 changed, times (1 - rho) plus rho
+    N_3(x_2) at x = x_2."""
+    rows = np.arange(len(first))
+    rho = stay[:, None]
+    if k == 1:
+        factor = rho * like3 + (1 - rho) * given3[rows, first][:, None]
+        factor[rows, first] = given3[rows, first]
+        return logit + np.log(np.maximum(factor, 1e-300))
+    changed = second != first
+    out = logit + np.where(changed, np.log1p(-np.minimum(stay, 1 - 1e-12)), 0.0)[:, None]
+    with np.errstate(divide="ignore"):
+        keep = np.log(stay) + log_lik3[rows, second]
+    out[rows[changed], second[changed]] = np.logaddexp(out[rows[changed], second[changed]], keep[changed])
+    return out
 
 
 def accepted(state: CurrentDensity | None, x: np.ndarray, proposal: np.ndarray, rng: np.random.Generator) -> np.ndarray:
