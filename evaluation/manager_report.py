@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 from string import Template
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,6 @@ from gedp.measure.budget import compose
 from gedp.measure.conversions import STATED_DELTA, delta_text, gdp_epsilon
 from gedp.measure.neighbors import make_psi
 from gedp.postprocess.tabulate import qcew_level
-from gedp.release.manifest import Manifest
 from gedp.release.reader import (
     check_one_quarter,
     read_manifest,
@@ -39,6 +39,9 @@ from gedp.release.reader import (
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS, PublishedState
 from gedp.synth.titles import state_names
+
+if TYPE_CHECKING:  # the manifest's type: its builder (gedp.config and the mechanisms) is not loaded to read one
+    from gedp.release.manifest import Manifest
 
 #: Names a reader understands, for the release's attributes.
 ATTRIBUTE_NAMES = {"m1emp": "Employment, month 1", "m2emp": "Employment, month 2",

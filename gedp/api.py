@@ -16,28 +16,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
-
-from gedp.config import Config, resolve_config
 from gedp.configs import DEFAULT_CONFIG
 from gedp.errors import InputError, run_started
-from gedp.measure.rng import check_publication
 from gedp.options import Engine, Input, Ledger, accepts_legacy_keywords
-from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, check_outside
-from gedp.release.manifest import Manifest
-from gedp.release.reader import check_adds_up, read_manifest, read_stored, read_tables, release_parts
-from gedp.release.writer import check_output_directory, staged_directory
-from gedp.running.engine import Source, engine_access
-from gedp.running.panel_protect import is_panel, protect_panel
-from gedp.running.recorded_release import protect_recorded, requested_ledger
-from gedp.synth.intake import prepare_input
-from gedp.tabulation.job_frame_tables import read_job_frame, tabulate_job_frame
-from gedp.tabulation.output_files import check_output_file, summary_path
-from gedp.tabulation.panel_tables import tabulate_panel
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # each function imports what it calls: `import gedp.api` loads no numerical library
+    import numpy as np
+    import pandas as pd
+
+    from gedp.config import Config
     from gedp.postprocess.combine import Combined
+    from gedp.release.manifest import Manifest
+    from gedp.running.engine import Source
+    from gedp.tabulation.job_frame_tables import tabulate_job_frame
 
 __all__ = ["Engine", "Input", "Ledger", "Release", "combine", "interval", "load", "plan", "protect", "read_release",
            "report", "synthesize", "tabulate_job_frame"]
@@ -49,6 +40,8 @@ def load(config: str | Path | Mapping[str, Any] | Config = DEFAULT_CONFIG, workf
     Config; ``workflow`` ("pnc" or "psi") overrides the config's, ``integer`` its rounding to whole numbers
     (controlled rounding). A query's mu above ``gedp.accounting.mu_limits.MAX_QUERY_MU`` is refused unless
     ``allow_large_mu``."""
+    from gedp.config import resolve_config
+
     return resolve_config(config, workflow, allow_large_mu, integer)
 
 
@@ -57,6 +50,8 @@ def synthesize(profile: str = "small", *, from_qcew: str | Path | None = None, e
     """Synthetic establishment microdata: a shipped (or JSON) state profile, or a state fitted to a
     BLS QCEW file so that its tabulations reproduce every published cell (``state``: the 2-digit
     FIPS code to take from a file of several states)."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     if from_qcew is not None:
         from gedp.synth.establishments import synthesize_state
@@ -125,6 +120,12 @@ def protect(microdata: Source, config: str | Path | Mapping[str, Any] | Config =
     The keywords of gedp 0.x (``lifetime_cap=``, ``scheduler=``, ``jobs=``, ``workflow=``, ...) still
     work, with a DeprecationWarning.
     """
+    from gedp.measure.rng import check_publication
+    from gedp.running.engine import engine_access
+    from gedp.running.panel_protect import is_panel, protect_panel
+    from gedp.running.recorded_release import protect_recorded, requested_ledger
+    from gedp.synth.intake import prepare_input
+
     engine, input = engine or Engine(), input or Input()
     check_publication(seed, None, not_for_publication)
     access = engine_access(engine)
@@ -153,7 +154,9 @@ def report(release: str | Path | Release, out: str | Path | None = None, *,
     beside the published numbers. Reads only the release and that file. With ``out``, writes the
     page there and its summary beside it (``out``.json). Returns the ``ManagerReport`` (html, summary)."""
     from gedp.evaluation.manager_report import build_report
+    from gedp.release.format import check_outside
     from gedp.synth.qcew import read_qcew
+    from gedp.tabulation.output_files import check_output_file, summary_path
 
     folder = release.folder if isinstance(release, Release) else Path(release)
     if out is not None:  # refused before the page is built
@@ -168,6 +171,8 @@ def report(release: str | Path | Release, out: str | Path | None = None, *,
 
 def read_release(path: str | Path) -> Release:
     """A release directory written by ``gedp protect``, ``gedp run`` or ``Release.write``."""
+    from gedp.release.validation import read_manifest
+
     read_manifest(path)
     return Release(Path(path))
 
@@ -187,6 +192,8 @@ class Release:
 
     @property
     def manifest(self) -> Manifest:
+        from gedp.release.validation import read_manifest
+
         return read_manifest(self.folder)
 
     @property
@@ -208,6 +215,8 @@ class Release:
     def microdata(self) -> pd.DataFrame:
         """The protected microdata (public columns and protected attributes)."""
         if self._microdata is None:
+            from gedp.release.reader import read_stored
+
             self._microdata = read_stored(self.folder)
         return self._microdata
 
@@ -216,6 +225,8 @@ class Release:
         """Every noisy answer: query, attribute, mechanism, mu, keys, released, estimate, variance, sd, grid
         (a panel's quarter by quarter, with its quarter), checked as every reader of them checks them
         (``reader.read_measurements``)."""
+        import pandas as pd
+
         from gedp.release.reader import read_measurements, release_quarters
 
         quarters = release_quarters(self.folder)
@@ -226,11 +237,16 @@ class Release:
     @property
     def qcew_tables(self) -> pd.DataFrame:
         """QCEW aggregation levels 51-58 and 71-78 in BLS layout, tabulated from the protected microdata."""
+        from gedp.release.reader import read_tables
+
         return read_tables(self.folder)
 
     @property
     def jobs(self) -> pd.DataFrame:
         """The protected job frame (a release with job families): estab_id, family, worker columns, jobs."""
+        from gedp.release.reader import check_adds_up
+        from gedp.tabulation.job_frame_tables import read_job_frame
+
         frame = read_job_frame(self.folder)
         check_adds_up(self.folder, frame, self.microdata)
         return frame
@@ -270,6 +286,8 @@ class Release:
 
             return tabulate_derived(self.folder, by, where=where, moe=moe, level=level, format=format, quarter=quarter)
         if quarter is not None or change is not None or gains_losses is not None or "quarters" in self.manifest:
+            from gedp.tabulation.panel_tables import tabulate_panel
+
             return tabulate_panel(self.folder, None if agglvl is not None else by, quarter=quarter, change=change,
                                   gains_losses=gains_losses, agglvl=agglvl, format=format, titles=titles, where=where,
                                   moe=moe, level=level)
@@ -277,11 +295,13 @@ class Release:
             raise InputError(f"format {format!r}: choose one of table, qcew, xlsx")
         if format != "table" or agglvl is not None:
             return self._publish(agglvl, format, titles, out, moe, level, where)
-        from gedp.postprocess.jobframe import worker_keys
+        from gedp.postprocess.keys import worker_keys
         from gedp.postprocess.tabulate import tabulate
         from gedp.release.margins import kept_variances
 
         if worker_keys(by):
+            from gedp.tabulation.job_frame_tables import tabulate_job_frame
+
             return tabulate_job_frame(self.folder, self.microdata, by, where=where, moe=moe, level=level)
         margins = kept_variances(self.folder) if moe else None
         try:
@@ -292,6 +312,8 @@ class Release:
     def _publish(self, agglvl: int | None, format: str, titles: str | Path | None, out: str | Path | None,
                  moe: bool, level: float, where: str | None) -> pd.DataFrame:
         """QCEW levels in BLS layout (``tabulate``'s ``agglvl`` and ``format``)."""
+        import pandas as pd
+
         from gedp.postprocess.publication import publish_levels
         from gedp.release.margins import kept_variances
 
@@ -300,8 +322,10 @@ class Release:
         if format == "xlsx":
             if out is None:
                 raise InputError("format xlsx needs out (the workbook's file name)")
-            check_outside(self.folder, out)
             from gedp.postprocess.publication import publication_notes, write_workbook
+            from gedp.release.format import check_outside
+
+            check_outside(self.folder, out)
 
             notes = publication_notes(self.manifest, tables.titles, str(self.folder), level if moe else None)
             write_workbook(tables.levels, notes, out)
@@ -329,6 +353,10 @@ class Release:
     def write(self, out: str | Path) -> Path:
         """Copy the release to ``out`` atomically (a new folder, or one holding an earlier release);
         a release holding a file its manifest does not account for is refused, not copied."""
+        from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE
+        from gedp.release.validation import read_manifest, release_parts
+        from gedp.release.writer import check_output_directory, staged_directory
+
         out = Path(out).resolve()
         check_output_directory(out)
         manifest = read_manifest(self.folder)
@@ -363,6 +391,9 @@ def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: flo
     """The uncertainty interval I(x) of each value for this psi and gamma (by default 1 for
     sqrt-linear, whose gamma* is 1, and 0.5 otherwise): x, lower, upper, and the distances below and
     above x in percent; ``attrs["psi"]`` holds the psi's parameters and ``attrs["gamma"]`` gamma."""
+    import numpy as np
+    import pandas as pd
+
     from gedp.measure.neighbors import interval_table, make_psi
 
     if gamma is None:
@@ -380,3 +411,12 @@ def interval(values: Sequence[float] | np.ndarray, psi: str = "sqrt", gamma: flo
     table.attrs["psi"] = neighbor.params()
     table.attrs["gamma"] = gamma
     return table
+
+
+def __getattr__(name: str) -> object:
+    """``tabulate_job_frame`` (``gedp.tabulation.job_frame_tables``), imported on first use."""
+    if name == "tabulate_job_frame":
+        from gedp.tabulation.job_frame_tables import tabulate_job_frame
+
+        return tabulate_job_frame
+    raise AttributeError(f"module 'gedp.api' has no attribute {name!r}")

@@ -22,10 +22,8 @@ import numpy as np
 import pandas as pd
 
 from gedp.measure.workflows import MeasurementPlan, QueryPlan
-from gedp.synth.jobs import UNKNOWN_COUNTY, WORKER_DOMAINS, validate_jobs
+from gedp.synth.jobs import FAMILY_COLUMNS, UNKNOWN_COUNTY, WORKER_DOMAINS, validate_jobs
 
-#: Worker columns a family may use: the QWI codes and the home county.
-FAMILY_COLUMNS = (*WORKER_DOMAINS, "home_county")
 #: The home-county category of workers living outside the state's workplace counties.
 OTHER_HOME = "other"
 #: The employment a family's categories add up to: one job per month-1 employee.

@@ -235,13 +235,6 @@ def pick_family(families: Mapping[str, Sequence[str]], worker_keys: Sequence[str
     raise ValueError(f"no job family of this release has {', '.join(worker_keys)} (families: {listed})")
 
 
-def worker_keys(by: str | Sequence[str]) -> list[str]:
-    """The worker columns (of a job frame) among a tabulation's keys."""
-    from gedp.postprocess.keys import by_columns
-
-    return [c for c in by_columns(by) if c in FAMILY_COLUMNS]
-
-
 def tabulate_jobs(protected: pd.DataFrame, jobs: pd.DataFrame, families: Mapping[str, Sequence[str]],
                   by: Sequence[str], *, where: str | None = None, moe: bool = False, level: float = 0.95,
                   answers: Mapping[str, Sequence[NoisyAnswer]] | None = None) -> pd.DataFrame:

@@ -21,6 +21,13 @@ def by_columns(by: str | Sequence[str]) -> list[str]:
     return list(by)
 
 
+def worker_keys(by: str | Sequence[str]) -> list[str]:
+    """The worker columns (of a job frame) among a tabulation's keys."""
+    from gedp.synth.jobs import FAMILY_COLUMNS  # the job table's schema, not the job frame's solver
+
+    return [c for c in by_columns(by) if c in FAMILY_COLUMNS]
+
+
 def tabulation_keys(by: str | Sequence[str], columns: Sequence[str], public: Sequence[str]) -> list[str]:
     """The public columns a tabulation of data with ``columns`` (``public`` of them) groups by.
 

@@ -36,8 +36,10 @@ WORKER_DOMAINS: dict[str, tuple[str, ...]] = {
     "race": tuple(f"A{i}" for i in range(1, 8)),
     "ethnicity": ("A1", "A2"),
 }
+#: Worker columns a family may use: the QWI codes and the home county.
+FAMILY_COLUMNS = (*WORKER_DOMAINS, "home_county")
 #: Columns of a job table, in output order (``home_county`` optional).
-JOB_COLUMNS = ("estab_id", *WORKER_DOMAINS, "home_county")
+JOB_COLUMNS = ("estab_id", *FAMILY_COLUMNS)
 HOME_COUNTY_WIDTH = 5
 #: Age groups under 25, whose education QWI reports as E5.
 YOUNG = ("A01", "A02", "A03")

@@ -1,10 +1,12 @@
 """What a command loads before it works: the privacy conversions without scipy.stats (the same
-numbers), and a further tabulation of a release without the release writer, the API or the
-manifest builder."""
+numbers), a further tabulation of a release without the release writer, the API or the manifest
+builder; `gedp --help` and `import gedp.api` without a numerical library; a tabulation and a manager
+report of a release without the config reader, the mechanisms or the release builders."""
 
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from scipy import optimize, stats
@@ -49,3 +51,53 @@ def test_an_indexed_tabulation_loads_neither_the_api_nor_the_release_builders():
                      "from gedp.release.margins import kept_variances")
     assert not modules & {"gedp.api", "gedp.running.engine", "gedp.config", "gedp.release.manifest",
                           "gedp.release.writer", "gedp.measure.workflows", "gedp.synth.profiles", "scipy.stats"}
+
+
+#: The numerical libraries, and what builds a release: gedp's config reader (which loads the mechanisms,
+#: the job frame's plans and the wage solver), the engine and the manifest builder.
+NUMERICAL = {"numpy", "pandas", "pyarrow", "scipy", "matplotlib"}
+RELEASE_BUILDERS = {"gedp.config", "gedp.running.engine", "gedp.release.manifest", "gedp.measure.mechanisms",
+                    "gedp.measure.workflows", "gedp.measure.jobframe", "yaml"}
+
+
+def command_loaded(*arguments: str, cwd: Path) -> set[str]:
+    """The modules the ``gedp`` command with ``arguments`` imports, as a user runs it (``python -m gedp``),
+    from its ``-X importtime`` report."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gedp", *arguments], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert "gedp.cli" in lines, done.stderr[-3000:]  # the report was read
+    return set(lines)
+
+
+@pytest.mark.parametrize("arguments", [["--help"], ["tabulate", "--help"], ["protect", "--help"]])
+def test_help_loads_no_numerical_library_and_no_command(arguments, tmp_path):
+    modules = command_loaded(*arguments, cwd=tmp_path)
+    assert not modules & (NUMERICAL | RELEASE_BUILDERS | {"gedp.api"})
+
+
+def test_the_api_loads_no_numerical_library_until_a_function_runs():
+    modules = loaded("import gedp.api")
+    assert not modules & (NUMERICAL | RELEASE_BUILDERS | {"gedp.release.writer", "gedp.release.reader",
+                                                          "gedp.synth.schema"})
+
+
+@pytest.fixture(scope="module")
+def release(seeded_small_release) -> Path:
+    """A release of 300 establishments (read, never changed)."""
+    return seeded_small_release("light-imports", 300)
+
+
+def test_tabulating_a_release_loads_no_scipy_and_no_release_builder(release, tmp_path):
+    modules = command_loaded("tabulate", str(release), "--by", "county", "--out", "table.csv", cwd=tmp_path)
+    assert (tmp_path / "table.csv").is_file()
+    assert not modules & ({"scipy", "matplotlib", "gedp.api", "gedp.postprocess.jobframe", "gedp.postprocess.wls"}
+                          | RELEASE_BUILDERS)
+
+
+def test_a_manager_report_loads_no_config_and_no_release_builder(release, tmp_path):
+    modules = command_loaded("report", str(release), "--out", "report.html", cwd=tmp_path)
+    assert (tmp_path / "report.html").is_file()
+    # it checks the measurements (the pnc answers' tau: gedp.measure.mechanisms) and writes its page
+    assert not modules & (RELEASE_BUILDERS - {"gedp.measure.mechanisms"} | {"gedp.postprocess.jobframe"})

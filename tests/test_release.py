@@ -13,8 +13,7 @@ import gedp.accounting.ledger_file
 from gedp.cli import app
 from gedp.errors import InputError
 from gedp.release.format import MANIFEST_FILE, REPORT_FILES, SUMMARY_FILE
-from gedp.release.manifest import wage_model
-from gedp.release.reader import read_manifest, release_wage_psi
+from gedp.release.reader import read_manifest, release_wage_psi, wage_model
 
 runner = CliRunner()
 EMPLOYMENT_MU = math.sqrt(3 * 1.74)  # configs/employment.yaml

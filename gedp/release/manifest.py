@@ -11,14 +11,12 @@ import datetime as dt
 from typing import Any, TypedDict
 
 from gedp.config import Config
-from gedp.errors import InputError
 from gedp.measure.budget import compose
 from gedp.measure.conversions import privacy_statement
 from gedp.measure.design import QuarterDesign
 from gedp.measure.jobframe import EMPLOYMENT, FamilySpec
 from gedp.measure.rng import is_publishable
 from gedp.measure.workflows import MeasurementPlan
-from gedp.postprocess.attributes import WAGE
 from gedp.postprocess.wls import combined_report
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE, StateRelease
 from gedp.release.versions import versions
@@ -207,19 +205,6 @@ def _jobs_section(pieces: list[dict]) -> dict:
                                            "categories": {p["state"]: p["jobs"]["families"][family]["categories"]
                                                           for p in pieces}}
                                   for family, spec in first["families"].items()}}
-
-
-def wage_model(manifest: Manifest) -> str | None:
-    """The model the release's wages were postprocessed with, as its manifest records it
-    (``solver.wage.model``): "wage prior" (``postprocess.wages``, informed by protected employment),
-    "plain", or None without wages. A manifest written before the field existed is refused."""
-    solver = manifest.get("solver", {})
-    if WAGE not in solver:
-        return None
-    if "model" not in solver[WAGE]:
-        raise InputError("this release's manifest does not record its wage model (solver.wage.model); it was "
-                         "written by an earlier gedp: protect the data again to tabulate it with margins")
-    return solver[WAGE]["model"]
 
 
 def panel_manifest(quarters: dict[str, Manifest], design: QuarterDesign, establishments: int,

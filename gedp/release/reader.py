@@ -12,7 +12,7 @@ import pandas as pd
 from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
-from gedp.postprocess.attributes import WAGE_PRIOR
+from gedp.postprocess.attributes import WAGE, WAGE_PRIOR
 from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE
 from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts, part_label
 from gedp.release.part_sizes import check_decoded, open_part, read_parts
@@ -431,12 +431,24 @@ def release_wage_psi(release: str | Path, quarter: str | None = None) -> Neighbo
     wage model is "employment": their margins of error then follow ``postprocess.wages``), else None;
     of one ``quarter`` of a panel release."""
     from gedp.measure.neighbors import make_psi
-    from gedp.release.manifest import wage_model  # the manifest's builder: loaded only here
 
     manifest = quarter_manifest(release, quarter)
     if wage_model(manifest) != WAGE_PRIOR:
         return None
     return make_psi(**manifest["psi"])
+
+
+def wage_model(manifest: Manifest) -> str | None:
+    """The model the release's wages were postprocessed with, as its manifest records it
+    (``solver.wage.model``): "wage prior" (``postprocess.wages``, informed by protected employment),
+    "plain", or None without wages. A manifest written before the field existed is refused."""
+    solver = manifest.get("solver", {})
+    if WAGE not in solver:
+        return None
+    if "model" not in solver[WAGE]:
+        raise InputError("this release's manifest does not record its wage model (solver.wage.model); it was "
+                         "written by an earlier gedp: protect the data again to tabulate it with margins")
+    return solver[WAGE]["model"]
 
 
 def release_families(release: str | Path) -> dict[str, list[str]]:

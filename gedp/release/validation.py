@@ -251,7 +251,7 @@ def _check_psi(release: str | Path, psi: object) -> None:
 #: kept here so that reading a manifest imports no model; tests check it against the models themselves.
 MODELS = ("plain", "months", "wage prior")
 #: The fields of a solve a manifest records (``postprocess.wls.combined_report``) and their types;
-#: ``model`` may be absent only in a release of an earlier gedp (``manifest.wage_model`` refuses its margins).
+#: ``model`` may be absent only in a release of an earlier gedp (``reader.wage_model`` refuses its margins).
 SOLVE_FIELDS = {"solver": (str,), "status": (str,), "kkt_residual": (int, float), "iterations": (int,)}
 
 

@@ -383,7 +383,7 @@ def _tabulated(request: TabulationRequest, data: pd.DataFrame, indexed: Any, job
 
 def _has_worker_keys(by: str | None) -> bool:
     """Whether a tabulation's keys hold worker columns (of a job frame)."""
-    from gedp.postprocess.jobframe import worker_keys
+    from gedp.postprocess.keys import worker_keys
 
     return bool(worker_keys(by or ""))
 
