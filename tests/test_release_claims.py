@@ -269,6 +269,43 @@ def test_an_output_inside_the_release_read_is_refused(release, tmp_path, monkeyp
     assert _files(copy) == before  # no file changed, none added
 
 
+@pytest.mark.parametrize("request_", [
+    ["tabulate", "{r}", "--by", "county", "--out", "{other}/qcew_tables.csv"],
+    ["tabulate", "{r}", "--by", "county", "--moe", "--out", "{link}/t.csv"],
+    ["tabulate", "{r}", "--agglvl", "75", "--format", "xlsx", "--out", "{other}/b.xlsx"],
+    ["report", "{r}", "--out", "{other}/r.html"],
+    ["implicates", "{r}", "--out", "{other}/implicates", "--n", "2"],
+    ["audit", "--release", "{r}", "--out", "{other}/audit.json"],
+])
+def test_an_output_inside_another_release_is_refused(release, tmp_path, monkeypatch, request_):
+    """Red team rt23 F2: a reader refused only the release it reads, so `tabulate r --out other/qcew_tables.csv`
+    replaced another release's published tables (exit 0; its readers did not notice) and implicates and
+    report wrote folders and files into it."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy, other = tmp_path / "r", tmp_path / "other"
+    shutil.copytree(release, copy)
+    shutil.copytree(release, other)
+    (tmp_path / "link").symlink_to(other)
+    before = _files(other)
+    result = runner.invoke(app, [part.format(r=copy, other=other, link=tmp_path / "link") for part in request_])
+    assert result.exit_code == 2 and "is inside the release" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert _files(other) == before  # no file changed, none added
+
+
+def test_the_apis_outputs_inside_another_release_are_refused(release, tmp_path):
+    """rt23 F2 through the API: the workbook and the report of one release inside another."""
+    copy, other = tmp_path / "r", tmp_path / "other"
+    shutil.copytree(release, copy)
+    shutil.copytree(release, other)
+    before = _files(other)
+    with pytest.raises(InputError, match="is inside the release"):
+        gedp.read_release(copy).tabulate(agglvl=75, format="xlsx", out=other / "b.xlsx")
+    with pytest.raises(InputError, match="is inside the release"):
+        gedp.report(copy, out=other / "r.html")
+    assert _files(other) == before
+
+
 def _truncated(release: Path, tmp_path: Path) -> Path:
     """A copy of ``release`` whose protected part lost its last row (its manifest unchanged)."""
     import pandas as pd
