@@ -858,3 +858,11 @@ def test_a_release_written_inside_another_is_refused(release, tmp_path, small_st
     gedp.read_release(release).write(copy)  # an earlier release at out is replaced, as before
     assert _files(copy) == before
 
+
+@pytest.mark.parametrize("moe", ["no", 1, None])
+def test_the_apis_moe_other_than_a_boolean_is_refused(release, moe):
+    """Red team rt23 F5: `Release.tabulate(moe="no")` gave margins of error (any true value was taken)."""
+    with pytest.raises(InputError, match="moe must be True or False"):
+        gedp.read_release(release).tabulate(by="county", moe=moe)
+    assert "m1emp_moe" in gedp.read_release(release).tabulate(by="county", moe=np.bool_(True)).columns
+
