@@ -866,3 +866,10 @@ def test_the_apis_moe_other_than_a_boolean_is_refused(release, moe):
         gedp.read_release(release).tabulate(by="county", moe=moe)
     assert "m1emp_moe" in gedp.read_release(release).tabulate(by="county", moe=np.bool_(True)).columns
 
+
+@pytest.mark.parametrize("option", [["--change", "2016Q1:2016Q2"], ["--gains-losses", "2016Q1:2016Q2"]])
+def test_a_size_class_table_of_a_change_says_it_is_of_one_quarter(panel, option):
+    """Red team rt23 F6: `tabulate PANEL --change Q1:Q2 --by size_class` said "give a quarter (or a change)"
+    though a change was given (the server says a size-class table is of one quarter)."""
+    result = runner.invoke(app, ["tabulate", str(panel), *option, "--by", "size_class"])
+    assert result.exit_code == 2 and "a size-class table is of one quarter" in result.output, result.output
