@@ -276,8 +276,13 @@ class Release:
         of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
         BLS's ``oty_`` columns), or ``gains_losses`` ("2016Q1:2016Q2": gross job gains and losses by
         ``by``, raw and corrected, with margins when ``moe``), see ``gedp.tabulation.panel_tables.tabulate_panel``."""
+        import numpy as np
+
         from gedp.postprocess.keys import has_derived
 
+        if not isinstance(moe, (bool, np.bool_)):  # "no" would be true (red team rt23 F5)
+            raise InputError(f"moe must be True or False, not {type(moe).__name__}")
+        moe = bool(moe)
         if out is not None and format != "xlsx":
             raise InputError(f"out is the workbook of format 'xlsx'; format {format!r} writes no file (the table "
                              "is returned: write it with DataFrame.to_csv)")

@@ -31,11 +31,11 @@ _receive_ctrl_c()
 
 def restate_pnc_noise(folder: Path) -> None:
     """After a test's edit of a one-state release's identity answers (``folder``'s measurements part):
-    each pnc answer's noise sd restated as the pnc mechanism would have drawn it under the edited
-    answers' upper bounds (readers tie an answer's largest sd to rounded_noise_sd(Delta(U) / mu), U the
-    state's largest psi^-1(released + sd tau + grid) of the attribute's identity answers): every group of
-    an answer scaled by the ratio of its new largest sd to its old, the largest set exactly, variances
-    sd^2. The tests that edit answers test the postprocessing, not the budget's check."""
+    each pnc group's noise sd restated as the pnc mechanism would have drawn it under the edited answers'
+    upper bounds: rounded_noise_sd(Delta(u*_g) / mu), u*_g the largest psi^-1(released + sd tau + grid)
+    of the group's members (their public columns those of the protected rows), variances sd^2 (readers
+    tie every group's sd to one bound's noise, each answer's largest to the state's largest bound). The
+    tests that edit answers test the postprocessing, not the budget's check."""
     import json
 
     import pandas as pd
@@ -48,17 +48,23 @@ def restate_pnc_noise(folder: Path) -> None:
     (state,) = manifest["states"]
     (part,) = (folder / "measurements.parquet").glob("*.parquet")
     frame = pd.read_parquet(part)
+    public = pd.read_parquet(folder / "protected.parquet").set_index("estab_id")
     psi, tau = make_psi(**manifest["psi"]), float(manifest["tau"][state])
     identity = (frame["query"] == "identity").to_numpy()
     with np.errstate(all="ignore"):
         bounds = psi.inverse(frame["released"].to_numpy() + frame["sd"].to_numpy() * tau + frame["grid"].to_numpy())
     for (query, attribute), rows in frame[~identity].groupby(["query", "attribute"]).groups.items():
-        clip = bounds[identity & (frame["attribute"] == attribute).to_numpy()].max()
+        keys = [] if query == "total" else str(query).split(",")
+        mine = identity & (frame["attribute"] == attribute).to_numpy()
+        members = public.loc[frame.loc[mine, "estab_id"], keys].assign(bound=bounds[mine])
+        clip = members.groupby(keys)["bound"].max() if keys else pd.Series([members["bound"].max()])
+        answers = frame.loc[rows, keys]
+        levels = (clip.reindex(pd.MultiIndex.from_frame(answers)) if len(keys) > 1 else
+                  clip.reindex(answers[keys[0]]) if keys else clip.reindex([0] * len(rows)))
         gamma = float(manifest["gammas"][str(attribute).split("[", 1)[0]])
         mu = float(frame.loc[rows[0], "mu"])
-        expected = float(rounded_noise_sd(pnc_released_sensitivity(np.array([clip]), psi, gamma) / mu, VALUE_GRID)[0])
-        sd = frame.loc[rows, "sd"].to_numpy()
-        restated = np.where(sd == sd.max(), expected, np.minimum(sd * (expected / sd.max()), expected))
+        sensitivity = pnc_released_sensitivity(levels.to_numpy(dtype=float), psi, gamma)
+        restated = np.where(sensitivity == 0, 0.0, rounded_noise_sd(sensitivity / mu, VALUE_GRID))
         frame.loc[rows, "sd"] = restated
         frame.loc[rows, "variance"] = restated * restated
     frame.to_parquet(part, index=False)

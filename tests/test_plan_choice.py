@@ -356,3 +356,14 @@ def test_the_reference_is_written_as_the_shipped_plan():
     for mine, theirs in zip(half.plan.queries, shipped.plan.queries):
         assert mine.by == theirs.by
         assert dict(mine.mu) == pytest.approx({a: m * factor for a, m in theirs.mu.items()}, abs=1.01e-4)
+
+
+def test_huge_weights_score_as_their_ratio():
+    """Red team rt23 F3: weights 1e308 each gave every candidate the score NaN (their products and sum
+    overflow), so the plan was chosen by NaN comparisons. Only the weights' ratio counts: A's score by hand
+    as in ``HAND`` (employment and wages weighed alike), and with wages weighed 3 times employment."""
+    huge = Rule({78: 1.0, 71: 1.0}, {"employment": 1e308, "wage": 1e308})
+    assert huge.judge(HAND["A"][0], BASE).score == pytest.approx(HAND["A"][1], abs=1e-5)
+    by_hand = ((math.log(0.5) + math.log(1.2)) / 2 + 3 * math.log(0.5) / 2) / 4
+    lopsided = Rule({78: 1.0, 71: 1.0}, {"employment": 5e307, "wage": 1.5e308})
+    assert lopsided.judge(HAND["A"][0], BASE).score == pytest.approx(by_hand, rel=1e-12)

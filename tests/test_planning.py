@@ -181,6 +181,21 @@ def test_plan_command_refuses_bad_weights(shared_data, tmp_path):
     assert "weights" in run.output
 
 
+@pytest.mark.parametrize("weights, message", [
+    ("employment=inf,wage=1", "must be a finite number"),
+    ("employment=nan,wage=1", "must be a finite number"),
+    ("employment=,wage=1", "must be a finite number"),
+    ("employment=1,employment=2", "names 'employment' twice"),
+])
+def test_plan_command_refuses_weights_that_are_not_one_finite_number_each(shared_data, tmp_path, weights, message):
+    """Red team rt23 F3: inf was taken (every score NaN, the plan chosen by NaN comparisons, its summary holding
+    NaN and Infinity), an empty value ended in an IndexError traceback, and a weight named twice kept the last."""
+    run = CliRunner().invoke(app, ["plan", "--from-qcew", str(shared_data / "qcew_2016q1_44.csv"), "--out",
+                                   str(tmp_path / "p.yaml"), "--weights", weights])
+    assert run.exit_code == 2 and message in run.output, run.output
+    assert not (tmp_path / "p.yaml").exists()
+
+
 def test_plan_beside_baseline_report(small_state, tmp_path):
     from gedp.evaluation.accuracy import compute_accuracy
     from gedp.evaluation.plan_comparison import Comparison, render_comparison

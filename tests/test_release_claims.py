@@ -269,6 +269,43 @@ def test_an_output_inside_the_release_read_is_refused(release, tmp_path, monkeyp
     assert _files(copy) == before  # no file changed, none added
 
 
+@pytest.mark.parametrize("request_", [
+    ["tabulate", "{r}", "--by", "county", "--out", "{other}/qcew_tables.csv"],
+    ["tabulate", "{r}", "--by", "county", "--moe", "--out", "{link}/t.csv"],
+    ["tabulate", "{r}", "--agglvl", "75", "--format", "xlsx", "--out", "{other}/b.xlsx"],
+    ["report", "{r}", "--out", "{other}/r.html"],
+    ["implicates", "{r}", "--out", "{other}/implicates", "--n", "2"],
+    ["audit", "--release", "{r}", "--out", "{other}/audit.json"],
+])
+def test_an_output_inside_another_release_is_refused(release, tmp_path, monkeypatch, request_):
+    """Red team rt23 F2: a reader refused only the release it reads, so `tabulate r --out other/qcew_tables.csv`
+    replaced another release's published tables (exit 0; its readers did not notice) and implicates and
+    report wrote folders and files into it."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy, other = tmp_path / "r", tmp_path / "other"
+    shutil.copytree(release, copy)
+    shutil.copytree(release, other)
+    (tmp_path / "link").symlink_to(other)
+    before = _files(other)
+    result = runner.invoke(app, [part.format(r=copy, other=other, link=tmp_path / "link") for part in request_])
+    assert result.exit_code == 2 and "is inside the release" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert _files(other) == before  # no file changed, none added
+
+
+def test_the_apis_outputs_inside_another_release_are_refused(release, tmp_path):
+    """rt23 F2 through the API: the workbook and the report of one release inside another."""
+    copy, other = tmp_path / "r", tmp_path / "other"
+    shutil.copytree(release, copy)
+    shutil.copytree(release, other)
+    before = _files(other)
+    with pytest.raises(InputError, match="is inside the release"):
+        gedp.read_release(copy).tabulate(agglvl=75, format="xlsx", out=other / "b.xlsx")
+    with pytest.raises(InputError, match="is inside the release"):
+        gedp.report(copy, out=other / "r.html")
+    assert _files(other) == before
+
+
 def _truncated(release: Path, tmp_path: Path) -> Path:
     """A copy of ``release`` whose protected part lost its last row (its manifest unchanged)."""
     import pandas as pd
@@ -470,11 +507,11 @@ def test_audit_fails_a_release_whose_fields_the_readers_refuse(release, tmp_path
     assert failed and message in str(failed[0])
 
 
-def forged(folder: Path, tmp_path: Path, factor: float, name: str = "forged") -> Path:
-    """The red team's forgery (session 22, F1): every pnc (non-identity) query's mu times ``factor`` wherever
-    the manifest states it (config, mu, ledgers, totals, privacy; each quarter of a panel) and in the
-    measurements' mu column, their sd and answers untouched: a copy whose manifest and mu column agree on a
-    budget its noise did not spend."""
+def forged(folder: Path, tmp_path: Path, factor: float | dict[str, float], name: str = "forged") -> Path:
+    """The red team's forgery (session 22, F1): every pnc (non-identity) query's mu times ``factor`` (or its
+    attribute's, a mapping) wherever the manifest states it (config, mu, ledgers, totals, privacy; each
+    quarter of a panel) and in the measurements' mu column, their sd and answers untouched: a copy whose
+    manifest and mu column agree on a budget its noise did not spend."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -484,15 +521,18 @@ def forged(folder: Path, tmp_path: Path, factor: float, name: str = "forged") ->
     copy = tmp_path / name
     shutil.copytree(folder, copy)
 
+    def scale(attribute: str) -> float:
+        return factor[attribute] if isinstance(factor, dict) else factor
+
     def cut(by_query: dict) -> None:
         for query, by in by_query.items():
             for attribute in by if query != "identity" else ():
-                by[attribute] *= factor
+                by[attribute] *= scale(attribute)
 
     def cut_config(m: dict) -> None:
         for query in m["config"]["queries"]:
             if query["by"] != "identity":
-                query["mu"].update({attribute: mu * factor for attribute, mu in query["mu"].items()})
+                query["mu"].update({attribute: mu * scale(attribute) for attribute, mu in query["mu"].items()})
 
     def forge(m: dict) -> dict[str, float]:
         cut_config(m)
@@ -500,8 +540,8 @@ def forged(folder: Path, tmp_path: Path, factor: float, name: str = "forged") ->
         for entries in [*(section["ledger"] for section in m["per_state"].values()), *m["ledger"].values()]:
             for entry in entries:
                 if entry["query"] != "identity":
-                    entry["mu"] *= factor
-                    entry["mu_planned"] *= factor
+                    entry["mu"] *= scale(entry["attribute"])
+                    entry["mu_planned"] *= scale(entry["attribute"])
         for section in m["per_state"].values():
             cut(section["mu"])
             section["mu_total"] = math.sqrt(math.fsum(entry["mu"] ** 2 for entry in section["ledger"]))
@@ -526,7 +566,8 @@ def forged(folder: Path, tmp_path: Path, factor: float, name: str = "forged") ->
     for part in (copy / "measurements.parquet").iterdir():
         table = pq.read_table(part)
         mu = table.column("mu")
-        cut_mu = pc.if_else(pc.equal(table.column("query"), "identity"), mu, pc.multiply(mu, pa.scalar(factor)))
+        scales = pa.array([scale(attribute) for attribute in table.column("attribute").to_pylist()], pa.float64())
+        cut_mu = pc.if_else(pc.equal(table.column("query"), "identity"), mu, pc.multiply(mu, scales))
         pq.write_table(table.set_column(table.schema.get_field_index("mu"), "mu", cut_mu), part)
     return copy
 
@@ -598,16 +639,87 @@ def test_each_pnc_answers_largest_sd_is_that_of_its_states_largest_upper_bound(r
     assert checked >= 3 * 8
 
 
+#: How the readers refuse a pnc group's sd that no upper bound's noise over its mu gives (red team rt23 F1).
+PNC_GROUP_SD = "pnc sd is not the noise of any upper bound of its attribute over its stated mu"
+
+
+def _restated(release: Path, tmp_path: Path, how: str) -> Path:
+    """Red team rt23 F1: a budget restated so that each pnc answer's LARGEST sd is still what its stated mu
+    gives, every sd kept: "zeta" raises zeta to 0.5 (the most a config takes; tau restated as zeta gives
+    it), "identity" caps every identity answer at 10 on psi's scale (estimates and variances as the psi
+    mechanism gives them); either lowers the state's largest upper bound U to U', and each pnc query's mu
+    is cut by Delta(U') / Delta(U) of its attribute (``forged``)."""
+    import pandas as pd
+
+    from gedp.measure.mechanisms import pnc_released_sensitivity, pnc_tau
+    from gedp.measure.neighbors import make_psi
+
+    manifest = json.loads((release / "manifest.json").read_text())
+    (part,) = (release / "measurements.parquet").glob("*.parquet")
+    frame = pd.read_parquet(part)
+    identity = (frame["query"] == "identity").to_numpy()
+    psi, tau = make_psi(**manifest["psi"]), manifest["tau"]["44"]
+    released, sd = frame["released"].to_numpy().copy(), frame["sd"].to_numpy()
+    if how == "zeta":
+        zeta = 0.5
+        restated_tau = pnc_tau(zeta, int(identity.sum()))
+    else:
+        restated_tau = tau
+        cap = np.floor(10 / frame["grid"].to_numpy()) * frame["grid"].to_numpy()
+        released = np.where(identity, np.minimum(released, cap), released)
+    factors = {}
+    for attribute in frame.loc[identity, "attribute"].unique():
+        rows = identity & (frame["attribute"] == attribute).to_numpy()
+        largest = [psi.inverse(values[rows] + sd[rows] * t + frame["grid"].to_numpy()[rows]).max()
+                   for values, t in ((frame["released"].to_numpy(), tau), (released, restated_tau))]
+        before, after = pnc_released_sensitivity(np.array(largest), psi, manifest["gammas"][attribute])
+        factors[attribute] = float(after / before)
+    assert max(factors.values()) < 1  # a lower budget is claimed
+    copy = forged(release, tmp_path, factors, name=how)
+    claimed = json.loads((copy / "manifest.json").read_text())
+    if how == "zeta":
+        claimed.update(zeta=zeta, zeta_per_state=zeta)
+        claimed["config"]["zeta"] = claimed["per_state"]["44"]["zeta"] = zeta
+        claimed["tau"]["44"] = claimed["per_state"]["44"]["tau"] = restated_tau
+        (copy / "manifest.json").write_text(json.dumps(claimed))
+    else:
+        (copied,) = (copy / "measurements.parquet").glob("*.parquet")
+        edited_frame = pd.read_parquet(copied)
+        edited_frame["released"] = released
+        estimate = psi.unbiased_estimate(released[identity], sd[identity])
+        edited_frame.loc[identity, "estimate"] = estimate
+        edited_frame.loc[identity, "variance"] = psi.releasable_variance(estimate, sd[identity])
+        edited_frame.to_parquet(copied, index=False)
+    return copy
+
+
+@pytest.mark.parametrize("how", ["zeta", "identity"])
+def test_a_budget_restated_through_tau_or_the_identity_answers_is_refused(release, tmp_path, monkeypatch, how):
+    """Red team rt23 F1: each answer's largest sd fits the restated mu (the check of rt22 F1 passes: the
+    refusal is the group rule's), but the answers' other groups drew the noise of bounds the restated
+    tau or answers no longer give; the red team's copies claimed mu 2.2800 (zeta) and 1.9171 (identity
+    answers) for a release that spent 2.3063, every reader exit 0."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = _restated(release, tmp_path, how)
+    assert read_manifest(copy)["mu_total"] < read_manifest(release)["mu_total"]  # the manifest's rules hold
+    refused_by_every_reader(copy, tmp_path, PNC_GROUP_SD, plain=False)
+
+
 def _tau_times(factor: float):
     def edit(manifest: dict) -> None:  # the release's and the state's, consistently
         manifest["tau"]["44"] = manifest["per_state"]["44"]["tau"] = manifest["tau"]["44"] * factor
     return edit
 
 
-def _zeta(value: float):
-    def edit(manifest: dict) -> None:  # zeta, its share per state and the state's, consistently
+def _zeta(value: float, tau: bool = False):
+    def edit(manifest: dict) -> None:  # zeta, its share per state and the state's, consistently (``tau``: and tau)
+        from gedp.measure.mechanisms import pnc_tau
+
         manifest.update(zeta=value, zeta_per_state=value)
         manifest["per_state"]["44"]["zeta"] = value
+        if tau:  # one bound per identity answer: each attribute's, one per establishment
+            bounds = len(manifest["mu"]["identity"]) * manifest["establishments"]
+            manifest["tau"]["44"] = manifest["per_state"]["44"]["tau"] = pnc_tau(value, bounds)
     return edit
 
 
@@ -618,6 +730,8 @@ TAU_ZETA = {
     "tau 1e300": (_tau_times(1e300 / 5), "tau of state 44 is not the one its zeta_per_state gives"),
     "zeta 0.4": (_zeta(0.4), "tau of state 44 is not the one its zeta_per_state gives"),
     "zeta alone": (lambda m: m.update(zeta=0.4), "zeta_per_state is not 1 - (1 - zeta)^(1/1) of its zeta"),
+    # red team rt23 F4: zeta 0.6 (tau restated alike) was read; a config takes zeta in [1e-12, 0.5] only
+    "zeta 0.6": (_zeta(0.6, tau=True), "zeta is not in [1e-12, 0.5], where a config's zeta lies"),
 }
 
 
@@ -743,3 +857,19 @@ def test_a_release_written_inside_another_is_refused(release, tmp_path, small_st
     assert gedp.read_release(release).write(tmp_path / "beside") == (tmp_path / "beside").resolve()
     gedp.read_release(release).write(copy)  # an earlier release at out is replaced, as before
     assert _files(copy) == before
+
+
+@pytest.mark.parametrize("moe", ["no", 1, None])
+def test_the_apis_moe_other_than_a_boolean_is_refused(release, moe):
+    """Red team rt23 F5: `Release.tabulate(moe="no")` gave margins of error (any true value was taken)."""
+    with pytest.raises(InputError, match="moe must be True or False"):
+        gedp.read_release(release).tabulate(by="county", moe=moe)
+    assert "m1emp_moe" in gedp.read_release(release).tabulate(by="county", moe=np.bool_(True)).columns
+
+
+@pytest.mark.parametrize("option", [["--change", "2016Q1:2016Q2"], ["--gains-losses", "2016Q1:2016Q2"]])
+def test_a_size_class_table_of_a_change_says_it_is_of_one_quarter(panel, option):
+    """Red team rt23 F6: `tabulate PANEL --change Q1:Q2 --by size_class` said "give a quarter (or a change)"
+    though a change was given (the server says a size-class table is of one quarter)."""
+    result = runner.invoke(app, ["tabulate", str(panel), *option, "--by", "size_class"])
+    assert result.exit_code == 2 and "a size-class table is of one quarter" in result.output, result.output

@@ -3,6 +3,7 @@ path refused before the search, written as a config with its summary and frontie
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -24,8 +25,11 @@ def plan_from_text(from_qcew: Path, out: Path, *, mu_total: float | None = None,
     ``weights``: NAME=NUMBER,... (empty: the default weights)."""
     check_output_file(out)
     levels = _numbers(targets, "--targets", int)
-    weight_map = {key.strip(): _numbers(value, "--weights", float)[0]
-                  for key, value in (_pair(item, "--weights") for item in weights.split(",") if item.strip())}
+    weight_map: dict[str, float] = {}
+    for key, value in (_pair(item, "--weights") for item in weights.split(",") if item.strip()):
+        if key.strip() in weight_map:
+            raise InputError(f"--weights names '{key.strip()}' twice; give each weight once")
+        weight_map[key.strip()] = _weight(value)
     with progress(search_steps()) as advance:
         result = make_plan(from_qcew, mu_total=mu_total, targets=levels or None, base=base,
                            weights=weight_map or None, on_step=advance, quarters=quarters)
@@ -38,6 +42,14 @@ def _numbers(text: str, option: str, kind: type) -> list:
         return [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise InputError(f"{option} ({text}) must be comma-separated numbers") from None
+
+
+def _weight(text: str) -> float:
+    """One weight of --weights: a finite number (``search._check`` refuses those below 0)."""
+    numbers = _numbers(text, "--weights", float)
+    if len(numbers) != 1 or not math.isfinite(numbers[0]):
+        raise InputError(f"--weights value '{text.strip()}' must be a finite number")
+    return numbers[0]
 
 
 def _pair(item: str, option: str) -> tuple[str, str]:

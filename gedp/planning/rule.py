@@ -132,8 +132,10 @@ class Rule:
         level_weights = np.array([self.level_weights[level] for level in self.levels], dtype=float)
         level_weights /= level_weights.sum()
         kinds = self.kinds
-        score = sum(self.weights[kind] * (np.log(errors[kind] / base_row[kind]) @ level_weights) for kind in kinds)
-        score = score / sum(self.weights[kind] for kind in kinds)
+        largest = max(self.weights[kind] for kind in kinds)  # only the weights' ratio counts: none overflows
+        share = {kind: self.weights[kind] / largest for kind in kinds}
+        score = sum(share[kind] * (np.log(errors[kind] / base_row[kind]) @ level_weights) for kind in kinds)
+        score = score / sum(share[kind] for kind in kinds)
         worst = np.max([np.max(errors[kind] / base_row[kind], axis=1) for kind in kinds], axis=0)
         excess = np.max([np.max(errors[kind] / np.maximum(base_row[kind] * (1 + self.tolerance),
                                                            base_row[kind] + self.absolute), axis=1)

@@ -276,8 +276,9 @@ def _check(base: Config, weights: Mapping[str, float], targets: Sequence[int], t
         raise InputError(f"the base config measures no '{missing[0]}'; the planner shares mu between the three "
                          "months of employment and wages")
     unknown = sorted(set(weights) - {"employment", "wage"})
-    if unknown or not weights or min(weights.values()) < 0 or not sum(weights.values()) > 0:
-        raise InputError(f"weights {dict(weights)} must be employment=W,wage=W with W >= 0, not both 0")
+    if (unknown or not weights or not all(isinstance(w, (int, float)) and math.isfinite(w) for w in weights.values())
+            or min(weights.values()) < 0 or not sum(weights.values()) > 0):
+        raise InputError(f"weights {dict(weights)} must be employment=W,wage=W with W >= 0 finite, not both 0")
     if not targets:
         raise InputError("targets is empty: name at least one QCEW level (51-58, 71-78)")
     unpublished = [level for level in targets if level not in published]

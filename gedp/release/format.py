@@ -80,14 +80,16 @@ class StateRelease:
 
 def check_outside(release: str | Path, *outputs: str | Path) -> None:
     """Refuse an output at or inside the release folder read (symbolic links resolved, as the files
-    would be written): a reader adds nothing to a release and never overwrites one of its files (the
-    temporary files and summaries it writes beside an output go to the same folder)."""
+    would be written), or inside any other release (``check_outside_releases``): a reader adds nothing
+    to a release and never overwrites one of its files (the temporary files and summaries it writes
+    beside an output go to the same folder)."""
     folder = Path(release).resolve()
     for output in outputs:
         target = Path(output).resolve()
         if target == folder or folder in target.parents:
             raise InputError(f"output '{output}' is inside the release '{release}' it reads; a reader writes "
                              "nothing into a release: give a path outside it")
+    check_outside_releases(*outputs)
 
 
 def marker_content(path: Path) -> dict | None:

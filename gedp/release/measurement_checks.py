@@ -331,8 +331,9 @@ def _check_pnc_sd(release: str | Path, frame, numbers: dict, psi_rows, attribute
     import pandas as pd
 
     from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
-    from gedp.measure.mechanisms import pnc_released_sensitivity, pnc_tau  # loads scipy.special: pnc releases only
+    from gedp.measure.mechanisms import pnc_tau  # loads scipy.special: pnc releases only
     from gedp.measure.neighbors import make_psi
+    from gedp.measure.workflows import MAX_ZETA, MIN_ZETA
 
     pnc = ~psi_rows
     if not pnc.any():
@@ -347,6 +348,8 @@ def _check_pnc_sd(release: str | Path, frame, numbers: dict, psi_rows, attribute
                                               "(the upper bounds that clip it)")
     taus = manifest.get("tau") if isinstance(manifest.get("tau"), dict) else {}
     zeta, whole, states = manifest.get("zeta_per_state"), manifest.get("zeta"), len(manifest["states"])
+    if not (isinstance(whole, float) and MIN_ZETA <= whole <= MAX_ZETA):
+        raise refuse_plan(release, f"zeta is not in [{MIN_ZETA:g}, {MAX_ZETA:g}], where a config's zeta lies")
     if not (isinstance(zeta, float) and isinstance(whole, float) and whole < 1  # numbers >= 0 (``validation``)
             and math.isclose(zeta, -math.expm1(math.log1p(-whole) / states), rel_tol=ANSWER_RTOL)):
         raise refuse_plan(release, f"zeta_per_state is not 1 - (1 - zeta)^(1/{states}) of its zeta")
@@ -376,10 +379,7 @@ def _check_pnc_sd(release: str | Path, frame, numbers: dict, psi_rows, attribute
     first[answer_of_row[::-1]] = np.arange(len(answer_of_row))[::-1]
     clip = upper[answers % len(upper)]
     mu, answer_gamma = numbers["mu"][pnc][first], gamma[pnc][first]
-    sensitivity = np.full(len(answers), np.nan)
-    for value in np.unique(answer_gamma):  # the mechanism's sensitivity takes one gamma
-        chosen = answer_gamma == value
-        sensitivity[chosen] = pnc_released_sensitivity(clip[chosen], psi, float(value))
+    sensitivity = _pnc_sensitivities(clip, answer_gamma, psi)
     with np.errstate(all="ignore"):  # mu 0: no noise, only where no group has a clip level (sensitivity 0)
         expected = np.where(sensitivity == 0, 0.0, rounded_noise_sd(sensitivity / mu, VALUE_GRID))
     wrong = ~np.isclose(largest, expected, rtol=ANSWER_RTOL, atol=0)
@@ -387,6 +387,55 @@ def _check_pnc_sd(release: str | Path, frame, numbers: dict, psi_rows, attribute
     bad[np.flatnonzero(pnc)] = wrong[answer_of_row]
     _where(release, frame, bad, "pnc sd is not the noise its stated mu and tau give (the largest of each answer: "
                                 "Delta(u*) / mu, u* its state's largest upper bound)")
+    _check_pnc_groups(release, frame, numbers, pnc, slot, identity, bounds, psi, gamma)
+
+
+def _pnc_sensitivities(bounds, gammas, psi):
+    """pnc's released sensitivity Delta(u) of each clip level ``bounds`` under its attribute's gamma."""
+    import numpy as np
+
+    from gedp.measure.mechanisms import pnc_released_sensitivity
+
+    sensitivity = np.full(len(bounds), np.nan)
+    for value in np.unique(gammas):  # the mechanism's sensitivity takes one gamma
+        chosen = gammas == value
+        sensitivity[chosen] = pnc_released_sensitivity(bounds[chosen], psi, float(value))
+    return sensitivity
+
+
+def _check_pnc_groups(release: str | Path, frame, numbers: dict, pnc, slot, identity, bounds, psi, gamma) -> None:
+    """Every pnc group's sd, not only each answer's largest, the noise of one of the upper bounds of its
+    attribute in its state over its stated mu: a group's clip level u*_g is the largest bound of its
+    members, so its sd is rounded_noise_sd(Delta(u_j) / mu) of some identity answer j (0: u_j = 0). A
+    budget restated through tau (zeta) or the identity answers, the sds kept, fits each answer's largest
+    sd but not its other groups' (red team rt23 F1)."""
+    import numpy as np
+
+    from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
+
+    known, held_slot = _pnc_sensitivities(bounds, gamma[identity], psi), slot[identity]
+    rows = np.flatnonzero(pnc)
+    found = np.zeros(len(rows), dtype=bool)
+    for value in np.unique(slot[rows]):  # each state's attribute: its bounds' sensitivities, sorted
+        mine = rows[slot[rows] == value]
+        held = np.sort(known[held_slot == value])
+        sd, mu = numbers["sd"][mine], numbers["mu"][mine]
+        with np.errstate(all="ignore"):  # the sensitivity each sd is the noise of, near which its bound lies
+            needed = mu * np.sqrt(np.maximum(sd * sd - VALUE_GRID**2 / 12, 0.0))
+        position = np.searchsorted(held, needed)
+        matched = np.zeros(len(mine), dtype=bool)
+        for shift in (-2, -1, 0, 1):  # the bounds beside the sensitivity needed (its sqrt rounds)
+            candidate = position + shift
+            inside = (candidate >= 0) & (candidate < len(held))
+            sensitivity = held[np.clip(candidate, 0, len(held) - 1)]
+            with np.errstate(all="ignore"):
+                expected = np.where(sensitivity == 0, 0.0, rounded_noise_sd(sensitivity / mu, VALUE_GRID))
+            matched |= inside & np.isclose(sd, expected, rtol=ANSWER_RTOL, atol=0)
+        found[slot[rows] == value] = matched
+    bad = np.zeros(len(frame), dtype=bool)
+    bad[rows] = ~found
+    _where(release, frame, bad, "pnc sd is not the noise of any upper bound of its attribute over its stated mu "
+                                "(a group's clip level is one of its members' bounds)")
 
 
 def _identity_ids(release: str | Path, frame, rows, attributes, names, stated: int) -> None:

@@ -232,6 +232,8 @@ def _derived_tabulation(request: TabulationRequest, implicates: pd.DataFrame | N
     written = _table_format(None if layout == "qcew" else request.format, request.out, None)
     if written == "xlsx" or request.agglvl is not None or request.titles is not None:
         raise InputError("a size-class table goes with --by, --where, --moe and --format csv, parquet or qcew")
+    if request.change is not None or request.gains_losses is not None:  # red team rt23 F6
+        raise InputError("a size-class table is of one quarter: give --quarter, not a change or gains and losses")
     checked_level(request.level, request.option("level"))
     request = dataclasses.replace(request, format=written)
     table = tabulate_derived(request.source, cast(str, request.by), where=request.where or None, moe=request.moe,
