@@ -1,4 +1,4 @@
-"""What the readers' tie of each pnc answer's sd to its stated mu (``measurement_checks._check_pnc_sd``) adds
+"""What the readers' tie of each pnc answer's sd to its stated mu (``pnc_checks.check_pnc_sd``) adds
 to a reader of a release's answers: one process reads and checks the measurements (``read_measurements``,
 wall time), stating the part spent in the check and in loading ``measure.mechanisms`` (scipy.special)
 for it, and its peak memory. ``--without`` runs the same read with the check removed (the reader
@@ -7,10 +7,10 @@ import resource
 import sys
 import time
 
-import gedp.release.measurement_checks as checks
+import gedp.release.pnc_checks as checks
 
 spent = {"import": 0.0, "check": 0.0}
-check = checks._check_pnc_sd
+check = checks.check_pnc_sd
 
 
 def timed(*arguments):
@@ -22,7 +22,7 @@ def timed(*arguments):
     spent["check"] = time.perf_counter() - started
 
 
-checks._check_pnc_sd = (lambda *arguments: None) if "--without" in sys.argv else timed
+checks.check_pnc_sd = (lambda *arguments: None) if "--without" in sys.argv else timed
 from gedp.release.reader import read_measurements  # noqa: E402
 
 started = time.perf_counter()

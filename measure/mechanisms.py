@@ -37,6 +37,9 @@ from gedp.measure.neighbors import NeighborFunction, check_gamma
 from gedp.measure.queries import IDENTITY, Grouping, Query, query_name
 from gedp.synth.schema import MAX_VALUE
 
+#: zeta, the probability that some pnc upper bound fails, must lie in [MIN_ZETA, MAX_ZETA]: below,
+#: tau is not finite in double precision; above, the bounds say little.
+MIN_ZETA, MAX_ZETA = 1e-12, 0.5
 Z95 = float(special.ndtri(0.975))  # stats.norm.ppf(0.975), without importing scipy.stats
 
 

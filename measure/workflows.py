@@ -13,7 +13,7 @@ import pandas as pd
 
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.budget import BudgetPlan
-from gedp.measure.mechanisms import pnc_mechanism, pnc_tau, pnc_upper_bounds, psi_mechanism
+from gedp.measure.mechanisms import MAX_ZETA, MIN_ZETA, pnc_mechanism, pnc_tau, pnc_upper_bounds, psi_mechanism
 from gedp.measure.neighbors import NeighborFunction, check_gamma
 from gedp.measure.queries import IDENTITY, Groupings, query_name
 from gedp.synth.schema import shown
@@ -25,9 +25,6 @@ MAX_NOISE_SD = 1e6
 #: Smallest gamma: the psi-mechanism's release grid is about gamma / 2^12, and psi of a total must
 #: stay within 2^62 grid steps (at gamma 1e-6 the grid is 2^-32: sqrt of totals up to 1e18).
 MIN_GAMMA = 1e-6
-#: zeta, the probability that some pnc upper bound fails, must lie in [MIN_ZETA, MAX_ZETA]: below,
-#: tau is not finite in double precision; above, the bounds say little.
-MIN_ZETA, MAX_ZETA = 1e-12, 0.5
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,9 @@ def answers_alone(monkeypatch) -> None:
     """Readers' check of the pnc noise against the identity answers' bounds off: an answer so extreme
     that the mechanism's pnc noise under its bound would exceed what a release holds (so a reader
     refuses any such copy) still may not break the postprocessing, which these tests check on their own."""
-    from gedp.release import measurement_checks
+    from gedp.release import pnc_checks
 
-    monkeypatch.setattr(measurement_checks, "_check_pnc_sd", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pnc_checks, "check_pnc_sd", lambda *args, **kwargs: None)
 
 
 def test_an_extreme_wage_answer_gets_a_bounded_grid_and_a_draw_near_it(release, tmp_path, monkeypatch):

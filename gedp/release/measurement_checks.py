@@ -60,7 +60,7 @@ def _refuse_answers(release: str | Path, rule: str) -> InputError:
     return InputError(f"release '{release}': {MEASUREMENTS_FILE} {rule} (an edited or damaged copy)")
 
 
-def _where(release: str | Path, frame, bad, rule: str) -> None:
+def refuse_rows(release: str | Path, frame, bad, rule: str) -> None:
     """Refuse when any row is ``bad``: the first such answer named (its query and attribute)."""
     import numpy as np
 
@@ -78,7 +78,7 @@ def _numbers_of(release: str | Path, frame) -> dict:
     numbers = {}
     for column in ANSWER_NUMBERS:
         values = frame[column].to_numpy(dtype=np.float64)
-        _where(release, frame, ~np.isfinite(values), f"{column} is not a finite number")
+        refuse_rows(release, frame, ~np.isfinite(values), f"{column} is not a finite number")
         numbers[column] = values
     return numbers
 
@@ -232,10 +232,10 @@ def _check_grids(release: str | Path, frame, numbers: dict, psi_rows, psi_grids,
 
     grid = numbers["grid"]
     expected = np.where(psi_rows, psi_grids, VALUE_GRID)
-    _where(release, frame, grid != expected, "grid is not the step its mechanism and gamma release on")
+    refuse_rows(release, frame, grid != expected, "grid is not the step its mechanism and gamma release on")
     if "released" in numbers:
         units = numbers["released"] / grid
-        _where(release, frame, (units != np.rint(units)) | (np.abs(units) >= np.where(psi_rows, MAX_GRID_UNITS,
+        refuse_rows(release, frame, (units != np.rint(units)) | (np.abs(units) >= np.where(psi_rows, MAX_GRID_UNITS,
                                                                                           largest_sum_units(establishments))),
                "released value is not a multiple of its grid step within the grid's range")
 
@@ -248,7 +248,7 @@ def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> 
 
     if "mu" in numbers:
         mu = numbers["mu"]  # pnc's is 0 when every group's clip level is 0 (no noise, nothing spent)
-        _where(release, frame, ~(((mu > 0) | (~psi_rows & (mu == 0))) & (mu <= MAX_STATED_MU)),
+        refuse_rows(release, frame, ~(((mu > 0) | (~psi_rows & (mu == 0))) & (mu <= MAX_STATED_MU)),
                f"mu is not in (0, {MAX_STATED_MU:g}]")
     if "sd" not in numbers:
         return
@@ -257,13 +257,13 @@ def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> 
     rounding = 0.0 if grid is None else grid / math.sqrt(12) * (1 - ANSWER_RTOL)
     top = math.inf if grid is None else MAX_SD_STEPS * grid
     low = ((sd >= rounding) & (sd > 0)) | (~psi_rows & (sd == 0))
-    _where(release, frame, ~(low & (sd < top)),
+    refuse_rows(release, frame, ~(low & (sd < top)),
            "sd is not between the grid's rounding (grid / sqrt(12)) and 2^55 grid steps")
     if "released" in numbers:  # no noise: the group's clip level, hence its released value, is 0
-        _where(release, frame, ~psi_rows & (sd == 0) & (numbers["released"] != 0),
+        refuse_rows(release, frame, ~psi_rows & (sd == 0) & (numbers["released"] != 0),
                "pnc sd is 0 (no noise) but the released value is not 0")
     if "mu" in numbers:
-        _where(release, frame, psi_rows & (sd * numbers["mu"] < gamma * (1 - ANSWER_RTOL)),
+        refuse_rows(release, frame, psi_rows & (sd * numbers["mu"] < gamma * (1 - ANSWER_RTOL)),
                "sd is below the psi mechanism's gamma / mu")
 
 
@@ -283,7 +283,7 @@ def _check_psi_sd(release: str | Path, frame, numbers: dict, psi_rows, gamma, ma
     sd, mu, grid = (numbers[name][psi_rows] for name in ("sd", "mu", "grid"))
     bad = np.zeros(len(frame), dtype=bool)
     bad[psi_rows] = sd > rounded_noise_sd((gamma[psi_rows] + grid + widest) / mu, grid) * (1 + ANSWER_RTOL)
-    _where(release, frame, bad, "sd is above the psi mechanism's (gamma + grid + float error) / mu")
+    refuse_rows(release, frame, bad, "sd is above the psi mechanism's (gamma + grid + float error) / mu")
 
 
 def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
@@ -298,7 +298,7 @@ def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manife
     pnc = np.flatnonzero(~psi_rows)
     bad = np.zeros(len(frame), dtype=bool)
     bad[pnc] = (estimate[pnc] != released[pnc]) | (variance[pnc] != sd[pnc] * sd[pnc])
-    _where(release, frame, bad, "pnc estimate or variance is not its released value and sd^2")
+    refuse_rows(release, frame, bad, "pnc estimate or variance is not its released value and sd^2")
     if not len(pnc) < len(frame):
         return
     from gedp.measure.neighbors import make_psi
@@ -314,128 +314,7 @@ def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manife
             np.abs(variance - spread) <= ANSWER_RTOL * spread)
     bad[:] = False
     bad[psi_rows] = wrong
-    _where(release, frame, bad, "psi estimate or variance is not the one its released value and sd give")
-
-
-def _check_pnc_sd(release: str | Path, frame, numbers: dict, psi_rows, attributes, gamma, manifest: Mapping,
-                  parts: MeasurementParts) -> None:
-    """Each pnc answer's noise tied to its stated mu and its state's tau (``measure.mechanisms.pnc_mechanism``):
-    tau the one zeta gives for its state's bounds (``pnc_tau`` of ``zeta_per_state``, 1 - (1 - zeta)^(1 /
-    states), over one bound per identity answer); group g's sd the rounded noise sd of Delta(u*_g) / mu
-    (``pnc_released_sensitivity``), u*_g the largest upper bound psi^-1(omega_j + s_j tau + g_j) of the
-    group's identity answers. The group holding the state's largest upper bound U has u*_g = U and the
-    others no more (Delta grows with u*), so each answer's largest sd is exactly that of U over its mu,
-    computed from the identity answers alone: a mu (or tau, or zeta) stated lower than the noise drawn
-    is refused."""
-    import numpy as np
-    import pandas as pd
-
-    from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
-    from gedp.measure.mechanisms import pnc_tau  # loads scipy.special: pnc releases only
-    from gedp.measure.neighbors import make_psi
-    from gedp.measure.workflows import MAX_ZETA, MIN_ZETA
-
-    pnc = ~psi_rows
-    if not pnc.any():
-        return
-    part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)
-    identity = (frame["query"] == "identity").to_numpy() & psi_rows
-    width = int(attributes.max(initial=0)) + 1
-    slot = part * width + attributes
-    held = np.zeros(len(parts.rows) * width, dtype=bool)
-    held[slot[identity]] = True
-    _where(release, frame, pnc & ~held[slot], "pnc answer has no identity answer of its attribute in its state "
-                                              "(the upper bounds that clip it)")
-    taus = manifest.get("tau") if isinstance(manifest.get("tau"), dict) else {}
-    zeta, whole, states = manifest.get("zeta_per_state"), manifest.get("zeta"), len(manifest["states"])
-    if not (isinstance(whole, float) and MIN_ZETA <= whole <= MAX_ZETA):
-        raise refuse_plan(release, f"zeta is not in [{MIN_ZETA:g}, {MAX_ZETA:g}], where a config's zeta lies")
-    if not (isinstance(zeta, float) and isinstance(whole, float) and whole < 1  # numbers >= 0 (``validation``)
-            and math.isclose(zeta, -math.expm1(math.log1p(-whole) / states), rel_tol=ANSWER_RTOL)):
-        raise refuse_plan(release, f"zeta_per_state is not 1 - (1 - zeta)^(1/{states}) of its zeta")
-    tau = np.zeros(len(parts.rows))
-    for number, state in enumerate(parts.states):
-        stated, bounds = taus.get(state), int(np.count_nonzero(identity & (part == number)))
-        try:
-            due = pnc_tau(zeta, bounds) if isinstance(zeta, float) else math.nan
-        except ValueError:  # zeta outside (0, 1), or no identity answers
-            due = math.nan
-        if not (isinstance(stated, float) and math.isclose(stated, due, rel_tol=ANSWER_RTOL)):
-            raise refuse_plan(release, f"tau of state {state} is not the one its zeta_per_state gives over its "
-                                       f"{bounds:,} upper bounds (one per identity answer)")
-        tau[number] = stated
-    psi = make_psi(**manifest["psi"])
-    upper = np.full(len(parts.rows) * width, -np.inf)
-    with np.errstate(all="ignore"):
-        bounds = psi.inverse(numbers["released"][identity] + numbers["sd"][identity] * tau[part[identity]]
-                             + numbers["grid"][identity])
-    np.maximum.at(upper, slot[identity], bounds)
-    queries = pd.factorize(frame["query"], use_na_sentinel=False)[0]
-    code = queries[pnc] * len(upper) + slot[pnc]
-    answers, answer_of_row = np.unique(code, return_inverse=True)
-    largest = np.full(len(answers), -np.inf)
-    np.maximum.at(largest, answer_of_row, numbers["sd"][pnc])
-    first = np.zeros(len(answers), dtype=np.int64)
-    first[answer_of_row[::-1]] = np.arange(len(answer_of_row))[::-1]
-    clip = upper[answers % len(upper)]
-    mu, answer_gamma = numbers["mu"][pnc][first], gamma[pnc][first]
-    sensitivity = _pnc_sensitivities(clip, answer_gamma, psi)
-    with np.errstate(all="ignore"):  # mu 0: no noise, only where no group has a clip level (sensitivity 0)
-        expected = np.where(sensitivity == 0, 0.0, rounded_noise_sd(sensitivity / mu, VALUE_GRID))
-    wrong = ~np.isclose(largest, expected, rtol=ANSWER_RTOL, atol=0)
-    bad = np.zeros(len(frame), dtype=bool)
-    bad[np.flatnonzero(pnc)] = wrong[answer_of_row]
-    _where(release, frame, bad, "pnc sd is not the noise its stated mu and tau give (the largest of each answer: "
-                                "Delta(u*) / mu, u* its state's largest upper bound)")
-    _check_pnc_groups(release, frame, numbers, pnc, slot, identity, bounds, psi, gamma)
-
-
-def _pnc_sensitivities(bounds, gammas, psi):
-    """pnc's released sensitivity Delta(u) of each clip level ``bounds`` under its attribute's gamma."""
-    import numpy as np
-
-    from gedp.measure.mechanisms import pnc_released_sensitivity
-
-    sensitivity = np.full(len(bounds), np.nan)
-    for value in np.unique(gammas):  # the mechanism's sensitivity takes one gamma
-        chosen = gammas == value
-        sensitivity[chosen] = pnc_released_sensitivity(bounds[chosen], psi, float(value))
-    return sensitivity
-
-
-def _check_pnc_groups(release: str | Path, frame, numbers: dict, pnc, slot, identity, bounds, psi, gamma) -> None:
-    """Every pnc group's sd, not only each answer's largest, the noise of one of the upper bounds of its
-    attribute in its state over its stated mu: a group's clip level u*_g is the largest bound of its
-    members, so its sd is rounded_noise_sd(Delta(u_j) / mu) of some identity answer j (0: u_j = 0). A
-    budget restated through tau (zeta) or the identity answers, the sds kept, fits each answer's largest
-    sd but not its other groups' (red team rt23 F1)."""
-    import numpy as np
-
-    from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
-
-    known, held_slot = _pnc_sensitivities(bounds, gamma[identity], psi), slot[identity]
-    rows = np.flatnonzero(pnc)
-    found = np.zeros(len(rows), dtype=bool)
-    for value in np.unique(slot[rows]):  # each state's attribute: its bounds' sensitivities, sorted
-        mine = rows[slot[rows] == value]
-        held = np.sort(known[held_slot == value])
-        sd, mu = numbers["sd"][mine], numbers["mu"][mine]
-        with np.errstate(all="ignore"):  # the sensitivity each sd is the noise of, near which its bound lies
-            needed = mu * np.sqrt(np.maximum(sd * sd - VALUE_GRID**2 / 12, 0.0))
-        position = np.searchsorted(held, needed)
-        matched = np.zeros(len(mine), dtype=bool)
-        for shift in (-2, -1, 0, 1):  # the bounds beside the sensitivity needed (its sqrt rounds)
-            candidate = position + shift
-            inside = (candidate >= 0) & (candidate < len(held))
-            sensitivity = held[np.clip(candidate, 0, len(held) - 1)]
-            with np.errstate(all="ignore"):
-                expected = np.where(sensitivity == 0, 0.0, rounded_noise_sd(sensitivity / mu, VALUE_GRID))
-            matched |= inside & np.isclose(sd, expected, rtol=ANSWER_RTOL, atol=0)
-        found[slot[rows] == value] = matched
-    bad = np.zeros(len(frame), dtype=bool)
-    bad[rows] = ~found
-    _where(release, frame, bad, "pnc sd is not the noise of any upper bound of its attribute over its stated mu "
-                                "(a group's clip level is one of its members' bounds)")
+    refuse_rows(release, frame, bad, "psi estimate or variance is not the one its released value and sd give")
 
 
 def _identity_ids(release: str | Path, frame, rows, attributes, names, stated: int) -> None:
@@ -453,7 +332,7 @@ def _identity_ids(release: str | Path, frame, rows, attributes, names, stated: i
     for code in np.unique(attributes[rows]):
         mine = pc.filter(ids, pa.array(rows & (attributes == code)))
         if first is None and len(pc.unique(mine)) != len(mine):  # the others are checked equal to the first
-            _where(release, frame, rows & frame.duplicated(["attribute", "estab_id"]).to_numpy(),
+            refuse_rows(release, frame, rows & frame.duplicated(["attribute", "estab_id"]).to_numpy(),
                    "keys repeat those of another row of the same answer")
         if len(mine) != stated:
             raise _refuse_answers(release, f"hold {len(mine):,} identity answers of {shown(names[code])}, the "
@@ -480,7 +359,7 @@ def _check_keys(release: str | Path, frame, manifest: Mapping, attributes, names
     keys = [column for column in frame.columns if column not in ANSWER_FIELDS]
     repeated = np.zeros(len(frame), dtype=bool)
     repeated[~fast] = frame.loc[~fast, ["query", "attribute", *keys]].duplicated().to_numpy()
-    _where(release, frame, repeated, "keys repeat those of another row of the same answer")
+    refuse_rows(release, frame, repeated, "keys repeat those of another row of the same answer")
     if fast.any():
         _identity_ids(release, frame, fast, attributes, names, int(manifest["establishments"]))
 
@@ -494,7 +373,7 @@ def _mechanism_rows(release: str | Path, frame):
         return np.ones(len(frame), dtype=bool)
     codes, uniques = pd.factorize(frame["mechanism"], use_na_sentinel=False)
     known = np.array([name in ("psi", "pnc") for name in uniques], dtype=bool)
-    _where(release, frame, ~known[codes], "mechanism is not psi or pnc")
+    refuse_rows(release, frame, ~known[codes], "mechanism is not psi or pnc")
     return np.array([name == "psi" for name in uniques], dtype=bool)[codes]
 
 
@@ -541,19 +420,19 @@ def _check_plan(release: str | Path, frame, manifest: Mapping, parts: Measuremen
                                        "plan does not state")
     if lacking is not None:
         raise lacking
-    _where(release, frame, ~np.isclose(frame["mu"].to_numpy(dtype=np.float64), mu, rtol=ANSWER_RTOL, atol=0),
+    refuse_rows(release, frame, ~np.isclose(frame["mu"].to_numpy(dtype=np.float64), mu, rtol=ANSWER_RTOL, atol=0),
            "mu is not the one the manifest's ledger charged its answer (an answer of mixed mu)")
     workflow = manifest.get("workflow")
     if workflow not in ("psi", "pnc"):
         raise refuse_plan(release, "workflow must be psi or pnc")
     identity = np.array([name == "identity" for name in query_names], dtype=bool)[queries]
-    _where(release, frame, psi_rows != (identity | (workflow == "psi")),
+    refuse_rows(release, frame, psi_rows != (identity | (workflow == "psi")),
            f"mechanism is not its query's (identity: psi; the others: {workflow}, the workflow; an answer of "
            "mixed mechanisms)")
     kinds, kind_names = pd.factorize(frame["variance_kind"], use_na_sentinel=False)
     estimated = np.array([name == "estimated" for name in kind_names], dtype=bool)[kinds]
     known = np.array([name in ("estimated", "exact") for name in kind_names], dtype=bool)[kinds]
-    _where(release, frame, ~known | (estimated != psi_rows),
+    refuse_rows(release, frame, ~known | (estimated != psi_rows),
            "variance_kind is not its mechanism's (psi: estimated; pnc: exact)")
 
 
@@ -627,5 +506,7 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: M
     _check_estimates(release, frame, numbers, psi_rows, manifest)
     _check_keys(release, frame, manifest, attributes, names)
     _check_plan(release, frame, manifest, parts, quarter, psi_rows, attributes, names)
-    _check_pnc_sd(release, frame, numbers, psi_rows, attributes, gamma, manifest, parts)
+    from gedp.release.pnc_checks import check_pnc_sd
+
+    check_pnc_sd(release, frame, numbers, psi_rows, attributes, gamma, manifest, parts)
     return frame
