@@ -283,7 +283,7 @@ def _barrier_optimum(likelihood: Likelihood, share: np.ndarray, weights: np.ndar
         decrement = float(-gradient @ step)
         if decrement < 1e-3 * barrier:
             break
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # the rows not falling are masked
             limit = float(np.where(step < 0, -weights / step, np.inf).min())
         t = min(1.0, 0.99 * limit) if limit < np.inf else 1.0
         along_step = (share, fitted, matrix @ step, weights, step, barrier)  # L (w + t step) = L w + t L step
