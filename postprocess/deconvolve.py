@@ -273,24 +273,31 @@ def _barrier_optimum(likelihood: Likelihood, share: np.ndarray, weights: np.ndar
         # barrier * I plus a positive semidefinite part: well conditioned however small some w are):
         # W H W u = -W gradient - nu w, nu such that w . u = 0.
         hessian = likelihood.hessian(weights, share, fitted)
-        hessian[np.diag_indices(len(weights))] += barrier
+        np.einsum("ii->i", hessian)[...] += barrier  # the diagonal, a view of it
         factor, info = dpotrf(hessian, lower=0, clean=0)
         if info != 0:
             raise np.linalg.LinAlgError(f"a Newton step's Hessian is not positive definite (LAPACK info {info})")
-        solved, _ = dpotrs(factor, np.column_stack([weights * gradient, weights]))
+        solved, _ = dpotrs(factor, np.array([weights * gradient, weights]).T)  # Fortran order: not copied
         along, across = solved[:, 0], solved[:, 1]
         step = weights * (across * ((weights @ along) / (weights @ across)) - along)
         decrement = float(-gradient @ step)
         if decrement < 1e-3 * barrier:
             break
-        falling = step < 0
-        t = min(1.0, 0.99 * float((-weights[falling] / step[falling]).min())) if falling.any() else 1.0
+        with np.errstate(divide="ignore", invalid="ignore"):  # the rows not falling are masked
+            limit = float(np.where(step < 0, -weights / step, np.inf).min())
+        t = min(1.0, 0.99 * limit) if limit < np.inf else 1.0
         along_step = (share, fitted, matrix @ step, weights, step, barrier)  # L (w + t step) = L w + t L step
-        start = _objective_along(0.0, *along_step)
+        start = _objective(share, fitted, weights, barrier)
         while _objective_along(t, *along_step) > start - 0.25 * t * decrement and t > 1e-12:
             t /= 2
         weights = weights + t * step
     return weights, False
+
+
+def _objective(share: np.ndarray, fitted: np.ndarray, weights: np.ndarray, barrier: float) -> float:
+    """The barrier problem's objective at the weights (``fitted`` = L weights): ``_objective_along`` at t = 0
+    (fitted + 0 L step is fitted, bit for bit)."""
+    return float(-share @ np.log(fitted) - barrier * np.log(weights).sum())
 
 
 def _objective_along(t: float, share: np.ndarray, fitted: np.ndarray, moved: np.ndarray, weights: np.ndarray,
@@ -396,7 +403,7 @@ class ComponentTable:
             running[impossible] = 0.0
         for j in range(1, len(running)):
             np.add(running[j - 1], running[j], out=running[j])
-        picked = (running < u * running[-1]).sum(axis=0)
+        picked = below_count(running, u * running[-1])
         chosen = start + np.minimum(picked, self.width - 1)
         mean = self.means[chosen] + self.shrink[chosen] * (center - self.means[chosen])
         return np.where(feasible, mean, center), np.where(feasible, self.post_sd[chosen], self.sd)
@@ -466,7 +473,17 @@ def pick_points(log_weight: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     running = np.exp(log_weight, out=log_weight)
     for k in range(1, len(running)):
         np.add(running[k - 1], running[k], out=running[k])
-    return np.minimum((running < rng.random(running.shape[1]) * running[-1]).sum(axis=0), len(running) - 1)
+    return np.minimum(below_count(running, rng.random(running.shape[1]) * running[-1]), len(running) - 1)
+
+
+def below_count(running: np.ndarray, threshold: np.ndarray) -> np.ndarray:
+    """Per column of ``running`` (points x rows), how many of its values are below the column's
+    ``threshold``: the comparisons' bytes summed as bytes when fewer than 256 points (no cast of each
+    to a 64-bit integer), else as integers."""
+    below = running < threshold
+    if len(running) < 256:
+        return below.view(np.uint8).sum(axis=0, dtype=np.uint8).astype(np.int64)
+    return below.sum(axis=0)
 
 
 #: The smoothness penalties a ``SmoothFit`` chooses from (per unit of the second differences' squares).

@@ -542,3 +542,36 @@ def test_the_likelihood_basis_is_factorized_on_one_blas_thread(monkeypatch):
     assert ready.basis is not None and ready.coefficients is not None
     np.testing.assert_allclose(ready.basis.T @ ready.basis, np.eye(ready.basis.shape[1]), atol=1e-12)
     np.testing.assert_allclose(ready.basis @ ready.coefficients, ready.matrix, atol=1e-9)
+
+
+def test_below_count_is_the_count_of_values_below_each_columns_threshold():
+    """Against a column-by-column count in Python, on both sides of the byte sum's limit (255 points
+    all below a threshold: the largest count a byte holds; 300 points: the integer sum)."""
+    from gedp.postprocess.deconvolve import below_count
+
+    rng = np.random.default_rng(3)
+    for points in (1, 2, 144, 255, 256, 300):
+        running = np.cumsum(rng.random((points, 37)), axis=0)
+        threshold = rng.random(37) * running[-1] * 1.2  # some columns above every value
+        threshold[0] = np.inf  # every value below: the count is the number of points
+        got = below_count(running, threshold)
+        expected = [sum(1 for v in running[:, j] if v < threshold[j]) for j in range(37)]
+        assert got.dtype == np.int64 and got.tolist() == expected
+        assert got[0] == points
+
+
+def test_the_line_searchs_start_is_the_objective_along_the_step_at_zero_bit_for_bit():
+    """The Newton step's objective at the current weights (``_objective``) is ``_objective_along`` at
+    t = 0, bit for bit (fitted + 0 L step is fitted): the same line search, the same fits."""
+    from gedp.postprocess.deconvolve import _objective, _objective_along
+
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        n, m = rng.integers(1, 60, size=2)
+        matrix = rng.random((n, m)) ** 3
+        weights = rng.dirichlet(np.full(m, 0.3)) + 1e-300
+        step = rng.normal(size=m) * weights
+        share = rng.dirichlet(np.ones(n))
+        fitted, barrier = matrix @ weights + 1e-300, float(10.0 ** rng.uniform(-12, 0))
+        assert _objective(share, fitted, weights, barrier) == _objective_along(
+            0.0, share, fitted, matrix @ step, weights, step, barrier)
