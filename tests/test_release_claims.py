@@ -743,3 +743,27 @@ def test_a_release_written_inside_another_is_refused(release, tmp_path, small_st
     assert gedp.read_release(release).write(tmp_path / "beside") == (tmp_path / "beside").resolve()
     gedp.read_release(release).write(copy)  # an earlier release at out is replaced, as before
     assert _files(copy) == before
+
+
+@pytest.mark.parametrize("format_", ["qcew", "xlsx"])
+def test_a_table_ready_to_publish_states_no_forged_budget(release, tmp_path, monkeypatch, format_):
+    """harden23 item 1: gedp tabulate --format qcew / xlsx (and the API's xlsx workbook) wrote the manifest's
+    mu and epsilon into their notes without reading the answers, so the rt22 F1 forgery (mu 1.87 stated for
+    2.31 spent) was restated with exit 0. They state only what the answers confirmed: refused, nothing written."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = forged(release, tmp_path, 0.5)
+    out = tmp_path / f"t.{'csv' if format_ == 'qcew' else 'xlsx'}"
+    result = runner.invoke(app, ["tabulate", str(copy), "--agglvl", "71", "--format", format_, "--out", str(out)])
+    assert result.exit_code == 2 and PNC_SD in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not out.exists() and not out.with_name(out.name + ".json").exists()
+    if format_ == "xlsx":
+        with pytest.raises(InputError, match=re.escape(PNC_SD)):
+            gedp.read_release(copy).tabulate(agglvl=71, format="xlsx", out=tmp_path / "api.xlsx")
+        assert not (tmp_path / "api.xlsx").exists()
+    genuine = tmp_path / f"genuine.{out.suffix[1:]}"  # the release itself: written, its stated mu in the notes
+    result = runner.invoke(app, ["tabulate", str(release), "--agglvl", "71", "--format", format_, "--out",
+                                 str(genuine)])
+    assert result.exit_code == 0, result.output
+    notes = json.loads(genuine.with_name(genuine.name + ".json").read_text())["notes"]
+    assert f"mu {read_manifest(release)['mu_total']:.4f} (" in notes["Privacy guarantee"]

@@ -233,6 +233,15 @@ def read_measurements(release: str | Path, quarter: str | None = None) -> pd.Dat
     return checked_measurements(release, frame, manifest, parts, quarter)
 
 
+def confirmed_manifest(release: str | Path) -> Manifest:
+    """A release's manifest once the answers of each of its quarters are read through every reader's
+    checks (``read_measurements``: the mu it states against the noise they drew): what a statement of
+    its privacy (``Release.privacy``, the notes of a table ready to publish) may restate."""
+    for quarter in release_quarters(release) or [None]:
+        read_measurements(release, quarter)
+    return read_manifest(release)
+
+
 def answers_of_frame(release: str | Path, frame: pd.DataFrame) -> dict[str, list[NoisyAnswer]]:
     """The noisy answers by attribute of measurements read from ``release`` (named in messages)."""
     answers: dict[str, list[NoisyAnswer]] = {}
