@@ -614,6 +614,11 @@ JOB_VALUES = {
     "a home county of another state": (
         lambda f: _set("home_county", "34001", int(f["home_county"].notna().argmax()))(f),
         "column 'home_county' holds a value gedp does not write"),
+    "a county of its state no establishment is in": (  # harden23 item 6: the reader took any county of the
+        lambda f: _set("home_county", "44998", int(f["home_county"].notna().argmax()))(f),  # states; protect
+        "column 'home_county' holds a value gedp does not write"),  # measures its establishments' counties only
+    "the unknown county": (lambda f: _set("home_county", "44999", int(f["home_county"].notna().argmax()))(f),
+                           "column 'home_county' holds a value gedp does not write"),
     "a worker code in another family's row": (lambda f: _set("sex", "1", int(f["sex"].isna().argmax()))(f),
                                               "column 'sex' holds a value gedp does not write"),
     "a family the manifest lacks": (_set("family", "other"), "column 'family' holds a value gedp does not write"),
@@ -645,6 +650,22 @@ def test_a_job_frame_of_values_gedp_does_not_write_is_refused_by_every_reader(wr
         _ = gedp.read_release(copy).jobs
     files = next(check for check in audit_release(copy) if check.name == "files")
     assert not files.passed and message in files.detail
+
+
+def test_the_reader_reads_every_home_county_protect_measures(written, state):
+    """The home counties the reader accepts are the list protect measures (``home_domain``, one function):
+    a genuine frame holds only them, and each of them (every county of its establishments, and "other")
+    is read when written in a row of the home family."""
+    from gedp.release.reader import check_adds_up, read_protected
+    from gedp.tabulation.job_frame_tables import read_job_frame
+
+    frame, protected = read_job_frame(written), read_protected(written)
+    homes = frame.loc[frame["family"] == "home", "home_county"].astype(str)
+    assert set(homes) <= set(home_domain(state)) and len(set(homes)) >= 3
+    row = int(frame["home_county"].notna().to_numpy().argmax())
+    for code in home_domain(protected):
+        frame.loc[row, "home_county"] = code
+        check_adds_up(written, frame, protected)
 
 
 def test_a_genuine_job_frame_passes_the_value_checks(written, release, state, jobs, tmp_path):
