@@ -238,7 +238,8 @@ def confirmed_manifest(release: str | Path) -> Manifest:
     """A release's manifest once the answers of each of its quarters are read through every reader's
     checks (``read_measurements``: the mu it states against the noise they drew): what a statement of
     its privacy (``Release.privacy``, the notes of a table ready to publish) may restate."""
-    for quarter in release_quarters(release) or [None]:
+    quarters: list[str | None] = [*release_quarters(release)]
+    for quarter in quarters or [None]:
         read_measurements(release, quarter)
     return read_manifest(release)
 
