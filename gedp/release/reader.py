@@ -422,15 +422,18 @@ def check_adds_up(folder: str | Path, jobs: pd.DataFrame, protected: pd.DataFram
 
 def _foreign_homes(jobs: pd.DataFrame, protected: pd.DataFrame, position: np.ndarray) -> np.ndarray:
     """The rows of ``jobs`` holding a home county outside the list of their establishment's state
-    (``home_domain``; ``position``: each row's establishment in ``protected``)."""
+    (``home_domain``; ``position``: each row's establishment in ``protected``), by codes: a job frame
+    of millions of rows is never turned into text keys."""
+    import numpy as np
+
     from gedp.measure.jobframe import home_domain
 
-    states = protected["state"].astype(str)
-    allowed = pd.Index([f"{state}|{code}" for state, rows in protected.groupby(states, sort=False)
-                        for code in home_domain(rows)])
-    homes = jobs["home_county"].astype(object)
-    keys = pd.Series(states.to_numpy()[position], dtype=object) + "|" + homes.astype(str).to_numpy()
-    return (homes.notna().to_numpy() & ~keys.isin(allowed).to_numpy())
+    state, states = pd.factorize(protected["state"].astype(str))
+    home, homes = pd.factorize(jobs["home_county"], use_na_sentinel=True)
+    allowed = np.zeros((len(states), len(homes) + 1), dtype=bool)  # the last column: no home county
+    for number in range(len(states)):
+        allowed[number, :-1] = pd.Index(homes.astype(str)).isin(home_domain(protected[state == number]))
+    return ~allowed[state[position], home] & (home >= 0)
 
 
 def read_validated(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
