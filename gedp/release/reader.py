@@ -208,6 +208,13 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
         columns = [name for name in names if name not in without]
         check_decoded(release, PROTECTED_FILE, parts, columns)
         frame = read_parts(parts, columns)
+    return checked_protected(release, frame, manifest)
+
+
+def checked_protected(release: str | Path, frame: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
+    """A release's protected rows (``frame``, read from its parts whose schemas and sizes were checked)
+    once they hold the establishments its manifest states and codes gedp writes, attributes as float64:
+    what ``read_protected`` gives."""
     check_count(release, frame, manifest_count(manifest))
     check_codes(release, frame)
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
