@@ -203,13 +203,10 @@ class Release:
         total and under ``attributes`` for each attribute's own queries; checked against the ledgers
         (``read_manifest``), each epsilon against its mu (``validation.checked_privacy``) and the mu
         against the noise the answers drew (their every reader's check, ``reader.read_measurements``)."""
-        from gedp.release.reader import read_measurements, release_quarters
+        from gedp.release.reader import confirmed_manifest
         from gedp.release.validation import checked_privacy
 
-        quarters: list[str | None] = [*release_quarters(self.folder)]
-        for quarter in quarters or [None]:
-            read_measurements(self.folder, quarter)
-        return checked_privacy(self.folder, self.manifest)
+        return checked_privacy(self.folder, confirmed_manifest(self.folder))
 
     @property
     def microdata(self) -> pd.DataFrame:
@@ -329,10 +326,12 @@ class Release:
                 raise InputError("format xlsx needs out (the workbook's file name)")
             from gedp.postprocess.publication import publication_notes, write_workbook
             from gedp.release.format import check_outside
+            from gedp.release.reader import confirmed_manifest
 
             check_outside(self.folder, out)
 
-            notes = publication_notes(self.manifest, tables.titles, str(self.folder), level if moe else None)
+            notes = publication_notes(confirmed_manifest(self.folder), tables.titles, str(self.folder),
+                                      level if moe else None)
             write_workbook(tables.levels, notes, out)
         return pd.concat(tables.levels.values(), ignore_index=True)
 

@@ -107,7 +107,8 @@ BROKEN = {
     "a psi answer's sd edited": (
         "psi answers", dict(edit_measurements=lambda f: _set(f, _identity_row(f, "wage"), "sd",
                                                              f.loc[_identity_row(f, "wage"), "sd"] * 0.9))),
-    "tau edited": ("tau and zeta", dict(edit_manifest=lambda m: m["tau"].update({"44": 3.0}))),
+    "tau edited": ("tau and zeta", dict(edit_manifest=lambda m: [m["tau"].update({"44": 3.0}),  # the state's too:
+                                                                  m["per_state"]["44"].update(tau=3.0)])),  # as read
     "a pnc variance edited": (
         "pnc variances", dict(edit_measurements=lambda f: _set(f, _pnc_row(f), "variance",
                                                                f.loc[_pnc_row(f), "variance"] / 2))),

@@ -391,3 +391,37 @@ def test_evaluate_lists_every_registered_experiment():
         result.exit_code == 2
         and result.output == f"error: experiment 'e9' is unknown; choose one of {', '.join(EXPERIMENTS)}\n"
     )
+
+
+def _path_options() -> dict[tuple[str, ...], dict[str, str]]:
+    """Every command's options and arguments that take a path, with their help, by command."""
+    import typer.main
+
+    found: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def walk(command, names: tuple[str, ...]) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, (*names, name))
+        for param in getattr(command, "params", []) if not hasattr(command, "commands") else []:
+            if "Path" in str(param.type_descriptor.annotation):
+                found.setdefault(names, {})[str(param.name)] = param.help or ""
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_every_path_a_command_takes_says_what_it_accepts():
+    """harden23 item 4: suppress and evaluate --data said "Microdata file" though a release folder is read
+    (through the release reader); the ledger, audit --release and others named no kind of path at all.
+    Each path's help names the file or folder it takes, and --help shows it."""
+    import re
+
+    options = _path_options()
+    assert len(options) >= 12 and sum(len(by) for by in options.values()) >= 30  # the walk sees them all
+    vague = {(*names, option): text for names, by in options.items() for option, text in by.items()
+             if not re.search(r"\b(file|folder|directory|directories)\b", text, re.IGNORECASE)}
+    assert vague == {}
+    for command in ("suppress", "evaluate"):
+        assert "a release folder" in options[(command,)]["data"]
+        shown = " ".join(invoke(command, "--help").output.replace("│", " ").split())
+        assert "or a release folder (its protected microdata, read through the release reader's checks)" in shown

@@ -614,6 +614,11 @@ JOB_VALUES = {
     "a home county of another state": (
         lambda f: _set("home_county", "34001", int(f["home_county"].notna().argmax()))(f),
         "column 'home_county' holds a value gedp does not write"),
+    "a county of its state no establishment is in": (  # harden23 item 6: the reader took any county of the
+        lambda f: _set("home_county", "44998", int(f["home_county"].notna().argmax()))(f),  # states; protect
+        "column 'home_county' holds a value gedp does not write"),  # measures its establishments' counties only
+    "the unknown county": (lambda f: _set("home_county", "44999", int(f["home_county"].notna().argmax()))(f),
+                           "column 'home_county' holds a value gedp does not write"),
     "a worker code in another family's row": (lambda f: _set("sex", "1", int(f["sex"].isna().argmax()))(f),
                                               "column 'sex' holds a value gedp does not write"),
     "a family the manifest lacks": (_set("family", "other"), "column 'family' holds a value gedp does not write"),
@@ -647,6 +652,22 @@ def test_a_job_frame_of_values_gedp_does_not_write_is_refused_by_every_reader(wr
     assert not files.passed and message in files.detail
 
 
+def test_the_reader_reads_every_home_county_protect_measures(written, state):
+    """The home counties the reader accepts are the list protect measures (``home_domain``, one function):
+    a genuine frame holds only them, and each of them (every county of its establishments, and "other")
+    is read when written in a row of the home family."""
+    from gedp.release.reader import check_adds_up, read_protected
+    from gedp.tabulation.job_frame_tables import read_job_frame
+
+    frame, protected = read_job_frame(written), read_protected(written)
+    homes = frame.loc[frame["family"] == "home", "home_county"].astype(str)
+    assert set(homes) <= set(home_domain(state)) and len(set(homes)) >= 3
+    row = int(frame["home_county"].notna().to_numpy().argmax())
+    for code in home_domain(protected):
+        frame.loc[row, "home_county"] = code
+        check_adds_up(written, frame, protected)
+
+
 def test_a_genuine_job_frame_passes_the_value_checks(written, release, state, jobs, tmp_path):
     """Power: the frames gedp writes (an integer release's too) are tabulated and pass audit's files check;
     an integer release's fractional jobs are refused."""
@@ -666,3 +687,56 @@ def test_a_genuine_job_frame_passes_the_value_checks(written, release, state, jo
     frame.to_parquet(part, index=False)
     with pytest.raises(GedpError, match="column 'jobs' holds a value gedp does not write"):
         gedp.read_release(integer).tabulate(by="sex")
+
+
+def _protected_edit(written, tmp_path, edit):
+    """A copy of the release ``written`` whose protected part is ``edit``-ed."""
+    copy = tmp_path / "copy"
+    shutil.copytree(written, copy)
+    part = copy / "protected.parquet" / "part-44.parquet"
+    edit(pd.read_parquet(part)).to_parquet(part, index=False)
+    return copy
+
+
+#: Releases with a job frame, genuine and broken, the audit's verdicts of which must not change.
+AUDITED = {
+    "genuine": lambda written, tmp_path, monkeypatch: written,
+    "jobs moved": lambda written, tmp_path, monkeypatch: edited_job_frame(
+        written, tmp_path, monkeypatch, lambda f: f.assign(jobs=f["jobs"].to_numpy()[::-1])),
+    "a home county of no establishment": lambda written, tmp_path, monkeypatch: edited_job_frame(
+        written, tmp_path, monkeypatch, JOB_VALUES["a county of its state no establishment is in"][0]),
+    "a protected county edited": lambda written, tmp_path, monkeypatch: _protected_edit(
+        written, tmp_path, lambda f: f.assign(county=f["county"].where(f.index != 5, "1"))),
+    "protected employment edited": lambda written, tmp_path, monkeypatch: _protected_edit(
+        written, tmp_path, lambda f: f.assign(m1emp=f["m1emp"] + (f.index == 7))),
+}
+
+
+@pytest.mark.parametrize("case", list(AUDITED))
+def test_the_audit_reads_the_protected_microdata_once_with_the_same_verdicts(written, tmp_path, monkeypatch, case):
+    """harden23 item 5: gedp audit --release read a job release's protected microdata twice (its state parts,
+    then read_protected for the job frame's check). It reads them once now, before the measurements: its files
+    check takes the state parts it read, through the same checks, and gives the verdicts and words the
+    readers' read gives (the check run with read_protected, as before), on the genuine release and broken
+    copies."""
+    from gedp.audit import release as audit
+    from gedp.release import part_sizes, reader
+
+    folder = AUDITED[case](written, tmp_path, monkeypatch)
+    manifest = dict(reader.read_manifest(folder))
+    before = audit.check_files(folder, manifest)  # the job frame checked against read_protected's rows
+    reads = []
+    read_parts = part_sizes.read_parts
+
+    def counted(paths, *args, **kwargs):
+        reads.extend(path for path in paths if "protected.parquet" in str(path))
+        return read_parts(paths, *args, **kwargs)
+
+    for module in (audit, reader):
+        monkeypatch.setattr(module, "read_parts", counted)
+    checks = {check.name: check for check in audit.audit_release(folder)}
+    assert len(reads) == 1  # one protected part, read once
+    _, protected = audit.protected_parts(folder, manifest)
+    assert audit.check_files(folder, manifest, protected) == before
+    assert checks["files"].passed == (not before) and all(failure in checks["files"].detail for failure in before)
+    assert (case == "genuine") == all(check.passed for check in checks.values())

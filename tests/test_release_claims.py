@@ -742,15 +742,42 @@ def test_tau_and_zeta_other_than_the_noises_are_refused(release, tmp_path, monke
     refused_by_every_reader(edited(release, tmp_path, edit), tmp_path, message, plain=False)
 
 
-@pytest.mark.parametrize("key", ["tau", "zeta"])
-def test_a_states_tau_or_zeta_other_than_the_releases_fails_the_audit(release, tmp_path, key):
+#: A state's section stating a tau or zeta other than the release's (rt22 F7; harden23 item 2: null or
+#: missing), each read with exit 0 by the readers before (only the audit failed it).
+STATE_TAU_ZETA = {
+    "tau 1e300": lambda m: m["per_state"]["44"].update(tau=1e300),
+    "zeta 0.4": lambda m: m["per_state"]["44"].update(zeta=0.4),
+    "tau null": lambda m: m["per_state"]["44"].update(tau=None),
+    "tau missing": lambda m: m["per_state"]["44"].pop("tau"),
+    "zeta missing": lambda m: m["per_state"]["44"].pop("zeta"),
+}
+#: How the readers refuse it.
+STATE_TAU_ZETA_RULE = "'per_state.44' must state the release's tau.44 and zeta_per_state as its tau and zeta"
+
+
+@pytest.mark.parametrize("case", list(STATE_TAU_ZETA))
+def test_a_states_tau_or_zeta_other_than_the_releases_is_refused_and_fails_the_audit(release, tmp_path,
+                                                                                     monkeypatch, case):
     """rt22 F7: per_state.44.tau 1e300 or zeta 0.4 passed all 12 checks (no reader uses them: each reads the
-    release's tau and zeta_per_state)."""
+    release's tau and zeta_per_state); harden23 item 2: a null or missing one was read by every reader with
+    exit 0. Every reader refuses it now (tabulate, --moe, report, implicates, serve, the API), and the audit
+    fails it with the readers' words."""
     from gedp.audit.release import audit_release
 
-    copy = edited(release, tmp_path, lambda m: m["per_state"]["44"].update({key: 1e300 if key == "tau" else 0.4}))
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = edited(release, tmp_path, STATE_TAU_ZETA[case])
+    refused_by_every_reader(copy, tmp_path, STATE_TAU_ZETA_RULE)
+    with pytest.raises(InputError, match=re.escape(STATE_TAU_ZETA_RULE)):
+        gedp.read_release(copy).tabulate("county")
     failed = {check.name: check.detail for check in audit_release(copy) if not check.passed}
-    assert list(failed) == ["tau and zeta"] and "per_state tau or zeta is not the release's" in failed["tau and zeta"]
+    assert list(failed) == ["manifest"] and STATE_TAU_ZETA_RULE in failed["manifest"]
+
+
+def test_a_panel_quarters_state_tau_is_checked_alike(panel, tmp_path, monkeypatch):
+    """harden23 item 2 on a panel: a quarter's state section with a null tau is refused by its readers."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    refused_as_a_panel(panel, tmp_path, lambda m: m["per_quarter"]["2016Q2"]["per_state"]["44"].update(tau=None),
+                       "'per_quarter.2016Q2.per_state.44' must state the release's tau.44")
 
 
 @pytest.fixture(scope="module")
@@ -873,3 +900,80 @@ def test_a_size_class_table_of_a_change_says_it_is_of_one_quarter(panel, option)
     though a change was given (the server says a size-class table is of one quarter)."""
     result = runner.invoke(app, ["tabulate", str(panel), *option, "--by", "size_class"])
     assert result.exit_code == 2 and "a size-class table is of one quarter" in result.output, result.output
+
+
+@pytest.mark.parametrize("format_", ["qcew", "xlsx"])
+def test_a_table_ready_to_publish_states_no_forged_budget(release, tmp_path, monkeypatch, format_):
+    """harden23 item 1: gedp tabulate --format qcew / xlsx (and the API's xlsx workbook) wrote the manifest's
+    mu and epsilon into their notes without reading the answers, so the rt22 F1 forgery (mu 1.87 stated for
+    2.31 spent) was restated with exit 0. They state only what the answers confirmed: refused, nothing written."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = forged(release, tmp_path, 0.5)
+    out = tmp_path / f"t.{'csv' if format_ == 'qcew' else 'xlsx'}"
+    result = runner.invoke(app, ["tabulate", str(copy), "--agglvl", "71", "--format", format_, "--out", str(out)])
+    assert result.exit_code == 2 and PNC_SD in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not out.exists() and not out.with_name(out.name + ".json").exists()
+    if format_ == "xlsx":
+        with pytest.raises(InputError, match=re.escape(PNC_SD)):
+            gedp.read_release(copy).tabulate(agglvl=71, format="xlsx", out=tmp_path / "api.xlsx")
+        assert not (tmp_path / "api.xlsx").exists()
+    genuine = tmp_path / f"genuine.{out.suffix[1:]}"  # the release itself: written, its stated mu in the notes
+    result = runner.invoke(app, ["tabulate", str(release), "--agglvl", "71", "--format", format_, "--out",
+                                 str(genuine)])
+    assert result.exit_code == 0, result.output
+    notes = json.loads(genuine.with_name(genuine.name + ".json").read_text())["notes"]
+    assert f"mu {read_manifest(release)['mu_total']:.4f} (" in notes["Privacy guarantee"]
+
+
+def _panel_with_jobs(panel: Path, tmp_path: Path, where: str) -> Path:
+    """A copy of ``panel`` holding a job frame gedp never writes for a panel: each quarter's part one
+    job per month-1 employee of family worker (sex 1), the family stated in the manifest (``where``:
+    the panel's ``jobs``, or a quarter's)."""
+    import pandas as pd
+
+    copy = tmp_path / "panel-jobs"
+    shutil.copytree(panel, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    section = {"file": "protected_jobs.parquet", "adds_up_to": "m1emp",
+               "families": {"worker": {"columns": ["sex"], "categories": 2}}}
+    if where == "panel":
+        manifest["jobs"] = section
+        manifest["files"]["jobs"] = "protected_jobs.parquet"
+    else:
+        manifest["per_quarter"]["2016Q2"]["jobs"] = section
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / "protected_jobs.parquet").mkdir()
+    for part in sorted((copy / "protected.parquet").iterdir()):
+        rows = pd.read_parquet(part).query("m1emp > 0")
+        pd.DataFrame({"estab_id": rows["estab_id"].astype(str), "family": "worker", "sex": "1",
+                      "jobs": rows["m1emp"].astype(float)}).to_parquet(copy / "protected_jobs.parquet" / part.name)
+    return copy
+
+
+@pytest.mark.parametrize("where", ["panel", "a quarter"])
+def test_a_panel_stating_a_job_frame_is_refused_by_every_reader(panel, tmp_path, monkeypatch, where):
+    """harden23 item 7: gedp protect refuses a job table with a panel, so no genuine panel holds a job frame;
+    one that states it was read: Release.jobs and gedp audit --release crashed with a traceback
+    (InvalidIndexError: the panel's ids repeat over its quarters), tabulate by a quarter exit 0. Every
+    reader refuses it now in one line, exit 2; the audit fails its manifest with the readers' words."""
+    from gedp.audit.release import audit_release
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = _panel_with_jobs(panel, tmp_path, where)
+    field = "'jobs'" if where == "panel" else "'per_quarter.2016Q2.jobs'"
+    message = f"{field} states a job frame, which no panel release holds"
+    for request in (["tabulate", str(copy), "--by", "county", "--quarter", "2016Q1"],
+                    ["tabulate", str(copy), "--by", "county,sex", "--quarter", "2016Q2", "--moe"],
+                    ["implicates", str(copy), "--quarter", "2016Q1", "--out", str(tmp_path / "imp"), "--n", "2"]):
+        result = runner.invoke(app, request)
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    with pytest.raises(InputError, match=re.escape(message)):
+        _ = gedp.read_release(copy).jobs
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_releases([copy])
+    failed = {check.name: check.detail for check in audit_release(copy) if not check.passed}
+    assert list(failed) == ["manifest"] and message in failed["manifest"]
+    result = runner.invoke(app, ["audit", "--release", str(copy)])
+    assert result.exit_code == 2 and "Traceback" not in result.output

@@ -470,15 +470,16 @@ def test_no_cache_computes_every_answer(releases, monkeypatch, cache):
     assert len(computed) == (1 if cache else 2)
 
 
-def test_size_class_implicates_are_drawn_before_any_request(releases, monkeypatch):
+def test_size_class_implicates_are_drawn_before_any_request(releases, monkeypatch, capsys):
     """A release of one quarter gets the implicates of its size-class tables drawn in the background
     once loaded: a size-class request no longer draws them within its 30 s (its first one took longer
     at load 17, answered 503: single-request_18 of the API test failed so), nor is answered faster
-    because someone asked one before."""
+    because someone asked one before. A warm-up that succeeds says nothing."""
     from gedp.release import implicates
 
     loaded = load_releases([releases["single"]])
     assert loaded["single"].warm.wait(600) and None in loaded["single"].implicates_held
+    assert capsys.readouterr().err == ""
     monkeypatch.setattr(implicates, "tabulation_implicates", lambda *args: pytest.fail("drawn in a request"))
     served = Served(create_app(loaded))
     try:
@@ -486,3 +487,55 @@ def test_size_class_implicates_are_drawn_before_any_request(releases, monkeypatc
     finally:
         served.stop()
     assert status == 200, body
+
+
+#: A draw's failure as a reader gives it (one line, no value), and one of gedp's own (a value in its text).
+WARM_UP_FAILURES = {
+    "a gedp error": InputError("release 'single': its measurements cannot be read as the Parquet gedp writes "
+                               "(ArrowInvalid; an edited or damaged copy)"),
+    "another error": RuntimeError("row 7 holds 123456.78"),
+}
+
+
+@pytest.mark.parametrize("case", list(WARM_UP_FAILURES))
+def test_a_failed_warm_up_is_said_once_and_answers_its_size_class_requests(releases, monkeypatch, capsys, case):
+    """harden23 item 3: the warm-up swallowed any failure of its draw (each size-class request then drew
+    again, and said nothing at start-up). It is said on stderr in one line (no traceback, no value) and the
+    server serves on: each size-class request answered 400 with the error the draw gave, the very answer a
+    first request gives when no warm-up ran (a gedp error; another: its type only), without drawing again;
+    every other table answered as before."""
+    from gedp.release import implicates
+    from gedp.serve import releases as served_releases
+
+    drawn = []
+
+    def broken(*args):
+        drawn.append(args)
+        raise WARM_UP_FAILURES[case]
+
+    monkeypatch.setattr(implicates, "tabulation_implicates", broken)
+    loaded = load_releases([releases["single"]])
+    assert loaded["single"].warm.wait(600)
+    said = capsys.readouterr().err
+    assert said.startswith("warning: release single: its size-class tables are refused: ") and said.count("\n") == 1
+    assert "Traceback" not in said and "123456" not in said
+    served = Served(create_app(loaded))
+    try:
+        answers = [served.get("/api/tabulate", {"release": "single", "by": by})
+                   for by in ("size_class", "sector,size_class")]
+        plain = served.get("/api/tabulate", {"release": "single", "by": "sector", "moe": "1"})
+    finally:
+        served.stop()
+    assert plain[0] == 200 and len(drawn) == 1  # drawn at start-up only
+    messages = {json.loads(body)["error"] for status, _, body in answers if status == 400}
+    assert len(messages) == 1 and len(answers) == 2 and "123456" not in messages.pop()
+    assert json.loads(answers[0][2])["error"] in said
+    if case == "a gedp error":  # what a first request draws and gives without a warm-up
+        monkeypatch.setattr(served_releases, "_warm_up", lambda release: release.warm.set())
+        cold = load_releases([releases["single"]])
+        served = Served(create_app(cold))
+        try:
+            first = served.get("/api/tabulate", {"release": "single", "by": "size_class"})
+        finally:
+            served.stop()
+        assert first[:1] == answers[0][:1] and first[2] == answers[0][2]

@@ -89,20 +89,41 @@ class StatePart:
         return self.state if self.quarter is None else f"{self.quarter} {self.state}"
 
 
-def state_parts(folder: Path, manifest: dict, quarter: str | None = None) -> list[StatePart]:
+def state_parts(folder: Path, manifest: dict, quarter: str | None = None,
+                read: tuple[list[tuple[str, list[Path]]], Mapping[str, pd.DataFrame]] | None = None) -> list[StatePart]:
     """The parts of the states the manifest lists (of one ``quarter`` of a panel), in name order;
-    a part missing from the folder is left out (``check_files`` names it)."""
-    section = manifest if quarter is None else manifest["per_quarter"][quarter]
+    a part missing from the folder is left out (``check_files`` names it). ``read``: the states'
+    files and their protected parts read already (``protected_parts``), not read again."""
+    files, protected = read if read is not None else (state_files(folder, manifest, quarter), {})
     parts = []
+    for state, paths in files:
+        frames = [protected[state] if output == PROTECTED_FILE and state in protected else read_parts([str(path)])
+                  for output, path in zip((PROTECTED_FILE, MEASUREMENTS_FILE), paths)]
+        keyed = sum(int((frame[QUARTER_KEY] != quarter).sum()) for frame in frames) if quarter else 0
+        protected_rows, measured = (frame.drop(columns=QUARTER_KEY) if quarter else frame for frame in frames)
+        parts.append(StatePart(state, protected_rows, measured, quarter, keyed))
+    return parts
+
+
+def state_files(folder: Path, manifest: dict, quarter: str | None = None) -> list[tuple[str, list[Path]]]:
+    """Each state's protected and measurement parts (of one ``quarter`` of a panel), in name order, where
+    both are regular files whose sizes hold (``_sizes_hold``)."""
+    section = manifest if quarter is None else manifest["per_quarter"][quarter]
+    found = []
     for state in sorted(section["states"]):
         name = f"part-{state if quarter is None else f'{quarter}-{state}'}.parquet"
         files = [folder / output / name for output in (PROTECTED_FILE, MEASUREMENTS_FILE)]
         if all(file.is_file() and not file.is_symlink() for file in files) and _sizes_hold(folder, manifest, files):
-            frames = [read_parts([str(file)]) for file in files]
-            keyed = sum(int((frame[QUARTER_KEY] != quarter).sum()) for frame in frames) if quarter else 0
-            protected, measured = (frame.drop(columns=QUARTER_KEY) if quarter else frame for frame in frames)
-            parts.append(StatePart(state, protected, measured, quarter, keyed))
-    return parts
+            found.append((state, files))
+    return found
+
+
+def protected_parts(folder: Path, manifest: dict) -> tuple[list[tuple[str, list[Path]]], dict[str, pd.DataFrame]]:
+    """The states' files (``state_files``) and each state's protected part read, once for the audit:
+    before the measurements, so that a job frame is checked against them (``check_files``) while no
+    measurements are held."""
+    files = state_files(folder, manifest)
+    return files, {state: read_parts([str(paths[0])]) for state, paths in files}
 
 
 def _sizes_hold(folder: Path, manifest: dict, files: list[Path]) -> bool:
@@ -395,23 +416,44 @@ CHECKS: dict[str, Callable[[dict, list[StatePart]], list[str]]] = {
 }
 
 
-def check_files(folder: Path, manifest: dict) -> list[str]:
+def check_files(folder: Path, manifest: dict, protected: Mapping[str, pd.DataFrame] | None = None) -> list[str]:
     """The release holds gedp's files only (no link), and each Parquet output exactly the parts its
-    manifest lists (``validation.listed_parts``)."""
+    manifest lists (``validation.listed_parts``); a job frame's rows as every reader checks them,
+    against the protected microdata the audit read (``protected``: ``audit_protected``)."""
     outputs = [PROTECTED_FILE, MEASUREMENTS_FILE, *([JOBS_FILE] if "jobs" in manifest else [])]
     allowed = {MANIFEST_FILE, TABLES_FILE, ACCURACY_FILE, *outputs}
     failures = [f"{entry.name!r} is not a file of a gedp release" if entry.name not in allowed
                 else f"{entry.name!r} is a link" for entry in sorted(folder.iterdir())
                 if entry.name not in allowed or entry.is_symlink()]
     failures += [f"{name} is missing" for name in (TABLES_FILE,) if not (folder / name).is_file()]
+    decoded = set()
     for output in outputs:
         try:
             check_decoded(folder, output, listed_parts(folder, output, manifest))
+            decoded.add(output)
             if output == JOBS_FILE:  # its rows as every reader checks them (codes, jobs adding up)
-                check_adds_up(folder, read_stored(folder, JOBS_FILE), read_protected(folder))
+                rows = audit_protected(folder, manifest, protected if PROTECTED_FILE in decoded else None)
+                check_adds_up(folder, read_stored(folder, JOBS_FILE), rows)
         except InputError as err:
             failures.append(str(err).split(": ", 1)[-1])
     return failures
+
+
+def audit_protected(folder: Path, manifest: dict, protected: Mapping[str, pd.DataFrame] | None) -> pd.DataFrame:
+    """The protected microdata as every reader reads them (``reader.read_protected``), taken from the
+    states' ``protected`` parts the audit read (``protected_parts``) when they are every part listed,
+    each of the columns of the first, and their sizes passed ``check_decoded``: the same checks on the
+    same rows (schemas from the footers, count, codes), the rows read once. Otherwise (``protected``
+    None, a part left out or of other columns) ``read_protected``, refusing as it does."""
+    from gedp.release.reader import checked_protected, part_schemas, parts_read
+
+    if protected is None or "quarters" in manifest or list(protected) != sorted(manifest["states"]):
+        return read_protected(folder)
+    with parts_read(folder, PROTECTED_FILE):
+        names = part_schemas(folder, listed_parts(folder, PROTECTED_FILE, manifest), manifest)
+    if any(list(frame.columns) != names for frame in protected.values()):
+        return read_protected(folder)
+    return checked_protected(folder, pd.concat(list(protected.values()), ignore_index=True), manifest)
 
 
 def _run(checks: Mapping[str, Callable[[dict, list[StatePart]], list[str]]], manifest: dict,
@@ -455,11 +497,12 @@ def audit_release(folder: str | Path) -> list[Check]:
         manifest = dict(read_manifest(folder))
     except InputError as err:
         return [Check("manifest", False, str(err))]
-    found = {"files": check_files(folder, manifest)}
     if "quarters" in manifest:
-        found |= _panel_failures(folder, manifest)
+        found = {"files": check_files(folder, manifest)} | _panel_failures(folder, manifest)
     else:
-        parts = state_parts(folder, manifest)
+        read = protected_parts(folder, manifest)  # each protected part read once, before the measurements
+        found = {"files": check_files(folder, manifest, read[1])}
+        parts = state_parts(folder, manifest, read=read)
         found |= _run(CHECKS, manifest, parts) | {"tables": check_tables(folder, parts)}
     return [Check(name, not failures, "; ".join(failures[:5]) + (" ..." if len(failures) > 5 else ""))
             for name, failures in found.items()]

@@ -25,9 +25,12 @@ Name = Annotated[str, typer.Argument(help="e1 (employment), e2 (wages), e3 (bias
 ReportFolder = Annotated[Path, typer.Option(help="Folder for report.md, summary.json and the plots.")]
 Replications = Annotated[Optional[int], typer.Option(help="Replications (e1: 1, e2: 34, e5: 20, e6: 20, coverage: 40, "
                                                           "accuracy: 20, utility: 5 by default).")]
-ExperimentData = Annotated[Optional[Path], typer.Option(help="Microdata file (e1, e2, e5, e6, coverage, accuracy, "
-                                                             "utility) instead of a profile.")]
-ExperimentFromQcew = Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: evaluate on a state synthesized "
+ExperimentData = Annotated[Optional[Path], typer.Option(help="Microdata (e1, e2, e5, e6, coverage, accuracy, utility) "
+                                                             "instead of a profile: a file (.csv, .parquet), a folder "
+                                                             "of Parquet parts, or a release folder (its protected "
+                                                             "microdata, read through the release reader's checks).")]
+ExperimentFromQcew = Annotated[Optional[Path], typer.Option(help="A BLS QCEW file (or folder of per-area CSVs): "
+                                                                 "evaluate on a state synthesized "
                                                                  "from it.")]
 ExperimentProfile = Annotated[str, typer.Option(help="Built-in profile for e1, e2, e5, e6, coverage, accuracy and "
                                                      "utility.")]
@@ -45,11 +48,12 @@ Mu = Annotated[float, typer.Option(help="e3: mu of each query.")]
 InfusionS = Annotated[float, typer.Option(help="e5, risk: smallest distortion |f - 1| of noise infusion.")]
 InfusionT = Annotated[float, typer.Option(help="e5, risk: largest distortion |f - 1| of noise infusion.")]
 Delta = Annotated[float, typer.Option(help="e5, e6: delta of Smooth Laplace.")]
-Jobs = Annotated[Optional[Path], typer.Option(help="e6: the job table of --data (default: synthetic jobs drawn with "
+Jobs = Annotated[Optional[Path], typer.Option(help="e6: the job table of --data, a file (.csv, .parquet) "
+                                                   "or a folder of Parquet parts (default: synthetic jobs drawn with "
                                                    "--seed).")]
 GedpReplications = Annotated[Optional[int], typer.Option(help="e6: gedp job-frame releases per eps (default: "
                                                               "min(replications, 10); 0 leaves gedp out).")]
-RiskRelease = Annotated[Optional[Path], typer.Option(help="risk: a release of part of --data (the rest is the "
+RiskRelease = Annotated[Optional[Path], typer.Option(help="risk: a release folder of part of --data (the rest is the "
                                                           "control); default: a random half protected with "
                                                           "--config.")]
 Structure = Annotated[Optional[list[str]], typer.Option(help="Rewrite the state's establishments under a structure of "
@@ -59,9 +63,12 @@ Implicates = Annotated[Optional[int], typer.Option(help="utility: implicates per
 # gedp suppress
 SuppressionFolder = Annotated[Path, typer.Option(help="Folder for cells.csv, the audit, shares, report.md and the "
                                                       "plot.")]
-SuppressedData = Annotated[Optional[Path], typer.Option(help="Microdata file (.csv, .parquet or a folder of parts).")]
-SuppressedFromQcew = Annotated[Optional[Path], typer.Option(help="A BLS QCEW file: suppress a state synthesized from "
-                                                                 "it and compare with the published suppression.")]
+SuppressedData = Annotated[Optional[Path], typer.Option(help="Microdata: a file (.csv, .parquet), a folder of Parquet "
+                                                              "parts, or a release folder (its protected microdata, "
+                                                              "read through the release reader's checks).")]
+SuppressedFromQcew = Annotated[Optional[Path], typer.Option(help="A BLS QCEW file (or folder of per-area "
+                                                                 "CSVs): suppress a state synthesized from it and "
+                                                                 "compare with the published suppression.")]
 SuppressedProfile = Annotated[str, typer.Option(help="Built-in profile when neither --data nor --from-qcew is given.")]
 P = Annotated[float, typer.Option("--p", help="p of the p% rule.")]
 MinEstabs = Annotated[int, typer.Option(help="Cells with fewer establishments are suppressed.")]
@@ -72,7 +79,7 @@ SynthesisSeed = Annotated[int, typer.Option(help="Seed of the synthesis with --f
 EveryLp = Annotated[bool, typer.Option("--every-lp", help="Final audit: solve both LPs of every cell, so the audit "
                                                           "file has each interval's ends (slower; same verdicts).")]
 # gedp audit
-AuditedRelease = Annotated[Optional[Path], typer.Option(help="Audit this written release's bytes against its "
+AuditedRelease = Annotated[Optional[Path], typer.Option(help="A release folder: audit its written bytes against its "
                                                              "manifest.")]
 Pipeline = Annotated[bool, typer.Option("--pipeline", help="Audit the release path: gedp protect run on two "
                                                            "neighbouring datasets many times.")]
@@ -80,7 +87,7 @@ Runs = Annotated[int, typer.Option(help="With --pipeline: runs of gedp protect o
 AuditConfig = Annotated[str, typer.Option(help="With --pipeline: the plan protected (name or YAML).")]
 Broken = Annotated[bool, typer.Option("--broken", help="With --pipeline: audit a deliberately broken build (noise sd "
                                                        "halved, full sd claimed).")]
-AuditOut = Annotated[Optional[Path], typer.Option(help="Also write the results as JSON here.")]
+AuditOut = Annotated[Optional[Path], typer.Option(help="Also write the results to this JSON file.")]
 Workers = Annotated[int, typer.Option(help="With --pipeline: processes the runs are spread over (1: this one).")]
 
 

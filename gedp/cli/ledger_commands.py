@@ -14,7 +14,7 @@ from gedp.cli.command_line import app, console, reported_errors
 ledger_app = typer.Typer(no_args_is_help=True, help="Inspect the lifetime budget ledger and clear pending releases.")
 app.add_typer(ledger_app, name="ledger")
 
-Ledger = Annotated[Path, typer.Option(help="The lifetime budget ledger.")]
+Ledger = Annotated[Path, typer.Option(help="The lifetime budget ledger (its JSON file).")]
 PendingRelease = Annotated[str, typer.Option(help="Id of the pending release to clear (see gedp ledger show).")]
 
 

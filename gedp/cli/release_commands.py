@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from gedp.evaluation.synthetic_states import SyntheticState
     from gedp.planning.search import PlanResult
 
-Out = Annotated[Path, typer.Option(help="Release directory to write.")]
+Out = Annotated[Path, typer.Option(help="Release directory to write (a new folder, or one holding an earlier "
+                                                   "release).")]
 ConfigName = Annotated[str, typer.Option(help="Config file or shipped config name.")]
 Workflow = Annotated[Optional[str], typer.Option(help="Override the config's workflow: pnc or psi.")]
 # gedp run
@@ -40,7 +41,7 @@ WithinCell = Annotated[str, typer.Option(help="Within-cell sizes: realistic (ske
 SynthEstablishments = Annotated[Optional[int], typer.Option(help="With --profile: rescale to this many "
                                                                  "establishments.")]
 FitProfile = Annotated[Optional[Path], typer.Option("--fit-profile", help="With --from-qcew: also write a profile "
-                                                                          "JSON.")]
+                                                                          "to this JSON file.")]
 SynthJobs = Annotated[bool, typer.Option("--jobs", help="Also write a synthetic job table, one job per month-1 "
                                                         "employee, to OUT.jobs.parquet (or .csv).")]
 SynthState = Annotated[Optional[str], typer.Option(help="With --from-qcew: the state (2-digit FIPS) to take from a "
@@ -49,10 +50,10 @@ SynthQuarters = Annotated[Optional[str], typer.Option(help="FIRST:LAST, e.g. 201
                                                            "grown from the synthetic first quarter by public business "
                                                            "dynamics.")]
 # gedp plan
-PlanFromQcew = Annotated[Path, typer.Option(help="The state's published BLS QCEW file (last year's or last quarter's): "
-                                                 "the plan reads nothing else.")]
-PlanOut = Annotated[Path, typer.Option(help="Plan YAML to write (a config for gedp protect --config); its summary JSON "
-                                            "and frontier plot are written beside it.")]
+PlanFromQcew = Annotated[Path, typer.Option(help="The state's published BLS QCEW file or folder of per-area CSVs "
+                                                 "(last year's or last quarter's): the plan reads nothing else.")]
+PlanOut = Annotated[Path, typer.Option(help="Plan YAML file to write (a config for gedp protect --config); its "
+                                            "summary JSON and frontier plot are written beside it.")]
 MuTotal = Annotated[Optional[float], typer.Option(help="Total mu (default: the base config's); with --quarters, the "
                                                        "budget of all the quarters.")]
 PlanQuarters = Annotated[int, typer.Option(help="Quarters the budget covers (4: an annual budget); each quarter's plan "
@@ -65,7 +66,8 @@ Weights = Annotated[str, typer.Option(help="Weights of employment and wages in t
                                            "carry most cells).")]
 # gedp protect
 Input = Annotated[Path, typer.Argument(help="Establishment microdata: .csv, .parquet, or a folder of Parquet parts.")]
-JobTable = Annotated[Optional[Path], typer.Option(help="Job table (one row per job: estab_id and QWI worker codes) for "
+JobTable = Annotated[Optional[Path], typer.Option(help="Job table, a file (.csv, .parquet) or a folder of Parquet "
+                                                       "parts (one row per job: estab_id and QWI worker codes), for "
                                                        "a config with job families, e.g. --config jobs.")]
 Seed = Annotated[Optional[int], typer.Option(help="Noise seed for a reproducible PCG64 stream; needs "
                                                   "--not-for-publication.")]
@@ -84,10 +86,11 @@ Scheduler = Annotated[Optional[str], typer.Option(help="With --engine dask: tls:
 Processes = Annotated[Optional[int], typer.Option(help="With the local engine: worker processes, each protecting one "
                                                        "state at a time (default: one per usable CPU; 1: the states "
                                                        "one after the other).")]
-TlsCaFile = Annotated[Optional[Path], typer.Option(help="With --scheduler: the CA certificate of the cluster (PEM).")]
-TlsCert = Annotated[Optional[Path], typer.Option(help="With --scheduler: this client's certificate (PEM).")]
-TlsKey = Annotated[Optional[Path], typer.Option(help="With --scheduler: this client's private key (PEM), unless the "
-                                                     "certificate's file holds it.")]
+TlsCaFile = Annotated[Optional[Path], typer.Option(help="With --scheduler: the CA certificate of the cluster (a PEM "
+                                                         "file).")]
+TlsCert = Annotated[Optional[Path], typer.Option(help="With --scheduler: this client's certificate (a PEM file).")]
+TlsKey = Annotated[Optional[Path], typer.Option(help="With --scheduler: this client's private key (a PEM file), "
+                                                     "unless the certificate's file holds it.")]
 InsecureScheduler = Annotated[bool, typer.Option("--insecure-scheduler", help="Accept a scheduler without TLS "
                                                  "credentials (e.g. tcp://): anyone who reaches it can read the "
                                                  "input.")]

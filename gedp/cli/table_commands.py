@@ -24,7 +24,8 @@ SHOWN_ROWS = 25
 
 Release = Annotated[Path, typer.Argument(help="A release directory.")]
 # gedp tabulate
-Microdata = Annotated[Path, typer.Argument(help="A release directory or a microdata file.")]
+Microdata = Annotated[Path, typer.Argument(help="A release directory, or a microdata file (.csv, .parquet) "
+                                                              "or folder of Parquet parts.")]
 By = Annotated[Optional[str], typer.Option(help="Public columns, comma-separated ('total' for the total); county keys "
                                                 "always carry the state; size_class (BLS size codes 1-9) is estimated "
                                                 "over implicates.")]
@@ -37,8 +38,8 @@ Moe = Annotated[bool, typer.Option("--moe", help="Add margins of error (needs a 
 Level = Annotated[float, typer.Option(help="Confidence level of the margins of error.")]
 TableFormat = Annotated[Optional[str], typer.Option("--format", help="csv, parquet, qcew (a level ready to publish) or "
                                                                      "xlsx (levels and notes); default from --out.")]
-Titles = Annotated[Optional[Path], typer.Option(help="A published QCEW CSV whose area and industry titles --format "
-                                                     "qcew/xlsx carry (default: lists shipped with gedp).")]
+Titles = Annotated[Optional[Path], typer.Option(help="A published QCEW CSV file whose area and industry titles "
+                                                     "--format qcew/xlsx carry (default: lists shipped with gedp).")]
 TableOut = Annotated[Optional[Path], typer.Option(help="Write the table to this file (without it: CSV on stdout when "
                                                        "piped, the first rows on a terminal).")]
 Quarter = Annotated[Optional[str], typer.Option(help="A panel release: the quarter tabulated, e.g. 2017Q1.")]

@@ -21,6 +21,7 @@ from gedp.synth.columns import CARRIED, CONFIDENTIAL
 from gedp.synth.schema import PUBLIC
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
     from gedp.measure.neighbors import NeighborFunction
@@ -207,6 +208,13 @@ def read_protected(release: str | Path, without: tuple[str, ...] = ()) -> pd.Dat
         columns = [name for name in names if name not in without]
         check_decoded(release, PROTECTED_FILE, parts, columns)
         frame = read_parts(parts, columns)
+    return checked_protected(release, frame, manifest)
+
+
+def checked_protected(release: str | Path, frame: pd.DataFrame, manifest: Manifest) -> pd.DataFrame:
+    """A release's protected rows (``frame``, read from its parts whose schemas and sizes were checked)
+    once they hold the establishments its manifest states and codes gedp writes, attributes as float64:
+    what ``read_protected`` gives."""
     check_count(release, frame, manifest_count(manifest))
     check_codes(release, frame)
     return frame.astype({column: "float64" for column in CONFIDENTIAL if column in frame.columns})
@@ -231,6 +239,16 @@ def read_measurements(release: str | Path, quarter: str | None = None) -> pd.Dat
         check_decoded(release, MEASUREMENTS_FILE, parts.paths, parts.columns)
         frame = read_parts(parts.paths, parts.columns, filters)  # footers checked before
     return checked_measurements(release, frame, manifest, parts, quarter)
+
+
+def confirmed_manifest(release: str | Path) -> Manifest:
+    """A release's manifest once the answers of each of its quarters are read through every reader's
+    checks (``read_measurements``: the mu it states against the noise they drew): what a statement of
+    its privacy (``Release.privacy``, the notes of a table ready to publish) may restate."""
+    quarters: list[str | None] = [*release_quarters(release)]
+    for quarter in quarters or [None]:
+        read_measurements(release, quarter)
+    return read_manifest(release)
 
 
 def answers_of_frame(release: str | Path, frame: pd.DataFrame) -> dict[str, list[NoisyAnswer]]:
@@ -335,34 +353,33 @@ def check_codes(release: str | Path, frame: pd.DataFrame) -> None:
                              f"write (first at row {int(other.argmax()) + 1}; an edited or damaged copy)")
 
 
-def job_domains(manifest: Manifest) -> dict[str, pd.Index]:
-    """The public code list of each worker column of a release's job frame (``measure.jobframe``): the
-    QWI codes, and for home counties a county (5 digits) of one of the release's states, or "other"."""
-    from gedp.measure.jobframe import FAMILY_COLUMNS, OTHER_HOME
-    from gedp.synth.jobs import UNKNOWN_COUNTY, WORKER_DOMAINS
+def job_domains() -> dict[str, pd.Index]:
+    """The public code list of each QWI worker column of a release's job frame (``synth.jobs.WORKER_DOMAINS``);
+    a home county's is its establishment's state's (``home_domain``, checked by ``check_adds_up``)."""
+    from gedp.synth.jobs import WORKER_DOMAINS
 
-    states = manifest.get("states") or list(manifest.get("per_state", {}))
-    counties = [f"{state}{county:03d}" for state in states for county in range(1000)]
-    homes = [code for code in counties if not code.endswith(UNKNOWN_COUNTY)] + [OTHER_HOME]
-    return {column: pd.Index(WORKER_DOMAINS.get(column, homes)) for column in FAMILY_COLUMNS}
+    return {column: pd.Index(codes) for column, codes in WORKER_DOMAINS.items()}
 
 
 def check_jobs(release: str | Path, frame: pd.DataFrame, manifest: Manifest) -> None:
     """Every row of a release's job frame (``frame``, as read) one gedp writes
     (``postprocess.jobframe.job_table``): a family of its manifest, each of the family's worker columns
-    a code of its public list (``job_domains``) and the others empty, jobs finite and > 0 (whole in an
+    a code of its public list (``job_domains``; a home county: present, its list checked against the
+    protected microdata by ``check_adds_up``) and the others empty, jobs finite and > 0 (whole in an
     integer release). Otherwise refused in one line naming the column and row, never the value: a
     formula, a sex 3 or negative jobs must not reach a table."""
     import numpy as np
 
+    from gedp.measure.jobframe import FAMILY_COLUMNS
+
     families = manifest.get("jobs", {}).get("families", {})
     family = frame["family"].astype(object)
     bad: dict[str, np.ndarray] = {"family": ~family.isin(list(families)).to_numpy()}
-    domains = job_domains(manifest)
-    for column in frame.columns.intersection(list(domains)):
+    domains = job_domains()
+    for column in frame.columns.intersection(list(FAMILY_COLUMNS)):
         member = family.isin([name for name, spec in families.items() if column in spec["columns"]]).to_numpy()
         values = frame[column].astype(object)
-        coded = values.isin(domains[column]).to_numpy()
+        coded = (values.isin(domains[column]) if column in domains else values.notna()).to_numpy()
         bad[column] = np.where(member, ~coded, values.notna().to_numpy())
     jobs = frame["jobs"].to_numpy(dtype=float)
     with np.errstate(invalid="ignore"):
@@ -370,15 +387,23 @@ def check_jobs(release: str | Path, frame: pd.DataFrame, manifest: Manifest) -> 
         if manifest.get("integer"):
             bad["jobs"] |= jobs != np.round(jobs)
     for column, rows in bad.items():
-        if rows.any():
-            raise InputError(f"release '{release}': {JOBS_FILE} column '{column}' holds a value gedp does not "
-                             f"write (first at row {int(rows.argmax()) + 1}; an edited or damaged copy)")
+        _refuse_job_values(release, column, rows)
+
+
+def _refuse_job_values(release: str | Path, column: str, rows: np.ndarray) -> None:
+    """Refuse a job frame whose ``rows`` (a mask) hold a value of ``column`` gedp does not write."""
+    if rows.any():
+        raise InputError(f"release '{release}': {JOBS_FILE} column '{column}' holds a value gedp does not "
+                         f"write (first at row {int(rows.argmax()) + 1}; an edited or damaged copy)")
 
 
 def check_adds_up(folder: str | Path, jobs: pd.DataFrame, protected: pd.DataFrame) -> None:
-    """Each family's jobs of each establishment add up to its protected employment, as gedp writes
-    them (``postprocess.jobframe``, to rounding): otherwise the job frame (``jobs``, checked row by row
-    by ``reader.check_jobs``) is refused in one line naming the row, never a value."""
+    """Each row's establishment one of the protected microdata, its home county (where its family has
+    one) one of the list ``gedp protect`` measures for its establishment's state
+    (``measure.jobframe.home_domain`` of that state's protected rows: their workplace counties and
+    "other"), and each family's jobs of each establishment adding up to its protected employment, as
+    gedp writes them (``postprocess.jobframe``, to rounding): otherwise the job frame (``jobs``, checked
+    row by row by ``reader.check_jobs``) is refused in one line naming the row, never a value."""
     import numpy as np
 
     from gedp.measure.jobframe import EMPLOYMENT
@@ -391,6 +416,8 @@ def check_adds_up(folder: str | Path, jobs: pd.DataFrame, protected: pd.DataFram
         row = int((position < 0).argmax()) + 1
         raise InputError(f"release '{folder}': its job frame names an establishment its protected microdata lack "
                          f"(row {row}; an edited or damaged copy)")
+    if "home_county" in jobs.columns:
+        _refuse_job_values(folder, "home_county", _foreign_homes(jobs, protected, position))
     sums = np.zeros((len(families), len(ids)))
     np.add.at(sums, (family, position), jobs["jobs"].to_numpy(dtype=float))
     off = ~np.isclose(sums, employment[None, :], rtol=1e-9, atol=1e-6)
@@ -398,6 +425,22 @@ def check_adds_up(folder: str | Path, jobs: pd.DataFrame, protected: pd.DataFram
         row = ids[int(off.argmax() % len(ids))]
         raise InputError(f"release '{folder}': its job frame's jobs of establishment {row!r} do not add up to its "
                          "protected employment as gedp writes them (an edited or damaged copy)")
+
+
+def _foreign_homes(jobs: pd.DataFrame, protected: pd.DataFrame, position: np.ndarray) -> np.ndarray:
+    """The rows of ``jobs`` holding a home county outside the list of their establishment's state
+    (``home_domain``; ``position``: each row's establishment in ``protected``), by codes: a job frame
+    of millions of rows is never turned into text keys."""
+    import numpy as np
+
+    from gedp.measure.jobframe import home_domain
+
+    state, states = pd.factorize(protected["state"].astype(str))
+    home, homes = pd.factorize(jobs["home_county"], use_na_sentinel=True)
+    allowed = np.zeros((len(states), len(homes) + 1), dtype=bool)  # the last column: no home county
+    for number in range(len(states)):
+        allowed[number, :-1] = pd.Index(homes.astype(str)).isin(home_domain(protected[state == number]))
+    return ~allowed[state[position], home] & (home >= 0)
 
 
 def read_validated(release: str | Path, quarter: str | None = None) -> pd.DataFrame:

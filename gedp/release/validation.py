@@ -17,10 +17,14 @@ field, and no reader silently includes a file the manifest does not account for:
   and ``zeta_per_state`` finite numbers >= 0; ``psi`` names a neighbor function and only its
   parameters, each a finite number, within the function's own rules; ``psi`` and ``gammas`` are
   present, and each quarter of a panel states its own, checked alike;
-* ``tau`` maps exactly the states to a finite number >= 0 or null (as each ``per_state``'s tau);
+* ``tau`` maps exactly the states to a finite number >= 0 or null (as each ``per_state``'s tau),
+  and each ``per_state`` section states its state's tau and ``zeta_per_state`` as its tau and zeta
+  (present, equal: a null or missing one is refused, as the audit fails it);
   ``created_date`` is a calendar date YYYY-MM-DD; ``integer`` true or false; ``variance_mode`` a
   release's (``VARIANCE_MODES``); ``rng.kind`` a generator gedp names and ``rng.seed`` a whole
   number >= 0 (each where present; each quarter's of a panel alike);
+* a panel states no job frame (``jobs``, nor a quarter's; its ``files`` no ``protected_jobs.parquet``):
+  gedp protects a job table with a release of one quarter only;
 * ``manifest.json`` is a regular file, not a symbolic link;
 * a Parquet output (``protected.parquet``, ``measurements.parquet``, ``protected_jobs.parquet``) is
   a folder holding exactly one regular file per state (``part-<state>.parquet``) or per quarter and
@@ -135,9 +139,15 @@ def _check_quarter_release(release: str | Path, manifest: Mapping, where: str) -
         return
     if not isinstance(per_state, dict) or sorted(per_state) != sorted(states):
         raise _refuse(release, f"'{where}per_state' must hold exactly the states {', '.join(states)}")
+    taus = manifest.get("tau") if isinstance(manifest.get("tau"), dict) else {}
     for state, section in per_state.items():
         if isinstance(section, dict) and "tau" in section:
             _tau(release, section["tau"], f"{where}per_state.{state}.tau")
+        if not isinstance(section, dict) or any(
+                key not in section or section[key] != value
+                for key, value in (("tau", taus.get(state)), ("zeta", manifest.get("zeta_per_state")))):
+            raise _refuse(release, f"'{where}per_state.{state}' must state the release's tau.{state} and "
+                                   f"zeta_per_state as its tau and zeta")
     counts = [_count(release, section.get("establishments") if isinstance(section, dict) else None,
                      f"{where}per_state.{state}.establishments") for state, section in per_state.items()]
     if sum(counts) != establishments:
@@ -481,6 +491,12 @@ def checked_manifest(content: object, release: str | Path) -> dict:
         _check_spending(release, spending_failures(release, content))
         return content
     _check_publishable(release, content, "")
+    jobs = [""] if "jobs" in content or JOBS_FILE in files.values() else []
+    jobs += [f"per_quarter.{quarter}." for quarter, section in (content.get("per_quarter") or {}).items()
+             if isinstance(section, dict) and "jobs" in section]
+    if jobs:  # gedp protect refuses a job table with a panel (``gedp.api.protect``): no genuine panel holds one
+        raise _refuse(release, f"'{jobs[0]}jobs' states a job frame, which no panel release holds (gedp protects a "
+                               "job table with a release of one quarter)")
     quarters = _labels(release, content["quarters"], "quarters", QUARTER_PATTERN)
     if len(quarters) > MAX_QUARTERS:
         raise _refuse(release, f"'quarters' lists {len(quarters):,} quarters, more than {MAX_QUARTERS} (100 years)")

@@ -69,6 +69,9 @@ class ServedRelease:
     lattice: CellLattice | None = None
     quarters_held: dict[str, tuple[pd.DataFrame, Mapping[str, Any]]] = field(default_factory=dict)
     implicates_held: dict[str | None, pd.DataFrame] = field(default_factory=dict)
+    #: Why the size-class implicates of a quarter could not be drawn at start-up (``_warm_up``): what
+    #: its size-class requests are answered with.
+    implicates_refused: dict[str | None, str] = field(default_factory=dict)
     drawing: threading.Lock = field(default_factory=threading.Lock, repr=False)
     warm: threading.Event = field(default_factory=threading.Event, repr=False)  # its background work done
 
@@ -156,6 +159,8 @@ class ServedRelease:
                              f"{self.establishments:,} establishments, more than this server draws "
                              f"({MAX_DERIVED_ESTABLISHMENTS:,}); gedp tabulate gives them")
         with self.drawing:
+            if quarter in self.implicates_refused:
+                raise InputError(self.implicates_refused[quarter])
             if quarter not in self.implicates_held:
                 self.implicates_held[quarter] = tabulation_implicates(self.folder, quarter)
             return self.implicates_held[quarter]
@@ -285,16 +290,44 @@ def _warm_up(release: ServedRelease) -> None:
     """A release's work once the server is ready, in the background: its lattice's margins, then the
     implicates its size-class tables are combined over (``implicates``), so that no request pays for
     drawing them within its time (a first size-class request took longer than a request's 30 s at load
-    17) and a size-class answer's time does not tell whether one was asked before. ``warm`` is set after."""
+    17) and a size-class answer's time does not tell whether one was asked before. ``warm`` is set after.
+
+    A failure is said on stderr in one line (``warm_up_failure``: no traceback, no value) and the server
+    serves on: margins not computed ahead are computed by the requests that need them; implicates that
+    could not be drawn are not drawn again, each size-class request answered with the error the draw
+    gave (``implicates_refused``), every other table as before. The server is not refused instead: the
+    draw runs after start-up so that a server is ready at once, and its failure concerns its size-class
+    tables only; nor is the draw repeated per request: it reads the same files and would fail alike,
+    spending up to a request's 30 s each time."""
     try:
-        assert release.lattice is not None
-        release.lattice.compute_all()
+        try:
+            assert release.lattice is not None
+            release.lattice.compute_all()
+        except Exception as err:  # noqa: BLE001 (said; a request computes what it needs)
+            warm_up_failure(release, "its margins were not computed ahead", err)
         if release.size_classes:
-            release.implicates(None)
-    except Exception:  # noqa: BLE001 (a request draws them again and says what failed)
-        pass
+            try:
+                release.implicates(None)
+            except Exception as err:  # noqa: BLE001 (said, and held for its requests)
+                release.implicates_refused[None] = warm_up_failure(release, "its size-class tables are refused", err)
     finally:
         release.warm.set()
+
+
+def warm_up_failure(release: ServedRelease, what: str, err: Exception) -> str:
+    """A failure of ``release``'s warm-up said on stderr in one line with ``what`` it means: a gedp
+    error's own one-line message (which names no value), of anything else its type only. Returns what
+    a request it concerns is answered with: the gedp error's message, as the request's own draw would
+    give it, or the line said."""
+    import sys
+
+    from gedp.errors import GedpError
+
+    gedp_error = isinstance(err, GedpError)
+    message = " ".join(str(err).split()) if gedp_error else f"{type(err).__name__} (its detail is not shown)"
+    said = f"release {release.id}: {what}: {message}"
+    print(f"warning: {said}", file=sys.stderr, flush=True)
+    return message if gedp_error else said
 
 
 def _hold_quarters(release: ServedRelease) -> None:

@@ -110,6 +110,8 @@ class Tabulation:
     panel: bool = False
     #: The bytes of the file written of it, where a caller kept them (a server's download).
     written: bytes | None = None
+    #: The notes of a table ready to publish, once made (``_notes``).
+    notes: pd.DataFrame | None = None
 
     @property
     def n_rows(self) -> int:
@@ -165,14 +167,17 @@ class Tabulation:
 
     def _notes(self) -> pd.DataFrame:
         """The notes sheet of a table ready to publish, whose privacy statement comes from the
-        release's manifest."""
+        release's manifest once its answers confirmed the budget it states (``confirmed_manifest``:
+        a forged mu is refused, never restated); made once."""
         from gedp.postprocess.publication import publication_notes
-        from gedp.release.reader import read_manifest
+        from gedp.release.reader import confirmed_manifest
 
-        request = self.request
-        titles = cast("Titles", cast("PublishedLevels", self.published).titles)  # ready to publish: titled
-        return publication_notes(read_manifest(request.source) if request.is_release else None, titles,
-                                 str(request.source), request.moe_level)
+        if self.notes is None:
+            request = self.request
+            titles = cast("Titles", cast("PublishedLevels", self.published).titles)  # ready to publish: titled
+            self.notes = publication_notes(confirmed_manifest(request.source) if request.is_release else None,
+                                           titles, str(request.source), request.moe_level)
+        return self.notes
 
     def _publication_summary(self) -> dict[str, Any]:
         """What a table ready to publish adds to its JSON: levels, titles' sources, untitled codes, the notes."""
