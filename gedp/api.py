@@ -201,10 +201,10 @@ class Release:
         """The release's guarantee between psi-neighbours (the manifest's ``privacy`` block): ``mu``,
         ``rho`` = mu^2 / 2 and ``epsilon`` at delta 1e-5, 1e-6 and 1e-9 (exact GDP conversion), in
         total and under ``attributes`` for each attribute's own queries; checked against the ledgers
-        (``read_manifest``), each epsilon against its mu (``validation.checked_privacy``) and the mu
+        (``read_manifest``), each epsilon against its mu (``spending.checked_privacy``) and the mu
         against the noise the answers drew (their every reader's check, ``reader.read_measurements``)."""
         from gedp.release.reader import confirmed_manifest
-        from gedp.release.validation import checked_privacy
+        from gedp.release.spending import checked_privacy
 
         return checked_privacy(self.folder, confirmed_manifest(self.folder))
 

@@ -54,7 +54,8 @@ from gedp.release.reader import (
     read_protected,
     read_stored,
 )
-from gedp.release.validation import listed_parts, spending_failures
+from gedp.release.spending import spending_failures
+from gedp.release.validation import listed_parts
 from gedp.synth.io import sorted_by
 from gedp.synth.schema import public_columns
 
@@ -274,7 +275,7 @@ def check_order(manifest: dict, parts: list[StatePart]) -> list[str]:
 def check_mu(manifest: dict, parts: list[StatePart]) -> list[str]:
     """Each answer's mu is the manifest's for its state (a job family's: its categories' composed);
     each state's total is those composed; the release's totals are the largest state's, as every reader
-    checks them against the ledgers (``validation.spending_failures``)."""
+    checks them against the ledgers (``spending.spending_failures``)."""
     failures = []
     for part in parts:
         section = manifest["per_state"][part.state]

@@ -29,7 +29,8 @@ from pathlib import Path
 from gedp.errors import InputError
 from gedp.release.format import MEASUREMENTS_FILE, QUARTER_KEY
 from gedp.release.part_sizes import open_part
-from gedp.release.validation import ATTRIBUTE_PATTERN, ledger_charges, refuse_plan
+from gedp.release.spending import ledger_charges, refuse_plan
+from gedp.release.validation import ATTRIBUTE_PATTERN
 from gedp.synth.schema import MAX_ID_CHARS, shown
 
 #: The numbers of a noisy answer that readers compute with.

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gedp.release.measurement_checks import ANSWER_RTOL, refuse_rows
-from gedp.release.validation import refuse_plan
+from gedp.release.spending import refuse_plan
 
 if TYPE_CHECKING:
     from gedp.release.measurement_checks import MeasurementParts
