@@ -88,6 +88,7 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
+from gedp.postprocess.rate_tails import effective_deviations, tail_variances
 from gedp.postprocess.spread_moments import idle_wage_variance, weighted_squared_spread
 from gedp.postprocess.structured import one_blas_thread, solve_nested
 from gedp.postprocess.wage_answers import held_by_group
@@ -96,6 +97,7 @@ from gedp.postprocess.wage_rates import (
     RateBlock,
     SharedRates,
     cells_inside,
+    difference_variances,
     prior_precision,
     rate_system_blocks,
     solve_rates,
@@ -137,6 +139,11 @@ EMPLOYMENT_FLOOR = 0.5
 WAGE_FLOOR = 0.05
 #: Fits of the cell totals (rates refreshed from the previous fit).
 PASSES = 3
+#: The sibling rates' prior heavier-tailed (``rate_tails``: a Student-t fitted to the rate query's
+#: answers by marginal likelihood, each rate's prior variance from its own deviation); off: normal.
+RATE_TAILS = False
+#: Bounds of the t-prior's squared relative scale between sibling rates.
+TAIL_SPREAD_BOUNDS = (MIN_RATE_SPREAD**2, 4.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -278,6 +285,8 @@ class _Problem:
     idle_variance: np.ndarray  # per establishment: its wages' variance without protected employment (0 if employed)
     cell_idle_variance: np.ndarray  # per cell: its establishments' idle_variance summed
     rate_employment: np.ndarray  # per rate
+    direct_rate: np.ndarray  # per rate: the rate query's answer over its employment
+    direct_rate_variance: np.ndarray  # per rate: that rate's noise variance
     group_right: np.ndarray  # per cell: C' W^-1 b
     floor: np.ndarray  # per state: RATE_FLOOR of its rate
     parent_vagueness: np.ndarray  # per parent rate: its vague prior's variance
@@ -298,6 +307,8 @@ class _Pass:
     weight_rate: np.ndarray  # per establishment: the rate its identity answer's variance is evaluated at
     cell_rates: np.ndarray | None = None  # per cell: its prior wage per employee (None before the first fit)
     totals: np.ndarray | None = None  # per cell: the last fit's totals (None before the first fit)
+    deviation: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # RATE_TAILS: each rate's fitted
+    # deviation from its parent rate, its posterior variance and its prior variance (None: no fit yet)
 
 
 @dataclass(frozen=True, eq=False)
@@ -350,7 +361,8 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
         cell_employment_variance=np.bincount(cells.codes, weights=employment_variance, minlength=n_cells),
         idle=idle, idle_variance=idle_variance, cell_idle_variance=np.bincount(cells.codes, weights=idle_variance,
                                                                     minlength=n_cells),
-        rate_employment=rate_employment, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
+        rate_employment=rate_employment, direct_rate=rate_answer.estimate / rate_employment,
+        direct_rate_variance=rate_variance, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
         floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
         detail_spread2=detail_spread2,
         lower=lower, cell_lower=np.bincount(cells.codes, weights=lower, minlength=n_cells),
@@ -377,7 +389,11 @@ def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.n
                                          parent_rate[parent] ** 2, last.rate_variance, theta.n_states,
                                          MIN_RATE_SPREAD**2)
     spread2 = np.maximum(spread2, MIN_RATE_SPREAD**2)
-    rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], p.floor[rate_state]) ** 2
+    scale = np.maximum(parent_rate[parent], p.floor[rate_state]) ** 2
+    rate_spread_variance = spread2[rate_state] * scale
+    if RATE_TAILS and last.deviation is not None:  # heavier tails, from the last fit (``rate_tails``)
+        rate_spread_variance, _, _ = tail_variances(rate_state, *effective_deviations(*last.deviation), scale,
+                                                    theta.n_states, TAIL_SPREAD_BOUNDS)
     detail_variance = p.detail_spread2 * np.maximum(observed, p.floor[rate_state])[theta.detail_group] ** 2
     return observed, parent_rate, rate_spread_variance, detail_variance
 
@@ -428,6 +444,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
                                   np.zeros(n_counties + n_details)])
     rates, theta_variance, blocks = solve_rates(p.rate_blocks, free_variance, links.tocsr(), precision,
                                                 p.direct / direct_variance + p.group_right, theta_prior)
+    deviation = _deviations(theta, rates, blocks, rate_spread_variance)  # the joint posterior's, before the bound
     for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
         cell_rates = np.maximum(theta.incidence @ rates, p.floor[theta.cell_state])  # never near 0
         combined = (p.direct / direct_variance + cell_rates * p.cell_employment / prior_variance) * cell_variance
@@ -437,9 +454,20 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     carry = _Pass(rate_totals=np.maximum(np.bincount(theta.cell_rate, weights=totals, minlength=n_rates), 0.0),
                   rate_variance=theta_variance[:n_rates], cell_rate_variance=theta_variance[theta.cell_node],
                   weight_rate=cell_rates[cells.codes],  # later passes weigh the identity answers at the rates
-                  cell_rates=cell_rates, totals=totals)
+                  cell_rates=cell_rates, totals=totals,
+                  deviation=deviation)
     return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks), direct_variance,
                        weighed_at)
+
+
+def _deviations(theta: ThetaLayout, rates: np.ndarray, blocks: tuple, prior_variance: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """RATE_TAILS: each NAICS-5 rate's fitted deviation from its parent rate, its posterior variance and
+    the prior variance it was fitted at (``rate_tails.effective_deviations``)."""
+    if not RATE_TAILS:
+        return None
+    children, parents = np.arange(len(theta.parent)), len(theta.parent) + theta.parent
+    return rates[children] - rates[parents], difference_variances(blocks, children, parents), prior_variance
 
 
 def _bounded_totals(p: _Problem, combined: np.ndarray, cell_variance: np.ndarray) -> np.ndarray:
