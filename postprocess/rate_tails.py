@@ -3,8 +3,8 @@ deviation u_i from its parent's is normal with variance s^2 c_i / lambda_i, lamb
 rate nu / 2) (a Student-t of nu degrees of freedom and scale s^2 c_i; nu = inf is the normal prior).
 
 The deviations are observed with noise: d_i = u_i + e_i, e_i ~ N(0, n_i), independent of the prior. Per state, s^2 and nu are those of the largest marginal likelihood of the
-d_i, prod_i E_lambda[N(d_i; 0, n_i + s^2 c_i / lambda)] (the expectation over lambda by generalized
-Gauss-Laguerre quadrature; nu on the grid NU_GRID, s^2 by a bounded scalar search per nu). Each rate
+d_i, prod_i E_lambda[N(d_i; 0, n_i + s^2 c_i / lambda)] (the expectation over lambda by a trapezoid rule in
+log lambda; nu on the grid NU_GRID, s^2 by a bounded scalar search per nu). Each rate
 then gets the prior variance s^2 c_i / E[lambda_i | d_i], the weight of the t-prior's EM (IRLS): a
 rate far from its parent relative to s^2 c_i + n_i gets a small E[lambda] and a wide prior (it is
 shrunk less), one near its parent a narrow one: the E-step of the t-prior's EM, taken to its end
@@ -20,46 +20,54 @@ each. The weighted least squares keeps its form: only its priors' variances chan
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import scipy.optimize
 import scipy.special
+import scipy.stats
 
 #: Degrees of freedom tried (inf: the normal prior); the grid is coarse, the likelihood flat in nu.
 NU_GRID = (2.5, 3.0, 4.0, 6.0, 10.0, 20.0, np.inf)
-#: Quadrature nodes over lambda.
-NODES = 48
+#: The expectation over lambda: a trapezoid rule in log lambda over LOG_RANGE with NODES nodes (the
+#: integrands are smooth there; Gauss-Laguerre's few nodes near 0 missed far outliers' posteriors).
+NODES = 800
+LOG_RANGE = (-30.0, 7.0)
 
 
 def _mixture(nu: float, shape: float) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes lambda_k and weights (summing to 1) of E over lambda ~ Gamma(shape, rate nu / 2)."""
+    """Nodes lambda_k and log weights of E over lambda ~ Gamma(shape, rate nu / 2): the density times
+    lambda times the step in log lambda (not renormalized: the mass outside LOG_RANGE, where the
+    likelihoods vanish or are flat, counts as lost, not spread over the nodes)."""
     if np.isinf(nu):
-        return np.ones(1), np.ones(1)
-    x, w = scipy.special.roots_genlaguerre(NODES, shape - 1.0)
-    return 2.0 * x / nu, w / w.sum()
+        return np.ones(1), np.zeros(1)
+    log_lam = np.linspace(*LOG_RANGE, NODES)
+    step = log_lam[1] - log_lam[0]
+    return np.exp(log_lam), scipy.stats.gamma.logpdf(np.exp(log_lam), shape, scale=2.0 / nu) + log_lam + np.log(step)
 
 
 def _log_likelihoods(d2: np.ndarray, noise: np.ndarray, scale: np.ndarray, spread2: float, nu: float,
                      shape: float | None = None) -> np.ndarray:
     """Per term: log E_lambda N(d; 0, n + s^2 c / lambda), lambda ~ Gamma(``shape`` (nu / 2 unless
     given), rate nu / 2)."""
-    lam, weight = _mixture(nu, nu / 2.0 if shape is None else shape)
+    lam, log_weight = _mixture(nu, nu / 2.0 if shape is None else shape)
     variance = noise[:, None] + spread2 * scale[:, None] / lam[None, :]
-    log_terms = np.log(weight)[None, :] - 0.5 * (np.log(2 * np.pi * variance) + d2[:, None] / variance)
+    log_terms = log_weight[None, :] - 0.5 * (np.log(2 * np.pi * variance) + d2[:, None] / variance)
     return scipy.special.logsumexp(log_terms, axis=1)
 
 
 def variance_multiplier(d2: np.ndarray, noise: np.ndarray, scale: np.ndarray, spread2: float, nu: float
                         ) -> np.ndarray:
     """E[1 / lambda | d] per term (nu > 2): a Gamma(a, b) density times 1 / lambda is b / (a - 1) times
-    the Gamma(a - 1, b) density, so the numerator is one more quadrature at shape nu / 2 - 1."""
+    the Gamma(a - 1, b) density, so the numerator is the same expectation at shape nu / 2 - 1."""
     if np.isinf(nu):
         return np.ones(len(d2))
     shifted = _log_likelihoods(d2, noise, scale, spread2, nu, nu / 2.0 - 1.0)
     return nu / (nu - 2.0) * np.exp(shifted - _log_likelihoods(d2, noise, scale, spread2, nu))
 
 
-def fit_tails(deviation: np.ndarray, noise: np.ndarray, scale: np.ndarray, bounds: tuple[float, float]
-              ) -> tuple[float, float, np.ndarray]:
+def fit_tails(deviation: np.ndarray, noise: np.ndarray, scale: np.ndarray, bounds: tuple[float, float],
+              nus: Sequence[float] = NU_GRID) -> tuple[float, float, np.ndarray]:
     """One state's terms: the marginal-likelihood s^2 (within ``bounds``) and nu, and each term's
     variance multiplier 1 / E[lambda | d] (the prior variance is s^2 c times it; 1 for every term
     at nu = inf). Terms of ``scale`` 0 take no part and get multiplier 1."""
@@ -70,7 +78,7 @@ def fit_tails(deviation: np.ndarray, noise: np.ndarray, scale: np.ndarray, bound
         return bounds[0], np.inf, multiplier
     best = (-np.inf, bounds[0], np.inf)
     low, high = np.log(bounds[0]), np.log(bounds[1])
-    for nu in NU_GRID:
+    for nu in nus:
         search = scipy.optimize.minimize_scalar(lambda x: -_log_likelihoods(d2, n, c, np.exp(x), nu).sum(),
                                                 bounds=(low, high), method="bounded", options={"xatol": 1e-4})
         if -search.fun > best[0]:
