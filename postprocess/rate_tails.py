@@ -1,14 +1,16 @@
-"""A heavier-tailed prior for the sibling rates (``postprocess.wages``, option RATE_TAILS): each rate's
-deviation u_i from its parent's is normal with variance s^2 c_i / lambda_i, lambda_i ~ Gamma(nu / 2,
-rate nu / 2) (a Student-t of nu degrees of freedom and scale s^2 c_i; nu = inf is the normal prior).
+"""A heavier-tailed prior for the sibling rates (``postprocess.wages``, option RATE_TAILS): each
+rate's deviation u_i from its parent's is normal with variance s^2 c_i / lambda_i, lambda_i ~
+Gamma(nu / 2, rate nu / 2) (a Student-t of nu degrees of freedom and scale s^2 c_i; nu = inf is the
+normal prior).
 
-The deviations are observed with noise: d_i = u_i + e_i, e_i ~ N(0, n_i), independent of the prior. Per state, s^2 and nu are those of the largest marginal likelihood of the
-d_i, prod_i E_lambda[N(d_i; 0, n_i + s^2 c_i / lambda)] (the expectation over lambda by a trapezoid rule in
-log lambda; nu on the grid NU_GRID, s^2 by a bounded scalar search per nu). Each rate
-then gets the prior variance s^2 c_i / E[lambda_i | d_i], the weight of the t-prior's EM (IRLS): a
-rate far from its parent relative to s^2 c_i + n_i gets a small E[lambda] and a wide prior (it is
-shrunk less), one near its parent a narrow one: the E-step of the t-prior's EM, taken to its end
-for each rate at once (the marginal over lambda, not a few reweighting steps from the normal fit).
+The deviations are observed with noise: d_i = u_i + e_i, e_i ~ N(0, n_i), independent of the prior.
+Per state, s^2 and nu are those of the largest marginal likelihood of the d_i,
+prod_i E_lambda[N(d_i; 0, n_i + s^2 c_i / lambda)] (the expectation over lambda by a trapezoid rule
+in log lambda; nu on the grid NU_GRID, above 2 so that the prior has a variance; s^2 by a bounded
+scalar search per nu). Each rate then gets the prior variance s^2 c_i E[1 / lambda_i | d_i], the
+mixture's variance given its data: a rate far from its parent relative to s^2 c_i + n_i gets a wide
+prior (it is shrunk less), one near its parent a narrower one, and a rate its data say nothing of
+the t's variance s^2 c_i nu / (nu - 2).
 
 Where the d_i come from (``effective_deviations``): a fit of the joint least squares at normal priors
 of variance tau_i^2 gives each deviation a posterior mean u_i and variance v_i; the data's Gaussian
@@ -27,7 +29,8 @@ import scipy.optimize
 import scipy.special
 import scipy.stats
 
-#: Degrees of freedom tried (inf: the normal prior); the grid is coarse, the likelihood flat in nu.
+#: Degrees of freedom tried (inf: the normal prior; all above 2, a prior with a variance); the grid is
+#: coarse, the likelihood flat in nu.
 NU_GRID = (2.5, 3.0, 4.0, 6.0, 10.0, 20.0, np.inf)
 #: The expectation over lambda: a trapezoid rule in log lambda over LOG_RANGE with NODES nodes (the
 #: integrands are smooth there; Gauss-Laguerre's few nodes near 0 missed far outliers' posteriors).
@@ -69,7 +72,7 @@ def variance_multiplier(d2: np.ndarray, noise: np.ndarray, scale: np.ndarray, sp
 def fit_tails(deviation: np.ndarray, noise: np.ndarray, scale: np.ndarray, bounds: tuple[float, float],
               nus: Sequence[float] = NU_GRID) -> tuple[float, float, np.ndarray]:
     """One state's terms: the marginal-likelihood s^2 (within ``bounds``) and nu, and each term's
-    variance multiplier 1 / E[lambda | d] (the prior variance is s^2 c times it; 1 for every term
+    variance multiplier E[1 / lambda | d] (the prior variance is s^2 c times it; 1 for every term
     at nu = inf). Terms of ``scale`` 0 take no part and get multiplier 1."""
     used = scale > 0
     d2, n, c = deviation[used] ** 2, np.maximum(noise[used], 0.0), scale[used]
@@ -101,7 +104,7 @@ def effective_deviations(mean: np.ndarray, variance: np.ndarray, prior_variance:
 
 def tail_variances(codes: np.ndarray, deviation: np.ndarray, noise: np.ndarray, scale: np.ndarray, n_states: int,
                    bounds: tuple[float, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per term, its prior variance s^2 c / E[lambda | d] (``fit_tails`` per state of ``codes``); per
+    """Per term, its prior variance s^2 c E[1 / lambda | d] (``fit_tails`` per state of ``codes``); per
     state, s^2 and nu."""
     variance = np.zeros(len(deviation))
     spreads, nus = np.full(n_states, bounds[0]), np.full(n_states, np.inf)

@@ -190,6 +190,14 @@ def prior_precision(children: np.ndarray, parents: np.ndarray, edge_variance: np
                            np.concatenate([np.arange(n_theta), parents, children]))), shape=(n_theta, n_theta))
 
 
+def parent_deviations(parent: np.ndarray, theta: np.ndarray, blocks: Sequence[tuple[np.ndarray, tuple]]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Each NAICS-5 rate's deviation from its parent rate (``parent``: each rate's, theta = (rates,
+    parent rates, ...)) and that deviation's posterior variance (``difference_variances``)."""
+    children, parents = np.arange(len(parent)), len(parent) + parent
+    return theta[children] - theta[parents], difference_variances(blocks, children, parents)
+
+
 def difference_variances(blocks: Sequence[tuple[np.ndarray, tuple]], children: np.ndarray, parents: np.ndarray
                          ) -> np.ndarray:
     """Var(theta_child - theta_parent) for each pair (``children``, ``parents``: theta indices of one

@@ -49,7 +49,8 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    RATE_FLOOR of the state's). An establishment's wage is at least WAGE_FLOOR x the state's rate x
    its protected employment, a cell's total at least its establishments' (the least squares over
    t - that bound >= 0): a cell with employment is released at $0 only when an exact answer (a pnc
-   group clipped at 0) pins it. Steps 2-3 run PASSES times (spreads from the last fit).
+   group clipped at 0) pins it. Steps 2-3 run PASSES times (spreads from the last fit). RATE_TAILS
+   (off: measured, not shipped) gives the sibling rates a heavier-tailed prior (``rate_tails``).
 4. **Shares.** Each cell's total is shared among its establishments: each establishment's identity
    answer (variance at its employment share of the total) and its employment share (variance
    (s x share)^2 + EMPLOYEE_VARIANCE x rate^2 x its employment, as a cell's prior; s by moments
@@ -97,7 +98,7 @@ from gedp.postprocess.wage_rates import (
     RateBlock,
     SharedRates,
     cells_inside,
-    difference_variances,
+    parent_deviations,
     prior_precision,
     rate_system_blocks,
     solve_rates,
@@ -139,8 +140,8 @@ EMPLOYMENT_FLOOR = 0.5
 WAGE_FLOOR = 0.05
 #: Fits of the cell totals (rates refreshed from the previous fit).
 PASSES = 3
-#: The sibling rates' prior heavier-tailed (``rate_tails``: a Student-t fitted to the rate query's
-#: answers by marginal likelihood, each rate's prior variance from its own deviation); off: normal.
+#: The sibling rates' prior heavier-tailed (``rate_tails``: a Student-t fitted by marginal likelihood to
+#: the last fit's deviations, each rate's prior variance from its own); off: normal (measured, not shipped).
 RATE_TAILS = False
 #: Bounds of the t-prior's squared relative scale between sibling rates.
 TAIL_SPREAD_BOUNDS = (MIN_RATE_SPREAD**2, 4.0)
@@ -285,8 +286,6 @@ class _Problem:
     idle_variance: np.ndarray  # per establishment: its wages' variance without protected employment (0 if employed)
     cell_idle_variance: np.ndarray  # per cell: its establishments' idle_variance summed
     rate_employment: np.ndarray  # per rate
-    direct_rate: np.ndarray  # per rate: the rate query's answer over its employment
-    direct_rate_variance: np.ndarray  # per rate: that rate's noise variance
     group_right: np.ndarray  # per cell: C' W^-1 b
     floor: np.ndarray  # per state: RATE_FLOOR of its rate
     parent_vagueness: np.ndarray  # per parent rate: its vague prior's variance
@@ -307,8 +306,7 @@ class _Pass:
     weight_rate: np.ndarray  # per establishment: the rate its identity answer's variance is evaluated at
     cell_rates: np.ndarray | None = None  # per cell: its prior wage per employee (None before the first fit)
     totals: np.ndarray | None = None  # per cell: the last fit's totals (None before the first fit)
-    deviation: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # RATE_TAILS: each rate's fitted
-    # deviation from its parent rate, its posterior variance and its prior variance (None: no fit yet)
+    deviation: tuple | None = None  # RATE_TAILS: per rate, u - rho's posterior mean, variance, prior variance
 
 
 @dataclass(frozen=True, eq=False)
@@ -361,8 +359,7 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
         cell_employment_variance=np.bincount(cells.codes, weights=employment_variance, minlength=n_cells),
         idle=idle, idle_variance=idle_variance, cell_idle_variance=np.bincount(cells.codes, weights=idle_variance,
                                                                     minlength=n_cells),
-        rate_employment=rate_employment, direct_rate=rate_answer.estimate / rate_employment,
-        direct_rate_variance=rate_variance, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
+        rate_employment=rate_employment, group_right=(cells.c.T @ (cells.b / cells.w))[cells.coarse],
         floor=RATE_FLOOR * state_rate, parent_vagueness=(PARENT_VAGUENESS * state_rate[theta.parent_state]) ** 2,
         detail_spread2=detail_spread2,
         lower=lower, cell_lower=np.bincount(cells.codes, weights=lower, minlength=n_cells),
@@ -378,7 +375,8 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
 def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Step 2: the observed rates, their parent rates, and the variances of the sibling rates around
     their parent and of the detail rates around their NAICS-5 rate (spreads by weighted moments per
-    state, ``spread_moments``)."""
+    state, ``spread_moments``; with RATE_TAILS after the first pass, the sibling rates' from the last
+    fit's deviations by ``rate_tails``)."""
     theta = p.theta
     parent, rate_state = theta.parent, theta.rate_state
     n_parents = len(theta.parent_state)
@@ -444,7 +442,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
                                   np.zeros(n_counties + n_details)])
     rates, theta_variance, blocks = solve_rates(p.rate_blocks, free_variance, links.tocsr(), precision,
                                                 p.direct / direct_variance + p.group_right, theta_prior)
-    deviation = _deviations(theta, rates, blocks, rate_spread_variance)  # the joint posterior's, before the bound
+    deviation = (*parent_deviations(theta.parent, rates, blocks), rate_spread_variance) if RATE_TAILS else None
     for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
         cell_rates = np.maximum(theta.incidence @ rates, p.floor[theta.cell_state])  # never near 0
         combined = (p.direct / direct_variance + cell_rates * p.cell_employment / prior_variance) * cell_variance
@@ -454,20 +452,9 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     carry = _Pass(rate_totals=np.maximum(np.bincount(theta.cell_rate, weights=totals, minlength=n_rates), 0.0),
                   rate_variance=theta_variance[:n_rates], cell_rate_variance=theta_variance[theta.cell_node],
                   weight_rate=cell_rates[cells.codes],  # later passes weigh the identity answers at the rates
-                  cell_rates=cell_rates, totals=totals,
-                  deviation=deviation)
+                  cell_rates=cell_rates, totals=totals, deviation=deviation)
     return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks), direct_variance,
                        weighed_at)
-
-
-def _deviations(theta: ThetaLayout, rates: np.ndarray, blocks: tuple, prior_variance: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """RATE_TAILS: each NAICS-5 rate's fitted deviation from its parent rate, its posterior variance and
-    the prior variance it was fitted at (``rate_tails.effective_deviations``)."""
-    if not RATE_TAILS:
-        return None
-    children, parents = np.arange(len(theta.parent)), len(theta.parent) + theta.parent
-    return rates[children] - rates[parents], difference_variances(blocks, children, parents), prior_variance
 
 
 def _bounded_totals(p: _Problem, combined: np.ndarray, cell_variance: np.ndarray) -> np.ndarray:

@@ -109,8 +109,8 @@ def test_outliers_are_shrunk_less_than_under_the_normal_prior():
 def test_normal_rates_give_the_normal_fit():
     """On normal rates the fit keeps nu = inf or a large nu (>= 10) in at least 26 of 30 states
     (off the test 0 of 400 states, seeds 10000-10399, picked a smaller nu: a per-state rate below
-    0.0075, so 5 or more of 30 has probability below 1e-6), and the variances it gives are the normal fit's within noise (median multiplier within 10% of 1,
-    s^2 within 15% of the truth)."""
+    0.0075, so 5 or more of 30 has probability below 1e-6), and the variances it gives are the normal
+    fit's within noise (median multiplier within 10% of 1, s^2 within 15% of the truth)."""
     rng = np.random.default_rng(13)
     picked, medians, scales = [], [], []
     for _ in range(30):
@@ -123,3 +123,34 @@ def test_normal_rates_give_the_normal_fit():
     assert abs(np.median(medians) - 1.0) < 0.10
     assert abs(np.median(scales) / 0.04 - 1.0) < 0.15
     assert np.inf in NU_GRID
+
+
+def test_margins_use_the_final_weights_in_both_paths(small_state, monkeypatch):
+    """With RATE_TAILS the wage fit's rate priors change (the Hessian over the rates differs from the
+    normal prior's), and the margins from per-cell pieces are the per-establishment ones to the last
+    bits and the dense covariance of that fit."""
+    from test_cell_margins import cell_tab, tab_codes
+    from test_wages import _dense_variances as dense_wage_variances
+
+    import gedp
+    from gedp.postprocess import wage_margins, wages
+    from gedp.postprocess.cellmargins import WageCells, finest_cells, pieces_of
+    from gedp.postprocess.models import WageVariances
+    from gedp.release.reader import read_release
+
+    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
+    protected, answers = read_release(release.folder)
+    psi = gedp.load("baseline").plan.psi
+    normal = wages.fit_wages(answers, protected, psi)
+    monkeypatch.setattr(wages, "RATE_TAILS", True)
+    fit = wages.fit_wages(answers, protected, psi)
+    assert abs(fit.rates.precision - normal.rates.precision).max() > 1e-6 * abs(normal.rates.precision).max()
+    finest = finest_cells(protected)
+    exact = WageVariances(fit, wage_margins.wage_factorizations(fit))
+    pieces = pieces_of(exact, finest.codes, finest.n_groups)
+    assert isinstance(pieces, WageCells)
+    for by in [("county",), ("naics3",), ()]:
+        tab, n_tab = tab_codes(protected, by)
+        variance, _ = pieces.variances(cell_tab(finest.codes, tab), n_tab)
+        np.testing.assert_allclose(variance, dense_wage_variances(fit, tab, n_tab), rtol=1e-7)
+        np.testing.assert_allclose(variance, exact(tab, n_tab).variance, rtol=1e-12)
