@@ -72,9 +72,9 @@ def test_difference_variances_against_the_dense_inverse():
 
 
 def test_simulated_heavy_tail_is_recovered():
-    """nu = 3: the fit picks nu <= 6 in at least 28 of 30 states, and its s^2 is the truth's within
-    15% (median). Off the test, 0 of 400 states (seeds 10000-10399) picked nu > 6: a per-state rate
-    below 0.0075 (95% upper bound), so 3 or more of 30 has probability below 0.002."""
+    """nu = 3: the fit picks nu <= 6 in at least 26 of 30 states, and its s^2 is the truth's within
+    15% (median). Off the test, 0 of 100 states (seeds 10000-10099) picked nu > 6: a per-state rate
+    below 0.03 (95% upper bound), so 5 or more of 30 has probability below 0.002."""
     rng = np.random.default_rng(11)
     picked, scales = [], []
     for _ in range(30):
@@ -82,7 +82,7 @@ def test_simulated_heavy_tail_is_recovered():
         spread2, nu, _ = fit_tails(d, noise, scale, BOUNDS)
         picked.append(nu)
         scales.append(spread2)
-    assert sum(nu <= 6.0 for nu in picked) >= 28
+    assert sum(nu <= 6.0 for nu in picked) >= 26
     assert abs(np.median(scales) / 0.04 - 1.0) < 0.15
 
 
@@ -108,8 +108,8 @@ def test_outliers_are_shrunk_less_than_under_the_normal_prior():
 
 def test_normal_rates_give_the_normal_fit():
     """On normal rates the fit keeps nu = inf or a large nu (>= 10) in at least 26 of 30 states
-    (off the test 0 of 400 states, seeds 10000-10399, picked a smaller nu: a per-state rate below
-    0.0075, so 5 or more of 30 has probability below 1e-6), and the variances it gives are the normal
+    (off the test 0 of 100 states, seeds 10000-10099, picked a smaller nu: a per-state rate below 0.03,
+    so 5 or more of 30 has probability below 0.002), and the variances it gives are the normal
     fit's within noise (median multiplier within 10% of 1, s^2 within 15% of the truth)."""
     rng = np.random.default_rng(13)
     picked, medians, scales = [], [], []
