@@ -224,10 +224,13 @@ def main() -> None:
                         "NAICS-6 and NAICS-3 cells)")
     parser.add_argument("--misfit", type=float, help="wage margins with the misfit term at this least weight "
                         "(postprocess.wage_misfit)")
+    parser.add_argument("--rate-tails", action="store_true", help="the sibling rates' heavier-tailed prior "
+                        "(postprocess.wages.RATE_TAILS)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cells", type=Path, help="also every cell-release's row (parquet): to compare two runs "
                         "cell by cell, benchmarks/coverage_compare.py")
     args = parser.parse_args()
+    wages.RATE_TAILS = args.rate_tails
     config = scaled_config(args.mu, args.config)
     truth = synthetic_truth(args.qcew)
     levels = {str(level): [key for key in qcew_keys(truth, level) if key not in ("year", "qtr")]
@@ -241,7 +244,7 @@ def main() -> None:
         summary = summarize(cells)
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "mu": config.plan.budget().total,
                                         "config": args.config, "releases": index + 1, "level": 0.95,
-                                        "misfit": args.misfit,
+                                        "misfit": args.misfit, "rate_tails": args.rate_tails,
                                         "summary": summary.to_dict(orient="records"),
                                         "no_employment": without_employment(cells),
                                         "accuracy": accuracy(cells)}, indent=1) + "\n")

@@ -188,3 +188,31 @@ def prior_precision(children: np.ndarray, parents: np.ndarray, edge_variance: np
     return sp.csr_matrix((np.concatenate([diagonal, -inverse, -inverse]),
                           (np.concatenate([np.arange(n_theta), children, parents]),
                            np.concatenate([np.arange(n_theta), parents, children]))), shape=(n_theta, n_theta))
+
+
+def parent_deviations(parent: np.ndarray, theta: np.ndarray, blocks: Sequence[tuple[np.ndarray, tuple]]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Each NAICS-5 rate's deviation from its parent rate (``parent``: each rate's, theta = (rates,
+    parent rates, ...)) and that deviation's posterior variance (``difference_variances``)."""
+    children, parents = np.arange(len(parent)), len(parent) + parent
+    return theta[children] - theta[parents], difference_variances(blocks, children, parents)
+
+
+def difference_variances(blocks: Sequence[tuple[np.ndarray, tuple]], children: np.ndarray, parents: np.ndarray
+                         ) -> np.ndarray:
+    """Var(theta_child - theta_parent) for each pair (``children``, ``parents``: theta indices of one
+    block each) under theta's posterior covariance M^-1 (``solve_rates``' per-block factors, M = L L'):
+    |L^-1 (e_child - e_parent)|^2."""
+    out = np.zeros(len(children))
+    for index, (factor, lower) in blocks:
+        pairs = np.flatnonzero(np.isin(children, index))
+        if len(pairs) == 0:
+            continue
+        where = np.searchsorted(index, children[pairs]), np.searchsorted(index, parents[pairs])
+        difference = np.zeros((len(index), len(pairs)))
+        difference[where[0], np.arange(len(pairs))] = 1.0
+        difference[where[1], np.arange(len(pairs))] -= 1.0
+        half = scipy.linalg.solve_triangular(factor, difference, trans=0 if lower else 1, lower=lower,
+                                             check_finite=False)
+        out[pairs] = np.sum(half**2, axis=0)
+    return out

@@ -49,7 +49,8 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    RATE_FLOOR of the state's). An establishment's wage is at least WAGE_FLOOR x the state's rate x
    its protected employment, a cell's total at least its establishments' (the least squares over
    t - that bound >= 0): a cell with employment is released at $0 only when an exact answer (a pnc
-   group clipped at 0) pins it. Steps 2-3 run PASSES times (spreads from the last fit).
+   group clipped at 0) pins it. Steps 2-3 run PASSES times (spreads from the last fit). RATE_TAILS
+   (off: measured, not shipped) gives the sibling rates a heavier-tailed prior (``rate_tails``).
 4. **Shares.** Each cell's total is shared among its establishments: each establishment's identity
    answer (variance at its employment share of the total) and its employment share (variance
    (s x share)^2 + EMPLOYEE_VARIANCE x rate^2 x its employment, as a cell's prior; s by moments
@@ -88,6 +89,7 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
+from gedp.postprocess.rate_tails import effective_deviations, tail_variances
 from gedp.postprocess.spread_moments import idle_wage_variance, weighted_squared_spread
 from gedp.postprocess.structured import one_blas_thread, solve_nested
 from gedp.postprocess.wage_answers import held_by_group
@@ -96,6 +98,7 @@ from gedp.postprocess.wage_rates import (
     RateBlock,
     SharedRates,
     cells_inside,
+    parent_deviations,
     prior_precision,
     rate_system_blocks,
     solve_rates,
@@ -137,6 +140,11 @@ EMPLOYMENT_FLOOR = 0.5
 WAGE_FLOOR = 0.05
 #: Fits of the cell totals (rates refreshed from the previous fit).
 PASSES = 3
+#: The sibling rates' prior heavier-tailed (``rate_tails``: a Student-t fitted by marginal likelihood to
+#: the last fit's deviations, each rate's prior variance from its own); off: normal (measured, not shipped).
+RATE_TAILS = False
+#: Bounds of the t-prior's squared relative scale between sibling rates.
+TAIL_SPREAD_BOUNDS = (MIN_RATE_SPREAD**2, 4.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -298,6 +306,7 @@ class _Pass:
     weight_rate: np.ndarray  # per establishment: the rate its identity answer's variance is evaluated at
     cell_rates: np.ndarray | None = None  # per cell: its prior wage per employee (None before the first fit)
     totals: np.ndarray | None = None  # per cell: the last fit's totals (None before the first fit)
+    deviation: tuple | None = None  # RATE_TAILS: per rate, u - rho's posterior mean, variance, prior variance
 
 
 @dataclass(frozen=True, eq=False)
@@ -366,7 +375,8 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
 def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Step 2: the observed rates, their parent rates, and the variances of the sibling rates around
     their parent and of the detail rates around their NAICS-5 rate (spreads by weighted moments per
-    state, ``spread_moments``)."""
+    state, ``spread_moments``; with RATE_TAILS after the first pass, the sibling rates' from the last
+    fit's deviations by ``rate_tails``)."""
     theta = p.theta
     parent, rate_state = theta.parent, theta.rate_state
     n_parents = len(theta.parent_state)
@@ -377,7 +387,11 @@ def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.n
                                          parent_rate[parent] ** 2, last.rate_variance, theta.n_states,
                                          MIN_RATE_SPREAD**2)
     spread2 = np.maximum(spread2, MIN_RATE_SPREAD**2)
-    rate_spread_variance = spread2[rate_state] * np.maximum(parent_rate[parent], p.floor[rate_state]) ** 2
+    scale = np.maximum(parent_rate[parent], p.floor[rate_state]) ** 2
+    rate_spread_variance = spread2[rate_state] * scale
+    if RATE_TAILS and last.deviation is not None:  # heavier tails, from the last fit (``rate_tails``)
+        rate_spread_variance, _, _ = tail_variances(rate_state, *effective_deviations(*last.deviation), scale,
+                                                    theta.n_states, TAIL_SPREAD_BOUNDS)
     detail_variance = p.detail_spread2 * np.maximum(observed, p.floor[rate_state])[theta.detail_group] ** 2
     return observed, parent_rate, rate_spread_variance, detail_variance
 
@@ -428,6 +442,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
                                   np.zeros(n_counties + n_details)])
     rates, theta_variance, blocks = solve_rates(p.rate_blocks, free_variance, links.tocsr(), precision,
                                                 p.direct / direct_variance + p.group_right, theta_prior)
+    deviation = (*parent_deviations(theta.parent, rates, blocks), rate_spread_variance) if RATE_TAILS else None
     for refresh in (True, False):  # cell totals >= 0 at the rates; the rates at those totals; the totals again
         cell_rates = np.maximum(theta.incidence @ rates, p.floor[theta.cell_state])  # never near 0
         combined = (p.direct / direct_variance + cell_rates * p.cell_employment / prior_variance) * cell_variance
@@ -437,7 +452,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     carry = _Pass(rate_totals=np.maximum(np.bincount(theta.cell_rate, weights=totals, minlength=n_rates), 0.0),
                   rate_variance=theta_variance[:n_rates], cell_rate_variance=theta_variance[theta.cell_node],
                   weight_rate=cell_rates[cells.codes],  # later passes weigh the identity answers at the rates
-                  cell_rates=cell_rates, totals=totals)
+                  cell_rates=cell_rates, totals=totals, deviation=deviation)
     return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks), direct_variance,
                        weighed_at)
 
