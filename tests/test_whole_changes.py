@@ -69,22 +69,28 @@ def posterior(omega, sd, log_h, weights, up, top):
     return joint / joint.sum()
 
 
+def drawn_cells(omega, weights, up, log_h, top, rows, **fit_fields):
+    """Counts of the (month 1, 2, 3) cells drawn by one sweep of ``whole_chain`` for ``rows`` copies of one
+    establishment answering ``omega``: month 1's prior exp(log_h), the changes' ``weights`` and up
+    probabilities ``up`` (``fit_fields`` added to each change's fit)."""
+    answers = SimpleNamespace(months=np.tile(omega, (rows, 1)), month_sd=np.full(3, SD))
+    model = SimpleNamespace(answers=answers, psi=PSI, priors=SimpleNamespace(whole=None))
+    fits = {(0, k): SimpleNamespace(up_logit=float(np.log(up[k - 1] / (1 - up[k - 1]))), cell_slope=0.0,
+                                    **{name: value[k - 1] for name, value in fit_fields.items()}) for k in (1, 2)}
+    whole = SimpleNamespace(model=model, top=top, band=np.zeros(rows, int), fits=fits, movement=np.zeros((rows, 2)),
+                            level=FixedLevel(log_h), weights=lambda: {"level": None, (0, 1): weights[0],
+                                                                       (0, 2): weights[1]})
+    drawn = next(whole_chain(whole, np.arange(rows), np.random.default_rng(1), 1, 1, 1, None, None)).astype(int)
+    return np.bincount(np.ravel_multi_index(drawn.T, (top + 1,) * 3), minlength=(top + 1) ** 3)
+
+
 def test_the_chain_draws_the_posterior_of_the_whole_months():
     top, rows = 14, 6000
     log_h = np.log(0.7 ** np.arange(top + 1) + 0.05)
     weights = [np.r_[0.5, 0.3, 0.15, 0.05, np.zeros(top - 3)], np.r_[0.7, 0.2, 0.1, np.zeros(top - 2)]]
     up = [0.7, 0.35]
     omega = np.array([1.3, 1.9, 1.0])
-    answers = SimpleNamespace(months=np.tile(omega, (rows, 1)), month_sd=np.full(3, SD))
-    model = SimpleNamespace(answers=answers, psi=PSI, priors=SimpleNamespace(whole=None))
-    fits = {(0, k): SimpleNamespace(up_logit=float(np.log(up[k - 1] / (1 - up[k - 1]))), cell_slope=0.0)
-            for k in (1, 2)}
-    whole = SimpleNamespace(model=model, top=top, band=np.zeros(rows, int), fits=fits, movement=np.zeros((rows, 2)),
-                            level=FixedLevel(log_h), weights=lambda: {"level": None, (0, 1): weights[0],
-                                                                       (0, 2): weights[1]})
-    drawn = next(whole_chain(whole, np.arange(rows), np.random.default_rng(1), 1, 1, 1, None, None)).astype(int)
-    cells = np.ravel_multi_index(drawn.T, (top + 1,) * 3)
-    observed = np.bincount(cells, minlength=(top + 1) ** 3)
+    observed = drawn_cells(omega, weights, up, log_h, top, rows)
 
     def p_value(sd):
         expected = posterior(omega, sd, log_h, weights, up, top).ravel() * rows
@@ -157,15 +163,7 @@ def test_the_chain_draws_the_posterior_with_persistence():
     weights = [np.r_[0.5, 0.3, 0.15, 0.05, np.zeros(top - 3)], np.r_[0.6, 0.25, 0.15, np.zeros(top - 2)]]
     up = [0.7, 0.35]
     omega = np.array([1.3, 1.9, 1.8])
-    answers = SimpleNamespace(months=np.tile(omega, (rows, 1)), month_sd=np.full(3, SD))
-    model = SimpleNamespace(answers=answers, psi=PSI, priors=SimpleNamespace(whole=None))
-    fits = {(0, k): SimpleNamespace(up_logit=float(np.log(up[k - 1] / (1 - up[k - 1]))), cell_slope=0.0,
-                                    persist=True, stay=stay if k == 2 else 0.0) for k in (1, 2)}
-    whole = SimpleNamespace(model=model, top=top, band=np.zeros(rows, int), fits=fits, movement=np.zeros((rows, 2)),
-                            level=FixedLevel(log_h), weights=lambda: {"level": None, (0, 1): weights[0],
-                                                                       (0, 2): weights[1]})
-    drawn = next(whole_chain(whole, np.arange(rows), np.random.default_rng(1), 1, 1, 1, None, None)).astype(int)
-    observed = np.bincount(np.ravel_multi_index(drawn.T, (top + 1,) * 3), minlength=(top + 1) ** 3)
+    observed = drawn_cells(omega, weights, up, log_h, top, rows, persist=(True, True), stay=(0.0, stay))
 
     def p_value(rho):
         expected = persisting_posterior(omega, SD, log_h, weights, up, top, rho).ravel() * rows
