@@ -103,16 +103,21 @@ def test_the_chain_draws_the_posterior_of_the_whole_months():
     assert p_value(1.3 * SD) < 1e-4  # power
 
 
+def band_priors(top):
+    """The simulated bands' month-1 prior on 0..top (0.75^n, with 0.5 more at 0) and change sizes 1..top
+    (P proportional to 2^-s)."""
+    prior = 0.75 ** np.arange(top + 1)
+    prior[0] += 0.5
+    sizes = 0.5 ** np.arange(1, top + 1)
+    return prior / prior.sum(), sizes / sizes.sum()
+
+
 def simulated_fit(seed, no_change=0.6, up_logit=0.3, cell_slope=1.5, rows=8000, top=30):
     """WholeFit on a simulated band: month 1 from a known prior, each change 0 with probability ``no_change``,
     else of size s (P proportional to 2^-s), up with probability expit(up_logit + cell_slope m), m the cell's
     implied change (uniform on [-1.5, 1.5] employees); sqrt answers with sd SD."""
     rng = np.random.default_rng(seed)
-    prior = 0.75 ** np.arange(top + 1)
-    prior[0] += 0.5
-    prior /= prior.sum()
-    sizes = 0.5 ** np.arange(1, top + 1)
-    sizes /= sizes.sum()
+    prior, sizes = band_priors(top)
     m = rng.uniform(-1.5, 1.5, rows)
     first = rng.choice(top + 1, rows, p=prior)
     size = rng.choice(np.arange(1, top + 1), rows, p=sizes)
@@ -181,11 +186,7 @@ def persisting_fit(seed, stay, rows=8000, top=30):
     (P proportional to 2^-s), up with probability expit(0.3); month 3: where month 2 changed, the same month with
     probability ``stay``, else month 1 plus a change from the same prior with no change 0.7; sqrt answers."""
     rng = np.random.default_rng(seed)
-    prior = 0.75 ** np.arange(top + 1)
-    prior[0] += 0.5
-    prior /= prior.sum()
-    sizes = 0.5 ** np.arange(1, top + 1)
-    sizes /= sizes.sum()
+    prior, sizes = band_priors(top)
 
     def change(no_change):
         size = rng.choice(np.arange(1, top + 1), rows, p=sizes)
