@@ -71,8 +71,11 @@ def rake_counts(seed: np.ndarray, totals: np.ndarray, margins: Sequence[tuple[np
     """Iterative proportional fitting of ``seed`` (n x K, >= 0, every row with a positive entry) to
     row totals ``totals`` and, for each margin (codes, targets), the column totals ``targets``
     (groups x K, each group's row summing to its rows' totals) of each group of ``codes``: rows and
-    each margin's columns scaled in turn. Rows are matched exactly at the end."""
-    y = np.asarray(seed, dtype=float).copy()
+    each margin's columns scaled in turn. Rows are matched exactly at the end: a row the margins
+    emptied (its seed only in categories whose targets in its group are 0) takes its seed's mix, so
+    every row with a positive total keeps it (the margins then miss by that row)."""
+    seed = np.asarray(seed, dtype=float)
+    y = seed.copy()
     totals = np.asarray(totals, dtype=float)
     members = []
     for codes, targets in margins:
@@ -88,6 +91,8 @@ def rake_counts(seed: np.ndarray, totals: np.ndarray, margins: Sequence[tuple[np
             y *= np.divide(targets, column, out=np.zeros_like(column), where=column > 0)[codes]
         if worst <= RAKING_TOLERANCE:
             break
+    emptied = (y.sum(axis=1) <= 0) & (totals > 0)
+    y[emptied] = seed[emptied]
     row = y.sum(axis=1)
     return y * np.divide(totals, row, out=np.zeros_like(row), where=row > 0)[:, None]
 

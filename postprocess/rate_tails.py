@@ -27,7 +27,6 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.optimize
 import scipy.special
-import scipy.stats
 
 #: Degrees of freedom tried (inf: the normal prior; all above 2, a prior with a variance); the grid is
 #: coarse, the likelihood flat in nu.
@@ -42,6 +41,8 @@ def _mixture(nu: float, shape: float) -> tuple[np.ndarray, np.ndarray]:
     """Nodes lambda_k and log weights of E over lambda ~ Gamma(shape, rate nu / 2): the density times
     lambda times the step in log lambda (not renormalized: the mass outside LOG_RANGE, where the
     likelihoods vanish or are flat, counts as lost, not spread over the nodes)."""
+    import scipy.stats  # here: protect starts without scipy.stats (test_light_imports)
+
     if np.isinf(nu):
         return np.ones(1), np.zeros(1)
     log_lam = np.linspace(*LOG_RANGE, NODES)
