@@ -226,11 +226,14 @@ def main() -> None:
                         "(postprocess.wage_misfit)")
     parser.add_argument("--rate-tails", action="store_true", help="the sibling rates' heavier-tailed prior "
                         "(postprocess.wages.RATE_TAILS)")
+    parser.add_argument("--rate-spread-kept", action="store_true", help="passes 2-3 keep pass 1's sibling "
+                        "rate spread (postprocess.wages.RATE_SPREAD_KEPT)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cells", type=Path, help="also every cell-release's row (parquet): to compare two runs "
                         "cell by cell, benchmarks/coverage_compare.py")
     args = parser.parse_args()
     wages.RATE_TAILS = args.rate_tails
+    wages.RATE_SPREAD_KEPT = args.rate_spread_kept
     config = scaled_config(args.mu, args.config)
     truth = synthetic_truth(args.qcew)
     levels = {str(level): [key for key in qcew_keys(truth, level) if key not in ("year", "qtr")]

@@ -34,7 +34,7 @@ from level_coverage import scaled_config, synthetic_truth
 
 import gedp
 from gedp.measure.queries import IDENTITY, Groupings, group_establishments
-from gedp.postprocess import wages
+from gedp.postprocess import spread_moments, wages
 from gedp.postprocess.moe import variance_functions
 from gedp.postprocess.tabulate import qcew_keys
 from gedp.release.reader import release_answers, release_wage_psi
@@ -77,6 +77,7 @@ def spread_recorder() -> list[tuple[str, float, float]]:
         return out, se
 
     wages._squared_spread, wages.weighted_squared_spread = recorded, recorded_weighted
+    spread_moments.weighted_squared_spread = recorded_weighted  # the sibling rates' and idle wages' spreads
     return seen
 
 

@@ -54,3 +54,22 @@ def idle_wage_variance(answer: np.ndarray, prior: np.ndarray, noise: np.ndarray,
     excess = (answer[idle] - prior[idle]) ** 2 - noise[idle]
     variance, _ = weighted_squared_spread(codes, excess, np.ones(len(codes)), weighing[idle], n_classes, 0.0)
     return np.where(idle, np.maximum(variance, 0.0)[classes], 0.0)
+
+
+def sibling_spread(parent: np.ndarray, rate_state: np.ndarray, totals: np.ndarray, employment: np.ndarray,
+                   noise: np.ndarray, n_parents: int, n_states: int, least: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The wage fit's sibling rates (``postprocess.wages``): each rate's observed value ``totals`` /
+    ``employment``, its ``parent``'s rate (the siblings' totals over their employment, at least 0), and
+    per state the squared relative spread of the rates around their parent's (at least ``least``^2) by
+    weighted moments of (observed - parent)^2 - noise over parent^2: unbiased where ``noise`` is the
+    variance of independent noise in the totals (the rate query's answers), not where the totals are a
+    fit's posterior means (there the squared deviation's expectation is s^2 c less, not plus, a
+    posterior variance, and that of the deviation, not of the rate: docs/method/margins-of-error.md)."""
+    observed = totals / employment
+    parent_rate = np.maximum(np.bincount(parent, weights=totals, minlength=n_parents)
+                             / np.bincount(parent, weights=employment, minlength=n_parents), 0.0)
+    scale = parent_rate[parent] ** 2
+    spread2, _ = weighted_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - noise, scale, noise,
+                                         n_states, least**2)
+    return observed, parent_rate, np.maximum(spread2, least**2)

@@ -90,7 +90,7 @@ from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.months import row_means
 from gedp.postprocess.rate_tails import effective_deviations, tail_variances
-from gedp.postprocess.spread_moments import idle_wage_variance, weighted_squared_spread
+from gedp.postprocess.spread_moments import idle_wage_variance, sibling_spread, weighted_squared_spread
 from gedp.postprocess.structured import one_blas_thread, solve_nested
 from gedp.postprocess.wage_answers import held_by_group
 from gedp.postprocess.wage_layout import ModelCells, ThetaLayout, establishment_counties, model_cells, theta_layout
@@ -143,6 +143,9 @@ PASSES = 3
 #: The sibling rates' prior heavier-tailed (``rate_tails``: a Student-t fitted by marginal likelihood to
 #: the last fit's deviations, each rate's prior variance from its own); off: normal (measured, not shipped).
 RATE_TAILS = False
+#: Passes 2-3 keep pass 1's sibling spread (from the rate query's answers) rather than re-estimate it
+#: from the last fit's posterior means less their variance (biased: ``sibling_spread``); off: measured.
+RATE_SPREAD_KEPT = False
 #: Bounds of the t-prior's squared relative scale between sibling rates.
 TAIL_SPREAD_BOUNDS = (MIN_RATE_SPREAD**2, 4.0)
 
@@ -307,6 +310,7 @@ class _Pass:
     cell_rates: np.ndarray | None = None  # per cell: its prior wage per employee (None before the first fit)
     totals: np.ndarray | None = None  # per cell: the last fit's totals (None before the first fit)
     deviation: tuple | None = None  # RATE_TAILS: per rate, u - rho's posterior mean, variance, prior variance
+    rate_spread2: np.ndarray | None = None  # per state: the sibling rates' spread squared (None before the first fit)
 
 
 @dataclass(frozen=True, eq=False)
@@ -372,28 +376,25 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
     return problem, start
 
 
-def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Step 2: the observed rates, their parent rates, and the variances of the sibling rates around
     their parent and of the detail rates around their NAICS-5 rate (spreads by weighted moments per
     state, ``spread_moments``; with RATE_TAILS after the first pass, the sibling rates' from the last
     fit's deviations by ``rate_tails``)."""
     theta = p.theta
     parent, rate_state = theta.parent, theta.rate_state
-    n_parents = len(theta.parent_state)
-    observed = last.rate_totals / p.rate_employment
-    parent_rate = np.maximum(np.bincount(parent, weights=last.rate_totals, minlength=n_parents)
-                             / np.bincount(parent, weights=p.rate_employment, minlength=n_parents), 0.0)
-    spread2, _ = weighted_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - last.rate_variance,
-                                         parent_rate[parent] ** 2, last.rate_variance, theta.n_states,
-                                         MIN_RATE_SPREAD**2)
-    spread2 = np.maximum(spread2, MIN_RATE_SPREAD**2)
+    observed, parent_rate, spread2 = sibling_spread(parent, rate_state, last.rate_totals, p.rate_employment,
+                                                    last.rate_variance, len(theta.parent_state), theta.n_states,
+                                                    MIN_RATE_SPREAD)
+    if RATE_SPREAD_KEPT and last.rate_spread2 is not None:
+        spread2 = last.rate_spread2  # pass 1's: passes 2-3 carry posterior means (``sibling_spread``)
     scale = np.maximum(parent_rate[parent], p.floor[rate_state]) ** 2
     rate_spread_variance = spread2[rate_state] * scale
     if RATE_TAILS and last.deviation is not None:  # heavier tails, from the last fit (``rate_tails``)
         rate_spread_variance, _, _ = tail_variances(rate_state, *effective_deviations(*last.deviation), scale,
                                                     theta.n_states, TAIL_SPREAD_BOUNDS)
     detail_variance = p.detail_spread2 * np.maximum(observed, p.floor[rate_state])[theta.detail_group] ** 2
-    return observed, parent_rate, rate_spread_variance, detail_variance
+    return observed, parent_rate, rate_spread_variance, detail_variance, spread2
 
 
 def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -426,7 +427,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     totals >= 0 at those rates; the rates at those totals and the totals again."""
     theta, cells = p.theta, p.cells
     n_rates, _, n_counties, n_details = theta.sizes
-    observed, parent_rate, rate_spread_variance, detail_variance = _rate_priors(p, last)
+    observed, parent_rate, rate_spread_variance, detail_variance, spread2 = _rate_priors(p, last)
     _, direct_variance, county_variance, prior_variance = _cell_priors(p, last, observed)
     weighed_at = last.weight_rate * p.employment
     cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
@@ -452,7 +453,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     carry = _Pass(rate_totals=np.maximum(np.bincount(theta.cell_rate, weights=totals, minlength=n_rates), 0.0),
                   rate_variance=theta_variance[:n_rates], cell_rate_variance=theta_variance[theta.cell_node],
                   weight_rate=cell_rates[cells.codes],  # later passes weigh the identity answers at the rates
-                  cell_rates=cell_rates, totals=totals, deviation=deviation)
+                  cell_rates=cell_rates, totals=totals, deviation=deviation, rate_spread2=spread2)
     return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks), direct_variance,
                        weighed_at)
 
