@@ -31,22 +31,18 @@ def truth_frame(qcew: Path, structures: list[str]) -> pd.DataFrame:
     return apply_structures(frame, structures, np.random.default_rng(2)) if structures else frame
 
 
-def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentParser:
-    """The arguments of a one-release diagnostic of the implicates' priors (``seeded_draws``)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--structure", default="none")
-    parser.add_argument("--seed", type=int, default=1, help="the release's seed")
-    parser.add_argument("--draws", type=int, default=2)
+def add_prior_options(parser: argparse.ArgumentParser) -> None:
+    """The implicates' prior options and knobs (``set_prior_knobs`` sets the knobs from them)."""
     parser.add_argument("--level-prior", default="month1")
     parser.add_argument("--change-prior", default="independent")
     parser.add_argument("--level-width", type=float, default=None,
-                        help="the level prior's components' bandwidth in their steps (LEVEL_WIDTH)")
+                        help="the level prior's components' bandwidth in their steps "
+                             "(postprocess.implicates.LEVEL_WIDTH; default: the shipped value)")
     parser.add_argument("--wage-prior", default="sector", help="postprocess.prior_components.WAGE_PRIORS")
     parser.add_argument("--level-smooth", action="store_true",
-                        help="a smooth level prior (LEVEL_SMOOTH: deconvolve.SmoothFit) instead of the NPMLE")
+                        help="a smooth level prior (postprocess.implicates.LEVEL_SMOOTH, deconvolve.SmoothFit)")
     parser.add_argument("--level-by-sector", action="store_true",
-                        help="a level prior per sector (postprocess.implicates.LEVEL_BY_SECTOR)")
+                        help="a level prior per sector of MIN_SECTOR_LEVEL+ answers (implicates.LEVEL_BY_SECTOR)")
     parser.add_argument("--cell-changes", default="", choices=["", "all", "changers", "fitted"],
                         help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
     parser.add_argument("--whole-changes", action="store_true",
@@ -55,14 +51,10 @@ def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentPar
                         help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
     parser.add_argument("--whole-smooth-level", action="store_true",
                         help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
-    return parser
 
 
-def seeded_draws(args: argparse.Namespace):
-    """The truth (``truth_frame`` of ``args.qcew`` with ``args.structure``), its ``recommended`` release
-    seeded ``args.seed`` made ready for draws (``prepare``: the fitted models, with ``args.level_prior``,
-    ``args.change_prior`` and ``args.level_width``), the truth in the draws'
-    establishment order, and the chains' generator (seed + 1000)."""
+def set_prior_knobs(args: argparse.Namespace) -> None:
+    """The implicates' knobs set from ``add_prior_options``' arguments."""
     import gedp.postprocess.implicates as implicates
     import gedp.postprocess.whole_changes as whole_changes
 
@@ -74,6 +66,25 @@ def seeded_draws(args: argparse.Namespace):
     implicates.WHOLE_CHANGES = args.whole_changes
     whole_changes.PERSISTENCE = args.persistence
     whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
+
+
+def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentParser:
+    """The arguments of a one-release diagnostic of the implicates' priors (``seeded_draws``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--qcew", type=Path, required=True)
+    parser.add_argument("--structure", default="none")
+    parser.add_argument("--seed", type=int, default=1, help="the release's seed")
+    parser.add_argument("--draws", type=int, default=2)
+    add_prior_options(parser)
+    return parser
+
+
+def seeded_draws(args: argparse.Namespace):
+    """The truth (``truth_frame`` of ``args.qcew`` with ``args.structure``), its ``recommended`` release
+    seeded ``args.seed`` made ready for draws (``prepare``: the fitted models, with ``args.level_prior``,
+    ``args.change_prior`` and ``args.level_width``), the truth in the draws'
+    establishment order, and the chains' generator (seed + 1000)."""
+    set_prior_knobs(args)
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rng = np.random.default_rng(args.seed + 1000)
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,44 +124,19 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=1, help="the first release's seed")
     parser.add_argument("--m", type=int, default=10)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--level-prior", default="month1")
-    parser.add_argument("--change-prior", default="independent")
     parser.add_argument("--burn-in", type=int, default=None,
                         help="Gibbs sweeps before the first implicate and in the wage priors' fitting chain "
                              "(postprocess.implicates.BURN_IN; default: the shipped value)")
-    parser.add_argument("--level-width", type=float, default=None,
-                        help="the level prior's components' bandwidth in their steps "
-                             "(postprocess.implicates.LEVEL_WIDTH; default: the shipped value)")
-    parser.add_argument("--wage-prior", default="sector")
-    parser.add_argument("--level-smooth", action="store_true",
-                        help="a smooth level prior (postprocess.implicates.LEVEL_SMOOTH, deconvolve.SmoothFit)")
-    parser.add_argument("--level-by-sector", action="store_true",
-                        help="a level prior per sector of MIN_SECTOR_LEVEL+ answers (implicates.LEVEL_BY_SECTOR)")
-    parser.add_argument("--cell-changes", default="", choices=["", "all", "changers", "fitted"],
-                        help="change priors moved by the cells' month patterns (postprocess.implicates.CELL_CHANGES)")
-    parser.add_argument("--whole-changes", action="store_true",
-                        help="the smallest establishments' changes in whole employees (implicates.WHOLE_CHANGES)")
-    parser.add_argument("--persistence", action="store_true",
-                        help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
-    parser.add_argument("--whole-smooth-level", action="store_true",
-                        help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
+    add_prior_options(parser)
     parser.add_argument("--draw-penalty", action="store_true",
                         help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
     args = parser.parse_args()
     import gedp.postprocess.deconvolve as deconvolve
     import gedp.postprocess.implicates as implicates
-    import gedp.postprocess.whole_changes as whole_changes
 
     if args.burn_in is not None:
         implicates.BURN_IN = args.burn_in
-    if args.level_width is not None:
-        implicates.LEVEL_WIDTH = args.level_width
-    implicates.LEVEL_SMOOTH = args.level_smooth
-    implicates.LEVEL_BY_SECTOR = args.level_by_sector
-    implicates.CELL_CHANGES = args.cell_changes
-    implicates.WHOLE_CHANGES = args.whole_changes
-    whole_changes.PERSISTENCE = args.persistence
-    whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
+    set_prior_knobs(args)
     deconvolve.SMOOTH_DRAW_PENALTY = args.draw_penalty
     structures = [] if args.structure == "none" else args.structure.split(",")
     truth = truth_frame(args.qcew, structures)
