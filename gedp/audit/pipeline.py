@@ -42,7 +42,7 @@ from gedp.measure.queries import IDENTITY
 from gedp.postprocess.cpus import usable_cpus
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.reader import parse_query_name
-from gedp.running.process import completed, worker_signals
+from gedp.running.process import completed, result_of, worker_signals
 from gedp.running.recorded_release import protect_recorded
 from gedp.running.state_pool import stop_workers
 
@@ -262,7 +262,7 @@ def run_pipeline_audit(config: str | Config = "baseline", *, attribute: str = "m
             with held_stops():
                 futures = [pool.submit(audit_runs, loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size),
                                        within) for batch, size in enumerate(_batches(runs))]
-            done = (future.result() for future in completed(futures))
+            done = (result_of(future) for future in completed(futures))
         else:
             done = (audit_runs(loaded, pair, size, noise_factor, _batch_seeds(seed, batch, size))
                     for batch, size in enumerate(_batches(runs)))

@@ -26,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import NoReturn, TypeVar
 
 from gedp import errors
-from gedp.errors import HELD_SIGNALS, raise_interrupted, raise_terminated
+from gedp.errors import HELD_SIGNALS, held_stops, raise_interrupted, raise_terminated
 
 #: numpy's switch, read once when numpy is imported (numpy.org: "NUMPY_MADVISE_HUGEPAGE").
 NUMPY_HUGE_PAGES = "NUMPY_MADVISE_HUGEPAGE"
@@ -88,23 +88,37 @@ T = TypeVar("T")
 
 
 def completed(futures: Iterable[Future[T]]) -> Iterator[Future[T]]:
-    """The ``futures`` as they finish (``concurrent.futures.as_completed``), the wait woken every STOP_POLL
-    seconds. While the main thread holds Ctrl-C back (``gedp.errors.held_stops``, or starting a
-    process), the kernel hands the signal to another thread of the process, one a C library started
-    (OpenBLAS, Arrow); Python marks it but wakes nothing, and a main thread that then waits without a
-    timeout acts on it only when a future finishes (a whole batch of runs: minutes under load). Each
-    wake takes the interpreter's lock back, which makes the main thread act on such a signal."""
-    pending = set(futures)
+    """The ``futures`` as they finish (``concurrent.futures.as_completed``; those found finished by one
+    wake in the order given), the wait woken every STOP_POLL seconds. While the main thread holds
+    Ctrl-C back (``gedp.errors.held_stops``, or starting a process), the kernel hands the signal to
+    another thread of the process, one a C library started (OpenBLAS, Arrow); Python marks it but
+    wakes nothing, and a main thread that then waits without a timeout acts on it only when a future
+    finishes (a whole batch of runs: minutes under load). Each wake takes the interpreter's lock back,
+    which makes the main thread act on such a signal.
+
+    Each wait holds Ctrl-C back until it has returned (``result_of`` too): ``wait`` takes every
+    future's lock one by one, and a KeyboardInterrupt raised between two takes leaves them taken; the
+    pool's own thread then blocks on one as it fails the futures of stopped workers, and the pool's
+    shutdown waits for that thread for ever (a stopped command that never ends)."""
+    order = list(futures)
+    pending = set(order)
     while pending:
-        done, pending = wait(pending, timeout=STOP_POLL, return_when=FIRST_COMPLETED)
-        yield from done
+        with held_stops():
+            done, pending = wait(pending, timeout=STOP_POLL, return_when=FIRST_COMPLETED)
+        yield from (future for future in order if future in done)
+
+
+def result_of(future: Future[T]) -> T:
+    """A finished future's result (its error raised), Ctrl-C held back meanwhile (``completed``)."""
+    with held_stops():
+        return future.result()
 
 
 def awaited(future: Future[T]) -> T:
     """``future.result()``, waiting as ``completed`` does (a stop that another thread took is acted on)."""
-    while not future.done():
-        wait([future], timeout=STOP_POLL)
-    return future.result()
+    for _ in completed([future]):
+        pass
+    return result_of(future)
 
 
 #: Exit status of a command stopped by SIGTERM (128 + the signal's number, as a shell reports it).

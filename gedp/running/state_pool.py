@@ -31,7 +31,7 @@ from pathlib import Path
 
 from gedp.errors import GedpError, InputError, held_stops
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import completed, give_back_freed_memory, reuse_freed_memory, worker_signals
+from gedp.running.process import completed, give_back_freed_memory, result_of, reuse_freed_memory, worker_signals
 
 #: How worker processes start.
 START_METHOD = "spawn"
@@ -182,10 +182,12 @@ def _collect(futures: dict[str, Future], on_state: Callable[[str], None] | None)
     states = list(futures)
     entries: dict[str, dict] = {}
     reported = 0
-    for _ in completed(futures.values()):  # waking to act on a stop another thread took (``completed``)
+    finished: set[Future] = set()
+    for future in completed(futures.values()):  # waking to act on a stop another thread took (``completed``)
+        finished.add(future)
         for state in states:  # state order, so which error is raised does not depend on timing among these
-            if state not in entries and futures[state].done():
-                entry = futures[state].result()
+            if state not in entries and futures[state] in finished:
+                entry = result_of(futures[state])
                 if isinstance(entry, Exception):
                     raise entry
                 entries[state] = entry
