@@ -6,9 +6,11 @@ import importlib.util
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
@@ -139,6 +141,78 @@ def seeded_small_release(tmp_path_factory):
         return folder
 
     return write
+
+
+class DrawnOnce:
+    """``gedp.release.implicates.tabulation_implicates`` (the 20 implicates a size-class table is combined
+    over, about 4 s of processor time on the 2,000-establishment release) drawn once per release and
+    quarter for the session: a later call for a folder holding the same files (every byte of every file)
+    and the same quarter gets a copy of the frame drawn first. The draw is a function of those alone (its
+    seed is the release's, ``tabulation_seed``; ``TABULATION_IMPLICATES`` is in the key too).
+
+    The draws are held per side (``side``: the main thread, where ``gedp tabulate`` and the library run,
+    or any other thread, where a server draws), so a server's table is still compared with a command's
+    table drawn independently. ``again()``: calls in it draw anew and hold nothing (a test of the draw's
+    own repeatability). A test that changes how implicates are drawn (a patched prior, constant or
+    generator) must not use it."""
+
+    def __init__(self) -> None:
+        from gedp.release import implicates
+
+        self.draw = implicates.tabulation_implicates
+        self.held: dict[tuple, Any] = {}
+        self.lock = threading.Lock()
+        self.fresh = False
+
+    @staticmethod
+    def side() -> str:
+        return "command" if threading.current_thread() is threading.main_thread() else "server"
+
+    def __call__(self, release: str | Path, quarter: str | None = None):
+        import hashlib
+
+        from gedp.release.implicates import TABULATION_IMPLICATES
+
+        if self.fresh:
+            return self.draw(release, quarter)
+        digest = hashlib.sha256()
+        for file in sorted(p for p in Path(release).rglob("*") if p.is_file()):
+            digest.update(f"{file.relative_to(release).as_posix()}\n".encode())
+            digest.update(hashlib.sha256(file.read_bytes()).digest())
+        key = (self.side(), digest.hexdigest(), quarter, TABULATION_IMPLICATES)
+        with self.lock:  # one draw at a time: two threads asking for the same one wait for it
+            if key not in self.held:
+                self.held[key] = self.draw(release, quarter)
+            return self.held[key].copy()
+
+    def again(self):
+        """A context in which every call draws anew (nothing held is read or kept)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def fresh():
+            self.fresh = True
+            try:
+                yield
+            finally:
+                self.fresh = False
+
+        return fresh()
+
+
+@pytest.fixture(scope="session")
+def drawn_once_held() -> DrawnOnce:
+    """The session's ``DrawnOnce`` (its held draws shared by the modules that use it)."""
+    return DrawnOnce()
+
+
+@pytest.fixture
+def drawn_once(drawn_once_held: DrawnOnce, monkeypatch) -> DrawnOnce:
+    """``tabulation_implicates`` drawing once per release for this test (``DrawnOnce``)."""
+    from gedp.release import implicates
+
+    monkeypatch.setattr(implicates, "tabulation_implicates", drawn_once_held)
+    return drawn_once_held
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -129,12 +129,15 @@ def test_size_class_table_is_the_mean_over_implicates_with_rubins_margin(lone_re
     assert table["estabs"].sum() == pytest.approx(len(release.microdata))
 
 
-def test_tabulate_by_size_class_from_the_release_and_the_cli(lone_release, tmp_path):
+def test_tabulate_by_size_class_from_the_release_and_the_cli(lone_release, tmp_path, drawn_once):
+    """The implicates drawn again for the same request (the same table), then held (conftest.DrawnOnce)
+    for the layouts and the command line, which tabulate them."""
     release = gedp.read_release(lone_release)
     table = release.tabulate("size_class", moe=True)
     assert set(table["size_class"]) <= set(range(1, 10))
     assert {"estabs", "estabs_moe", "m3emp_moe", "wage_moe"} <= set(table.columns)
-    assert table.equals(release.tabulate("size_class", moe=True))  # the same request, the same table
+    with drawn_once.again():
+        assert table.equals(release.tabulate("size_class", moe=True))  # the same request, the same table
     published = release.tabulate("sector,size_class", format="qcew", moe=True)
     assert {"size_code", "size_title", "qtrly_estabs", "avg_wkly_wage", "qtrly_estabs_moe"} <= set(published.columns)
     assert published["size_title"].notna().all()

@@ -161,27 +161,29 @@ def crafted(honest: Path, tmp_path: Path, case: str, output: str) -> Path:
     return copy
 
 
-#: What a child process reads the release with, and prints: its peak resident memory (MB: VmHWM,
-#: that of its own program; ru_maxrss would count the test process it was forked from) and Arrow's
-#: peak allocation (MB), and the refusal.
+#: What a child process reads the release with, each reader in turn (``sys.argv[3:]``), and prints after
+#: each: the peak resident memory so far (MB: VmHWM, that of its own program; ru_maxrss would count the
+#: test process it was forked from) and Arrow's peak allocation so far (MB), then the refusal. The peaks
+#: after the last reader are the largest of every reader's, so each is bounded by them.
 CHILD = """
 import re, sys
 import pyarrow as pa
 import gedp
 from gedp.errors import InputError
-try:
-    if sys.argv[3] == "audit":
-        from gedp.audit.release import audit_release
-        message = " ".join(check.detail for check in audit_release(sys.argv[1]) if check.name == "files")
-    else:
-        release = gedp.Release(sys.argv[1])
-        release.microdata if sys.argv[2] == "protected.parquet" else release.measurements
-        message = "read"
-except InputError as err:
-    message = str(err)
-peak = re.search(r"VmHWM:\\s*(\\d+) kB", open("/proc/self/status").read()).group(1)
-print(int(peak) / 1024, pa.default_memory_pool().max_memory() / 1e6)
-print(message)
+for reader in sys.argv[3:]:
+    try:
+        if reader == "audit":
+            from gedp.audit.release import audit_release
+            message = " ".join(check.detail for check in audit_release(sys.argv[1]) if check.name == "files")
+        else:
+            release = gedp.Release(sys.argv[1])
+            release.microdata if sys.argv[2] == "protected.parquet" else release.measurements
+            message = "read"
+    except InputError as err:
+        message = str(err)
+    peak = re.search(r"VmHWM:\\s*(\\d+) kB", open("/proc/self/status").read()).group(1)
+    print(int(peak) / 1024, pa.default_memory_pool().max_memory() / 1e6)
+    print(message)
 """
 
 
@@ -189,16 +191,18 @@ print(message)
                                               for output in OUTPUTS.get(case, ["protected.parquet"])])
 def test_a_part_decoding_to_far_more_than_its_file_is_refused_in_bounded_memory(honest, tmp_path, case, output):
     """Each crafted part is refused in one line naming its file and the rule, by the API and by `gedp
-    audit --release` (a failed files check, the part left unread) in a child process (its peak memory
-    under 400 MB, Arrow's allocations under 100 MB; at the code before, 2.0-6.9 GB for the same parts
-    at RI's size), by `gedp tabulate` with and without --moe and `gedp implicates`, and by `gedp
-    serve`'s loading (which refuses to start)."""
+    audit --release` (a failed files check, the part left unread) one after the other in a child process
+    (its peak memory, which bounds each reader's, under 400 MB, Arrow's allocations under 100 MB; at the
+    code before, 2.0-6.9 GB for the same parts at RI's size), by `gedp tabulate` with and without --moe
+    and `gedp implicates`, and by `gedp serve`'s loading (which refuses to start)."""
     copy = crafted(honest, tmp_path, case, output)
     message = CRAFTED[case][1]
-    for reader in ("api", "audit"):
-        child = subprocess.run([sys.executable, "-c", CHILD, str(copy), output, reader], capture_output=True,
-                               text=True, timeout=300, check=True)
-        peaks, said = child.stdout.strip().splitlines()
+    readers = ("api", "audit")
+    child = subprocess.run([sys.executable, "-c", CHILD, str(copy), output, *readers], capture_output=True,
+                           text=True, timeout=300, check=True)
+    printed = child.stdout.strip().splitlines()
+    assert len(printed) == 2 * len(readers), printed
+    for reader, peaks, said in zip(readers, printed[::2], printed[1::2]):
         resident, arrow = map(float, peaks.split())
         assert message in said and "part-44.parquet" in said, (reader, said)
         assert resident < 400 and arrow < 100, (reader, resident, arrow)

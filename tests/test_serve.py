@@ -56,6 +56,17 @@ PANEL_REQUESTS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def size_class_draws(drawn_once_held):
+    """A release's size-class implicates drawn once on each side (conftest.DrawnOnce): once for the
+    module's servers, once for the commands they are compared with."""
+    from gedp.release import implicates
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(implicates, "tabulation_implicates", drawn_once_held)
+        yield
+
+
 @pytest.fixture(scope="module")
 def releases(small_release, tmp_path_factory):
     """A release of one quarter and a panel of three quarters (small, seeded)."""

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_serve import PANEL_QUARTERS, Served, command_line, releases  # noqa: F401 (the fixture)
+from test_serve import PANEL_QUARTERS, Served, command_line, releases, size_class_draws  # noqa: F401 (fixtures)
 
 from gedp.postprocess.sizeclass import SIZE_TITLES
 from gedp.serve.app import Limits, create_app
