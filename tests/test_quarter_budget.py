@@ -246,10 +246,15 @@ def test_a_plan_refuses_a_number_of_quarters_out_of_range_before_reading(quarter
 
 @pytest.mark.slow
 def test_four_quarters_planned_with_quarters_4_fit_the_annual_cap_and_the_fifth_in_a_year_is_refused(
-        shared_data, quarter_files, tmp_path):
-    plan = tmp_path / "plan.yaml"
-    made = runner.invoke(app, ["plan", "--from-qcew", str(shared_data / "qcew_2016q1_44.csv"), "--out", str(plan),
-                               "--quarters", "4"])
+        small_state, quarter_files, tmp_path):
+    """`gedp plan --quarters 4` from a published file (in BLS layout, of the 1,500-establishment small
+    state: a plan of Rhode Island's file costs about twice its processor time, and test_planning plans that
+    file), then its plan protects four quarters under the annual cap and the fifth in the year is refused."""
+    from test_qcew import published_layout
+
+    plan, published = tmp_path / "plan.yaml", tmp_path / "published.csv"
+    published_layout(small_state).to_csv(published, index=False)
+    made = runner.invoke(app, ["plan", "--from-qcew", str(published), "--out", str(plan), "--quarters", "4"])
     assert made.exit_code == 0, made.output
     assert load_config(plan).plan.budget().total <= 2.3065 / 2 * (1 + 1e-12)
     ledger = tmp_path / "ledger.json"

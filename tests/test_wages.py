@@ -268,8 +268,33 @@ def test_plain_least_squares_stays_available(small_state):
         gedp.load(dict(gedp.load("baseline").raw, wages="prior"))
 
 
+@pytest.fixture(scope="module")
+def baseline_releases(small_state):
+    """Releases of the small state under `baseline` (whose wages are the employment-informed fit), seeds
+    0-5: the releases of two tests, made once for the module (tests read them, none changes them)."""
+    assert gedp.load("baseline").wages == "employment"
+    return [gedp.protect(small_state, "baseline", seed=seed, not_for_publication=True) for seed in range(6)]
+
+
+@pytest.fixture(scope="module")
+def synthesized(shared_data):
+    """A function ``state code -> microdata``: the state synthesized from its 2016 Q1 QCEW file (seed 1),
+    made once for the module (Rhode Island's costs about 2.5 s of processor time, New Jersey's 5.7 s;
+    two tests use each); each call returns a copy."""
+    from functools import cache
+
+    from gedp.synth.establishments import synthesize_state
+    from gedp.synth.qcew import read_qcew
+
+    @cache
+    def synthesized_once(code: str) -> pd.DataFrame:
+        return synthesize_state(read_qcew(shared_data / f"qcew_2016q1_{code}.csv"), rng=np.random.default_rng(1))
+
+    return lambda code: synthesized_once(code).copy()
+
+
 @pytest.mark.slow
-def test_employment_informed_wages_beat_plain_least_squares(small_state):
+def test_employment_informed_wages_beat_plain_least_squares(small_state, baseline_releases):
     """Over 6 releases of the small state, median relative error of county x NAICS-5 wage cells and
     the share of employers paid $0 both fall, and the state wage total's mean signed error stays
     within 1.5 sd of the state measurement (each release's error has sd <= 1: P(false failure) with
@@ -278,8 +303,8 @@ def test_employment_informed_wages_beat_plain_least_squares(small_state):
     errors, zeros, z = {"employment": [], "wls": []}, {"employment": [], "wls": []}, []
     for seed in range(6):
         for method in ("employment", "wls"):
-            config = dict(gedp.load("baseline").raw, wages=method)
-            release = gedp.protect(small_state, config=config, seed=seed, not_for_publication=True)
+            release = baseline_releases[seed] if method == "employment" else gedp.protect(
+                small_state, config=dict(gedp.load("baseline").raw, wages=method), seed=seed, not_for_publication=True)
             micro = release.microdata
             cells = tabulate(micro.assign(naics5=micro["naics"].str[:5]), ["county", "naics5"])
             keep = truth_cells["wage"] > 0
@@ -295,7 +320,7 @@ def test_employment_informed_wages_beat_plain_least_squares(small_state):
 
 
 @pytest.mark.slow
-def test_wage_margins_cover_sector_totals(small_state):
+def test_wage_margins_cover_sector_totals(small_state, baseline_releases):
     """The shared industry rates make the cells' prior errors correlated; the margins carry that. Over
     6 releases of the small state (114 sector cells), the 95% margins of sector wage totals cover at
     least 85% (at 95% true coverage that is > 4 sd below the expected count: P(false failure) < 1e-4;
@@ -303,8 +328,7 @@ def test_wage_margins_cover_sector_totals(small_state):
     by = ["sector"]
     truth = tabulate(small_state, by)
     covered = []
-    for seed in range(6):
-        release = gedp.protect(small_state, "baseline", seed=seed, not_for_publication=True)
+    for release in baseline_releases:
         table = release.tabulate(by=by, moe=True).merge(truth, on=by, suffixes=("", "_true"))
         covered.append(np.abs(table["wage"] - table["wage_true"]) <= table["wage_moe"])
     covered = np.concatenate(covered)
@@ -312,7 +336,7 @@ def test_wage_margins_cover_sector_totals(small_state):
 
 
 @pytest.mark.slow
-def test_naics6_rates_make_statewide_naics6_margins_cover(shared_data, monkeypatch):
+def test_naics6_rates_make_statewide_naics6_margins_cover(synthesized, monkeypatch):
     """A NAICS-5 industry's NAICS-6 industries pay differently in every county; their rates are
     unknowns of the fit, so the margins of statewide NAICS-6 wage totals (level 58) carry that shared
     error. On Rhode Island's synthesized state, 4 releases, the NAICS-6 industries of NAICS-5 groups
@@ -321,11 +345,9 @@ def test_naics6_rates_make_statewide_naics6_margins_cover(shared_data, monkeypat
     variance by more than 30% (measured 1.5-2.5x by size band; 0.84-0.94 with the NAICS-6 rates)."""
     from gedp.evaluation.accuracy import compute_accuracy, qcew_keys
     from gedp.measure.queries import group_establishments
-    from gedp.synth.establishments import synthesize_state
-    from gedp.synth.qcew import read_qcew
     from gedp.synth.schema import public_columns
 
-    truth = synthesize_state(read_qcew(shared_data / "qcew_2016q1_44.csv"), rng=np.random.default_rng(1))
+    truth = synthesized("44")
     public = truth[public_columns(truth)]
     keys = group_establishments(public, qcew_keys(public, 58)).keys
     siblings = keys.groupby(keys["naics"].str[:5])["naics"].transform("nunique").to_numpy() > 1
@@ -346,7 +368,8 @@ def test_naics6_rates_make_statewide_naics6_margins_cover(shared_data, monkeypat
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("fitted_on", "checked_on", "releases"), [("34", "44", 3), ("44", "34", 1)])
-def test_small_wage_cells_margins_cover_across_states(shared_data, monkeypatch, fitted_on, checked_on, releases):
+def test_small_wage_cells_margins_cover_across_states(shared_data, synthesized, monkeypatch, fitted_on, checked_on,
+                                                     releases):
     """EMPLOYEE_VARIANCE cross-fitted: re-derived from one state's published cells
     (``published_employee_variance``: 3.8 from New Jersey, 2.8 from Rhode Island), then on the other
     state synthesized from its QCEW file, county x NAICS-6 wage cells (level 78) under $1M (about
@@ -356,10 +379,8 @@ def test_small_wage_cells_margins_cover_across_states(shared_data, monkeypatch, 
     squared z exceeds 2. Cells held at 0 by a clipped pnc answer (margin 0) are left out
     of the mean."""
     from gedp.evaluation.accuracy import compute_accuracy
-    from gedp.synth.establishments import synthesize_state
-    from gedp.synth.qcew import read_qcew
 
-    truth = synthesize_state(read_qcew(shared_data / f"qcew_2016q1_{checked_on}.csv"), rng=np.random.default_rng(1))
+    truth = synthesized(checked_on)
 
     def small_cells(employee_variance):
         monkeypatch.setattr(wages, "EMPLOYEE_VARIANCE", employee_variance)
@@ -492,7 +513,7 @@ def test_idle_variance_by_class_finds_cells_without_employment():
 
 
 @pytest.mark.slow
-def test_cells_without_employment_are_covered_with_their_own_class(shared_data, monkeypatch):
+def test_cells_without_employment_are_covered_with_their_own_class(synthesized, monkeypatch):
     """New Jersey's synthesized state (about 1,000 establishments in cells without protected
     employment, wages of a mean square near 1e10 against 6e8 for idle establishments among employed
     ones), `baseline`, 2 releases: the county x NAICS-6 wage cells (level 78) with wages but no true
@@ -502,10 +523,8 @@ def test_cells_without_employment_are_covered_with_their_own_class(shared_data, 
     per state (the classes pooled, as before; measured without the noise term on the 5 seeds: paired
     gains 4-16 points, mean 10, sd 4, false failure about 0.3% for two; these seeds, with it: 13)."""
     from gedp.evaluation.accuracy import compute_accuracy
-    from gedp.synth.establishments import synthesize_state
-    from gedp.synth.qcew import read_qcew
 
-    truth = synthesize_state(read_qcew(shared_data / "qcew_2016q1_34.csv"), rng=np.random.default_rng(1))
+    truth = synthesized("34")
     classes = wages.idle_classes
 
     def coverage(pooled):
