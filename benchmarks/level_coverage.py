@@ -252,6 +252,7 @@ def main() -> None:
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "mu": config.plan.budget().total,
                                         "config": args.config, "releases": index + 1, "level": 0.95,
                                         "misfit": args.misfit, "rate_tails": args.rate_tails,
+                                        "cell_spread_corrected": args.cell_spread_corrected,
                                         "summary": summary.to_dict(orient="records"),
                                         "no_employment": without_employment(cells),
                                         "accuracy": accuracy(cells)}, indent=1) + "\n")
