@@ -31,7 +31,8 @@ def recorder() -> list[str]:
     seen: list[str] = []
     original = wages._cell_priors
 
-    def recorded(p, last, observed, detail_variance):
+    def recorded(p: wages._Problem, last: wages._Pass, observed: np.ndarray, detail_variance: np.ndarray
+                 ) -> tuple[np.ndarray, ...]:
         out = original(p, last, observed, detail_variance)
         cell_rates, direct_variance, county_variance, _, spread2 = out
         prior = cell_rates * p.cell_employment
