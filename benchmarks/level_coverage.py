@@ -228,12 +228,16 @@ def main() -> None:
                         "(postprocess.wages.RATE_TAILS)")
     parser.add_argument("--rate-spread-kept", action="store_true", help="passes 2-3 keep pass 1's sibling "
                         "rate spread (postprocess.wages.RATE_SPREAD_KEPT)")
+    parser.add_argument("--cell-spread-corrected", action="store_true", help="every pass takes the cell "
+                        "spread from pass 1's moment corrected for each cell's share of its rate "
+                        "(postprocess.wages.CELL_SPREAD_CORRECTED)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cells", type=Path, help="also every cell-release's row (parquet): to compare two runs "
                         "cell by cell, benchmarks/coverage_compare.py")
     args = parser.parse_args()
     wages.RATE_TAILS = args.rate_tails
     wages.RATE_SPREAD_KEPT = args.rate_spread_kept
+    wages.CELL_SPREAD_CORRECTED = args.cell_spread_corrected
     config = scaled_config(args.mu, args.config)
     truth = synthetic_truth(args.qcew)
     levels = {str(level): [key for key in qcew_keys(truth, level) if key not in ("year", "qtr")]
@@ -248,6 +252,7 @@ def main() -> None:
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "mu": config.plan.budget().total,
                                         "config": args.config, "releases": index + 1, "level": 0.95,
                                         "misfit": args.misfit, "rate_tails": args.rate_tails,
+                                        "cell_spread_corrected": args.cell_spread_corrected,
                                         "summary": summary.to_dict(orient="records"),
                                         "no_employment": without_employment(cells),
                                         "accuracy": accuracy(cells)}, indent=1) + "\n")

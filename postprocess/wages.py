@@ -49,8 +49,7 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    RATE_FLOOR of the state's). An establishment's wage is at least WAGE_FLOOR x the state's rate x
    its protected employment, a cell's total at least its establishments' (the least squares over
    t - that bound >= 0): a cell with employment is released at $0 only when an exact answer (a pnc
-   group clipped at 0) pins it. Steps 2-3 run PASSES times (spreads from the last fit). RATE_TAILS
-   (off: measured, not shipped) gives the sibling rates a heavier-tailed prior (``rate_tails``).
+   group clipped at 0) pins it. Steps 2-3 run PASSES times (spreads from the last fit; knobs below).
 4. **Shares.** Each cell's total is shared among its establishments: each establishment's identity
    answer (variance at its employment share of the total) and its employment share (variance
    (s x share)^2 + EMPLOYEE_VARIANCE x rate^2 x its employment, as a cell's prior; s by moments
@@ -88,6 +87,7 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
+from gedp.postprocess.cell_spread import layout_cell_spread
 from gedp.postprocess.months import row_means
 from gedp.postprocess.rate_tails import effective_deviations, tail_variances
 from gedp.postprocess.spread_moments import idle_wage_variance, sibling_spread, weighted_squared_spread
@@ -146,8 +146,9 @@ RATE_TAILS = False
 #: Passes 2-3 keep pass 1's sibling spread (from the rate query's answers) rather than re-estimate it
 #: from the last fit's posterior means less their variance (biased: ``sibling_spread``); off: measured.
 RATE_SPREAD_KEPT = False
-#: Bounds of the t-prior's squared relative scale between sibling rates.
-TAIL_SPREAD_BOUNDS = (MIN_RATE_SPREAD**2, 4.0)
+#: Every pass: the cell spread of pass 1 corrected for each cell's share of its rate (``cell_spread``); off: measured.
+CELL_SPREAD_CORRECTED = False
+TAIL_SPREAD_BOUNDS = (MIN_RATE_SPREAD**2, 4.0)  # bounds of the t-prior's squared relative scale between siblings
 
 
 @dataclass(frozen=True, eq=False)
@@ -258,7 +259,7 @@ def _county_spread(cell_county: np.ndarray | None, county_state: np.ndarray, cel
     """Variance of the county offsets (wage per employee above the industries' rates), by moments per
     state: counties' totals against what their industries' rates give, less the totals' noise; at
     least MIN_COUNTY_SPREAD of the state's rate."""
-    if cell_county is None:
+    if cell_county is None:  # no county offsets
         return np.zeros(0)
     n_counties, n_states = len(county_state), len(state_rate)
 
@@ -311,6 +312,7 @@ class _Pass:
     totals: np.ndarray | None = None  # per cell: the last fit's totals (None before the first fit)
     deviation: tuple | None = None  # RATE_TAILS: per rate, u - rho's posterior mean, variance, prior variance
     rate_spread2: np.ndarray | None = None  # per state: the sibling rates' spread squared (None before the first fit)
+    cell_spread2: np.ndarray | None = None  # per state: the cell spread squared (None before the first fit)
 
 
 @dataclass(frozen=True, eq=False)
@@ -397,11 +399,10 @@ def _rate_priors(p: _Problem, last: _Pass) -> tuple[np.ndarray, np.ndarray, np.n
     return observed, parent_rate, rate_spread_variance, detail_variance, spread2
 
 
-def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                                          np.ndarray]:
-    """Step 3's priors: each cell's prior rate, its direct measurement's variance, the county offsets'
-    variances and each cell's prior variance (spreads by moments per state), at the last fit's rates
-    (the first pass: the observed ones, at least RATE_FLOOR of the state's)."""
+def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray, detail_variance: np.ndarray
+                 ) -> tuple[np.ndarray, ...]:
+    """Step 3's priors: cell prior rates, direct measurements' variances, county offsets' variances, cell prior
+    variances, cell spread squared per state (by moments), at the last fit's rates (the first pass: observed)."""
     theta = p.theta
     cell_state, n_cells = theta.cell_state, len(p.cells.coarse)
     cell_rates = (np.maximum(observed, p.floor[theta.rate_state])[theta.cell_rate] if last.cell_rates is None
@@ -415,11 +416,14 @@ def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray) -> tuple[np.nda
                                      observed[theta.cell_rate] * p.cell_employment, p.state_rate)
     employee_part = (cell_rates**2 * (EMPLOYEE_VARIANCE * p.cell_employment + p.cell_employment_variance) + 1.0
                      + p.cell_idle_variance)
-    cell_spread = np.clip(np.sqrt(np.maximum(_squared_spread(
-        cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
-        - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states), 0.0)), *CELL_SPREAD_BOUNDS)
-    prior_variance = (cell_spread[cell_state] * prior) ** 2 + employee_part
-    return cell_rates, direct_variance, county_variance, prior_variance
+    spread2 = _squared_spread(cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
+                              - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states)
+    if CELL_SPREAD_CORRECTED:  # every pass: pass 1's corrected moment (``cell_spread``)
+        spread2 = last.cell_spread2 if last.cell_spread2 is not None else layout_cell_spread(
+            theta, p.direct, prior, p.cell_employment, direct_variance, employee_part, last.rate_variance,
+            detail_variance, county_variance)
+    cell_spread = np.clip(np.sqrt(np.maximum(spread2, 0.0)), *CELL_SPREAD_BOUNDS)
+    return cell_rates, direct_variance, county_variance, (cell_spread[cell_state] * prior) ** 2 + employee_part, spread2
 
 
 def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
@@ -428,7 +432,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     theta, cells = p.theta, p.cells
     n_rates, _, n_counties, n_details = theta.sizes
     observed, parent_rate, rate_spread_variance, detail_variance, spread2 = _rate_priors(p, last)
-    _, direct_variance, county_variance, prior_variance = _cell_priors(p, last, observed)
+    _, direct_variance, county_variance, prior_variance, cell_spread2 = _cell_priors(p, last, observed, detail_variance)
     weighed_at = last.weight_rate * p.employment
     cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
     free_variance = np.where(cells.fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
@@ -453,7 +457,8 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     carry = _Pass(rate_totals=np.maximum(np.bincount(theta.cell_rate, weights=totals, minlength=n_rates), 0.0),
                   rate_variance=theta_variance[:n_rates], cell_rate_variance=theta_variance[theta.cell_node],
                   weight_rate=cell_rates[cells.codes],  # later passes weigh the identity answers at the rates
-                  cell_rates=cell_rates, totals=totals, deviation=deviation, rate_spread2=spread2)
+                  cell_rates=cell_rates, totals=totals, deviation=deviation, rate_spread2=spread2,
+                  cell_spread2=cell_spread2)
     return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks), direct_variance,
                        weighed_at)
 
@@ -484,8 +489,7 @@ def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     spread_variance = (spread[state] * share_prior) ** 2 + employee_part + np.finfo(float).tiny
     share_precision = 1.0 / noise + 1.0 / spread_variance
     target = (p.answer / noise + share_prior / spread_variance) / share_precision
-    above, _ = share_cells(totals - p.cell_lower, codes, target - p.lower,
-                           1.0 / share_precision)
+    above, _ = share_cells(totals - p.cell_lower, codes, target - p.lower, 1.0 / share_precision)
     values = p.lower + above
     values[p.cells.fixed] = 0.0
     prior_weight = np.where(p.cells.fixed, 0.0, (1.0 / spread_variance) / share_precision)
@@ -554,8 +558,7 @@ def fit_cells(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Line
     return WageFit(values=values, cell_codes=cells.codes, totals=fit.totals, cell_measurement=fit.combined,
                    cell_variance=fit.cell_variance, coarse_groups=cells.c, coarse_cells=cells.coarse,
                    group_answers=cells.b, group_variance=cells.w, fixed_cells=cells.fixed_cells,
-                   lower=problem.cell_lower,
-                   share_variance=share_variance, county_codes=problem.county_codes,
+                   lower=problem.cell_lower, share_variance=share_variance, county_codes=problem.county_codes,
                    county_loading=county_loading, rates=fit.rates, noise_excess=noise_excess)
 
 
