@@ -72,6 +72,38 @@ def test_interruption_of_a_first_release_leaves_nothing(tmp_path, small_state, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
 
 
+
+@pytest.mark.parametrize("earlier", [False, True], ids=["first release", "over an earlier release"])
+def test_a_folder_made_at_out_while_protect_runs_is_kept(tmp_path, small_state, monkeypatch, earlier):
+    """Red team rt24 F2: --out was checked when the run began only; a folder made there while the release
+    was computed (or put in the earlier release's place) was renamed aside and deleted when the release
+    was published, exit 0. Now it is refused in one line and kept, the ledger's note saying the release
+    was charged (its commit comes just before the release is put in place)."""
+    source = tmp_path / "in.parquet"
+    small_state.to_parquet(source)
+    out, ledger = tmp_path / "release", tmp_path / "ledger.json"
+    if earlier:
+        assert runner.invoke(app, ["protect", str(source), "--out", str(out), "--seed", "1",
+                                   "--not-for-publication"]).exit_code == 0
+    date_only = gedp.release.writer._date_only
+
+    def someone_writes_out(folder):
+        if earlier:
+            os.rename(out, tmp_path / "moved")
+        out.mkdir()
+        (out / "notes.txt").write_text("precious")
+        date_only(folder)
+
+    monkeypatch.setattr(gedp.release.writer, "_date_only", someone_writes_out)
+    result = runner.invoke(app, ["protect", str(source), "--out", str(out), "--ledger", str(ledger),
+                                 "--lifetime-cap", "20"])
+    assert result.exit_code == 2, result.output
+    assert "appeared at --out while gedp ran" in result.output and "was committed in ledger" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and (out / "notes.txt").read_text() == "precious"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".release.")]  # staging removed
+
+
 def test_killed_process_leaves_the_earlier_release_untouched(tmp_path):
     """SIGKILL (no cleanup possible) at several moments of a run: the release folder is either the
     earlier release, byte for byte, or, once the run has finished, the new one."""

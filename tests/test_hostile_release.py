@@ -662,6 +662,20 @@ def _consistent_sd(sd: float):
     return edit
 
 
+def _one_sd_nudged(frame: pd.DataFrame) -> pd.DataFrame:
+    """One identity answer's sd moved by 5e-10 of itself (inside the tolerance of the mechanism's least and
+    most sd), its estimate and variance as the mechanism gives them from it: the answer then has two sds."""
+    from gedp.measure.neighbors import make_psi
+
+    psi = make_psi(name="sqrt", a=0)
+    row = _rows(frame, "identity", 1)
+    sd = frame.loc[row, "sd"].to_numpy() * (1 + 5e-10)
+    frame.loc[row, "sd"] = sd
+    frame.loc[row, "estimate"] = psi.unbiased_estimate(frame.loc[row, "released"].to_numpy(), sd)
+    frame.loc[row, "variance"] = psi.releasable_variance(frame.loc[row, "estimate"].to_numpy(), sd)
+    return frame
+
+
 def _as_pnc(frame: pd.DataFrame) -> pd.DataFrame:
     """Three identity answers of m1emp made pnc answers, each number as pnc's would be (on its grid,
     its estimate the released value, its variance sd^2)."""
@@ -726,6 +740,9 @@ HOSTILE_MEASUREMENTS = {
         "pnc sd is 0 (no noise) but the released value is not 0"),
     "sd 1e6, below 2^55 grid steps, estimates and variances to match": (
         _consistent_sd(1e6), "sd is above the psi mechanism's (gamma + grid + float error) / mu"),
+    # red team rt24 F1: an identity sd other than its answer's (a bound psi^-1(omega + sd tau + grid) set at will)
+    "one identity sd nudged inside the mechanism's tolerance": (
+        _one_sd_nudged, "sd is not its psi answer's one sd (the mechanism draws one per answer)"),
     # red team of harden7: answers that are not the plan's, mixed within an answer, keys forged
     "a query dropped": (lambda f: f[f["query"] != "state,naics5"],
                         "lack the answers of query 'state,naics5' on 'm1emp' (state 44), which the manifest's plan"),

@@ -168,6 +168,19 @@ def test_the_plan_says_when_it_is_the_least_bad():
         "the worst ratio: x1.08 the base plan's error (employment, level 71)."]
 
 
+
+@pytest.mark.parametrize("brk", ["\n", "\r", "\r\n", "\x85", "\u2028"])
+def test_a_published_files_name_cannot_add_keys_to_the_plan(brk):
+    """Red team rt24 F5: the published file's name went into the header's comment as it was; a line break in
+    it ended the comment, and the rest of the name became a key of the plan (integer: true)."""
+    import yaml
+
+    named = replace(_result(_candidates()["B"], EQUAL), source=f"q.csv{brk}integer: true{brk}# x.csv")
+    written = plan_yaml(named)
+    assert yaml.safe_load(written) == {"queries": []}
+    assert all(line.startswith("# ") for line in written.splitlines()[:3])
+
+
 def test_the_plan_says_what_custom_weights_cost_against_recommended():
     candidates = _candidates()
     reference = Candidate(SHAPE, 0.16, EQUAL.judge(HAND["C"][0], BASE), HAND["C"][0])

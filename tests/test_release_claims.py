@@ -705,6 +705,69 @@ def test_a_budget_restated_through_tau_or_the_identity_answers_is_refused(releas
     refused_by_every_reader(copy, tmp_path, PNC_GROUP_SD, plain=False)
 
 
+
+def _bounds_moved(release: Path, tmp_path: Path, factor: float, below: bool) -> Path:
+    """Red team rt24 F1: every pnc query's mu times ``factor`` (``forged``), every pnc sd and answer kept, and
+    each identity answer's upper bound u = psi^-1(omega + sd tau + grid) moved to u' with Delta(u') = factor
+    Delta(u): omega moved on its grid, the remainder taken up by the row's own sd (``below``: the sd at most
+    the mechanism's, else at least), estimates and variances as the psi mechanism gives them. Each pnc group's
+    sd is then the noise of the same bound's Delta(u') over the restated mu."""
+    import pandas as pd
+
+    from gedp.measure.mechanisms import pnc_released_sensitivity
+    from gedp.measure.neighbors import make_psi
+
+    copy = forged(release, tmp_path, factor, name="bounds")
+    manifest = json.loads((copy / "manifest.json").read_text())
+    psi, tau = make_psi(**manifest["psi"]), manifest["tau"]["44"]
+    (part,) = (copy / "measurements.parquet").glob("*.parquet")
+    frame = pd.read_parquet(part)
+    for attribute in frame.loc[frame["query"] == "identity", "attribute"].unique():
+        rows = ((frame["query"] == "identity") & (frame["attribute"] == attribute)).to_numpy()
+        released, sd, grid = (frame.loc[rows, name].to_numpy() for name in ("released", "sd", "grid"))
+        gamma = manifest["gammas"][attribute]
+        bound = psi.inverse(released + sd * tau + grid)
+        wanted = factor * pnc_released_sensitivity(bound, psi, gamma)
+        low, high = np.zeros_like(bound), bound.copy()
+        for _ in range(200):  # bisection: Delta(u') = wanted (Delta increases with u)
+            middle = (low + high) / 2
+            above = pnc_released_sensitivity(middle, psi, gamma) > wanted
+            high, low = np.where(above, middle, high), np.where(above, low, middle)
+        level = psi(np.where(bound > 0, high, bound)) - grid
+        moved = (np.ceil if below else np.floor)((level - sd * tau) / grid) * grid
+        moved_sd = (level - moved) / tau
+        estimate = psi.unbiased_estimate(moved, moved_sd)
+        frame.loc[rows, "released"], frame.loc[rows, "sd"] = moved, moved_sd
+        frame.loc[rows, "estimate"], frame.loc[rows, "variance"] = estimate, psi.releasable_variance(estimate, moved_sd)
+    frame.to_parquet(part, index=False)
+    return copy
+
+
+@pytest.mark.parametrize("below", [True, False], ids=["sds below the mechanism's", "sds above"])
+def test_a_budget_restated_through_the_identity_bounds_is_refused(release, tmp_path, monkeypatch, below):
+    """Red team rt24 F1: every pnc group's sd matches the restated mu (rt23 F1's group rule holds: each group's
+    bound moved alike), every pnc query's mu claimed at a twentieth of what it spent; the identity answers'
+    sds, nudged row by row, are what no psi mechanism draws (one sd per answer, between the noise of
+    (gamma + grid) / mu and the float error's). The red team's copy (2,000 establishments) claimed mu 1.7035
+    (epsilon 9.07) for a release that spent 2.3063 (13.08), every reader exit 0."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    copy = _bounds_moved(release, tmp_path, 0.05, below)
+    assert read_manifest(copy)["mu_total"] < 0.9 * read_manifest(release)["mu_total"]  # the manifest's rules hold
+    refused_by_every_reader(copy, tmp_path, "sd is below the psi mechanism's (gamma + grid) / mu" if below else
+                            "sd is above the psi mechanism's (gamma + grid + float error) / mu", plain=False)
+
+
+def test_the_identity_bounds_moved_with_the_pnc_checks_alone_are_read(release, tmp_path, monkeypatch):
+    """Power of the test above: the same copy passes the pnc checks (largest sd and groups) as they stand, so
+    its refusal is the psi sd rule's, not theirs."""
+    from gedp.release import measurement_checks
+    from gedp.release.reader import read_answers
+
+    monkeypatch.setattr(measurement_checks, "_check_psi_sd", lambda *arguments: None)
+    monkeypatch.setattr(measurement_checks, "_check_noise", lambda *arguments: None)
+    copy = _bounds_moved(release, tmp_path, 0.05, below=True)
+    assert read_answers(copy)
+
 def _tau_times(factor: float):
     def edit(manifest: dict) -> None:  # the release's and the state's, consistently
         manifest["tau"]["44"] = manifest["per_state"]["44"]["tau"] = manifest["tau"]["44"] * factor

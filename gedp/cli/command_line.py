@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 from typer.core import TyperGroup, TyperOption
@@ -63,6 +64,13 @@ def _console(*, stderr: bool = False) -> Console:
 
 console = _console()
 errors = _console(stderr=True)
+
+
+def plain(value: object) -> str:
+    """A path or name as text in a rich message: its brackets escaped, so that '[/x]' in a folder's name
+    neither raises MarkupError after the command has done its work nor styles, hides or links the rest
+    (red team rt24 F3)."""
+    return escape(str(value))
 
 
 def _flag_type(option: TyperOption, ctx: Any) -> Optional[str]:

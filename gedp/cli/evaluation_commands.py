@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
-from gedp.cli.command_line import app, console, errors, progress_counts, progress_steps, reported_errors
+from gedp.cli.command_line import app, console, errors, plain, progress_counts, progress_steps, reported_errors
 from gedp.cli.defaults import DEFAULT_PROFILE, E3_DEFAULTS, E5_DEFAULTS, SUPPRESSION_DEFAULTS
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def evaluate(
 
     inner = sorted({f"{folder}/" for folder in done.plots if folder})
     where = f" in {', '.join(inner)}" if inner else ""
-    console.print(f"[bold]{name}[/] written to {out.resolve()} (report.md, summary.json, "
+    console.print(f"[bold]{name}[/] written to {plain(out.resolve())} (report.md, summary.json, "
                   f"{count(sum(done.plots.values()), 'plot')}{where}) in {time.perf_counter() - start:.0f}s")
     _say_if_confidential(done.summary)
 
@@ -184,8 +184,8 @@ def _print_suppression(done: SuppressionRun, out: Path, seconds: float) -> None:
     audited = ("no audit" if summary["failing_cells"] is None else
                f"audit: {summary['audited_intervals']:,} intervals, {summary['failing_cells']} primary cells failing "
                f"after {summary['repair_rounds']} repair round(s)")
-    console.print(f"[bold]suppression[/] written to {out.resolve()}: {summary['suppressed']:,} of {summary['cells']:,} "
-                  f"cells withheld ({summary['primary']:,} primary); {audited}; {seconds:.0f}s")
+    console.print(f"[bold]suppression[/] written to {plain(out.resolve())}: {summary['suppressed']:,} of "
+                  f"{summary['cells']:,} cells withheld ({summary['primary']:,} primary); {audited}; {seconds:.0f}s")
     _say_if_confidential(summary)
 
 
@@ -199,7 +199,7 @@ def _say_if_confidential(summary: dict) -> None:
 
 
 def _print_release_audit(done: AuditResult, release: Path) -> None:
-    table = Table("check", "verdict", "what failed", title=f"Audit of the release in {release}")
+    table = Table("check", "verdict", "what failed", title=f"Audit of the release in {plain(release)}")
     for check in done.checks:
         table.add_row(check.name, "[green]pass[/]" if check.passed else "[red]FAIL[/]", check.detail)
     console.print(table)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
-from gedp.cli.command_line import app, console, reported_errors
+from gedp.cli.command_line import app, console, plain, reported_errors
 
 ledger_app = typer.Typer(no_args_is_help=True, help="Inspect the lifetime budget ledger and clear pending releases.")
 app.add_typer(ledger_app, name="ledger")
@@ -31,7 +31,7 @@ def ledger_show(ledger: Ledger) -> None:
     releases = Table(Column("dataset", overflow="fold"), *(Column(c, no_wrap=True) for c in (
         "release", "status", "cap", "charge mu", "establishments", "date (UTC)")), Column("quarters", overflow="fold"),
         Column("config", overflow="fold"),
-        title=f"ledger {ledger}")
+        title=f"ledger {plain(ledger)}")
     for r in listing.book["releases"].values():
         status = f"[red]{r['status']}[/]" if r["status"] == PENDING else r["status"]
         annual = "" if r.get("annual_cap") is None else f", {r['annual_cap']:.4f} a year"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from gedp.cli.command_line import app, console, progress_steps, reported_errors
+from gedp.cli.command_line import app, console, plain, progress_steps, reported_errors
 from gedp.cli.defaults import DEFAULT_PROFILE, available_profiles
 from gedp.configs import DEFAULT_CONFIG
 
@@ -199,7 +199,7 @@ def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:
     from gedp.measure.conversions import stated_guarantee
 
     states = manifest["states"]
-    console.print(f"[bold]Release written to[/] {out}")
+    console.print(f"[bold]Release written to[/] {plain(out)}")
     console.print(
         f"  {manifest['establishments']:,} establishments in {len(states)} state{'s' if len(states) > 1 else ''}, "
         f"workflow {manifest['workflow']}, psi {manifest['psi']['name']}, zeta {manifest['zeta']}"
@@ -258,7 +258,8 @@ def _print_synthesis(written: SyntheticState, out: Path, panel: bool) -> None:
     rows = (f"{len(microdata):,} rows ({microdata['estab_id'].nunique():,} establishments in "
             f"{microdata[['year', 'qtr']].drop_duplicates().shape[0]} quarters)" if panel
             else f"{len(microdata):,} establishments")
-    console.print(f"Wrote {rows} to {out}{jobs} and {written.sidecar.name} in {written.summary['seconds']:.1f}s")
+    console.print(f"Wrote {rows} to {plain(out)}{plain(jobs)} and {plain(written.sidecar.name)} in "
+                  f"{written.summary['seconds']:.1f}s")
 
 
 def _print_plan(result: PlanResult, base: str, out: Path, quarters: int, seconds: float) -> None:
@@ -275,7 +276,7 @@ def _print_plan(result: PlanResult, base: str, out: Path, quarters: int, seconds
     console.print(f"[bold]plan[/] {result.chosen.shape.describe()}; wages {result.chosen.wage_share:.0%} of mu^2, "
                   f"total mu {result.mu_total:.4f}" + (f" per quarter (mu {result.mu_annual:.4f} over {quarters} "
                                                         "quarters)" if quarters > 1 else ""))
-    console.print(f"  written to {out} ({json_path.name}, {plot_path.name}) in {seconds:.0f}s")
+    console.print(f"  written to {plain(out)} ({plain(json_path.name)}, {plain(plot_path.name)}) in {seconds:.0f}s")
 
 
 def _print_quarters_and_budget(manifest: dict, reservation: Any) -> None:

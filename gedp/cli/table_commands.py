@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 import gedp
-from gedp.cli.command_line import app, console, errors, progress_counts, reported_errors
+from gedp.cli.command_line import app, console, errors, plain, progress_counts, reported_errors
 
 if TYPE_CHECKING:
     from gedp.tabulation.request import Tabulation
@@ -125,7 +125,7 @@ def _show_tabulation(answer: Tabulation, out: Optional[Path], margins: str) -> N
     from gedp.synth.columns import count
 
     if out is not None:
-        console.print(f"{count(answer.n_rows, 'row')} written to {out}{margins}")
+        console.print(f"{count(answer.n_rows, 'row')} written to {plain(out)}{margins}")
     elif not sys.stdout.isatty():
         answer.write_csv(sys.stdout)
         errors.print(f"{count(answer.n_rows, 'row')} written as CSV to standard output{margins}")
@@ -155,8 +155,9 @@ def serve_command(releases: Releases, host: Host = "127.0.0.1", port: Port = 800
                              status=errors.status)
     if host not in LOOPBACK:
         errors.print(f"warning: listening on {host}: anyone who can reach this address can use the server")
-    console.print(f"Serving {', '.join(server.served)} at http://{'[' + host + ']' if ':' in host else host}:"
-                  f"{server.port}/ (loaded in {time.perf_counter() - started:.1f} s; Ctrl-C stops)", highlight=False)
+    console.print(f"Serving {', '.join(map(plain, server.served))} at "
+                  f"http://{'[' + host + ']' if ':' in host else host}:{server.port}/ "
+                  f"(loaded in {time.perf_counter() - started:.1f} s; Ctrl-C stops)", highlight=False)
     server.run()
 
 
@@ -176,7 +177,7 @@ def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed
         with progress_counts("drawing implicates") as (update, say):
             write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say,
                              level_prior=level_prior, change_prior=change_prior, wage_prior=wage_prior)
-    console.print(f"[bold]{n} implicates[/] written to {out} in {time.perf_counter() - start:.0f} s "
+    console.print(f"[bold]{n} implicates[/] written to {plain(out)} in {time.perf_counter() - start:.0f} s "
                   "(pandas.read_parquet reads them with an implicate column)")
 
 
@@ -188,10 +189,10 @@ def report_command(release: Release, out: ReportOut = Path("report.html"), publi
     of error, and the release beside the agency's published numbers. Reads only the release and the
     public published file, never confidential data.
     """
-    with reported_errors(), errors.status(f"reporting on {release}"):
+    with reported_errors(), errors.status(f"reporting on {plain(release)}"):
         page = gedp.report(release, out, published=published)
-    console.print(f"[bold]report[/] written to {out} ({len(page.html) / 1e6:.1f} MB, one self-contained file) and "
-                  f"{out.name}.json")
+    console.print(f"[bold]report[/] written to {plain(out)} ({len(page.html) / 1e6:.1f} MB, one self-contained file) "
+                  f"and {plain(out.name)}.json")
 
 
 @app.command()

@@ -34,7 +34,9 @@ def plan_yaml(result: PlanResult) -> str:
           for level in result.base),
     ]
     body = yaml.safe_dump(result.config, sort_keys=False, default_flow_style=None)
-    return "".join(f"# {line}\n" for line in header) + body
+    # each line break in a line (a published file named "q.csv\ninteger: true") starts a comment line too: it
+    # had ended the comment and written its rest as a key of the config (red team rt24 F5)
+    return "".join(f"# {part}\n" for line in header for part in line.splitlines() or [""]) + body
 
 
 def acceptance_lines(result: PlanResult) -> list[str]:

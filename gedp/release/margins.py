@@ -272,7 +272,9 @@ def seal(folder: Path, digest: str) -> None:
 
 
 def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str, VarianceFunction]:
-    """The release's variance functions by attribute (of one ``quarter`` of a panel release), which
+    """The release's variance functions by attribute of its protected microdata (of one ``quarter`` of a
+    panel release; a job family's categories, one state's home counties among them, are not: red team rt24
+    F7, a two-state job release's county margins had failed on a category of one state), which
     answer tabulations by public columns from their per-cell pieces (``cellmargins.IndexedVariances``):
     read from the kept structure when there is one for exactly these files, else built from the
     release's files (its protected microdata read and validated here) and kept for the next request
@@ -288,8 +290,9 @@ def kept_variances(release: str | Path, quarter: str | None = None) -> dict[str,
     from gedp.release.reader import read_validated, release_answers, release_wage_psi
 
     protected = read_validated(release, quarter)
-    built = variance_functions(release_answers(release, protected, quarter), protected,
-                               release_wage_psi(release, quarter))
+    answers = {attribute: answered for attribute, answered in release_answers(release, protected, quarter).items()
+               if attribute in protected.columns}  # a job family's categories: the job frame's own margins
+    built = variance_functions(answers, protected, release_wage_psi(release, quarter))
     structure = {attribute: variance.exact if isinstance(variance, IndexedVariances) else variance
                  for attribute, variance in built.items()}
     pieces = {attribute: variance.pieces if isinstance(variance, IndexedVariances) else None

@@ -268,11 +268,16 @@ def _check_noise(release: str | Path, frame, numbers: dict, psi_rows, gamma) -> 
                "sd is below the psi mechanism's gamma / mu")
 
 
-def _check_psi_sd(release: str | Path, frame, numbers: dict, psi_rows, gamma, manifest: Mapping) -> None:
-    """A psi answer's sd at most the one its mechanism draws (``measure.mechanisms.psi_mechanism``):
-    the rounded noise sd (``rounded_noise_sd``) of (gamma + grid + 2 psi.float_error(T)) / mu, T the
-    largest group total the manifest allows (its establishments times MAX_VALUE)."""
+def _check_psi_sd(release: str | Path, frame, numbers: dict, psi_rows, gamma, manifest: Mapping,
+                  parts: MeasurementParts) -> None:
+    """A psi answer's sd the one its mechanism draws (``measure.mechanisms.psi_mechanism``): one sd for
+    every group of an answer (of one part, query and attribute), between the rounded noise sd
+    (``rounded_noise_sd``) of (gamma + grid) / mu and of (gamma + grid + 2 psi.float_error(T)) / mu, T the
+    largest group total the manifest allows (its establishments times MAX_VALUE). Row by row sds inside
+    that window had let an identity answer's upper bound psi^-1(omega + sd tau + grid) be set to any
+    value, and every pnc group's sd be matched to a budget restated lower (red team rt24 F1)."""
     import numpy as np
+    import pandas as pd
 
     from gedp.measure.grid import rounded_noise_sd
     from gedp.measure.neighbors import make_psi
@@ -285,6 +290,15 @@ def _check_psi_sd(release: str | Path, frame, numbers: dict, psi_rows, gamma, ma
     bad = np.zeros(len(frame), dtype=bool)
     bad[psi_rows] = sd > rounded_noise_sd((gamma[psi_rows] + grid + widest) / mu, grid) * (1 + ANSWER_RTOL)
     refuse_rows(release, frame, bad, "sd is above the psi mechanism's (gamma + grid + float error) / mu")
+    bad[psi_rows] = sd < rounded_noise_sd((gamma[psi_rows] + grid) / mu, grid) * (1 - ANSWER_RTOL)
+    refuse_rows(release, frame, bad, "sd is below the psi mechanism's (gamma + grid) / mu")
+    part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)[psi_rows]
+    answer = pd.factorize(pd.MultiIndex.from_arrays(
+        [part, frame["query"].to_numpy()[psi_rows], frame["attribute"].to_numpy()[psi_rows]]))[0]
+    first = np.full(int(answer.max(initial=-1)) + 1, np.nan)
+    first[answer[::-1]] = sd[::-1]  # each answer's first row's sd
+    bad[psi_rows] = sd != first[answer]
+    refuse_rows(release, frame, bad, "sd is not its psi answer's one sd (the mechanism draws one per answer)")
 
 
 def _check_estimates(release: str | Path, frame, numbers: dict, psi_rows, manifest: Mapping) -> None:
@@ -475,7 +489,8 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: M
     ``measurement_parts`` before they were read): every column readers use present; attributes named
     as ``checked_attribute`` says; finite numbers; mu in (0, MAX_STATED_MU]; each grid step its
     mechanism's and each released value on it; sd between the grid's rounding and MAX_SD_STEPS grid
-    steps, for the psi mechanism between gamma / mu and the most it draws (``_check_psi_sd``), for
+    steps, for the psi mechanism one sd per answer between the least and the most it draws
+    (``_check_psi_sd``), for
     pnc 0 only on a released value of 0; estimates and variances those the mechanisms compute from
     the released values and sd; each answer's keys once; one identity answer per establishment the
     manifest states; the answers exactly those of the manifest's plan, each of its query's mechanism
@@ -503,7 +518,7 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: M
         grids = np.array([psi_grid(value) if value > 0 else 0.0 for value in gammas])
         _check_grids(release, frame, numbers, psi_rows, grids[attributes], int(manifest["establishments"]))
     _check_noise(release, frame, numbers, psi_rows, gamma)
-    _check_psi_sd(release, frame, numbers, psi_rows, gamma, manifest)
+    _check_psi_sd(release, frame, numbers, psi_rows, gamma, manifest, parts)
     _check_estimates(release, frame, numbers, psi_rows, manifest)
     _check_keys(release, frame, manifest, attributes, names)
     _check_plan(release, frame, manifest, parts, quarter, psi_rows, attributes, names)

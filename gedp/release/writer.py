@@ -136,26 +136,35 @@ def check_output_directory(out: Path, marker: str = MANIFEST_FILE) -> None:
     of the same kind: its ``marker`` (manifest.json of a release, summary.json of a report) is gedp's
     and every entry is a file gedp writes there. Anything else is left untouched.
     """
-    kind = "release" if marker == MANIFEST_FILE else "output"
     check_output_path(out)
     if marker == MANIFEST_FILE:
         check_not_in_release(out)
-    if not os.path.lexists(out):
-        return
-    if not out.is_dir():
-        raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
-    entries = list(os.scandir(out))
+    if os.path.lexists(out):
+        refusal = _replace_refusal(out, out, marker)
+        if refusal is not None:
+            raise refusal
+
+
+def _replace_refusal(folder: Path, out: Path, marker: str) -> InputError | None:
+    """Why the existing ``folder`` (what is at the output ``out``, or it renamed aside) must not be
+    replaced by an output of ``marker``'s kind, or None: an empty folder or verifiably an earlier
+    output of that kind (``check_output_directory``)."""
+    kind = "release" if marker == MANIFEST_FILE else "output"
+    if folder.is_symlink() or not folder.is_dir():
+        return InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
+    entries = list(os.scandir(folder))
     if not entries:
-        return
-    names = _gedp_names(out, marker)
+        return None
+    names = _gedp_names(folder, marker)
     if names is None:
-        raise InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
+        return InputError(f"output '{out}' exists and is not a gedp {kind}; choose another --out")
     foreign = next((entry.name for entry in entries
                     if not (_is_gedp_entry(entry, names) or _is_inner_report(entry, marker))), None)
     if foreign is not None:
         from gedp.synth.schema import shown
 
-        raise InputError(f"output '{out}': {shown(foreign)} is not part of a gedp {kind}; choose another --out")
+        return InputError(f"output '{out}': {shown(foreign)} is not part of a gedp {kind}; choose another --out")
+    return None
 
 
 @contextmanager
@@ -173,7 +182,7 @@ def staged_directory(out: str | Path, marker: str = MANIFEST_FILE) -> Iterator[P
     try:
         yield staging
         _date_only(staging)
-        _publish(staging, out)
+        _publish(staging, out, marker)
     except BaseException:
         if _in_place(hold, out):  # stopped once the new output was in place (removing the earlier one)
             _published_here(out)
@@ -299,15 +308,27 @@ def remove_stale_staging(out: Path) -> list[str]:
     return removed
 
 
-def _publish(staging: Path, out: Path) -> None:
+def _publish(staging: Path, out: Path, marker: str = MANIFEST_FILE) -> None:
     """Move a complete output into place, replacing an earlier one only once the new one is there; the
     earlier one is put back when the move is interrupted (Ctrl-C, SIGTERM) between its two renames, and
-    left as ``.OUT.retired-*`` (removed by the next run, ``STAGING_KINDS``) when its removal is."""
-    if not out.exists():
-        os.replace(staging, out)
-        return
+    left as ``.OUT.retired-*`` (removed by the next run, ``STAGING_KINDS``) when its removal is. What is
+    at ``out`` is checked again once renamed aside (nothing can change it there): a folder that appeared
+    at ``out`` while the output was made, or changed since ``check_output_directory``, is put back and
+    refused, never removed (red team rt24 F2: a folder made at --out during a run was deleted)."""
+    if not os.path.lexists(out):
+        try:
+            os.rename(staging, out)  # an empty folder made there meanwhile is replaced; anything else fails
+            return
+        except OSError:
+            pass
     retired = out.parent / f".{out.name}.retired-{uuid.uuid4().hex[:8]}"
     os.replace(out, retired)
+    refusal = _replace_refusal(retired, out, marker)
+    if refusal is not None:
+        if not os.path.lexists(out):
+            os.replace(retired, out)
+        raise InputError(f"{refusal} (it appeared at --out while gedp ran: it was left as it was, and nothing was "
+                         "written)")
     try:
         os.replace(staging, out)
     except BaseException:

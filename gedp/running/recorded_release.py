@@ -110,7 +110,9 @@ def reserved(request: LedgerRequest | None, source: Source | Parts | PinnedCsv, 
     except (InputError, SolverError, LockTimeout) as err:
         if reservation is None:
             raise
-        raise with_note(err, reservation.pending_note()) from None
+        raise with_note(err, reservation.pending_note() if still_pending(reservation) else
+                        f"release {reservation.release_id} was committed in ledger '{reservation.path}' (charged) "
+                        "but not published; running again charges again") from None
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM on the command line (gedp.errors.Terminated)
         stop.add_note(stop_note(reservation, Path(out).resolve(), published))
         raise
