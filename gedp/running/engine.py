@@ -35,6 +35,7 @@ from gedp.postprocess.wls import SolverError
 from gedp.release.format import MANIFEST_FILE
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
+from gedp.running.process import awaited, submitted
 from gedp.running.state_pipeline import check_job_table, protect
 from gedp.synth.io import (
     Parts,
@@ -304,7 +305,7 @@ def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None
             entry, write = _protect_state(*task)
             if writing is not None:
                 _written(writing, on_state)
-            writing = (writer.submit(write), entry["state"])
+            writing = (submitted(writer, write), entry["state"])
             pieces.append(entry)
         if writing is not None:
             _written(writing, on_state)
@@ -314,7 +315,7 @@ def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None
 def _written(writing: tuple[Future, str], on_state: Callable[[str], None] | None) -> None:
     """Wait for one state's parts to be written (raising what the writing raised), then report the state."""
     future, state = writing
-    future.result()
+    awaited(future)
     if on_state is not None:
         on_state(state)
 
