@@ -520,8 +520,8 @@ waiting = bare if sys.argv[1] == "bare" else process.completed
 left = 0
 for _ in range(int(sys.argv[2])):
     futures = [Future() for _ in range(3000)]
-    threading.Timer(random.uniform(0.0, 0.02), os.kill, (os.getpid(), signal.SIGINT)).start()
-    try:
+    try:  # the Ctrl-C can land before start() has returned (under load)
+        threading.Timer(random.uniform(0.0, 0.02), os.kill, (os.getpid(), signal.SIGINT)).start()
         for _ in waiting(futures):
             pass
     except KeyboardInterrupt:
