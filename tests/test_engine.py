@@ -2,6 +2,8 @@
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -333,3 +335,84 @@ def test_a_state_that_fails_to_write_stops_the_release(two_states, tmp_path, mon
                                           seed=1, on_state=done.append, processes=1)
     assert done == []
     assert list(tmp_path.iterdir()) == []
+
+
+#: An in-process dask client's task awaited through ``each_done`` or (argv[1] "bare", the power arm)
+#: through ``as_completed`` as ``_run_on_dask`` used it before; a Ctrl-C raised at the k-th point the
+#: main thread can act on one (a Python function's start or a C function's return: where the
+#: interpreter runs signal handlers), for every k in turn until a round ends before it, each round then
+#: asking the client's event loop to run a callback. Prints how many rounds were stopped and whether one
+#: was harmed (the loop stopped answering, or the stop came out as another error): the sweep ends there.
+DASK_LOOP_PROBE = """
+import os, signal, sys, threading, time
+from distributed import Client, as_completed
+import gedp.running.engine as engine
+
+engine.STOP_POLL = 0.01
+
+
+def nap(x):
+    time.sleep(0.02)
+    return x
+
+
+def stop_at(k):
+    seen = [0]
+    def point(frame, event, arg):
+        if event in ("call", "c_return"):
+            seen[0] += 1
+            if seen[0] == k:
+                signal.raise_signal(signal.SIGINT)
+    return point
+
+
+def answers(client):
+    ran = threading.Event()
+    client.loop.add_callback(ran.set)
+    return ran.wait(10)
+
+
+if __name__ == "__main__":
+    waiting = as_completed if sys.argv[1] == "bare" else engine.each_done
+    client = Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None)
+    stops = k = ended = 0
+    harmed = False
+    while ended < 3 and k < 2000 and not harmed:
+        k += 1
+        futures = [client.submit(nap, k, pure=False)]
+        try:
+            sys.setprofile(stop_at(k))
+            for _ in waiting(futures):
+                pass
+            ended += 1
+        except KeyboardInterrupt:
+            stops += 1
+            ended = 0
+        except Exception:
+            harmed = True
+        finally:
+            sys.setprofile(None)
+        harmed = harmed or not answers(client)
+    print(stops, int(harmed), flush=True)
+    os._exit(0)  # a blocked client is not closed
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_ctrl_c_while_awaiting_the_dask_states_leaves_the_client_running():
+    """``_run_on_dask`` awaited the states through dask's ``as_completed``, which takes its own locks over
+    and over while it waits; a Ctrl-C raised just after it took one left it taken (the client's event loop
+    then blocks on it as the state's task ends, and so does the client's close: a stopped `gedp protect
+    --engine dask` that never ends), or came out as a RuntimeError. ``each_done`` looks at
+    ``Future.done``, which takes no lock. A Ctrl-C at every point where the interpreter acts on one, in
+    turn (no chance involved): the bare wait was harmed at one of them (power), ``each_done`` at none."""
+    def run(arm: str) -> tuple[int, int]:
+        done = subprocess.run([sys.executable, "-c", DASK_LOOP_PROBE, arm], capture_output=True, text=True,
+                              timeout=280)
+        assert done.returncode == 0, done.stderr
+        stops, harmed = map(int, done.stdout.split())
+        return stops, harmed
+    bare_stops, bare_harmed = run("bare")
+    assert bare_stops > 0 and bare_harmed == 1  # power: the probe stops the wait, and catches the harm
+    stops, harmed = run("guarded")
+    assert stops > 10 and harmed == 0

@@ -520,8 +520,8 @@ waiting = bare if sys.argv[1] == "bare" else process.completed
 left = 0
 for _ in range(int(sys.argv[2])):
     futures = [Future() for _ in range(3000)]
-    threading.Timer(random.uniform(0.0, 0.02), os.kill, (os.getpid(), signal.SIGINT)).start()
-    try:
+    try:  # the Ctrl-C can land before start() has returned (under load)
+        threading.Timer(random.uniform(0.0, 0.02), os.kill, (os.getpid(), signal.SIGINT)).start()
         for _ in waiting(futures):
             pass
     except KeyboardInterrupt:
@@ -546,3 +546,112 @@ def test_a_ctrl_c_during_a_wait_leaves_no_future_locked():
         return int(run.stdout)
     assert left("bare") > 0  # power: the probe catches a lock left taken
     assert left("completed") == 0
+
+
+#: A thread pool's task submitted and its result awaited, through ``submitted`` and ``awaited`` or
+#: (argv[1] "bare", the power arm) through ``submit`` and ``result`` as gedp's writing thread was used
+#: before; a Ctrl-C raised at the k-th point the main thread can act on one (a Python function's start
+#: or a C function's return: where the interpreter runs signal handlers), for every k in turn until a
+#: round ends before it. Prints how many of those points the round was stopped at, and at how many a
+#: lock that the pool's thread takes was left taken (or the stop came out as another error).
+POOL_LOCK_PROBE = """
+import signal, sys, threading
+from concurrent.futures import ThreadPoolExecutor, _base
+import gedp.running.process as process
+
+made = []
+
+
+class Recorded(_base.Future):
+    def __init__(self):
+        super().__init__()
+        made.append(self)
+
+
+_base.Future = Recorded  # the futures the pool makes, to look at their locks
+
+
+def task():
+    return 1
+
+
+def bare(pool):
+    pool.submit(task).result()
+
+
+def guarded(pool):
+    process.awaited(process.submitted(pool, task))
+
+
+def taken(pool):
+    locks = [pool._shutdown_lock, pool._idle_semaphore._cond, *(thread._started._cond for thread in pool._threads),
+             *(future._condition for future in made)]
+    found = []
+    def look():
+        for lock in locks:
+            if lock.acquire(blocking=False):
+                lock.release()
+            else:
+                found.append(lock)
+    looker = threading.Thread(target=look)
+    looker.start()
+    looker.join()
+    return bool(found)
+
+
+def stop_at(k):
+    seen = [0]
+    def point(frame, event, arg):
+        if event in ("call", "c_return"):
+            seen[0] += 1
+            if seen[0] == k:
+                signal.raise_signal(signal.SIGINT)
+    return point
+
+
+arm = bare if sys.argv[1] == "bare" else guarded
+stops = harmed = k = ended = 0
+while ended < 3 and k < 2000:  # until three rounds in a row ended before their k-th point
+    k += 1
+    pool = ThreadPoolExecutor(max_workers=1)
+    pool.submit(task).result()  # its thread started, as a state's second part finds it
+    made.clear()
+    stopped = broken = False
+    try:
+        sys.setprofile(stop_at(k))
+        arm(pool)
+    except KeyboardInterrupt:
+        stopped = True
+    except Exception:
+        broken = True
+    finally:
+        sys.setprofile(None)
+    stops += stopped
+    ended = 0 if stopped or broken else ended + 1
+    harmed += broken or taken(pool)
+print(stops, harmed)
+sys.stdout.flush()
+import os
+os._exit(0)  # a pool thread left blocked is not waited for
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_ctrl_c_while_submitting_or_awaiting_a_thread_pool_leaves_no_lock_taken():
+    """The writing thread of a state's parts (``StateParts``, ``_protect_locally``): a KeyboardInterrupt
+    raised just after ``submit`` took the pool's count of idle threads, or ``result`` the future's lock,
+    leaves it taken; the pool's thread then blocks on it when its task ends, and the pool's shutdown
+    (the ``with`` block's end, ``StateParts.close``, the interpreter's exit) waits for it for ever.
+    ``submitted`` and ``awaited`` hold the stop back until the pool's call has returned. A Ctrl-C at
+    every point where the interpreter acts on one, in turn (no chance involved): the bare calls were
+    harmed at some of them (power), the held ones at none."""
+    def run(arm: str) -> tuple[int, int]:
+        done = subprocess.run([sys.executable, "-c", POOL_LOCK_PROBE, arm], capture_output=True, text=True,
+                              timeout=200)
+        assert done.returncode == 0, done.stderr
+        stops, harmed = map(int, done.stdout.split())
+        return stops, harmed
+    bare_stops, bare_harmed = run("bare")
+    assert bare_stops > 20 and bare_harmed > 0  # power: the probe stops the calls, and catches a lock left taken
+    stops, harmed = run("guarded")
+    assert stops > 20 and harmed == 0

@@ -46,6 +46,7 @@ from gedp.release.format import (
     marker_content,
     release_holding,
 )
+from gedp.running.process import awaited, submitted
 
 if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither (nor pandas)
     import pandas as pd
@@ -377,14 +378,15 @@ class StateParts:
 
     def measurements(self, measurements: Measurements) -> None:
         """Start writing the state's measurements."""
-        self._writing[MEASUREMENTS_FILE] = self._thread.submit(
-            write_measurements, measurements, self._path(MEASUREMENTS_FILE), self.key)
+        self._writing[MEASUREMENTS_FILE] = submitted(self._thread, write_measurements, measurements,
+                                                     self._path(MEASUREMENTS_FILE), self.key)
 
     def protected(self, protected: pd.DataFrame) -> None:
         """Start writing the state's protected microdata."""
         # a frame of its own (no copy of the data): the caller's goes on being read while this one is
         frame = protected.copy(deep=False) if not self.key else protected.assign(**self.key)
-        self._writing[PROTECTED_FILE] = self._thread.submit(frame.to_parquet, self._path(PROTECTED_FILE), index=False)
+        self._writing[PROTECTED_FILE] = submitted(self._thread, frame.to_parquet, self._path(PROTECTED_FILE),
+                                                  index=False)
 
     def finish(self, contents: StateRelease) -> None:
         """Write what is not written yet of ``contents`` and wait for every part, raising what the
@@ -399,7 +401,7 @@ class StateParts:
             if contents.tables is not None:
                 contents.tables.to_csv(self.tables, index=False)
             for writing in self._writing.values():
-                writing.result()
+                awaited(writing)  # Ctrl-C held back around each wait: none leaves the writing thread blocked
         finally:
             self.close()
 

@@ -19,8 +19,9 @@ import functools
 import logging
 import sys
 import tempfile
+import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeAlias
@@ -35,6 +36,7 @@ from gedp.postprocess.wls import SolverError
 from gedp.release.format import MANIFEST_FILE
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
+from gedp.running.process import STOP_POLL, awaited, submitted
 from gedp.running.state_pipeline import check_job_table, protect
 from gedp.synth.io import (
     Parts,
@@ -304,7 +306,7 @@ def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None
             entry, write = _protect_state(*task)
             if writing is not None:
                 _written(writing, on_state)
-            writing = (writer.submit(write), entry["state"])
+            writing = (submitted(writer, write), entry["state"])
             pieces.append(entry)
         if writing is not None:
             _written(writing, on_state)
@@ -314,7 +316,7 @@ def _protect_locally(arguments: dict[str, tuple], on_state: Callable[[str], None
 def _written(writing: tuple[Future, str], on_state: Callable[[str], None] | None) -> None:
     """Wait for one state's parts to be written (raising what the writing raised), then report the state."""
     future, state = writing
-    future.result()
+    awaited(future)
     if on_state is not None:
         on_state(state)
 
@@ -415,7 +417,7 @@ def _protect_or_refuse(*arguments) -> dict | Exception:
 
 
 def _run_on_dask(arguments: dict[str, tuple], scheduler: Scheduler | None, on_state) -> list[dict]:
-    from dask.distributed import Client, as_completed
+    from dask.distributed import Client
 
     scratch = None if scheduler else tempfile.TemporaryDirectory(prefix="gedp-dask-")  # mode 0700: this user's
     cluster = None if scratch is None else local_cluster(Path(scratch.name))
@@ -427,7 +429,7 @@ def _run_on_dask(arguments: dict[str, tuple], scheduler: Scheduler | None, on_st
             futures = [client.submit(_protect_or_refuse, *[client.scatter(a) if isinstance(a, pd.DataFrame) else a
                                                            for a in task], key=f"gedp-state-{state}", pure=False)
                        for state, task in arguments.items()]
-            for future in as_completed(futures):
+            for future in each_done(futures):
                 if on_state is not None:
                     on_state(future.key.removeprefix("gedp-state-"))
             pieces = client.gather(futures)
@@ -440,6 +442,21 @@ def _run_on_dask(arguments: dict[str, tuple], scheduler: Scheduler | None, on_st
     if refused is not None:
         raise refused
     return pieces
+
+
+def each_done(futures: list) -> Iterator:
+    """Each of the dask ``futures`` once it is done (those found done by one look in the order given),
+    looked at every ``STOP_POLL`` seconds. ``Future.done`` takes no lock, where ``as_completed`` takes
+    its own locks over and over while it waits: a Ctrl-C raised just after it took one leaves it taken,
+    and the client's event loop, which takes it as each future ends, blocks for ever, and so does the
+    client's close."""
+    left = list(futures)
+    while left:
+        done = [future.done() for future in left]
+        yield from (future for future, finished in zip(left, done) if finished)
+        left = [future for future, finished in zip(left, done) if not finished]
+        if left:
+            time.sleep(STOP_POLL)
 
 
 def local_cluster(scratch: Path) -> Any:

@@ -21,9 +21,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import NoReturn, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from typing import Any, NoReturn, TypeVar
 
 from gedp import errors
 from gedp.errors import HELD_SIGNALS, held_stops, raise_interrupted, raise_terminated
@@ -114,8 +114,20 @@ def result_of(future: Future[T]) -> T:
         return future.result()
 
 
+def submitted(pool: Executor, task: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    """``pool.submit(task, *args, **kwargs)``, Ctrl-C held back meanwhile (``completed``): a thread pool's submit
+    takes the lock of its count of idle threads and, starting a thread, that of the thread's start; a
+    KeyboardInterrupt raised just after one is taken leaves it taken, the pool's thread blocks on it
+    when its task is done, and the pool's shutdown (a ``with`` block's end, the interpreter's exit)
+    waits for that thread for ever."""
+    with held_stops():
+        return pool.submit(task, *args, **kwargs)
+
+
 def awaited(future: Future[T]) -> T:
-    """``future.result()``, waiting as ``completed`` does (a stop that another thread took is acted on)."""
+    """``future.result()``, waiting as ``completed`` does (a stop that another thread took is acted on;
+    a bare ``result()`` interrupted just after it took the future's lock leaves it taken, and the
+    pool's thread blocks on it as it sets the result)."""
     for _ in completed([future]):
         pass
     return result_of(future)
