@@ -319,7 +319,7 @@ def test_every_stop_held_back_is_acted_on():
 STOP_ELSEWHERE_PROBE = """
 import os, signal, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from gedp.running.process import awaited, completed
+from gedp.waits import awaited, completed
 waits = {"completed": lambda f: next(completed([f])), "awaited": awaited,
          "as_completed": lambda f: next(as_completed([f]))}
 taker = threading.Thread(target=time.sleep, args=(60,), daemon=True)
@@ -354,7 +354,7 @@ def test_a_ctrl_c_another_thread_took_stops_a_wait_for_workers_at_once(wait):
     gedp's waits wake every STOP_POLL seconds and stop within a few of them (limit 4 s: 0.6 s measured,
     at most 0.5 s + STOP_POLL without load), long before the 8 s task ends; concurrent.futures'
     ``as_completed``, run on the same probe, waits for the task (the probe reproduces the fault)."""
-    from gedp.running.process import STOP_POLL
+    from gedp.waits import STOP_POLL
 
     assert STOP_POLL <= 0.5
     assert _stop_taken_elsewhere(wait) < 4.0
@@ -491,8 +491,8 @@ def test_a_stop_while_a_command_loads_its_modules_says_so(tmp_path, command, sto
 LEFT_LOCK_PROBE = """
 import os, random, signal, sys, threading
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-import gedp.running.process as process
-process.STOP_POLL = 0.0  # the wait's work, not its sleep, fills the time a Ctrl-C can land in
+import gedp.waits as waits
+waits.STOP_POLL = 0.0  # the wait's work, not its sleep, fills the time a Ctrl-C can land in
 
 
 def bare(futures):
@@ -516,7 +516,7 @@ def taken(futures):
     return len(found)
 
 
-waiting = bare if sys.argv[1] == "bare" else process.completed
+waiting = bare if sys.argv[1] == "bare" else waits.completed
 left = 0
 for _ in range(int(sys.argv[2])):
     futures = [Future() for _ in range(3000)]
@@ -557,7 +557,7 @@ def test_a_ctrl_c_during_a_wait_leaves_no_future_locked():
 POOL_LOCK_PROBE = """
 import signal, sys, threading
 from concurrent.futures import ThreadPoolExecutor, _base
-import gedp.running.process as process
+import gedp.waits as waits
 
 made = []
 
@@ -580,7 +580,7 @@ def bare(pool):
 
 
 def guarded(pool):
-    process.awaited(process.submitted(pool, task))
+    waits.awaited(waits.submitted(pool, task))
 
 
 def taken(pool):

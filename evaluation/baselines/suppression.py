@@ -31,7 +31,7 @@ from scipy.sparse.csgraph import connected_components
 from gedp.errors import AuditError, GedpError, InputError, held_stops
 from gedp.measure.queries import group_establishments
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import awaited, worker_signals
+from gedp.running.process import worker_signals
 from gedp.running.state_pool import stop_workers
 from gedp.synth.hierarchy import (
     ALL_INDUSTRIES,
@@ -39,6 +39,7 @@ from gedp.synth.hierarchy import (
     INDUSTRY_OF_STATE_LEVEL,
     STATE_LEVELS,
 )
+from gedp.waits import awaited
 
 #: Values are rescaled so that the largest cell is at most this before the LPs (HiGHS tolerances are absolute).
 LP_SCALE = 1e6

@@ -42,9 +42,10 @@ from gedp.measure.queries import IDENTITY
 from gedp.postprocess.cpus import usable_cpus
 from gedp.release.format import MEASUREMENTS_FILE, PROTECTED_FILE
 from gedp.release.reader import parse_query_name
-from gedp.running.process import completed, result_of, worker_signals
+from gedp.running.process import worker_signals
 from gedp.running.recorded_release import protect_recorded
 from gedp.running.state_pool import stop_workers
+from gedp.waits import completed, result_of
 
 #: Family-wise false-failure rate of a pipeline audit (all statistics and thresholds together).
 PIPELINE_ALPHA = 0.01

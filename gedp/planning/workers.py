@@ -18,8 +18,9 @@ from typing import Any
 
 from gedp.errors import GedpError, held_stops
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import awaited, worker_signals
+from gedp.running.process import worker_signals
 from gedp.running.state_pool import stop_workers
+from gedp.waits import awaited
 
 #: The context of the running map, inherited by the forked workers (None outside a map).
 _context: tuple[Callable[[Any, Any], Any], Any] | None = None

@@ -46,7 +46,7 @@ from gedp.release.format import (
     marker_content,
     release_holding,
 )
-from gedp.running.process import awaited, submitted
+from gedp.waits import awaited, submitted
 
 if TYPE_CHECKING:  # what a release is written from; checking an output path needs neither (nor pandas)
     import pandas as pd

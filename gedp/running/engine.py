@@ -36,7 +36,6 @@ from gedp.postprocess.wls import SolverError
 from gedp.release.format import MANIFEST_FILE
 from gedp.release.manifest import release_manifest, state_section
 from gedp.release.writer import StateParts, join_tables, staged_directory, table_part, write_manifest
-from gedp.running.process import STOP_POLL, awaited, submitted
 from gedp.running.state_pipeline import check_job_table, protect
 from gedp.synth.io import (
     Parts,
@@ -49,6 +48,7 @@ from gedp.synth.io import (
 )
 from gedp.synth.paths import check_input_path
 from gedp.synth.schema import InputError, canonical_ids, check_columns, estab_ids, normalize_code, validate_microdata
+from gedp.waits import STOP_POLL, awaited, submitted
 
 ENGINES = ("local", "dask")
 #: Where the built-in dask cluster listens: the loopback interface only, never the network.

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from gedp.errors import GedpError, InputError, held_stops
 from gedp.postprocess.cpus import usable_cpus
-from gedp.running.process import completed, give_back_freed_memory, result_of, reuse_freed_memory, worker_signals
+from gedp.running.process import give_back_freed_memory, reuse_freed_memory, worker_signals
+from gedp.waits import completed, result_of
 
 #: How worker processes start.
 START_METHOD = "spawn"
