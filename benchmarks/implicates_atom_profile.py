@@ -117,16 +117,38 @@ def budget_profiles(truth: pd.DataFrame, shares: list[float], seed: int, oracle:
                   f"{fit.weights[0]:.2f} | {low:.2f}-{high:.2f}", flush=True)
 
 
+def level_profiles(truth: pd.DataFrame, levels: list[int], seed: int) -> None:
+    """Month 2's whole no-change weight fitted on the establishments of one true month-1 level each (month 1 known:
+    its prior a point mass), answers with the shipped identity noise: the truth's share, the fit, its profile's
+    2-nat range and the fitted direction q."""
+    psi = make_psi("sqrt")
+    months = truth[["m1emp", "m2emp"]].to_numpy(float)
+    omega = psi(months) + IDENTITY_SD * np.random.default_rng(seed).standard_normal(months.shape)
+    print("month-1 level | establishments | truth's no change | fitted | p within 2 nats | q")
+    for n in levels:
+        rows = months[:, 0] == n
+        log_h = np.full(n + 40, -np.inf)
+        log_h[n] = 0.0
+        fit = WholeFit.of(omega[rows, 0], omega[rows, 1], (IDENTITY_SD,) * 2, log_h, psi, np.zeros(int(rows.sum())))
+        low, high = likelihood_interval(whole_profile(fit))
+        print(f"{n} | {int(rows.sum()):,} | {np.mean(months[rows, 1] == n):.2f} | {fit.weights[0]:.2f} | "
+              f"{low:.2f}-{high:.2f} | {fit.up()[0]:.2f}", flush=True)
+
+
 def main() -> None:
     parser = diagnostic_arguments(__doc__)
     parser.add_argument("--whole-only", action="store_true", help="with --whole-changes, only the whole changes'")
     parser.add_argument("--budget", default="", help="mu^2 shares of the month answers (budget_profiles), e.g. 1,2,4")
     parser.add_argument("--oracle-level", action="store_true", help="with --budget, month 1's prior the truth's")
+    parser.add_argument("--levels", default="", help="true month-1 levels to fit on alone (level_profiles), e.g. 1,2,4")
     args = parser.parse_args()
-    if args.budget:
+    if args.budget or args.levels:
         set_prior_knobs(args)
         truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
-        budget_profiles(truth, [float(x) for x in args.budget.split(",")], args.seed, args.oracle_level)
+        if args.levels:
+            level_profiles(truth, [int(x) for x in args.levels.split(",")], args.seed)
+        if args.budget:
+            budget_profiles(truth, [float(x) for x in args.budget.split(",")], args.seed, args.oracle_level)
         return
     _, draws, _ = seeded_draws(args)
     for _, model in draws.models:

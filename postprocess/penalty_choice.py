@@ -55,4 +55,5 @@ def chosen_penalty(fold_scores: np.ndarray, penalties: np.ndarray | None = None,
     lost = fold_scores[:, [best]] - fold_scores  # each fold's loss against the best penalty, paired
     error = np.sqrt(len(fold_scores)) * lost.std(axis=0, ddof=1)  # the summed loss's standard error
     within = (lost.sum(axis=0) <= error) & (penalties >= penalties[best])
+    within[best] = True
     return float(penalties[within].max())
