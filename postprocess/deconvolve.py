@@ -488,10 +488,6 @@ def below_count(running: np.ndarray, threshold: np.ndarray) -> np.ndarray:
 
 #: The smoothness penalties a ``SmoothFit`` chooses from (per unit of the second differences' squares).
 SMOOTH_PENALTIES = 10.0 ** np.arange(-1.0, 4.01, 0.5)
-#: Folds of the cross-validation that chooses the penalty, and the seed of the answers' split into them
-#: (a fixed split: the fit is a function of the answers).
-SMOOTH_FOLDS = 5
-SMOOTH_SPLIT_SEED = 0
 #: Whether a bootstrap replicate of a ``SmoothFit`` draws its penalty (with probability proportional to
 #: exp of its held-out log-likelihood) instead of keeping the chosen one (a measurement's knob).
 SMOOTH_DRAW_PENALTY = False
@@ -502,9 +498,8 @@ class SmoothFit:
     """A mixture prior on fixed components whose log weights are smooth (Efron's g-modeling, 2016, with
     a P-spline penalty): w = softmax(alpha), alpha maximizing sum_i c_i log (L_i . w) -
     penalty / 2 * |D alpha|^2, D the second differences of the components with a bandwidth (in their
-    order; atoms are not penalized). The penalty is the one of SMOOTH_PENALTIES whose fits on
-    SMOOTH_FOLDS - 1 folds of the answers give the largest log-likelihood to the held-out fold (summed
-    over the folds): chosen from the answers, not a constant. Same interface as ``MixtureFit``."""
+    order; atoms are not penalized). The penalty is one of SMOOTH_PENALTIES chosen by cross-validation
+    on the answers (``penalty_choice``), not a constant. Same interface as ``MixtureFit``."""
 
     means: np.ndarray
     sds: np.ndarray
@@ -517,10 +512,12 @@ class SmoothFit:
     def of(cls, observed: np.ndarray, sd: float, means: np.ndarray, sds: np.ndarray, basis: bool = False) -> SmoothFit:
         """The fit of answers ``observed`` (sd ``sd``) on components (``means``, ``sds``), its penalty
         chosen by cross-validation (``basis`` is accepted for ``MixtureFit``'s interface)."""
+        from gedp.postprocess.penalty_choice import chosen_penalty, held_out_fold_scores
+
         fit = MixtureFit.of(observed, sd, means, sds)
-        scores = held_out_scores(fit.likelihood.matrix, fit.counts[fit.likelihood.kept], second_differences(fit.sds))
-        return cls(fit.means, fit.sds, fit.counts, fit.likelihood, float(SMOOTH_PENALTIES[int(np.argmax(scores))]),
-                   scores)
+        folds = held_out_fold_scores(fit.likelihood.matrix, fit.counts[fit.likelihood.kept],
+                                     second_differences(fit.sds))
+        return cls(fit.means, fit.sds, fit.counts, fit.likelihood, chosen_penalty(folds), folds.sum(axis=0))
 
     def solve(self, rng: np.random.Generator | None = None, start: Mixture | None = None) -> Mixture:
         """The penalized fit (with ``rng``, on a Bayesian bootstrap of the answers, the same penalty)."""
@@ -578,19 +575,3 @@ def smooth_log_weights(matrix: np.ndarray, counts: np.ndarray, differences: np.n
                           hess=lambda a: smooth_objective(a, matrix, counts, penalty_matrix)[2],
                           method="trust-exact", options={"gtol": 1e-6 * max(1.0, float(counts.sum()))})
     return np.asarray(result.x)
-
-
-def held_out_scores(matrix: np.ndarray, counts: np.ndarray, differences: np.ndarray,
-                    penalties: np.ndarray = SMOOTH_PENALTIES) -> np.ndarray:
-    """Each of ``penalties``' held-out log-likelihood summed over SMOOTH_FOLDS folds (each answer of a bin
-    of c given to a fold at random: a multinomial split of c)."""
-    rng = np.random.default_rng(SMOOTH_SPLIT_SEED)
-    folds = np.array([rng.multinomial(int(c), np.full(SMOOTH_FOLDS, 1.0 / SMOOTH_FOLDS)) for c in np.rint(counts)]).T
-    scores = np.zeros(len(penalties))
-    for held in folds:
-        alpha = None
-        for j in np.argsort(penalties):  # from the least smooth, each fit starting from the last (started from
-            # the smoothest instead, a fit kept far tails of a smoother one: held-out scores 4 nats lower)
-            alpha = smooth_log_weights(matrix, counts - held, differences, float(penalties[j]), alpha)
-            scores[j] += float(held @ np.log(matrix @ softmax(alpha)))
-    return scores

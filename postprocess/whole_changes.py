@@ -40,14 +40,13 @@ from scipy.special import expit, log_ndtr
 
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.deconvolve import (
-    SMOOTH_PENALTIES,
     Likelihood,
-    held_out_scores,
     npmle_weights,
     pick_points,
     smooth_log_weights,
     softmax,
 )
+from gedp.postprocess.penalty_choice import chosen_penalty, held_out_fold_scores
 from gedp.postprocess.wage_coupling import CurrentDensity, WageCoupling
 
 if TYPE_CHECKING:
@@ -101,7 +100,7 @@ class LevelFit:
         if not SMOOTH_LEVEL:
             return cls(likelihood, log_selection, npmle_weights(likelihood, np.ones(len(first))))
         counts, d = np.ones(likelihood.matrix.shape[0]), differences(reach)
-        penalty = float(SMOOTH_PENALTIES[int(np.argmax(held_out_scores(likelihood.matrix, counts, d)))])
+        penalty = chosen_penalty(held_out_fold_scores(likelihood.matrix, counts, d))
         weights = softmax(smooth_log_weights(likelihood.matrix, counts, d, penalty))
         return cls(likelihood, log_selection, weights, penalty)
 

@@ -52,7 +52,6 @@ def test_sector_level_priors_remove_the_state_priors_bias_in_the_sectors_size_cl
     monkeypatch.setattr(implicates, "LEVEL_SMOOTH", True)
     # One penalty (the cross-validated choice is tested in test_smooth_level_prior): the fits take seconds.
     monkeypatch.setattr(deconvolve, "SMOOTH_PENALTIES", np.array([10.0]))
-    monkeypatch.setattr(deconvolve.held_out_scores, "__defaults__", (deconvolve.SMOOTH_PENALTIES,))
     own, state = [], []
     for seed in (10, 11):
         answers, size, sector = two_sectors(4000, seed)

@@ -103,3 +103,38 @@ def test_smooth_fit_recovers_size_classes_better_than_the_npmle():
     assert _recovery_wins(None) >= 5
     # Power: a penalty far too strong (log g nearly a line: an exponential in sqrt(size)) fails it.
     assert _recovery_wins(1e6) < 5
+
+
+def _one_se_by_hand(fold_scores, penalties):
+    """The one-standard-error rule written out with the standard library: the smoothest penalty, at least the
+    best's, whose summed held-out loss against the best is at most sqrt(folds) times its folds' sample sd."""
+    import statistics
+
+    totals = [sum(column) for column in zip(*fold_scores)]
+    best = max(range(len(totals)), key=totals.__getitem__)
+    chosen = penalties[best]
+    for j, penalty in enumerate(penalties):
+        losses = [row[best] - row[j] for row in fold_scores]
+        if penalty >= penalties[best] and sum(losses) <= len(losses) ** 0.5 * statistics.stdev(losses):
+            chosen = max(chosen, penalty)
+    return chosen
+
+
+def test_the_one_standard_error_rule_against_a_loop():
+    """``chosen_penalty`` against the rule written out by hand on 200 random score tables (5 folds, scores
+    concave in the penalty plus fold noise), and it picks a smoother penalty than the best's in some of them
+    (power: a rule that returned the best would fail) and never a less smooth one."""
+    from gedp.postprocess.penalty_choice import chosen_penalty
+
+    rng = np.random.default_rng(3)
+    penalties = 10.0 ** np.arange(-1.0, 4.01, 0.5)
+    smoother = 0
+    for _ in range(200):
+        curve = -rng.uniform(0.1, 3.0) * (np.log10(penalties) - rng.uniform(-1, 4)) ** 2
+        scores = curve[None, :] / 5 + rng.normal(0, rng.uniform(0.05, 2.0), (5, penalties.size))
+        rule = chosen_penalty(scores, penalties)
+        best = chosen_penalty(scores, penalties, rule="best")
+        assert rule == _one_se_by_hand(scores.tolist(), penalties.tolist())
+        assert best == penalties[np.argmax(scores.sum(axis=0))] and rule >= best
+        smoother += rule > best
+    assert smoother >= 20
