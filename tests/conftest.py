@@ -107,6 +107,18 @@ def small_state():
 
 
 @pytest.fixture(scope="session")
+def fitted_state(small_state):
+    """A baseline release of the small state (seed 5): its answers, protected microdata and psi, for
+    tests that refit its wages with a knob switched."""
+    import gedp
+    from gedp.release.reader import read_release
+
+    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
+    protected, answers = read_release(release.folder)
+    return answers, protected, gedp.load("baseline").plan.psi
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     """../shared/data, or a skip with the reason when it is absent (a user's machine)."""
     if not SHARED_DATA.is_dir():

@@ -8,10 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gedp
 from gedp.postprocess import wages
 from gedp.postprocess.cell_spread import corrected_cell_spread, shared_variance
-from gedp.release.reader import read_release
 
 TRUTH, RATES, B = 0.06, 150, 3.8
 
@@ -110,11 +108,3 @@ def test_the_fit_takes_the_corrected_spread_in_every_pass_under_the_knob(fitted_
     wages.fit_wages(answers, protected, psi)
     assert len(found) == wages.PASSES
     assert all(np.array_equal(spread2, found[0]) for spread2 in found[1:]) == corrected
-
-
-@pytest.fixture(scope="module")
-def fitted_state(small_state):
-    """A baseline release of the small state: its answers, protected microdata and psi."""
-    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
-    protected, answers = read_release(release.folder)
-    return answers, protected, gedp.load("baseline").plan.psi

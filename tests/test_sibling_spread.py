@@ -8,10 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gedp
 from gedp.postprocess import wages
 from gedp.postprocess.spread_moments import sibling_spread
-from gedp.release.reader import read_release
 
 TRUTH, PARENTS, SIBLINGS, LEAST = 0.09, 4, 100, 0.1
 
@@ -94,11 +92,3 @@ def test_the_fit_keeps_pass_ones_spread_under_the_knob(fitted_state, monkeypatch
     wages.fit_wages(answers, protected, psi)
     assert len(found) == wages.PASSES
     assert all(np.array_equal(spread2, found[0]) for spread2 in found[1:]) == kept
-
-
-@pytest.fixture(scope="module")
-def fitted_state(small_state):
-    """A baseline release of the small state: its answers, protected microdata and psi."""
-    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
-    protected, answers = read_release(release.folder)
-    return answers, protected, gedp.load("baseline").plan.psi
