@@ -115,13 +115,14 @@ def raise_terminated(signum: int, frame: object) -> None:
 def raise_interrupted(signum: int, frame: object) -> None:
     """The command line's Ctrl-C handler (``gedp.running.process.stop_on_sigterm``): recorded (the
     backstop ``stop_if_terminated`` reads), then raised as Python's own handler raises it, unless the
-    command is already stopping: a stop is the exception being handled (its clean-ups run: workers
-    stopped, staging removed). Raised again there, a second Ctrl-C could cut a clean-up short before
-    it held stops back (e.g. as ``stop_workers`` begins), leaving workers that outlive the command and
-    tracebacks of the interpreter's wait for them. A stop that was caught and dropped is no longer
-    being handled, so a later Ctrl-C still stops the command."""
+    command is already stopping or ending: a stop, or the command's exit, is the exception being
+    handled (its clean-ups run: workers stopped, staging removed; the process ended with its status).
+    Raised again there, a second Ctrl-C could cut a clean-up short before it held stops back (e.g. as
+    ``stop_workers`` begins), leaving workers that outlive the command and tracebacks of the
+    interpreter's wait for them, or print a traceback after the command's last line. A stop that was
+    caught and dropped is no longer being handled, so a later Ctrl-C still stops the command."""
     interruptions.append(signum)
-    if isinstance(sys.exc_info()[1], KeyboardInterrupt):  # Terminated too
+    if isinstance(sys.exc_info()[1], (KeyboardInterrupt, SystemExit)):  # Terminated too
         return
     raise KeyboardInterrupt()
 

@@ -83,6 +83,11 @@ try:
     print("not raised after")
 except KeyboardInterrupt:
     print("raised after")
+try:
+    raise SystemExit(130)
+except SystemExit:
+    signal.raise_signal(signal.SIGINT)
+    print("exit held")
 print(len(errors.interruptions))
 """
 
@@ -92,10 +97,11 @@ def test_a_ctrl_c_while_a_stop_is_handled_is_recorded_not_raised_again():
     interpreter's tracebacks as it waited for workers no one had stopped: the second Ctrl-C landed as
     ``stop_workers`` began, before it held stops back, and cut it short. A Ctrl-C that arrives while a
     stop is being handled (its clean-ups run) is now recorded and not raised again; once the stop has
-    been handled (or caught and dropped) the next one stops as before."""
+    been handled (or caught and dropped) the next one stops as before. Also while the command's exit
+    is handled (a Ctrl-C every 2 ms once printed a traceback from ``end_process`` after "stopped")."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run([sys.executable, "-c", STOPPING_PROBE], capture_output=True, text=True, env=env,
                          timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["held", "while", "handling", "clean-up", "finished", "one", "stop",
-                                  "raised", "after", "3"], run.stdout
+                                  "raised", "after", "exit", "held", "4"], run.stdout
