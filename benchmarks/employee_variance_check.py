@@ -23,6 +23,7 @@ from level_coverage import scaled_config, synthetic_truth
 
 import gedp
 from gedp.postprocess import wages
+from gedp.postprocess.employee_variance import LEAST_EMPLOYMENT, spread_and_employee_variance
 
 
 def fitted_b(wage: np.ndarray, employment: np.ndarray, prior: np.ndarray) -> tuple[float, float]:
@@ -50,14 +51,22 @@ def truth_employee_variance(truth: pd.DataFrame) -> tuple[float, float]:
     return fitted_b(cells["wage"].to_numpy(), cells["employment"].to_numpy(), prior.to_numpy())
 
 
-def recorder() -> list[str]:
-    """Wrap ``wages._employee_variance``; per pass, record state 0's b and its standard error."""
+def recorder(true_wages: np.ndarray) -> list[str]:
+    """Wrap ``wages._employee_variance``; per pass, record state 0's b and its standard error, and the
+    same estimate with the cells' true wages in place of their summed answers (no noise: what the
+    estimator would give without the mechanism's noise; ``true_wages`` in the fit's establishment order)."""
     seen: list[str] = []
     original = wages._employee_variance
 
-    def recorded(*args, **kwargs):
-        b, error = original(*args, **kwargs)
-        seen.append(f"{b[0]:.3f} +- {error[0]:.3f}")
+    def recorded(p, prior, cell_rates, direct_variance, known):
+        b, error = original(p, prior, cell_rates, direct_variance, known)
+        free = ~p.cells.fixed_cells & (prior > 0) & (p.cell_employment >= LEAST_EMPLOYMENT)
+        true = np.bincount(p.cells.codes, weights=true_wages, minlength=len(prior))[free]
+        squared = (true - prior[free]) ** 2 - known[free]
+        _, oracle, oracle_error = spread_and_employee_variance(
+            p.theta.cell_state[free], squared, squared, prior[free], cell_rates[free] ** 2 * p.cell_employment[free],
+            known[free], p.theta.n_states, wages.CELL_SPREAD_BOUNDS, wages.EMPLOYEE_VARIANCE)
+        seen.append(f"{b[0]:.3f} +- {error[0]:.3f} (true wages: {oracle[0]:.3f} +- {oracle_error[0]:.3f})")
         return b, error
 
     wages._employee_variance = recorded
@@ -75,7 +84,7 @@ def main() -> None:
     spread2, b = truth_employee_variance(truth)
     print(f"truth, all cells of 4+ employees: s^2 {spread2:.3f}, b {b:.3f}", flush=True)
     wages.EMPLOYEE_VARIANCE_ESTIMATED = True
-    seen = recorder()
+    seen = recorder(truth["wage"].to_numpy())
     for index in range(args.releases):
         seen.clear()
         gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)

@@ -85,7 +85,7 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.cell_spread import layout_cell_spread
-from gedp.postprocess.employee_variance import spread_and_employee_variance
+from gedp.postprocess.employee_variance import LEAST_EMPLOYMENT, spread_and_employee_variance
 from gedp.postprocess.months import row_means
 from gedp.postprocess.rate_tails import effective_deviations, tail_variances
 from gedp.postprocess.spread_moments import (
@@ -380,7 +380,8 @@ def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray, detail_variance
                                     (MIN_COUNTY_SPREAD * p.state_rate) ** 2)
     known = cell_rates**2 * p.cell_employment_variance + 1.0 + p.cell_idle_variance + p.cell_employment**2 * \
         last.cell_rate_variance
-    b, b_error = last.employee_variance or _employee_variance(p, prior, cell_rates, direct_variance, known)
+    shared = _shared_effects(theta, detail_variance, county_variance) * p.cell_employment**2  # not in pass 1's prior
+    b, b_error = last.employee_variance or _employee_variance(p, prior, cell_rates, direct_variance, known + shared)
     employee_part = (cell_rates**2 * (b[cell_state] * p.cell_employment + p.cell_employment_variance) + 1.0
                      + p.cell_idle_variance)
     spread2 = plain_squared_spread(cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
@@ -394,6 +395,14 @@ def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray, detail_variance
     return cell_rates, direct_variance, county_variance, prior_variance, spread2, (b, b_error)
 
 
+def _shared_effects(theta: ThetaLayout, detail_variance: np.ndarray, county_variance: np.ndarray) -> np.ndarray:
+    """Per cell: the variance of its NAICS-6 rate around its NAICS-5 rate and of its county's offset."""
+    n_rates, n_parents, n_counties, _ = theta.sizes
+    detail = theta.cell_node - (n_rates + n_parents + n_counties)
+    out = np.where(detail >= 0, detail_variance[np.maximum(detail, 0)] if len(detail_variance) else 0.0, 0.0)
+    return out + (county_variance[theta.cell_county] if theta.cell_county is not None else 0.0)
+
+
 def _employee_variance(p: _Problem, prior: np.ndarray, cell_rates: np.ndarray, direct_variance: np.ndarray,
                        known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per state: b and its standard error, EMPLOYEE_VARIANCE (se inf) unless EMPLOYEE_VARIANCE_ESTIMATED
@@ -403,7 +412,7 @@ def _employee_variance(p: _Problem, prior: np.ndarray, cell_rates: np.ndarray, d
     n_states = p.theta.n_states
     if not EMPLOYEE_VARIANCE_ESTIMATED:
         return np.full(n_states, EMPLOYEE_VARIANCE), np.full(n_states, np.inf)
-    free = ~p.cells.fixed_cells & (prior > 0)
+    free = ~p.cells.fixed_cells & (prior > 0) & (p.cell_employment >= LEAST_EMPLOYMENT)
     squared = (p.direct - prior)[free] ** 2 - known[free]
     _, b, error = spread_and_employee_variance(
         p.theta.cell_state[free], squared - direct_variance[free], squared - p.direct_noise[free], prior[free],
