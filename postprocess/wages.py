@@ -385,7 +385,7 @@ def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray, detail_variance
     employee_part = (cell_rates**2 * (b[cell_state] * p.cell_employment + p.cell_employment_variance) + 1.0
                      + p.cell_idle_variance)
     spread2 = plain_squared_spread(cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
-                              - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states)
+                                   - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states)
     if CELL_SPREAD_CORRECTED:  # every pass: pass 1's corrected moment (``cell_spread``)
         spread2 = last.cell_spread2 if last.cell_spread2 is not None else layout_cell_spread(
             theta, p.direct, prior, p.cell_employment, direct_variance, employee_part, last.rate_variance,
