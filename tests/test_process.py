@@ -487,7 +487,7 @@ def test_a_stop_while_a_command_loads_its_modules_says_so(tmp_path, command, sto
 #: Ctrl-C (argv[2] times, each at a random moment) while the main thread waits on 3,000 futures that never
 #: finish, through ``completed`` or (argv[1] "bare", the power arm) through ``concurrent.futures.wait``
 #: itself as it was used before; prints how many times a future's lock was left taken (seen from another
-#: thread: the lock is reentrant for the one that took it).
+#: thread: the lock is reentrant for the one that took it) or the stop came out as another error.
 LEFT_LOCK_PROBE = """
 import os, random, signal, sys, threading
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -526,6 +526,9 @@ for _ in range(int(sys.argv[2])):
             pass
     except KeyboardInterrupt:
         pass
+    except RuntimeError:  # interrupted inside a Condition's wait: "release unlocked lock" (harmed too)
+        left += 1
+        continue
     left += taken(futures) > 0
 print(left)
 """
@@ -587,9 +590,9 @@ def taken(pool):
     locks = [pool._shutdown_lock, pool._idle_semaphore._cond, *(thread._started._cond for thread in pool._threads),
              *(future._condition for future in made)]
     found = []
-    def look():
+    def look():  # a lock left taken stays taken; the pool's thread may hold one a moment as it ends its task
         for lock in locks:
-            if lock.acquire(blocking=False):
+            if lock.acquire(timeout=1.0):
                 lock.release()
             else:
                 found.append(lock)
@@ -655,3 +658,85 @@ def test_a_ctrl_c_while_submitting_or_awaiting_a_thread_pool_leaves_no_lock_take
     assert bare_stops > 20 and bare_harmed > 0  # power: the probe stops the calls, and catches a lock left taken
     stops, harmed = run("guarded")
     assert stops > 20 and harmed == 0
+
+
+#: ``held_stops`` entered and left with a Ctrl-C raised at the k-th point where the interpreter can act on
+#: one, for every k; SIGTERM's handler raises (``Terminated``), as the command line's does. After each
+#: round: both handlers are the ones before, neither stop is left blocked, and a Ctrl-C raised came out as
+#: one stop. "bare" is the block as it was (its handlers swapped and put back one after the other).
+HELD_STOPS_WINDOW_PROBE = """
+import contextlib, signal, sys
+from gedp.errors import HELD_SIGNALS, Terminated, _act_on, held_stops, raise_terminated
+
+
+@contextlib.contextmanager
+def bare():
+    received = []
+    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
+                for number in HELD_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        _act_on(list(dict.fromkeys(received)), previous)
+
+
+def stop_at(k, raised):
+    seen = [0]
+    def point(frame, event, arg):
+        if event in ("call", "c_return"):
+            seen[0] += 1
+            if seen[0] == k:
+                raised.append(k)
+                signal.raise_signal(signal.SIGINT)
+    return point
+
+
+block = bare if sys.argv[1] == "bare" else held_stops
+signal.signal(signal.SIGTERM, raise_terminated)
+handlers = {number: signal.getsignal(number) for number in HELD_SIGNALS}
+stops = harmed = k = ended = 0
+while ended < 3 and k < 500:  # until three rounds in a row ended before their k-th point
+    k += 1
+    raised, stopped = [], 0
+    try:
+        sys.setprofile(stop_at(k, raised))
+        with block():
+            pass
+    except KeyboardInterrupt:
+        stopped = 1
+    finally:
+        sys.setprofile(None)
+    left = [number for number in HELD_SIGNALS if signal.getsignal(number) is not handlers[number]]
+    blocked = set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & set(HELD_SIGNALS)
+    for number in left:  # put back for the next round
+        signal.signal(number, handlers[number])
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+    stops += stopped
+    harmed += bool(left or blocked or (raised and not stopped))
+    ended = 0 if raised else ended + 1
+print(stops, harmed)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_ctrl_c_as_held_stops_puts_its_handlers_in_or_back_leaves_none_behind():
+    """``held_stops`` replaces the Ctrl-C and SIGTERM handlers by recorders and puts them back. Swapped
+    one after the other outside its ``try``, a Ctrl-C raised as the first was put back (before the
+    second) left the SIGTERM recorder installed: every later SIGTERM recorded and never acted on, the
+    command impossible to terminate. A Ctrl-C at every point where the interpreter acts on one, in turn
+    (no chance involved): the block as it was is harmed at some (power), ``held_stops`` at none, and each
+    Ctrl-C raised comes out as one stop."""
+    def run(arm: str) -> tuple[int, int]:
+        done = subprocess.run([sys.executable, "-c", HELD_STOPS_WINDOW_PROBE, arm], capture_output=True, text=True,
+                              timeout=100)
+        assert done.returncode == 0, done.stderr
+        stops, harmed = map(int, done.stdout.split())
+        return stops, harmed
+    bare_stops, bare_harmed = run("bare")
+    assert bare_stops > 3 and bare_harmed > 0  # power: the probe stops the block, and catches a handler left
+    stops, harmed = run("guarded")
+    assert stops > 3 and harmed == 0
