@@ -4,13 +4,13 @@ Each task is a function of a shared, read-only context (the stand-in and what wa
 and one small item (a config, an allocation, a release's seed), and returns a small result (errors
 per level). The context is handed to forked worker processes by inheritance, never pickled; a task
 draws its noise from its own seeded generator, so the results do not depend on the number of
-workers or on the order in which they finish. Where processes cannot be forked (or one core is
-available), the tasks run one after the other in this process.
+workers or on the order in which they finish. The workers are as many as the cores, so a task in a worker
+runs on one BLAS thread. Where processes cannot be forked (or one core is available), the tasks run one
+after the other in this process.
 """
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -20,7 +20,7 @@ from typing import Any
 from gedp.errors import GedpError, held_stops
 from gedp.postprocess.cpus import usable_cpus
 from gedp.postprocess.structured import one_blas_thread
-from gedp.running.process import reuse_freed_memory, worker_signals
+from gedp.running.process import worker_signals
 from gedp.running.state_pool import stop_workers
 from gedp.waits import awaited
 
@@ -43,11 +43,10 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
             tell(index, results[-1])
         return results
     _context = (task, shared)
-    gc.freeze()  # the objects inherited stay untouched by the workers' collections: fewer pages copied
     # A pool that notices a dead worker (multiprocessing.Pool waits for its result for ever), its workers
     # stopped however the map ends, none waited for: not even one stuck (a forked child can start with a
     # lock another thread of this process held).
-    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"), initializer=_start_worker)
+    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
     try:
         results = []
         with held_stops():
@@ -61,15 +60,7 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
                         "memory); nothing was planned") from None
     finally:
         stop_workers(pool)
-        gc.unfreeze()
         _context = None
-
-
-def _start_worker() -> None:
-    """A worker ignores Ctrl-C (``worker_signals``) and reuses the memory it frees (its arrays'
-    pages are not given back and faulted in again for every task: gedp/running/process.py)."""
-    worker_signals()
-    reuse_freed_memory()
 
 
 def _run(item: Any) -> Any:
