@@ -78,8 +78,7 @@ def small_standin(small_state):
 def test_predictions_in_workers_are_the_one_process_predictions_bit_for_bit(small_standin, monkeypatch):
     """The planner's batch of predictions (whole configs, wage and employment allocations) on two worker
     processes, as `gedp plan` runs it, against the same batch in this process: the same floats, bit for
-    bit (what the workers change, one BLAS thread, the heap kept, the inherited objects frozen, must not
-    change the plan or its summary)."""
+    bit (what the workers change, one BLAS thread, must not change the plan or its summary)."""
     from gedp.config import load_config
     from gedp.planning import shapes, workers
     from gedp.planning.predictor import Predictor
