@@ -1,4 +1,4 @@
-"""The wage fit's cell spread pass by pass (run on demand, not a test; docs/method/margins-of-error.md,
+"""The wage fit's cell spread pass by pass (run on demand, not a test; docs/evaluation/margins-coverage.md,
 "the cell spread").
 
 A state is synthesized from its published QCEW file and protected ``--releases`` times (seeds 1000, ...)

@@ -1,4 +1,4 @@
-"""The wage fit's sibling rate spread pass by pass (run on demand, not a test; docs/method/margins-of-error.md,
+"""The wage fit's sibling rate spread pass by pass (run on demand, not a test; docs/evaluation/margins-coverage.md,
 "the sibling spread of passes 2-3").
 
 A state is synthesized from its published QCEW file and protected ``--releases`` times (seeds 1000, ...)
