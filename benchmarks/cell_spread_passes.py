@@ -1,4 +1,4 @@
-"""The wage fit's cell spread pass by pass (run on demand, not a test; docs/method/margins-of-error.md,
+"""The wage fit's cell spread pass by pass (run on demand, not a test; docs/evaluation/margins-coverage.md,
 "the cell spread").
 
 A state is synthesized from its published QCEW file and protected ``--releases`` times (seeds 1000, ...)
@@ -14,11 +14,8 @@ pass; printed for pass 1, where its inputs are those answers).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import numpy as np
-from level_coverage import scaled_config, synthetic_truth
+from level_coverage import state_and_config, state_parser
 
 import gedp
 from gedp.postprocess import wages
@@ -53,13 +50,8 @@ def recorder() -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--mu", type=float, required=True)
-    parser.add_argument("--config", default="baseline")
-    parser.add_argument("--releases", type=int, default=5)
-    args = parser.parse_args()
-    truth, config = synthetic_truth(args.qcew), scaled_config(args.mu, args.config)
+    args = state_parser(__doc__).parse_args()
+    truth, config = state_and_config(args)
     seen = recorder()
     for index in range(args.releases):
         seen.clear()

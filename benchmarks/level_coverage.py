@@ -78,6 +78,25 @@ def scaled_config(mu: float, name: str = "recommended") -> Config:
     return parse_config(raw, "recommended scaled")
 
 
+def state_parser(doc: str, config: str = "baseline", mu: float | None = None,
+                 releases: int | None = 5) -> argparse.ArgumentParser:
+    """The options of a script that protects a state synthesized from a published QCEW file: ``--qcew``,
+    ``--mu`` (required unless ``mu`` is given), ``--config`` and ``--releases`` (left out when ``releases``
+    is None); the description is the first line of ``doc``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--qcew", type=Path, required=True)
+    parser.add_argument("--mu", type=float, required=mu is None, default=mu, help="a release's total mu")
+    parser.add_argument("--config", default=config, help="a shipped config's name or a path")
+    if releases is not None:
+        parser.add_argument("--releases", type=int, default=releases)
+    return parser
+
+
+def state_and_config(args: argparse.Namespace) -> tuple[pd.DataFrame, Config]:
+    """The synthesized state of ``--qcew`` and the config ``--config`` scaled to ``--mu``."""
+    return synthetic_truth(args.qcew), scaled_config(args.mu, args.config)
+
+
 def unbounded_values(model_answers, public: pd.DataFrame) -> np.ndarray:
     """Month-1 employment per establishment from the least squares of the release's answers (as its
     model weighs them) without the bound x >= 0: x_j = a_j + v_j lambda_c(j), every establishment free."""
@@ -214,12 +233,8 @@ def summarize(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--mu", type=float, required=True, help="a release's total mu")
-    parser.add_argument("--releases", type=int, default=20)
+    parser = state_parser(__doc__, config="recommended", releases=20)
     parser.add_argument("--unbounded", action="store_true", help="also the coverage without the bound")
-    parser.add_argument("--config", default="recommended", help="a shipped config's name or a path")
     parser.add_argument("--levels", type=int, nargs="*", help="QCEW aggregation levels (default: county x "
                         "NAICS-6 and NAICS-3 cells)")
     parser.add_argument("--misfit", type=float, help="wage margins with the misfit term at this least weight "
@@ -241,8 +256,7 @@ def main() -> None:
     wages.RATE_SPREAD_KEPT = args.rate_spread_kept
     wages.CELL_SPREAD_CORRECTED = args.cell_spread_corrected
     wages.EMPLOYEE_VARIANCE_ESTIMATED = args.employee_variance_estimated
-    config = scaled_config(args.mu, args.config)
-    truth = synthetic_truth(args.qcew)
+    truth, config = state_and_config(args)
     levels = {str(level): [key for key in qcew_keys(truth, level) if key not in ("year", "qtr")]
               for level in args.levels} if args.levels else None
     rows, start = [], time.perf_counter()

@@ -16,7 +16,6 @@ should be (the mean squared deviation of those establishments' true wages from t
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from gedp.release.reader import release_answers, release_wage_psi
 from gedp.synth.schema import public_columns
 
 sys.path.insert(0, str(Path(__file__).parent))
-from level_coverage import scaled_config, synthetic_truth  # noqa: E402
+from level_coverage import state_and_config, state_parser  # noqa: E402
 
 MONTHS = ("m1emp", "m2emp", "m3emp")
 
@@ -79,15 +78,12 @@ def plan_cell_answers(answers, public: pd.DataFrame) -> tuple[np.ndarray, np.nda
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--mu", type=float, required=True)
-    parser.add_argument("--config", default="baseline")
+    parser = state_parser(__doc__, releases=None)
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    truth = synthetic_truth(args.qcew)
-    release = gedp.protect(truth, scaled_config(args.mu, args.config), seed=args.seed, not_for_publication=True)
+    truth, config = state_and_config(args)
+    release = gedp.protect(truth, config, seed=args.seed, not_for_publication=True)
     protected = release.microdata.set_index("estab_id").loc[truth["estab_id"]].reset_index()
     public = protected[public_columns(protected)]
     answers = release_answers(release.folder, protected)

@@ -1,4 +1,4 @@
-"""The wage fit's sibling rate spread pass by pass (run on demand, not a test; docs/method/margins-of-error.md,
+"""The wage fit's sibling rate spread pass by pass (run on demand, not a test; docs/evaluation/margins-coverage.md,
 "the sibling spread of passes 2-3").
 
 A state is synthesized from its published QCEW file and protected ``--releases`` times (seeds 1000, ...)
@@ -14,11 +14,8 @@ fit uses pass 1's in every pass; the estimates printed are the same as shipped u
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import numpy as np
-from level_coverage import scaled_config, synthetic_truth
+from level_coverage import state_and_config, state_parser
 
 import gedp
 from gedp.postprocess import spread_moments, wages
@@ -45,13 +42,8 @@ def recorder(added: bool) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--mu", type=float, required=True)
-    parser.add_argument("--config", default="baseline")
-    parser.add_argument("--releases", type=int, default=5)
-    args = parser.parse_args()
-    truth, config = synthetic_truth(args.qcew), scaled_config(args.mu, args.config)
+    args = state_parser(__doc__).parse_args()
+    truth, config = state_and_config(args)
     for variant in ("shipped", "add"):
         seen = recorder(variant == "add")
         for index in range(args.releases):

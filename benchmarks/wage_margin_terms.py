@@ -30,7 +30,6 @@ releases; cells with true employment only (the idle ones are another benchmark's
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 from collections.abc import Iterator
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from level_coverage import scaled_config, synthetic_truth
+from level_coverage import state_and_config, state_parser
 
 import gedp
 from gedp.postprocess import wages
@@ -162,15 +161,10 @@ def oracle(cells: pd.DataFrame, key: str, edges: tuple) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--mu", type=float, required=True, help="a release's total mu")
-    parser.add_argument("--config", default="baseline", help="a shipped config's name or a path")
-    parser.add_argument("--releases", type=int, default=2)
+    parser = state_parser(__doc__, releases=2)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    config = scaled_config(args.mu, args.config)
-    truth = synthetic_truth(args.qcew)
+    truth, config = state_and_config(args)
     frames, spreads = [], []
     for index in range(args.releases):
         release = gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)

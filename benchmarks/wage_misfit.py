@@ -24,13 +24,11 @@ A state is synthesized from its published QCEW file and protected ``--releases``
 
 from __future__ import annotations
 
-import argparse
 import traceback
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from level_coverage import scaled_config, synthetic_truth
+from level_coverage import state_and_config, state_parser
 
 import gedp
 from gedp.measure.queries import IDENTITY, Groupings, group_establishments
@@ -106,14 +104,8 @@ def level_rows(truth: pd.DataFrame, release: gedp.Release, groupings: dict) -> l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--mu", type=float, default=2.3065)
-    parser.add_argument("--config", default="baseline")
-    parser.add_argument("--releases", type=int, default=5)
-    args = parser.parse_args()
-    config = scaled_config(args.mu, args.config)
-    truth = synthetic_truth(args.qcew)
+    args = state_parser(__doc__, mu=2.3065).parse_args()
+    truth, config = state_and_config(args)
     public = truth[public_columns(truth)]
     groupings = {level: group_establishments(public, [k for k in qcew_keys(truth, level) if k not in ("year", "qtr")])
                  for level in LEVELS}

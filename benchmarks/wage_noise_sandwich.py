@@ -19,7 +19,6 @@ coverage per band of the true total with
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -30,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
-from level_coverage import scaled_config, synthetic_truth, wilson  # noqa: E402
+from level_coverage import state_and_config, state_parser, wilson  # noqa: E402
 from wage_margin_terms import TOTAL_BANDS, banded  # noqa: E402
 
 import gedp  # noqa: E402
@@ -71,15 +70,10 @@ def summary(cells: pd.DataFrame) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--mu", type=float, default=2.3065)
-    parser.add_argument("--config", default="recommended")
-    parser.add_argument("--releases", type=int, default=5)
+    parser = state_parser(__doc__, config="recommended", mu=2.3065)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    truth = synthetic_truth(args.qcew)
-    config, frames, start = scaled_config(args.mu, args.config), [], time.perf_counter()
+    (truth, config), frames, start = state_and_config(args), [], time.perf_counter()
     for index in range(args.releases):
         release = gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)
         frames.append(release_cells(truth, release).assign(release=index))

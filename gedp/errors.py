@@ -9,6 +9,7 @@ written and its charge committed.
 
 from __future__ import annotations
 
+import _signal  # the C functions ``signal`` wraps (``held_stops``)
 import signal
 import sys
 import threading
@@ -141,20 +142,31 @@ def held_stops() -> Iterator[None]:
     cannot stop and the pool's shutdown waits for; a new worker inherits the block, so a Ctrl-C that
     reaches it before its initializer, ``worker_signals``, waits and is dropped, and the SIGTERM that
     stops it waits and ends it), the ledger's reservation (a key file without its event). Only the main
-    thread handles signals: elsewhere the block does nothing."""
+    thread handles signals: elsewhere the block does nothing.
+
+    A stop's handler runs between any two steps of the interpreter, so the handlers are read before
+    anything changes, every change is inside the ``try``, and handlers and mask are changed by the C
+    functions themselves (``_signal``: ``signal.signal`` and ``signal.pthread_sigmask`` are Python
+    code, where a stop can be raised before they act): a stop raised by a handler not yet replaced (a
+    SIGTERM as the Ctrl-C recorder is put in) or by one already put back (a Ctrl-C as the SIGTERM
+    recorder is taken out) leaves no recorder installed and no stop blocked."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
-    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
-                for number in HELD_SIGNALS}
-    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    first, second = (int(number) for number in HELD_SIGNALS)
+    previous = {first: _signal.getsignal(first), second: _signal.getsignal(second)}
     try:
+        _signal.signal(first, lambda number, frame: received.append(number))
+        _signal.signal(second, lambda number, frame: received.append(number))
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, (first, second))
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (first, second))
+        try:
+            _signal.signal(first, previous[first])
+        finally:
+            _signal.signal(second, previous[second])  # put back even if the first's stop was raised
         _act_on(list(dict.fromkeys(received)), previous)
 
 

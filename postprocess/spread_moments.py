@@ -67,7 +67,7 @@ def sibling_spread(parent: np.ndarray, rate_state: np.ndarray, totals: np.ndarra
     weighted moments of (observed - parent)^2 - noise over parent^2: unbiased where ``noise`` is the
     variance of independent noise in the totals (the rate query's answers), not where the totals are a
     fit's posterior means (there the squared deviation's expectation is s^2 c less, not plus, a
-    posterior variance, and that of the deviation, not of the rate: docs/method/margins-of-error.md)."""
+    posterior variance, and that of the deviation, not of the rate: docs/evaluation/margins-coverage.md)."""
     observed = totals / employment
     parent_rate = np.maximum(np.bincount(parent, weights=totals, minlength=n_parents)
                              / np.bincount(parent, weights=employment, minlength=n_parents), 0.0)

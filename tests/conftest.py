@@ -118,6 +118,23 @@ def fitted_state(small_state):
     return answers, protected, gedp.load("baseline").plan.psi
 
 
+def spreads_by_pass(fitted_state, monkeypatch, priors: str) -> list:
+    """Refits ``fitted_state``'s wages and returns the squared spread that the wage fit's ``priors``
+    (``"_cell_priors"`` or ``"_rate_priors"``: their fifth output) gave in each pass."""
+    from gedp.postprocess import wages
+
+    found, original = [], getattr(wages, priors)
+
+    def recorded(*args):
+        out = original(*args)
+        found.append(out[4].copy())
+        return out
+
+    monkeypatch.setattr(wages, priors, recorded)
+    wages.fit_wages(*fitted_state)
+    return found
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """../shared/data, or a skip with the reason when it is absent (a user's machine)."""

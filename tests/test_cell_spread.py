@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import spreads_by_pass
 
 from gedp.postprocess import wages
 from gedp.postprocess.cell_spread import corrected_cell_spread, shared_variance
@@ -95,16 +96,7 @@ def test_shared_variance_against_the_dense_covariance():
 def test_the_fit_takes_the_corrected_spread_in_every_pass_under_the_knob(fitted_state, monkeypatch, corrected):
     """With CELL_SPREAD_CORRECTED every pass's cell spread is pass 1's corrected moment; without, the
     shipped one, re-estimated pass by pass (it moves)."""
-    answers, protected, psi = fitted_state
     monkeypatch.setattr(wages, "CELL_SPREAD_CORRECTED", corrected)
-    found, cell_priors = [], wages._cell_priors
-
-    def recorded(*args):
-        out = cell_priors(*args)
-        found.append(out[4].copy())
-        return out
-
-    monkeypatch.setattr(wages, "_cell_priors", recorded)
-    wages.fit_wages(answers, protected, psi)
+    found = spreads_by_pass(fitted_state, monkeypatch, "_cell_priors")
     assert len(found) == wages.PASSES
     assert all(np.array_equal(spread2, found[0]) for spread2 in found[1:]) == corrected

@@ -2,10 +2,9 @@
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import lock_probe
 import numpy as np
 import pandas as pd
 import pytest
@@ -344,9 +343,10 @@ def test_a_state_that_fails_to_write_stops_the_release(two_states, tmp_path, mon
 #: asking the client's event loop to run a callback. Prints how many rounds were stopped and whether one
 #: was harmed (the loop stopped answering, or the stop came out as another error): the sweep ends there.
 DASK_LOOP_PROBE = """
-import os, signal, sys, threading, time
+import os, sys, threading, time
 from distributed import Client, as_completed
 import gedp.running.engine as engine
+from lock_probe import stop_at
 
 engine.STOP_POLL = 0.01
 
@@ -354,16 +354,6 @@ engine.STOP_POLL = 0.01
 def nap(x):
     time.sleep(0.02)
     return x
-
-
-def stop_at(k):
-    seen = [0]
-    def point(frame, event, arg):
-        if event in ("call", "c_return"):
-            seen[0] += 1
-            if seen[0] == k:
-                signal.raise_signal(signal.SIGINT)
-    return point
 
 
 def answers(client):
@@ -406,13 +396,7 @@ def test_a_ctrl_c_while_awaiting_the_dask_states_leaves_the_client_running():
     --engine dask` that never ends), or came out as a RuntimeError. ``each_done`` looks at
     ``Future.done``, which takes no lock. A Ctrl-C at every point where the interpreter acts on one, in
     turn (no chance involved): the bare wait was harmed at one of them (power), ``each_done`` at none."""
-    def run(arm: str) -> tuple[int, int]:
-        done = subprocess.run([sys.executable, "-c", DASK_LOOP_PROBE, arm], capture_output=True, text=True,
-                              timeout=280)
-        assert done.returncode == 0, done.stderr
-        stops, harmed = map(int, done.stdout.split())
-        return stops, harmed
-    bare_stops, bare_harmed = run("bare")
+    bare_stops, bare_harmed = lock_probe.run(DASK_LOOP_PROBE, "bare", timeout=280)
     assert bare_stops > 0 and bare_harmed == 1  # power: the probe stops the wait, and catches the harm
-    stops, harmed = run("guarded")
+    stops, harmed = lock_probe.run(DASK_LOOP_PROBE, "guarded", timeout=280)
     assert stops > 10 and harmed == 0

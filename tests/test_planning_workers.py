@@ -47,3 +47,51 @@ def test_a_killed_worker_is_reported_not_waited_for():
     with pytest.raises(GedpError, match="a planner worker process stopped"):
         parallel_map(_killed_at_one, None, [0, 1, 2, 3], workers=2)
     assert multiprocessing.active_children() == []
+
+
+def _blas_threads(shared, item):
+    """The BLAS thread count a task runs with (None: no BLAS library threadpoolctl knows)."""
+    from threadpoolctl import threadpool_info
+
+    counts = [library["num_threads"] for library in threadpool_info() if library["user_api"] == "blas"]
+    return max(counts) if counts else None
+
+
+def test_tasks_in_workers_run_on_one_blas_thread():
+    """As many workers as cores: a task's BLAS threads beside them would only wait for a time slice (and
+    spin, burning processor time): each task in a worker runs on one BLAS thread."""
+    got = parallel_map(_blas_threads, None, list(range(4)), workers=2)
+    if got[0] is None:
+        pytest.skip("no BLAS library that threadpoolctl knows")
+    assert got == [1, 1, 1, 1]
+
+
+@pytest.fixture(scope="module")
+def small_standin(small_state):
+    from gedp.planning.predict import target_cells
+    from gedp.planning.predictor import StandIn
+
+    return StandIn(small_state, target_cells(small_state, None, (78, 75, 74, 54, 51), ["m1emp", "m2emp", "wage"]),
+                   "small")
+
+
+def test_predictions_in_workers_are_the_one_process_predictions_bit_for_bit(small_standin, monkeypatch):
+    """The planner's batch of predictions (whole configs, wage and employment allocations) on two worker
+    processes, as `gedp plan` runs it, against the same batch in this process: the same floats, bit for
+    bit (what the workers change, one BLAS thread, must not change the plan or its summary)."""
+    from gedp.config import load_config
+    from gedp.planning import shapes, workers
+    from gedp.planning.predictor import Predictor
+
+    base = load_config("baseline")
+    configs = [(base, ["m1emp", "wage"], "base plan")]
+    wages = shapes.allocations(shapes.wage_sets()[:2], shapes.WAGE_IDENTITY_SHARES[:1], shapes.STATE_SHARES[:1])
+    employment = shapes.allocations(shapes.query_sets()[:3], shapes.IDENTITY_SHARES[:1], shapes.STATE_SHARES)
+
+    def run(cores):
+        monkeypatch.setattr(workers, "usable_cpus", lambda: cores)
+        return Predictor(small_standin, base, 2.3065, lambda label: None).run(configs, wages, employment)
+
+    alone, pooled = run(1), run(2)
+    assert pooled == alone
+    assert all(np.isfinite(e) for errors in alone[0] for by in errors.values() for e in by.values())

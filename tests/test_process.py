@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 
+import lock_probe
 import pytest
 
 #: numpy's own reading of its switch, in a fresh process (numpy reads it once, at import).
@@ -487,11 +488,12 @@ def test_a_stop_while_a_command_loads_its_modules_says_so(tmp_path, command, sto
 #: Ctrl-C (argv[2] times, each at a random moment) while the main thread waits on 3,000 futures that never
 #: finish, through ``completed`` or (argv[1] "bare", the power arm) through ``concurrent.futures.wait``
 #: itself as it was used before; prints how many times a future's lock was left taken (seen from another
-#: thread: the lock is reentrant for the one that took it).
+#: thread: the lock is reentrant for the one that took it) or the stop came out as another error.
 LEFT_LOCK_PROBE = """
 import os, random, signal, sys, threading
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 import gedp.waits as waits
+from lock_probe import taken
 waits.STOP_POLL = 0.0  # the wait's work, not its sleep, fills the time a Ctrl-C can land in
 
 
@@ -500,20 +502,6 @@ def bare(futures):
     while pending:
         done, pending = wait(pending, timeout=0.0, return_when=FIRST_COMPLETED)
         yield from done
-
-
-def taken(futures):
-    found = []
-    def look():
-        for future in futures:
-            if future._condition.acquire(blocking=False):
-                future._condition.release()
-            else:
-                found.append(future)
-    looker = threading.Thread(target=look)
-    looker.start()
-    looker.join()
-    return len(found)
 
 
 waiting = bare if sys.argv[1] == "bare" else waits.completed
@@ -526,7 +514,10 @@ for _ in range(int(sys.argv[2])):
             pass
     except KeyboardInterrupt:
         pass
-    left += taken(futures) > 0
+    except RuntimeError:  # interrupted inside a Condition's wait: "release unlocked lock" (harmed too)
+        left += 1
+        continue
+    left += bool(taken(future._condition for future in futures))
 print(left)
 """
 
@@ -539,13 +530,8 @@ def test_a_ctrl_c_during_a_wait_leaves_no_future_locked():
     for ever. ``completed`` now holds Ctrl-C back around each wait. 60 Ctrl-Cs a side: the bare wait
     left a lock taken 46 times in 100 here, so the power arm fails to show one with probability
     about 0.54**60 < 1e-15; through ``completed`` none can be left (the stop is raised after the wait)."""
-    def left(arm: str) -> int:
-        run = subprocess.run([sys.executable, "-c", LEFT_LOCK_PROBE, arm, "60"], capture_output=True, text=True,
-                             timeout=200)
-        assert run.returncode == 0, run.stderr
-        return int(run.stdout)
-    assert left("bare") > 0  # power: the probe catches a lock left taken
-    assert left("completed") == 0
+    assert lock_probe.run(LEFT_LOCK_PROBE, "bare", "60", timeout=200) > [0]  # power: a lock left taken caught
+    assert lock_probe.run(LEFT_LOCK_PROBE, "completed", "60", timeout=200) == [0]
 
 
 #: A thread pool's task submitted and its result awaited, through ``submitted`` and ``awaited`` or
@@ -555,9 +541,10 @@ def test_a_ctrl_c_during_a_wait_leaves_no_future_locked():
 #: round ends before it. Prints how many of those points the round was stopped at, and at how many a
 #: lock that the pool's thread takes was left taken (or the stop came out as another error).
 POOL_LOCK_PROBE = """
-import signal, sys, threading
+import sys
 from concurrent.futures import ThreadPoolExecutor, _base
 import gedp.waits as waits
+from lock_probe import stop_at, taken
 
 made = []
 
@@ -583,30 +570,9 @@ def guarded(pool):
     waits.awaited(waits.submitted(pool, task))
 
 
-def taken(pool):
-    locks = [pool._shutdown_lock, pool._idle_semaphore._cond, *(thread._started._cond for thread in pool._threads),
-             *(future._condition for future in made)]
-    found = []
-    def look():
-        for lock in locks:
-            if lock.acquire(blocking=False):
-                lock.release()
-            else:
-                found.append(lock)
-    looker = threading.Thread(target=look)
-    looker.start()
-    looker.join()
-    return bool(found)
-
-
-def stop_at(k):
-    seen = [0]
-    def point(frame, event, arg):
-        if event in ("call", "c_return"):
-            seen[0] += 1
-            if seen[0] == k:
-                signal.raise_signal(signal.SIGINT)
-    return point
+def locks(pool):
+    return [pool._shutdown_lock, pool._idle_semaphore._cond, *(thread._started._cond for thread in pool._threads),
+            *(future._condition for future in made)]
 
 
 arm = bare if sys.argv[1] == "bare" else guarded
@@ -628,7 +594,7 @@ while ended < 3 and k < 2000:  # until three rounds in a row ended before their 
         sys.setprofile(None)
     stops += stopped
     ended = 0 if stopped or broken else ended + 1
-    harmed += broken or taken(pool)
+    harmed += broken or bool(taken(locks(pool), grace=0.5))  # its thread may be ending the task
 print(stops, harmed)
 sys.stdout.flush()
 import os
@@ -645,13 +611,73 @@ def test_a_ctrl_c_while_submitting_or_awaiting_a_thread_pool_leaves_no_lock_take
     ``submitted`` and ``awaited`` hold the stop back until the pool's call has returned. A Ctrl-C at
     every point where the interpreter acts on one, in turn (no chance involved): the bare calls were
     harmed at some of them (power), the held ones at none."""
-    def run(arm: str) -> tuple[int, int]:
-        done = subprocess.run([sys.executable, "-c", POOL_LOCK_PROBE, arm], capture_output=True, text=True,
-                              timeout=200)
-        assert done.returncode == 0, done.stderr
-        stops, harmed = map(int, done.stdout.split())
-        return stops, harmed
-    bare_stops, bare_harmed = run("bare")
+    bare_stops, bare_harmed = lock_probe.run(POOL_LOCK_PROBE, "bare", timeout=200)
     assert bare_stops > 20 and bare_harmed > 0  # power: the probe stops the calls, and catches a lock left taken
-    stops, harmed = run("guarded")
+    stops, harmed = lock_probe.run(POOL_LOCK_PROBE, "guarded", timeout=200)
     assert stops > 20 and harmed == 0
+
+
+#: ``held_stops`` entered and left with a Ctrl-C raised at the k-th point where the interpreter can act on
+#: one, for every k; SIGTERM's handler raises (``Terminated``), as the command line's does. After each
+#: round: both handlers are the ones before, neither stop is left blocked, and a Ctrl-C raised came out as
+#: one stop. "bare" is the block as it was (its handlers swapped and put back one after the other).
+HELD_STOPS_WINDOW_PROBE = """
+import contextlib, signal, sys
+from gedp.errors import HELD_SIGNALS, _act_on, held_stops, raise_terminated
+from lock_probe import stop_at
+
+
+@contextlib.contextmanager
+def bare():
+    received = []
+    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
+                for number in HELD_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        _act_on(list(dict.fromkeys(received)), previous)
+
+
+block = bare if sys.argv[1] == "bare" else held_stops
+signal.signal(signal.SIGTERM, raise_terminated)
+handlers = {number: signal.getsignal(number) for number in HELD_SIGNALS}
+stops = harmed = k = ended = 0
+while ended < 3 and k < 500:  # until three rounds in a row ended before their k-th point
+    k += 1
+    raised, stopped = [], 0
+    try:
+        sys.setprofile(stop_at(k, raised))
+        with block():
+            pass
+    except KeyboardInterrupt:
+        stopped = 1
+    finally:
+        sys.setprofile(None)
+    left = [number for number in HELD_SIGNALS if signal.getsignal(number) is not handlers[number]]
+    blocked = set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & set(HELD_SIGNALS)
+    for number in left:  # put back for the next round
+        signal.signal(number, handlers[number])
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+    stops += stopped
+    harmed += bool(left or blocked or (raised and not stopped))
+    ended = 0 if raised else ended + 1
+print(stops, harmed)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_ctrl_c_as_held_stops_puts_its_handlers_in_or_back_leaves_none_behind():
+    """``held_stops`` replaces the Ctrl-C and SIGTERM handlers by recorders and puts them back. Swapped
+    one after the other outside its ``try``, a Ctrl-C raised as the first was put back (before the
+    second) left the SIGTERM recorder installed: every later SIGTERM recorded and never acted on, the
+    command impossible to terminate. A Ctrl-C at every point where the interpreter acts on one, in turn
+    (no chance involved): the block as it was is harmed at some (power), ``held_stops`` at none, and each
+    Ctrl-C raised comes out as one stop."""
+    bare_stops, bare_harmed = lock_probe.run(HELD_STOPS_WINDOW_PROBE, "bare", timeout=100)
+    assert bare_stops > 3 and bare_harmed > 0  # power: the probe stops the block, and catches a handler left
+    stops, harmed = lock_probe.run(HELD_STOPS_WINDOW_PROBE, "guarded", timeout=100)
+    assert stops > 3 and harmed == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import spreads_by_pass
 
 from gedp.postprocess import wages
 from gedp.postprocess.spread_moments import sibling_spread
@@ -79,16 +80,7 @@ def test_pass_one_recovers_the_spread_and_the_posterior_moments_do_not():
 def test_the_fit_keeps_pass_ones_spread_under_the_knob(fitted_state, monkeypatch, kept):
     """With RATE_SPREAD_KEPT the sibling spread of passes 2-3 is pass 1's; without, re-estimated (the
     shipped default: it moves)."""
-    answers, protected, psi = fitted_state
     monkeypatch.setattr(wages, "RATE_SPREAD_KEPT", kept)
-    found, rate_priors = [], wages._rate_priors
-
-    def recorded(p, last):
-        out = rate_priors(p, last)
-        found.append(out[4].copy())
-        return out
-
-    monkeypatch.setattr(wages, "_rate_priors", recorded)
-    wages.fit_wages(answers, protected, psi)
+    found = spreads_by_pass(fitted_state, monkeypatch, "_rate_priors")
     assert len(found) == wages.PASSES
     assert all(np.array_equal(spread2, found[0]) for spread2 in found[1:]) == kept

@@ -4,8 +4,9 @@ Each task is a function of a shared, read-only context (the stand-in and what wa
 and one small item (a config, an allocation, a release's seed), and returns a small result (errors
 per level). The context is handed to forked worker processes by inheritance, never pickled; a task
 draws its noise from its own seeded generator, so the results do not depend on the number of
-workers or on the order in which they finish. Where processes cannot be forked (or one core is
-available), the tasks run one after the other in this process.
+workers or on the order in which they finish. The workers are as many as the cores, so a task in a worker
+runs on one BLAS thread. Where processes cannot be forked (or one core is available), the tasks run one
+after the other in this process.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from gedp.errors import GedpError, held_stops
 from gedp.postprocess.cpus import usable_cpus
+from gedp.postprocess.structured import one_blas_thread
 from gedp.running.process import worker_signals
 from gedp.running.state_pool import stop_workers
 from gedp.waits import awaited
@@ -66,4 +68,5 @@ def _run(item: Any) -> Any:
     if _context is None:
         raise RuntimeError("a planner worker started outside parallel_map")  # a bug, not an input error
     task, shared = _context
-    return task(shared, item)
+    with one_blas_thread:  # as many workers as cores: more BLAS threads would only wait for a time slice
+        return task(shared, item)

@@ -373,12 +373,12 @@ def check_jobs(release: str | Path, frame: pd.DataFrame, manifest: Manifest) -> 
     from gedp.measure.jobframe import FAMILY_COLUMNS
 
     families = manifest.get("jobs", {}).get("families", {})
-    family = frame["family"].astype(object)
+    family = _as_text(frame["family"])
     bad: dict[str, np.ndarray] = {"family": ~family.isin(list(families)).to_numpy()}
     domains = job_domains()
     for column in frame.columns.intersection(list(FAMILY_COLUMNS)):
         member = family.isin([name for name, spec in families.items() if column in spec["columns"]]).to_numpy()
-        values = frame[column].astype(object)
+        values = _as_text(frame[column])
         coded = (values.isin(domains[column]) if column in domains else values.notna()).to_numpy()
         bad[column] = np.where(member, ~coded, values.notna().to_numpy())
     jobs = frame["jobs"].to_numpy(dtype=float)
@@ -388,6 +388,12 @@ def check_jobs(release: str | Path, frame: pd.DataFrame, manifest: Manifest) -> 
             bad["jobs"] |= jobs != np.round(jobs)
     for column, rows in bad.items():
         _refuse_job_values(release, column, rows)
+
+
+def _as_text(values: pd.Series) -> pd.Series:
+    """A column as read, for comparing with codes: pandas' text as it is (its own ``isin``, without a
+    Python string per row), anything else as objects (a number is never a code)."""
+    return values if isinstance(values.dtype, pd.StringDtype) else values.astype(object)
 
 
 def _refuse_job_values(release: str | Path, column: str, rows: np.ndarray) -> None:
