@@ -31,13 +31,13 @@ def recorder() -> list[str]:
     def recorded(p: wages._Problem, last: wages._Pass, observed: np.ndarray, detail_variance: np.ndarray
                  ) -> tuple[np.ndarray, ...]:
         out = original(p, last, observed, detail_variance)
-        cell_rates, direct_variance, county_variance, _, spread2 = out
+        cell_rates, direct_variance, county_variance, _, spread2, (b, _) = out
         prior = cell_rates * p.cell_employment
         weight = np.where(p.theta.cell_state == 0, prior**2, 0.0)
         top = np.sort(weight)[::-1][:10].sum() / weight.sum()
         text = f"{spread2[0]:.4f} (10 cells {top:.0%})"
         if last.totals is None:
-            employee = (cell_rates**2 * (wages.EMPLOYEE_VARIANCE * p.cell_employment + p.cell_employment_variance)
+            employee = (cell_rates**2 * (b[p.theta.cell_state] * p.cell_employment + p.cell_employment_variance)
                         + 1.0 + p.cell_idle_variance)
             corrected = layout_cell_spread(p.theta, p.direct, prior, p.cell_employment, direct_variance, employee,
                                            last.rate_variance, detail_variance, county_variance)

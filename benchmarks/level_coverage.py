@@ -246,6 +246,8 @@ def main() -> None:
     parser.add_argument("--cell-spread-corrected", action="store_true", help="every pass takes the cell "
                         "spread from pass 1's moment corrected for each cell's share of its rate "
                         "(postprocess.wages.CELL_SPREAD_CORRECTED)")
+    parser.add_argument("--employee-variance-estimated", action="store_true", help="the per-employee variance "
+                        "b estimated from each release (postprocess.wages.EMPLOYEE_VARIANCE_ESTIMATED)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cells", type=Path, help="also every cell-release's row (parquet): to compare two runs "
                         "cell by cell, benchmarks/coverage_compare.py")
@@ -253,6 +255,7 @@ def main() -> None:
     wages.RATE_TAILS = args.rate_tails
     wages.RATE_SPREAD_KEPT = args.rate_spread_kept
     wages.CELL_SPREAD_CORRECTED = args.cell_spread_corrected
+    wages.EMPLOYEE_VARIANCE_ESTIMATED = args.employee_variance_estimated
     truth, config = state_and_config(args)
     levels = {str(level): [key for key in qcew_keys(truth, level) if key not in ("year", "qtr")]
               for level in args.levels} if args.levels else None
@@ -267,6 +270,7 @@ def main() -> None:
                                         "config": args.config, "releases": index + 1, "level": 0.95,
                                         "misfit": args.misfit, "rate_tails": args.rate_tails,
                                         "cell_spread_corrected": args.cell_spread_corrected,
+                                        "employee_variance_estimated": args.employee_variance_estimated,
                                         "summary": summary.to_dict(orient="records"),
                                         "no_employment": without_employment(cells),
                                         "accuracy": accuracy(cells)}, indent=1) + "\n")

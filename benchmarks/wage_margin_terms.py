@@ -59,8 +59,8 @@ def kept_priors() -> Iterator[dict]:
     kept: dict = {}
     original = wages._cell_priors
 
-    def keeping(p, last, observed):
-        kept.update(problem=p, last=last, priors=original(p, last, observed))
+    def keeping(p, last, observed, detail_variance):
+        kept.update(problem=p, last=last, priors=original(p, last, observed, detail_variance))
         return kept["priors"]
 
     wages._cell_priors = keeping
@@ -77,11 +77,11 @@ def release_cells(truth: pd.DataFrame, release: gedp.Release) -> tuple[pd.DataFr
     with kept_priors() as kept:
         fit = wages.fit_wages(answers, protected, release_wage_psi(release.folder))
     p, last = kept["problem"], kept["last"]
-    rates, vd, _, vp = kept["priors"]
+    rates, vd, _, vp = kept["priors"][:4]
     n = len(fit.totals)
     E = p.cell_employment
     prior = rates * E
-    per_employee = rates**2 * wages.EMPLOYEE_VARIANCE * E
+    per_employee = rates**2 * fit.employee_variance[p.theta.cell_state] * E
     employment_noise = rates**2 * p.cell_employment_variance
     other = per_employee + employment_noise + 1.0 + p.cell_idle_variance
     employed = sum(truth[m].to_numpy() for m in ("m1emp", "m2emp", "m3emp"))

@@ -13,7 +13,9 @@ ones hardly count. s^2 is found by a few fixed-point steps from ``start`` (weigh
 sqrt(sum w^2 (d - n - s^2 c)^2) / sum w c says what the estimate is worth.
 
 ``idle_wage_variance`` uses the same estimate (c = 1: a variance in dollars^2) for the wages of
-establishments without protected employment around their prior, per class of such establishments.
+establishments without protected employment around their prior, per class of such establishments;
+``detail_spread`` for the NAICS-6 rates around their NAICS-5 rate. ``plain_squared_spread`` is the
+plain moment (the cell spread's and the county offsets', ``county_spread``).
 """
 
 from __future__ import annotations
@@ -73,3 +75,49 @@ def sibling_spread(parent: np.ndarray, rate_state: np.ndarray, totals: np.ndarra
     spread2, _ = weighted_squared_spread(rate_state, (observed - parent_rate[parent]) ** 2 - noise, scale, noise,
                                          n_states, least**2)
     return observed, parent_rate, np.maximum(spread2, least**2)
+
+
+def plain_squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, n_states: int) -> np.ndarray:
+    """A relative spread squared by plain moments, per state: the summed excess of squared deviations
+    over their noise, divided by the summed squared scale (0 for a state without scale; may be negative)."""
+    excess, scale = (np.bincount(codes, weights=values, minlength=n_states) for values in (excess, scale))
+    return np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0)
+
+
+def detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray, establishment_detail: np.ndarray,
+                  detail_group: np.ndarray, rate: np.ndarray, rate_variance: np.ndarray, rate_state: np.ndarray,
+                  n_states: int, least: float) -> np.ndarray:
+    """The wage fit's squared relative spread of the detail (NAICS-6) rates around their NAICS-5 rate,
+    by weighted moments per state, per detail rate (at least ``least``^2): each detail industry's
+    identity answers summed over its employment (noise ``noise`` summed) against the rate query's
+    rate (independent noise)."""
+    n_details = len(detail_group)
+    if n_details == 0:
+        return np.zeros(0)
+    inside = establishment_detail >= 0
+    codes = establishment_detail[inside]
+    detail_employment = np.bincount(codes, weights=employment[inside], minlength=n_details)
+    observed = np.bincount(codes, weights=answer[inside], minlength=n_details) / detail_employment
+    observed_noise = np.bincount(codes, weights=noise[inside], minlength=n_details) / detail_employment**2
+    detail_state = rate_state[detail_group]
+    term_noise = observed_noise + rate_variance[detail_group]
+    spread2, _ = weighted_squared_spread(detail_state, (observed - rate[detail_group]) ** 2 - term_noise,
+                                         np.maximum(rate[detail_group], 0.0) ** 2, term_noise, n_states, least**2)
+    return np.maximum(spread2, least**2)[detail_state]
+
+
+def county_spread(cell_county: np.ndarray | None, county_state: np.ndarray, cell_employment: np.ndarray,
+                  totals: np.ndarray, noise: np.ndarray, expected: np.ndarray, least: np.ndarray) -> np.ndarray:
+    """The wage fit's variance of the county offsets (wage per employee above the industries' rates),
+    by plain moments per state: counties' totals against what their industries' rates give, less the
+    totals' noise, over the county's employment squared; at least ``least`` (per state)."""
+    if cell_county is None:  # no county offsets
+        return np.zeros(0)
+    n_counties = len(county_state)
+
+    def by_county(values):
+        return np.bincount(cell_county, weights=values, minlength=n_counties)
+
+    spread2 = plain_squared_spread(county_state, (by_county(totals) - by_county(expected)) ** 2 - by_county(noise),
+                                   by_county(cell_employment) ** 2, len(least))
+    return np.maximum(spread2, least)[county_state]

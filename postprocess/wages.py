@@ -24,20 +24,17 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    cell's prior error is shared by every cell of its industry (or county), and the margins carry
    that correlation.
 3. **Cell prior.** The cell's wage is about (r_g + kappa_k) E_c (E_c its protected employment), with
-   variance (s E_c r)^2 + EMPLOYEE_VARIANCE E_c r^2 (r its prior rate) plus the noise of E_c: a relative
-   variance s^2 + EMPLOYEE_VARIANCE / E_c that is large for small cells (part-time work, turnover, a
-   few people's pay). s is estimated by moments per state (its information is in the large cells);
-   EMPLOYEE_VARIANCE is not estimable from the release (small cells' direct measurements are almost
-   all noise) and is fixed from public data: on the published county x NAICS-6 cells of Rhode Island
-   and New Jersey, 2016 Q1, the squared relative deviation from the statewide NAICS-6 rate (county
-   effect removed) fits s^2 + b / E with b = 2.8 and 3.8 (tests/test_wages.py re-derives it; an
-   agency can set it from its own earlier publications). The two fits differ; the larger (3.8) is
-   kept, the conservative choice (wider small-cell priors). An establishment without protected
-   employment (under EMPLOYMENT_FLOOR) adds the variance of such establishments' wages around their
-   prior, by weighted moments per state from their identity answers (``spread_moments``; at least
-   0; separately for the establishments of cells without protected employment, ``idle_classes``),
-   to its cell's prior variance and to its share's. The least squares over cell totals
-   t >= 0 and rates,
+   variance (s E_c r)^2 + b E_c r^2 (r its prior rate) plus the noise of E_c: a relative variance
+   s^2 + b / E_c that is large for small cells (part-time work, turnover, a few people's pay). s is
+   estimated by moments per state (its information is in the large cells); b is EMPLOYEE_VARIANCE,
+   fixed from public data (published county x NAICS-6 cells, 2016 Q1: Rhode Island fits 2.8, New
+   Jersey 3.8, tests/test_wages.py; the larger kept), or, with EMPLOYEE_VARIANCE_ESTIMATED, estimated
+   per state from the release with s (``employee_variance``; EMPLOYEE_VARIANCE where not identified).
+   An establishment without protected employment (under EMPLOYMENT_FLOOR) adds the variance of such
+   establishments' wages around their prior, by weighted moments per state from their identity
+   answers (``spread_moments``; at least 0; separately for the establishments of cells without
+   protected employment, ``idle_classes``), to its cell's prior variance and to its share's. The
+   least squares over cell totals t >= 0 and rates,
 
        sum_c (d_c - t_c)^2 / vd_c + (t_c - E_c (r_g(c) + kappa_k(c)))^2 / vp_c
          + sum_g (r_g - rho_p(g))^2 / vr_g + sum_p (rho_p - m_p)^2 / vague_p + sum_k kappa_k^2 / vk
@@ -52,7 +49,7 @@ is far more accurate, and wage per employee varies far less than wages. So, per 
    group clipped at 0) pins it. Steps 2-3 run PASSES times (spreads from the last fit; knobs below).
 4. **Shares.** Each cell's total is shared among its establishments: each establishment's identity
    answer (variance at its employment share of the total) and its employment share (variance
-   (s x share)^2 + EMPLOYEE_VARIANCE x rate^2 x its employment, as a cell's prior; s by moments
+   (s x share)^2 + b x rate^2 x its employment, as a cell's prior; s by moments
    from the identity answers) combined by inverse variance, the shares at least their bounds and
    adding up exactly to the cell total. Where the cells span counties (a plan without county wage
    queries), a county's establishments share a deviation from their employment shares (sd by
@@ -88,9 +85,16 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.cell_spread import layout_cell_spread
+from gedp.postprocess.employee_variance import LEAST_EMPLOYMENT, spread_and_employee_variance
 from gedp.postprocess.months import row_means
 from gedp.postprocess.rate_tails import effective_deviations, tail_variances
-from gedp.postprocess.spread_moments import idle_wage_variance, sibling_spread, weighted_squared_spread
+from gedp.postprocess.spread_moments import (
+    county_spread,
+    detail_spread,
+    idle_wage_variance,
+    plain_squared_spread,
+    sibling_spread,
+)
 from gedp.postprocess.structured import one_blas_thread, solve_nested
 from gedp.postprocess.wage_answers import held_by_group
 from gedp.postprocess.wage_layout import ModelCells, ThetaLayout, establishment_counties, model_cells, theta_layout
@@ -115,10 +119,12 @@ RATE_QUERY = ("state", "naics5")
 #: Bounds of the relative spread of a cell's wage per employee around its industry's rate
 #: (estimated by moments per state).
 CELL_SPREAD_BOUNDS = (0.1, 1.0)
-#: Relative variance per employee: a cell of E employees varies around its prior by this x rate^2 x E
-#: beyond its cell spread (a relative variance of this / E, large for small cells); from published
+#: Relative variance per employee b: a cell of E employees varies around its prior by b x rate^2 x E
+#: beyond its cell spread (a relative variance of b / E, large for small cells); from published
 #: QCEW cells (module docstring): the larger of the two states' fits, the conservative choice.
 EMPLOYEE_VARIANCE = 3.8
+#: b estimated per state from the release's answers (``employee_variance``); off: EMPLOYEE_VARIANCE.
+EMPLOYEE_VARIANCE_ESTIMATED = False
 #: Bounds of the estimated establishment spread, and the smallest relative spread between sibling rates.
 SPREAD_BOUNDS = (0.05, 3.0)
 MIN_RATE_SPREAD = 0.1
@@ -171,6 +177,8 @@ class WageFit:
     county_loading: np.ndarray  # per establishment: sd of its share's part of its county's shared deviation
     rates: SharedRates  # the industry rates shared by the cells' priors
     noise_excess: np.ndarray  # per cell: v^2 e / vd^2, its answers' noise where their wages lie (``_noise_excess``)
+    employee_variance: np.ndarray  # per state: b, the per-employee variance of the priors (with its se: inf if fixed)
+    employee_variance_se: np.ndarray
 
     @property
     def groups(self) -> sp.csr_matrix:
@@ -223,54 +231,6 @@ def _by_state(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(codes, weights=values, minlength=n)
 
 
-def _squared_spread(codes: np.ndarray, excess: np.ndarray, scale: np.ndarray, n_states: int) -> np.ndarray:
-    """A relative spread squared by moments, per state: the summed excess of squared deviations over
-    their noise, divided by the summed squared scale (0 for a state without scale; may be negative)."""
-    excess, scale = _by_state(codes, excess, n_states), _by_state(codes, scale, n_states)
-    return np.divide(excess, scale, out=np.zeros(n_states), where=scale > 0)
-
-
-def _detail_spread(answer: np.ndarray, employment: np.ndarray, noise: np.ndarray, establishment_detail: np.ndarray,
-                   detail_group: np.ndarray, rate: np.ndarray, rate_variance: np.ndarray, rate_state: np.ndarray,
-                   n_states: int) -> np.ndarray:
-    """Squared relative spread of the detail rates around their NAICS-5 rate, by weighted moments per
-    state (``spread_moments``), per detail rate (at least MIN_RATE_SPREAD): each detail industry's
-    identity answers summed over its employment (noise ``noise`` summed) against the rate query's
-    rate (independent noise)."""
-    n_details = len(detail_group)
-    if n_details == 0:
-        return np.zeros(0)
-    inside = establishment_detail >= 0
-    codes = establishment_detail[inside]
-    detail_employment = np.bincount(codes, weights=employment[inside], minlength=n_details)
-    observed = np.bincount(codes, weights=answer[inside], minlength=n_details) / detail_employment
-    observed_noise = np.bincount(codes, weights=noise[inside], minlength=n_details) / detail_employment**2
-    detail_state = rate_state[detail_group]
-    term_noise = observed_noise + rate_variance[detail_group]
-    spread2, _ = weighted_squared_spread(detail_state, (observed - rate[detail_group]) ** 2 - term_noise,
-                                         np.maximum(rate[detail_group], 0.0) ** 2, term_noise, n_states,
-                                         MIN_RATE_SPREAD**2)
-    return np.maximum(spread2, MIN_RATE_SPREAD**2)[detail_state]
-
-
-def _county_spread(cell_county: np.ndarray | None, county_state: np.ndarray, cell_state: np.ndarray,
-                   cell_employment: np.ndarray, totals: np.ndarray, noise: np.ndarray, expected: np.ndarray,
-                   state_rate: np.ndarray) -> np.ndarray:
-    """Variance of the county offsets (wage per employee above the industries' rates), by moments per
-    state: counties' totals against what their industries' rates give, less the totals' noise; at
-    least MIN_COUNTY_SPREAD of the state's rate."""
-    if cell_county is None:  # no county offsets
-        return np.zeros(0)
-    n_counties, n_states = len(county_state), len(state_rate)
-
-    def by_county(values):
-        return np.bincount(cell_county, weights=values, minlength=n_counties)
-
-    spread2 = _squared_spread(county_state, (by_county(totals) - by_county(expected)) ** 2 - by_county(noise),
-                              by_county(cell_employment) ** 2, n_states)
-    return np.maximum(spread2, (MIN_COUNTY_SPREAD * state_rate) ** 2)[county_state]
-
-
 @dataclass(frozen=True, eq=False)
 class _Problem:
     """What every pass of the cell fit reads (step 1 and the fixed parts of steps 2-3)."""
@@ -284,6 +244,7 @@ class _Problem:
     employment_variance: np.ndarray
     state_rate: np.ndarray  # per state: wage per protected employee
     direct: np.ndarray  # per cell: its summed identity answers
+    direct_noise: np.ndarray  # per cell: their noise variance evaluated at the answers (unbiased for it)
     cell_employment: np.ndarray
     cell_employment_variance: np.ndarray
     idle: np.ndarray  # per establishment: without protected employment (and not fixed)
@@ -313,6 +274,7 @@ class _Pass:
     deviation: tuple | None = None  # RATE_TAILS: per rate, u - rho's posterior mean, variance, prior variance
     rate_spread2: np.ndarray | None = None  # per state: the sibling rates' spread squared (None before the first fit)
     cell_spread2: np.ndarray | None = None  # per state: the cell spread squared (None before the first fit)
+    employee_variance: tuple = ()  # per state: b and its standard error (empty before the first fit)
 
 
 @dataclass(frozen=True, eq=False)
@@ -349,9 +311,9 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
     rate_employment = np.bincount(rate_codes, weights=employment, minlength=n_rates)
     rate_variance = rate_answer.variance / rate_employment**2  # of each rate
     weight_rate = state_rate[state]  # per establishment
-    detail_spread2 = _detail_spread(answer, employment, psi.estimate_variance(weight_rate * employment, sd),
-                                    establishment_detail, detail_group, rate_answer.estimate / rate_employment,
-                                    rate_variance, theta.rate_state, n_states)
+    detail_spread2 = detail_spread(answer, employment, psi.estimate_variance(weight_rate * employment, sd),
+                                   establishment_detail, detail_group, rate_answer.estimate / rate_employment,
+                                   rate_variance, theta.rate_state, n_states, MIN_RATE_SPREAD)
     lower = np.where(cells.fixed, 0.0, WAGE_FLOOR * state_rate[state] * protected_employment)
     idle = (protected_employment < EMPLOYMENT_FLOOR) & ~cells.fixed
     idle_variance = idle_wage_variance(answer, weight_rate * employment, psi.estimate_variance(answer, sd),
@@ -361,6 +323,7 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
         cells=cells, theta=theta, psi=psi, answer=answer, sd=sd, employment=employment,
         employment_variance=employment_variance, state_rate=state_rate,
         direct=np.bincount(cells.codes, weights=answer, minlength=n_cells),
+        direct_noise=np.bincount(cells.codes, weights=psi.estimate_variance(answer, sd), minlength=n_cells),
         cell_employment=np.bincount(cells.codes, weights=employment, minlength=n_cells),
         cell_employment_variance=np.bincount(cells.codes, weights=employment_variance, minlength=n_cells),
         idle=idle, idle_variance=idle_variance, cell_idle_variance=np.bincount(cells.codes, weights=idle_variance,
@@ -410,20 +373,52 @@ def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray, detail_variance
     prior = cell_rates * p.cell_employment
     direct_variance = np.bincount(p.cells.codes, weights=p.psi.estimate_variance(last.weight_rate * p.employment, p.sd),
                                   minlength=n_cells)
-    county_variance = _county_spread(theta.cell_county, theta.county_state, cell_state, p.cell_employment,
-                                     p.direct if last.totals is None else last.totals,
-                                     direct_variance if last.totals is None else np.zeros(n_cells),
-                                     observed[theta.cell_rate] * p.cell_employment, p.state_rate)
-    employee_part = (cell_rates**2 * (EMPLOYEE_VARIANCE * p.cell_employment + p.cell_employment_variance) + 1.0
+    county_variance = county_spread(theta.cell_county, theta.county_state, p.cell_employment,
+                                    p.direct if last.totals is None else last.totals,
+                                    direct_variance if last.totals is None else np.zeros(n_cells),
+                                    observed[theta.cell_rate] * p.cell_employment,
+                                    (MIN_COUNTY_SPREAD * p.state_rate) ** 2)
+    known = cell_rates**2 * p.cell_employment_variance + 1.0 + p.cell_idle_variance + p.cell_employment**2 * \
+        last.cell_rate_variance
+    shared = _shared_effects(theta, detail_variance, county_variance) * p.cell_employment**2  # not in pass 1's prior
+    b, b_error = last.employee_variance or _employee_variance(p, prior, cell_rates, direct_variance, known + shared)
+    employee_part = (cell_rates**2 * (b[cell_state] * p.cell_employment + p.cell_employment_variance) + 1.0
                      + p.cell_idle_variance)
-    spread2 = _squared_spread(cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
-                              - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states)
+    spread2 = plain_squared_spread(cell_state, (p.direct - prior) ** 2 - direct_variance - employee_part
+                                   - p.cell_employment**2 * last.cell_rate_variance, prior**2, theta.n_states)
     if CELL_SPREAD_CORRECTED:  # every pass: pass 1's corrected moment (``cell_spread``)
         spread2 = last.cell_spread2 if last.cell_spread2 is not None else layout_cell_spread(
             theta, p.direct, prior, p.cell_employment, direct_variance, employee_part, last.rate_variance,
             detail_variance, county_variance)
     cell_spread = np.clip(np.sqrt(np.maximum(spread2, 0.0)), *CELL_SPREAD_BOUNDS)
-    return cell_rates, direct_variance, county_variance, (cell_spread[cell_state] * prior) ** 2 + employee_part, spread2
+    prior_variance = (cell_spread[cell_state] * prior) ** 2 + employee_part
+    return cell_rates, direct_variance, county_variance, prior_variance, spread2, (b, b_error)
+
+
+def _shared_effects(theta: ThetaLayout, detail_variance: np.ndarray, county_variance: np.ndarray) -> np.ndarray:
+    """Per cell: the variance of its NAICS-6 rate around its NAICS-5 rate and of its county's offset."""
+    n_rates, n_parents, n_counties, _ = theta.sizes
+    detail = theta.cell_node - (n_rates + n_parents + n_counties)
+    out = np.where(detail >= 0, detail_variance[np.maximum(detail, 0)] if len(detail_variance) else 0.0, 0.0)
+    return out + (county_variance[theta.cell_county] if theta.cell_county is not None else 0.0)
+
+
+def _employee_variance(p: _Problem, prior: np.ndarray, cell_rates: np.ndarray, direct_variance: np.ndarray,
+                       known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per state: b and its standard error, EMPLOYEE_VARIANCE (se inf) unless EMPLOYEE_VARIANCE_ESTIMATED
+    (``employee_variance``: from the cells no exact answer fixes, ``known`` their other prior variance;
+    in pass 1, where the prior rates are the rate query's answers, independent of the identity answers'
+    noise; later passes' rates are fitted to those answers and keep pass 1's b)."""
+    n_states = p.theta.n_states
+    if not EMPLOYEE_VARIANCE_ESTIMATED:
+        return np.full(n_states, EMPLOYEE_VARIANCE), np.full(n_states, np.inf)
+    free = ~p.cells.fixed_cells & (prior > 0) & (p.cell_employment >= LEAST_EMPLOYMENT)
+    squared = (p.direct - prior)[free] ** 2 - known[free]
+    _, b, error = spread_and_employee_variance(
+        p.theta.cell_state[free], squared - direct_variance[free], squared - p.direct_noise[free], prior[free],
+        cell_rates[free] ** 2 * p.cell_employment[free], direct_variance[free] + known[free], n_states,
+        CELL_SPREAD_BOUNDS, EMPLOYEE_VARIANCE)
+    return b, error
 
 
 def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
@@ -432,7 +427,8 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
     theta, cells = p.theta, p.cells
     n_rates, _, n_counties, n_details = theta.sizes
     observed, parent_rate, rate_spread_variance, detail_variance, spread2 = _rate_priors(p, last)
-    _, direct_variance, county_variance, prior_variance, cell_spread2 = _cell_priors(p, last, observed, detail_variance)
+    _, direct_variance, county_variance, prior_variance, cell_spread2, b = _cell_priors(p, last, observed,
+                                                                                        detail_variance)
     weighed_at = last.weight_rate * p.employment
     cell_variance = 1.0 / (1.0 / direct_variance + 1.0 / prior_variance)
     free_variance = np.where(cells.fixed_cells, 0.0, cell_variance)  # fixed cells are pinned: no variance
@@ -458,7 +454,7 @@ def _fit_pass(p: _Problem, last: _Pass) -> tuple[_Pass, _Fit]:
                   rate_variance=theta_variance[:n_rates], cell_rate_variance=theta_variance[theta.cell_node],
                   weight_rate=cell_rates[cells.codes],  # later passes weigh the identity answers at the rates
                   cell_rates=cell_rates, totals=totals, deviation=deviation, rate_spread2=spread2,
-                  cell_spread2=cell_spread2)
+                  cell_spread2=cell_spread2, employee_variance=b)
     return carry, _Fit(totals, combined, cell_variance, SharedRates(links, precision, blocks), direct_variance,
                        weighed_at)
 
@@ -475,7 +471,7 @@ def _bounded_totals(p: _Problem, combined: np.ndarray, cell_variance: np.ndarray
     return lower + above
 
 
-def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _shares(p: _Problem, totals: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Step 4: each establishment's share of its cell's total, its combined share measurement's
     variance (also where the share sits at 0: the bound does not make it certain; 0 where an exact
     answer fixes it), and its county loading (``_county_loadings``)."""
@@ -483,9 +479,10 @@ def _shares(p: _Problem, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     share_prior = totals[codes] * p.employment / p.cell_employment[codes]
     noise = p.psi.estimate_variance(share_prior, p.sd)
     cell_rate_now = np.divide(totals, p.cell_employment, out=np.zeros(n_cells), where=p.cell_employment > 0)[codes]
-    employee_part = cell_rate_now**2 * (EMPLOYEE_VARIANCE * p.employment + p.employment_variance) + p.idle_variance
-    spread = np.clip(np.sqrt(np.maximum(_squared_spread(state, (p.answer - share_prior) ** 2 - noise - employee_part,
-                                                        share_prior**2, p.theta.n_states), 0.0)), *SPREAD_BOUNDS)
+    employee_part = cell_rate_now**2 * (b[state] * p.employment + p.employment_variance) + p.idle_variance
+    spread2 = plain_squared_spread(state, (p.answer - share_prior) ** 2 - noise - employee_part, share_prior**2,
+                                   p.theta.n_states)
+    spread = np.clip(np.sqrt(np.maximum(spread2, 0.0)), *SPREAD_BOUNDS)
     spread_variance = (spread[state] * share_prior) ** 2 + employee_part + np.finfo(float).tiny
     share_precision = 1.0 / noise + 1.0 / spread_variance
     target = (p.answer / noise + share_prior / spread_variance) / share_precision
@@ -535,7 +532,7 @@ def _county_loadings(p: _Problem, share_prior: np.ndarray, residual: np.ndarray,
     def by_county(values):
         return np.bincount(county, weights=values, minlength=n_counties)
 
-    kappa2 = _squared_spread(county_state, by_county(residual) ** 2 - by_county(variance),
+    kappa2 = plain_squared_spread(county_state, by_county(residual) ** 2 - by_county(variance),
                              by_county(share_prior) ** 2, p.theta.n_states)
     return np.sqrt(np.maximum(kappa2, 0.0))[state] * prior_weight * share_prior
 
@@ -552,14 +549,16 @@ def fit_cells(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Line
     problem, carry = _problem(answers, groupings, system, plan_codes, employment, employment_variance, psi)
     for _ in range(PASSES):  # spreads from the last fit
         carry, fit = _fit_pass(problem, carry)
-    values, share_variance, county_loading = _shares(problem, fit.totals)
+    b, b_error = carry.employee_variance
+    values, share_variance, county_loading = _shares(problem, fit.totals, b)
     cells = problem.cells
     noise_excess = _noise_excess(problem, fit, values)
     return WageFit(values=values, cell_codes=cells.codes, totals=fit.totals, cell_measurement=fit.combined,
                    cell_variance=fit.cell_variance, coarse_groups=cells.c, coarse_cells=cells.coarse,
                    group_answers=cells.b, group_variance=cells.w, fixed_cells=cells.fixed_cells,
                    lower=problem.cell_lower, share_variance=share_variance, county_codes=problem.county_codes,
-                   county_loading=county_loading, rates=fit.rates, noise_excess=noise_excess)
+                   county_loading=county_loading, rates=fit.rates, noise_excess=noise_excess,
+                   employee_variance=b, employee_variance_se=b_error)
 
 
 def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
