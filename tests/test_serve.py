@@ -552,3 +552,34 @@ def test_a_failed_warm_up_is_said_once_and_answers_its_size_class_requests(relea
         finally:
             served.stop()
         assert first[:1] == answers[0][:1] and first[2] == answers[0][2]
+
+
+def test_a_panels_size_class_implicates_are_drawn_before_any_request_and_bounded_in_all(releases, monkeypatch):
+    """A panel's quarters were drawn at their first size-class request, each up to the establishments a
+    server draws, and held for ever: any data user could make a server hold every quarter's (80 at
+    that limit: about 20 GB), keep its worker slots and its Ctrl-C waiting for the draws, and tell from an
+    answer's time whether a quarter had been asked for (red team rt25 F2, F3). Now every quarter is drawn
+    in the background once the panel is loaded, and the limit bounds their sum. Power: before, the
+    warm-up drew no quarter, and a panel whose quarters together pass the limit (each below it) was
+    answered."""
+    from gedp.release import implicates
+    from gedp.serve import releases as served_releases
+
+    loaded = load_releases([releases["panel"]])
+    release = loaded["panel"]
+    assert release.warm.wait(600) and set(release.implicates_held) == set(PANEL_QUARTERS)
+    monkeypatch.setattr(implicates, "tabulation_implicates", lambda *args: pytest.fail("drawn in a request"))
+    sizes = [len(frame) for frame, _ in release.quarters_held.values()]
+    served = Served(create_app(loaded))
+    try:
+        status, _, body = served.get("/api/tabulate", {"release": "panel", "by": "size_class",
+                                                       "quarter": PANEL_QUARTERS[1], "moe": "1"})
+        assert status == 200, body
+        monkeypatch.setattr(served_releases, "MAX_DERIVED_ESTABLISHMENTS", sum(sizes) - 1)
+        assert max(sizes) <= served_releases.MAX_DERIVED_ESTABLISHMENTS  # every quarter below the limit alone
+        status, _, body = served.get("/api/tabulate", {"release": "panel", "by": "size_class",
+                                                       "quarter": PANEL_QUARTERS[2]})
+        assert status == 400 and "summed over its 3 quarters" in json.loads(body)["error"], body
+        assert json.loads(served.get("/api/releases")[2])[0]["size_classes"] is False
+    finally:
+        served.stop()
