@@ -120,6 +120,8 @@ def dask_release(two_states, tmp_path_factory):
             seen.append({"folder": folder, "mode": stat.S_IMODE(folder.stat().st_mode),
                          "workers": [Path(w.local_directory) for w in self.workers.values()]})
             seen[-1]["attempts"] = _tried_from_outside(self)
+            with distributed.Client(self, security=self.security) as client:
+                seen[-1]["ctrl_c ignored"] = client.run(_ignores_ctrl_c)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(distributed, "LocalCluster", Observed)
@@ -177,6 +179,20 @@ def test_the_local_cluster_admits_no_other_process(dask_release):
     assert len(attempts["workers"]) == 2 and all(w.startswith("tls://127.0.0.1:") for w in attempts["workers"])
     assert not attempts["plain"].startswith("read") and not attempts["other keys"].startswith("read"), attempts
     assert [attempts[page] for page in ("/json/counts.json", "/info/main/workers.html", "/status")] == [404] * 3
+
+
+def _ignores_ctrl_c() -> bool:
+    import signal
+
+    return signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_the_local_clusters_workers_ignore_ctrl_c(dask_release):
+    """Ctrl-C reaches the whole process group: a worker that raised KeyboardInterrupt printed its
+    traceback after the command's one line (red team rt25 F4). Its workers ignore it, as the local
+    engine's do; the command stops the cluster. Power: before, both workers held Python's handler."""
+    (cluster,) = dask_release[2]
+    assert len(cluster["ctrl_c ignored"]) == 2 and all(cluster["ctrl_c ignored"].values()), cluster["ctrl_c ignored"]
 
 
 def test_the_local_cluster_spills_into_a_private_folder(dask_release):

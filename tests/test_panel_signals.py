@@ -557,3 +557,38 @@ def test_a_ctrl_c_whose_exception_was_lost_still_commits_and_publishes_nothing(s
     assert not (tmp_path / "rel").exists()
     if recorded:
         assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["pending"]
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["unrecorded", "in a ledger"])
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, "Terminated"], ids=["Ctrl-C", "SIGTERM"])
+def test_a_run_stopped_as_it_prints_its_summary_says_its_release_was_published(state_file, tmp_path, monkeypatch,
+                                                                              recorded, stop):
+    """A stop once the release is published and charged, as protect prints its summary (the moment a
+    scheduler's timeout or Ctrl-C at "Release written" lands), says so, and that running again charges
+    again: a bare "stopped (SIGTERM)", what a stop that published nothing says, had a script retry and
+    charge the ledger twice (red team rt25 F1). Power: before the fix its last line was the bare one."""
+    from typer.testing import CliRunner
+
+    from gedp import errors
+    from gedp.cli import app, release_commands
+
+    kind = errors.Terminated if stop == "Terminated" else stop
+
+    def stopped_while_printing(*args, **kwargs):
+        raise kind()
+
+    monkeypatch.setattr(release_commands, "_print_release_summary", stopped_while_printing)
+    stopped = CliRunner().invoke(app, protect_command(state_file, tmp_path, recorded))
+    monkeypatch.undo()
+    assert stopped.exit_code == 130, stopped.output
+    said = " ".join(stopped.output.split())
+    out = (tmp_path / "rel").resolve()
+    assert (out / "manifest.json").is_file()
+    if recorded:
+        release_id, = [r["id"] for r in live(read_ledger(tmp_path / "books.json"))]
+        assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["committed"]
+        assert f"stopped after release {release_id} was committed in ledger '{tmp_path / 'books.json'}' (charged) " \
+               f"and published: '{out}' holds it; running again charges again" in said, said
+    else:
+        assert f"stopped after the new release was published: '{out}' holds it" in said, said
+    assert "stopped (" not in said, said

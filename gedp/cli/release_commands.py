@@ -191,8 +191,15 @@ def protect_command(
             ledger=runs.Ledger.from_flags(ledger, lifetime_cap, annual_cap, dataset_id), seed=seed, rng=rng,
             not_for_publication=not_for_publication, workflow=workflow, integer=integer, allow_large_mu=allow_large_mu,
             allow_over_cap=allow_over_cap, on_note=lambda note: typer.echo(f"note: {note}", err=True), on_step=advance)
-    _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
-    _print_quarters_and_budget(manifest, reservation)
+    try:
+        _print_release_summary(manifest, out.resolve(), time.perf_counter() - start)
+        _print_quarters_and_budget(manifest, reservation)
+    except KeyboardInterrupt as stop:  # the release is published (and charged): a bare "stopped" line had said
+        # what a stop that published nothing says, and a script retrying on it charged the ledger again (rt25 F1)
+        from gedp.running.recorded_release import stop_note
+
+        stop.add_note(stop_note(reservation, out.resolve(), [out.resolve()]))
+        raise
 
 
 def _print_release_summary(manifest: dict, out: Path, seconds: float) -> None:

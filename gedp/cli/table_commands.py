@@ -158,7 +158,12 @@ def serve_command(releases: Releases, host: Host = "127.0.0.1", port: Port = 800
     console.print(f"Serving {', '.join(map(plain, server.served))} at "
                   f"http://{'[' + host + ']' if ':' in host else host}:{server.port}/ "
                   f"(loaded in {time.perf_counter() - started:.1f} s; Ctrl-C stops)", highlight=False)
-    server.run()
+    try:
+        server.run()
+    finally:  # its computations still running are of requests answered or given up: not waited for
+        from gedp.running.process import threads_abandoned
+
+        threads_abandoned()
 
 
 @app.command(name="implicates")

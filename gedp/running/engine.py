@@ -478,4 +478,11 @@ def local_cluster(scratch: Path) -> Any:
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host=LOOPBACK, protocol="tls://",
                             security=Security.temporary(), dashboard_address=None, silence_logs=logging.CRITICAL,
-                            local_directory=str(scratch))
+                            local_directory=str(scratch), preload=[WORKER_IGNORES_CTRL_C])
+
+
+#: A worker's preload (the text of a script, run in the worker process's main thread as it starts): Ctrl-C,
+#: which the terminal sends to the whole process group, is ignored, as the local engine's workers ignore
+#: it (``gedp.running.process.worker_signals``): the command stops the cluster and prints the one line. A
+#: worker that raised KeyboardInterrupt printed its traceback after that line (red team rt25 F4).
+WORKER_IGNORES_CTRL_C = "import signal as _gedp_signal; _gedp_signal.signal(_gedp_signal.SIGINT, _gedp_signal.SIG_IGN)"

@@ -112,12 +112,26 @@ def exit_status(code: int) -> int:
     return TERMINATED_STATUS if errors.terminations else code
 
 
+#: Set when the threads still running are wanted by nobody (``threads_abandoned``).
+_threads_abandoned: list[bool] = []
+
+
+def threads_abandoned() -> None:
+    """Say that the threads still running do work nobody waits for (``gedp serve``'s computations of
+    requests answered or given up, and its warm-up, all in memory), so ``end_process`` ends the process
+    at once: the interpreter's exit joined them, and a stopped server waited for a draw of size-class
+    implicates a request had started (61 s for one slowed to 60 s; red team rt25)."""
+    _threads_abandoned.append(True)
+
+
 def end_process(code: int) -> NoReturn:
     """End a command's process with ``code`` once the command has returned: at once (``os._exit``,
     after what ``atexit`` would do for gedp: log handlers and standard streams flushed) when no
-    thread or child process runs beside it, else through the interpreter's normal exit."""
+    thread (or none anyone waits for: ``threads_abandoned``) or child process runs beside it, else
+    through the interpreter's normal exit."""
     multiprocessing = sys.modules.get("multiprocessing")
-    if threading.active_count() > 1 or (multiprocessing is not None and multiprocessing.active_children()):
+    if (threading.active_count() > 1 and not _threads_abandoned) or (
+            multiprocessing is not None and multiprocessing.active_children()):
         sys.exit(code)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
