@@ -243,10 +243,12 @@ class WholeFit:
 
     @classmethod
     def of(cls, first: np.ndarray, later: np.ndarray, sds: tuple[float, float], level: np.ndarray,
-           psi: NeighborFunction, movement: np.ndarray, other: np.ndarray | None = None) -> WholeFit:
+           psi: NeighborFunction, movement: np.ndarray, other: np.ndarray | None = None,
+           start: WholeFit | None = None) -> WholeFit:
         """The fit of answers ``first`` (month 1) and ``later`` (month k) with sds ``sds``, month 1's prior
         ``level`` (log H on 0..top), the cells' implied changes ``movement`` and ``other`` (rows x n: the other
-        change's month's likelihood given month 1 = n, ``given_first``; None: left out)."""
+        change's month's likelihood given month 1 = n, ``given_first``; None: left out); with LEVEL_DIRECTION
+        the search starts at ``start``'s parameters (the change's fit of the round before; None: ``search``)."""
         top = len(level) - 1
         u = np.exp(month_log_likelihood(first, sds[0], psi, top) + level[None, :])
         if other is not None:
@@ -256,7 +258,7 @@ class WholeFit:
         fit = cls(correlate(u, v), np.asarray(movement, dtype=float))
         if LEVEL_DIRECTION:
             fit.level_slope, fit.parts = 0.0, (u, v)
-        fit.search(bool(np.any(fit.movement != 0)))
+        fit.search(bool(np.any(fit.movement != 0)), start)
         return fit
 
     def components(self, up_logit: float, cell_slope: float, stay: float | None = None,
@@ -286,24 +288,26 @@ class WholeFit:
         out[:, 1:] = (1 - rho) * out[:, 1:] + rho * part[:, 1:]
         return out
 
-    def profile(self, up_logit: float, cell_slope: float, stay: float | None = None,
-                level: float | None = None) -> tuple[float, np.ndarray]:
-        """The log-likelihood at the NPMLE of w given (alpha, gamma) (and rho, delta), and that w."""
+    def profile(self, up_logit: float, cell_slope: float, stay: float | None = None, level: float | None = None,
+                start: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """The log-likelihood at the NPMLE of w given (alpha, gamma) (and rho, delta), and that w (the solver
+        started at ``start``: the weights of nearby parameters)."""
         matrix = self.components(up_logit, cell_slope, stay, level)
-        weights = npmle_weights(matrix, np.ones(len(matrix)))
+        weights = npmle_weights(matrix, np.ones(len(matrix)), start=start)
         return float(np.log(np.maximum(matrix @ weights, 1e-300)).sum()), weights
 
-    def search(self, with_cells: bool) -> None:
+    def search(self, with_cells: bool, start: WholeFit | None = None) -> None:
         """alpha (and with the cells' changes gamma, then alpha again; with month 3's ``persist`` rho, then alpha
         again) maximizing the profile likelihood; with LEVEL_DIRECTION alpha, then (alpha, delta, gamma) jointly
-        (``joint_search``)."""
+        (``joint_search``; from ``start``'s parameters without alpha's search first)."""
         def best(function, bounds) -> float:
             return float(minimize_scalar(function, bounds=bounds, method="bounded", options={"xatol": 0.02}).x)
 
         bounds = UP_LOGIT if self.level_slope is None else LEVEL_UP_LOGIT
-        self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], bounds)
+        if self.level_slope is None or start is None:
+            self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], bounds)
         if self.level_slope is not None:
-            self.joint_search(with_cells, bounds)
+            self.joint_search(with_cells, bounds, start)
         elif with_cells:
             self.cell_slope = best(lambda g: -self.profile(self.up_logit, g)[0], CELL_SLOPE)
             self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], bounds)
@@ -313,14 +317,23 @@ class WholeFit:
         self.likelihood = Likelihood.of(self.components(self.up_logit, self.cell_slope), basis=True)
         self.weights = npmle_weights(self.likelihood, np.ones(len(self.movement)))
 
-    def joint_search(self, with_cells: bool, bounds: tuple[float, float]) -> None:
+    def joint_search(self, with_cells: bool, bounds: tuple[float, float], fitted: WholeFit | None = None) -> None:
         """LEVEL_DIRECTION: (alpha, delta) and with the cells' changes gamma maximizing the profile likelihood
-        (bounded Nelder-Mead from alpha's search, delta = gamma = 0)."""
-        start = np.array([self.up_logit, 0.0, 0.0][:3 if with_cells else 2])
-        simplex = np.vstack([start, start + LEVEL_STEP * np.eye(len(start))])
+        (bounded Nelder-Mead from alpha's search, delta = gamma = 0, or from ``fitted``'s parameters with a quarter
+        of the first steps; each profile's solver started at the weights of the point before)."""
+        if fitted is None:
+            start, step = np.array([self.up_logit, 0.0, 0.0]), LEVEL_STEP
+        else:
+            start, step = np.array([fitted.up_logit, fitted.level_slope or 0.0, fitted.cell_slope]), LEVEL_STEP / 4
+        start = start[:3 if with_cells else 2]
+        simplex = np.vstack([start, start + step * np.eye(len(start))])
+        last: list[np.ndarray] = []
 
         def loss(p: np.ndarray) -> float:
-            return -self.profile(p[0], p[2] if with_cells else self.cell_slope, level=p[1])[0]
+            value, weights = self.profile(p[0], p[2] if with_cells else self.cell_slope, level=p[1],
+                                          start=last[-1] if last else None)
+            last[:] = [weights]
+            return -value
 
         found = minimize(loss, start, method="Nelder-Mead", bounds=[bounds, LEVEL_SLOPE, CELL_SLOPE][:len(start)],
                          options={**LEVEL_TOLERANCE, "initial_simplex": simplex}).x
@@ -379,7 +392,7 @@ class WholeChanges:
                         continue
                     other = None if fit is None else given_first(like[3 - k], fit.weights, fit.up())
                     self.fits[(b, k)] = WholeFit.of(a.months[rows, 0], a.months[rows, k], (sd[0], sd[k]), level, psi,
-                                                    self.movement[rows, k - 1], other)
+                                                    self.movement[rows, k - 1], other, self.fits.get((b, k)))
 
     def weights(self, rng: np.random.Generator | None = None) -> dict:
         """Each fit's weights, month 1's ("level") and each change's ((band, k)); with ``rng`` a bootstrap

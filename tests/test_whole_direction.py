@@ -47,7 +47,7 @@ def test_the_components_are_the_enumerated_likelihood():
     movement = rng.uniform(-1, 1, rows)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(whole_changes, "LEVEL_DIRECTION", True)
-        patch.setattr(WholeFit, "search", lambda self, with_cells: None)
+        patch.setattr(WholeFit, "search", lambda self, *args: None)
         fit = WholeFit.of(omega[:, 0], omega[:, 1], (SD, 1.1 * SD), log_h, PSI, movement)
     got = fit.components(0.4, 0.8, level=-1.3)
     density = [lambda x, k=k, s=s: math.exp(-0.5 * ((omega_i[k] - math.sqrt(x)) / s) ** 2)
