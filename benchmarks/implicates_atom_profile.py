@@ -7,7 +7,7 @@ for each change prior (per size band of the answers' mean and month), the profil
 the weight p of its atom at 0 (no change): the largest log-likelihood of the band's answers over the
 other components' weights with the atom's held at p, on p = 0, 0.05, ..., 1. Printed: the fitted
 weight, the lower bound of the standard error (``atom_standard_error``) and the range of p within 2
-nats of the profile's maximum (a likelihood interval of about 95%). ``docs/method/implicates.md`` (the
+nats of the profile's maximum (a likelihood interval of about 95%). ``docs/evaluation/implicates-measurements.md`` (the
 no-change atom) reports a run.
 """
 

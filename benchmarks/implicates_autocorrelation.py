@@ -1,5 +1,5 @@
 """The Gibbs chain's autocorrelation and burn-in, measured on the statistics users compute from
-implicates (docs/method/implicates.md, "How many sweeps").
+implicates (docs/evaluation/implicates-measurements.md, "How many sweeps").
 
 Runs independent chains of every establishment of a release under its fitted priors, one sweep per
 draw, and prints per statistic: its stationary mean (over the chains after ``--settled`` sweeps), its

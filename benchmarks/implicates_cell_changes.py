@@ -8,7 +8,7 @@ the months (the shipped chain, fitted priors) and splits the truth's and the dra
 destruction (month 1 -> 3, employees) and no-change share (month 1 -> 2) by the county x NAICS-6
 cell's month-3 / month-1 ratio as the point release estimates it (``postprocess.months.cell_patterns``,
 the shrunk pattern the release's months are smoothed toward: a public function of the release), and
-by whether the structure really moved the cell. ``docs/method/implicates.md`` reports a run.
+by whether the structure really moved the cell. ``docs/evaluation/implicates-measurements.md`` reports a run.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ exactly one employee and of five or more; for the truth, the draws, and the draw
 priors without the no-change atom in the change bands whose lower edge is ``--no-atom-from`` employees
 or more (what the atom adds). Before them, each state's fitted atom weights and their standard errors
 (``PosteriorModel.summary``); with ``--cell-changes fitted`` the offsets' fitted slopes per change band
-and the truth's (its changes in psi scale regressed on the same offsets). ``docs/method/implicates.md``
+and the truth's (its changes in psi scale regressed on the same offsets). ``docs/evaluation/implicates-measurements.md``
 (the no-change atom; the cells' month patterns) reports runs.
 """
 

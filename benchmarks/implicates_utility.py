@@ -1,4 +1,5 @@
-"""Implicates against the truth on synthetic states (run on demand; results in docs/method/implicates.md).
+"""Implicates against the truth on synthetic states (run on demand; results in
+docs/evaluation/implicates-measurements.md).
 
     python benchmarks/implicates_utility.py --qcew FILE --structure NAME[,NAME] --releases 5 --out rows.csv
 
@@ -51,6 +52,9 @@ def add_prior_options(parser: argparse.ArgumentParser) -> None:
                         help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
     parser.add_argument("--whole-smooth-level", action="store_true",
                         help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
+    parser.add_argument("--level-direction", action="store_true",
+                        help="with --whole-changes, a change's direction by month 1's level "
+                             "(whole_changes.LEVEL_DIRECTION)")
 
 
 def set_prior_knobs(args: argparse.Namespace) -> None:
@@ -66,6 +70,7 @@ def set_prior_knobs(args: argparse.Namespace) -> None:
     implicates.WHOLE_CHANGES = args.whole_changes
     whole_changes.PERSISTENCE = args.persistence
     whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
+    whole_changes.LEVEL_DIRECTION = args.level_direction
 
 
 def diagnostic_arguments(description: str | None = None) -> argparse.ArgumentParser:

@@ -11,8 +11,8 @@ month 1's values 0..9 and the size classes 1-2 (month 3 below 5, 5-9): establish
 employment; then the same draws with month 1's whole-number prior smoothed (its weights convolved with
 (1/4, 1/2, 1/4) ``--smooth`` times; a what-if, the fitted change weights held), and under the implicates'
 replicate priors (``PosteriorModel.replicate``: the Bayesian bootstrap each implicate draws under). The
-truth is read for the comparison only. ``docs/method/implicates.md`` (the smallest establishments in whole
-employees) reports runs.
+truth is read for the comparison only. ``docs/evaluation/implicates-measurements.md`` (the smallest
+establishments in whole employees) reports runs.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The smooth month-1 prior's penalty rules on simulated bands (run on demand; results in
-docs/method/implicates.md, "The penalty's choice").
+docs/evaluation/implicates-measurements.md, "The penalty's choice").
 
     python benchmarks/smooth_penalty_rules.py --seeds 0-19 [--rows 20000] [--folds 5,10] [--out rows.csv]
 

@@ -23,9 +23,9 @@ month below 0 or above top has no mass (the draws' bound; the fit's pairs likewi
 Gibbs sampler over (x_1, j_2, j_3), each step exact on the integer grid (x_1 given the changes, each
 change given x_1), with the wage's Metropolis-Hastings coupling of the continuous chain.
 
-Two measurements' knobs (off: every fit and draw as without them): PERSISTENCE, month 2's change kept in month 3
-with a probability rho fitted per band (``Persisting``), and SMOOTH_LEVEL, month 1's prior with smooth log
-weights (``LevelFit``).
+Three measurements' knobs (off: every fit and draw as without them): PERSISTENCE, month 2's change kept in month 3
+with a probability rho fitted per band (``Persisting``), SMOOTH_LEVEL, month 1's prior with smooth log
+weights (``LevelFit``), and LEVEL_DIRECTION, a direction that depends on month 1's level (``directions``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit, log_ndtr
 
 from gedp.measure.neighbors import NeighborFunction
@@ -76,6 +76,18 @@ STAY = (0.0, 0.99)
 #: Whether month 1's whole-number prior is smooth (``LevelFit``: log weights with a second-difference penalty
 #: chosen by cross-validation, ``deconvolve.SmoothFit``'s) instead of the NPMLE (a measurement's knob).
 SMOOTH_LEVEL = False
+#: Whether a change's direction depends on month 1's level n too (``directions``; a measurement's knob): q(n) =
+#: expit(alpha + gamma m + delta log n) for n >= 1 and q(0) = 1 (from no employees a change can only go up).
+#: log n: hires that arrive at a rate that does not grow with the headcount and each employee leaving at a rate of
+#: their own (a birth-death process) give P(up | change) = lambda / (lambda + mu n), a logit log(lambda / mu) - log n;
+#: delta is estimated (-1 in that process), searched in LEVEL_SLOPE.
+LEVEL_DIRECTION = False
+LEVEL_SLOPE = (-6.0, 4.0)
+#: alpha's range with the level term (the logit at one employee, where nearly every change can be up).
+LEVEL_UP_LOGIT = (-6.0, 8.0)
+#: The joint search's (Nelder-Mead over alpha, delta and with the cells' changes gamma: they are correlated, and a
+#: coordinate search stopped 13 nats short on a simulated band) first steps and its tolerances.
+LEVEL_STEP, LEVEL_TOLERANCE = 1.0, {"xatol": 0.02, "fatol": 0.01}
 
 
 @dataclass
@@ -146,16 +158,37 @@ def moves(weights: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
 
 def given_first(like: np.ndarray, weights: np.ndarray, up: np.ndarray) -> np.ndarray:
     """sum_x P(x_k = x | x_1 = n) like[:, x], rows x n (``like``: rows x 0..top, the month's answer's likelihood;
-    ``up``: each row's q)."""
+    ``up``: each row's q, or rows x n: q at each month 1, ``directions``)."""
     rise, fall = moves(weights, like.shape[1] - 1)
-    return weights[0] * like + up[:, None] * (like @ rise) + (1 - up[:, None]) * (like @ fall)
+    q = up[:, None] if up.ndim == 1 else up
+    return weights[0] * like + q * (like @ rise) + (1 - q) * (like @ fall)
 
 
 def correlate(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """rows x j = -top..top: sum_n u[:, n] v[:, clip(n + j, 0, top)]."""
     top = u.shape[1] - 1
+    return shifted(u, v, range(-top, top + 1))
+
+
+def shifted(u: np.ndarray, v: np.ndarray, changes: Sequence[int] | range) -> np.ndarray:
+    """rows x j of ``changes``: sum_n u[:, n] v[:, clip(n + j, 0, top)]."""
+    top = u.shape[1] - 1
     grid = np.arange(top + 1)
-    return np.column_stack([np.einsum("ij,ij->i", u, v[:, np.clip(grid + j, 0, top)]) for j in range(-top, top + 1)])
+    return np.column_stack([np.einsum("ij,ij->i", u, v[:, np.clip(grid + j, 0, top)]) for j in changes])
+
+
+def directions(up_logit: float, cell_slope: float, level_slope: float | None, movement: np.ndarray,
+               top: int) -> np.ndarray:
+    """Each row's probability q that a change is up: rows x 1, expit(alpha + gamma m) (``level_slope`` None: one
+    direction whatever the level), or rows x n = 0..top, expit(alpha + gamma m + delta log n) and 1 at n = 0
+    (LEVEL_DIRECTION)."""
+    base = up_logit + cell_slope * np.asarray(movement, dtype=float)
+    if level_slope is None:
+        return expit(base)[:, None]
+    logs = np.log(np.maximum(np.arange(top + 1.0), 1.0))
+    q = expit(base[:, None] + level_slope * logs[None, :])
+    q[:, 0] = 1.0
+    return q
 
 
 @dataclass
@@ -205,13 +238,17 @@ class WholeFit:
     likelihood: Likelihood | None = None
     persist: Persisting | None = None  # PERSISTENCE: the other change's persisting part (None: independent)
     stay: float = 0.0  # rho, the probability that a month-2 change persists to month 3
+    level_slope: float | None = None  # LEVEL_DIRECTION: delta (None: one direction whatever month 1's level)
+    parts: tuple[np.ndarray, np.ndarray] | None = None  # LEVEL_DIRECTION: u and v (rows x 0..top), ``components``
 
     @classmethod
     def of(cls, first: np.ndarray, later: np.ndarray, sds: tuple[float, float], level: np.ndarray,
-           psi: NeighborFunction, movement: np.ndarray, other: np.ndarray | None = None) -> WholeFit:
+           psi: NeighborFunction, movement: np.ndarray, other: np.ndarray | None = None,
+           start: WholeFit | None = None) -> WholeFit:
         """The fit of answers ``first`` (month 1) and ``later`` (month k) with sds ``sds``, month 1's prior
         ``level`` (log H on 0..top), the cells' implied changes ``movement`` and ``other`` (rows x n: the other
-        change's month's likelihood given month 1 = n, ``given_first``; None: left out)."""
+        change's month's likelihood given month 1 = n, ``given_first``; None: left out); with LEVEL_DIRECTION
+        the search starts at ``start``'s parameters (the change's fit of the round before; None: ``search``)."""
         top = len(level) - 1
         u = np.exp(month_log_likelihood(first, sds[0], psi, top) + level[None, :])
         if other is not None:
@@ -219,12 +256,22 @@ class WholeFit:
         v = np.exp(month_log_likelihood(later, sds[1], psi, top))
         u, v = u / u.max(axis=1, keepdims=True), v / v.max(axis=1, keepdims=True)
         fit = cls(correlate(u, v), np.asarray(movement, dtype=float))
-        fit.search(bool(np.any(fit.movement != 0)))
+        if LEVEL_DIRECTION:
+            fit.level_slope, fit.parts = 0.0, (u, v)
+        fit.search(bool(np.any(fit.movement != 0)), start)
         return fit
 
-    def components(self, up_logit: float, cell_slope: float, stay: float | None = None) -> np.ndarray:
+    def components(self, up_logit: float, cell_slope: float, stay: float | None = None,
+                   level: float | None = None) -> np.ndarray:
         """The likelihood of each row under each component (the atom, then sizes 1..top) at (alpha, gamma) and,
-        with ``persist``, rho (``stay``; None: the fit's)."""
+        with ``persist``, rho (``stay``; None: the fit's); with LEVEL_DIRECTION at delta (``level``; None: the
+        fit's): sum_n u(n) [q(n) v(n + s), (1 - q(n)) v(n - s)] from ``parts``."""
+        if self.parts is not None:
+            u, v = self.parts
+            top = u.shape[1] - 1
+            q = directions(up_logit, cell_slope, self.level_slope if level is None else level, self.movement, top)
+            return np.column_stack([self.correlation[:, top], shifted(u * q, v, range(1, top + 1))
+                                    + shifted(u * (1 - q), v, range(-1, -top - 1, -1))])
         q = expit(up_logit + cell_slope * self.movement)[:, None]
 
         def mix(correlation: np.ndarray) -> np.ndarray:
@@ -241,31 +288,64 @@ class WholeFit:
         out[:, 1:] = (1 - rho) * out[:, 1:] + rho * part[:, 1:]
         return out
 
-    def profile(self, up_logit: float, cell_slope: float, stay: float | None = None) -> tuple[float, np.ndarray]:
-        """The log-likelihood at the NPMLE of w given (alpha, gamma) (and rho), and that w."""
-        matrix = self.components(up_logit, cell_slope, stay)
-        weights = npmle_weights(matrix, np.ones(len(matrix)))
+    def profile(self, up_logit: float, cell_slope: float, stay: float | None = None, level: float | None = None,
+                start: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """The log-likelihood at the NPMLE of w given (alpha, gamma) (and rho, delta), and that w (the solver
+        started at ``start``: the weights of nearby parameters)."""
+        matrix = self.components(up_logit, cell_slope, stay, level)
+        weights = npmle_weights(matrix, np.ones(len(matrix)), start=start)
         return float(np.log(np.maximum(matrix @ weights, 1e-300)).sum()), weights
 
-    def search(self, with_cells: bool) -> None:
+    def search(self, with_cells: bool, start: WholeFit | None = None) -> None:
         """alpha (and with the cells' changes gamma, then alpha again; with month 3's ``persist`` rho, then alpha
-        again) maximizing the profile likelihood."""
+        again) maximizing the profile likelihood; with LEVEL_DIRECTION alpha, then (alpha, delta, gamma) jointly
+        (``joint_search``; from ``start``'s parameters without alpha's search first)."""
         def best(function, bounds) -> float:
             return float(minimize_scalar(function, bounds=bounds, method="bounded", options={"xatol": 0.02}).x)
 
-        self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], UP_LOGIT)
-        if with_cells:
+        bounds = UP_LOGIT if self.level_slope is None else LEVEL_UP_LOGIT
+        if self.level_slope is None or start is None:
+            self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], bounds)
+        if self.level_slope is not None:
+            self.joint_search(with_cells, bounds, start)
+        elif with_cells:
             self.cell_slope = best(lambda g: -self.profile(self.up_logit, g)[0], CELL_SLOPE)
-            self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], UP_LOGIT)
+            self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], bounds)
         if self.persist is not None and self.persist.constant is not None:
             self.stay = best(lambda r: -self.profile(self.up_logit, self.cell_slope, r)[0], STAY)
-            self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], UP_LOGIT)
+            self.up_logit = best(lambda a: -self.profile(a, self.cell_slope)[0], bounds)
         self.likelihood = Likelihood.of(self.components(self.up_logit, self.cell_slope), basis=True)
         self.weights = npmle_weights(self.likelihood, np.ones(len(self.movement)))
 
+    def joint_search(self, with_cells: bool, bounds: tuple[float, float], fitted: WholeFit | None = None) -> None:
+        """LEVEL_DIRECTION: (alpha, delta) and with the cells' changes gamma maximizing the profile likelihood
+        (bounded Nelder-Mead from alpha's search, delta = gamma = 0, or from ``fitted``'s parameters with a quarter
+        of the first steps; each profile's solver started at the weights of the point before)."""
+        if fitted is None:
+            start, step = np.array([self.up_logit, 0.0, 0.0]), LEVEL_STEP
+        else:
+            start, step = np.array([fitted.up_logit, fitted.level_slope or 0.0, fitted.cell_slope]), LEVEL_STEP / 4
+        start = start[:3 if with_cells else 2]
+        simplex = np.vstack([start, start + step * np.eye(len(start))])
+        last: list[np.ndarray] = []
+
+        def loss(p: np.ndarray) -> float:
+            value, weights = self.profile(p[0], p[2] if with_cells else self.cell_slope, level=p[1],
+                                          start=last[-1] if last else None)
+            last[:] = [weights]
+            return -value
+
+        found = minimize(loss, start, method="Nelder-Mead", bounds=[bounds, LEVEL_SLOPE, CELL_SLOPE][:len(start)],
+                         options={**LEVEL_TOLERANCE, "initial_simplex": simplex}).x
+        self.up_logit, self.level_slope = float(found[0]), float(found[1])
+        if with_cells:
+            self.cell_slope = float(found[2])
+
     def up(self) -> np.ndarray:
-        """Each row's q (the probability that a change is up)."""
-        return expit(self.up_logit + self.cell_slope * self.movement)
+        """Each row's q (the probability that a change is up; with LEVEL_DIRECTION rows x month 1, ``directions``)."""
+        if self.parts is None:
+            return expit(self.up_logit + self.cell_slope * self.movement)
+        return directions(self.up_logit, self.cell_slope, self.level_slope, self.movement, self.parts[0].shape[1] - 1)
 
     def replicate(self, rng: np.random.Generator) -> np.ndarray:
         """w refitted on a Bayesian bootstrap of the rows (alpha and gamma held), from the fitted w."""
@@ -278,6 +358,8 @@ class WholeChanges:
     bands, the cells' implied changes, the fits and their draws."""
 
     def __init__(self, model: PosteriorModel) -> None:
+        if PERSISTENCE and LEVEL_DIRECTION:
+            raise ValueError("whole_changes.PERSISTENCE and LEVEL_DIRECTION are not built together")
         a, psi = model.answers, model.psi
         self.model = model
         first = a.months[:, 0]
@@ -310,7 +392,7 @@ class WholeChanges:
                         continue
                     other = None if fit is None else given_first(like[3 - k], fit.weights, fit.up())
                     self.fits[(b, k)] = WholeFit.of(a.months[rows, 0], a.months[rows, k], (sd[0], sd[k]), level, psi,
-                                                    self.movement[rows, k - 1], other)
+                                                    self.movement[rows, k - 1], other, self.fits.get((b, k)))
 
     def weights(self, rng: np.random.Generator | None = None) -> dict:
         """Each fit's weights, month 1's ("level") and each change's ((band, k)); with ``rng`` a bootstrap
@@ -326,6 +408,8 @@ class WholeChanges:
             "no_change_share": [[round(float(self.fits[(b, k)].weights[0]), 4) for k in (1, 2)] for b in range(bands)],
             "up_logit": [[round(self.fits[(b, k)].up_logit, 3) for k in (1, 2)] for b in range(bands)],
             "cell_slope": [[round(self.fits[(b, k)].cell_slope, 3) for k in (1, 2)] for b in range(bands)],
+            **({"level_slope": [[round(float(self.fits[(b, k)].level_slope), 3) for k in (1, 2)] for b in range(bands)]}
+               if LEVEL_DIRECTION else {}),
             **({"persistence": [round(self.fits[(b, 2)].stay, 4) for b in range(bands)]} if PERSISTENCE else {})}}
 
     def chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int, thin: int,
@@ -380,12 +464,12 @@ def whole_chain(whole: WholeChanges, rows: np.ndarray, rng: np.random.Generator,
             for b in np.unique(band):
                 at, fit = band == b, whole.fits[(int(b), k)]
                 w = weights[(int(b), k)]
-                q = expit(fit.up_logit + fit.cell_slope * whole.movement[rows[at], k - 1])
+                q = directions(fit.up_logit, fit.cell_slope, fit.level_slope, whole.movement[rows[at], k - 1], top)
                 given[-1][at] = given_first(like[k][at], w, q)
                 if persist and k == 1:
                     both = like[1][at] * like[2][at]
                     stays[at] = given_first(both, w, q) - w[0] * both
-                parts[int(b)] = (w[0], q[:, None], *moves(w, top), at)
+                parts[int(b)] = (w[0], q, *moves(w, top), at)
             tables.append(parts)
         if persist:
             w20 = np.zeros(len(rows))
@@ -403,6 +487,7 @@ def whole_chain(whole: WholeChanges, rows: np.ndarray, rng: np.random.Generator,
             for k in (1, 2):
                 chance = np.empty((len(rows), top + 1))
                 for w0, q, up, down, at in tables[k - 1].values():
+                    q = q if q.shape[1] == 1 else q[np.arange(len(q)), first[at]][:, None]  # q at the drawn month 1
                     chance[at] = q * up.T[first[at]] + (1 - q) * down.T[first[at]]
                     index = np.flatnonzero(at)
                     chance[index, first[index]] += w0

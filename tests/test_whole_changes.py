@@ -32,13 +32,14 @@ SD = 0.56  # a month's answer sd in sqrt(employment) (the shipped plan's)
 
 
 def brute_given_first(like, weights, up):
-    """sum_j P(j) like[clip(n + j)] by a loop over n and j."""
+    """sum_j P(j) like[clip(n + j)] by a loop over n and j (``up``: each row's q, or rows x n)."""
     rows, size = like.shape
     top = size - 1
     out = np.zeros((rows, size))
     for n in range(size):
+        q = up[:, n] if np.ndim(up) == 2 else up
         for j in range(-top, top + 1):
-            p = weights[0] if j == 0 else weights[abs(j)] * (up if j > 0 else 1 - up)
+            p = weights[0] if j == 0 else weights[abs(j)] * (q if j > 0 else 1 - q)
             out[:, n] += p * like[:, min(max(n + j, 0), top)]
     return out
 
@@ -61,9 +62,10 @@ class FixedLevel:
 
 
 def posterior(omega, sd, log_h, weights, up, top):
-    """p(x_1, x_2, x_3 | omega) on the grid, by enumeration (one row)."""
+    """p(x_1, x_2, x_3 | omega) on the grid, by enumeration (one row; ``up[k]``: q, or q at each month 1)."""
     lik = [np.exp(month_log_likelihood(np.array([omega[k]]), sd, PSI, top))[0] for k in range(3)]
-    change = [brute_given_first(np.eye(top + 1), weights[k], np.array(up[k])).T for k in range(2)]  # [n, x]
+    q = [np.broadcast_to(up[k], (top + 1, top + 1)) if np.ndim(up[k]) == 1 else np.array(up[k]) for k in range(2)]
+    change = [brute_given_first(np.eye(top + 1), weights[k], q[k]).T for k in range(2)]  # [n, x]
     first = np.exp(log_h) * lik[0]
     joint = first[:, None, None] * (change[0] * lik[1])[:, :, None] * (change[1] * lik[2])[:, None, :]
     return joint / joint.sum()
@@ -75,8 +77,9 @@ def drawn_cells(omega, weights, up, log_h, top, rows, **fit_fields):
     probabilities ``up`` (``fit_fields`` added to each change's fit)."""
     answers = SimpleNamespace(months=np.tile(omega, (rows, 1)), month_sd=np.full(3, SD))
     model = SimpleNamespace(answers=answers, psi=PSI, priors=SimpleNamespace(whole=None))
-    fits = {(0, k): SimpleNamespace(up_logit=float(np.log(up[k - 1] / (1 - up[k - 1]))), cell_slope=0.0,
-                                    **{name: value[k - 1] for name, value in fit_fields.items()}) for k in (1, 2)}
+    fields = {k: {"up_logit": float(np.log(up[k - 1] / (1 - up[k - 1]))), "cell_slope": 0.0, "level_slope": None,
+                  **{name: value[k - 1] for name, value in fit_fields.items()}} for k in (1, 2)}
+    fits = {(0, k): SimpleNamespace(**fields[k]) for k in (1, 2)}
     whole = SimpleNamespace(model=model, top=top, band=np.zeros(rows, int), fits=fits, movement=np.zeros((rows, 2)),
                             level=FixedLevel(log_h), weights=lambda: {"level": None, (0, 1): weights[0],
                                                                        (0, 2): weights[1]})
