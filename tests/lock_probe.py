@@ -55,7 +55,15 @@ def taken(locks: Iterable, grace: float = 0.0) -> list:
 def run(script: str, *arguments: str, timeout: float) -> list[int]:
     """The whole numbers a probe script prints, run as ``python -c script arguments`` with this folder on
     its path (after the others: nothing of the tests shadows a module); it must exit 0."""
+    returncode, numbers, stderr = outcome(script, *arguments, timeout=timeout)
+    assert returncode == 0, stderr
+    return numbers
+
+
+def outcome(script: str, *arguments: str, timeout: float) -> tuple[int, list[int], str]:
+    """A probe script's exit status (negative: killed by that signal), the whole numbers it printed and
+    its error output, run as ``run`` does."""
     code = f"import sys\nsys.path.append({str(Path(__file__).parent)!r})\n{script}"
     done = subprocess.run([sys.executable, "-c", code, *arguments], capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stderr
-    return [int(word) for word in done.stdout.split()]
+    numbers = [int(word) for word in done.stdout.split()] if done.returncode == 0 else []
+    return done.returncode, numbers, done.stderr
