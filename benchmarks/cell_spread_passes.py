@@ -15,9 +15,8 @@ pass; printed for pass 1, where its inputs are those answers).
 from __future__ import annotations
 
 import numpy as np
-from level_coverage import state_and_config, state_parser
+from level_coverage import each_release, state_and_config, state_parser
 
-import gedp
 from gedp.postprocess import wages
 from gedp.postprocess.cell_spread import layout_cell_spread
 
@@ -53,10 +52,8 @@ def main() -> None:
     args = state_parser(__doc__).parse_args()
     truth, config = state_and_config(args)
     seen = recorder()
-    for index in range(args.releases):
-        seen.clear()
-        gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)
-        print(1000 + index, " -> ".join(seen[:wages.PASSES]), flush=True)
+    for seed in each_release(truth, config, args.releases, seen):
+        print(seed, " -> ".join(seen[:wages.PASSES]), flush=True)
 
 
 if __name__ == "__main__":

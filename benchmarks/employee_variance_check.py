@@ -14,14 +14,10 @@ the published ones alone (those the synthesizer copies).
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
-from level_coverage import scaled_config, synthetic_truth
+from level_coverage import each_release, state_and_config, state_parser
 
-import gedp
 from gedp.postprocess import wages
 from gedp.postprocess.employee_variance import LEAST_EMPLOYMENT, spread_and_employee_variance
 
@@ -74,21 +70,14 @@ def recorder(true_wages: np.ndarray) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--qcew", type=Path, required=True)
-    parser.add_argument("--mu", type=float, required=True)
-    parser.add_argument("--config", default="baseline")
-    parser.add_argument("--releases", type=int, default=2)
-    args = parser.parse_args()
-    truth, config = synthetic_truth(args.qcew), scaled_config(args.mu, args.config)
+    args = state_parser(__doc__, releases=2).parse_args()
+    truth, config = state_and_config(args)
     spread2, b = truth_employee_variance(truth)
     print(f"truth, all cells of 4+ employees: s^2 {spread2:.3f}, b {b:.3f}", flush=True)
     wages.EMPLOYEE_VARIANCE_ESTIMATED = True
     seen = recorder(truth["wage"].to_numpy())
-    for index in range(args.releases):
-        seen.clear()
-        gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)
-        print(1000 + index, " -> ".join(seen[:wages.PASSES]), flush=True)
+    for seed in each_release(truth, config, args.releases, seen):
+        print(seed, " -> ".join(seen[:wages.PASSES]), flush=True)
 
 
 if __name__ == "__main__":

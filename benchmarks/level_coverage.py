@@ -97,6 +97,15 @@ def state_and_config(args: argparse.Namespace) -> tuple[pd.DataFrame, Config]:
     return synthetic_truth(args.qcew), scaled_config(args.mu, args.config)
 
 
+def each_release(truth: pd.DataFrame, config: Config, releases: int, seen: list) -> Iterator[int]:
+    """Protect ``truth`` ``releases`` times (seeds 1000, ...), not for publication, ``seen`` (a pass
+    recorder's list) cleared before each; yields each release's seed once it is protected."""
+    for index in range(releases):
+        seen.clear()
+        gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)
+        yield 1000 + index
+
+
 def unbounded_values(model_answers, public: pd.DataFrame) -> np.ndarray:
     """Month-1 employment per establishment from the least squares of the release's answers (as its
     model weighs them) without the bound x >= 0: x_j = a_j + v_j lambda_c(j), every establishment free."""

@@ -15,9 +15,8 @@ fit uses pass 1's in every pass; the estimates printed are the same as shipped u
 from __future__ import annotations
 
 import numpy as np
-from level_coverage import state_and_config, state_parser
+from level_coverage import each_release, state_and_config, state_parser
 
-import gedp
 from gedp.postprocess import spread_moments, wages
 
 
@@ -46,10 +45,8 @@ def main() -> None:
     truth, config = state_and_config(args)
     for variant in ("shipped", "add"):
         seen = recorder(variant == "add")
-        for index in range(args.releases):
-            seen.clear()
-            gedp.protect(truth, config, seed=1000 + index, not_for_publication=True)
-            print(variant, 1000 + index, " -> ".join(f"{value:.3f}" for value in seen[:wages.PASSES]), flush=True)
+        for seed in each_release(truth, config, args.releases, seen):
+            print(variant, seed, " -> ".join(f"{value:.3f}" for value in seen[:wages.PASSES]), flush=True)
 
 
 if __name__ == "__main__":

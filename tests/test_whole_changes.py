@@ -115,21 +115,27 @@ def band_priors(top):
     return prior / prior.sum(), sizes / sizes.sum()
 
 
-def simulated_fit(seed, no_change=0.6, up_logit=0.3, cell_slope=1.5, rows=8000, top=30):
-    """WholeFit on a simulated band: month 1 from a known prior, each change 0 with probability ``no_change``,
-    else of size s (P proportional to 2^-s), up with probability expit(up_logit + cell_slope m), m the cell's
-    implied change (uniform on [-1.5, 1.5] employees); sqrt answers with sd SD."""
+def simulated_band(seed, no_change, up, rows=8000, top=30):
+    """A simulated band: month 1 from ``band_priors``, each change 0 with probability ``no_change``, else of
+    size s (P proportional to 2^-s), up with probability ``up(first, m)``, m the cell's implied change (uniform
+    on [-1.5, 1.5] employees); sqrt answers with sd SD. The answers of months 1 and k, month 1's log prior, m."""
     rng = np.random.default_rng(seed)
     prior, sizes = band_priors(top)
     m = rng.uniform(-1.5, 1.5, rows)
     first = rng.choice(top + 1, rows, p=prior)
     size = rng.choice(np.arange(1, top + 1), rows, p=sizes)
     stays = rng.random(rows) < no_change
-    up = rng.random(rows) < expit(up_logit + cell_slope * m)
-    j = np.where(stays, 0, np.where(up, size, -size))
+    j = np.where(stays, 0, np.where(rng.random(rows) < up(first, m), size, -size))
     later = np.clip(first + j, 0, top)
     omega = PSI(np.column_stack([first, later]).astype(float)) + SD * rng.standard_normal((rows, 2))
-    return WholeFit.of(omega[:, 0], omega[:, 1], (SD, SD), np.log(prior), PSI, m)
+    return omega, np.log(prior), m
+
+
+def simulated_fit(seed, no_change=0.6, up_logit=0.3, cell_slope=1.5, rows=8000, top=30):
+    """WholeFit on a simulated band (``simulated_band``), up with probability expit(up_logit + cell_slope m)."""
+    omega, log_prior, m = simulated_band(seed, no_change, lambda first, m: expit(up_logit + cell_slope * m), rows,
+                                         top)
+    return WholeFit.of(omega[:, 0], omega[:, 1], (SD, SD), log_prior, PSI, m)
 
 
 # Over seeds 0-5 (8,000 rows) the fitted no-change share was 0.58 (sd 0.030) for 0.6, the logit 0.16 (sd 0.061)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 from scipy.special import expit
-from test_whole_changes import PSI, SD, band_priors, brute_given_first, drawn_cells, posterior
+from test_whole_changes import PSI, SD, brute_given_first, drawn_cells, posterior, simulated_band
 
 import gedp.postprocess.whole_changes as whole_changes
 from gedp.postprocess.whole_changes import WholeFit, directions, given_first
@@ -84,22 +84,14 @@ def test_the_chain_draws_the_posterior_with_the_level_direction():
 
 
 def level_fit(seed, level_slope=-2.0, level=True, no_change=0.5, up_logit=3.0, cell_slope=1.5, rows=8000, top=30):
-    """WholeFit (LEVEL_DIRECTION ``level``) on a simulated band: month 1 from ``band_priors``, each change 0 with
-    probability ``no_change``, else of size s (P proportional to 2^-s), up with probability expit(up_logit +
-    cell_slope m + level_slope log n) (1 at n = 0), m uniform on [-1.5, 1.5] employees; sqrt answers with sd SD."""
-    rng = np.random.default_rng(seed)
-    prior, sizes = band_priors(top)
-    m = rng.uniform(-1.5, 1.5, rows)
-    first = rng.choice(top + 1, rows, p=prior)
-    size = rng.choice(np.arange(1, top + 1), rows, p=sizes)
-    stays = rng.random(rows) < no_change
-    q = np.where(first == 0, 1.0, expit(up_logit + cell_slope * m + level_slope * np.log(np.maximum(first, 1))))
-    j = np.where(stays, 0, np.where(rng.random(rows) < q, size, -size))
-    months = np.column_stack([first, np.clip(first + j, 0, top)]).astype(float)
-    omega = PSI(months) + SD * rng.standard_normal((rows, 2))
+    """WholeFit (LEVEL_DIRECTION ``level``) on a simulated band (``simulated_band``), up with probability
+    expit(up_logit + cell_slope m + level_slope log n) (1 at n = 0)."""
+    def up(first, m):
+        return np.where(first == 0, 1.0, expit(up_logit + cell_slope * m + level_slope * np.log(np.maximum(first, 1))))
+    omega, log_prior, m = simulated_band(seed, no_change, up, rows, top)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(whole_changes, "LEVEL_DIRECTION", level)
-        return WholeFit.of(omega[:, 0], omega[:, 1], (SD, SD), np.log(prior), PSI, m)
+        return WholeFit.of(omega[:, 0], omega[:, 1], (SD, SD), log_prior, PSI, m)
 
 
 # Over seeds 0-5 (8,000 rows; truth w_0 0.5, alpha 3, delta -2, gamma 1.5) the fit gave w_0 0.493 (sd 0.011), alpha
