@@ -52,6 +52,8 @@ def add_prior_options(parser: argparse.ArgumentParser) -> None:
                         help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
     parser.add_argument("--whole-smooth-level", action="store_true",
                         help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
+    parser.add_argument("--change-scale", action="store_true",
+                        help="change sizes scaled by the level within their band (implicates.CHANGE_SCALE)")
     parser.add_argument("--level-direction", action="store_true",
                         help="with --whole-changes, a change's direction by month 1's level "
                              "(whole_changes.LEVEL_DIRECTION)")
@@ -68,6 +70,7 @@ def set_prior_knobs(args: argparse.Namespace) -> None:
     implicates.LEVEL_BY_SECTOR = args.level_by_sector
     implicates.CELL_CHANGES = args.cell_changes
     implicates.WHOLE_CHANGES = args.whole_changes
+    implicates.CHANGE_SCALE = args.change_scale
     whole_changes.PERSISTENCE = args.persistence
     whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
     whole_changes.LEVEL_DIRECTION = args.level_direction
