@@ -31,6 +31,9 @@ from gedp.postprocess.prior_components import change_fit
 SCALE_POWERS = (-0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0)
 #: Steps of log n in which the scales are taken.
 SCALE_STEP = 0.1
+#: A band keeps beta = 0 (one size) if its profile's peak is less than this many nats above beta = 0's (0: the peak;
+#: 3.3: a likelihood-ratio test of one parameter at 1%, chi^2_1(0.99) / 2).
+SCALE_MIN_GAIN = 0.0
 
 
 def row_sizes(mean_answer: np.ndarray, psi: NeighborFunction, band: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -103,6 +106,8 @@ def band_scales(omega: np.ndarray, sd: np.ndarray, psi: NeighborFunction, edges:
             profiles[b, k - 1] = [profile_point(difference, scales(size[rows], middle[rows], beta), noise, step)
                                   for beta in SCALE_POWERS]
     beta = np.apply_along_axis(profile_peak, 2, profiles)
+    zero = SCALE_POWERS.index(0.0)
+    beta = np.where(profiles.max(axis=2) - profiles[:, :, zero] >= SCALE_MIN_GAIN, beta, 0.0)
     return ChangeScales(scales(size[:, None], middle[:, None], beta[band]), beta, profiles)
 
 

@@ -128,3 +128,19 @@ def test_a_band_whose_changes_grow_with_the_level_is_recovered():
     assert np.any(np.abs(one_size[::2]) >= 0.7), one_size
     flat_beta, _ = band_check(*simulated_band(0.0, seed=2))
     assert np.all(np.abs(flat_beta) < 0.35), flat_beta
+
+
+def test_the_gate_keeps_one_size_unless_the_answers_show_a_scale(monkeypatch):
+    # SCALE_MIN_GAIN 3.3 nats (a likelihood-ratio test of one parameter at 1%): on the bands above, seeds 0-5, the
+    # profile's gain over beta = 0 was 0-1.9 nats with beta 0 (the gate gives one size; its false rate about 1% per
+    # band and month) and 2.5-18.1 with beta 0.5 (one of 12 below the gate); seed 2's: 12.7 and 12.3 (kept).
+    import gedp.postprocess.change_scale as change_scale
+
+    monkeypatch.setattr(change_scale, "SCALE_MIN_GAIN", 3.3)
+    edges, psi = np.sqrt([20.0, 100.0]), make_psi("sqrt", a=0.0)
+    for beta, kept in ((0.5, True), (0.0, False)):
+        omega, _ = simulated_band(beta, seed=2)
+        band = np.searchsorted(edges, omega.mean(axis=1))
+        fitted = band_scales(omega, np.full(3, 0.56), psi, edges, band, [0.05, 0.05, 0.05])
+        assert np.all((fitted.beta[1] != 0) == kept), fitted.beta
+        assert kept or np.all(fitted.scale[band == 1] == 1.0)
