@@ -52,6 +52,11 @@ def add_prior_options(parser: argparse.ArgumentParser) -> None:
                         help="with --whole-changes, month 2's change persists (whole_changes.PERSISTENCE)")
     parser.add_argument("--whole-smooth-level", action="store_true",
                         help="with --whole-changes, month 1's prior smooth (whole_changes.SMOOTH_LEVEL)")
+    parser.add_argument("--change-scale", action="store_true",
+                        help="change sizes scaled by the level within their band (implicates.CHANGE_SCALE)")
+    parser.add_argument("--scale-min-gain", type=float, default=0.0,
+                        help="with --change-scale, nats a band's profile must gain over one size "
+                             "(change_scale.SCALE_MIN_GAIN)")
     parser.add_argument("--level-direction", action="store_true",
                         help="with --whole-changes, a change's direction by month 1's level "
                              "(whole_changes.LEVEL_DIRECTION)")
@@ -59,6 +64,7 @@ def add_prior_options(parser: argparse.ArgumentParser) -> None:
 
 def set_prior_knobs(args: argparse.Namespace) -> None:
     """The implicates' knobs set from ``add_prior_options``' arguments."""
+    import gedp.postprocess.change_scale as change_scale
     import gedp.postprocess.implicates as implicates
     import gedp.postprocess.whole_changes as whole_changes
 
@@ -68,6 +74,8 @@ def set_prior_knobs(args: argparse.Namespace) -> None:
     implicates.LEVEL_BY_SECTOR = args.level_by_sector
     implicates.CELL_CHANGES = args.cell_changes
     implicates.WHOLE_CHANGES = args.whole_changes
+    implicates.CHANGE_SCALE = args.change_scale
+    change_scale.SCALE_MIN_GAIN = args.scale_min_gain
     whole_changes.PERSISTENCE = args.persistence
     whole_changes.SMOOTH_LEVEL = args.whole_smooth_level
     whole_changes.LEVEL_DIRECTION = args.level_direction

@@ -28,6 +28,7 @@ import numpy as np
 from scipy.special import log_ndtr, logsumexp
 
 from gedp.measure.neighbors import NeighborFunction
+from gedp.postprocess.change_scale import ScaledFit, scaled_fit_arguments
 from gedp.postprocess.deconvolve import BINS_PER_SD, Likelihood, Mixture, MixtureFit, binned, draw_posterior
 from gedp.postprocess.months import (
     PATTERN_FLOOR,
@@ -134,16 +135,20 @@ class ChangersFit(MixtureFit):
         return cls(means, sds, counts, Likelihood.of(likelihood, basis=basis))
 
 
-def change_fit_arguments(difference: np.ndarray, offset: np.ndarray, sd: float, step: float, mode: str) -> tuple:
+def change_fit_arguments(difference: np.ndarray, offset: np.ndarray, sd: float, step: float, mode: str,
+                         scale: np.ndarray | None = None) -> tuple:
     """A change prior's fit arguments for ``fit_kind(mode)``: the differences less the offsets with their sd and
-    components (``change_fit``), with "changers" the rows (difference, offset) instead."""
+    components (``change_fit``), with "changers" the rows (difference, offset) instead; with each row's ``scale``
+    (``change_scale``, no offsets), ``scaled_fit_arguments``."""
+    if scale is not None:
+        return scaled_fit_arguments(difference, scale, sd, step)
     arguments = change_fit(difference - offset, sd, step)
     return arguments if mode != "changers" else (np.column_stack([difference, offset]), *arguments[1:])
 
 
-def fit_kind(mode: str) -> type[MixtureFit]:
-    """The change priors' fit of a CELL_CHANGE_MODES ``mode``."""
-    return ChangersFit if mode == "changers" else MixtureFit
+def fit_kind(mode: str, scaled: bool = False) -> type[MixtureFit]:
+    """The change priors' fit of a CELL_CHANGE_MODES ``mode`` (``scaled``: ScaledFit, ``change_scale``)."""
+    return ScaledFit if scaled else ChangersFit if mode == "changers" else MixtureFit
 
 
 def moved_draws(prior: Mixture, center: np.ndarray, spread: np.ndarray, lower: np.ndarray, offset: np.ndarray,

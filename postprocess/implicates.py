@@ -41,6 +41,7 @@ import numpy as np
 from gedp.errors import InputError
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.cell_changes import change_fit_arguments, fit_kind, mode_offsets, moved_draws, slopes_summary
+from gedp.postprocess.change_scale import ChangeScales, band_scales
 from gedp.postprocess.deconvolve import Mixture, MixtureFit, SmoothFit, draw_posterior, truncated_normal
 from gedp.postprocess.joint_changes import ChangeLikelihood, JointFit, JointPrior, draw_changes
 from gedp.postprocess.prior_components import (
@@ -74,17 +75,14 @@ MONTHS = ("m1emp", "m2emp", "m3emp")
 #: Fewest establishments of a band with change priors of its own; smaller ones share the band below's.
 #: (Size bands: SIZE_EDGES, of the answers' mean for the changes' priors, of a draw's average for wages.)
 MIN_BAND = 400
-#: Gibbs sweeps before the first implicate and between two implicates.
-BURN_IN = 8
-THIN = 2
-#: A level prior's components reach LEVEL_CUT sds above psi(0) (``prior_components.level_components``);
-#: rows whose answers' mean is above it draw from their likelihood alone (a prior that flat there
-#: changes nothing).
+BURN_IN, THIN = 8, 2  # Gibbs sweeps before the first implicate and between two implicates
+#: A level prior's components reach LEVEL_CUT sds above psi(0) (``prior_components.level_components``); rows whose
+#: answers' mean is above it draw from their likelihood alone (a prior that flat there changes nothing).
 LEVEL_CUT = 40.0
 #: The level prior's components' bandwidth in their steps.
 LEVEL_WIDTH = 1.0
-#: Whether the level prior's log weights are smooth (``deconvolve.SmoothFit``, its penalty chosen by
-#: cross-validation on the answers) instead of the NPMLE (a measurement's knob: not shipped).
+#: Whether the level prior's log weights are smooth (``deconvolve.SmoothFit``, its penalty chosen by cross-validation
+#: on the answers) instead of the NPMLE (a measurement's knob: not shipped).
 LEVEL_SMOOTH = False
 #: Whether each sector (2-digit NAICS, a public column) with MIN_SECTOR_LEVEL or more level answers has a
 #: level prior of its own, fitted on its answers alone (the others keep the state's; a measurement's knob).
@@ -94,12 +92,12 @@ LEVEL_BY_SECTOR = False
 CELL_CHANGES = ""
 #: Whether the smallest establishments' months are whole numbers (``postprocess.whole_changes``; a measurement's knob).
 WHOLE_CHANGES = False
+#: Whether a change's size scales with the level within its band (``postprocess.change_scale``; a measurement's knob).
+CHANGE_SCALE = False
 #: Fewest level answers of a sector with a level prior of its own (``prior_components.level_groups``).
 MIN_SECTOR_LEVEL = 1000
-#: Rows whose wage likelihood is narrower than this many z steps draw from it alone.
-WAGE_FLAT_STEPS = 2.0
-#: Establishments per state of the pass that fits the wage priors.
-WAGE_FIT_ROWS = 20_000
+WAGE_FLAT_STEPS = 2.0  # rows whose wage likelihood is narrower than this many z steps draw from it alone
+WAGE_FIT_ROWS = 20_000  # establishments per state of the pass that fits the wage priors
 #: Rounds of the cell offsets, then s placed again through the fitted priors' band levels (more rounds drifted
 #: s's slope past the truth's on Rhode Island under elasticity 0.6: 0.6 -> 0.68 -> 0.8; the method docs).
 CELL_ROUNDS = 1
@@ -154,6 +152,7 @@ class PosteriorModel:
     change_offset: np.ndarray | None = None
     change_slopes: tuple[np.ndarray, np.ndarray] | None = None  # "fitted": per band beta, its se (``band_slopes``)
     whole: WholeChanges | None = None  # the smallest establishments' whole changes (WHOLE_CHANGES)
+    scales: ChangeScales | None = None  # CHANGE_SCALE: each establishment's changes' scales, their powers
 
     def __init__(self, answers: StateAnswers, psi: NeighborFunction, rng: np.random.Generator,
                  level_prior: str = "month1", change_prior: str = "independent") -> None:
@@ -165,6 +164,8 @@ class PosteriorModel:
         self.fits: dict[object, MixtureFit] = {}
         if CELL_CHANGES and not self.joint and answers.change_cell is not None:
             self.change_offset, self.change_slopes = mode_offsets(answers, psi, self.change_bands()[1], CELL_CHANGES)
+        self.scales = band_scales(answers.months, answers.month_sd, psi, *self.change_bands()) if CHANGE_SCALE and \
+            self.change_offset is None else None
         self.priors = Priors(*self._month_priors())
         self.whole = WholeChanges(self) if WHOLE_CHANGES else None
         if self.joint:
@@ -222,8 +223,9 @@ class PosteriorModel:
             changes.append(tuple(self._fitted(("change", b, k), rng, None if start is None else start.changes[b][k - 1],
                                               lambda k=k, rows=rows, step=step: change_fit_arguments(
                                                   omega[rows, k] - omega[rows, 0], self.offsets(rows)[:, k - 1],
-                                                  float(np.hypot(sd[0], sd[k])), step, CELL_CHANGES),
-                                              fit_kind(CELL_CHANGES))
+                                                  float(np.hypot(sd[0], sd[k])), step, CELL_CHANGES,
+                                                  None if self.scales is None else self.scales.scale[rows, k - 1]),
+                                              fit_kind(CELL_CHANGES, self.scales is not None))
                                  for k in (1, 2)))
         return level, cut, bands, changes
 
@@ -420,7 +422,8 @@ class PosteriorModel:
                 "no_change_se": [[float(f"{e:.3g}") for e in pair] for pair in self.no_change_standard_errors()],
                 "change_bands": [float(b) for b in self.psi.inverse(p.bands)], **slopes_summary(self.change_slopes),
                 "wage_cells": sum(g >= 0 for g, _ in p.wage_weights), **(self.whole.summary() if self.whole else {}),
-                **({} if p.cell_offset is None else {"cell_offsets": offsets_summary(p.cell_offset)})}
+                **({} if p.cell_offset is None else {"cell_offsets": offsets_summary(p.cell_offset)}),
+                **({} if self.scales is None else {"change_scale_powers": self.scales.beta.tolist()})}
 
     # --- draws ------------------------------------------------------------------------------------
     def months_chain(self, rows: np.ndarray, rng: np.random.Generator, burn_in: int, count: int, thin: int = THIN,
@@ -436,6 +439,7 @@ class PosteriorModel:
         floor = self.floor if np.isfinite(self.floor) else -np.inf
         level = np.maximum(omega.mean(axis=1), floor if np.isfinite(floor) else omega.min())
         delta, offset = np.zeros((len(rows), 2)), self.offsets(rows)
+        scale = np.ones((len(rows), 2)) if self.scales is None else self.scales.scale[rows]
         coupling = WageCoupling(self, rows) if self.priors.wage_table is not None else None
         sweeps = 0
         for j in range(count):
@@ -451,7 +455,8 @@ class PosteriorModel:
                     proposal = self._joint_step(prior, omega, sd, level, delta, band, floor, rng)
                     delta = self._coupled(state, level, delta, proposal, 0, rng)
                 for k in () if self.joint else (0, 1):
-                    proposal = self._change_step(prior, omega, sd, level, delta, k, band, floor, rng, offset[:, k])
+                    proposal = self._change_step(prior, omega, sd, level, delta, k, band, floor, rng, offset[:, k],
+                                                 scale[:, k])
                     delta = self._coupled(state, level, delta, proposal, k, rng)
                 if coupling is not None:
                     coupling.redraw(state.average, rng)
@@ -503,18 +508,18 @@ class PosteriorModel:
                 out[rows] = draw_posterior(center[rows], spread[rows], prior, lower[rows], rng)
         return out
 
-    def _change_step(self, priors: Priors, omega, sd, level, delta, k, band, floor, rng, offset) -> np.ndarray:
+    def _change_step(self, priors: Priors, omega, sd, level, delta, k, band, floor, rng, offset, scale) -> np.ndarray:
         """The changes after an exact draw of change k (from month 1) given the level and the other change. With month
         1's level, only month k + 2 moves with it (its answer less theta_1 is delta_k plus its noise). With the
         quarter's, every month does: month m is base_m + c_m delta_k (c = -v_k for month 1 and the other month, 1 - v_k
         for its own, v the precision weights), so its likelihood is Gaussian with the three answers' precision, and each
         month >= floor bounds it below (c_m > 0) or above (c_m < 0); the draw is exact below, and one above an upper
         bound is refused (the change kept: a Metropolis-Hastings step whose proposal is the conditional without that
-        bound). The prior is the band's moved by each row's ``offset`` (CELL_CHANGES)."""
+        bound). The prior is the band's moved by each row's ``offset`` (CELL_CHANGES), scaled by its ``scale``."""
         moved = delta.copy()
         if not self.quarter:  # month k + 2's answer less month 1's level is delta_k plus its own noise
             out = self._mixture_draws(priors, omega[:, k + 1] - level, np.full(len(omega), float(sd[k + 1])),
-                                      floor - level, band, k, rng, offset)
+                                      floor - level, band, k, rng, offset, scale)
             moved[:, k] = out
             return moved
         coefficients = -np.full(3, self.month_weights[k + 1])
@@ -528,7 +533,7 @@ class PosteriorModel:
             bounds = (floor - base) / coefficients
         lower = bounds[:, coefficients > 0].max(axis=1)
         upper = bounds[:, coefficients < 0].min(axis=1, initial=np.inf)
-        out = self._mixture_draws(priors, center, spread, lower, band, k, rng, offset)
+        out = self._mixture_draws(priors, center, spread, lower, band, k, rng, offset, scale)
         moved[:, k] = np.where(out <= upper, out, delta[:, k])
         return moved
 
@@ -551,13 +556,13 @@ class PosteriorModel:
         return np.where(inside[:, None], out, delta)
 
     @staticmethod
-    def _mixture_draws(priors: Priors, center, spread, lower, band, k, rng, offset) -> np.ndarray:
-        """Exact draws of change k under each row's band's prior moved by its ``offset`` (``moved_draws``)."""
+    def _mixture_draws(priors: Priors, center, spread, lower, band, k, rng, offset, scale) -> np.ndarray:
+        """Exact draws of change k = s r, r from each row's band's prior moved by ``offset`` / s, s its ``scale``."""
         out = np.empty(len(center))
         for b in np.unique(band):
-            rows = band == b
-            out[rows] = moved_draws(priors.changes[b][k], center[rows], spread[rows], lower[rows], offset[rows], rng,
-                                    CELL_CHANGES)
+            rows, s = band == b, scale[band == b]
+            out[rows] = s * moved_draws(priors.changes[b][k], center[rows] / s, spread[rows] / s, lower[rows] / s,
+                                        offset[rows] / s, rng, CELL_CHANGES)
         return out
 
     def wages(self, rows: np.ndarray, months: np.ndarray, rng: np.random.Generator,
