@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -60,9 +62,16 @@ def derive_industry_codes(naics: pd.Series) -> pd.DataFrame:
                                                index=naics.index) for column in coarser.columns})
     prefixes = {f"naics{width}": prefix_text(digits, width) for width in (5, 4, 3)}
     two_digits = (digits[:, 0].astype(np.intp) - ord("0")) * 10 + (digits[:, 1] - ord("0"))
-    by_two_digits = _coarser_codes(pd.Series([f"{number:02d}" for number in range(100)], dtype="str"))
+    by_two_digits = _two_digit_codes()
     sectors = {column: taken_text(by_two_digits[column], two_digits) for column in ("sector", "supersector", "domain")}
     return pd.DataFrame({**prefixes, **sectors}, index=naics.index)
+
+
+@functools.lru_cache(maxsize=1)
+def _two_digit_codes() -> pd.DataFrame:
+    """``_coarser_codes`` of the 100 two-digit codes 00-99, made once (read, never changed, by
+    ``derive_industry_codes``: 1.5 ms a call, a sixth of validating 30 establishments)."""
+    return _coarser_codes(pd.Series([f"{number:02d}" for number in range(100)], dtype="str"))
 
 
 def _coarser_codes(codes: pd.Series) -> pd.DataFrame:

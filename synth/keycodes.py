@@ -116,11 +116,19 @@ def taken_column(values: pd.Series, positions: np.ndarray) -> pd.api.extensions.
     return _text_of_items(items.take(positions), len(positions), items.itemsize, text.type, values.dtype)
 
 
+#: Rows below which a frame is taken by pandas alone: there, ``taken_column``'s set-up per column costs
+#: more than it saves (17 columns, 11 of them text: 30 rows 4.8 ms against pandas' 0.3 ms; 10,000 rows
+#: 5.0 against 1.3; 100,000 rows 14.9 against 20.0).
+PANDAS_TAKE_ROWS = 10_000
+
+
 def taken_frame(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
     """``frame.take(positions)`` with the index reset (``positions`` in range): Arrow text columns are
-    taken by ``taken_column``, the others by pandas, block by block."""
-    text = [] if frame.columns.has_duplicates else [column for column in frame.columns
-                                                     if _is_arrow_text(frame[column].dtype)]
+    taken by ``taken_column``, the others by pandas, block by block; a frame of fewer than
+    PANDAS_TAKE_ROWS rows (taken to fewer) by pandas alone."""
+    small = max(len(frame), len(positions)) < PANDAS_TAKE_ROWS
+    text = [] if small or frame.columns.has_duplicates else [column for column in frame.columns
+                                                              if _is_arrow_text(frame[column].dtype)]
     if not text:
         return frame.take(positions).reset_index(drop=True)
     taken = frame.drop(columns=text).take(positions).reset_index(drop=True)

@@ -176,14 +176,17 @@ class DrawnOnce:
     """``gedp.release.implicates.tabulation_implicates`` (the 20 implicates a size-class table is combined
     over, about 4 s of processor time on the 2,000-establishment release) drawn once per release and
     quarter for the session: a later call for a folder holding the same files (every byte of every file)
-    and the same quarter gets a copy of the frame drawn first. The draw is a function of those alone (its
-    seed is the release's, ``tabulation_seed``; ``TABULATION_IMPLICATES`` is in the key too).
+    and the same quarter, under the same settings, gets a copy of the frame drawn first. The draw is a
+    function of those alone (its seed is the release's, ``tabulation_seed``): ``TABULATION_IMPLICATES``
+    and the upper-case settings of every ``gedp.postprocess`` module loaded (``settings``: switches such
+    as ``implicates.LEVEL_BY_SECTOR`` or ``CELL_CHANGES`` change the draws, not the release's bytes) are
+    in the key too.
 
     The draws are held per side (``side``: the main thread, where ``gedp tabulate`` and the library run,
     or any other thread, where a server draws), so a server's table is still compared with a command's
     table drawn independently. ``again()``: calls in it draw anew and hold nothing (a test of the draw's
     own repeatability). A test that changes how implicates are drawn (a patched prior, constant or
-    generator) must not use it."""
+    generator) must not use it (a patched function is not in the key)."""
 
     def __init__(self) -> None:
         from gedp.release import implicates
@@ -192,6 +195,30 @@ class DrawnOnce:
         self.held: dict[tuple, Any] = {}
         self.lock = threading.Lock()
         self.fresh = False
+
+    #: The ``gedp.postprocess`` modules a draw loads, loaded before the key is read (so that a first draw's
+    #: key is the next call's).
+    DRAW_MODULES = ("cell_changes", "deconvolve", "implicates", "joint_changes", "months", "penalty_choice",
+                    "prior_components", "wage_coupling", "wage_priors", "whole_changes", "wls")
+
+    @classmethod
+    def settings(cls) -> tuple:
+        """The upper-case module settings of every ``gedp.postprocess`` module loaded (``DRAW_MODULES`` at
+        least), as (module, name, value) with arrays as their dtype, shape and bytes' digest."""
+        import hashlib
+
+        for name in cls.DRAW_MODULES:
+            importlib.import_module(f"gedp.postprocess.{name}")
+        found = []
+        for module_name, module in sorted(sys.modules.items()):
+            if not module_name.startswith("gedp.postprocess.") or module is None:
+                continue
+            for name, value in sorted(vars(module).items()):
+                if name.isupper() and not callable(value):
+                    if isinstance(value, np.ndarray):
+                        value = (str(value.dtype), value.shape, hashlib.sha256(value.tobytes()).hexdigest())
+                    found.append((module_name, name, repr(value)))
+        return tuple(found)
 
     @staticmethod
     def side() -> str:
@@ -208,7 +235,7 @@ class DrawnOnce:
         for file in sorted(p for p in Path(release).rglob("*") if p.is_file()):
             digest.update(f"{file.relative_to(release).as_posix()}\n".encode())
             digest.update(hashlib.sha256(file.read_bytes()).digest())
-        key = (self.side(), digest.hexdigest(), quarter, TABULATION_IMPLICATES)
+        key = (self.side(), digest.hexdigest(), quarter, TABULATION_IMPLICATES, self.settings())
         with self.lock:  # one draw at a time: two threads asking for the same one wait for it
             if key not in self.held:
                 self.held[key] = self.draw(release, quarter)

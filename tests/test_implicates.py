@@ -154,6 +154,31 @@ def test_tabulate_by_size_class_from_the_release_and_the_cli(lone_release, tmp_p
         release.tabulate("nonsense", moe=True)
 
 
+def test_the_tests_held_draws_are_drawn_anew_under_another_switch(lone_release, drawn_once, monkeypatch):
+    """conftest.DrawnOnce's key: the same release under the same settings is drawn once; a measurement
+    switch of postprocess (which changes the draws, not the release's bytes) draws anew, and set back
+    finds the first draw (a stand-in for the draw: the key is what is tested)."""
+    from gedp.postprocess import implicates, whole_changes
+
+    drawn = []
+
+    def stand_in(release, quarter):
+        drawn.append(quarter)
+        return pd.DataFrame({"draw": [len(drawn)]})
+
+    monkeypatch.setattr(drawn_once, "draw", stand_in)
+    monkeypatch.setattr(drawn_once, "held", {})
+    first = drawn_once(lone_release)
+    assert drawn_once(lone_release).equals(first) and len(drawn) == 1
+    for module, switch, value in ((implicates, "LEVEL_BY_SECTOR", True), (implicates, "CELL_CHANGES", "all"),
+                                  (implicates, "WAGE_Z", implicates.WAGE_Z + 0.01),
+                                  (whole_changes, "LEVEL_DIRECTION", True)):
+        with monkeypatch.context() as switched:
+            switched.setattr(module, switch, value)
+            assert not drawn_once(lone_release).equals(first), switch
+    assert len(drawn) == 5 and drawn_once(lone_release).equals(first) and len(drawn) == 5
+
+
 def test_margins_by_a_column_the_user_added_are_refused_in_words(lone_release):
     release = gedp.read_release(lone_release)
     release.microdata["big"] = release.microdata["m3emp"] > 10

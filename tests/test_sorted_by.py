@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gedp.synth import io
+from gedp.synth import io, keycodes
 from gedp.synth.io import sorted_by
 
 
@@ -27,7 +27,11 @@ def keyed_frame(rows: int, seed: int) -> pd.DataFrame:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("columns", [["state", "county", "naics", "estab_id"], ["county", "state"], ["estab_id"],
                                      ["naics", "county", "value"]])
-def test_sorted_by_is_pandas_stable_sort(seed, columns):
+@pytest.mark.parametrize("least_rows", [0, keycodes.PANDAS_TAKE_ROWS], ids=["arrow", "pandas"])
+def test_sorted_by_is_pandas_stable_sort(seed, columns, least_rows, monkeypatch):
+    """The rows taken in order both ways (``keycodes.PANDAS_TAKE_ROWS``: 0 takes these 500 rows' text as
+    Arrow does a large frame's)."""
+    monkeypatch.setattr(keycodes, "PANDAS_TAKE_ROWS", least_rows)
     frame = keyed_frame(500, seed)
     expected = frame.sort_values(columns, kind="stable", ignore_index=True, na_position="last")
     pd.testing.assert_frame_equal(sorted_by(frame, columns), expected)

@@ -5,6 +5,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from gedp.synth import keycodes
 from gedp.synth.keycodes import fixed_width_bytes, taken_column, taken_frame
 
 
@@ -34,7 +35,11 @@ COLUMNS = {
 @pytest.mark.parametrize("arrow_type", [pa.large_string(), pa.string()])
 @pytest.mark.parametrize("dtype", ["str", "string[pyarrow]"])
 @pytest.mark.parametrize("chunks", [1, 2])
-def test_taken_frame_is_pandas_take(arrow_type, dtype, chunks):
+@pytest.mark.parametrize("least_rows", [0, keycodes.PANDAS_TAKE_ROWS], ids=["arrow", "pandas"])
+def test_taken_frame_is_pandas_take(arrow_type, dtype, chunks, least_rows, monkeypatch):
+    """Both ways a frame is taken (``PANDAS_TAKE_ROWS``: 0 takes these 40 rows' text as Arrow does a
+    large frame's)."""
+    monkeypatch.setattr(keycodes, "PANDAS_TAKE_ROWS", least_rows)
     rng = np.random.default_rng(chunks)
     frame = pd.DataFrame({name: text(values, arrow_type, dtype, chunks) for name, values in COLUMNS.items()})
     frame.insert(2, "number", rng.normal(size=40))
