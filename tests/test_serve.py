@@ -502,6 +502,37 @@ def test_size_class_implicates_are_drawn_before_any_request(releases, monkeypatc
     assert status == 200, body
 
 
+def test_a_size_class_request_before_the_warm_up_drew_its_quarter_is_answered_503_without_drawing(releases,
+                                                                                                monkeypatch):
+    """A size-class request that came before the warm-up had drawn its quarter (a panel of 80 quarters is
+    drawn over minutes; a release of one quarter after its margins) drew it itself: 4.2 s, then 0.0 s for
+    every later request, so an answer's time told whether anyone had asked that quarter before (red team
+    rt26 G4). It is now answered 503 at once, drawing nothing, and 200 once the warm-up drew it. Here the
+    warm-up is held in its margins, before its draw. Power: before, the request drew (200) meanwhile."""
+    from gedp.release import implicates
+    from gedp.release.lattice import CellLattice
+
+    gate, draws = threading.Event(), []
+    computed = CellLattice.compute_all
+    monkeypatch.setattr(CellLattice, "compute_all", lambda self: gate.wait(120) and computed(self))
+    drawn = implicates.tabulation_implicates
+    monkeypatch.setattr(implicates, "tabulation_implicates",
+                        lambda *args: draws.append(threading.current_thread().name) or drawn(*args))
+    loaded = load_releases([releases["single"]])
+    served = Served(create_app(loaded, Limits(timeout=20)))
+    try:
+        early = served.get("/api/tabulate", {"release": "single", "by": "size_class"})
+        gate.set()
+        assert loaded["single"].warm.wait(600)
+        late = served.get("/api/tabulate", {"release": "single", "by": "size_class"})
+    finally:
+        gate.set()
+        served.stop()
+    assert early[0] == 503 and "not ready" in json.loads(early[2])["error"], early
+    assert late[0] == 200, late
+    assert draws == ["margins of single"]  # the warm-up's thread drew, once
+
+
 #: A draw's failure as a reader gives it (one line, no value), and one of gedp's own (a value in its text).
 WARM_UP_FAILURES = {
     "a gedp error": InputError("release 'single': its measurements cannot be read as the Parquet gedp writes "
