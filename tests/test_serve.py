@@ -533,6 +533,43 @@ def test_a_size_class_request_before_the_warm_up_drew_its_quarter_is_answered_50
     assert draws == ["margins of single"]  # the warm-up's thread drew, once
 
 
+def test_a_drawn_quarters_size_class_request_does_not_wait_for_the_warm_up_drawing_another(releases, monkeypatch):
+    """While the warm-up draws a panel's next quarter (holding the draws' lock), a size-class request of a
+    quarter it drew is answered at once, one of a quarter it has not drawn 503 at once, and that quarter
+    200 once drawn. Power: taking the lock first, the drawn quarter's request waited for the other draw
+    (503 at its 5 s here)."""
+    from gedp.release import implicates
+
+    gate = threading.Event()
+    drawn = implicates.tabulation_implicates
+
+    def held_at_the_second(folder, quarter):
+        if quarter == PANEL_QUARTERS[1]:
+            gate.wait(120)
+        return drawn(folder, quarter)
+
+    monkeypatch.setattr(implicates, "tabulation_implicates", held_at_the_second)
+    loaded = load_releases([releases["panel"]])
+    release = loaded["panel"]
+    served = Served(create_app(loaded, Limits(timeout=5)))
+    try:
+        deadline = time.monotonic() + 300
+        while PANEL_QUARTERS[0] not in release.implicates_held and time.monotonic() < deadline:
+            time.sleep(0.1)
+        asked = {"release": "panel", "by": "size_class"}
+        first = served.get("/api/tabulate", {**asked, "quarter": PANEL_QUARTERS[0]})
+        last = served.get("/api/tabulate", {**asked, "quarter": PANEL_QUARTERS[2]})
+        gate.set()
+        assert release.warm.wait(600)
+        again = served.get("/api/tabulate", {**asked, "quarter": PANEL_QUARTERS[2]})
+    finally:
+        gate.set()
+        served.stop()
+    assert first[0] == 200, first
+    assert last[0] == 503 and "not ready" in json.loads(last[2])["error"], last
+    assert again[0] == 200, again
+
+
 #: A draw's failure as a reader gives it (one line, no value), and one of gedp's own (a value in its text).
 WARM_UP_FAILURES = {
     "a gedp error": InputError("release 'single': its measurements cannot be read as the Parquet gedp writes "

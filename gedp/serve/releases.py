@@ -171,8 +171,10 @@ class ServedRelease:
             raise InputError(f"release {self.id}: size-class tables are combined over implicates of all its "
                              f"{self.establishments:,} {what}, more than this server draws "
                              f"({MAX_DERIVED_ESTABLISHMENTS:,}); gedp tabulate gives them")
-        if drawn_ahead and not self.warm.is_set() and quarter not in self.implicates_held and \
-                quarter not in self.implicates_refused:
+        held = self.implicates_held.get(quarter)
+        if held is not None:  # not waiting for the warm-up's draw of another quarter
+            return held
+        if drawn_ahead and not self.warm.is_set() and quarter not in self.implicates_refused:
             raise NotDrawnYet(f"the size-class tables of {quarter or f'release {self.id}'} are not ready: the "
                               "server draws them once, after it started; retry later")
         with self.drawing:
