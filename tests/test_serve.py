@@ -713,3 +713,58 @@ def test_ctrl_c_ends_a_server_at_once_while_a_request_waits_for_a_draw(releases,
             server.communicate()
     assert server.returncode == 130 and output.rstrip().endswith("stopped (Ctrl-C)"), output
     assert took < SLOW_DRAW / 6, took
+
+
+def test_ctrl_c_answers_the_requests_waiting_for_the_warm_ups_draw_and_ends_at_once(releases, tmp_path):
+    """A size-class request waits for the warm-up's draw of its quarter (red team rt26 G4), up to its
+    --timeout; uvicorn's stop waits for the requests in flight, so Ctrl-C waited for them (27.2 s with 8
+    waiting, --timeout 30). The stop now answers them 503 ("the server is stopping") and the server ends at
+    once. Power: before, the end waited for the request's 60 s here, asserted under a sixth of it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "sitecustomize.py").write_text(SLOWED_DRAW, encoding="utf-8")
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "GEDP_TEST_SLOW_DRAW": str(SLOW_DRAW)}
+    server = subprocess.Popen([sys.executable, "-m", "gedp", "serve", str(releases["single"]), "--port", str(number),
+                               "--timeout", str(SLOW_DRAW)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=env, start_new_session=True)
+    answers: list = []
+
+    def ask() -> None:
+        query = urllib.parse.urlencode({"release": "single", "by": "size_class"})
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{number}/api/tabulate?{query}", timeout=SLOW_DRAW * 2).read()
+            answers.append((200, b""))
+        except urllib.error.HTTPError as err:
+            answers.append((err.code, err.read()))
+
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{number}/api/releases", timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        asking = threading.Thread(target=ask)
+        asking.start()
+        time.sleep(2)  # the request waits for the slowed draw
+        started = time.monotonic()
+        os.killpg(server.pid, signal.SIGINT)
+        output = server.communicate(timeout=SLOW_DRAW * 3)[0].decode()
+        took = time.monotonic() - started
+        asking.join(SLOW_DRAW * 2)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.communicate()
+    assert server.returncode == 130 and output.rstrip().endswith("stopped (Ctrl-C)"), output
+    assert took < SLOW_DRAW / 6, took
+    assert answers and answers[0][0] == 503 and b"the server is stopping" in answers[0][1], answers

@@ -57,6 +57,10 @@ FILTER_WORDS = ("total", "and", "or", "not", "in")
 QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
+class Stopping(Exception):
+    """The server began to stop while a size-class request waited for the warm-up's draw (answered 503)."""
+
+
 @dataclass
 class ServedRelease:
     """A release held in memory: its ``id``, ``folder``, manifest and quarters; of one quarter, its
@@ -79,6 +83,7 @@ class ServedRelease:
     warm: threading.Event = field(default_factory=threading.Event, repr=False)  # its background work done
     #: Told each time the warm-up has drawn a quarter (or failed to), and when it is done (``warmed``).
     progress: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False)  # ``stop``
 
     @property
     def public_columns(self) -> list[str]:
@@ -176,13 +181,22 @@ class ServedRelease:
         if drawn_ahead:
             with self.progress:
                 self.progress.wait_for(lambda: quarter in self.implicates_held or quarter in self.implicates_refused
-                                       or self.warm.is_set())
+                                       or self.warm.is_set() or self.stopping.is_set())
+            if quarter not in self.implicates_held and self.stopping.is_set():
+                raise Stopping("the server is stopping")
         with self.drawing:
             if quarter in self.implicates_refused:
                 raise InputError(self.implicates_refused[quarter])
             if quarter not in self.implicates_held:
                 self.implicates_held[quarter] = tabulation_implicates(self.folder, quarter)
             return self.implicates_held[quarter]
+
+    def stop(self) -> None:
+        """Answer the requests waiting for the warm-up's draws now (503): the server stops, and it waits
+        for the requests in flight (up to their --timeout: 27 s with 8 waiting)."""
+        with self.progress:
+            self.stopping.set()
+            self.progress.notify_all()
 
     def warmed(self) -> None:
         """Say the warm-up is done (``warm``), to the requests waiting for its draws too."""
