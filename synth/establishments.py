@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gedp.synth.profiles import MAX_ESTABLISHMENTS
 from gedp.synth.qcew import PublishedState, fit_cells
 from gedp.synth.rules import (
     dirichlet_shares,
@@ -14,7 +15,7 @@ from gedp.synth.rules import (
     skewed_weights,
     split_integer,
 )
-from gedp.synth.schema import validate_microdata
+from gedp.synth.schema import InputError, validate_microdata
 
 WITHIN_CELL_MODES = ("realistic", "paper")
 #: log-sd of month-to-month and wage-per-employee variation around an establishment's size weight.
@@ -93,6 +94,13 @@ def top_share(microdata: pd.DataFrame, attribute: str = "m1emp", min_estabs: int
 
 
 def synthesize_state(published: PublishedState, *, mode: str = "realistic", rng: np.random.Generator) -> pd.DataFrame:
-    """Whole-state establishment microdata that reproduces every published cell of ``published``."""
+    """Whole-state establishment microdata that reproduces every published cell of ``published``; a
+    file stating more than MAX_ESTABLISHMENTS is refused before any is made (a published file edited
+    x20 had ``gedp plan`` hold 1.9 GB in each of its three processes, x1e6 end in a 101-line MemoryError;
+    red team rt26 G3)."""
+    stated = float(published.cells["estabs"].to_numpy(dtype=np.float64).sum())
+    if stated > MAX_ESTABLISHMENTS:
+        raise InputError(f"the published file states more private establishments than the {MAX_ESTABLISHMENTS:,} "
+                         "a synthetic state is made of (twice the US private sector)")
     return split_cells(fit_cells(published), state=published.state, year=published.year, qtr=published.qtr,
                        mode=mode, rng=rng)

@@ -161,6 +161,46 @@ def test_a_command_ends_at_once_with_its_code_and_its_output(arguments, code):
     assert beside.returncode == code and beside.stdout.rstrip().endswith("normal exit")
 
 
+#: `gedp --version` with a thread still running beside it (the process leaves through the interpreter's
+#: exit, as a protect under dask does), and a stop (argv[1]: the signal's number) sent to the process
+#: while it exits: argv[2] "atexit" from an atexit callback, "teardown" from an object freed with the
+#: main module's globals, once Python has put the signals' default actions back.
+LATE_STOP_PROBE = """
+import atexit, os, signal, sys, threading, time
+number, when = int(sys.argv[1]), sys.argv[2]
+
+def stop():
+    os.kill(os.getpid(), number)
+    time.sleep(0.3)
+
+class Late:
+    def __del__(self):
+        stop()
+
+if when == "atexit":
+    atexit.register(stop)
+else:
+    late = Late()
+threading.Thread(target=threading.main_thread().join).start()
+sys.argv = ["gedp", "--version"]
+from gedp.cli import command
+command()
+"""
+
+
+@pytest.mark.parametrize("when", ["atexit", "teardown"])
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_the_process_exits_after_its_command_changes_nothing(number, when):
+    """The command has returned 0: a stop while the interpreter exits is ignored (red team rt26 G2). Before,
+    SIGTERM in the teardown killed the process silently (status -15, -2 for Ctrl-C: what a scheduler reads
+    as a run killed before it finished, after a protect had published and committed), and in an atexit
+    callback printed a traceback ("Exception ignored in atexit callback")."""
+    done = subprocess.run([sys.executable, "-c", LATE_STOP_PROBE, str(int(number)), when], capture_output=True,
+                          text=True, timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "gedp" in done.stdout
+
+
 #: Output left in the buffer, then the process ended by end_process with argv[1] as the command's code.
 FULL_DISK_PROBE = """
 import sys

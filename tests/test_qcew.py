@@ -13,7 +13,7 @@ from gedp.cli import app
 from gedp.postprocess.tabulate import qcew_tables
 from gedp.synth.establishments import synthesize_state, top_share
 from gedp.synth.hierarchy import derive_industry_codes
-from gedp.synth.profiles import fit_profile, load_profile
+from gedp.synth.profiles import MAX_ESTABLISHMENTS, fit_profile, load_profile
 from gedp.synth.qcew import QCEW_VALUE_COLUMNS, fit_cells, published_state, read_qcew
 from gedp.synth.schema import CONFIDENTIAL, InputError
 from gedp.synth.validate import validation_report
@@ -233,6 +233,48 @@ def test_a_file_with_both_estabs_columns_is_refused_for_that(agency_file, tmp_pa
     assert "holds both 'qtrly_estabs' and 'qtrly_estabs_count'" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and "1000000000" not in result.output
     assert not (tmp_path / "p.yaml").exists()
+
+
+def scaled_counts(agency_file, factor: int) -> pd.DataFrame:
+    """The published file with every establishment count, employment and wage times ``factor`` (a
+    consistent file: every check of its rows passes)."""
+    frame = pd.read_csv(agency_file, dtype=str, keep_default_na=False)
+    for column in ["qtrly_estabs_count", *QCEW_VALUE_COLUMNS.values()]:
+        frame[column] = (pd.to_numeric(frame[column]) * factor).astype("int64").astype(str)
+    return frame
+
+
+@pytest.mark.parametrize("command", ["plan", "synth"])
+def test_a_file_stating_more_establishments_than_a_state_is_made_of_is_refused_at_once(agency_file, tmp_path,
+                                                                                       command):
+    """A published file edited to state more than MAX_ESTABLISHMENTS (20 million) is refused in one line
+    before any establishment is made, naming no count of the file (red team rt26 G3: x20 had `gedp plan`
+    hold 1.9 GB in each of its three processes, 36 billion end in a 101-line MemoryError)."""
+    frame = scaled_counts(agency_file, 20_000)
+    stated = int(frame.loc[(frame["agglvl_code"] == "51") & (frame["own_code"] == "5"), "qtrly_estabs_count"].iloc[0])
+    assert stated > MAX_ESTABLISHMENTS
+    frame.to_csv(tmp_path / "big.csv", index=False)
+    out = tmp_path / ("p.yaml" if command == "plan" else "s.parquet")
+    result = runner.invoke(app, [command, "--from-qcew", str(tmp_path / "big.csv"), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        "error: the published file states more private establishments than the 20,000,000 a synthetic state is "
+        "made of (twice the US private sector)"]
+    assert not out.exists() and str(stated) not in result.output
+
+
+def test_the_establishments_bound_is_the_count_a_file_states(agency_file, monkeypatch):
+    """The bound's edge: a file of exactly MAX_ESTABLISHMENTS is synthesized, one more is refused (power:
+    the count compared is the file's own, not the rows made)."""
+    import gedp.synth.establishments as establishments
+
+    published = read_qcew(agency_file)
+    stated = int(published.cells["estabs"].sum())
+    monkeypatch.setattr(establishments, "MAX_ESTABLISHMENTS", stated)
+    assert len(synthesize_state(published, rng=np.random.default_rng(0))) == stated
+    monkeypatch.setattr(establishments, "MAX_ESTABLISHMENTS", stated - 1)
+    with pytest.raises(InputError, match="more private establishments than the"):
+        synthesize_state(published, rng=np.random.default_rng(0))
 
 
 @pytest.mark.parametrize("value, reason", [("", "empty"), ("x7", "not a number"), ("-5", "negative")])

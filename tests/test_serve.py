@@ -502,6 +502,78 @@ def test_size_class_implicates_are_drawn_before_any_request(releases, monkeypatc
     assert status == 200, body
 
 
+def test_a_size_class_request_before_the_warm_up_drew_its_quarter_waits_for_that_draw(releases, monkeypatch):
+    """A size-class request that came before the warm-up had drawn its quarter (a panel of 80 quarters is
+    drawn over minutes; a release of one quarter after its margins) drew it itself: 4.2 s, then 0.0 s for
+    every later request, so an answer's time told whether anyone had asked that quarter before (red team
+    rt26 G4). It now waits for the warm-up's draw (within its time), drawing nothing: its time depends on
+    the warm-up alone. Here the warm-up is held in its margins, before its draw, then let go. Power:
+    before, the request drew at once, from its own thread."""
+    from gedp.release import implicates
+    from gedp.release.lattice import CellLattice
+
+    gate, draws = threading.Event(), []
+    computed = CellLattice.compute_all
+    monkeypatch.setattr(CellLattice, "compute_all", lambda self: gate.wait(120) and computed(self))
+    drawn = implicates.tabulation_implicates
+    monkeypatch.setattr(implicates, "tabulation_implicates",
+                        lambda *args: draws.append(threading.current_thread().name) or drawn(*args))
+    loaded = load_releases([releases["single"]])
+    served = Served(create_app(loaded, Limits(timeout=60)))
+    answers = []
+    try:
+        asking = threading.Thread(target=lambda: answers.append(
+            served.get("/api/tabulate", {"release": "single", "by": "size_class"})))
+        asking.start()
+        time.sleep(1.0)
+        drawn_meanwhile = list(draws)
+        gate.set()
+        asking.join(120)
+    finally:
+        gate.set()
+        served.stop()
+    assert drawn_meanwhile == []  # the request waited, drawing nothing
+    assert answers and answers[0][0] == 200, answers
+    assert draws == ["margins of single"]  # the warm-up's thread drew, once
+
+
+def test_a_drawn_quarters_size_class_request_does_not_wait_for_the_warm_up_drawing_another(releases, monkeypatch):
+    """While the warm-up draws a panel's next quarter (holding the draws' lock), a size-class request of a
+    quarter it drew is answered at once, one of a quarter it has not drawn waits for it (503 at its 5 s
+    here: the warm-up is held), and that quarter is answered 200 once drawn. Power: taking the lock
+    first, the drawn quarter's request waited for the other draw (503 at its 5 s here)."""
+    from gedp.release import implicates
+
+    gate = threading.Event()
+    drawn = implicates.tabulation_implicates
+
+    def held_at_the_second(folder, quarter):
+        if quarter == PANEL_QUARTERS[1]:
+            gate.wait(120)
+        return drawn(folder, quarter)
+
+    monkeypatch.setattr(implicates, "tabulation_implicates", held_at_the_second)
+    loaded = load_releases([releases["panel"]])
+    release = loaded["panel"]
+    served = Served(create_app(loaded, Limits(timeout=5)))
+    try:
+        deadline = time.monotonic() + 300
+        while PANEL_QUARTERS[0] not in release.implicates_held and time.monotonic() < deadline:
+            time.sleep(0.1)
+        asked = {"release": "panel", "by": "size_class"}
+        first = served.get("/api/tabulate", {**asked, "quarter": PANEL_QUARTERS[0]})
+        last = served.get("/api/tabulate", {**asked, "quarter": PANEL_QUARTERS[2]})
+        gate.set()
+        assert release.warm.wait(600)
+        again = served.get("/api/tabulate", {**asked, "quarter": PANEL_QUARTERS[2]})
+    finally:
+        gate.set()
+        served.stop()
+    assert first[0] == 200, first
+    assert last[0] == 503 and "took longer" in json.loads(last[2])["error"], last  # waited for the warm-up
+    assert again[0] == 200, again
+
+
 #: A draw's failure as a reader gives it (one line, no value), and one of gedp's own (a value in its text).
 WARM_UP_FAILURES = {
     "a gedp error": InputError("release 'single': its measurements cannot be read as the Parquet gedp writes "
@@ -641,3 +713,58 @@ def test_ctrl_c_ends_a_server_at_once_while_a_request_waits_for_a_draw(releases,
             server.communicate()
     assert server.returncode == 130 and output.rstrip().endswith("stopped (Ctrl-C)"), output
     assert took < SLOW_DRAW / 6, took
+
+
+def test_ctrl_c_answers_the_requests_waiting_for_the_warm_ups_draw_and_ends_at_once(releases, tmp_path):
+    """A size-class request waits for the warm-up's draw of its quarter (red team rt26 G4), up to its
+    --timeout; uvicorn's stop waits for the requests in flight, so Ctrl-C waited for them (27.2 s with 8
+    waiting, --timeout 30). The stop now answers them 503 ("the server is stopping") and the server ends at
+    once. Power: before, the end waited for the request's 60 s here, asserted under a sixth of it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "sitecustomize.py").write_text(SLOWED_DRAW, encoding="utf-8")
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "GEDP_TEST_SLOW_DRAW": str(SLOW_DRAW)}
+    server = subprocess.Popen([sys.executable, "-m", "gedp", "serve", str(releases["single"]), "--port", str(number),
+                               "--timeout", str(SLOW_DRAW)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=env, start_new_session=True)
+    answers: list = []
+
+    def ask() -> None:
+        query = urllib.parse.urlencode({"release": "single", "by": "size_class"})
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{number}/api/tabulate?{query}", timeout=SLOW_DRAW * 2).read()
+            answers.append((200, b""))
+        except urllib.error.HTTPError as err:
+            answers.append((err.code, err.read()))
+
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{number}/api/releases", timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        asking = threading.Thread(target=ask)
+        asking.start()
+        time.sleep(2)  # the request waits for the slowed draw
+        started = time.monotonic()
+        os.killpg(server.pid, signal.SIGINT)
+        output = server.communicate(timeout=SLOW_DRAW * 3)[0].decode()
+        took = time.monotonic() - started
+        asking.join(SLOW_DRAW * 2)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.communicate()
+    assert server.returncode == 130 and output.rstrip().endswith("stopped (Ctrl-C)"), output
+    assert took < SLOW_DRAW / 6, took
+    assert answers and answers[0][0] == 503 and b"the server is stopping" in answers[0][1], answers

@@ -124,14 +124,28 @@ def threads_abandoned() -> None:
     _threads_abandoned.append(True)
 
 
+def ignore_late_stops() -> None:
+    """Ignore Ctrl-C and SIGTERM once the command has returned and the process leaves through the
+    interpreter's exit (dask's cluster closed: 1-2 s after a protect): the command's work and its status
+    are decided, and a stop changes neither. Python's finalization puts back the default action of every
+    signal a Python function handles, so a stop there had killed the process by the signal, silently,
+    after protect had published and committed its release: status -15 (-2), which a scheduler reads as a
+    run killed before it finished and retries, charging the ledger again (red team rt26 G2). An ignored
+    signal stays ignored there; SIGKILL still ends the process."""
+    if threading.current_thread() is threading.main_thread():
+        for number in HELD_SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+
+
 def end_process(code: int) -> NoReturn:
     """End a command's process with ``code`` once the command has returned: at once (``os._exit``,
     after what ``atexit`` would do for gedp: log handlers and standard streams flushed) when no
     thread (or none anyone waits for: ``threads_abandoned``) or child process runs beside it, else
-    through the interpreter's normal exit."""
+    through the interpreter's normal exit, Ctrl-C and SIGTERM ignored from then on (``ignore_late_stops``)."""
     multiprocessing = sys.modules.get("multiprocessing")
     if (threading.active_count() > 1 and not _threads_abandoned) or (
             multiprocessing is not None and multiprocessing.active_children()):
+        ignore_late_stops()
         sys.exit(code)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

@@ -37,7 +37,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gedp.errors import GedpError, InputError
-from gedp.serve.releases import ID_CHARACTERS, ServedRelease
+from gedp.serve.releases import ID_CHARACTERS, ServedRelease, Stopping
 from gedp.tabulation.request import Tabulation, TabulationRequest
 
 #: Bounds of a request (``gedp serve`` options set the rows and seconds).
@@ -217,6 +217,8 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits(), ca
             return retry_later(f"the server is busy ({WORKERS} requests computing); retry later", limits.timeout)
         except TimeoutError:
             return retry_later(f"the request took longer than {limits.timeout:g} s", limits.timeout)
+        except Stopping as stop:
+            return retry_later(str(stop), limits.timeout)
         except GedpError as err:
             return JSONResponse({"error": without_paths(str(err), releases)}, status_code=400)
         if isinstance(answer, Tabulation):

@@ -25,6 +25,7 @@ class Server:
     served: list[str]
     application: Any
     listening: socket.socket
+    stopping: Callable[[], None] = lambda: None  # told when a stop (Ctrl-C, SIGTERM) is received
 
     @property
     def port(self) -> int:
@@ -34,8 +35,17 @@ class Server:
         """Serve until interrupted (Ctrl-C)."""
         import uvicorn
 
+        stopping = self.stopping
+
+        class Stopped(uvicorn.Server):
+            """uvicorn's server, ``stopping`` told at its stop: uvicorn then waits for the requests in flight."""
+
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                stopping()
+                super().handle_exit(sig, frame)
+
         config = uvicorn.Config(self.application, log_level="warning", access_log=False)
-        uvicorn.Server(config).run(sockets=[self.listening])
+        Stopped(config).run(sockets=[self.listening])
 
 
 def open_server(releases: list[Path], *, host: str = "127.0.0.1", port: int = 8000, max_rows: int = 100_000,
@@ -52,7 +62,11 @@ def open_server(releases: list[Path], *, host: str = "127.0.0.1", port: int = 80
     with status("loading releases"):
         served = load_releases(releases)
     application = create_app(served, Limits(max_rows=max_rows, timeout=timeout), cache)
-    return Server(list(served), application, listening_socket(host, port))
+    def stopping() -> None:
+        for release in served.values():
+            release.stop()
+
+    return Server(list(served), application, listening_socket(host, port), stopping)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
