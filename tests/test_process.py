@@ -10,6 +10,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 
 import lock_probe
 import pytest
@@ -199,6 +200,40 @@ def test_a_stop_while_the_process_exits_after_its_command_changes_nothing(number
                           text=True, timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert (done.returncode, done.stderr) == (0, "")
     assert "gedp" in done.stdout
+
+
+#: `gedp --version` with a thread still running beside it (the interpreter's exit, as LATE_STOP_PROBE), an
+#: exit that hangs (an atexit callback that never returns, or a thread that never ends: argv[1]) and the
+#: exit's bound LATE_EXIT_SECONDS set to argv[2] seconds.
+HANGING_EXIT_PROBE = """
+import atexit, sys, threading, time
+import gedp.running.process as process
+process.LATE_EXIT_SECONDS = float(sys.argv[2])
+if sys.argv[1] == "atexit":
+    atexit.register(time.sleep, 3600)
+    threading.Thread(target=threading.main_thread().join).start()
+else:
+    threading.Thread(target=time.sleep, args=(3600,)).start()
+sys.argv = ["gedp", "--version"]
+from gedp.cli import command
+command()
+"""
+
+
+@pytest.mark.parametrize("hang", ["atexit", "thread"])
+def test_an_exit_that_hangs_after_the_command_ends_with_its_status(hang):
+    """Stops are ignored once the command has returned (rt26 G2), so an exit that hung could be ended only
+    by SIGKILL: past LATE_EXIT_SECONDS (1 s here) the process ends with the command's status and one line.
+    Before the bound the probe ran until the 60 s timeout (power: the same probe with a bound of 3600 s
+    is still running after 3 s)."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HANGING_EXIT_PROBE, hang, "1"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "gedp" in done.stdout
+    assert done.stderr.count("\n") == 1 and "took more than 1 s" in done.stderr
+    assert time.monotonic() - started < 30
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, "-c", HANGING_EXIT_PROBE, hang, "3600"], capture_output=True, timeout=3)
 
 
 #: Output left in the buffer, then the process ended by end_process with argv[1] as the command's code.

@@ -124,17 +124,35 @@ def threads_abandoned() -> None:
     _threads_abandoned.append(True)
 
 
-def ignore_late_stops() -> None:
-    """Ignore Ctrl-C and SIGTERM once the command has returned and the process leaves through the
+#: Longest the interpreter's exit may take once a command has returned and its stops are ignored: past
+#: it the process ends with the command's status (a clean-up that hangs could otherwise be ended only by
+#: SIGKILL). dask's cluster closes in 1-2 s.
+LATE_EXIT_SECONDS = 60.0
+
+
+def ignore_late_stops(code: int) -> None:
+    """Ignore Ctrl-C and SIGTERM once the command has returned ``code`` and the process leaves through the
     interpreter's exit (dask's cluster closed: 1-2 s after a protect): the command's work and its status
     are decided, and a stop changes neither. Python's finalization puts back the default action of every
     signal a Python function handles, so a stop there had killed the process by the signal, silently,
     after protect had published and committed its release: status -15 (-2), which a scheduler reads as a
     run killed before it finished and retries, charging the ledger again (red team rt26 G2). An ignored
-    signal stays ignored there; SIGKILL still ends the process."""
+    signal stays ignored there; an exit that takes longer than ``LATE_EXIT_SECONDS`` is ended with
+    ``code`` (``_end_late_exit``)."""
     if threading.current_thread() is threading.main_thread():
         for number in HELD_SIGNALS:
             signal.signal(number, signal.SIG_IGN)
+        watchdog = threading.Timer(LATE_EXIT_SECONDS, _end_late_exit, args=(code,))
+        watchdog.daemon = True
+        watchdog.start()
+
+
+def _end_late_exit(code: int) -> None:
+    """End a process whose exit has taken ``LATE_EXIT_SECONDS``, with its command's status ``code``, saying
+    so in one line (written to the descriptor: a stream's lock may be held by the exit that hangs)."""
+    os.write(2, f"warning: the process's clean-up after the command took more than {LATE_EXIT_SECONDS:g} s: "
+                f"ended with the command's status {code}\n".encode())
+    os._exit(code)
 
 
 def end_process(code: int) -> NoReturn:
@@ -145,7 +163,7 @@ def end_process(code: int) -> NoReturn:
     multiprocessing = sys.modules.get("multiprocessing")
     if (threading.active_count() > 1 and not _threads_abandoned) or (
             multiprocessing is not None and multiprocessing.active_children()):
-        ignore_late_stops()
+        ignore_late_stops(code)
         sys.exit(code)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
