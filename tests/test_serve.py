@@ -3,20 +3,26 @@
 not public, too many rows, too long), says so safely (security headers, one-line JSON errors), and
 refuses hostile releases at load."""
 
+import contextlib
 import csv
 import http.client
 import io
 import json
 import math
+import os
 import re
 import shutil
+import signal
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -670,25 +676,18 @@ drawn.tabulation_implicates = slowed
 SLOW_DRAW = 60
 
 
-def test_ctrl_c_ends_a_server_at_once_while_a_request_waits_for_a_draw(releases, tmp_path):
-    """A size-class request waiting for the warm-up's draw is answered 503 at its time, but its thread
-    goes on (a thread cannot be cancelled); the interpreter's exit joined it, so Ctrl-C ended the
-    server only once the draw was done (61 s for one slowed to 60 s; red team rt25). The server's
-    threads are wanted by nobody once it stops: it ends at once. Power: before, the end took longer
-    than the slowed draw, here asserted under a sixth of it."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
+@contextlib.contextmanager
+def slowed_server(release: Path, tmp_path: Path, timeout: float) -> Iterator[tuple[subprocess.Popen, int]]:
+    """``gedp serve RELEASE --timeout TIMEOUT`` in a session of its own whose size-class draws are slowed
+    (``SLOWED_DRAW``), once it answers, with its port; SIGKILLed at the end if still running."""
     (tmp_path / "sitecustomize.py").write_text(SLOWED_DRAW, encoding="utf-8")
     port = socket.socket()
     port.bind(("127.0.0.1", 0))
     number = port.getsockname()[1]
     port.close()
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "GEDP_TEST_SLOW_DRAW": str(SLOW_DRAW)}
-    server = subprocess.Popen([sys.executable, "-m", "gedp", "serve", str(releases["single"]), "--port", str(number),
-                               "--timeout", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+    server = subprocess.Popen([sys.executable, "-m", "gedp", "serve", str(release), "--port", str(number),
+                               "--timeout", str(timeout)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                               start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -699,6 +698,20 @@ def test_ctrl_c_ends_a_server_at_once_while_a_request_waits_for_a_draw(releases,
                 break
             except OSError:
                 time.sleep(0.2)
+        yield server, number
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.communicate()
+
+
+def test_ctrl_c_ends_a_server_at_once_while_a_request_waits_for_a_draw(releases, tmp_path):
+    """A size-class request waiting for the warm-up's draw is answered 503 at its time, but its thread
+    goes on (a thread cannot be cancelled); the interpreter's exit joined it, so Ctrl-C ended the
+    server only once the draw was done (61 s for one slowed to 60 s; red team rt25). The server's
+    threads are wanted by nobody once it stops: it ends at once. Power: before, the end took longer
+    than the slowed draw, here asserted under a sixth of it."""
+    with slowed_server(releases["single"], tmp_path, 2) as (server, number):
         query = urllib.parse.urlencode({"release": "single", "by": "size_class"})
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"http://127.0.0.1:{number}/api/tabulate?{query}", timeout=60).read()
@@ -707,10 +720,6 @@ def test_ctrl_c_ends_a_server_at_once_while_a_request_waits_for_a_draw(releases,
         os.killpg(server.pid, signal.SIGINT)
         output = server.communicate(timeout=SLOW_DRAW * 3)[0].decode()
         took = time.monotonic() - started
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.communicate()
     assert server.returncode == 130 and output.rstrip().endswith("stopped (Ctrl-C)"), output
     assert took < SLOW_DRAW / 6, took
 
@@ -720,20 +729,6 @@ def test_ctrl_c_answers_the_requests_waiting_for_the_warm_ups_draw_and_ends_at_o
     --timeout; uvicorn's stop waits for the requests in flight, so Ctrl-C waited for them (27.2 s with 8
     waiting, --timeout 30). The stop now answers them 503 ("the server is stopping") and the server ends at
     once. Power: before, the end waited for the request's 60 s here, asserted under a sixth of it."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    (tmp_path / "sitecustomize.py").write_text(SLOWED_DRAW, encoding="utf-8")
-    port = socket.socket()
-    port.bind(("127.0.0.1", 0))
-    number = port.getsockname()[1]
-    port.close()
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "GEDP_TEST_SLOW_DRAW": str(SLOW_DRAW)}
-    server = subprocess.Popen([sys.executable, "-m", "gedp", "serve", str(releases["single"]), "--port", str(number),
-                               "--timeout", str(SLOW_DRAW)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              env=env, start_new_session=True)
     answers: list = []
 
     def ask() -> None:
@@ -744,15 +739,7 @@ def test_ctrl_c_answers_the_requests_waiting_for_the_warm_ups_draw_and_ends_at_o
         except urllib.error.HTTPError as err:
             answers.append((err.code, err.read()))
 
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{number}/api/releases", timeout=5).read()
-                break
-            except OSError:
-                time.sleep(0.2)
+    with slowed_server(releases["single"], tmp_path, SLOW_DRAW) as (server, number):
         asking = threading.Thread(target=ask)
         asking.start()
         time.sleep(2)  # the request waits for the slowed draw
@@ -761,10 +748,6 @@ def test_ctrl_c_answers_the_requests_waiting_for_the_warm_ups_draw_and_ends_at_o
         output = server.communicate(timeout=SLOW_DRAW * 3)[0].decode()
         took = time.monotonic() - started
         asking.join(SLOW_DRAW * 2)
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.communicate()
     assert server.returncode == 130 and output.rstrip().endswith("stopped (Ctrl-C)"), output
     assert took < SLOW_DRAW / 6, took
     assert answers and answers[0][0] == 503 and b"the server is stopping" in answers[0][1], answers
