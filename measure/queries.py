@@ -121,7 +121,7 @@ class Groupings:
 
     def _column(self, column: str) -> tuple[np.ndarray, object] | None:
         """Sorted factorization of one column; None for an object column (pandas infers its keys' type)
-        or one with missing values (refused when grouped by)."""
+        or one with missing values (pandas drops those): grouped by pandas then."""
         if column not in self._columns:
             values, factorized = self.public[column], None
             if values.dtype != object:
@@ -144,9 +144,6 @@ class Groupings:
         factorized = [self._column(c) for c in by]
         sizes = [len(f[1]) for f in factorized if f is not None]
         if any(f is None for f in factorized) or n == 0 or np.prod(sizes, dtype=float) >= 2.0**62:
-            absent = next((c for c in by if public[c].isna().any()), None)
-            if absent is not None:  # pandas would leave those rows in no group (a code of NaN)
-                raise InputError(f"query {query_name(by)} groups by '{absent}', which has missing values")
             grouped = public.groupby(list(by), sort=True, observed=True)
             codes = grouped.ngroup().to_numpy(dtype=np.int64)
             return Grouping(by, codes, grouped.size().index.to_frame(index=False)[list(by)])

@@ -4,7 +4,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gedp.errors import InputError
 from gedp.measure.queries import Groupings
 from gedp.synth.keycodes import sorted_codes
 
@@ -71,21 +70,3 @@ def test_groupings_match_pandas_groupby() -> None:
         grouped = frame.groupby(list(by), sort=True, observed=True)
         np.testing.assert_array_equal(grouping.codes, grouped.ngroup().to_numpy())
         pd.testing.assert_frame_equal(grouping.keys, grouped.size().index.to_frame(index=False)[list(by)])
-
-
-MISSING = [name for name, column in COLUMNS.items() if column.isna().any()]
-
-
-@pytest.mark.parametrize("name", MISSING)
-def test_a_key_with_missing_values_is_refused_by_name(name: str) -> None:
-    """pandas' groupby leaves rows with a missing key in no group (a code of NaN, cast to -2^63 before this
-    check: an index no query row can hold); grouping by such a column is refused, naming it. The same frame
-    without the missing rows groups as pandas does (the check refuses only what it should)."""
-    column = COLUMNS[name]
-    frame = pd.DataFrame({"state": pd.Series(["44"] * len(column), dtype="str"), "key": column.to_numpy()})
-    frame["key"] = frame["key"].astype(column.dtype)
-    with pytest.raises(InputError, match="groups by 'key', which has missing values"):
-        Groupings(frame)(("state", "key"))
-    kept = frame[frame["key"].notna()].reset_index(drop=True)
-    grouping = Groupings(kept)(("state", "key"))
-    np.testing.assert_array_equal(grouping.codes, kept.groupby(["state", "key"], sort=True, observed=True).ngroup())

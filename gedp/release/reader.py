@@ -13,7 +13,7 @@ from gedp.errors import InputError
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.queries import IDENTITY, Query
 from gedp.postprocess.attributes import WAGE, WAGE_PRIOR
-from gedp.release.format import JOBS_FILE, MANIFEST_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE
+from gedp.release.format import JOBS_FILE, MEASUREMENTS_FILE, PROTECTED_FILE, QUARTER_KEY, TABLES_FILE
 from gedp.release.measurement_checks import checked_attribute, checked_measurements, measurement_parts, part_label
 from gedp.release.part_sizes import check_decoded, open_part, read_parts
 from gedp.release.validation import read_manifest, release_parts
@@ -226,13 +226,6 @@ def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, l
     return answers_of_frame(release, read_measurements(release, quarter))
 
 
-#: The measurements this process has read through every check, each as ``_files_read``'s key of the
-#: files it read: a confirmation of the same files, unchanged since, need not read them again.
-_CHECKED_MEASUREMENTS: set[tuple] = set()
-#: Keys kept at most (a long-running server reading many releases): past it the set starts again.
-_MAX_CHECKED = 4096
-
-
 def read_measurements(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
     """A release's measurements (of one ``quarter`` of a panel release), every row and number checked
     as untrusted input (``measurement_checks.checked_measurements``): what every reader of its answers
@@ -241,38 +234,20 @@ def read_measurements(release: str | Path, quarter: str | None = None) -> pd.Dat
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
     manifest = read_manifest(release)
-    listed = release_parts(release, MEASUREMENTS_FILE, manifest)
-    read = _files_read(release, quarter, listed)  # taken before the read: a file changed during it is new
     with parts_read(release, MEASUREMENTS_FILE):
-        parts = measurement_parts(release, listed, quarter)
+        parts = measurement_parts(release, release_parts(release, MEASUREMENTS_FILE, manifest), quarter)
         check_decoded(release, MEASUREMENTS_FILE, parts.paths, parts.columns)
         frame = read_parts(parts.paths, parts.columns, filters)  # footers checked before
-    checked = checked_measurements(release, frame, manifest, parts, quarter)
-    if len(_CHECKED_MEASUREMENTS) >= _MAX_CHECKED:
-        _CHECKED_MEASUREMENTS.clear()
-    _CHECKED_MEASUREMENTS.add(read)
-    return checked
-
-
-def _files_read(release: Path, quarter: str | None, parts: list[str]) -> tuple:
-    """What identifies the files a read of ``release``'s measurements (of ``quarter``) reads: the
-    manifest and every listed part, each by device, inode, size and modification time in nanoseconds
-    (a file replaced or written since has another)."""
-    files = [release / MANIFEST_FILE, *map(Path, parts)]
-    return (quarter, *((str(path.resolve()), status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
-                       for path in files for status in [path.stat()]))
+    return checked_measurements(release, frame, manifest, parts, quarter)
 
 
 def confirmed_manifest(release: str | Path) -> Manifest:
     """A release's manifest once the answers of each of its quarters are read through every reader's
     checks (``read_measurements``: the mu it states against the noise they drew): what a statement of
-    its privacy (``Release.privacy``, the notes of a table ready to publish) may restate. Quarters whose
-    files this process has read through those checks and that are unchanged since are not read again."""
+    its privacy (``Release.privacy``, the notes of a table ready to publish) may restate."""
     quarters: list[str | None] = [*release_quarters(release)]
     for quarter in quarters or [None]:
-        listed = release_parts(release, MEASUREMENTS_FILE)
-        if _files_read(Path(release), quarter, listed) not in _CHECKED_MEASUREMENTS:
-            read_measurements(release, quarter)
+        read_measurements(release, quarter)
     return read_manifest(release)
 
 
