@@ -121,7 +121,8 @@ class Groupings:
 
     def _column(self, column: str) -> tuple[np.ndarray, object] | None:
         """Sorted factorization of one column; None for an object column (pandas infers its keys' type)
-        or one with missing values (pandas drops those): grouped by pandas then."""
+        or one with missing values (pandas drops those): grouped by pandas then, their rows in no group
+        (code -1, as every caller reads a code below 0)."""
         if column not in self._columns:
             values, factorized = self.public[column], None
             if values.dtype != object:
@@ -145,7 +146,7 @@ class Groupings:
         sizes = [len(f[1]) for f in factorized if f is not None]
         if any(f is None for f in factorized) or n == 0 or np.prod(sizes, dtype=float) >= 2.0**62:
             grouped = public.groupby(list(by), sort=True, observed=True)
-            codes = grouped.ngroup().to_numpy(dtype=np.int64)
+            codes = np.nan_to_num(grouped.ngroup().to_numpy(dtype=float), nan=-1).astype(np.int64)  # -1: no group
             return Grouping(by, codes, grouped.size().index.to_frame(index=False)[list(by)])
         # mixed-radix key of the columns of several values: its numeric order is the lexicographic order
         # of the sorted codes (a column of one value adds nothing to it)
