@@ -16,7 +16,8 @@ answer (query, attribute, state, quarter) breaking it, never a value of it nor a
   queries: the workflow's), of one variance kind (psi: estimated; pnc: exact), one grid step and
   the mu the manifest's ledger charged it, the ledgers agreeing with the manifest's mu per query;
 * the rows and numbers: finite numbers, grids, sds, estimates and variances as each mechanism
-  releases them, each answer's keys once, one identity answer per establishment stated.
+  releases them, each answer's keys once, one identity answer per establishment stated;
+* the noise stated: nested answers' spread against their stated variances (``nesting_checks``).
 """
 
 from __future__ import annotations
