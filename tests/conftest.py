@@ -36,8 +36,10 @@ def restate_pnc_noise(folder: Path) -> None:
     each pnc group's noise sd restated as the pnc mechanism would have drawn it under the edited answers'
     upper bounds: rounded_noise_sd(Delta(u*_g) / mu), u*_g the largest psi^-1(released + sd tau + grid)
     of the group's members (their public columns those of the protected rows), variances sd^2 (readers
-    tie every group's sd to one bound's noise, each answer's largest to the state's largest bound). The
-    tests that edit answers test the postprocessing, not the budget's check."""
+    tie every group's sd to one bound's noise, each answer's largest to the state's largest bound), and
+    each group's value drawn again at that sd around its protected rows' sum (readers hold nested
+    answers' spread to their stated noise: ``release.nesting_checks``). The tests that edit answers test
+    the postprocessing, not the budget's check."""
     import json
 
     import pandas as pd
@@ -53,6 +55,7 @@ def restate_pnc_noise(folder: Path) -> None:
     public = pd.read_parquet(folder / "protected.parquet").set_index("estab_id")
     psi, tau = make_psi(**manifest["psi"]), float(manifest["tau"][state])
     identity = (frame["query"] == "identity").to_numpy()
+    noise = np.random.default_rng(0)
     with np.errstate(all="ignore"):
         bounds = psi.inverse(frame["released"].to_numpy() + frame["sd"].to_numpy() * tau + frame["grid"].to_numpy())
     for (query, attribute), rows in frame[~identity].groupby(["query", "attribute"]).groups.items():
@@ -69,6 +72,11 @@ def restate_pnc_noise(folder: Path) -> None:
         restated = np.where(sensitivity == 0, 0.0, rounded_noise_sd(sensitivity / mu, VALUE_GRID))
         frame.loc[rows, "sd"] = restated
         frame.loc[rows, "variance"] = restated * restated
+        totals = public.groupby(keys)[attribute].sum() if keys else pd.Series([public[attribute].sum()])
+        sums = (totals.reindex(pd.MultiIndex.from_frame(answers)) if len(keys) > 1 else
+                totals.reindex(answers[keys[0]]) if keys else totals.reindex([0] * len(rows)))
+        drawn = np.where(restated == 0, 0.0, sums.to_numpy(dtype=float) + restated * noise.standard_normal(len(rows)))
+        frame.loc[rows, ["released", "estimate"]] = np.column_stack([np.round(drawn / VALUE_GRID) * VALUE_GRID] * 2)
     frame.to_parquet(part, index=False)
 
 

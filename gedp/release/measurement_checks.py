@@ -16,7 +16,8 @@ answer (query, attribute, state, quarter) breaking it, never a value of it nor a
   queries: the workflow's), of one variance kind (psi: estimated; pnc: exact), one grid step and
   the mu the manifest's ledger charged it, the ledgers agreeing with the manifest's mu per query;
 * the rows and numbers: finite numbers, grids, sds, estimates and variances as each mechanism
-  releases them, each answer's keys once, one identity answer per establishment stated.
+  releases them, each answer's keys once, one identity answer per establishment stated;
+* the noise stated: nested answers' spread against their stated variances (``nesting_checks``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ MAX_LABEL_CHARS = 256
 PAGE_ROOM = 1 << 20
 
 
-def _refuse_answers(release: str | Path, rule: str) -> InputError:
+def refuse_answers(release: str | Path, rule: str) -> InputError:
     return InputError(f"release '{release}': {MEASUREMENTS_FILE} {rule} (an edited or damaged copy)")
 
 
@@ -68,7 +69,7 @@ def refuse_rows(release: str | Path, frame, bad, rule: str) -> None:
     if bad.any():
         row = frame.iloc[int(np.argmax(bad))]
         answer = f"query {shown(row.get('query'))} on {shown(row.get('attribute'))}"
-        raise _refuse_answers(release, f"hold {int(bad.sum()):,} row(s) whose {rule} ({answer} first)")
+        raise refuse_answers(release, f"hold {int(bad.sum()):,} row(s) whose {rule} ({answer} first)")
 
 
 def _numbers_of(release: str | Path, frame) -> dict:
@@ -156,13 +157,13 @@ def _check_schema(release: str | Path, path: str, schema, required: dict[str, st
     """Every ``required`` column present as text or numbers, every other column (a key) as text."""
     for column, kind in required.items():
         if column not in schema.names:
-            raise _refuse_answers(release, f"lack the column {column} ({Path(path).name})")
+            raise refuse_answers(release, f"lack the column {column} ({Path(path).name})")
         if not (_is_number if kind == "numbers" else _is_text)(schema.field(column).type):
-            raise _refuse_answers(release, f"hold the column {column} as {schema.field(column).type}, not as "
+            raise refuse_answers(release, f"hold the column {column} as {schema.field(column).type}, not as "
                                            f"{kind} ({Path(path).name})")
     for field in schema:
         if field.name not in required and not _is_text(field.type):
-            raise _refuse_answers(release, f"hold a key column {shown(field.name)} as {field.type}, not as "
+            raise refuse_answers(release, f"hold a key column {shown(field.name)} as {field.type}, not as "
                                            f"text ({Path(path).name})")
 
 
@@ -180,13 +181,13 @@ def _check_lengths(release: str | Path, path: str, file, columns: list[str], lon
         room = row_group.num_rows * 2 * (4 + 4 * longest) + PAGE_ROOM
         for column in columns:
             if row_group.column(names.index(column)).total_uncompressed_size > room:
-                raise _refuse_answers(release, _too_long(column, longest, path))
+                raise refuse_answers(release, _too_long(column, longest, path))
     table = file.read(columns=columns)
     for column in columns:
         for chunk in table.column(column).chunks:
             size = pc.max(pc.utf8_length(chunk.dictionary)).as_py()
             if size is not None and size > longest:
-                raise _refuse_answers(release, _too_long(column, longest, path))
+                raise refuse_answers(release, _too_long(column, longest, path))
     return table
 
 
@@ -209,7 +210,7 @@ def _check_part_quarter(release: str | Path, path: str, file, quarter: str) -> N
             held = {value for chunk in column.chunks for value in chunk.dictionary.to_pylist()}
             held |= {None} if column.null_count else set()
         if held - {quarter}:
-            raise _refuse_answers(release, f"hold rows of another quarter in {Path(path).name}, which holds those of "
+            raise refuse_answers(release, f"hold rows of another quarter in {Path(path).name}, which holds those of "
                                            f"{quarter} (a quarter relabelled)")
 
 
@@ -369,7 +370,7 @@ def _check_psi_totals(release: str | Path, frame, numbers: dict, psi_rows, parts
             answers["variance"].to_numpy()[known] + ident["variance"].to_numpy())
     if (~(np.abs(z) <= MAX_TOTAL_Z)).any():
         part_, query, attribute = answers.index[known][int(np.argmax(~(np.abs(z) <= MAX_TOTAL_Z)))]
-        raise _refuse_answers(release, f"hold an answer of query {shown(query)} on {shown(attribute)} (state "
+        raise refuse_answers(release, f"hold an answer of query {shown(query)} on {shown(attribute)} (state "
                                        f"{parts.states[part_]}) whose groups' total is not the one its identity "
                                        f"answers give (|z| > {MAX_TOTAL_Z:g}: not the psi mechanism's sums)")
 
@@ -392,12 +393,12 @@ def _identity_ids(release: str | Path, frame, rows, attributes, names, stated: i
             refuse_rows(release, frame, rows & frame.duplicated(["attribute", "estab_id"]).to_numpy(),
                    "keys repeat those of another row of the same answer")
         if len(mine) != stated:
-            raise _refuse_answers(release, f"hold {len(mine):,} identity answers of {shown(names[code])}, the "
+            raise refuse_answers(release, f"hold {len(mine):,} identity answers of {shown(names[code])}, the "
                                            f"manifest states {stated:,} establishments")
         if first is None:
             first = mine
         elif not mine.equals(first):
-            raise _refuse_answers(release, f"hold identity answers of {shown(names[code])} for other "
+            raise refuse_answers(release, f"hold identity answers of {shown(names[code])} for other "
                                            "establishments (or in another order) than those of the other attributes")
 
 
@@ -446,7 +447,7 @@ def _gammas(release: str | Path, names, manifest: Mapping, psi_names):
         if isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and gamma > 0:
             found[k] = gamma
         elif psi_names[k]:
-            raise _refuse_answers(release, f"answer {shown(name)} with the psi mechanism, which the manifest's "
+            raise refuse_answers(release, f"answer {shown(name)} with the psi mechanism, which the manifest's "
                                            "gammas do not give a gamma > 0")
     return found
 
@@ -461,7 +462,7 @@ def _check_plan(release: str | Path, frame, manifest: Mapping, parts: Measuremen
     import pandas as pd
 
     if sum(parts.rows) != len(frame):
-        raise _refuse_answers(release, f"hold {len(frame):,} rows of {quarter or 'the release'}, their parts "
+        raise refuse_answers(release, f"hold {len(frame):,} rows of {quarter or 'the release'}, their parts "
                                        f"{sum(parts.rows):,}")
     queries, query_names = pd.factorize(frame["query"], use_na_sentinel=False)
     part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)
@@ -471,7 +472,7 @@ def _check_plan(release: str | Path, frame, manifest: Mapping, parts: Measuremen
     mu = mu_held[answer_of_row]
     if np.isnan(mu).any():
         row = int(np.argmax(np.isnan(mu)))
-        raise _refuse_answers(release, f"name a query {shown(query_names[queries[row]])} on "
+        raise refuse_answers(release, f"name a query {shown(query_names[queries[row]])} on "
                                        f"{shown(names[attributes[row]])} (state {parts.states[part[row]]}"
                                        f"{'' if quarter is None else f', quarter {quarter}'}) that the manifest's "
                                        "plan does not state")
@@ -520,7 +521,7 @@ def _plan_mu(release: str | Path, manifest: Mapping, parts: MeasurementParts, qu
 
 def _lacking(release: str | Path, query: object, attribute: object, state: str, quarter: str | None) -> InputError:
     where = "" if quarter is None else f", quarter {quarter}"
-    return _refuse_answers(release, f"lack the answers of query {shown(query)} on {shown(attribute)} (state "
+    return refuse_answers(release, f"lack the answers of query {shown(query)} on {shown(attribute)} (state "
                                     f"{state}{where}), which the manifest's plan states")
 
 
@@ -545,7 +546,7 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: M
         manifest = manifest["per_quarter"][quarter]
     missing = {*ANSWER_TEXT, *ANSWER_NUMBERS} - set(frame.columns)
     if missing:
-        raise _refuse_answers(release, f"lack the column {sorted(missing)[0]}")
+        raise refuse_answers(release, f"lack the column {sorted(missing)[0]}")
     attributes, names = pd.factorize(frame["attribute"], use_na_sentinel=False)
     for name in names:
         checked_attribute(release, name)
@@ -565,7 +566,9 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: M
     _check_psi_totals(release, frame, numbers, psi_rows, parts)
     _check_keys(release, frame, manifest, attributes, names)
     _check_plan(release, frame, manifest, parts, quarter, psi_rows, attributes, names)
+    from gedp.release.nesting_checks import check_nesting
     from gedp.release.pnc_checks import check_pnc_sd
 
     check_pnc_sd(release, frame, numbers, psi_rows, attributes, gamma, manifest, parts)
+    check_nesting(release, frame, numbers, psi_rows, manifest, parts)
     return frame

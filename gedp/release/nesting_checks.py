@@ -1,0 +1,195 @@
+"""The noise a release's group answers state, checked against their own spread (red team rt26 G1).
+
+Where one query's groups nest in another's (``state,county,naics5`` in ``state,naics5``, in
+``state,county``, in ``state``: the parent's key columns a subset of the child's), each parent group's
+estimate and the sum of its children's estimates are unbiased for the same total with independent
+noises, so z = (parent - sum children) / sqrt(var parent + sum var children) has E[z^2] near 1 when
+the variances stated are the noise's. Stated larger by 1/K^2 (a budget restated lower with the same
+values: rt26 G1) they shrink z^2 about K^2-fold; stated smaller, they raise it.
+
+The psi mechanism's variances are estimated from its estimates (floored at 0), so a small group's z^2 is
+below 1 in expectation: E[z^2] and Var[z^2] of each parent group are simulated under the release's own
+stated noise, the children's estimates (floored at 0) taken for the truth (``expected_spread``). The pairs
+of queries are chosen so that no answer is in two (``disjoint_pairs``): the z are then independent, and
+their pooled sum of squares is held to the scaled chi-square of that mean and variance, two-sided at
+MAX_FALSE_REFUSAL (``nesting_refusal``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: A genuine release's pooled statistic falls outside the two-sided bounds with at most this probability.
+MAX_FALSE_REFUSAL = 1e-9
+#: The fewest independent parent groups the pooled statistic needs before it is tested.
+MIN_PAIRS = 30
+#: Draws of each parent group's z simulated for its expected z^2 and spread (seeded: readers agree).
+DRAWS = 64
+
+
+def _columns(query: str) -> frozenset[str] | None:
+    """A group query's key columns (``total``: none); None for the identity answers."""
+    if query == "identity":
+        return None
+    return frozenset() if query == "total" else frozenset(query.split(","))
+
+
+def disjoint_pairs(sizes: Mapping[str, int]) -> list[tuple[str, str]]:
+    """Pairs (parent, child) of the queries ``sizes`` (each's number of groups) whose child's key columns
+    hold the parent's, most parent groups first, each query in one pair at most (a query in two pairs
+    would share its noise between them)."""
+    columns = {query: _columns(query) for query in sizes}
+    pairs = [(parent, child) for parent, above in columns.items() for child, below in columns.items()
+             if above is not None and below is not None and above < below]
+    pairs.sort(key=lambda pair: (-sizes[pair[0]], -sizes[pair[1]], pair))
+    used: set[str] = set()
+    chosen = []
+    for parent, child in pairs:
+        if parent not in used and child not in used:
+            chosen.append((parent, child))
+            used |= {parent, child}
+    return chosen
+
+
+@dataclass(frozen=True)
+class Nested:
+    """One pair of nested answers: the parent groups' and the children's estimate, variance, sd, grid and
+    mechanism (psi True), and each child's parent group (children of no parent group left out)."""
+
+    parent: dict
+    child: dict
+    parent_of: object
+
+
+def nested_answers(frame, numbers: Mapping, psi_rows, part) -> dict:
+    """The ``Nested`` pairs of a release's measurements (``numbers`` its number columns as float arrays,
+    ``psi_rows`` each row's mechanism, ``part`` its part), per (part, attribute, parent, child). Parent
+    groups without a child group are left out."""
+    import numpy as np
+
+    grouped = (frame["query"] != "identity").to_numpy()
+    if not grouped.any():
+        return {}
+    fields = ("estimate", "variance", "sd", "grid")
+    rows = frame.loc[grouped].assign(**{name: numbers[name][grouped] for name in fields},
+                                     psi=np.asarray(psi_rows)[grouped], part=np.asarray(part)[grouped])
+    found = {}
+    for (number, attribute), answers in rows.groupby(["part", "attribute"], sort=False):
+        by_query = dict(tuple(answers.groupby("query", sort=False)))
+        for parent, child in disjoint_pairs({query: len(held) for query, held in by_query.items()}):
+            keys = sorted(_columns(parent) or ())
+            above, below = by_query[parent].reset_index(drop=True), by_query[child]
+            if keys:
+                index = above[keys].assign(_parent=np.arange(len(above)))
+                parent_of = below[keys].merge(index, on=keys, how="left")["_parent"].to_numpy()
+            else:
+                parent_of = np.zeros(len(below))
+            held = ~np.isnan(parent_of)
+            kept = np.isin(np.arange(len(above)), parent_of[held])
+            remap = np.cumsum(kept) - 1
+            found[int(number), attribute, parent, child] = Nested(
+                {name: above[name].to_numpy()[kept] for name in (*fields, "psi")},
+                {name: below[name].to_numpy()[held] for name in (*fields, "psi")},
+                remap[parent_of[held].astype(np.int64)])
+    return found
+
+
+def nesting_z(pair: Nested, estimate=None, variance=None):
+    """Each parent group's z; ``estimate`` and ``variance`` (parent's, children's) replace the pair's."""
+    import numpy as np
+
+    (pe, ce), (pv, cv) = estimate or (pair.parent["estimate"], pair.child["estimate"]), \
+        variance or (pair.parent["variance"], pair.child["variance"])
+    groups = len(pair.parent["estimate"])
+    sums = [np.bincount(pair.parent_of, weights=values, minlength=groups) for values in (ce, cv)]
+    with np.errstate(all="ignore"):
+        return (pe - sums[0]) / np.sqrt(pv + sums[1])
+
+
+def _draw(answer: dict, truth, psi, rng):
+    """Estimates and variances of ``DRAWS`` draws of the answer's mechanism at ``truth`` (rows x draws)."""
+    import numpy as np
+
+    sd, grid = answer["sd"][:, None], answer["grid"][:, None]
+    noise = rng.standard_normal((len(truth), DRAWS))
+    estimate = truth[:, None] + sd * noise
+    variance = np.broadcast_to(sd * sd, estimate.shape).copy()
+    rows = answer["psi"]
+    if rows.any():
+        spread = np.sqrt(np.maximum(sd[rows] ** 2 - grid[rows] ** 2 / 12, 0.0))
+        released = psi(truth[rows])[:, None] + spread * noise[rows]
+        step = grid[rows]
+        released = np.where(step > 0, np.rint(released / np.where(step > 0, step, 1.0)) * step, released)
+        estimate[rows] = psi.unbiased_estimate(released, sd[rows])
+        variance[rows] = psi.releasable_variance(estimate[rows], sd[rows])
+    return estimate, variance
+
+
+def expected_spread(pair: Nested, psi, rng):
+    """Each parent group's simulated mean and variance of z^2 under the stated noise, the truth the
+    children's estimates floored at 0 (the parent's their sum)."""
+    import numpy as np
+
+    truth = np.maximum(pair.child["estimate"], 0.0)
+    top = np.bincount(pair.parent_of, weights=truth, minlength=len(pair.parent["estimate"]))
+    (pe, pv), (ce, cv) = _draw(pair.parent, top, psi, rng), _draw(pair.child, truth, psi, rng)
+    groups = len(top)
+    index = pair.parent_of[:, None] + groups * np.arange(DRAWS)[None, :]
+    sums = [np.bincount(index.ravel(), weights=values.ravel(), minlength=groups * DRAWS).reshape(DRAWS, groups).T
+            for values in (ce, cv)]
+    with np.errstate(all="ignore"):
+        z2 = (pe - sums[0]) ** 2 / (pv + sums[1])
+    return z2.mean(axis=1), z2.var(axis=1, ddof=1)
+
+
+def nesting_statistic(found: Mapping, psi, seed: int = 0) -> tuple[int, float, float, float]:
+    """(parent groups, their observed sum of z^2, its simulated mean and variance) over the ``Nested``
+    pairs ``found`` (groups whose z or simulated spread is not finite left out)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    drawn = [(nesting_z(pair), *expected_spread(pair, psi, rng)) for _, pair in sorted(found.items(), key=str)]
+    z, mean, variance = (np.concatenate([values[k] for values in drawn]) if drawn else np.zeros(0) for k in range(3))
+    kept = np.isfinite(z) & np.isfinite(mean) & np.isfinite(variance) & (variance > 0)
+    return int(kept.sum()), float(np.sum(z[kept] ** 2)), float(mean[kept].sum()), float(variance[kept].sum())
+
+
+def nesting_tail(pooled: float, mean: float, variance: float) -> float:
+    """The two-sided tail probability of ``pooled`` under the scaled chi-square of that ``mean`` and
+    ``variance`` (c chi2_nu: c = variance / 2 mean, nu = 2 mean^2 / variance)."""
+    from scipy import stats
+
+    scale, freedom = variance / (2 * mean), 2 * mean * mean / variance
+    return float(2 * min(stats.chi2.cdf(pooled / scale, freedom), stats.chi2.sf(pooled / scale, freedom)))
+
+
+def nesting_refusal(found: Mapping, psi, max_false: float | None = None, seed: int = 0) -> str | None:
+    """Why the pooled z^2 of the ``Nested`` pairs ``found`` are not those of the noise their variances
+    state (their two-sided tail under ``nesting_tail`` below ``max_false``, None: MAX_FALSE_REFUSAL), or
+    None: fewer than MIN_PAIRS parent groups, or within the bounds."""
+    groups, pooled, mean, variance = nesting_statistic(found, psi, seed)
+    if groups < MIN_PAIRS:
+        return None
+    tail = nesting_tail(pooled, mean, variance)
+    if tail >= (MAX_FALSE_REFUSAL if max_false is None else max_false):
+        return None
+    side = "larger" if pooled < mean else "smaller"
+    return (f"mean z^2 {pooled / groups:.3f} over {groups:,} nested groups is not the {mean / groups:.3f} "
+            f"their stated noise gives (two-sided tail {tail:.1e}): variances {side} than the noise they hold")
+
+
+def check_nesting(release, frame, numbers: Mapping, psi_rows, manifest: Mapping, parts) -> None:
+    """Refuse ``release``'s measurements when their nested answers' pooled z^2 are not those of the noise
+    their variances state (``nesting_refusal``), naming the pairs of queries compared."""
+    import numpy as np
+
+    from gedp.measure.neighbors import make_psi
+    from gedp.release.measurement_checks import refuse_answers
+
+    part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)
+    found = nested_answers(frame, numbers, psi_rows, part)
+    reason = nesting_refusal(found, make_psi(**manifest["psi"])) if found else None
+    if reason is not None:
+        queries = sorted({f"{parent} in {child}" for _, _, parent, child in found})
+        raise refuse_answers(release, f"hold nested answers ({'; '.join(queries)}) whose {reason}")
