@@ -16,7 +16,7 @@ import pytest
 
 import gedp
 from gedp.errors import InputError
-from gedp.release import nesting_checks, reader
+from gedp.release import nesting_checks
 from gedp.release.nesting_checks import (
     Nested,
     disjoint_pairs,
@@ -194,7 +194,6 @@ def test_a_release_moved_onto_the_psi_scale_is_refused_by_every_reader(release, 
         copy = moved_to_psi_scale(release, tmp_path, k)
         with monkeypatch.context() as unchecked:
             unchecked.setattr(nesting_checks, "MAX_FALSE_REFUSAL", 0.0)
-            unchecked.setattr(reader, "_CHECKED_MEASUREMENTS", set())
             unchecked.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache-unchecked"))
             assert gedp.read_release(copy).privacy["mu"] < 0.85 * spent
         with pytest.raises(InputError, match=NESTED):

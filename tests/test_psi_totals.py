@@ -16,7 +16,7 @@ import pytest
 
 import gedp
 from gedp.errors import InputError
-from gedp.release import measurement_checks, nesting_checks, reader
+from gedp.release import measurement_checks, nesting_checks
 
 TOTALS = "whose groups' total is not the one its identity answers give"
 
@@ -91,7 +91,6 @@ def test_a_pnc_release_relabelled_psi_is_refused_by_every_reader(release, tmp_pa
     with monkeypatch.context() as unchecked:
         unchecked.setattr(measurement_checks, "MAX_TOTAL_Z", math.inf, raising=False)
         unchecked.setattr(nesting_checks, "MAX_FALSE_REFUSAL", 0.0)
-        unchecked.setattr(reader, "_CHECKED_MEASUREMENTS", set())  # the unchecked read is not remembered
         unchecked.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache-unchecked"))
         assert gedp.read_release(copy).privacy["mu"] < 0.8 * spent
     with pytest.raises(InputError, match=TOTALS):
