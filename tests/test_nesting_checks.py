@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from test_psi_totals import refused_by_every_reader, relabelled_psi
 
 import gedp
-from gedp.errors import InputError
 from gedp.release import nesting_checks
 from gedp.release.nesting_checks import (
     Nested,
@@ -124,54 +123,14 @@ def moved_to_psi_scale(folder: Path, tmp_path: Path, k: float) -> Path:
     """The forgery (rt26 G1): every pnc answer relabelled psi at mu' = k x its mu, sd' the psi rule's
     rounded (gamma + grid) / mu', released' = psi(R + sd'^2) on the psi grid (the psi estimate gives the pnc
     value R back), estimates and variances recomputed; manifest mu, ledgers, totals and privacy restated."""
-    from gedp.measure.conversions import privacy_statement
-    from gedp.measure.grid import psi_grid, rounded_noise_sd
-    from gedp.measure.neighbors import make_psi
+    from gedp.measure.grid import rounded_noise_sd
 
-    copy = tmp_path / f"forged{k}"
-    shutil.copytree(folder, copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    psi = make_psi(**manifest["psi"])
-    charged: dict[tuple[str, str], float] = {}
-    for part in sorted((copy / "measurements.parquet").glob("part-*.parquet")):
-        answers = pd.read_parquet(part)
-        pnc = answers["mechanism"] == "pnc"
-        for (query, attribute), rows in answers[pnc].groupby(["query", "attribute"]).groups.items():
-            gamma = float(manifest["gammas"][attribute])
-            grid = psi_grid(gamma)
-            charged[query, attribute] = mu = float(answers.loc[rows, "mu"].iloc[0]) * k
-            sd = float(rounded_noise_sd((gamma + grid) / mu, grid)) * (1 + 1e-12)
-            released = np.rint(psi(np.maximum(answers.loc[rows, "released"].to_numpy() + sd * sd, 0)) / grid) * grid
-            estimate = psi.unbiased_estimate(released, sd)
-            answers.loc[rows, ["released", "sd", "grid", "estimate", "variance", "mu"]] = np.column_stack(
-                [released, np.full(len(rows), sd), np.full(len(rows), grid), estimate,
-                 psi.releasable_variance(estimate, sd), np.full(len(rows), mu)])
-        answers.loc[pnc, "mechanism"] = "psi"
-        answers.loc[pnc, "variance_kind"] = "estimated"
-        answers.to_parquet(part, index=False)
-    manifest["workflow"] = manifest["config"]["workflow"] = "psi"
-    for (query, attribute), mu in charged.items():
-        manifest["mu"][query][attribute] = mu
-    for state in manifest["states"]:
-        for entries in (manifest["ledger"][state], manifest["per_state"][state]["ledger"]):
-            spent = 0.0
-            for entry in entries:
-                if (entry["query"], entry["attribute"]) in charged:
-                    entry["mu"] = entry["mu_planned"] = charged[entry["query"], entry["attribute"]]
-                spent = math.hypot(spent, entry["mu"])
-                entry["spent_total"] = spent
-    attributes = {name: math.sqrt(sum(by[name] ** 2 for by in manifest["mu"].values() if name in by))
-                  for name in manifest["gammas"]}
-    total = math.sqrt(sum(mu * mu for mu in attributes.values()))
-    manifest["mu_total"] = manifest["mu_planned_total"] = total
-    for state in manifest["states"]:
-        manifest["per_state"][state].update({key: total for key in ("mu_total", "mu_planned_total")
-                                            if key in manifest["per_state"][state]})
-        if "mu" in manifest["per_state"][state]:
-            manifest["per_state"][state]["mu"] = manifest["mu"]
-    manifest["privacy"] = privacy_statement(total, attributes)
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    return copy
+    def restate(rows: pd.DataFrame, psi, gamma: float, grid: float) -> tuple:
+        mu = float(rows["mu"].iloc[0]) * k
+        sd = float(rounded_noise_sd((gamma + grid) / mu, grid)) * (1 + 1e-12)
+        return np.rint(psi(np.maximum(rows["released"].to_numpy() + sd * sd, 0)) / grid) * grid, sd, mu
+
+    return relabelled_psi(folder, tmp_path / f"forged{k}", restate)
 
 
 @pytest.fixture(scope="module")
@@ -183,11 +142,6 @@ def test_a_release_moved_onto_the_psi_scale_is_refused_by_every_reader(release, 
     """Power: with the nesting check off, the forged copies (k = 0.3 and 0.5) are read and state mu under
     0.85x the one spent (every other check passes them: rt26 G1); with it, every reader refuses them in one
     line. The genuine release is read (its mu the one spent)."""
-    from typer.testing import CliRunner
-
-    from gedp.cli import app
-    from gedp.serve.releases import load_releases
-
     monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
     spent = gedp.read_release(release).privacy["mu"]
     for k in (0.3, 0.5):
@@ -196,19 +150,7 @@ def test_a_release_moved_onto_the_psi_scale_is_refused_by_every_reader(release, 
             unchecked.setattr(nesting_checks, "MAX_FALSE_REFUSAL", 0.0)
             unchecked.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache-unchecked"))
             assert gedp.read_release(copy).privacy["mu"] < 0.85 * spent
-        with pytest.raises(InputError, match=NESTED):
-            _ = gedp.read_release(copy).privacy
-        with pytest.raises(InputError, match=NESTED):
-            load_releases([copy])
-        for request in (["tabulate", str(copy), "--by", "county", "--moe", "--out", str(tmp_path / "t.csv")],
-                        ["tabulate", str(copy), "--agglvl", "74", "--format", "qcew", "--moe", "--out",
-                         str(tmp_path / "q.csv")],
-                        ["report", str(copy), "--out", str(tmp_path / "report.html")],
-                        ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
-            result = CliRunner().invoke(app, request)
-            assert result.exit_code == 2 and NESTED in result.output, (request, result.output)
-            assert len(result.output.strip().splitlines()) == 1, result.output
-        assert not any((tmp_path / name).exists() for name in ("t.csv", "q.csv", "report.html", "imp"))
+        refused_by_every_reader(copy, tmp_path, NESTED)
 
 
 def test_genuine_releases_pass_with_room(tmp_path):

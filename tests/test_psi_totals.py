@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +27,15 @@ def release(seeded_small_release) -> Path:
     return seeded_small_release("relabel", 1500)
 
 
-def relabelled(folder: Path, tmp_path: Path) -> Path:
-    """The forgery: every pnc answer's mechanism psi (variance kind estimated), its grid the psi grid of its
-    attribute's gamma (released values rounded to it), one sd per answer (its largest: one-group answers
-    keep theirs), the mu that sd is the psi noise of, estimates and variances recomputed; the manifest's
-    workflow, mu, ledgers, totals and privacy restated to that mu."""
+def relabelled_psi(folder: Path, copy: Path, restate: Callable) -> Path:
+    """A copy of ``folder`` at ``copy`` whose pnc answers are relabelled psi (variance kind estimated), each
+    (query, attribute)'s rows given ``restate(rows, psi, gamma, grid)``'s released values, sd and mu (a
+    forgery), estimates and variances recomputed; the manifest's workflow, mu, ledgers (their spent totals),
+    totals and privacy restated to those mu."""
     from gedp.measure.conversions import privacy_statement
     from gedp.measure.grid import psi_grid
     from gedp.measure.neighbors import make_psi
 
-    copy = tmp_path / "relabelled"
     shutil.copytree(folder, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     psi = make_psi(**manifest["psi"])
@@ -46,14 +46,13 @@ def relabelled(folder: Path, tmp_path: Path) -> Path:
         for (query, attribute), rows in answers[pnc].groupby(["query", "attribute"]).groups.items():
             gamma = float(manifest["gammas"][attribute])
             grid = psi_grid(gamma)
-            sd = float(answers.loc[rows, "sd"].max())
-            released = np.rint(answers.loc[rows, "released"].to_numpy() / grid) * grid
-            estimate = psi.unbiased_estimate(released, np.full(len(rows), sd))
-            answers.loc[rows, ["released", "sd", "grid", "estimate", "variance"]] = np.column_stack(
-                [released, np.full(len(rows), sd), np.full(len(rows), grid), estimate,
-                 psi.releasable_variance(estimate, np.full(len(rows), sd))])
-            charged[query, attribute] = mu = (gamma + grid) / math.sqrt(sd * sd - grid * grid / 12)
-            answers.loc[rows, "mu"] = mu
+            released, sd, mu = restate(answers.loc[rows], psi, gamma, grid)
+            charged[query, attribute] = mu
+            sds = np.full(len(rows), sd)
+            estimate = psi.unbiased_estimate(released, sds)
+            answers.loc[rows, ["released", "sd", "grid", "estimate", "variance", "mu"]] = np.column_stack(
+                [released, sds, np.full(len(rows), grid), estimate, psi.releasable_variance(estimate, sds),
+                 np.full(len(rows), mu)])
         answers.loc[pnc, "mechanism"] = "psi"
         answers.loc[pnc, "variance_kind"] = "estimated"
         answers.to_parquet(part, index=False)
@@ -62,9 +61,12 @@ def relabelled(folder: Path, tmp_path: Path) -> Path:
         manifest["mu"][query][attribute] = mu
     for state in manifest["states"]:
         for entries in (manifest["ledger"][state], manifest["per_state"][state]["ledger"]):
+            spent = 0.0
             for entry in entries:
                 if (entry["query"], entry["attribute"]) in charged:
                     entry["mu"] = entry["mu_planned"] = charged[entry["query"], entry["attribute"]]
+                spent = math.hypot(spent, entry["mu"])
+                entry["spent_total"] = spent
     attributes = {name: math.sqrt(sum(by[name] ** 2 for by in manifest["mu"].values() if name in by))
                   for name in manifest["gammas"]}
     total = math.sqrt(sum(mu * mu for mu in attributes.values()))
@@ -72,19 +74,29 @@ def relabelled(folder: Path, tmp_path: Path) -> Path:
     for state in manifest["states"]:
         manifest["per_state"][state].update({key: total for key in ("mu_total", "mu_planned_total")
                                             if key in manifest["per_state"][state]})
+        if "mu" in manifest["per_state"][state]:
+            manifest["per_state"][state]["mu"] = manifest["mu"]
     manifest["privacy"] = privacy_statement(total, attributes)
     (copy / "manifest.json").write_text(json.dumps(manifest))
     return copy
 
 
+def relabelled(folder: Path, tmp_path: Path) -> Path:
+    """The forgery (rt25 F6): every pnc answer relabelled psi, its grid the psi grid of its attribute's gamma
+    (released values rounded to it), one sd per answer (its largest: one-group answers keep theirs), the mu
+    that sd is the psi noise of."""
+
+    def restate(rows: pd.DataFrame, psi, gamma: float, grid: float) -> tuple:
+        sd = float(rows["sd"].max())
+        mu = (gamma + grid) / math.sqrt(sd * sd - grid * grid / 12)
+        return np.rint(rows["released"].to_numpy() / grid) * grid, sd, mu
+
+    return relabelled_psi(folder, tmp_path / "relabelled", restate)
+
+
 def test_a_pnc_release_relabelled_psi_is_refused_by_every_reader(release, tmp_path, monkeypatch):
     """Power: with the totals' check off, the forged copy is read and states a budget under 80% of the one
     spent (every other check of the readers passes it); with it, the readers refuse it in one line."""
-    from typer.testing import CliRunner
-
-    from gedp.cli import app
-    from gedp.serve.releases import load_releases
-
     monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
     copy = relabelled(release, tmp_path)
     spent = gedp.read_release(release).privacy["mu"]
@@ -93,16 +105,30 @@ def test_a_pnc_release_relabelled_psi_is_refused_by_every_reader(release, tmp_pa
         unchecked.setattr(nesting_checks, "MAX_FALSE_REFUSAL", 0.0)
         unchecked.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache-unchecked"))
         assert gedp.read_release(copy).privacy["mu"] < 0.8 * spent
-    with pytest.raises(InputError, match=TOTALS):
+    refused_by_every_reader(copy, tmp_path, TOTALS)
+
+
+def refused_by_every_reader(copy: Path, tmp_path: Path, message: str) -> None:
+    """``copy`` is refused, in one line holding ``message``, by Release.privacy, the server's load, tabulate
+    --moe (by columns, and a level ready to publish), report and implicates, which write nothing."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+    from gedp.serve.releases import load_releases
+
+    with pytest.raises(InputError, match=message):
         _ = gedp.read_release(copy).privacy
-    with pytest.raises(InputError, match=TOTALS):
+    with pytest.raises(InputError, match=message):
         load_releases([copy])
     for request in (["tabulate", str(copy), "--by", "county", "--moe", "--out", str(tmp_path / "t.csv")],
+                    ["tabulate", str(copy), "--agglvl", "74", "--format", "qcew", "--moe", "--out",
+                     str(tmp_path / "q.csv")],
                     ["report", str(copy), "--out", str(tmp_path / "report.html")],
                     ["implicates", str(copy), "--out", str(tmp_path / "imp"), "--n", "2"]):
         result = CliRunner().invoke(app, request)
-        assert result.exit_code == 2 and TOTALS in result.output, (request, result.output)
-    assert not any((tmp_path / name).exists() for name in ("t.csv", "report.html", "imp"))
+        assert result.exit_code == 2 and message in result.output, (request, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not any((tmp_path / name).exists() for name in ("t.csv", "q.csv", "report.html", "imp"))
 
 
 def test_genuine_psi_workflow_totals_are_within_the_bound(tmp_path):
