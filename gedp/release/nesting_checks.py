@@ -95,16 +95,15 @@ def nested_answers(frame, numbers: Mapping, psi_rows, part) -> dict:
     return found
 
 
-def nesting_z(pair: Nested, estimate=None, variance=None):
-    """Each parent group's z; ``estimate`` and ``variance`` (parent's, children's) replace the pair's."""
+def nesting_z(pair: Nested):
+    """Each parent group's z: its estimate less its children's, over the root of their variances' sum."""
     import numpy as np
 
-    (pe, ce), (pv, cv) = estimate or (pair.parent["estimate"], pair.child["estimate"]), \
-        variance or (pair.parent["variance"], pair.child["variance"])
     groups = len(pair.parent["estimate"])
-    sums = [np.bincount(pair.parent_of, weights=values, minlength=groups) for values in (ce, cv)]
+    sums = [np.bincount(pair.parent_of, weights=pair.child[name], minlength=groups)
+            for name in ("estimate", "variance")]
     with np.errstate(all="ignore"):
-        return (pe - sums[0]) / np.sqrt(pv + sums[1])
+        return (pair.parent["estimate"] - sums[0]) / np.sqrt(pair.parent["variance"] + sums[1])
 
 
 def _draw(answer: dict, truth, psi, rng):
