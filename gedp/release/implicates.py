@@ -266,10 +266,11 @@ def implicate_frame(public: pd.DataFrame, values: np.ndarray, k: int) -> pd.Data
 
 def implicates_in_memory(release: str | Path, m: int, *, seed: int | None = None, quarter: str | None = None,
                          rng: np.random.Generator | None = None, level_prior: str = "month1",
-                         change_prior: str = "independent", wage_prior: str = "sector") -> pd.DataFrame:
+                         change_prior: str = "independent", wage_prior: str = "sector",
+                         map_tasks: TaskMap | None = None) -> pd.DataFrame:
     """``m`` implicates of a release as one frame (``implicate`` 1..m, then the release's columns);
     ``level_prior``: ``postprocess.prior_components.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``;
-    ``wage_prior``: ``WAGE_PRIORS``."""
+    ``wage_prior``: ``WAGE_PRIORS``; ``map_tasks``: as ``write_implicates``'s."""
     from gedp.measure.rng import make_rng
 
     m = check_count(m)
@@ -282,7 +283,7 @@ def implicates_in_memory(release: str | Path, m: int, *, seed: int | None = None
         for k, block in enumerate(drawn):
             values[k, positions] = block
 
-    draw_blocks(draws, m, rng, keep)
+    draw_blocks(draws, m, rng, keep, map_tasks)
     return pd.concat([implicate_frame(draws.public, values[k], k + 1) for k in range(m)], ignore_index=True)
 
 
