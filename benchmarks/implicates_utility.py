@@ -108,7 +108,7 @@ def seeded_draws(args: argparse.Namespace):
     return truth.set_index(truth["estab_id"].astype(str)).loc[ids].reset_index(drop=True), draws, rng
 
 
-def one_release(truth: pd.DataFrame, folder: Path, seed: int, m: int, **options: str) -> pd.DataFrame:
+def one_release(truth: pd.DataFrame, folder: Path, seed: int, m: int, **options) -> pd.DataFrame:
     release = gedp.protect(truth, "recommended", seed=seed, not_for_publication=True)
     release.write(folder)
     start = time.perf_counter()
@@ -129,6 +129,12 @@ def one_release(truth: pd.DataFrame, folder: Path, seed: int, m: int, **options:
     return out
 
 
+def in_order(task, shared, items, tell) -> None:
+    """The tasks of ``draw_blocks``'s streams run one after the other in this process."""
+    for index, item in enumerate(items):
+        tell(index, task(shared, item))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--qcew", type=Path, required=True)
@@ -143,6 +149,9 @@ def main() -> None:
     add_prior_options(parser)
     parser.add_argument("--draw-penalty", action="store_true",
                         help="with --level-smooth, each replicate draws its penalty (deconvolve.SMOOTH_DRAW_PENALTY)")
+    parser.add_argument("--streams", action="store_true",
+                        help="draw as gedp implicates --processes does: a stream per replicate and block (in this "
+                             "process: the same draws for any number of processes)")
     args = parser.parse_args()
     import gedp.postprocess.deconvolve as deconvolve
     import gedp.postprocess.implicates as implicates
@@ -157,7 +166,8 @@ def main() -> None:
     for seed in range(args.first, args.first + args.releases):
         with tempfile.TemporaryDirectory() as tmp:
             part = one_release(truth, Path(tmp) / "release", seed, args.m, level_prior=args.level_prior,
-                               change_prior=args.change_prior, wage_prior=args.wage_prior)
+                               change_prior=args.change_prior, wage_prior=args.wage_prior,
+                               map_tasks=in_order if args.streams else None)
         part.insert(0, "release_seed", seed)
         parts.append(part)
         pd.concat(parts).to_csv(args.out, index=False)

@@ -17,6 +17,7 @@ import gedp
 from gedp.cli.command_line import app, console, errors, plain, progress_counts, reported_errors
 
 if TYPE_CHECKING:
+    from gedp.release.implicates import TaskMap
     from gedp.tabulation.request import Tabulation
 
 #: Rows shown on a terminal; a pipe or --out gets the whole table as CSV.
@@ -78,6 +79,11 @@ WagePrior = Annotated[str, typer.Option(help="The wage priors' levels: sector (d
                                              "docs/method/implicates.md).")]
 DrawSeed = Annotated[Optional[int], typer.Option(help="Seed the draws (reproducible; default: the secure generator).")]
 DrawnQuarter = Annotated[Optional[str], typer.Option(help="A panel release: the quarter drawn, e.g. 2016Q1.")]
+DrawProcesses = Annotated[Optional[int], typer.Option(help="Draw on this many worker processes, each implicate's "
+                                                           "priors and each block of establishments from a stream of "
+                                                           "its own: the same implicates for any number (1: this "
+                                                           "process), not the bits drawn without it (default: one "
+                                                           "stream, this process).")]
 # gedp report
 ReportOut = Annotated[Path, typer.Option(help="The HTML page to write (one self-contained file); its summary JSON is "
                                               "written beside it (OUT.json).")]
@@ -169,7 +175,8 @@ def serve_command(releases: Releases, host: Host = "127.0.0.1", port: Port = 800
 @app.command(name="implicates")
 def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed: DrawSeed = None,
                        quarter: DrawnQuarter = None, level_prior: LevelPrior = "month1",
-                       change_prior: ChangePrior = "independent", wage_prior: WagePrior = "sector") -> None:
+                       change_prior: ChangePrior = "independent", wage_prior: WagePrior = "sector",
+                       processes: DrawProcesses = None) -> None:
     """Draw M complete microdata files from the posterior of the confidential values given a release.
 
     Reads the release's files only, spends no privacy budget and changes nothing in the release;
@@ -179,11 +186,24 @@ def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed
 
     with reported_errors():
         start = time.perf_counter()
+        map_tasks = None if processes is None else worker_map(processes)
         with progress_counts("drawing implicates") as (update, say):
             write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say,
-                             level_prior=level_prior, change_prior=change_prior, wage_prior=wage_prior)
+                             level_prior=level_prior, change_prior=change_prior, wage_prior=wage_prior,
+                             map_tasks=map_tasks)
     console.print(f"[bold]{n} implicates[/] written to {plain(out)} in {time.perf_counter() - start:.0f} s "
                   "(pandas.read_parquet reads them with an implicate column)")
+
+
+def worker_map(processes: int) -> TaskMap:
+    """Tasks run on ``processes`` forked worker processes (1: this one), results told in order, a few held at once."""
+    from gedp.errors import InputError
+    from gedp.planning.workers import parallel_map
+
+    if processes < 1:
+        raise InputError(f"--processes ({processes}) must be a whole number of at least 1")
+    return lambda task, shared, items, tell: parallel_map(task, shared, items, on_result=tell, workers=processes,
+                                                          keep=False, stopped="no implicates were written")
 
 
 @app.command(name="report")

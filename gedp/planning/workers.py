@@ -12,9 +12,11 @@ after the other in this process.
 from __future__ import annotations
 
 import multiprocessing
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from itertools import islice
 from typing import Any
 
 from gedp.errors import GedpError, held_stops
@@ -24,23 +26,30 @@ from gedp.running.process import worker_signals
 from gedp.running.state_pool import stop_workers
 from gedp.waits import awaited
 
+#: Tasks per worker given out ahead of the result told next when results are not kept (``parallel_map``).
+AHEAD = 2
 #: The context of the running map, inherited by the forked workers (None outside a map).
 _context: tuple[Callable[[Any, Any], Any], Any] | None = None
 
 
 def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[Any], *,
-                 on_result: Callable[[int, Any], None] | None = None, workers: int | None = None) -> list[Any]:
+                 on_result: Callable[[int, Any], None] | None = None, workers: int | None = None,
+                 keep: bool = True, stopped: str = "nothing was planned") -> list[Any]:
     """``task(shared, item)`` for every item, in the items' order, on up to ``workers`` processes
     (default: the available cores); ``on_result(index, result)`` is told of each result as it is
-    ready, in order."""
+    ready, in order. Without ``keep`` the results are only told (the list returned is empty), and at
+    most AHEAD tasks per worker are given out ahead of the result told next: memory holds a few
+    results at once, not all of them. ``stopped``: what the error of a worker that died says of the work."""
     global _context
     tell = on_result or (lambda index, result: None)
     count = min(len(items), workers or usable_cpus())
+    results: list[Any] = []
     if count <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        results = []
         for index, item in enumerate(items):
-            results.append(task(shared, item))
-            tell(index, results[-1])
+            result = task(shared, item)
+            tell(index, result)
+            if keep:
+                results.append(result)
         return results
     _context = (task, shared)
     # A pool that notices a dead worker (multiprocessing.Pool waits for its result for ever), its workers
@@ -48,16 +57,20 @@ def parallel_map(task: Callable[[Any, Any], Any], shared: Any, items: Sequence[A
     # lock another thread of this process held).
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"), initializer=worker_signals)
     try:
-        results = []
+        given, futures = iter(items), deque[Future]()
         with held_stops():
-            futures = [pool.submit(_run, item) for item in items]
-        for index, future in enumerate(futures):
-            results.append(awaited(future))
-            tell(index, results[-1])
+            futures.extend(pool.submit(_run, item) for item in islice(given, len(items) if keep else AHEAD * count))
+        for index in range(len(items)):
+            result = awaited(futures.popleft())
+            with held_stops():
+                futures.extend(pool.submit(_run, item) for item in islice(given, 1))
+            tell(index, result)
+            if keep:
+                results.append(result)
         return results
     except BrokenProcessPool:
-        raise GedpError("a planner worker process stopped before its task was done (killed, e.g. short of "
-                        "memory); nothing was planned") from None
+        raise GedpError("a worker process stopped before its task was done (killed, e.g. short of "
+                        f"memory); {stopped}") from None
     finally:
         stop_workers(pool)
         _context = None

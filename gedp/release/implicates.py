@@ -8,9 +8,10 @@ spend no budget (postprocessing) and change none of the release's bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -130,32 +131,83 @@ def in_stored_order(release: Path, validated: pd.DataFrame) -> pd.DataFrame:
     return validated[[*stored, *(c for c in validated.columns if c not in stored)]]
 
 
-def draw_blocks(draws: ReleaseDraws, m: int, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, list[np.ndarray]]]:
-    """For each block of establishments (positions into the release's rows, in order): its ``m``
-    draws of the attributes (rows x m1emp, m2emp, m3emp, wage)."""
+#: Runs tasks: ``map_tasks(task, shared, items, on_result)`` calls ``on_result(index, task(shared, item))`` for
+#: every item, in the items' order (``gedp.planning.workers.parallel_map`` on worker processes).
+TaskMap = Callable[[Callable[[Any, Any], Any], Any, Sequence[Any], Callable[[int, Any], None]], Any]
+
+
+def draw_blocks(draws: ReleaseDraws, m: int, rng: np.random.Generator, take: Callable[[np.ndarray, list], None],
+                map_tasks: TaskMap | None = None) -> None:
+    """For each block of establishments, in order: ``take(positions into the release's rows, its m draws of
+    the attributes (rows x m1emp, m2emp, m3emp, wage))``. Without ``map_tasks``, from ``rng`` itself, one
+    stream through the priors and blocks; with it, from streams of their own (``stream``), each
+    implicate's priors and each block's chain a task ``map_tasks`` runs: the same draws for any
+    number of workers (other bits than the one stream's, the same distribution)."""
+    if map_tasks is None:
+        for rows, model in draws.models:
+            priors = _replicate_priors(model, m, rng)
+            for start in range(0, len(rows), BLOCK_ROWS):
+                take(rows[start:start + BLOCK_ROWS], _block_draws(model, priors, start, len(rows), rng))
+        return
+    entropy = [int(word) for word in rng.integers(0, 2**63, size=STREAM_WORDS)]
+    for s, (rows, model) in enumerate(draws.models):
+        priors: list = []
+        map_tasks(_replicate_task, (model, entropy, s), range(m), lambda j, prior: priors.append(prior))
+        starts = range(0, len(rows), BLOCK_ROWS)
+        map_tasks(_block_task, (model, priors, len(rows), entropy, s), starts,
+                  lambda b, drawn, rows=rows: take(rows[starts[b]:starts[b] + BLOCK_ROWS], drawn))
+
+
+#: 63-bit words of the run's generator that seed the streams of ``draw_blocks`` with ``map_tasks``.
+STREAM_WORDS = 4
+
+
+def stream(entropy: list[int], *key: int) -> np.random.Generator:
+    """The generator of one task of ``draw_blocks``: PCG64 seeded by the run's ``entropy`` and the task's
+    ``key`` (state, 0 and an implicate for its priors; state, 1 and a block's first row for its chain)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy, spawn_key=key)))
+
+
+def _replicate_task(shared: tuple, j: int) -> Any:
+    model, entropy, s = shared
+    return _replicate_priors(model, 1, stream(entropy, s, 0, j))[0]
+
+
+def _block_task(shared: tuple, start: int) -> list[np.ndarray]:
+    model, priors, n, entropy, s = shared
+    return _block_draws(model, priors, start, n, stream(entropy, s, 1, start))
+
+
+def _replicate_priors(model: Any, m: int, rng: np.random.Generator) -> list:
+    """``m`` draws of a state's priors, one per implicate."""
+    from gedp.postprocess.structured import one_blas_thread
+
+    with one_blas_thread:
+        return [model.replicate(rng) for _ in range(m)]
+
+
+def _block_draws(model: Any, priors: list, start: int, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """The draws of the block of a state's establishments from its row ``start`` (of ``n``): one per prior."""
     from gedp.postprocess.implicates import BURN_IN
     from gedp.postprocess.structured import one_blas_thread
 
-    for rows, model in draws.models:
-        with one_blas_thread:
-            priors = [model.replicate(rng) for _ in range(m)]  # one draw of the priors per implicate
-        for start in range(0, len(rows), BLOCK_ROWS):
-            local = np.arange(start, min(start + BLOCK_ROWS, len(rows)))
-            drawn = []
-            with one_blas_thread:  # small products: BLAS threads only wait for each other on a busy machine
-                for prior, months in zip(priors, model.months_chain(local, rng, BURN_IN, m, priors=priors)):
-                    drawn.append(np.column_stack([months, model.wages(local, months, rng, prior)]))
-            yield rows[local], drawn
+    local = np.arange(start, min(start + BLOCK_ROWS, n))
+    drawn = []
+    with one_blas_thread:  # small products: BLAS threads only wait for each other on a busy machine
+        for prior, months in zip(priors, model.months_chain(local, rng, BURN_IN, len(priors), priors=priors)):
+            drawn.append(np.column_stack([months, model.wages(local, months, rng, prior)]))
+    return drawn
 
 
 def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int | None = None,
                      quarter: str | None = None, progress: Callable[[int, int], None] | None = None,
                      note: Callable[[str], None] | None = None, level_prior: str = "month1",
-                     change_prior: str = "independent", wage_prior: str = "sector") -> Path:
+                     change_prior: str = "independent", wage_prior: str = "sector",
+                     map_tasks: TaskMap | None = None) -> Path:
     """Draw ``m`` implicates of a release into the folder ``out`` (one Parquet file per implicate,
     ``pandas.read_parquet(out)`` reads them all with an ``implicate`` column), atomically; ``level_prior``:
     ``postprocess.prior_components.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``; ``wage_prior``:
-    ``WAGE_PRIORS``."""
+    ``WAGE_PRIORS``; ``map_tasks``: the draws' tasks run by it, from streams of their own (``draw_blocks``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -170,17 +222,21 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
         draws = prepare(release, rng, quarter, note, level_prior, change_prior, wage_prior)
         total, done = len(draws.public), 0
         writers: list = [None] * m
+
+        def write(positions: np.ndarray, drawn: list) -> None:
+            nonlocal done
+            for k, values in enumerate(drawn):
+                table = pa.Table.from_pandas(implicate_frame(draws.public.iloc[positions], values, k + 1),
+                                             preserve_index=False)
+                if writers[k] is None:
+                    writers[k] = pq.ParquetWriter(staging / implicate_file(k + 1, m), table.schema)
+                writers[k].write_table(table)
+            done += len(positions)
+            if progress is not None:
+                progress(done, total)
+
         try:
-            for positions, drawn in draw_blocks(draws, m, rng):
-                for k, values in enumerate(drawn):
-                    table = pa.Table.from_pandas(implicate_frame(draws.public.iloc[positions], values, k + 1),
-                                                 preserve_index=False)
-                    if writers[k] is None:
-                        writers[k] = pq.ParquetWriter(staging / implicate_file(k + 1, m), table.schema)
-                    writers[k].write_table(table)
-                done += len(positions)
-                if progress is not None:
-                    progress(done, total)
+            draw_blocks(draws, m, rng, write, map_tasks)
         finally:
             for writer in writers:
                 if writer is not None:
@@ -210,10 +266,11 @@ def implicate_frame(public: pd.DataFrame, values: np.ndarray, k: int) -> pd.Data
 
 def implicates_in_memory(release: str | Path, m: int, *, seed: int | None = None, quarter: str | None = None,
                          rng: np.random.Generator | None = None, level_prior: str = "month1",
-                         change_prior: str = "independent", wage_prior: str = "sector") -> pd.DataFrame:
+                         change_prior: str = "independent", wage_prior: str = "sector",
+                         map_tasks: TaskMap | None = None) -> pd.DataFrame:
     """``m`` implicates of a release as one frame (``implicate`` 1..m, then the release's columns);
     ``level_prior``: ``postprocess.prior_components.LEVEL_PRIORS``; ``change_prior``: ``CHANGE_PRIORS``;
-    ``wage_prior``: ``WAGE_PRIORS``."""
+    ``wage_prior``: ``WAGE_PRIORS``; ``map_tasks``: as ``write_implicates``'s."""
     from gedp.measure.rng import make_rng
 
     m = check_count(m)
@@ -221,9 +278,12 @@ def implicates_in_memory(release: str | Path, m: int, *, seed: int | None = None
         rng = make_rng(seed, "pcg64" if seed is not None else "secure")[0]
     draws = prepare(release, rng, quarter, level_prior=level_prior, change_prior=change_prior, wage_prior=wage_prior)
     values = np.empty((m, len(draws.public), len(CONFIDENTIAL)))
-    for positions, drawn in draw_blocks(draws, m, rng):
+
+    def keep(positions: np.ndarray, drawn: list) -> None:
         for k, block in enumerate(drawn):
             values[k, positions] = block
+
+    draw_blocks(draws, m, rng, keep, map_tasks)
     return pd.concat([implicate_frame(draws.public, values[k], k + 1) for k in range(m)], ignore_index=True)
 
 
