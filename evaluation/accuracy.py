@@ -120,13 +120,15 @@ def compute_accuracy(truth: pd.DataFrame, config: Config, *, published: Publishe
         measurements = measure(truth, plan, rng=rng)
         measured = {a: measurements.for_attribute(a) for a in attributes}
         # postprocessed as `gedp protect` does it (the config's variance mode, solver and wage model)
-        release, results = protect_microdata(measured, public, PostprocessOptions.from_config(config), finish=rounder)
+        kept: dict = {}  # the wage fit, which the margins would make again from the same answers and release
+        release, results = protect_microdata(measured, public, PostprocessOptions.from_config(config), finish=rounder,
+                                             kept=kept)
         # the margins as `gedp tabulate --moe` reads the release: its answers turned by its variance
         # mode, wages informed by employment when the solve recorded the wage prior
         answers = month_answers(measured, config.variance_mode, plan.psi, public)
         wage_psi = plan.psi if "wage" in results and results["wage"].model == WAGE_PRIOR else None
         for attribute in attributes:
-            variances = variance_function(attribute, answers, release, wage_psi)
+            variances = variance_function(attribute, answers, release, wage_psi, kept)
             values = release[attribute].to_numpy()
             for level, grouping in groupings.items():
                 protected[level][attribute][r] = grouping.sum(values)

@@ -47,6 +47,8 @@ of establishment tabulations (``postprocess.moe``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -56,6 +58,9 @@ from gedp.measure.answers import NoisyAnswer
 from gedp.measure.jobframe import EMPLOYMENT, FAMILY_COLUMNS, FamilySpec
 from gedp.measure.queries import Groupings
 from gedp.postprocess.wls import WLSResult, attribute_system, solve_attribute, system_structure, unbounded_totals
+
+if TYPE_CHECKING:
+    from gedp.postprocess.variances import EstablishmentVariances
 
 #: Raking stops when every margin's column totals are within this of their targets, relative to each
 #: group's employment (rows are then scaled to their totals exactly), or after RAKING_STEPS sweeps.
@@ -242,11 +247,13 @@ def pick_family(families: Mapping[str, Sequence[str]], worker_keys: Sequence[str
 
 def tabulate_jobs(protected: pd.DataFrame, jobs: pd.DataFrame, families: Mapping[str, Sequence[str]],
                   by: Sequence[str], *, where: str | None = None, moe: bool = False, level: float = 0.95,
-                  answers: Mapping[str, Sequence[NoisyAnswer]] | None = None) -> pd.DataFrame:
+                  answers: Mapping[str, Sequence[NoisyAnswer]] | JobAnswers | None = None) -> pd.DataFrame:
     """Protected jobs by establishment columns and worker columns of one family (the first whose
     columns hold the tabulation's worker keys), over the establishments matching ``where`` (a filter
     on establishment columns): keys, ``estabs`` (establishments with jobs in the cell), ``jobs`` and
-    with ``moe`` ``jobs_moe`` (see the module docstring). Cells without protected jobs are absent."""
+    with ``moe`` ``jobs_moe`` (see the module docstring), from the release's ``answers`` (as
+    ``JobAnswers`` over ``protected``: their variance structures kept for further tabulations).
+    Cells without protected jobs are absent."""
     from statistics import NormalDist
 
     from gedp.postprocess.tabulate import group_keys, select
@@ -278,19 +285,64 @@ def tabulate_jobs(protected: pd.DataFrame, jobs: pd.DataFrame, families: Mapping
         if answers is None:
             raise ValueError("margins of error need the release's answers (a release directory)")
         z = NormalDist().inv_cdf(0.5 + level / 2)
-        variances = job_variances(protected, rows, family, answers, keep, keys, worker_keys, table)
+        held = answers if isinstance(answers, JobAnswers) else JobAnswers(protected, answers)
+        variances = job_variances(protected, rows, family, held, keep, keys, worker_keys, table)
         table["jobs_moe"] = z * np.sqrt(variances)
     return table
 
 
-def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str,
-                  answers: Mapping[str, Sequence[NoisyAnswer]], keep: np.ndarray, keys: Sequence[str],
-                  worker_keys: Sequence[str], table: pd.DataFrame) -> np.ndarray:
-    """Variance of each row of a job tabulation ``table`` (see the module docstring)."""
-    from gedp.postprocess.variances import answers_variances
-    from gedp.synth.schema import public_columns
+@dataclass(frozen=True, eq=False)
+class JobAnswers:
+    """A release's answers over its protected microdata, with what every job tabulation's variances
+    take from them (each attribute's ``variances.answers_structure`` over the establishments it
+    measures, and the cells of the grouping by all measured columns) built at first use and kept:
+    tabulations of one release's answers pay for them once."""
 
-    public = protected[public_columns(protected)]
+    protected: pd.DataFrame
+    answers: Mapping[str, Sequence[NoisyAnswer]]
+    _kept: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def public(self) -> pd.DataFrame:
+        """The protected microdata's public columns."""
+        from gedp.synth.schema import public_columns
+
+        if "public" not in self._kept:
+            self._kept["public"] = self.protected[public_columns(self.protected)]
+        return self._kept["public"]
+
+    def measured(self, attribute: str) -> np.ndarray:
+        """The establishments (rows of ``public``, sorted) the attribute's identity answer measures."""
+        if ("measured", attribute) not in self._kept:
+            identity = next(a for a in self.answers[attribute] if a.query.is_identity)
+            ids = pd.Index(self.public["estab_id"].astype(str))
+            self._kept["measured", attribute] = np.sort(ids.get_indexer(identity.keys["estab_id"].astype(str)))
+        return self._kept["measured", attribute]
+
+    def cell_codes(self, attribute: str) -> np.ndarray:
+        """Each establishment's cell of the grouping by all of the attribute's measured columns."""
+        if ("cells", attribute) not in self._kept:
+            self._kept["cells", attribute] = system_structure(self.answers[attribute], self.public)[1]
+        return self._kept["cells", attribute]
+
+    def structure(self, attribute: str, measured_only: bool) -> EstablishmentVariances:
+        """The attribute's variance structure over every establishment, or (``measured_only``) over
+        those it measures (``measured``), in that order."""
+        from gedp.postprocess.variances import answers_structure
+
+        if ("structure", attribute, measured_only) not in self._kept:
+            public = self.public.iloc[self.measured(attribute)].reset_index(drop=True) if measured_only else self.public
+            self._kept["structure", attribute, measured_only] = answers_structure(self.answers[attribute], public)
+        return self._kept["structure", attribute, measured_only]
+
+
+def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str, held: JobAnswers, keep: np.ndarray,
+                  keys: Sequence[str], worker_keys: Sequence[str], table: pd.DataFrame) -> np.ndarray:
+    """Variance of each row of a job tabulation ``table`` (see the module docstring), from the
+    release's answers over ``protected`` (``held``)."""
+    if held.protected is not protected:
+        raise ValueError("the job answers are held over other protected microdata than the tabulation's")
+    answers, public = held.answers, held.public
     ids = pd.Index(public["estab_id"].astype(str))
     n = len(public)
     categories = family_attributes(family, answers)
@@ -303,11 +355,10 @@ def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str,
     y[ids.get_indexer(rows["estab_id"].astype(str)), code] = rows["jobs"].to_numpy(dtype=float)
     measured, subsets = np.zeros((n, len(names)), dtype=bool), []
     for k, attribute in enumerate(names):
-        identity = next(a for a in answers[attribute] if a.query.is_identity)
-        subsets.append(np.sort(ids.get_indexer(identity.keys["estab_id"].astype(str))))
+        subsets.append(held.measured(attribute))
         measured[subsets[-1], k] = True
     # s_gc: category c's share of the released jobs of establishment j's cell g
-    cell_codes = system_structure(answers[names[0]], public)[1]
+    cell_codes = held.cell_codes(names[0])
     rho = cell_shares(y, cell_codes, measured)[cell_codes]
     # each (establishment, worker-key combination) entry's row of the table (-1: none or not kept)
     combos = ["|".join(categories[a][columns.index(c)] for c in worker_keys) for a in names]
@@ -317,18 +368,17 @@ def job_variances(protected: pd.DataFrame, rows: pd.DataFrame, family: str,
     establishment = np.tile(np.arange(n), len(combo_keys))
     in_combo = combo_codes[None, :] == np.arange(len(combo_keys))[:, None]  # combos x K
     rho_combo = rho @ in_combo.T  # n x combos
-    variances = answers_variances(answers[EMPLOYMENT], public, entry_row, len(table),
-                                  establishments=establishment, coefficients=rho_combo.T.reshape(-1)).variance
+    variances = held.structure(EMPLOYMENT, measured_only=False)(entry_row, len(table), establishments=establishment,
+                                                                coefficients=rho_combo.T.reshape(-1)).variance
     for k, (attribute, subset) in enumerate(zip(names, subsets)):
         covered = measured[:, k]
         coefficient = covered[:, None] * (in_combo[:, k][None, :] - rho_combo)  # n x combos
         local = np.full(n, -1, dtype=np.int64)
         local[subset] = np.arange(len(subset))
         use = np.tile(covered, len(combo_keys)) & (entry_row >= 0)
-        variances += answers_variances(answers[attribute], public.iloc[subset].reset_index(drop=True),
-                                       np.where(use, entry_row, -1), len(table),
-                                       establishments=np.where(use, local[establishment], 0),
-                                       coefficients=coefficient.T.reshape(-1)).variance
+        variances += held.structure(attribute, measured_only=True)(
+            np.where(use, entry_row, -1), len(table), establishments=np.where(use, local[establishment], 0),
+            coefficients=coefficient.T.reshape(-1)).variance
     return variances
 
 

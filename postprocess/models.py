@@ -117,9 +117,10 @@ class AttributeModel(Protocol):
         """The answers the least squares fits."""
         ...
 
-    def solve(self, protected: pd.DataFrame, groupings: Groupings) -> WLSResult:
+    def solve(self, protected: pd.DataFrame, groupings: Groupings, kept: dict | None = None) -> WLSResult:
         """The attribute's protected values, from ``protected`` (the public columns and the
-        attributes protected before) and ``groupings`` of its public columns."""
+        attributes protected before) and ``groupings`` of its public columns; ``kept``, when given,
+        receives by attribute what the margins would fit again (``variance_function``'s ``kept``)."""
         ...
 
     def variances(self, protected: pd.DataFrame) -> VarianceFunction:
@@ -147,8 +148,8 @@ class PlainModel(_ModelOf):
     options: PostprocessOptions
     name: ClassVar[str] = "plain"
 
-    def solve(self, protected: pd.DataFrame, groupings: Groupings) -> WLSResult:
-        """The weighted least squares of the answers."""
+    def solve(self, protected: pd.DataFrame, groupings: Groupings, kept: dict | None = None) -> WLSResult:
+        """The weighted least squares of the answers (nothing kept: its margins fit nothing again)."""
         exact = self.options.exact_variances
         return protect_attribute(self.answers, protected, variance_mode=self.options.variance_mode,
                                  solver=self.options.solver,
@@ -185,14 +186,13 @@ class WageModel(_ModelOf):
     psi: NeighborFunction
     name: ClassVar[str] = WAGE_PRIOR
 
-    def solve(self, protected: pd.DataFrame, groupings: Groupings) -> WLSResult:
-        """The wage fit at the protected employment (``wages.protect_wages``)."""
-        return wages.protect_wages(self.answers_by_attribute, protected, self.psi, groupings)
+    def solve(self, protected: pd.DataFrame, groupings: Groupings, kept: dict | None = None) -> WLSResult:
+        """The wage fit at the protected employment (``wages.protect_wages``), kept in ``kept``."""
+        return wages.protect_wages(self.answers_by_attribute, protected, self.psi, groupings, kept)
 
     def variances(self, protected: pd.DataFrame) -> VarianceFunction:
         """The wage fit's variances (the fit made once, here; slope 0)."""
-        fit = wages.fit_wages(self.answers_by_attribute, protected, self.psi)
-        return WageVariances(fit, wage_margins.wage_factorizations(fit))
+        return WageVariances.of(wages.fit_wages(self.answers_by_attribute, protected, self.psi))
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,6 +202,11 @@ class WageVariances:
 
     fit: wages.WageFit
     kept: GroupFactorizations | None = None
+
+    @classmethod
+    def of(cls, fit: wages.WageFit) -> WageVariances:
+        """The variances of a wage fit, its factorizations made once here."""
+        return cls(fit, wage_margins.wage_factorizations(fit))
 
     def __call__(self, tab_codes: np.ndarray, n_tab: int) -> CellVariances:
         """The variances of the cells of one tabulation (``wage_margins.wage_variances``)."""

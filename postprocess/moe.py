@@ -17,7 +17,14 @@ import pandas as pd
 from gedp.measure.answers import NoisyAnswer
 from gedp.measure.neighbors import NeighborFunction
 from gedp.postprocess.cellmargins import indexed_variances
-from gedp.postprocess.models import AttributeModel, PostprocessOptions, VarianceFunction, attribute_models
+from gedp.postprocess.models import (
+    AttributeModel,
+    PostprocessOptions,
+    VarianceFunction,
+    WageModel,
+    WageVariances,
+    attribute_models,
+)
 from gedp.postprocess.structured import one_blas_thread
 from gedp.postprocess.variances import CellVariances
 from gedp.synth.schema import public_columns
@@ -43,9 +50,12 @@ def variance_functions(answers: Mapping[str, Sequence[NoisyAnswer]], protected: 
 
 @one_blas_thread
 def variance_function(attribute: str, answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
-                      wage_psi: NeighborFunction | None = None) -> VarianceFunction:
-    """One attribute's variance function (``variance_functions``)."""
-    return _models(answers, protected, wage_psi)[attribute].variances(protected)
+                      wage_psi: NeighborFunction | None = None, kept: Mapping | None = None) -> VarianceFunction:
+    """One attribute's variance function (``variance_functions``); ``kept``: what the release's solve
+    fitted (``protect_microdata``'s ``kept``), used as it is instead of fitted again."""
+    model = _models(answers, protected, wage_psi)[attribute]
+    fit = None if kept is None else kept.get(attribute)
+    return WageVariances.of(fit) if isinstance(model, WageModel) and fit is not None else model.variances(protected)
 
 
 def _models(answers: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,

@@ -22,6 +22,7 @@ def protect_microdata(
     on_step: Callable[[str], None] | None = None,
     finish: Callable[[str, np.ndarray], np.ndarray] | None = None,
     groupings: Groupings | None = None,
+    kept: dict | None = None,
 ) -> tuple[pd.DataFrame, dict[str, WLSResult]]:
     """Protected microdata: the public columns plus every attribute's postprocessed values.
 
@@ -31,14 +32,16 @@ def protect_microdata(
     values into the released ones (an integer release's controlled rounding) before a later
     attribute is solved: the wage fit then takes the employment the release holds, so its margins of
     error can recompute it from the release's files. ``groupings``: of ``public`` (shared with
-    measurement). ``on_step`` is told of each attribute solved.
+    measurement). ``on_step`` is told of each attribute solved. ``kept``, when given, receives by
+    attribute what the margins of error would fit again from the release (the wage fit), for margins
+    made next in this process (``moe.variance_function``'s ``kept``).
     """
     models = attribute_models(measurements_by_attribute, public, options or PostprocessOptions())
     protected = public.copy()
     groupings = groupings or Groupings(public)  # the public columns never change: one per query for all attributes
     results = {}
     for attribute, model in models.items():
-        results[attribute] = dataclasses.replace(model.solve(protected, groupings), model=model.name)
+        results[attribute] = dataclasses.replace(model.solve(protected, groupings, kept), model=model.name)
         protected[attribute] = (results[attribute].values if finish is None
                                 else finish(attribute, results[attribute].values))
         if on_step is not None:

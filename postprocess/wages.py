@@ -306,8 +306,7 @@ def _problem(answers: Sequence[NoisyAnswer], groupings: Groupings, system: Linea
     protected_employment = np.maximum(employment, 0.0)
     employment = np.maximum(employment, EMPLOYMENT_FLOOR)
     # the first pass weighs the cell measurements at the state's rate
-    state_rate = np.maximum(_by_state(state, answer, n_states) / _by_state(state, employment, n_states),
-                            MIN_STATE_RATE)
+    state_rate = np.maximum(_by_state(state, answer, n_states) / _by_state(state, employment, n_states), MIN_STATE_RATE)
     rate_employment = np.bincount(rate_codes, weights=employment, minlength=n_rates)
     rate_variance = rate_answer.variance / rate_employment**2  # of each rate
     weight_rate = state_rate[state]  # per establishment
@@ -578,15 +577,17 @@ def fit_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], pr
 
 
 def protect_wages(measurements_by_attribute: Mapping[str, Sequence[NoisyAnswer]], protected: pd.DataFrame,
-                  psi: NeighborFunction, groupings: Groupings | None = None) -> WLSResult:
+                  psi: NeighborFunction, groupings: Groupings | None = None, kept: dict | None = None) -> WLSResult:
     """Wages informed by protected employment, checked like any solve: the cell totals above their
     lower bounds (``WageFit.lower``) must meet the KKT conditions of their weighted least squares
-    (else SolverError)."""
+    (else SolverError). ``kept``: given, its ``WAGE`` entry is set to the fit (for margins made next)."""
     start = time.perf_counter()
     try:
         fit = fit_wages(measurements_by_attribute, protected, psi, groupings)
     except RuntimeError as err:  # pivoting did not converge
         raise SolverError(f"structured solver: {err}") from None
+    if kept is not None:
+        kept[WAGE] = fit
     identity = sp.identity(len(fit.totals), format="csr")
     pinned = int(np.count_nonzero(fit.fixed_cells))  # exact zero rows pin these cells, as in the solve
     matrix = sp.vstack([identity, fit.groups, identity[fit.fixed_cells]], format="csr")

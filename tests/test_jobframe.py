@@ -372,6 +372,34 @@ def test_job_margins_are_the_dense_covariance_of_the_linearized_projection(relea
         assert (inside * rho_k) @ covariance("m1emp") @ (inside * rho_k) > 1e-3 * variance
 
 
+def test_held_job_answers_build_each_structure_once_and_give_the_bits_of_the_answers_alone(release, monkeypatch):
+    """Tabulations from one ``JobAnswers`` (their variance structures kept) build each attribute's
+    structure once, not once a tabulation, and a tabulation that reuses them equals, bit for bit,
+    the same tabulated from the answers alone (which build them again: the count's power); answers
+    held over other protected microdata (a copy) are refused."""
+    import gedp.postprocess.variances as variances
+    from gedp.postprocess.jobframe import JobAnswers, tabulate_jobs
+    from gedp.postprocess.keys import by_columns
+    from gedp.release.reader import release_families
+    from gedp.tabulation.job_frame_tables import read_job_frame
+
+    protected, answers = release.microdata, release_answers(release.folder)
+    frame, families = read_job_frame(release.folder), release_families(release.folder)
+    built, structure = [], variances.answers_structure
+    monkeypatch.setattr(variances, "answers_structure",
+                        lambda answers, public, *a, **k: built.append(1) or structure(answers, public, *a, **k))
+    held = JobAnswers(protected, answers)
+    tabulate_jobs(protected, frame, families, by_columns("sector,sex"), moe=True, answers=held)
+    reused = tabulate_jobs(protected, frame, families, by_columns("county,education"), moe=True, answers=held)
+    n_attributes = 1 + len([a for a in answers if a.startswith("worker[")])
+    assert len(built) == n_attributes  # without the kept structures: one per attribute per tabulation
+    alone = tabulate_jobs(protected, frame, families, by_columns("county,education"), moe=True, answers=answers)
+    assert len(built) == 2 * n_attributes
+    pd.testing.assert_frame_equal(reused, alone, check_exact=True)
+    with pytest.raises(ValueError, match="other protected microdata"):
+        tabulate_jobs(protected.copy(), frame, families, by_columns("sex"), moe=True, answers=held)
+
+
 def test_tabulations_by_worker_columns_need_a_family_with_them(release, small_release):
     with pytest.raises(gedp.errors.InputError, match="no job family of this release has agegrp"):
         release.tabulate("county,agegrp")
@@ -490,9 +518,9 @@ def test_job_margins_cover_at_least_95_percent_on_worker_mixes_and_commuting_flo
     release: 3.7 sds over 10, a false failure about 1e-4; 91.4%, sd 3.2%, on the other seeds: 4.6
     sds); margins 0.6x as wide cover 85% / 79% of sector x sex / home x county. Each release
     is tabulated from one reading of its answers and job frame (``tabulate_jobs``, what
-    ``Release.tabulate`` runs after reading them), the first checked bit for bit against
-    ``Release.tabulate``."""
-    from gedp.postprocess.jobframe import tabulate_jobs
+    ``Release.tabulate`` runs after reading them, their variance structures kept: ``JobAnswers``),
+    the first checked bit for bit against ``Release.tabulate``."""
+    from gedp.postprocess.jobframe import JobAnswers, tabulate_jobs
     from gedp.postprocess.keys import by_columns
     from gedp.release.reader import release_families
     from gedp.tabulation.job_frame_tables import read_job_frame
@@ -510,7 +538,7 @@ def test_job_margins_cover_at_least_95_percent_on_worker_mixes_and_commuting_flo
         release = gedp.protect(micro, "jobs", input=gedp.Input(jobs=jobs), seed=100 + seed, not_for_publication=True)
         protected = release.microdata
         frame, families = read_job_frame(release.folder), release_families(release.folder)
-        answers = release_answers(release.folder, protected)
+        answers = JobAnswers(protected, release_answers(release.folder, protected))
         for by, keys in tabulations.items():
             table = tabulate_jobs(protected, frame, families, by_columns(by), moe=True, answers=answers)
             if seed == 0 and by == "home_county,county":  # after two tabulations of the same answers

@@ -176,3 +176,30 @@ def test_genuine_releases_pass_with_room(tmp_path):
             tail = nesting_tail(pooled, mean, variance)
             assert groups > 500 and tail > 1e-5, (workflow, seed, groups, tail)
             assert gedp.read_release(folder).privacy["mu"] > 0
+
+
+def test_the_statistic_draws_the_pairs_in_the_order_of_their_keys_without_printing_them(tmp_path, monkeypatch):
+    """The pairs' simulated spreads are drawn (one seeded stream) in the order of their keys' texts,
+    whatever the order they were found in, and no pair is printed to order them (their arrays printed
+    cost about 0.1 s of every read of a release): a pair whose text cannot be made changes nothing."""
+    from gedp.measure.neighbors import make_psi
+    from gedp.release.nesting_checks import nesting_statistic
+
+    folder = tmp_path / "release"
+    gedp.protect(gedp.synthesize("small", establishments=1500, seed=7), "recommended", seed=1,
+                 not_for_publication=True).write(folder)
+    frame = pd.read_parquet(folder / "measurements.parquet")
+    numbers = {name: frame[name].to_numpy(float) for name in ("estimate", "variance", "sd", "grid")}
+    found = nested_answers(frame, numbers, (frame["mechanism"] == "psi").to_numpy(), np.zeros(len(frame)))
+    psi = make_psi(**json.loads((folder / "manifest.json").read_text())["psi"])
+    assert len(found) >= 2
+    assert [key for key, _ in sorted(found.items(), key=str)] == sorted(found, key=str)  # the whole items' order
+    expected = nesting_statistic(found, psi)
+
+    def unprintable(self):
+        raise AssertionError("a pair printed")
+
+    monkeypatch.setattr(Nested, "__repr__", unprintable)
+    assert nesting_statistic(dict(reversed(list(found.items()))), psi) == expected
+    ordered = sorted(found, key=str)
+    assert list(found) != ordered or list(reversed(list(found))) != ordered  # one of the two orders is not sorted

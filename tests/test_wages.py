@@ -105,6 +105,41 @@ def test_the_fit_is_reproduced_from_the_release_files(fitted):
     np.testing.assert_allclose(fit.values, protected["wage"], rtol=1e-9, atol=1e-6)
 
 
+def test_margins_from_the_solves_kept_fit_are_those_of_the_fit_made_again(small_state, monkeypatch):
+    """``protect_microdata(kept=...)`` keeps the wage fit of the solve; ``variance_function`` given it
+    fits nothing again and gives the margins (bit for bit) of the fit made again from the same answers
+    and protected microdata, as ``compute_accuracy`` takes them. Power: a kept fit of other answers
+    (another seed) gives other margins, so the kept fit is the one used."""
+    from gedp.measure.queries import group_establishments
+    from gedp.measure.workflows import measure
+    from gedp.postprocess.models import PostprocessOptions
+    from gedp.postprocess.moe import variance_function
+    from gedp.postprocess.months import month_answers
+    from gedp.postprocess.protect import protect_microdata
+    from gedp.synth.schema import public_columns
+
+    config = gedp.load("baseline")
+    public = small_state[public_columns(small_state)]
+    grouping = group_establishments(public, ["county", "sector"])
+    runs = []
+    for seed in (1, 2):
+        measured = measure(small_state, config.plan, rng=np.random.default_rng(seed))
+        answers = {a: measured.for_attribute(a) for a in config.attributes}
+        kept: dict = {}
+        release, _ = protect_microdata(answers, public, PostprocessOptions.from_config(config), kept=kept)
+        runs.append((month_answers(answers, config.variance_mode, config.plan.psi, public), release, kept))
+    answers, release, kept = runs[0]
+    assert set(kept) == {"wage"}
+    again = variance_function("wage", answers, release, config.plan.psi)(grouping.codes, grouping.n_groups)
+    fits = []
+    monkeypatch.setattr(wages, "fit_wages", lambda *a, **k: fits.append(1))
+    held = variance_function("wage", answers, release, config.plan.psi, kept)(grouping.codes, grouping.n_groups)
+    assert not fits
+    np.testing.assert_array_equal(held.variance, again.variance)
+    other = variance_function("wage", answers, release, config.plan.psi, runs[1][2])(grouping.codes, grouping.n_groups)
+    assert not np.array_equal(other.variance, again.variance)
+
+
 def test_cells_add_up_and_employers_are_paid(fitted):
     _, protected, fit = fitted
     np.testing.assert_allclose(np.bincount(fit.cell_codes, weights=fit.values), fit.totals, rtol=1e-9, atol=1e-6)

@@ -148,7 +148,8 @@ def nesting_statistic(found: Mapping, psi, seed: int = 0) -> tuple[int, float, f
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    drawn = [(nesting_z(pair), *expected_spread(pair, psi, rng)) for _, pair in sorted(found.items(), key=str)]
+    pairs = [pair for _, pair in sorted(found.items(), key=lambda item: str(item[0]))]  # keys' texts: no arrays printed
+    drawn = [(nesting_z(pair), *expected_spread(pair, psi, rng)) for pair in pairs]
     z, mean, variance = (np.concatenate([values[k] for values in drawn]) if drawn else np.zeros(0) for k in range(3))
     kept = np.isfinite(z) & np.isfinite(mean) & np.isfinite(variance) & (variance > 0)
     return int(kept.sum()), float(np.sum(z[kept] ** 2)), float(mean[kept].sum()), float(variance[kept].sum())
