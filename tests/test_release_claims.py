@@ -453,7 +453,8 @@ RUN_FIELDS = {
     # red team of session 27 (H2): the version is the one manifest text a sheet and a page show
     "a gedp_version with a formula and control characters": (
         lambda m: m.update(gedp_version="=1+1\x1b]0;pwn\x07\x01" + "x" * 40_000), "'gedp_version' ('=1+1\\x1b]0;pwn"),
-    "a gedp_version holding markup": (lambda m: m.update(gedp_version="0.1.0<script>"), "'gedp_version' ('0.1.0<script>')"),
+    "a gedp_version holding markup": (lambda m: m.update(gedp_version="0.1.0<script>"),
+                                      "'gedp_version' ('0.1.0<script>')"),
     "a gedp_version as a number": (lambda m: m.update(gedp_version=0.1), "'gedp_version' (0.1) must be a version"),
 }
 

@@ -20,7 +20,8 @@ field, and no reader silently includes a file the manifest does not account for:
 * ``tau`` maps exactly the states to a finite number >= 0 or null (as each ``per_state``'s tau),
   and each ``per_state`` section states its state's tau and ``zeta_per_state`` as its tau and zeta
   (present, equal: a null or missing one is refused, as the audit fails it);
-  ``gedp_version`` a package version (``VERSION_PATTERN``); ``created_date`` is a calendar date YYYY-MM-DD; ``integer`` true or false; ``variance_mode`` a
+  ``gedp_version`` a package version (``VERSION_PATTERN``); ``created_date`` is a calendar date
+  YYYY-MM-DD; ``integer`` true or false; ``variance_mode`` a
   release's (``VARIANCE_MODES``); ``rng.kind`` a generator gedp names and ``rng.seed`` a whole
   number >= 0 (each where present; each quarter's of a panel alike);
 * a panel states no job frame (``jobs``, nor a quarter's; its ``files`` no ``protected_jobs.parquet``):
