@@ -456,6 +456,8 @@ RUN_FIELDS = {
     "a gedp_version holding markup": (lambda m: m.update(gedp_version="0.1.0<script>"),
                                       "'gedp_version' ('0.1.0<script>')"),
     "a gedp_version as a number": (lambda m: m.update(gedp_version=0.1), "'gedp_version' (0.1) must be a version"),
+    "a gamma named with control characters": (lambda m: m["gammas"].update({"x\x1b]0;pwn\x07": 0.5}),
+                                              "'gammas' names 'x\\x1b]0;pwn\\x07', which is not an attribute"),
 }
 
 

@@ -14,9 +14,9 @@ field, and no reader silently includes a file the manifest does not account for:
 * ``files`` names gedp's files only; a job family and its worker columns are plain names;
 * ``mu_total``, ``mu_planned_total``, ``mu_cap`` and every query's mu (``mu``) are finite numbers in
   [0, MAX_STATED_MU] (``gedp.accounting.mu_limits``, refused in a config at protect time); ``gammas``, ``zeta``
-  and ``zeta_per_state`` finite numbers >= 0; ``psi`` names a neighbor function and only its
-  parameters, each a finite number, within the function's own rules; ``psi`` and ``gammas`` are
-  present, and each quarter of a panel states its own, checked alike;
+  and ``zeta_per_state`` finite numbers >= 0, each gamma named as an attribute (``ATTRIBUTE_PATTERN``);
+  ``psi`` names a neighbor function and only its parameters, each a finite number, within the
+  function's own rules; ``psi`` and ``gammas`` are present, and each quarter of a panel states its own, checked alike;
 * ``tau`` maps exactly the states to a finite number >= 0 or null (as each ``per_state``'s tau),
   and each ``per_state`` section states its state's tau and ``zeta_per_state`` as its tau and zeta
   (present, equal: a null or missing one is refused, as the audit fails it);
@@ -321,6 +321,9 @@ def _check_budget(release: str | Path, content: Mapping, where: str = "") -> Non
     if "mu" in content:
         _numbers(release, content["mu"], f"{where}mu", MAX_STATED_MU)
     _numbers(release, content["gammas"], f"{where}gammas")
+    names = [name for name in content["gammas"] if not ATTRIBUTE_PATTERN.fullmatch(name)]
+    if names:  # a workbook's notes sheet shows each gamma's name (rt27: ESC in one ended it in a traceback)
+        raise _refuse(release, f"'{where}gammas' names {_shown(names[0])}, which is not an attribute's name")
     for field in ("zeta", "zeta_per_state"):
         if content.get(field) is not None:
             _number(release, content[field], f"{where}{field}")
