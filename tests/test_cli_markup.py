@@ -119,3 +119,20 @@ def test_ledger_show_of_the_ledger_gedp_writes_says_its_config_and_accounts(ledg
     (release,) = [event["release"] for event in book["events"] if event["event"] == "reserve"]
     assert shown.exit_code == 0 and f"│ {release['config']} " in shown.output, shown.output
     assert f"accounts: psi {release['psi']}, gammas {release['gammas']};" in shown.output, shown.output
+
+
+def test_audit_says_a_releases_texts_as_they_are(release, tmp_path):
+    """Red team rt27: `gedp audit --release`, the command that checks a release someone passed on, shows
+    what failed with the release's own text (a path in its config); '[/y]' in it had ended the audit in a
+    150-line MarkupError traceback (exit 1), an ESC sequence reached the terminal as it was."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["config"]["note"] = "/etc/passwd\x1b[2J[/y]"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["audit", "--release", str(copy)])
+    assert result.exit_code == 2, result.output
+    assert "'note' holds a path (/etc/passwd\\x1b[2J[/y])" in result.output, result.output
+    assert "\x1b" not in result.output and "Traceback" not in result.output
