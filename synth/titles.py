@@ -55,6 +55,9 @@ AGGREGATE_INDUSTRY_TITLES = {
 #: BLS's titles of ownership codes.
 OWN_TITLES = {"0": "Total Covered", "1": "Federal Government", "2": "State Government", "3": "Local Government",
               "5": "Private", "8": "Total Government", "9": "Total U.I. Covered (Excludes Federal Government)"}
+#: The longest title read from a published file: BLS's are at most 84 characters (RI and NJ 2016 Q1),
+#: NAICS 2022's at most 118; a spreadsheet cell holds 32,767 (a workbook cut a longer one).
+MAX_TITLE_CHARACTERS = 1000
 #: BLS's county code of establishments whose county is unknown, and its title.
 UNKNOWN_COUNTY = ("999", "Unknown Or Undefined")
 
@@ -114,7 +117,8 @@ def published_titles(path: str | Path) -> Titles:
     shipped titles for codes the file does not have.
 
     Raises:
-        InputError: the file cannot be read or lacks a title column.
+        InputError: the file cannot be read, lacks a title column, or holds a title no table takes
+        (``check_titles``).
     """
     path = Path(path)
     columns = ["area_fips", "area_title", "industry_code", "industry_title"]
@@ -126,11 +130,27 @@ def published_titles(path: str | Path) -> Titles:
         raise InputError(f"titles file '{path}': needs columns {', '.join(columns)} ({err})") from None
     except (OSError, pd.errors.ParserError) as err:
         raise InputError(f"titles file '{path}' cannot be read: {err}") from None
+    check_titles(published, path)
     shipped = shipped_titles()
     named = f"published file {path.name}"
     return Titles({**shipped.areas, **_first_titles(published, "area_fips", "area_title")},
                   {**shipped.industries, **_first_titles(published, "industry_code", "industry_title")},
                   {kind: f"{named}; for codes it lacks: {source}" for kind, source in shipped.sources.items()})
+
+
+def check_titles(published: pd.DataFrame, path: Path) -> None:
+    """Refuse a titles file holding a title with a character that is not printable (a control
+    character such as ESC or NUL, a line or paragraph separator, a format character such as a
+    right-to-left override) or longer than MAX_TITLE_CHARACTERS, in one line naming its column and
+    line, never the title: titles go into tables printed on a terminal and written as CSV and xlsx
+    (whose writer refuses control characters with a traceback)."""
+    for column in ("area_title", "industry_title"):
+        titles = published[column]
+        bad = ~titles.map(lambda title: title.isprintable() and len(title) <= MAX_TITLE_CHARACTERS).to_numpy(bool)
+        if bad.any():
+            raise InputError(f"titles file '{path}': column '{column}' holds a title with a character that is not "
+                             f"printable or longer than {MAX_TITLE_CHARACTERS:,} characters (first at line "
+                             f"{int(bad.argmax()) + 2}); BLS's titles are plain text")
 
 
 def _first_titles(published: pd.DataFrame, code: str, title: str) -> dict[str, str]:

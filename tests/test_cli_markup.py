@@ -51,3 +51,88 @@ def test_readers_say_a_marked_up_output_as_it_is(release, tmp_path, monkeypatch,
     report = runner.invoke(app, ["report", str(release), "--out", str(folder / "r.html")])
     assert report.exit_code == 0 and f"written to {folder / 'r.html'}" in report.output, report.output
     assert (folder / "t.csv").is_file() and (folder / "r.html").is_file()
+
+
+def rewritten_ledger(ledger: Path, out: Path, edit) -> Path:
+    """A copy of ``ledger`` (and its key files) whose reserve events ``edit`` changed, the chain's hashes
+    and head recomputed as anyone who can write the file can (gedp.accounting.ledger_file's rules)."""
+    import hashlib
+    import shutil
+
+    book = json.loads(ledger.read_text())
+    previous = hashlib.sha256(f"gedp ledger {book['version']} {book['key']}".encode()).hexdigest()
+    for event in book["events"]:
+        if event["event"] == "reserve":
+            edit(event["release"])
+        event["previous"] = previous
+        content = {k: v for k, v in event.items() if k != "hash"}
+        text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        event["hash"] = previous = hashlib.sha256(text.encode()).hexdigest()
+    book["head"] = previous
+    out.write_text(json.dumps(book))
+    shutil.copytree(ledger.with_name(ledger.name + ".keys"), out.with_name(out.name + ".keys"))
+    return out
+
+
+#: Texts of a ledger no gedp writes (red team rt27 H4): markup (a closing tag no tag opened had ended
+#: `ledger show` in a 141-line MarkupError traceback; a link hid its target), a terminal's escape
+#: sequences and a line break (had reached the terminal as they were).
+LEDGER_TEXTS = {"[/x]": "[/x]", "r[link=http://evil.example]x[/link]": "r[link=http://evil.example]x[/link]",
+                "r\x1b]0;pwned\x07\x1b[2J": "r\\x1b]0;pwned\\x07\\x1b[2J", "r\nfake line": "r\\nfake line"}
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory, small_state) -> Path:
+    folder = tmp_path_factory.mktemp("ledger")
+    source = folder / "in.parquet"
+    small_state.iloc[:300].to_parquet(source)
+    result = runner.invoke(app, ["protect", str(source), "--out", str(folder / "release"), "--ledger",
+                                 str(folder / "ledger.json"), "--lifetime-cap", "20"])
+    assert result.exit_code == 0, result.output
+    return folder / "ledger.json"
+
+
+@pytest.mark.parametrize("field", ["config", "psi", "gammas"])
+@pytest.mark.parametrize("text", list(LEDGER_TEXTS))
+def test_ledger_show_says_a_ledgers_texts_as_they_are(ledger, tmp_path, field, text):
+    def edit(release: dict) -> None:
+        if field == "config":
+            release["config"] = text
+        elif field == "psi":
+            release["psi"]["name"] = text
+        else:
+            release["gammas"] = {text: 0.5, **release["gammas"]}
+            release["charges"] = {text: 0.1, **release["charges"]}
+
+    shown = runner.invoke(app, ["ledger", "show", "--ledger", str(rewritten_ledger(ledger, tmp_path / "l.json", edit))])
+    assert shown.exit_code == 0, shown.output
+    assert LEDGER_TEXTS[text] in shown.output.replace("\n│", "").replace("│\n", "") or (
+        field != "config" and repr(text)[1:-1] in shown.output), shown.output
+    assert "\x1b" not in shown.output and "\nfake line" not in shown.output
+
+
+def test_ledger_show_of_the_ledger_gedp_writes_says_its_config_and_accounts(ledger):
+    """Power of the escaping above: a ledger as gedp writes it is listed as it was (its config's name, its
+    accounts' psi and gammas as Python writes them)."""
+    shown = runner.invoke(app, ["ledger", "show", "--ledger", str(ledger)])
+    book = json.loads(ledger.read_text())
+    (release,) = [event["release"] for event in book["events"] if event["event"] == "reserve"]
+    assert shown.exit_code == 0 and f"│ {release['config']} " in shown.output, shown.output
+    assert f"accounts: psi {release['psi']}, gammas {release['gammas']};" in shown.output, shown.output
+
+
+def test_audit_says_a_releases_texts_as_they_are(release, tmp_path):
+    """Red team rt27: `gedp audit --release`, the command that checks a release someone passed on, shows
+    what failed with the release's own text (a path in its config); '[/y]' in it had ended the audit in a
+    150-line MarkupError traceback (exit 1), an ESC sequence reached the terminal as it was."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["config"]["note"] = "/etc/passwd\x1b[2J[/y]"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["audit", "--release", str(copy)])
+    assert result.exit_code == 2, result.output
+    assert "'note' holds a path (/etc/passwd\\x1b[2J[/y])" in result.output, result.output
+    assert "\x1b" not in result.output and "Traceback" not in result.output

@@ -450,6 +450,14 @@ RUN_FIELDS = {
     "an unknown generator": (lambda m: m["rng"].update(kind="bogus"), "'rng' must name a generator"),
     "rng as text": (lambda m: m.update(rng="secure"), "'rng' must name a generator"),
     "an infinite gamma": (lambda m: m["gammas"].update(wage=float("inf")), "'gammas.wage' (inf)"),
+    # red team of session 27 (H2): the version is the one manifest text a sheet and a page show
+    "a gedp_version with a formula and control characters": (
+        lambda m: m.update(gedp_version="=1+1\x1b]0;pwn\x07\x01" + "x" * 40_000), "'gedp_version' ('=1+1\\x1b]0;pwn"),
+    "a gedp_version holding markup": (lambda m: m.update(gedp_version="0.1.0<script>"),
+                                      "'gedp_version' ('0.1.0<script>')"),
+    "a gedp_version as a number": (lambda m: m.update(gedp_version=0.1), "'gedp_version' (0.1) must be a version"),
+    "a gamma named with control characters": (lambda m: m["gammas"].update({"x\x1b]0;pwn\x07": 0.5}),
+                                              "'gammas' names 'x\\x1b]0;pwn\\x07', which is not an attribute"),
 }
 
 
@@ -468,6 +476,28 @@ def test_the_fields_of_a_genuine_release_are_read(release, panel):
     assert read_manifest(panel)["per_quarter"]["2016Q2"]["variance_mode"] == manifest["variance_mode"]
 
 
+def test_a_gedp_version_with_control_characters_is_no_traceback_of_a_workbook(release, tmp_path):
+    """Red team of session 27 (H2): the workbook's notes sheet shows the release's gedp_version, and the
+    spreadsheet writer raised a 548-line IllegalCharacterError (exit 1) for one holding ESC; refused in one line."""
+    copy = edited(release, tmp_path, RUN_FIELDS["a gedp_version with a formula and control characters"][0])
+    out = tmp_path / "t.xlsx"
+    result = runner.invoke(app, ["tabulate", str(copy), "--agglvl", "51", "--format", "xlsx", "--out", str(out)])
+    assert result.exit_code == 2 and "'gedp_version'" in result.output and not out.exists(), result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_the_versions_gedp_writes_are_read():
+    """Power of the version rule: versions as Python packages write them pass (a release, a development
+    build, a local build), the shown forms of a hostile one do not."""
+    from gedp.release.validation import VERSION_PATTERN
+    from gedp.release.versions import versions
+
+    for version in (versions()["gedp"], "0.1.0", "1.2.dev3+g1a2b3c4.d20261130", "2!1.0rc1", "0.1.0.post2"):
+        assert VERSION_PATTERN.fullmatch(version), version
+    for version in ("", "0.1 ", "0.1\n", "=1+1", "0.1<b>", "0.1\x1b", "1" * 65):
+        assert not VERSION_PATTERN.fullmatch(version), version
+
+
 def test_the_readers_variance_modes_and_generators_are_gedps_own():
     from gedp.measure.rng import make_rng
     from gedp.postprocess.wls import RELEASE_VARIANCE_MODES
@@ -482,6 +512,8 @@ def test_the_readers_variance_modes_and_generators_are_gedps_own():
 PANEL_RUN_FIELDS = {
     "the panel's created_date": (lambda m: m.update(created_date="2026-02-30"), "'created_date' ('2026-02-30')"),
     "the panel's integer": (lambda m: m.update(integer="no"), "'integer' ('no')"),
+    "a quarter's gedp_version": (lambda m: m["per_quarter"]["2016Q2"].update(gedp_version="0.1\x1b[2J"),
+                                 "'per_quarter.2016Q2.gedp_version' ('0.1\\x1b[2J')"),
     "a quarter's variance_mode": (lambda m: m["per_quarter"]["2016Q2"].update(variance_mode="bogus"),
                                   "'per_quarter.2016Q2.variance_mode' ('bogus')"),
     "a quarter's seed": (lambda m: m["per_quarter"]["2016Q2"]["rng"].update(seed="abc"),

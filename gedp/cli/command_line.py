@@ -73,6 +73,13 @@ def plain(value: object) -> str:
     return escape(str(value))
 
 
+def printable(value: object) -> str:
+    """Text read from a file someone else may have written (a ledger's config name) as ``plain`` text,
+    each character that is not printable (ESC, a line break, a right-to-left override) shown escaped:
+    no markup, escape sequence or line break of it reaches the terminal (red team rt27 H4)."""
+    return plain("".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(value)))
+
+
 def _flag_type(option: TyperOption, ctx: Any) -> Optional[str]:
     """No type column for flags: typer 0.29 labels every flag (--help, --moe, ...) ``<bool>``,
     though a flag takes no value; options that take one keep their type."""

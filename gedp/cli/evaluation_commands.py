@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
-from gedp.cli.command_line import app, console, errors, plain, progress_counts, progress_steps, reported_errors
+from gedp.cli.command_line import (
+    app,
+    console,
+    errors,
+    plain,
+    printable,
+    progress_counts,
+    progress_steps,
+    reported_errors,
+)
 from gedp.cli.defaults import DEFAULT_PROFILE, E3_DEFAULTS, E5_DEFAULTS, SUPPRESSION_DEFAULTS
 
 if TYPE_CHECKING:
@@ -201,7 +210,7 @@ def _say_if_confidential(summary: dict) -> None:
 def _print_release_audit(done: AuditResult, release: Path) -> None:
     table = Table("check", "verdict", "what failed", title=f"Audit of the release in {plain(release)}")
     for check in done.checks:
-        table.add_row(check.name, "[green]pass[/]" if check.passed else "[red]FAIL[/]", check.detail)
+        table.add_row(check.name, "[green]pass[/]" if check.passed else "[red]FAIL[/]", printable(check.detail))
     console.print(table)
     console.print(f"{sum(c.passed for c in done.checks)} of {len(done.checks)} checks passed")
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Column, Table
 
-from gedp.cli.command_line import app, console, plain, reported_errors
+from gedp.cli.command_line import app, console, plain, printable, reported_errors
 
 ledger_app = typer.Typer(no_args_is_help=True, help="Inspect the lifetime budget ledger and clear pending releases.")
 app.add_typer(ledger_app, name="ledger")
@@ -38,11 +38,11 @@ def ledger_show(ledger: Ledger) -> None:
         quarters = ", ".join(q for q, _ in r.get("quarters", []) if q is not None) or "-"
         releases.add_row(r["dataset_id"] or "-", r["id"], status, f"{r['lifetime_cap']:.4f}{annual}",
                          _charge(listing.charges[r["id"]], r), f"{r['establishments']:,}",
-                         r["date_utc"][:16].replace("T", " "), quarters, r["config"])
+                         r["date_utc"][:16].replace("T", " "), quarters, printable(r["config"]))
     console.print(releases)
     if listing.counting:
-        console.print(f"accounts: psi {listing.counting[0]['psi']}, gammas "
-                      f"{dict(kv for r in reversed(listing.counting) for kv in r['gammas'].items())}; "
+        gammas = dict(kv for r in reversed(listing.counting) for kv in r["gammas"].items())
+        console.print(f"accounts: psi {printable(listing.counting[0]['psi'])}, gammas {printable(gammas)}; "
                       f"the most spent establishment is at mu {listing.most:.4f} of its cap {listing.cap:.4f}")
     console.print(f"Each establishment's spending composes the charges of every pending or committed release that "
                   f"includes it, once per quarter it is in, as sqrt(sum of mu^2); {CLEARED} releases do not count. "

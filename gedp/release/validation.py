@@ -14,13 +14,14 @@ field, and no reader silently includes a file the manifest does not account for:
 * ``files`` names gedp's files only; a job family and its worker columns are plain names;
 * ``mu_total``, ``mu_planned_total``, ``mu_cap`` and every query's mu (``mu``) are finite numbers in
   [0, MAX_STATED_MU] (``gedp.accounting.mu_limits``, refused in a config at protect time); ``gammas``, ``zeta``
-  and ``zeta_per_state`` finite numbers >= 0; ``psi`` names a neighbor function and only its
-  parameters, each a finite number, within the function's own rules; ``psi`` and ``gammas`` are
-  present, and each quarter of a panel states its own, checked alike;
+  and ``zeta_per_state`` finite numbers >= 0, each gamma named as an attribute (``ATTRIBUTE_PATTERN``);
+  ``psi`` names a neighbor function and only its parameters, each a finite number, within the
+  function's own rules; ``psi`` and ``gammas`` are present, and each quarter of a panel states its own, checked alike;
 * ``tau`` maps exactly the states to a finite number >= 0 or null (as each ``per_state``'s tau),
   and each ``per_state`` section states its state's tau and ``zeta_per_state`` as its tau and zeta
   (present, equal: a null or missing one is refused, as the audit fails it);
-  ``created_date`` is a calendar date YYYY-MM-DD; ``integer`` true or false; ``variance_mode`` a
+  ``gedp_version`` a package version (``VERSION_PATTERN``); ``created_date`` is a calendar date
+  YYYY-MM-DD; ``integer`` true or false; ``variance_mode`` a
   release's (``VARIANCE_MODES``); ``rng.kind`` a generator gedp names and ``rng.seed`` a whole
   number >= 0 (each where present; each quarter's of a panel alike);
 * a panel states no job frame (``jobs``, nor a quarter's; its ``files`` no ``protected_jobs.parquet``):
@@ -177,6 +178,10 @@ def _tau(release: str | Path, value: object, field: str) -> None:
 VARIANCE_MODES = ("smoothed", "pooled", "estimated")
 #: The generators a manifest's ``rng.kind`` may name (``measure.rng.make_rng``'s descriptions).
 RNG_KINDS = ("secure", "seed", "os-entropy")
+#: The gedp that wrote a release (``gedp_version``): a package version as Python writes one (PEP 440,
+#: e.g. 0.1.0 or 1.2.dev3+g1a2b3c): the one text of a manifest shown on a page or sheet, so no control
+#: character, markup or formula reaches it (a spreadsheet writer refuses control characters).
+VERSION_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}")
 #: The day a release was created (``created_date``): an ISO date, e.g. 2016-05-01.
 DATE_PATTERN = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
@@ -197,7 +202,10 @@ def _check_run(release: str | Path, content: Mapping, where: str = "") -> None:
     """How the release was computed (of a quarter of a panel: ``where``), each where present:
     ``created_date`` a calendar date YYYY-MM-DD, ``integer`` true or false, ``variance_mode`` one of
     ``VARIANCE_MODES``, ``rng`` a generator of ``RNG_KINDS`` whose seed is a whole number >= 0 and
-    whose descriptions are text."""
+    whose descriptions are text; ``gedp_version`` a version (``VERSION_PATTERN``)."""
+    version = content.get("gedp_version")
+    if "gedp_version" in content and not (isinstance(version, str) and VERSION_PATTERN.fullmatch(version)):
+        raise _refuse(release, f"'{where}gedp_version' ({_shown(version)}) must be a version such as 0.1.0")
     if "created_date" in content and not _is_date(content["created_date"]):
         raise _refuse(release, f"'{where}created_date' ({_shown(content['created_date'])}) must be a date "
                                "YYYY-MM-DD")
@@ -313,6 +321,9 @@ def _check_budget(release: str | Path, content: Mapping, where: str = "") -> Non
     if "mu" in content:
         _numbers(release, content["mu"], f"{where}mu", MAX_STATED_MU)
     _numbers(release, content["gammas"], f"{where}gammas")
+    names = [name for name in content["gammas"] if not ATTRIBUTE_PATTERN.fullmatch(name)]
+    if names:  # a workbook's notes sheet shows each gamma's name (rt27: ESC in one ended it in a traceback)
+        raise _refuse(release, f"'{where}gammas' names {_shown(names[0])}, which is not an attribute's name")
     for field in ("zeta", "zeta_per_state"):
         if content.get(field) is not None:
             _number(release, content[field], f"{where}{field}")
