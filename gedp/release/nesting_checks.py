@@ -8,11 +8,15 @@ the variances stated are the noise's. Stated larger by 1/K^2 (a budget restated 
 values: rt26 G1) they shrink z^2 about K^2-fold; stated smaller, they raise it.
 
 The psi mechanism's variances are estimated from its estimates (floored at 0), so a small group's z^2 is
-below 1 in expectation: E[z^2] and Var[z^2] of each parent group are simulated under the release's own
-stated noise, the children's estimates (floored at 0) taken for the truth (``expected_spread``). The pairs
-of queries are chosen so that no answer is in two (``disjoint_pairs``): the z are then independent, and
-their pooled sum of squares is held to the scaled chi-square of that mean and variance, two-sided at
-MAX_FALSE_REFUSAL (``nesting_refusal``).
+below 1 in expectation, the more so the nearer its truth is to 0: E[z^2] and Var[z^2] of each parent group
+are simulated under the release's own stated noise at a truth read from the children's estimates
+(``expected_spread``). Those estimates floored at 0 overstate a truth near 0 (noise above 0 kept, below it
+cut), and E[z^2] with it: genuine releases whose children are mostly noise (psi at a small mu, job-frame
+cells) sat below it by 4-7 sd. The pooled z^2 is therefore held to two references: below, the truth each
+child's estimate less LOW_TRUTH_SDS of its stated sd (floored at 0); above, its estimate floored at 0
+(``nesting_tail``). The pairs of queries are chosen so that no answer is in two (``disjoint_pairs``): the z
+are then independent, and their pooled sum of squares is held to the scaled chi-square of each reference's
+mean and variance, two-sided at MAX_FALSE_REFUSAL (``nesting_refusal``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ MAX_FALSE_REFUSAL = 1e-9
 MIN_PAIRS = 30
 #: Draws of each parent group's z simulated for its expected z^2 and spread (seeded: readers agree).
 DRAWS = 64
+#: The lower reference's truth: each child's estimate less this many of its stated sd (floored at 0).
+LOW_TRUTH_SDS = 1.0
 
 
 def _columns(query: str) -> frozenset[str] | None:
@@ -125,12 +131,12 @@ def _draw(answer: dict, truth, psi, rng):
     return estimate, variance
 
 
-def expected_spread(pair: Nested, psi, rng):
+def expected_spread(pair: Nested, psi, rng, below: float = 0.0):
     """Each parent group's simulated mean and variance of z^2 under the stated noise, the truth the
-    children's estimates floored at 0 (the parent's their sum)."""
+    children's estimates less ``below`` of their stated sd, floored at 0 (the parent's their sum)."""
     import numpy as np
 
-    truth = np.maximum(pair.child["estimate"], 0.0)
+    truth = np.maximum(pair.child["estimate"] - below * np.sqrt(pair.child["variance"]), 0.0)
     top = np.bincount(pair.parent_of, weights=truth, minlength=len(pair.parent["estimate"]))
     (pe, pv), (ce, cv) = _draw(pair.parent, top, psi, rng), _draw(pair.child, truth, psi, rng)
     groups = len(top)
@@ -142,38 +148,46 @@ def expected_spread(pair: Nested, psi, rng):
     return z2.mean(axis=1), z2.var(axis=1, ddof=1)
 
 
-def nesting_statistic(found: Mapping, psi, seed: int = 0) -> tuple[int, float, float, float]:
-    """(parent groups, their observed sum of z^2, its simulated mean and variance) over the ``Nested``
-    pairs ``found`` (groups whose z or simulated spread is not finite left out)."""
+def nesting_statistic(found: Mapping, psi, seed: int = 0) -> tuple[int, float, tuple, tuple]:
+    """(parent groups, their observed sum of z^2, the (mean, variance) of that sum simulated at the lower
+    truth, and at the estimates) over the ``Nested`` pairs ``found`` (groups whose z or simulated spread
+    is not finite left out)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    drawn = [(nesting_z(pair), *expected_spread(pair, psi, rng)) for _, pair in sorted(found.items(), key=str)]
-    z, mean, variance = (np.concatenate([values[k] for values in drawn]) if drawn else np.zeros(0) for k in range(3))
-    kept = np.isfinite(z) & np.isfinite(mean) & np.isfinite(variance) & (variance > 0)
-    return int(kept.sum()), float(np.sum(z[kept] ** 2)), float(mean[kept].sum()), float(variance[kept].sum())
+    drawn = [(nesting_z(pair), *expected_spread(pair, psi, rng, LOW_TRUTH_SDS), *expected_spread(pair, psi, rng))
+             for _, pair in sorted(found.items(), key=str)]
+    values = [np.concatenate([each[k] for each in drawn]) if drawn else np.zeros(0) for k in range(5)]
+    kept = np.all([np.isfinite(value) for value in values], axis=0) & (values[2] > 0) & (values[4] > 0)
+    sums = [float(value[kept].sum()) for value in values[1:]]
+    return int(kept.sum()), float(np.sum(values[0][kept] ** 2)), (sums[0], sums[1]), (sums[2], sums[3])
 
 
-def nesting_tail(pooled: float, mean: float, variance: float) -> float:
-    """The two-sided tail probability of ``pooled`` under the scaled chi-square of that ``mean`` and
-    ``variance`` (c chi2_nu: c = variance / 2 mean, nu = 2 mean^2 / variance)."""
+def nesting_tail(pooled: float, low: tuple[float, float], high: tuple[float, float]) -> float:
+    """The two-sided tail probability of ``pooled``: below, under the scaled chi-square of the smaller
+    mean of the references ``low`` and ``high`` (each a mean and variance: c chi2_nu, c = variance /
+    2 mean, nu = 2 mean^2 / variance); above, under that of the larger."""
     from scipy import stats
 
-    scale, freedom = variance / (2 * mean), 2 * mean * mean / variance
-    return float(2 * min(stats.chi2.cdf(pooled / scale, freedom), stats.chi2.sf(pooled / scale, freedom)))
+    def chi2(mean: float, variance: float):
+        return stats.chi2(2 * mean * mean / variance, scale=variance / (2 * mean))
+
+    under, over = sorted((low, high))
+    return float(min(1.0, 2 * min(chi2(*under).cdf(pooled), chi2(*over).sf(pooled))))
 
 
 def nesting_refusal(found: Mapping, psi, max_false: float | None = None, seed: int = 0) -> str | None:
     """Why the pooled z^2 of the ``Nested`` pairs ``found`` are not those of the noise their variances
     state (their two-sided tail under ``nesting_tail`` below ``max_false``, None: MAX_FALSE_REFUSAL), or
     None: fewer than MIN_PAIRS parent groups, or within the bounds."""
-    groups, pooled, mean, variance = nesting_statistic(found, psi, seed)
+    groups, pooled, low, high = nesting_statistic(found, psi, seed)
     if groups < MIN_PAIRS:
         return None
-    tail = nesting_tail(pooled, mean, variance)
+    tail = nesting_tail(pooled, low, high)
     if tail >= (MAX_FALSE_REFUSAL if max_false is None else max_false):
         return None
-    side = "larger" if pooled < mean else "smaller"
+    under, over = sorted((low[0], high[0]))
+    side, mean = ("larger", under) if pooled < under else ("smaller", over)
     return (f"mean z^2 {pooled / groups:.3f} over {groups:,} nested groups is not the {mean / groups:.3f} "
             f"their stated noise gives (two-sided tail {tail:.1e}): variances {side} than the noise they hold")
 
