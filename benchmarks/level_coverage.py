@@ -250,6 +250,8 @@ def main() -> None:
                         "(postprocess.wage_misfit)")
     parser.add_argument("--rate-tails", action="store_true", help="the sibling rates' heavier-tailed prior "
                         "(postprocess.wages.RATE_TAILS)")
+    parser.add_argument("--cell-tails", action="store_true", help="the cells' wages heavier-tailed around their "
+                        "priors (postprocess.wages.CELL_TAILS)")
     parser.add_argument("--rate-spread-kept", action="store_true", help="passes 2-3 keep pass 1's sibling "
                         "rate spread (postprocess.wages.RATE_SPREAD_KEPT)")
     parser.add_argument("--cell-spread-corrected", action="store_true", help="every pass takes the cell "
@@ -263,6 +265,7 @@ def main() -> None:
     args = parser.parse_args()
     wages.RATE_TAILS = args.rate_tails
     wages.RATE_SPREAD_KEPT = args.rate_spread_kept
+    wages.CELL_TAILS = args.cell_tails
     wages.CELL_SPREAD_CORRECTED = args.cell_spread_corrected
     wages.EMPLOYEE_VARIANCE_ESTIMATED = args.employee_variance_estimated
     truth, config = state_and_config(args)
@@ -278,6 +281,7 @@ def main() -> None:
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "mu": config.plan.budget().total,
                                         "config": args.config, "releases": index + 1, "level": 0.95,
                                         "misfit": args.misfit, "rate_tails": args.rate_tails,
+                                        "cell_tails": args.cell_tails,
                                         "cell_spread_corrected": args.cell_spread_corrected,
                                         "employee_variance_estimated": args.employee_variance_estimated,
                                         "summary": summary.to_dict(orient="records"),

@@ -1,7 +1,7 @@
 """A heavier-tailed prior for the sibling rates (``postprocess.wages``, option RATE_TAILS): each
 rate's deviation u_i from its parent's is normal with variance s^2 c_i / lambda_i, lambda_i ~
 Gamma(nu / 2, rate nu / 2) (a Student-t of nu degrees of freedom and scale s^2 c_i; nu = inf is the
-normal prior).
+normal prior). The cells' wages use the same machinery (``cell_tails``, option CELL_TAILS).
 
 The deviations are observed with noise: d_i = u_i + e_i, e_i ~ N(0, n_i), independent of the prior.
 Per state, s^2 and nu are those of the largest marginal likelihood of the d_i,
@@ -35,6 +35,8 @@ NU_GRID = (2.5, 3.0, 4.0, 6.0, 10.0, 20.0, np.inf)
 #: integrands are smooth there; Gauss-Laguerre's few nodes near 0 missed far outliers' posteriors).
 NODES = 800
 LOG_RANGE = (-30.0, 7.0)
+#: Terms per block of the expectation (its arrays are terms x NODES: blocks bound the memory).
+BLOCK = 128
 
 
 def _mixture(nu: float, shape: float) -> tuple[np.ndarray, np.ndarray]:
@@ -55,9 +57,13 @@ def _log_likelihoods(d2: np.ndarray, noise: np.ndarray, scale: np.ndarray, sprea
     """Per term: log E_lambda N(d; 0, n + s^2 c / lambda), lambda ~ Gamma(``shape`` (nu / 2 unless
     given), rate nu / 2)."""
     lam, log_weight = _mixture(nu, nu / 2.0 if shape is None else shape)
-    variance = noise[:, None] + spread2 * scale[:, None] / lam[None, :]
-    log_terms = log_weight[None, :] - 0.5 * (np.log(2 * np.pi * variance) + d2[:, None] / variance)
-    return scipy.special.logsumexp(log_terms, axis=1)
+    out = np.empty(len(d2))
+    for start in range(0, len(d2), BLOCK):
+        rows = slice(start, start + BLOCK)
+        variance = noise[rows, None] + spread2 * scale[rows, None] / lam[None, :]
+        log_terms = log_weight[None, :] - 0.5 * (np.log(2 * np.pi * variance) + d2[rows, None] / variance)
+        out[rows] = scipy.special.logsumexp(log_terms, axis=1)
+    return out
 
 
 def variance_multiplier(d2: np.ndarray, noise: np.ndarray, scale: np.ndarray, spread2: float, nu: float
@@ -71,19 +77,23 @@ def variance_multiplier(d2: np.ndarray, noise: np.ndarray, scale: np.ndarray, sp
 
 
 def fit_tails(deviation: np.ndarray, noise: np.ndarray, scale: np.ndarray, bounds: tuple[float, float],
-              nus: Sequence[float] = NU_GRID) -> tuple[float, float, np.ndarray]:
+              nus: Sequence[float] = NU_GRID, most: int | None = None) -> tuple[float, float, np.ndarray]:
     """One state's terms: the marginal-likelihood s^2 (within ``bounds``) and nu, and each term's
     variance multiplier E[1 / lambda | d] (the prior variance is s^2 c times it; 1 for every term
-    at nu = inf). Terms of ``scale`` 0 take no part and get multiplier 1."""
+    at nu = inf). Terms of ``scale`` 0 take no part and get multiplier 1. ``most``: s^2 and nu from
+    at most this many terms (every k-th in their order, k the least that keeps within it; the
+    multipliers are every term's)."""
     used = scale > 0
     d2, n, c = deviation[used] ** 2, np.maximum(noise[used], 0.0), scale[used]
     multiplier = np.ones(len(deviation))
     if not used.any():
         return bounds[0], np.inf, multiplier
+    every = 1 if most is None else -(-len(d2) // most)
     best = (-np.inf, bounds[0], np.inf)
     low, high = np.log(bounds[0]), np.log(bounds[1])
     for nu in nus:
-        search = scipy.optimize.minimize_scalar(lambda x: -_log_likelihoods(d2, n, c, np.exp(x), nu).sum(),
+        search = scipy.optimize.minimize_scalar(lambda x: -_log_likelihoods(d2[::every], n[::every], c[::every],
+                                                                            np.exp(x), nu).sum(),
                                                 bounds=(low, high), method="bounded", options={"xatol": 1e-4})
         if -search.fun > best[0]:
             best = (-search.fun, float(np.exp(search.x)), nu)
@@ -104,13 +114,14 @@ def effective_deviations(mean: np.ndarray, variance: np.ndarray, prior_variance:
 
 
 def tail_variances(codes: np.ndarray, deviation: np.ndarray, noise: np.ndarray, scale: np.ndarray, n_states: int,
-                   bounds: tuple[float, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per term, its prior variance s^2 c E[1 / lambda | d] (``fit_tails`` per state of ``codes``); per
-    state, s^2 and nu."""
+                   bounds: tuple[float, float], most: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per term, its prior variance s^2 c E[1 / lambda | d] (``fit_tails`` per state of ``codes``, each
+    state's s^2 and nu from at most ``most`` terms); per state, s^2 and nu."""
     variance = np.zeros(len(deviation))
     spreads, nus = np.full(n_states, bounds[0]), np.full(n_states, np.inf)
     for state in range(n_states):
         terms = codes == state
-        spreads[state], nus[state], multiplier = fit_tails(deviation[terms], noise[terms], scale[terms], bounds)
+        spreads[state], nus[state], multiplier = fit_tails(deviation[terms], noise[terms], scale[terms], bounds,
+                                                                           most=most)
         variance[terms] = spreads[state] * scale[terms] * multiplier
     return variance, spreads, nus

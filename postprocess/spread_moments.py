@@ -58,6 +58,18 @@ def idle_wage_variance(answer: np.ndarray, prior: np.ndarray, noise: np.ndarray,
     return np.where(idle, np.maximum(variance, 0.0)[classes], 0.0)
 
 
+def idle_classes(idle: np.ndarray, cell_codes: np.ndarray, n_cells: int, state: np.ndarray, n_states: int
+                 ) -> tuple[np.ndarray, int]:
+    """Per establishment, the class its wages' variance without protected employment is estimated in
+    (``idle_wage_variance``; in the wage fit), and the number of classes: per state, establishments
+    ``idle`` in a cell where every establishment is idle (2 x state + 1: a cell with no employment to
+    be paid in proportion to, whose wages are all the idle establishments' own) apart from the
+    others (2 x state: an idle establishment among employed ones, whose wages are a small share of
+    its cell's)."""
+    busy = np.bincount(cell_codes, weights=(~idle).astype(float), minlength=n_cells)
+    return 2 * state + (busy[cell_codes] == 0), 2 * n_states
+
+
 def sibling_spread(parent: np.ndarray, rate_state: np.ndarray, totals: np.ndarray, employment: np.ndarray,
                    noise: np.ndarray, n_parents: int, n_states: int, least: float
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

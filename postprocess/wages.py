@@ -85,12 +85,14 @@ from gedp.measure.neighbors import NeighborFunction
 from gedp.measure.queries import IDENTITY, Groupings
 from gedp.postprocess.attributes import MONTHS, WAGE
 from gedp.postprocess.cell_spread import layout_cell_spread
+from gedp.postprocess.cell_tails import cell_tail_variances
 from gedp.postprocess.employee_variance import LEAST_EMPLOYMENT, spread_and_employee_variance
 from gedp.postprocess.months import row_means
 from gedp.postprocess.rate_tails import effective_deviations, tail_variances
 from gedp.postprocess.spread_moments import (
     county_spread,
     detail_spread,
+    idle_classes,
     idle_wage_variance,
     plain_squared_spread,
     sibling_spread,
@@ -155,6 +157,9 @@ RATE_SPREAD_KEPT = False
 #: Every pass: the cell spread of pass 1 corrected for each cell's share of its rate (``cell_spread``); off: measured.
 CELL_SPREAD_CORRECTED = False
 TAIL_SPREAD_BOUNDS = (MIN_RATE_SPREAD**2, 4.0)  # bounds of the t-prior's squared relative scale between siblings
+#: The cells' wages around their priors heavier-tailed (``cell_tails``: a Student-t fitted by marginal likelihood
+#: per state to each pass's cells, each cell's prior variance from its own answers); off: normal (measured).
+CELL_TAILS = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -213,18 +218,6 @@ def protected_employment(protected: pd.DataFrame, answers: Mapping[str, Sequence
 def per_establishment(values: np.ndarray | float, identity_codes: np.ndarray) -> np.ndarray:
     """An identity answer's per-row values (or one value for all), in establishment order."""
     return np.broadcast_to(values, (int(identity_codes.max()) + 1,))[identity_codes]
-
-
-def idle_classes(idle: np.ndarray, cell_codes: np.ndarray, n_cells: int, state: np.ndarray, n_states: int
-                 ) -> tuple[np.ndarray, int]:
-    """Per establishment, the class its wages' variance without protected employment is estimated in
-    (``spread_moments.idle_wage_variance``), and the number of classes: per state, establishments
-    ``idle`` in a cell where every establishment is idle (2 x state + 1: a cell with no employment to
-    be paid in proportion to, whose wages are all the idle establishments' own) apart from the
-    others (2 x state: an idle establishment among employed ones, whose wages are a small share of
-    its cell's)."""
-    busy = np.bincount(cell_codes, weights=(~idle).astype(float), minlength=n_cells)
-    return 2 * state + (busy[cell_codes] == 0), 2 * n_states
 
 
 def _by_state(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -391,6 +384,11 @@ def _cell_priors(p: _Problem, last: _Pass, observed: np.ndarray, detail_variance
             detail_variance, county_variance)
     cell_spread = np.clip(np.sqrt(np.maximum(spread2, 0.0)), *CELL_SPREAD_BOUNDS)
     prior_variance = (cell_spread[cell_state] * prior) ** 2 + employee_part
+    if CELL_TAILS:  # noise: the answers', the prior rate's (pass 1: and the effects the fit carries apart)
+        noise = direct_variance + p.cell_employment**2 * last.cell_rate_variance
+        noise += shared if last.totals is None else 0.0
+        prior_variance = cell_tail_variances(cell_state, p.direct - prior, noise, prior_variance, p.cells.fixed_cells,
+                                             theta.n_states)[0]
     return cell_rates, direct_variance, county_variance, prior_variance, spread2, (b, b_error)
 
 
