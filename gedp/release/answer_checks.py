@@ -4,10 +4,11 @@ Each query's groups partition its state's establishments (the identity answers: 
 establishment), so an answer's estimates sum to S, an unbiased estimate of the state's total of its
 attribute with variance V (the sum of its stated variances), and the protected microdata, fitted to the
 answers, total T over the same establishments. The fit's total is not unbiased (its values are held
-non-negative, wages drawn from a model): genuine releases' T sit between 0.77 and 3 times S. The check
-is one-sided and allows the fit any total of at least half the truth: z = (S - FIT_FACTOR T) / sqrt(V)
-is then at most the answer's own noise (S - truth) / sqrt(V), above MAX_Z with probability at most
-MAX_FALSE_REFUSAL under normal noise.
+non-negative, wages from a model): genuine releases' S / T run from 0.73 to 1.30 (at mu 0.05x the
+recommended plan's, where S is mostly noise, from -1.9 to 2.4). The check is one-sided and allows
+the fit any total of at least half the truth: z = (S - FIT_FACTOR T) / sqrt(V) is then at most the
+answer's own noise (S - truth) / sqrt(V), above MAX_Z with probability at most MAX_FALSE_REFUSAL
+under normal noise.
 
 Every answer scaled by c, identity answers included (values x c, variances x c: each nesting z
 unchanged, the budget restated mu / sqrt(c): rt26 G1's last forgery), moves S to c S while T stays:
