@@ -17,7 +17,7 @@ import pytest
 
 import gedp
 from gedp.errors import InputError
-from gedp.release import measurement_checks, nesting_checks
+from gedp.release import answer_checks, measurement_checks, nesting_checks
 
 TOTALS = "whose groups' total is not the one its identity answers give"
 
@@ -27,8 +27,8 @@ def release(seeded_small_release) -> Path:
     return seeded_small_release("relabel", 1500)
 
 
-def relabelled_psi(folder: Path, copy: Path, restate: Callable) -> Path:
-    """A copy of ``folder`` at ``copy`` whose pnc answers are relabelled psi (variance kind estimated), each
+def relabelled_psi(folder: Path, copy: Path, restate: Callable, mechanism: str = "pnc") -> Path:
+    """A copy of ``folder`` at ``copy`` whose ``mechanism`` answers are relabelled psi (variance kind estimated), each
     (query, attribute)'s rows given ``restate(rows, psi, gamma, grid)``'s released values, sd and mu (a
     forgery), estimates and variances recomputed; the manifest's workflow, mu, ledgers (their spent totals),
     totals and privacy restated to those mu."""
@@ -42,7 +42,7 @@ def relabelled_psi(folder: Path, copy: Path, restate: Callable) -> Path:
     charged: dict[tuple[str, str], float] = {}
     for part in sorted((copy / "measurements.parquet").glob("part-*.parquet")):
         answers = pd.read_parquet(part)
-        pnc = answers["mechanism"] == "pnc"
+        pnc = answers["mechanism"] == mechanism
         for (query, attribute), rows in answers[pnc].groupby(["query", "attribute"]).groups.items():
             gamma = float(manifest["gammas"][attribute])
             grid = psi_grid(gamma)
@@ -103,6 +103,7 @@ def test_a_pnc_release_relabelled_psi_is_refused_by_every_reader(release, tmp_pa
     with monkeypatch.context() as unchecked:
         unchecked.setattr(measurement_checks, "MAX_TOTAL_Z", math.inf, raising=False)
         unchecked.setattr(nesting_checks, "MAX_FALSE_REFUSAL", 0.0)
+        unchecked.setattr(answer_checks, "MAX_Z", math.inf)
         unchecked.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache-unchecked"))
         assert gedp.read_release(copy).privacy["mu"] < 0.8 * spent
     refused_by_every_reader(copy, tmp_path, TOTALS)

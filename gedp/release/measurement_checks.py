@@ -17,7 +17,8 @@ answer (query, attribute, state, quarter) breaking it, never a value of it nor a
   the mu the manifest's ledger charged it, the ledgers agreeing with the manifest's mu per query;
 * the rows and numbers: finite numbers, grids, sds, estimates and variances as each mechanism
   releases them, each answer's keys once, one identity answer per establishment stated;
-* the noise stated: nested answers' spread against their stated variances (``nesting_checks``).
+* the noise stated: nested answers' spread against their stated variances (``nesting_checks``);
+  each answer's total against the protected microdata's (``answer_checks``).
 """
 
 from __future__ import annotations
@@ -571,4 +572,7 @@ def checked_measurements(release: str | Path, frame, manifest: Mapping, parts: M
 
     check_pnc_sd(release, frame, numbers, psi_rows, attributes, gamma, manifest, parts)
     check_nesting(release, frame, numbers, psi_rows, manifest, parts)
+    from gedp.release.answer_checks import check_answer_totals
+
+    check_answer_totals(release, frame, numbers, parts, quarter)
     return frame

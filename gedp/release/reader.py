@@ -221,8 +221,9 @@ def checked_protected(release: str | Path, frame: pd.DataFrame, manifest: Manife
 
 
 def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, list[NoisyAnswer]]:
-    """A release's noisy answers by attribute (without reading its protected microdata); of one
-    ``quarter`` of a panel release (``release_quarters``), which needs one."""
+    """A release's noisy answers by attribute (of its protected microdata, only the totals the answers
+    are checked against are read); of one ``quarter`` of a panel release (``release_quarters``), which
+    needs one."""
     return answers_of_frame(release, read_measurements(release, quarter))
 
 
