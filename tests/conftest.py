@@ -165,6 +165,16 @@ def small_release(tmp_path_factory):
     return out, result.output
 
 
+@pytest.fixture(scope="module")
+def lone_release(small_release, tmp_path_factory):
+    """The small release copied alone into an empty folder (nothing else around it)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("lone") / "release"
+    shutil.copytree(small_release[0], folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def seeded_small_release(tmp_path_factory):
     """A function ``(name, establishments) -> folder``: a release of the small profile, state seed 5 and

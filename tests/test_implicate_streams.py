@@ -2,13 +2,10 @@
 implicates are the same bytes for any N; without it, the one stream of before. The streams draw the same
 distribution as the one stream (another sequence of the same uniforms): checked by simulation."""
 
-import hashlib
-import shutil
-from pathlib import Path
 
 import numpy as np
-import pytest
 from scipy.stats import ks_2samp
+from test_implicates import digests
 from typer.testing import CliRunner
 
 from gedp.cli import app
@@ -18,20 +15,9 @@ from gedp.release.implicates import draw_blocks, prepare
 runner = CliRunner()
 
 
-def digests(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
-
-
 def serial_map(task, shared, items, tell):
     for index, item in enumerate(items):
         tell(index, task(shared, item))
-
-
-@pytest.fixture(scope="module")
-def lone_release(small_release, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("streams") / "release"
-    shutil.copytree(small_release[0], folder)
-    return folder
 
 
 def test_the_same_implicates_for_any_number_of_processes(lone_release, tmp_path, monkeypatch):

@@ -27,14 +27,6 @@ def digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def lone_release(small_release, tmp_path_factory):
-    """The small release copied alone into an empty folder (nothing else around it)."""
-    folder = tmp_path_factory.mktemp("lone") / "release"
-    shutil.copytree(small_release[0], folder)
-    return folder
-
-
 def test_implicates_read_the_release_only_and_change_none_of_its_bytes(lone_release, tmp_path, monkeypatch):
     before = digests(lone_release)
     cache = tmp_path / "cache"
