@@ -22,11 +22,11 @@ each. The weighted least squares keeps its form: only its priors' variances chan
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.optimize
-import scipy.special
 
 #: Degrees of freedom tried (inf: the normal prior; all above 2, a prior with a variance); the grid is
 #: coarse, the likelihood flat in nu.
@@ -39,30 +39,65 @@ LOG_RANGE = (-30.0, 7.0)
 BLOCK = 128
 
 
+#: Nodes above the Gamma density's largest node are dropped where their log weight plus half their log
+#: lambda lies more than CUT below the largest node's: there the normal factor is at most sqrt(lambda /
+#: lambda_max) times its value at the largest node (its variance is smaller, its exponent no larger), so
+#: each dropped node adds less than exp(-CUT) of one kept node, all of them less than NODES exp(-CUT)
+#: (3e-15 at CUT = 40) relative to the expectation. Nodes below it are all kept (a far outlier's
+#: expectation lies there).
+CUT = 40.0
+
+
+@functools.lru_cache(maxsize=64)
 def _mixture(nu: float, shape: float) -> tuple[np.ndarray, np.ndarray]:
-    """Nodes lambda_k and log weights of E over lambda ~ Gamma(shape, rate nu / 2): the density times
-    lambda times the step in log lambda (not renormalized: the mass outside LOG_RANGE, where the
-    likelihoods vanish or are flat, counts as lost, not spread over the nodes)."""
+    """Nodes 1 / lambda_k and log weights of E over lambda ~ Gamma(shape, rate nu / 2): the density
+    times lambda times the step in log lambda (not renormalized: the mass outside LOG_RANGE, where the
+    likelihoods vanish or are flat, counts as lost, not spread over the nodes), less the nodes CUT drops.
+    Cached per (nu, shape): read-only."""
     import scipy.stats  # here: protect starts without scipy.stats (test_light_imports)
 
     if np.isinf(nu):
-        return np.ones(1), np.zeros(1)
-    log_lam = np.linspace(*LOG_RANGE, NODES)
-    step = log_lam[1] - log_lam[0]
-    return np.exp(log_lam), scipy.stats.gamma.logpdf(np.exp(log_lam), shape, scale=2.0 / nu) + log_lam + np.log(step)
+        inverse, log_weight = np.ones(1), np.zeros(1)
+    else:
+        log_lam = np.linspace(*LOG_RANGE, NODES)
+        step = log_lam[1] - log_lam[0]
+        log_weight = scipy.stats.gamma.logpdf(np.exp(log_lam), shape, scale=2.0 / nu) + log_lam + np.log(step)
+        top = int(np.argmax(log_weight))
+        bound = log_weight + 0.5 * (log_lam - log_lam[top])
+        keep = np.ones(NODES, dtype=bool)
+        keep[top + 1:] = bound[top + 1:] >= log_weight[top] - CUT
+        inverse, log_weight = np.exp(-log_lam[keep]), log_weight[keep]
+    inverse.flags.writeable = log_weight.flags.writeable = False
+    return inverse, log_weight
 
 
 def _log_likelihoods(d2: np.ndarray, noise: np.ndarray, scale: np.ndarray, spread2: float, nu: float,
                      shape: float | None = None) -> np.ndarray:
     """Per term: log E_lambda N(d; 0, n + s^2 c / lambda), lambda ~ Gamma(``shape`` (nu / 2 unless
-    given), rate nu / 2)."""
-    lam, log_weight = _mixture(nu, nu / 2.0 if shape is None else shape)
+    given), rate nu / 2). Blocks of BLOCK terms in buffers made once (no page faults per block)."""
+    inverse, log_weight = _mixture(nu, nu / 2.0 if shape is None else shape)
     out = np.empty(len(d2))
+    rows = min(BLOCK, len(d2))
+    precision, terms = np.empty((rows, len(inverse))), np.empty((rows, len(inverse)))
+    peak, total = np.empty(rows), np.empty(rows)
     for start in range(0, len(d2), BLOCK):
-        rows = slice(start, start + BLOCK)
-        variance = noise[rows, None] + spread2 * scale[rows, None] / lam[None, :]
-        log_terms = log_weight[None, :] - 0.5 * (np.log(2 * np.pi * variance) + d2[rows, None] / variance)
-        out[rows] = scipy.special.logsumexp(log_terms, axis=1)
+        block = slice(start, start + BLOCK)
+        size = len(d2[block])
+        p, t, m, s = precision[:size], terms[:size], peak[:size], total[:size]
+        np.multiply((spread2 * scale[block])[:, None], inverse[None, :], out=p)
+        p += noise[block, None]
+        np.reciprocal(p, out=p)  # 1 / variance
+        np.log(p, out=t)
+        p *= d2[block, None]
+        t -= p
+        t *= 0.5
+        t += log_weight[None, :]  # log weight - (log variance + d^2 / variance) / 2
+        np.max(t, axis=1, out=m)
+        m[~np.isfinite(m)] = 0.0  # a term every node gives 0 (infinite noise): log 0, as logsumexp
+        t -= m[:, None]
+        np.exp(t, out=t)
+        np.sum(t, axis=1, out=s)
+        out[block] = np.log(s) + m - 0.5 * np.log(2 * np.pi)
     return out
 
 
