@@ -277,10 +277,13 @@ def test_the_establishments_bound_is_the_count_a_file_states(agency_file, monkey
         synthesize_state(published, rng=np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("value, reason", [("", "empty"), ("x7", "not a number"), ("-5", "negative")])
+@pytest.mark.parametrize("value, reason", [("", "empty"), ("x7", "not a number"), ("-5", "negative"),
+                                           ("1e308", "above 1e+13"), ("inf", "above 1e+13"),
+                                           ("10000000000001", "above 1e+13")])
 def test_a_count_or_value_is_refused_with_its_reason_and_first_line(agency_file, value, reason):
-    """The reason (empty, not a number, negative), the number of private rows and the first one's
-    line in the file (a header, then rows: frame row i is line i + 2), never the value."""
+    """The reason (empty, not a number, negative, above MAX_VALUE), the number of private rows and the
+    first one's line in the file (a header, then rows: frame row i is line i + 2), never the value, in
+    one short line (a value of 1e308 once gave a 310-digit sum)."""
     frame = pd.read_csv(agency_file, dtype=str)
     private = frame.index[(frame["own_code"] == "5") & frame["agglvl_code"].isin(["51", "71", "78"])]
     rows = sorted(np.random.default_rng(22).choice(private, 3, replace=False))
@@ -292,6 +295,7 @@ def test_a_count_or_value_is_refused_with_its_reason_and_first_line(agency_file,
         with pytest.raises(InputError, match=re.escape(message)) as refused:
             published_state(edited)
         assert value == "" or value not in str(refused.value)
+        assert "\n" not in str(refused.value) and len(str(refused.value)) < 200
 
 
 def per_area_files(frame: pd.DataFrame, folder):
