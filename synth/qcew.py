@@ -228,7 +228,8 @@ def _check_counts_and_values(raw: pd.DataFrame, values: pd.DataFrame, source: st
             if rows.any():
                 first = int(raw.index[int(rows.argmax())]) + 2  # the file's line: a header, then rows from 0
                 raise InputError(f"{source}: column '{column}' is {reason} in {count(int(rows.sum()), 'private row')} "
-                                 f"(first at line {first}); counts and values must be numbers from 0 to {MAX_VALUE:.0e}")
+                                 f"(first at line {first}); counts and values must be numbers from 0 to "
+                                 f"{MAX_VALUE:.0e}")
 
 
 def _one_state(fips: pd.Series, state: str | None, source: str) -> str:
