@@ -73,11 +73,17 @@ def plain(value: object) -> str:
     return escape(str(value))
 
 
+def readable(value: object) -> str:
+    """Text for a plain (not rich) line: each character that is not printable (ESC, a line break, a
+    right-to-left override) shown escaped, so no escape sequence or line break of it reaches the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(value))
+
+
 def printable(value: object) -> str:
     """Text read from a file someone else may have written (a ledger's config name) as ``plain`` text,
-    each character that is not printable (ESC, a line break, a right-to-left override) shown escaped:
-    no markup, escape sequence or line break of it reaches the terminal (red team rt27 H4)."""
-    return plain("".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(value)))
+    each character that is not printable shown escaped (``readable``): no markup, escape sequence or
+    line break of it reaches the terminal (red team rt27 H4)."""
+    return plain(readable(value))
 
 
 def _flag_type(option: TyperOption, ctx: Any) -> Optional[str]:
@@ -172,7 +178,7 @@ def progress_steps(total: int | None) -> Iterator[Callable[[str], None]]:
         task = progress.add_task("measuring", total=total)
 
         def advance(description: str) -> None:
-            progress.update(task, advance=1, description=description)
+            progress.update(task, advance=1, description=printable(description))
 
         yield advance
 
@@ -188,7 +194,7 @@ def progress_counts(description: str) -> Iterator[tuple[Callable[[int, int], Non
             progress.update(task, completed=done, total=total)
 
         def say(message: str) -> None:
-            progress.console.print(f"  {message}")
+            progress.console.print(f"  {printable(message)}")
             progress.update(task, completed=0, total=None, description=description)
 
         yield update, say
