@@ -298,6 +298,21 @@ def test_a_count_or_value_is_refused_with_its_reason_and_first_line(agency_file,
         assert "\n" not in str(refused.value) and len(str(refused.value)) < 200
 
 
+def test_a_refusal_quoting_a_files_text_stays_one_line_of_text(agency_file, tmp_path):
+    """A refusal that quotes a published file's own text (a repeated industry code) shows its escape
+    sequence escaped: the terminal's title and screen are left alone (h3fix27, the sweep after rt27)."""
+    frame = pd.read_csv(agency_file, dtype=str)
+    twice = frame.index[(frame["own_code"] == "5") & (frame["agglvl_code"] == "78")][:1]
+    hostile = pd.concat([frame, frame.loc[twice]], ignore_index=True)
+    hostile.loc[[twice[0], len(frame)], "industry_code"] = "[/x]\x1b]0;pwned\x07\x1b[2J"
+    path = tmp_path / "hostile.csv"
+    hostile.to_csv(path, index=False)
+    result = runner.invoke(app, ["synth", "--from-qcew", str(path), "--out", str(tmp_path / "x.parquet")])
+    assert result.exit_code == 2, result.output
+    assert "industry [/x]\\x1b]0;pwned\\x07\\x1b[2J appears twice\n" in result.output, repr(result.output)
+    assert "\x1b" not in result.output and result.output.count("\n") == 1
+
+
 def per_area_files(frame: pd.DataFrame, folder):
     """One CSV per area in the current BLS layout, as the open-data API serves them."""
     folder.mkdir()

@@ -145,13 +145,10 @@ def stop_line(stop: KeyboardInterrupt) -> str:
     return f"stopped ({'SIGTERM' if isinstance(stops[-1], Terminated) else 'Ctrl-C'})"
 
 
-#: Characters that end a line (str.splitlines): escaped in error messages, which stay on one line.
-LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
-
-
 def _one_line(err: object) -> str:
-    """The message on one line: line breaks from user text (keys, values) shown escaped."""
-    return "".join(c.encode("unicode_escape").decode() if c in LINE_BREAKS else c for c in str(err))
+    """The message on one line (``readable``): line breaks and escape sequences of text it quotes from a
+    file (a published file's industry code) shown escaped."""
+    return readable(err)
 
 
 class StepsColumn(ProgressColumn):
