@@ -39,7 +39,7 @@ import pandas as pd
 
 from gedp.synth.columns import count
 from gedp.synth.hierarchy import COUNTY_LEVELS, INDUSTRY_OF_STATE_LEVEL, STATE_LEVELS
-from gedp.synth.schema import CONFIDENTIAL, InputError, validate_microdata
+from gedp.synth.schema import CONFIDENTIAL, MAX_VALUE, InputError, validate_microdata
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -216,18 +216,20 @@ def published_state(raw: pd.DataFrame, source: str = "QCEW data", state: str | N
 
 
 def _check_counts_and_values(raw: pd.DataFrame, values: pd.DataFrame, source: str) -> None:
-    """Refuse a count or value column (``raw``, read as ``values``) that is empty, not a number or
-    negative in a private row, saying which, how many rows and the first row's number (its line in
-    the file), never the value."""
+    """Refuse a count or value column (``raw``, read as ``values``) that is empty, not a number,
+    negative or above MAX_VALUE (the bound of microdata, so of every value gedp measures) in a private
+    row, saying which, how many rows and the first row's number (its line in the file), never the value."""
     empty = raw.isna() | raw.astype(str).apply(lambda column: column.str.strip() == "")
-    reasons = {"empty": empty, "not a number": values.isna() & ~empty, "negative": values < 0}
+    reasons = {"empty": empty, "not a number": values.isna() & ~empty, "negative": values < 0,
+               f"above {MAX_VALUE:.0e}": values > MAX_VALUE}
     for column in raw.columns:
         for reason, bad in reasons.items():
             rows = bad[column].to_numpy()
             if rows.any():
                 first = int(raw.index[int(rows.argmax())]) + 2  # the file's line: a header, then rows from 0
                 raise InputError(f"{source}: column '{column}' is {reason} in {count(int(rows.sum()), 'private row')} "
-                                 f"(first at line {first}); counts and values must be numbers >= 0")
+                                 f"(first at line {first}); counts and values must be numbers from 0 to "
+                                 f"{MAX_VALUE:.0e}")
 
 
 def _one_state(fips: pd.Series, state: str | None, source: str) -> str:

@@ -136,3 +136,53 @@ def test_audit_says_a_releases_texts_as_they_are(release, tmp_path):
     assert result.exit_code == 2, result.output
     assert "'note' holds a path (/etc/passwd\\x1b[2J[/y])" in result.output, result.output
     assert "\x1b" not in result.output and "Traceback" not in result.output
+
+
+#: Text from a release, a published file or a ledger that a console line may carry, and how it is shown:
+#: markup rich refuses (MarkupError) as typed, a terminal escape (set the window's title, clear the
+#: screen) with its control characters escaped.
+HOSTILE_TEXTS = {"state [/x] done": "state [/x] done",
+                 "state 44\x1b]0;pwned\x07\x1b[2J done": "state 44\\x1b]0;pwned\\x07\\x1b[2J done"}
+
+
+@pytest.mark.parametrize("text, said", HOSTILE_TEXTS.items())
+def test_progress_lines_say_their_text_as_it_is(monkeypatch, text, said):
+    """A progress bar's step (`protect`, `plan`) and a line said above it (`implicates`) are text: the
+    markup shown as typed, an escape sequence shown escaped (h3fix27, the sweep after rt27)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from gedp.cli import command_line
+
+    terminal = StringIO()
+    monkeypatch.setattr(command_line, "errors", Console(file=terminal, force_terminal=True, color_system=None,
+                                                          width=200))
+    with command_line.progress_steps(2) as advance:
+        advance(text)
+    with command_line.progress_counts("drawing implicates") as (_, say):
+        say(text)
+    shown = terminal.getvalue()
+    assert "\x1b]0;pwned" not in shown and "\x1b[2J" not in shown, repr(shown)
+    assert shown.count(said) >= 2, repr(shown)  # the step and the line above the bar
+
+
+def test_tabulate_says_a_warnings_text_as_it_is(release, tmp_path, monkeypatch):
+    """A warning raised while tabulating (it may quote a release's or a file's text) is printed with its
+    escape sequences shown escaped (h3fix27); gedp's own warnings are printable and print as they are."""
+    import warnings
+
+    from gedp.tabulation import request
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    tabulated = request._tabulated
+
+    def warning_too(*args, **kwargs):
+        warnings.warn("title [/x]\x1b]0;pwned\x07\x1b[2J", UserWarning, stacklevel=1)
+        return tabulated(*args, **kwargs)
+
+    monkeypatch.setattr(request, "_tabulated", warning_too)
+    result = runner.invoke(app, ["tabulate", str(release), "--by", "county", "--out", str(tmp_path / "t.csv")])
+    assert result.exit_code == 0, result.output
+    assert "warning: title [/x]\\x1b]0;pwned\\x07\\x1b[2J\n" in result.output, repr(result.output)
+    assert "\x1b" not in result.output

@@ -277,10 +277,13 @@ def test_the_establishments_bound_is_the_count_a_file_states(agency_file, monkey
         synthesize_state(published, rng=np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("value, reason", [("", "empty"), ("x7", "not a number"), ("-5", "negative")])
+@pytest.mark.parametrize("value, reason", [("", "empty"), ("x7", "not a number"), ("-5", "negative"),
+                                           ("1e308", "above 1e+13"), ("inf", "above 1e+13"),
+                                           ("10000000000001", "above 1e+13")])
 def test_a_count_or_value_is_refused_with_its_reason_and_first_line(agency_file, value, reason):
-    """The reason (empty, not a number, negative), the number of private rows and the first one's
-    line in the file (a header, then rows: frame row i is line i + 2), never the value."""
+    """The reason (empty, not a number, negative, above MAX_VALUE), the number of private rows and the
+    first one's line in the file (a header, then rows: frame row i is line i + 2), never the value, in
+    one short line (a value of 1e308 once gave a 310-digit sum)."""
     frame = pd.read_csv(agency_file, dtype=str)
     private = frame.index[(frame["own_code"] == "5") & frame["agglvl_code"].isin(["51", "71", "78"])]
     rows = sorted(np.random.default_rng(22).choice(private, 3, replace=False))
@@ -292,6 +295,22 @@ def test_a_count_or_value_is_refused_with_its_reason_and_first_line(agency_file,
         with pytest.raises(InputError, match=re.escape(message)) as refused:
             published_state(edited)
         assert value == "" or value not in str(refused.value)
+        assert "\n" not in str(refused.value) and len(str(refused.value)) < 200
+
+
+def test_a_refusal_quoting_a_files_text_stays_one_line_of_text(agency_file, tmp_path):
+    """A refusal that quotes a published file's own text (a repeated industry code) shows its escape
+    sequence escaped: the terminal's title and screen are left alone (h3fix27, the sweep after rt27)."""
+    frame = pd.read_csv(agency_file, dtype=str)
+    twice = frame.index[(frame["own_code"] == "5") & (frame["agglvl_code"] == "78")][:1]
+    hostile = pd.concat([frame, frame.loc[twice]], ignore_index=True)
+    hostile.loc[[twice[0], len(frame)], "industry_code"] = "[/x]\x1b]0;pwned\x07\x1b[2J"
+    path = tmp_path / "hostile.csv"
+    hostile.to_csv(path, index=False)
+    result = runner.invoke(app, ["synth", "--from-qcew", str(path), "--out", str(tmp_path / "x.parquet")])
+    assert result.exit_code == 2, result.output
+    assert "industry [/x]\\x1b]0;pwned\\x07\\x1b[2J appears twice\n" in result.output, repr(result.output)
+    assert "\x1b" not in result.output and result.output.count("\n") == 1
 
 
 def per_area_files(frame: pd.DataFrame, folder):

@@ -73,11 +73,17 @@ def plain(value: object) -> str:
     return escape(str(value))
 
 
+def readable(value: object) -> str:
+    """Text for a plain (not rich) line: each character that is not printable (ESC, a line break, a
+    right-to-left override) shown escaped, so no escape sequence or line break of it reaches the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(value))
+
+
 def printable(value: object) -> str:
     """Text read from a file someone else may have written (a ledger's config name) as ``plain`` text,
-    each character that is not printable (ESC, a line break, a right-to-left override) shown escaped:
-    no markup, escape sequence or line break of it reaches the terminal (red team rt27 H4)."""
-    return plain("".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in str(value)))
+    each character that is not printable shown escaped (``readable``): no markup, escape sequence or
+    line break of it reaches the terminal (red team rt27 H4)."""
+    return plain(readable(value))
 
 
 def _flag_type(option: TyperOption, ctx: Any) -> Optional[str]:
@@ -139,13 +145,10 @@ def stop_line(stop: KeyboardInterrupt) -> str:
     return f"stopped ({'SIGTERM' if isinstance(stops[-1], Terminated) else 'Ctrl-C'})"
 
 
-#: Characters that end a line (str.splitlines): escaped in error messages, which stay on one line.
-LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
-
-
 def _one_line(err: object) -> str:
-    """The message on one line: line breaks from user text (keys, values) shown escaped."""
-    return "".join(c.encode("unicode_escape").decode() if c in LINE_BREAKS else c for c in str(err))
+    """The message on one line (``readable``): line breaks and escape sequences of text it quotes from a
+    file (a published file's industry code) shown escaped."""
+    return readable(err)
 
 
 class StepsColumn(ProgressColumn):
@@ -172,7 +175,7 @@ def progress_steps(total: int | None) -> Iterator[Callable[[str], None]]:
         task = progress.add_task("measuring", total=total)
 
         def advance(description: str) -> None:
-            progress.update(task, advance=1, description=description)
+            progress.update(task, advance=1, description=printable(description))
 
         yield advance
 
@@ -188,7 +191,7 @@ def progress_counts(description: str) -> Iterator[tuple[Callable[[int, int], Non
             progress.update(task, completed=done, total=total)
 
         def say(message: str) -> None:
-            progress.console.print(f"  {message}")
+            progress.console.print(f"  {printable(message)}")
             progress.update(task, completed=0, total=None, description=description)
 
         yield update, say

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 import gedp
-from gedp.cli.command_line import app, console, errors, plain, progress_counts, reported_errors
+from gedp.cli.command_line import app, console, errors, plain, progress_counts, readable, reported_errors
 
 if TYPE_CHECKING:
     from gedp.release.implicates import TaskMap
@@ -119,7 +119,7 @@ def tabulate_command(
                                     gains_losses=gains_losses, unprotected=unprotected)
         answer = tabulate_request(request, frame=out is None and sys.stdout.isatty())
         for said in answer.warnings:
-            typer.echo(f"warning: {said}", err=True)
+            typer.echo(f"warning: {readable(said)}", err=True)
         if out is not None:
             answer.write()
     _show_tabulation(answer, out, request.margins_note)
