@@ -2,6 +2,7 @@
 implicates are the same bytes for any N; without it, the one stream of before. The streams draw the same
 distribution as the one stream (another sequence of the same uniforms): checked by simulation."""
 
+import json
 
 import numpy as np
 from scipy.stats import ks_2samp
@@ -34,6 +35,8 @@ def test_the_same_implicates_for_any_number_of_processes(lone_release, tmp_path,
     assert drawn["p1"] == drawn["p2"]
     files = [name for name in drawn["one"] if name.endswith(".parquet")]
     assert len(files) == 3 and all(drawn["one"][f] != drawn["p1"][f] for f in files)
+    said = {name: json.loads((tmp_path / name / "_implicates.json").read_text()) for name in drawn}
+    assert "streams" not in said["one"] and said["p1"]["streams"] == said["p2"]["streams"] == "per task"
     result = runner.invoke(app, ["implicates", str(lone_release), "--n", "2", "--out", str(tmp_path / "x"),
                                  "--processes", "0"])
     assert result.exit_code != 0 and "--processes (0) must be a whole number of at least 1" in result.output

@@ -242,7 +242,9 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
                 if writer is not None:
                     writer.close()
         summary = {"gedp_implicates": 1, "implicates": m, "release": Path(release).name, "quarter": quarter,
-                   "establishments": total, "rng": rng_description, "level_prior": level_prior,
+                   "establishments": total, "rng": rng_description,
+                   **({"streams": "per task"} if map_tasks is not None else {}),  # --processes: other bits
+                   "level_prior": level_prior,
                    **({"change_prior": change_prior} if change_prior != "independent" else {}),
                    **({"wage_prior": wage_prior} if wage_prior != "sector" else {}),
                    "files": [implicate_file(k + 1, m) for k in range(m)],
