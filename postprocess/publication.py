@@ -172,8 +172,9 @@ def _hidden(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     gammas = manifest["gammas"]
     notes = [("What is protected", f"Each establishment's monthly employment and quarterly wages are hidden within "
                                    f"an uncertainty interval around the true value (psi {manifest['psi']['name']}, "
-                                   f"gamma {', '.join(f'{a} {g:g}' for a, g in gammas.items())}): no one can tell "
-                                   f"from the release which value in that interval the establishment has.")]
+                                   f"gamma {', '.join(f'{a} {g:g}' for a, g in gammas.items())}): a reader of the "
+                                   f"release tells which value in that interval the establishment has no better "
+                                   f"than the privacy guarantee's mu allows.")]
     examples = [("employment", "m1emp", EXAMPLE_EMPLOYMENT, "{:,.0f} employees"),
                 ("quarterly wages", "wage", EXAMPLE_WAGES, "${:,.0f}")]
     for what, attribute, values, form in examples:

@@ -111,6 +111,9 @@ def test_release_tabulate_xlsx_states_the_privacy(small_release, tmp_path):
     epsilon = brentq(lambda e: norm.cdf(-e / mu + mu / 2) - np.exp(e) * norm.cdf(-e / mu - mu / 2) - 1e-6, 0, 100)
     assert f"total mu {mu:.4f} (epsilon {epsilon:.2f} at delta 1e-6)" in notes["Privacy guarantee"]
     assert "rounded up" in notes["Margins of error"]
+    # what is hidden is bounded by mu, not absolute (a reader tells values apart as well as mu allows)
+    assert "no better than the privacy guarantee's mu allows" in notes["What is protected"]
+    assert "no one can tell" not in notes["What is protected"]
     assert len(table) == book["agglvl 54"].max_row - 1
 
 
