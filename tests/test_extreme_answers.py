@@ -52,12 +52,15 @@ def with_wage_answer(release: Path, folder: Path, value: float, psi: dict | None
 
 
 def answers_alone(monkeypatch) -> None:
-    """Readers' check of the pnc noise against the identity answers' bounds off: an answer so extreme
-    that the mechanism's pnc noise under its bound would exceed what a release holds (so a reader
-    refuses any such copy) still may not break the postprocessing, which these tests check on their own."""
-    from gedp.release import pnc_checks
+    """Readers' check of the pnc noise against the identity answers' bounds, and of the answers' totals
+    against the protected microdata's (``answer_checks``), off: an answer so extreme that the mechanism's
+    pnc noise under its bound would exceed what a release holds, or thousands of noise sds above its
+    state's total (so a reader refuses any such copy), still may not break the postprocessing, which
+    these tests check on their own."""
+    from gedp.release import answer_checks, pnc_checks
 
     monkeypatch.setattr(pnc_checks, "check_pnc_sd", lambda *args, **kwargs: None)
+    monkeypatch.setattr(answer_checks, "check_answer_totals", lambda *args, **kwargs: None)
 
 
 def test_an_extreme_wage_answer_gets_a_bounded_grid_and_a_draw_near_it(release, tmp_path, monkeypatch):
@@ -74,6 +77,7 @@ def test_an_extreme_wage_answer_gets_a_bounded_grid_and_a_draw_near_it(release, 
         return made(cls, observed, sd, means, sds, basis)
 
     monkeypatch.setattr(MixtureFit, "of", classmethod(bounded))
+    answers_alone(monkeypatch)
     value = 1e6
     idle, sd = with_wage_answer(release, tmp_path / "extreme", value)
     out = write_implicates(tmp_path / "extreme", 2, tmp_path / "draws", seed=3)
@@ -151,7 +155,7 @@ def test_a_log_release_with_an_extreme_wage_answer_is_answered(log_release, tmp_
                                   plain.drop(columns=[c for c in plain if c.endswith("_moe")]))
 
 
-def test_a_release_without_small_month_answers_is_refused_in_one_line(release, tmp_path):
+def test_a_release_without_small_month_answers_is_refused_in_one_line(release, tmp_path, monkeypatch):
     """Every month-1 employment answer 1e4 (sqrt scale, an employment of 1e8) apart from the others (red
     team of int9, L2): the level prior has no answer near psi(0) to fit. main ended in a ValueError
     traceback; gedp implicates refuses in one line and writes nothing."""
@@ -167,6 +171,7 @@ def test_a_release_without_small_month_answers_is_refused_in_one_line(release, t
     frame.loc[rows, "variance"] = psi.releasable_variance(frame.loc[rows, "estimate"].to_numpy(), sd)
     frame.to_parquet(part, index=False)
     restate_pnc_noise(folder)
+    answers_alone(monkeypatch)  # the answers' totals far above the microdata's: readers refuse the copy first
     with pytest.raises(gedp.errors.InputError, match="month-1 employment answers are all more than"):
         write_implicates(folder, 2, tmp_path / "draws", seed=3)
     assert not (tmp_path / "draws").exists()
