@@ -70,6 +70,31 @@ def test_genuine_releases_pass_with_room(tmp_path, monkeypatch):
             assert len(seen) >= 16 and max(z for *_, z, _ in seen) < 0, (workflow, seed, seen)
 
 
+@pytest.mark.parametrize("edit", ["zero", "state"])
+def test_a_copy_whose_microdata_total_is_zero_is_refused_in_one_line(tmp_path, monkeypatch, edit):
+    """A copy whose protected month-1 employment is all 0, or whose establishments moved to another state
+    (so the answers' state holds none): a microdata total of 0 ended in a ZeroDivisionError traceback; now
+    refused in one line as any answer far above the microdata's total."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    release = psi_release(tmp_path, 1, "pnc")
+    part = next((release / "protected.parquet").glob("*.parquet"))
+    protected = pd.read_parquet(part)
+    if edit == "zero":
+        protected["m1emp"] = 0.0
+    else:
+        protected["state"] = "99"
+    protected.to_parquet(part, index=False)
+    result = CliRunner().invoke(app, ["tabulate", str(release), "--by", "county", "--moe",
+                                      "--out", str(tmp_path / "t.csv")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert SCALED in result.output and "inf times it" in result.output
+    assert not (tmp_path / "t.csv").exists()
+
+
 def test_z_against_a_loop():
     """answer_z against a loop over the answers of a drawn frame: each answer's estimates summed, less
     FIT_FACTOR times its part's protected total, over the root of its summed variances."""

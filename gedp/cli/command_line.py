@@ -120,14 +120,14 @@ def reported_errors() -> Iterator[None]:
         yield
     except (SolverError, AuditError) as err:
         kind = "solver" if isinstance(err, SolverError) else "audit"
-        typer.echo(f"{kind} error: {_one_line(err)}", err=True)
+        typer.echo(f"{kind} error: {readable(err)}", err=True)
         raise typer.Exit(1) from None
     except InputProblems as err:  # every problem of an input, one per line
-        typer.echo("\n".join([f"error: {_one_line(err.subject)} has:", *(f"  - {_one_line(p)}" for p in err.problems)]),
+        typer.echo("\n".join([f"error: {readable(err.subject)} has:", *(f"  - {readable(p)}" for p in err.problems)]),
                    err=True)
         raise typer.Exit(2) from None
     except GedpError as err:
-        typer.echo(f"error: {_one_line(err)}", err=True)
+        typer.echo(f"error: {readable(err)}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -141,14 +141,8 @@ def stop_line(stop: KeyboardInterrupt) -> str:
         stops.append(stops[-1].__context__)
     notes = next((s.__notes__ for s in stops if getattr(s, "__notes__", None)), None)
     if notes:
-        return _one_line(" ".join(notes))
+        return readable(" ".join(notes))
     return f"stopped ({'SIGTERM' if isinstance(stops[-1], Terminated) else 'Ctrl-C'})"
-
-
-def _one_line(err: object) -> str:
-    """The message on one line (``readable``): line breaks and escape sequences of text it quotes from a
-    file (a published file's industry code) shown escaped."""
-    return readable(err)
 
 
 class StepsColumn(ProgressColumn):
@@ -212,7 +206,7 @@ def main() -> None:
     except click_errors.NoArgsIsHelpError:
         app(["--help"])
     except click_errors.ClickException as err:
-        typer.echo(f"error: {_one_line(err.format_message())}", err=True)
+        typer.echo(f"error: {readable(err.format_message())}", err=True)
         sys.exit(err.exit_code)
     except typer.Abort:
         typer.echo("error: aborted", err=True)

@@ -45,7 +45,7 @@ def answer_z(frame, numbers: Mapping, part, totals: Mapping) -> list[tuple[int, 
         if total is not None:
             with np.errstate(all="ignore"):
                 z = (estimate - FIT_FACTOR * total) / np.sqrt(variance)
-                ratio = estimate / total
+                ratio = np.divide(estimate, total)  # inf (not a ZeroDivisionError) for a microdata total of 0
             found.append((int(number), attribute, query, float(z), float(ratio)))
     return found
 
