@@ -12,7 +12,7 @@ import pandas as pd
 
 from gedp.postprocess.combine import combine
 from gedp.postprocess.keys import SIZE_CLASS
-from gedp.postprocess.publication import WEEKS_PER_QUARTER
+from gedp.postprocess.publication import average_weekly_wage, rounded_up, whole
 from gedp.postprocess.sizeclass import SIZE_TITLES, size_class
 from gedp.synth.schema import CONFIDENTIAL
 
@@ -72,7 +72,9 @@ def size_class_publication(table: pd.DataFrame, year: int, qtr: int) -> pd.DataF
     """A combined size-class table (``tabulate_implicates`` by state, size_class and optionally
     sector) in BLS's layout: area_fips, own_code, industry_code, size_code, size_title, year, qtr,
     qtrly_estabs, month1..3_emplvl, total_qtrly_wages, avg_wkly_wage (and margins), private
-    ownership, whole numbers."""
+    ownership, rounded as the level tables are (``postprocess.publication``): whole numbers half up,
+    margins up to the next whole number, the average weekly wage from the published values and
+    empty where their mean employment is 0."""
     out = pd.DataFrame({
         "area_fips": table["state"].astype(str) + "000",
         "own_code": "5",
@@ -84,11 +86,9 @@ def size_class_publication(table: pd.DataFrame, year: int, qtr: int) -> pd.DataF
     names = {ESTABS: "qtrly_estabs", "m1emp": "month1_emplvl", "m2emp": "month2_emplvl", "m3emp": "month3_emplvl",
              "wage": "total_qtrly_wages"}
     for source, name in names.items():
-        out[name] = np.floor(table[source].to_numpy() + 0.5)
+        out[name] = whole(table[source])
         if f"{source}_moe" in table:
-            out[f"{name}_moe"] = np.ceil(table[f"{source}_moe"].to_numpy())
-    employment = table[["m1emp", "m2emp", "m3emp"]].mean(axis=1).to_numpy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        weekly = table["wage"].to_numpy() / employment / WEEKS_PER_QUARTER
-        out["avg_wkly_wage"] = np.where(employment > 0, np.floor(weekly + 0.5), 0.0)
+            out[f"{name}_moe"] = rounded_up(table[f"{source}_moe"])
+    out["avg_wkly_wage"] = average_weekly_wage(out["total_qtrly_wages"],
+                                               [out[f"month{m}_emplvl"] for m in (1, 2, 3)])
     return out

@@ -113,12 +113,14 @@ def test_ledger_show_says_a_ledgers_texts_as_they_are(ledger, tmp_path, field, t
 
 def test_ledger_show_of_the_ledger_gedp_writes_says_its_config_and_accounts(ledger):
     """Power of the escaping above: a ledger as gedp writes it is listed as it was (its config's name, its
-    accounts' psi and gammas as Python writes them)."""
+    accounts' psi as its name and parameters, its gammas as name and value:
+    'psi sqrt (a = 0.0), gammas m1emp 0.5, ...')."""
     shown = runner.invoke(app, ["ledger", "show", "--ledger", str(ledger)])
     book = json.loads(ledger.read_text())
     (release,) = [event["release"] for event in book["events"] if event["event"] == "reserve"]
     assert shown.exit_code == 0 and f"│ {release['config']} " in shown.output, shown.output
-    assert f"accounts: psi {release['psi']}, gammas {release['gammas']};" in shown.output, shown.output
+    psi, gammas = release["psi"], ", ".join(f"{name} {value}" for name, value in release["gammas"].items())
+    assert f"accounts: psi {psi['name']} (a = {psi['a']}), gammas {gammas};" in shown.output, shown.output
 
 
 def test_audit_says_a_releases_texts_as_they_are(release, tmp_path):

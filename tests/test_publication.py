@@ -51,6 +51,26 @@ def test_average_weekly_wage_by_hand():
     assert wage.isna().iloc[3]
 
 
+def test_size_class_layout_rounds_as_the_level_tables_do():
+    """The size-class layout's rules are the level tables': whole numbers half up (integers, not 8.0),
+    margins up to the next whole number, the average weekly wage from the published (rounded) values,
+    empty where their mean employment is 0 (it was 2,268 for a class of 0.4 employees and $1,474)."""
+    from gedp.postprocess.derived import size_class_publication
+
+    table = pd.DataFrame({"state": ["44", "44"], "sector": ["22", "23"], "size_class": [1, 2],
+                          "estabs": [1.2, 189.5], "m1emp": [0.4, 394.5], "m2emp": [0.3, 400.2],
+                          "m3emp": [0.45, 383.0], "wage": [1_474.4, 5_127_083.0],
+                          "estabs_moe": [0.9, 3.0], "wage_moe": [800.2, 15_000.5]})
+    out = size_class_publication(table, 2016, 1)
+    assert out["qtrly_estabs"].tolist() == [1, 190] and out["qtrly_estabs"].dtype == "Int64"
+    assert out["month1_emplvl"].tolist() == [0, 395] and out["total_qtrly_wages"].tolist() == [1_474, 5_127_083]
+    assert out["qtrly_estabs_moe"].tolist() == [1, 3] and out["total_qtrly_wages_moe"].tolist() == [801, 15_001]
+    # 5,127,083 / ((395 + 400 + 383) / 3) / 13 = 1,004.39 -> 1,004; a class of 0 employees: empty.
+    assert out["avg_wkly_wage"].isna().iloc[0]
+    assert out["avg_wkly_wage"].iloc[1] == int(np.floor(5_127_083 / ((395 + 400 + 383) / 3) / 13 + 0.5))
+    assert out["size_title"].tolist() == ["n < 5", "5 <= n < 10"]
+
+
 def test_qcew_format_of_an_integer_release(integer_release, tmp_path):
     out = tmp_path / "t78.csv"
     result = CliRunner().invoke(app, ["tabulate", str(integer_release), "--agglvl", "78", "--moe", "--format", "qcew",

@@ -159,7 +159,8 @@ def check_counts(manifest: dict, parts: list[StatePart]) -> list[str]:
     """Each state's protected rows: as many as the manifest states, of that state, each id once, and
     one identity answer per row and attribute, of the same ids in the same order; the states' rows
     add up to the manifest's establishments."""
-    failures = [f"{part.label}: {part.keyed:,} row(s) keyed to another quarter" for part in parts if part.keyed]
+    failures = [f"{part.label}: {part.keyed:,} {'row' if part.keyed == 1 else 'rows'} keyed to another quarter"
+                for part in parts if part.keyed]
     for part in parts:
         stated = manifest["per_state"][part.state]["establishments"]
         if len(part.protected) != stated:

@@ -42,7 +42,7 @@ def ledger_show(ledger: Ledger) -> None:
     console.print(releases)
     if listing.counting:
         gammas = dict(kv for r in reversed(listing.counting) for kv in r["gammas"].items())
-        console.print(f"accounts: psi {printable(listing.counting[0]['psi'])}, gammas {printable(gammas)}; "
+        console.print(f"accounts: psi {_psi_text(listing.counting[0]['psi'])}, gammas {_gammas_text(gammas)}; "
                       f"the most spent establishment is at mu {listing.most:.4f} of its cap {listing.cap:.4f}")
     console.print(f"Each establishment's spending composes the charges of every pending or committed release that "
                   f"includes it, once per quarter it is in, as sqrt(sum of mu^2); {CLEARED} releases do not count. "
@@ -74,3 +74,18 @@ def _charge(charge: float | None, release: dict) -> str:
         return f"{release['mu']:.4f}"
     per_quarter = f"{release['mu']:.4f} a quarter"
     return per_quarter if charge is None else f"{charge:.4f} ({per_quarter})"
+
+
+def _psi_text(psi: object) -> str:
+    """A ledger's neighbour function as a reader writes it: ``sqrt (a = 0)`` (its name, then its other
+    parameters); anything else a rewritten ledger holds, shown escaped."""
+    if not isinstance(psi, dict) or "name" not in psi:
+        return printable(psi)
+    rest = ", ".join(f"{printable(k)} = {printable(v)}" for k, v in psi.items() if k != "name")
+    return printable(psi["name"]) + (f" ({rest})" if rest else "")
+
+
+def _gammas_text(gammas: dict) -> str:
+    """The accounts' gammas as ``m1emp 0.5, wage 50``."""
+    return ", ".join(f"{printable(name)} {printable(value)}" for name, value in gammas.items())
+

@@ -70,7 +70,9 @@ def refuse_rows(release: str | Path, frame, bad, rule: str) -> None:
     if bad.any():
         row = frame.iloc[int(np.argmax(bad))]
         answer = f"query {shown(row.get('query'))} on {shown(row.get('attribute'))}"
-        raise refuse_answers(release, f"hold {int(bad.sum()):,} row(s) whose {rule} ({answer} first)")
+        count = int(bad.sum())
+        rows = f"{count:,} row whose" if count == 1 else f"{count:,} rows whose"
+        raise refuse_answers(release, f"hold {rows} {rule} ({answer} first)")
 
 
 def _numbers_of(release: str | Path, frame) -> dict:
