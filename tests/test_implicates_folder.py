@@ -104,6 +104,9 @@ def test_a_folder_drawn_with_the_release_seed_gives_the_table_drawn_without_it(l
     rewrite(shuffled / "implicate-07.parquet", lambda frame: frame.iloc[order])
     pd.testing.assert_frame_equal(release.tabulate("size_class", moe=True, implicates=shuffled),
                                   release.tabulate("size_class", moe=True, implicates=folder), check_exact=True)
+    where = "m3emp >= 20 and county != '001'"  # a filter of drawn values too: implicates differ in their rows
+    pd.testing.assert_frame_equal(release.tabulate("sector,size_class", moe=True, where=where, implicates=folder),
+                                  release.tabulate("sector,size_class", moe=True, where=where), check_exact=True)
 
 
 def test_the_folder_is_read_one_implicate_at_a_time(lone_release, drawn, monkeypatch):
@@ -121,9 +124,10 @@ def test_the_folder_is_read_one_implicate_at_a_time(lone_release, drawn, monkeyp
     assert seen == [[1], [2], [3]]
 
 
-def refused(release: Path, folder: Path, tmp_path: Path, *words: str, by: str = "sector,size_class") -> str:
+def refused(release: Path, folder: Path, tmp_path: Path, *words: str, by: str = "sector,size_class",
+            quarter: str | None = None) -> str:
     out = tmp_path / "refused.csv"
-    result = tabulated(release, folder, by, out)
+    result = tabulated(release, folder, by, out, *(["--quarter", quarter] if quarter else []))
     line = " ".join(result.output.split())
     assert result.exit_code == 2, result.output
     assert line.startswith("error: ") and result.output.strip().count("\n") <= 2, result.output
@@ -264,3 +268,35 @@ def test_tabulating_a_folder_takes_a_fifth_of_drawing_at_most(lone_release, tmp_
     gedp.read_release(lone_release).tabulate("sector,size_class", moe=True, implicates=folder)
     reading = time.process_time() - start
     assert reading * 5 <= drawing, (reading, drawing)
+
+
+def test_a_panel_quarters_folder_tabulates_that_quarter_only(tmp_path, drawn_once):
+    """A folder drawn of one quarter of a panel release (``--quarter``) gives that quarter's table, the
+    one drawn with the release's seed when drawn with it; another quarter's table refuses it."""
+    panel = tmp_path / "panel.parquet"
+    assert runner.invoke(app, ["synth", "--profile", "small", "--establishments", "300", "--quarters",
+                               "2016Q1:2016Q2", "--out", str(panel)]).exit_code == 0
+    release = tmp_path / "panel-release"
+    assert runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "1",
+                               "--not-for-publication", "--allow-over-cap"]).exit_code == 0
+    folder = write_implicates(release, 20, tmp_path / "q2", seed=tabulation_seed(release), quarter="2016Q2")
+    opened = gedp.read_release(release)
+    pd.testing.assert_frame_equal(opened.tabulate("size_class", moe=True, quarter="2016Q2", implicates=folder),
+                                  opened.tabulate("size_class", moe=True, quarter="2016Q2"), check_exact=True)
+    refused(release, folder, tmp_path, "drawn for another quarter than 2016Q1", by="size_class",
+            quarter="2016Q1")
+
+
+def test_an_implicate_without_a_row_matching_the_filter_counts_zero():
+    """Implicate 2 has no establishment of 20+ employees: its cell counts 0 (a KeyError before), and the
+    combined table is Rubin's of (1, 0) by hand: mean 0.5, margin t(0.975, 1) sqrt((1 + 1/2) var)."""
+    from scipy import stats
+
+    from gedp.postprocess.derived import tabulate_implicates
+
+    frame = pd.DataFrame({"implicate": [1, 1, 2, 2], "m1emp": [30.0, 2, 1, 2], "m2emp": [30.0, 2, 1, 2],
+                          "m3emp": [30.0, 2, 1, 2], "wage": [9e4, 5e3, 3e3, 5e3]})
+    table = tabulate_implicates(frame, "size_class", where="m3emp >= 20", moe=True)
+    assert table["size_class"].tolist() == [4] and table["estabs"].tolist() == [0.5]
+    assert table["estabs_moe"].iloc[0] == pytest.approx(stats.t.ppf(0.975, 1) * np.sqrt(1.5 * 0.5), rel=1e-12)
+    assert table["wage"].iloc[0] == pytest.approx(4.5e4, rel=1e-12)
