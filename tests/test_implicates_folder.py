@@ -142,6 +142,8 @@ REFUSALS = {
     "not a folder": (lambda f: f / "implicate-01.parquet", ["is not a folder of implicates"]),
     "no summary": (lambda f: (f / "_implicates.json").unlink() or f, ["no _implicates.json"]),
     "summary not json": (lambda f: (f / "_implicates.json").write_text("{not json") and f, ["no _implicates.json"]),
+    "summary nested too deep": (lambda f: (f / "_implicates.json").write_text("[" * 200_000 + "]" * 200_000) and f,
+                                ["no _implicates.json"]),  # json's RecursionError: a traceback before
     "not gedp's summary": (lambda f: edit_summary(f, gedp_implicates=2) or f, ["is not gedp implicates output"]),
     "identity not recorded": (lambda f: edit_summary(f, release_sha256=None) or f,
                               ["does not record which release", "draw it again"]),
