@@ -251,7 +251,8 @@ class Release:
     def tabulate(self, by: str | Sequence[str] = "total", *, agglvl: int | None = None, format: str = "table",
                  titles: str | Path | None = None, out: str | Path | None = None, moe: bool = False,
                  level: float = 0.95, where: str | None = None, quarter: str | None = None,
-                 change: str | None = None, gains_losses: str | None = None) -> pd.DataFrame:
+                 change: str | None = None, gains_losses: str | None = None,
+                 implicates: str | Path | None = None) -> pd.DataFrame:
         """Totals of the protected attributes by public columns (``"total"`` or [] for the grand
         total), optionally only over establishments matching ``where`` (a filter on public columns:
         comparisons joined by and, or, not, as ``gedp tabulate --where`` reads it) and with margins
@@ -272,7 +273,11 @@ class Release:
         levels) or ``change`` ("2016Q1:2017Q1": ``<attribute>_chg``, ``_chg_moe``, ``_pct_chg``
         of each cell; with format "qcew" and ``agglvl``, the second quarter's publication with
         BLS's ``oty_`` columns), or ``gains_losses`` ("2016Q1:2016Q2": gross job gains and losses by
-        ``by``, raw and corrected, with margins when ``moe``), see ``gedp.tabulation.panel_tables.tabulate_panel``."""
+        ``by``, raw and corrected, with margins when ``moe``), see ``gedp.tabulation.panel_tables.tabulate_panel``.
+
+        A table by ``size_class`` is combined over 20 implicates drawn with the release's seed, or over
+        ``implicates``: a folder ``gedp implicates`` (``Release.implicates``'s command) wrote of this
+        release, checked as ``gedp tabulate --implicates`` checks it (``release.implicates_folder``)."""
         import numpy as np
 
         from gedp.postprocess.keys import has_derived
@@ -285,8 +290,14 @@ class Release:
                              "is returned: write it with DataFrame.to_csv)")
         if has_derived(by) and change is None and gains_losses is None:
             from gedp.release.implicates import tabulate_derived
+            from gedp.release.implicates_folder import open_implicates
 
-            return tabulate_derived(self.folder, by, where=where, moe=moe, level=level, format=format, quarter=quarter)
+            drawn = None if implicates is None else open_implicates(self.folder, implicates, quarter)
+            return tabulate_derived(self.folder, by, where=where, moe=moe, level=level, format=format, quarter=quarter,
+                                    drawn=drawn)
+        if implicates is not None:
+            raise InputError("implicates go with a table by size_class: tables by public columns come from the "
+                             "release's answers, not implicates")
         if quarter is not None or change is not None or gains_losses is not None or "quarters" in self.manifest:
             from gedp.tabulation.panel_tables import tabulate_panel
 

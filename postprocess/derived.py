@@ -17,6 +17,8 @@ from gedp.postprocess.sizeclass import SIZE_TITLES, size_class
 from gedp.synth.schema import CONFIDENTIAL
 
 ESTABS = "estabs"
+#: What a size-class table sums: establishments and the attributes.
+COLUMNS = [ESTABS, *CONFIDENTIAL]
 
 
 def tabulate_implicates(implicates: pd.DataFrame, by: str | Sequence[str], *, where: str | None = None,
@@ -28,26 +30,40 @@ def tabulate_implicates(implicates: pd.DataFrame, by: str | Sequence[str], *, wh
     Raises:
         ValueError: a key that is neither a column nor derived, a bad filter, or fewer than 2 implicates.
     """
+    keys, sums = implicate_sums(implicates, by, where=where)
+    return combined_table(sums, keys, sorted(implicates["implicate"].unique()), where=where, moe=moe, level=level)
+
+
+def implicate_sums(implicates: pd.DataFrame, by: str | Sequence[str], *,
+                   where: str | None = None) -> tuple[list[str], pd.DataFrame]:
+    """The keys of ``by`` and, by ``implicate`` and those keys, the establishments and attribute totals
+    of ``implicates`` (one implicate or several: the sums of each are its rows' alone) matching ``where``."""
     from gedp.postprocess.tabulate import group_keys, select
 
     frame = implicates.assign(**{SIZE_CLASS: size_class(implicates["m3emp"])})
     keys = group_keys(frame, by)
     frame = frame[select(frame, where)]
-    if frame.empty:
+    sums = frame.assign(**{ESTABS: 1.0}).groupby(["implicate", *keys], observed=True, sort=True)[COLUMNS].sum()
+    return keys, sums
+
+
+def combined_table(sums: pd.DataFrame, keys: list[str], implicates: Sequence[int], *, where: str | None = None,
+                   moe: bool = True, level: float = 0.95) -> pd.DataFrame:
+    """``implicate_sums``' sums of the ``implicates`` (over ``where``) combined (``tabulate_implicates``); a
+    cell an implicate has no establishment in counts 0 there."""
+    if sums.empty:
         raise ValueError("no establishments to tabulate" + (f" match where {where!r}" if where is not None else ""))
-    count = implicates["implicate"].nunique()
-    columns = [ESTABS, *CONFIDENTIAL]
-    sums = frame.assign(**{ESTABS: 1.0}).groupby(["implicate", *keys], observed=True, sort=True)[columns].sum()
     cells = sums.index.droplevel(0).unique().sort_values() if keys else None
-    stack = np.stack([sums.xs(k, level="implicate").reindex(cells, fill_value=0.0).to_numpy() if keys
-                      else sums.loc[[k]].to_numpy() for k in sorted(implicates["implicate"].unique())])
-    if stack.shape[0] != count:
-        raise ValueError("every implicate must have rows")
+    held = set(sums.index.get_level_values(0))
+    empty = np.zeros((len(cells) if keys else 1, len(COLUMNS)))
+    stack = np.stack([empty if k not in held else
+                      sums.xs(k, level="implicate").reindex(cells, fill_value=0.0).to_numpy() if keys
+                      else sums.loc[[k]].to_numpy() for k in implicates])
     combined = combine(stack)
-    table = (pd.DataFrame(combined.estimate, columns=columns, index=cells).reset_index() if keys
-             else pd.DataFrame(combined.estimate, columns=columns))
+    table = (pd.DataFrame(combined.estimate, columns=COLUMNS, index=cells).reset_index() if keys
+             else pd.DataFrame(combined.estimate, columns=COLUMNS))
     if moe:
-        for j, column in enumerate(columns):
+        for j, column in enumerate(COLUMNS):
             table[f"{column}_moe"] = combined.margin(level)[:, j]
     return table
 

@@ -49,6 +49,11 @@ Change = Annotated[Optional[str], typer.Option(help="A panel release: the change
 Unprotected = Annotated[bool, typer.Option("--unprotected", help="Allow --format qcew or xlsx of confidential "
                                                                  "microdata (not a release): every row's "
                                                                  "disclosure_code then says NOT PROTECTED.")]
+DrawnFolder = Annotated[Optional[Path], typer.Option("--implicates", help="With --by ...,size_class: combine over the "
+                                                                      "implicates in this folder (gedp implicates "
+                                                                      "RELEASE --out DIR: drawn once, every table "
+                                                                      "of it from the same draws) instead of "
+                                                                      "drawing 20; checked to be this release's.")]
 GainsLosses = Annotated[Optional[str], typer.Option(help="FROM:TO quarters (e.g. 2016Q1:2016Q2) of a panel release or "
                                                          "panel microdata: gross job gains and losses of month-3 "
                                                          "employment by --by instead of levels (of a release: "
@@ -105,6 +110,7 @@ def tabulate_command(
     microdata: Microdata, by: By = None, agglvl: Agglvl = None, where: Where = None, moe: Moe = False,
     level: Level = 0.95, table_format: TableFormat = None, titles: Titles = None, out: TableOut = None,
     quarter: Quarter = None, change: Change = None, unprotected: Unprotected = False, gains_losses: GainsLosses = None,
+    implicates: DrawnFolder = None,
 ) -> None:
     """Tabulate microdata by any public columns or a QCEW level, optionally with margins of error.
 
@@ -116,13 +122,23 @@ def tabulate_command(
     with reported_errors():
         request = TabulationRequest(microdata, by=by, agglvl=agglvl, where=where, moe=moe, level=level,
                                     format=table_format, titles=titles, out=out, quarter=quarter, change=change,
-                                    gains_losses=gains_losses, unprotected=unprotected)
+                                    gains_losses=gains_losses, unprotected=unprotected, implicates=implicates)
         answer = tabulate_request(request, frame=out is None and sys.stdout.isatty())
         for said in answer.warnings:
             typer.echo(f"warning: {readable(said)}", err=True)
         if out is not None:
             answer.write()
-    _show_tabulation(answer, out, request.margins_note)
+    _show_tabulation(answer, out, request.margins_note + _drawn_note(answer))
+
+
+def _drawn_note(answer: Tabulation) -> str:
+    """What a summary line adds about the folder of implicates a size-class table was combined over."""
+    from gedp.synth.columns import count
+
+    drawn = answer.drawn
+    if drawn is None:
+        return ""
+    return f"; combined over {count(drawn['count'], 'implicate')} from {plain(drawn['folder'])}"
 
 
 def _show_tabulation(answer: Tabulation, out: Optional[Path], margins: str) -> None:

@@ -100,7 +100,7 @@ def marker_content(path: Path) -> dict | None:
         if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_MARKER_BYTES:
             return None
         content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python recurses
         return None
     return content if isinstance(content, dict) else None
 

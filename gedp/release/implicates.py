@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,9 @@ import pandas as pd
 from gedp.errors import InputError
 from gedp.release.format import IMPLICATES_SUMMARY, MEASUREMENTS_FILE
 from gedp.synth.schema import CONFIDENTIAL
+
+if TYPE_CHECKING:
+    from gedp.release.implicates_folder import DrawnImplicates
 
 IMPLICATE_KEY = "implicate"
 #: Establishments drawn at a time (memory: a few arrays of this many rows x ~150 prior components).
@@ -91,7 +94,7 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     from gedp.postprocess.implicates import CELL_CHANGES, PosteriorModel, StateAnswers
     from gedp.postprocess.prior_components import CHANGE_PRIORS, LEVEL_PRIORS, WAGE_PRIORS, checked_prior
     from gedp.postprocess.structured import one_blas_thread
-    from gedp.release.reader import quarter_manifest, read_answers, read_validated
+    from gedp.release.reader import quarter_manifest, read_answers
 
     release = Path(release)
     level_prior = checked_prior("level", level_prior, LEVEL_PRIORS)
@@ -99,8 +102,7 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
     cells_wanted = checked_prior("wage", wage_prior, WAGE_PRIORS) == "cells"
     manifest = quarter_manifest(release, quarter)
     psi = make_psi(**manifest["psi"])
-    protected = in_stored_order(release, read_validated(release, quarter))  # refused as tabulate refuses it
-    public = protected.drop(columns=[c for c in CONFIDENTIAL if c in protected.columns])
+    public = release_public(release, quarter)
     answers = read_answers(release, quarter)  # read and checked once: the groups' keys, then the identity answers
     check_public_groups(answers, public)
     values, sds = identity_answers(release, answers, public["estab_id"])
@@ -118,6 +120,15 @@ def prepare(release: str | Path, rng: np.random.Generator, quarter: str | None =
         with one_blas_thread:
             models.append((rows, PosteriorModel(answers, psi, rng, level_prior, change_prior)))
     return ReleaseDraws(public, models)
+
+
+def release_public(release: Path, quarter: str | None = None) -> pd.DataFrame:
+    """The columns implicates are drawn beside: the protected microdata's but the attributes, validated
+    (refused as tabulate refuses them) and in the release's order (``in_stored_order``)."""
+    from gedp.release.reader import read_validated
+
+    protected = in_stored_order(release, read_validated(release, quarter))
+    return protected.drop(columns=[c for c in CONFIDENTIAL if c in protected.columns])
 
 
 def in_stored_order(release: Path, validated: pd.DataFrame) -> pd.DataFrame:
@@ -220,6 +231,7 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
     rng, rng_description = make_rng(seed, "pcg64" if seed is not None else "secure")
     with staged_directory(out, IMPLICATES_SUMMARY) as staging:
         draws = prepare(release, rng, quarter, note, level_prior, change_prior, wage_prior)
+        identity = release_digest(release).hex()  # gedp tabulate --implicates checks it (implicates_folder)
         total, done = len(draws.public), 0
         writers: list = [None] * m
 
@@ -242,7 +254,7 @@ def write_implicates(release: str | Path, m: int, out: str | Path, *, seed: int 
                 if writer is not None:
                     writer.close()
         summary = {"gedp_implicates": 1, "implicates": m, "release": Path(release).name, "quarter": quarter,
-                   "establishments": total, "rng": rng_description,
+                   "release_sha256": identity, "establishments": total, "rng": rng_description,
                    **({"streams": "per task"} if map_tasks is not None else {}),  # --processes: other bits
                    "level_prior": level_prior,
                    **({"change_prior": change_prior} if change_prior != "independent" else {}),
@@ -293,19 +305,27 @@ def implicates_in_memory(release: str | Path, m: int, *, seed: int | None = None
 TABULATION_IMPLICATES = 20
 
 
-def tabulation_seed(release: Path) -> int:
-    """A seed fixed by the release's manifest and answers: the same request of the same release gives
-    the same table (the draws are postprocessing of public values: their seed need not be secret)."""
+def release_digest(release: str | Path) -> bytes:
+    """The release's identity: SHA-256 of its manifest's and answers' files' SHA-256 digests (what its
+    implicates are drawn from), recorded in ``_implicates.json`` (``release_sha256``)."""
     import hashlib
 
     from gedp.release.format import MANIFEST_FILE
     from gedp.release.reader import release_parts
 
+    release = Path(release)
     digest = hashlib.sha256()
     for part in [release / MANIFEST_FILE, *map(Path, release_parts(release, MEASUREMENTS_FILE))]:
         with part.open("rb") as file:
             digest.update(hashlib.file_digest(file, "sha256").digest())
-    return int.from_bytes(digest.digest()[:8], "little")
+    return digest.digest()
+
+
+def tabulation_seed(release: Path) -> int:
+    """A seed fixed by the release's manifest and answers (``release_digest``): the same request of the
+    same release gives the same table (the draws are postprocessing of public values: their seed need
+    not be secret)."""
+    return int.from_bytes(release_digest(release)[:8], "little")
 
 
 def tabulation_implicates(release: Path, quarter: str | None = None) -> pd.DataFrame:
@@ -315,12 +335,13 @@ def tabulation_implicates(release: Path, quarter: str | None = None) -> pd.DataF
 
 
 def tabulate_derived(release: str | Path, by, *, where: str | None = None, moe: bool = False, level: float = 0.95,
-                     format: str = "table", quarter: str | None = None,
-                     implicates: pd.DataFrame | None = None) -> pd.DataFrame:
+                     format: str = "table", quarter: str | None = None, implicates: pd.DataFrame | None = None,
+                     drawn: DrawnImplicates | None = None) -> pd.DataFrame:
     """A release tabulated by public columns and derived ones (``size_class``), combined over
     TABULATION_IMPLICATES implicates (``postprocess.derived``); ``format`` "qcew" gives BLS's
     size-class layout (keys among state, sector and size_class). ``implicates``: those implicates
-    (``tabulation_implicates``) drawn already, held by a server."""
+    (``tabulation_implicates``) drawn already, held by a server; ``drawn``: a folder of implicates
+    ``gedp implicates`` drew of the release, combined over instead (``implicates_folder``)."""
     from gedp.postprocess.derived import SIZE_CLASS, size_class_publication, tabulate_implicates
     from gedp.postprocess.keys import by_columns
     release = Path(release)
@@ -333,9 +354,11 @@ def tabulate_derived(release: str | Path, by, *, where: str | None = None, moe: 
             raise InputError(f"the qcew size-class layout groups by state, sector and {SIZE_CLASS}; "
                              f"got {', '.join(keys)}")
         keys = list(dict.fromkeys(["state", *keys]))
-    frame = tabulation_implicates(release, quarter) if implicates is None else implicates
+    frame = (drawn.public if drawn is not None else
+             tabulation_implicates(release, quarter) if implicates is None else implicates)
     try:
-        table = tabulate_implicates(frame, keys, where=where, moe=moe or format == "qcew", level=level)
+        table = (_tabulated_drawn(drawn, keys, where, moe or format == "qcew", level) if drawn is not None else
+                 tabulate_implicates(frame, keys, where=where, moe=moe or format == "qcew", level=level))
     except ValueError as err:
         raise InputError(str(err)) from None
     if format == "qcew":
@@ -344,3 +367,15 @@ def tabulate_derived(release: str | Path, by, *, where: str | None = None, moe: 
         if not moe:
             table = table[[c for c in table.columns if not c.endswith("_moe")]]
     return table
+
+
+def _tabulated_drawn(drawn: DrawnImplicates, keys: list, where: str | None, moe: bool, level: float) -> pd.DataFrame:
+    """``tabulate_implicates`` of a folder's implicates, read one at a time (memory: one implicate and the sums)."""
+    from gedp.postprocess.derived import combined_table, implicate_sums
+    from gedp.release.implicates_folder import implicate_frames
+
+    sums, grouped = [], keys
+    for frame in implicate_frames(drawn):
+        grouped, summed = implicate_sums(frame, keys, where=where)
+        sums.append(summed)
+    return combined_table(pd.concat(sums), grouped, range(1, drawn.count + 1), where=where, moe=moe, level=level)

@@ -142,11 +142,11 @@ def check_footer(release: str | Path, output: str, path: str | Path, expected_ro
                    for column in range(group.num_columns))
     decoded = rows * _row_width(release, output, path, schema)
     _check_stated(release, output, path, unpacked, decoded, size)
-    _check_pages(release, output, path, groups, size - footer - 8)
+    check_pages(release, output, path, groups, size - footer - 8)
     return unpacked, decoded
 
 
-def _check_pages(release: str | Path, output: str, path: str | Path, groups: list, end: int) -> None:
+def check_pages(release: str | Path, output: str, path: str | Path, groups: list, end: int) -> None:
     """Each column chunk of ``groups`` (a part's row groups, its pages ending before byte ``end``)
     holding pages whose headers decode (``page_headers.walk_chunk``) and state at most the bytes
     uncompressed its footer states for it (which ``_check_stated`` bounds), read header by header

@@ -47,10 +47,12 @@ class TabulationRequest:
     the establishments matching ``where``, with margins of error at ``level`` (``moe``), in an output
     ``format`` (None: from ``out``'s name, else csv) with the ``titles`` of a published QCEW CSV,
     written to ``out`` (None: not written); of a panel release, one ``quarter``, a ``change``
-    FIRST:SECOND or the gross job ``gains_losses`` FROM:TO. A table ready to publish (formats qcew
-    and xlsx) is of a release only, unless ``unprotected`` allows one of confidential microdata,
-    marked ``NOT PROTECTED`` in every row. ``flags``: whether messages name the options as gedp
-    tabulate's flags (``--level``), or as the parameters of the server's requests (``level``)."""
+    FIRST:SECOND or the gross job ``gains_losses`` FROM:TO. A table by ``size_class`` is combined
+    over the folder ``implicates`` (``gedp implicates`` output of the release) when it is given. A
+    table ready to publish (formats qcew and xlsx) is of a release only, unless ``unprotected``
+    allows one of confidential microdata, marked ``NOT PROTECTED`` in every row. ``flags``: whether
+    messages name the options as gedp tabulate's flags (``--level``), or as the parameters of the
+    server's requests (``level``)."""
 
     source: Path
     by: str | None = None
@@ -65,6 +67,7 @@ class TabulationRequest:
     change: str | None = None
     gains_losses: str | None = None
     unprotected: bool = False
+    implicates: Path | None = None
     flags: bool = True
 
     def option(self, name: str) -> str:
@@ -112,6 +115,9 @@ class Tabulation:
     written: bytes | None = None
     #: The notes of a table ready to publish, once made (``_notes``).
     notes: pd.DataFrame | None = None
+    #: The implicates of the folder a size-class table was combined over (``DrawnImplicates.described``).
+    drawn: dict[str, Any] | None = None
+
 
     @property
     def n_rows(self) -> int:
@@ -156,6 +162,8 @@ class Tabulation:
                     "gains_losses": request.gains_losses, "rows": self.n_rows}
         summary = {"source": str(request.source), "by": self.keys, "agglvl": request.agglvl, "where": request.where,
                    "moe_level": request.moe_level, "rows": self.n_rows, "table": str(request.out)}
+        if self.drawn is not None:
+            summary["implicates"] = self.drawn
         return summary if self.published is None else summary | self._publication_summary()
 
     def write(self) -> None:
@@ -199,6 +207,9 @@ def tabulate_request(request: TabulationRequest, *, frame: bool = False,
         check_outside(request.source, request.out, summary_path(request.out))
     if request.by is not None and request.is_release and _has_derived_keys(request.by):
         return _derived_tabulation(request, implicates)
+    if request.implicates is not None:
+        raise InputError(f"{request.option('implicates')} goes with a table of a release by size_class (--by "
+                         "...,size_class): tables by public columns come from the release's answers, not implicates")
     request = request.checked()
     release = request.is_release
     plain = all(option is None for option in (request.where, request.agglvl, request.quarter, request.change,
@@ -241,9 +252,24 @@ def _derived_tabulation(request: TabulationRequest, implicates: pd.DataFrame | N
         raise InputError("a size-class table is of one quarter: give --quarter, not a change or gains and losses")
     checked_level(request.level, request.option("level"))
     request = dataclasses.replace(request, format=written)
+    drawn = None
+    if request.implicates is not None:
+        from gedp.release.implicates_folder import open_implicates
+
+        if request.out is not None and _inside(request.out, request.implicates):
+            raise InputError(f"output '{request.out}' is inside the implicates folder it reads: give a path outside it")
+        drawn = open_implicates(request.source, request.implicates, request.quarter)
     table = tabulate_derived(request.source, cast(str, request.by), where=request.where or None, moe=request.moe,
-                             level=request.level, format=layout, quarter=request.quarter, implicates=implicates)
-    return Tabulation(request, by_columns(cast(str, request.by)), table)
+                             level=request.level, format=layout, quarter=request.quarter, implicates=implicates,
+                             drawn=drawn)
+    return Tabulation(request, by_columns(cast(str, request.by)), table,
+                      drawn=None if drawn is None else drawn.described())
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is at or inside ``folder`` (symbolic links resolved, as a file would be written)."""
+    target, folder = path.resolve(), folder.resolve()
+    return target == folder or folder in target.parents
 
 
 def _table_format(table_format: str | None, out: Path | None, agglvl: int | None) -> str:
