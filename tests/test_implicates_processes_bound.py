@@ -12,10 +12,9 @@ def test_workers_are_at_most_the_usable_cpus(monkeypatch, asked, cpus, expected)
     before gave ``asked`` (1,000 for the first case)."""
     from gedp.cli import table_commands
     from gedp.planning import workers
-    from gedp.postprocess import cpus as cpu_module
 
     seen = []
-    monkeypatch.setattr(cpu_module, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(workers, "usable_cpus", lambda: cpus)
     monkeypatch.setattr(workers, "parallel_map", lambda *args, **kwargs: seen.append(kwargs["workers"]))
     table_commands.worker_map(asked)(None, None, [1, 2, 3], None)
     assert seen == [expected]

@@ -201,8 +201,7 @@ def worker_map(processes: int) -> TaskMap:
     use (the draws are the same for any number; ``--processes 1000 --n 1000`` forked 1,000 workers, ~8 MiB
     each on 3,000 establishments: red team rt28 J4), results told in order, a few held at once."""
     from gedp.errors import InputError
-    from gedp.planning.workers import parallel_map
-    from gedp.postprocess.cpus import usable_cpus
+    from gedp.planning.workers import parallel_map, usable_cpus
 
     if processes < 1:
         raise InputError(f"--processes ({processes}) must be a whole number of at least 1")
