@@ -65,3 +65,20 @@ def test_tables_ready_to_publish_of_a_folder_changed_after_loading_are_refused(s
     assert status == 200 and before > 0
     for status, error in refused:
         assert status == 400 and CHANGED in error, error
+
+
+def test_a_folder_holding_a_link_to_nothing_is_served_as_before(small_release, tmp_path, monkeypatch):
+    """Links beside a release's files (one to nothing, one to the folder's parent) are no files of the
+    release: the server loads it as it did before it noted the folder's files (a link to nothing stopped
+    the load with FileNotFoundError), and its tables ready to publish are served while nothing changes."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "single"
+    shutil.copytree(small_release[0], folder)
+    (folder / "dangling").symlink_to(tmp_path / "nothing")
+    (folder / "loop").symlink_to("..")
+    served = Served(create_app(load_releases([folder]), cache=False))
+    try:
+        status, employment = county_employment(served, "0.9")
+    finally:
+        served.stop()
+    assert status == 200 and employment > 0, employment

@@ -251,12 +251,16 @@ class ServedRelease:
 def folder_files(folder: Path) -> list[list]:
     """Each file under ``folder`` (sorted): its path, device, inode, size, modification and change times
     in ns (any write to a file or its replacement changes its change time or inode)."""
-    found = []
+    found: list[list] = []
     for path in sorted(folder.rglob("*")):
-        status = path.stat()
+        name = path.relative_to(folder).as_posix()
+        try:
+            status = path.stat()
+        except OSError:  # a link to nothing (not a file of the release: the reader reads none such)
+            found.append([name])
+            continue
         if not path.is_dir():
-            found.append([path.relative_to(folder).as_posix(), status.st_dev, status.st_ino, status.st_size,
-                          status.st_mtime_ns, status.st_ctime_ns])
+            found.append([name, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns])
     return found
 
 
