@@ -48,6 +48,11 @@ DEFAULT_TIMEOUT = 30.0
 #: Requests computed at once (each in a worker thread that holds one of ``Workers``' slots until its
 #: computation ends, even past its request's time).
 WORKERS = 4
+#: Of those, the most computing tables ready to publish (agglvl: written from the release's files, each
+#: seconds, the workbook of a state of 36,000 establishments 8-10 s): four such requests, each with another
+#: junk level so that none is an answer kept, held every slot and every other request was answered 503
+#: (red team rt28 J3); the other slots stay free for the requests answered from memory.
+PUBLISHED_WORKERS = 2
 #: Bytes of answers kept for requests asked again.
 CACHE_BYTES = 64 << 20
 #: Parameters of /api/tabulate: type, and what it means (the OpenAPI document is written from it).
@@ -153,18 +158,24 @@ class Workers:
     back when a request past its time is abandoned while its thread keeps computing: 40 slow requests
     at --timeout 0.2 had 13 threads computing at once with 4 tokens.)"""
 
-    def __init__(self, count: int = WORKERS) -> None:
+    def __init__(self, count: int = WORKERS, published: int = PUBLISHED_WORKERS) -> None:
         self.slots = threading.BoundedSemaphore(count)
+        self.published = threading.BoundedSemaphore(published)
 
-    def run(self, deadline: float, work: Any, *args: Any) -> Any:
-        """``work(*args)`` in this thread once a slot is free; Busy when none is by ``deadline``
-        (``time.monotonic``)."""
-        if not self.slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise Busy
+    def run(self, deadline: float, published: bool, work: Any, *args: Any) -> Any:
+        """``work(*args)`` in this thread once a slot is free (``published``: a table ready to publish, once
+        one of the fewer slots of those is free too); Busy when none is by ``deadline`` (``time.monotonic``)."""
+        held = [self.published, self.slots] if published else [self.slots]
+        taken = []
         try:
+            for slots in held:
+                if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    raise Busy
+                taken.append(slots)
             return work(*args)
         finally:
-            self.slots.release()
+            for slots in reversed(taken):
+                slots.release()
 
 
 def retry_later(message: str, timeout: float) -> JSONResponse:
@@ -177,7 +188,7 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits(), ca
     request asked again (``AnswerCache``; False: every answer computed, so an answer's time never tells
     whether anyone asked the same before)."""
     static = {name: resources.files("gedp.serve").joinpath("static", name).read_bytes() for name in STATIC}
-    workers = Workers()
+    workers = Workers(WORKERS, PUBLISHED_WORKERS)
 
     async def page(request: Request) -> Response:
         name = request.path_params.get("name", "index.html")
@@ -211,8 +222,9 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits(), ca
             release, wanted, output = parse(request.query_params.multi_items(), releases)
             deadline = time.monotonic() + limits.timeout
             with anyio.fail_after(limits.timeout):  # a thread waiting for a slot gives up at the same deadline
-                answer = await anyio.to_thread.run_sync(workers.run, deadline, answered_in_full, release, wanted,
-                                                        limits.max_rows, output, abandon_on_cancel=True)
+                answer = await anyio.to_thread.run_sync(workers.run, deadline, wanted.agglvl is not None,
+                                                        answered_in_full, release, wanted, limits.max_rows, output,
+                                                        abandon_on_cancel=True)
         except Busy:
             return retry_later(f"the server is busy ({WORKERS} requests computing); retry later", limits.timeout)
         except TimeoutError:

@@ -84,6 +84,8 @@ class ServedRelease:
     #: Told each time the warm-up has drawn a quarter (or failed to), and when it is done (``warmed``).
     progress: threading.Condition = field(default_factory=threading.Condition, repr=False)
     stopping: threading.Event = field(default_factory=threading.Event, repr=False)  # ``stop``
+    #: Every file of the folder as the server found it before reading it (``folder_files``).
+    files: list[list] = field(default_factory=list, repr=False)
 
     @property
     def public_columns(self) -> list[str]:
@@ -221,13 +223,45 @@ class ServedRelease:
 
     def _written_by_the_library(self, request: TabulationRequest) -> Tabulation:
         """A QCEW level (ready to publish, or the xlsx workbook): ``gedp tabulate``'s own path,
-        reading the release's files; the table read back from the file written."""
+        reading the release's files; the table read back from the file written. Refused when the
+        folder's files are not those the server loaded, before or after the read (``unchanged``)."""
+        self.unchanged()
         with tempfile.TemporaryDirectory(prefix="gedp-serve-") as folder:
             out = Path(folder) / f"table.{'xlsx' if request.format == 'xlsx' else 'csv'}"
             answer = tabulate_request(dataclasses.replace(request, out=out))
             answer.write_table(out)
             answer.written = out.read_bytes()
+        self.unchanged()
         return answer
+
+    def unchanged(self) -> None:
+        """InputError when the release's folder no longer holds the files the server loaded: a table
+        read from its files again would not be the release served (red team rt28 J5: files replaced
+        under a running server changed its tables ready to publish, its other tables and its stated
+        guarantee kept)."""
+        try:
+            same = folder_files(self.folder) == self.files
+        except OSError:
+            same = False
+        if not same:
+            raise InputError(f"release {self.id} changed on disk since the server loaded it: restart the server "
+                             "to serve it")
+
+
+def folder_files(folder: Path) -> list[list]:
+    """Each file under ``folder`` (sorted): its path, device, inode, size, modification and change times
+    in ns (any write to a file or its replacement changes its change time or inode)."""
+    found: list[list] = []
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        try:
+            status = path.stat()
+        except OSError:  # a link to nothing (not a file of the release: the reader reads none such)
+            found.append([name])
+            continue
+        if not path.is_dir():
+            found.append([name, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns])
+    return found
 
 
 def public_names() -> tuple[str, ...]:
@@ -282,9 +316,10 @@ def load_release(folder: Path, id: str) -> ServedRelease:
     folder = folder.resolve()
     if not folder.is_dir():
         raise InputError(f"release '{folder}' is not a folder")
+    files = folder_files(folder)  # before reading: a change while the server reads shows too
     manifest = dict(read_manifest(folder))
     quarters = check_manifest(manifest, folder)
-    release = ServedRelease(id, folder, manifest, quarters)
+    release = ServedRelease(id, folder, manifest, quarters, files=files)
     if quarters:
         _hold_quarters(release)
     else:
