@@ -84,7 +84,7 @@ def p10_row(cells, m1, m3, rng, near: int = 3) -> dict:
 
 
 def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", answers: str = "all",
-           largest: int = 10) -> list[dict]:
+           largest: int = 10, keep_means: bool = False) -> list[dict]:
     """The rows of the four statistics under ``oracle`` ("months": the two other months revealed;
     "change": month 1 and the month 2 -> 3 change revealed, month 3's identity answer kept; "level":
     the month 2 -> 3 change revealed, months 1 and 2 unknown (identity answers only, the pairs up to
@@ -104,7 +104,7 @@ def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", a
         first = third = ib.cells(np.column_stack([m[0], m[2] - m[1]]), m[1],
                                  precisions["m2emp"] + precisions["m3emp"], s, sibling=True)
     else:  # the level unknown: identity answers only, pairs up to ``largest`` employees moved
-        first = third = ib.level_cells(np.column_stack(m), s, largest)
+        first = third = ib.level_cells(np.column_stack(m), s, largest, keep_means)
     rows = [row("no_change_share", no_change_share(m[0].astype(float), m[1].astype(float)), first,
                 ib.no_change_gradient(first), lambda laws: ib.no_change_share(first, laws),
                 lambda d: no_change_share(d[:, 0].astype(float), d[:, 1].astype(float)), rng)]
@@ -136,11 +136,14 @@ def main() -> None:
     parser.add_argument("--oracle", default="months", choices=["months", "change", "level"])
     parser.add_argument("--largest", type=int, default=10, help="with --oracle level: the largest month moved")
     parser.add_argument("--answers", default="all", choices=["all", "identity"])
+    parser.add_argument("--keep-means", action="store_true",
+                        help="with --oracle level: the second state keeps each cell's mean months (the group answers' "
+                             "expectations)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rows = bounds(truth, args.seed, np.random.default_rng(args.seed + 2000), args.oracle, args.answers,
-                  args.largest)
+                  args.largest, args.keep_means)
     for r in rows:
         print(f"{r['statistic']:>22}: truth {r['truth']:.4f}  sd {r['sd']:.4f}  Delta/2 {r['half_difference']:.4f} "
               f"(Q {r['q_value']:.4f}, drawn {r['q_drawn']:.4f}, TV <= {r['tv_bound']:.2f})  "
@@ -148,6 +151,7 @@ def main() -> None:
     if args.out is not None:
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "structure": args.structure, "seed": args.seed,
                                         "oracle": args.oracle, "answers": args.answers, "largest": args.largest,
+                                        "keep_means": args.keep_means,
                                         "rows": rows}, indent=1, default=float))
 
 

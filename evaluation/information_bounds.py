@@ -101,17 +101,21 @@ def pair_information(support: np.ndarray, law: np.ndarray, s: float, tau: float,
     return information(means, sds, law, nodes)
 
 
-def tangent_inverse(m: np.ndarray, free: np.ndarray | None = None) -> np.ndarray:
+def tangent_inverse(m: np.ndarray, free: np.ndarray | None = None, kept: np.ndarray | None = None) -> np.ndarray:
     """G with c' G c the variance of c' p's efficient estimate when p has information ``m`` and
     sum p = 1 (the pseudo-inverse of m restricted to directions with sum 0), moving only the ``free``
-    points (all by default; G is 0 elsewhere)."""
+    points (all by default; G is 0 elsewhere) and, given ``kept`` (rows: functions of the points),
+    only in directions that keep their means."""
     k = len(m)
     free = np.ones(k, bool) if free is None else np.asarray(free, bool)
     out = np.zeros((k, k))
-    j = int(free.sum())
-    if j < 2:
+    rows = np.ones((1, int(free.sum())))
+    if kept is not None:
+        rows = np.vstack([rows, np.asarray(kept, float)[:, free]])
+    _, sv, vt = np.linalg.svd(rows)
+    basis = vt[int((sv > 1e-9 * sv[0]).sum()):].T  # orthonormal, orthogonal to every row
+    if basis.shape[1] == 0:
         return out
-    basis = np.linalg.qr(np.eye(j) - 1.0 / j)[0][:, : j - 1]  # orthonormal, orthogonal to ones
     inner = basis.T @ m[np.ix_(free, free)] @ basis
     out[np.ix_(free, free)] = basis @ np.linalg.pinv(inner, hermitian=True) @ basis.T
     return out
@@ -133,15 +137,16 @@ class Cell:
     information: np.ndarray
     inverse: np.ndarray
     free: np.ndarray
+    kept: np.ndarray | None = None
 
 
-def _cell(key: tuple, counts: np.ndarray, months, free, information_of) -> Cell:
+def _cell(key: tuple, counts: np.ndarray, months, free, information_of, kept: np.ndarray | None = None) -> Cell:
     law = counts / counts.sum()
     k = len(law)
     info = np.zeros((k, k))
     if free.sum() > 1:
         info[np.ix_(free, free)] = information_of(law, free)
-    return Cell(key, *months, law, int(counts.sum()), info, tangent_inverse(info, free), free)
+    return Cell(key, *months, law, int(counts.sum()), info, tangent_inverse(info, free, kept), free, kept)
 
 
 def cells(known: np.ndarray, unknown: np.ndarray, precision: np.ndarray, s: float, *, unknown_month: int = 2,
@@ -173,11 +178,13 @@ def cells(known: np.ndarray, unknown: np.ndarray, precision: np.ndarray, s: floa
     return out
 
 
-def level_cells(months: np.ndarray, s: float, largest: int) -> list[Cell]:
+def level_cells(months: np.ndarray, s: float, largest: int, keep_means: bool = False) -> list[Cell]:
     """Cells of the revealed month 2 -> 3 change d (rows of ``months``: m1, m2, m3), the pair (m1, m2)
     unknown and seen through the identity answers alone (sqrt(m1), sqrt(m2), sqrt(m2 + d)); the
     sub-model moves the pairs with both months at most ``largest`` (the others' law fixed; their
-    densities left out of the information's denominator: more information, conservative)."""
+    densities left out of the information's denominator: more information, conservative).
+    ``keep_means``: only directions that keep each cell's mean m1 and m2 (so every group answer's
+    expectation is the same under both states)."""
     months = np.asarray(months, int)
     out = []
     for d, part in pd.DataFrame(months).groupby(months[:, 2] - months[:, 1], sort=True):
@@ -190,7 +197,9 @@ def level_cells(months: np.ndarray, s: float, largest: int) -> list[Cell]:
                 return information([first, np.sqrt(second)], [s, s / np.sqrt(2)], law[free])
             return information([first, np.sqrt(second), np.sqrt(second + d)], [s, s, s], law[free])
 
-        out.append(_cell((int(d),), counts, (pairs[:, 0], pairs[:, 1], pairs[:, 1] + int(d)), free, information_of))
+        kept = pairs.T.astype(float) if keep_means else None
+        out.append(_cell((int(d),), counts, (pairs[:, 0], pairs[:, 1], pairs[:, 1] + int(d)), free, information_of,
+                         kept))
     return out
 
 
@@ -237,7 +246,7 @@ def ridge_direction(all_cells: list[Cell], gradient: list[np.ndarray], ridge: fl
     out = []
     for cell, c in zip(all_cells, gradient):
         shrunk = cell.information + ridge * cell.count * np.diag(np.where(cell.free, 1 / cell.law, 0.0))
-        out.append(tangent_inverse(shrunk, cell.free) @ c)
+        out.append(tangent_inverse(shrunk, cell.free, cell.kept) @ c)
     return out
 
 

@@ -195,3 +195,18 @@ def test_leaving_points_out_of_the_denominator_adds_information():
     part = ib.information([m[free] for m in means], [S, S], law[free])
     assert np.linalg.eigvalsh(part - whole).min() > -1e-9
     assert np.linalg.eigvalsh(part - whole).max() > 1e-3
+
+
+def test_kept_means_are_kept_by_the_second_state():
+    """With keep_means every cell's mean m1 and m2 is the same under Q as under P (so every group
+    answer's expectation is); without, the search moves them (the constraint does something)."""
+    m1, m2, m3 = small_state()
+    moved = []
+    for keep in (True, False):
+        found = ib.level_cells(np.column_stack([m1, m2, m3]), S, 4, keep_means=keep)
+        best = ib.two_point_search(found, ib.no_change_gradient(found),
+                                   lambda laws: ib.no_change_share(found, laws), [1e-3, 1e-1])
+        assert abs(best["difference"]) > 0
+        shift = max(abs((q - c.law) @ c.first) + abs((q - c.law) @ c.second) for c, q in zip(found, best["laws"]))
+        moved.append(shift)
+    assert moved[0] < 1e-12 < 1e-4 < moved[1]
