@@ -109,6 +109,8 @@ def tangent_inverse(m: np.ndarray, free: np.ndarray | None = None, kept: np.ndar
     k = len(m)
     free = np.ones(k, bool) if free is None else np.asarray(free, bool)
     out = np.zeros((k, k))
+    if free.sum() < 2:
+        return out
     rows = np.ones((1, int(free.sum())))
     if kept is not None:
         rows = np.vstack([rows, np.asarray(kept, float)[:, free]])
