@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 import gedp
 from gedp.evaluation import information_bounds as ib
@@ -29,18 +30,46 @@ from gedp.release.reader import read_answers
 MONTHS = ("m1emp", "m2emp", "m3emp")
 
 
-def release_inputs(truth, seed: int) -> tuple[dict, dict]:
-    """The identity answers' sd and the members' group precisions, per month, of ``truth``'s
-    ``recommended`` release seeded ``seed`` (read from its files)."""
+def release_inputs(truth, seed: int) -> tuple[dict, dict, dict]:
+    """The identity answers' sd, the members' group precisions and the group answers, per month, of
+    ``truth``'s ``recommended`` release seeded ``seed`` (read from its files)."""
     with tempfile.TemporaryDirectory() as tmp:
         gedp.protect(truth, "recommended", seed=seed, not_for_publication=True).write(Path(tmp) / "r")
         answers = read_answers(Path(tmp) / "r")
-    sds, precisions = {}, {}
+    sds, precisions, groups = {}, {}, {}
     for month in MONTHS:
         identity = [a for a in answers[month] if a.query.is_identity]
         sds[month] = float(np.min(identity[0].sd))  # the smallest: more information, conservative
-        precisions[month] = ib.member_precision([a for a in answers[month] if not a.query.is_identity], truth)
-    return sds, precisions
+        groups[month] = [a for a in answers[month] if not a.query.is_identity]
+        precisions[month] = ib.member_precision(groups[month], truth)
+    return sds, precisions, groups
+
+
+def group_chi_square(truth, months: np.ndarray, groups: dict, cells, laws) -> float:
+    """For the level oracle's cells (one per month 2 -> 3 change): the group answers' chi-square
+    between the two states in a Gaussian approximation (not a bound): sum over groups and months of
+    mu_g^2 / v_g + delta_g^2 / (2 v_g^2), mu_g and delta_g the changes of the group sum's mean and
+    variance, v_g = V_g + its variance under P."""
+    index = {cell.known[0]: k for k, cell in enumerate(cells)}
+    which = np.array([index[d] for d in months[:, 2] - months[:, 1]])
+    total = 0.0
+    for month, values in zip(MONTHS, ("first", "second", "later")):
+        def moments(law_of):
+            mean = np.array([law_of(k) @ getattr(c, values) for k, c in enumerate(cells)])
+            square = np.array([law_of(k) @ getattr(c, values) ** 2.0 for k, c in enumerate(cells)])
+            return mean, square - mean ** 2
+        mean_p, var_p = moments(lambda k: cells[k].law)
+        mean_q, var_q = moments(lambda k: laws[k])
+        for answer in groups[month]:
+            by = list(answer.keys.columns)
+            where = pd.MultiIndex.from_frame(answer.keys[by].astype(str)).get_indexer(
+                pd.MultiIndex.from_frame(truth[by].astype(str)))
+            n = len(answer.keys)
+            mu = np.bincount(where, (mean_q - mean_p)[which], n)
+            delta = np.bincount(where, (var_q - var_p)[which], n)
+            v = np.asarray(answer.sd, float) ** 2 + np.bincount(where, var_p[which], n)
+            total += float(np.sum(mu ** 2 / v + delta ** 2 / (2 * v ** 2)))
+    return total
 
 
 #: The ridges of ``two_point_search``'s directions (relative to the complete data's information).
@@ -56,7 +85,8 @@ def row(name: str, truth: float, cells, gradient, value_of, drawn_value, rng) ->
     return {"statistic": name, "truth": truth, "truth_from_laws": value_of([c.law for c in cells]), "sd": b.sd,
             "q_value": found["value"], "half_difference": abs(found["difference"]) / 2, "ridge": found["ridge"],
             "chi2": found["chi2"], "tv_bound": ib.total_variation_bound(found["chi2"]), "q_drawn": drawn_value(data),
-            "sampling_sd": sampling_sd(cells, gradient), "min_q_law": float(min(law.min() for law in found["laws"]))}
+            "sampling_sd": sampling_sd(cells, gradient), "min_q_law": float(min(law.min() for law in found["laws"])),
+            "q_laws": found["laws"]}
 
 
 def sampling_sd(cells, gradient) -> float:
@@ -91,7 +121,7 @@ def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", a
     ``largest`` employees moved)) with ``answers`` ("all"; "identity": the identity answers alone, as
     gedp's implicates draw from)."""
     m = [np.floor(truth[c].to_numpy(float) + 0.5).astype(int) for c in MONTHS]
-    sds, precisions = release_inputs(truth, seed)
+    sds, precisions, groups = release_inputs(truth, seed)
     if answers == "identity" or oracle == "level":
         answers = "identity"
         precisions = {month: np.zeros(len(truth)) for month in MONTHS}
@@ -115,6 +145,11 @@ def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", a
         rows.append(row(name, value, third, gradient, lambda laws, k=k: ib.flows(third, laws)[k],
                         lambda d, k=k: job_flow_rates(d[:, 0].astype(float), d[:, 2].astype(float))[k], rng))
     rows.append(p10_row(third, m[0].astype(float), m[2].astype(float), rng))
+    if oracle == "level":
+        for r in rows:
+            r["group_chi2_gaussian"] = group_chi_square(truth, np.column_stack(m), groups, first, r.pop("q_laws"))
+    for r in rows:
+        r.pop("q_laws", None)
     seconds = time.process_time() - start
     for r in rows:
         r.update(oracle=oracle, answers=answers, identity_sd=s, cells=len(first if r is rows[0] else third),
@@ -147,7 +182,9 @@ def main() -> None:
     for r in rows:
         print(f"{r['statistic']:>22}: truth {r['truth']:.4f}  sd {r['sd']:.4f}  Delta/2 {r['half_difference']:.4f} "
               f"(Q {r['q_value']:.4f}, drawn {r['q_drawn']:.4f}, TV <= {r['tv_bound']:.2f})  "
-              f"sampling sd {r['sampling_sd']:.4f}", flush=True)
+              f"sampling sd {r['sampling_sd']:.4f}  "
+              f"group answers' chi2 (Gaussian) {r.get('group_chi2_gaussian', np.nan):.3g}",
+              flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "structure": args.structure, "seed": args.seed,
                                         "oracle": args.oracle, "answers": args.answers, "largest": args.largest,

@@ -210,3 +210,40 @@ def test_kept_means_are_kept_by_the_second_state():
         shift = max(abs((q - c.law) @ c.first) + abs((q - c.law) @ c.second) for c, q in zip(found, best["laws"]))
         moved.append(shift)
     assert moved[0] < 1e-12 < 1e-4 < moved[1]
+
+
+def test_the_group_answers_chi_square_is_a_sum_over_groups(benchmark_script):
+    """benchmarks/information_bounds.group_chi_square against a loop over groups and members (each
+    member's mean and variance under P and Q from its cell's law); 0 when Q is P."""
+    script = benchmark_script("information_bounds")
+    m1, m2, m3 = small_state(n=300)
+    months = np.column_stack([m1, m2, m3])
+    rng = np.random.default_rng(4)
+    truth = pd.DataFrame({"county": rng.choice(["001", "003", "005"], 300), "naics5": rng.choice(["1", "2"], 300)})
+    groups = {}
+    for month in script.MONTHS:
+        groups[month] = []
+        for by in (["county"], ["county", "naics5"]):
+            keys = truth[by].drop_duplicates().sort_values(by).reset_index(drop=True)
+            groups[month].append(SimpleNamespace(keys=keys, sd=rng.uniform(1, 4, len(keys))))
+    found = ib.level_cells(months, S, 4)
+    laws = ib.two_point_search(found, ib.no_change_gradient(found), lambda ls: ib.no_change_share(found, ls),
+                               [1e-2])["laws"]
+    assert script.group_chi_square(truth, months, groups, found, [c.law for c in found]) == 0
+    cell_of = {c.known[0]: (c, q) for c, q in zip(found, laws)}
+    expected = 0.0
+    for month, values in zip(script.MONTHS, ("first", "second", "later")):
+        for answer in groups[month]:
+            for g in range(len(answer.keys)):
+                mu = delta = var_p = 0.0
+                for j in range(300):
+                    if all(truth.iloc[j][c] == answer.keys.iloc[g][c] for c in answer.keys.columns):
+                        cell, q = cell_of[int(m3[j] - m2[j])]
+                        x = getattr(cell, values).astype(float)
+                        mp, mq = cell.law @ x, q @ x
+                        vp, vq = cell.law @ x ** 2 - mp ** 2, q @ x ** 2 - mq ** 2
+                        mu, delta, var_p = mu + mq - mp, delta + vq - vp, var_p + vp
+                v = answer.sd[g] ** 2 + var_p
+                expected += mu ** 2 / v + delta ** 2 / (2 * v ** 2)
+    got = script.group_chi_square(truth, months, groups, found, laws)
+    assert got == pytest.approx(expected, rel=1e-9) and got > 0
