@@ -187,7 +187,7 @@ def main() -> None:
               flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "structure": args.structure, "seed": args.seed,
-                                        "oracle": args.oracle, "answers": args.answers, "largest": args.largest,
+                                        "oracle": args.oracle, "answers": rows[0]["answers"], "largest": args.largest,
                                         "keep_means": args.keep_means,
                                         "rows": rows}, indent=1, default=float))
 
