@@ -1,0 +1,249 @@
+"""Efficiency bounds of the change statistics (evaluation.information_bounds) against independent
+computations: Monte Carlo information, the multinomial's closed form, the spread of maximum
+likelihood estimates, loops, finite differences and microdata_stats."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gedp.evaluation import information_bounds as ib
+from gedp.evaluation.microdata_stats import growth_rates, job_flow_rates, no_change_share
+
+S = 0.564
+
+
+def monte_carlo_information(means, sds, law, n, rng):
+    """The mean of the scores' outer products over n observations drawn from the mixture, and each
+    entry's standard error."""
+    means, law = [np.asarray(m, float) for m in means], np.asarray(law, float)
+    pick = rng.choice(len(law), size=n, p=law)
+    log_f = np.zeros((n, len(law)))
+    for mean, sd in zip(means, sds):
+        x = mean[pick] + sd * rng.standard_normal(n)
+        log_f += -0.5 * ((x[:, None] - mean[None, :]) / sd) ** 2
+    f = np.exp(log_f - log_f.max(axis=1, keepdims=True))
+    score = f / (f @ law)[:, None]
+    products = score[:, :, None] * score[:, None, :]
+    return products.mean(axis=0), products.std(axis=0) / np.sqrt(n)
+
+
+@pytest.mark.parametrize("case", ["identity and measurement", "three identity answers"])
+def test_information_is_the_monte_carlo_mean_of_the_scores_products(case):
+    """Gauss-Hermite against 200,000 simulated observations: every entry within 5 standard errors
+    (false failure < 1e-5 per entry); with the answers' sd halved some entry is far off (power)."""
+    rng = np.random.default_rng(3)
+    if case == "identity and measurement":
+        support, law = np.array([3.0, 4.0, 5.0]), np.array([0.2, 0.5, 0.3])
+        means, sds = [np.sqrt(support), support], [S, 1 / np.sqrt(0.3)]
+        exact = ib.pair_information(support, law, S, 0.3)
+    else:
+        pairs = np.array([[1, 1], [1, 2], [2, 1], [2, 2], [3, 2]])
+        law = np.array([0.3, 0.1, 0.15, 0.3, 0.15])
+        means, sds = [np.sqrt(pairs[:, 0]), np.sqrt(pairs[:, 1]), np.sqrt(pairs[:, 1] + 1)], [S, S, S]
+        exact = ib.information(means, sds, law)
+    simulated, se = monte_carlo_information(means, sds, law, 200_000, rng)
+    assert np.all(np.abs(exact - simulated) < 5 * se)
+    wrong = ib.information(means, [sd / 2 for sd in sds], law)
+    assert np.max(np.abs(wrong - simulated) / se) > 5
+
+
+def test_a_precise_measurement_gives_the_multinomial_variance():
+    """tau large: each observation tells x, so the tangent variance of p_a is p_a (1 - p_a)."""
+    law = np.array([0.1, 0.6, 0.3])
+    g = ib.tangent_inverse(ib.pair_information(np.array([0, 1, 2]), law, S, 1e4))
+    for a in range(3):
+        c = np.eye(3)[a]
+        assert c @ g @ c == pytest.approx(law[a] * (1 - law[a]), rel=1e-6)
+    assert np.allclose(g @ np.ones(3), 0)
+
+
+def em_estimates(y, z, support, s, tau, iterations):
+    """Maximum likelihood of the law on ``support`` from each row's observations (EM, one sample per
+    row of y and z)."""
+    log_f = (-0.5 * ((y[..., None] - np.sqrt(support)) / s) ** 2 - 0.5 * ((z[..., None] - support) ** 2) * tau)
+    f = np.exp(log_f - log_f.max(axis=-1, keepdims=True))
+    law = np.full((len(y), len(support)), 1 / len(support))
+    for _ in range(iterations):
+        weight = f * law[:, None, :]
+        weight /= weight.sum(axis=-1, keepdims=True)
+        law = weight.mean(axis=1)
+    return law
+
+
+SUPPORT, LAW, TAU, N, SAMPLES = np.array([2.0, 3.0, 4.0]), np.array([0.3, 0.45, 0.25]), 0.5, 1000, 200
+
+
+@pytest.fixture(scope="module")
+def maximum_likelihood_spread():
+    """The sd of the EM estimate of p(3) over 200 samples of 1,000 establishments."""
+    rng = np.random.default_rng(11)
+    pick = rng.choice(3, size=(SAMPLES, N), p=LAW)
+    y = np.sqrt(SUPPORT[pick]) + S * rng.standard_normal((SAMPLES, N))
+    z = SUPPORT[pick] + rng.standard_normal((SAMPLES, N)) / np.sqrt(TAU)
+    return em_estimates(y, z, SUPPORT, S, TAU, iterations=200)[:, 1].std(ddof=1)
+
+
+@pytest.mark.parametrize("halved", [False, True])
+def test_the_bound_is_the_spread_of_maximum_likelihood(maximum_likelihood_spread, halved):
+    """One cell, 1,000 establishments, 200 samples: the sd of the EM estimate of p(3) within 18% of the
+    bound's (the sample sd's own sd is 5%: 3.6 of them, false failure ~3e-4); the bound computed with
+    the identity sd halved is refused (power)."""
+    s = S / 2 if halved else S
+    bound_sd = np.sqrt(ib.tangent_inverse(N * ib.pair_information(SUPPORT, LAW, s, TAU))[1, 1])
+    ratio = maximum_likelihood_spread / bound_sd
+    assert (0.82 <= ratio <= 1.18) != halved, ratio
+
+
+def test_member_precision_is_a_sum_over_each_members_groups():
+    rng = np.random.default_rng(5)
+    members = pd.DataFrame({"county": rng.choice(["001", "003"], 40),
+                            "naics5": rng.choice(["11111", "22222", "33333"], 40)})
+    answers = []
+    for by in (["county"], ["county", "naics5"]):
+        keys = members[by].drop_duplicates().sort_values(by).reset_index(drop=True)
+        answers.append(SimpleNamespace(keys=keys, sd=rng.uniform(1, 3, len(keys))))
+    expected = np.zeros(40)
+    for i in range(40):
+        for answer in answers:
+            for g in range(len(answer.keys)):
+                if all(answer.keys.iloc[g][c] == members.iloc[i][c] for c in answer.keys.columns):
+                    n = sum(all(members.iloc[j][c] == answer.keys.iloc[g][c] for c in answer.keys.columns)
+                            for j in range(40))
+                    expected[i] += n / answer.sd[g] ** 2
+    assert np.allclose(ib.member_precision(answers, members), expected, rtol=1e-12)
+
+
+def test_precisions_are_rounded_up_within_a_step():
+    precision = np.array([0.0, 0.013, 0.5, 1.0, 7.3])
+    up = ib.rounded_up(precision, 1.25)
+    assert up[0] == 0 and np.all(up[1:] >= precision[1:]) and np.all(up[1:] < 1.25 * precision[1:] * (1 + 1e-12))
+
+
+def small_state(seed=7, n=3000):
+    rng = np.random.default_rng(seed)
+    m1 = rng.poisson(3, n)
+    m2 = np.clip(m1 + rng.choice([-1, 0, 0, 0, 1], n), 0, None)
+    m3 = np.clip(m2 + rng.choice([-1, 0, 0, 1, 2], n), 0, None)
+    return m1, m2, m3
+
+
+def every_kind_of_cells(m1, m2, m3):
+    precision = np.random.default_rng(1).uniform(0, 2, len(m1))
+    return {
+        "months, m2 unknown": ib.cells(np.column_stack([m1, m3]), m2, precision, S, unknown_month=2),
+        "months, m3 unknown": ib.cells(np.column_stack([m1, m2]), m3, precision, S, unknown_month=3),
+        "change": ib.cells(np.column_stack([m1, m3 - m2]), m2, precision, S, sibling=True),
+        "level": ib.level_cells(np.column_stack([m1, m2, m3]), S, 4),
+    }
+
+
+def test_the_statistics_of_the_truths_laws_are_the_microdata_statistics():
+    """At the truth's empirical laws each statistic is microdata_stats' on the truth (P10: the
+    ceil(0.1 n)-th smallest rate, the population quantile), for every kind of cells."""
+    m1, m2, m3 = small_state()
+    rates = np.sort(growth_rates(m1.astype(float), m3.astype(float)))
+    p10 = rates[int(np.ceil(0.1 * len(rates))) - 1]
+    for kind, found in every_kind_of_cells(m1, m2, m3).items():
+        laws = [c.law for c in found]
+        assert ib.no_change_share(found, laws) == pytest.approx(no_change_share(m1 * 1.0, m2 * 1.0), abs=1e-12), kind
+        assert ib.flows(found, laws) == pytest.approx(job_flow_rates(m1 * 1.0, m3 * 1.0), abs=1e-12), kind
+        assert ib.growth_quantile(found, laws, 0.10) == pytest.approx(p10, abs=1e-12), kind
+        assert sum(c.count for c in found) == len(m1)
+
+
+def test_gradients_are_the_statistics_derivatives():
+    """Each gradient against a central difference along a random direction of sum 0 in every cell."""
+    m1, m2, m3 = small_state(n=800)
+    rng = np.random.default_rng(2)
+    for kind, found in every_kind_of_cells(m1, m2, m3).items():
+        h = [rng.standard_normal(len(c.law)) * c.free for c in found]
+        h = [v - (v.sum() / max(c.free.sum(), 1)) * c.free for v, c in zip(h, found)]
+        laws, eps = [c.law for c in found], 1e-6
+        pairs = [(ib.no_change_gradient(found), lambda ls: ib.no_change_share(found, ls)),
+                 (ib.flow_gradients(found)[0], lambda ls: ib.flows(found, ls)[0]),
+                 (ib.flow_gradients(found)[1], lambda ls: ib.flows(found, ls)[1]),
+                 (ib.cdf_gradient(found, -0.3), lambda ls: ib.growth_cdf(found, ls, -0.3))]
+        for gradient, value in pairs:
+            plus = value([p + eps * v for p, v in zip(laws, h)])
+            minus = value([p - eps * v for p, v in zip(laws, h)])
+            derivative = sum(g @ v for g, v in zip(gradient, h))
+            assert (plus - minus) / (2 * eps) == pytest.approx(derivative, rel=1e-5, abs=1e-9), kind
+
+
+def test_the_second_state_is_a_law_within_the_budget():
+    m1, m2, m3 = small_state()
+    found = ib.cells(np.column_stack([m1, m3 - m2]), m2, np.zeros(len(m1)), S, sibling=True)
+    gradient = ib.no_change_gradient(found)
+    best = ib.two_point_search(found, gradient, lambda laws: ib.no_change_share(found, laws), [1e-4, 1e-2, 1.0])
+    assert best["chi2"] <= ib.CHI2_BUDGET * (1 + 1e-9) and abs(best["difference"]) > 0
+    for law in best["laws"]:
+        assert law.min() >= -1e-12 and law.sum() == pytest.approx(1, abs=1e-12)
+    data = ib.drawn(found, best["laws"], np.random.default_rng(0))
+    assert no_change_share(data[:, 0] * 1.0, data[:, 1] * 1.0) == pytest.approx(best["value"], abs=0.03)
+
+
+def test_leaving_points_out_of_the_denominator_adds_information():
+    """The level cells' sub-probability law: M with the fixed points' densities left out is at least
+    M of the whole law restricted to the free points (positive semi-definite difference)."""
+    pairs = np.array([[1, 1], [1, 2], [2, 2], [3, 3], [8, 9]])
+    law = np.array([0.3, 0.1, 0.3, 0.2, 0.1])
+    free = np.array([True, True, True, False, False])
+    means = [np.sqrt(pairs[:, 0]), np.sqrt(pairs[:, 1])]
+    whole = ib.information(means, [S, S], law)[np.ix_(free, free)]
+    part = ib.information([m[free] for m in means], [S, S], law[free])
+    assert np.linalg.eigvalsh(part - whole).min() > -1e-9
+    assert np.linalg.eigvalsh(part - whole).max() > 1e-3
+
+
+def test_kept_means_are_kept_by_the_second_state():
+    """With keep_means every cell's mean m1 and m2 is the same under Q as under P (so every group
+    answer's expectation is); without, the search moves them (the constraint does something)."""
+    m1, m2, m3 = small_state()
+    moved = []
+    for keep in (True, False):
+        found = ib.level_cells(np.column_stack([m1, m2, m3]), S, 4, keep_means=keep)
+        best = ib.two_point_search(found, ib.no_change_gradient(found),
+                                   lambda laws: ib.no_change_share(found, laws), [1e-3, 1e-1])
+        assert abs(best["difference"]) > 0
+        shift = max(abs((q - c.law) @ c.first) + abs((q - c.law) @ c.second) for c, q in zip(found, best["laws"]))
+        moved.append(shift)
+    assert moved[0] < 1e-12 < 1e-4 < moved[1]
+
+
+def test_the_group_answers_chi_square_is_a_sum_over_groups(benchmark_script):
+    """benchmarks/information_bounds.group_chi_square against a loop over groups and members (each
+    member's mean and variance under P and Q from its cell's law); 0 when Q is P."""
+    script = benchmark_script("information_bounds")
+    m1, m2, m3 = small_state(n=300)
+    months = np.column_stack([m1, m2, m3])
+    rng = np.random.default_rng(4)
+    truth = pd.DataFrame({"county": rng.choice(["001", "003", "005"], 300), "naics5": rng.choice(["1", "2"], 300)})
+    groups = {}
+    for month in script.MONTHS:
+        groups[month] = []
+        for by in (["county"], ["county", "naics5"]):
+            keys = truth[by].drop_duplicates().sort_values(by).reset_index(drop=True)
+            groups[month].append(SimpleNamespace(keys=keys, sd=rng.uniform(1, 4, len(keys))))
+    found = ib.level_cells(months, S, 4)
+    laws = ib.two_point_search(found, ib.no_change_gradient(found), lambda ls: ib.no_change_share(found, ls),
+                               [1e-2])["laws"]
+    assert script.group_chi_square(truth, months, groups, found, [c.law for c in found]) == 0
+    cell_of = {c.known[0]: (c, q) for c, q in zip(found, laws)}
+    expected = 0.0
+    for month, values in zip(script.MONTHS, ("first", "second", "later")):
+        for answer in groups[month]:
+            for g in range(len(answer.keys)):
+                mu = delta = var_p = 0.0
+                for j in range(300):
+                    if all(truth.iloc[j][c] == answer.keys.iloc[g][c] for c in answer.keys.columns):
+                        cell, q = cell_of[int(m3[j] - m2[j])]
+                        x = getattr(cell, values).astype(float)
+                        mp, mq = cell.law @ x, q @ x
+                        vp, vq = cell.law @ x ** 2 - mp ** 2, q @ x ** 2 - mq ** 2
+                        mu, delta, var_p = mu + mq - mp, delta + vq - vp, var_p + vp
+                v = answer.sd[g] ** 2 + var_p
+                expected += mu ** 2 / v + delta ** 2 / (2 * v ** 2)
+    got = script.group_chi_square(truth, months, groups, found, laws)
+    assert got == pytest.approx(expected, rel=1e-9) and got > 0
