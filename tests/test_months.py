@@ -351,7 +351,7 @@ def test_month_pattern_keeps_a_groups_movement_and_drops_its_noise():
 
 
 @pytest.mark.slow
-def test_sector_patterns_make_statewide_industry_margins_cover(shared_data, monkeypatch):
+def test_sector_patterns_make_statewide_industry_margins_cover(synthesized, monkeypatch):
     """Industries' months move together statewide (construction hires in March); shrinking toward
     the state's pattern errs alike for all of a sector's establishments, beyond the county x NAICS-6
     cells' shared errors. On New Jersey's synthesized state, 2 releases, statewide supersector and
@@ -360,10 +360,8 @@ def test_sector_patterns_make_statewide_industry_margins_cover(shared_data, monk
     state's pattern for all (PATTERN_GROUP = state; measured 1.69: the cells' own patterns now carry
     part of a seasonal sector's movement, which took it to 1.9-3.3 before them)."""
     from gedp.evaluation.accuracy import compute_accuracy
-    from gedp.synth.establishments import synthesize_state
-    from gedp.synth.qcew import read_qcew
 
-    truth = synthesize_state(read_qcew(shared_data / "qcew_2016q1_34.csv"), rng=np.random.default_rng(1))
+    truth = synthesized("34")
 
     def mean_z2(group):
         monkeypatch.setattr(months, "PATTERN_GROUP", group)
