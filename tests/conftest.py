@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gedp.synth.profiles import generate_profile, load_profile
@@ -115,15 +116,60 @@ def small_state():
 
 
 @pytest.fixture(scope="session")
-def fitted_state(small_state):
-    """A baseline release of the small state (seed 5): its answers, protected microdata and psi, for
-    tests that refit its wages with a knob switched."""
+def synthesized(shared_data) -> Callable[[str], pd.DataFrame]:
+    """A function ``state code -> microdata``: the state synthesized from its 2016 Q1 QCEW file
+    (realistic sizes, seed 1), made once for the session's process (Rhode Island's costs about 2.5 s of
+    processor time, New Jersey's 5.7 s; test_accuracy, test_months, test_qcew, test_suppression and
+    test_wages use them); each call returns a copy."""
+    from functools import cache
+
+    from gedp.synth.establishments import synthesize_state
+    from gedp.synth.qcew import read_qcew
+
+    @cache
+    def synthesized_once(code: str) -> pd.DataFrame:
+        return synthesize_state(read_qcew(shared_data / f"qcew_2016q1_{code}.csv"), rng=np.random.default_rng(1))
+
+    return lambda code: synthesized_once(code).copy()
+
+
+@pytest.fixture(scope="session")
+def baseline_release(small_state):
+    """A baseline release of the small state (seed 5, not for publication), made once for the session's
+    process (test_wages, test_cell_margins, test_rate_tails and the fixtures below read it; none changes
+    it)."""
+    import gedp
+
+    return gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
+
+
+@pytest.fixture(scope="session")
+def recommended_release(small_state):
+    """The small state under the default plan (seed 1, not for publication), made once for the session's
+    process: tests write copies of it (``Release.write``) and tabulate it; none changes it."""
+    import gedp
+
+    return gedp.protect(small_state, seed=1, not_for_publication=True)
+
+
+@pytest.fixture(scope="session")
+def fitted_state(baseline_release):
+    """``baseline_release``'s answers, protected microdata and psi, read from its files, for tests that
+    refit its wages with a knob switched."""
     import gedp
     from gedp.release.reader import read_release
 
-    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
-    protected, answers = read_release(release.folder)
+    protected, answers = read_release(baseline_release.folder)
     return answers, protected, gedp.load("baseline").plan.psi
+
+
+@pytest.fixture(scope="session")
+def baseline_wage_fit(fitted_state):
+    """The wage fit made again from ``fitted_state``'s answers and protected microdata, every knob at its
+    default (read only: a test that switches a knob fits again)."""
+    from gedp.postprocess import wages
+
+    return wages.fit_wages(*fitted_state)
 
 
 def spreads_by_pass(fitted_state, monkeypatch, priors: str) -> list:
@@ -178,13 +224,21 @@ def lone_release(small_release, tmp_path_factory):
 @pytest.fixture(scope="session")
 def seeded_small_release(tmp_path_factory):
     """A function ``(name, establishments) -> folder``: a release of the small profile, state seed 5 and
-    noise seed 6, not for publication, written to a fresh folder (for a test module to read or copy)."""
+    noise seed 6, not for publication, written to a fresh folder (for a test module to read or copy).
+    Each size is protected once for the session's process (ten modules ask for three sizes) and written
+    anew for each call (``Release.write``)."""
+    from functools import cache
+
     import gedp
+
+    @cache
+    def released(establishments: int) -> gedp.Release:
+        state = gedp.synthesize("small", establishments=establishments, seed=5)
+        return gedp.protect(state, seed=6, not_for_publication=True)
 
     def write(name: str, establishments: int) -> Path:
         folder = tmp_path_factory.mktemp(name) / "release"
-        state = gedp.synthesize("small", establishments=establishments, seed=5)
-        gedp.protect(state, seed=6, not_for_publication=True).write(folder)
+        released(establishments).write(folder)
         return folder
 
     return write

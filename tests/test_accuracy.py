@@ -138,15 +138,14 @@ def test_evaluate_accuracy_on_rhode_island_flags_the_published_cells(shared_data
     assert "## wage by QCEW level" in (out / "report.md").read_text()
 
 
-def test_published_flags_follow_the_keys(shared_data):
+def test_published_flags_follow_the_keys(shared_data, synthesized):
     """Cell by cell at level 78: flagged exactly when the file has the county x NAICS-6 row unsuppressed."""
     from gedp.measure.queries import group_establishments
-    from gedp.synth.establishments import synthesize_state
     from gedp.synth.qcew import read_qcew
 
     path = shared_data / "qcew_2016q1_44.csv"
     published = read_qcew(path)
-    truth = synthesize_state(published, rng=np.random.default_rng(1))
+    truth = synthesized("44")
     keys = group_establishments(truth, qcew_keys(truth, 78)).keys
     flags = accuracy.published_flags(published, 78, keys)
     in_file = {(a[2:], i) for lvl, a, i in published_rows_in_file(path) if lvl == 78}

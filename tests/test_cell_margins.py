@@ -11,9 +11,8 @@ from test_moe import dense_variances
 from test_postprocess import nested_instance
 from test_wages import _dense_variances as dense_wage_variances
 
-import gedp
 from gedp.measure.queries import group_establishments
-from gedp.postprocess import wage_margins, wages
+from gedp.postprocess import wage_margins
 from gedp.postprocess.cellmargins import IndexedVariances, LeastSquaresCells, WageCells, finest_cells, pieces_of
 from gedp.postprocess.models import WageVariances
 from gedp.postprocess.variances import establishment_variances
@@ -81,13 +80,10 @@ def test_shared_errors_and_slopes_from_pieces_are_the_dense_covariances():
 
 
 @pytest.fixture(scope="module")
-def wage_fit(small_state):
-    """A baseline release of the small state, its protected microdata and its wage fit."""
-    from gedp.release.reader import read_release
-
-    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
-    protected, answers = read_release(release.folder)
-    return protected, wages.fit_wages(answers, protected, gedp.load("baseline").plan.psi)
+def wage_fit(fitted_state, baseline_wage_fit):
+    """A baseline release of the small state (seed 5), its protected microdata and its wage fit
+    (conftest: made once for the session)."""
+    return fitted_state[1], baseline_wage_fit
 
 
 def test_wage_pieces_give_the_dense_covariance(wage_fit):

@@ -45,6 +45,13 @@ def release(state, jobs):
                         not_for_publication=True)
 
 
+@pytest.fixture(scope="module")
+def integer_release(state, jobs):
+    """The same state and noise seed released with whole numbers (three tests read it or write copies of it)."""
+    return gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), gedp.load("jobs", integer=True),
+                        input=gedp.Input(jobs=jobs), seed=3, not_for_publication=True)
+
+
 # --- the projection onto protected employment ------------------------------------------------------
 def test_raking_meets_every_margin_and_is_the_kl_projection_of_its_seed():
     """Against cvxpy's exponential-cone solve of min KL(y || seed) subject to the row totals and two
@@ -200,9 +207,8 @@ def test_job_and_establishment_tabulations_of_one_release_agree(release):
         np.testing.assert_allclose(summed, by_county["m1emp"].to_numpy(), rtol=1e-9)
 
 
-def test_integer_job_frames_are_whole_and_add_up(state, jobs):
-    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), gedp.load("jobs", integer=True),
-                         input=gedp.Input(jobs=jobs), seed=4, not_for_publication=True)
+def test_integer_job_frames_are_whole_and_add_up(integer_release):
+    whole = integer_release
     frame = whole.jobs
     assert np.all(frame["jobs"] == np.round(frame["jobs"]))
     sums = frame[frame["family"] == "worker"].groupby("estab_id")["jobs"].sum()
@@ -660,12 +666,11 @@ def test_a_job_frame_of_other_columns_is_refused_from_its_schema(written, tmp_pa
         assert len(result.output.strip().splitlines()) == 1, result.output
 
 
-def test_a_genuine_job_frame_is_read_with_the_columns_gedp_writes(written, release, state, jobs, tmp_path):
+def test_a_genuine_job_frame_is_read_with_the_columns_gedp_writes(written, release, integer_release, tmp_path):
     """Power of the rule above: the frames gedp writes are read whole, an integer release's too."""
     from gedp.tabulation.job_frame_tables import read_job_frame
 
-    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), gedp.load("jobs", integer=True),
-                         input=gedp.Input(jobs=jobs), seed=3, not_for_publication=True)
+    whole = integer_release
     for folder, written_release in ((written, release), (whole.write(tmp_path / "integer"), whole)):
         frame = read_job_frame(folder)
         assert list(frame.columns) == ["estab_id", "family", "sex", "education", "home_county", "jobs"]
@@ -744,14 +749,12 @@ def test_the_reader_reads_every_home_county_protect_measures(written, state):
         check_adds_up(written, frame, protected)
 
 
-def test_a_genuine_job_frame_passes_the_value_checks(written, release, state, jobs, tmp_path):
+def test_a_genuine_job_frame_passes_the_value_checks(written, integer_release, tmp_path):
     """Power: the frames gedp writes (an integer release's too) are tabulated and pass audit's files check;
     an integer release's fractional jobs are refused."""
     from gedp.audit.release import audit_release
 
-    whole = gedp.protect(state.drop(columns=["m2emp", "m3emp", "wage"]), gedp.load("jobs", integer=True),
-                         input=gedp.Input(jobs=jobs), seed=3, not_for_publication=True)
-    integer = whole.write(tmp_path / "integer")
+    integer = integer_release.write(tmp_path / "integer")
     for folder in (written, integer):
         table = gedp.read_release(folder).tabulate(by="sex")
         assert table["jobs"].sum() == pytest.approx(gedp.read_release(folder).tabulate()["m1emp"].sum())

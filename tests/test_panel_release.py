@@ -164,8 +164,8 @@ def test_a_bad_panel_tabulation_is_refused(release, options, rule):
         release.tabulate("county", **options)
 
 
-def test_a_release_of_one_quarter_takes_no_quarter(small_state):
-    single = gedp.protect(small_state, seed=1, not_for_publication=True)
+def test_a_release_of_one_quarter_takes_no_quarter(recommended_release):
+    single = recommended_release
     with pytest.raises(InputError, match="holds one quarter"):
         single.tabulate("county", quarter="2016Q1")
 

@@ -180,7 +180,7 @@ def test_a_staging_folder_held_by_a_running_process_is_left_alone(tmp_path):
     assert remove_stale_staging(out) == [held.name]
 
 
-def test_a_release_folder_keeps_the_mode_of_any_folder_and_unnamed_leftovers_go(small_state, tmp_path):
+def test_a_release_folder_keeps_the_mode_of_any_folder_and_unnamed_leftovers_go(recommended_release, tmp_path):
     """The staging folder is made as any folder is (the umask's mode, which the published output
     keeps, not a private temporary folder's 0700); an empty ``.OUT.new-*`` folder a run killed while
     naming its staging folder left is removed once a minute old, a fresh one is left to its run."""
@@ -193,7 +193,7 @@ def test_a_release_folder_keeps_the_mode_of_any_folder_and_unnamed_leftovers_go(
     fresh.mkdir()
     os.utime(stale, (time.time() - 120, time.time() - 120))
     assert remove_stale_staging(tmp_path / "rel") == [] and not stale.exists() and fresh.exists()
-    gedp.protect(small_state, seed=1, not_for_publication=True).write(tmp_path / "rel")
+    recommended_release.write(tmp_path / "rel")
     assert (tmp_path / "rel").stat().st_mode & 0o7777 == plain.stat().st_mode & 0o7777
 
 
@@ -268,11 +268,12 @@ def test_a_sigterm_whose_exception_was_lost_still_commits_and_publishes_nothing(
         assert [r["status"] for r in live(read_ledger(tmp_path / "books.json"))] == ["committed", "pending"]
 
 
-def test_a_stop_between_the_renames_puts_the_earlier_release_back(small_state, tmp_path, monkeypatch):
+def test_a_stop_between_the_renames_puts_the_earlier_release_back(small_state, recommended_release, tmp_path,
+                                                                  monkeypatch):
     """Publishing renames the earlier release away, then the new one into place; a stop (Ctrl-C,
     SIGTERM) between the two leaves the earlier release where it was, not a missing folder."""
     out = tmp_path / "rel"
-    gedp.protect(small_state, seed=1, not_for_publication=True).write(out)
+    recommended_release.write(out)
     before = release_bytes(out)
     release = gedp.protect(small_state, seed=2, not_for_publication=True)
     stop_before_the_new_release_is_renamed(monkeypatch)

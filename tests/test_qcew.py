@@ -141,9 +141,9 @@ def real_state(request, shared_data):
 
 
 @pytest.mark.shared_data
-def test_real_states_are_reproduced_exactly_at_every_level(real_state):
+def test_real_states_are_reproduced_exactly_at_every_level(real_state, synthesized):
     published, _, establishments = real_state
-    realistic = synthesize_state(published, mode="realistic", rng=np.random.default_rng(1))
+    realistic = synthesized(published.state)  # mode realistic, seed 1, made once for the session
     paper = synthesize_state(published, mode="paper", rng=np.random.default_rng(1))
     for microdata in (realistic, paper):
         report = validation_report(microdata, published)
@@ -178,7 +178,7 @@ def test_suppressed_shares_are_the_files_n_codes(real_state, shared_data):
 
 
 @pytest.mark.shared_data
-def test_shipped_profiles_hold_the_published_counts(real_state):
+def test_shipped_profiles_hold_the_published_counts(real_state, synthesized):
     published, profile_name, establishments = real_state
     profile = load_profile(profile_name)
     sectors = published.aggregates.query("agglvl == 74 and estabs > 0")
@@ -186,7 +186,7 @@ def test_shipped_profiles_hold_the_published_counts(real_state):
     shipped = {(c, s): n for c, row in profile["county_sector_establishments"].items() for s, n in row.items()}
     assert shipped == expected and profile["establishments"] == establishments
     # a refit reproduces the shipped parameters (solver vertices may differ slightly by platform)
-    refit = fit_profile(published, synthesize_state(published, rng=np.random.default_rng(1)), name="x", description="")
+    refit = fit_profile(published, synthesized(published.state), name="x", description="")
     for sector, spec in profile["sectors"].items():
         assert refit["sectors"][sector]["industries"] == spec["industries"]
         for key in ("log_employment_mean", "log_employment_sd", "log_wage_per_employee_mean", "zero_share"):

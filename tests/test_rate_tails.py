@@ -127,23 +127,19 @@ def test_normal_rates_give_the_normal_fit():
     assert np.inf in NU_GRID
 
 
-def test_margins_use_the_final_weights_in_both_paths(small_state, monkeypatch):
+def test_margins_use_the_final_weights_in_both_paths(fitted_state, baseline_wage_fit, monkeypatch):
     """With RATE_TAILS the wage fit's rate priors change (the Hessian over the rates differs from the
     normal prior's), and the margins from per-cell pieces are the per-establishment ones to the last
     bits and the dense covariance of that fit."""
     from test_cell_margins import cell_tab, tab_codes
     from test_wages import _dense_variances as dense_wage_variances
 
-    import gedp
     from gedp.postprocess import wage_margins, wages
     from gedp.postprocess.cellmargins import WageCells, finest_cells, pieces_of
     from gedp.postprocess.models import WageVariances
-    from gedp.release.reader import read_release
 
-    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
-    protected, answers = read_release(release.folder)
-    psi = gedp.load("baseline").plan.psi
-    normal = wages.fit_wages(answers, protected, psi)
+    answers, protected, psi = fitted_state  # the baseline release of the small state, seed 5
+    normal = baseline_wage_fit
     monkeypatch.setattr(wages, "RATE_TAILS", True)
     fit = wages.fit_wages(answers, protected, psi)
     assert abs(fit.rates.precision - normal.rates.precision).max() > 1e-6 * abs(normal.rates.precision).max()

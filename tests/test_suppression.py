@@ -201,17 +201,16 @@ def test_rule_refuses_bad_parameters(kwargs, message):
 
 
 @pytest.mark.shared_data
-def test_suppression_realism_on_rhode_island(shared_data):
+def test_suppression_realism_on_rhode_island(shared_data, synthesized):
     """Realism check of generator and suppression together: on a state fitted to the published Rhode
     Island file, primary + secondary suppression (p 10%, fewer than 3 establishments) withholds a share
     of county x NAICS-6 cells within 10 percentage points of what BLS withheld (64.4%)."""
-    from gedp.synth.establishments import synthesize_state
     from gedp.synth.qcew import read_qcew
 
     published = read_qcew(shared_data / "qcew_2016q1_44.csv")
     real = published.aggregates.groupby("agglvl")["suppressed"].mean()
     assert real[78] == pytest.approx(0.644, abs=5e-4)
-    state = synthesize_state(published, rng=np.random.default_rng(1))
+    state = synthesized("44")
     shares = suppression_shares(suppress(state, RULE, audit=False)).set_index("agglvl")["suppressed_share"]
     assert abs(shares[78] - real[78]) < 0.10
 

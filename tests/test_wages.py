@@ -87,13 +87,10 @@ def _dense_variances(fit: wages.WageFit, tab_codes: np.ndarray, n_tab: int, inde
 
 
 @pytest.fixture(scope="module")
-def fitted(small_state):
-    """A baseline release of the small state and the wage fit recomputed from its answers."""
-    from gedp.release.reader import read_release
-
-    release = gedp.protect(small_state, "baseline", seed=5, not_for_publication=True)
-    protected, answers = read_release(release.folder)
-    return release, protected, wages.fit_wages(answers, protected, gedp.load("baseline").plan.psi)
+def fitted(baseline_release, fitted_state, baseline_wage_fit):
+    """A baseline release of the small state (seed 5), its protected microdata and the wage fit recomputed
+    from its answers (conftest: made once for the session)."""
+    return baseline_release, fitted_state[1], baseline_wage_fit
 
 
 def test_the_fit_is_reproduced_from_the_release_files(fitted):
@@ -304,28 +301,13 @@ def test_plain_least_squares_stays_available(small_state):
 
 
 @pytest.fixture(scope="module")
-def baseline_releases(small_state):
+def baseline_releases(small_state, baseline_release):
     """Releases of the small state under `baseline` (whose wages are the employment-informed fit), seeds
-    0-5: the releases of two tests, made once for the module (tests read them, none changes them)."""
+    0-5: the releases of two tests, made once for the module (tests read them, none changes them); seed
+    5's is the session's ``baseline_release``."""
     assert gedp.load("baseline").wages == "employment"
-    return [gedp.protect(small_state, "baseline", seed=seed, not_for_publication=True) for seed in range(6)]
-
-
-@pytest.fixture(scope="module")
-def synthesized(shared_data):
-    """A function ``state code -> microdata``: the state synthesized from its 2016 Q1 QCEW file (seed 1),
-    made once for the module (Rhode Island's costs about 2.5 s of processor time, New Jersey's 5.7 s;
-    two tests use each); each call returns a copy."""
-    from functools import cache
-
-    from gedp.synth.establishments import synthesize_state
-    from gedp.synth.qcew import read_qcew
-
-    @cache
-    def synthesized_once(code: str) -> pd.DataFrame:
-        return synthesize_state(read_qcew(shared_data / f"qcew_2016q1_{code}.csv"), rng=np.random.default_rng(1))
-
-    return lambda code: synthesized_once(code).copy()
+    return [*(gedp.protect(small_state, "baseline", seed=seed, not_for_publication=True) for seed in range(5)),
+            baseline_release]
 
 
 @pytest.mark.slow
