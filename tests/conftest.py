@@ -153,6 +153,24 @@ def recommended_release(small_state):
 
 
 @pytest.fixture(scope="session")
+def small_panel_release(tmp_path_factory) -> Path:
+    """A release of two quarters (2016Q1 and 2016Q2) of a 300-establishment small state, made with the
+    command line once a session (seed 1, not for publication): tests read it and write beside it."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+
+    folder = tmp_path_factory.mktemp("small-panel")
+    panel, release = folder / "panel.parquet", folder / "panel-release"
+    runner = CliRunner()
+    assert runner.invoke(app, ["synth", "--profile", "small", "--establishments", "300", "--quarters",
+                               "2016Q1:2016Q2", "--out", str(panel)]).exit_code == 0
+    assert runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "1",
+                               "--not-for-publication", "--allow-over-cap"]).exit_code == 0
+    return release
+
+
+@pytest.fixture(scope="session")
 def fitted_state(baseline_release):
     """``baseline_release``'s answers, protected microdata and psi, read from its files, for tests that
     refit its wages with a knob switched."""

@@ -179,13 +179,8 @@ def test_margins_by_a_column_the_user_added_are_refused_in_words(lone_release):
     assert len(release.tabulate("big")) == 2  # without margins, any column of the microdata
 
 
-def test_a_panel_release_is_drawn_one_quarter_at_a_time(tmp_path):
-    panel = tmp_path / "panel.parquet"
-    assert runner.invoke(app, ["synth", "--profile", "small", "--establishments", "300", "--quarters",
-                               "2016Q1:2016Q2", "--out", str(panel)]).exit_code == 0
-    release = tmp_path / "panel-release"
-    assert runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "1",
-                               "--not-for-publication", "--allow-over-cap"]).exit_code == 0
+def test_a_panel_release_is_drawn_one_quarter_at_a_time(tmp_path, small_panel_release):
+    release = small_panel_release
     result = runner.invoke(app, ["implicates", str(release), "--n", "2", "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "give a quarter" in result.output
     write_implicates(release, 2, tmp_path / "q2", seed=1, quarter="2016Q2")

@@ -272,15 +272,10 @@ def test_tabulating_a_folder_takes_a_fifth_of_drawing_at_most(lone_release, tmp_
     assert reading * 5 <= drawing, (reading, drawing)
 
 
-def test_a_panel_quarters_folder_tabulates_that_quarter_only(tmp_path, drawn_once):
+def test_a_panel_quarters_folder_tabulates_that_quarter_only(tmp_path, drawn_once, small_panel_release):
     """A folder drawn of one quarter of a panel release (``--quarter``) gives that quarter's table, the
     one drawn with the release's seed when drawn with it; another quarter's table refuses it."""
-    panel = tmp_path / "panel.parquet"
-    assert runner.invoke(app, ["synth", "--profile", "small", "--establishments", "300", "--quarters",
-                               "2016Q1:2016Q2", "--out", str(panel)]).exit_code == 0
-    release = tmp_path / "panel-release"
-    assert runner.invoke(app, ["protect", str(panel), "--out", str(release), "--seed", "1",
-                               "--not-for-publication", "--allow-over-cap"]).exit_code == 0
+    release = small_panel_release
     folder = write_implicates(release, 20, tmp_path / "q2", seed=tabulation_seed(release), quarter="2016Q2")
     opened = gedp.read_release(release)
     pd.testing.assert_frame_equal(opened.tabulate("size_class", moe=True, quarter="2016Q2", implicates=folder),
