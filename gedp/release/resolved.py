@@ -84,7 +84,9 @@ def resolve_failures(manifest: Mapping, protected: pd.DataFrame, measurements: p
         answers = measurements.iloc[end - rows:end].reset_index(drop=True)
         try:
             solved = refit(manifest, rows_of, answers, f"state {state}")
-        except Exception as err:  # noqa: BLE001 (untrusted files: whatever stops the solve fails the check)
+        except InputError:
+            raise  # a refusal of the answers in one line, naming what is wrong with them
+        except Exception as err:  # noqa: BLE001 (untrusted files: whatever else stops the solve fails the check)
             failures.append(f"state {state}: the answers cannot be postprocessed again ({type(err).__name__})")
             continue
         for attribute in solved.columns.drop(public_columns(rows_of)):
