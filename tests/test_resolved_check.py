@@ -227,3 +227,19 @@ def test_a_tampered_verdict_is_never_trusted(kind, release, tmp_path, refits):
     resolved._keep(path, content)
     refits.clear()
     assert gedp.read_release(copy).privacy["mu"] > 0 and refits == []
+
+
+def test_a_re_solve_that_does_not_finish_is_one_solver_error_line(release, monkeypatch):
+    """The re-solve's block principal pivoting not finishing (its cap set to 0) is gedp's solver error: one
+    line, exit 1, nothing written, no verdict kept."""
+    from typer.testing import CliRunner
+
+    from gedp.cli import app
+    from gedp.postprocess import structured
+
+    monkeypatch.setattr(structured, "MAX_ITERATIONS", 0)
+    result = CliRunner().invoke(app, ["tabulate", str(release), "--by", "county", "--moe"])
+    assert result.exit_code == 1 and result.output.startswith("solver error:"), result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    path, _ = resolved._verdict(release, None)
+    assert not path.exists()

@@ -27,7 +27,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gedp.errors import InputError
+from gedp.errors import InputError, SolverError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -84,8 +84,8 @@ def resolve_failures(manifest: Mapping, protected: pd.DataFrame, measurements: p
         answers = measurements.iloc[end - rows:end].reset_index(drop=True)
         try:
             solved = refit(manifest, rows_of, answers, f"state {state}")
-        except InputError:
-            raise  # a refusal of the answers in one line, naming what is wrong with them
+        except (InputError, SolverError):
+            raise  # gedp's own one-line errors: the answers refused, or a solve that does not finish
         except Exception as err:  # noqa: BLE001 (untrusted files: whatever else stops the solve fails the check)
             failures.append(f"state {state}: the answers cannot be postprocessed again ({type(err).__name__})")
             continue
