@@ -243,3 +243,14 @@ def test_a_re_solve_that_does_not_finish_is_one_solver_error_line(release, monke
     assert len(result.output.strip().splitlines()) == 1, result.output
     path, _ = resolved._verdict(release, None)
     assert not path.exists()
+
+
+def test_the_most_recent_verdicts_are_kept(tmp_path, monkeypatch, margins_cache):
+    """At most ``KEPT_VERDICTS`` verdicts are kept, the least recently written removed first."""
+    monkeypatch.setattr(resolved, "KEPT_VERDICTS", 2)
+    folder = margins_cache / "margins" / resolved.VERDICTS_FOLDER
+    folder.mkdir(parents=True, mode=0o700)
+    for number in range(4):
+        resolved._keep(folder / f"{number:064x}", {"n": number})
+        os.utime(folder / f"{number:064x}", ns=(number * 10**9, number * 10**9))
+    assert sorted(path.name[-1] for path in folder.iterdir()) == ["2", "3"]

@@ -15,7 +15,8 @@ writable by others) under ``.verdicts/``, in a file named by the SHA-256 of the 
 (``margins.release_digest``: its manifest, measurements and protected microdata, every byte) and the
 quarter, holding both; a later read of the same bytes pays only the digest. A verdict file is used
 only when it is a regular file of the user's, not writable by group or others, holding that digest
-and quarter; anything else is ignored and the release solved again. Only a passed check is kept.
+and quarter; anything else is ignored and the release solved again. Only a passed check is kept (the
+``KEPT_VERDICTS`` most recent).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 #: Bumped whenever what the check compares changes (a kept verdict of another format is not used).
 VERDICT_FORMAT = 1
 VERDICTS_FOLDER = ".verdicts"
+#: Verdicts kept at most (the least recently written removed first).
+KEPT_VERDICTS = 256
 #: Largest difference allowed between a protected value and its re-solved value, relative to the
 #: attribute's largest re-solved value in the state: 1e-8, 100 times the CPU families' 1e-10.
 RTOL = 1e-8
@@ -147,7 +150,8 @@ def _kept(path: Path, content: dict) -> bool:
 
 
 def _keep(path: Path, content: dict) -> None:
-    """Write a verdict (atomically, mode 0600; nothing where the cache cannot be written)."""
+    """Write a verdict (atomically, mode 0600; nothing where the cache cannot be written), keeping the
+    ``KEPT_VERDICTS`` most recent."""
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         staged = path.with_name(f".partial-{path.name}-{os.getpid()}")
@@ -155,5 +159,8 @@ def _keep(path: Path, content: dict) -> None:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
             file.write(json.dumps(content, sort_keys=True))
         staged.replace(path)
+        kept = sorted(path.parent.iterdir(), key=lambda entry: entry.lstat().st_mtime_ns, reverse=True)
+        for stale in kept[KEPT_VERDICTS:]:
+            stale.unlink(missing_ok=True)
     except OSError:
         pass
