@@ -376,6 +376,16 @@ def session_cache(tmp_path_factory) -> Iterator[Path]:
         os.environ["GEDP_CACHE_DIR"] = before
 
 
+@pytest.fixture
+def unresolved(monkeypatch) -> None:
+    """Readers without the re-solve check (``gedp.release.resolved``): for tests of what the other checks, the
+    margins or the draws do with answers edited on purpose (such a copy is not the fit of its answers: the
+    re-solve would refuse it before them)."""
+    from gedp.release import resolved
+
+    monkeypatch.setattr(resolved, "check_resolved", lambda *args: None)
+
+
 @pytest.fixture(autouse=True)
 def margins_cache(tmp_path_factory, monkeypatch) -> Path:
     """Margin structures are kept in a folder of each test's own (``GEDP_CACHE_DIR``), never in the

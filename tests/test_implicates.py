@@ -36,7 +36,10 @@ def test_implicates_read_the_release_only_and_change_none_of_its_bytes(lone_rele
     result = runner.invoke(app, ["implicates", str(lone_release), "--n", "3", "--out", str(out), "--seed", "4"])
     assert result.exit_code == 0, result.output
     assert digests(lone_release) == before
-    assert not cache.exists() and not (tmp_path / "home").exists()
+    assert not (tmp_path / "home").exists()
+    # the cache holds the re-solve's verdict and the release's remembered digest only (gedp.release.resolved)
+    kept = sorted(path.relative_to(cache / "margins").parts[0] for path in cache.rglob("*") if path.is_file())
+    assert kept == [".digests", ".verdicts"], kept
     frame = pd.read_parquet(out)
     release = pd.read_parquet(lone_release / "protected.parquet")
     assert sorted(frame["implicate"].unique()) == [1, 2, 3]

@@ -88,7 +88,7 @@ def test_structure_is_rebuilt_from_a_copy_of_the_release_alone(release_copy, tmp
     assert_same_variances(first, read_structure(kept_path(copy)), protected)
 
 
-def test_an_edited_measurement_gets_its_own_structure(release_copy):
+def test_an_edited_measurement_gets_its_own_structure(release_copy, unresolved):
     folder, protected = release_copy
     original = kept_variances(folder)
     original_path = kept_path(folder)

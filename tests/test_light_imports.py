@@ -97,6 +97,10 @@ def test_tabulating_a_release_loads_no_scipy_and_no_release_builder(release, tmp
 
 
 def test_a_manager_report_loads_no_config_and_no_release_builder(release, tmp_path):
+    """Once the release's verdict is kept (the first checked read solves it again from its answers with
+    its config: ``release.resolved``), a report loads no config and no release builder."""
+    first = command_loaded("report", str(release), "--out", "first.html", cwd=tmp_path)
+    assert "gedp.config" in first  # the first read's re-solve (the power of what follows)
     modules = command_loaded("report", str(release), "--out", "report.html", cwd=tmp_path)
     assert (tmp_path / "report.html").is_file()
     # it checks the measurements (the pnc answers' tau: gedp.measure.mechanisms) and writes its page

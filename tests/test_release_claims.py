@@ -789,7 +789,7 @@ def test_a_budget_restated_through_the_identity_bounds_is_refused(release, tmp_p
                             "sd is above the psi mechanism's (gamma + grid + float error) / mu", plain=False)
 
 
-def test_the_identity_bounds_moved_with_the_pnc_checks_alone_are_read(release, tmp_path, monkeypatch):
+def test_the_identity_bounds_moved_with_the_pnc_checks_alone_are_read(release, tmp_path, monkeypatch, unresolved):
     """Power of the test above: the same copy passes the pnc checks (largest sd and groups) as they stand, so
     its refusal is the psi sd rule's, not theirs."""
     from gedp.release import measurement_checks

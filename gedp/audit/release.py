@@ -24,17 +24,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gedp.config import parse_config
 from gedp.errors import InputError
 from gedp.measure.budget import compose
 from gedp.measure.grid import VALUE_GRID, rounded_noise_sd
 from gedp.measure.mechanisms import pnc_released_sensitivity, pnc_tau, psi_sensitivity
 from gedp.measure.neighbors import NeighborFunction, make_psi
 from gedp.measure.queries import IDENTITY, Groupings
-from gedp.postprocess.models import PostprocessOptions
-from gedp.postprocess.protect import protect_microdata
-from gedp.postprocess.rounding import Rounder
 from gedp.postprocess.tabulate import qcew_tables
+from gedp.release import resolved
 from gedp.release.format import (
     ACCURACY_FILE,
     JOBS_FILE,
@@ -47,7 +44,6 @@ from gedp.release.format import (
 )
 from gedp.release.part_sizes import check_decoded, check_footer, expected_rows, read_parts
 from gedp.release.reader import (
-    answers_of_frame,
     check_adds_up,
     parse_query_name,
     read_manifest,
@@ -180,17 +176,8 @@ def check_counts(manifest: dict, parts: list[StatePart]) -> list[str]:
 
 
 def refit(manifest: dict, part: StatePart) -> pd.DataFrame:
-    """A part's protected microdata recomputed as the release computed them: its noisy answers
-    postprocessed (``protect_microdata``, the models and options of the manifest's config, each
-    attribute rounded as solved in an integer release) over its public columns."""
-    config = parse_config(manifest["config"], "manifest config", allow_large_mu=True).with_integer(
-        bool(manifest["integer"]))
-    public = part.protected[public_columns(part.protected)]
-    answers = answers_of_frame(part.label, part.measurements)
-    rounder = Rounder(public) if config.integer else None
-    solved, _ = protect_microdata({attribute: answers[attribute] for attribute in config.attributes}, public,
-                                  PostprocessOptions.from_config(config), finish=rounder, groupings=Groupings(public))
-    return solved
+    """A part's protected microdata recomputed as the release computed them (``resolved.refit``)."""
+    return resolved.refit(manifest, part.protected, part.measurements, part.label)
 
 
 def check_refit(manifest: dict, parts: list[StatePart]) -> list[str]:

@@ -229,8 +229,10 @@ def read_answers(release: str | Path, quarter: str | None = None) -> dict[str, l
 
 def read_measurements(release: str | Path, quarter: str | None = None) -> pd.DataFrame:
     """A release's measurements (of one ``quarter`` of a panel release), every row and number checked
-    as untrusted input (``measurement_checks.checked_measurements``): what every reader of its answers
-    reads. Of a panel, the parts of ``quarter`` only, each checked to hold that quarter's rows only."""
+    as untrusted input (``measurement_checks.checked_measurements``) and the protected microdata
+    checked to be their postprocessing (``resolved.check_resolved``, once per release's bytes): what
+    every reader of its answers reads. Of a panel, the parts of ``quarter`` only, each checked to hold
+    that quarter's rows only."""
     release = Path(release)
     check_quarter(release, quarter)
     filters = None if quarter is None else [(QUARTER_KEY, "==", quarter)]
@@ -239,7 +241,11 @@ def read_measurements(release: str | Path, quarter: str | None = None) -> pd.Dat
         parts = measurement_parts(release, release_parts(release, MEASUREMENTS_FILE, manifest), quarter)
         check_decoded(release, MEASUREMENTS_FILE, parts.paths, parts.columns)
         frame = read_parts(parts.paths, parts.columns, filters)  # footers checked before
-    return checked_measurements(release, frame, manifest, parts, quarter)
+    checked_measurements(release, frame, manifest, parts, quarter)
+    from gedp.release.resolved import check_resolved
+
+    check_resolved(release, frame, manifest, parts, quarter)
+    return frame
 
 
 def confirmed_manifest(release: str | Path) -> Manifest:
