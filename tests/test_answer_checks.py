@@ -52,7 +52,6 @@ def test_every_answer_scaled_is_refused_by_every_reader(tmp_path, monkeypatch):
     with monkeypatch.context() as unchecked:
         unchecked.setattr(answer_checks, "MAX_Z", np.inf)
         unchecked.setattr(resolved, "check_resolved", lambda *args: None)  # the re-solve would refuse it first
-        unchecked.setattr(answer_checks, "MAX_RESIDUAL_Z", np.inf)  # its groups' microdata: 30 sd below
         unchecked.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache-unchecked"))
         assert gedp.read_release(copy).privacy["mu"] < 0.55 * spent
     refused_by_every_reader(copy, tmp_path, SCALED)

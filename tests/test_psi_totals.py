@@ -105,7 +105,6 @@ def test_a_pnc_release_relabelled_psi_is_refused_by_every_reader(release, tmp_pa
         unchecked.setattr(nesting_checks, "MAX_FALSE_REFUSAL", 0.0)
         unchecked.setattr(answer_checks, "MAX_Z", math.inf)
         unchecked.setattr(resolved, "check_resolved", lambda *args: None)  # the re-solve would refuse it first
-        unchecked.setattr(answer_checks, "MAX_RESIDUAL_Z", math.inf)  # its groups' microdata: 99 sd below
         unchecked.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache-unchecked"))
         assert gedp.read_release(copy).privacy["mu"] < 0.8 * spent
     refused_by_every_reader(copy, tmp_path, TOTALS)

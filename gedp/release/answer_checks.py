@@ -28,8 +28,6 @@ FIT_FACTOR = 2.0
 MAX_FALSE_REFUSAL = 1e-9
 #: The standard normal's one-sided MAX_FALSE_REFUSAL point.
 MAX_Z = 5.997807015
-#: A group answer's estimate above its group's microdata sum by more than this many stated sd is refused.
-MAX_RESIDUAL_Z = 8.5
 
 
 def answer_z(frame, numbers: Mapping, part, totals: Mapping) -> list[tuple[int, str, str, float, float]]:
@@ -52,56 +50,14 @@ def answer_z(frame, numbers: Mapping, part, totals: Mapping) -> list[tuple[int, 
     return found
 
 
-def group_residuals(frame, numbers: Mapping, part, protected, states) -> list[tuple[int, str, str, float]]:
-    """(part, attribute, query, z) of each group answer on an attribute ``protected`` holds, z the largest
-    over its groups of (estimate - the microdata's sum over the group) / stated sd, the microdata of the
-    part's state (``states[part]``); a group no establishment is in sums to 0."""
-    import numpy as np
-    import pandas as pd
-
-    grouped = (frame["query"] != "identity").to_numpy() & frame["attribute"].isin(protected.columns).to_numpy()
-    rows = frame.loc[grouped, ["query", "attribute"]].assign(
-        part=np.asarray(part)[grouped], estimate=numbers["estimate"][grouped], variance=numbers["variance"][grouped])
-    state = protected["state"].astype(str)
-    found = []
-    for (number, query), answers in rows.groupby(["part", "query"], sort=True):
-        keys = [] if query == "total" else str(query).split(",")
-        here = protected.loc[(state == states[number]).to_numpy()]
-        names = sorted(answers["attribute"].unique())
-        if keys:
-            sums = here.groupby([here[key].astype(str) for key in keys])[names].sum()
-            labels = frame.loc[answers.index, keys].astype(str)
-            index = pd.MultiIndex.from_frame(labels) if len(keys) > 1 else pd.Index(labels[keys[0]])
-            held = sums.reindex(index, fill_value=0.0)
-        else:
-            held = pd.DataFrame([here[names].sum()] * len(answers))
-        column = pd.Index(names).get_indexer(answers["attribute"])
-        total = held.to_numpy(dtype=np.float64)[np.arange(len(answers)), column]
-        with np.errstate(all="ignore"):
-            z = (answers["estimate"].to_numpy() - total) / np.sqrt(answers["variance"].to_numpy())
-        for k, attribute in enumerate(names):
-            mine = column == k
-            found.append((int(number), str(attribute), str(query), float(np.nanmax(z[mine], initial=-np.inf))))
-    return sorted(found, key=lambda each: (each[0], each[2], each[1]))
-
-
-def read_answered(release, quarter: str | None, keys=()):
-    """The protected microdata's columns the answers are checked against: codes (of the derived ones, the
-    ``keys`` only: the group queries' columns) and attributes."""
+def protected_totals(release, parts, quarter: str | None, attributes) -> dict[tuple[int, str], float]:
+    """The protected microdata's total of each of ``attributes`` it holds (a job frame's categories are
+    not its columns), per part of ``parts`` (the part's state's)."""
     from gedp.release.reader import read_quarter
     from gedp.synth.columns import CARRIED
     from gedp.synth.schema import DERIVED
 
-    return read_quarter(release, quarter, without=("estab_id", *CARRIED, *(name for name in DERIVED
-                                                                          if name not in keys)))
-
-
-def protected_totals(release, parts, quarter: str | None, attributes, protected=None) -> dict[tuple[int, str], float]:
-    """The protected microdata's total of each of ``attributes`` it holds (a job frame's categories are
-    not its columns), per part of ``parts`` (the part's state's); ``protected``: as ``read_answered``
-    gives them (read when None)."""
-    if protected is None:
-        protected = read_answered(release, quarter)
+    protected = read_quarter(release, quarter, without=("estab_id", *DERIVED, *CARRIED))
     held = [name for name in attributes if name in protected.columns]
     by_state = protected.groupby(protected["state"].astype(str))[held].sum()
     return {(number, name): float(by_state[name].get(state, 0.0))
@@ -110,16 +66,13 @@ def protected_totals(release, parts, quarter: str | None, attributes, protected=
 
 def check_answer_totals(release, frame, numbers: Mapping, parts, quarter: str | None) -> None:
     """Refuse ``release``'s measurements when an answer's total exceeds FIT_FACTOR times its protected
-    microdata's by more than its stated noise allows (``answer_z`` above MAX_Z), or a group answer its
-    group's microdata sum (``group_residuals`` above MAX_RESIDUAL_Z), naming the worst."""
+    microdata's by more than its stated noise allows (``answer_z`` above MAX_Z), naming the worst."""
     import numpy as np
 
     from gedp.release.measurement_checks import refuse_answers
 
     part = np.repeat(np.arange(len(parts.rows), dtype=np.int64), parts.rows)
-    queries = [str(query) for query in frame["query"].unique() if query not in ("identity", "total")]
-    protected = read_answered(release, quarter, {key for query in queries for key in query.split(",")})
-    totals = protected_totals(release, parts, quarter, frame["attribute"].unique().tolist(), protected)
+    totals = protected_totals(release, parts, quarter, frame["attribute"].unique().tolist())
     bad = [each for each in answer_z(frame, numbers, part, totals) if not each[3] <= MAX_Z]
     if bad:
         number, attribute, query, z, ratio = max(bad, key=lambda each: np.nan_to_num(each[3], nan=np.inf))
@@ -127,11 +80,3 @@ def check_answer_totals(release, frame, numbers: Mapping, parts, quarter: str | 
                                       f"protected microdata's by more than their stated noise allows (query "
                                       f"{query} on {attribute}, state {parts.states[number]}: {ratio:.2f} times "
                                       f"it, {z:.1f} stated sd above)")
-    moved = [each for each in group_residuals(frame, numbers, part, protected, parts.states)
-             if not each[3] <= MAX_RESIDUAL_Z]
-    if moved:
-        number, attribute, query, z = max(moved, key=lambda each: np.nan_to_num(each[3], nan=np.inf))
-        raise refuse_answers(release, f"hold {len(moved):,} answer(s) with a group whose protected microdata sum "
-                                      f"lies below the answer by more than its stated noise allows (query {query} "
-                                      f"on {attribute}, state {parts.states[number]}: {z:.1f} stated sd): the "
-                                      "microdata are not the fit of these answers")
