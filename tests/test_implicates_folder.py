@@ -211,6 +211,23 @@ def test_a_folder_of_a_release_with_the_same_establishments_is_refused(tmp_path)
     assert tabulated(first, folder, "size_class", tmp_path / "first.csv").exit_code == 0
 
 
+def test_an_edited_release_is_refused_with_its_own_folder(lone_release, drawn, tmp_path):
+    """The release is read as every reader of its answers reads it, folder or not: a copy whose protected
+    microdata moved one county's establishments into another (its manifest and answers, and so the folder's
+    recorded identity, unchanged) is refused, as the same table drawn without the folder refuses it (review28:
+    the folder's tables put county 001's establishments in 003, in one line of success)."""
+    copy = tmp_path / "moved"
+    shutil.copytree(lone_release, copy)
+    for part in sorted((copy / "protected.parquet").glob("*.parquet")):
+        frame = pd.read_parquet(part)
+        frame.loc[frame["county"] == "001", "county"] = "003"
+        frame.to_parquet(part, index=False)
+    refused(copy, drawn, tmp_path, "do not match the groups of the public data", by="county,size_class")
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county,size_class", "--out", str(tmp_path / "d.csv")])
+    assert result.exit_code == 2 and "do not match the groups of the public data" in result.output
+    assert tabulated(lone_release, drawn, "county,size_class", tmp_path / "genuine.csv").exit_code == 0
+
+
 def test_sizes_beyond_the_bounds_are_refused_before_values_are_read(lone_release, drawn, tmp_path, monkeypatch):
     """A file larger (on disk, or unpacked as its footer says) than its establishments' implicate takes is
     refused from its size and footer (the bound scaled down here so that gedp's own files are over it)."""
