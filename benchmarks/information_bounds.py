@@ -167,7 +167,7 @@ def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", a
            largest: int = 10, keep_means: bool = False, statistics: str = "changes",
            sd_factors: tuple = (1.0,)) -> list[dict]:
     """The rows of the ``statistics`` ("changes": the four change statistics; "classes": the size
-    classes, ``class_rows``) under ``oracle`` ("months": the two other months revealed;
+    classes, ``class_rows``; or both, comma-separated) under ``oracle`` ("months": the two other months revealed;
     "change": month 1 and the month 2 -> 3 change revealed, month 3's identity answer kept; "level":
     the month 2 -> 3 change revealed, months 1 and 2 unknown (identity answers only, the pairs up to
     ``largest`` employees moved)) with ``answers`` ("all"; "identity": the identity answers alone, as
@@ -191,7 +191,8 @@ def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", a
                                      precisions["m2emp"] + precisions["m3emp"], s, sibling=True)
         else:  # the level unknown: identity answers only, pairs up to ``largest`` employees moved
             first = third = ib.level_cells(np.column_stack(m), s, largest, keep_means)
-        found = change_rows(first, third, m, rng) if statistics == "changes" else class_rows(third, m, rng)
+        found = [*(change_rows(first, third, m, rng) if "changes" in statistics.split(",") else []),
+                 *(class_rows(third, m, rng) if "classes" in statistics.split(",") else [])]
         if oracle == "level":
             for r in found:
                 r["group_chi2_gaussian"] = group_chi_square(truth, np.column_stack(m), groups, first, r.pop("q_laws"))
@@ -226,8 +227,9 @@ def main() -> None:
     parser.add_argument("--keep-means", action="store_true",
                         help="with --oracle level: the second state keeps each cell's mean months (the group answers' "
                              "expectations)")
-    parser.add_argument("--statistics", default="changes", choices=["changes", "classes"],
-                        help="the change statistics, or each size class's establishments and month-3 employment")
+    parser.add_argument("--statistics", default="changes",
+                        help="changes (the change statistics), classes (each size class's establishments and month-3 "
+                             "employment) or changes,classes")
     parser.add_argument("--sd-factors", default="1", help="comma-separated multiples of the identity sd to bound at")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()

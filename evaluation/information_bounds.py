@@ -195,11 +195,11 @@ def level_cells(months: np.ndarray, s: float, largest: int, keep_means: bool = F
         pairs, counts = np.unique(part[[0, 1]].to_numpy(), axis=0, return_counts=True)
         free = (pairs <= largest).all(axis=1)
 
-        def information_of(law, free, pairs=pairs, d=int(d)):
+        def information_of(law, free, pairs=pairs, d=int(d), n=len(part)):  # summed over the cell's n members
             first, second = np.sqrt(pairs[free, 0]), pairs[free, 1]
             if d == 0:
-                return information([first, np.sqrt(second)], [s, s / np.sqrt(2)], law[free])
-            return information([first, np.sqrt(second), np.sqrt(second + d)], [s, s, s], law[free])
+                return n * information([first, np.sqrt(second)], [s, s / np.sqrt(2)], law[free])
+            return n * information([first, np.sqrt(second), np.sqrt(second + d)], [s, s, s], law[free])
 
         kept = pairs.T.astype(float) if keep_means else None
         out.append(_cell((int(d),), counts, (pairs[:, 0], pairs[:, 1], pairs[:, 1] + int(d)), free, information_of,
