@@ -23,8 +23,10 @@ import numpy as np
 import pandas as pd
 
 import gedp
+from gedp.config import load_config
 from gedp.evaluation import information_bounds as ib
 from gedp.evaluation.microdata_stats import growth_rates, job_flow_rates, no_change_share
+from gedp.postprocess.sizeclass import SIZE_CODES, size_class
 from gedp.release.reader import read_answers
 
 MONTHS = ("m1emp", "m2emp", "m3emp")
@@ -113,28 +115,20 @@ def p10_row(cells, m1, m3, rng, near: int = 3) -> dict:
     return best
 
 
-def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", answers: str = "all",
-           largest: int = 10, keep_means: bool = False) -> list[dict]:
-    """The rows of the four statistics under ``oracle`` ("months": the two other months revealed;
-    "change": month 1 and the month 2 -> 3 change revealed, month 3's identity answer kept; "level":
-    the month 2 -> 3 change revealed, months 1 and 2 unknown (identity answers only, the pairs up to
-    ``largest`` employees moved)) with ``answers`` ("all"; "identity": the identity answers alone, as
-    gedp's implicates draw from)."""
-    m = [np.floor(truth[c].to_numpy(float) + 0.5).astype(int) for c in MONTHS]
-    sds, precisions, groups = release_inputs(truth, seed)
-    if answers == "identity" or oracle == "level":
-        answers = "identity"
-        precisions = {month: np.zeros(len(truth)) for month in MONTHS}
-    s = min(sds.values())
-    start = time.process_time()
-    if oracle == "months":
-        first = ib.cells(np.column_stack([m[0], m[2]]), m[1], precisions["m2emp"], s, unknown_month=2)
-        third = ib.cells(np.column_stack([m[0], m[1]]), m[2], precisions["m3emp"], s, unknown_month=3)
-    elif oracle == "change":
-        first = third = ib.cells(np.column_stack([m[0], m[2] - m[1]]), m[1],
-                                 precisions["m2emp"] + precisions["m3emp"], s, sibling=True)
-    else:  # the level unknown: identity answers only, pairs up to ``largest`` employees moved
-        first = third = ib.level_cells(np.column_stack(m), s, largest, keep_means)
+def identity_budget(factor: float, config: str = "recommended") -> dict:
+    """The plan ``config`` with its months' identity answers at ``factor`` times their sd (their mu
+    divided by ``factor``: pnc's identity sd is gamma / mu): their mu^2, its share of the plan's total
+    mu^2, and the total mu the plan needs with its other answers as they are."""
+    queries = load_config(config).plan.queries
+    total = sum(mu ** 2 for q in queries for mu in q.mu.values())
+    identity = sum(mu ** 2 for q in queries if q.name == "identity" for a, mu in q.mu.items() if a in MONTHS)
+    needed = identity / factor ** 2
+    return {"identity_mu2": needed, "share": needed / total, "total_mu": float(np.sqrt(total - identity + needed)),
+            "plan_mu": float(np.sqrt(total))}
+
+
+def change_rows(first, third, m, rng) -> list[dict]:
+    """The no-change share (``first``'s cells), creation, destruction and P10 (``third``'s) rows."""
     rows = [row("no_change_share", no_change_share(m[0].astype(float), m[1].astype(float)), first,
                 ib.no_change_gradient(first), lambda laws: ib.no_change_share(first, laws),
                 lambda d: no_change_share(d[:, 0].astype(float), d[:, 1].astype(float)), rng)]
@@ -145,16 +139,75 @@ def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", a
         rows.append(row(name, value, third, gradient, lambda laws, k=k: ib.flows(third, laws)[k],
                         lambda d, k=k: job_flow_rates(d[:, 0].astype(float), d[:, 2].astype(float))[k], rng))
     rows.append(p10_row(third, m[0].astype(float), m[2].astype(float), rng))
-    if oracle == "level":
-        for r in rows:
-            r["group_chi2_gaussian"] = group_chi_square(truth, np.column_stack(m), groups, first, r.pop("q_laws"))
-    for r in rows:
-        r.pop("q_laws", None)
-    seconds = time.process_time() - start
-    for r in rows:
-        r.update(oracle=oracle, answers=answers, identity_sd=s, cells=len(first if r is rows[0] else third),
-                 median_precision=float(np.median(precisions["m2emp"])), bound_seconds=seconds)
-    print(f"bounds in {seconds:.0f} s of processor time", flush=True)
+    return rows
+
+
+def class_total(month3: np.ndarray, code: int, statistic: str) -> float:
+    """Size class ``code``'s establishments or month-3 employment in a dataset's month 3."""
+    member = size_class(month3) == code
+    return float(member.sum() if statistic == "estabs" else month3[member].sum())
+
+
+def class_rows(cells, m, rng, smallest: int = 100) -> list[dict]:
+    """Each size class (statewide, of at least ``smallest`` establishments): its establishments and
+    month-3 employment (the class's statistics in ``microdata_stats.size_class_table``)."""
+    rows = []
+    for code in SIZE_CODES:
+        if (size_class(m[2]) == code).sum() < smallest:
+            continue
+        for statistic in ("estabs", "m3emp"):
+            values = ib.class_values(code, statistic)
+            rows.append(row(f"class_{code}_{statistic}", class_total(m[2], code, statistic), cells,
+                            ib.total_gradient(cells, values), lambda laws, v=values: ib.total(cells, laws, v),
+                            lambda d, c=code, s=statistic: class_total(d[:, 2], c, s), rng) | {"size_class": code})
+    return rows
+
+
+def bounds(truth, seed: int, rng: np.random.Generator, oracle: str = "months", answers: str = "all",
+           largest: int = 10, keep_means: bool = False, statistics: str = "changes",
+           sd_factors: tuple = (1.0,)) -> list[dict]:
+    """The rows of the ``statistics`` ("changes": the four change statistics; "classes": the size
+    classes, ``class_rows``; or both, comma-separated) under ``oracle`` ("months": the two other months revealed;
+    "change": month 1 and the month 2 -> 3 change revealed, month 3's identity answer kept; "level":
+    the month 2 -> 3 change revealed, months 1 and 2 unknown (identity answers only, the pairs up to
+    ``largest`` employees moved)) with ``answers`` ("all"; "identity": the identity answers alone, as
+    gedp's implicates draw from), once for each of ``sd_factors`` times the release's identity sd
+    (a plan with more budget on the identity answers: its group answers left as they are)."""
+    m = [np.floor(truth[c].to_numpy(float) + 0.5).astype(int) for c in MONTHS]
+    sds, precisions, groups = release_inputs(truth, seed)
+    if answers == "identity" or oracle == "level":
+        answers = "identity"
+        precisions = {month: np.zeros(len(truth)) for month in MONTHS}
+    released = min(sds.values())
+    rows = []
+    for factor in sd_factors:
+        s = released * factor
+        start = time.process_time()
+        if oracle == "months":
+            first = ib.cells(np.column_stack([m[0], m[2]]), m[1], precisions["m2emp"], s, unknown_month=2)
+            third = ib.cells(np.column_stack([m[0], m[1]]), m[2], precisions["m3emp"], s, unknown_month=3)
+        elif oracle == "change":
+            first = third = ib.cells(np.column_stack([m[0], m[2] - m[1]]), m[1],
+                                     precisions["m2emp"] + precisions["m3emp"], s, sibling=True)
+        else:  # the level unknown: identity answers only, pairs up to ``largest`` employees moved
+            first = third = ib.level_cells(np.column_stack(m), s, largest, keep_means)
+        found = [*(change_rows(first, third, m, rng) if "changes" in statistics.split(",") else []),
+                 *(class_rows(third, m, rng) if "classes" in statistics.split(",") else [])]
+        if oracle == "level":
+            for r in found:
+                r["group_chi2_gaussian"] = group_chi_square(truth, np.column_stack(m), groups, first, r.pop("q_laws"))
+        seconds = time.process_time() - start
+        for r in found:
+            r.pop("q_laws", None)
+            r.update(oracle=oracle, answers=answers, identity_sd=s, sd_factor=factor,
+                     cells=len(first if r["statistic"] == "no_change_share" else third),
+                     median_precision=float(np.median(precisions["m2emp"])), bound_seconds=seconds)
+        budget = identity_budget(factor)
+        for r in found:
+            r.update(identity_mu2=budget["identity_mu2"], identity_share=budget["share"], total_mu=budget["total_mu"])
+        print(f"bounds at identity sd {s:.4f} in {seconds:.0f} s of processor time; the months' identity answers "
+              f"need {budget['share']:.0%} of the plan's mu^2 (total mu {budget['total_mu']:.3f})", flush=True)
+        rows += found
     return rows
 
 
@@ -174,13 +227,18 @@ def main() -> None:
     parser.add_argument("--keep-means", action="store_true",
                         help="with --oracle level: the second state keeps each cell's mean months (the group answers' "
                              "expectations)")
+    parser.add_argument("--statistics", default="changes",
+                        help="changes (the change statistics), classes (each size class's establishments and month-3 "
+                             "employment) or changes,classes")
+    parser.add_argument("--sd-factors", default="1", help="comma-separated multiples of the identity sd to bound at")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     truth = truth_frame(args.qcew, [] if args.structure == "none" else args.structure.split(","))
     rows = bounds(truth, args.seed, np.random.default_rng(args.seed + 2000), args.oracle, args.answers,
-                  args.largest, args.keep_means)
+                  args.largest, args.keep_means, args.statistics, tuple(float(f) for f in args.sd_factors.split(",")))
     for r in rows:
-        print(f"{r['statistic']:>22}: truth {r['truth']:.4f}  sd {r['sd']:.4f}  Delta/2 {r['half_difference']:.4f} "
+        print(f"x{r['sd_factor']:<5g}{r['statistic']:>22}: truth {r['truth']:.4f}  sd {r['sd']:.4f}  "
+              f"Delta/2 {r['half_difference']:.4f} ({r['half_difference'] / abs(r['truth']):.1%}) "
               f"(Q {r['q_value']:.4f}, drawn {r['q_drawn']:.4f}, TV <= {r['tv_bound']:.2f})  "
               f"sampling sd {r['sampling_sd']:.4f}  "
               f"group answers' chi2 (Gaussian) {r.get('group_chi2_gaussian', np.nan):.3g}",
@@ -188,7 +246,7 @@ def main() -> None:
     if args.out is not None:
         args.out.write_text(json.dumps({"qcew": args.qcew.name, "structure": args.structure, "seed": args.seed,
                                         "oracle": args.oracle, "answers": rows[0]["answers"], "largest": args.largest,
-                                        "keep_means": args.keep_means,
+                                        "keep_means": args.keep_means, "statistics": args.statistics,
                                         "rows": rows}, indent=1, default=float))
 
 

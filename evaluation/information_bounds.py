@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gedp.postprocess.sizeclass import size_class
+
 #: Gauss-Hermite nodes per dimension of the 2-D observation.
 NODES = 32
 #: Gauss-Hermite nodes per dimension of a 3-D observation.
@@ -193,11 +195,11 @@ def level_cells(months: np.ndarray, s: float, largest: int, keep_means: bool = F
         pairs, counts = np.unique(part[[0, 1]].to_numpy(), axis=0, return_counts=True)
         free = (pairs <= largest).all(axis=1)
 
-        def information_of(law, free, pairs=pairs, d=int(d)):
+        def information_of(law, free, pairs=pairs, d=int(d), n=len(part)):  # summed over the cell's n members
             first, second = np.sqrt(pairs[free, 0]), pairs[free, 1]
             if d == 0:
-                return information([first, np.sqrt(second)], [s, s / np.sqrt(2)], law[free])
-            return information([first, np.sqrt(second), np.sqrt(second + d)], [s, s, s], law[free])
+                return n * information([first, np.sqrt(second)], [s, s / np.sqrt(2)], law[free])
+            return n * information([first, np.sqrt(second), np.sqrt(second + d)], [s, s, s], law[free])
 
         kept = pairs.T.astype(float) if keep_means else None
         out.append(_cell((int(d),), counts, (pairs[:, 0], pairs[:, 1], pairs[:, 1] + int(d)), free, information_of,
@@ -366,6 +368,25 @@ def growth_quantile(all_cells: list[Cell], laws: list[np.ndarray], q: float) -> 
     order = np.argsort(v, kind="stable")
     cumulative = np.cumsum(w[order]) / w.sum()
     return float(v[order][np.searchsorted(cumulative, q - 1e-12)])
+
+
+def total(all_cells: list[Cell], laws: list[np.ndarray], values) -> float:
+    """sum_c N_c law_c @ values(c): the state's expected count or sum of ``values`` under the laws."""
+    return float(sum(cell.count * law @ values(cell) for cell, law in zip(all_cells, laws)))
+
+
+def total_gradient(all_cells: list[Cell], values) -> list[np.ndarray]:
+    """The derivative of ``total`` in each cell's law: N_c values(c)."""
+    return [cell.count * values(cell).astype(float) for cell in all_cells]
+
+
+def class_values(code: int, statistic: str):
+    """The values whose ``total`` is size class ``code``'s (BLS, by month 3) establishment count
+    (``statistic`` "estabs") or month-3 employment ("m3emp"), as ``microdata_stats.size_class_table``."""
+    def values(cell: Cell) -> np.ndarray:
+        member = (size_class(cell.later) == code).astype(float)
+        return member if statistic == "estabs" else member * cell.later
+    return values
 
 
 def drawn(all_cells: list[Cell], laws: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:

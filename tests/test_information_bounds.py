@@ -164,7 +164,9 @@ def test_gradients_are_the_statistics_derivatives():
         pairs = [(ib.no_change_gradient(found), lambda ls: ib.no_change_share(found, ls)),
                  (ib.flow_gradients(found)[0], lambda ls: ib.flows(found, ls)[0]),
                  (ib.flow_gradients(found)[1], lambda ls: ib.flows(found, ls)[1]),
-                 (ib.cdf_gradient(found, -0.3), lambda ls: ib.growth_cdf(found, ls, -0.3))]
+                 (ib.cdf_gradient(found, -0.3), lambda ls: ib.growth_cdf(found, ls, -0.3)),
+                 (ib.total_gradient(found, ib.class_values(2, "m3emp")),
+                  lambda ls: ib.total(found, ls, ib.class_values(2, "m3emp")))]
         for gradient, value in pairs:
             plus = value([p + eps * v for p, v in zip(laws, h)])
             minus = value([p - eps * v for p, v in zip(laws, h)])
@@ -247,3 +249,104 @@ def test_the_group_answers_chi_square_is_a_sum_over_groups(benchmark_script):
                 expected += mu ** 2 / v + delta ** 2 / (2 * v ** 2)
     got = script.group_chi_square(truth, months, groups, found, laws)
     assert got == pytest.approx(expected, rel=1e-9) and got > 0
+
+
+def test_class_totals_at_the_truths_laws_are_the_size_class_table():
+    """Each size class's establishments and month-3 employment (``total`` of ``class_values``) at the
+    truth's laws against microdata_stats.size_class_table of the truth, for cells that hold month 3
+    as the unknown and as revealed; classing by month 2 instead would be refused (power)."""
+    from gedp.evaluation.microdata_stats import size_class_table
+    from gedp.postprocess.sizeclass import size_class
+
+    rng = np.random.default_rng(8)
+    m1 = rng.geometric(0.12, 2000) - 1
+    m2 = np.clip(m1 + rng.choice([-2, -1, 0, 0, 1, 3], 2000), 0, None)
+    m3 = np.clip(m2 + rng.choice([-1, 0, 0, 1, 6], 2000), 0, None)
+    frame = pd.DataFrame({"sector": "11", "m1emp": m1, "m2emp": m2, "m3emp": m3, "wage": 1.0})
+    table = size_class_table(frame).query("sector == '' and size_class > 0").set_index(["statistic", "size_class"])
+    kinds = {"months, m3 unknown": ib.cells(np.column_stack([m1, m2]), m3, np.zeros(2000), S, unknown_month=3),
+             "level": ib.level_cells(np.column_stack([m1, m2, m3]), S, 6)}
+    wrong = 0
+    for kind, found in kinds.items():
+        laws = [c.law for c in found]
+        for code in range(1, 10):
+            for statistic in ("estabs", "m3emp"):
+                got = ib.total(found, laws, ib.class_values(code, statistic))
+                assert got == pytest.approx(table.loc[(statistic, code), "value"], abs=1e-9), (kind, code, statistic)
+            by_month_2 = sum(c.count * law @ (size_class(c.second) == code) for c, law in zip(found, laws))
+            wrong += abs(by_month_2 - table.loc[("estabs", code), "value"]) > 0.5
+    assert wrong >= 4
+
+
+def test_a_class_totals_bound_with_exact_months_is_the_multinomials():
+    """Month 3 observed exactly (a precise measurement): the efficient variance of a class's total is
+    sum over cells of N_c Var_c(values) (the multinomial's, closed form); at measurement sd 1 it is
+    larger (the answers' noise costs: power)."""
+    m1, m2, m3 = small_state(n=2000)
+    for code, statistic in ((1, "estabs"), (2, "m3emp")):
+        values = ib.class_values(code, statistic)
+        exact = sum(c.count * (c.law @ values(c) ** 2 - (c.law @ values(c)) ** 2)
+                    for c in ib.cells(np.column_stack([m1, m2]), m3, np.zeros(2000), S, unknown_month=3))
+        assert exact > 0
+        for precision, matches in ((1e6, True), (1.0, False)):
+            found = ib.cells(np.column_stack([m1, m2]), m3, np.full(2000, precision), S, unknown_month=3)
+            variance = ib.bound(found, ib.total_gradient(found, values)).variance
+            assert (variance == pytest.approx(exact, rel=1e-3)) == matches, (code, statistic, precision)
+
+
+def test_the_identity_budget_is_the_plans_arithmetic(benchmark_script):
+    """At factor 1 the plan's own total mu (its BudgetPlan); the months' identity mu^2 grows as
+    1 / factor^2 against a loop over the shipped YAML's identity query."""
+    import yaml
+
+    from gedp import configs
+    from gedp.config import load_config
+
+    script = benchmark_script("information_bounds")
+    raw = yaml.safe_load(configs.path("recommended").read_text())
+    identity = sum(mu ** 2 for q in raw["queries"] if q["by"] == "identity" for a, mu in q["mu"].items()
+                   if a != "wage")
+    assert script.identity_budget(1.0)["total_mu"] == pytest.approx(load_config("recommended").plan.budget().total,
+                                                                    rel=1e-12)
+    for factor in (0.75, 0.5):
+        budget = script.identity_budget(factor)
+        assert budget["identity_mu2"] == pytest.approx(identity / factor ** 2, rel=1e-12)
+        assert budget["total_mu"] ** 2 == pytest.approx(budget["plan_mu"] ** 2 + identity * (1 / factor ** 2 - 1))
+
+
+def grid_chi_square(cell, q, s, width=0.02):
+    """N_c times the chi-square between the cell's observation densities under q and its law, by a
+    Riemann sum on a grid (the level cell's answers: sqrt(m1), sqrt(m2), and sqrt(m2 + d) unless d is
+    0, when the last two are one answer of sd s / sqrt(2))."""
+    d = cell.known[0]
+    means = [np.sqrt(cell.first), np.sqrt(cell.second)] + ([] if d == 0 else [np.sqrt(cell.later)])
+    sds = [s, s / np.sqrt(2)] if d == 0 else [s, s, s]
+    axes = [np.arange(-5 * s, np.sqrt(15) + 5 * s, width)] * len(means)
+    grid = np.meshgrid(*axes, indexing="ij")
+    f_p, f_q = np.zeros(grid[0].shape), np.zeros(grid[0].shape)
+    for a in range(len(cell.law)):
+        density = np.prod([np.exp(-0.5 * ((g - mean[a]) / sd) ** 2) / (sd * np.sqrt(2 * np.pi))
+                           for g, mean, sd in zip(grid, means, sds)], axis=0)
+        f_p += cell.law[a] * density
+        f_q += q[a] * density
+    return cell.count * float(np.sum((f_q - f_p) ** 2 / np.maximum(f_p, 1e-300)) * width ** len(means))
+
+
+def test_a_level_cells_chi_square_is_its_members_on_a_grid():
+    """Level cells with every pair free: the release's chi-square between P and the two-point Q in a
+    cell (h' M h) is N_c times the per-establishment chi-square of the observation's densities on a grid
+    (2-D for d = 0, 3-D for d = 1), within 1%; the per-establishment value (M not summed over the
+    cell's members, as before this check) is refused (power)."""
+    rng = np.random.default_rng(9)
+    m1 = rng.choice([1, 2, 3, 4], 1500, p=[0.2, 0.4, 0.3, 0.1])
+    m2 = np.clip(m1 + rng.choice([-1, 0, 0, 1], 1500), 0, None)
+    m3 = m2 + rng.choice([0, 1], 1500)
+    found = ib.level_cells(np.column_stack([m1, m2, m3]), S, 20)
+    assert all(c.free.all() for c in found)
+    best = ib.two_point_search(found, ib.no_change_gradient(found), lambda ls: ib.no_change_share(found, ls), [1e-2])
+    for cell, q in zip(found, best["laws"]):
+        width = 0.04 if cell.known[0] == 0 else 0.1
+        expected = grid_chi_square(cell, q, S, width)
+        got = (q - cell.law) @ cell.information @ (q - cell.law)
+        assert got == pytest.approx(expected, rel=0.01), cell.known
+        assert got / cell.count != pytest.approx(expected, rel=0.5)
