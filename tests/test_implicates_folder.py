@@ -272,6 +272,10 @@ def test_the_folders_text_is_never_printed_raw(lone_release, drawn, tmp_path):
     edit_summary(folder, release_sha256="\x1b[31m\nforged", quarter="\x1b[31m")
     line = refused(lone_release, folder, tmp_path, "drawn from another release")
     assert "\x1b" not in line and "\\x1b" in line
+    accepted = tmp_path / "draws\x1b]0;pwned\x07\x1b[2J"  # the success line names the folder escaped too (review28)
+    shutil.copytree(drawn, accepted)
+    result = tabulated(lone_release, accepted, "size_class", tmp_path / "table.csv")
+    assert result.exit_code == 0 and "\x1b" not in result.output and "\\x1b[2J" in result.output, result.output
 
 
 def test_tabulating_a_folder_takes_a_fifth_of_drawing_at_most(lone_release, tmp_path):
