@@ -211,6 +211,23 @@ def test_a_folder_of_a_release_with_the_same_establishments_is_refused(tmp_path)
     assert tabulated(first, folder, "size_class", tmp_path / "first.csv").exit_code == 0
 
 
+def test_an_edited_release_is_refused_with_its_own_folder(lone_release, drawn, tmp_path):
+    """The release is read as every reader of its answers reads it, folder or not: a copy whose protected
+    microdata moved one county's establishments into another (its manifest and answers, and so the folder's
+    recorded identity, unchanged) is refused, as the same table drawn without the folder refuses it (review28:
+    the folder's tables put county 001's establishments in 003, in one line of success)."""
+    copy = tmp_path / "moved"
+    shutil.copytree(lone_release, copy)
+    for part in sorted((copy / "protected.parquet").glob("*.parquet")):
+        frame = pd.read_parquet(part)
+        frame.loc[frame["county"] == "001", "county"] = "003"
+        frame.to_parquet(part, index=False)
+    refused(copy, drawn, tmp_path, "do not match the groups of the public data", by="county,size_class")
+    result = runner.invoke(app, ["tabulate", str(copy), "--by", "county,size_class", "--out", str(tmp_path / "d.csv")])
+    assert result.exit_code == 2 and "do not match the groups of the public data" in result.output
+    assert tabulated(lone_release, drawn, "county,size_class", tmp_path / "genuine.csv").exit_code == 0
+
+
 def test_sizes_beyond_the_bounds_are_refused_before_values_are_read(lone_release, drawn, tmp_path, monkeypatch):
     """A file larger (on disk, or unpacked as its footer says) than its establishments' implicate takes is
     refused from its size and footer (the bound scaled down here so that gedp's own files are over it)."""
@@ -255,6 +272,10 @@ def test_the_folders_text_is_never_printed_raw(lone_release, drawn, tmp_path):
     edit_summary(folder, release_sha256="\x1b[31m\nforged", quarter="\x1b[31m")
     line = refused(lone_release, folder, tmp_path, "drawn from another release")
     assert "\x1b" not in line and "\\x1b" in line
+    accepted = tmp_path / "draws\x1b]0;pwned\x07\x1b[2J"  # the success line names the folder escaped too (review28)
+    shutil.copytree(drawn, accepted)
+    result = tabulated(lone_release, accepted, "size_class", tmp_path / "table.csv")
+    assert result.exit_code == 0 and "\x1b" not in result.output and "\\x1b[2J" in result.output, result.output
 
 
 def test_tabulating_a_folder_takes_a_fifth_of_drawing_at_most(lone_release, tmp_path):

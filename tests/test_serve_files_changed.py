@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pandas as pd
+import pytest
 from test_serve import Served
 
 from gedp.release import resolved
@@ -84,3 +85,26 @@ def test_a_folder_holding_a_link_to_nothing_is_served_as_before(small_release, t
     finally:
         served.stop()
     assert status == 200 and employment > 0, employment
+
+
+def test_size_class_implicates_of_a_folder_changed_after_loading_are_refused(small_release, tmp_path, monkeypatch):
+    """The warm-up draws a release's size-class implicates from its files after start-up: a folder whose
+    files changed since the load (here the protected microdata rewritten, their identity changed) is
+    refused, as its tables ready to publish are (review28: the draw read whatever the folder then held,
+    served under the loaded release's guarantee). Power: without the check the same draw succeeds."""
+    from gedp.errors import InputError
+    from gedp.serve import releases
+
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(releases, "_warm_up", lambda release: release.warmed())  # the draw is the test's
+    folder = tmp_path / "single"
+    shutil.copytree(small_release[0], folder)
+    (release,) = load_releases([folder]).values()
+    for part in (folder / "protected.parquet").glob("*.parquet"):
+        part.write_bytes(part.read_bytes())  # the same bytes written again: a write the server cannot vouch for
+    with monkeypatch.context() as unchecked:
+        unchecked.setattr(ServedRelease, "unchanged", lambda self: None)
+        assert len(release.implicates(None)) > 0
+    release.implicates_held.clear()
+    with pytest.raises(InputError, match=CHANGED):
+        release.implicates(None)

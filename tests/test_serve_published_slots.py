@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from test_serve import Served
 
 from gedp.serve import app as serve_app
@@ -70,3 +71,19 @@ def test_tables_ready_to_publish_leave_slots_for_the_other_requests(small_releas
     most[0] = 0
     status, took = plain_answer(serve_app.WORKERS)
     assert status == 503 and most[0] == serve_app.WORKERS, (status, took, most)
+
+
+def test_a_busy_answer_says_which_slots_were_held():
+    """A table ready to publish that finds its PUBLISHED_WORKERS slots held is told so, not that every
+    worker is computing (review28: it said "4 requests computing" with 2 computing); a request that finds
+    every slot held is told that."""
+    workers = serve_app.Workers(4, 2)
+    for _ in range(2):
+        workers.published.acquire()
+    with pytest.raises(serve_app.Busy, match="^2 tables ready to publish computing$"):
+        workers.run(time.monotonic() + 0.05, True, lambda: None)
+    assert workers.run(time.monotonic() + 0.05, False, lambda: "answered") == "answered"
+    for _ in range(4):
+        workers.slots.acquire()
+    with pytest.raises(serve_app.Busy, match="^4 requests computing$"):
+        workers.run(time.monotonic() + 0.05, False, lambda: None)

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 import gedp
-from gedp.cli.command_line import app, console, errors, plain, progress_counts, readable, reported_errors
+from gedp.cli.command_line import app, console, errors, plain, printable, progress_counts, readable, reported_errors
 
 if TYPE_CHECKING:
     from gedp.release.implicates import TaskMap
@@ -139,7 +139,7 @@ def _drawn_note(answer: Tabulation) -> str:
     drawn = answer.drawn
     if drawn is None:
         return ""
-    return f"; combined over {count(drawn['count'], 'implicate')} from {plain(drawn['folder'])}"
+    return f"; combined over {count(drawn['count'], 'implicate')} from {printable(drawn['folder'])}"
 
 
 def _show_tabulation(answer: Tabulation, out: Optional[Path], margins: str) -> None:

@@ -2,9 +2,10 @@
 column (``gedp tabulate RELEASE --by ...,size_class --implicates DIR``): every table of one folder is
 combined over the same draws, and none draws again.
 
-The folder is untrusted input (anyone may have written or edited it). It is refused in one line,
-before any table is made, unless it is ``gedp implicates`` output of this release: its
-``_implicates.json`` (at most MAX_MARKER_BYTES) records this release's identity
+The folder is untrusted input (anyone may have written or edited it), and the release is read as
+``gedp implicates`` reads it (its answers checked, its protected microdata re-solved from them). The
+folder is refused in one line, before any table is made, unless it is ``gedp implicates`` output of
+this release: its ``_implicates.json`` (at most MAX_MARKER_BYTES) records this release's identity
 (``implicates.release_digest``), quarter and establishments, and 2 to MAX_IMPLICATES implicates;
 the folder holds that summary and the implicates' files alone; each file holds the columns
 ``gedp implicates`` writes, of their types, one row per establishment of the release (its
@@ -66,8 +67,11 @@ class DrawnImplicates:
 
 def open_implicates(release: str | Path, folder: str | Path, quarter: str | None = None) -> DrawnImplicates:
     """The folder ``gedp implicates`` wrote of ``release`` (of one ``quarter`` of a panel); InputError for
-    anything else (the module's checks, but the values': ``implicate_frames``)."""
-    from gedp.release.implicates import release_digest, release_public
+    anything else (the module's checks, but the values': ``implicate_frames``), or for a release its
+    readers refuse (its answers checked and its protected microdata re-solved from them, as ``gedp
+    implicates`` reads it: the folder's identity covers the manifest and answers, not the public columns)."""
+    from gedp.release.implicates import check_public_groups, release_digest, release_public
+    from gedp.release.reader import read_answers
 
     release, folder = Path(release), Path(folder)
     said = f"--implicates '{folder}'"
@@ -101,6 +105,7 @@ def open_implicates(release: str | Path, folder: str | Path, quarter: str | None
     expected = _column_kinds(public)
     for path in files:
         _check_footer(path, expected, n, said)
+    check_public_groups(read_answers(release, quarter), public)  # the release read as gedp implicates reads it
     return DrawnImplicates(folder, count, files, summary, public)
 
 

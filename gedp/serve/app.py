@@ -161,16 +161,20 @@ class Workers:
     def __init__(self, count: int = WORKERS, published: int = PUBLISHED_WORKERS) -> None:
         self.slots = threading.BoundedSemaphore(count)
         self.published = threading.BoundedSemaphore(published)
+        #: What each kind of slot being held means, as a busy answer says it.
+        self.held = {id(self.slots): f"{count} requests computing",
+                     id(self.published): f"{published} tables ready to publish computing"}
 
     def run(self, deadline: float, published: bool, work: Any, *args: Any) -> Any:
         """``work(*args)`` in this thread once a slot is free (``published``: a table ready to publish, once
-        one of the fewer slots of those is free too); Busy when none is by ``deadline`` (``time.monotonic``)."""
+        one of the fewer slots of those is free too); Busy, saying which slots were held, when none is by
+        ``deadline`` (``time.monotonic``)."""
         held = [self.published, self.slots] if published else [self.slots]
         taken = []
         try:
             for slots in held:
                 if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                    raise Busy
+                    raise Busy(self.held[id(slots)])
                 taken.append(slots)
             return work(*args)
         finally:
@@ -225,8 +229,8 @@ def create_app(releases: dict[str, ServedRelease], limits: Limits = Limits(), ca
                 answer = await anyio.to_thread.run_sync(workers.run, deadline, wanted.agglvl is not None,
                                                         answered_in_full, release, wanted, limits.max_rows, output,
                                                         abandon_on_cancel=True)
-        except Busy:
-            return retry_later(f"the server is busy ({WORKERS} requests computing); retry later", limits.timeout)
+        except Busy as busy:
+            return retry_later(f"the server is busy ({busy}); retry later", limits.timeout)
         except TimeoutError:
             return retry_later(f"the request took longer than {limits.timeout:g} s", limits.timeout)
         except Stopping as stop:

@@ -168,7 +168,8 @@ class ServedRelease:
         (the request answered 503 at its time meanwhile), never drawn by the request: one that drew a
         quarter the warm-up had not reached took the draw's time (4.2 s, then 0.0 s for everyone: an
         answer's time told whether anyone had asked that quarter before; red team rt26 G4, 80 quarters
-        drawn over 2+ minutes after start-up). A wait's length depends on the warm-up alone."""
+        drawn over 2+ minutes after start-up). A wait's length depends on the warm-up alone. Refused
+        when the folder's files are not those the server loaded, before or after the draw (``unchanged``)."""
         from gedp.release.implicates import tabulation_implicates
 
         if not self.size_classes:
@@ -190,7 +191,10 @@ class ServedRelease:
             if quarter in self.implicates_refused:
                 raise InputError(self.implicates_refused[quarter])
             if quarter not in self.implicates_held:
-                self.implicates_held[quarter] = tabulation_implicates(self.folder, quarter)
+                self.unchanged()  # drawn from the files the server loaded, as its tables ready to publish are
+                drawn = tabulation_implicates(self.folder, quarter)
+                self.unchanged()
+                self.implicates_held[quarter] = drawn
             return self.implicates_held[quarter]
 
     def stop(self) -> None:
