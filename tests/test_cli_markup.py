@@ -53,6 +53,22 @@ def test_readers_say_a_marked_up_output_as_it_is(release, tmp_path, monkeypatch,
     assert (folder / "t.csv").is_file() and (folder / "r.html").is_file()
 
 
+def test_readers_say_an_output_path_with_escapes_escaped(release, tmp_path, monkeypatch):
+    """The review of int28 (finding D): an --out path holding a terminal's escape sequence reached the
+    terminal as it was in 'written to ...' (rich drops BEL, not ESC); it is shown escaped as every other
+    text is (``command_line.printable``)."""
+    monkeypatch.setenv("GEDP_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "e\x1b[2Jx"
+    folder.mkdir(parents=True)
+    commands = ((["tabulate", str(release), "--by", "county"], "t.csv"), (["report", str(release)], "r.html"))
+    for command, name in commands:
+        result = runner.invoke(app, [*command, "--out", str(folder / name)])
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.output, result.output
+        assert f"written to {str(folder / name).replace(chr(27), chr(92) + 'x1b')}" in result.output, result.output
+        assert (folder / name).is_file()
+
+
 def rewritten_ledger(ledger: Path, out: Path, edit) -> Path:
     """A copy of ``ledger`` (and its key files) whose reserve events ``edit`` changed, the chain's hashes
     and head recomputed as anyone who can write the file can (gedp.accounting.ledger_file's rules)."""

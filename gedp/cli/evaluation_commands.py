@@ -127,7 +127,7 @@ def evaluate(
 
     inner = sorted({f"{folder}/" for folder in done.plots if folder})
     where = f" in {', '.join(inner)}" if inner else ""
-    console.print(f"[bold]{name}[/] written to {plain(out.resolve())} (report.md, summary.json, "
+    console.print(f"[bold]{name}[/] written to {printable(out.resolve())} (report.md, summary.json, "
                   f"{count(sum(done.plots.values()), 'plot')}{where}) in {time.perf_counter() - start:.0f}s")
     _say_if_confidential(done.summary)
 
@@ -193,7 +193,7 @@ def _print_suppression(done: SuppressionRun, out: Path, seconds: float) -> None:
     audited = ("no audit" if summary["failing_cells"] is None else
                f"audit: {summary['audited_intervals']:,} intervals, {summary['failing_cells']} primary cells failing "
                f"after {summary['repair_rounds']} repair round(s)")
-    console.print(f"[bold]suppression[/] written to {plain(out.resolve())}: {summary['suppressed']:,} of "
+    console.print(f"[bold]suppression[/] written to {printable(out.resolve())}: {summary['suppressed']:,} of "
                   f"{summary['cells']:,} cells withheld ({summary['primary']:,} primary); {audited}; {seconds:.0f}s")
     _say_if_confidential(summary)
 

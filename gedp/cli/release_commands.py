@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from gedp.cli.command_line import app, console, plain, progress_steps, reported_errors
+from gedp.cli.command_line import app, console, plain, printable, progress_steps, reported_errors
 from gedp.cli.defaults import DEFAULT_PROFILE, available_profiles
 from gedp.configs import DEFAULT_CONFIG
 
@@ -283,7 +283,7 @@ def _print_plan(result: PlanResult, base: str, out: Path, quarters: int, seconds
     console.print(f"[bold]plan[/] {result.chosen.shape.describe()}; wages {result.chosen.wage_share:.0%} of mu^2, "
                   f"total mu {result.mu_total:.4f}" + (f" per quarter (mu {result.mu_annual:.4f} over {quarters} "
                                                         "quarters)" if quarters > 1 else ""))
-    console.print(f"  written to {plain(out)} ({plain(json_path.name)}, {plain(plot_path.name)}) in {seconds:.0f}s")
+    console.print(f"  written to {printable(out)} ({plain(json_path.name)}, {plain(plot_path.name)}) in {seconds:.0f}s")
 
 
 def _print_quarters_and_budget(manifest: dict, reservation: Any) -> None:

@@ -148,7 +148,7 @@ def _show_tabulation(answer: Tabulation, out: Optional[Path], margins: str) -> N
     from gedp.synth.columns import count
 
     if out is not None:
-        console.print(f"{count(answer.n_rows, 'row')} written to {plain(out)}{margins}")
+        console.print(f"{count(answer.n_rows, 'row')} written to {printable(out)}{margins}")
     elif not sys.stdout.isatty():
         answer.write_csv(sys.stdout)
         errors.print(f"{count(answer.n_rows, 'row')} written as CSV to standard output{margins}")
@@ -208,7 +208,7 @@ def implicates_command(release: Release, out: ImplicatesOut, n: Count = 10, seed
             write_implicates(release, n, out, seed=seed, quarter=quarter, progress=update, note=say,
                              level_prior=level_prior, change_prior=change_prior, wage_prior=wage_prior,
                              map_tasks=map_tasks)
-    console.print(f"[bold]{n} implicates[/] written to {plain(out)} in {time.perf_counter() - start:.0f} s "
+    console.print(f"[bold]{n} implicates[/] written to {printable(out)} in {time.perf_counter() - start:.0f} s "
                   "(pandas.read_parquet reads them with an implicate column)")
 
 
@@ -236,8 +236,8 @@ def report_command(release: Release, out: ReportOut = Path("report.html"), publi
     """
     with reported_errors(), errors.status(f"reporting on {plain(release)}"):
         page = gedp.report(release, out, published=published)
-    console.print(f"[bold]report[/] written to {plain(out)} ({len(page.html) / 1e6:.1f} MB, one self-contained file) "
-                  f"and {plain(out.name)}.json")
+    console.print(f"[bold]report[/] written to {printable(out)} ({len(page.html) / 1e6:.1f} MB, one self-contained "
+                  f"file) and {plain(out.name)}.json")
 
 
 @app.command()
