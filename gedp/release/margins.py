@@ -162,7 +162,7 @@ def release_digest(release: str | Path) -> str:
         with part.open("rb") as file:
             digest.update(f"{part.relative_to(release).as_posix()} {part.stat().st_size}\n".encode())
             digest.update(hashlib.file_digest(file, "sha256").digest())
-    _remember(remembered, {"identity": identity, "key": key, "digest": digest.hexdigest()})
+    write_kept(remembered, json.dumps({"identity": identity, "key": key, "digest": digest.hexdigest()}), KEPT_DIGESTS)
     return digest.hexdigest()
 
 
@@ -188,16 +188,18 @@ def _identity(release: Path, parts: list[Path]) -> list[list]:
     return found
 
 
-def _remember(path: Path, content: dict) -> None:
-    """Write a remembered digest (atomically; nothing where the cache cannot be written), keeping the
-    ``KEPT_DIGESTS`` most recent."""
+def write_kept(path: Path, text: str, kept: int) -> None:
+    """Write ``text`` to ``path`` in the private cache (atomically, mode 0600, never through a link;
+    nothing where the cache cannot be written), keeping the ``kept`` most recent files of its folder."""
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         staged = path.with_name(f".partial-{path.name}-{os.getpid()}")
-        staged.write_text(json.dumps(content), encoding="utf-8")
+        descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
         staged.replace(path)
-        kept = sorted(path.parent.iterdir(), key=lambda p: p.stat().st_mtime_ns, reverse=True)
-        for stale in kept[KEPT_DIGESTS:]:
+        newest = sorted(path.parent.iterdir(), key=lambda entry: entry.lstat().st_mtime_ns, reverse=True)
+        for stale in newest[kept:]:
             stale.unlink(missing_ok=True)
     except OSError:
         pass

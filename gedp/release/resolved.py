@@ -150,17 +150,8 @@ def _kept(path: Path, content: dict) -> bool:
 
 
 def _keep(path: Path, content: dict) -> None:
-    """Write a verdict (atomically, mode 0600; nothing where the cache cannot be written), keeping the
+    """Keep a verdict in the private cache (``margins.write_kept``: atomically, mode 0600), with the
     ``KEPT_VERDICTS`` most recent."""
-    try:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        staged = path.with_name(f".partial-{path.name}-{os.getpid()}")
-        descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(json.dumps(content, sort_keys=True))
-        staged.replace(path)
-        kept = sorted(path.parent.iterdir(), key=lambda entry: entry.lstat().st_mtime_ns, reverse=True)
-        for stale in kept[KEPT_VERDICTS:]:
-            stale.unlink(missing_ok=True)
-    except OSError:
-        pass
+    from gedp.release.margins import write_kept
+
+    write_kept(path, json.dumps(content, sort_keys=True), KEPT_VERDICTS)
